@@ -1,0 +1,159 @@
+/*
+ * relay/machine.h — the machine kind: lease, renew, inspect and release
+ * guests; list images, the application catalog and capacity.
+ *
+ * Shipped implementations: machine-local (Linux namespace sandboxes, the
+ * embedded default) and machine-service (HTTP to the loopback machine
+ * service). tests/plugins/machine-fake is the libvirt-style test:/// driver.
+ *
+ * THE LEASE DOCUMENT. Every operation that returns a lease returns one JSON
+ * object (UTF-8 text, owned by caller, free with host->free) with these keys;
+ * the core stores it verbatim in the guest's ownership record and hands it
+ * back, borrowed, to every later operation on that guest (machine, transport,
+ * capture and console):
+ *
+ *   "vm"          string, required: the backend's machine name.
+ *   "purpose"     string, required: the purpose the lease was acquired for.
+ *   "image"       string, required: the image key.
+ *   "lease_id"    string or null: the backend's lease identity.
+ *   "state"       "pending" | "provisioning" | "running" | "releasing" |
+ *                 "failed" | "unknown".
+ *   "expiresAtMs" integer or null: the backend's confirmed expiry, Unix ms.
+ *   "console"     object or null: the backend's console record
+ *                 ({"console_id", "status", ...}) when acquired with vnc.
+ *   "display"     string or null: the guest's X display (":0"), when known.
+ *   "ssh"         object or null: {"host", "port", "user", "identityFile",
+ *                 "knownHostsFile"} when the guest is reachable over SSH.
+ *   "record"      object: the backend's own record, unchanged.
+ * A plugin may add keys of its own (machine-local adds "local"); the core
+ * keeps and returns them untouched.
+ *
+ * Errors. Operations return RELAY_OK or a relay_status and fill `err`:
+ *   RELAY_E_CAPACITY       acquire refused for capacity (message: reason);
+ *   RELAY_E_REFUSED        definite refusal, nothing happened;
+ *   RELAY_E_IMAGE_UNAVAILABLE  unknown image or base not available;
+ *   RELAY_E_INDETERMINATE  the request may have taken effect;
+ *   RELAY_E_UNAVAILABLE    backend unreachable or the wrong service;
+ *   RELAY_E_ENVIRONMENT_MISMATCH  the lease belongs to another environment;
+ *   RELAY_E_NOT_FOUND      the backend no longer knows the lease;
+ *   RELAY_E_UNVERIFIED     destruction could not be confirmed;
+ *   RELAY_E_CANCELLED, RELAY_E_TIMEOUT, RELAY_E_UNSUPPORTED_FLAGS, ...
+ *
+ * Threads: operations may be called concurrently for different leases, and
+ * (renew, inspect) concurrently with a long operation on the same lease.
+ */
+#ifndef RELAY_MACHINE_H
+#define RELAY_MACHINE_H
+
+#include <stdint.h>
+
+#include "relay/host.h"
+#include "relay/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct relay_machine_ops {
+	uint32_t struct_size; /* sizeof(relay_machine_ops) as compiled by the plugin */
+
+	/* --- required ------------------------------------------------------ */
+
+	/*
+	 * Leases a fresh guest. `spec_json` (borrowed) is an object:
+	 *   {"guest": "login-test-1", "task": "login-test",
+	 *    "purpose": "relay-login-test-3f9a1c2e", "image": "ubuntu2404",
+	 *    "env": "none" | "<pack>", "network": "nat" | "internet",
+	 *    "vnc": bool, "ttlMs": <initial lifetime, ms>,
+	 *    "deadlineMs": <Unix ms the lease may never pass>}
+	 * On RELAY_OK *lease_json_out is the lease document. Not idempotent:
+	 * the core never calls it twice for one purpose except after
+	 * RELAY_E_CAPACITY (a definite refusal). RELAY_E_CAPACITY,
+	 * RELAY_E_REFUSED and RELAY_E_IMAGE_UNAVAILABLE mean nothing was leased;
+	 * RELAY_E_INDETERMINATE means the core must reconcile by purpose.
+	 */
+	relay_status (*acquire)(relay_plugin_state *state, const char *spec_json, relay_call *call, unsigned flags,
+				char **lease_json_out, relay_error *err);
+
+	/* Extends the lease to now + ttl_ms (never asked past the deadline given
+	 * at acquire). On RELAY_OK *lease_json_out (may be NULL to skip) is the
+	 * refreshed lease document with the confirmed "expiresAtMs". */
+	relay_status (*renew)(relay_plugin_state *state, const char *lease_json, uint64_t ttl_ms, relay_call *call,
+			      unsigned flags, char **lease_json_out, relay_error *err);
+
+	/* Reads the lease's current state from the backend. RELAY_E_NOT_FOUND
+	 * when the backend no longer knows it. *lease_json_out as for renew. */
+	relay_status (*inspect)(relay_plugin_state *state, const char *lease_json, relay_call *call, unsigned flags,
+				char **lease_json_out, relay_error *err);
+
+	/* Asks the backend to destroy the guest. `reason` (borrowed) is
+	 * "finished", "released" or "failed". RELAY_OK when the backend confirmed,
+	 * RELAY_E_NOT_FOUND when it no longer knew the lease (counts as
+	 * released), otherwise a failure; the core then inspects and retries. */
+	relay_status (*release)(relay_plugin_state *state, const char *lease_json, const char *reason,
+				relay_call *call, unsigned flags, relay_error *err);
+
+	/* Checks, independently of release()'s answer, that the guest is gone
+	 * (machine-local: no process left, overlay removed; machine-service: the
+	 * Tart inventory). RELAY_OK when verified; RELAY_E_UNVERIFIED otherwise.
+	 * *check_name_out (owned by caller, may be NULL to skip) names the check
+	 * used, e.g. "tart" or "namespace". */
+	relay_status (*verify_destroyed)(relay_plugin_state *state, const char *lease_json, relay_call *call,
+					 unsigned flags, char **check_name_out, relay_error *err);
+
+	/* The image inventory: {"images": {"<key>": {"kind": "linux"|"macos",
+	 * "base_available": bool, ...}}, "capacity": {...} | null}. The core
+	 * passes both objects through to relay_probe unchanged. */
+	relay_status (*images)(relay_plugin_state *state, relay_call *call, unsigned flags, char **images_json_out,
+			       relay_error *err);
+
+	/* --- optional (NULL = unsupported) ---------------------------------- */
+
+	/* Backend identity check before lease operations. RELAY_OK with
+	 * *health_json_out (owned, may be NULL to skip) the backend's answer;
+	 * RELAY_E_UNAVAILABLE naming what was expected and found. */
+	relay_status (*health)(relay_plugin_state *state, relay_call *call, unsigned flags, char **health_json_out,
+			       relay_error *err);
+
+	/* The application catalog, schemaVersion 1 (docs/plugin-abi.md):
+	 * {"schemaVersion": 1, "images": [{"image", "os", "architecture",
+	 * "applications": [{"id", "name", "aliases", "version"}]}]}. The core
+	 * validates it before use. */
+	relay_status (*catalog)(relay_plugin_state *state, relay_call *call, unsigned flags, char **catalog_json_out,
+				relay_error *err);
+
+	/* Every lease the backend holds for `purpose` (borrowed), as a JSON
+	 * array of lease documents (owned by caller). Used to reconcile an
+	 * indeterminate acquire and at restart. */
+	relay_status (*find_by_purpose)(relay_plugin_state *state, const char *purpose, relay_call *call,
+					unsigned flags, char **leases_json_out, relay_error *err);
+
+	/* What leases of this plugin are bound to, for the ownership record:
+	 * {"machine": "<plugin name>", "endpoint": "<origin>"|null,
+	 *  "store": "<path>"|null, "environmentFingerprint": "<hex>"|null}.
+	 * Owned by caller. When NULL the core records {"machine": name, ...null}. */
+	relay_status (*binding)(relay_plugin_state *state, unsigned flags, char **binding_json_out, relay_error *err);
+
+	/* Console passthrough for console plugins (relay/console.h). `op`
+	 * (borrowed) is "capabilities", "resolve", "open" or "cancel";
+	 * `lease_json` is NULL for "capabilities"; `request_json` (borrowed)
+	 * the operation's body ({"lease_id", "console_id", "attempt_id"}).
+	 * *response_json_out (owned) is the backend's report, unnormalised. */
+	relay_status (*console)(relay_plugin_state *state, const char *lease_json, const char *op,
+				const char *request_json, relay_call *call, unsigned flags, char **response_json_out,
+				relay_error *err);
+
+	/* Readiness checks for `mcp-relay doctor`, without acquiring anything:
+	 * a JSON array of {"check", "ok": bool, "detail", "fix"|null}. */
+	relay_status (*doctor)(relay_plugin_state *state, relay_call *call, unsigned flags, char **checks_json_out,
+			       relay_error *err);
+} relay_machine_ops;
+
+/* Smallest machine ops table the 1.x loader accepts. */
+#define RELAY_MACHINE_OPS_MIN_SIZE (offsetof(relay_machine_ops, images) + sizeof(void *))
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RELAY_MACHINE_H */

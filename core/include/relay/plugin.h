@@ -1,0 +1,154 @@
+/*
+ * relay/plugin.h — how a plugin presents itself to the mcp-relay core.
+ *
+ * A plugin is a shared object exporting exactly one symbol:
+ *
+ *     RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *
+ *     relay_plugin_entry_v1(uint32_t host_abi_version);
+ *
+ * The core dlopen()s the object with RTLD_NOW | RTLD_LOCAL, looks the symbol
+ * up and calls it once with RELAY_ABI_VERSION. The entry returns a pointer to
+ * a static const descriptor, or NULL to refuse a host it cannot work with
+ * (for example a host whose minor version lacks a service the plugin calls).
+ * It must not allocate, start threads or print anything: all work happens in
+ * init().
+ *
+ * The loader then checks, in this order, each failure with its own message
+ * (docs/plugin-abi.md lists them word for word):
+ *   1. the object loads;
+ *   2. relay_plugin_entry_v1 exists (an object exporting only another
+ *      relay_plugin_entry_vN is reported as built for another major);
+ *   3. the entry accepted the host (did not return NULL);
+ *   4. RELAY_ABI_MAJOR(descriptor->abi_version) == RELAY_ABI_VERSION_MAJOR;
+ *   5. descriptor->struct_size >= RELAY_PLUGIN_DESCRIPTOR_MIN_SIZE;
+ *   6. the kinds provided include the profile slot it was chosen for;
+ *   7. no plugin already loaded has the same name;
+ *   8. the ops table of each kind provided is present, at least as large as
+ *      its _MIN_SIZE, and has every required operation;
+ *   9. init() returns RELAY_OK.
+ * After a successful init the object is never dlclose()d (its code may be
+ * referenced by threads the plugin started); fini() is called at exit.
+ *
+ * Compatibility (OBS obs_source_info and SQLite sqlite3_vfs are the models):
+ *  - Structs only grow at the end and carry their size. A reader copies
+ *    min(struct_size, sizeof) bytes into a zeroed copy, so fields a plugin
+ *    does not know read as zero/NULL.
+ *  - A NULL operation slot means "not supported"; the core then answers the
+ *    corresponding tool with an error naming the missing capability.
+ *  - Every operation takes `unsigned flags` and refuses unknown bits with
+ *    RELAY_E_UNSUPPORTED_FLAGS, and a caller-provided relay_error.
+ *
+ * Output rule: standard output belongs to the MCP stream. A plugin never
+ * writes to file descriptor 1 and never lets a child inherit it (use
+ * host->log for diagnostics; they go to standard error).
+ */
+#ifndef RELAY_PLUGIN_H
+#define RELAY_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "relay/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ABI version: major in the high 16 bits, minor in the low 16 bits. A major
+ * change breaks binary compatibility; a minor change only appends. */
+#define RELAY_ABI_VERSION_MAJOR 1u
+#define RELAY_ABI_VERSION_MINOR 0u
+#define RELAY_ABI_MAKE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
+#define RELAY_ABI_VERSION RELAY_ABI_MAKE(RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR)
+#define RELAY_ABI_MAJOR(v) ((uint32_t)(v) >> 16)
+#define RELAY_ABI_MINOR(v) ((uint32_t)(v)&0xffffu)
+
+/* The exported entry's name, for dlsym(). */
+#define RELAY_PLUGIN_ENTRY_SYMBOL "relay_plugin_entry_v1"
+
+#if defined(__GNUC__)
+#define RELAY_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define RELAY_PLUGIN_EXPORT
+#endif
+
+/* The kinds of plugin; a descriptor's `kinds` is a bit set of them. */
+typedef enum relay_plugin_kind {
+	RELAY_KIND_MACHINE = 1u << 0,   /* leases guests: relay/machine.h */
+	RELAY_KIND_TRANSPORT = 1u << 1, /* exec and file transfer: relay/transport.h */
+	RELAY_KIND_CAPTURE = 1u << 2,   /* the snapshot command: relay/capture.h */
+	RELAY_KIND_CONSOLE = 1u << 3    /* console viewing: relay/console.h */
+} relay_plugin_kind;
+#define RELAY_KIND_ALL_ (RELAY_KIND_MACHINE | RELAY_KIND_TRANSPORT | RELAY_KIND_CAPTURE | RELAY_KIND_CONSOLE)
+
+struct relay_host;
+struct relay_machine_ops;
+struct relay_transport_ops;
+struct relay_capture_ops;
+struct relay_console_ops;
+
+/* Per-plugin state returned by init() and passed back, borrowed, to every
+ * operation of that plugin. Opaque to the core. */
+typedef void relay_plugin_state;
+
+typedef struct relay_plugin_descriptor {
+	/* RELAY_ABI_VERSION the plugin was compiled against. */
+	uint32_t abi_version;
+	/* sizeof(relay_plugin_descriptor) as the plugin was compiled. */
+	uint32_t struct_size;
+
+	/* Unique plugin name, [a-z0-9-]{1,63}, e.g. "machine-local". Static. */
+	const char *name;
+	/* Plugin version, free text such as "0.1.0". Static. */
+	const char *version;
+	/* One line for `mcp-relay doctor`. Static; may be NULL. */
+	const char *description;
+	/* Bit set of relay_plugin_kind. */
+	uint32_t kinds;
+	/* Reserved capability bits; 0 for now. */
+	uint64_t capabilities;
+
+	/*
+	 * Called once after the checks pass. `host` is borrowed and valid until
+	 * fini() returns. `config_json` (borrowed, UTF-8 JSON object, never NULL)
+	 * carries the relay's settings for plugins:
+	 *   {"stateDir": "<absolute folder owned by this plugin>",
+	 *    "libexecDir": "<folder with receiver builds and guest programs>",
+	 *    "guestNetwork": "nat"|"internet",
+	 *    "serviceUrl": "<origin>"|null,
+	 *    "environment": {...}|null,
+	 *    "options": {...}   (plugin-specific, from the profile or settings)}
+	 * Unknown keys must be ignored. On success *state_out receives the
+	 * plugin's state (may be NULL). On failure the plugin fills `err`,
+	 * releases what it took and returns non-zero; it is then not used.
+	 */
+	relay_status (*init)(const struct relay_host *host, const char *config_json, unsigned flags,
+			     relay_plugin_state **state_out, relay_error *err);
+	/* Called once at exit, after every operation has returned. May be NULL. */
+	void (*fini)(relay_plugin_state *state);
+
+	/* Ops tables for each kind in `kinds` (NULL for kinds not provided),
+	 * each with the sizeof() the plugin compiled. Static storage. */
+	const struct relay_machine_ops *machine;
+	uint32_t machine_ops_size;
+	const struct relay_transport_ops *transport;
+	uint32_t transport_ops_size;
+	const struct relay_capture_ops *capture;
+	uint32_t capture_ops_size;
+	const struct relay_console_ops *console;
+	uint32_t console_ops_size;
+} relay_plugin_descriptor;
+
+/* Smallest descriptor the 1.x loader accepts (everything up to console_ops_size). */
+#define RELAY_PLUGIN_DESCRIPTOR_MIN_SIZE                                                           \
+	(offsetof(relay_plugin_descriptor, console_ops_size) + sizeof(uint32_t))
+
+/* The entry every plugin exports. `host_abi_version` is the host's
+ * RELAY_ABI_VERSION. Returns a static descriptor, or NULL to refuse the host. */
+typedef const relay_plugin_descriptor *(*relay_plugin_entry_fn)(uint32_t host_abi_version);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RELAY_PLUGIN_H */

@@ -1,0 +1,126 @@
+/*
+ * relay/transport.h — the transport kind: run commands in a guest and move
+ * files and trees in and out of it, with SHA-256 verification.
+ *
+ * Shipped implementations: transfer-ssh (OpenSSH with connection
+ * multiplexing and tar streams), the namespace transport inside
+ * machine-local, and the service-mediated transport inside machine-service.
+ *
+ * A connection is opened per guest from its lease document (relay/machine.h)
+ * and closed when the guest is closed or the relay exits. Operations on one
+ * connection may be called from several threads at once when the ops table
+ * sets RELAY_TRANSPORT_CONCURRENT in `traits` (the core then runs
+ * `receiver cancel` beside a running script); otherwise the core serialises
+ * them.
+ *
+ * Guest paths are absolute. The transport refuses to write outside the
+ * folder it was asked to write into and never follows a symbolic link out of
+ * the guest when pulling (RELAY_E_UNSAFE_PATH).
+ *
+ * FACTS. push() and pull() can return what arrived as a JSON array (UTF-8,
+ * owned by caller, free with host->free) of {"path", "bytes", "sha256"}:
+ * `path` relative to the transferred root ("" for a single file), `bytes` an
+ * integer, `sha256` 64 lowercase hex digits, sorted by path in byte order.
+ * For push the facts are computed on the guest side after writing; for pull
+ * on the guest side before sending, and the transport has already checked
+ * the local copy against them (a difference is RELAY_E_INTEGRITY). A
+ * transport that cannot compute guest-side facts returns NULL and the core
+ * verifies through the guest receiver instead.
+ */
+#ifndef RELAY_TRANSPORT_H
+#define RELAY_TRANSPORT_H
+
+#include <stdint.h>
+
+#include "relay/host.h"
+#include "relay/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque per-guest connection of a transport. */
+typedef void relay_transport_conn;
+
+/* Bits of relay_transport_ops.traits. */
+#define RELAY_TRANSPORT_CONCURRENT 0x1u  /* exec/push/pull may run concurrently on one conn */
+#define RELAY_TRANSPORT_GUEST_FACTS 0x2u /* push/pull return guest-side facts */
+
+/* Flags of exec(). */
+#define RELAY_EXEC_MERGE_OUTPUT 0x1u /* stderr is appended to stdout in arrival order */
+#define RELAY_EXEC_KEEP_TAIL 0x2u    /* on overflow keep the last max_output_bytes, do not kill */
+
+/* Flags of push() and pull(). */
+#define RELAY_XFER_TREE 0x1u /* the path is a folder: move its whole tree */
+
+typedef struct relay_exec_request {
+	uint32_t struct_size;     /* sizeof(relay_exec_request) */
+	const char *const *argv;  /* NULL-terminated; argv[0] looked up on the guest user's PATH;
+				     each element passed unchanged (quoted when a remote shell is in
+				     the way); borrowed */
+	const char *cwd;          /* guest working folder, or NULL for the guest user's default; borrowed */
+	const char *const *envp;  /* NULL-terminated "K=V" added to the guest environment, or NULL; borrowed */
+	uint64_t timeout_ms;      /* > 0; at expiry the guest process group is killed */
+	size_t max_output_bytes;  /* cap on stdout + stderr together; 0 = 65536 */
+} relay_exec_request;
+
+typedef struct relay_exec_result {
+	uint32_t struct_size;      /* set by the caller to sizeof(relay_exec_result) */
+	int exit_code;             /* exit status; -1 when killed by a signal or unknown */
+	int signal;                /* terminating signal number, 0 if none */
+	int timed_out;             /* 1 when timeout_ms expired and the group was killed */
+	int output_truncated;      /* 1 when output passed max_output_bytes */
+	int termination_confirmed; /* 1 when no process of the command survives in the guest */
+	char *out;                 /* stdout (or merged output), NUL-terminated; owned by caller */
+	size_t out_len;
+	char *err;                 /* stderr, NULL with RELAY_EXEC_MERGE_OUTPUT; owned by caller */
+	size_t err_len;
+} relay_exec_result;
+
+typedef struct relay_transport_ops {
+	uint32_t struct_size; /* sizeof(relay_transport_ops) as compiled by the plugin */
+	uint32_t traits;      /* RELAY_TRANSPORT_* bits */
+
+	/* Opens a connection to the guest described by `lease_json` (borrowed,
+	 * the lease document). *conn_out receives it (released with close()).
+	 * RELAY_E_UNSUPPORTED when this transport cannot reach that lease (for
+	 * example transfer-ssh for a lease without "ssh"). */
+	relay_status (*open)(relay_plugin_state *state, const char *lease_json, relay_call *call, unsigned flags,
+			     relay_transport_conn **conn_out, relay_error *err);
+
+	/* Closes a connection; no operation on it may be running. */
+	void (*close)(relay_plugin_state *state, relay_transport_conn *conn, unsigned flags);
+
+	/* Runs a command in the guest. RELAY_OK when it ran to an end the
+	 * transport observed (exit, signal, or the timeout kill): read `res`.
+	 * RELAY_E_TRANSIENT when the transport failed before the command started
+	 * (safe to retry for idempotent commands), RELAY_E_INDETERMINATE when it
+	 * failed after (the command may still be running), RELAY_E_CANCELLED. */
+	relay_status (*exec)(relay_plugin_state *state, relay_transport_conn *conn, const relay_exec_request *req,
+			     relay_call *call, unsigned flags, relay_exec_result *res, relay_error *err);
+
+	/* Copies host `local_path` (borrowed; a regular file, or with
+	 * RELAY_XFER_TREE a folder whose contents are copied) to guest
+	 * `remote_path` (borrowed; the file, or the folder to fill, created with
+	 * its parents, mode 0700). Existing files are replaced. *facts_json_out
+	 * (may be NULL to skip) as described above. */
+	relay_status (*push)(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
+			     const char *remote_path, relay_call *call, unsigned flags, char **facts_json_out,
+			     relay_error *err);
+
+	/* Copies guest `remote_path` to host `local_path`, which must not exist
+	 * (created O_EXCL, 0600; folders 0700). Refuses links, devices and FIFOs
+	 * in the guest. On failure nothing is left at local_path. */
+	relay_status (*pull)(relay_plugin_state *state, relay_transport_conn *conn, const char *remote_path,
+			     const char *local_path, relay_call *call, unsigned flags, char **facts_json_out,
+			     relay_error *err);
+} relay_transport_ops;
+
+/* Smallest transport ops table the 1.x loader accepts (all five operations required). */
+#define RELAY_TRANSPORT_OPS_MIN_SIZE (offsetof(relay_transport_ops, pull) + sizeof(void *))
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RELAY_TRANSPORT_H */

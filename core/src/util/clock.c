@@ -1,0 +1,93 @@
+#include "util/clock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The test offset is process-wide by design (one clock for the relay); it is
+ * atomic so readers on every thread see it without a lock. The test-clock
+ * file path is set once at startup before threads exist. */
+static _Atomic int64_t clock_offset_ms;
+static char *clock_file_path;
+
+static int64_t real_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t clock_monotonic_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void refresh_offset_from_file(void)
+{
+	if (clock_file_path == NULL)
+		return;
+	int fd = open(clock_file_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	char buf[32];
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+	char *end = NULL;
+	errno = 0;
+	long long value = strtoll(buf, &end, 10);
+	if (errno == 0 && end != buf)
+		atomic_store(&clock_offset_ms, (int64_t)value);
+}
+
+void clock_init_from_env(void)
+{
+	const char *path = getenv("MCP_RELAY_TEST_CLOCK_FILE");
+	if (path && *path) {
+		clock_file_path = strdup(path);
+		refresh_offset_from_file();
+	}
+}
+
+int64_t clock_now_ms(void)
+{
+	refresh_offset_from_file();
+	return real_now_ms() + atomic_load(&clock_offset_ms);
+}
+
+void clock_set_offset_ms(int64_t offset_ms)
+{
+	atomic_store(&clock_offset_ms, offset_ms);
+}
+
+bool clock_wait_until_ms(pthread_cond_t *cond, pthread_mutex_t *mutex, int64_t deadline_ms,
+			 int64_t max_real_wait_ms)
+{
+	int64_t now = clock_now_ms();
+	if (now >= deadline_ms)
+		return true;
+	int64_t wait_ms = deadline_ms - now;
+	if (clock_file_path != NULL && wait_ms > 250)
+		wait_ms = 250; /* notice offset changes promptly */
+	if (max_real_wait_ms > 0 && wait_ms > max_real_wait_ms)
+		wait_ms = max_real_wait_ms;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += wait_ms / 1000;
+	ts.tv_nsec += (wait_ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(cond, mutex, &ts);
+	return clock_now_ms() >= deadline_ms;
+}

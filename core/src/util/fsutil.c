@@ -1,0 +1,373 @@
+#include "util/fsutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "util/error.h"
+#include "util/jsonx.h"
+#include "util/randx.h"
+
+relay_status fs_mkdir_p(const char *path, mode_t mode, relay_error *err)
+{
+	size_t len = strlen(path);
+	if (len == 0)
+		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "empty folder path");
+	char *copy = strdup(path);
+	if (copy == NULL)
+		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	relay_status status = RELAY_OK;
+	for (char *p = copy + 1;; p++) {
+		bool end = *p == '\0';
+		if (*p != '/' && !end)
+			continue;
+		char saved = *p;
+		*p = '\0';
+		if (mkdir(copy, mode) != 0 && errno != EEXIST) {
+			status = relay_error_set(err, RELAY_E_IO, errno, "cannot create folder %s: %s", copy,
+						 strerror(errno));
+			goto cleanup;
+		}
+		*p = saved;
+		if (end)
+			break;
+	}
+	struct stat st;
+	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+		status = relay_error_set(err, RELAY_E_IO, ENOTDIR, "not a folder: %s", path);
+cleanup:
+	free(copy);
+	return status;
+}
+
+static relay_status write_all(int fd, const void *data, size_t len, const char *path, relay_error *err)
+{
+	const char *p = data;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return relay_error_set(err, errno == ENOSPC ? RELAY_E_NO_SPACE : RELAY_E_IO, errno,
+					       "cannot write %s: %s", path, strerror(errno));
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return RELAY_OK;
+}
+
+relay_status fs_fsync_dir(const char *path, relay_error *err)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot open folder %s: %s", path, strerror(errno));
+	relay_status status = RELAY_OK;
+	if (fsync(fd) != 0 && errno != EINVAL)
+		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync folder %s: %s", path, strerror(errno));
+	close(fd);
+	return status;
+}
+
+relay_status fs_fsync_parent(const char *path, relay_error *err)
+{
+	char *dir = fs_dirname(path);
+	if (dir == NULL)
+		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	relay_status status = fs_fsync_dir(dir, err);
+	free(dir);
+	return status;
+}
+
+relay_status fs_write_exclusive(const char *path, const void *data, size_t len, mode_t mode, relay_error *err)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd < 0)
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot create %s: %s", path, strerror(errno));
+	relay_status status = write_all(fd, data, len, path, err);
+	if (status == RELAY_OK && fsync(fd) != 0)
+		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s: %s", path, strerror(errno));
+	close(fd);
+	if (status != RELAY_OK)
+		unlink(path);
+	return status;
+}
+
+relay_status fs_write_durable(const char *path, const void *data, size_t len, mode_t mode, relay_error *err)
+{
+	char suffix[17];
+	random_hex(suffix, 16);
+	size_t tmp_len = strlen(path) + 32;
+	char *tmp = malloc(tmp_len);
+	if (tmp == NULL)
+		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	snprintf(tmp, tmp_len, "%s.tmp-%s", path, suffix);
+	relay_status status = fs_write_exclusive(tmp, data, len, mode, err);
+	if (status != RELAY_OK)
+		goto cleanup;
+	if (rename(tmp, path) != 0) {
+		status = relay_error_set(err, RELAY_E_IO, errno, "cannot replace %s: %s", path, strerror(errno));
+		unlink(tmp);
+		goto cleanup;
+	}
+	status = fs_fsync_parent(path, err);
+cleanup:
+	free(tmp);
+	return status;
+}
+
+relay_status fs_write_json_durable(const char *path, const json_object *obj, relay_error *err)
+{
+	strbuf sb = STRBUF_INIT;
+	jsonx_write(&sb, obj, JSONX_PRETTY);
+	strbuf_putc(&sb, '\n');
+	if (!strbuf_ok(&sb)) {
+		strbuf_free(&sb);
+		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	}
+	relay_status status = fs_write_durable(path, sb.data, sb.len, 0600, err);
+	strbuf_free(&sb);
+	return status;
+}
+
+relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, size_t *len_out, relay_error *err)
+{
+	*data_out = NULL;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return relay_error_set(err, RELAY_E_NOT_FOUND, errno, "no such file: %s", path);
+		if (errno == ELOOP)
+			return relay_error_set(err, RELAY_E_UNSAFE_PATH, errno, "symlink %s", path);
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot open %s: %s", path, strerror(errno));
+	}
+	relay_status status = RELAY_OK;
+	char *buf = NULL;
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		status = relay_error_set(err, RELAY_E_IO, errno, "cannot stat %s", path);
+		goto cleanup;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		status = relay_error_set(err, RELAY_E_UNSAFE_PATH, 0, "not a regular file: %s", path);
+		goto cleanup;
+	}
+	if ((uint64_t)st.st_size > max_bytes) {
+		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", path, max_bytes);
+		goto cleanup;
+	}
+	size_t cap = (size_t)st.st_size + 1, len = 0;
+	buf = malloc(cap);
+	if (buf == NULL) {
+		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		goto cleanup;
+	}
+	for (;;) {
+		if (len + 1 == cap) {
+			if (cap - 1 >= max_bytes + 1) {
+				status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s grew past %zu bytes", path,
+							 max_bytes);
+				goto cleanup;
+			}
+			char *grown = realloc(buf, cap * 2);
+			if (grown == NULL) {
+				status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+				goto cleanup;
+			}
+			buf = grown;
+			cap *= 2;
+		}
+		ssize_t n = read(fd, buf + len, cap - 1 - len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			status = relay_error_set(err, RELAY_E_IO, errno, "cannot read %s: %s", path, strerror(errno));
+			goto cleanup;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	if (len > max_bytes) {
+		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", path, max_bytes);
+		goto cleanup;
+	}
+	buf[len] = '\0';
+	*data_out = buf;
+	buf = NULL;
+	if (len_out)
+		*len_out = len;
+cleanup:
+	free(buf);
+	close(fd);
+	return status;
+}
+
+relay_status fs_read_json(const char *path, size_t max_bytes, json_object **obj_out, relay_error *err)
+{
+	char *data = NULL;
+	size_t len = 0;
+	*obj_out = NULL;
+	relay_status status = fs_read_file(path, max_bytes, &data, &len, err);
+	if (status != RELAY_OK)
+		return status;
+	char reason[128];
+	bool is_null = false;
+	json_object *obj = jsonx_parse(data, len, &is_null, reason, sizeof reason);
+	free(data);
+	if (obj == NULL && !is_null)
+		return relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s is not valid JSON: %s", path, reason);
+	*obj_out = obj;
+	return RELAY_OK;
+}
+
+static relay_status remove_at(int parent_fd, const char *name, const char *shown, relay_error *err)
+{
+	struct stat st;
+	if (fstatat(parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+		if (errno == ENOENT)
+			return RELAY_OK;
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot stat %s: %s", shown, strerror(errno));
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		if (unlinkat(parent_fd, name, 0) != 0 && errno != ENOENT)
+			return relay_error_set(err, RELAY_E_IO, errno, "cannot remove %s: %s", shown,
+					       strerror(errno));
+		return RELAY_OK;
+	}
+	int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot open %s: %s", shown, strerror(errno));
+	DIR *dir = fdopendir(fd);
+	if (dir == NULL) {
+		close(fd);
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot list %s", shown);
+	}
+	relay_status status = RELAY_OK;
+	struct dirent *entry;
+	while (status == RELAY_OK && (entry = readdir(dir)) != NULL) {
+		if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
+			continue;
+		status = remove_at(dirfd(dir), entry->d_name, shown, err);
+	}
+	closedir(dir);
+	if (status == RELAY_OK && unlinkat(parent_fd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+		status = relay_error_set(err, RELAY_E_IO, errno, "cannot remove folder %s: %s", shown,
+					 strerror(errno));
+	return status;
+}
+
+relay_status fs_remove_tree(const char *path, relay_error *err)
+{
+	return remove_at(AT_FDCWD, path, path, err);
+}
+
+char *fs_path_join(const char *a, const char *b)
+{
+	size_t la = strlen(a);
+	while (la > 1 && a[la - 1] == '/')
+		la--;
+	while (*b == '/')
+		b++;
+	size_t lb = strlen(b);
+	char *out = malloc(la + lb + 2);
+	if (out == NULL)
+		return NULL;
+	memcpy(out, a, la);
+	size_t n = la;
+	if (lb > 0 && !(la == 1 && a[0] == '/'))
+		out[n++] = '/';
+	memcpy(out + n, b, lb);
+	out[n + lb] = '\0';
+	return out;
+}
+
+char *fs_dirname(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (slash == NULL)
+		return strdup(".");
+	if (slash == path)
+		return strdup("/");
+	return strndup(path, (size_t)(slash - path));
+}
+
+const char *fs_basename(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	return slash ? slash + 1 : path;
+}
+
+bool fs_is_dir(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool fs_exists_nofollow(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) == 0;
+}
+
+relay_status fs_free_bytes(const char *path, uint64_t *free_out, relay_error *err)
+{
+	struct statvfs sv;
+	if (statvfs(path, &sv) != 0)
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot read free space of %s: %s", path,
+				       strerror(errno));
+	*free_out = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+	return RELAY_OK;
+}
+
+relay_status fs_copy_file(const char *src, const char *dst, mode_t mode, relay_error *err)
+{
+	int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (in < 0)
+		return relay_error_set(err, errno == ENOENT ? RELAY_E_NOT_FOUND : RELAY_E_IO, errno,
+				       "cannot open %s: %s", src, strerror(errno));
+	relay_status status = RELAY_OK;
+	int out = -1;
+	struct stat st;
+	if (fstat(in, &st) != 0 || !S_ISREG(st.st_mode)) {
+		status = relay_error_set(err, RELAY_E_UNSAFE_PATH, 0, "not a regular file: %s", src);
+		goto cleanup;
+	}
+	out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (out < 0) {
+		status = relay_error_set(err, RELAY_E_IO, errno, "cannot create %s: %s", dst, strerror(errno));
+		goto cleanup;
+	}
+	char buf[1 << 16];
+	for (;;) {
+		ssize_t n = read(in, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			status = relay_error_set(err, RELAY_E_IO, errno, "cannot read %s", src);
+			goto cleanup;
+		}
+		if (n == 0)
+			break;
+		status = write_all(out, buf, (size_t)n, dst, err);
+		if (status != RELAY_OK)
+			goto cleanup;
+	}
+	if (fsync(out) != 0)
+		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s", dst);
+cleanup:
+	if (out >= 0) {
+		close(out);
+		if (status != RELAY_OK)
+			unlink(dst);
+	}
+	close(in);
+	return status;
+}

@@ -1,0 +1,65 @@
+/*
+ * util/fsutil.h — file system helpers with the project's rules: folders
+ * 0700, files 0600, durable writes (temporary file, fsync, rename, fsync of
+ * the folder), no following of symbolic links where the caller owns the tree.
+ */
+#ifndef RELAY_UTIL_FSUTIL_H
+#define RELAY_UTIL_FSUTIL_H
+
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "relay/status.h"
+
+/* Creates `path` and its missing parents with `mode` (existing folders are
+ * left as they are). A component that exists and is not a folder is
+ * RELAY_E_IO (ENOTDIR). */
+relay_status fs_mkdir_p(const char *path, mode_t mode, relay_error *err);
+
+/* Writes data to `path` durably: "<path>.tmp-<random>" created
+ * O_CREAT|O_EXCL|O_NOFOLLOW with `mode`, fsync, rename over `path`, fsync of
+ * the folder. */
+relay_status fs_write_durable(const char *path, const void *data, size_t len, mode_t mode, relay_error *err);
+/* Pretty JSON (two-space indentation) plus a final newline, durably, 0600. */
+relay_status fs_write_json_durable(const char *path, const json_object *obj, relay_error *err);
+/* Creates `path` exclusively (O_CREAT|O_EXCL|O_NOFOLLOW, `mode`) with data,
+ * then fsyncs it. RELAY_E_IO with EEXIST when it exists. */
+relay_status fs_write_exclusive(const char *path, const void *data, size_t len, mode_t mode, relay_error *err);
+
+/* Reads a whole regular file (O_NOFOLLOW) of at most max_bytes into a
+ * malloc'd NUL-terminated buffer. RELAY_E_NOT_FOUND, RELAY_E_TOO_LARGE,
+ * RELAY_E_UNSAFE_PATH (symlink or not a regular file), RELAY_E_IO. */
+relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, size_t *len_out, relay_error *err);
+/* Reads and parses a JSON file (at most max_bytes). */
+relay_status fs_read_json(const char *path, size_t max_bytes, json_object **obj_out, relay_error *err);
+
+/* fsync() of a folder. */
+relay_status fs_fsync_dir(const char *path, relay_error *err);
+/* fsync() of the folder that holds `path`. */
+relay_status fs_fsync_parent(const char *path, relay_error *err);
+
+/* Removes a file or a whole tree without following symbolic links (a link
+ * is removed, never its target). Missing is not an error. */
+relay_status fs_remove_tree(const char *path, relay_error *err);
+
+/* "<a>/<b>" (malloc'd), with one slash between. NULL on allocation failure. */
+char *fs_path_join(const char *a, const char *b);
+/* malloc'd copy of the folder part of `path` ("." when none). */
+char *fs_dirname(const char *path);
+/* Pointer to the last component of `path` (borrowed). */
+const char *fs_basename(const char *path);
+
+bool fs_is_dir(const char *path);          /* follows links */
+bool fs_exists_nofollow(const char *path); /* lstat succeeds */
+
+/* Free bytes for an unprivileged writer on the volume holding `path`. */
+relay_status fs_free_bytes(const char *path, uint64_t *free_out, relay_error *err);
+
+/* Copies a regular file (O_NOFOLLOW source; destination created O_EXCL with
+ * `mode`) and fsyncs it. */
+relay_status fs_copy_file(const char *src, const char *dst, mode_t mode, relay_error *err);
+
+#endif
