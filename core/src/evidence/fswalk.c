@@ -1,0 +1,216 @@
+#include "evidence/fswalk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/error.h"
+
+bool fw_strlist_push(fw_strlist *list, const char *text)
+{
+	if (list->count == list->capacity) {
+		size_t cap = list->capacity ? list->capacity * 2 : 16;
+		char **items = realloc(list->items, cap * sizeof *items);
+		if (items == NULL)
+			return false;
+		list->items = items;
+		list->capacity = cap;
+	}
+	char *copy = strdup(text);
+	if (copy == NULL)
+		return false;
+	list->items[list->count++] = copy;
+	return true;
+}
+
+void fw_strlist_free(fw_strlist *list)
+{
+	for (size_t i = 0; i < list->count; i++)
+		free(list->items[i]);
+	free(list->items);
+	list->items = NULL;
+	list->count = list->capacity = 0;
+}
+
+int fw_open_root(const char *path)
+{
+	return open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+static relay_status open_failure(relay_error *err, const char *what, const char *rel, int e)
+{
+	if (e == ELOOP || e == ENOTDIR)
+		return relay_error_set(err, RELAY_E_UNSAFE_PATH, e,
+		                       "%s: a symbolic link or a non-folder is on the way to %s", what, rel);
+	if (e == ENOENT)
+		return relay_error_set(err, RELAY_E_NOT_FOUND, e, "%s: %s does not exist", what, rel);
+	return relay_error_set(err, e == ENOSPC ? RELAY_E_NO_SPACE : RELAY_E_IO, e, "%s %s: %s", what, rel,
+	                       strerror(e));
+}
+
+int fw_open_dir_at(int root_fd, const char *rel_dir, bool create, fw_strlist *created, relay_error *err)
+{
+	int fd = fcntl(root_fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0) {
+		open_failure(err, "cannot open folder", rel_dir, errno);
+		return -1;
+	}
+	size_t len = strlen(rel_dir);
+	char *copy = malloc(len + 1);
+	if (copy == NULL) {
+		close(fd);
+		relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		return -1;
+	}
+	memcpy(copy, rel_dir, len + 1);
+	size_t start = 0;
+	while (start < len) {
+		size_t end = start;
+		while (end < len && copy[end] != '/')
+			end++;
+		copy[end] = '\0';
+		const char *comp = copy + start;
+		if (comp[0] == '\0' || strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0) {
+			relay_error_set(err, RELAY_E_UNSAFE_PATH, 0, "path %s has an empty, . or .. segment",
+			                rel_dir);
+			goto fail;
+		}
+		if (create) {
+			if (mkdirat(fd, comp, 0700) == 0) {
+				if (created != NULL && !fw_strlist_push(created, copy)) {
+					relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+					goto fail;
+				}
+			} else if (errno != EEXIST) {
+				open_failure(err, "cannot create folder", copy, errno);
+				goto fail;
+			}
+		}
+		int next = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (next < 0) {
+			open_failure(err, "cannot open folder", copy, errno);
+			goto fail;
+		}
+		close(fd);
+		fd = next;
+		if (end < len)
+			copy[end] = '/';
+		start = end + 1;
+	}
+	free(copy);
+	return fd;
+fail:
+	free(copy);
+	close(fd);
+	return -1;
+}
+
+int fw_open_parent_at(int root_fd, const char *rel, bool create, fw_strlist *created, const char **leaf_out,
+                      relay_error *err)
+{
+	const char *slash = strrchr(rel, '/');
+	*leaf_out = slash ? slash + 1 : rel;
+	if (slash == NULL)
+		return fw_open_dir_at(root_fd, "", create, created, err);
+	size_t dir_len = (size_t)(slash - rel);
+	char *dir = strndup(rel, dir_len);
+	if (dir == NULL) {
+		relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		return -1;
+	}
+	int fd = fw_open_dir_at(root_fd, dir, create, created, err);
+	free(dir);
+	return fd;
+}
+
+int fw_open_file_read_at(int root_fd, const char *rel, relay_error *err)
+{
+	const char *leaf;
+	int dir = fw_open_parent_at(root_fd, rel, false, NULL, &leaf, err);
+	if (dir < 0)
+		return -1;
+	int fd = openat(dir, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	int e = errno;
+	close(dir);
+	if (fd < 0) {
+		open_failure(err, "cannot open", rel, e);
+		return -1;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		relay_error_set(err, RELAY_E_UNSAFE_PATH, 0,
+		                "special file %s: only regular files are allowed", rel);
+		return -1;
+	}
+	/* Back to blocking reads now that it is known to be a regular file. */
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	return fd;
+}
+
+int fw_create_file_at(int root_fd, const char *rel, mode_t mode, fw_strlist *created_dirs, relay_error *err)
+{
+	const char *leaf;
+	int dir = fw_open_parent_at(root_fd, rel, true, created_dirs, &leaf, err);
+	if (dir < 0)
+		return -1;
+	int fd = openat(dir, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	int e = errno;
+	close(dir);
+	if (fd < 0) {
+		if (e == EEXIST)
+			relay_error_set(err, RELAY_E_IO, e, "cannot create %s: it already exists", rel);
+		else
+			open_failure(err, "cannot create", rel, e);
+		return -1;
+	}
+	return fd;
+}
+
+relay_status fw_unlink_at(int root_fd, const char *rel, relay_error *err)
+{
+	const char *leaf;
+	relay_error ignored;
+	int dir = fw_open_parent_at(root_fd, rel, false, NULL, &leaf, &ignored);
+	if (dir < 0)
+		return RELAY_OK;
+	relay_status status = RELAY_OK;
+	if (unlinkat(dir, leaf, 0) != 0 && errno != ENOENT)
+		status =
+		    relay_error_set(err, RELAY_E_IO, errno, "cannot remove %s: %s", rel, strerror(errno));
+	close(dir);
+	return status;
+}
+
+void fw_rmdir_at(int root_fd, const char *rel)
+{
+	const char *leaf;
+	relay_error ignored;
+	int dir = fw_open_parent_at(root_fd, rel, false, NULL, &leaf, &ignored);
+	if (dir < 0)
+		return;
+	(void)unlinkat(dir, leaf, AT_REMOVEDIR);
+	close(dir);
+}
+
+relay_status fw_write_all(int fd, const void *data, size_t len, const char *what, relay_error *err)
+{
+	const char *p = data;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return relay_error_set(err, errno == ENOSPC ? RELAY_E_NO_SPACE : RELAY_E_IO, errno,
+			                       "cannot write %s: %s", what, strerror(errno));
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return RELAY_OK;
+}
