@@ -1,13 +1,116 @@
-/* mcp-relay entry point (spine under construction). */
+/*
+ * mcp-relay: the command line (mcp.md §14).
+ *
+ *   mcp-relay                    serve MCP on stdio
+ *   mcp-relay --instructions     print the server instructions
+ *   mcp-relay --schema           print the fourteen tool definitions
+ *   mcp-relay --version | --help
+ *   mcp-relay doctor             readiness checks, acquiring nothing
+ *   mcp-relay review DIR [--html]
+ */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "contract/contract.h"
+#include "manager/manager.h"
+#include "mcp/render.h"
+#include "mcp/server.h"
+#include "profile/backends.h"
+#include "profile/settings.h"
+#include "util/clock.h"
+#include "util/fsutil.h"
+#include "util/http.h"
+#include "util/log.h"
+
+static const char usage_text[] =
+	"usage: mcp-relay                     serve MCP on standard input and output\n"
+	"       mcp-relay doctor              check plugins, settings and the backend; acquires nothing\n"
+	"       mcp-relay review DIR [--html] verify an evidence package and print its steps and verdicts\n"
+	"       mcp-relay --instructions      print the server instructions\n"
+	"       mcp-relay --schema            print the fourteen tool definitions (JSON)\n"
+	"       mcp-relay --version           print the version\n"
+	"       mcp-relay --help              print this help\n"
+	"\n"
+	"Settings are environment variables (MCP_RELAY_PROJECT, MCP_RELAY_SESSION, MCP_RELAY_BACKEND,\n"
+	"MCP_RELAY_URL, MCP_RELAY_STATE_DIR, MCP_RELAY_MAX_GUESTS, MCP_RELAY_ON_EXIT, ...); see docs/.\n";
+
+static int write_all_stdout(const char *text, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(STDOUT_FILENO, text, len);
+		if (n <= 0)
+			return 1;
+		text += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int serve(void)
+{
+	char errbuf[1024];
+	relay_settings settings;
+	if (settings_load(&settings, errbuf, sizeof errbuf) != 0) {
+		log_error("%s", errbuf);
+		return 2;
+	}
+	char *results_dir = fs_path_join(settings.session_dir, "results");
+	render_set_fallback_spill_dir(results_dir);
+	free(results_dir);
+
+	relay_backends backends;
+	backends_select(&backends, &settings);
+	manager *mgr = manager_create(&settings, &backends, errbuf, sizeof errbuf);
+	if (mgr == NULL) {
+		log_error("%s", errbuf);
+		return 2;
+	}
+	mcp_server_config config = {.in_fd = STDIN_FILENO, .out_fd = STDOUT_FILENO, .mgr = mgr};
+	int status = mcp_serve(&config);
+	/* Plugins may still run threads (reapers); the process exits here
+	 * without unloading them (never dlclose after init). */
+	fflush(NULL);
+	_exit(status);
+}
 
 int main(int argc, char **argv)
 {
-	if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+	clock_init_from_env();
+	char errbuf[256];
+	if (argc >= 2 && strcmp(argv[1], "--version") == 0 && argc == 2) {
 		printf("mcp-relay %s\n", RELAY_VERSION);
 		return 0;
 	}
-	fprintf(stderr, "mcp-relay: not yet serving\n");
+	if (argc >= 2 && strcmp(argv[1], "--help") == 0 && argc == 2) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	if (contract_init(errbuf, sizeof errbuf) != 0) {
+		log_error("%s", errbuf);
+		return 1;
+	}
+	if (argc == 2 && strcmp(argv[1], "--instructions") == 0) {
+		const char *text = contract_instructions();
+		return write_all_stdout(text, strlen(text)) || write_all_stdout("\n", 1);
+	}
+	if (argc == 2 && strcmp(argv[1], "--schema") == 0) {
+		size_t len = 0;
+		const char *tools = contract_tools_json(&len);
+		return write_all_stdout(tools, len) || write_all_stdout("\n", 1);
+	}
+	if (argc >= 2 && strcmp(argv[1], "doctor") == 0) {
+		http_global_init();
+		return doctor_main(argc - 1, argv + 1);
+	}
+	if (argc >= 2 && strcmp(argv[1], "review") == 0)
+		return review_main(argc - 1, argv + 1);
+	if (argc == 1) {
+		http_global_init();
+		return serve();
+	}
+	fputs(usage_text, stderr);
 	return 2;
 }

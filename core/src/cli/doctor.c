@@ -1,0 +1,137 @@
+/* mcp-relay doctor: settings valid, plugins loadable, backend reachable and
+ * answering as the right service, images available; acquires nothing. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "loader/loader.h"
+#include "profile/backends.h"
+#include "profile/environment.h"
+#include "profile/settings.h"
+#include "util/jsonx.h"
+
+static int failures;
+
+static void line(bool ok, const char *check, const char *detail, const char *fix)
+{
+	printf("%s %-22s %s\n", ok ? "ok  " : "FAIL", check, detail ? detail : "");
+	if (!ok) {
+		failures++;
+		if (fix)
+			printf("     fix: %s\n", fix);
+	}
+}
+
+static void machine_checks(loaded_plugin *machine)
+{
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	if (machine->machine.health) {
+		char *health = NULL;
+		relay_status st = machine->machine.health(machine->state, NULL, 0, &health, &err);
+		line(st == RELAY_OK, "backend", st == RELAY_OK ? "reachable and answering as expected" : err.message,
+		     "start the machine service, or point MCP_RELAY_URL / the environment profile at it");
+		free(health);
+	}
+	char *images = NULL;
+	memset(&err, 0, sizeof err);
+	relay_status st = machine->machine.images(machine->state, NULL, 0, &images, &err);
+	if (st == RELAY_OK) {
+		json_object *inventory = jsonx_parse_str(images, NULL, 0);
+		json_object *map = jsonx_get_obj(inventory, "images");
+		char detail[512] = "";
+		size_t used = 0;
+		int available = 0;
+		if (map) {
+			json_object_object_foreach(map, key, entry)
+			{
+				bool base = false;
+				jsonx_get_bool(entry, "base_available", &base);
+				available += base;
+				int n = snprintf(detail + used, sizeof detail - used, "%s%s%s", used ? ", " : "", key,
+						 base ? "" : " (base unavailable)");
+				if (n > 0 && (size_t)n < sizeof detail - used)
+					used += (size_t)n;
+			}
+		}
+		line(available > 0, "images", used ? detail : "none offered",
+		     "build or pull an image the backend can start");
+		json_object_put(inventory);
+	} else {
+		line(false, "images", err.message, "check that the backend answers its image inventory");
+	}
+	free(images);
+	if (machine->machine.doctor) {
+		char *checks = NULL;
+		memset(&err, 0, sizeof err);
+		if (machine->machine.doctor(machine->state, NULL, 0, &checks, &err) == RELAY_OK) {
+			json_object *list = jsonx_parse_str(checks, NULL, 0);
+			for (size_t i = 0; json_object_is_type(list, json_type_array) && i < json_object_array_length(list);
+			     i++) {
+				json_object *c = json_object_array_get_idx(list, i);
+				bool ok = false;
+				jsonx_get_bool(c, "ok", &ok);
+				line(ok, jsonx_get_str(c, "check"), jsonx_get_str(c, "detail"), jsonx_get_str(c, "fix"));
+			}
+			json_object_put(list);
+		} else {
+			line(false, "backend checks", err.message, NULL);
+		}
+		free(checks);
+	}
+}
+
+int doctor_main(int argc, char **argv)
+{
+	(void)argv;
+	if (argc != 1) {
+		fprintf(stderr, "usage: mcp-relay doctor\n");
+		return 2;
+	}
+	char errbuf[1024];
+	relay_settings settings;
+	if (settings_load(&settings, errbuf, sizeof errbuf) != 0) {
+		line(false, "settings", errbuf, "correct the variable named above, or unset it for its default");
+		return 2;
+	}
+	line(true, "settings", "every MCP_RELAY_* setting is valid", NULL);
+	printf("     project %s\n     state   %s\n     backend %s\n", settings.project, settings.session_dir,
+	       settings.backend);
+	if (settings.environment)
+		printf("     environment %s (%s)\n", environment_id(settings.environment),
+		       environment_file(settings.environment));
+	relay_backends backends;
+	backends_select(&backends, &settings);
+	backends_load(&backends, &settings);
+	for (int i = 0; i < SLOT_COUNT; i++) {
+		if (backends.names[i] == NULL)
+			continue;
+		char check[64], detail[512];
+		snprintf(check, sizeof check, "%s plugin", backends_slot_name((backend_slot)i));
+		if (backends.plugins[i]) {
+			snprintf(detail, sizeof detail, "%s %s loaded", backends.plugins[i]->descriptor.name,
+				 backends.plugins[i]->descriptor.version ? backends.plugins[i]->descriptor.version : "");
+			line(true, check, detail, NULL);
+		} else {
+			line(false, check, backends.load_errors[i],
+			     "build the plugins (cmake --build build) or add their folder to MCP_RELAY_PLUGIN_PATH");
+		}
+	}
+	char *receivers = loader_receivers_dir();
+	char receiver[4096];
+	snprintf(receiver, sizeof receiver, "%s/%s/receiver", receivers ? receivers : "", RELAY_HOST_PLATFORM);
+	FILE *probe = fopen(receiver, "rb");
+	line(probe != NULL, "receiver", probe ? receiver : "no receiver build for this platform",
+	     "cmake --build build --target receiver");
+	if (probe)
+		fclose(probe);
+	free(receivers);
+	if (backends.plugins[SLOT_MACHINE])
+		machine_checks(backends.plugins[SLOT_MACHINE]);
+	printf("%s\n", failures ? "Some checks failed." : "Ready.");
+	fflush(stdout);
+	_exit(failures ? 1 : 0);
+}

@@ -1,0 +1,172 @@
+/* The tools' semantic input rules (tools.md §3), checked after the schema. */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "contract/schema.h"
+#include "util/jsonx.h"
+#include "util/strbuf.h"
+
+#define INLINE_CODE_MAX_BYTES 1048576
+#define DIAGNOSTIC_SCRIPT_MAX_BYTES 98304
+
+static char *rule(const char *pointer, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *rule(const char *pointer, const char *fmt, ...)
+{
+	strbuf sb = STRBUF_INIT;
+	strbuf_puts(&sb, pointer);
+	strbuf_putc(&sb, ' ');
+	va_list ap;
+	va_start(ap, fmt);
+	strbuf_vprintf(&sb, fmt, ap);
+	va_end(ap);
+	return strbuf_detach(&sb, NULL);
+}
+
+/* A relative guest path: not absolute, no NUL, no backslash, no empty, "."
+ * or ".." segment. Returns the broken rule or NULL. */
+static const char *relative_path_problem(const char *path, size_t len)
+{
+	if (len == 0)
+		return "must not be empty";
+	if (memchr(path, '\0', len))
+		return "must not contain a NUL byte";
+	if (path[0] == '/')
+		return "must be relative (no leading slash)";
+	if (memchr(path, '\\', len))
+		return "must not contain a backslash";
+	const char *segment = path;
+	for (size_t i = 0; i <= len; i++) {
+		if (i < len && path[i] != '/')
+			continue;
+		size_t seg_len = (size_t)(path + i - segment);
+		if (seg_len == 0)
+			return "must not contain an empty segment";
+		if (seg_len == 1 && segment[0] == '.')
+			return "must not contain a . segment";
+		if (seg_len == 2 && segment[0] == '.' && segment[1] == '.')
+			return "must not contain a .. segment";
+		segment = path + i + 1;
+	}
+	return NULL;
+}
+
+static char *check_probe(const json_object *args)
+{
+	const char *scope = jsonx_get_str(args, "scope");
+	bool has_guest = jsonx_has(args, "guest");
+	if (scope && strcmp(scope, "guest") == 0 && !has_guest)
+		return rule("/guest", "is required with scope guest");
+	if (has_guest && (scope == NULL || strcmp(scope, "host") == 0))
+		return rule("/guest", "is only allowed with scope guest");
+	return NULL;
+}
+
+static char *check_acquire(const json_object *args)
+{
+	json_object *extractions = jsonx_get_array(args, "extractions");
+	size_t n = extractions ? json_object_array_length(extractions) : 0;
+	for (size_t i = 0; i < n; i++) {
+		json_object *item = json_object_array_get_idx(extractions, i);
+		json_object *path_obj = NULL;
+		json_object_object_get_ex(item, "path", &path_obj);
+		const char *path = json_object_get_string(path_obj);
+		const char *why = relative_path_problem(path, (size_t)json_object_get_string_len(path_obj));
+		char pointer[64];
+		if (why) {
+			snprintf(pointer, sizeof pointer, "/extractions/%zu/path", i);
+			return rule(pointer, "%s: it must stay strictly inside the workspace", why);
+		}
+		const char *name = jsonx_get_str(item, "name");
+		snprintf(pointer, sizeof pointer, "/extractions/%zu/name", i);
+		if (strcmp(name, "full-workspace") == 0)
+			return rule(pointer, "full-workspace is reserved; use fullWorkspace: true");
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(name, jsonx_get_str(json_object_array_get_idx(extractions, j), "name")) == 0)
+				return rule(pointer, "repeats the name %s; output names must be unique", name);
+	}
+	return NULL;
+}
+
+static char *check_stage(const json_object *args)
+{
+	json_object *files = jsonx_get_array(args, "files");
+	size_t n = files ? json_object_array_length(files) : 0;
+	for (size_t i = 0; i < n; i++) {
+		json_object *path_obj = NULL;
+		json_object_object_get_ex(json_object_array_get_idx(files, i), "path", &path_obj);
+		const char *why = relative_path_problem(json_object_get_string(path_obj),
+							(size_t)json_object_get_string_len(path_obj));
+		if (why) {
+			char pointer[64];
+			snprintf(pointer, sizeof pointer, "/files/%zu/path", i);
+			return rule(pointer, "%s: it is relative to the guest's support/ folder", why);
+		}
+	}
+	return NULL;
+}
+
+static char *check_script(const json_object *args)
+{
+	bool is_inline = false, diagnostic = false;
+	jsonx_get_bool(args, "inline", &is_inline);
+	jsonx_get_bool(args, "diagnostic", &diagnostic);
+	bool has_code = jsonx_has(args, "code"), has_path = jsonx_has(args, "localPath");
+	if (is_inline && !has_code)
+		return rule("/code", "is required with inline: true");
+	if (is_inline && has_path)
+		return rule("/localPath", "is not allowed with inline: true; send the script text in code");
+	if (!is_inline && !has_path)
+		return rule("/localPath", "is required with inline: false");
+	if (!is_inline && has_code)
+		return rule("/code", "is not allowed with inline: false; send the file path in localPath");
+	json_object *code = NULL;
+	if (has_code && json_object_object_get_ex(args, "code", &code)) {
+		size_t bytes = (size_t)json_object_get_string_len(code);
+		if (bytes > INLINE_CODE_MAX_BYTES)
+			return rule("/code", "is %zu bytes of UTF-8; at most %d bytes are accepted", bytes,
+				    INLINE_CODE_MAX_BYTES);
+		if (diagnostic && bytes > DIAGNOSTIC_SCRIPT_MAX_BYTES)
+			return rule("/code",
+				    "is %zu bytes; a diagnostic script travels as one argument and may have at "
+				    "most %d bytes",
+				    bytes, DIAGNOSTIC_SCRIPT_MAX_BYTES);
+	}
+	if (diagnostic) {
+		const char *language = jsonx_get_str(args, "language");
+		if (strcmp(language, "shell") != 0)
+			return rule("/diagnostic", "is only allowed with language shell");
+		if (jsonx_has(args, "snapshots"))
+			return rule("/snapshots", "is not allowed with diagnostic: true; a diagnostic run takes no "
+						  "snapshots and joins no group");
+	}
+	return NULL;
+}
+
+static char *check_image(const json_object *args)
+{
+	json_object *target = jsonx_get_obj(args, "target");
+	const char *source = jsonx_get_str(target, "source");
+	json_object *path_obj = NULL;
+	if (source && strcmp(source, "application") == 0 && json_object_object_get_ex(target, "path", &path_obj)) {
+		const char *why = relative_path_problem(json_object_get_string(path_obj),
+							(size_t)json_object_get_string_len(path_obj));
+		if (why)
+			return rule("/target/path", "%s: it must stay inside the declared output", why);
+	}
+	return NULL;
+}
+
+char *semantic_validate(relay_tool tool, const json_object *args)
+{
+	switch (tool) {
+	case TOOL_PROBE: return check_probe(args);
+	case TOOL_ACQUIRE: return check_acquire(args);
+	case TOOL_STAGE: return check_stage(args);
+	case TOOL_SCRIPT: return check_script(args);
+	case TOOL_IMAGE: return check_image(args);
+	default: return NULL;
+	}
+}

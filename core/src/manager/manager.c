@@ -1,0 +1,554 @@
+/*
+ * The manager: guest table, dispatch into guest queues, session files, and
+ * the end of the session. Tool behaviour lives in tool_*.c.
+ */
+#include "manager/manager.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "manager/manager_internal.h"
+#include "util/clock.h"
+#include "util/fsutil.h"
+#include "util/jsonx.h"
+#include "util/log.h"
+#include "util/strbuf.h"
+#include "util/error.h"
+#include "util/timefmt.h"
+
+void manager_lock(manager *m)
+{
+	pthread_mutex_lock(&m->lock);
+}
+
+void manager_unlock(manager *m)
+{
+	pthread_mutex_unlock(&m->lock);
+}
+
+guest *manager_find_guest(manager *m, const char *name)
+{
+	for (guest *g = m->guests; g; g = g->next)
+		if (strcmp(g->name, name) == 0)
+			return g;
+	return NULL;
+}
+
+int manager_open_guest_count(manager *m)
+{
+	int n = 0;
+	for (guest *g = m->guests; g; g = g->next)
+		if (g->phase != PHASE_CLOSED)
+			n++;
+	return n;
+}
+
+char *manager_open_guest_names(manager *m)
+{
+	strbuf sb = STRBUF_INIT;
+	for (guest *g = m->guests; g; g = g->next) {
+		if (g->phase == PHASE_CLOSED)
+			continue;
+		if (sb.len)
+			strbuf_puts(&sb, ", ");
+		strbuf_puts(&sb, g->name);
+	}
+	return strbuf_detach(&sb, NULL);
+}
+
+json_object *manager_open_guest_names_json(manager *m)
+{
+	json_object *names = json_object_new_array();
+	for (guest *g = m->guests; g; g = g->next)
+		if (g->phase != PHASE_CLOSED)
+			json_object_array_add(names, json_object_new_string(g->name));
+	return names;
+}
+
+int lock_file_take(const char *path, long *holder_pid_out)
+{
+	if (holder_pid_out)
+		*holder_pid_out = 0;
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -2;
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		int e = errno;
+		if (holder_pid_out) {
+			char buf[32] = "";
+			ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+			if (n > 0) {
+				buf[n] = '\0';
+				*holder_pid_out = strtol(buf, NULL, 10);
+			}
+		}
+		close(fd);
+		return e == EWOULDBLOCK ? -1 : -2;
+	}
+	char pid[32];
+	int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+	if (ftruncate(fd, 0) == 0) {
+		ssize_t ignored = pwrite(fd, pid, (size_t)len, 0);
+		(void)ignored;
+	}
+	return fd;
+}
+
+int manager_save_session(manager *m)
+{
+	json_object *session = json_object_new_object();
+	jsonx_add_int(session, "schemaVersion", 1);
+	jsonx_add_str(session, "sessionId", m->settings->session_id);
+	char created[21];
+	time_format_iso_seconds(m->session_created_at_ms, created);
+	jsonx_add_str(session, "createdAt", created);
+	jsonx_add(session, "counters", json_object_get(m->counters));
+	char *path = fs_path_join(m->settings->session_dir, "session.json");
+	relay_error err;
+	int rc = 0;
+	if (path == NULL || fs_write_json_durable(path, session, &err) != RELAY_OK) {
+		log_error("cannot write session.json: %s", path ? err.message : "out of memory");
+		rc = -1;
+	}
+	free(path);
+	json_object_put(session);
+	return rc;
+}
+
+/* Reads counters from an existing session.json (a restart with the same
+ * MCP_RELAY_SESSION continues the names). */
+static void load_session(manager *m)
+{
+	char *path = fs_path_join(m->settings->session_dir, "session.json");
+	json_object *session = NULL;
+	relay_error err;
+	if (path && fs_read_json(path, 1 << 20, &session, &err) == RELAY_OK && session) {
+		json_object *counters = jsonx_get_obj(session, "counters");
+		if (counters) {
+			json_object_put(m->counters);
+			m->counters = json_object_get(counters);
+		}
+		const char *created = jsonx_get_str(session, "createdAt");
+		int64_t ms;
+		if (created && time_parse_iso(created, &ms))
+			m->session_created_at_ms = ms;
+	}
+	json_object_put(session);
+	free(path);
+}
+
+/* Takes session.lock; when another process holds it, retries in the
+ * background (lifecycle.md §8 step 1). */
+static bool take_session_lock(manager *m)
+{
+	char *path = fs_path_join(m->settings->session_dir, "session.lock");
+	long holder = 0;
+	int fd = path ? lock_file_take(path, &holder) : -2;
+	free(path);
+	if (fd >= 0) {
+		m->session_lock_fd = fd;
+		m->session_locked_elsewhere = false;
+		return true;
+	}
+	m->session_locked_elsewhere = fd == -1;
+	m->session_lock_holder_pid = holder;
+	return false;
+}
+
+static void *startup_main(void *arg)
+{
+	manager *m = arg;
+	backends_load(m->backends, m->settings);
+	if (m->session_locked_elsewhere) {
+		int64_t give_up = clock_monotonic_ms() + m->settings->shutdown_grace_ms + 10000;
+		while (clock_monotonic_ms() < give_up) {
+			manager_lock(m);
+			bool taken = m->ending || take_session_lock(m);
+			manager_unlock(m);
+			if (taken)
+				break;
+			sleep(1);
+		}
+	}
+	manager_lock(m);
+	m->startup_done = true;
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+	return NULL;
+}
+
+void manager_wait_startup(manager *m)
+{
+	manager_lock(m);
+	while (!m->startup_done)
+		pthread_cond_wait(&m->changed, &m->lock);
+	manager_unlock(m);
+}
+
+manager *manager_create(const relay_settings *settings, const relay_backends *backends, char *errbuf,
+			size_t errlen)
+{
+	manager *m = calloc(1, sizeof *m);
+	if (m == NULL) {
+		snprintf(errbuf, errlen, "out of memory");
+		return NULL;
+	}
+	m->settings = settings;
+	m->backends = (relay_backends *)backends;
+	m->session_lock_fd = -1;
+	m->counters = json_object_new_object();
+	m->session_created_at_ms = clock_now_ms();
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->changed, NULL);
+	relay_error err;
+	if (fs_mkdir_p(settings->session_dir, 0700, &err) != RELAY_OK) {
+		snprintf(errbuf, errlen, "cannot create the session folder: %s", err.message);
+		free(m);
+		return NULL;
+	}
+	load_session(m);
+	take_session_lock(m);
+	if (pthread_create(&m->startup_thread, NULL, startup_main, m) == 0)
+		m->startup_thread_started = true;
+	else
+		startup_main(m);
+	return m;
+}
+
+/* ---- dispatch ---------------------------------------------------------------- */
+
+typedef struct tool_job {
+	guest_job base;
+	manager *mgr;
+	relay_tool tool;
+	json_object *args;
+	relay_call *call;
+	guest *g;
+	bool detached; /* counted in detached_running */
+} tool_job;
+
+static tool_handler handler_for(relay_tool tool)
+{
+	switch (tool) {
+	case TOOL_SEARCH: return tool_search;
+	case TOOL_PROBE: return tool_probe;
+	case TOOL_ACQUISITION_CAPABILITIES: return tool_acquisition_capabilities;
+	case TOOL_ACQUIRE: return tool_acquire;
+	case TOOL_STAGE: return tool_stage;
+	case TOOL_SCRIPT: return tool_script;
+	case TOOL_IMAGE: return tool_image;
+	case TOOL_EXTRACT: return tool_extract;
+	case TOOL_FINISH: return tool_finish;
+	case TOOL_RELEASE: return tool_release;
+	case TOOL_CONSOLE_RESOLVE: return tool_console_resolve;
+	case TOOL_CONSOLE_OPEN: return tool_console_open;
+	case TOOL_CONSOLE_CANCEL: return tool_console_cancel;
+	case TOOL_STATUS: return tool_status;
+	case TOOL_COUNT: break;
+	}
+	return NULL;
+}
+
+static void job_free(tool_job *job)
+{
+	json_object_put(job->args);
+	free(job);
+}
+
+static void job_run(guest_job *base)
+{
+	tool_job *job = (tool_job *)base;
+	manager *m = job->mgr;
+	tool_result *result = handler_for(job->tool)(m, job->g, job->args, job->call);
+	relay_call_complete(job->call, result);
+	if (job->detached) {
+		manager_lock(m);
+		m->detached_running--;
+		pthread_cond_broadcast(&m->changed);
+		manager_unlock(m);
+	}
+	job_free(job);
+}
+
+static void job_drop(guest_job *base, const char *why)
+{
+	tool_job *job = (tool_job *)base;
+	if (relay_call_is_cancelled(job->call)) {
+		relay_call_complete(job->call, NULL);
+	} else {
+		tool_result *r = job->g ? guest_error(job->mgr, job->g, NULL, "shutting-down",
+						      "The session is ending (%s); this call on %s did not start and "
+						      "no new operations are accepted",
+						      why, job->g->name)
+					: tool_result_error(NULL, "shutting-down",
+							    "The session is ending (%s); no new operations are accepted",
+							    why);
+		relay_call_complete(job->call, r);
+	}
+	job_free(job);
+}
+
+static bool job_cancelled_before_start(const guest_job *base)
+{
+	const tool_job *job = (const tool_job *)base;
+	return relay_call_is_cancelled(job->call);
+}
+
+static tool_job *job_new(manager *m, relay_tool tool, json_object *args, relay_call *call, guest *g)
+{
+	tool_job *job = calloc(1, sizeof *job);
+	if (job == NULL)
+		return NULL;
+	job->base.run = job_run;
+	job->base.drop = job_drop;
+	job->base.cancelled_before_start = job_cancelled_before_start;
+	job->mgr = m;
+	job->tool = tool;
+	job->args = args;
+	job->call = call;
+	job->g = g;
+	return job;
+}
+
+/* The shared refusals of a per-guest tool (tools.md §2.1, §2.7), under lock.
+ * Returns NULL when the guest may be operated on. */
+static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char *name, guest **g_out)
+{
+	guest *g = manager_find_guest(m, name);
+	*g_out = g;
+	if (tool == TOOL_RELEASE && manager_open_guest_count(m) == 0) {
+		json_object *s = json_object_new_object();
+		jsonx_add_bool(s, "released", false);
+		jsonx_add(s, "guestsHeld", json_object_new_array());
+		jsonx_add_str(s, "sessionId", m->settings->session_id);
+		return tool_result_error(
+			s, "nothing-held",
+			"This session holds no guest, so nothing was released. Each server process has its own "
+			"session identity (random unless MCP_RELAY_SESSION sets it); to release a guest of an "
+			"earlier process, restart with that identity, or let the backend's lease expiry reclaim it.");
+	}
+	if (g == NULL) {
+		char *held = manager_open_guest_names(m);
+		tool_result *r = tool_result_error(
+			NULL, "unknown-guest",
+			"This session has no guest named %s. Guests held: %s. Use the name relay_acquire returned.",
+			name, held && *held ? held : "none");
+		free(held);
+		return r;
+	}
+	if (g->phase == PHASE_CLOSED && tool != TOOL_IMAGE) {
+		const char *at = jsonx_get_str(g->closed, "at");
+		const char *reason = jsonx_get_str(g->closed, "reason");
+		return tool_result_error(NULL, "guest-closed",
+					 "Guest %s was closed (%s) at %s; its evidence is at %s. Acquire a new guest "
+					 "for more work.",
+					 name, reason ? reason : "closed", at ? at : "an earlier time",
+					 g->evidence_path ? g->evidence_path : "(none)");
+	}
+	if (g->phase == PHASE_UNAVAILABLE) {
+		return tool_result_error(NULL, "guest-unavailable",
+					 "Guest %s could not be taken over at startup: %s", name,
+					 g->last_error ? g->last_error : "its record is not usable");
+	}
+	return NULL;
+}
+
+void manager_dispatch(manager *m, relay_tool tool, json_object *args, relay_call *call)
+{
+	if (tool == TOOL_STATUS) {
+		tool_result *r = tool_status(m, NULL, args, call);
+		json_object_put(args);
+		relay_call_complete(call, r);
+		return;
+	}
+	manager_lock(m);
+	if (m->ending) {
+		manager_unlock(m);
+		json_object_put(args);
+		relay_call_complete(call, tool_result_error(NULL, "shutting-down",
+							    "The session is ending; no new operations are accepted"));
+		return;
+	}
+	guest *g = NULL;
+	tool_result *refusal = NULL;
+	const char *name = jsonx_get_str(args, "guest");
+	bool queued = contract_tool_is_per_guest(tool) || (tool == TOOL_PROBE && name != NULL);
+	if (tool == TOOL_ACQUIRE) {
+		g = manager_reserve_guest(m, args, &refusal);
+		queued = g != NULL;
+	} else if (queued) {
+		refusal = refuse_guest_locked(m, tool, name, &g);
+	}
+	if (refusal) {
+		manager_unlock(m);
+		json_object_put(args);
+		relay_call_complete(call, refusal);
+		return;
+	}
+	if (!queued)
+		m->detached_running++;
+	manager_unlock(m);
+
+	tool_job *job = job_new(m, tool, args, call, g);
+	if (job == NULL) {
+		json_object_put(args);
+		relay_call_complete(call, tool_result_error(NULL, "internal", "out of memory queueing the call"));
+		return;
+	}
+	if (!queued) {
+		job->detached = true;
+		run_detached(&job->base);
+		return;
+	}
+	if (!queue_push(&g->queue, &job->base))
+		job_drop(&job->base, "the guest's queue is closed");
+}
+
+/* ---- answers shared by the tools ------------------------------------------------- */
+
+tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	strbuf sb = STRBUF_INIT;
+	strbuf_vprintf(&sb, fmt, ap);
+	va_end(ap);
+	tool_result *r = tool_result_error(structured, code, "%s", strbuf_str(&sb));
+	strbuf_free(&sb);
+	if (r && g) {
+		manager_lock(m);
+		jsonx_add(r->structured, "guestState", guest_status_json(g));
+		manager_unlock(m);
+	}
+	return r;
+}
+
+void guest_set_last_error(manager *m, guest *g, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	strbuf sb = STRBUF_INIT;
+	strbuf_vprintf(&sb, fmt, ap);
+	va_end(ap);
+	manager_lock(m);
+	free(g->last_error);
+	g->last_error = strbuf_detach(&sb, NULL);
+	guest_save(g);
+	manager_unlock(m);
+}
+
+void guest_persist(manager *m, guest *g)
+{
+	manager_lock(m);
+	guest_save(g);
+	manager_unlock(m);
+}
+
+void guest_close(manager *m, guest *g, const char *reason)
+{
+	manager_lock(m);
+	g->phase = PHASE_CLOSED;
+	g->renewal = RENEWAL_NONE;
+	json_object_put(g->closed);
+	g->closed = json_object_new_object();
+	char at[21];
+	time_format_iso_seconds(clock_now_ms(), at);
+	jsonx_add_str(g->closed, "at", at);
+	jsonx_add_str(g->closed, "reason", reason);
+	jsonx_add_str(g->closed, "evidencePath", g->evidence_path);
+	guest_save(g);
+	if (g->owner_lock_fd >= 0) {
+		close(g->owner_lock_fd);
+		g->owner_lock_fd = -1;
+	}
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+}
+
+char *guest_lease_text(manager *m, guest *g)
+{
+	manager_lock(m);
+	char *text = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
+	manager_unlock(m);
+	return text;
+}
+
+relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out, relay_transport_conn **conn_out,
+			     relay_error *err)
+{
+	manager_wait_startup(m);
+	manager_lock(m);
+	if (g->transport_conn) {
+		*plugin_out = g->transport_plugin;
+		*conn_out = g->transport_conn;
+		manager_unlock(m);
+		return RELAY_OK;
+	}
+	manager_unlock(m);
+	char *lease = guest_lease_text(m, g);
+	if (lease == NULL)
+		return relay_error_set(err, RELAY_E_NOT_FOUND, 0, "guest %s holds no lease", g->name);
+	loaded_plugin *plugin = backends_transport_for(m->backends, lease);
+	if (plugin == NULL) {
+		free(lease);
+		return relay_error_set(err, RELAY_E_UNAVAILABLE, 0,
+						"no transport plugin could be loaded for %s (%s)", g->name,
+						m->backends->load_errors[SLOT_TRANSPORT] ? m->backends->load_errors[SLOT_TRANSPORT]
+											 : "the transport slot is empty");
+	}
+	relay_transport_conn *conn = NULL;
+	relay_status status = plugin->transport.open(plugin->state, lease, NULL, 0, &conn, err);
+	free(lease);
+	if (status != RELAY_OK)
+		return status;
+	manager_lock(m);
+	g->transport_plugin = plugin;
+	g->transport_conn = conn;
+	manager_unlock(m);
+	*plugin_out = plugin;
+	*conn_out = conn;
+	return RELAY_OK;
+}
+
+/* ---- the end of the session -------------------------------------------------------- */
+
+int manager_end_session(manager *m, const char *reason)
+{
+	manager_lock(m);
+	m->ending = true;
+	manager_unlock(m);
+	/* The lifecycle module (pause or release every guest within the grace
+	 * period) takes over here. */
+	int status = manager_end_guests(m, reason);
+	return status;
+}
+
+void manager_hurry_end(manager *m)
+{
+	manager_lock(m);
+	m->hurry = true;
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+}
+
+void manager_destroy(manager *m)
+{
+	if (m == NULL)
+		return;
+	for (guest *g = m->guests; g;) {
+		guest *next = g->next;
+		queue_stop(&g->queue, "the relay is exiting");
+		guest_free(g);
+		g = next;
+	}
+	json_object_put(m->counters);
+	if (m->session_lock_fd >= 0)
+		close(m->session_lock_fd);
+	free(m);
+}

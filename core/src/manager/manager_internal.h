@@ -1,0 +1,127 @@
+/*
+ * manager/manager_internal.h — what the manager's own files share: the
+ * manager struct, its lock, guest lookup, and the helpers every tool uses to
+ * answer. Not for use outside core/src/manager/.
+ */
+#ifndef RELAY_MANAGER_INTERNAL_H
+#define RELAY_MANAGER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "manager/guest.h"
+#include "manager/manager.h"
+#include "mcp/tool_result.h"
+#include "profile/backends.h"
+#include "profile/settings.h"
+
+struct manager {
+	const relay_settings *settings; /* borrowed */
+	relay_backends *backends;       /* borrowed */
+
+	/* `lock` guards the guest list, every guest's fields, the counters and
+	 * the session flags below. Never held across backend or guest I/O. */
+	pthread_mutex_t lock;
+	pthread_cond_t changed; /* signalled when guests or detached work change */
+	guest *guests;          /* every guest of the session, acquisition order */
+	uint64_t next_order;
+	json_object *counters;  /* {"<task>": next n} (session.json) */
+	int64_t session_created_at_ms;
+
+	int session_lock_fd;       /* flock on session.lock, -1 when not held */
+	bool session_locked_elsewhere;
+	long session_lock_holder_pid;
+
+	bool ending;               /* the session end has begun: no new work */
+	bool hurry;                /* a second signal: skip the grace period */
+	int detached_running;      /* tools running outside guest queues */
+	pthread_t startup_thread;
+	bool startup_thread_started;
+	bool startup_done;         /* backends loaded and reconciliation finished */
+};
+
+void manager_lock(manager *m);
+void manager_unlock(manager *m);
+
+/* The guest with that name (closed ones included), or NULL. Under lock. */
+guest *manager_find_guest(manager *m, const char *name);
+/* Guests that are not closed. Under lock. */
+int manager_open_guest_count(manager *m);
+/* "a-1, b-1" of the open guests (malloc'd). Under lock. */
+char *manager_open_guest_names(manager *m);
+/* JSON array of open guest names. Under lock. */
+json_object *manager_open_guest_names_json(manager *m);
+
+/* Waits until the backends are loaded (startup runs in the background). */
+void manager_wait_startup(manager *m);
+
+/* Writes session.json durably (counters). Under lock. 0 or -1. */
+int manager_save_session(manager *m);
+
+/* The relay_status object (lifecycle.md §7). Under lock. */
+json_object *manager_status_json(manager *m);
+
+/* An error result of a per-guest tool: adds "guestState" (the guest's status
+ * entry, read under the lock) beside "error" (tools.md §2.3). Takes
+ * ownership of `structured` (may be NULL). Call without the lock. */
+tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+/* Records lastError (under lock) and saves the record. Call without the lock. */
+void guest_set_last_error(manager *m, guest *g, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Persists the guest's record (takes the lock itself). */
+void guest_persist(manager *m, guest *g);
+
+/* Closes a guest: phase closed with {at, reason, evidencePath}, the owner
+ * lock released, the record saved. Call without the lock. */
+void guest_close(manager *m, guest *g, const char *reason);
+
+/* The transport connection of a guest, opened on first use with the plugin
+ * backends_transport_for() picks. RELAY_OK with *plugin_out and *conn_out
+ * borrowed from the guest. Call without the lock (from the guest's queue). */
+relay_status guest_transport(manager *m, guest *g, struct loaded_plugin **plugin_out, relay_transport_conn **conn_out,
+			     relay_error *err);
+
+/* The lease document of a guest as compact JSON text (malloc'd), or NULL. */
+char *guest_lease_text(manager *m, guest *g);
+
+/* Takes the flock at `path` (O_RDWR|O_CREAT|O_NOFOLLOW|O_CLOEXEC, 0600,
+ * LOCK_EX|LOCK_NB) and writes our pid into it. Returns the fd, or -1 with
+ * the holder's pid in *holder_pid_out (0 when unknown) when held elsewhere,
+ * or -2 on another error. */
+int lock_file_take(const char *path, long *holder_pid_out);
+
+/* Tool handlers: run on the guest's queue (per-guest tools and acquire) or a
+ * detached thread; `g` is NULL for tools without a guest. They return the
+ * result; the caller completes the call. */
+typedef tool_result *(*tool_handler)(manager *m, guest *g, json_object *args, relay_call *call);
+
+tool_result *tool_status(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_release(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_search(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_probe(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_acquisition_capabilities(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_script(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_image(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_extract(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_finish(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_console_resolve(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_call *call);
+
+/* The end of the session for every guest (lifecycle.md §11.2 steps 1-5):
+ * lets running work finish within the grace period, then pauses or
+ * releases each guest. Returns 0, or 1 when a guest's final renewal or
+ * release failed. */
+int manager_end_guests(manager *m, const char *reason);
+
+/* Reserves a new guest for relay_acquire under the lock: checks the limit,
+ * takes the next name, creates guests/<name>/ with its owner lock and a
+ * record in phase acquiring. Returns the guest, or NULL with an error
+ * result in *refusal_out. */
+guest *manager_reserve_guest(manager *m, json_object *args, tool_result **refusal_out);
+
+#endif

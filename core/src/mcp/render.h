@@ -1,0 +1,30 @@
+/*
+ * mcp/render.h — turning a tool_result into a CallToolResult (tools.md
+ * §2.3, §5): the text block (headline, pretty JSON, the 2000-line and
+ * 51,200-byte bound, the spill file), structuredContent (whole, reduced, or
+ * minimal), the image block, isError, and the modern-era fields.
+ */
+#ifndef RELAY_MCP_RENDER_H
+#define RELAY_MCP_RENDER_H
+
+#include <stdbool.h>
+
+#include "mcp/tool_result.h"
+#include "util/strbuf.h"
+
+#define RENDER_TEXT_MAX_LINES 2000
+#define RENDER_TEXT_MAX_BYTES 51200
+
+/* Where spill files go when $TMPDIR/mcp-relay-results cannot be used
+ * (the session's results/ folder); set once at startup. */
+void render_set_fallback_spill_dir(const char *dir);
+
+/* Appends the result object (JSON, compact) to sb. `modern` adds
+ * resultType and _meta (mcp.md §3.6). */
+void render_tool_result(strbuf *sb, const tool_result *result, bool modern);
+
+/* Appends the modern-era fields ("resultType" and "_meta") with a leading
+ * comma, for other results. */
+void render_modern_fields(strbuf *sb);
+
+#endif

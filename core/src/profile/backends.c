@@ -1,0 +1,175 @@
+#include "profile/backends.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "profile/environment.h"
+#include "util/fsutil.h"
+#include "util/jsonx.h"
+#include "util/log.h"
+
+static const char *const slot_names[SLOT_COUNT] = {"machine", "transport", "capture", "console"};
+static const relay_plugin_kind slot_kinds[SLOT_COUNT] = {RELAY_KIND_MACHINE, RELAY_KIND_TRANSPORT,
+							 RELAY_KIND_CAPTURE, RELAY_KIND_CONSOLE};
+
+const char *backends_slot_name(backend_slot slot)
+{
+	return slot < SLOT_COUNT ? slot_names[slot] : "unknown";
+}
+
+void backends_select(relay_backends *b, const relay_settings *s)
+{
+	memset(b, 0, sizeof *b);
+	pthread_mutex_init(&b->lock, NULL);
+	pthread_cond_init(&b->ready, NULL);
+	const char *defaults[SLOT_COUNT];
+	if (strcmp(s->backend, "local") == 0) {
+		defaults[SLOT_MACHINE] = "machine-local";
+		defaults[SLOT_TRANSPORT] = "machine-local";
+		defaults[SLOT_CAPTURE] = "capture-x11";
+		defaults[SLOT_CONSOLE] = "console-vnc";
+	} else if (strcmp(s->backend, "machine-service") == 0) {
+		defaults[SLOT_MACHINE] = "machine-service";
+		defaults[SLOT_TRANSPORT] = "transfer-ssh";
+		defaults[SLOT_CAPTURE] = "capture-cua";
+		defaults[SLOT_CONSOLE] = "console-vnc";
+	} else {
+		/* A plugin path: it fills the slots it provides (known after loading). */
+		for (int i = 0; i < SLOT_COUNT; i++)
+			defaults[i] = s->backend;
+	}
+	for (int i = 0; i < SLOT_COUNT; i++) {
+		const char *name = defaults[i];
+		if (s->environment != NULL) {
+			const char *chosen = environment_plugin_for(s->environment, slot_names[i]);
+			if (chosen != NULL)
+				name = chosen;
+		}
+		b->names[i] = name ? strdup(name) : NULL;
+	}
+}
+
+static char *plugin_config(const relay_settings *s, const char *plugin_name, const char *state_dir)
+{
+	json_object *config = json_object_new_object();
+	jsonx_add_str(config, "stateDir", state_dir);
+	char *receivers = loader_receivers_dir();
+	jsonx_add_str(config, "libexecDir", receivers);
+	free(receivers);
+	jsonx_add_str(config, "guestNetwork", settings_guest_network_name(s->guest_network));
+	jsonx_add_str(config, "serviceUrl", s->service_url);
+	jsonx_add_str(config, "sessionId", s->session_id);
+	jsonx_add(config, "environment", s->environment ? environment_identity(s->environment) : NULL);
+	json_object *options = NULL;
+	if (strcmp(plugin_name, "machine-service") == 0 && s->machine_service_options)
+		options = json_object_get(s->machine_service_options);
+	jsonx_add(config, "options", options ? options : json_object_new_object());
+	char *text = jsonx_to_string(config, 0);
+	json_object_put(config);
+	return text;
+}
+
+void backends_load(relay_backends *b, const relay_settings *s)
+{
+	bool custom = s->backend[0] == '/';
+	for (int i = 0; i < SLOT_COUNT; i++) {
+		if (b->names[i] == NULL)
+			continue;
+		relay_error err;
+		memset(&err, 0, sizeof err);
+		char *path = loader_find_plugin(b->names[i], &err);
+		if (path == NULL) {
+			b->load_errors[i] = strdup(err.message);
+			log_error("%s slot: %s", slot_names[i], err.message);
+			continue;
+		}
+		/* A custom .so fills only the slots it provides; others stay empty. */
+		if (custom && i != SLOT_MACHINE) {
+			loaded_plugin *machine = b->plugins[SLOT_MACHINE];
+			if (machine == NULL || !(machine->descriptor.kinds & slot_kinds[i])) {
+				free(path);
+				free(b->names[i]);
+				b->names[i] = NULL;
+				continue;
+			}
+		}
+		const char *base = fs_basename(path);
+		char name[128];
+		snprintf(name, sizeof name, "%.*s", (int)(strlen(base) > 3 ? strlen(base) - 3 : strlen(base)), base);
+		char *plugins_dir = fs_path_join(s->state_root, "plugins");
+		char *state_dir = plugins_dir ? fs_path_join(plugins_dir, name) : NULL;
+		free(plugins_dir);
+		if (state_dir == NULL || fs_mkdir_p(state_dir, 0700, &err) != RELAY_OK) {
+			b->load_errors[i] = strdup(state_dir ? err.message : "out of memory");
+			log_error("%s slot: %s", slot_names[i], b->load_errors[i]);
+			free(state_dir);
+			free(path);
+			continue;
+		}
+		char *config = plugin_config(s, name, state_dir);
+		loaded_plugin *plugin = NULL;
+		if (loader_load(&b->registry, path, slot_kinds[i], config, &plugin, &err) == RELAY_OK) {
+			b->plugins[i] = plugin;
+		} else {
+			b->load_errors[i] = strdup(err.message);
+			log_error("%s slot: %s", slot_names[i], err.message);
+		}
+		free(config);
+		free(state_dir);
+		free(path);
+	}
+	if (b->plugins[SLOT_MACHINE]) {
+		b->machine_link.struct_size = sizeof b->machine_link;
+		b->machine_link.name = b->plugins[SLOT_MACHINE]->descriptor.name;
+		b->machine_link.ops = &b->plugins[SLOT_MACHINE]->machine;
+		b->machine_link.state = b->plugins[SLOT_MACHINE]->state;
+	}
+	pthread_mutex_lock(&b->lock);
+	b->loaded = true;
+	pthread_cond_broadcast(&b->ready);
+	pthread_mutex_unlock(&b->lock);
+}
+
+void backends_wait(relay_backends *b)
+{
+	pthread_mutex_lock(&b->lock);
+	while (!b->loaded)
+		pthread_cond_wait(&b->ready, &b->lock);
+	pthread_mutex_unlock(&b->lock);
+}
+
+loaded_plugin *backends_transport_for(relay_backends *b, const char *lease_json)
+{
+	loaded_plugin *machine = b->plugins[SLOT_MACHINE];
+	loaded_plugin *slot = b->plugins[SLOT_TRANSPORT];
+	bool machine_transport = machine && (machine->descriptor.kinds & RELAY_KIND_TRANSPORT);
+	bool has_ssh = false;
+	json_object *lease = lease_json ? jsonx_parse_str(lease_json, NULL, 0) : NULL;
+	if (lease && jsonx_get_obj(lease, "ssh") != NULL)
+		has_ssh = true;
+	json_object_put(lease);
+	if (slot && slot != machine && has_ssh)
+		return slot;
+	if (machine_transport)
+		return machine;
+	return slot;
+}
+
+const char *backends_display_name(const relay_backends *b, backend_slot slot)
+{
+	if (b->plugins[slot])
+		return b->plugins[slot]->descriptor.name;
+	return b->names[slot];
+}
+
+void backends_free(relay_backends *b)
+{
+	loader_shutdown(&b->registry);
+	for (int i = 0; i < SLOT_COUNT; i++) {
+		free(b->names[i]);
+		free(b->load_errors[i]);
+	}
+	pthread_mutex_destroy(&b->lock);
+	pthread_cond_destroy(&b->ready);
+}

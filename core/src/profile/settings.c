@@ -1,0 +1,435 @@
+#include "profile/settings.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <regex.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "profile/environment.h"
+#include "util/fsutil.h"
+#include "util/jsonx.h"
+#include "util/log.h"
+#include "util/randx.h"
+#include "util/sha256.h"
+
+static int fail(char *errbuf, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(errbuf, errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+const char *settings_guest_network_name(guest_network network)
+{
+	return network == GUEST_NETWORK_INTERNET ? "internet" : "nat";
+}
+
+const char *settings_on_exit_name(on_exit_mode mode)
+{
+	return mode == ON_EXIT_RELEASE ? "release" : "pause";
+}
+
+/* Plain decimal digits only: no sign, spaces or exponent. */
+static bool parse_decimal(const char *text, int64_t min, int64_t max, int64_t *out)
+{
+	if (text == NULL || *text == '\0' || strlen(text) > 18)
+		return false;
+	int64_t value = 0;
+	for (const char *c = text; *c; c++) {
+		if (*c < '0' || *c > '9')
+			return false;
+		value = value * 10 + (*c - '0');
+	}
+	if (value < min || value > max)
+		return false;
+	*out = value;
+	return true;
+}
+
+static bool matches(const char *text, const char *pattern)
+{
+	regex_t re;
+	if (regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
+		return false;
+	bool ok = regexec(&re, text, 0, NULL, 0) == 0;
+	regfree(&re);
+	return ok;
+}
+
+bool settings_valid_loopback_origin(const char *url, char *canonical_out, size_t out_len, const char **why_out)
+{
+	const char *why = NULL;
+	const char *rest;
+	char host[256];
+	size_t host_len;
+	const char *port_text = NULL;
+	if (strncmp(url, "http://", 7) != 0) {
+		why = "must be an http:// origin";
+		goto done;
+	}
+	rest = url + 7;
+	if (strpbrk(rest, "@?#") != NULL) {
+		why = "must not carry user information, a query or a fragment";
+		goto done;
+	}
+	if (*rest == '[') {
+		const char *close = strchr(rest, ']');
+		if (close == NULL) {
+			why = "has an unterminated IPv6 address";
+			goto done;
+		}
+		host_len = (size_t)(close - rest + 1);
+		rest = close + 1;
+	} else {
+		host_len = strcspn(rest, ":/");
+		rest += host_len;
+	}
+	if (host_len == 0 || host_len >= sizeof host) {
+		why = "has no host";
+		goto done;
+	}
+	memcpy(host, url + 7, host_len);
+	host[host_len] = '\0';
+	if (*rest == ':') {
+		port_text = rest + 1;
+		size_t digits = strspn(port_text, "0123456789");
+		rest = port_text + digits;
+		int64_t port = 0;
+		char buf[8];
+		if (digits == 0 || digits > 5) {
+			why = "has an invalid port";
+			goto done;
+		}
+		memcpy(buf, port_text, digits);
+		buf[digits] = '\0';
+		if (!parse_decimal(buf, 1, 65535, &port)) {
+			why = "has an invalid port";
+			goto done;
+		}
+	}
+	if (*rest != '\0' && strcmp(rest, "/") != 0) {
+		why = "must not have a path";
+		goto done;
+	}
+	if (strcmp(host, "localhost") != 0 && strcmp(host, "[::1]") != 0 &&
+	    !matches(host, "^127\\.([0-9]{1,3})\\.([0-9]{1,3})\\.([0-9]{1,3})$")) {
+		why = "must name a loopback host (localhost, 127.x.x.x or [::1])";
+		goto done;
+	}
+	if (canonical_out) {
+		size_t keep = strlen(url);
+		if (keep > 7 && url[keep - 1] == '/')
+			keep--;
+		if (keep >= out_len) {
+			why = "is too long";
+			goto done;
+		}
+		memcpy(canonical_out, url, keep);
+		canonical_out[keep] = '\0';
+	}
+done:
+	if (why_out)
+		*why_out = why;
+	return why == NULL;
+}
+
+/* MCP_RELAY_MACHINE_SERVICE_OPTIONS (machine-service.md §11). */
+static int check_service_options(json_object *opts, char *errbuf, size_t errlen)
+{
+	static const char *const string_keys[] = {"routePrefix", "listKey", "nameField", "serviceName",
+						  "acquirePath", "fingerprintHeader", "sshField"};
+	json_object_object_foreach(opts, key, value)
+	{
+		bool known = false;
+		for (size_t i = 0; i < sizeof string_keys / sizeof string_keys[0]; i++) {
+			if (strcmp(key, string_keys[i]) != 0)
+				continue;
+			known = true;
+			if (!json_object_is_type(value, json_type_string) || json_object_get_string_len(value) == 0)
+				return fail(errbuf, errlen,
+					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad %s: it must be a non-empty "
+					    "string",
+					    key);
+			const char *s = json_object_get_string(value);
+			if ((strcmp(key, "routePrefix") == 0 || strcmp(key, "acquirePath") == 0) &&
+			    !matches(s, "^/[A-Za-z0-9._/-]*$"))
+				return fail(errbuf, errlen,
+					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad %s: it must be a path "
+					    "starting with /",
+					    key);
+			if (strcmp(key, "fingerprintHeader") == 0 && !matches(s, "^[A-Za-z0-9-]+$"))
+				return fail(errbuf, errlen,
+					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad fingerprintHeader: it must "
+					    "be an HTTP header name");
+			if (strcmp(key, "nameField") == 0 && strcmp(s, "vm") != 0 && strcmp(s, "machine") != 0)
+				return fail(errbuf, errlen,
+					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad nameField: accepted values "
+					    "are vm and machine");
+		}
+		if (strcmp(key, "maxExecTimeoutS") == 0) {
+			known = true;
+			if (!json_object_is_type(value, json_type_int) || json_object_get_int64(value) < 1)
+				return fail(errbuf, errlen,
+					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad maxExecTimeoutS: it must "
+					    "be a positive integer of seconds");
+		}
+		if (strcmp(key, "destructionCheck") == 0) {
+			known = true;
+			const char *s = json_object_is_type(value, json_type_string) ? json_object_get_string(value)
+										     : "";
+			if (strcmp(s, "tart") != 0 && strcmp(s, "service") != 0)
+				return fail(errbuf, errlen,
+					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad destructionCheck: accepted "
+					    "values are tart and service");
+		}
+		if (!known)
+			return fail(errbuf, errlen,
+				    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has the unknown key %s; accepted keys are "
+				    "routePrefix, listKey, nameField, serviceName, acquirePath, fingerprintHeader, "
+				    "maxExecTimeoutS, destructionCheck and sshField",
+				    key);
+	}
+	return 0;
+}
+
+static int resolve_project(relay_settings *s, char *errbuf, size_t errlen)
+{
+	char cwd[PATH_MAX];
+	if (getcwd(cwd, sizeof cwd) == NULL)
+		return fail(errbuf, errlen, "MCP_RELAY_PROJECT cannot be resolved: the working folder is unknown");
+	const char *value = getenv("MCP_RELAY_PROJECT");
+	if (value == NULL || *value == '\0' || strstr(value, "${") != NULL)
+		value = cwd;
+	char *given = value[0] == '/' ? strdup(value) : fs_path_join(cwd, value);
+	char real[PATH_MAX];
+	if (given == NULL)
+		return fail(errbuf, errlen, "MCP_RELAY_PROJECT cannot be resolved: out of memory");
+	if (realpath(given, real) == NULL || !fs_is_dir(real)) {
+		fail(errbuf, errlen, "MCP_RELAY_PROJECT must name an existing folder: %s", given);
+		free(given);
+		return -1;
+	}
+	s->project_given = given;
+	s->project = strdup(real);
+	return 0;
+}
+
+static int resolve_state_root(relay_settings *s, char *errbuf, size_t errlen)
+{
+	const char *value = getenv("MCP_RELAY_STATE_DIR");
+	const char *name = "MCP_RELAY_STATE_DIR";
+	char path[PATH_MAX];
+	if (s->environment != NULL) {
+		snprintf(path, sizeof path, "%s", environment_relay_state_dir(s->environment));
+		name = "VM_ENVIRONMENT_FILE relayStateDir";
+	} else if (value != NULL) {
+		if (value[0] != '/')
+			return fail(errbuf, errlen, "MCP_RELAY_STATE_DIR must be an absolute path: %s", value);
+		snprintf(path, sizeof path, "%s", value);
+	} else {
+		const char *xdg = getenv("XDG_STATE_HOME");
+		const char *home = getenv("HOME");
+		if (xdg && xdg[0] == '/')
+			snprintf(path, sizeof path, "%s/mcp-relay", xdg);
+		else if (home && home[0] == '/')
+			snprintf(path, sizeof path, "%s/.local/state/mcp-relay", home);
+		else
+			return fail(errbuf, errlen,
+				    "MCP_RELAY_STATE_DIR is unset and neither XDG_STATE_HOME nor HOME is an absolute "
+				    "path; set MCP_RELAY_STATE_DIR");
+	}
+	relay_error err;
+	if (fs_mkdir_p(path, 0700, &err) != RELAY_OK)
+		return fail(errbuf, errlen, "%s cannot be created: %s", name, err.message);
+	struct stat st;
+	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+		return fail(errbuf, errlen, "%s must be a folder: %s", name, path);
+	if (st.st_uid != geteuid())
+		return fail(errbuf, errlen, "%s must be owned by this user: %s", name, path);
+	if (st.st_mode & 022)
+		return fail(errbuf, errlen, "%s must not be writable by group or others (chmod 700 %s)", name, path);
+	char real[PATH_MAX];
+	s->state_root = strdup(realpath(path, real) ? real : path);
+	s->session_dir = fs_path_join(s->state_root, s->session_key);
+	return 0;
+}
+
+int settings_load(relay_settings *s, char *errbuf, size_t errlen)
+{
+	memset(s, 0, sizeof *s);
+	const char *v;
+
+	static const char *const renamed[][2] = {
+		{"MCP_VM_RELAY_PROJECT", "MCP_RELAY_PROJECT"},
+		{"MCP_VM_RELAY_SESSION", "MCP_RELAY_SESSION"},
+		{"MCP_VM_RELAY_URL", "MCP_RELAY_URL"},
+		{"MCP_VM_RELAY_STATE_DIR", "MCP_RELAY_STATE_DIR"},
+		{"MCP_VM_RELAY_REGISTRY", "MCP_RELAY_REGISTRY"},
+		{"MCP_VM_RELAY_ON_EXIT", "MCP_RELAY_ON_EXIT"},
+		{"MCP_VM_RELAY_MAX_GUESTS", "MCP_RELAY_MAX_GUESTS"},
+		{"MCP_VM_RELAY_CAPACITY_WAIT", "MCP_RELAY_CAPACITY_WAIT"},
+		{"MCP_VM_RELAY_GUEST_NETWORK", "MCP_RELAY_GUEST_NETWORK"},
+		{"MCP_VM_RELAY_SHUTDOWN_GRACE_MS", "MCP_RELAY_SHUTDOWN_GRACE_MS"},
+	};
+	for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++)
+		if (getenv(renamed[i][0]))
+			log_warning("%s is no longer read; it was renamed %s", renamed[i][0], renamed[i][1]);
+
+	if (resolve_project(s, errbuf, errlen) != 0)
+		return -1;
+
+	v = getenv("MCP_RELAY_SESSION");
+	if (v != NULL) {
+		if (!matches(v, "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"))
+			return fail(errbuf, errlen,
+				    "MCP_RELAY_SESSION must be 1 to 128 characters of A-Z, a-z, 0-9 and ._:@- "
+				    "starting with a letter or digit");
+		s->session_id = strdup(v);
+		s->session_id_stable = true;
+	} else {
+		char uuid[37];
+		random_uuid(uuid);
+		s->session_id = strdup(uuid);
+	}
+	char digest[65];
+	sha256_buffer_hex(s->session_id, strlen(s->session_id), digest);
+	memcpy(s->session_key, digest, 32);
+	s->session_key[32] = '\0';
+
+	v = getenv("VM_ENVIRONMENT_FILE");
+	if (v != NULL) {
+		relay_error err;
+		if (environment_load(v, &s->environment, &err) != RELAY_OK)
+			return fail(errbuf, errlen, "VM_ENVIRONMENT_FILE %s", err.message);
+	}
+
+	v = getenv("MCP_RELAY_BACKEND");
+	if (s->environment != NULL) {
+		if (v != NULL)
+			log_info("MCP_RELAY_BACKEND is ignored: the selected environment chooses the plugins");
+		s->backend = strdup("machine-service");
+	} else if (v == NULL) {
+#ifdef __linux__
+		s->backend = strdup("local");
+#else
+		s->backend = strdup("machine-service");
+#endif
+	} else if (strcmp(v, "local") == 0) {
+#ifndef __linux__
+		return fail(errbuf, errlen, "MCP_RELAY_BACKEND local needs Linux; use machine-service");
+#endif
+		s->backend = strdup(v);
+	} else if (strcmp(v, "machine-service") == 0) {
+		s->backend = strdup(v);
+	} else if (v[0] == '/') {
+		struct stat st;
+		if (stat(v, &st) != 0 || !S_ISREG(st.st_mode))
+			return fail(errbuf, errlen, "MCP_RELAY_BACKEND names %s, which is not a regular file", v);
+		s->backend = strdup(v);
+	} else {
+		return fail(errbuf, errlen,
+			    "MCP_RELAY_BACKEND must be local, machine-service, or an absolute path to a plugin "
+			    ".so (got %s)",
+			    v);
+	}
+
+	v = getenv("MCP_RELAY_URL");
+	char origin[512];
+	const char *why = NULL;
+	if (v != NULL && !settings_valid_loopback_origin(v, origin, sizeof origin, &why))
+		return fail(errbuf, errlen, "MCP_RELAY_URL %s (got %s)", why, v);
+	if (s->environment != NULL)
+		s->service_url = strdup(environment_service_url(s->environment));
+	else
+		s->service_url = strdup(v ? origin : "http://localhost:6240");
+
+	v = getenv("MCP_RELAY_MACHINE_SERVICE_OPTIONS");
+	if (v != NULL) {
+		char reason[128];
+		json_object *opts = jsonx_parse_str(v, reason, sizeof reason);
+		if (opts == NULL || !json_object_is_type(opts, json_type_object)) {
+			json_object_put(opts);
+			return fail(errbuf, errlen, "MCP_RELAY_MACHINE_SERVICE_OPTIONS must be a JSON object");
+		}
+		s->machine_service_options = opts;
+		if (check_service_options(opts, errbuf, errlen) != 0)
+			return -1;
+	}
+
+	v = getenv("MCP_RELAY_GUEST_NETWORK");
+	if (v == NULL || strcmp(v, "nat") == 0)
+		s->guest_network = GUEST_NETWORK_NAT;
+	else if (strcmp(v, "internet") == 0)
+		s->guest_network = GUEST_NETWORK_INTERNET;
+	else
+		return fail(errbuf, errlen, "MCP_RELAY_GUEST_NETWORK must be nat or internet (got %s)", v);
+
+	v = getenv("MCP_RELAY_ON_EXIT");
+	if (v == NULL || strcmp(v, "pause") == 0)
+		s->on_exit = ON_EXIT_PAUSE;
+	else if (strcmp(v, "release") == 0)
+		s->on_exit = ON_EXIT_RELEASE;
+	else
+		return fail(errbuf, errlen, "MCP_RELAY_ON_EXIT must be pause or release (got %s)", v);
+
+	s->capacity_wait_s = 1800;
+	v = getenv("MCP_RELAY_CAPACITY_WAIT");
+	if (v != NULL && !parse_decimal(v, 0, 86400, &s->capacity_wait_s))
+		return fail(errbuf, errlen,
+			    "MCP_RELAY_CAPACITY_WAIT must be whole seconds from 0 to 86400 (got %s)", v);
+
+	int64_t max_guests = 4;
+	v = getenv("MCP_RELAY_MAX_GUESTS");
+	if (v != NULL && !parse_decimal(v, 1, 64, &max_guests))
+		return fail(errbuf, errlen, "MCP_RELAY_MAX_GUESTS must be a whole number from 1 to 64 (got %s)", v);
+	s->max_guests = (int)max_guests;
+
+	s->shutdown_grace_ms = 120000;
+	v = getenv("MCP_RELAY_SHUTDOWN_GRACE_MS");
+	if (v != NULL && !parse_decimal(v, 0, 3600000, &s->shutdown_grace_ms))
+		return fail(errbuf, errlen,
+			    "MCP_RELAY_SHUTDOWN_GRACE_MS must be whole milliseconds from 0 to 3600000 (got %s)", v);
+
+	v = getenv("MCP_RELAY_REGISTRY");
+	if (s->environment == NULL && v != NULL) {
+		struct stat st;
+		if (v[0] != '/')
+			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY must be an absolute path (got %s)", v);
+		if (stat(v, &st) != 0 || !S_ISREG(st.st_mode))
+			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY must name an existing regular file (got %s)", v);
+		s->registry_path = strdup(v);
+	}
+
+	if (resolve_state_root(s, errbuf, errlen) != 0)
+		return -1;
+	if (s->environment != NULL) {
+		s->registry_path = fs_path_join(s->state_root, "registry.md");
+	}
+	if (s->project == NULL || s->session_id == NULL || s->backend == NULL || s->service_url == NULL ||
+	    s->state_root == NULL || s->session_dir == NULL)
+		return fail(errbuf, errlen, "settings could not be read: out of memory");
+	return 0;
+}
+
+void settings_free(relay_settings *s)
+{
+	free(s->project);
+	free(s->project_given);
+	free(s->session_id);
+	free(s->backend);
+	free(s->service_url);
+	json_object_put(s->machine_service_options);
+	free(s->state_root);
+	free(s->session_dir);
+	free(s->registry_path);
+	environment_free(s->environment);
+	memset(s, 0, sizeof *s);
+}
