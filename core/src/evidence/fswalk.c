@@ -1,7 +1,9 @@
 #include "evidence/fswalk.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -212,5 +214,137 @@ relay_status fw_write_all(int fd, const void *data, size_t len, const char *what
 		p += n;
 		len -= (size_t)n;
 	}
+	return RELAY_OK;
+}
+
+void fw_tree_free(fw_tree *tree)
+{
+	for (size_t i = 0; i < tree->count; i++)
+		free(tree->items[i].path);
+	free(tree->items);
+	memset(tree, 0, sizeof *tree);
+}
+
+static bool tree_push(fw_tree *tree, const char *path, fw_kind kind, const struct stat *st)
+{
+	if (tree->count == tree->capacity) {
+		size_t cap = tree->capacity ? tree->capacity * 2 : 256;
+		fw_entry *items = realloc(tree->items, cap * sizeof *items);
+		if (items == NULL)
+			return false;
+		tree->items = items;
+		tree->capacity = cap;
+	}
+	fw_entry *e = &tree->items[tree->count];
+	e->path = strdup(path);
+	if (e->path == NULL)
+		return false;
+	e->kind = kind;
+	e->bytes = (uint64_t)st->st_size;
+	e->nlink = (uint64_t)st->st_nlink;
+	tree->count++;
+	return true;
+}
+
+static bool skipped(const char *rel, const char *const *skip)
+{
+	for (size_t i = 0; skip != NULL && skip[i] != NULL; i++) {
+		size_t n = strlen(skip[i]);
+		if (strncmp(rel, skip[i], n) == 0 && (rel[n] == '\0' || rel[n] == '/'))
+			return true;
+	}
+	return false;
+}
+
+static relay_status walk_dir(int dir_fd, const char *prefix, const char *const *skip, fw_tree *out, int depth,
+                             relay_error *err)
+{
+	if (depth > 256)
+		return relay_error_set(err, RELAY_E_UNSAFE_PATH, 0, "folder tree too deep at %s", prefix);
+	int fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot read folder %s: %s", prefix,
+		                       strerror(errno));
+	DIR *d = fdopendir(fd);
+	if (d == NULL) {
+		close(fd);
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot read folder %s: %s", prefix,
+		                       strerror(errno));
+	}
+	rewinddir(d);
+	relay_status status = RELAY_OK;
+	struct dirent *de;
+	char *rel = NULL;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		free(rel);
+		size_t n = strlen(prefix) + strlen(de->d_name) + 2;
+		rel = malloc(n);
+		if (rel == NULL) {
+			status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+			break;
+		}
+		snprintf(rel, n, "%s%s%s", prefix, prefix[0] ? "/" : "", de->d_name);
+		if (skipped(rel, skip))
+			continue;
+		struct stat st;
+		if (fstatat(dir_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+			status = relay_error_set(err, RELAY_E_IO, errno, "cannot stat %s: %s", rel,
+			                         strerror(errno));
+			break;
+		}
+		fw_kind kind = S_ISREG(st.st_mode)   ? FW_FILE
+		               : S_ISDIR(st.st_mode) ? FW_DIR
+		               : S_ISLNK(st.st_mode) ? FW_LINK
+		                                     : FW_OTHER;
+		if (!tree_push(out, rel, kind, &st)) {
+			status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+			break;
+		}
+		if (kind == FW_DIR) {
+			int sub = openat(dir_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0) {
+				status = relay_error_set(err, RELAY_E_IO, errno, "cannot open folder %s: %s",
+				                         rel, strerror(errno));
+				break;
+			}
+			status = walk_dir(sub, rel, skip, out, depth + 1, err);
+			close(sub);
+			if (status != RELAY_OK)
+				break;
+		}
+	}
+	free(rel);
+	closedir(d);
+	return status;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	return strcmp(((const fw_entry *)a)->path, ((const fw_entry *)b)->path);
+}
+
+relay_status fw_walk(const char *root, bool missing_ok, const char *const *skip, fw_tree *out,
+                     relay_error *err)
+{
+	memset(out, 0, sizeof *out);
+	int fd = fw_open_root(root);
+	if (fd < 0) {
+		if (errno == ENOENT && missing_ok)
+			return RELAY_OK;
+		return relay_error_set(err,
+		                       errno == ENOENT                      ? RELAY_E_NOT_FOUND
+		                       : errno == ELOOP || errno == ENOTDIR ? RELAY_E_UNSAFE_PATH
+		                                                            : RELAY_E_IO,
+		                       errno, "cannot open folder %s: %s", root, strerror(errno));
+	}
+	relay_status status = walk_dir(fd, "", skip, out, 0, err);
+	close(fd);
+	if (status != RELAY_OK) {
+		fw_tree_free(out);
+		return status;
+	}
+	qsort(out->items, out->count, sizeof *out->items, entry_cmp);
 	return RELAY_OK;
 }

@@ -59,6 +59,28 @@ relay_status fw_unlink_at(int root_fd, const char *rel, relay_error *err);
  * an error. */
 void fw_rmdir_at(int root_fd, const char *rel);
 
+/* One entry of a tree walk. */
+typedef enum fw_kind { FW_FILE, FW_DIR, FW_LINK, FW_OTHER } fw_kind;
+typedef struct fw_entry {
+	char *path; /* relative, '/'-separated; owned */
+	fw_kind kind;
+	uint64_t bytes; /* st_size */
+	uint64_t nlink; /* st_nlink */
+} fw_entry;
+typedef struct fw_tree {
+	fw_entry *items;
+	size_t count, capacity;
+} fw_tree;
+
+/* Lists every entry below `root` (not following links; folders are listed
+ * and descended into, links and special files are listed and not), sorted
+ * by path in byte order. A missing root gives an empty list when
+ * `missing_ok`. Entries whose relative path starts with one of `skip`
+ * (NULL-terminated, may be NULL; exact path or path + "/") are left out. */
+relay_status fw_walk(const char *root, bool missing_ok, const char *const *skip, fw_tree *out,
+                     relay_error *err);
+void fw_tree_free(fw_tree *tree);
+
 /* Writes all of data to fd; RELAY_E_NO_SPACE on ENOSPC. `what` names the file. */
 relay_status fw_write_all(int fd, const void *data, size_t len, const char *what, relay_error *err);
 
