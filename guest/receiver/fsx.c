@@ -1,0 +1,446 @@
+/*
+ * receiver/fsx.c — see fsx.h.
+ */
+#include "fsx.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sha256.h"
+
+#define HASH_CHUNK_BYTES (8u * 1024u * 1024u)
+
+int rel_path_ok(const char *rel)
+{
+	const char *seg = rel;
+	if (!rel || !*rel || rel[0] == '/')
+		return 0;
+	for (;;) {
+		const char *end = strchr(seg, '/');
+		size_t n = end ? (size_t)(end - seg) : strlen(seg);
+		size_t i;
+		if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+			return 0;
+		for (i = 0; i < n; i++) {
+			unsigned char c = (unsigned char)seg[i];
+			if (c == '\\' || c < 0x20 || c == 0x7f)
+				return 0;
+		}
+		if (!end)
+			return 1;
+		seg = end + 1;
+	}
+}
+
+static int abs_path_normal(const char *path)
+{
+	return path && path[0] == '/' && path[1] != '\0' && rel_path_ok(path + 1);
+}
+
+int root_check(const char *root, rerr *err)
+{
+	struct stat st;
+	if (!abs_path_normal(root)) {
+		err_set(err,
+		        "guest root '%s' must be an absolute path without '.', '..', empty segments or a "
+		        "trailing '/'",
+		        root ? root : "");
+		return -1;
+	}
+	if (lstat(root, &st) != 0) {
+		err_set(err, "guest root %s: %s (stage the guest first)", root, strerror(errno));
+		return -1;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		err_set(err, "guest root %s is a symbolic link; the guest root must be a real directory",
+		        root);
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		err_set(err, "guest root %s is not a directory", root);
+		return -1;
+	}
+	return 0;
+}
+
+int path_below_root(const char *root, const char *abs, const char **rel_out)
+{
+	size_t n = strlen(root);
+	if (!abs || strncmp(abs, root, n) != 0)
+		return -1;
+	if (abs[n] == '\0') {
+		*rel_out = abs + n;
+		return 0;
+	}
+	if (abs[n] != '/' || !rel_path_ok(abs + n + 1))
+		return -1;
+	*rel_out = abs + n + 1;
+	return 0;
+}
+
+int path_walk_check(const char *root, const char *rel, int allow_missing, int *exists_out, rerr *err)
+{
+	buf path;
+	const char *seg = rel;
+	int rc = -1;
+	struct stat st;
+	buf_init(&path);
+	buf_puts(&path, root);
+	if (exists_out)
+		*exists_out = 1;
+	if (lstat(root, &st) != 0 || S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
+		err_set(err, "guest root %s is not a real directory", root);
+		goto cleanup;
+	}
+	while (*seg) {
+		const char *end = strchr(seg, '/');
+		size_t n = end ? (size_t)(end - seg) : strlen(seg);
+		buf_putc(&path, '/');
+		buf_append(&path, seg, n);
+		if (lstat(path.data, &st) != 0) {
+			if (errno == ENOENT && allow_missing) {
+				if (exists_out)
+					*exists_out = 0;
+				rc = 0;
+				goto cleanup;
+			}
+			err_set(err, "%s: %s", path.data, strerror(errno));
+			goto cleanup;
+		}
+		if (S_ISLNK(st.st_mode)) {
+			err_set(err, "symlink %s: symbolic links are refused at and below the guest root",
+			        path.data);
+			goto cleanup;
+		}
+		if (end && !S_ISDIR(st.st_mode)) {
+			err_set(err, "%s is not a directory", path.data);
+			goto cleanup;
+		}
+		if (!end)
+			break;
+		seg = end + 1;
+	}
+	rc = 0;
+cleanup:
+	buf_free(&path);
+	return rc;
+}
+
+int fsync_dir(const char *dir, rerr *err)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		err_set(err, "cannot open directory %s to sync it: %s", dir, strerror(errno));
+		return -1;
+	}
+	if (fsync(fd) != 0 && errno != EINVAL) {
+		err_set(err, "cannot sync directory %s: %s", dir, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+int dir_ensure(const char *root, const char *rel, rerr *err)
+{
+	buf path;
+	const char *seg = rel;
+	int rc = -1;
+	struct stat st;
+	buf_init(&path);
+	buf_puts(&path, root);
+	if (*rel && !rel_path_ok(rel)) {
+		err_set(err, "invalid relative path '%s'", rel);
+		goto cleanup;
+	}
+	while (*seg) {
+		const char *end = strchr(seg, '/');
+		size_t n = end ? (size_t)(end - seg) : strlen(seg);
+		size_t parent_len = path.len;
+		buf_putc(&path, '/');
+		buf_append(&path, seg, n);
+		if (lstat(path.data, &st) != 0) {
+			if (errno != ENOENT) {
+				err_set(err, "%s: %s", path.data, strerror(errno));
+				goto cleanup;
+			}
+			if (mkdir(path.data, 0700) != 0 && errno != EEXIST) {
+				err_set(err, "cannot create directory %s: %s", path.data, strerror(errno));
+				goto cleanup;
+			}
+			if (lstat(path.data, &st) != 0) {
+				err_set(err, "%s: %s", path.data, strerror(errno));
+				goto cleanup;
+			}
+			{
+				char saved = path.data[parent_len];
+				path.data[parent_len] = '\0';
+				if (fsync_dir(path.data, err) != 0)
+					goto cleanup;
+				path.data[parent_len] = saved;
+			}
+		}
+		if (S_ISLNK(st.st_mode)) {
+			err_set(err, "symlink %s: symbolic links are refused at and below the guest root",
+			        path.data);
+			goto cleanup;
+		}
+		if (!S_ISDIR(st.st_mode)) {
+			err_set(err, "%s exists and is not a directory", path.data);
+			goto cleanup;
+		}
+		if (!end)
+			break;
+		seg = end + 1;
+	}
+	rc = 0;
+cleanup:
+	buf_free(&path);
+	return rc;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Writes dir/<name>.tmp-<random>; returns its malloc'd path or NULL. */
+static char *write_temp(const char *dir, const char *name, const void *data, size_t len, rerr *err)
+{
+	char rnd[17];
+	char *tmp;
+	int fd;
+	if (random_hex(rnd, 8, err) != 0)
+		return NULL;
+	tmp = xasprintf("%s/%s.tmp-%s", dir, name, rnd);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		err_set(err, "cannot create %s: %s", tmp, strerror(errno));
+		free(tmp);
+		return NULL;
+	}
+	if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+		err_set(err, "cannot write %s: %s", tmp, strerror(errno));
+		close(fd);
+		unlink(tmp);
+		free(tmp);
+		return NULL;
+	}
+	if (close(fd) != 0) {
+		err_set(err, "cannot write %s: %s", tmp, strerror(errno));
+		unlink(tmp);
+		free(tmp);
+		return NULL;
+	}
+	return tmp;
+}
+
+int durable_write(const char *dir, const char *name, const void *data, size_t len, rerr *err)
+{
+	char *tmp = write_temp(dir, name, data, len, err);
+	char *target;
+	int rc = -1;
+	if (!tmp)
+		return -1;
+	target = path_join(dir, name);
+	if (rename(tmp, target) != 0) {
+		err_set(err, "cannot rename %s to %s: %s", tmp, target, strerror(errno));
+		unlink(tmp);
+		goto cleanup;
+	}
+	rc = fsync_dir(dir, err);
+cleanup:
+	free(tmp);
+	free(target);
+	return rc;
+}
+
+int durable_write_new(const char *dir, const char *name, const void *data, size_t len, int *exists_out,
+                      rerr *err)
+{
+	char *tmp = write_temp(dir, name, data, len, err);
+	char *target;
+	int rc = -1;
+	if (exists_out)
+		*exists_out = 0;
+	if (!tmp)
+		return -1;
+	target = path_join(dir, name);
+	if (link(tmp, target) != 0) {
+		int e = errno;
+		if (e == EEXIST) {
+			if (exists_out)
+				*exists_out = 1;
+			err_set(err, "%s already exists", target);
+			unlink(tmp);
+			goto cleanup;
+		}
+		/* A filesystem without hard links: fall back to a checked rename. */
+		if (!path_exists(target) && rename(tmp, target) == 0) {
+			rc = fsync_dir(dir, err);
+			goto cleanup;
+		}
+		err_set(err, "cannot create %s: %s", target, strerror(e));
+		unlink(tmp);
+		goto cleanup;
+	}
+	unlink(tmp);
+	rc = fsync_dir(dir, err);
+cleanup:
+	free(tmp);
+	free(target);
+	return rc;
+}
+
+int read_file_limited(const char *path, size_t max_bytes, buf *out, int *missing_out, int *too_large_out,
+                      rerr *err)
+{
+	int fd;
+	struct stat st;
+	char chunk[65536];
+	if (missing_out)
+		*missing_out = 0;
+	if (too_large_out)
+		*too_large_out = 0;
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT && missing_out)
+			*missing_out = 1;
+		if (errno == ELOOP)
+			err_set(err, "symlink %s: symbolic links are refused", path);
+		else
+			err_set(err, "cannot open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		err_set(err, "%s is not a regular file", path);
+		close(fd);
+		return -1;
+	}
+	if ((uint64_t)st.st_size > max_bytes) {
+		if (too_large_out)
+			*too_large_out = 1;
+		err_set(err, "%s is larger than %zu bytes", path, max_bytes);
+		close(fd);
+		return -1;
+	}
+	for (;;) {
+		ssize_t n = read(fd, chunk, sizeof(chunk));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			err_set(err, "cannot read %s: %s", path, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		if (n == 0)
+			break;
+		buf_append(out, chunk, (size_t)n);
+		if (out->len > max_bytes) {
+			if (too_large_out)
+				*too_large_out = 1;
+			err_set(err, "%s is larger than %zu bytes", path, max_bytes);
+			close(fd);
+			return -1;
+		}
+	}
+	if (!out->data)
+		buf_append(out, "", 0);
+	close(fd);
+	return 0;
+}
+
+int hash_fd(int fd, char hex[65], uint64_t *bytes_out, rerr *err)
+{
+	sha256_state st;
+	char *chunk = xmalloc(HASH_CHUNK_BYTES);
+	uint64_t total = 0;
+	int rc = -1;
+	sha256_begin(&st);
+	for (;;) {
+		ssize_t n = read(fd, chunk, HASH_CHUNK_BYTES);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			err_set(err, "read failed: %s", strerror(errno));
+			goto cleanup;
+		}
+		if (n == 0)
+			break;
+		sha256_feed(&st, chunk, (size_t)n);
+		total += (uint64_t)n;
+	}
+	sha256_end_hex(&st, hex);
+	*bytes_out = total;
+	rc = 0;
+cleanup:
+	free(chunk);
+	return rc;
+}
+
+char *path_join(const char *a, const char *b)
+{
+	if (!b || !*b)
+		return xstrdup(a);
+	return xasprintf("%s/%s", a, b);
+}
+
+int path_exists(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) == 0;
+}
+
+int remove_tree(const char *path, rerr *err)
+{
+	struct stat st;
+	DIR *dir;
+	struct dirent *de;
+	int rc = 0;
+	if (lstat(path, &st) != 0)
+		return errno == ENOENT ? 0 : -1;
+	if (!S_ISDIR(st.st_mode)) {
+		if (unlink(path) != 0) {
+			err_set(err, "cannot remove %s: %s", path, strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	dir = opendir(path);
+	if (!dir) {
+		err_set(err, "cannot open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	while ((de = readdir(dir)) != NULL) {
+		char *child;
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		child = path_join(path, de->d_name);
+		if (remove_tree(child, err) != 0)
+			rc = -1;
+		free(child);
+	}
+	closedir(dir);
+	if (rmdir(path) != 0) {
+		err_set(err, "cannot remove %s: %s", path, strerror(errno));
+		rc = -1;
+	}
+	return rc;
+}

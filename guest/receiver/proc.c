@@ -1,0 +1,539 @@
+/*
+ * receiver/proc.c — see proc.h.
+ */
+#include "proc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
+extern char **environ;
+
+const char *signal_name(int sig, char scratch[16])
+{
+	switch (sig) {
+	case SIGHUP: return "SIGHUP";
+	case SIGINT: return "SIGINT";
+	case SIGQUIT: return "SIGQUIT";
+	case SIGILL: return "SIGILL";
+	case SIGTRAP: return "SIGTRAP";
+	case SIGABRT: return "SIGABRT";
+	case SIGBUS: return "SIGBUS";
+	case SIGFPE: return "SIGFPE";
+	case SIGKILL: return "SIGKILL";
+	case SIGUSR1: return "SIGUSR1";
+	case SIGSEGV: return "SIGSEGV";
+	case SIGUSR2: return "SIGUSR2";
+	case SIGPIPE: return "SIGPIPE";
+	case SIGALRM: return "SIGALRM";
+	case SIGTERM: return "SIGTERM";
+	case SIGCHLD: return "SIGCHLD";
+	case SIGCONT: return "SIGCONT";
+	case SIGSTOP: return "SIGSTOP";
+	case SIGTSTP: return "SIGTSTP";
+	case SIGTTIN: return "SIGTTIN";
+	case SIGTTOU: return "SIGTTOU";
+	case SIGXCPU: return "SIGXCPU";
+	case SIGXFSZ: return "SIGXFSZ";
+	case SIGSYS: return "SIGSYS";
+	default: text_format(scratch, 16, "SIG%d", sig); return scratch;
+	}
+}
+
+#if defined(__linux__)
+/* Reads /proc/<pid>/stat fields after the command name. */
+static int proc_stat_fields(pid_t pid, char *state_out, pid_t *ppid_out, unsigned long long *start_out)
+{
+	char path[64], text[1024];
+	char *p;
+	int fd, i;
+	ssize_t n;
+	text_format(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	text[n] = '\0';
+	p = strrchr(text, ')');
+	if (!p || p[1] != ' ')
+		return -1;
+	p += 2;
+	if (state_out)
+		*state_out = *p;
+	for (i = 3; i <= 22; i++) {
+		char *end;
+		unsigned long long v;
+		while (*p == ' ')
+			p++;
+		if (i == 3) {
+			p++;
+			continue;
+		}
+		v = strtoull(p, &end, 10);
+		if (end == p && i > 3)
+			return -1;
+		if (i == 4 && ppid_out)
+			*ppid_out = (pid_t)v;
+		if (i == 22 && start_out)
+			*start_out = v;
+		p = end;
+	}
+	return 0;
+}
+#endif
+
+int pid_alive(pid_t pid)
+{
+	if (pid <= 0)
+		return 0;
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return 0;
+#if defined(__linux__)
+	{
+		char state = 0;
+		if (proc_stat_fields(pid, &state, NULL, NULL) == 0 && (state == 'Z' || state == 'X'))
+			return 0;
+	}
+#endif
+	return 1;
+}
+
+int group_alive(pid_t pgid)
+{
+	if (pgid <= 1)
+		return 0;
+	return !(kill(-pgid, 0) != 0 && errno == ESRCH);
+}
+
+int proc_start_ticks(pid_t pid, unsigned long long *ticks_out)
+{
+#if defined(__linux__)
+	return proc_stat_fields(pid, NULL, NULL, ticks_out);
+#else
+	(void)pid;
+	(void)ticks_out;
+	return -1;
+#endif
+}
+
+void proc_start_time(pid_t pid, char out[32])
+{
+#if defined(__linux__)
+	unsigned long long ticks = 0, btime = 0;
+	char text[4096];
+	ssize_t n;
+	int fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
+	long hz = sysconf(_SC_CLK_TCK);
+	if (fd >= 0 && proc_start_ticks(pid, &ticks) == 0 && hz > 0) {
+		n = read(fd, text, sizeof(text) - 1);
+		if (n > 0) {
+			char *p;
+			text[n] = '\0';
+			p = strstr(text, "\nbtime ");
+			if (p) {
+				btime = strtoull(p + 7, NULL, 10);
+				close(fd);
+				timestamp_from_ms((int64_t)btime * 1000 +
+				                      (int64_t)(ticks * 1000ull / (unsigned long long)hz),
+				                  out);
+				return;
+			}
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+#else
+	(void)pid;
+#endif
+	timestamp_now(out);
+}
+
+void boot_identity(char out[64])
+{
+	out[0] = '\0';
+#if defined(__linux__)
+	{
+		int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+		ssize_t n;
+		if (fd < 0)
+			return;
+		n = read(fd, out, 63);
+		close(fd);
+		if (n <= 0) {
+			out[0] = '\0';
+			return;
+		}
+		out[n] = '\0';
+		while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
+			out[--n] = '\0';
+	}
+#endif
+}
+
+void proc_become_subreaper(void)
+{
+#if defined(__linux__) && defined(PR_SET_CHILD_SUBREAPER)
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
+		fprintf(stderr, "receiver: cannot become a child subreaper: %s\n", strerror(errno));
+#endif
+}
+
+static int is_executable_file(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+char *find_program(const char *name)
+{
+	const char *path_env, *p;
+	if (!name || !*name)
+		return NULL;
+	if (strchr(name, '/'))
+		return is_executable_file(name) ? xstrdup(name) : NULL;
+	path_env = getenv("PATH");
+	if (!path_env)
+		path_env = "/usr/local/bin:/usr/bin:/bin";
+	p = path_env;
+	for (;;) {
+		const char *end = strchr(p, ':');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		char *candidate = n ? xasprintf("%.*s/%s", (int)n, p, name) : xasprintf("./%s", name);
+		if (is_executable_file(candidate))
+			return candidate;
+		free(candidate);
+		if (!end)
+			return NULL;
+		p = end + 1;
+	}
+}
+
+static void set_cloexec(int fd)
+{
+	int flags = fcntl(fd, F_GETFD);
+	if (flags >= 0)
+		fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+
+static void set_nonblock(int fd)
+{
+	int flags = fcntl(fd, F_GETFL);
+	if (flags >= 0)
+		fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+static int make_pipe(int fds[2])
+{
+	if (pipe(fds) != 0)
+		return -1;
+	set_cloexec(fds[0]);
+	set_cloexec(fds[1]);
+	return 0;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+/* The child's side; never returns. */
+static void child_exec(const spawn_request *req, int out_w, int err_w, int hs_r, int errpipe_w)
+{
+	int devnull;
+	int code;
+	char go = 0;
+	long maxfd, fd;
+	sigset_t none;
+	if (setsid() < 0)
+		goto fail;
+	devnull = open("/dev/null", O_RDONLY);
+	if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
+		goto fail;
+	if (req->cwd && chdir(req->cwd) != 0)
+		goto fail;
+	/* Wait until the parent has durably recorded our pid. */
+	while (read(hs_r, &go, 1) < 0 && errno == EINTR)
+		;
+	if (go != 'g')
+		_exit(127);
+	maxfd = sysconf(_SC_OPEN_MAX);
+	if (maxfd < 0 || maxfd > 65536)
+		maxfd = 65536;
+	for (fd = 3; fd < maxfd; fd++)
+		if (fd != errpipe_w)
+			close((int)fd);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	execve(req->path, req->argv, req->envp ? req->envp : environ);
+fail:
+	code = errno;
+	{
+		ssize_t ignored = write(errpipe_w, &code, sizeof(code));
+		(void)ignored;
+	}
+	_exit(127);
+}
+
+/* Reads what is available from *fd into dst within the shared budget.
+ * Returns 1 at EOF (fd closed), 0 otherwise. */
+static int pump(int *fd, buf *dst, size_t *total, size_t budget, int *truncated)
+{
+	char chunk[16384];
+	for (;;) {
+		ssize_t n = read(*fd, chunk, sizeof(chunk));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return 0; /* EAGAIN */
+		}
+		if (n == 0) {
+			close_fd(fd);
+			return 1;
+		}
+		{
+			size_t take = (size_t)n;
+			if (*total + take > budget) {
+				take = budget - *total;
+				*truncated = 1;
+			}
+			buf_append(dst, chunk, take);
+			*total += take;
+		}
+		if (*truncated)
+			return 0;
+	}
+}
+
+#if defined(__linux__)
+/* SIGKILLs every process whose parent is this process, except main_pid
+ * when it is still to be reaped normally. Returns the number found. */
+static int kill_adopted_children(void)
+{
+	DIR *dir = opendir("/proc");
+	struct dirent *de;
+	pid_t self = getpid();
+	int found = 0;
+	if (!dir)
+		return 0;
+	while ((de = readdir(dir)) != NULL) {
+		char *end;
+		long v = strtol(de->d_name, &end, 10);
+		pid_t ppid = 0;
+		if (*end || v <= 0 || (pid_t)v == self)
+			continue;
+		if (proc_stat_fields((pid_t)v, NULL, &ppid, NULL) == 0 && ppid == self) {
+			kill((pid_t)v, SIGKILL);
+			found++;
+		}
+	}
+	closedir(dir);
+	return found;
+}
+#endif
+
+/* Reaps children without blocking; records main_pid's status. Returns 1
+ * when no child is left. */
+static int reap_all(pid_t main_pid, spawn_result *res)
+{
+	for (;;) {
+		int status;
+		pid_t w = waitpid(-1, &status, WNOHANG);
+		if (w == 0)
+			return 0;
+		if (w < 0)
+			return errno == ECHILD;
+		if (w == main_pid && !res->exited) {
+			res->exited = 1;
+			if (WIFEXITED(status)) {
+				res->exit_code = WEXITSTATUS(status);
+				res->signal_no = 0;
+			} else if (WIFSIGNALED(status)) {
+				res->signal_no = WTERMSIG(status);
+			}
+		}
+	}
+}
+
+int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *res, rerr *err)
+{
+	int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, hs[2] = {-1, -1}, ep[2] = {-1, -1};
+	pid_t pid;
+	size_t total = 0;
+	int64_t deadline, confirm_until;
+	int rc = -1;
+	memset(res, 0, sizeof(*res));
+	buf_init(&res->out);
+	buf_init(&res->err);
+	if (make_pipe(out_p) != 0 || make_pipe(err_p) != 0 || make_pipe(hs) != 0 || make_pipe(ep) != 0) {
+		err_set(err, "cannot create pipes: %s", strerror(errno));
+		goto cleanup;
+	}
+	if (hooks && hooks->before_fork && hooks->before_fork(hooks->ctx, err) != 0)
+		goto cleanup;
+	pid = fork();
+	if (pid < 0) {
+		res->spawn_failed = 1;
+		text_format(res->spawn_error, sizeof(res->spawn_error), "fork failed: %s", strerror(errno));
+		if (hooks && hooks->after_end)
+			hooks->after_end(hooks->ctx, 0, 1, err);
+		res->termination_confirmed = 1;
+		rc = 0;
+		goto cleanup;
+	}
+	if (pid == 0)
+		child_exec(req, out_p[1], err_p[1], hs[0], ep[1]);
+	res->pgid = pid;
+	close_fd(&out_p[1]);
+	close_fd(&err_p[1]);
+	close_fd(&hs[0]);
+	close_fd(&ep[1]);
+	if (hooks && hooks->after_fork && hooks->after_fork(hooks->ctx, pid, err) != 0) {
+		/* The child never runs anything: closing the handshake ends it. */
+		close_fd(&hs[1]);
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		goto cleanup;
+	}
+	{
+		char go = 'g';
+		ssize_t ignored = write(hs[1], &go, 1);
+		(void)ignored;
+		close_fd(&hs[1]);
+	}
+	{
+		int code = 0;
+		ssize_t n;
+		while ((n = read(ep[0], &code, sizeof(code))) < 0 && errno == EINTR)
+			;
+		close_fd(&ep[0]);
+		if (n > 0) {
+			res->spawn_failed = 1;
+			text_format(res->spawn_error, sizeof(res->spawn_error), "cannot start %s: %s",
+			            req->path, strerror(code));
+		}
+	}
+	set_nonblock(out_p[0]);
+	set_nonblock(err_p[0]);
+	deadline = mono_ms() + req->timeout_ms;
+	while (!res->exited && !res->spawn_failed) {
+		struct pollfd pf[2];
+		int nfds = 0;
+		int64_t now = mono_ms();
+		int wait_ms = (int)(deadline - now < CONFIRM_POLL_MS ? deadline - now : CONFIRM_POLL_MS);
+		if (wait_ms < 0)
+			wait_ms = 0;
+		if (out_p[0] >= 0) {
+			pf[nfds].fd = out_p[0];
+			pf[nfds].events = POLLIN;
+			nfds++;
+		}
+		if (err_p[0] >= 0) {
+			pf[nfds].fd = err_p[0];
+			pf[nfds].events = POLLIN;
+			nfds++;
+		}
+		if (nfds)
+			poll(pf, (nfds_t)nfds, wait_ms);
+		else
+			sleep_ms(wait_ms);
+		if (out_p[0] >= 0)
+			pump(&out_p[0], &res->out, &total, req->output_budget, &res->output_truncated);
+		if (err_p[0] >= 0)
+			pump(&err_p[0], &res->err, &total, req->output_budget, &res->output_truncated);
+		if (res->output_truncated)
+			break;
+		{
+			int status;
+			pid_t w = waitpid(pid, &status, WNOHANG);
+			if (w == pid) {
+				res->exited = 1;
+				if (WIFEXITED(status))
+					res->exit_code = WEXITSTATUS(status);
+				else if (WIFSIGNALED(status))
+					res->signal_no = WTERMSIG(status);
+				break;
+			}
+		}
+		if (mono_ms() >= deadline) {
+			res->timed_out = 1;
+			break;
+		}
+		if (hooks && hooks->cancelled && hooks->cancelled(hooks->ctx)) {
+			res->cancelled = 1;
+			break;
+		}
+	}
+	/* Output already written before the end belongs to the run. */
+	if (!res->output_truncated) {
+		if (out_p[0] >= 0)
+			pump(&out_p[0], &res->out, &total, req->output_budget, &res->output_truncated);
+		if (err_p[0] >= 0)
+			pump(&err_p[0], &res->err, &total, req->output_budget, &res->output_truncated);
+	}
+	/* No descendant outlives its step: kill the group, then confirm. */
+	kill(-pid, SIGKILL);
+	if (!res->exited)
+		kill(pid, SIGKILL);
+	confirm_until = mono_ms() + CONFIRM_WAIT_MS;
+	for (;;) {
+		int none_left;
+#if defined(__linux__)
+		kill_adopted_children();
+#endif
+		kill(-pid, SIGKILL);
+		none_left = reap_all(pid, res);
+		if (!group_alive(pid) && none_left) {
+			res->termination_confirmed = 1;
+			break;
+		}
+		if (mono_ms() >= confirm_until)
+			break;
+		sleep_ms(CONFIRM_POLL_MS);
+	}
+	if (!res->output_truncated) {
+		if (out_p[0] >= 0)
+			pump(&out_p[0], &res->out, &total, req->output_budget, &res->output_truncated);
+		if (err_p[0] >= 0)
+			pump(&err_p[0], &res->err, &total, req->output_budget, &res->output_truncated);
+	}
+	if (hooks && hooks->after_end &&
+	    hooks->after_end(hooks->ctx, pid, res->termination_confirmed, err) != 0)
+		goto cleanup;
+	rc = 0;
+cleanup:
+	close_fd(&out_p[0]);
+	close_fd(&out_p[1]);
+	close_fd(&err_p[0]);
+	close_fd(&err_p[1]);
+	close_fd(&hs[0]);
+	close_fd(&hs[1]);
+	close_fd(&ep[0]);
+	close_fd(&ep[1]);
+	return rc;
+}
+
+void spawn_result_free(spawn_result *res)
+{
+	buf_free(&res->out);
+	buf_free(&res->err);
+}

@@ -1,0 +1,82 @@
+/*
+ * receiver/proc.h — running scripts and capture commands under the process
+ * rules of guest.md §12.2-§12.4: a new session and process group, standard
+ * input from /dev/null, standard output and error on pipes sharing one
+ * output budget, the pid recorded durably before exec, a timeout that kills
+ * the group, and termination confirmation.
+ */
+#ifndef RECEIVER_PROC_H
+#define RECEIVER_PROC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "util.h"
+
+#define OUTPUT_BUDGET_BYTES 65536u
+#define CONFIRM_POLL_MS     20
+#define CONFIRM_WAIT_MS     1000
+
+typedef struct spawn_hooks {
+	/* Before fork (mark pendingSpawn). Non-zero aborts the spawn. */
+	int (*before_fork)(void *ctx, rerr *err);
+	/* After fork, before the child may exec: record pid durably.
+	 * Non-zero kills the child before it runs anything. */
+	int (*after_fork)(void *ctx, pid_t pid, rerr *err);
+	/* After termination was decided: confirmed or not. */
+	int (*after_end)(void *ctx, pid_t pgid, int confirmed, rerr *err);
+	/* Polled while the program runs; non-zero cancels it. */
+	int (*cancelled)(void *ctx);
+	void *ctx;
+} spawn_hooks;
+
+typedef struct spawn_request {
+	const char *path;   /* the executable, resolved */
+	char *const *argv;  /* argv[0] as shown */
+	char *const *envp;  /* NULL: inherit the environment */
+	const char *cwd;    /* NULL: stay */
+	int64_t timeout_ms; /* > 0 */
+	size_t output_budget;
+} spawn_request;
+
+typedef struct spawn_result {
+	int spawn_failed; /* fork, the pid record, chdir or exec failed */
+	char spawn_error[512];
+	int exited; /* the main process ended and was reaped */
+	int exit_code;
+	int signal_no; /* 0 when it exited normally */
+	int timed_out;
+	int output_truncated;
+	int cancelled;
+	int termination_confirmed;
+	pid_t pgid;
+	buf out;
+	buf err;
+} spawn_result;
+
+/* Runs one program to its end. Returns 0 when it ran (whatever its
+ * outcome: see res), -1 on an internal failure before anything started. */
+int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *res, rerr *err);
+void spawn_result_free(spawn_result *res);
+
+/* "SIGKILL", "SIGTERM", ... or "SIG<n>". */
+const char *signal_name(int sig, char scratch[16]);
+
+/* Process and group liveness. */
+int pid_alive(pid_t pid);    /* exists and is not a zombie */
+int group_alive(pid_t pgid); /* kill(-pgid, 0) does not fail with ESRCH */
+/* Linux: the start time of pid in clock ticks since boot; -1 elsewhere. */
+int proc_start_ticks(pid_t pid, unsigned long long *ticks_out);
+/* The start time of pid as a timestamp (Linux), else the current time. */
+void proc_start_time(pid_t pid, char out[32]);
+/* The boot identity (Linux boot_id); "" when unknown. */
+void boot_identity(char out[64]);
+/* Linux: make this process a child subreaper. */
+void proc_become_subreaper(void);
+
+/* Looks a program up on PATH (or checks a path with a '/'); malloc'd
+ * absolute path or NULL. */
+char *find_program(const char *name);
+
+#endif

@@ -1,0 +1,1037 @@
+/*
+ * receiver/tar.c — see tar.h.
+ */
+#include "tar.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fsx.h"
+#include "json.h"
+#include "scan.h"
+#include "sha256.h"
+
+#define BLOCK           512u
+#define PAX_MAX_BYTES   (64u * 1024u)
+#define INDEX_MAX_BYTES (32u * 1024u * 1024u)
+#define COPY_CHUNK      (1024u * 1024u)
+
+static uint64_t pad512(uint64_t n)
+{
+	return (n + BLOCK - 1) / BLOCK * BLOCK;
+}
+
+/* ---- writer ------------------------------------------------------------ */
+
+typedef struct out_stream {
+	int fd;
+	sha256_state hash;
+	uint64_t written;
+} out_stream;
+
+static int out_write(out_stream *os, const void *data, size_t len, rerr *err)
+{
+	const char *p = data;
+	sha256_feed(&os->hash, data, len);
+	os->written += len;
+	while (len) {
+		ssize_t n = write(os->fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			err_set(err, "cannot write the archive: %s", strerror(errno));
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int out_zeros(out_stream *os, uint64_t count, rerr *err)
+{
+	static const char zeros[BLOCK];
+	while (count) {
+		size_t n = count > BLOCK ? BLOCK : (size_t)count;
+		if (out_write(os, zeros, n, err) != 0)
+			return -1;
+		count -= n;
+	}
+	return 0;
+}
+
+static void octal_field(unsigned char *field, size_t width, uint64_t value)
+{
+	/* width-1 octal digits, then NUL */
+	size_t i;
+	for (i = width - 1; i > 0; i--) {
+		field[i - 1] = (unsigned char)('0' + (value & 7));
+		value >>= 3;
+	}
+	field[width - 1] = '\0';
+}
+
+/* Name placement for ustar: 0 and name/prefix lengths when it fits. */
+static int ustar_split(const char *path, size_t *prefix_len)
+{
+	size_t len = strlen(path);
+	size_t i;
+	if (len <= 100) {
+		*prefix_len = 0;
+		return 0;
+	}
+	for (i = 0; i < len && i <= 155; i++) {
+		if (path[i] == '/' && len - i - 1 <= 100 && len - i - 1 >= 1) {
+			*prefix_len = i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static void build_header(unsigned char h[BLOCK], const char *name, size_t name_len, const char *prefix,
+                         size_t prefix_len, uint64_t size, int64_t mtime, char type)
+{
+	unsigned sum = 0;
+	size_t i;
+	memset(h, 0, BLOCK);
+	memcpy(h, name, name_len > 100 ? 100 : name_len);
+	octal_field(h + 100, 8, 0600);
+	octal_field(h + 108, 8, 0);
+	octal_field(h + 116, 8, 0);
+	octal_field(h + 124, 12, size);
+	octal_field(h + 136, 12, mtime > 0 ? (uint64_t)mtime : 0);
+	memset(h + 148, ' ', 8);
+	h[156] = (unsigned char)type;
+	memcpy(h + 257, "ustar", 6);
+	memcpy(h + 263, "00", 2);
+	octal_field(h + 329, 8, 0);
+	octal_field(h + 337, 8, 0);
+	if (prefix_len)
+		memcpy(h + 345, prefix, prefix_len > 155 ? 155 : prefix_len);
+	for (i = 0; i < BLOCK; i++)
+		sum += h[i];
+	text_format((char *)h + 148, 8, "%06o", sum);
+	h[155] = ' ';
+}
+
+static size_t pax_record_len(size_t path_len)
+{
+	size_t body = strlen(" path=") + path_len + 1;
+	size_t total = body + 1;
+	for (;;) {
+		char digits[32];
+		size_t d = (size_t)snprintf(digits, sizeof(digits), "%zu", total);
+		if (body + d == total)
+			return total;
+		total = body + d;
+	}
+}
+
+/* Bytes an entry takes in the archive (headers, data, padding). */
+static uint64_t entry_bytes(const char *path, uint64_t size)
+{
+	size_t prefix_len;
+	uint64_t n = BLOCK + pad512(size);
+	if (ustar_split(path, &prefix_len) != 0)
+		n += BLOCK + pad512(pax_record_len(strlen(path)));
+	return n;
+}
+
+static int write_entry_header(out_stream *os, const char *path, uint64_t size, int64_t mtime, rerr *err)
+{
+	unsigned char h[BLOCK];
+	size_t prefix_len;
+	if (ustar_split(path, &prefix_len) == 0) {
+		if (prefix_len)
+			build_header(h, path + prefix_len + 1, strlen(path + prefix_len + 1), path,
+			             prefix_len, size, mtime, '0');
+		else
+			build_header(h, path, strlen(path), NULL, 0, size, mtime, '0');
+		return out_write(os, h, BLOCK, err);
+	} else {
+		const char *base = strrchr(path, '/');
+		size_t rec_len = pax_record_len(strlen(path));
+		char *rec = xasprintf("%zu path=%s\n", rec_len, path);
+		char pax_name[101];
+		size_t base_len;
+		int rc;
+		base = base ? base + 1 : path;
+		base_len = utf8_cut_bytes(base, strlen(base), 88);
+		text_format(pax_name, sizeof(pax_name), "PaxHeaders/%.*s", (int)base_len, base);
+		build_header(h, pax_name, strlen(pax_name), NULL, 0, rec_len, mtime, 'x');
+		rc = out_write(os, h, BLOCK, err);
+		if (rc == 0)
+			rc = out_write(os, rec, rec_len, err);
+		if (rc == 0)
+			rc = out_zeros(os, pad512(rec_len) - rec_len, err);
+		free(rec);
+		if (rc != 0)
+			return -1;
+		base_len = utf8_cut_bytes(base, strlen(base), 100);
+		build_header(h, base, base_len, NULL, 0, size, mtime, '0');
+		return out_write(os, h, BLOCK, err);
+	}
+}
+
+typedef struct arch_item {
+	const char *rel;
+	char *abs;
+	struct stat st;
+	char sha256[65];
+	uint64_t bytes;
+} arch_item;
+
+static int archive_name_ok(const char *name)
+{
+	size_t len = strlen(name), i;
+	const size_t pre = strlen(".archive-");
+	if (len <= pre + 4 || strncmp(name, ".archive-", pre) != 0 || strcmp(name + len - 4, ".tar") != 0)
+		return 0;
+	for (i = pre; i < len - 4; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '_'))
+			return 0;
+	}
+	return 1;
+}
+
+static int copy_member(out_stream *os, arch_item *it, rerr *err)
+{
+	int fd = open(it->abs, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	sha256_state hs;
+	char hex[65];
+	char *chunk = NULL;
+	uint64_t copied = 0;
+	int rc = -1;
+	if (fd < 0) {
+		err_set(err, "cannot open %s: %s", it->rel, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != it->st.st_dev ||
+	    st.st_ino != it->st.st_ino || (uint64_t)st.st_size != it->bytes) {
+		err_set(err, "source changed during archive: %s", it->rel);
+		goto cleanup;
+	}
+	if (write_entry_header(os, it->rel, it->bytes, (int64_t)it->st.st_mtime, err) != 0)
+		goto cleanup;
+	chunk = xmalloc(COPY_CHUNK);
+	sha256_begin(&hs);
+	while (copied < it->bytes) {
+		size_t want = it->bytes - copied > COPY_CHUNK ? COPY_CHUNK : (size_t)(it->bytes - copied);
+		ssize_t n = read(fd, chunk, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			err_set(err, "source changed during archive: %s", it->rel);
+			goto cleanup;
+		}
+		sha256_feed(&hs, chunk, (size_t)n);
+		if (out_write(os, chunk, (size_t)n, err) != 0)
+			goto cleanup;
+		copied += (uint64_t)n;
+	}
+	sha256_end_hex(&hs, hex);
+	if (strcmp(hex, it->sha256) != 0) {
+		err_set(err, "source changed during archive: %s", it->rel);
+		goto cleanup;
+	}
+	if (out_zeros(os, pad512(it->bytes) - it->bytes, err) != 0)
+		goto cleanup;
+	rc = 0;
+cleanup:
+	free(chunk);
+	close(fd);
+	return rc;
+}
+
+int tar_write_archive(const char *root, const char *base_abs, char *const *rels, size_t count, int present,
+                      const char *out_abs, archive_result *res, int *usage_out, rerr *err)
+{
+	const char *base_rel, *out_rel;
+	arch_item *items = xcalloc(count ? count : 1, sizeof(*items));
+	size_t used = 0, i, j, path_bytes = 0;
+	jv *index = jv_array();
+	char *index_text = NULL;
+	uint64_t total;
+	struct statvfs vfs;
+	out_stream os;
+	int created = 0;
+	int rc = -1;
+	os.fd = -1;
+	*usage_out = 0;
+	if (path_below_root(root, out_abs, &out_rel) != 0 || strchr(out_rel, '/') ||
+	    !archive_name_ok(out_rel)) {
+		err_set(err, "--out %s must be %s/.archive-<random>.tar", out_abs, root);
+		*usage_out = 1;
+		goto cleanup;
+	}
+	if (path_below_root(root, base_abs, &base_rel) != 0) {
+		err_set(err, "--base %s must be the guest root or lie below it", base_abs);
+		*usage_out = 1;
+		goto cleanup;
+	}
+	if (path_walk_check(root, base_rel, 0, NULL, err) != 0)
+		goto cleanup;
+	for (i = 0; i < count; i++) {
+		path_bytes += strlen(rels[i]) + 1;
+		if (!rel_path_ok(rels[i])) {
+			err_set(err, "invalid archive path '%s': relative, no empty, '.' or '..' segment",
+			        rels[i]);
+			*usage_out = 1;
+			goto cleanup;
+		}
+		for (j = 0; j < i; j++) {
+			if (strcmp(rels[i], rels[j]) == 0) {
+				err_set(err, "archive path '%s' is given twice", rels[i]);
+				*usage_out = 1;
+				goto cleanup;
+			}
+		}
+	}
+	if (path_bytes > ARCHIVE_PATHS_BYTES) {
+		err_set(
+		    err,
+		    "the paths total %zu bytes (one extra per path); at most %u per command: split the list",
+		    path_bytes, ARCHIVE_PATHS_BYTES);
+		*usage_out = 1;
+		goto cleanup;
+	}
+	for (i = 0; i < count; i++) {
+		char *target_rel = *base_rel ? xasprintf("%s/%s", base_rel, rels[i]) : xstrdup(rels[i]);
+		int exists = 0;
+		arch_item *it = &items[used];
+		int ok = path_walk_check(root, target_rel, 1, &exists, err);
+		if (ok == 0 && !exists && !present) {
+			err_set(err, "missing %s", rels[i]);
+			ok = -1;
+		}
+		if (ok == 0 && exists) {
+			it->rel = rels[i];
+			it->abs = path_join(root, target_rel);
+			if (lstat(it->abs, &it->st) != 0) {
+				err_set(err, "cannot stat %s: %s", rels[i], strerror(errno));
+				ok = -1;
+			} else if (S_ISLNK(it->st.st_mode)) {
+				err_set(err, "symlink %s", rels[i]);
+				ok = -1;
+			} else if (!S_ISREG(it->st.st_mode)) {
+				err_set(err, "%s is not a regular file", rels[i]);
+				ok = -1;
+			} else {
+				ok = hash_regular_file(it->abs, &it->st, it->sha256, &it->bytes, err);
+			}
+			used++;
+		}
+		free(target_rel);
+		if (ok != 0)
+			goto cleanup;
+	}
+	total = 0;
+	for (i = 0; i < used; i++) {
+		jv *o = jv_object();
+		jv_set_str(o, "path", items[i].rel);
+		jv_set_int(o, "bytes", (int64_t)items[i].bytes);
+		jv_set_str(o, "sha256", items[i].sha256);
+		jv_push(index, o);
+		if (items[i].bytes > 077777777777ull) {
+			err_set(err, "%s is larger than the 8 GiB a ustar member holds", items[i].rel);
+			goto cleanup;
+		}
+		total += entry_bytes(items[i].rel, items[i].bytes);
+	}
+	index_text = jv_to_text(index, 0);
+	total += entry_bytes(TAR_INDEX_NAME, strlen(index_text)) + 2 * BLOCK;
+	if (statvfs(root, &vfs) == 0 && (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize < total) {
+		err_set(err, "Not enough guest space for a %llu-byte archive", (unsigned long long)total);
+		goto cleanup;
+	}
+	os.fd = open(out_abs, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (os.fd < 0) {
+		err_set(err, "cannot create %s: %s", out_abs, strerror(errno));
+		goto cleanup;
+	}
+	created = 1;
+	os.written = 0;
+	sha256_begin(&os.hash);
+	if (write_entry_header(&os, TAR_INDEX_NAME, strlen(index_text), (int64_t)time(NULL), err) != 0 ||
+	    out_write(&os, index_text, strlen(index_text), err) != 0 ||
+	    out_zeros(&os, pad512(strlen(index_text)) - strlen(index_text), err) != 0)
+		goto cleanup;
+	for (i = 0; i < used; i++)
+		if (copy_member(&os, &items[i], err) != 0)
+			goto cleanup;
+	if (out_zeros(&os, 2 * BLOCK, err) != 0)
+		goto cleanup;
+	if (fsync(os.fd) != 0) {
+		err_set(err, "cannot sync %s: %s", out_abs, strerror(errno));
+		goto cleanup;
+	}
+	if (close(os.fd) != 0) {
+		os.fd = -1;
+		err_set(err, "cannot write %s: %s", out_abs, strerror(errno));
+		goto cleanup;
+	}
+	os.fd = -1;
+	if (fsync_dir(root, err) != 0)
+		goto cleanup;
+	sha256_end_hex(&os.hash, res->sha256);
+	res->bytes = os.written;
+	res->entries = used;
+	rc = 0;
+cleanup:
+	if (os.fd >= 0)
+		close(os.fd);
+	if (rc != 0 && created)
+		unlink(out_abs);
+	for (i = 0; i < count; i++)
+		free(items[i].abs);
+	free(items);
+	jv_free(index);
+	free(index_text);
+	return rc;
+}
+
+/* ---- reader ------------------------------------------------------------ */
+
+typedef struct in_stream {
+	int fd;
+	uint64_t offset;
+} in_stream;
+
+/* Reads exactly len bytes; 1 when the archive ended first, -1 on error. */
+static int in_read(in_stream *is, void *data, size_t len, rerr *err)
+{
+	char *p = data;
+	while (len) {
+		ssize_t n = read(is->fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			err_set(err, "cannot read the archive: %s", strerror(errno));
+			return -1;
+		}
+		if (n == 0) {
+			err_set(err, "truncated archive: it ends inside a member at byte %llu",
+			        (unsigned long long)is->offset);
+			return 1;
+		}
+		p += n;
+		len -= (size_t)n;
+		is->offset += (uint64_t)n;
+	}
+	return 0;
+}
+
+static int block_zero(const unsigned char *b)
+{
+	size_t i;
+	for (i = 0; i < BLOCK; i++)
+		if (b[i])
+			return 0;
+	return 1;
+}
+
+static int parse_octal(const unsigned char *field, size_t width, uint64_t *out)
+{
+	uint64_t v = 0;
+	size_t i = 0;
+	int digits = 0;
+	if (field[0] & 0x80)
+		return -1; /* base-256: a GNU extension */
+	while (i < width && field[i] == ' ')
+		i++;
+	for (; i < width && field[i] >= '0' && field[i] <= '7'; i++) {
+		if (v > (UINT64_MAX >> 3))
+			return -1;
+		v = (v << 3) | (uint64_t)(field[i] - '0');
+		digits++;
+	}
+	for (; i < width; i++)
+		if (field[i] != ' ' && field[i] != '\0')
+			return -1;
+	if (!digits)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int header_checksum_ok(const unsigned char *h)
+{
+	uint64_t stored;
+	unsigned sum = 0;
+	size_t i;
+	if (parse_octal(h + 148, 8, &stored) != 0)
+		return 0;
+	for (i = 0; i < BLOCK; i++)
+		sum += (i >= 148 && i < 156) ? ' ' : h[i];
+	return stored == sum;
+}
+
+static char *field_string(const unsigned char *field, size_t width)
+{
+	size_t n = 0;
+	while (n < width && field[n])
+		n++;
+	return xstrndup((const char *)field, n);
+}
+
+/* Parses pax records; only `path` is allowed. */
+static int parse_pax(const char *data, size_t len, char **path_out, rerr *err)
+{
+	size_t pos = 0;
+	while (pos < len) {
+		size_t rec_len = 0, i = pos;
+		const char *kv, *eq, *rec_end;
+		while (i < len && data[i] >= '0' && data[i] <= '9') {
+			rec_len = rec_len * 10 + (size_t)(data[i] - '0');
+			if (rec_len > len)
+				break;
+			i++;
+		}
+		if (i == pos || i >= len || data[i] != ' ' || rec_len < 5 || pos + rec_len > len ||
+		    data[pos + rec_len - 1] != '\n') {
+			err_set(err, "malformed pax extended header");
+			return -1;
+		}
+		kv = data + i + 1;
+		rec_end = data + pos + rec_len - 1;
+		eq = memchr(kv, '=', (size_t)(rec_end - kv));
+		if (!eq) {
+			err_set(err, "malformed pax extended header");
+			return -1;
+		}
+		if ((size_t)(eq - kv) != 4 || memcmp(kv, "path", 4) != 0) {
+			err_set(err, "pax header sets '%.*s'; only 'path' is accepted", (int)(eq - kv), kv);
+			return -1;
+		}
+		if (memchr(eq + 1, '\0', (size_t)(rec_end - eq - 1))) {
+			err_set(err, "pax path holds a NUL byte");
+			return -1;
+		}
+		free(*path_out);
+		*path_out = xstrndup(eq + 1, (size_t)(rec_end - eq - 1));
+		pos += rec_len;
+	}
+	return 0;
+}
+
+/* Reads the next member header; *end_out set at the end-of-archive marker.
+ * Returns the member's path (malloc'd) and size. */
+static int next_member(in_stream *is, char **path_out, uint64_t *size_out, int *end_out, rerr *err)
+{
+	unsigned char h[BLOCK];
+	char *pax_path = NULL;
+	int rc = -1;
+	*end_out = 0;
+	*path_out = NULL;
+	for (;;) {
+		uint64_t size;
+		char type;
+		int r = in_read(is, h, BLOCK, err);
+		if (r != 0) {
+			if (r > 0)
+				err_set(err, "truncated archive: no end-of-archive blocks");
+			goto cleanup;
+		}
+		if (block_zero(h)) {
+			if (pax_path) {
+				err_set(err, "pax extended header without a member");
+				goto cleanup;
+			}
+			*end_out = 1;
+			rc = 0;
+			goto cleanup;
+		}
+		if (!header_checksum_ok(h)) {
+			err_set(err, "damaged archive: header checksum mismatch at byte %llu",
+			        (unsigned long long)(is->offset - BLOCK));
+			goto cleanup;
+		}
+		if (memcmp(h + 257, "ustar", 6) != 0 || memcmp(h + 263, "00", 2) != 0) {
+			err_set(err,
+			        "member at byte %llu is not a POSIX ustar header (GNU or old tar extension)",
+			        (unsigned long long)(is->offset - BLOCK));
+			goto cleanup;
+		}
+		if (parse_octal(h + 124, 12, &size) != 0) {
+			err_set(err, "member at byte %llu has an unsupported size field",
+			        (unsigned long long)(is->offset - BLOCK));
+			goto cleanup;
+		}
+		type = (char)h[156];
+		if (type == 'x') {
+			char *data;
+			if (pax_path) {
+				err_set(err, "two pax extended headers in a row");
+				goto cleanup;
+			}
+			if (size > PAX_MAX_BYTES) {
+				err_set(err, "pax extended header of %llu bytes is too large",
+				        (unsigned long long)size);
+				goto cleanup;
+			}
+			data = xmalloc((size_t)pad512(size) + 1);
+			r = in_read(is, data, (size_t)pad512(size), err);
+			if (r == 0)
+				r = parse_pax(data, (size_t)size, &pax_path, err);
+			free(data);
+			if (r != 0)
+				goto cleanup;
+			if (!pax_path) {
+				err_set(err, "pax extended header without a path");
+				goto cleanup;
+			}
+			continue;
+		}
+		if (type != '0' && type != '\0') {
+			char *name = field_string(h, 100);
+			const char *what;
+			switch (type) {
+			case '1': what = "hard link"; break;
+			case '2': what = "symbolic link"; break;
+			case '3': what = "character device"; break;
+			case '4': what = "block device"; break;
+			case '5': what = "directory"; break;
+			case '6': what = "FIFO"; break;
+			case 'g': what = "pax global header"; break;
+			default: what = "unsupported (GNU or sparse) member"; break;
+			}
+			err_set(err, "%s entry '%s' refused: only regular files are accepted", what, name);
+			free(name);
+			goto cleanup;
+		}
+		if (pax_path) {
+			*path_out = pax_path;
+			pax_path = NULL;
+		} else {
+			char *name = field_string(h, 100);
+			char *prefix = field_string(h + 345, 155);
+			*path_out = *prefix ? xasprintf("%s/%s", prefix, name) : xstrdup(name);
+			free(name);
+			free(prefix);
+		}
+		*size_out = size;
+		rc = 0;
+		goto cleanup;
+	}
+cleanup:
+	free(pax_path);
+	return rc;
+}
+
+static int member_path_ok(const char *path, rerr *err)
+{
+	if (!utf8_valid(path, strlen(path))) {
+		err_set(err, "entry path is not UTF-8");
+		return 0;
+	}
+	if (path[0] == '/') {
+		err_set(err, "absolute path '%s' refused", path);
+		return 0;
+	}
+	if (!rel_path_ok(path)) {
+		err_set(
+		    err,
+		    "unsafe path '%s' refused: empty, '.' or '..' segment, backslash or control character",
+		    path);
+		return 0;
+	}
+	return 1;
+}
+
+typedef struct index_entry {
+	char *path;
+	uint64_t bytes;
+	char sha256[65];
+	char *staged;
+	int keep_existing;
+} index_entry;
+
+static int parse_index(const char *text, size_t len, index_entry **out, size_t *count_out, rerr *err)
+{
+	jv *arr = jv_parse(text, len, err);
+	index_entry *entries = NULL;
+	size_t i, n;
+	int rc = -1;
+	if (!arr) {
+		err_prefix(err, "unreadable %s", TAR_INDEX_NAME);
+		return -1;
+	}
+	if (arr->type != JV_ARRAY) {
+		err_set(err, "%s is not a JSON array", TAR_INDEX_NAME);
+		goto cleanup;
+	}
+	n = arr->count;
+	entries = xcalloc(n ? n : 1, sizeof(*entries));
+	for (i = 0; i < n; i++) {
+		jv *o = arr->items[i];
+		const char *path = jv_get_str(o, "path");
+		const char *sha = jv_get_str(o, "sha256");
+		int64_t bytes;
+		size_t j;
+		if (!jv_is(o, JV_OBJECT) || o->count != 3 || !path || !sha ||
+		    !jv_get_int(o, "bytes", &bytes) || bytes < 0 || !sha256_hex_ok(sha)) {
+			err_set(err, "%s entry %zu is not {path, bytes, sha256}", TAR_INDEX_NAME, i);
+			goto cleanup;
+		}
+		if (!member_path_ok(path, err))
+			goto cleanup;
+		for (j = 0; j < i; j++) {
+			if (strcmp(entries[j].path, path) == 0) {
+				err_set(err, "path '%s' appears twice in %s", path, TAR_INDEX_NAME);
+				goto cleanup;
+			}
+		}
+		entries[i].path = xstrdup(path);
+		entries[i].bytes = (uint64_t)bytes;
+		memcpy(entries[i].sha256, sha, 65);
+	}
+	*out = entries;
+	*count_out = n;
+	entries = NULL;
+	rc = 0;
+cleanup:
+	if (entries) {
+		for (i = 0; i < n; i++)
+			free(entries[i].path);
+		free(entries);
+	}
+	jv_free(arr);
+	return rc;
+}
+
+/* Orders paths segment by segment, so "a" is directly followed by "a/…". */
+static int seg_cmp(const void *a, const void *b)
+{
+	const unsigned char *x = *(const unsigned char *const *)a;
+	const unsigned char *y = *(const unsigned char *const *)b;
+	for (;; x++, y++) {
+		unsigned cx = *x == '/' ? 1 : *x;
+		unsigned cy = *y == '/' ? 1 : *y;
+		if (cx != cy)
+			return cx < cy ? -1 : 1;
+		if (!cx)
+			return 0;
+	}
+}
+
+static int paths_conflict(index_entry *entries, size_t n, rerr *err)
+{
+	const char **paths = xcalloc(n ? n : 1, sizeof(*paths));
+	size_t i;
+	int rc = 0;
+	for (i = 0; i < n; i++)
+		paths[i] = entries[i].path;
+	qsort(paths, n, sizeof(*paths), seg_cmp);
+	for (i = 0; i + 1 < n; i++) {
+		size_t len = strlen(paths[i]);
+		if (strncmp(paths[i], paths[i + 1], len) == 0 && paths[i + 1][len] == '/') {
+			err_set(err, "'%s' is both a file and a directory in the archive", paths[i]);
+			rc = -1;
+			break;
+		}
+	}
+	free(paths);
+	return rc;
+}
+
+static int stage_member(in_stream *is, const char *staged_path, index_entry *e, rerr *err)
+{
+	int fd = open(staged_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	char *chunk = NULL;
+	uint64_t left = e->bytes;
+	sha256_state hs;
+	char hex[65];
+	int rc = -1;
+	if (fd < 0) {
+		err_set(err, "cannot create %s: %s", staged_path, strerror(errno));
+		return -1;
+	}
+	chunk = xmalloc(COPY_CHUNK);
+	sha256_begin(&hs);
+	while (left) {
+		size_t n = left > COPY_CHUNK ? COPY_CHUNK : (size_t)left;
+		const char *p = chunk;
+		size_t w = n;
+		if (in_read(is, chunk, n, err) != 0)
+			goto cleanup;
+		sha256_feed(&hs, chunk, n);
+		while (w) {
+			ssize_t k = write(fd, p, w);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k < 0) {
+				err_set(err, "cannot write %s: %s", staged_path, strerror(errno));
+				goto cleanup;
+			}
+			p += k;
+			w -= (size_t)k;
+		}
+		left -= n;
+	}
+	if (pad512(e->bytes) > e->bytes) {
+		char pad[BLOCK];
+		if (in_read(is, pad, (size_t)(pad512(e->bytes) - e->bytes), err) != 0)
+			goto cleanup;
+	}
+	sha256_end_hex(&hs, hex);
+	if (strcmp(hex, e->sha256) != 0) {
+		err_set(err, "SHA-256 of '%s' differs from the index (corrupted archive)", e->path);
+		goto cleanup;
+	}
+	if (fsync(fd) != 0) {
+		err_set(err, "cannot sync %s: %s", staged_path, strerror(errno));
+		goto cleanup;
+	}
+	rc = 0;
+cleanup:
+	free(chunk);
+	if (close(fd) != 0 && rc == 0) {
+		err_set(err, "cannot write %s: %s", staged_path, strerror(errno));
+		rc = -1;
+	}
+	return rc;
+}
+
+int tar_unpack(const char *root, const char *base_abs, const char *archive_abs, unpack_result *res,
+               int *usage_out, rerr *err)
+{
+	const char *base_rel, *archive_rel;
+	in_stream is;
+	index_entry *entries = NULL;
+	size_t count = 0, i;
+	char *path = NULL;
+	char *staging = NULL;
+	char *index_text = NULL;
+	char rnd[17];
+	uint64_t size, total = 0;
+	int end = 0, rc = -1;
+	struct stat st;
+	is.fd = -1;
+	is.offset = 0;
+	*usage_out = 0;
+	if (path_below_root(root, archive_abs, &archive_rel) != 0 || !*archive_rel) {
+		err_set(err, "archive %s must lie below the guest root %s", archive_abs, root);
+		*usage_out = 1;
+		goto cleanup;
+	}
+	if (path_below_root(root, base_abs, &base_rel) != 0) {
+		err_set(err, "--base %s must be the guest root or lie below it", base_abs);
+		*usage_out = 1;
+		goto cleanup;
+	}
+	if (path_walk_check(root, archive_rel, 0, NULL, err) != 0 || dir_ensure(root, base_rel, err) != 0)
+		goto cleanup;
+	is.fd = open(archive_abs, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (is.fd < 0 || fstat(is.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		err_set(err, "cannot open archive %s as a regular file: %s", archive_abs,
+		        is.fd < 0 ? strerror(errno) : "not a regular file");
+		goto cleanup;
+	}
+	/* The index. */
+	if (next_member(&is, &path, &size, &end, err) != 0)
+		goto cleanup;
+	if (end || strcmp(path, TAR_INDEX_NAME) != 0) {
+		err_set(err, "the first member is not %s", TAR_INDEX_NAME);
+		goto cleanup;
+	}
+	if (size > INDEX_MAX_BYTES) {
+		err_set(err, "%s of %llu bytes is too large", TAR_INDEX_NAME, (unsigned long long)size);
+		goto cleanup;
+	}
+	index_text = xmalloc((size_t)pad512(size) + 1);
+	if (in_read(&is, index_text, (size_t)pad512(size), err) != 0)
+		goto cleanup;
+	if (parse_index(index_text, (size_t)size, &entries, &count, err) != 0)
+		goto cleanup;
+	if (paths_conflict(entries, count, err) != 0)
+		goto cleanup;
+	if (random_hex(rnd, 8, err) != 0)
+		goto cleanup;
+	{
+		char *name = xasprintf(".relay-unpack-%s", rnd);
+		staging = path_join(base_abs, name);
+		free(name);
+	}
+	if (mkdir(staging, 0700) != 0) {
+		err_set(err, "cannot create %s: %s", staging, strerror(errno));
+		free(staging);
+		staging = NULL;
+		goto cleanup;
+	}
+	/* The members, in index order. */
+	for (i = 0; i < count; i++) {
+		free(path);
+		path = NULL;
+		if (next_member(&is, &path, &size, &end, err) != 0)
+			goto cleanup;
+		if (end) {
+			err_set(err, "the archive ends before index entry '%s'", entries[i].path);
+			goto cleanup;
+		}
+		if (!member_path_ok(path, err))
+			goto cleanup;
+		if (strcmp(path, entries[i].path) != 0) {
+			err_set(err, "member '%s' is not next in the index (expected '%s')", path,
+			        entries[i].path);
+			goto cleanup;
+		}
+		if (size != entries[i].bytes) {
+			err_set(err, "member '%s' has %llu bytes; the index says %llu", path,
+			        (unsigned long long)size, (unsigned long long)entries[i].bytes);
+			goto cleanup;
+		}
+		if (is.offset + pad512(size) > (uint64_t)st.st_size) {
+			err_set(err, "truncated archive: member '%s' is larger than the bytes left", path);
+			goto cleanup;
+		}
+		entries[i].staged = xasprintf("%s/%zu", staging, i);
+		if (stage_member(&is, entries[i].staged, &entries[i], err) != 0)
+			goto cleanup;
+		total += size;
+	}
+	free(path);
+	path = NULL;
+	if (next_member(&is, &path, &size, &end, err) != 0)
+		goto cleanup;
+	if (!end) {
+		err_set(err, "member '%s' is not in the index", path);
+		goto cleanup;
+	}
+	{
+		unsigned char block[BLOCK];
+		ssize_t n;
+		int r = in_read(&is, block, BLOCK, err);
+		if (r != 0) {
+			if (r > 0)
+				err_set(err, "truncated archive: only one end-of-archive block");
+			goto cleanup;
+		}
+		if (!block_zero(block)) {
+			err_set(err, "trailing data after the end of the archive");
+			goto cleanup;
+		}
+		while ((n = read(is.fd, block, BLOCK)) != 0) {
+			ssize_t k;
+			if (n < 0) {
+				if (errno == EINTR)
+					continue;
+				err_set(err, "cannot read the archive: %s", strerror(errno));
+				goto cleanup;
+			}
+			for (k = 0; k < n; k++) {
+				if (block[k]) {
+					err_set(err, "trailing data after the end of the archive");
+					goto cleanup;
+				}
+			}
+		}
+	}
+	/* Check every target before placing anything. */
+	for (i = 0; i < count; i++) {
+		char *target_rel =
+		    *base_rel ? xasprintf("%s/%s", base_rel, entries[i].path) : xstrdup(entries[i].path);
+		int exists = 0;
+		int ok = path_walk_check(root, target_rel, 1, &exists, err);
+		if (ok == 0 && exists) {
+			char *target = path_join(root, target_rel);
+			struct stat tst;
+			char hex[65];
+			uint64_t bytes = 0;
+			if (lstat(target, &tst) != 0 || !S_ISREG(tst.st_mode) ||
+			    hash_regular_file(target, &tst, hex, &bytes, err) != 0 ||
+			    bytes != entries[i].bytes || strcmp(hex, entries[i].sha256) != 0) {
+				err_set(err,
+				        "'%s' already exists in the destination with other content; remove "
+				        "it first",
+				        entries[i].path);
+				ok = -1;
+			} else {
+				entries[i].keep_existing = 1;
+			}
+			free(target);
+		}
+		free(target_rel);
+		if (ok != 0)
+			goto cleanup;
+	}
+	/* Place. */
+	{
+		char *last_parent = NULL;
+		for (i = 0; i < count; i++) {
+			char *target_rel, *target, *parent_rel, *slash;
+			int ok = 0;
+			if (entries[i].keep_existing)
+				continue;
+			target_rel = *base_rel ? xasprintf("%s/%s", base_rel, entries[i].path)
+			                       : xstrdup(entries[i].path);
+			target = path_join(root, target_rel);
+			parent_rel = xstrdup(target_rel);
+			slash = strrchr(parent_rel, '/');
+			if (slash)
+				*slash = '\0';
+			else
+				parent_rel[0] = '\0';
+			if (dir_ensure(root, parent_rel, err) != 0) {
+				ok = -1;
+			} else if (link(entries[i].staged, target) != 0) {
+				if (errno == EEXIST || path_exists(target) ||
+				    rename(entries[i].staged, target) != 0) {
+					err_set(err, "cannot place %s: %s", entries[i].path, strerror(errno));
+					ok = -1;
+				}
+			}
+			if (ok == 0 && last_parent && strcmp(last_parent, parent_rel) != 0) {
+				char *dir = path_join(root, last_parent);
+				ok = fsync_dir(dir, err);
+				free(dir);
+			}
+			free(last_parent);
+			last_parent = parent_rel;
+			free(target_rel);
+			free(target);
+			if (ok != 0) {
+				free(last_parent);
+				goto cleanup;
+			}
+		}
+		if (last_parent) {
+			char *dir = path_join(root, last_parent);
+			int ok = fsync_dir(dir, err);
+			free(dir);
+			free(last_parent);
+			if (ok != 0)
+				goto cleanup;
+		}
+	}
+	res->unpacked = count;
+	res->bytes = total;
+	rc = 0;
+cleanup:
+	if (staging) {
+		rerr ignored;
+		remove_tree(staging, &ignored);
+		fsync_dir(base_abs, &ignored);
+	}
+	if (is.fd >= 0)
+		close(is.fd);
+	for (i = 0; i < count; i++) {
+		free(entries[i].path);
+		free(entries[i].staged);
+	}
+	free(entries);
+	free(path);
+	free(staging);
+	free(index_text);
+	return rc;
+}
