@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mcp-relay needs that are missing.
+#   scripts/deps.sh build   what building needs (and what local guests use)
+#   scripts/deps.sh test    build + everything the tests start (sshd, Xvfb, chromium, ...)
+set -euo pipefail
+need=(cmake make gcc pkg-config libjson-c-dev libcurl4-openssl-dev libarchive-dev libpng-dev libssl-dev
+      xvfb x11vnc xauth slirp4netns passt iproute2)
+if [ "${1:-build}" = test ]; then
+  need+=(libcmocka-dev libx11-dev openssh-server openssh-client x11-apps imagemagick chromium python3
+         xdotool netcat-openbsd)
+fi
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ! command -v node >/dev/null 2>&1 && [ "${1:-build}" = test ]; then missing+=(nodejs npm); fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}" >&2
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
