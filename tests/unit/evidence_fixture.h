@@ -43,7 +43,7 @@ typedef struct fx_run {
 	unsigned rgb_before, rgb_after;
 } fx_run;
 
-static void fx_write(fx_pkg *p, const char *rel, const char *data, size_t len)
+static __attribute__((unused)) void fx_write(fx_pkg *p, const char *rel, const char *data, size_t len)
 {
 	char path[1024];
 	snprintf(path, sizeof path, "%s/%s", p->dir, rel);
@@ -56,7 +56,7 @@ static void fx_write(fx_pkg *p, const char *rel, const char *data, size_t len)
 	}
 }
 
-static void fx_write_json(fx_pkg *p, const char *rel, json_object *obj)
+static __attribute__((unused)) void fx_write_json(fx_pkg *p, const char *rel, json_object *obj)
 {
 	char *text = jsonx_to_string(obj, JSONX_PRETTY);
 	fx_write(p, rel, text, strlen(text));
@@ -70,7 +70,7 @@ typedef struct fx_mem {
 	size_t len, cap;
 } fx_mem;
 
-static void fx_png_write(png_structp png, png_bytep data, png_size_t len)
+static __attribute__((unused)) void fx_png_write(png_structp png, png_bytep data, png_size_t len)
 {
 	fx_mem *m = png_get_io_ptr(png);
 	if (m->len + len > m->cap) {
@@ -81,12 +81,12 @@ static void fx_png_write(png_structp png, png_bytep data, png_size_t len)
 	m->len += len;
 }
 
-static void fx_png_flush(png_structp png)
+static __attribute__((unused)) void fx_png_flush(png_structp png)
 {
 	(void)png;
 }
 
-static fx_mem fx_png(unsigned rgb)
+static __attribute__((unused)) fx_mem fx_png(unsigned rgb)
 {
 	fx_mem m = {0};
 	png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
@@ -108,14 +108,14 @@ static fx_mem fx_png(unsigned rgb)
 	return m;
 }
 
-static void fx_time(fx_pkg *p, int offset_ms, char out[32])
+static __attribute__((unused)) void fx_time(fx_pkg *p, int offset_ms, char out[32])
 {
 	int ms = p->minute * 60000 + offset_ms;
 	snprintf(out, 32, "2026-09-24T10:%02d:%02d.%03dZ", 10 + ms / 60000, (ms / 1000) % 60, ms % 1000);
 }
 
 /* Appends a journal line: `fields` is a JSON object text without braces. */
-static void fx_line(fx_pkg *p, const char *type, int offset_ms, const char *fields)
+static __attribute__((unused)) void fx_line(fx_pkg *p, const char *type, int offset_ms, const char *fields)
 {
 	char at[32];
 	fx_time(p, offset_ms, at);
@@ -123,7 +123,7 @@ static void fx_line(fx_pkg *p, const char *type, int offset_ms, const char *fiel
 	              ++p->seq, at, type, FX_SESSION, fields[0] ? "," : "", fields);
 }
 
-static void fx_init(fx_pkg *p)
+static __attribute__((unused)) void fx_init(fx_pkg *p)
 {
 	memset(p, 0, sizeof *p);
 	snprintf(p->root, sizeof p->root, "/tmp/evidence-pkg-XXXXXX");
@@ -143,7 +143,7 @@ static void fx_init(fx_pkg *p)
 	fx_write(p, "state/receiver/groups.json", "{\"active\":null,\"used\":[]}\n", 26);
 }
 
-static json_object *fx_snapshot_desc(fx_pkg *p, const fx_run *r, const char *phase, const char *sha,
+static __attribute__((unused)) json_object *fx_snapshot_desc(fx_pkg *p, const fx_run *r, const char *phase, const char *sha,
                                      size_t bytes, const char *at)
 {
 	json_object *d = json_object_new_object();
@@ -170,7 +170,7 @@ static json_object *fx_snapshot_desc(fx_pkg *p, const fx_run *r, const char *pha
 }
 
 /* One recorded run: journal lines, records, receipt, snapshots, host files. */
-static void fx_add_run(fx_pkg *p, const fx_run *r)
+static __attribute__((unused)) void fx_add_run(fx_pkg *p, const fx_run *r)
 {
 	p->minute++;
 	char aid[256], buf[4096], rel[512], at_start[32], at_before[32], at_after[32], at_end[32];
@@ -379,7 +379,7 @@ static void fx_add_run(fx_pkg *p, const fx_run *r)
 }
 
 /* A diagnostic shell script (guest.md §13). */
-static void fx_add_diagnostic(fx_pkg *p, const char *id, int code)
+static __attribute__((unused)) void fx_add_diagnostic(fx_pkg *p, const char *id, int code)
 {
 	p->minute++;
 	char rel[512], buf[2048], at[32];
@@ -402,7 +402,7 @@ static void fx_add_diagnostic(fx_pkg *p, const char *id, int code)
 	fx_write(p, rel, buf, strlen(buf));
 }
 
-static void fx_add_extraction(fx_pkg *p)
+static __attribute__((unused)) void fx_add_extraction(fx_pkg *p)
 {
 	fx_mem png = fx_png(0x20a040);
 	fx_write(p, "extractions/screens/6f0c1e9a-3b2d-4c5e-8f7a-1b2c3d4e5f60/login/step-1.png",
@@ -412,12 +412,12 @@ static void fx_add_extraction(fx_pkg *p)
 	fx_write(p, "host/extractions/6f0c1e9a-3b2d-4c5e-8f7a-1b2c3d4e5f60.json", facts, strlen(facts));
 }
 
-static void fx_finish(fx_pkg *p)
+static __attribute__((unused)) void fx_finish(fx_pkg *p)
 {
 	fx_write(p, "state/journal/events.jsonl", p->journal.data, p->journal.len);
 }
 
-static void fx_free(fx_pkg *p)
+static __attribute__((unused)) void fx_free(fx_pkg *p)
 {
 	strbuf_free(&p->journal);
 	fs_remove_tree(p->root, NULL);

@@ -232,7 +232,9 @@ static void step_section(strbuf *out, json_object *step, json_object *detail)
 }
 
 /* JSON inside a <script type="application/json"> data block: "</" becomes
- * "<\/" and "<!--" becomes "\u003c!--", so the block cannot end early. */
+ * "<\/" (as the spec asks) and every other "<" becomes "\u003c", so the block
+ * can neither end early nor enter the parser's escaped-script states. Both
+ * are plain JSON escapes: the data parses to the same value. */
 static void data_block(strbuf *out, const json_object *review)
 {
 	char *json = jsonx_to_string(review, 0);
@@ -245,7 +247,7 @@ static void data_block(strbuf *out, const json_object *review)
 		if (p[0] == '<' && p[1] == '/') {
 			strbuf_puts(out, "<\\/");
 			p++;
-		} else if (strncmp(p, "<!--", 4) == 0) {
+		} else if (p[0] == '<') {
 			strbuf_puts(out, "\\u003c");
 		} else {
 			strbuf_putc(out, *p);

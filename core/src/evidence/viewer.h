@@ -8,7 +8,8 @@
  * works when opened from the package folder. Every text from the guest or
  * the agent is HTML-escaped; output is shown in <pre> blocks. The review data
  * it was built from is embedded as a non-executed JSON data block
- * (<script type="application/json" id="relay-review">, "</" written "<\/").
+ * (<script type="application/json" id="relay-review">, "</" written "<\/",
+ * any other "<" written "\u003c").
  */
 #ifndef RELAY_EVIDENCE_VIEWER_H
 #define RELAY_EVIDENCE_VIEWER_H
