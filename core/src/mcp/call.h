@@ -33,6 +33,13 @@ void relay_call_complete(relay_call *call, tool_result *result);
 /* Marks the call cancelled (used at the end of the grace period). */
 void relay_call_cancel(relay_call *call);
 
+/* A call that belongs to no request: work the session starts by itself (the
+ * release of every guest at the end of the session, a bounded direct
+ * release) and must be able to cancel through the same flag plugins poll.
+ * It sends no progress and no response; relay_call_complete(call, NULL)
+ * frees it. NULL when out of memory. */
+relay_call *relay_call_new_internal(void);
+
 /* The progress counter the call last sent (for callers that continue a
  * sequence). */
 double relay_call_last_progress(const relay_call *call);

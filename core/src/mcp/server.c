@@ -317,6 +317,16 @@ static void call_free(relay_call *call)
 	free(call);
 }
 
+relay_call *relay_call_new_internal(void)
+{
+	relay_call *call = calloc(1, sizeof *call);
+	if (call == NULL)
+		return NULL;
+	pthread_mutex_init(&call->lock, NULL);
+	atomic_init(&call->cancelled, false);
+	return call;
+}
+
 static void unlink_inflight(mcp_server *srv, relay_call *call)
 {
 	pthread_mutex_lock(&srv->lock);
@@ -338,6 +348,12 @@ void relay_call_complete(relay_call *call, tool_result *result)
 		return;
 	}
 	mcp_server *srv = call->srv;
+	if (srv == NULL) {
+		/* An internal call (relay_call_new_internal): nothing is written. */
+		tool_result_free(result);
+		call_free(call);
+		return;
+	}
 	unlink_inflight(srv, call);
 	pthread_mutex_lock(&call->lock);
 	call->done = true;
