@@ -23,12 +23,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cmocka.h>
+/* cmocka needs these first. */
 #include <setjmp.h>
+// clang-format off
+#include <cmocka.h>
+// clang-format on
 
 #include "util/fsutil.h"
 #include "util/jsonx.h"
