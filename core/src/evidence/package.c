@@ -414,6 +414,12 @@ static void check_ancestors(const char *package_dir, const char *project_dir, fw
 	free(copy);
 }
 
+/* fw_walk sorts by strcmp, so the tree can be searched. */
+static int entry_path_cmp(const void *a, const void *b)
+{
+	return strcmp(((const fw_entry *)a)->path, ((const fw_entry *)b)->path);
+}
+
 static bool same_opt_str(json_object *a, json_object *b, const char *key)
 {
 	const char *x = jsonx_get_str(a, key), *y = jsonx_get_str(b, key);
@@ -540,13 +546,10 @@ relay_status evidence_package_verify_files(const char *package_dir, const char *
 	evidence_file_hash *got = calloc(n ? n : 1, sizeof *got);
 	size_t hn = 0;
 	for (size_t i = 0; i < n && got; i++) {
-		bool present = false;
-		for (size_t t = 0; t < tree.count;
-		     t++) /* tree is sorted: bsearch would do; n is small enough */
-			if (tree.items[t].kind == FW_FILE && strcmp(tree.items[t].path, items[i].path) == 0) {
-				present = true;
-				break;
-			}
+		fw_entry key = {.path = (char *)items[i].path};
+		const fw_entry *hit =
+		    bsearch(&key, tree.items, tree.count, sizeof *tree.items, entry_path_cmp);
+		bool present = hit != NULL && hit->kind == FW_FILE;
 		if (!present) {
 			verr(errors, "%s: listed in the manifest but missing", items[i].path);
 			continue;
