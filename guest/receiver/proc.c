@@ -483,6 +483,10 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 			break;
 		}
 	}
+	/* A cancellation that killed the group itself (receiver cancel) is
+	 * seen here, after the process ended. */
+	if (!res->cancelled && !res->timed_out && hooks && hooks->cancelled && hooks->cancelled(hooks->ctx))
+		res->cancelled = 1;
 	/* Output already written before the end belongs to the run. */
 	if (!res->output_truncated) {
 		if (out_p[0] >= 0)

@@ -279,7 +279,8 @@ static RH_UNUSED int rh_exists(const char *path)
 static RH_UNUSED void rh_rm_rf(const char *path)
 {
 	relay_error err;
-	fs_remove_tree(path, &err);
+	if (fs_remove_tree(path, &err) != RELAY_OK)
+		fprintf(stderr, "cleanup of %s failed: %s\n", path, err.message);
 }
 
 /* A fresh guest root: prepared and, when init is set, with a recording. */
