@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "evidence/archive.h"
 #include "loader/loader.h"
 #include "mcp/call.h"
 #include "util/clock.h"
@@ -85,29 +86,6 @@ static relay_status host_process_run(const relay_process_request *req, relay_cal
 	return process_run(req, cancel_adapter, call, flags, res, err);
 }
 
-/* The evidence archive functions live in evidence/archive.c; until that
- * module is linked in they are absent and the services report unsupported. */
-relay_status evidence_archive_write(const char *archive_path, const char *base_dir, const char *const *rel_paths,
-				    unsigned flags, char **index_json_out, relay_error *err) __attribute__((weak));
-relay_status evidence_archive_extract(const char *archive_path, const char *dest_dir, const char *expected_json,
-				      unsigned flags, char **facts_json_out, relay_error *err) __attribute__((weak));
-
-static relay_status host_archive_write(const char *archive_path, const char *base_dir, const char *const *rel_paths,
-				       unsigned flags, char **index_json_out, relay_error *err)
-{
-	if (evidence_archive_write == NULL)
-		return relay_error_set(err, RELAY_E_UNSUPPORTED, 0, "evidence archives are not built into this relay");
-	return evidence_archive_write(archive_path, base_dir, rel_paths, flags, index_json_out, err);
-}
-
-static relay_status host_archive_extract(const char *archive_path, const char *dest_dir, const char *expected_json,
-					 unsigned flags, char **facts_json_out, relay_error *err)
-{
-	if (evidence_archive_extract == NULL)
-		return relay_error_set(err, RELAY_E_UNSUPPORTED, 0, "evidence archives are not built into this relay");
-	return evidence_archive_extract(archive_path, dest_dir, expected_json, flags, facts_json_out, err);
-}
-
 static const relay_host host_table = {
 	.abi_version = RELAY_ABI_VERSION,
 	.struct_size = sizeof(relay_host),
@@ -123,8 +101,8 @@ static const relay_host host_table = {
 	.sha256_buffer = host_sha256_buffer,
 	.sha256_file = host_sha256_file,
 	.process_run = host_process_run,
-	.archive_write = host_archive_write,
-	.archive_extract = host_archive_extract,
+	.archive_write = evidence_archive_write,
+	.archive_extract = evidence_archive_extract,
 	.random_bytes = random_fill,
 };
 

@@ -323,7 +323,7 @@ char *loader_exe_dir(void)
 
 static char *existing_file(const char *dir, const char *name)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX * 2];
 	snprintf(path, sizeof path, "%s/%s.so", dir, name);
 	struct stat st;
 	if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
