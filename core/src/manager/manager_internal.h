@@ -102,6 +102,8 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 tool_result *tool_release(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_search(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_probe(manager *m, guest *g, json_object *args, relay_call *call);
+/* relay_probe with scope "guest" (tools.md §3.2); tool_probe() hands over. */
+tool_result *tool_probe_guest(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_acquisition_capabilities(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_script(manager *m, guest *g, json_object *args, relay_call *call);
