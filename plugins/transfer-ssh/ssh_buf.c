@@ -1,0 +1,105 @@
+#include "ssh_buf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ssh_buf_free(ssh_buf *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = b->capacity = 0;
+	b->failed = false;
+}
+
+static bool reserve(ssh_buf *b, size_t extra)
+{
+	if (b->failed)
+		return false;
+	if (extra > (size_t)-1 / 2 - b->len) {
+		b->failed = true;
+		return false;
+	}
+	size_t need = b->len + extra + 1;
+	if (need <= b->capacity)
+		return true;
+	size_t cap = b->capacity ? b->capacity : 256;
+	while (cap < need)
+		cap *= 2;
+	char *grown = realloc(b->data, cap);
+	if (grown == NULL) {
+		b->failed = true;
+		return false;
+	}
+	b->data = grown;
+	b->capacity = cap;
+	return true;
+}
+
+void ssh_buf_append(ssh_buf *b, const void *data, size_t len)
+{
+	if (!reserve(b, len))
+		return;
+	if (len)
+		memcpy(b->data + b->len, data, len);
+	b->len += len;
+	b->data[b->len] = '\0';
+}
+
+void ssh_buf_puts(ssh_buf *b, const char *text)
+{
+	ssh_buf_append(b, text, strlen(text));
+}
+
+void ssh_buf_printf(ssh_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char small[256];
+	int n = vsnprintf(small, sizeof small, fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		b->failed = true;
+		return;
+	}
+	if ((size_t)n < sizeof small) {
+		ssh_buf_append(b, small, (size_t)n);
+		return;
+	}
+	if (!reserve(b, (size_t)n))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b->len += (size_t)n;
+}
+
+void ssh_buf_quote(ssh_buf *b, const char *text)
+{
+	ssh_buf_append(b, "'", 1);
+	for (const char *p = text; *p; p++) {
+		if (*p == '\'')
+			ssh_buf_append(b, "'\\''", 4);
+		else
+			ssh_buf_append(b, p, 1);
+	}
+	ssh_buf_append(b, "'", 1);
+}
+
+void ssh_buf_drop_front(ssh_buf *b, size_t n)
+{
+	if (n >= b->len) {
+		b->len = 0;
+	} else {
+		memmove(b->data, b->data + n, b->len - n);
+		b->len -= n;
+	}
+	if (b->data)
+		b->data[b->len] = '\0';
+}
+
+const char *ssh_buf_str(const ssh_buf *b)
+{
+	return b->data ? b->data : "";
+}

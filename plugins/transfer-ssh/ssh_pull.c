@@ -1,0 +1,636 @@
+#include "ssh_pull.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "relay/transport.h"
+#include "ssh_buf.h"
+#include "ssh_facts.h"
+#include "ssh_paths.h"
+#include "ssh_scripts.h"
+#include "ssh_sha256.h"
+#include "ssh_spawn.h"
+
+#define PULL_MAX_FACTS_BYTES  ((size_t)64 << 20)
+#define PULL_CHECK_TIMEOUT_MS 3600000u
+#define PULL_ERR_KEEP         8192
+#define PULL_BUF              ((size_t)256 << 10)
+#define PULL_DRAIN_MS         60000
+
+typedef struct pull_ctx {
+	const ssh_conn *conn;
+	const relay_host *host;
+	relay_call *call;
+	ssh_child child;
+	ssh_io io;
+	char *buf;
+	ssh_buf err_tail;
+	bool cancelled;
+	bool step_failed;
+	relay_error step_err;
+	uint64_t got_bytes;
+	uint64_t total_bytes;
+	uint64_t next_progress;
+} pull_ctx;
+
+static void pull_on_err(void *ctx, const char *data, size_t len)
+{
+	pull_ctx *pc = ctx;
+	ssh_buf_append(&pc->err_tail, data, len);
+	if (pc->err_tail.len > 2 * PULL_ERR_KEEP)
+		ssh_buf_drop_front(&pc->err_tail, pc->err_tail.len - PULL_ERR_KEEP);
+}
+
+/* libarchive's read callback: the next bytes of ssh's standard output. */
+static la_ssize_t pull_read_cb(struct archive *a, void *ctx, const void **buffer)
+{
+	pull_ctx *pc = ctx;
+	pc->io.out_buf = pc->buf;
+	pc->io.out_cap = PULL_BUF;
+	pc->io.out_got = 0;
+	for (;;) {
+		if (pc->io.out_got > 0) {
+			*buffer = pc->buf;
+			return (la_ssize_t)pc->io.out_got;
+		}
+		if (pc->child.out_fd < 0)
+			return 0;
+		if (pc->host->call_cancelled(pc->call)) {
+			pc->cancelled = true;
+			archive_set_error(a, ECANCELED, "cancelled");
+			return -1;
+		}
+		if (ssh_child_step(pc->host, &pc->child, &pc->io, 200, &pc->step_err) != RELAY_OK) {
+			pc->step_failed = true;
+			archive_set_error(a, EIO, "cannot talk to ssh");
+			return -1;
+		}
+	}
+}
+
+/* The member name as a path relative to the pulled root ("" for the root
+ * itself), or an error naming why it is refused. */
+static relay_status member_path(const relay_host *host, const char *name, char **rel_out, relay_error *err)
+{
+	*rel_out = NULL;
+	if (name == NULL || name[0] == '/')
+		return host->error_set(err, RELAY_E_UNSAFE_PATH, 0,
+		                       "the guest's stream holds an absolute member name; nothing was kept");
+	while (name[0] == '.' && name[1] == '/')
+		name += 2;
+	if (strcmp(name, ".") == 0)
+		name += 1;
+	char *rel = strdup(name);
+	if (rel == NULL)
+		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	size_t len = strlen(rel);
+	while (len > 0 && rel[len - 1] == '/')
+		rel[--len] = '\0';
+	if (len > 0) {
+		char *copy = strdup(rel);
+		if (copy == NULL) {
+			free(rel);
+			return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		}
+		char *save = NULL;
+		bool ok = true;
+		size_t segs = 0;
+		for (char *seg = strtok_r(copy, "/", &save); seg; seg = strtok_r(NULL, "/", &save)) {
+			segs++;
+			if (!ssh_name_ok(seg))
+				ok = false;
+		}
+		/* strtok_r skips empty segments: "a//b" has fewer separators' worth of segments. */
+		size_t slashes = 0;
+		for (size_t i = 0; i < len; i++)
+			slashes += rel[i] == '/';
+		free(copy);
+		if (!ok || segs != slashes + 1) {
+			free(rel);
+			return host->error_set(
+			    err, RELAY_E_UNSAFE_PATH, 0,
+			    "the guest's stream holds a member name with '..', an empty segment or "
+			    "a control character; nothing was kept");
+		}
+	}
+	*rel_out = rel;
+	return RELAY_OK;
+}
+
+/* Opens (creating 0700 folders as needed) the folder holding `rel` under
+ * rootfd; *last_out points into rel at the final segment. */
+static int open_parent(int rootfd, char *rel, const char **last_out)
+{
+	int cur = dup(rootfd);
+	char *seg = rel;
+	for (char *slash = strchr(seg, '/'); cur >= 0 && slash; slash = strchr(seg, '/')) {
+		*slash = '\0';
+		int next = openat(cur, seg, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (next < 0 && errno == ENOENT && mkdirat(cur, seg, 0700) == 0)
+			next = openat(cur, seg, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int saved = errno;
+		*slash = '/';
+		close(cur);
+		cur = next;
+		errno = saved;
+		seg = slash + 1;
+	}
+	*last_out = seg;
+	return cur;
+}
+
+static relay_status write_all(const relay_host *host, int fd, const void *data, size_t len, const char *shown,
+                              relay_error *err)
+{
+	const char *p = data;
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return host->error_set(err, errno == ENOSPC ? RELAY_E_NO_SPACE : RELAY_E_IO, errno,
+			                       "cannot write the pulled file %.120s: %s", shown,
+			                       strerror(errno));
+		p += w;
+		len -= (size_t)w;
+	}
+	return RELAY_OK;
+}
+
+/* Copies one member's data into fd, hashing it. */
+static relay_status copy_data(pull_ctx *pc, struct archive *a, struct archive_entry *e, int fd,
+                              const char *shown, const char *fact_path, ssh_facts *received, relay_error *err)
+{
+	const relay_host *host = pc->host;
+	relay_status status = RELAY_OK;
+	ssh_sha256 h = {0};
+	static const char zeros[4096];
+	if (!ssh_sha256_begin(&h))
+		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	uint64_t pos = 0;
+	for (;;) {
+		const void *block;
+		size_t size;
+		la_int64_t offset;
+		int r = archive_read_data_block(a, &block, &size, &offset);
+		if (r == ARCHIVE_EOF)
+			break;
+		if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+			status =
+			    host->error_set(err, RELAY_E_IO, 0, "reading the guest's stream failed: %.160s",
+			                    archive_error_string(a));
+			goto cleanup;
+		}
+		if (offset < 0 || (uint64_t)offset < pos) {
+			status = host->error_set(err, RELAY_E_PROTOCOL, 0,
+			                         "the guest's stream is malformed at %.120s", shown);
+			goto cleanup;
+		}
+		while (pos < (uint64_t)offset) { /* a sparse hole */
+			size_t n = (uint64_t)offset - pos < sizeof zeros ? (size_t)((uint64_t)offset - pos)
+			                                                 : sizeof zeros;
+			status = write_all(host, fd, zeros, n, shown, err);
+			if (status != RELAY_OK)
+				goto cleanup;
+			ssh_sha256_update(&h, zeros, n);
+			pos += n;
+		}
+		status = write_all(host, fd, block, size, shown, err);
+		if (status != RELAY_OK)
+			goto cleanup;
+		ssh_sha256_update(&h, block, size);
+		pos += size;
+		pc->got_bytes += size;
+		if (pc->call && pc->got_bytes >= pc->next_progress) {
+			host->call_progress(pc->call, (double)pc->got_bytes, (double)pc->total_bytes,
+			                    "pulling files from the guest");
+			pc->next_progress = pc->got_bytes + ((uint64_t)8 << 20);
+		}
+	}
+	if (archive_entry_size_is_set(e) && (uint64_t)archive_entry_size(e) > pos) {
+		size_t left = (size_t)((uint64_t)archive_entry_size(e) - pos);
+		while (left > 0) { /* a trailing hole */
+			size_t n = left < sizeof zeros ? left : sizeof zeros;
+			status = write_all(host, fd, zeros, n, shown, err);
+			if (status != RELAY_OK)
+				goto cleanup;
+			ssh_sha256_update(&h, zeros, n);
+			pos += n;
+			left -= n;
+		}
+	}
+	char hex[65];
+	ssh_sha256_end(&h, hex);
+	if (!ssh_facts_add(received, fact_path, pos, hex))
+		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+cleanup:
+	ssh_sha256_discard(&h);
+	return status;
+}
+
+/* Why a member type is refused, or NULL when it is a file or folder. */
+static const char *refused_type(struct archive_entry *e)
+{
+	if (archive_entry_hardlink(e) != NULL)
+		return "a hard link";
+	switch (archive_entry_filetype(e)) {
+	case AE_IFREG: return NULL;
+	case AE_IFDIR: return NULL;
+	case AE_IFLNK: return "a symbolic link";
+	case AE_IFIFO: return "a FIFO";
+	case AE_IFCHR:
+	case AE_IFBLK: return "a device";
+	case AE_IFSOCK: return "a socket";
+	default: return "of an unknown type";
+	}
+}
+
+/* Unpacks the whole stream. Tree mode: under rootfd. File mode: the one
+ * member named `single_name` into file_fd. */
+static relay_status unpack(pull_ctx *pc, struct archive *a, int rootfd, int file_fd, const char *single_name,
+                           ssh_facts *received, relay_error *err)
+{
+	const relay_host *host = pc->host;
+	relay_status status = RELAY_OK;
+	bool single_done = false;
+	for (;;) {
+		struct archive_entry *e = NULL;
+		int r = archive_read_next_header(a, &e);
+		if (r == ARCHIVE_EOF)
+			break;
+		if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
+			return host->error_set(err, RELAY_E_IO, 0,
+			                       "reading the guest's stream failed: %.160s",
+			                       archive_error_string(a));
+		char *rel = NULL;
+		status = member_path(host, archive_entry_pathname(e), &rel, err);
+		if (status != RELAY_OK)
+			return status;
+		const char *why = refused_type(e);
+		if (why) {
+			status = host->error_set(
+			    err, RELAY_E_UNSAFE_PATH, 0,
+			    "the guest's stream holds %.100s, which is %s; pulls take only regular "
+			    "files and folders, and nothing was kept",
+			    rel[0] ? rel : "the root", why);
+			free(rel);
+			return status;
+		}
+		bool is_dir = archive_entry_filetype(e) == AE_IFDIR;
+		if (single_name) {
+			if (is_dir || single_done || strcmp(rel, single_name) != 0)
+				status =
+				    host->error_set(err, RELAY_E_PROTOCOL, 0,
+				                    "the guest's stream for one file held another member");
+			else
+				status = copy_data(pc, a, e, file_fd, single_name, "", received, err);
+			single_done = true;
+			free(rel);
+			if (status != RELAY_OK)
+				return status;
+			continue;
+		}
+		if (rel[0] == '\0') {
+			free(rel);
+			if (!is_dir)
+				return host->error_set(err, RELAY_E_PROTOCOL, 0,
+				                       "the guest's stream names a file as the root folder");
+			continue;
+		}
+		char *shown = strdup(rel);
+		const char *last = NULL;
+		int parent = shown ? open_parent(rootfd, rel, &last) : -1;
+		if (shown == NULL) {
+			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		} else if (parent < 0) {
+			status = host->error_set(
+			    err, errno == ELOOP || errno == ENOTDIR ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, errno,
+			    "cannot create the folder of %.120s: %s", shown, strerror(errno));
+		} else if (is_dir) {
+			struct stat st;
+			if (mkdirat(parent, last, 0700) != 0 &&
+			    !(errno == EEXIST && fstatat(parent, last, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			      S_ISDIR(st.st_mode)))
+				status = host->error_set(err, RELAY_E_IO, errno,
+				                         "cannot create the folder %.120s: %s", shown,
+				                         strerror(errno));
+		} else {
+			int fd =
+			    openat(parent, last, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+			if (fd < 0) {
+				status = host->error_set(
+				    err, errno == EEXIST ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, errno,
+				    errno == EEXIST ? "the guest's stream holds %.120s twice"
+				                    : "cannot create %.120s: %s",
+				    shown, strerror(errno));
+			} else {
+				status = copy_data(pc, a, e, fd, shown, shown, received, err);
+				if (close(fd) != 0 && status == RELAY_OK)
+					status =
+					    host->error_set(err, RELAY_E_IO, errno, "cannot write %.120s: %s",
+					                    shown, strerror(errno));
+			}
+		}
+		if (parent >= 0)
+			close(parent);
+		free(shown);
+		free(rel);
+		if (status != RELAY_OK)
+			return status;
+	}
+	if (single_name && !single_done)
+		return host->error_set(err, RELAY_E_PROTOCOL, 0, "the guest's stream for one file was empty");
+	return RELAY_OK;
+}
+
+/* Renames tmp to dest without replacing anything that appeared there. */
+static int rename_noreplace(const char *tmp, const char *dest, bool is_dir)
+{
+#ifdef __linux__
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dest, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return -1;
+#endif
+	if (!is_dir) {
+		if (link(tmp, dest) != 0)
+			return -1;
+		unlink(tmp);
+		return 0;
+	}
+	struct stat st;
+	if (lstat(dest, &st) == 0) {
+		errno = EEXIST;
+		return -1;
+	}
+	return rename(tmp, dest);
+}
+
+relay_status ssh_pull(const ssh_conn *conn, const char *remote_path, const char *local_path, relay_call *call,
+                      unsigned flags, char **facts_json_out, relay_error *err)
+{
+	const relay_host *host = conn->plugin->host;
+	relay_status status = RELAY_OK;
+	bool tree = (flags & RELAY_XFER_TREE) != 0;
+	char *remote = NULL, *command = NULL, *tmp = NULL, *parent = NULL;
+	char **argv = NULL;
+	ssh_facts guest = SSH_FACTS_INIT, received = SSH_FACTS_INIT;
+	relay_process_result check = {.struct_size = sizeof check};
+	bool check_ran = false, tmp_made = false;
+	struct archive *a = NULL;
+	int rootfd = -1, file_fd = -1;
+	pull_ctx pc = {.conn = conn, .host = host, .call = call};
+	pc.child = (ssh_child){.pid = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1};
+	char what[200];
+
+	if (facts_json_out)
+		*facts_json_out = NULL;
+	if (flags & ~RELAY_XFER_TREE)
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown pull flags 0x%x", flags);
+	if (local_path == NULL || local_path[0] == '\0')
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "pull needs a host path");
+	status = ssh_guest_path(host, remote_path, &remote, err);
+	if (status != RELAY_OK)
+		return status;
+	snprintf(what, sizeof what, "pulling %.150s", remote);
+
+	/* The destination must not exist; its folder must. */
+	struct stat st;
+	int lst = lstat(local_path, &st);
+	if (lst == 0 || errno != ENOENT) {
+		int e = lst == 0 ? EEXIST : errno;
+		status = host->error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, e,
+		    lst == 0 ? "the host path %.120s already exists; pulls never replace anything"
+		             : "cannot inspect the host path %.120s",
+		    local_path);
+		goto cleanup;
+	}
+	size_t llen = strlen(local_path);
+	while (llen > 1 && local_path[llen - 1] == '/')
+		llen--;
+	const char *slash = NULL;
+	for (size_t i = 0; i < llen; i++)
+		if (local_path[i] == '/')
+			slash = local_path + i;
+	parent = slash == NULL         ? strdup(".")
+	         : slash == local_path ? strdup("/")
+	                               : strndup(local_path, (size_t)(slash - local_path));
+	const char *base_start = slash ? slash + 1 : local_path;
+	size_t base_len = (size_t)(local_path + llen - base_start);
+	if (parent == NULL || base_len == 0) {
+		status = host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                         "the host path %.120s has no file name", local_path);
+		goto cleanup;
+	}
+	if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		status = host->error_set(err, RELAY_E_INVALID_ARGUMENT, errno,
+		                         "the folder of the host path %.120s does not exist", local_path);
+		goto cleanup;
+	}
+
+	/* 1. Guest-side refusals and facts. */
+	const char *args[] = {remote, tree ? "tree" : "file", NULL};
+	status = ssh_run_script(conn, ssh_script_pull_check, args, PULL_CHECK_TIMEOUT_MS,
+	                        PULL_MAX_FACTS_BYTES, call, &check, err);
+	if (status != RELAY_OK)
+		goto cleanup;
+	check_ran = true;
+	if (check.timed_out) {
+		status = host->error_set(err, RELAY_E_TIMEOUT, 0, "%s: hashing in the guest took over %u s",
+		                         what, PULL_CHECK_TIMEOUT_MS / 1000);
+		goto cleanup;
+	}
+	if (check.exit_code != 0) {
+		status = ssh_failure(conn, what, check.exit_code, check.err, check.err_len, err);
+		goto cleanup;
+	}
+	if (check.output_truncated) {
+		status =
+		    host->error_set(err, RELAY_E_TOO_LARGE, 0, "%s: the guest's file facts passed %zu MiB",
+		                    what, PULL_MAX_FACTS_BYTES >> 20);
+		goto cleanup;
+	}
+	bool no_hash = false;
+	status = ssh_facts_parse(host, check.out, check.out_len, !tree, &guest, &no_hash, err);
+	if (status != RELAY_OK)
+		goto cleanup;
+	if (no_hash)
+		host->log(
+		    RELAY_LOG_WARNING, SSH_PLUGIN_NAME,
+		    "the guest %s has neither sha256sum nor shasum; %s arrives without guest-side facts",
+		    conn->host, remote);
+	for (size_t i = 0; i < guest.count; i++)
+		pc.total_bytes += guest.items[i].bytes;
+
+	/* 2. A fresh temporary sibling of local_path. */
+	{
+		ssh_buf t = SSH_BUF_INIT;
+		ssh_buf_printf(&t, "%s/.%.*s.relay-pull-XXXXXX", parent, (int)base_len, base_start);
+		if (t.failed) {
+			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+			goto cleanup;
+		}
+		tmp = t.data;
+	}
+	if (tree) {
+		if (mkdtemp(tmp) == NULL ||
+		    (rootfd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+			status = host->error_set(err, RELAY_E_IO, errno,
+			                         "cannot create a folder beside %.120s: %s", local_path,
+			                         strerror(errno));
+			goto cleanup;
+		}
+	} else {
+		file_fd = mkstemp(tmp);
+		if (file_fd < 0) {
+			status =
+			    host->error_set(err, RELAY_E_IO, errno, "cannot create a file beside %.120s: %s",
+			                    local_path, strerror(errno));
+			goto cleanup;
+		}
+		fcntl(file_fd, F_SETFD, FD_CLOEXEC);
+	}
+	tmp_made = true;
+
+	/* 3. The stream. */
+	command = ssh_script_command(ssh_script_pull_stream, args);
+	argv = command ? ssh_argv(conn, SSH_MODE_SESSION, command) : NULL;
+	pc.buf = malloc(PULL_BUF);
+	if (argv == NULL || pc.buf == NULL) {
+		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		goto cleanup;
+	}
+	status = ssh_child_start(host, (const char *const *)argv, &pc.child, err);
+	if (status != RELAY_OK)
+		goto cleanup;
+	ssh_child_close_stdin(&pc.child);
+	pc.io = (ssh_io){.on_err = pull_on_err, .ctx = &pc};
+	a = archive_read_new();
+	if (a == NULL || archive_read_support_format_tar(a) != ARCHIVE_OK ||
+	    archive_read_support_filter_none(a) != ARCHIVE_OK ||
+	    archive_read_open(a, &pc, NULL, pull_read_cb, NULL) != ARCHIVE_OK) {
+		/* An empty or broken stream fails here: say how ssh ended. */
+		relay_error open_err;
+		host->error_set(&open_err, RELAY_E_IO, 0, "%s: the guest sent no tar stream (%.120s)", what,
+		                a ? archive_error_string(a) : "out of memory");
+		status = open_err.code;
+		*err = open_err;
+		goto stream_failed;
+	}
+	const char *single = NULL;
+	char single_name[NAME_MAX + 1];
+	if (!tree) {
+		const char *rb = strrchr(remote, '/');
+		snprintf(single_name, sizeof single_name, "%s", rb ? rb + 1 : remote);
+		single = single_name;
+	}
+	status = unpack(&pc, a, rootfd, file_fd, single, &received, err);
+	if (status != RELAY_OK)
+		goto stream_failed;
+	/* Whatever follows the archive is drained; ssh's exit decides. */
+	{
+		int waited = 0;
+		pc.io.out_buf = pc.buf;
+		while (!ssh_child_done(&pc.child) && waited < PULL_DRAIN_MS) {
+			pc.io.out_got = 0;
+			if (ssh_child_step(host, &pc.child, &pc.io, 200, err) != RELAY_OK)
+				break;
+			waited += 200;
+		}
+	}
+stream_failed:
+	if (pc.cancelled) {
+		status = host->error_set(err, RELAY_E_CANCELLED, 0, "pull of %.150s cancelled", remote);
+		goto cleanup;
+	}
+	if (pc.step_failed) {
+		status =
+		    host->error_set(err, pc.step_err.code, pc.step_err.sys_errno, "%s", pc.step_err.message);
+		goto cleanup;
+	}
+	if (status != RELAY_OK && status != RELAY_E_IO)
+		goto cleanup; /* a refusal or integrity problem found on the host: its own message */
+	/* Let ssh finish so its exit explains a broken stream. */
+	for (int waited = 0; !ssh_child_done(&pc.child) && waited < 5000; waited += 100) {
+		pc.io.out_buf = pc.buf;
+		pc.io.out_got = 0;
+		relay_error ignored;
+		if (ssh_child_step(host, &pc.child, &pc.io, 100, &ignored) != RELAY_OK)
+			break;
+	}
+	if (!pc.child.exited) {
+		if (status == RELAY_OK)
+			status = host->error_set(err, RELAY_E_TIMEOUT, 0,
+			                         "%s: ssh did not end after the stream", what);
+		goto cleanup;
+	}
+	int code = ssh_child_exit_code(&pc.child);
+	if (code != 0) {
+		status = ssh_failure(conn, what, code, ssh_buf_str(&pc.err_tail), pc.err_tail.len, err);
+		goto cleanup;
+	}
+	if (status != RELAY_OK)
+		goto cleanup;
+
+	/* 4. What arrived must be what the guest measured. */
+	ssh_facts_sort(&received);
+	if (!no_hash) {
+		status = ssh_facts_compare(host, what, &guest, &received, err);
+		if (status != RELAY_OK)
+			goto cleanup;
+	}
+	if (file_fd >= 0) {
+		if (close(file_fd) != 0) {
+			file_fd = -1;
+			status = host->error_set(err, RELAY_E_IO, errno, "cannot write %.120s: %s", tmp,
+			                         strerror(errno));
+			goto cleanup;
+		}
+		file_fd = -1;
+	}
+	if (rename_noreplace(tmp, local_path, tree) != 0) {
+		status =
+		    host->error_set(err, errno == EEXIST ? RELAY_E_INVALID_ARGUMENT : RELAY_E_IO, errno,
+		                    "cannot move the pulled copy to %.120s: %s", local_path, strerror(errno));
+		goto cleanup;
+	}
+	tmp_made = false;
+	if (facts_json_out && !no_hash) {
+		*facts_json_out = ssh_facts_json(host, &guest);
+		if (*facts_json_out == NULL)
+			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	}
+cleanup:
+	ssh_child_destroy(&pc.child);
+	if (a)
+		archive_read_free(a);
+	if (rootfd >= 0)
+		close(rootfd);
+	if (file_fd >= 0)
+		close(file_fd);
+	if (tmp_made)
+		ssh_remove_tree(tmp);
+	if (check_ran) {
+		host->free(check.out);
+		host->free(check.err);
+	}
+	free(pc.buf);
+	ssh_buf_free(&pc.err_tail);
+	ssh_facts_free(&guest);
+	ssh_facts_free(&received);
+	ssh_argv_free(argv);
+	free(command);
+	free(tmp);
+	free(parent);
+	free(remote);
+	return status;
+}

@@ -1,0 +1,561 @@
+#include "ssh_push.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "relay/transport.h"
+#include "ssh_buf.h"
+#include "ssh_facts.h"
+#include "ssh_paths.h"
+#include "ssh_scripts.h"
+#include "ssh_sha256.h"
+#include "ssh_spawn.h"
+
+#define PUSH_MAX_DEPTH         256
+#define PUSH_MAX_FACTS_BYTES   ((size_t)64 << 20)
+#define PUSH_ERR_KEEP          8192
+#define PUSH_READ_CHUNK        ((size_t)256 << 10)
+#define PUSH_DRAIN_MS          600000
+#define PUSH_SCRIPT_TIMEOUT_MS 600000
+
+typedef struct push_item {
+	char *rel;  /* path inside the tree; owned */
+	char *full; /* host path; owned */
+	bool is_dir;
+	struct stat st;
+} push_item;
+
+typedef struct push_list {
+	push_item *items;
+	size_t count;
+	size_t capacity;
+	uint64_t total_bytes;
+} push_list;
+
+static void push_list_free(push_list *l)
+{
+	for (size_t i = 0; i < l->count; i++) {
+		free(l->items[i].rel);
+		free(l->items[i].full);
+	}
+	free(l->items);
+	*l = (push_list){0};
+}
+
+static bool push_list_add(push_list *l, const char *rel, const char *full, bool is_dir, const struct stat *st)
+{
+	if (l->count == l->capacity) {
+		size_t cap = l->capacity ? l->capacity * 2 : 64;
+		push_item *grown = realloc(l->items, cap * sizeof *grown);
+		if (grown == NULL)
+			return false;
+		l->items = grown;
+		l->capacity = cap;
+	}
+	push_item *it = &l->items[l->count];
+	it->rel = strdup(rel);
+	it->full = strdup(full);
+	if (it->rel == NULL || it->full == NULL) {
+		free(it->rel);
+		free(it->full);
+		return false;
+	}
+	it->is_dir = is_dir;
+	it->st = *st;
+	l->count++;
+	if (!is_dir)
+		l->total_bytes += (uint64_t)st->st_size;
+	return true;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char *join(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *out = malloc(la + lb + 2);
+	if (out == NULL)
+		return NULL;
+	memcpy(out, a, la);
+	size_t j = la;
+	if (la > 0)
+		out[j++] = '/';
+	memcpy(out + j, b, lb + 1);
+	return out;
+}
+
+/* Sorted walk of a host folder; refuses links and special files. */
+static relay_status walk(const relay_host *host, const char *full, const char *rel, int depth,
+                         push_list *list, relay_error *err)
+{
+	relay_status status = RELAY_OK;
+	char **names = NULL;
+	size_t count = 0, cap = 0;
+	DIR *d = NULL;
+	if (depth > PUSH_MAX_DEPTH)
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "the host tree %.120s is nested too deeply", full);
+	int fd = open(full, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || (d = fdopendir(fd)) == NULL) {
+		status = host->error_set(err, errno == ELOOP ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, errno,
+		                         "cannot read the host folder %.120s: %s", full, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		goto cleanup;
+	}
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (count == cap) {
+			cap = cap ? cap * 2 : 32;
+			char **grown = realloc(names, cap * sizeof *grown);
+			if (grown == NULL) {
+				status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+				goto cleanup;
+			}
+			names = grown;
+		}
+		if ((names[count] = strdup(de->d_name)) == NULL) {
+			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+			goto cleanup;
+		}
+		count++;
+	}
+	if (count > 1)
+		qsort(names, count, sizeof *names, name_cmp);
+	for (size_t i = 0; i < count && status == RELAY_OK; i++) {
+		char *child_full = join(full, names[i]);
+		char *child_rel = join(rel, names[i]);
+		struct stat st;
+		if (child_full == NULL || child_rel == NULL) {
+			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		} else if (!ssh_name_ok(names[i])) {
+			status = host->error_set(
+			    err, RELAY_E_UNSAFE_PATH, 0,
+			    "the host file %.120s has a control character or backslash in its "
+			    "name, which the guest's hash listing cannot carry; rename it",
+			    child_full);
+		} else if (fstatat(dirfd(d), names[i], &st, AT_SYMLINK_NOFOLLOW) != 0) {
+			status = host->error_set(err, RELAY_E_IO, errno, "cannot inspect %.120s: %s",
+			                         child_full, strerror(errno));
+		} else if (S_ISDIR(st.st_mode)) {
+			if (!push_list_add(list, child_rel, child_full, true, &st))
+				status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+			else
+				status = walk(host, child_full, child_rel, depth + 1, list, err);
+		} else if (S_ISREG(st.st_mode)) {
+			if (!push_list_add(list, child_rel, child_full, false, &st))
+				status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		} else {
+			status = host->error_set(
+			    err, RELAY_E_UNSAFE_PATH, 0,
+			    "the host tree holds %.120s, which is %s; only regular files and "
+			    "folders are pushed",
+			    child_full, S_ISLNK(st.st_mode) ? "a symbolic link" : "a special file");
+		}
+		free(child_full);
+		free(child_rel);
+	}
+cleanup:
+	if (d)
+		closedir(d);
+	for (size_t i = 0; i < count; i++)
+		free(names[i]);
+	free(names);
+	return status;
+}
+
+typedef struct push_ctx {
+	const ssh_conn *conn;
+	const relay_host *host;
+	relay_call *call;
+	ssh_child child;
+	ssh_io io;
+	ssh_buf out;
+	ssh_buf err_tail;
+	bool out_too_big;
+	bool cancelled;
+	bool write_failed;
+	uint64_t sent_bytes;
+	uint64_t total_bytes;
+	uint64_t next_progress;
+	relay_error step_err;
+	bool step_failed;
+} push_ctx;
+
+static void push_on_out(void *ctx, const char *data, size_t len)
+{
+	push_ctx *pc = ctx;
+	if (pc->out.len + len > PUSH_MAX_FACTS_BYTES) {
+		pc->out_too_big = true;
+		return;
+	}
+	ssh_buf_append(&pc->out, data, len);
+}
+
+static void push_on_err(void *ctx, const char *data, size_t len)
+{
+	push_ctx *pc = ctx;
+	ssh_buf_append(&pc->err_tail, data, len);
+	if (pc->err_tail.len > 2 * PUSH_ERR_KEEP)
+		ssh_buf_drop_front(&pc->err_tail, pc->err_tail.len - PUSH_ERR_KEEP);
+}
+
+/* libarchive's write callback: hands one block to ssh, servicing ssh's
+ * output meanwhile. */
+static la_ssize_t push_write_cb(struct archive *a, void *ctx, const void *buffer, size_t length)
+{
+	push_ctx *pc = ctx;
+	pc->io.in_data = buffer;
+	pc->io.in_len = length;
+	while (pc->io.in_len > 0) {
+		if (pc->host->call_cancelled(pc->call)) {
+			pc->cancelled = true;
+			archive_set_error(a, ECANCELED, "cancelled");
+			return -1;
+		}
+		if (pc->io.in_broken || pc->child.in_fd < 0 || pc->child.exited) {
+			pc->write_failed = true;
+			archive_set_error(a, EPIPE, "the guest stopped reading the stream");
+			return -1;
+		}
+		if (ssh_child_step(pc->host, &pc->child, &pc->io, 200, &pc->step_err) != RELAY_OK) {
+			pc->step_failed = true;
+			archive_set_error(a, EIO, "cannot talk to ssh");
+			return -1;
+		}
+	}
+	return (la_ssize_t)length;
+}
+
+/* Streams one host file into the archive, hashing it. */
+static relay_status push_file(push_ctx *pc, struct archive *a, const push_item *it, const char *entry_name,
+                              ssh_facts *sent, const char *fact_path, relay_error *err)
+{
+	const relay_host *host = pc->host;
+	relay_status status = RELAY_OK;
+	struct archive_entry *e = NULL;
+	ssh_sha256 h = {0};
+	char *chunk = NULL;
+	int fd = open(it->full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		status = host->error_set(err, errno == ELOOP ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, errno,
+		                         "cannot open the host file %.120s: %s", it->full, strerror(errno));
+		goto cleanup;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_ino != it->st.st_ino || st.st_dev != it->st.st_dev) {
+		status = host->error_set(err, RELAY_E_UNSAFE_PATH, 0,
+		                         "the host file %.120s was replaced while pushing", it->full);
+		goto cleanup;
+	}
+	chunk = malloc(PUSH_READ_CHUNK);
+	e = archive_entry_new();
+	if (chunk == NULL || e == NULL || !ssh_sha256_begin(&h)) {
+		status =
+		    host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory pushing %.120s", it->full);
+		goto cleanup;
+	}
+	uint64_t size = (uint64_t)st.st_size;
+	archive_entry_set_pathname(e, entry_name);
+	archive_entry_set_filetype(e, AE_IFREG);
+	archive_entry_set_perm(e, (st.st_mode & S_IXUSR) ? 0700 : 0600);
+	archive_entry_set_size(e, (la_int64_t)size);
+	archive_entry_set_mtime(e, st.st_mtime, 0);
+	if (archive_write_header(a, e) != ARCHIVE_OK)
+		goto archive_failed;
+	uint64_t done = 0;
+	while (done < size) {
+		size_t want = size - done < PUSH_READ_CHUNK ? (size_t)(size - done) : PUSH_READ_CHUNK;
+		ssize_t r = read(fd, chunk, want);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			status = host->error_set(
+			    err, RELAY_E_INTEGRITY, r < 0 ? errno : 0,
+			    "the host file %.120s shrank while it was pushed; push it again", it->full);
+			goto cleanup;
+		}
+		ssh_sha256_update(&h, chunk, (size_t)r);
+		if (archive_write_data(a, chunk, (size_t)r) != r)
+			goto archive_failed;
+		done += (uint64_t)r;
+		pc->sent_bytes += (uint64_t)r;
+		if (pc->call && pc->sent_bytes >= pc->next_progress) {
+			host->call_progress(pc->call, (double)pc->sent_bytes, (double)pc->total_bytes,
+			                    "pushing files to the guest");
+			pc->next_progress = pc->sent_bytes + ((uint64_t)8 << 20);
+		}
+	}
+	char hex[65];
+	ssh_sha256_end(&h, hex);
+	if (!ssh_facts_add(sent, fact_path, size, hex))
+		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	goto cleanup;
+archive_failed:
+	/* The reason is in the context (cancel, broken stream) or libarchive. */
+	status = RELAY_E_IO;
+	host->error_set(err, RELAY_E_IO, 0, "writing the tar stream failed: %.160s", archive_error_string(a));
+cleanup:
+	ssh_sha256_discard(&h);
+	archive_entry_free(e);
+	free(chunk);
+	if (fd >= 0)
+		close(fd);
+	return status;
+}
+
+/* Waits for ssh to end, servicing its output. */
+static relay_status push_drain(push_ctx *pc, relay_error *err)
+{
+	int waited = 0;
+	pc->io.in_len = 0;
+	while (!ssh_child_done(&pc->child)) {
+		if (pc->host->call_cancelled(pc->call)) {
+			pc->cancelled = true;
+			return pc->host->error_set(err, RELAY_E_CANCELLED, 0, "push cancelled");
+		}
+		if (waited > PUSH_DRAIN_MS)
+			return pc->host->error_set(
+			    err, RELAY_E_TIMEOUT, 0,
+			    "the guest did not finish unpacking and hashing within %d s",
+			    PUSH_DRAIN_MS / 1000);
+		relay_status s = ssh_child_step(pc->host, &pc->child, &pc->io, 200, err);
+		if (s != RELAY_OK)
+			return s;
+		waited += 200;
+	}
+	return RELAY_OK;
+}
+
+static void push_abort(const ssh_conn *conn, const char *token, const char *remote)
+{
+	const relay_host *host = conn->plugin->host;
+	const char *args[] = {token, remote, NULL};
+	relay_process_result res = {.struct_size = sizeof res};
+	relay_error ignored;
+	if (ssh_run_script(conn, ssh_script_push_abort, args, 30000, 4096, NULL, &res, &ignored) ==
+	    RELAY_OK) {
+		host->free(res.out);
+		host->free(res.err);
+	}
+}
+
+relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *remote_path, relay_call *call,
+                      unsigned flags, char **facts_json_out, relay_error *err)
+{
+	const relay_host *host = conn->plugin->host;
+	relay_status status = RELAY_OK;
+	char *remote = NULL, *command = NULL;
+	char **argv = NULL;
+	push_list list = {0};
+	ssh_facts sent = SSH_FACTS_INIT, arrived = SSH_FACTS_INIT;
+	struct archive *a = NULL;
+	push_ctx pc = {.conn = conn, .host = host, .call = call};
+	pc.child = (ssh_child){.pid = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1};
+	bool tree = (flags & RELAY_XFER_TREE) != 0;
+	bool guest_dirty = false;
+	char token[33];
+	char what[200];
+
+	if (facts_json_out)
+		*facts_json_out = NULL;
+	if (flags & ~RELAY_XFER_TREE)
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown push flags 0x%x", flags);
+	if (local_path == NULL)
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "push needs a host path");
+	status = ssh_guest_path(host, remote_path, &remote, err);
+	if (status != RELAY_OK)
+		return status;
+	snprintf(what, sizeof what, "pushing to %.150s", remote);
+
+	/* Inventory the host side before anything is sent. */
+	struct stat st;
+	if (lstat(local_path, &st) != 0) {
+		status = host->error_set(err, errno == ENOENT ? RELAY_E_NOT_FOUND : RELAY_E_IO, errno,
+		                         "cannot read the host path %.120s: %s", local_path, strerror(errno));
+		goto cleanup;
+	}
+	if (tree) {
+		if (!S_ISDIR(st.st_mode)) {
+			status = host->error_set(
+			    err, S_ISLNK(st.st_mode) ? RELAY_E_UNSAFE_PATH : RELAY_E_INVALID_ARGUMENT, 0,
+			    "the host path %.120s is not a folder", local_path);
+			goto cleanup;
+		}
+		status = walk(host, local_path, "", 0, &list, err);
+		if (status != RELAY_OK)
+			goto cleanup;
+	} else {
+		if (!S_ISREG(st.st_mode)) {
+			status = host->error_set(
+			    err, RELAY_E_UNSAFE_PATH, 0,
+			    "the host path %.120s is not a regular file (links and special files "
+			    "are refused)",
+			    local_path);
+			goto cleanup;
+		}
+		if (!push_list_add(&list, "f", local_path, false, &st)) {
+			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+			goto cleanup;
+		}
+	}
+	pc.total_bytes = list.total_bytes;
+
+	status = ssh_token(host, token, err);
+	if (status != RELAY_OK)
+		goto cleanup;
+	const char *args[] = {token, remote, tree ? "tree" : "file", NULL};
+	command = ssh_script_command(ssh_script_push_receive, args);
+	argv = command ? ssh_argv(conn, SSH_MODE_SESSION, command) : NULL;
+	if (argv == NULL) {
+		status =
+		    host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory building an ssh command");
+		goto cleanup;
+	}
+	status = ssh_child_start(host, (const char *const *)argv, &pc.child, err);
+	if (status != RELAY_OK)
+		goto cleanup;
+	guest_dirty = true;
+	pc.io = (ssh_io){.on_out = push_on_out, .on_err = push_on_err, .ctx = &pc};
+
+	a = archive_write_new();
+	if (a == NULL || archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+	    archive_write_add_filter_none(a) != ARCHIVE_OK ||
+	    archive_write_open(a, &pc, NULL, push_write_cb, NULL) != ARCHIVE_OK) {
+		status = host->error_set(err, RELAY_E_INTERNAL, 0, "cannot start the tar stream: %.160s",
+		                         a ? archive_error_string(a) : "out of memory");
+		goto cleanup;
+	}
+	for (size_t i = 0; i < list.count && status == RELAY_OK; i++) {
+		const push_item *it = &list.items[i];
+		if (it->is_dir) {
+			struct archive_entry *e = archive_entry_new();
+			if (e == NULL) {
+				status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+				break;
+			}
+			archive_entry_set_pathname(e, it->rel);
+			archive_entry_set_filetype(e, AE_IFDIR);
+			archive_entry_set_perm(e, 0700);
+			archive_entry_set_mtime(e, it->st.st_mtime, 0);
+			if (archive_write_header(a, e) != ARCHIVE_OK)
+				status = host->error_set(err, RELAY_E_IO, 0,
+				                         "writing the tar stream failed: %.160s",
+				                         archive_error_string(a));
+			archive_entry_free(e);
+		} else {
+			status = push_file(&pc, a, it, it->rel, &sent, tree ? it->rel : "", err);
+		}
+	}
+	if (status == RELAY_OK && archive_write_close(a) != ARCHIVE_OK)
+		status = host->error_set(err, RELAY_E_IO, 0, "finishing the tar stream failed: %.160s",
+		                         archive_error_string(a));
+	if (pc.cancelled) {
+		status = host->error_set(err, RELAY_E_CANCELLED, 0, "push to %.150s cancelled", remote);
+		goto cleanup;
+	}
+	if (pc.step_failed) {
+		status =
+		    host->error_set(err, pc.step_err.code, pc.step_err.sys_errno, "%s", pc.step_err.message);
+		goto cleanup;
+	}
+	/* A host-side failure (a source file changed, out of memory) keeps its
+	 * own message; a broken stream is explained by how ssh ended. */
+	if (status != RELAY_OK && !pc.write_failed)
+		goto cleanup;
+	ssh_child_close_stdin(&pc.child);
+	{
+		relay_status ds = push_drain(&pc, err);
+		if (ds != RELAY_OK) {
+			status = ds;
+			goto cleanup;
+		}
+	}
+	int code = ssh_child_exit_code(&pc.child);
+	if (code != 0) {
+		status = ssh_failure(conn, what, code, ssh_buf_str(&pc.err_tail), pc.err_tail.len, err);
+		goto cleanup;
+	}
+	if (status != RELAY_OK)
+		goto cleanup;
+	if (pc.out_too_big || pc.out.failed) {
+		status =
+		    host->error_set(err, RELAY_E_TOO_LARGE, 0, "%s: the guest's file facts passed %zu MiB",
+		                    what, PUSH_MAX_FACTS_BYTES >> 20);
+		goto cleanup;
+	}
+	bool no_hash = false;
+	ssh_facts_sort(&sent);
+	status = ssh_facts_parse(host, ssh_buf_str(&pc.out), pc.out.len, !tree, &arrived, &no_hash, err);
+	if (status != RELAY_OK)
+		goto cleanup;
+	if (!no_hash) {
+		status = ssh_facts_compare(host, what, &sent, &arrived, err);
+		if (status != RELAY_OK)
+			goto cleanup;
+	} else {
+		host->log(RELAY_LOG_WARNING, SSH_PLUGIN_NAME,
+		          "the guest %s has neither sha256sum nor shasum; %s is not verified in the guest",
+		          conn->host, remote);
+	}
+
+	/* The guest copy is verified: move it into place. */
+	{
+		relay_process_result res = {.struct_size = sizeof res};
+		status = ssh_run_script(conn, ssh_script_push_commit, args, PUSH_SCRIPT_TIMEOUT_MS, 16384,
+		                        call, &res, err);
+		if (status == RELAY_OK) {
+			if (res.timed_out)
+				status = host->error_set(err, RELAY_E_INDETERMINATE, 0,
+				                         "%s: moving the verified copy into place timed out",
+				                         what);
+			else if (res.exit_code != 0)
+				status = ssh_failure(conn, what, res.exit_code, res.err, res.err_len, err);
+			if (status == RELAY_E_TRANSIENT)
+				status = host->error_set(
+				    err, RELAY_E_INDETERMINATE, 0,
+				    "%s: the connection failed while the verified copy was moved "
+				    "into place; push again",
+				    what);
+			host->free(res.out);
+			host->free(res.err);
+		}
+		if (status != RELAY_OK)
+			goto cleanup;
+		guest_dirty = false;
+	}
+	if (facts_json_out && !no_hash) {
+		*facts_json_out = ssh_facts_json(host, &arrived);
+		if (*facts_json_out == NULL)
+			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	}
+cleanup:
+	/* ssh first: freeing an unclosed archive flushes through the write
+	 * callback, which must then fail fast instead of finishing the stream. */
+	ssh_child_destroy(&pc.child);
+	if (a)
+		archive_write_free(a);
+	if (status != RELAY_OK && guest_dirty)
+		push_abort(conn, token, remote);
+	ssh_buf_free(&pc.out);
+	ssh_buf_free(&pc.err_tail);
+	ssh_facts_free(&sent);
+	ssh_facts_free(&arrived);
+	push_list_free(&list);
+	ssh_argv_free(argv);
+	free(command);
+	free(remote);
+	return status;
+}

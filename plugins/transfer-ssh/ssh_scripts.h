@@ -1,0 +1,59 @@
+/*
+ * ssh_scripts.h — the POSIX sh programs transfer-ssh runs in the guest.
+ *
+ * Each is sent as `exec /bin/sh -c '<script>' relay-ssh <args...>` (every
+ * argument in POSIX single quotes), so the guest user's login shell only
+ * has to understand `exec` and single quotes; everything else runs under
+ * /bin/sh. docs/transfer-ssh.md explains each script; the exit codes below
+ * are the contract with ssh_conn.c's failure classification.
+ *
+ * Exit codes of the transfer scripts:
+ *   0 done, 2 invalid argument, 3 not found, 4 unsafe path (link, device,
+ *   FIFO, socket, a name the facts format cannot carry), 5 guest I/O error.
+ * A script failing with 2..5 writes one line "relay-ssh: <sentence>" to
+ * standard error. ssh itself exits 255 when the connection fails.
+ */
+#ifndef TRANSFER_SSH_SCRIPTS_H
+#define TRANSFER_SSH_SCRIPTS_H
+
+#define SSH_SCRIPT_EXIT_INVALID   2
+#define SSH_SCRIPT_EXIT_NOT_FOUND 3
+#define SSH_SCRIPT_EXIT_UNSAFE    4
+#define SSH_SCRIPT_EXIT_IO        5
+
+/* Exec wrapper. Args: <token>. Prints "\036relay <token> start <pgid>" on
+ * standard output, reads the command text from standard input until EOF
+ * (it must end with "relay_go=<token>", else nothing runs), then runs it
+ * with standard input from /dev/null, sweeps the rest of its process group
+ * and prints "\036relay <token> end <exit status> <sweep status>".
+ * A missing working folder prints "\036relay <token> nocwd" (exit 125). */
+extern const char ssh_script_exec[];
+
+/* Kills process group <pgid> and confirms it is gone. Args: <pgid>.
+ * Exit 0 when no live member remains, 1 when some survive 5 s, 2 when the
+ * guest can list no processes (neither /proc nor ps). */
+extern const char ssh_script_kill[];
+
+/* Push phase 1. Args: <token> <guest path> file|tree. Reads a tar stream on
+ * standard input and unpacks it into <parent>/.relay-push-<token>, then
+ * prints the facts block (see ssh_facts.h) of what it wrote. */
+extern const char ssh_script_push_receive[];
+
+/* Push phase 2. Args: <token> <guest path> file|tree. Moves the unpacked
+ * copy into place (a new folder is renamed; an existing one is merged,
+ * files replaced), removing the temporary folder. */
+extern const char ssh_script_push_commit[];
+
+/* Push abort. Args: <token> <guest path>. Removes the temporary folder. */
+extern const char ssh_script_push_abort[];
+
+/* Pull phase 1. Args: <guest path> file|tree. Refuses a path that is a
+ * link, a tree holding links, devices, FIFOs, sockets or names with a
+ * newline or backslash, then prints the facts block of the files. */
+extern const char ssh_script_pull_check[];
+
+/* Pull phase 2. Args: <guest path> file|tree. Writes a tar stream of the
+ * file (member "./<name>") or tree (members "./...") to standard output. */
+extern const char ssh_script_pull_stream[];
+
+#endif

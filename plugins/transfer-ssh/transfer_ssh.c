@@ -1,0 +1,128 @@
+/*
+ * transfer-ssh — the transport plugin that reaches guests through the
+ * OpenSSH client (docs/transfer-ssh.md).
+ *
+ *   open   builds the connection from the lease's "ssh" object and starts a
+ *          multiplexing master (ControlMaster, ControlPersist) whose socket
+ *          lives under the plugin's state folder;
+ *   exec   ssh_exec.c: guest process group, timeout kill and confirmation;
+ *   push   ssh_push.c: tar stream in, guest-side sha256 facts, commit;
+ *   pull   ssh_pull.c: guest-side refusals and facts, tar stream out;
+ *   close  stops the master.
+ *
+ * Traits: RELAY_TRANSPORT_CONCURRENT (every operation is its own ssh
+ * session over the shared master; the connection is immutable after open)
+ * and RELAY_TRANSPORT_GUEST_FACTS.
+ */
+#include "relay/plugin.h"
+#include "relay/transport.h"
+#include "ssh_conn.h"
+#include "ssh_exec.h"
+#include "ssh_pull.h"
+#include "ssh_push.h"
+
+static relay_status ts_init(const relay_host *host, const char *config_json, unsigned flags,
+                            relay_plugin_state **state_out, relay_error *err)
+{
+	if (flags != 0)
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown init flags 0x%x", flags);
+	ssh_plugin *plugin = NULL;
+	relay_status status = ssh_plugin_create(host, config_json, &plugin, err);
+	if (status == RELAY_OK)
+		*state_out = plugin;
+	return status;
+}
+
+static void ts_fini(relay_plugin_state *state)
+{
+	ssh_plugin_destroy(state);
+}
+
+static relay_status ts_open(relay_plugin_state *state, const char *lease_json, relay_call *call,
+                            unsigned flags, relay_transport_conn **conn_out, relay_error *err)
+{
+	ssh_plugin *plugin = state;
+	if (flags != 0)
+		return plugin->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown open flags 0x%x",
+		                               flags);
+	ssh_conn *conn = NULL;
+	relay_status status = ssh_conn_from_lease(plugin, lease_json, &conn, err);
+	if (status != RELAY_OK)
+		return status;
+	status = ssh_master_start(conn, call, err);
+	if (status != RELAY_OK) {
+		ssh_master_stop(conn);
+		ssh_conn_free(conn);
+		return status;
+	}
+	*conn_out = conn;
+	return RELAY_OK;
+}
+
+static void ts_close(relay_plugin_state *state, relay_transport_conn *conn, unsigned flags)
+{
+	(void)state;
+	(void)flags;
+	if (conn == NULL)
+		return;
+	ssh_master_stop(conn);
+	ssh_conn_free(conn);
+}
+
+static relay_status ts_exec(relay_plugin_state *state, relay_transport_conn *conn,
+                            const relay_exec_request *req, relay_call *call, unsigned flags,
+                            relay_exec_result *res, relay_error *err)
+{
+	(void)state;
+	return ssh_exec(conn, req, call, flags, res, err);
+}
+
+static relay_status ts_push(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
+                            const char *remote_path, relay_call *call, unsigned flags, char **facts_json_out,
+                            relay_error *err)
+{
+	(void)state;
+	return ssh_push(conn, local_path, remote_path, call, flags, facts_json_out, err);
+}
+
+static relay_status ts_pull(relay_plugin_state *state, relay_transport_conn *conn, const char *remote_path,
+                            const char *local_path, relay_call *call, unsigned flags, char **facts_json_out,
+                            relay_error *err)
+{
+	(void)state;
+	return ssh_pull(conn, remote_path, local_path, call, flags, facts_json_out, err);
+}
+
+static const relay_transport_ops transport_ops = {
+    .struct_size = sizeof(relay_transport_ops),
+    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS,
+    .open = ts_open,
+    .close = ts_close,
+    .exec = ts_exec,
+    .push = ts_push,
+    .pull = ts_pull,
+};
+
+static const relay_plugin_descriptor descriptor = {
+    .abi_version = RELAY_ABI_VERSION,
+    .struct_size = sizeof(relay_plugin_descriptor),
+    .name = SSH_PLUGIN_NAME,
+    .version = "0.1.0",
+    .description = "OpenSSH transport: multiplexed exec with guest process groups, tar-stream transfers "
+                   "with SHA-256 facts",
+    .kinds = RELAY_KIND_TRANSPORT,
+    .capabilities = 0,
+    .init = ts_init,
+    .fini = ts_fini,
+    .transport = &transport_ops,
+    .transport_ops_size = sizeof(relay_transport_ops),
+};
+
+RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version);
+
+RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)
+{
+	if (RELAY_ABI_MAJOR(host_abi_version) != RELAY_ABI_VERSION_MAJOR)
+		return NULL;
+	return &descriptor;
+}
