@@ -75,6 +75,8 @@ int journal_open(journal *j, const char *root, const char *session_id, int *dama
 	j->next_seq = seq + 1;
 	rc = 0;
 cleanup:
+	if (rc != 0)
+		journal_close(j);
 	if (fd >= 0)
 		close(fd);
 	free(tail);

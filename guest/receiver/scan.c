@@ -136,7 +136,8 @@ static int walk_dir(const char *abs, const char *shown, const char *prefix, fact
 		names[count++] = xstrdup(de->d_name);
 	}
 	closedir(dir);
-	qsort(names, count, sizeof(*names), name_cmp);
+	if (count > 1)
+		qsort(names, count, sizeof(*names), name_cmp);
 	for (i = 0; i < count; i++) {
 		char *child_abs = path_join(abs, names[i]);
 		char *child_rel = *prefix ? xasprintf("%s/%s", prefix, names[i]) : xstrdup(names[i]);
@@ -271,7 +272,8 @@ int scan_collect(const char *root, const char *base_abs, const char *rel, int pr
 	}
 	rc = walk_dir(target_abs, strcmp(rel, ".") == 0 ? "" : rel, "", out, err);
 	if (rc == 0)
-		qsort(out->items, out->count, sizeof(*out->items), fact_cmp);
+		if (out->count > 1)
+			qsort(out->items, out->count, sizeof(*out->items), fact_cmp);
 cleanup:
 	free(target_rel);
 	free(target_abs);
