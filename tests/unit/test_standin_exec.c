@@ -421,6 +421,87 @@ static void test_release_cancels_running_exec_and_second_release(void **state)
 	free(other);
 }
 
+static void *run_first_of_two(void *arg)
+{
+	exec_thread *t = arg;
+	t->status =
+	    exec_body("{\"argv\":[\"sh\",\"-c\",\"touch started; sleep 1; touch first-done\"]}", &t->reply);
+	return NULL;
+}
+
+static void test_operations_on_one_machine_run_one_at_a_time(void **state)
+{
+	(void)state;
+	exec_thread t;
+	memset(&t, 0, sizeof t);
+	pthread_t thread;
+	assert_int_equal(pthread_create(&thread, NULL, run_first_of_two, &t), 0);
+	char *started = standin_lease_path(&proc, vm, "home/started");
+	struct stat st;
+	for (int i = 0; i < 600 && stat(started, &st) != 0; i++)
+		standin_sleep_ms(50);
+	assert_int_equal(stat(started, &st), 0);
+	free(started);
+	/* Sent while the first runs: it waits for the operation lock, so it
+	 * sees the first one's last file. A heartbeat does not wait. */
+	standin_reply r;
+	assert_int_equal(standin_postf(&proc, &r, "{}", "/machines/%s/heartbeat", vm), 200);
+	standin_reply_free(&r);
+	assert_int_equal(
+	    exec_body("{\"argv\":[\"sh\",\"-c\",\"test -e first-done && echo after-first\"]}", &r), 200);
+	assert_string_equal(jsonx_get_str(r.json, "output"), "after-first\n");
+	standin_reply_free(&r);
+	pthread_join(thread, NULL);
+	assert_int_equal(t.status, 200);
+	standin_reply_free(&t.reply);
+}
+
+static void test_unprivileged_user_namespace(void **state)
+{
+	(void)state;
+	if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+		fprintf(stderr,
+		        "skipping: needs root and setpriv to start the stand-in as an unprivileged user\n");
+		skip();
+		return;
+	}
+	static const char *const prefix[] = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+	                                     NULL};
+	standin_proc p = {0};
+	standin_make_root(&p);
+	assert_int_equal(chown(p.root, 65534, 65534), 0);
+	p.prefix = prefix;
+	const char *args[] = {"--isolation", "namespace", NULL};
+	char log[PATH_MAX + 32];
+	snprintf(log, sizeof log, "/tmp/standin-userns-%d.log", (int)getpid());
+	if (!standin_start_ex(&p, args, -1, log)) {
+		fprintf(stderr, "skipping: unprivileged user namespaces are refused here (see %s)\n", log);
+		standin_cleanup(&p);
+		skip();
+		return;
+	}
+	unlink(log);
+	standin_reply r;
+	char *name = standin_acquire(
+	    &p, "{\"purpose\":\"relay-userns-00000001\",\"image\":\"ubuntu2404\",\"env\":\"none\"}", &r);
+	assert_non_null(name);
+	standin_reply_free(&r);
+	assert_int_equal(
+	    standin_postf(&p, &r,
+	                  "{\"argv\":[\"sh\",\"-c\",\"id -u; echo u > /var/tmp/userns-file; ls /var/tmp\"]}",
+	                  "/machines/%s/exec", name),
+	    200);
+	assert_string_equal(jsonx_get_str(r.json, "output"), "65534\nuserns-file\n");
+	standin_reply_free(&r);
+	char *inside = standin_lease_path(&p, name, "guest/var-tmp/userns-file");
+	struct stat st;
+	assert_int_equal(stat(inside, &st), 0);
+	assert_int_equal(st.st_uid, 65534);
+	free(inside);
+	free(name);
+	standin_cleanup(&p);
+}
+
 #define CUA_CALL                                                                                             \
 	"{\"argv\":[\"cua-driver\",\"call\",\"get_desktop_state\",\"--json\","                               \
 	"\"{\\\"screenshot_out_file\\\":\\\"/var/tmp/shot-%d.png\\\"}\"],\"timeout\":%d}"
@@ -529,6 +610,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_isolation_none_limits_paths, setup_none, teardown),
 	    cmocka_unit_test_setup_teardown(test_release_cancels_running_exec_and_second_release, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_operations_on_one_machine_run_one_at_a_time, setup,
+	                                    teardown),
+	    cmocka_unit_test(test_unprivileged_user_namespace),
 	    cmocka_unit_test_setup_teardown(test_fake_cua_driver, setup, teardown),
 	    cmocka_unit_test(test_capture_modes),
 	};

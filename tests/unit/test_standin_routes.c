@@ -482,6 +482,63 @@ static void test_profile_refusals(void **state)
 	standin_cleanup(&p);
 }
 
+static void test_record_of_another_environment_is_refused(void **state)
+{
+	(void)state;
+	standin_proc p = {0};
+	standin_make_root(&p);
+	const char *profile = write_profile(p.root, 2, false);
+	const char *args[] = {"--profile", profile, "--port", "0", NULL};
+	assert_true(standin_start(&p, args));
+	standin_reply r;
+	assert_int_equal(standin_get(&p, "/health", &r), 200);
+	char header[128];
+	snprintf(header, sizeof header, "X-VM-Environment-Fingerprint: %s",
+	         jsonx_get_str(jsonx_get_obj(r.json, "environment"), "fingerprint"));
+	standin_reply_free(&r);
+	const char *h[] = {header, NULL};
+	assert_int_equal(
+	    standin_request(&p, "POST", "/acquire",
+	                    "{\"purpose\":\"relay-env-00000001\",\"image\":\"ubuntu2404\",\"env\":\"none\"}",
+	                    h, &r),
+	    200);
+	char *vm = strdup(jsonx_get_str(r.json, "vm"));
+	standin_reply_free(&r);
+	standin_stop(&p);
+
+	/* The same state folder, now serving another environment. */
+	char other[PATH_MAX + 32];
+	snprintf(other, sizeof other, "%s/other.json", p.root);
+	char *text = NULL;
+	size_t len = 0;
+	relay_error err;
+	assert_int_equal(fs_read_file(profile, 1 << 20, &text, &len, &err), RELAY_OK);
+	char *id = strstr(text, "isolated-test");
+	assert_non_null(id);
+	memcpy(id, "isolated-tesu", 13);
+	assert_int_equal(fs_write_durable(other, text, len, 0600, &err), RELAY_OK);
+	free(text);
+	const char *args2[] = {"--profile", other, "--port", "0", NULL};
+	assert_true(standin_start(&p, args2));
+	assert_int_equal(standin_get(&p, "/health", &r), 200);
+	snprintf(header, sizeof header, "X-VM-Environment-Fingerprint: %s",
+	         jsonx_get_str(jsonx_get_obj(r.json, "environment"), "fingerprint"));
+	standin_reply_free(&r);
+	char path[512];
+	snprintf(path, sizeof path, "/machines/%s/heartbeat", vm);
+	assert_int_equal(standin_request(&p, "POST", path, "{}", h, &r), 409);
+	assert_string_equal(standin_error_text(&r),
+	                    "lease environment fingerprint mismatch; refusing operation");
+	standin_reply_free(&r);
+	snprintf(path, sizeof path, "/machines/%s/exec", vm);
+	assert_int_equal(standin_request(&p, "POST", path, "{\"argv\":[\"true\"]}", h, &r), 409);
+	assert_string_equal(standin_error_text(&r),
+	                    "lease environment fingerprint mismatch; refusing operation");
+	standin_reply_free(&r);
+	free(vm);
+	standin_cleanup(&p);
+}
+
 int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -496,6 +553,7 @@ int main(void)
 	    cmocka_unit_test(test_machines_list_and_snapshot),
 	    cmocka_unit_test(test_profile_identity_and_fingerprint_rules),
 	    cmocka_unit_test(test_profile_refusals),
+	    cmocka_unit_test(test_record_of_another_environment_is_refused),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
 	curl_global_cleanup();
