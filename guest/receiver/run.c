@@ -723,7 +723,7 @@ static int refuse(run_ctx *ctx, const char *diagnostic, const char *image_status
 	memset(&ri, 0, sizeof(ri));
 	ri.outcome = outcome_json("refused", diagnostic, NULL);
 	ri.image_status = image_status;
-	ri.termination_confirmed = ctx->captures_unknown ? 0 : 1;
+	ri.termination_confirmed = 1; /* a refusal: the script never ran */
 	rc = write_receipt(ctx, &ri, sha_out, bytes_out, err);
 	jv_free(ri.outcome);
 	return rc;
