@@ -9,12 +9,12 @@
 #include "util/log.h"
 #include "util/timefmt.h"
 
-#define RECORD_SCHEMA_VERSION 1
+#define RECORD_SCHEMA_VERSION  1
 #define RENEWAL_WINDOW_MINUTES 15
 
 static const char *const phase_names[] = {
-	"acquiring", "waiting-for-capacity", "acquisition-uncertain", "ready",	"staged",
-	"finishing", "releasing",	     "reconciling",	      "unavailable", "closed",
+    "acquiring", "waiting-for-capacity", "acquisition-uncertain", "ready",  "staged", "finishing",
+    "releasing", "reconciling",          "unavailable",           "closed",
 };
 
 static const char *const renewal_names[] = {"none", "renewing", "failing", "stopped", "paused"};
@@ -26,7 +26,8 @@ const char *guest_phase_name(guest_phase phase)
 
 const char *renewal_state_name(renewal_state state)
 {
-	return (unsigned)state < sizeof renewal_names / sizeof renewal_names[0] ? renewal_names[state] : "none";
+	return (unsigned)state < sizeof renewal_names / sizeof renewal_names[0] ? renewal_names[state]
+	                                                                        : "none";
 }
 
 static int phase_from_name(const char *name)
@@ -45,6 +46,20 @@ static int renewal_from_name(const char *name)
 	return 0;
 }
 
+static json_object *new_downloads(void)
+{
+	json_object *d = json_object_new_object();
+	jsonx_add_int(d, "queued", 0);
+	jsonx_add_int(d, "inFlight", 0);
+	jsonx_add_int(d, "downloaded", 0);
+	jsonx_add_int(d, "failed", 0);
+	jsonx_add_int(d, "cancelled", 0);
+	jsonx_add_int(d, "coalesced", 0);
+	jsonx_add_bool(d, "paused", false);
+	jsonx_add_str(d, "state", "open");
+	return d;
+}
+
 guest *guest_new(void)
 {
 	guest *g = calloc(1, sizeof *g);
@@ -57,35 +72,43 @@ guest *guest_new(void)
 	g->used_step_ids = json_object_new_array();
 	g->previous_evidence = json_object_new_array();
 	g->console_attempt_ids = json_object_new_array();
-	g->downloads = json_object_new_object();
-	jsonx_add_int(g->downloads, "queued", 0);
-	jsonx_add_int(g->downloads, "inFlight", 0);
-	jsonx_add_int(g->downloads, "downloaded", 0);
-	jsonx_add_int(g->downloads, "failed", 0);
-	jsonx_add_int(g->downloads, "cancelled", 0);
-	jsonx_add_int(g->downloads, "coalesced", 0);
-	jsonx_add_bool(g->downloads, "paused", false);
-	jsonx_add_str(g->downloads, "state", "open");
+	g->downloads = new_downloads();
 	queue_init(&g->queue);
 	return g;
+}
+
+/* Frees every fact of a guest (not its queue or runtime fields) and resets
+ * the pointers to NULL. */
+static void free_facts(guest *g)
+{
+	char **strings[] = {&g->name,        &g->task,
+	                    &g->image,       &g->purpose,
+	                    &g->dir,         &g->evidence_path,
+	                    &g->guest_root,  &g->network,
+	                    &g->env_pack,    &g->capacity_reason,
+	                    &g->guest_state, &g->last_error,
+	                    &g->platform,    &g->node_path,
+	                    &g->cua_driver,  &g->recording_session_id};
+	for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+		free(*strings[i]);
+		*strings[i] = NULL;
+	}
+	json_object **objects[] = {&g->binding,         &g->extractions,         &g->lease,
+	                           &g->registry_row,    &g->capture_plan,        &g->used_step_ids,
+	                           &g->pending_reset,   &g->previous_evidence,   &g->console,
+	                           &g->console_attempt, &g->console_attempt_ids, &g->closed,
+	                           &g->downloads};
+	for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
+		json_object_put(*objects[i]);
+		*objects[i] = NULL;
+	}
 }
 
 void guest_free(guest *g)
 {
 	if (g == NULL)
 		return;
-	char **strings[] = {&g->name,	      &g->task,		&g->image,	    &g->purpose,      &g->dir,
-			    &g->evidence_path, &g->guest_root,	&g->network,	    &g->env_pack,     &g->capacity_reason,
-			    &g->guest_state,   &g->last_error,	&g->platform,	    &g->node_path,    &g->cua_driver,
-			    &g->recording_session_id};
-	for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
-		free(*strings[i]);
-	json_object *objects[] = {g->binding,	    g->extractions,	    g->lease,		g->registry_row,
-				  g->capture_plan,  g->used_step_ids,	    g->pending_reset,	g->previous_evidence,
-				  g->console,	    g->console_attempt,	    g->console_attempt_ids, g->closed,
-				  g->downloads};
-	for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++)
-		json_object_put(objects[i]);
+	free_facts(g);
 	queue_destroy(&g->queue);
 	free(g);
 }
@@ -129,11 +152,14 @@ json_object *guest_record_json(const guest *g)
 	jsonx_add_bool(r, "fullWorkspace", g->full_workspace);
 	jsonx_add(r, "lease", ref(g->lease));
 	jsonx_add(r, "registryRow", ref(g->registry_row));
-	jsonx_add_str(r, "phase", guest_phase_name(g->phase));
+	/* While reconciling, the record keeps the phase it was found in. */
+	jsonx_add_str(r, "phase",
+	              guest_phase_name(g->phase == PHASE_RECONCILING ? g->restored_phase : g->phase));
 	jsonx_add_bool(r, "acquisitionInFlight", g->acquisition_in_flight);
 	jsonx_add_int(r, "waitedForCapacityMs", g->waited_for_capacity_ms);
 	json_object *renewal = json_object_new_object();
-	jsonx_add_str(renewal, "state", renewal_state_name(g->renewal));
+	jsonx_add_str(renewal, "state",
+	              renewal_state_name(g->phase == PHASE_RECONCILING ? g->restored_renewal : g->renewal));
 	add_time(renewal, "expiresAt", g->expires_at_ms);
 	jsonx_add_int(renewal, "expiresAtMs", g->expires_at_ms);
 	add_time(renewal, "lastRenewedAt", g->last_renewed_at_ms);
@@ -179,65 +205,83 @@ static json_object *dup_ref(const json_object *obj, const char *key)
 	return json_object_get(value);
 }
 
-guest *guest_from_record(const json_object *r, char *errbuf, size_t errlen)
+/* Checks that a record is one this relay wrote (schemaVersion 1 with a
+ * guest, a purpose and a known phase). */
+static bool record_usable(const json_object *r, char *errbuf, size_t errlen)
 {
 	int64_t version = 0;
 	if (!json_object_is_type(r, json_type_object) || !jsonx_get_int(r, "schemaVersion", &version) ||
 	    version != RECORD_SCHEMA_VERSION) {
 		snprintf(errbuf, errlen, "the ownership record is not schemaVersion %d of this relay",
-			 RECORD_SCHEMA_VERSION);
-		return NULL;
+		         RECORD_SCHEMA_VERSION);
+		return false;
 	}
-	const char *name = jsonx_get_str(r, "guest"), *purpose = jsonx_get_str(r, "purpose");
-	int phase = phase_from_name(jsonx_get_str(r, "phase"));
-	if (name == NULL || purpose == NULL || phase < 0) {
+	if (jsonx_get_str(r, "guest") == NULL || jsonx_get_str(r, "purpose") == NULL ||
+	    phase_from_name(jsonx_get_str(r, "phase")) < 0) {
 		snprintf(errbuf, errlen, "the ownership record lacks guest, purpose or a known phase");
-		return NULL;
+		return false;
 	}
-	guest *g = guest_new();
-	if (g == NULL) {
-		snprintf(errbuf, errlen, "out of memory");
-		return NULL;
-	}
-	g->name = strdup(name);
+	return true;
+}
+
+/* Fills the facts of `g` (all NULL) from a usable record. */
+static void fill_from_record(guest *g, const json_object *r)
+{
+	g->extractions = json_object_new_array();
+	g->used_step_ids = json_object_new_array();
+	g->previous_evidence = json_object_new_array();
+	g->console_attempt_ids = json_object_new_array();
+	g->name = strdup(jsonx_get_str(r, "guest"));
 	g->task = dup_str(r, "task");
 	g->image = dup_str(r, "image");
-	g->purpose = strdup(purpose);
+	g->purpose = strdup(jsonx_get_str(r, "purpose"));
 	g->binding = dup_ref(r, "binding");
 	g->evidence_path = dup_str(r, "evidencePath");
 	g->guest_root = dup_str(r, "guestRoot");
+	g->acquired_at_ms = 0;
 	jsonx_get_int(r, "acquiredAtMs", &g->acquired_at_ms);
+	g->deadline_ms = 0;
 	jsonx_get_int(r, "deadlineMs", &g->deadline_ms);
+	g->ttl_hours = 4;
 	jsonx_get_double(r, "ttlHours", &g->ttl_hours);
 	g->network = dup_str(r, "network");
 	g->env_pack = dup_str(r, "env");
+	g->vnc = false;
 	jsonx_get_bool(r, "vnc", &g->vnc);
 	json_object *extractions = dup_ref(r, "extractions");
 	if (extractions) {
 		json_object_put(g->extractions);
 		g->extractions = extractions;
 	}
+	g->full_workspace = false;
 	jsonx_get_bool(r, "fullWorkspace", &g->full_workspace);
 	g->lease = dup_ref(r, "lease");
 	g->registry_row = dup_ref(r, "registryRow");
-	g->phase = (guest_phase)phase;
+	g->phase = (guest_phase)phase_from_name(jsonx_get_str(r, "phase"));
+	g->acquisition_in_flight = false;
 	jsonx_get_bool(r, "acquisitionInFlight", &g->acquisition_in_flight);
+	g->waited_for_capacity_ms = 0;
 	jsonx_get_int(r, "waitedForCapacityMs", &g->waited_for_capacity_ms);
 	json_object *renewal = jsonx_get_obj(r, "renewal");
 	g->renewal = (renewal_state)renewal_from_name(jsonx_get_str(renewal, "state"));
+	g->expires_at_ms = 0;
 	jsonx_get_int(renewal, "expiresAtMs", &g->expires_at_ms);
+	g->last_renewed_at_ms = 0;
 	jsonx_get_int(renewal, "lastRenewedAtMs", &g->last_renewed_at_ms);
 	g->guest_state = dup_str(r, "guestState");
 	g->last_error = dup_str(r, "lastError");
+	g->staged = false;
 	jsonx_get_bool(r, "staged", &g->staged);
 	g->platform = dup_str(r, "platform");
 	g->node_path = dup_str(r, "nodePath");
 	g->cua_driver = dup_str(r, "cuaDriver");
 	bool snapshots = false;
+	g->snapshots = -1;
 	if (jsonx_get_bool(r, "snapshots", &snapshots))
 		g->snapshots = snapshots ? 1 : 0;
 	g->capture_plan = dup_ref(r, "capturePlan");
 	g->recording_session_id = dup_str(r, "recordingSessionId");
+	g->run_seq = 0;
 	jsonx_get_int(r, "runSeq", &g->run_seq);
 	json_object *ids = dup_ref(r, "usedStepIds");
 	if (ids) {
@@ -257,20 +301,49 @@ guest *guest_from_record(const json_object *r, char *errbuf, size_t errlen)
 		json_object_put(g->console_attempt_ids);
 		g->console_attempt_ids = attempts;
 	}
+	g->delivered = false;
 	jsonx_get_bool(r, "delivered", &g->delivered);
+	g->released = false;
 	jsonx_get_bool(r, "released", &g->released);
 	g->closed = dup_ref(r, "closed");
-	json_object *downloads = dup_ref(r, "downloads");
-	if (downloads) {
-		json_object_put(g->downloads);
-		g->downloads = downloads;
+	g->downloads = dup_ref(r, "downloads");
+	if (g->downloads == NULL)
+		g->downloads = new_downloads();
+}
+
+guest *guest_from_record(const json_object *r, char *errbuf, size_t errlen)
+{
+	if (!record_usable(r, errbuf, errlen))
+		return NULL;
+	guest *g = guest_new();
+	if (g == NULL) {
+		snprintf(errbuf, errlen, "out of memory");
+		return NULL;
 	}
+	free_facts(g);
+	fill_from_record(g, r);
 	return g;
+}
+
+int guest_reload(guest *g, const json_object *r, char *errbuf, size_t errlen)
+{
+	if (!record_usable(r, errbuf, errlen))
+		return -1;
+	char *dir = g->dir;
+	g->dir = NULL;
+	free_facts(g);
+	fill_from_record(g, r);
+	free(g->dir);
+	g->dir = dir;
+	return 0;
 }
 
 int guest_save(const guest *g)
 {
-	if (g->dir == NULL)
+	/* Only the owner writes the record: a guest whose lock is not held (a
+	 * closed one, another process's) or whose record this relay must leave
+	 * untouched is never rewritten. */
+	if (g->dir == NULL || g->record_readonly || g->owner_lock_fd < 0)
 		return -1;
 	char *path = fs_path_join(g->dir, "lease.json");
 	json_object *record = guest_record_json(g);
@@ -278,7 +351,7 @@ int guest_save(const guest *g)
 	int rc = 0;
 	if (path == NULL || record == NULL || fs_write_json_durable(path, record, &err) != RELAY_OK) {
 		log_error("cannot write the ownership record of %s: %s", g->name,
-			  path && record ? err.message : "out of memory");
+		          path && record ? err.message : "out of memory");
 		rc = -1;
 	}
 	json_object_put(record);

@@ -13,13 +13,17 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "manager/lifecycle.h"
 #include "manager/manager_internal.h"
+#include "manager/reconcile.h"
+#include "manager/renewal.h"
+#include "profile/environment.h"
 #include "util/clock.h"
+#include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
 #include "util/strbuf.h"
-#include "util/error.h"
 #include "util/timefmt.h"
 
 void manager_lock(manager *m)
@@ -143,8 +147,8 @@ static void load_session(manager *m)
 	free(path);
 }
 
-/* Takes session.lock; when another process holds it, retries in the
- * background (lifecycle.md §8 step 1). */
+/* Takes session.lock; when another process holds it, startup retries in the
+ * background (lifecycle.md §8 step 1). Under the lock or before threads. */
 static bool take_session_lock(manager *m)
 {
 	char *path = fs_path_join(m->settings->session_dir, "session.lock");
@@ -161,19 +165,205 @@ static bool take_session_lock(manager *m)
 	return false;
 }
 
+/* ---- calls being worked on, and their deadlines ------------------------------- */
+
+void manager_track_call(manager *m, relay_call *call, int64_t timeout_ms)
+{
+	if (call == NULL)
+		return;
+	tracked_call *t = calloc(1, sizeof *t);
+	if (t == NULL)
+		return; /* untracked: it cannot be cancelled at the grace deadline */
+	t->call = call;
+	t->deadline_mono_ms = timeout_ms > 0 ? clock_monotonic_ms() + timeout_ms : 0;
+	manager_lock(m);
+	t->next = m->tracked;
+	m->tracked = t;
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+}
+
+void manager_untrack_call(manager *m, relay_call *call)
+{
+	if (call == NULL)
+		return;
+	manager_lock(m);
+	for (tracked_call **p = &m->tracked; *p; p = &(*p)->next) {
+		if ((*p)->call == call) {
+			tracked_call *t = *p;
+			*p = t->next;
+			free(t);
+			break;
+		}
+	}
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+}
+
+int manager_cancel_tracked(manager *m)
+{
+	int n = 0;
+	manager_lock(m);
+	for (tracked_call *t = m->tracked; t; t = t->next) {
+		if (!relay_call_is_cancelled(t->call)) {
+			relay_call_cancel(t->call);
+			n++;
+		}
+	}
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+	return n;
+}
+
+/* Cancels tracked calls whose real-time limit passed. One thread per
+ * manager; it lives as long as the process. */
+static void *watcher_main(void *arg)
+{
+	manager *m = arg;
+	manager_lock(m);
+	for (;;) {
+		int64_t now = clock_monotonic_ms();
+		int64_t next = now + 1000;
+		for (tracked_call *t = m->tracked; t; t = t->next) {
+			if (t->deadline_mono_ms == 0 || relay_call_is_cancelled(t->call))
+				continue;
+			if (t->deadline_mono_ms <= now)
+				relay_call_cancel(t->call);
+			else if (t->deadline_mono_ms < next)
+				next = t->deadline_mono_ms;
+		}
+		int64_t wait_ms = next - now;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += wait_ms / 1000;
+		ts.tv_nsec += (wait_ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&m->changed, &m->lock, &ts);
+	}
+	return NULL;
+}
+
+relay_call *manager_internal_call(manager *m, int64_t timeout_ms)
+{
+	relay_call *call = relay_call_new_internal();
+	manager_track_call(m, call, timeout_ms);
+	return call;
+}
+
+void manager_internal_call_done(manager *m, relay_call *call)
+{
+	if (call == NULL)
+		return;
+	manager_untrack_call(m, call);
+	relay_call_complete(call, NULL);
+}
+
+/* ---- internal work on a guest's queue ------------------------------------------- */
+
+typedef struct internal_job {
+	guest_job base;
+	manager *mgr;
+	guest *g;
+	internal_work_fn work;
+	void *ctx;
+	void (*ctx_free)(void *);
+	int64_t timeout_ms;
+} internal_job;
+
+static void internal_job_free(internal_job *job)
+{
+	if (job->ctx_free)
+		job->ctx_free(job->ctx);
+	free(job);
+}
+
+static void internal_job_run(guest_job *base)
+{
+	internal_job *job = (internal_job *)base;
+	relay_call *call = manager_internal_call(job->mgr, job->timeout_ms);
+	job->work(job->mgr, job->g, call, job->ctx);
+	manager_internal_call_done(job->mgr, call);
+	internal_job_free(job);
+}
+
+static void internal_job_drop(guest_job *base, const char *why)
+{
+	(void)why;
+	internal_job_free((internal_job *)base);
+}
+
+bool manager_queue_internal(manager *m, guest *g, internal_work_fn work, void *ctx, void (*ctx_free)(void *),
+                            int64_t timeout_ms)
+{
+	internal_job *job = calloc(1, sizeof *job);
+	if (job == NULL) {
+		if (ctx_free)
+			ctx_free(ctx);
+		return false;
+	}
+	job->base.run = internal_job_run;
+	job->base.drop = internal_job_drop;
+	job->mgr = m;
+	job->g = g;
+	job->work = work;
+	job->ctx = ctx;
+	job->ctx_free = ctx_free;
+	job->timeout_ms = timeout_ms;
+	if (!queue_push(&g->queue, &job->base)) {
+		internal_job_free(job);
+		return false;
+	}
+	return true;
+}
+
+bool manager_busy(manager *m)
+{
+	manager_lock(m);
+	bool busy = m->detached_running > 0;
+	for (guest *g = m->guests; g && !busy; g = g->next)
+		busy = queue_active(&g->queue);
+	manager_unlock(m);
+	return busy;
+}
+
+/* ---- startup ---------------------------------------------------------------------- */
+
 static void *startup_main(void *arg)
 {
 	manager *m = arg;
 	backends_load(m->backends, m->settings);
-	if (m->session_locked_elsewhere) {
+	manager_lock(m);
+	bool waiting = m->session_locked_elsewhere;
+	manager_unlock(m);
+	if (waiting) {
+		/* Normal while an earlier process is in its shutdown grace. */
 		int64_t give_up = clock_monotonic_ms() + m->settings->shutdown_grace_ms + 10000;
+		bool taken = false;
 		while (clock_monotonic_ms() < give_up) {
 			manager_lock(m);
-			bool taken = m->ending || take_session_lock(m);
+			bool ending = m->ending;
+			taken = !ending && take_session_lock(m);
 			manager_unlock(m);
-			if (taken)
+			if (taken || ending)
 				break;
 			sleep(1);
+		}
+		if (taken) {
+			/* The earlier process may have moved the counters or left
+			 * guests we have not listed yet. */
+			manager_lock(m);
+			load_session(m);
+			manager_unlock(m);
+			reconcile_migrate_legacy(m);
+			reconcile_scan(m);
+		} else {
+			log_error("another mcp-relay process, pid %ld, holds session %s; its guests stay "
+			          "unavailable "
+			          "here and relay_acquire is refused until it exits",
+			          m->session_lock_holder_pid, m->settings->session_id);
 		}
 	}
 	manager_lock(m);
@@ -192,7 +382,7 @@ void manager_wait_startup(manager *m)
 }
 
 manager *manager_create(const relay_settings *settings, const relay_backends *backends, char *errbuf,
-			size_t errlen)
+                        size_t errlen)
 {
 	manager *m = calloc(1, sizeof *m);
 	if (m == NULL) {
@@ -209,11 +399,26 @@ manager *manager_create(const relay_settings *settings, const relay_backends *ba
 	relay_error err;
 	if (fs_mkdir_p(settings->session_dir, 0700, &err) != RELAY_OK) {
 		snprintf(errbuf, errlen, "cannot create the session folder: %s", err.message);
+		json_object_put(m->counters);
 		free(m);
 		return NULL;
 	}
+	/* The registry: the environment's managed file, MCP_RELAY_REGISTRY, a
+	 * valid ~/AGENTS.md VM table, or the managed one (lifecycle.md §10). */
+	registry_resolve(settings->registry_path, settings->environment != NULL, getenv("HOME"),
+	                 settings->state_root, &m->registry);
 	load_session(m);
-	take_session_lock(m);
+	if (take_session_lock(m))
+		reconcile_migrate_legacy(m);
+	/* Guests found on disk are listed at once (phase reconciling) so that
+	 * status shows them and calls on them wait; their reconcile jobs wait
+	 * for the session lock. */
+	reconcile_scan(m);
+	pthread_t watcher;
+	if (pthread_create(&watcher, NULL, watcher_main, m) == 0) {
+		pthread_detach(watcher);
+		m->watcher_started = true;
+	}
 	if (pthread_create(&m->startup_thread, NULL, startup_main, m) == 0)
 		m->startup_thread_started = true;
 	else
@@ -261,11 +466,35 @@ static void job_free(tool_job *job)
 	free(job);
 }
 
+static void job_drop(guest_job *base, const char *why);
+
+static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char *name, guest **g_out);
+
 static void job_run(guest_job *base)
 {
 	tool_job *job = (tool_job *)base;
 	manager *m = job->mgr;
-	tool_result *result = handler_for(job->tool)(m, job->g, job->args, job->call);
+	tool_result *result = NULL;
+	/* A call that waited behind another on its guest is checked again: the
+	 * session may be ending, or the guest closed or found unavailable
+	 * meanwhile (tools.md §2.1, lifecycle.md §11.2 step 1). */
+	if (job->g && job->tool != TOOL_ACQUIRE) {
+		manager_lock(m);
+		bool ending = m->ending;
+		guest *g = NULL;
+		if (!ending)
+			result = refuse_guest_locked(m, job->tool, job->g->name, &g);
+		manager_unlock(m);
+		if (ending) {
+			job_drop(base, m->end_reason[0] ? m->end_reason : "the session is ending");
+			return;
+		}
+	}
+	if (result == NULL) {
+		manager_track_call(m, job->call, 0);
+		result = handler_for(job->tool)(m, job->g, job->args, job->call);
+		manager_untrack_call(m, job->call);
+	}
 	relay_call_complete(job->call, result);
 	if (job->detached) {
 		manager_lock(m);
@@ -282,13 +511,14 @@ static void job_drop(guest_job *base, const char *why)
 	if (relay_call_is_cancelled(job->call)) {
 		relay_call_complete(job->call, NULL);
 	} else {
-		tool_result *r = job->g ? guest_error(job->mgr, job->g, NULL, "shutting-down",
-						      "The session is ending (%s); this call on %s did not start and "
-						      "no new operations are accepted",
-						      why, job->g->name)
-					: tool_result_error(NULL, "shutting-down",
-							    "The session is ending (%s); no new operations are accepted",
-							    why);
+		tool_result *r =
+		    job->g ? guest_error(job->mgr, job->g, NULL, "shutting-down",
+		                         "The session is ending (%s); this call on %s did not start and "
+		                         "no new operations are accepted",
+		                         why, job->g->name)
+		           : tool_result_error(NULL, "shutting-down",
+		                               "The session is ending (%s); no new operations are accepted",
+		                               why);
 		relay_call_complete(job->call, r);
 	}
 	job_free(job);
@@ -328,33 +558,35 @@ static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char 
 		jsonx_add(s, "guestsHeld", json_object_new_array());
 		jsonx_add_str(s, "sessionId", m->settings->session_id);
 		return tool_result_error(
-			s, "nothing-held",
-			"This session holds no guest, so nothing was released. Each server process has its own "
-			"session identity (random unless MCP_RELAY_SESSION sets it); to release a guest of an "
-			"earlier process, restart with that identity, or let the backend's lease expiry reclaim it.");
+		    s, "nothing-held",
+		    "This session holds no guest, so nothing was released. Each server process has its own "
+		    "session identity (random unless MCP_RELAY_SESSION sets it); to release a guest of an "
+		    "earlier process, restart with that identity, or let the backend's lease expiry reclaim "
+		    "it.");
 	}
 	if (g == NULL) {
 		char *held = manager_open_guest_names(m);
-		tool_result *r = tool_result_error(
-			NULL, "unknown-guest",
-			"This session has no guest named %s. Guests held: %s. Use the name relay_acquire returned.",
-			name, held && *held ? held : "none");
+		tool_result *r = tool_result_error(NULL, "unknown-guest",
+		                                   "This session has no guest named %s. Guests held: %s. Use "
+		                                   "the name relay_acquire returned.",
+		                                   name, held && *held ? held : "none");
 		free(held);
 		return r;
 	}
 	if (g->phase == PHASE_CLOSED && tool != TOOL_IMAGE) {
 		const char *at = jsonx_get_str(g->closed, "at");
 		const char *reason = jsonx_get_str(g->closed, "reason");
-		return tool_result_error(NULL, "guest-closed",
-					 "Guest %s was closed (%s) at %s; its evidence is at %s. Acquire a new guest "
-					 "for more work.",
-					 name, reason ? reason : "closed", at ? at : "an earlier time",
-					 g->evidence_path ? g->evidence_path : "(none)");
+		return tool_result_error(
+		    NULL, "guest-closed",
+		    "Guest %s was closed (%s) at %s; its evidence is at %s. Acquire a new guest "
+		    "for more work.",
+		    name, reason ? reason : "closed", at ? at : "an earlier time",
+		    g->evidence_path ? g->evidence_path : "(none)");
 	}
 	if (g->phase == PHASE_UNAVAILABLE) {
 		return tool_result_error(NULL, "guest-unavailable",
-					 "Guest %s could not be taken over at startup: %s", name,
-					 g->last_error ? g->last_error : "its record is not usable");
+		                         "Guest %s could not be taken over at startup: %s", name,
+		                         g->last_error ? g->last_error : "its record is not usable");
 	}
 	return NULL;
 }
@@ -371,8 +603,9 @@ void manager_dispatch(manager *m, relay_tool tool, json_object *args, relay_call
 	if (m->ending) {
 		manager_unlock(m);
 		json_object_put(args);
-		relay_call_complete(call, tool_result_error(NULL, "shutting-down",
-							    "The session is ending; no new operations are accepted"));
+		relay_call_complete(
+		    call, tool_result_error(NULL, "shutting-down",
+		                            "The session is ending; no new operations are accepted"));
 		return;
 	}
 	guest *g = NULL;
@@ -398,7 +631,8 @@ void manager_dispatch(manager *m, relay_tool tool, json_object *args, relay_call
 	tool_job *job = job_new(m, tool, args, call, g);
 	if (job == NULL) {
 		json_object_put(args);
-		relay_call_complete(call, tool_result_error(NULL, "internal", "out of memory queueing the call"));
+		relay_call_complete(call,
+		                    tool_result_error(NULL, "internal", "out of memory queueing the call"));
 		return;
 	}
 	if (!queued) {
@@ -412,7 +646,8 @@ void manager_dispatch(manager *m, relay_tool tool, json_object *args, relay_call
 
 /* ---- answers shared by the tools ------------------------------------------------- */
 
-tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt, ...)
+tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt,
+                         ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -479,8 +714,8 @@ char *guest_lease_text(manager *m, guest *g)
 	return text;
 }
 
-relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out, relay_transport_conn **conn_out,
-			     relay_error *err)
+relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out,
+                             relay_transport_conn **conn_out, relay_error *err)
 {
 	manager_wait_startup(m);
 	manager_lock(m);
@@ -497,10 +732,10 @@ relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out, r
 	loaded_plugin *plugin = backends_transport_for(m->backends, lease);
 	if (plugin == NULL) {
 		free(lease);
-		return relay_error_set(err, RELAY_E_UNAVAILABLE, 0,
-						"no transport plugin could be loaded for %s (%s)", g->name,
-						m->backends->load_errors[SLOT_TRANSPORT] ? m->backends->load_errors[SLOT_TRANSPORT]
-											 : "the transport slot is empty");
+		return relay_error_set(
+		    err, RELAY_E_UNAVAILABLE, 0, "no transport plugin could be loaded for %s (%s)", g->name,
+		    m->backends->load_errors[SLOT_TRANSPORT] ? m->backends->load_errors[SLOT_TRANSPORT]
+		                                             : "the transport slot is empty");
 	}
 	relay_transport_conn *conn = NULL;
 	relay_status status = plugin->transport.open(plugin->state, lease, NULL, 0, &conn, err);
@@ -521,12 +756,17 @@ relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out, r
 int manager_end_session(manager *m, const char *reason)
 {
 	manager_lock(m);
+	bool already = m->ending;
 	m->ending = true;
+	if (!already)
+		snprintf(m->end_reason, sizeof m->end_reason, "%s", reason ? reason : "ended");
+	pthread_cond_broadcast(&m->changed);
 	manager_unlock(m);
-	/* The lifecycle module (pause or release every guest within the grace
-	 * period) takes over here. */
-	int status = manager_end_guests(m, reason);
-	return status;
+	if (already)
+		return 0;
+	/* shutdown.c: stop taking work, let running work finish within the
+	 * grace period, then pause or release every guest. */
+	return manager_end_guests(m, reason);
 }
 
 void manager_hurry_end(manager *m)
@@ -548,6 +788,7 @@ void manager_destroy(manager *m)
 		g = next;
 	}
 	json_object_put(m->counters);
+	registry_target_free(&m->registry);
 	if (m->session_lock_fd >= 0)
 		close(m->session_lock_fd);
 	free(m);

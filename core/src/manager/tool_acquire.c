@@ -20,27 +20,29 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
-#define CAPACITY_RETRY_MS 15000
-#define RENEWAL_WINDOW_MS (15 * 60 * 1000)
+#define CAPACITY_RETRY_MS LIFECYCLE_CAPACITY_RETRY_MS
+#define RENEWAL_WINDOW_MS LIFECYCLE_RENEWAL_WINDOW_MS
 
 guest *manager_reserve_guest(manager *m, json_object *args, tool_result **refusal_out)
 {
 	const relay_settings *s = m->settings;
 	*refusal_out = NULL;
 	if (m->session_locked_elsewhere) {
-		*refusal_out = tool_result_error(NULL, "session-locked",
-						 "Another mcp-relay process, pid %ld, holds session %s; no guest can be "
-						 "acquired under this session identity until it exits",
-						 m->session_lock_holder_pid, s->session_id);
+		*refusal_out =
+		    tool_result_error(NULL, "session-locked",
+		                      "Another mcp-relay process, pid %ld, holds session %s; no guest can be "
+		                      "acquired under this session identity until it exits",
+		                      m->session_lock_holder_pid, s->session_id);
 		return NULL;
 	}
 	int open = manager_open_guest_count(m);
 	if (open >= s->max_guests) {
 		char *names = manager_open_guest_names(m);
-		*refusal_out = tool_result_error(NULL, "guest-limit",
-						 "This session already holds %d guest%s (%s), the most "
-						 "MCP_RELAY_MAX_GUESTS allows; finish or release one before acquiring another.",
-						 open, open == 1 ? "" : "s", names ? names : "");
+		*refusal_out = tool_result_error(
+		    NULL, "guest-limit",
+		    "This session already holds %d guest%s (%s), the most "
+		    "MCP_RELAY_MAX_GUESTS allows; finish or release one before acquiring another.",
+		    open, open == 1 ? "" : "s", names ? names : "");
 		free(names);
 		return NULL;
 	}
@@ -51,9 +53,10 @@ guest *manager_reserve_guest(manager *m, json_object *args, tool_result **refusa
 	snprintf(name, sizeof name, "%s-%lld", task, (long long)n);
 	jsonx_add_int(m->counters, task, n + 1);
 	if (manager_save_session(m) != 0) {
-		*refusal_out = tool_result_error(NULL, "internal",
-						 "cannot record the guest counter in %s/session.json; nothing was acquired",
-						 s->session_dir);
+		*refusal_out = tool_result_error(
+		    NULL, "internal",
+		    "cannot record the guest counter in %s/session.json; nothing was acquired",
+		    s->session_dir);
 		return NULL;
 	}
 
@@ -88,8 +91,8 @@ guest *manager_reserve_guest(manager *m, json_object *args, tool_result **refusa
 	snprintf(lock_path, sizeof lock_path, "%s/owner.lock", guests_dir);
 	if (fs_mkdir_p(guests_dir, 0700, &err) != RELAY_OK ||
 	    (g->owner_lock_fd = lock_file_take(lock_path, NULL)) < 0) {
-		*refusal_out = tool_result_error(NULL, "internal", "cannot create the ownership record of %s in %s",
-						 name, guests_dir);
+		*refusal_out = tool_result_error(
+		    NULL, "internal", "cannot create the ownership record of %s in %s", name, guests_dir);
 		guest_free(g);
 		return NULL;
 	}
@@ -100,6 +103,14 @@ guest *manager_reserve_guest(manager *m, json_object *args, tool_result **refusa
 	*tail = g;
 	pthread_cond_broadcast(&m->changed);
 	return g;
+}
+
+static bool session_ending(manager *m)
+{
+	manager_lock(m);
+	bool ending = m->ending;
+	manager_unlock(m);
+	return ending;
 }
 
 /* Fills the identities of step 7 under the lock. */
@@ -150,7 +161,8 @@ static tool_result *check_image(manager *m, guest *g, loaded_plugin *machine, re
 	relay_status st = machine->machine.images(machine->state, call, 0, &images_text, &err);
 	if (st != RELAY_OK) {
 		free(images_text);
-		return not_acquired(m, g, "backend-unavailable", err.message[0] ? err.message : relay_status_str(st));
+		return not_acquired(m, g, "backend-unavailable",
+		                    err.message[0] ? err.message : relay_status_str(st));
 	}
 	json_object *inventory = parse_owned(images_text);
 	json_object *images = jsonx_get_obj(inventory, "images");
@@ -172,8 +184,8 @@ static tool_result *check_image(manager *m, guest *g, loaded_plugin *machine, re
 		}
 		char message[1024];
 		snprintf(message, sizeof message, "Image unavailable: %s%s. Images offered: %s", g->image,
-			 entry ? " (its base image is not available now)" : " is not offered by this backend",
-			 keys.len ? strbuf_str(&keys) : "none");
+		         entry ? " (its base image is not available now)" : " is not offered by this backend",
+		         keys.len ? strbuf_str(&keys) : "none");
 		strbuf_free(&keys);
 		refusal = not_acquired(m, g, "image-unavailable", message);
 	}
@@ -225,14 +237,20 @@ static void adopt_lease(manager *m, guest *g, json_object *lease)
 	lifecycle_renewal_start(m, g);
 }
 
-/* Step 13: an unknown outcome is reconciled by purpose, once. */
+/* Step 13: an unknown outcome is reconciled by purpose, once (10 s), on a
+ * call of its own so that a cancelled acquisition can still be settled. */
 static tool_result *reconcile_unknown(manager *m, guest *g, loaded_plugin *machine, const char *why)
 {
 	relay_error err;
 	memset(&err, 0, sizeof err);
 	char *found_text = NULL;
-	if (machine->machine.find_by_purpose &&
-	    machine->machine.find_by_purpose(machine->state, g->purpose, NULL, 0, &found_text, &err) == RELAY_OK) {
+	relay_call *lookup = manager_internal_call(m, LIFECYCLE_LOOKUP_TIMEOUT_MS);
+	relay_status st =
+	    machine->machine.find_by_purpose
+	        ? machine->machine.find_by_purpose(machine->state, g->purpose, lookup, 0, &found_text, &err)
+	        : RELAY_E_UNSUPPORTED;
+	manager_internal_call_done(m, lookup);
+	if (st == RELAY_OK) {
 		json_object *found = parse_owned(found_text);
 		if (json_object_is_type(found, json_type_array) && json_object_array_length(found) == 1) {
 			json_object *lease = json_object_get(json_object_array_get_idx(found, 0));
@@ -254,10 +272,11 @@ static tool_result *reconcile_unknown(manager *m, guest *g, loaded_plugin *machi
 	manager_unlock(m);
 	json_object *structured = json_object_new_object();
 	jsonx_add_str(structured, "guest", g->name);
-	return guest_error(m, g, structured, "outcome-unknown",
-			   "acquisition outcome unknown for purpose %s; ownership is kept as %s; reconcile with "
-			   "relay_status or relay_release; never acquire again blindly (%s)",
-			   g->purpose, g->name, why);
+	return guest_error(
+	    m, g, structured, "outcome-unknown",
+	    "acquisition outcome unknown for purpose %s; ownership is kept as %s; reconcile with "
+	    "relay_status or relay_release; never acquire again blindly (%s)",
+	    g->purpose, g->name, why);
 }
 
 static json_object *acquire_result(manager *m, guest *g)
@@ -306,11 +325,17 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 	manager_wait_startup(m);
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	if (relay_call_is_cancelled(call))
-		return not_acquired(m, g, "operation-cancelled", "the acquisition was cancelled before any request");
+		return not_acquired(m, g, "shutting-down",
+		                    "the acquisition was cancelled before any request");
+	if (session_ending(m))
+		return not_acquired(
+		    m, g, "shutting-down",
+		    "The session is ending; the acquisition stopped before its lease request and nothing "
+		    "was leased");
 	if (machine == NULL) {
 		snprintf(errbuf, sizeof errbuf, "the machine backend is not available: %s",
-			 m->backends->load_errors[SLOT_MACHINE] ? m->backends->load_errors[SLOT_MACHINE]
-								 : "no machine plugin is configured");
+		         m->backends->load_errors[SLOT_MACHINE] ? m->backends->load_errors[SLOT_MACHINE]
+		                                                : "no machine plugin is configured");
 		return not_acquired(m, g, "backend-unavailable", errbuf);
 	}
 	relay_error err;
@@ -322,9 +347,9 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 		free(health);
 		if (st != RELAY_OK)
 			return not_acquired(m, g,
-					    st == RELAY_E_ENVIRONMENT_MISMATCH ? "environment-mismatch"
-									       : "backend-unavailable",
-					    err.message[0] ? err.message : relay_status_str(st));
+			                    st == RELAY_E_ENVIRONMENT_MISMATCH ? "environment-mismatch"
+			                                                       : "backend-unavailable",
+			                    err.message[0] ? err.message : relay_status_str(st));
 	}
 	/* Step 5: the image. */
 	tool_result *refusal = check_image(m, g, machine, call);
@@ -332,9 +357,10 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 		return refusal;
 	/* Step 6: console capability. */
 	if (g->vnc && m->backends->plugins[SLOT_CONSOLE] == NULL)
-		return not_acquired(m, g, "console-unavailable",
-				    "VNC backend unavailable for this image OS; ordinary acquisition was not attempted "
-				    "(no console plugin is loaded)");
+		return not_acquired(
+		    m, g, "console-unavailable",
+		    "VNC backend unavailable for this image OS; ordinary acquisition was not attempted "
+		    "(no console plugin is loaded)");
 	/* Steps 7-8: identities, the record, the registry row, the intent. */
 	fix_identities(m, g);
 	if (guest_ensure_evidence_dir(m, g, errbuf, sizeof errbuf) != 0)
@@ -355,6 +381,22 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 	for (;;) {
 		char *lease_text = NULL;
 		memset(&err, 0, sizeof err);
+		/* Not yet sent: the end of the session or a cancellation stops
+		 * the acquisition here, with nothing leased. */
+		if (session_ending(m) || relay_call_is_cancelled(call)) {
+			free(spec);
+			bool cancelled = relay_call_is_cancelled(call);
+			if (cancelled)
+				lifecycle_record_cancelled(
+				    m, g, "relay_acquire", false,
+				    "cancelled before the lease request; nothing was leased");
+			return not_acquired(
+			    m, g, "shutting-down",
+			    cancelled ? "the acquisition was cancelled before its lease request; nothing "
+			                "was leased"
+			              : "The session is ending; the acquisition stopped before its "
+			                "lease request and nothing was leased");
+		}
 		int64_t attempt_started_ms = clock_now_ms();
 		relay_status st = machine->machine.acquire(machine->state, spec, call, 0, &lease_text, &err);
 		if (st == RELAY_OK) {
@@ -362,10 +404,12 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 			if (lease == NULL || jsonx_get_str(lease, "vm") == NULL) {
 				json_object_put(lease);
 				free(spec);
-				return reconcile_unknown(m, g, machine, "the backend answered a malformed lease");
+				return reconcile_unknown(m, g, machine,
+				                         "the backend answered a malformed lease");
 			}
 			manager_lock(m);
-			g->waited_for_capacity_ms = first_capacity_ms ? attempt_started_ms - first_capacity_ms : 0;
+			g->waited_for_capacity_ms =
+			    first_capacity_ms ? attempt_started_ms - first_capacity_ms : 0;
 			manager_unlock(m);
 			adopt_lease(m, g, lease);
 			break;
@@ -398,34 +442,70 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 				json_object *s = json_object_new_object();
 				jsonx_add_int(s, "waitedForCapacityMs", waited);
 				jsonx_add_int(s, "capacityWaitSeconds", m->settings->capacity_wait_s);
-				return guest_error(m, g, s, "capacity-timeout",
-						   "The host stayed at capacity: %s; waited %lld s of the %lld s "
-						   "MCP_RELAY_CAPACITY_WAIT allows; nothing was leased",
-						   err.message, (long long)(waited / 1000),
-						   (long long)m->settings->capacity_wait_s);
+				return guest_error(
+				    m, g, s, "capacity-timeout",
+				    "The host stayed at capacity: %s; waited %lld s of the %lld s "
+				    "MCP_RELAY_CAPACITY_WAIT allows; nothing was leased",
+				    err.message, (long long)(waited / 1000),
+				    (long long)m->settings->capacity_wait_s);
 			}
 			char message[600];
-			snprintf(message, sizeof message, "host at capacity: %s; asking again in 15 s; waited %lld s of %lld s",
-				 err.message, (long long)(waited / 1000), (long long)m->settings->capacity_wait_s);
+			snprintf(message, sizeof message,
+			         "host at capacity: %s; asking again in 15 s; waited %lld s of %lld s",
+			         err.message, (long long)(waited / 1000),
+			         (long long)m->settings->capacity_wait_s);
 			relay_call_progress(call, ++progress, -1, message, true);
 			if (lifecycle_wait_until(m, call, next_attempt) != 0) {
 				free(spec);
-				return not_acquired(m, g, "shutting-down",
-						    "the capacity wait was stopped (the call was cancelled or the session is "
-						    "ending); nothing was leased");
+				if (relay_call_is_cancelled(call))
+					lifecycle_record_cancelled(
+					    m, g, "relay_acquire", false,
+					    "cancelled while waiting for capacity; nothing was "
+					    "leased");
+				return not_acquired(
+				    m, g, "shutting-down",
+				    "the capacity wait was stopped (the call was cancelled or the session is "
+				    "ending); nothing was leased");
 			}
 			continue;
+		}
+		if (st == RELAY_E_CANCELLED) {
+			/* Cancelled after the request was sent: its effect is not
+			 * known. It is settled by purpose, never sent again. */
+			free(spec);
+			lifecycle_record_cancelled(
+			    m, g, "relay_acquire", true,
+			    "cancelled after the lease request was sent; its outcome is uncertain");
+			tool_result *unknown = reconcile_unknown(
+			    m, g, machine, "the acquisition was cancelled after its lease request was sent");
+			if (unknown)
+				return unknown;
+			guest_set_last_error(
+			    m, g,
+			    "the acquisition was cancelled after the lease request was sent; the lease "
+			    "arrived and is kept: finish or release %s",
+			    g->name);
+			guest_event(m, g, "acquire",
+			            "relay_acquire (cancelled after dispatch; the lease is kept)", NULL);
+			return guest_error(
+			    m, g, NULL, "shutting-down",
+			    "the acquisition of %s was cancelled after its lease request; the lease that "
+			    "arrived is kept and renewed: finish or release it",
+			    g->name);
 		}
 		free(spec);
 		switch (st) {
 		case RELAY_E_IMAGE_UNAVAILABLE: return not_acquired(m, g, "image-unavailable", err.message);
 		case RELAY_E_REFUSED: return not_acquired(m, g, "backend-refused", err.message);
 		case RELAY_E_UNAVAILABLE: return not_acquired(m, g, "backend-unavailable", err.message);
-		case RELAY_E_ENVIRONMENT_MISMATCH: return not_acquired(m, g, "environment-mismatch", err.message);
+		case RELAY_E_ENVIRONMENT_MISMATCH:
+			return not_acquired(m, g, "environment-mismatch", err.message);
 		case RELAY_E_INVALID_ARGUMENT:
 		case RELAY_E_UNSUPPORTED:
 		case RELAY_E_UNSUPPORTED_FLAGS: return not_acquired(m, g, "backend-refused", err.message);
-		default: return reconcile_unknown(m, g, machine, err.message[0] ? err.message : relay_status_str(st));
+		default:
+			return reconcile_unknown(m, g, machine,
+			                         err.message[0] ? err.message : relay_status_str(st));
 		}
 	}
 	free(spec);
@@ -435,35 +515,41 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 		manager_lock(m);
 		json_object *console = jsonx_get_obj(g->lease, "console");
 		const char *status = jsonx_get_str(console, "status");
-		bool ok = jsonx_get_str(g->lease, "lease_id") && jsonx_get_str(console, "console_id") && status &&
-			  strcmp(status, "ready") == 0;
+		bool ok = jsonx_get_str(g->lease, "lease_id") && jsonx_get_str(console, "console_id") &&
+		          status && strcmp(status, "ready") == 0;
 		if (ok) {
 			json_object_put(g->console);
 			g->console = json_object_get(console);
 		}
 		manager_unlock(m);
 		if (!ok) {
-			guest_set_last_error(m, g, "VNC acquisition did not return a ready console and lease identity");
-			return guest_error(m, g, NULL, "outcome-unknown",
-					   "VNC acquisition did not return a ready console and lease identity; ownership "
-					   "kept for reconciliation");
+			guest_set_last_error(
+			    m, g, "VNC acquisition did not return a ready console and lease identity");
+			return guest_error(
+			    m, g, NULL, "outcome-unknown",
+			    "VNC acquisition did not return a ready console and lease identity; ownership "
+			    "kept for reconciliation");
 		}
 	}
 	relay_call_progress(call, ++progress, -1, "lease granted", true);
 	if (relay_call_is_cancelled(call))
-		guest_set_last_error(m, g,
-				     "the acquisition was cancelled after the lease request was sent; the lease "
-				     "arrived and is kept: finish or release %s",
-				     g->name);
+		guest_set_last_error(
+		    m, g,
+		    "the acquisition was cancelled after the lease request was sent; the lease "
+		    "arrived and is kept: finish or release %s",
+		    g->name);
 	guest_event(m, g, "acquire", "relay_acquire", NULL);
 	json_object *result = acquire_result(m, g);
 	int64_t waited = g->waited_for_capacity_ms;
 	char deadline[21];
 	time_format_iso_seconds(g->deadline_ms, deadline);
 	if (waited > 0)
-		return tool_result_ok(result, "Acquired guest %s (%s) for task %s; lease deadline %s; waited %lld s for "
-					      "capacity; next: relay_stage",
-				      g->name, g->image, g->task, deadline, (long long)(waited / 1000));
-	return tool_result_ok(result, "Acquired guest %s (%s) for task %s; lease deadline %s; next: relay_stage",
-			      g->name, g->image, g->task, deadline);
+		return tool_result_ok(
+		    result,
+		    "Acquired guest %s (%s) for task %s; lease deadline %s; waited %lld s for "
+		    "capacity; next: relay_stage",
+		    g->name, g->image, g->task, deadline, (long long)(waited / 1000));
+	return tool_result_ok(result,
+	                      "Acquired guest %s (%s) for task %s; lease deadline %s; next: relay_stage",
+	                      g->name, g->image, g->task, deadline);
 }
