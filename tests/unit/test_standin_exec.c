@@ -425,7 +425,7 @@ static void *run_first_of_two(void *arg)
 {
 	exec_thread *t = arg;
 	t->status =
-	    exec_body("{\"argv\":[\"sh\",\"-c\",\"touch started; sleep 1; touch first-done\"]}", &t->reply);
+	    exec_body("{\"argv\":[\"sh\",\"-c\",\"touch started; sleep 2; touch first-done\"]}", &t->reply);
 	return NULL;
 }
 
