@@ -431,7 +431,7 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 	pc.io = (ssh_io){.on_out = push_on_out, .on_err = push_on_err, .ctx = &pc};
 
 	a = archive_write_new();
-	if (a == NULL || archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+	if (a == NULL || archive_write_set_format_gnutar(a) != ARCHIVE_OK ||
 	    archive_write_add_filter_none(a) != ARCHIVE_OK ||
 	    archive_write_open(a, &pc, NULL, push_write_cb, NULL) != ARCHIVE_OK) {
 		status = host->error_set(err, RELAY_E_INTERNAL, 0, "cannot start the tar stream: %.160s",

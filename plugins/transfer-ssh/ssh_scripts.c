@@ -203,8 +203,8 @@ const char ssh_script_pull_check[] = SSH_SCRIPT_LIB SSH_SCRIPT_FACTS
     "|| relay_fail 5 \"cannot list every entry under $p\"\n"
     "if [ -n \"$b\" ]; then\n"
     "	b=$(printf '%s\\n' \"$b\" | head -n 3 | tr '\\n' ' ')\n"
-    "	relay_fail 4 \"refusing to pull $p: it holds symbolic links, devices, FIFOs, sockets or names with a "
-    "newline or backslash: $b\"\n"
+    "	relay_fail 4 \"refused $b(pulls take no symbolic links, devices, FIFOs, sockets or names with a "
+    "newline or backslash)\"\n"
     "fi\n"
     "relay_facts . || relay_fail 5 \"cannot hash the files under $p\"\n";
 

@@ -261,6 +261,67 @@ FIXTURE_UNUSED static void ssh_fixture_stop(ssh_fixture *fx)
 	}
 }
 
+/* Writes `len` pseudo-random bytes (seeded) to path with `mode`. */
+FIXTURE_UNUSED static int fixture_random_file(const char *path, size_t len, unsigned seed, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+	if (fd < 0)
+		return -1;
+	unsigned x = seed * 2654435761u + 1u;
+	char buf[4096];
+	size_t left = len;
+	while (left > 0) {
+		size_t n = left < sizeof buf ? left : sizeof buf;
+		for (size_t i = 0; i < n; i++) {
+			x = x * 1103515245u + 12345u;
+			buf[i] = (char)(x >> 16);
+		}
+		if (write(fd, buf, n) != (ssize_t)n) {
+			close(fd);
+			return -1;
+		}
+		left -= n;
+	}
+	fchmod(fd, mode);
+	return close(fd);
+}
+
+/* 1 when both files exist and hold the same bytes. */
+FIXTURE_UNUSED static int fixture_same_file(const char *a, const char *b)
+{
+	char cmd[1200];
+	snprintf(cmd, sizeof cmd, "cmp -s -- '%s' '%s'", a, b);
+	return fixture_run(cmd) == 0;
+}
+
+/* 1 when both trees hold the same names, types and file bytes. */
+FIXTURE_UNUSED static int fixture_same_tree(const char *a, const char *b)
+{
+	char cmd[1200];
+	snprintf(cmd, sizeof cmd, "diff -r --no-dereference -- '%s' '%s' >/dev/null 2>&1", a, b);
+	return fixture_run(cmd) == 0;
+}
+
+FIXTURE_UNUSED static int fixture_exists(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) == 0;
+}
+
+/* Number of entries in `dir` whose name starts with `prefix`. */
+FIXTURE_UNUSED static int fixture_count_prefix(const char *dir, const char *prefix)
+{
+	int n = 0;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d)) != NULL)
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0)
+			n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
 /* Loads build/lib/mcp-relay/plugins/transfer-ssh.so through the loader. */
 FIXTURE_UNUSED static int ssh_plugin_load(ssh_plugin_handle *h, const char *name, relay_plugin_kind kind)
 {
