@@ -1,0 +1,348 @@
+/*
+ * inventory.c — what machine-local offers: the images (named base trees),
+ * their application catalog (the dpkg database of each tree, plus the guest
+ * programs the relay ships), and the readiness checks of `doctor`.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "local.h"
+
+static size_t count_active(local_state *st)
+{
+	json_object *all = lease_list(st);
+	size_t n = json_object_array_length(all);
+	json_object_put(all);
+	pthread_mutex_lock(&st->lock);
+	n += st->reserved_count;
+	pthread_mutex_unlock(&st->lock);
+	return n;
+}
+
+static bool tree_ok(const char *tree)
+{
+	struct stat sb;
+	return stat(tree, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+json_object *inventory_images(local_state *st)
+{
+	size_t running = count_active(st);
+	bool acquirable = (int)running < st->max_guests;
+	json_object *images = json_object_new_object();
+	for (size_t i = 0; i < st->image_count; i++) {
+		const local_image *im = &st->images[i];
+		bool ok = tree_ok(im->tree);
+		json_object *o = json_object_new_object();
+		json_object_object_add(o, "kind", json_object_new_string("linux"));
+		json_object_object_add(o, "base_available", json_object_new_boolean(ok));
+		json_object_object_add(o, "tree", json_object_new_string(im->tree));
+		bool display = ok && st->display_enabled && sandbox_image_has(st, im->tree, "usr/bin/Xvfb");
+		json_object_object_add(o, "display", json_object_new_boolean(display));
+		json_object_object_add(
+		    o, "vnc",
+		    json_object_new_boolean(display && sandbox_image_has(st, im->tree, "usr/bin/x11vnc")));
+		json_object *conc = json_object_new_object();
+		json_object_object_add(conc, "running", json_object_new_int64((int64_t)running));
+		json_object_object_add(conc, "limit", json_object_new_int(st->max_guests));
+		json_object_object_add(conc, "acquirable", json_object_new_boolean(ok && acquirable));
+		json_object_object_add(o, "concurrency", conc);
+		json_object_object_add(images, im->key, o);
+	}
+	json_object *cap = json_object_new_object();
+	json_object_object_add(cap, "local_running", json_object_new_int64((int64_t)running));
+	json_object_object_add(cap, "local_limit", json_object_new_int(st->max_guests));
+	json_object *net = json_object_new_object();
+	json_object_object_add(net, "helper",
+	                       st->helper_path ? json_object_new_string(st->helper_name) : NULL);
+	json_object_object_add(net, "nat",
+	                       json_object_new_string(st->helper_path ? "outbound, no host or private ranges"
+	                                                              : "loopback only"));
+	json_object_object_add(net, "internet", json_object_new_boolean(st->helper_path != NULL));
+	json_object_object_add(cap, "network", net);
+	json_object *cg = json_object_new_object();
+	json_object_object_add(cg, "available", json_object_new_boolean(st->cgroup_base != NULL));
+	json_object_object_add(cg, "memory", json_object_new_boolean(st->cgroup_memory));
+	json_object_object_add(cg, "pids", json_object_new_boolean(st->cgroup_pids));
+	json_object_object_add(cg, "cpu", json_object_new_boolean(st->cgroup_cpu));
+	json_object_object_add(cg, "reason",
+	                       st->cgroup_reason[0] ? json_object_new_string(st->cgroup_reason) : NULL);
+	json_object_object_add(cap, "cgroups", cg);
+	json_object *out = json_object_new_object();
+	json_object_object_add(out, "images", images);
+	json_object_object_add(out, "capacity", cap);
+	return out;
+}
+
+/* ---- catalog ------------------------------------------------------------------ */
+
+typedef struct app {
+	char *id;
+	char *name;
+	char *version; /* may be NULL */
+} app;
+
+typedef struct app_list {
+	app *items;
+	size_t count, cap;
+} app_list;
+
+static void apps_add(app_list *l, const char *id, const char *name, const char *version)
+{
+	if (l->count == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 256;
+		app *p = realloc(l->items, cap * sizeof *p);
+		if (p == NULL)
+			return;
+		l->items = p;
+		l->cap = cap;
+	}
+	app *a = &l->items[l->count];
+	a->id = strdup(id);
+	a->name = strdup(name);
+	a->version = version ? strdup(version) : NULL;
+	if (a->id && a->name)
+		l->count++;
+	else {
+		free(a->id);
+		free(a->name);
+		free(a->version);
+	}
+}
+
+static void apps_free(app_list *l)
+{
+	for (size_t i = 0; i < l->count; i++) {
+		free(l->items[i].id);
+		free(l->items[i].name);
+		free(l->items[i].version);
+	}
+	free(l->items);
+}
+
+static int app_cmp(const void *a, const void *b)
+{
+	return strcmp(((const app *)a)->id, ((const app *)b)->id);
+}
+
+static bool apps_has(const app_list *l, const char *id)
+{
+	for (size_t i = 0; i < l->count; i++)
+		if (strcmp(l->items[i].id, id) == 0)
+			return true;
+	return false;
+}
+
+static void field_value(const char *line, const char *key, char *out, size_t size)
+{
+	size_t kl = strlen(key);
+	if (strncmp(line, key, kl) != 0 || line[kl] != ':')
+		return;
+	const char *v = line + kl + 1;
+	while (*v == ' ' || *v == '\t')
+		v++;
+	snprintf(out, size, "%s", v);
+	size_t n = strlen(out);
+	while (n && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' '))
+		out[--n] = '\0';
+}
+
+/* Reads <tree>/var/lib/dpkg/status: every installed package becomes
+ * dpkg:<package> (dpkg:<package>:<arch> for Multi-Arch: same, as
+ * `dpkg-query -W` names them). */
+static void read_dpkg(const char *tree, app_list *apps)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s%svar/lib/dpkg/status", tree, strcmp(tree, "/") == 0 ? "" : "/");
+	FILE *f = fopen(path, "re");
+	if (f == NULL)
+		return;
+	char line[8192];
+	char pkg[256] = "", status[128] = "", version[256] = "", arch[64] = "", multi[32] = "";
+	bool more = true;
+	while (more) {
+		more = fgets(line, sizeof line, f) != NULL;
+		if (!more || line[0] == '\n' || line[0] == '\r') {
+			if (pkg[0] && strstr(status, " installed") && strncmp(status, "deinstall", 9) != 0 &&
+			    strstr(status, "not-installed") == NULL &&
+			    strstr(status, "config-files") == NULL) {
+				char id[400];
+				if (strcmp(multi, "same") == 0 && arch[0])
+					snprintf(id, sizeof id, "dpkg:%s:%s", pkg, arch);
+				else
+					snprintf(id, sizeof id, "dpkg:%s", pkg);
+				if (strlen(id) <= 128)
+					apps_add(apps, id, pkg, version[0] ? version : NULL);
+			}
+			pkg[0] = status[0] = version[0] = arch[0] = multi[0] = '\0';
+			continue;
+		}
+		if (line[0] == ' ' || line[0] == '\t')
+			continue;
+		field_value(line, "Package", pkg, sizeof pkg);
+		field_value(line, "Status", status, sizeof status);
+		field_value(line, "Version", version, sizeof version);
+		field_value(line, "Architecture", arch, sizeof arch);
+		field_value(line, "Multi-Arch", multi, sizeof multi);
+	}
+	fclose(f);
+}
+
+static bool guest_program(local_state *st, const char *name)
+{
+	if (st->libexec_dir == NULL)
+		return false;
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s/%s", st->libexec_dir, st->platform, name);
+	struct stat sb;
+	return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+relay_status inventory_catalog(local_state *st, json_object **out, relay_error *err)
+{
+	(void)err;
+	json_object *images = json_object_new_array();
+	for (size_t i = 0; i < st->image_count; i++) {
+		const local_image *im = &st->images[i];
+		if (!tree_ok(im->tree))
+			continue;
+		app_list apps = {0};
+		read_dpkg(im->tree, &apps);
+		bool xvfb = sandbox_image_has(st, im->tree, "usr/bin/Xvfb");
+		if (xvfb && !apps_has(&apps, "dpkg:xvfb"))
+			apps_add(&apps, "xvfb", "Xvfb", NULL);
+		/* The relay's own guest programs, staged by relay_stage. */
+		if (guest_program(st, "receiver"))
+			apps_add(&apps, "mcp-relay:receiver", "mcp-relay receiver", LOCAL_PLUGIN_VERSION);
+		if (guest_program(st, "relay-x11shot") && xvfb)
+			apps_add(&apps, "mcp-relay:relay-x11shot", "relay-x11shot", LOCAL_PLUGIN_VERSION);
+		qsort(apps.items, apps.count, sizeof *apps.items, app_cmp);
+		json_object *list = json_object_new_array();
+		for (size_t k = 0; k < apps.count && k < 20000; k++) {
+			json_object *a = json_object_new_object();
+			json_object_object_add(a, "id", json_object_new_string(apps.items[k].id));
+			json_object_object_add(a, "name", json_object_new_string(apps.items[k].name));
+			json_object_object_add(a, "aliases", json_object_new_array());
+			json_object_object_add(
+			    a, "version",
+			    apps.items[k].version ? json_object_new_string(apps.items[k].version) : NULL);
+			json_object_array_add(list, a);
+		}
+		apps_free(&apps);
+		json_object *img = json_object_new_object();
+		json_object_object_add(img, "image", json_object_new_string(im->key));
+		json_object_object_add(img, "os", json_object_new_string("linux"));
+		json_object_object_add(img, "architecture", json_object_new_string(st->arch));
+		json_object_object_add(img, "applications", list);
+		json_object_array_add(images, img);
+	}
+	json_object *cat = json_object_new_object();
+	json_object_object_add(cat, "schemaVersion", json_object_new_int(1));
+	json_object_object_add(cat, "images", images);
+	*out = cat;
+	return RELAY_OK;
+}
+
+/* ---- doctor -------------------------------------------------------------------- */
+
+static void check(json_object *arr, const char *name, bool ok, const char *detail, const char *fix)
+{
+	json_object *o = json_object_new_object();
+	json_object_object_add(o, "check", json_object_new_string(name));
+	json_object_object_add(o, "ok", json_object_new_boolean(ok));
+	json_object_object_add(o, "detail", json_object_new_string(detail));
+	json_object_object_add(o, "fix", fix ? json_object_new_string(fix) : NULL);
+	json_object_array_add(arr, o);
+}
+
+static int try_namespaces(local_state *st)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return errno;
+	if (pid == 0) {
+		int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC;
+		if (st->rootless)
+			flags |= CLONE_NEWUSER;
+		_exit(unshare(flags) == 0 ? 0 : (errno & 0x7f));
+	}
+	int wst = 0;
+	while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
+	}
+	return WIFEXITED(wst) ? WEXITSTATUS(wst) : EIO;
+}
+
+json_object *inventory_doctor(local_state *st)
+{
+	json_object *arr = json_object_new_array();
+	char detail[512];
+	int e = try_namespaces(st);
+	snprintf(detail, sizeof detail, "%s",
+	         e == 0 ? "mount, PID, network, UTS and IPC namespaces can be created" : strerror(e));
+	check(arr, "namespaces", e == 0, detail,
+	      e == 0 ? NULL
+	             : (st->rootless ? "run the relay as root, or enable unprivileged user namespaces "
+	                               "(sysctl kernel.unprivileged_userns_clone=1)"
+	                             : "this kernel or container does not allow new namespaces"));
+	FILE *f = fopen("/proc/filesystems", "re");
+	bool overlay = false;
+	char line[128];
+	while (f && fgets(line, sizeof line, f))
+		if (strstr(line, "\toverlay"))
+			overlay = true;
+	if (f)
+		fclose(f);
+	check(arr, "overlayfs", overlay,
+	      overlay ? "overlayfs is available" : "overlayfs is not in /proc/filesystems",
+	      overlay ? NULL : "load the overlay module (modprobe overlay)");
+	bool writable = access(st->leases_dir, W_OK) == 0;
+	snprintf(detail, sizeof detail, "lease records go to %s", st->leases_dir);
+	check(arr, "state folder", writable, detail,
+	      writable ? NULL : "make the relay's state folder writable");
+	if (st->helper_path)
+		snprintf(detail, sizeof detail,
+		         "%s gives guests outbound access (no host, no private ranges)", st->helper_name);
+	else
+		snprintf(detail, sizeof detail,
+		         "no network helper: nat gives loopback only and internet is refused");
+	check(arr, "network helper", st->helper_path != NULL, detail,
+	      st->helper_path ? NULL : "apt-get install slirp4netns (or passt)");
+	const local_image *local = sandbox_find_image(st, "local");
+	bool xvfb = local && sandbox_image_has(st, local->tree, "usr/bin/Xvfb");
+	check(arr, "display", xvfb && st->display_enabled,
+	      xvfb ? (st->display_enabled ? "each guest gets its own Xvfb display"
+	                                  : "displays are off by option")
+	           : "Xvfb is not installed: guests have no display and runs take no snapshots",
+	      xvfb ? NULL : "apt-get install xvfb");
+	bool vnc = local && sandbox_image_has(st, local->tree, "usr/bin/x11vnc");
+	check(arr, "console", vnc && xvfb,
+	      vnc ? "x11vnc serves the guest display on the guest's loopback"
+	          : "x11vnc is not installed: no console",
+	      vnc ? NULL : "apt-get install x11vnc");
+	if (st->cgroup_base)
+		snprintf(detail, sizeof detail, "guests get cgroups under %s (memory %s, pids %s, cpu %s)",
+		         st->cgroup_base, st->cgroup_memory ? "limited" : "unlimited",
+		         st->cgroup_pids ? "limited" : "unlimited", st->cgroup_cpu ? "limited" : "unlimited");
+	else
+		snprintf(detail, sizeof detail, "no cgroup: %s", st->cgroup_reason);
+	check(arr, "cgroups", st->cgroup_base != NULL && (st->cgroup_memory || st->cgroup_pids), detail,
+	      st->cgroup_memory
+	          ? NULL
+	          : "boot with the unified cgroup v2 hierarchy (systemd.unified_cgroup_hierarchy=1)");
+	for (size_t i = 0; i < st->image_count; i++) {
+		bool ok = tree_ok(st->images[i].tree);
+		snprintf(detail, sizeof detail, "image %s: %s %s", st->images[i].key, st->images[i].tree,
+		         ok ? "exists" : "is missing");
+		check(arr, "image", ok, detail,
+		      ok ? NULL : "create the tree (e.g. debootstrap) or remove it from options.images");
+	}
+	return arr;
+}

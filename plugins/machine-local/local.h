@@ -1,0 +1,260 @@
+/*
+ * local.h — machine-local's shared state and the small helpers its modules
+ * use. Internal to plugins/machine-local (nothing here crosses the ABI).
+ *
+ * Modules:
+ *   plugin.c     descriptor, init/fini, options
+ *   lutil.c      JSON, time, random, durable files, /proc facts
+ *   lease.c      the lease records on disk (one folder per lease)
+ *   sandbox.c    acquire, destroy and verify a guest
+ *   ctl.c        the client of the guest init's control socket
+ *   net.c        network helpers (slirp4netns, pasta), reject routes,
+ *                sockets inside a guest's network namespace
+ *   exec.c       transport exec
+ *   xfer.c       transport push and pull (tar streams, SHA-256)
+ *   inventory.c  images, catalog, doctor, health
+ *   console.c    x11vnc console passthrough
+ *   reaper.c     the background reaper and the scan at start
+ */
+#ifndef MACHINE_LOCAL_LOCAL_H
+#define MACHINE_LOCAL_LOCAL_H
+
+#include <json-c/json.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "relay/host.h"
+#include "relay/machine.h"
+#include "relay/plugin.h"
+#include "relay/transport.h"
+
+#define LOCAL_PLUGIN_NAME    "machine-local"
+#define LOCAL_PLUGIN_VERSION "0.1.0"
+#define LOCAL_MAX_IMAGES     64
+#define LOCAL_MAX_MASKS      32
+
+/* One image: a named base tree. */
+typedef struct local_image {
+	char *key;  /* "local", "bookworm" */
+	char *tree; /* absolute folder; "/" for local */
+} local_image;
+
+typedef struct local_user {
+	char name[64];
+	uid_t uid;
+	gid_t gid;
+	char home[256];
+} local_user;
+
+/* Plugin state. Immutable after init except where a field says otherwise. */
+typedef struct local_state {
+	const relay_host *host;
+	char *state_dir;       /* config stateDir */
+	char *leases_dir;      /* <stateDir>/leases */
+	char *libexec_dir;     /* config libexecDir, may be NULL */
+	char *default_network; /* config guestNetwork */
+	local_image images[LOCAL_MAX_IMAGES];
+	size_t image_count;
+	char *masks[LOCAL_MAX_MASKS]; /* extra guest paths hidden by an empty read-only mount */
+	size_t mask_count;
+
+	/* options */
+	int max_guests;
+	int64_t grace_ms;
+	int64_t backstop_ms;
+	int64_t reaper_interval_ms;
+	char helper_choice[16];     /* auto | slirp4netns | pasta | none */
+	bool display_enabled;       /* option display: "auto" (true) or "off" */
+	char screen[32];            /* "1280x800x24" */
+	local_user user;            /* the guest user commands run as */
+	int64_t limit_memory_bytes; /* 0 = none */
+	int64_t limit_pids;         /* 0 = none */
+	int limit_cpu_percent;      /* 0 = none */
+
+	/* facts found at init */
+	bool rootless;     /* the relay is not root: a user namespace is created first */
+	char *slirp_path;  /* NULL when not installed */
+	char *pasta_path;  /* NULL when not installed */
+	char *helper_path; /* the helper in use, NULL for loopback only */
+	char helper_name[16];
+	char *cgroup_base; /* <cgroup2>/.../mcp-relay-local, NULL when cgroups are unusable */
+	char cgroup_reason[256];
+	bool cgroup_memory, cgroup_pids, cgroup_cpu;
+	char platform[32]; /* linux-x86_64 */
+	char arch[16];     /* x86_64 | arm64 */
+	char boot_id[64];
+	pid_t self_pid;
+	unsigned long long self_start;
+	int init_memfd;     /* the embedded guest init program, sealed */
+	char init_path[64]; /* "/proc/self/fd/<init_memfd>" */
+
+	/* reaper (guarded by lock) */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_t reaper;
+	bool reaper_started;
+	bool stopping;
+	/* guest names being acquired right now (guarded by lock) */
+	char *reserved[256];
+	size_t reserved_count;
+} local_state;
+
+/* ---- lutil.c --------------------------------------------------------------- */
+
+relay_status lu_err(local_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* snprintf for messages and paths whose truncation is acceptable. */
+void lu_textf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+char *lu_json_out(local_state *st, json_object *obj); /* host-allocated text; NULL on failure */
+const char *lu_get_string(json_object *obj, const char *key);
+int64_t lu_get_int(json_object *obj, const char *key, int64_t fallback);
+bool lu_get_bool(json_object *obj, const char *key, bool fallback);
+json_object *lu_get_object(json_object *obj, const char *key);
+void lu_random_hex(local_state *st, char *out, size_t hex_digits);
+int64_t lu_monotonic_ms(void);
+void lu_sleep_ms(int64_t ms);
+/* Durable write: temp file, fsync, rename, fsync of the folder. 0 or errno. */
+int lu_write_durable(const char *path, const void *data, size_t len, mode_t mode, bool sync);
+int lu_write_json_durable(const char *path, json_object *obj, bool sync);
+json_object *lu_read_json(const char *path, size_t max_bytes, int *errno_out);
+/* Removes a tree without following links. 0 or errno. */
+int lu_remove_tree(const char *path);
+int lu_mkdir_p(const char *path, mode_t mode);
+/* Start time of a process (field 22 of /proc/<pid>/stat), 0 when gone. */
+unsigned long long lu_proc_start(pid_t pid);
+/* 1 when pid is alive (not a zombie) and started at `start`. */
+bool lu_proc_alive(pid_t pid, unsigned long long start);
+/* pidfd of pid verified to have started at `start`, or -1. */
+int lu_pidfd_checked(pid_t pid, unsigned long long start);
+/* Inode of /proc/<pid>/ns/<name>, 0 when unreadable. */
+unsigned long long lu_ns_inode(pid_t pid, const char *name);
+char *lu_find_program(const char *name); /* on PATH; malloc'd or NULL */
+bool lu_valid_guest_name(const char *name);
+bool lu_valid_token(const char *text, size_t max); /* [A-Za-z0-9][A-Za-z0-9._-]* */
+
+/* ---- lease.c --------------------------------------------------------------- */
+
+/* The lease folder of `vm`: <leases_dir>/<vm> (malloc'd). */
+char *lease_dir_of(local_state *st, const char *vm);
+/* Reads the record of `vm`; NULL with *errno_out set when missing. */
+json_object *lease_read(local_state *st, const char *vm, int *errno_out);
+int lease_write(local_state *st, json_object *record, bool sync);
+int lease_write_expires(local_state *st, json_object *record);
+/* Exclusive flock on the lease's lock file; returns the fd or -1. */
+int lease_lock(local_state *st, const char *vm, bool wait);
+void lease_unlock(int fd);
+/* Every lease record in the store (array, caller puts). */
+json_object *lease_list(local_state *st);
+/* The lease document for a record (relay/machine.h). */
+json_object *lease_document(local_state *st, json_object *record);
+/* The "local" facts of a lease document (borrowed) or NULL. */
+json_object *lease_local_facts(json_object *lease_doc);
+/* 1 when the record's owner relay is alive. */
+bool lease_owner_alive(local_state *st, json_object *record);
+void lease_set_owner(local_state *st, json_object *record);
+
+/* ---- sandbox.c ------------------------------------------------------------- */
+
+relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *call, json_object **record_out,
+                             relay_error *err);
+/* Kills every process, unmounts, deletes the upper layer and the lease
+ * folder, and verifies. `record` is borrowed. */
+relay_status sandbox_destroy(local_state *st, json_object *record, const char *reason, relay_error *err);
+/* Independent check that nothing of the lease is left. */
+relay_status sandbox_verify_gone(local_state *st, json_object *record, char *detail, size_t detail_size);
+/* pidfd of the guest init if it is alive, else -1. */
+int sandbox_init_pidfd(json_object *record);
+/* O_PATH fd of the guest's root (via /proc/<init>/root), verified; -1 with errno. */
+int sandbox_root_fd(json_object *record);
+bool sandbox_image_has(local_state *st, const char *tree, const char *rel_path);
+const local_image *sandbox_find_image(local_state *st, const char *key);
+
+/* ---- ctl.c ----------------------------------------------------------------- */
+
+typedef struct ctl_spawn {
+	const char *const *argv;
+	const char *const *envp;
+	const char *cwd; /* NULL or "" = the init's choice (/) */
+	uid_t uid;
+	gid_t gid;
+	unsigned flags; /* LP_SPAWN_* */
+	int out_fd;     /* -1 = /dev/null */
+	int err_fd;     /* -1 = /dev/null, or with LP_SPAWN_MERGE unused */
+} ctl_spawn;
+
+/* Connects to the control socket in `lease_dir`. fd or -1 with errno. */
+int ctl_connect(const char *lease_dir);
+/* Sends SPAWN and reads STARTED. 0 and *pid_out; or -1 with *err_no and a
+ * message in why (FAILED: the command could not start). */
+int ctl_spawn_cmd(int conn, const ctl_spawn *req, pid_t *pid_out, int *err_no, char *why, size_t why_size);
+int ctl_send(int conn, uint32_t op, uint32_t a);
+/* Reads one reply; 0, or -1 on EOF/error. */
+int ctl_recv(int conn, uint32_t *op, uint32_t *a, int32_t *c, char *text, size_t text_size, int timeout_ms);
+/* Kills a detached command's group; 1 when confirmed gone. */
+int ctl_killpid(const char *lease_dir, pid_t pid);
+/* The default environment of guest commands (NULL-terminated, malloc'd
+ * strings in one malloc'd array; free with ctl_env_free). `extra` may be NULL. */
+char **ctl_guest_env(local_state *st, json_object *record, const char *const *extra);
+void ctl_env_free(char **env);
+
+/* ---- net.c ----------------------------------------------------------------- */
+
+/* The reject prefixes for a guest with outbound access: private ranges and
+ * every network of the host. Returns a count; fills up to max entries. */
+size_t net_reject_list(char out[][24], size_t max);
+/* Starts the network helper for the guest init `init_pid`; *helper_pid_out.
+ * `exit_fd` (slirp4netns --exit-fd) is borrowed. */
+relay_status net_start_helper(local_state *st, pid_t init_pid, const char *lease_dir, int exit_fd,
+                              pid_t *helper_pid_out, relay_error *err);
+/* A socket created in the network namespace of `init_pid`. */
+int net_socket_in(pid_t init_pid, int domain, int type, int *err_no);
+/* Spawns argv (host side) with its network namespace switched to the
+ * guest's; stdout/stderr to log_fd. pid or -1. */
+pid_t net_spawn_in(pid_t init_pid, const char *const *argv, const char *const *envp, int log_fd, int *err_no);
+
+/* ---- exec.c, xfer.c ---------------------------------------------------------- */
+
+typedef struct local_conn {
+	char *vm;
+	char *lease_dir;
+	json_object *record; /* snapshot at open */
+	pid_t init_pid;
+	unsigned long long init_start;
+	uid_t uid;
+	gid_t gid;
+	char home[256];
+} local_conn;
+
+relay_status exec_run(local_state *st, local_conn *conn, const relay_exec_request *req, relay_call *call,
+                      unsigned flags, relay_exec_result *res, relay_error *err);
+relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path, const char *remote_path,
+                       relay_call *call, unsigned flags, char **facts_out, relay_error *err);
+relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_path, const char *local_path,
+                       relay_call *call, unsigned flags, char **facts_out, relay_error *err);
+
+/* ---- inventory.c ------------------------------------------------------------- */
+
+json_object *inventory_images(local_state *st);
+relay_status inventory_catalog(local_state *st, json_object **out, relay_error *err);
+json_object *inventory_doctor(local_state *st);
+
+/* ---- console.c --------------------------------------------------------------- */
+
+json_object *console_capabilities(local_state *st);
+/* The console record made at acquire with vnc: true (ready or an error). */
+relay_status console_prepare(local_state *st, json_object *record, relay_error *err);
+relay_status console_op(local_state *st, const char *lease_json, const char *op, const char *request_json,
+                        relay_call *call, char **response_out, relay_error *err);
+/* Stops whatever console attempt runs (release). */
+void console_stop_all(local_state *st, json_object *record);
+
+/* ---- reaper.c ---------------------------------------------------------------- */
+
+void reaper_scan(local_state *st, bool at_start);
+int reaper_start(local_state *st);
+void reaper_stop(local_state *st);
+
+#endif

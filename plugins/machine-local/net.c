@@ -1,0 +1,380 @@
+/*
+ * net.c — a guest's network: the user-mode helper that gives it outbound
+ * access (slirp4netns, else pasta), the reject routes that keep it away
+ * from the host and private ranges, and sockets or programs placed in its
+ * network namespace from the host side.
+ *
+ * Both helpers give the guest the same picture: tap0 = 10.0.2.100/24,
+ * gateway 10.0.2.2 (which never leads to the host: slirp4netns
+ * --disable-host-loopback, pasta --no-map-gw), DNS at 10.0.2.3 forwarded to
+ * the host's resolver, IPv4 only.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "local.h"
+
+extern char **environ;
+
+size_t net_reject_list(char out[][24], size_t max)
+{
+	static const char *const fixed[] = {
+	    "0.0.0.0/8",    "10.0.0.0/8",     "100.64.0.0/10", "169.254.0.0/16", "172.16.0.0/12",
+	    "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4",    "240.0.0.0/4"};
+	size_t n = 0;
+	for (size_t i = 0; i < sizeof fixed / sizeof fixed[0] && n < max; i++)
+		snprintf(out[n++], 24, "%s", fixed[i]);
+	struct ifaddrs *ifa = NULL;
+	if (getifaddrs(&ifa) != 0)
+		return n;
+	for (struct ifaddrs *p = ifa; p && n + 2 <= max; p = p->ifa_next) {
+		if (p->ifa_addr == NULL || p->ifa_addr->sa_family != AF_INET)
+			continue;
+		uint32_t addr = ntohl(((struct sockaddr_in *)p->ifa_addr)->sin_addr.s_addr);
+		if ((addr >> 24) == 127)
+			continue;
+		uint32_t mask =
+		    p->ifa_netmask ? ntohl(((struct sockaddr_in *)p->ifa_netmask)->sin_addr.s_addr) : 0;
+		int bits = 0;
+		while (bits < 32 && (mask & (0x80000000u >> bits)))
+			bits++;
+		char text[INET_ADDRSTRLEN];
+		struct in_addr a = {htonl(addr)};
+		inet_ntop(AF_INET, &a, text, sizeof text);
+		snprintf(out[n++], 24, "%s/32", text);
+		if (bits >= 8 && bits < 32) {
+			struct in_addr net = {htonl(addr & mask)};
+			inet_ntop(AF_INET, &net, text, sizeof text);
+			snprintf(out[n++], 24, "%s/%d", text, bits);
+		}
+	}
+	freeifaddrs(ifa);
+	return n;
+}
+
+static int open_log(const char *lease_dir, const char *name)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s", lease_dir, name);
+	return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+}
+
+static void log_tail(const char *lease_dir, const char *name, char *out, size_t size)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s", lease_dir, name);
+	out[0] = '\0';
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return;
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t from = end > (off_t)size - 1 ? end - (off_t)size + 1 : 0;
+	ssize_t n = pread(fd, out, size - 1, from);
+	close(fd);
+	if (n <= 0)
+		return;
+	out[n] = '\0';
+	for (char *p = out; *p; p++)
+		if (*p == '\n' || *p == '\r' || *p == '\t')
+			*p = ' ';
+}
+
+static pid_t spawn_helper(const char *const *argv, int log_fd, const int *keep, const int *as, int nkeep,
+                          int *err_no)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawnattr_init(&attr);
+	sigset_t none, all;
+	sigemptyset(&none);
+	sigfillset(&all);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setsigdefault(&attr, &all);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
+	posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
+	for (int i = 0; i < nkeep; i++)
+		posix_spawn_file_actions_adddup2(&fa, keep[i], as[i]);
+	pid_t pid = -1;
+	int rc = posix_spawn(&pid, argv[0], &fa, &attr, (char *const *)argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	if (rc != 0) {
+		*err_no = rc;
+		return -1;
+	}
+	return pid;
+}
+
+static relay_status start_slirp(local_state *st, pid_t init_pid, const char *lease_dir, int exit_fd,
+                                pid_t *helper_pid_out, relay_error *err)
+{
+	relay_status status = RELAY_OK;
+	int ready[2] = {-1, -1};
+	int hi_exit = -1, hi_ready = -1, log_fd = -1;
+	if (pipe2(ready, O_CLOEXEC) != 0)
+		return lu_err(st, err, RELAY_E_IO, errno, "cannot create a pipe for slirp4netns");
+	hi_exit = fcntl(exit_fd, F_DUPFD_CLOEXEC, 100);
+	hi_ready = fcntl(ready[1], F_DUPFD_CLOEXEC, 100);
+	log_fd = open_log(lease_dir, "network.log");
+	if (hi_exit < 0 || hi_ready < 0 || log_fd < 0) {
+		status = lu_err(st, err, RELAY_E_IO, errno, "cannot prepare the descriptors of slirp4netns");
+		goto cleanup;
+	}
+	/* Path mode: slirp4netns joins only the network namespace (pid mode
+	 * would also join the init's user namespace, where it has no power
+	 * over a network namespace owned by the host's). */
+	char pid_text[64];
+	snprintf(pid_text, sizeof pid_text, "/proc/%d/ns/net", (int)init_pid);
+	const char *argv[] = {
+	    st->helper_path,     "--configure",      "--mtu=65520", "--disable-host-loopback",
+	    "--enable-sandbox",  "--enable-seccomp", "--exit-fd=3", "--ready-fd=4",
+	    "--netns-type=path", pid_text,           "tap0",        NULL};
+	int keep[2] = {hi_exit, hi_ready}, as[2] = {3, 4};
+	int e = 0;
+	pid_t pid = spawn_helper(argv, log_fd, keep, as, 2, &e);
+	if (pid < 0) {
+		status = lu_err(st, err, RELAY_E_IO, e, "cannot start %s", st->helper_path);
+		goto cleanup;
+	}
+	*helper_pid_out = pid;
+	close(ready[1]);
+	ready[1] = -1;
+	close(hi_ready);
+	hi_ready = -1;
+	struct pollfd pfd = {ready[0], POLLIN, 0};
+	int64_t until = lu_monotonic_ms() + 10000;
+	char c = 0;
+	for (;;) {
+		int left = (int)(until - lu_monotonic_ms());
+		if (left <= 0) {
+			status = lu_err(st, err, RELAY_E_TIMEOUT, 0,
+			                "slirp4netns did not configure the guest network within 10 s");
+			goto cleanup;
+		}
+		int rc = poll(&pfd, 1, left);
+		if (rc < 0 && errno == EINTR)
+			continue;
+		if (rc > 0) {
+			ssize_t n = read(ready[0], &c, 1);
+			if (n == 1)
+				break;
+			char tail[200];
+			log_tail(lease_dir, "network.log", tail, sizeof tail);
+			status = lu_err(st, err, RELAY_E_IO, 0,
+			                "slirp4netns exited before the network was ready: %s",
+			                tail[0] ? tail : "no output");
+			goto cleanup;
+		}
+	}
+cleanup:
+	if (ready[0] >= 0)
+		close(ready[0]);
+	if (ready[1] >= 0)
+		close(ready[1]);
+	if (hi_exit >= 0)
+		close(hi_exit);
+	if (hi_ready >= 0)
+		close(hi_ready);
+	if (log_fd >= 0)
+		close(log_fd);
+	return status;
+}
+
+static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lease_dir, pid_t *helper_pid_out,
+                                relay_error *err)
+{
+	char netns[64], pidfile[PATH_MAX], logfile[PATH_MAX];
+	snprintf(netns, sizeof netns, "/proc/%d/ns/net", (int)init_pid);
+	snprintf(pidfile, sizeof pidfile, "%s/pasta.pid", lease_dir);
+	snprintf(logfile, sizeof logfile, "%s/network.log", lease_dir);
+	const char *argv[] = {st->helper_path,
+	                      "--config-net",
+	                      "--quiet",
+	                      "-4",
+	                      "--no-map-gw",
+	                      "-I",
+	                      "tap0",
+	                      "-a",
+	                      "10.0.2.100",
+	                      "-n",
+	                      "24",
+	                      "-g",
+	                      "10.0.2.2",
+	                      "--dns-forward",
+	                      "10.0.2.3",
+	                      "-t",
+	                      "none",
+	                      "-u",
+	                      "none",
+	                      "-T",
+	                      "none",
+	                      "-U",
+	                      "none",
+	                      "--pid",
+	                      pidfile,
+	                      "--log-file",
+	                      logfile,
+	                      "--netns",
+	                      netns,
+	                      NULL};
+	int log_fd = open_log(lease_dir, "network.log");
+	if (log_fd < 0)
+		return lu_err(st, err, RELAY_E_IO, errno, "cannot open the network log in %s", lease_dir);
+	int e = 0;
+	pid_t pid = spawn_helper(argv, log_fd, NULL, NULL, 0, &e);
+	close(log_fd);
+	if (pid < 0)
+		return lu_err(st, err, RELAY_E_IO, e, "cannot start %s", st->helper_path);
+	/* pasta configures the namespace, then forks into the background. */
+	int wst = 0;
+	int64_t until = lu_monotonic_ms() + 10000;
+	pid_t w = 0;
+	while ((w = waitpid(pid, &wst, WNOHANG)) == 0 && lu_monotonic_ms() < until)
+		lu_sleep_ms(2);
+	if (w != pid) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &wst, 0);
+		return lu_err(st, err, RELAY_E_TIMEOUT, 0,
+		              "pasta did not configure the guest network within 10 s");
+	}
+	char tail[200];
+	if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+		log_tail(lease_dir, "network.log", tail, sizeof tail);
+		return lu_err(st, err, RELAY_E_IO, 0, "pasta failed to configure the guest network: %s",
+		              tail[0] ? tail : "no output");
+	}
+	char text[32] = "";
+	int fd = open(pidfile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd >= 0) {
+		ssize_t n = read(fd, text, sizeof text - 1);
+		if (n > 0)
+			text[n] = '\0';
+		close(fd);
+	}
+	*helper_pid_out = (pid_t)atoi(text);
+	if (*helper_pid_out <= 0)
+		return lu_err(st, err, RELAY_E_IO, 0, "pasta did not write its pid to %s", pidfile);
+	return RELAY_OK;
+}
+
+relay_status net_start_helper(local_state *st, pid_t init_pid, const char *lease_dir, int exit_fd,
+                              pid_t *helper_pid_out, relay_error *err)
+{
+	*helper_pid_out = 0;
+	if (st->helper_path == NULL)
+		return RELAY_OK;
+	if (strcmp(st->helper_name, "slirp4netns") == 0)
+		return start_slirp(st, init_pid, lease_dir, exit_fd, helper_pid_out, err);
+	return start_pasta(st, init_pid, lease_dir, helper_pid_out, err);
+}
+
+/* ---- work inside a guest's network namespace --------------------------------- */
+
+typedef struct netns_job {
+	pid_t init_pid;
+	int domain, type;
+	const char *const *argv;
+	const char *const *envp;
+	int log_fd;
+	int result;
+	int err_no;
+} netns_job;
+
+/* Runs in a thread of its own: namespaces are per thread, so switching this
+ * one never affects another. */
+static void *netns_thread(void *arg)
+{
+	netns_job *job = arg;
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/ns/net", (int)job->init_pid);
+	int guest = open(path, O_RDONLY | O_CLOEXEC);
+	int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	job->result = -1;
+	if (guest < 0 || self < 0 || setns(guest, CLONE_NEWNET) != 0) {
+		job->err_no = errno;
+		goto done;
+	}
+	if (job->argv == NULL) {
+		job->result = socket(job->domain, job->type | SOCK_CLOEXEC, 0);
+		job->err_no = errno;
+	} else {
+		posix_spawn_file_actions_t fa;
+		posix_spawnattr_t attr;
+		posix_spawn_file_actions_init(&fa);
+		posix_spawnattr_init(&attr);
+		posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+		posix_spawnattr_setpgroup(&attr, 0);
+		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+		if (job->log_fd >= 0) {
+			posix_spawn_file_actions_adddup2(&fa, job->log_fd, 1);
+			posix_spawn_file_actions_adddup2(&fa, job->log_fd, 2);
+		} else {
+			posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+			posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+		}
+		pid_t pid = -1;
+		int rc = posix_spawnp(&pid, job->argv[0], &fa, &attr, (char *const *)job->argv,
+		                      (char *const *)(job->envp ? job->envp : (const char *const *)environ));
+		posix_spawn_file_actions_destroy(&fa);
+		posix_spawnattr_destroy(&attr);
+		job->result = rc == 0 ? pid : -1;
+		job->err_no = rc;
+	}
+	if (setns(self, CLONE_NEWNET) != 0) {
+		/* Cannot happen for a thread that only switched its network
+		 * namespace; the thread ends here either way. */
+	}
+done:
+	if (guest >= 0)
+		close(guest);
+	if (self >= 0)
+		close(self);
+	return NULL;
+}
+
+static int run_netns_job(netns_job *job)
+{
+	pthread_t t;
+	int rc = pthread_create(&t, NULL, netns_thread, job);
+	if (rc != 0) {
+		job->err_no = rc;
+		return -1;
+	}
+	pthread_join(t, NULL);
+	return job->result;
+}
+
+int net_socket_in(pid_t init_pid, int domain, int type, int *err_no)
+{
+	netns_job job = {init_pid, domain, type, NULL, NULL, -1, -1, 0};
+	int fd = run_netns_job(&job);
+	*err_no = job.err_no;
+	return fd;
+}
+
+pid_t net_spawn_in(pid_t init_pid, const char *const *argv, const char *const *envp, int log_fd, int *err_no)
+{
+	netns_job job = {init_pid, 0, 0, argv, envp, log_fd, -1, 0};
+	int pid = run_netns_job(&job);
+	*err_no = job.err_no;
+	return (pid_t)pid;
+}

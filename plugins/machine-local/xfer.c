@@ -1,0 +1,1098 @@
+/*
+ * xfer.c — transport push and pull for machine-local guests.
+ *
+ * Both directions are tar streams (libarchive, pax format) between two
+ * threads: the sending side walks its tree, hashes every file while it
+ * reads it and writes the archive into a pipe; the receiving side unpacks
+ * the archive and writes each file. Guest paths are opened relative to the
+ * guest's root (/proc/<init>/root), one component at a time with
+ * O_NOFOLLOW: a path through a symbolic link, "..", or into anything but
+ * the guest's overlay or tmpfs is refused, so nothing is ever read or
+ * written outside the guest.
+ *
+ * Push: host facts come from the host read; after writing, the guest copy
+ * of every file is read back and hashed (the guest-side facts returned),
+ * and the two must agree (RELAY_E_INTEGRITY otherwise).
+ * Pull: the guest side refuses links, devices, FIFOs and sockets anywhere
+ * in the tree, hashes while it reads; the host copy is hashed as it is
+ * written and must agree; on any failure nothing is left at local_path.
+ */
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "local.h"
+
+#define XFER_CHUNK      (256 * 1024)
+#define OVERLAYFS_MAGIC 0x794c7630
+#define TMPFS_MAGIC_    0x01021994
+
+/* ---- facts ---------------------------------------------------------------- */
+
+typedef struct fact {
+	char *path;
+	uint64_t bytes;
+	char sha256[65];
+} fact;
+
+typedef struct fact_list {
+	fact *items;
+	size_t count, cap;
+} fact_list;
+
+static int facts_add(fact_list *l, const char *path, uint64_t bytes, const char *sha)
+{
+	if (l->count == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		fact *p = realloc(l->items, cap * sizeof *p);
+		if (p == NULL)
+			return -1;
+		l->items = p;
+		l->cap = cap;
+	}
+	fact *f = &l->items[l->count];
+	f->path = strdup(path);
+	if (f->path == NULL)
+		return -1;
+	f->bytes = bytes;
+	memcpy(f->sha256, sha, 65);
+	l->count++;
+	return 0;
+}
+
+static void facts_free(fact_list *l)
+{
+	for (size_t i = 0; i < l->count; i++)
+		free(l->items[i].path);
+	free(l->items);
+	memset(l, 0, sizeof *l);
+}
+
+static int fact_cmp(const void *a, const void *b)
+{
+	return strcmp(((const fact *)a)->path, ((const fact *)b)->path);
+}
+
+static void facts_sort(fact_list *l)
+{
+	if (l->count > 1)
+		qsort(l->items, l->count, sizeof *l->items, fact_cmp);
+}
+
+/* Compares two sorted lists; on a difference writes the first one to why. */
+static bool facts_equal(const fact_list *a, const fact_list *b, char *why, size_t why_size)
+{
+	size_t i = 0;
+	for (; i < a->count && i < b->count; i++) {
+		const fact *x = &a->items[i], *y = &b->items[i];
+		if (strcmp(x->path, y->path) != 0) {
+			snprintf(why, why_size, "file lists differ at %s / %s", x->path, y->path);
+			return false;
+		}
+		if (x->bytes != y->bytes || strcmp(x->sha256, y->sha256) != 0) {
+			snprintf(why, why_size,
+			         "%s: %llu bytes sha256 %.12s... against %llu bytes sha256 %.12s...",
+			         x->path[0] ? x->path : "(the file)", (unsigned long long)x->bytes, x->sha256,
+			         (unsigned long long)y->bytes, y->sha256);
+			return false;
+		}
+	}
+	if (a->count != b->count) {
+		snprintf(why, why_size, "%zu files against %zu", a->count, b->count);
+		return false;
+	}
+	return true;
+}
+
+static char *facts_json(local_state *st, const fact_list *l)
+{
+	json_object *arr = json_object_new_array();
+	for (size_t i = 0; i < l->count; i++) {
+		json_object *o = json_object_new_object();
+		json_object_object_add(o, "path", json_object_new_string(l->items[i].path));
+		json_object_object_add(o, "bytes", json_object_new_int64((int64_t)l->items[i].bytes));
+		json_object_object_add(o, "sha256", json_object_new_string(l->items[i].sha256));
+		json_object_array_add(arr, o);
+	}
+	char *text = lu_json_out(st, arr);
+	json_object_put(arr);
+	return text;
+}
+
+static void hex_digest(EVP_MD_CTX *ctx, char out[65])
+{
+	unsigned char md[32];
+	unsigned int len = 0;
+	EVP_DigestFinal_ex(ctx, md, &len);
+	static const char digits[] = "0123456789abcdef";
+	for (int i = 0; i < 32; i++) {
+		out[2 * i] = digits[md[i] >> 4];
+		out[2 * i + 1] = digits[md[i] & 15];
+	}
+	out[64] = '\0';
+}
+
+/* SHA-256 of what remains readable from fd (from offset 0). */
+static int hash_fd(int fd, char *buf, size_t bufsize, char out[65], uint64_t *bytes)
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	if (ctx == NULL)
+		return ENOMEM;
+	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	uint64_t total = 0;
+	off_t off = 0;
+	int rc = 0;
+	for (;;) {
+		ssize_t n = pread(fd, buf, bufsize, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		total += (uint64_t)n;
+		off += n;
+	}
+	if (rc == 0)
+		hex_digest(ctx, out);
+	EVP_MD_CTX_free(ctx);
+	*bytes = total;
+	return rc;
+}
+
+/* ---- guest paths ------------------------------------------------------------ */
+
+/* Splits an absolute guest path into components; refuses ".", "..", empty
+ * components other than a trailing slash, and NUL-free checks. */
+static int split_guest_path(const char *path, char *buf, size_t size, char **comps, int max, int *count)
+{
+	if (path == NULL || path[0] != '/')
+		return EINVAL;
+	if (strlen(path) >= size)
+		return ENAMETOOLONG;
+	snprintf(buf, size, "%s", path + 1);
+	int n = 0;
+	char *save = NULL;
+	for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+		if (strcmp(c, ".") == 0 || strcmp(c, "..") == 0 || n >= max)
+			return EINVAL;
+		comps[n++] = c;
+	}
+	*count = n;
+	return 0;
+}
+
+static bool relative_path_ok(const char *rel)
+{
+	if (rel == NULL || rel[0] == '\0' || rel[0] == '/')
+		return false;
+	const char *p = rel;
+	while (*p) {
+		const char *slash = strchr(p, '/');
+		size_t len = slash ? (size_t)(slash - p) : strlen(p);
+		if (len == 0 || (len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.'))
+			return false;
+		if (!slash)
+			break;
+		p = slash + 1;
+	}
+	return true;
+}
+
+static bool writable_fs(int fd)
+{
+	struct statfs sf;
+	if (fstatfs(fd, &sf) != 0)
+		return false;
+	return sf.f_type == OVERLAYFS_MAGIC || sf.f_type == TMPFS_MAGIC_;
+}
+
+typedef struct guest_ctx {
+	local_state *st;
+	local_conn *conn;
+	int root_fd;
+	bool chown_files;
+} guest_ctx;
+
+/* Opens folder comps[0..n) under dir_fd, creating missing ones (0700, the
+ * guest user's) when `create`. Returns an O_RDONLY|O_DIRECTORY fd or -1 with
+ * errno (ELOOP/ENOTDIR for a link or a non-folder on the way). */
+static int open_dirs(guest_ctx *g, int dir_fd, char **comps, int n, bool create)
+{
+	int cur = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+	if (cur < 0)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		int next = openat(cur, comps[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (next < 0 && errno == ENOENT && create) {
+			if (mkdirat(cur, comps[i], 0700) != 0 && errno != EEXIST) {
+				int e = errno;
+				close(cur);
+				errno = e;
+				return -1;
+			}
+			if (g->chown_files)
+				fchownat(cur, comps[i], g->conn->uid, g->conn->gid, AT_SYMLINK_NOFOLLOW);
+			next = openat(cur, comps[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		int e = errno;
+		close(cur);
+		if (next < 0) {
+			errno = e == ELOOP ? ELOOP : e;
+			return -1;
+		}
+		cur = next;
+	}
+	return cur;
+}
+
+static relay_status path_error(guest_ctx *g, relay_error *err, int e, const char *what, const char *path)
+{
+	if (e == ELOOP || e == ENOTDIR || e == EINVAL)
+		return lu_err(
+		    g->st, err, RELAY_E_UNSAFE_PATH, e,
+		    "%s %s in guest %s refused: it passes through a symbolic link, a non-folder, \".\" or "
+		    "\"..\"",
+		    what, path, g->conn->vm);
+	if (e == ENOENT)
+		return lu_err(g->st, err, RELAY_E_NOT_FOUND, e, "%s %s does not exist in guest %s", what,
+		              path, g->conn->vm);
+	return lu_err(g->st, err, RELAY_E_IO, e, "%s %s in guest %s: %s", what, path, g->conn->vm,
+	              strerror(e));
+}
+
+/* ---- the tar stream -------------------------------------------------------------- */
+
+typedef struct stream_writer {
+	int fd;
+} stream_writer;
+
+static la_ssize_t pipe_write_cb(struct archive *a, void *ctx, const void *buf, size_t len)
+{
+	stream_writer *w = ctx;
+	const char *p = buf;
+	size_t left = len;
+	while (left > 0) {
+		ssize_t n = write(w->fd, p, left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			archive_set_error(a, errno, "the receiving side closed the stream");
+			return -1;
+		}
+		p += n;
+		left -= (size_t)n;
+	}
+	return (la_ssize_t)len;
+}
+
+static struct archive *new_writer(int fd, stream_writer *w)
+{
+	struct archive *a = archive_write_new();
+	if (a == NULL)
+		return NULL;
+	w->fd = fd;
+	archive_write_set_format_pax_restricted(a);
+	archive_write_set_bytes_per_block(a, 64 * 1024);
+	archive_write_set_bytes_in_last_block(a, 1);
+	if (archive_write_open(a, w, NULL, pipe_write_cb, NULL) != ARCHIVE_OK) {
+		archive_write_free(a);
+		return NULL;
+	}
+	return a;
+}
+
+/* Sender: one thread that walks a tree (host for push, guest for pull). */
+typedef struct sender {
+	local_state *st;
+	int out_fd;
+	int base_fd;                  /* the folder being sent (tree), or the folder holding the file */
+	const char *leaf;             /* the single file's name, or NULL for a tree */
+	bool refuse_links_are_unsafe; /* pull: links/devices are RELAY_E_UNSAFE_PATH */
+	relay_call *call;
+	fact_list facts;
+	relay_status status;
+	char message[256];
+	char *buf;
+} sender;
+
+static void sender_fail(sender *s, relay_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void sender_fail(sender *s, relay_status code, const char *fmt, ...)
+{
+	if (s->status != RELAY_OK)
+		return;
+	s->status = code;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(s->message, sizeof s->message, fmt, ap);
+	va_end(ap);
+}
+
+static int send_file(sender *s, struct archive *a, int dir_fd, const char *name, const char *rel)
+{
+	int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		int e = errno;
+		sender_fail(s, e == ELOOP ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, "cannot open %s: %s",
+		            rel[0] ? rel : name, e == ELOOP ? "it is a symbolic link" : strerror(e));
+		return -1;
+	}
+	struct stat sb;
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		sender_fail(s, RELAY_E_UNSAFE_PATH, "%s is not a regular file", rel[0] ? rel : name);
+		return -1;
+	}
+	struct archive_entry *e = archive_entry_new();
+	archive_entry_set_pathname(e, rel[0] ? rel : name);
+	archive_entry_set_filetype(e, AE_IFREG);
+	archive_entry_set_perm(e, (sb.st_mode & 0100) ? 0700 : 0600);
+	archive_entry_set_size(e, sb.st_size);
+	archive_entry_set_mtime(e, sb.st_mtim.tv_sec, sb.st_mtim.tv_nsec);
+	int rc = archive_write_header(a, e);
+	archive_entry_free(e);
+	if (rc != ARCHIVE_OK) {
+		close(fd);
+		sender_fail(s, RELAY_E_IO, "cannot write the archive header of %s: %s", rel,
+		            archive_error_string(a));
+		return -1;
+	}
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	uint64_t total = 0;
+	int result = 0;
+	while (total < (uint64_t)sb.st_size) {
+		size_t want = XFER_CHUNK;
+		if ((uint64_t)want > (uint64_t)sb.st_size - total)
+			want = (size_t)((uint64_t)sb.st_size - total);
+		ssize_t n = read(fd, s->buf, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			sender_fail(s, RELAY_E_INTEGRITY, "%s changed while it was sent (it shrank)", rel);
+			result = -1;
+			break;
+		}
+		EVP_DigestUpdate(ctx, s->buf, (size_t)n);
+		if (archive_write_data(a, s->buf, (size_t)n) != n) {
+			sender_fail(s, RELAY_E_IO, "cannot write %s into the stream: %s", rel,
+			            archive_error_string(a));
+			result = -1;
+			break;
+		}
+		total += (uint64_t)n;
+	}
+	char hex[65];
+	hex_digest(ctx, hex);
+	EVP_MD_CTX_free(ctx);
+	close(fd);
+	if (result == 0 && facts_add(&s->facts, rel, total, hex) != 0) {
+		sender_fail(s, RELAY_E_NO_MEMORY, "out of memory");
+		result = -1;
+	}
+	return result;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefix, int depth)
+{
+	if (s->refuse_links_are_unsafe && !writable_fs(dir_fd)) {
+		sender_fail(s, RELAY_E_UNSAFE_PATH,
+		            "%s is not on the guest's own file system (overlay or tmpfs); it is not pulled",
+		            prefix[0] ? prefix : "the source folder");
+		return -1;
+	}
+	if (depth > 256) {
+		sender_fail(s, RELAY_E_TOO_LARGE, "the tree is deeper than 256 folders at %s", prefix);
+		return -1;
+	}
+	int dfd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (d == NULL) {
+		if (dfd >= 0)
+			close(dfd);
+		sender_fail(s, RELAY_E_IO, "cannot list %s: %s", prefix[0] ? prefix : ".", strerror(errno));
+		return -1;
+	}
+	rewinddir(d);
+	char **names = NULL;
+	size_t count = 0, cap = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (count == cap) {
+			cap = cap ? cap * 2 : 64;
+			char **p = realloc(names, cap * sizeof *p);
+			if (p == NULL)
+				break;
+			names = p;
+		}
+		names[count] = strdup(de->d_name);
+		if (names[count])
+			count++;
+	}
+	qsort(names, count, sizeof *names, name_cmp);
+	int rc = 0;
+	for (size_t i = 0; i < count && rc == 0; i++) {
+		if (s->st->host->call_cancelled(s->call)) {
+			sender_fail(s, RELAY_E_CANCELLED, "transfer cancelled");
+			rc = -1;
+			break;
+		}
+		char rel[PATH_MAX];
+		if (snprintf(rel, sizeof rel, "%s%s%s", prefix, prefix[0] ? "/" : "", names[i]) >=
+		    (int)sizeof rel) {
+			sender_fail(s, RELAY_E_TOO_LARGE, "a path under %s is too long", prefix);
+			rc = -1;
+			break;
+		}
+		struct stat sb;
+		if (fstatat(dirfd(d), names[i], &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+			sender_fail(s, RELAY_E_IO, "cannot stat %s: %s", rel, strerror(errno));
+			rc = -1;
+		} else if (S_ISDIR(sb.st_mode)) {
+			struct archive_entry *e = archive_entry_new();
+			archive_entry_set_pathname(e, rel);
+			archive_entry_set_filetype(e, AE_IFDIR);
+			archive_entry_set_perm(e, 0700);
+			if (archive_write_header(a, e) != ARCHIVE_OK) {
+				sender_fail(s, RELAY_E_IO, "cannot write %s into the stream: %s", rel,
+				            archive_error_string(a));
+				rc = -1;
+			}
+			archive_entry_free(e);
+			if (rc == 0) {
+				int sub = openat(dirfd(d), names[i],
+				                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+				if (sub < 0) {
+					sender_fail(s, RELAY_E_IO, "cannot open %s: %s", rel,
+					            strerror(errno));
+					rc = -1;
+				} else {
+					rc = send_tree(s, a, sub, rel, depth + 1);
+					close(sub);
+				}
+			}
+		} else if (S_ISREG(sb.st_mode)) {
+			rc = send_file(s, a, dirfd(d), names[i], rel);
+		} else {
+			const char *kind = S_ISLNK(sb.st_mode)    ? "a symbolic link"
+			                   : S_ISFIFO(sb.st_mode) ? "a FIFO"
+			                   : S_ISSOCK(sb.st_mode) ? "a socket"
+			                                          : "a device";
+			sender_fail(s, RELAY_E_UNSAFE_PATH,
+			            "%s is %s; only regular files and folders are transferred", rel, kind);
+			rc = -1;
+		}
+	}
+	for (size_t i = 0; i < count; i++)
+		free(names[i]);
+	free(names);
+	closedir(d);
+	return rc;
+}
+
+static void *sender_main(void *arg)
+{
+	sender *s = arg;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	stream_writer w;
+	struct archive *a = new_writer(s->out_fd, &w);
+	if (a == NULL) {
+		sender_fail(s, RELAY_E_NO_MEMORY, "cannot start the archive stream");
+	} else {
+		if (s->leaf)
+			send_file(s, a, s->base_fd, s->leaf, "");
+		else
+			send_tree(s, a, s->base_fd, "", 0);
+		if (archive_write_close(a) != ARCHIVE_OK && s->status == RELAY_OK)
+			sender_fail(s, RELAY_E_IO, "cannot finish the archive stream: %s",
+			            archive_error_string(a));
+		archive_write_free(a);
+	}
+	close(s->out_fd);
+	s->out_fd = -1;
+	return NULL;
+}
+
+/* ---- receiving ------------------------------------------------------------------- */
+
+typedef struct receiver {
+	local_state *st;
+	guest_ctx *g;            /* push: writing into the guest; NULL for pull (host) */
+	int base_fd;             /* destination folder */
+	const char *single_name; /* single file: the name to create in base_fd */
+	const char *dest_label;
+	fact_list facts; /* what was written (host pull) or read back (guest push) */
+	char *buf;
+	char *buf2;
+	relay_call *call;
+} receiver;
+
+/* Writes one entry's data into a new file `name` in dir_fd; then either
+ * renames a temporary over the target (push) or keeps the O_EXCL file
+ * (pull). Facts are taken by reading back (push) or while writing (pull). */
+static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, const char *name,
+                                 const char *rel, mode_t mode, relay_error *err)
+{
+	char tmp[96];
+	const char *create_name = name;
+	bool push = r->g != NULL;
+	if (push) {
+		char rnd[17];
+		lu_random_hex(r->st, rnd, 16);
+		snprintf(tmp, sizeof tmp, ".relay-push-%s", rnd);
+		create_name = tmp;
+	}
+	int fd = openat(dir_fd, create_name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd < 0)
+		return lu_err(r->st, err, errno == EEXIST ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, errno,
+		              "cannot create %s in %s: %s", rel[0] ? rel : name, r->dest_label,
+		              strerror(errno));
+	relay_status status = RELAY_OK;
+	EVP_MD_CTX *ctx = push ? NULL : EVP_MD_CTX_new();
+	if (ctx)
+		EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	uint64_t total = 0;
+	for (;;) {
+		la_ssize_t n = archive_read_data(a, r->buf, XFER_CHUNK);
+		if (n == 0)
+			break;
+		if (n < 0) {
+			status = lu_err(r->st, err, RELAY_E_IO, 0, "the stream broke inside %s: %s", rel,
+			                archive_error_string(a));
+			break;
+		}
+		const char *p = r->buf;
+		size_t left = (size_t)n;
+		while (left > 0) {
+			ssize_t w = write(fd, p, left);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0) {
+				status = lu_err(r->st, err, errno == ENOSPC ? RELAY_E_NO_SPACE : RELAY_E_IO,
+				                errno, "cannot write %s in %s: %s", rel[0] ? rel : name,
+				                r->dest_label, strerror(errno));
+				break;
+			}
+			p += w;
+			left -= (size_t)w;
+		}
+		if (status != RELAY_OK)
+			break;
+		if (ctx)
+			EVP_DigestUpdate(ctx, r->buf, (size_t)n);
+		total += (uint64_t)n;
+	}
+	char hex[65] = "";
+	if (status == RELAY_OK) {
+		if (push) {
+			if (r->g->chown_files && fchown(fd, r->g->conn->uid, r->g->conn->gid) != 0)
+				status = lu_err(r->st, err, RELAY_E_IO, errno,
+				                "cannot hand %s to the guest user", rel);
+			uint64_t back = 0;
+			int e = status == RELAY_OK ? hash_fd(fd, r->buf2, XFER_CHUNK, hex, &back) : 0;
+			if (e != 0)
+				status = lu_err(r->st, err, RELAY_E_IO, e, "cannot read %s back in %s", rel,
+				                r->dest_label);
+			total = back;
+		} else {
+			hex_digest(ctx, hex);
+		}
+	}
+	if (ctx)
+		EVP_MD_CTX_free(ctx);
+	if (close(fd) != 0 && status == RELAY_OK)
+		status = lu_err(r->st, err, RELAY_E_IO, errno, "cannot close %s", rel);
+	if (status == RELAY_OK && push && renameat(dir_fd, create_name, dir_fd, name) != 0)
+		status = lu_err(r->st, err, errno == EISDIR ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, errno,
+		                "cannot put %s in place in %s: %s", rel[0] ? rel : name, r->dest_label,
+		                strerror(errno));
+	if (status != RELAY_OK) {
+		unlinkat(dir_fd, create_name, 0);
+		return status;
+	}
+	if (facts_add(&r->facts, rel, total, hex) != 0)
+		return lu_err(r->st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	return RELAY_OK;
+}
+
+static int mkdirs_rel(receiver *r, const char *rel, bool include_last, int *out_fd, const char **leaf)
+{
+	char buf[PATH_MAX];
+	snprintf(buf, sizeof buf, "%s", rel);
+	char *comps[PATH_MAX / 2];
+	int n = 0;
+	char *save = NULL;
+	for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save))
+		comps[n++] = c;
+	int dirs = include_last ? n : n - 1;
+	guest_ctx host_ctx = {r->st, NULL, -1, false};
+	int fd = open_dirs(r->g ? r->g : &host_ctx, r->base_fd, comps, dirs, true);
+	if (fd < 0)
+		return -1;
+	*out_fd = fd;
+	if (leaf)
+		*leaf = include_last ? NULL : rel + (comps[n - 1] - buf);
+	return 0;
+}
+
+static relay_status receive_stream(receiver *r, int in_fd, relay_error *err)
+{
+	struct archive *a = archive_read_new();
+	if (a == NULL)
+		return lu_err(r->st, err, RELAY_E_NO_MEMORY, ENOMEM, "cannot start reading the stream");
+	archive_read_support_format_tar(a);
+	relay_status status = RELAY_OK;
+	if (archive_read_open_fd(a, in_fd, 64 * 1024) != ARCHIVE_OK) {
+		status =
+		    lu_err(r->st, err, RELAY_E_IO, 0, "cannot read the stream: %s", archive_error_string(a));
+		goto done;
+	}
+	struct archive_entry *e;
+	bool single_done = false;
+	for (;;) {
+		int rc = archive_read_next_header(a, &e);
+		if (rc == ARCHIVE_EOF)
+			break;
+		if (rc != ARCHIVE_OK) {
+			status = lu_err(r->st, err, RELAY_E_IO, 0, "the stream broke: %s",
+			                archive_error_string(a));
+			break;
+		}
+		const char *rel = archive_entry_pathname(e);
+		mode_t type = archive_entry_filetype(e);
+		mode_t perm = (r->g && (archive_entry_perm(e) & 0100)) ? 0700 : 0600;
+		if (r->single_name) {
+			if (single_done || type != AE_IFREG || (rel && rel[0])) {
+				status = lu_err(r->st, err, RELAY_E_PROTOCOL, 0,
+				                "the stream held more than the single file expected");
+				break;
+			}
+			status = receive_file(r, a, r->base_fd, r->single_name, "", perm, err);
+			single_done = true;
+			if (status != RELAY_OK)
+				break;
+			continue;
+		}
+		if (!relative_path_ok(rel)) {
+			status = lu_err(r->st, err, RELAY_E_UNSAFE_PATH, 0,
+			                "the stream named an unsafe path %s", rel ? rel : "(none)");
+			break;
+		}
+		if (type == AE_IFDIR) {
+			int dfd = -1;
+			if (mkdirs_rel(r, rel, true, &dfd, NULL) != 0) {
+				status = lu_err(r->st, err,
+				                errno == ELOOP || errno == ENOTDIR ? RELAY_E_UNSAFE_PATH
+				                                                   : RELAY_E_IO,
+				                errno, "cannot create the folder %s in %s: %s", rel,
+				                r->dest_label, strerror(errno));
+				break;
+			}
+			close(dfd);
+			continue;
+		}
+		if (type != AE_IFREG) {
+			status = lu_err(r->st, err, RELAY_E_UNSAFE_PATH, 0,
+			                "the stream held %s, which is not a file", rel);
+			break;
+		}
+		int dfd = -1;
+		const char *leaf = NULL;
+		if (mkdirs_rel(r, rel, false, &dfd, &leaf) != 0) {
+			status = lu_err(r->st, err,
+			                errno == ELOOP || errno == ENOTDIR ? RELAY_E_UNSAFE_PATH : RELAY_E_IO,
+			                errno, "cannot create the folder of %s in %s: %s", rel, r->dest_label,
+			                strerror(errno));
+			break;
+		}
+		if (r->g && !writable_fs(dfd)) {
+			close(dfd);
+			status =
+			    lu_err(r->st, err, RELAY_E_UNSAFE_PATH, 0,
+			           "%s would be written outside the guest's own file system; refused", rel);
+			break;
+		}
+		status = receive_file(r, a, dfd, leaf, rel, perm, err);
+		close(dfd);
+		if (status != RELAY_OK)
+			break;
+		if (r->st->host->call_cancelled(r->call)) {
+			status = lu_err(r->st, err, RELAY_E_CANCELLED, 0, "transfer cancelled");
+			break;
+		}
+	}
+	if (status == RELAY_OK && r->single_name && !single_done)
+		status = lu_err(r->st, err, RELAY_E_PROTOCOL, 0, "the stream held no file");
+done:
+	archive_read_free(a);
+	return status;
+}
+
+/* Runs sender and receiver on the two ends of a pipe. */
+static relay_status run_transfer(sender *s, receiver *r, relay_error *err)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return lu_err(s->st, err, RELAY_E_IO, errno, "cannot create the transfer pipe");
+	fcntl(p[1], F_SETPIPE_SZ, 1024 * 1024);
+	s->out_fd = p[1];
+	pthread_t t;
+	int rc = pthread_create(&t, NULL, sender_main, s);
+	if (rc != 0) {
+		close(p[0]);
+		close(p[1]);
+		return lu_err(s->st, err, RELAY_E_IO, rc, "cannot start the transfer thread");
+	}
+	relay_error rerr;
+	memset(&rerr, 0, sizeof rerr);
+	relay_status rs = receive_stream(r, p[0], &rerr);
+	close(p[0]); /* a sender still writing now gets EPIPE and stops */
+	pthread_join(t, NULL);
+	/* The sender's failure is the cause when both failed. */
+	if (s->status != RELAY_OK)
+		return lu_err(s->st, err, s->status, 0, "%s", s->message);
+	if (rs != RELAY_OK) {
+		if (err)
+			*err = rerr;
+		return rs;
+	}
+	return RELAY_OK;
+}
+
+/* ---- push -------------------------------------------------------------------- */
+
+relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path, const char *remote_path,
+                       relay_call *call, unsigned flags, char **facts_out, relay_error *err)
+{
+	if (facts_out)
+		*facts_out = NULL;
+	if (flags & ~RELAY_XFER_TREE)
+		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown push flags 0x%x", flags);
+	if (local_path == NULL || remote_path == NULL)
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "push needs a local and a remote path");
+	const bool tree = (flags & RELAY_XFER_TREE) != 0;
+	relay_status status = RELAY_OK;
+	guest_ctx g = {st, conn, -1, !st->rootless};
+	sender s;
+	receiver r;
+	memset(&s, 0, sizeof s);
+	memset(&r, 0, sizeof r);
+	int src_fd = -1, dest_fd = -1;
+	char pathbuf[PATH_MAX];
+	char *comps[PATH_MAX / 2];
+	int ncomp = 0;
+	char *src_copy = NULL;
+
+	int e = split_guest_path(remote_path, pathbuf, sizeof pathbuf, comps, PATH_MAX / 2, &ncomp);
+	if (e != 0 || (!tree && ncomp == 0)) {
+		status = lu_err(
+		    st, err, RELAY_E_UNSAFE_PATH, e ? e : EINVAL,
+		    "push destination %s refused: it must be an absolute guest path without \".\" or \"..\"",
+		    remote_path);
+		goto cleanup;
+	}
+	/* The host side: a regular file, or a folder for a tree. */
+	if (tree) {
+		src_fd = open(local_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (src_fd < 0) {
+			status = lu_err(st, err, errno == ENOENT ? RELAY_E_NOT_FOUND : RELAY_E_UNSAFE_PATH,
+			                errno, "push source %s is not a folder (or is a symbolic link): %s",
+			                local_path, strerror(errno));
+			goto cleanup;
+		}
+		s.leaf = NULL;
+		s.base_fd = src_fd;
+	} else {
+		src_copy = strdup(local_path);
+		char *slash = src_copy ? strrchr(src_copy, '/') : NULL;
+		const char *dir = ".";
+		if (slash == src_copy)
+			dir = "/";
+		else if (slash) {
+			*slash = '\0';
+			dir = src_copy;
+		}
+		src_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		s.leaf = slash ? slash + 1 : src_copy;
+		struct stat sb;
+		if (src_fd < 0 || s.leaf == NULL || fstatat(src_fd, s.leaf, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+			status = lu_err(st, err, RELAY_E_NOT_FOUND, errno,
+			                "push source %s cannot be read: %s", local_path, strerror(errno));
+			goto cleanup;
+		}
+		if (!S_ISREG(sb.st_mode)) {
+			status =
+			    lu_err(st, err, RELAY_E_UNSAFE_PATH, 0,
+			           "push source %s is not a regular file (use RELAY_XFER_TREE for folders)",
+			           local_path);
+			goto cleanup;
+		}
+		s.base_fd = src_fd;
+	}
+	/* The guest side. */
+	g.root_fd = sandbox_root_fd(conn->record);
+	if (g.root_fd < 0) {
+		status = lu_err(st, err, RELAY_E_TRANSIENT, errno,
+		                "guest %s is not running (its init is gone)", conn->vm);
+		goto cleanup;
+	}
+	dest_fd = open_dirs(&g, g.root_fd, comps, tree ? ncomp : ncomp - 1, true);
+	if (dest_fd < 0) {
+		status = path_error(&g, err, errno, "push destination", remote_path);
+		goto cleanup;
+	}
+	if (!writable_fs(dest_fd)) {
+		status = lu_err(
+		    st, err, RELAY_E_UNSAFE_PATH, 0,
+		    "push destination %s refused: only the guest's own files (overlay or tmpfs) are written",
+		    remote_path);
+		goto cleanup;
+	}
+	s.st = st;
+	s.call = call;
+	s.buf = malloc(XFER_CHUNK);
+	r.st = st;
+	r.g = &g;
+	r.base_fd = dest_fd;
+	r.single_name = tree ? NULL : comps[ncomp - 1];
+	r.dest_label = conn->vm;
+	r.call = call;
+	r.buf = malloc(XFER_CHUNK);
+	r.buf2 = malloc(XFER_CHUNK);
+	if (s.buf == NULL || r.buf == NULL || r.buf2 == NULL) {
+		status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		goto cleanup;
+	}
+	status = run_transfer(&s, &r, err);
+	if (status != RELAY_OK)
+		goto cleanup;
+	facts_sort(&s.facts);
+	facts_sort(&r.facts);
+	char why[256];
+	if (!facts_equal(&s.facts, &r.facts, why, sizeof why)) {
+		status =
+		    lu_err(st, err, RELAY_E_INTEGRITY, 0, "push of %s to %s failed its SHA-256 check: %s",
+		           local_path, remote_path, why);
+		goto cleanup;
+	}
+	if (facts_out) {
+		*facts_out = facts_json(st, &r.facts);
+		if (*facts_out == NULL)
+			status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	}
+cleanup:
+	facts_free(&s.facts);
+	facts_free(&r.facts);
+	free(s.buf);
+	free(r.buf);
+	free(r.buf2);
+	free(src_copy);
+	if (src_fd >= 0)
+		close(src_fd);
+	if (dest_fd >= 0)
+		close(dest_fd);
+	if (g.root_fd >= 0)
+		close(g.root_fd);
+	return status;
+}
+
+/* ---- pull -------------------------------------------------------------------- */
+
+relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_path, const char *local_path,
+                       relay_call *call, unsigned flags, char **facts_out, relay_error *err)
+{
+	if (facts_out)
+		*facts_out = NULL;
+	if (flags & ~RELAY_XFER_TREE)
+		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown pull flags 0x%x", flags);
+	if (local_path == NULL || remote_path == NULL || local_path[0] == '\0')
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "pull needs a remote and a local path");
+	const bool tree = (flags & RELAY_XFER_TREE) != 0;
+	relay_status status = RELAY_OK;
+	guest_ctx g = {st, conn, -1, false};
+	sender s;
+	receiver r;
+	memset(&s, 0, sizeof s);
+	memset(&r, 0, sizeof r);
+	int parent_fd = -1, src_fd = -1, host_parent = -1, dest_fd = -1;
+	bool created = false;
+	char pathbuf[PATH_MAX];
+	char *comps[PATH_MAX / 2];
+	int ncomp = 0;
+	char *local_copy = strdup(local_path);
+	const char *local_leaf = NULL;
+
+	int e = split_guest_path(remote_path, pathbuf, sizeof pathbuf, comps, PATH_MAX / 2, &ncomp);
+	if (e != 0 || ncomp == 0 || local_copy == NULL) {
+		status = lu_err(
+		    st, err, RELAY_E_UNSAFE_PATH, e ? e : EINVAL,
+		    "pull source %s refused: it must be an absolute guest path without \".\" or \"..\"",
+		    remote_path);
+		goto cleanup;
+	}
+	g.root_fd = sandbox_root_fd(conn->record);
+	if (g.root_fd < 0) {
+		status = lu_err(st, err, RELAY_E_TRANSIENT, errno,
+		                "guest %s is not running (its init is gone)", conn->vm);
+		goto cleanup;
+	}
+	parent_fd = open_dirs(&g, g.root_fd, comps, ncomp - 1, false);
+	if (parent_fd < 0) {
+		status = path_error(&g, err, errno, "pull source", remote_path);
+		goto cleanup;
+	}
+	if (!writable_fs(parent_fd)) {
+		status =
+		    lu_err(st, err, RELAY_E_UNSAFE_PATH, 0,
+		           "pull source %s refused: only the guest's own files (overlay or tmpfs) are read",
+		           remote_path);
+		goto cleanup;
+	}
+	struct stat sb;
+	if (fstatat(parent_fd, comps[ncomp - 1], &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+		status = path_error(&g, err, errno, "pull source", remote_path);
+		goto cleanup;
+	}
+	if (S_ISLNK(sb.st_mode) || !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode))) {
+		status = lu_err(st, err, RELAY_E_UNSAFE_PATH, 0,
+		                "pull source %s is %s; only regular files and folders are pulled",
+		                remote_path, S_ISLNK(sb.st_mode) ? "a symbolic link" : "a special file");
+		goto cleanup;
+	}
+	if (tree != S_ISDIR(sb.st_mode)) {
+		status = lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "pull source %s is a %s; pull it %s",
+		                remote_path, S_ISDIR(sb.st_mode) ? "folder" : "file",
+		                S_ISDIR(sb.st_mode) ? "with RELAY_XFER_TREE" : "without RELAY_XFER_TREE");
+		goto cleanup;
+	}
+	/* The host side: local_path must not exist. */
+	char *slash = strrchr(local_copy, '/');
+	const char *hdir = ".";
+	if (slash == local_copy)
+		hdir = "/";
+	else if (slash) {
+		*slash = '\0';
+		hdir = local_copy;
+	}
+	local_leaf = slash ? slash + 1 : local_copy;
+	host_parent = open(hdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (host_parent < 0 || local_leaf[0] == '\0' || strcmp(local_leaf, ".") == 0 ||
+	    strcmp(local_leaf, "..") == 0) {
+		status = lu_err(st, err, RELAY_E_NOT_FOUND, errno,
+		                "pull destination %s: its folder cannot be opened", local_path);
+		goto cleanup;
+	}
+	if (tree) {
+		if (mkdirat(host_parent, local_leaf, 0700) != 0) {
+			status =
+			    lu_err(st, err, errno == EEXIST ? RELAY_E_INVALID_ARGUMENT : RELAY_E_IO, errno,
+			           "pull destination %s %s", local_path,
+			           errno == EEXIST ? "already exists; it must not" : "cannot be created");
+			goto cleanup;
+		}
+		created = true;
+		dest_fd = openat(host_parent, local_leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		src_fd = openat(parent_fd, comps[ncomp - 1], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dest_fd < 0 || src_fd < 0) {
+			status = lu_err(st, err, RELAY_E_IO, errno,
+			                "cannot open the folders of the pull of %s", remote_path);
+			goto cleanup;
+		}
+		s.base_fd = src_fd;
+		s.leaf = NULL;
+		r.base_fd = dest_fd;
+		r.single_name = NULL;
+	} else {
+		struct stat hs;
+		if (fstatat(host_parent, local_leaf, &hs, AT_SYMLINK_NOFOLLOW) == 0) {
+			status = lu_err(st, err, RELAY_E_INVALID_ARGUMENT, EEXIST,
+			                "pull destination %s already exists; it must not", local_path);
+			goto cleanup;
+		}
+		s.base_fd = parent_fd;
+		s.leaf = comps[ncomp - 1];
+		r.base_fd = host_parent;
+		r.single_name = local_leaf;
+		created = true; /* receive_file creates it O_EXCL */
+	}
+	s.st = st;
+	s.call = call;
+	s.refuse_links_are_unsafe = true;
+	s.buf = malloc(XFER_CHUNK);
+	r.st = st;
+	r.g = NULL;
+	r.dest_label = local_path;
+	r.call = call;
+	r.buf = malloc(XFER_CHUNK);
+	if (s.buf == NULL || r.buf == NULL) {
+		status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		goto cleanup;
+	}
+	status = run_transfer(&s, &r, err);
+	if (status != RELAY_OK)
+		goto cleanup;
+	facts_sort(&s.facts);
+	facts_sort(&r.facts);
+	char why[256];
+	if (!facts_equal(&s.facts, &r.facts, why, sizeof why)) {
+		status = lu_err(st, err, RELAY_E_INTEGRITY, 0, "pull of %s failed its SHA-256 check: %s",
+		                remote_path, why);
+		goto cleanup;
+	}
+	if (facts_out) {
+		*facts_out = facts_json(st, &s.facts);
+		if (*facts_out == NULL)
+			status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	}
+cleanup:
+	if (status != RELAY_OK && created && host_parent >= 0 && local_leaf) {
+		char full[PATH_MAX];
+		if (local_path[0] == '/' || strcmp(local_copy, local_path) != 0)
+			snprintf(full, sizeof full, "%s", local_path);
+		else
+			snprintf(full, sizeof full, "./%s", local_path);
+		lu_remove_tree(full);
+	}
+	facts_free(&s.facts);
+	facts_free(&r.facts);
+	free(s.buf);
+	free(r.buf);
+	free(local_copy);
+	if (parent_fd >= 0)
+		close(parent_fd);
+	if (src_fd >= 0)
+		close(src_fd);
+	if (host_parent >= 0)
+		close(host_parent);
+	if (dest_fd >= 0)
+		close(dest_fd);
+	if (g.root_fd >= 0)
+		close(g.root_fd);
+	return status;
+}
