@@ -913,6 +913,7 @@ static int x_setup(xconn_t *x, const display_t *d, const cookie_t *cookie, const
 		goto cleanup;
 	}
 	const unsigned char *screen = NULL;
+	int visual_found = 0;
 	for (unsigned i = 0; i <= d->screen; i++) {
 		if (off + 40 > extra) {
 			diag("display %s sent a malformed connection setup (screens)", display_text);
@@ -940,6 +941,7 @@ static int x_setup(xconn_t *x, const display_t *d, const cookie_t *cookie, const
 				for (size_t vi = 0; vi < nvisuals; vi++) {
 					const unsigned char *vis = s + off + vi * 24;
 					if (rd32(vis) == rd32(screen + 32) && depth[0] == screen[38]) {
+						visual_found = 1;
 						x->visual_class = vis[4];
 						x->red_mask = rd32(vis + 8);
 						x->green_mask = rd32(vis + 12);
@@ -949,6 +951,11 @@ static int x_setup(xconn_t *x, const display_t *d, const cookie_t *cookie, const
 			}
 			off += nvisuals * 24;
 		}
+	}
+	if (!visual_found) {
+		diag("display %s does not describe its root visual in the connection setup", display_text);
+		rc = EXIT_DISPLAY;
+		goto cleanup;
 	}
 	x->root = rd32(screen);
 	x->width = rd16(screen + 20);
