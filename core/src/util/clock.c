@@ -13,6 +13,9 @@
  * atomic so readers on every thread see it without a lock. The test-clock
  * file path is set once at startup before threads exist. */
 static _Atomic int64_t clock_offset_ms;
+/* A frozen relay time ("@<unix ms>" in the clock file), or 0 when the clock
+ * runs. Set only from the clock file, for tests that need exact times. */
+static _Atomic int64_t clock_frozen_ms;
 static char *clock_file_path;
 
 static int64_t real_now_ms(void)
@@ -42,11 +45,19 @@ static void refresh_offset_from_file(void)
 	if (n <= 0)
 		return;
 	buf[n] = '\0';
+	bool frozen = buf[0] == '@';
+	char *start = frozen ? buf + 1 : buf;
 	char *end = NULL;
 	errno = 0;
-	long long value = strtoll(buf, &end, 10);
-	if (errno == 0 && end != buf)
+	long long value = strtoll(start, &end, 10);
+	if (errno != 0 || end == start)
+		return;
+	if (frozen && value > 0) {
+		atomic_store(&clock_frozen_ms, (int64_t)value);
+	} else if (!frozen) {
+		atomic_store(&clock_frozen_ms, 0);
 		atomic_store(&clock_offset_ms, (int64_t)value);
+	}
 }
 
 void clock_init_from_env(void)
@@ -61,6 +72,9 @@ void clock_init_from_env(void)
 int64_t clock_now_ms(void)
 {
 	refresh_offset_from_file();
+	int64_t frozen = atomic_load(&clock_frozen_ms);
+	if (frozen > 0)
+		return frozen;
 	return real_now_ms() + atomic_load(&clock_offset_ms);
 }
 
