@@ -1,13 +1,13 @@
 #include "contract/schema.h"
 
 #include <math.h>
-#include <regex.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "contract/pattern.h"
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
@@ -16,15 +16,15 @@
 #define SCHEMA_MAX_PATTERNS 128
 static struct compiled_pattern {
 	const json_object *node;
-	regex_t regex;
+	pattern *compiled;
 } compiled_patterns[SCHEMA_MAX_PATTERNS];
 static size_t compiled_pattern_count;
 
-static const regex_t *pattern_for(const json_object *node)
+static const pattern *pattern_for(const json_object *node)
 {
 	for (size_t i = 0; i < compiled_pattern_count; i++)
 		if (compiled_patterns[i].node == node)
-			return &compiled_patterns[i].regex;
+			return compiled_patterns[i].compiled;
 	return NULL;
 }
 
@@ -40,15 +40,17 @@ int schema_compile(json_object *schema, char *errbuf, size_t errlen)
 	}
 	if (!json_object_is_type(schema, json_type_object))
 		return 0;
-	const char *pattern = jsonx_get_str(schema, "pattern");
-	if (pattern != NULL && pattern_for(schema) == NULL) {
+	const char *source = jsonx_get_str(schema, "pattern");
+	if (source != NULL && pattern_for(schema) == NULL) {
 		if (compiled_pattern_count == SCHEMA_MAX_PATTERNS) {
 			snprintf(errbuf, errlen, "too many schema patterns");
 			return -1;
 		}
 		struct compiled_pattern *slot = &compiled_patterns[compiled_pattern_count];
-		if (regcomp(&slot->regex, pattern, REG_EXTENDED | REG_NOSUB) != 0) {
-			snprintf(errbuf, errlen, "schema pattern %s does not compile", pattern);
+		char why[128];
+		slot->compiled = pattern_compile(source, why, sizeof why);
+		if (slot->compiled == NULL) {
+			snprintf(errbuf, errlen, "schema pattern %s is not supported: %s", source, why);
 			return -1;
 		}
 		slot->node = schema;
@@ -154,7 +156,8 @@ static bool json_equal(const json_object *a, const json_object *b)
 	if (a == NULL || b == NULL)
 		return a == b;
 	enum json_type ta = json_object_get_type(a), tb = json_object_get_type(b);
-	if ((ta == json_type_int || ta == json_type_double) && (tb == json_type_int || tb == json_type_double))
+	if ((ta == json_type_int || ta == json_type_double) &&
+	    (tb == json_type_int || tb == json_type_double))
 		return json_object_get_double(a) == json_object_get_double(b);
 	if (ta != tb)
 		return false;
@@ -162,8 +165,9 @@ static bool json_equal(const json_object *a, const json_object *b)
 	case json_type_boolean: return json_object_get_boolean(a) == json_object_get_boolean(b);
 	case json_type_string:
 		return json_object_get_string_len(a) == json_object_get_string_len(b) &&
-		       memcmp(json_object_get_string((json_object *)a), json_object_get_string((json_object *)b),
-			      (size_t)json_object_get_string_len(a)) == 0;
+		       memcmp(json_object_get_string((json_object *)a),
+		              json_object_get_string((json_object *)b),
+		              (size_t)json_object_get_string_len(a)) == 0;
 	case json_type_array: {
 		size_t n = json_object_array_length(a);
 		if (n != json_object_array_length(b))
@@ -204,10 +208,10 @@ static char *enum_text(const json_object *values)
 }
 
 static char *validate_node(const json_object *schema, const json_object *value, const char *pointer,
-			   const char *tool_name);
+                           const char *tool_name);
 
 static char *validate_any_of(const json_object *schema, const json_object *branches, const json_object *value,
-			     const char *pointer, const char *tool_name)
+                             const char *pointer, const char *tool_name)
 {
 	(void)schema;
 	size_t n = json_object_array_length(branches);
@@ -251,7 +255,7 @@ static char *validate_any_of(const json_object *schema, const json_object *branc
 }
 
 static char *validate_node(const json_object *schema, const json_object *value, const char *pointer,
-			   const char *tool_name)
+                           const char *tool_name)
 {
 	const char *type = jsonx_get_str(schema, "type");
 	if (type && !type_matches(type, value))
@@ -284,11 +288,11 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 		int64_t bound;
 		if (jsonx_get_int(schema, "minLength", &bound) && (int64_t)chars < bound)
 			return problem(pointer, "must be at least %lld character%s long", (long long)bound,
-				       bound == 1 ? "" : "s");
+			               bound == 1 ? "" : "s");
 		if (jsonx_get_int(schema, "maxLength", &bound) && (int64_t)chars > bound)
 			return problem(pointer, "must be at most %lld characters long", (long long)bound);
-		const regex_t *re = pattern_for(schema);
-		if (re && (memchr(s, '\0', len) != NULL || regexec(re, s, 0, NULL, 0) != 0))
+		const pattern *re = pattern_for(schema);
+		if (re && !pattern_test(re, s, len))
 			return problem(pointer, "must match %s", jsonx_get_str(schema, "pattern"));
 	}
 	if (json_object_is_type(value, json_type_int) || json_object_is_type(value, json_type_double)) {
@@ -310,7 +314,7 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 		int64_t bound;
 		if (jsonx_get_int(schema, "minItems", &bound) && (int64_t)n < bound)
 			return problem(pointer, "must have at least %lld item%s", (long long)bound,
-				       bound == 1 ? "" : "s");
+			               bound == 1 ? "" : "s");
 		if (jsonx_get_int(schema, "maxItems", &bound) && (int64_t)n > bound)
 			return problem(pointer, "must have at most %lld items", (long long)bound);
 		bool unique = false;
@@ -318,9 +322,10 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 			for (size_t i = 0; i < n; i++)
 				for (size_t j = i + 1; j < n; j++)
 					if (json_equal(json_object_array_get_idx(value, i),
-						       json_object_array_get_idx(value, j))) {
+					               json_object_array_get_idx(value, j))) {
 						char *where = pointer_index(pointer, j);
-						char *p = problem(where, "repeats item %zu; items must be unique", i);
+						char *p = problem(
+						    where, "repeats item %zu; items must be unique", i);
 						free(where);
 						return p;
 					}

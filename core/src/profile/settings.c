@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <strings.h>
 #include <unistd.h>
 
+#include "manager/registry.h"
 #include "profile/environment.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -37,14 +39,17 @@ const char *settings_on_exit_name(on_exit_mode mode)
 	return mode == ON_EXIT_RELEASE ? "release" : "pause";
 }
 
-/* Plain decimal digits only: no sign, spaces or exponent. */
+/* Plain decimal digits only: no sign, spaces or exponent (leading zeros are
+ * digits too). */
 static bool parse_decimal(const char *text, int64_t min, int64_t max, int64_t *out)
 {
-	if (text == NULL || *text == '\0' || strlen(text) > 18)
+	if (text == NULL || *text == '\0')
 		return false;
 	int64_t value = 0;
 	for (const char *c = text; *c; c++) {
 		if (*c < '0' || *c > '9')
+			return false;
+		if (value > (INT64_MAX - (*c - '0')) / 10)
 			return false;
 		value = value * 10 + (*c - '0');
 	}
@@ -52,6 +57,31 @@ static bool parse_decimal(const char *text, int64_t min, int64_t max, int64_t *o
 		return false;
 	*out = value;
 	return true;
+}
+
+/* A dotted IPv4 address in 127.0.0.0/8: four decimal octets of at most 255. */
+static bool is_loopback_ipv4(const char *host)
+{
+	if (strncmp(host, "127.", 4) != 0)
+		return false;
+	const char *c = host;
+	for (int part = 0; part < 4; part++) {
+		size_t digits = strspn(c, "0123456789");
+		if (digits == 0 || digits > 3)
+			return false;
+		int value = 0;
+		for (size_t i = 0; i < digits; i++)
+			value = value * 10 + (c[i] - '0');
+		if (value > 255)
+			return false;
+		c += digits;
+		if (part < 3) {
+			if (*c != '.')
+				return false;
+			c++;
+		}
+	}
+	return *c == '\0';
 }
 
 static bool matches(const char *text, const char *pattern)
@@ -71,7 +101,7 @@ bool settings_valid_loopback_origin(const char *url, char *canonical_out, size_t
 	char host[256];
 	size_t host_len;
 	const char *port_text = NULL;
-	if (strncmp(url, "http://", 7) != 0) {
+	if (strncasecmp(url, "http://", 7) != 0) {
 		why = "must be an http:// origin";
 		goto done;
 	}
@@ -119,8 +149,10 @@ bool settings_valid_loopback_origin(const char *url, char *canonical_out, size_t
 		why = "must not have a path";
 		goto done;
 	}
-	if (strcmp(host, "localhost") != 0 && strcmp(host, "[::1]") != 0 &&
-	    !matches(host, "^127\\.([0-9]{1,3})\\.([0-9]{1,3})\\.([0-9]{1,3})$")) {
+	for (char *h = host; *h; h++)
+		if (*h >= 'A' && *h <= 'Z')
+			*h = (char)(*h - 'A' + 'a');
+	if (strcmp(host, "localhost") != 0 && strcmp(host, "[::1]") != 0 && !is_loopback_ipv4(host)) {
 		why = "must name a loopback host (localhost, 127.x.x.x or [::1])";
 		goto done;
 	}
@@ -134,6 +166,10 @@ bool settings_valid_loopback_origin(const char *url, char *canonical_out, size_t
 		}
 		memcpy(canonical_out, url, keep);
 		canonical_out[keep] = '\0';
+		/* Scheme and host are case-insensitive: write them in lower case. */
+		for (size_t i = 0; i < 7 + host_len && i < keep; i++)
+			if (canonical_out[i] >= 'A' && canonical_out[i] <= 'Z')
+				canonical_out[i] = (char)(canonical_out[i] - 'A' + 'a');
 	}
 done:
 	if (why_out)
@@ -262,26 +298,18 @@ static int resolve_state_root(relay_settings *s, char *errbuf, size_t errlen)
 	return 0;
 }
 
-int settings_load(relay_settings *s, char *errbuf, size_t errlen)
+static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 {
-	memset(s, 0, sizeof *s);
 	const char *v;
 
-	static const char *const renamed[][2] = {
-		{"MCP_VM_RELAY_PROJECT", "MCP_RELAY_PROJECT"},
-		{"MCP_VM_RELAY_SESSION", "MCP_RELAY_SESSION"},
-		{"MCP_VM_RELAY_URL", "MCP_RELAY_URL"},
-		{"MCP_VM_RELAY_STATE_DIR", "MCP_RELAY_STATE_DIR"},
-		{"MCP_VM_RELAY_REGISTRY", "MCP_RELAY_REGISTRY"},
-		{"MCP_VM_RELAY_ON_EXIT", "MCP_RELAY_ON_EXIT"},
-		{"MCP_VM_RELAY_MAX_GUESTS", "MCP_RELAY_MAX_GUESTS"},
-		{"MCP_VM_RELAY_CAPACITY_WAIT", "MCP_RELAY_CAPACITY_WAIT"},
-		{"MCP_VM_RELAY_GUEST_NETWORK", "MCP_RELAY_GUEST_NETWORK"},
-		{"MCP_VM_RELAY_SHUTDOWN_GRACE_MS", "MCP_RELAY_SHUTDOWN_GRACE_MS"},
-	};
-	for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++)
-		if (getenv(renamed[i][0]))
-			log_warning("%s is no longer read; it was renamed %s", renamed[i][0], renamed[i][1]);
+	/* The old names (MCP_VM_RELAY_*) are no longer read: one notice each. */
+	for (char **e = environ; e && *e; e++) {
+		if (strncmp(*e, "MCP_VM_RELAY_", 13) != 0)
+			continue;
+		size_t name_len = strcspn(*e, "=");
+		log_warning("%.*s is no longer read; it was renamed MCP_RELAY_%.*s", (int)name_len, *e,
+			    (int)(name_len - 13), *e + 13);
+	}
 
 	if (resolve_project(s, errbuf, errlen) != 0)
 		return -1;
@@ -405,6 +433,9 @@ int settings_load(relay_settings *s, char *errbuf, size_t errlen)
 			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY must be an absolute path (got %s)", v);
 		if (stat(v, &st) != 0 || !S_ISREG(st.st_mode))
 			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY must name an existing regular file (got %s)", v);
+		char table_why[768]; /* the VM-table check of lifecycle.md §10 (manager/registry.h) */
+		if (registry_check_file(v, table_why, sizeof table_why) != 0)
+			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY %s (got %s)", table_why, v);
 		s->registry_path = strdup(v);
 	}
 
@@ -417,6 +448,15 @@ int settings_load(relay_settings *s, char *errbuf, size_t errlen)
 	    s->state_root == NULL || s->session_dir == NULL)
 		return fail(errbuf, errlen, "settings could not be read: out of memory");
 	return 0;
+}
+
+int settings_load(relay_settings *s, char *errbuf, size_t errlen)
+{
+	memset(s, 0, sizeof *s);
+	if (load_all(s, errbuf, errlen) == 0)
+		return 0;
+	settings_free(s);
+	return -1;
 }
 
 void settings_free(relay_settings *s)
