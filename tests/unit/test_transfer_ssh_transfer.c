@@ -194,10 +194,14 @@ static void make_tree(const char *root, int count)
 	mkdir(path, 0755);
 	for (int i = 0; i < count; i++) {
 		int d = i % 10;
-		const char *names[] = {"plain-%d.txt", "with space %d", "quote'%d\"", "unicode-é-%d",
-		                       "$dollar-%d"};
 		char name[64];
-		snprintf(name, sizeof name, names[i % 5], i);
+		switch (i % 5) {
+		case 0: snprintf(name, sizeof name, "plain-%d.txt", i); break;
+		case 1: snprintf(name, sizeof name, "with space %d", i); break;
+		case 2: snprintf(name, sizeof name, "quote'%d\"", i); break;
+		case 3: snprintf(name, sizeof name, "unicode-é-%d", i); break;
+		default: snprintf(name, sizeof name, "$dollar-%d", i); break;
+		}
 		if (i % 3 == 0)
 			snprintf(path, sizeof path, "%s/dir %02d/sub'%d/%s", root, d, d, name);
 		else if (i % 3 == 1)
