@@ -369,7 +369,7 @@ static void test_machines_list_and_snapshot(void **state)
 /* Writes a schema-2 profile under root; returns its path (static). */
 static const char *write_profile(const char *root, int version, bool vmctl)
 {
-	static char path[PATH_MAX];
+	static char path[PATH_MAX + 32];
 	snprintf(path, sizeof path, "%s/profile.json", root);
 	static char text[65536];
 	snprintf(
