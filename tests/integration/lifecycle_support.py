@@ -1,0 +1,227 @@
+"""lifecycle_support: what the lifecycle integration tests share (test_lifecycle_*.py).
+
+They drive the real mcp-relay binary (through relay_client.Relay) with the fake machine
+backend tests/plugins/machine-fake loaded through the real loader, a frozen test clock
+(MCP_RELAY_TEST_CLOCK_FILE holding "@<unix ms>") and one state folder and project folder
+that outlive each relay process, so that a test can kill a relay and start another with the
+same MCP_RELAY_SESSION.
+
+    fake = Fake(binary)                # skips the test when machine-fake.so was not built
+    with fake.relay() as r:            # a Relay on the fake, session "s1" by default
+        r.initialize()
+        res = r.call_tool("relay_acquire", ACQUIRE)
+    fake.ops("acquire")                # what the backend saw (one dict per logged call)
+    fake.advance(60_000)               # moves relay time
+    fake.cleanup()
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+
+from relay_client import Relay, skip
+
+ACQUIRE = {"task": "demo", "image": "ubuntu2404", "extractions": []}
+WINDOW_MS = 15 * 60 * 1000
+BACKEND_MIN_MS = 6 * 60 * 1000
+
+
+def fake_plugin_path(binary):
+    build = os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
+    return os.path.join(build, "tests", "plugins", "machine-fake.so")
+
+
+class Fake:
+    """The fake backend's files and the shared folders of one test."""
+
+    def __init__(self, binary, session="s1", start_ms=None):
+        self.binary = binary
+        self.so = fake_plugin_path(binary)
+        if not os.path.exists(self.so):
+            skip("machine-fake.so is not built (%s); build the machine-fake target" % self.so)
+        self.root = tempfile.mkdtemp(prefix="relay-lc-")
+        os.chmod(self.root, 0o700)
+        self.state_dir = os.path.join(self.root, "state")
+        self.project = os.path.join(self.root, "project")
+        for d in (self.state_dir, self.project):
+            os.makedirs(d, mode=0o700)
+        self.control = os.path.join(self.root, "control.json")
+        self.log = os.path.join(self.root, "ops.jsonl")
+        self.clock = os.path.join(self.root, "clock")
+        self.session = session
+        self.now_ms = start_ms or int(time.time() * 1000)
+        self._write_clock()
+        self.script({})
+
+    # -- files -------------------------------------------------------------
+    def _write_clock(self):
+        tmp = self.clock + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("@%d\n" % self.now_ms)
+        os.replace(tmp, self.clock)
+
+    def advance(self, ms):
+        """Moves the frozen relay time forward by `ms`."""
+        self.now_ms += ms
+        self._write_clock()
+
+    def script(self, control):
+        """Writes the fake's control document (see tests/plugins/machine-fake/machine_fake.c)."""
+        tmp = self.control + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(control, f)
+        os.replace(tmp, self.control)
+
+    def read_control(self):
+        with open(self.control) as f:
+            return json.load(f)
+
+    def ops(self, op=None, pid=None):
+        """The logged calls, oldest first; only `op` (a name or a tuple of names) when given."""
+        out = []
+        try:
+            with open(self.log) as f:
+                for line in f:
+                    line = line.strip()
+                    if not line:
+                        continue
+                    entry = json.loads(line)
+                    if op is not None and entry["op"] not in ((op,) if isinstance(op, str) else op):
+                        continue
+                    if pid is not None and entry.get("pid") != pid:
+                        continue
+                    out.append(entry)
+        except FileNotFoundError:
+            pass
+        return out
+
+    def wait_ops(self, op, count, timeout=20, pid=None):
+        """Waits until at least `count` calls of `op` were logged; returns them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.ops(op, pid=pid)
+            if len(found) >= count:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError("the fake backend saw %d %s call(s), expected %d: %r"
+                                     % (len(found), op, count, self.ops()[-10:]))
+            time.sleep(0.02)
+
+    @property
+    def plugin_state(self):
+        return os.path.join(self.state_dir, "plugins", "machine-fake")
+
+    @property
+    def session_dir(self):
+        key = hashlib.sha256(self.session.encode()).hexdigest()[:32]
+        return os.path.join(self.state_dir, key)
+
+    def record(self, guest):
+        with open(os.path.join(self.session_dir, "guests", guest, "lease.json")) as f:
+            return json.load(f)
+
+    def registry_text(self, path=None):
+        path = path or os.path.join(self.state_dir, "registry.md")
+        try:
+            with open(path, newline="") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def events(self, evidence_path, kind=None):
+        """The lifecycle events of an evidence folder (host/events and .lifecycle-events)."""
+        out = []
+        for folder in (os.path.join(evidence_path, "host", "events"), evidence_path + ".lifecycle-events"):
+            if not os.path.isdir(folder):
+                continue
+            for name in sorted(os.listdir(folder)):
+                with open(os.path.join(folder, name)) as f:
+                    event = json.load(f)
+                if kind is None or event["kind"] == kind:
+                    out.append(event)
+        return out
+
+    def env(self, **extra):
+        e = {
+            "MCP_RELAY_BACKEND": self.so,
+            "MCP_RELAY_SESSION": self.session,
+            "MCP_RELAY_TEST_CLOCK_FILE": self.clock,
+            "RELAY_FAKE_MACHINE_CONTROL": self.control,
+            "RELAY_FAKE_MACHINE_LOG": self.log,
+            "HOME": self.root,  # no ~/AGENTS.md unless a test writes one
+        }
+        e.update({k: (None if v is None else str(v)) for k, v in extra.items()})
+        return e
+
+    def relay(self, **extra):
+        """A Relay on the fake backend sharing this test's state and project folders."""
+        return Relay(self.binary, env=self.env(**extra), state_dir=self.state_dir, project=self.project)
+
+    def cleanup(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def structured(result):
+    return result["structuredContent"]
+
+
+def status(r):
+    return structured(r.call_tool("relay_status"))
+
+
+def guest_entry(r, name):
+    for g in status(r)["guests"]:
+        if g["guest"] == name:
+            return g
+    return None
+
+
+def wait_status(r, predicate, timeout=20, what="the expected status"):
+    """Polls relay_status until predicate(status) holds; returns that status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = status(r)
+        if predicate(s):
+            return s
+        if time.monotonic() > deadline:
+            raise AssertionError("relay_status never showed %s: %s" % (what, json.dumps(s)[:3000]))
+        time.sleep(0.05)
+
+
+def acquire(r, **overrides):
+    args = dict(ACQUIRE)
+    args.update(overrides)
+    res = r.call_tool("relay_acquire", args)
+    assert res["isError"] is False, res["content"][0]["text"]
+    return structured(res)
+
+
+def send_call(r, name, arguments, progress_token=None):
+    """Sends a tools/call without waiting; returns its id."""
+    rid = r.next_id()
+    params = {"name": name, "arguments": arguments}
+    if progress_token is not None:
+        params["_meta"] = {"progressToken": progress_token}
+    r.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
+    return rid
+
+
+def response_for(r, rid, timeout=20):
+    """The response to `rid`, whether it was already read (stray) or is still to come."""
+    for i, msg in enumerate(r.stray):
+        if isinstance(msg, dict) and msg.get("id") == rid:
+            return r.stray.pop(i)
+    return r.wait_response(rid, timeout)
+
+
+def kill9(r):
+    r.proc.send_signal(signal.SIGKILL)
+    r.proc.wait(timeout=10)
+
+
+def registry_rows(text):
+    return [line for line in text.splitlines() if line.startswith("| ") and "mcp-relay" in line]
