@@ -61,6 +61,9 @@ static char *plugin_config(const relay_settings *s, const char *plugin_name, con
 	jsonx_add_str(config, "serviceUrl", s->service_url);
 	jsonx_add_str(config, "sessionId", s->session_id);
 	jsonx_add(config, "environment", s->environment ? environment_identity(s->environment) : NULL);
+	/* The exported bundle (machine-service.md §7.7) for the subprocesses a
+	 * plugin starts (Tart, OpenSSH, machctl); null without a profile. */
+	jsonx_add(config, "exportedEnvironment", s->environment ? environment_bundle(s->environment) : NULL);
 	json_object *options = NULL;
 	if (strcmp(plugin_name, "machine-service") == 0 && s->machine_service_options)
 		options = json_object_get(s->machine_service_options);

@@ -1,0 +1,581 @@
+/* Small helpers of the machine-service plugin (ms_util.h). */
+#include "ms_util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* ---- buffer ------------------------------------------------------------ */
+
+static bool buf_reserve(ms_buf *b, size_t extra)
+{
+	if (b->failed)
+		return false;
+	if (b->len + extra + 1 <= b->cap)
+		return true;
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < b->len + extra + 1)
+		cap *= 2;
+	char *data = realloc(b->data, cap);
+	if (data == NULL) {
+		b->failed = true;
+		return false;
+	}
+	b->data = data;
+	b->cap = cap;
+	return true;
+}
+
+void ms_buf_append(ms_buf *b, const char *data, size_t len)
+{
+	if (!buf_reserve(b, len))
+		return;
+	memcpy(b->data + b->len, data, len);
+	b->len += len;
+	b->data[b->len] = '\0';
+}
+
+void ms_buf_puts(ms_buf *b, const char *text)
+{
+	ms_buf_append(b, text, strlen(text));
+}
+
+void ms_buf_printf(ms_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char small[512];
+	int n = vsnprintf(small, sizeof small, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n < sizeof small) {
+		ms_buf_append(b, small, (size_t)n);
+		return;
+	}
+	if (!buf_reserve(b, (size_t)n))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b->len += (size_t)n;
+}
+
+const char *ms_buf_str(const ms_buf *b)
+{
+	return b->data && !b->failed ? b->data : "";
+}
+
+void ms_buf_free(ms_buf *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = b->cap = 0;
+	b->failed = false;
+}
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+json_object *ms_json_parse(const char *text, size_t len, char *why, size_t why_len)
+{
+	if (why && why_len)
+		why[0] = '\0';
+	if (text == NULL) {
+		if (why)
+			snprintf(why, why_len, "no body");
+		return NULL;
+	}
+	json_tokener *tok = json_tokener_new();
+	if (tok == NULL)
+		return NULL;
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+	json_object *obj = json_tokener_parse_ex(tok, text, (int)len);
+	enum json_tokener_error jerr = json_tokener_get_error(tok);
+	size_t used = json_tokener_get_parse_end(tok);
+	if (jerr != json_tokener_success) {
+		if (why)
+			snprintf(why, why_len, "%s", json_tokener_error_desc(jerr));
+		json_object_put(obj);
+		obj = NULL;
+	} else {
+		while (used < len &&
+		       (text[used] == ' ' || text[used] == '\n' || text[used] == '\r' || text[used] == '\t'))
+			used++;
+		if (used != len) {
+			if (why)
+				snprintf(why, why_len, "text follows the JSON value");
+			json_object_put(obj);
+			obj = NULL;
+		}
+	}
+	json_tokener_free(tok);
+	return obj;
+}
+
+char *ms_json_text(const json_object *obj)
+{
+	const char *text = json_object_to_json_string_ext(
+	    (json_object *)obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	return text ? strdup(text) : NULL;
+}
+
+char *ms_json_owned(const relay_host *host, const json_object *obj)
+{
+	const char *text = json_object_to_json_string_ext(
+	    (json_object *)obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	return text ? host->strdup(text) : NULL;
+}
+
+const char *ms_json_str(const json_object *obj, const char *key)
+{
+	json_object *v = NULL;
+	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
+	    !json_object_is_type(v, json_type_string))
+		return NULL;
+	return json_object_get_string(v);
+}
+
+bool ms_json_num(const json_object *obj, const char *key, double *out)
+{
+	json_object *v = NULL;
+	if (obj == NULL || !json_object_object_get_ex(obj, key, &v))
+		return false;
+	if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+		return false;
+	double d = json_object_get_double(v);
+	if (!isfinite(d))
+		return false;
+	*out = d;
+	return true;
+}
+
+bool ms_json_bool(const json_object *obj, const char *key, bool *out)
+{
+	json_object *v = NULL;
+	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
+	    !json_object_is_type(v, json_type_boolean))
+		return false;
+	*out = json_object_get_boolean(v);
+	return true;
+}
+
+json_object *ms_json_obj(const json_object *obj, const char *key)
+{
+	json_object *v = NULL;
+	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
+	    !json_object_is_type(v, json_type_object))
+		return NULL;
+	return v;
+}
+
+bool ms_json_is_null(const json_object *obj, const char *key)
+{
+	json_object *v = NULL;
+	return obj != NULL && json_object_object_get_ex(obj, key, &v) && v == NULL;
+}
+
+json_object *ms_json_number(double value)
+{
+	char text[64];
+	snprintf(text, sizeof text, "%.6g", value);
+	return json_object_new_double_s(value, text);
+}
+
+bool ms_valid_machine_name(const char *text)
+{
+	if (text == NULL || text[0] == '\0')
+		return false;
+	for (const char *c = text; *c; c++) {
+		bool alnum = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
+		if (c == text ? !alnum : !(alnum || *c == '.' || *c == '_' || *c == '-'))
+			return false;
+	}
+	return true;
+}
+
+char *ms_cut_utf8(const char *text, size_t max)
+{
+	size_t len = strlen(text);
+	if (len > max) {
+		len = max;
+		while (len > 0 && ((unsigned char)text[len] & 0xc0) == 0x80)
+			len--;
+	}
+	char *copy = malloc(len + 1);
+	if (copy) {
+		memcpy(copy, text, len);
+		copy[len] = '\0';
+	}
+	return copy;
+}
+
+/* ---- child environments ------------------------------------------------------ */
+
+static size_t key_len(const char *kv)
+{
+	const char *eq = strchr(kv, '=');
+	return eq ? (size_t)(eq - kv) : strlen(kv);
+}
+
+char **ms_env_build(const char *const *overrides)
+{
+	size_t n_env = 0, n_over = 0;
+	while (environ && environ[n_env])
+		n_env++;
+	while (overrides && overrides[n_over])
+		n_over++;
+	char **env = calloc(n_env + n_over + 1, sizeof *env);
+	if (env == NULL)
+		return NULL;
+	size_t n = 0;
+	for (size_t i = 0; i < n_env; i++) {
+		bool replaced = false;
+		for (size_t j = 0; j < n_over && !replaced; j++)
+			replaced = key_len(environ[i]) == key_len(overrides[j]) &&
+			           strncmp(environ[i], overrides[j], key_len(overrides[j])) == 0;
+		if (replaced)
+			continue;
+		if ((env[n++] = strdup(environ[i])) == NULL)
+			goto fail;
+	}
+	for (size_t j = 0; j < n_over; j++)
+		if ((env[n++] = strdup(overrides[j])) == NULL)
+			goto fail;
+	return env;
+fail:
+	ms_env_free(env);
+	return NULL;
+}
+
+void ms_env_free(char **env)
+{
+	for (size_t i = 0; env && env[i]; i++)
+		free(env[i]);
+	free(env);
+}
+
+static bool executable_file(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+char *ms_which(const char *program)
+{
+	if (program == NULL || program[0] == '\0')
+		return NULL;
+	if (strchr(program, '/'))
+		return executable_file(program) ? realpath(program, NULL) : NULL;
+	const char *path = getenv("PATH");
+	if (path == NULL)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	const char *p = path;
+	while (*p) {
+		size_t n = strcspn(p, ":");
+		char candidate[PATH_MAX];
+		if (n > 0 && n + strlen(program) + 2 < sizeof candidate) {
+			snprintf(candidate, sizeof candidate, "%.*s/%s", (int)n, p, program);
+			if (candidate[0] == '/' && executable_file(candidate))
+				return strdup(candidate);
+		}
+		p += n;
+		if (*p == ':')
+			p++;
+	}
+	return NULL;
+}
+
+/* ---- local folders ------------------------------------------------------------- */
+
+static int mkdir_parents(const char *path)
+{
+	char work[PATH_MAX];
+	if (snprintf(work, sizeof work, "%s", path) >= (int)sizeof work) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *p = work + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(work, 0700) != 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(work, 0700) != 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+char *ms_fresh_dir(const relay_host *host, const char *parent, const char *prefix)
+{
+	if (mkdir_parents(parent) != 0)
+		return NULL;
+	for (int tries = 0; tries < 8; tries++) {
+		unsigned char raw[8];
+		relay_error err;
+		if (host->random_bytes(raw, sizeof raw, &err) != RELAY_OK) {
+			errno = EIO;
+			return NULL;
+		}
+		char path[PATH_MAX];
+		int n = snprintf(path, sizeof path, "%s/%s-", parent, prefix);
+		for (size_t i = 0; i < sizeof raw && n > 0 && (size_t)n + 3 < sizeof path; i++)
+			n += snprintf(path + n, sizeof path - (size_t)n, "%02x", raw[i]);
+		if (mkdir(path, 0700) == 0)
+			return strdup(path);
+		if (errno != EEXIST)
+			return NULL;
+	}
+	errno = EEXIST;
+	return NULL;
+}
+
+static void remove_at(int parent_fd, const char *name, int depth)
+{
+	struct stat st;
+	if (fstatat(parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+		return;
+	if (S_ISDIR(st.st_mode) && depth < 256) {
+		int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0) {
+			DIR *d = fdopendir(fd);
+			if (d) {
+				struct dirent *de;
+				while ((de = readdir(d)) != NULL)
+					if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+						remove_at(dirfd(d), de->d_name, depth + 1);
+				closedir(d);
+			} else {
+				close(fd);
+			}
+		}
+		unlinkat(parent_fd, name, AT_REMOVEDIR);
+	} else {
+		unlinkat(parent_fd, name, 0);
+	}
+}
+
+void ms_remove_tree(const char *path)
+{
+	if (path && path[0])
+		remove_at(AT_FDCWD, path, 0);
+}
+
+static int check_at(const char *path, int depth, int max_depth, char *why, size_t why_len)
+{
+	struct stat st;
+	if (lstat(path, &st) != 0) {
+		snprintf(why, why_len, "%s cannot be read: %s", path, strerror(errno));
+		return -1;
+	}
+	if (S_ISREG(st.st_mode))
+		return 0;
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(why, why_len, "%s is %s, not a regular file or folder", path,
+		         S_ISLNK(st.st_mode) ? "a symbolic link" : "a special file");
+		return -1;
+	}
+	if (depth >= max_depth) {
+		snprintf(why, why_len, "%s is nested deeper than %d folders", path, max_depth);
+		return -1;
+	}
+	DIR *d = opendir(path);
+	if (d == NULL) {
+		snprintf(why, why_len, "%s cannot be listed: %s", path, strerror(errno));
+		return -1;
+	}
+	int rc = 0;
+	struct dirent *de;
+	while (rc == 0 && (de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		char child[PATH_MAX];
+		if (snprintf(child, sizeof child, "%s/%s", path, de->d_name) >= (int)sizeof child) {
+			snprintf(why, why_len, "a path below %s is too long", path);
+			rc = -1;
+			break;
+		}
+		rc = check_at(child, depth + 1, max_depth, why, why_len);
+	}
+	closedir(d);
+	return rc;
+}
+
+int ms_check_tree(const char *path, int max_depth, char *why, size_t why_len)
+{
+	return check_at(path, 0, max_depth, why, why_len);
+}
+
+static int copy_file_excl(const char *src, const char *dst, char *why, size_t why_len)
+{
+	int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (in < 0) {
+		snprintf(why, why_len, "cannot open %s: %s", src, strerror(errno));
+		return -1;
+	}
+	int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (out < 0) {
+		int e = errno;
+		snprintf(why, why_len, "cannot create %s: %s", dst, strerror(e));
+		close(in);
+		errno = e;
+		return -1;
+	}
+	char buf[65536];
+	int rc = 0;
+	for (;;) {
+		ssize_t n = read(in, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			snprintf(why, why_len, "cannot read %s: %s", src, strerror(errno));
+			rc = -1;
+			break;
+		}
+		if (n == 0)
+			break;
+		for (ssize_t off = 0; off < n;) {
+			ssize_t w = write(out, buf + off, (size_t)(n - off));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0) {
+				snprintf(why, why_len, "cannot write %s: %s", dst, strerror(errno));
+				rc = -1;
+				break;
+			}
+			off += w;
+		}
+		if (rc != 0)
+			break;
+	}
+	if (rc == 0 && fsync(out) != 0) {
+		snprintf(why, why_len, "cannot flush %s: %s", dst, strerror(errno));
+		rc = -1;
+	}
+	close(in);
+	if (close(out) != 0 && rc == 0) {
+		snprintf(why, why_len, "cannot write %s: %s", dst, strerror(errno));
+		rc = -1;
+	}
+	return rc;
+}
+
+static int copy_tree(const char *src, const char *dst, int depth, char *why, size_t why_len)
+{
+	struct stat st;
+	if (lstat(src, &st) != 0) {
+		snprintf(why, why_len, "%s cannot be read: %s", src, strerror(errno));
+		return -1;
+	}
+	if (S_ISREG(st.st_mode))
+		return copy_file_excl(src, dst, why, why_len);
+	if (!S_ISDIR(st.st_mode) || depth > 256) {
+		snprintf(why, why_len, "%s is not a regular file or folder", src);
+		return -1;
+	}
+	if (mkdir(dst, 0700) != 0) {
+		snprintf(why, why_len, "cannot create %s: %s", dst, strerror(errno));
+		return -1;
+	}
+	DIR *d = opendir(src);
+	if (d == NULL) {
+		snprintf(why, why_len, "%s cannot be listed: %s", src, strerror(errno));
+		return -1;
+	}
+	int rc = 0;
+	struct dirent *de;
+	while (rc == 0 && (de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		char s[PATH_MAX], t[PATH_MAX];
+		if (snprintf(s, sizeof s, "%s/%s", src, de->d_name) >= (int)sizeof s ||
+		    snprintf(t, sizeof t, "%s/%s", dst, de->d_name) >= (int)sizeof t) {
+			snprintf(why, why_len, "a path below %s is too long", src);
+			rc = -1;
+			break;
+		}
+		rc = copy_tree(s, t, depth + 1, why, why_len);
+	}
+	closedir(d);
+	return rc;
+}
+
+/* Sets 0600 on files and 0700 on folders of a tree we own. */
+static void fix_modes(const char *path, int depth)
+{
+	struct stat st;
+	if (lstat(path, &st) != 0)
+		return;
+	if (S_ISREG(st.st_mode)) {
+		chmod(path, 0600);
+		return;
+	}
+	if (!S_ISDIR(st.st_mode) || depth > 256)
+		return;
+	chmod(path, 0700);
+	DIR *d = opendir(path);
+	if (d == NULL)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		char child[PATH_MAX];
+		if (snprintf(child, sizeof child, "%s/%s", path, de->d_name) < (int)sizeof child)
+			fix_modes(child, depth + 1);
+	}
+	closedir(d);
+}
+
+int ms_move_tree(const char *src, const char *dst, char *why, size_t why_len)
+{
+	struct stat st;
+	if (lstat(dst, &st) == 0) {
+		snprintf(why, why_len, "%s already exists", dst);
+		errno = EEXIST;
+		return -1;
+	}
+	fix_modes(src, 0);
+	if (rename(src, dst) == 0)
+		return 0;
+	if (errno != EXDEV) {
+		int e = errno;
+		snprintf(why, why_len, "cannot move the pulled copy to %s: %s", dst, strerror(e));
+		errno = e;
+		return -1;
+	}
+	if (copy_tree(src, dst, 0, why, why_len) != 0) {
+		int e = errno;
+		ms_remove_tree(dst);
+		errno = e;
+		return -1;
+	}
+	ms_remove_tree(src);
+	return 0;
+}
+
+char *ms_dirname(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (slash == NULL)
+		return strdup(".");
+	if (slash == path)
+		return strdup("/");
+	size_t n = (size_t)(slash - path);
+	char *out = malloc(n + 1);
+	if (out) {
+		memcpy(out, path, n);
+		out[n] = '\0';
+	}
+	return out;
+}
