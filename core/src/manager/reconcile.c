@@ -399,8 +399,9 @@ void reconcile_scan(manager *m)
 		} else {
 			g = guest_from_record(record, why, sizeof why);
 			if (g && strcmp(g->name, name) != 0) {
-				snprintf(why, sizeof why, "it names guest %.64s but lies in the folder of %.64s",
-				         g->name, name);
+				snprintf(why, sizeof why,
+				         "it names guest %.64s but lies in the folder of %.64s", g->name,
+				         name);
 				guest_free(g);
 				g = NULL;
 			}

@@ -579,11 +579,12 @@ static int locate_target(const registry_target *target, char **real_out, char **
 		/* The same rule as the state folder's (lifecycle.md §14): nobody
 		 * else may write there. */
 		if ((st.st_mode & 022) != 0) {
-			snprintf(errbuf, errlen,
-				 "the managed registry folder %s must not be writable by group or others (0700 is "
-				 "best); choose a private state folder (its permissions are not changed "
-				 "automatically)",
-				 parent);
+			snprintf(
+			    errbuf, errlen,
+			    "the managed registry folder %s must not be writable by group or others (0700 is "
+			    "best); choose a private state folder (its permissions are not changed "
+			    "automatically)",
+			    parent);
 			free(parent);
 			return -1;
 		}

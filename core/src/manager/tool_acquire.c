@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "manager/console_report.h"
 #include "manager/events.h"
 #include "manager/lifecycle.h"
 #include "manager/manager_internal.h"
@@ -355,12 +356,15 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 	tool_result *refusal = check_image(m, g, machine, call);
 	if (refusal)
 		return refusal;
-	/* Step 6: console capability. */
-	if (g->vnc && m->backends->plugins[SLOT_CONSOLE] == NULL)
-		return not_acquired(
-		    m, g, "console-unavailable",
-		    "VNC backend unavailable for this image OS; ordinary acquisition was not attempted "
-		    "(no console plugin is loaded)");
+	/* Step 6: with vnc, the console backend of the image's OS must be
+	 * available (console_vnc_check reads the acquisition capabilities
+	 * through the console plugin; manager/console_report.c). */
+	if (g->vnc) {
+		const char *vnc_code = NULL;
+		char vnc_message[512];
+		if (console_vnc_check(m, g->image, call, &vnc_code, vnc_message, sizeof vnc_message) != 0)
+			return not_acquired(m, g, vnc_code, vnc_message);
+	}
 	/* Steps 7-8: identities, the record, the registry row, the intent. */
 	fix_identities(m, g);
 	if (guest_ensure_evidence_dir(m, g, errbuf, sizeof errbuf) != 0)
@@ -404,8 +408,12 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 			if (lease == NULL || jsonx_get_str(lease, "vm") == NULL) {
 				json_object_put(lease);
 				free(spec);
-				return reconcile_unknown(m, g, machine,
-				                         "the backend answered a malformed lease");
+				spec = NULL;
+				tool_result *unknown = reconcile_unknown(
+				    m, g, machine, "the backend answered a malformed lease");
+				if (unknown)
+					return unknown;
+				break;
 			}
 			manager_lock(m);
 			g->waited_for_capacity_ms =
@@ -494,6 +502,8 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 			    g->name);
 		}
 		free(spec);
+		spec = NULL;
+		bool adopted = false;
 		switch (st) {
 		case RELAY_E_IMAGE_UNAVAILABLE: return not_acquired(m, g, "image-unavailable", err.message);
 		case RELAY_E_REFUSED: return not_acquired(m, g, "backend-refused", err.message);
@@ -503,10 +513,18 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 		case RELAY_E_INVALID_ARGUMENT:
 		case RELAY_E_UNSUPPORTED:
 		case RELAY_E_UNSUPPORTED_FLAGS: return not_acquired(m, g, "backend-refused", err.message);
-		default:
-			return reconcile_unknown(m, g, machine,
-			                         err.message[0] ? err.message : relay_status_str(st));
+		default: {
+			/* Step 13: NULL when exactly one lease was found and adopted. */
+			tool_result *unknown = reconcile_unknown(
+			    m, g, machine, err.message[0] ? err.message : relay_status_str(st));
+			if (unknown)
+				return unknown;
+			adopted = true;
+			break;
 		}
+		}
+		if (adopted)
+			break;
 	}
 	free(spec);
 
@@ -518,8 +536,10 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 		bool ok = jsonx_get_str(g->lease, "lease_id") && jsonx_get_str(console, "console_id") &&
 		          status && strcmp(status, "ready") == 0;
 		if (ok) {
+			/* Stored as the relay's observation (console_report.h). */
+			json_object *observation = console_observation(console);
 			json_object_put(g->console);
-			g->console = json_object_get(console);
+			g->console = observation ? observation : json_object_get(console);
 		}
 		manager_unlock(m);
 		if (!ok) {

@@ -37,7 +37,7 @@ json_object *manager_status_json(manager *m)
 	json_object *backend = json_object_new_object();
 	for (int i = 0; i < SLOT_COUNT; i++)
 		jsonx_add_str(backend, backends_slot_name((backend_slot)i),
-			      backends_display_name(m->backends, (backend_slot)i));
+		              backends_display_name(m->backends, (backend_slot)i));
 	jsonx_add(status, "backend", backend);
 	bool has_service = strcmp(s->backend, "machine-service") == 0;
 	jsonx_add_str(status, "service", has_service ? s->service_url : NULL);
@@ -78,7 +78,7 @@ tool_result *tool_status(manager *m, guest *g, json_object *args, relay_call *ca
 		strbuf_puts(&names, jsonx_get_str(json_object_array_get_idx(guests, i), "guest"));
 	}
 	tool_result *r = tool_result_ok(status, "%zu guest(s) held (%s); renewal %s", n, strbuf_str(&names),
-					active ? "active" : "inactive");
+	                                active ? "active" : "inactive");
 	strbuf_free(&names);
 	return r;
 }
