@@ -7,15 +7,22 @@
  *   bench_transfer_ssh gen DIR FILES BYTES        write a deterministic tree
  *   bench_transfer_ssh push LEASE LOCAL REMOTE    one tree push; prints "push_ms N files N"
  *   bench_transfer_ssh exec LEASE COUNT           COUNT execs of `true`; prints "exec_ms N" each
+ *   bench_transfer_ssh port                       a free TCP port on 127.0.0.1
+ *   bench_transfer_ssh time COUNT ARGV...         runs ARGV COUNT times (output to
+ *                                                 /dev/null); prints "run_ms N" each
  *
  * It writes results to standard output, one line per measurement.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,12 +83,59 @@ static int generate(const char *dir, long files, long long total)
 	return 0;
 }
 
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t len = sizeof sa;
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+		return 1;
+	printf("%d\n", ntohs(sa.sin_port));
+	close(fd);
+	return 0;
+}
+
+/* Runs argv `count` times with stdout and stdin on /dev/null. */
+static int time_command(long count, char **argv)
+{
+	for (long i = 0; i < count; i++) {
+		double start = now_ms();
+		pid_t pid = fork();
+		if (pid == 0) {
+			int null = open("/dev/null", O_RDWR);
+			dup2(null, 0);
+			dup2(null, 1);
+			execvp(argv[0], argv);
+			_exit(127);
+		}
+		int status = 0;
+		waitpid(pid, &status, 0);
+		double ms = now_ms() - start;
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "%s failed (status %d)\n", argv[0], status);
+			return 1;
+		}
+		printf("run_ms %.2f\n", ms);
+		fflush(stdout);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 5 && strcmp(argv[1], "gen") == 0)
 		return generate(argv[2], atol(argv[3]), atoll(argv[4])) == 0 ? 0 : 1;
+	if (argc >= 2 && strcmp(argv[1], "port") == 0)
+		return free_port();
+	if (argc >= 4 && strcmp(argv[1], "time") == 0)
+		return time_command(atol(argv[2]), argv + 3);
 	if (argc < 4) {
-		fprintf(stderr, "usage: %s gen DIR FILES BYTES | push LEASE LOCAL REMOTE | exec LEASE COUNT\n", argv[0]);
+		fprintf(stderr,
+		        "usage: %s gen DIR FILES BYTES | push LEASE LOCAL REMOTE | exec LEASE COUNT | port | "
+		        "time COUNT ARGV...\n",
+		        argv[0]);
 		return 2;
 	}
 	const char *lease = read_text(argv[2]);
@@ -98,7 +152,8 @@ int main(int argc, char **argv)
 	loaded_plugin *plugin = NULL;
 	relay_error err = {0};
 	char *path = loader_find_plugin("transfer-ssh", &err);
-	if (path == NULL || loader_load(&registry, path, RELAY_KIND_TRANSPORT, config, &plugin, &err) != RELAY_OK) {
+	if (path == NULL ||
+	    loader_load(&registry, path, RELAY_KIND_TRANSPORT, config, &plugin, &err) != RELAY_OK) {
 		fprintf(stderr, "cannot load transfer-ssh: %s\n", err.message);
 		return 1;
 	}
@@ -113,7 +168,8 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "push") == 0 && argc >= 5) {
 		char *facts = NULL;
 		double start = now_ms();
-		relay_status st = t->push(plugin->state, conn, argv[3], argv[4], NULL, RELAY_XFER_TREE, &facts, &err);
+		relay_status st =
+		    t->push(plugin->state, conn, argv[3], argv[4], NULL, RELAY_XFER_TREE, &facts, &err);
 		double ms = now_ms() - start;
 		if (st != RELAY_OK) {
 			fprintf(stderr, "push: %s\n", err.message);
@@ -129,7 +185,8 @@ int main(int argc, char **argv)
 		long count = atol(argv[3]);
 		const char *const cmd[] = {"true", NULL};
 		for (long i = 0; i < count && rc == 0; i++) {
-			relay_exec_request req = {.struct_size = sizeof req, .argv = cmd, .timeout_ms = 60000};
+			relay_exec_request req = {
+			    .struct_size = sizeof req, .argv = cmd, .timeout_ms = 60000};
 			relay_exec_result res = {.struct_size = sizeof res};
 			double start = now_ms();
 			relay_status st = t->exec(plugin->state, conn, &req, NULL, 0, &res, &err);

@@ -538,13 +538,12 @@ relay_status ssh_pull(const ssh_conn *conn, const char *remote_path, const char 
 		goto stream_failed;
 	/* Whatever follows the archive is drained; ssh's exit decides. */
 	{
-		int waited = 0;
+		int64_t deadline = ssh_now_ms() + PULL_DRAIN_MS;
 		pc.io.out_buf = pc.buf;
-		while (!ssh_child_done(&pc.child) && waited < PULL_DRAIN_MS) {
+		while (!ssh_child_done(&pc.child) && ssh_now_ms() < deadline) {
 			pc.io.out_got = 0;
 			if (ssh_child_step(host, &pc.child, &pc.io, 200, err) != RELAY_OK)
 				break;
-			waited += 200;
 		}
 	}
 stream_failed:
@@ -560,7 +559,7 @@ stream_failed:
 	if (status != RELAY_OK && status != RELAY_E_IO)
 		goto cleanup; /* a refusal or integrity problem found on the host: its own message */
 	/* Let ssh finish so its exit explains a broken stream. */
-	for (int waited = 0; !ssh_child_done(&pc.child) && waited < 5000; waited += 100) {
+	for (int64_t deadline = ssh_now_ms() + 5000; !ssh_child_done(&pc.child) && ssh_now_ms() < deadline;) {
 		pc.io.out_buf = pc.buf;
 		pc.io.out_got = 0;
 		relay_error ignored;

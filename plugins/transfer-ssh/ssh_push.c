@@ -316,25 +316,27 @@ cleanup:
 	return status;
 }
 
-/* Waits for ssh to end, servicing its output. */
+/* Waits for ssh to end, servicing its output: the guest unpacks, checks
+ * and hashes after the stream ended, allowed 120 s plus 125 ms per MiB
+ * (the receiver's scan allowance, guest.md §3.4). */
 static relay_status push_drain(push_ctx *pc, relay_error *err)
 {
-	int waited = 0;
+	int64_t limit_ms = 120000 + (int64_t)((pc->total_bytes >> 20) * 125);
+	int64_t deadline = ssh_now_ms() + limit_ms;
 	pc->io.in_len = 0;
 	while (!ssh_child_done(&pc->child)) {
 		if (pc->host->call_cancelled(pc->call)) {
 			pc->cancelled = true;
 			return pc->host->error_set(err, RELAY_E_CANCELLED, 0, "push cancelled");
 		}
-		if (waited > PUSH_DRAIN_MS)
+		if (ssh_now_ms() > deadline)
 			return pc->host->error_set(
 			    err, RELAY_E_TIMEOUT, 0,
-			    "the guest did not finish unpacking and hashing within %d s",
-			    PUSH_DRAIN_MS / 1000);
+			    "the guest did not finish unpacking and hashing within %lld s",
+			    (long long)(limit_ms / 1000));
 		relay_status s = ssh_child_step(pc->host, &pc->child, &pc->io, 200, err);
 		if (s != RELAY_OK)
 			return s;
-		waited += 200;
 	}
 	return RELAY_OK;
 }

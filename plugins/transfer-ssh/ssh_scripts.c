@@ -33,7 +33,16 @@
 	"	ri=0\n"                                                                                            \
 	"	while :; do\n"                                                                                     \
 	"		rl=0\n"                                                                                           \
-	"		if [ -r /proc/self/stat ]; then\n"                                                                \
+	"		if [ -r /proc/self/stat ] && command -v awk >/dev/null 2>&1; then\n"                              \
+	"			rx=$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v g=\"$1\" -v me=$$ '{ p = "                       \
+	"$1; s = $0; "                                                                                       \
+	"sub(/.*\\) /, \"\", s); split(s, f, \" \"); if (f[3] == g && p != me && f[1] != \"Z\" && "          \
+	"f[1] != \"X\") print p }') || return 2\n"                                                           \
+	"			for rp in $rx; do\n"                                                                             \
+	"				if kill -s KILL \"$rp\" 2>/dev/null; then rl=1\n"                                               \
+	"				elif relay_pg \"$rp\" && [ \"$rg\" = \"$1\" ]; then rl=1; fi\n"                                 \
+	"			done\n"                                                                                          \
+	"		elif [ -r /proc/self/stat ]; then\n"                                                              \
 	"			for rd in /proc/[0-9]*; do\n"                                                                    \
 	"				rp=${rd#/proc/}\n"                                                                              \
 	"				[ \"$rp\" = \"$$\" ] && continue\n"                                                             \

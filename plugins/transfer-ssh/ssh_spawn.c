@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/syscall.h>
@@ -236,12 +237,14 @@ relay_status ssh_child_step(const relay_host *host, ssh_child *c, ssh_io *io, in
 		pfd[n++] = (struct pollfd){c->err_fd, POLLIN, 0};
 	}
 	if (n == 0) {
-		/* Nothing to watch: wait for the child itself. */
-		reap(c, false);
-		if (!c->exited && wait_ms > 0) {
-			struct pollfd none;
-			poll(&none, 0, wait_ms < 20 ? wait_ms : 20);
+		/* Nothing to watch: wait for the child itself, checking often
+		 * at first (ssh exits right after closing its output). */
+		for (int slept = 0, step = 1; !c->exited; slept += step, step *= 2) {
 			reap(c, false);
+			if (c->exited || slept >= wait_ms || slept >= 20)
+				break;
+			struct pollfd none;
+			poll(&none, 0, step);
 		}
 		return RELAY_OK;
 	}
@@ -298,4 +301,11 @@ int ssh_child_exit_code(const ssh_child *c)
 	if (!c->exited || !WIFEXITED(c->wstatus))
 		return -1;
 	return WEXITSTATUS(c->wstatus);
+}
+
+int64_t ssh_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "relay/host.h"
@@ -69,6 +70,9 @@ bool ssh_child_done(const ssh_child *c);
 /* Kills the child (SIGKILL to its pid and group), reaps it, closes every
  * descriptor. Safe to call on a finished or never-started child. */
 void ssh_child_destroy(ssh_child *c);
+
+/* Monotonic milliseconds, for the plugin's own deadlines. */
+int64_t ssh_now_ms(void);
 
 /* Exit code of a reaped child, or -1 when it was killed by a signal or is
  * not reaped. */
