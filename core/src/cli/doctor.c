@@ -25,17 +25,61 @@ static void line(bool ok, const char *check, const char *detail, const char *fix
 	}
 }
 
+/* The environment profile's fix, from the refusal's wording. */
+static const char *profile_fix(const char *message)
+{
+	if (strstr(message, "schemaVersion 1") || strstr(message, "vmctlPath"))
+		return "update the profile to schemaVersion 2 with machctlPath (see "
+		       "docs/environment-profiles.md)";
+	if (strstr(message, "must not be blank"))
+		return "unset VM_ENVIRONMENT_FILE, or set it to the path of a schemaVersion 2 profile";
+	return "correct the profile as the message says (docs/environment-profiles.md); an invalid selection "
+	       "never "
+	       "falls back to the unselected settings";
+}
+
 static void machine_checks(loaded_plugin *machine)
 {
 	relay_error err;
 	memset(&err, 0, sizeof err);
-	if (machine->machine.health) {
+	bool reachable = true;
+	if (machine->machine.doctor) {
+		/* The plugin's own checks: reachability, service identity and
+		 * what else it needs (machine-service: acquisition capabilities,
+		 * catalog, destruction check, machctl). */
+		char *checks = NULL;
+		if (machine->machine.doctor(machine->state, NULL, 0, &checks, &err) == RELAY_OK) {
+			json_object *list = jsonx_parse_str(checks, NULL, 0);
+			for (size_t i = 0;
+			     json_object_is_type(list, json_type_array) && i < json_object_array_length(list);
+			     i++) {
+				json_object *c = json_object_array_get_idx(list, i);
+				bool ok = false;
+				jsonx_get_bool(c, "ok", &ok);
+				const char *check = jsonx_get_str(c, "check");
+				if (!ok && check &&
+				    (strcmp(check, "service reachable") == 0 ||
+				     strcmp(check, "service identity") == 0))
+					reachable = false;
+				line(ok, check ? check : "backend check", jsonx_get_str(c, "detail"),
+				     jsonx_get_str(c, "fix"));
+			}
+			json_object_put(list);
+		} else {
+			line(false, "backend checks", err.message,
+			     "rebuild the machine plugin; its doctor checks failed to run");
+		}
+		free(checks);
+	} else if (machine->machine.health) {
 		char *health = NULL;
 		relay_status st = machine->machine.health(machine->state, NULL, 0, &health, &err);
-		line(st == RELAY_OK, "backend", st == RELAY_OK ? "reachable and answering as expected" : err.message,
+		reachable = st == RELAY_OK;
+		line(reachable, "backend", reachable ? "reachable and answering as expected" : err.message,
 		     "start the machine service, or point MCP_RELAY_URL / the environment profile at it");
 		free(health);
 	}
+	if (!reachable)
+		return;
 	char *images = NULL;
 	memset(&err, 0, sizeof err);
 	relay_status st = machine->machine.images(machine->state, NULL, 0, &images, &err);
@@ -51,8 +95,8 @@ static void machine_checks(loaded_plugin *machine)
 				bool base = false;
 				jsonx_get_bool(entry, "base_available", &base);
 				available += base;
-				int n = snprintf(detail + used, sizeof detail - used, "%s%s%s", used ? ", " : "", key,
-						 base ? "" : " (base unavailable)");
+				int n = snprintf(detail + used, sizeof detail - used, "%s%s%s",
+				                 used ? ", " : "", key, base ? "" : " (base unavailable)");
 				if (n > 0 && (size_t)n < sizeof detail - used)
 					used += (size_t)n;
 			}
@@ -64,24 +108,6 @@ static void machine_checks(loaded_plugin *machine)
 		line(false, "images", err.message, "check that the backend answers its image inventory");
 	}
 	free(images);
-	if (machine->machine.doctor) {
-		char *checks = NULL;
-		memset(&err, 0, sizeof err);
-		if (machine->machine.doctor(machine->state, NULL, 0, &checks, &err) == RELAY_OK) {
-			json_object *list = jsonx_parse_str(checks, NULL, 0);
-			for (size_t i = 0; json_object_is_type(list, json_type_array) && i < json_object_array_length(list);
-			     i++) {
-				json_object *c = json_object_array_get_idx(list, i);
-				bool ok = false;
-				jsonx_get_bool(c, "ok", &ok);
-				line(ok, jsonx_get_str(c, "check"), jsonx_get_str(c, "detail"), jsonx_get_str(c, "fix"));
-			}
-			json_object_put(list);
-		} else {
-			line(false, "backend checks", err.message, NULL);
-		}
-		free(checks);
-	}
 }
 
 int doctor_main(int argc, char **argv)
@@ -94,15 +120,28 @@ int doctor_main(int argc, char **argv)
 	char errbuf[1024];
 	relay_settings settings;
 	if (settings_load(&settings, errbuf, sizeof errbuf) != 0) {
-		line(false, "settings", errbuf, "correct the variable named above, or unset it for its default");
+		if (strncmp(errbuf, "VM_ENVIRONMENT_FILE", 19) == 0)
+			line(false, "environment profile", errbuf, profile_fix(errbuf));
+		else
+			line(false, "settings", errbuf,
+			     "correct the variable named above, or unset it for its default");
+		printf("Some checks failed.\n");
+		fflush(stdout);
 		return 2;
 	}
 	line(true, "settings", "every MCP_RELAY_* setting is valid", NULL);
+	if (settings.environment) {
+		char detail[1024];
+		snprintf(detail, sizeof detail, "%s (%s), fingerprint %.8s, service %s",
+		         environment_id(settings.environment), environment_file(settings.environment),
+		         environment_fingerprint(settings.environment),
+		         environment_service_url(settings.environment));
+		line(true, "environment profile", detail, NULL);
+	} else if (getenv("VM_ENVIRONMENT_FILE") == NULL) {
+		line(true, "environment profile", "none selected (VM_ENVIRONMENT_FILE unset)", NULL);
+	}
 	printf("     project %s\n     state   %s\n     backend %s\n", settings.project, settings.session_dir,
 	       settings.backend);
-	if (settings.environment)
-		printf("     environment %s (%s)\n", environment_id(settings.environment),
-		       environment_file(settings.environment));
 	relay_backends backends;
 	backends_select(&backends, &settings);
 	backends_load(&backends, &settings);
@@ -113,16 +152,20 @@ int doctor_main(int argc, char **argv)
 		snprintf(check, sizeof check, "%s plugin", backends_slot_name((backend_slot)i));
 		if (backends.plugins[i]) {
 			snprintf(detail, sizeof detail, "%s %s loaded", backends.plugins[i]->descriptor.name,
-				 backends.plugins[i]->descriptor.version ? backends.plugins[i]->descriptor.version : "");
+			         backends.plugins[i]->descriptor.version
+			             ? backends.plugins[i]->descriptor.version
+			             : "");
 			line(true, check, detail, NULL);
 		} else {
 			line(false, check, backends.load_errors[i],
-			     "build the plugins (cmake --build build) or add their folder to MCP_RELAY_PLUGIN_PATH");
+			     "build the plugins (cmake --build build) or add their folder to "
+			     "MCP_RELAY_PLUGIN_PATH");
 		}
 	}
 	char *receivers = loader_receivers_dir();
 	char receiver[4096];
-	snprintf(receiver, sizeof receiver, "%s/%s/receiver", receivers ? receivers : "", RELAY_HOST_PLATFORM);
+	snprintf(receiver, sizeof receiver, "%s/%s/receiver", receivers ? receivers : "",
+	         RELAY_HOST_PLATFORM);
 	FILE *probe = fopen(receiver, "rb");
 	line(probe != NULL, "receiver", probe ? receiver : "no receiver build for this platform",
 	     "cmake --build build --target receiver");
