@@ -176,5 +176,43 @@ def test_unknown_outcome_is_settled_by_purpose(binary):
         fake.cleanup()
 
 
+def test_acquire_records_intent_row_and_probes(binary):
+    fake = Fake(binary)
+    try:
+        probes = os.path.join(fake.session_dir, "probes")
+        os.makedirs(probes, mode=0o700)
+        with open(os.path.join(probes, "1790000000000-3b1c.json"), "w") as f:
+            f.write('{"scope": "host"}\n')
+        with fake.relay() as r:
+            r.initialize()
+            res = r.call_tool("relay_acquire", dict(ARGS, ttlHours=2))
+            assert res["isError"] is False, res
+            sc = res["structuredContent"]
+            head = res["content"][0]["text"].split("\n")[0]
+            assert head == ("Acquired guest demo-1 (ubuntu2404) for task demo; lease deadline %s; next: relay_stage"
+                            % sc["deadline"]), head
+            assert sc["waitedForCapacityMs"] == 0 and sc["guestsHeld"] == ["demo-1"], sc
+            assert sc["purpose"].startswith("relay-demo-") and len(sc["purpose"]) == len("relay-demo-") + 8
+            assert sc["guestRoot"].endswith("-mcp-relay-" + sc["purpose"]), sc
+            kinds = [e["kind"] for e in fake.events(sc["evidencePath"])]
+            # (Both carry the same frozen time, so their file order says nothing.)
+            assert sorted(kinds) == ["acquire", "acquire-intent"], kinds
+            copied = os.path.join(sc["evidencePath"], "host", "probes", "1790000000000-3b1c.json")
+            with open(copied) as f:
+                assert f.read() == '{"scope": "host"}\n'
+            record = fake.record("demo-1")
+            assert record["deadlineMs"] - record["acquiredAtMs"] == 2 * 3600 * 1000
+            assert record["registryRow"]["taskName"] == sc["purpose"], record["registryRow"]
+            assert record["binding"]["machine"] == "machine-fake", record["binding"]
+            assert record["acquisitionInFlight"] is False
+            assert fake.ops("acquire")[0]["ttl_ms"] == 15 * 60 * 1000
+            # A short TTL asks for the TTL itself, not the window.
+            short = r.call_tool("relay_acquire", dict(ARGS, ttlHours=0.1))["structuredContent"]
+            assert fake.ops("acquire")[-1]["ttl_ms"] == 6 * 60 * 1000, fake.ops("acquire")[-1]
+            assert short["guest"] == "demo-2"
+    finally:
+        fake.cleanup()
+
+
 if __name__ == "__main__":
     run_tests(globals())

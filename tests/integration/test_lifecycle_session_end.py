@@ -361,6 +361,25 @@ def test_calls_queued_behind_a_running_one_are_refused(binary):
         fake.cleanup()
 
 
+def test_failed_final_renewal_pauses_anyway_and_exits_1(binary):
+    fake = Fake(binary)
+    try:
+        with fake.relay() as r:
+            r.initialize()
+            got = acquire(r)
+            fake.script({"renew": [{"result": "fail", "reason": "service gone", "times": -1}]})
+            r.close_stdin()
+            assert r.wait(timeout=EXIT_S) == 1
+            assert "the final renewal of demo-1 failed: service gone" in r.stderr_text()
+        record = fake.record("demo-1")
+        assert record["renewal"]["state"] == "paused", record["renewal"]
+        assert fake.events(got["evidencePath"], "final-renewal-failed")
+        assert fake.events(got["evidencePath"], "renewal-paused")
+        assert fake.ops("release") == []
+    finally:
+        fake.cleanup()
+
+
 def test_sigkill_leaves_the_lease_to_the_backend(binary):
     # SIGKILL cannot be handled: nothing is paused or released; the window is the safety net.
     fake = Fake(binary)
