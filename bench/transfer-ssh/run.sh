@@ -9,12 +9,13 @@
 # starts its own sshd on 127.0.0.1 with throwaway keys, like the unit tests.
 #
 # Environment: RUNS (tree pushes per variant, default 3), EXECS (execs per
-# variant, 50), FILES (10000), BYTES (536870912), SCP_RUNS (1).
+# variant, 50), FILES (10000), BYTES (536870912), SCP_RUNS (1). Every timed
+# transfer starts after `sync`, so no run pays for the previous one's writeback.
 set -eu
 
 BUILD=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-RUNS=${RUNS:-3}
+RUNS=${RUNS:-5}
 EXECS=${EXECS:-50}
 FILES=${FILES:-10000}
 BYTES=${BYTES:-536870912}
@@ -90,6 +91,7 @@ ssh $SSH_OPTS -M -N -f root@127.0.0.1
 
 echo "writing $FILES files, $BYTES bytes" >&2
 "$DRIVER" gen "$W/src" "$FILES" "$BYTES"
+sync
 cat "$W"/src/*/* >/dev/null # the same warm page cache for every variant
 GOT_BYTES=$(find "$W/src" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
 
@@ -107,11 +109,11 @@ r=0
 while [ $r -lt "$RUNS" ]; do
 	r=$((r + 1))
 	echo "tree push $r/$RUNS: transfer-ssh" >&2
-	rm -rf "$W/dst-plugin"
+	rm -rf "$W/dst-plugin" && sync
 	"$DRIVER" push "$W/lease.json" "$W/src" "$W/dst-plugin" | awk '/^push_ms/ {print $2}' >>"$W/plugin.txt"
 	check_copy "$W/dst-plugin"
 	echo "tree push $r/$RUNS: tar c | ssh tar x" >&2
-	rm -rf "$W/dst-raw" && mkdir "$W/dst-raw"
+	rm -rf "$W/dst-raw" && mkdir "$W/dst-raw" && sync
 	"$DRIVER" time 1 sh -c "tar -c -f - -C '$W/src' . | ssh $SSH_OPTS root@127.0.0.1 'tar -x -f - -C $W/dst-raw'" |
 		awk '{print $2}' >>"$W/raw.txt"
 	check_copy "$W/dst-raw"
@@ -125,6 +127,7 @@ while [ $r -lt "$SCP_RUNS" ]; do
 	rm -rf "$W/dst-scp"
 	(cd "$W/src" && find . -type d) | sed "s|^\.|$W/dst-scp|" | xargs mkdir -p # folders made beforehand, untimed
 	(cd "$W/src" && find . -type f | sed 's|^\./||') >"$W/files.txt"
+	sync
 	cat >"$W/scp-all.sh" <<SCP
 #!/bin/sh
 while read -r f; do scp $SCP_OPTS "$W/src/\$f" "root@127.0.0.1:$W/dst-scp/\$f" || exit 1; done <"$W/files.txt"

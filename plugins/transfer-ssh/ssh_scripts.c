@@ -72,11 +72,18 @@
 	"	done\n"                                                                                            \
 	"}\n"
 
-/* Facts block: hashes (sha256sum or shasum -a 256) and sizes (wc -c) of
- * every regular file under the operands, between marker lines. */
+/* Facts block: hashes and sizes (wc -c) of every regular file under the
+ * operands, between marker lines. The hash tool is `openssl dgst -sha256 -r`
+ * when it prints the coreutils format (it uses the CPU's SHA extensions:
+ * about three times faster than coreutils here), else sha256sum, else
+ * shasum -a 256. */
 #define SSH_SCRIPT_FACTS                                                                                     \
 	"relay_facts() {\n"                                                                                  \
-	"	if command -v sha256sum >/dev/null 2>&1; then rh=sha256sum\n"                                      \
+	"	rz='e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 */dev/null'\n"                \
+	"	if command -v openssl >/dev/null 2>&1 && [ \"$(openssl dgst -sha256 -r /dev/null "                 \
+	"2>/dev/null)\" = "                                                                                  \
+	"\"$rz\" ]; then rh='openssl dgst -sha256 -r'\n"                                                     \
+	"	elif command -v sha256sum >/dev/null 2>&1; then rh=sha256sum\n"                                    \
 	"	elif command -v shasum >/dev/null 2>&1; then rh='shasum -a 256'\n"                                 \
 	"	else printf '\\036relay-nohash\\n'; return 0; fi\n"                                                \
 	"	printf '\\036relay-hashes\\n'\n"                                                                   \

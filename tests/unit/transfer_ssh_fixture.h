@@ -201,40 +201,48 @@ FIXTURE_UNUSED static int ssh_fixture_start(ssh_fixture *fx, const char *extra_c
 	return 0;
 }
 
-/* Kills every process descended from sshd's listener (connections and
- * sessions), then the listener. */
+/* The parent of `pid` from /proc, or -1. */
+FIXTURE_UNUSED static pid_t fixture_ppid(pid_t pid)
+{
+	char path[64], line[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	pid_t ppid = -1;
+	if (fgets(line, sizeof line, f)) {
+		char *rp = strrchr(line, ')');
+		char state = 0;
+		int parent = 0;
+		if (rp && sscanf(rp + 2, "%c %d", &state, &parent) == 2)
+			ppid = parent;
+	}
+	fclose(f);
+	return ppid;
+}
+
+/* Kills every process descended from `root` (sshd's connections and their
+ * sessions), parents before children, so a connection drops before the
+ * commands it carries can report anything. */
 FIXTURE_UNUSED static void ssh_fixture_kill_tree(pid_t root)
 {
-	for (int round = 0; round < 5; round++) {
+	enum { MAX_TREE = 512 };
+	pid_t tree[MAX_TREE];
+	size_t count = 0;
+	tree[count++] = root;
+	for (size_t next = 0; next < count; next++) {
 		DIR *d = opendir("/proc");
 		struct dirent *de;
-		int found = 0;
-		while (d && (de = readdir(d)) != NULL) {
+		while (d && (de = readdir(d)) != NULL && count < MAX_TREE) {
 			pid_t pid = (pid_t)atoi(de->d_name);
-			if (pid <= 0)
-				continue;
-			char path[64], line[512];
-			snprintf(path, sizeof path, "/proc/%d/stat", pid);
-			FILE *f = fopen(path, "r");
-			if (f == NULL)
-				continue;
-			if (fgets(line, sizeof line, f)) {
-				char *rp = strrchr(line, ')');
-				int ppid = 0;
-				char state = 0;
-				if (rp && sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == root) {
-					ssh_fixture_kill_tree(pid);
-					kill(pid, SIGKILL);
-					found = 1;
-				}
-			}
-			fclose(f);
+			if (pid > 0 && fixture_ppid(pid) == tree[next])
+				tree[count++] = pid;
 		}
 		if (d)
 			closedir(d);
-		if (!found)
-			break;
 	}
+	for (size_t k = 1; k < count; k++)
+		kill(tree[k], SIGKILL);
 }
 
 FIXTURE_UNUSED static void ssh_fixture_stop_server(ssh_fixture *fx)
