@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "manager/downloads.h"
+#include "util/clock.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
@@ -108,6 +110,7 @@ void guest_free(guest *g)
 {
 	if (g == NULL)
 		return;
+	downloads_free(g); /* stops its worker first */
 	free_facts(g);
 	queue_destroy(&g->queue);
 	free(g);
@@ -383,7 +386,12 @@ json_object *guest_status_json(const guest *g)
 	add_time(s, "acquiredAt", g->acquired_at_ms);
 	jsonx_add_str(s, "network", g->network);
 	add_time(s, "waitingSince", g->waiting_since_ms);
-	jsonx_add_int(s, "waitedForCapacityMs", g->waited_for_capacity_ms);
+	/* While waiting, the time waited so far (lifecycle.md §7). */
+	int64_t waited = g->waited_for_capacity_ms;
+	if (g->phase == PHASE_WAITING_FOR_CAPACITY && g->waiting_since_ms > 0 &&
+	    clock_now_ms() - g->waiting_since_ms > waited)
+		waited = clock_now_ms() - g->waiting_since_ms;
+	jsonx_add_int(s, "waitedForCapacityMs", waited);
 	jsonx_add_str(s, "capacityReason", g->capacity_reason);
 	jsonx_add_bool(s, "staged", g->staged);
 	jsonx_add_str(s, "platform", g->platform);

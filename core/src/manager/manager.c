@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "manager/downloads.h"
 #include "manager/lifecycle.h"
 #include "manager/manager_internal.h"
 #include "manager/reconcile.h"
@@ -82,6 +84,11 @@ int lock_file_take(const char *path, long *holder_pid_out)
 	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -2;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd); /* a lock file must be a regular file (lifecycle.md §9) */
+		return -2;
+	}
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
 		int e = errno;
 		if (holder_pid_out) {
@@ -687,6 +694,7 @@ void guest_persist(manager *m, guest *g)
 
 void guest_close(manager *m, guest *g, const char *reason)
 {
+	downloads_shutdown(m, g); /* nothing more is written for a closed guest */
 	manager_lock(m);
 	g->phase = PHASE_CLOSED;
 	g->renewal = RENEWAL_NONE;
@@ -718,6 +726,7 @@ relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out,
                              relay_transport_conn **conn_out, relay_error *err)
 {
 	manager_wait_startup(m);
+	downloads_guest_reached(m, g); /* an operation reaches the guest: lifts a download pause */
 	manager_lock(m);
 	if (g->transport_conn) {
 		*plugin_out = g->transport_plugin;

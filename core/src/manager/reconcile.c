@@ -753,7 +753,19 @@ static void reconcile_work(manager *m, guest *g, relay_call *call, void *ctx)
 		free(check);
 		if (verified == RELAY_OK) {
 			free(lease);
-			lifecycle_close_absent(m, g, "backend lease absent and destruction verified");
+			manager_lock(m);
+			bool finished = restored == PHASE_FINISHING && g->delivered;
+			manager_unlock(m);
+			if (finished) {
+				/* A finish that delivered and destroyed, killed before its
+				 * bookkeeping: it finished. */
+				lifecycle_registry_remove(m, g);
+				lifecycle_write_record(m, g, "finished", false);
+				guest_close(m, g, "finished");
+				log_info("guest %s had finished before the restart; closed", g->name);
+			} else {
+				lifecycle_close_absent(m, g, "backend lease absent and destruction verified");
+			}
 			return;
 		}
 		guest_set_last_error(

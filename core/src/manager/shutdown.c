@@ -18,21 +18,26 @@
 #include "util/log.h"
 
 #define CANCEL_WAIT_MS 5000
-#define MAX_END_GUESTS 256
 
 /* Provided by the recording module when linked (lifecycle.h). */
 void recording_detach(manager *m, guest *g) __attribute__((weak));
 
-/* The guests of the session, in acquisition order. Guests are never freed
- * before manager_destroy(), so the pointers stay valid. */
-static size_t snapshot_guests(manager *m, guest **list, size_t max)
+/* The guests of the session, in acquisition order (malloc'd; *n_out of
+ * them). Guests are never freed before manager_destroy(), so the pointers
+ * stay valid. */
+static guest **snapshot_guests(manager *m, size_t *n_out)
 {
-	size_t n = 0;
 	manager_lock(m);
-	for (guest *g = m->guests; g && n < max; g = g->next)
-		list[n++] = g;
+	size_t n = 0;
+	for (guest *g = m->guests; g; g = g->next)
+		n++;
+	guest **list = calloc(n ? n : 1, sizeof *list);
+	size_t i = 0;
+	for (guest *g = m->guests; g && list && i < n; g = g->next)
+		list[i++] = g;
 	manager_unlock(m);
-	return n;
+	*n_out = list ? i : 0;
+	return list;
 }
 
 static guest_phase phase_of(manager *m, guest *g)
@@ -105,8 +110,8 @@ int manager_end_guests(manager *m, const char *reason)
 	int64_t started = clock_monotonic_ms();
 	int64_t grace_end = started + s->shutdown_grace_ms;
 	const char *why = reason ? reason : "ended";
-	guest *list[MAX_END_GUESTS];
-	size_t n = snapshot_guests(m, list, MAX_END_GUESTS);
+	size_t n = 0;
+	guest **list = snapshot_guests(m, &n);
 
 	/* Step 1: no new work; calls queued behind another call are answered
 	 * shutting-down; renewal beats stop being scheduled. */
@@ -119,8 +124,10 @@ int manager_end_guests(manager *m, const char *reason)
 	bool held = false;
 	for (size_t i = 0; i < n && !held; i++)
 		held = phase_of(m, list[i]) != PHASE_CLOSED;
-	if (!held && !manager_busy(m))
+	if (!held && !manager_busy(m)) {
+		free(list);
 		return 0; /* nothing held, nothing running: exit at once */
+	}
 	if (held)
 		backends_wait(m->backends);
 
@@ -146,7 +153,8 @@ int manager_end_guests(manager *m, const char *reason)
 
 	/* Step 5: each guest still held. */
 	int status = 0;
-	n = snapshot_guests(m, list, MAX_END_GUESTS);
+	free(list);
+	list = snapshot_guests(m, &n);
 	for (size_t i = 0; i < n; i++) {
 		guest *g = list[i];
 		guest_phase phase = phase_of(m, g);
@@ -176,5 +184,6 @@ int manager_end_guests(manager *m, const char *reason)
 		}
 		tool_result_free(r);
 	}
+	free(list);
 	return status;
 }
