@@ -300,7 +300,17 @@ relay_status ms_env_refused(ms_state *s, uint32_t timeout_ms, relay_call *call, 
 	if (host->http_request(&req, call, 0, &resp, &cause) == RELAY_OK && resp.status == 200)
 		health = ms_json_parse(resp.body, resp.body_len, NULL, 0);
 	host->free(resp.body);
-	relay_status status = another_environment(s, ms_json_obj(health, "environment"), err);
+	json_object *theirs = ms_json_obj(health, "environment");
+	relay_status status;
+	if (s->identity && theirs && identity_equal(s->identity, theirs))
+		status = host->error_set(
+		    err, RELAY_E_UNAVAILABLE, 0,
+		    "The service at %s refused this relay's environment fingerprint although it serves "
+		    "the same environment; it expects the fingerprint under another header name (set "
+		    "fingerprintHeader in MCP_RELAY_MACHINE_SERVICE_OPTIONS; sent as %s)",
+		    s->origin, s->opt.fingerprint_header);
+	else
+		status = another_environment(s, theirs, err);
 	json_object_put(health);
 	return status;
 }
