@@ -81,6 +81,12 @@ void lifecycle_close_absent(manager *m, guest *g, const char *why);
  * or the end of the session. */
 tool_result *lifecycle_release(manager *m, guest *g, relay_call *call, bool direct);
 
+/* relay_finish step 8 (tools.md §3.9): the same destruction and
+ * verification as lifecycle_release (steps 2 and 4-7, no packaging: the
+ * guest is delivered), recorded and closed with reason "finished". Returns
+ * the release-shaped result (success, or the error that kept the guest). */
+tool_result *lifecycle_release_finished(manager *m, guest *g, relay_call *call);
+
 /*
  * Hooks provided by other modules. They are declared weak where they are
  * called, so the core links and works (without them) before those modules

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "manager/downloads.h"
 #include "manager/events.h"
 #include "manager/lifecycle.h"
 #include "manager/renewal.h"
@@ -117,6 +118,7 @@ static tool_result *release_result(manager *m, guest *g, const char *reason, jso
 
 static void close_transport(manager *m, guest *g)
 {
+	downloads_shutdown(m, g); /* no step download may use the connection any more */
 	manager_lock(m);
 	loaded_plugin *plugin = g->transport_plugin;
 	relay_transport_conn *conn = g->transport_conn;
@@ -181,7 +183,21 @@ static tool_result *settle_uncertain(manager *m, guest *g, loaded_plugin *machin
 	return NULL;
 }
 
+static tool_result *release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason);
+
 tool_result *lifecycle_release(manager *m, guest *g, relay_call *call, bool direct)
+{
+	return release_path(m, g, call, direct, "released");
+}
+
+tool_result *lifecycle_release_finished(manager *m, guest *g, relay_call *call)
+{
+	return release_path(m, g, call, false, "finished");
+}
+
+/* `reason` is "released", or "finished" for relay_finish's destruction step
+ * (the package is delivered, so nothing is packaged). */
+static tool_result *release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason)
 {
 	manager_wait_startup(m);
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
@@ -206,7 +222,11 @@ tool_result *lifecycle_release(manager *m, guest *g, relay_call *call, bool dire
 	/* Step 2: renewal stops; the lease lapses within its current window if
 	 * the release cannot complete. */
 	renewal_stop(m, g);
-	guest_event(m, g, "release", direct ? "the session ended; direct release" : "relay_release", NULL);
+	guest_event(m, g, "release",
+	            direct                              ? "the session ended; direct release"
+	            : strcmp(reason, "finished") == 0 ? "relay_finish: the package is delivered and verified"
+	                                                : "relay_release",
+	            NULL);
 	relay_call_progress(call, 1, 3, "packaging", true);
 
 	/* Step 3: keep what evidence exists. */
@@ -327,11 +347,11 @@ tool_result *lifecycle_release(manager *m, guest *g, relay_call *call, bool dire
 	g->released = true;
 	manager_unlock(m);
 	lifecycle_registry_remove(m, g);
-	lifecycle_write_record(m, g, "released", false);
+	lifecycle_write_record(m, g, reason, false);
 	if (recording_detach != NULL)
 		recording_detach(m, g);
-	guest_close(m, g, "released");
-	tool_result *result = release_result(m, g, "released", packaged);
+	guest_close(m, g, reason);
+	tool_result *result = release_result(m, g, reason, packaged);
 	json_object_put(packaged);
 	return result;
 }
