@@ -214,7 +214,8 @@ static relay_status canon_write(strbuf *sb, const json_object *value, int depth,
 				    "an image identity holds a key that is not valid UTF-8");
 			}
 		}
-		qsort(keys, k, sizeof *keys, key_cmp);
+		if (k > 1)
+			qsort(keys, k, sizeof *keys, key_cmp);
 		strbuf_putc(sb, '{');
 		relay_status st = RELAY_OK;
 		for (size_t i = 0; i < k && st == RELAY_OK; i++) {
