@@ -1,0 +1,250 @@
+"""relay_search, relay_probe (host), relay_acquisition_capabilities and relay_acquire /
+relay_release through the real mcp-relay binary on the machine-service backend, against the
+real machine-service-standin. Assertions read the tool results, the stand-in's request log and
+files on disk."""
+
+import glob
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from relay_client import Relay, run_tests  # noqa: E402
+from service_support import Standin, error_code, plugin_dir, structured, text  # noqa: E402
+
+ACQUIRE = {"task": "svc", "image": "ubuntu2404", "extractions": []}
+
+
+def test_search_matches_names_and_aliases(binary):
+    svc = Standin(binary)
+    try:
+        with svc.relay(binary) as r:
+            r.initialize()
+            res = r.call_tool("relay_search", {"name": "  CUA  "})
+            assert res["isError"] is False, text(res)
+            s = structured(res)
+            names = [a["name"] for a in s["applications"]]
+            # cua-driver (linux) and CuaDriver (macOS, alias cua-driver) both match by prefix.
+            assert names == ["cua-driver", "CuaDriver"], s
+            assert s["truncated"] is False
+            inst = s["applications"][0]["installations"][0]
+            assert set(inst) == {"image", "version", "os", "architecture"}
+            assert inst["image"] == "ubuntu2404" and inst["os"] == "linux"
+            assert text(res).startswith('Found 2 application(s) with 2 installation(s) matching "CUA"')
+
+            res = r.call_tool("relay_search", {"name": "cua-driver", "os": "macos"})
+            s = structured(res)
+            assert [a["name"] for a in s["applications"]] == ["CuaDriver"], s
+            assert " on macos" in text(res).splitlines()[0]
+
+            res = r.call_tool("relay_search", {"name": "no such thing"})
+            assert res["isError"] is False
+            assert structured(res) == {"applications": [], "truncated": False}
+            assert text(res).splitlines()[0] == 'No installed application matches "no such thing"'
+
+            # Every search leaves a record under search-diagnostics/.
+            records = glob.glob(os.path.join(r.state_dir, "*", "search-diagnostics", "*.json"))
+            assert len(records) == 3, records
+            with open(sorted(records)[-1]) as f:
+                rec = json.load(f)
+            assert rec["query"]["name"] == "no such thing" and rec["outcome"] == "ok"
+            assert len(rec["resultSha256"]) == 64
+            # Searching never leases anything.
+            assert svc.requests("POST", "/acquire") == []
+            assert len(svc.requests("GET", "/applications")) == 3
+    finally:
+        svc.cleanup()
+
+
+def test_search_failures(binary):
+    svc = Standin(binary)
+    try:
+        bad = os.path.join(svc.root, "bad-catalog.json")
+        with svc.relay(binary) as r:
+            r.initialize()
+            svc.fault({"route": "applications", "status": 503, "error": "catalog unavailable: test"})
+            res = r.call_tool("relay_search", {"name": "chromium"})
+            assert res["isError"] is True
+            assert error_code(res) == "backend-unavailable", text(res)
+            assert "catalog unavailable" in text(res)
+            records = glob.glob(os.path.join(r.state_dir, "*", "search-diagnostics", "*.json"))
+            with open(records[0]) as f:
+                rec = json.load(f)
+            assert rec["outcome"] == "failed" and rec["failure"] == "application discovery failed"
+    finally:
+        svc.cleanup()
+    # A catalog that contradicts itself is refused as a whole.
+    catalog = {"schemaVersion": 1, "images": [
+        {"image": "ubuntu2404", "os": "linux", "architecture": "arm64", "applications": [
+            {"id": "chromium", "name": "Chromium", "aliases": [], "version": "1"}]},
+        {"image": "macos26", "os": "macos", "architecture": "arm64", "applications": [
+            {"id": "chromium", "name": "Chrome", "aliases": [], "version": "2"}]}]}
+    root = None
+    svc = None
+    try:
+        import tempfile
+        root = tempfile.mkdtemp(prefix="standin-cat-")
+        path = os.path.join(root, "catalog.json")
+        with open(path, "w") as f:
+            json.dump(catalog, f)
+        svc = Standin(binary, ["--catalog", path])
+        with svc.relay(binary) as r:
+            r.initialize()
+            res = r.call_tool("relay_search", {"name": "chrom"})
+            assert res["isError"] is True
+            assert error_code(res) == "catalog-invalid", text(res)
+            assert "chromium" in text(res)
+    finally:
+        if svc:
+            svc.cleanup()
+        if root:
+            import shutil
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def test_probe_host_reports_the_service(binary):
+    svc = Standin(binary)
+    try:
+        with svc.relay(binary) as r:
+            r.initialize()
+            res = r.call_tool("relay_probe", {})
+            assert res["isError"] is False, text(res)
+            s = structured(res)
+            assert list(s) == ["scope", "observedAt", "local", "backend", "environment", "guests",
+                               "maxGuests", "capabilities"], list(s)
+            b = s["backend"]
+            assert b["machine"] == "machine-service" and b["service"] == svc.url
+            assert b["reachable"] is True
+            assert b["images"]["ubuntu2404"]["base_available"] is True
+            assert b["images"]["macos26"]["kind"] == "macos"
+            assert "macos_running" in b["capacity"]
+            assert s["environment"] is None and s["guests"] == [] and s["maxGuests"] == 4
+            for fact in ("userSessionActive", "idleSeconds"):
+                f = s["local"][fact]
+                assert "source" in f and "value" in f
+                if f["value"] is None:
+                    assert f["diagnostic"], f
+            assert text(res).splitlines()[0] == "Host probe: backend reachable; 0 guest(s) held"
+            probes = glob.glob(os.path.join(r.state_dir, "*", "probes", "*.json"))
+            assert len(probes) == 1
+            # A guest held shows up with its state.
+            acq = r.call_tool("relay_acquire", ACQUIRE)
+            assert acq["isError"] is False, text(acq)
+            s = structured(r.call_tool("relay_probe", {"scope": "host"}))
+            assert [g["guest"] for g in s["guests"]] == ["svc-1"]
+            assert s["guests"][0]["guestState"] == "running"
+    finally:
+        svc.cleanup()
+    # An unreachable service: the probe still answers.
+    svc = Standin(binary)
+    url = svc.url
+    svc.cleanup()
+    with Relay(binary, env={"MCP_RELAY_BACKEND": "machine-service", "MCP_RELAY_URL": url,
+                            "MCP_RELAY_PLUGIN_PATH": plugin_dir(binary)}) as r:
+        r.initialize()
+        res = r.call_tool("relay_probe", {})
+        assert res["isError"] is False, text(res)
+        b = structured(res)["backend"]
+        assert b["reachable"] is False and "cannot be reached" in b["diagnostic"], b
+        assert "images" not in b
+        assert text(res).startswith("Host probe: backend unreachable")
+
+
+def test_acquisition_capabilities(binary):
+    svc = Standin(binary)
+    try:
+        with svc.relay(binary) as r:
+            r.initialize()
+            res = r.call_tool("relay_acquisition_capabilities", {})
+            if error_code(res) is None and "unconfigured" in json.dumps(structured(res)):
+                # No console plugin is built: the relay says so honestly.
+                s = structured(res)
+                assert s["options"]["vnc"]["backends"]["linux"]["status"] == "unconfigured"
+                return
+            assert res["isError"] is False, text(res)
+            s = structured(res)
+            assert s["schemaVersion"] == 1 and s["options"]["vnc"]["default"] is False
+            assert s["options"]["vnc"]["backends"]["linux"]["available"] is False
+            assert text(res).splitlines()[0] == "VNC console sharing: linux unavailable, macos unavailable"
+            assert len(svc.requests("GET", "/acquisition-capabilities")) == 1
+            assert svc.requests("POST", "/acquire") == []
+    finally:
+        svc.cleanup()
+
+
+def test_acquire_and_release_through_the_service(binary):
+    svc = Standin(binary)
+    try:
+        with svc.relay(binary, MCP_RELAY_GUEST_NETWORK="nat") as r:
+            r.initialize()
+            res = r.call_tool("relay_acquire", ACQUIRE)
+            assert res["isError"] is False, text(res)
+            s = structured(res)
+            assert s["guest"] == "svc-1" and s["image"] == "ubuntu2404"
+            assert s["purpose"].startswith("relay-svc-") and len(s["purpose"]) == len("relay-svc-") + 8
+            assert s["vm"] in svc.machines()
+            assert len(s["lease_id"]) == 32 and s["network"] == "nat" and s["console"] is None
+            acq = svc.requests("POST", "/acquire")
+            assert len(acq) == 1
+            body = json.loads(acq[0]["body"])
+            assert body == {"purpose": s["purpose"], "image": "ubuntu2404", "env": "none",
+                            "ttl_hours": 0.25, "wait": True, "network": "nat"}, body
+            # The identity check came first.
+            seq_health = [e["seq"] for e in svc.requests("GET", "/health")]
+            assert seq_health and min(seq_health) < acq[0]["seq"]
+            # The ownership record is bound to this service.
+            records = glob.glob(os.path.join(r.state_dir, "*", "guests", "svc-1", "lease.json"))
+            with open(records[0]) as f:
+                record = json.load(f)
+            assert record["binding"]["machine"] == "machine-service"
+            assert record["binding"]["endpoint"] == svc.url
+            assert record["lease"]["vm"] == s["vm"]
+
+            rel = r.call_tool("relay_release", {"guest": "svc-1"})
+            assert rel["isError"] is False, text(rel)
+            assert structured(rel)["destructionVerified"] is True
+            assert s["vm"] not in svc.machines()
+            released = svc.requests("POST", "/machines/%s/release" % s["vm"])
+            assert len(released) == 1
+            # The destruction check: GET /machines/<vm> answered 404.
+            assert svc.requests("GET", "/machines/%s" % s["vm"])
+    finally:
+        svc.cleanup()
+
+
+def test_acquire_refusals_pass_through(binary):
+    svc = Standin(binary)
+    try:
+        with svc.relay(binary, MCP_RELAY_GUEST_NETWORK="internet") as r:
+            r.initialize()
+            # internet is refused by this service, with its own text; never a nat lease.
+            res = r.call_tool("relay_acquire", ACQUIRE)
+            assert error_code(res) == "backend-refused", text(res)
+            assert "network must be nat or control-only" in text(res)
+            assert json.loads(svc.requests("POST", "/acquire")[0]["body"])["network"] == "internet"
+            assert svc.machines() == {}
+            # An image the service does not offer never reaches POST /acquire.
+            res = r.call_tool("relay_acquire", dict(ACQUIRE, image="nope"))
+            assert error_code(res) == "image-unavailable", text(res)
+            assert len(svc.requests("POST", "/acquire")) == 1
+    finally:
+        svc.cleanup()
+
+
+def test_wrong_service_is_refused_with_the_fix(binary):
+    svc = Standin(binary, ["--service-name", "vm-service"])
+    try:
+        with svc.relay(binary) as r:
+            r.initialize()
+            res = r.call_tool("relay_acquire", ACQUIRE)
+            assert error_code(res) == "backend-unavailable", text(res)
+            assert ('answers "vm-service", not machine-service. This relay needs machine-service; '
+                    "release every lease, then upgrade the service.") in text(res)
+            assert svc.requests("POST", "/acquire") == []
+    finally:
+        svc.cleanup()
+
+
+if __name__ == "__main__":
+    run_tests(globals())
