@@ -211,12 +211,22 @@ static json_object *load_record(const dl_job *job)
 	return r;
 }
 
+/* Writes the record with its keys in the order of evidence.md §5.5. */
 static void save_record(const dl_job *job, json_object *record)
 {
+	static const char *const keys[] = {"executionId", "status",    "files",   "image",      "attempts",
+	                                   "queuedAt",    "startedAt", "endedAt", "coalescedBy"};
+	json_object *ordered = json_object_new_object();
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		json_object *v = NULL;
+		json_object_object_get_ex(record, keys[i], &v);
+		jsonx_add(ordered, keys[i], v ? json_object_get(v) : NULL);
+	}
 	relay_error err;
 	memset(&err, 0, sizeof err);
-	if (evidence_write_download_record(job->evidence, record, &err) != RELAY_OK)
+	if (evidence_write_download_record(job->evidence, ordered, &err) != RELAY_OK)
 		log_warning("cannot write the download record of %s: %s", job->execution_id, err.message);
+	json_object_put(ordered);
 }
 
 static void set_str(json_object *obj, const char *key, const char *value)
@@ -415,6 +425,11 @@ cleanup:
 	if (staging_made) {
 		relay_error ignored;
 		fs_remove_tree(strbuf_str(&staging), &ignored);
+		/* The sibling folder goes too when nothing else is in it. */
+		char *attempts = fs_dirname(strbuf_str(&staging));
+		if (attempts)
+			rmdir(attempts);
+		free(attempts);
 	}
 	strbuf_free(&staging);
 	free(facts_text);

@@ -243,6 +243,7 @@ cleanup:
 	if (made) {
 		relay_error ignored;
 		fs_remove_tree(strbuf_str(&incoming), &ignored);
+		rmdir(attempts_dir); /* only when nothing else (no set-aside state) is in it */
 	}
 	json_object_put(facts);
 	json_object_put(again);
