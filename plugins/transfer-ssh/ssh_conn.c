@@ -535,10 +535,10 @@ relay_status ssh_failure(const ssh_conn *conn, const char *what, int exit_code, 
 	char line[160];
 	if (err_text == NULL)
 		err_len = 0;
-	if (exit_code >= SSH_SCRIPT_EXIT_INVALID && exit_code <= SSH_SCRIPT_EXIT_IO &&
+	if (exit_code >= SSH_SCRIPT_EXIT_INVALID && exit_code <= SSH_SCRIPT_EXIT_INTEGRITY &&
 	    last_line_with(err_text, err_len, "relay-ssh: ", line, sizeof line)) {
 		static const relay_status codes[] = {RELAY_E_INVALID_ARGUMENT, RELAY_E_NOT_FOUND,
-		                                     RELAY_E_UNSAFE_PATH, RELAY_E_IO};
+		                                     RELAY_E_UNSAFE_PATH, RELAY_E_IO, RELAY_E_INTEGRITY};
 		return host->error_set(err, codes[exit_code - SSH_SCRIPT_EXIT_INVALID], 0, "%s: %s", what,
 		                       line + strlen("relay-ssh: "));
 	}

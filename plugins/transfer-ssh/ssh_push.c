@@ -18,12 +18,11 @@
 #include "ssh_sha256.h"
 #include "ssh_spawn.h"
 
-#define PUSH_MAX_DEPTH         256
-#define PUSH_MAX_FACTS_BYTES   ((size_t)64 << 20)
-#define PUSH_ERR_KEEP          8192
-#define PUSH_READ_CHUNK        ((size_t)256 << 10)
-#define PUSH_DRAIN_MS          600000
-#define PUSH_SCRIPT_TIMEOUT_MS 600000
+#define PUSH_MAX_DEPTH       256
+#define PUSH_MAX_FACTS_BYTES ((size_t)64 << 20)
+#define PUSH_ERR_KEEP        8192
+#define PUSH_READ_CHUNK      ((size_t)256 << 10)
+#define PUSH_DRAIN_MS        600000
 
 typedef struct push_item {
 	char *rel;  /* path inside the tree; owned */
@@ -192,6 +191,7 @@ typedef struct push_ctx {
 	uint64_t next_progress;
 	relay_error step_err;
 	bool step_failed;
+	ssh_buf expected; /* "<sha256> ./<member>" per file: the stream's last member */
 } push_ctx;
 
 static void push_on_out(void *ctx, const char *data, size_t len)
@@ -300,7 +300,8 @@ static relay_status push_file(push_ctx *pc, struct archive *a, const push_item *
 	}
 	char hex[65];
 	ssh_sha256_end(&h, hex);
-	if (!ssh_facts_add(sent, fact_path, size, hex))
+	ssh_buf_printf(&pc->expected, "%s ./%s\n", hex, entry_name);
+	if (!ssh_facts_add(sent, fact_path, size, hex) || pc->expected.failed)
 		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	goto cleanup;
 archive_failed:
@@ -414,12 +415,13 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 		}
 	}
 	pc.total_bytes = list.total_bytes;
+	int64_t t_start = ssh_now_ms(), t_streamed = 0, t_verified = 0;
 
 	status = ssh_token(host, token, err);
 	if (status != RELAY_OK)
 		goto cleanup;
 	const char *args[] = {token, remote, tree ? "tree" : "file", NULL};
-	command = ssh_script_command(ssh_script_push_receive, args);
+	command = ssh_script_command(ssh_script_push, args);
 	argv = command ? ssh_argv(conn, SSH_MODE_SESSION, command) : NULL;
 	if (argv == NULL) {
 		status =
@@ -461,6 +463,29 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 			status = push_file(&pc, a, it, it->rel, &sent, tree ? it->rel : "", err);
 		}
 	}
+	if (status == RELAY_OK) {
+		/* Last member: what the guest must find before it replaces anything. */
+		char name[64];
+		snprintf(name, sizeof name, ".relay-expected-%s", token);
+		struct archive_entry *e = archive_entry_new();
+		if (e == NULL) {
+			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		} else {
+			archive_entry_set_pathname(e, name);
+			archive_entry_set_filetype(e, AE_IFREG);
+			archive_entry_set_perm(e, 0600);
+			archive_entry_set_size(e, (la_int64_t)pc.expected.len);
+			archive_entry_set_mtime(e, 0, 0);
+			if (archive_write_header(a, e) != ARCHIVE_OK ||
+			    (pc.expected.len > 0 &&
+			     archive_write_data(a, pc.expected.data, pc.expected.len) !=
+			         (la_ssize_t)pc.expected.len))
+				status = host->error_set(err, RELAY_E_IO, 0,
+				                         "writing the tar stream failed: %.160s",
+				                         archive_error_string(a));
+			archive_entry_free(e);
+		}
+	}
 	if (status == RELAY_OK && archive_write_close(a) != ARCHIVE_OK)
 		status = host->error_set(err, RELAY_E_IO, 0, "finishing the tar stream failed: %.160s",
 		                         archive_error_string(a));
@@ -478,6 +503,7 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 	if (status != RELAY_OK && !pc.write_failed)
 		goto cleanup;
 	ssh_child_close_stdin(&pc.child);
+	t_streamed = ssh_now_ms();
 	{
 		relay_status ds = push_drain(&pc, err);
 		if (ds != RELAY_OK) {
@@ -486,6 +512,21 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 		}
 	}
 	int code = ssh_child_exit_code(&pc.child);
+	t_verified = ssh_now_ms();
+	if (code == SSH_SCRIPT_EXIT_INTEGRITY) {
+		/* The guest refused to replace anything; name the first difference. */
+		bool no_hash = false;
+		if (ssh_facts_parse(host, ssh_buf_str(&pc.out), pc.out.len, !tree, &arrived, &no_hash, err) ==
+		        RELAY_OK &&
+		    !no_hash) {
+			ssh_facts_sort(&sent);
+			status = ssh_facts_compare(host, what, &sent, &arrived, err);
+			if (status != RELAY_OK)
+				goto cleanup;
+		}
+		status = ssh_failure(conn, what, code, ssh_buf_str(&pc.err_tail), pc.err_tail.len, err);
+		goto cleanup;
+	}
 	if (code != 0) {
 		status = ssh_failure(conn, what, code, ssh_buf_str(&pc.err_tail), pc.err_tail.len, err);
 		goto cleanup;
@@ -498,46 +539,35 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 		                    what, PUSH_MAX_FACTS_BYTES >> 20);
 		goto cleanup;
 	}
+	if (strstr(ssh_buf_str(&pc.out), "\036relay-committed\n") == NULL) {
+		status = host->error_set(
+		    err, RELAY_E_INDETERMINATE, 0,
+		    "%s: the guest ended without saying whether the copy was moved into place", what);
+		goto cleanup;
+	}
+	guest_dirty = false;
 	bool no_hash = false;
 	ssh_facts_sort(&sent);
 	status = ssh_facts_parse(host, ssh_buf_str(&pc.out), pc.out.len, !tree, &arrived, &no_hash, err);
 	if (status != RELAY_OK)
 		goto cleanup;
 	if (!no_hash) {
+		/* The guest compared too; this guards against a guest that lies. */
 		status = ssh_facts_compare(host, what, &sent, &arrived, err);
 		if (status != RELAY_OK)
 			goto cleanup;
 	} else {
-		host->log(RELAY_LOG_WARNING, SSH_PLUGIN_NAME,
-		          "the guest %s has neither sha256sum nor shasum; %s is not verified in the guest",
-		          conn->host, remote);
+		host->log(
+		    RELAY_LOG_WARNING, SSH_PLUGIN_NAME,
+		    "the guest %s has no sha256 tool (openssl, sha256sum, shasum); %s is not verified in the "
+		    "guest",
+		    conn->host, remote);
 	}
-
-	/* The guest copy is verified: move it into place. */
-	{
-		relay_process_result res = {.struct_size = sizeof res};
-		status = ssh_run_script(conn, ssh_script_push_commit, args, PUSH_SCRIPT_TIMEOUT_MS, 16384,
-		                        call, &res, err);
-		if (status == RELAY_OK) {
-			if (res.timed_out)
-				status = host->error_set(err, RELAY_E_INDETERMINATE, 0,
-				                         "%s: moving the verified copy into place timed out",
-				                         what);
-			else if (res.exit_code != 0)
-				status = ssh_failure(conn, what, res.exit_code, res.err, res.err_len, err);
-			if (status == RELAY_E_TRANSIENT)
-				status = host->error_set(
-				    err, RELAY_E_INDETERMINATE, 0,
-				    "%s: the connection failed while the verified copy was moved "
-				    "into place; push again",
-				    what);
-			host->free(res.out);
-			host->free(res.err);
-		}
-		if (status != RELAY_OK)
-			goto cleanup;
-		guest_dirty = false;
-	}
+	host->log(RELAY_LOG_DEBUG, SSH_PLUGIN_NAME,
+	          "pushed %zu entries, %llu bytes to %s: stream %lld ms, then guest unpack, hash and commit "
+	          "%lld ms",
+	          list.count, (unsigned long long)list.total_bytes, remote, (long long)(t_streamed - t_start),
+	          (long long)(t_verified - t_streamed));
 	if (facts_json_out && !no_hash) {
 		*facts_json_out = ssh_facts_json(host, &arrived);
 		if (*facts_json_out == NULL)
@@ -552,6 +582,7 @@ cleanup:
 	if (status != RELAY_OK && guest_dirty)
 		push_abort(conn, token, remote);
 	ssh_buf_free(&pc.out);
+	ssh_buf_free(&pc.expected);
 	ssh_buf_free(&pc.err_tail);
 	ssh_facts_free(&sent);
 	ssh_facts_free(&arrived);

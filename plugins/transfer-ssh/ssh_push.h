@@ -3,14 +3,15 @@
  * one tar stream.
  *
  * The host walks the source (sorted; symbolic links and special files
- * refused), writes a POSIX tar stream with libarchive straight into ssh's
- * standard input, hashing every file as it is read. In the guest,
- * ssh_script_push_receive unpacks it with the system tar into a temporary
- * folder beside the destination and reports sha256sum/wc facts of what it
- * wrote; the host compares them with its own, and only when they agree runs
- * ssh_script_push_commit, which moves the copy into place. Any failure runs
- * ssh_script_push_abort, so nothing half-written is left under the
- * destination's name.
+ * refused), writes a GNU tar stream with libarchive straight into ssh's
+ * standard input, hashing every file as it is read, and ends the stream
+ * with a member listing those hashes. In the guest, ssh_script_push unpacks
+ * it with the system tar into a temporary folder beside the destination,
+ * hashes what it wrote, prints the facts and, only when they equal the
+ * list, moves the copy into place, all in one session. The host compares
+ * the facts with its own hashes again. A failure removes the temporary
+ * folder (the script itself, or ssh_script_push_abort when the connection
+ * broke), so nothing half-written is left under the destination's name.
  */
 #ifndef TRANSFER_SSH_PUSH_H
 #define TRANSFER_SSH_PUSH_H

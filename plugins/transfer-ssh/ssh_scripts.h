@@ -9,8 +9,9 @@
  *
  * Exit codes of the transfer scripts:
  *   0 done, 2 invalid argument, 3 not found, 4 unsafe path (link, device,
- *   FIFO, socket, a name the facts format cannot carry), 5 guest I/O error.
- * A script failing with 2..5 writes one line "relay-ssh: <sentence>" to
+ *   FIFO, socket, a name the facts format cannot carry), 5 guest I/O error,
+ *   6 the guest's hashes differ from the host's.
+ * A script failing with 2..6 writes one line "relay-ssh: <sentence>" to
  * standard error. ssh itself exits 255 when the connection fails.
  */
 #ifndef TRANSFER_SSH_SCRIPTS_H
@@ -20,6 +21,7 @@
 #define SSH_SCRIPT_EXIT_NOT_FOUND 3
 #define SSH_SCRIPT_EXIT_UNSAFE    4
 #define SSH_SCRIPT_EXIT_IO        5
+#define SSH_SCRIPT_EXIT_INTEGRITY 6
 
 /* Exec wrapper. Args: <token>. Prints "\036relay <token> start <pgid>" on
  * standard output, reads the command text from standard input until EOF
@@ -34,15 +36,16 @@ extern const char ssh_script_exec[];
  * guest can list no processes (neither /proc nor ps). */
 extern const char ssh_script_kill[];
 
-/* Push phase 1. Args: <token> <guest path> file|tree. Reads a tar stream on
- * standard input and unpacks it into <parent>/.relay-push-<token>, then
- * prints the facts block (see ssh_facts.h) of what it wrote. */
-extern const char ssh_script_push_receive[];
-
-/* Push phase 2. Args: <token> <guest path> file|tree. Moves the unpacked
- * copy into place (a new folder is renamed; an existing one is merged,
- * files replaced), removing the temporary folder. */
-extern const char ssh_script_push_commit[];
+/* Push. Args: <token> <guest path> file|tree. Reads a tar stream on
+ * standard input and unpacks it into <parent>/.relay-push-<token>. The
+ * stream's last member, .relay-expected-<token>, lists "<sha256> ./<path>"
+ * for every file the host sent. The script checks that only files and
+ * folders were unpacked, prints the facts block (ssh_facts.h) of what it
+ * wrote, and only when its hashes equal the expected list moves the copy
+ * into place (a new folder is renamed, an existing one merged with files
+ * replaced, a file moved over) and prints "\036relay-committed".
+ * A difference exits 6 and removes the copy: nothing was replaced. */
+extern const char ssh_script_push[];
 
 /* Push abort. Args: <token> <guest path>. Removes the temporary folder. */
 extern const char ssh_script_push_abort[];

@@ -5,8 +5,10 @@
  * asks for it, changes what tar moved: one byte appended to a file after
  * unpacking (a push whose guest copy no longer matches), one appended
  * before packing (a pull whose bytes no longer match the guest's facts),
- * or a symbolic link slipped into a tree after the guest-side check (which
- * the host must refuse while unpacking).
+ * the list of hashes the host appends to a push stream changed (so only the
+ * guest's own comparison can catch it), or a symbolic link slipped into a
+ * tree after the guest-side check (which the host must refuse while
+ * unpacking).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -41,10 +43,12 @@ static const char fake_tar[] =
     "  case $a in -x) mode=x ;; -c) mode=c ;; esac\n"
     "  prev=$a last=$a\n"
     "done\n"
-    "first() { find \"$1\" -type f | LC_ALL=C sort | head -n 1; }\n"
+    "first() { find \"$1\" -type f ! -name '.*' | LC_ALL=C sort | head -n 1; }\n"
     "if [ \"$mode\" = x ]; then\n"
     "  \"$real\" \"$@\" || exit $?\n"
     "  if [ -e \"$markers/.tamper-push\" ]; then f=$(first \"$dir\"); printf X >> \"$f\"; fi\n"
+    "  if [ -e \"$markers/.tamper-list\" ]; then for f in \"$dir\"/.relay-expected-*; do printf X >> \"$f\"; "
+    "done; fi\n"
     "  exit 0\n"
     "fi\n"
     "if [ \"$mode\" = c ]; then\n"
@@ -190,6 +194,29 @@ static void test_push_detects_changed_guest_copy(void **state)
 	assert_true(fixture_same_file(path, dst));
 }
 
+static void test_guest_compares_before_replacing(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT_SSHD();
+	char src[256], dst[256];
+	snprintf(src, sizeof src, "%s/listed.bin", suite.local);
+	snprintf(dst, sizeof dst, "%s/listed.bin", suite.fx.guest_root);
+	assert_int_equal(fixture_random_file(src, 4096, 77, 0600), 0);
+	fixture_write(dst, "the old content stays\n");
+	relay_error err;
+	marker(".tamper-list", true);
+	assert_status(push(src, dst, 0, NULL, &err), RELAY_E_INTEGRITY);
+	marker(".tamper-list", false);
+	assert_non_null(strstr(err.message, "nothing was replaced"));
+	char old[64] = {0};
+	FILE *f = fopen(dst, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(old, sizeof old, f));
+	fclose(f);
+	assert_string_equal(old, "the old content stays\n");
+	assert_int_equal(fixture_count_prefix(suite.fx.guest_root, ".relay-push-"), 0);
+}
+
 static void test_pull_detects_changed_bytes(void **state)
 {
 	(void)state;
@@ -245,6 +272,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_untampered_round_trip),
 	    cmocka_unit_test(test_push_detects_changed_guest_copy),
+	    cmocka_unit_test(test_guest_compares_before_replacing),
 	    cmocka_unit_test(test_pull_detects_changed_bytes),
 	    cmocka_unit_test(test_host_refuses_late_link),
 	};
