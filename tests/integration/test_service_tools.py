@@ -103,6 +103,95 @@ def test_search_failures(binary):
             shutil.rmtree(root, ignore_errors=True)
 
 
+def with_catalog(binary, catalog, fn):
+    import shutil
+    import tempfile
+    root = tempfile.mkdtemp(prefix="standin-cat-")
+    svc = None
+    try:
+        path = os.path.join(root, "catalog.json")
+        with open(path, "w") as f:
+            json.dump(catalog, f)
+        svc = Standin(binary, ["--catalog", path])
+        with svc.relay(binary) as r:
+            r.initialize()
+            fn(r)
+    finally:
+        if svc:
+            svc.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def app(id_, name, aliases=(), version="1.0"):
+    return {"id": id_, "name": name, "aliases": sorted(aliases), "version": version}
+
+
+def test_search_ranking_and_case(binary):
+    catalog = {"schemaVersion": 1, "images": [
+        {"image": "ubuntu2404", "os": "linux", "architecture": "arm64", "applications": sorted([
+            app("dpkg:chrome", "Chrome"), app("dpkg:chrome-beta", "Chrome Beta"),
+            app("dpkg:google-chrome", "Google Chrome", version=None), app("dpkg:ecran", "\u00c9CRAN")],
+            key=lambda a: a["id"])},
+        {"image": "macos26", "os": "macos", "architecture": "arm64", "applications": sorted([
+            app("bundle:x.browser", "Browser X", aliases=["chrome"]), app("dpkg:chrome", "Chrome", version="2.0")],
+            key=lambda a: a["id"])}]}
+
+    def check(r):
+        s = structured(r.call_tool("relay_search", {"name": "CHROME"}))
+        assert [a["name"] for a in s["applications"]] == ["Browser X", "Chrome", "Chrome Beta", "Google Chrome"], s
+        chrome = s["applications"][1]["installations"]
+        assert [(i["image"], i["version"]) for i in chrome] == [("macos26", "2.0"), ("ubuntu2404", "1.0")]
+        assert s["applications"][3]["installations"][0]["version"] is None
+        # On linux the macOS alias no longer counts.
+        s = structured(r.call_tool("relay_search", {"name": "chrome", "os": "linux"}))
+        assert [a["name"] for a in s["applications"]] == ["Chrome", "Chrome Beta", "Google Chrome"], s
+        assert [i["image"] for i in s["applications"][0]["installations"]] == ["ubuntu2404"]
+        # Unicode simple case mapping.
+        s = structured(r.call_tool("relay_search", {"name": "\u00e9cran"}))
+        assert [a["name"] for a in s["applications"]] == ["\u00c9CRAN"], s
+
+    with_catalog(binary, catalog, check)
+
+
+def test_search_bounds(binary):
+    many = [app("app-%03d" % i, "app-%03d" % i) for i in range(150)]
+    catalog = {"schemaVersion": 1, "images": [
+        {"image": "ubuntu2404", "os": "linux", "architecture": "x86_64", "applications": many}]}
+
+    def count_bound(r):
+        res = r.call_tool("relay_search", {"name": "app"})
+        s = structured(res)
+        assert s["truncated"] is True
+        assert sum(len(a["installations"]) for a in s["applications"]) == 100
+        assert s["applications"][-1]["name"] == "app-099"
+        assert text(res).splitlines()[0] == ('Found 100 application(s) with 100 installation(s) matching "app"; '
+                                             "more were left out")
+
+    with_catalog(binary, catalog, count_bound)
+    long = [app("app-%03d" % i, "app-%03d-" % i + "x" * 240, version="v" * 256) for i in range(90)]
+    catalog = {"schemaVersion": 1, "images": [
+        {"image": "ubuntu2404", "os": "linux", "architecture": "x86_64", "applications": long}]}
+
+    def byte_bound(r):
+        s = structured(r.call_tool("relay_search", {"name": "app"}))
+        assert s["truncated"] is True
+        n = sum(len(a["installations"]) for a in s["applications"])
+        assert 0 < n < 90, n
+        assert len(json.dumps(s, indent=2, ensure_ascii=False).encode()) <= 50000
+
+    with_catalog(binary, catalog, byte_bound)
+    # Limits of the catalog itself: more than 16 aliases is catalog-invalid.
+    bad = {"schemaVersion": 1, "images": [
+        {"image": "ubuntu2404", "os": "linux", "architecture": "x86_64",
+         "applications": [app("a", "A", aliases=["x%d" % i for i in range(17)])]}]}
+
+    def invalid(r):
+        res = r.call_tool("relay_search", {"name": "a"})
+        assert error_code(res) == "catalog-invalid", text(res)
+
+    with_catalog(binary, bad, invalid)
+
+
 def test_probe_host_reports_the_service(binary):
     svc = Standin(binary)
     try:

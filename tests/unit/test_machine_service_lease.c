@@ -694,6 +694,32 @@ static void test_old_vms_routes(void **state)
 	free(lease);
 }
 
+/* §5: a record with an SSH endpoint becomes the lease document's "ssh". */
+static void test_ssh_endpoint_is_mapped(void **state)
+{
+	(void)state;
+	ms_require_builds();
+	const char *args[] = {"--ssh-endpoint", "127.0.0.1:2222:admin:/keys/identity:/keys/known_hosts",
+	                      NULL};
+	ms_start_standin(&fx, args);
+	ms_load(&fx, "{\"destructionCheck\":\"service\"}");
+	char *lease = NULL;
+	relay_error err;
+	assert_int_equal(ms_acquire_lease(&fx, "relay-k-00000001", "ubuntu2404", false, &lease, &err),
+	                 RELAY_OK);
+	json_object *doc = ms_parse(lease);
+	json_object *ssh = jsonx_get_obj(doc, "ssh");
+	assert_non_null(ssh);
+	assert_string_equal(jsonx_get_str(ssh, "host"), "127.0.0.1");
+	int64_t port = 0;
+	assert_true(jsonx_get_int(ssh, "port", &port) && port == 2222);
+	assert_string_equal(jsonx_get_str(ssh, "user"), "admin");
+	assert_string_equal(jsonx_get_str(ssh, "identityFile"), "/keys/identity");
+	assert_string_equal(jsonx_get_str(ssh, "knownHostsFile"), "/keys/known_hosts");
+	json_object_put(doc);
+	free(lease);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -717,6 +743,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_tart_destruction_check, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_images_and_catalog, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_old_vms_routes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_ssh_endpoint_is_mapped, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
