@@ -1,0 +1,319 @@
+"""delivery_support: what the delivery integration tests share (test_delivery_*.py: background
+step downloads, relay_extract, relay_finish, release packaging, the package on disk).
+
+They drive the real mcp-relay binary (relay_client.Relay) over the fake machine backend
+tests/plugins/machine-fake, loaded through the real loader; its "guest" is this host and its
+guest root a folder under /var/tmp, so the guest receiver really runs. With `capture=True` an
+environment profile puts machine-fake in the machine slot and capture-x11 in the capture slot,
+and an Xvfb display (its number in the fake lease's "display") gives real snapshots.
+
+    env = DeliveryEnv(binary, capture=True)     # skips when machine-fake.so (or Xvfb) is missing
+    with env.relay() as r:
+        r.initialize()
+        g = env.acquire(r, extractions=[...])["guest"]
+        env.stage(r, g)
+        res = env.run(r, g, "echo hi")
+        env.wait_downloads(r, g, lambda d: d["downloaded"] >= 1)
+        fin = r.call_tool("relay_finish", {"guest": g})
+    env.cleanup()
+
+Machine-local (MCP_RELAY_BACKEND=local) is used instead when `local=True` and it can run here
+(root, namespaces, overlayfs).
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from relay_client import Relay, skip
+
+TIMEOUT = 120
+
+
+def build_dir(binary):
+    return os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
+
+
+def fake_so(binary):
+    return os.path.join(build_dir(binary), "tests", "plugins", "machine-fake.so")
+
+
+def plugin_so(binary, name):
+    return os.path.join(build_dir(binary), "lib", "mcp-relay", "plugins", name + ".so")
+
+
+def structured(result):
+    return result["structuredContent"]
+
+
+def text_of(result):
+    return result["content"][0]["text"]
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def namespaces_missing():
+    if os.geteuid() != 0:
+        return "machine-local needs root"
+    rc = subprocess.run(["unshare", "--mount", "--pid", "--net", "--uts", "--ipc", "--fork", "true"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    if rc != 0:
+        return "this kernel or container does not allow new namespaces"
+    with open("/proc/filesystems") as f:
+        if "\toverlay" not in f.read():
+            return "overlayfs is not available"
+    return None
+
+
+class Xvfb:
+    """A private X display for capture-x11 (relay-x11shot reads it)."""
+
+    def __init__(self):
+        if not shutil.which("Xvfb"):
+            skip("Xvfb is not installed (Debian: xvfb); snapshots need an X display")
+        for n in range(71, 140):
+            if not os.path.exists("/tmp/.X11-unix/X%d" % n) and not os.path.exists("/tmp/.X%d-lock" % n):
+                break
+        self.display = ":%d" % n
+        self.proc = subprocess.Popen(["Xvfb", self.display, "-screen", "0", "320x200x24", "-nolisten", "tcp", "-noreset"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 15
+        while not os.path.exists("/tmp/.X11-unix/X%d" % n):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                skip("Xvfb %s did not start" % self.display)
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+class DeliveryEnv:
+    """The folders, backend and (optionally) X display of one delivery test."""
+
+    def __init__(self, binary, capture=False, local=False, project=None):
+        self.binary = binary
+        self.local = local
+        self.xvfb = None
+        if local:
+            why = namespaces_missing()
+            if why:
+                skip(why)
+            if not os.path.exists(plugin_so(binary, "machine-local")):
+                skip("machine-local.so is not built")
+        elif not os.path.exists(fake_so(binary)):
+            skip("machine-fake.so is not built (%s); build the machine-fake target" % fake_so(binary))
+        self.root = tempfile.mkdtemp(prefix="relay-dl-")
+        os.chmod(self.root, 0o700)
+        self.state_dir = os.path.join(self.root, "state")
+        self.project = project or os.path.join(self.root, "project")
+        os.makedirs(self.state_dir, mode=0o700)
+        os.makedirs(self.project, mode=0o700, exist_ok=True)
+        self.control = os.path.join(self.root, "control.json")
+        self.log = os.path.join(self.root, "ops.jsonl")
+        self.extra_env = {}
+        control = {}
+        if capture and not local:
+            if not os.path.exists(plugin_so(binary, "capture-x11")):
+                skip("capture-x11.so is not built")
+            self.xvfb = Xvfb()
+            control["leaseExtra"] = {"display": self.xvfb.display}
+            self.extra_env["VM_ENVIRONMENT_FILE"] = self._profile(
+                {"machine": fake_so(binary), "capture": "capture-x11"})
+        self.write_control(control)
+
+    def _profile(self, plugins):
+        """An environment profile whose relayPlugins choose the plugins of each slot."""
+        env = os.path.join(self.root, "env")
+        repo = os.path.join(self.root, "repo")
+        os.makedirs(os.path.join(repo, "images"))
+        bindir = os.path.join(self.root, "bin")
+        os.makedirs(bindir)
+        for name in ("machctl", "tart"):
+            p = os.path.join(bindir, name)
+            with open(p, "w") as f:
+                f.write("#!/bin/sh\nexit 0\n")
+            os.chmod(p, 0o755)
+        self.state_dir = os.path.join(env, "relay")  # the profile's relay state folder wins
+        profile = {"schemaVersion": 2, "id": "delivery", "vmServiceUrl": "http://127.0.0.1:6299",
+                   "imageRepository": repo, "tartHome": os.path.join(env, "tart"),
+                   "serviceStateDir": os.path.join(env, "service"),
+                   "imageStateDir": os.path.join(env, "images"),
+                   "relayStateDir": self.state_dir, "machctlPath": os.path.join(bindir, "machctl"),
+                   "tartPath": os.path.join(bindir, "tart"), "relayPlugins": plugins}
+        path = os.path.join(self.root, "profile.json")
+        with open(path, "w") as f:
+            json.dump(profile, f)
+        return path
+
+    def write_control(self, control):
+        tmp = self.control + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(control, f)
+        os.replace(tmp, self.control)
+
+    def env(self, **extra):
+        e = {"MCP_RELAY_BACKEND": "local" if self.local else fake_so(self.binary),
+             "MCP_RELAY_SESSION": "delivery",
+             "RELAY_FAKE_MACHINE_CONTROL": self.control,
+             "RELAY_FAKE_MACHINE_LOG": self.log,
+             "HOME": self.root}
+        e.update(self.extra_env)
+        e.update({k: (None if v is None else str(v)) for k, v in extra.items()})
+        return e
+
+    def relay(self, **extra):
+        return Relay(self.binary, env=self.env(**extra), state_dir=self.state_dir, project=self.project)
+
+    def cleanup(self):
+        if self.xvfb:
+            self.xvfb.stop()
+        for d in (self.project,):
+            subprocess.run(["umount", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) \
+                if os.path.ismount(d) else None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- tools ----------------------------------------------------------------
+    def acquire(self, r, **overrides):
+        args = {"task": "dl", "image": "local" if self.local else "ubuntu2404", "extractions": []}
+        args.update(overrides)
+        res = r.call_tool("relay_acquire", args, timeout=TIMEOUT)
+        assert res["isError"] is False, text_of(res)
+        return structured(res)
+
+    def stage(self, r, guest, **args):
+        a = {"guest": guest}
+        a.update(args)
+        res = r.call_tool("relay_stage", a, timeout=TIMEOUT + 120)
+        assert res["isError"] is False, text_of(res)
+        return structured(res)
+
+    def run(self, r, guest, code, expect_ok=True, **extra):
+        args = {"guest": guest, "language": "shell", "inline": True, "code": code}
+        args.update(extra)
+        res = r.call_tool("relay_script", args, timeout=TIMEOUT + 60)
+        if expect_ok:
+            assert structured(res).get("executionFailed") is False, text_of(res)
+        return res
+
+    def diag(self, r, guest, code):
+        """A diagnostic shell script (bypasses the receiver); returns its output, exit 0 required."""
+        args = {"guest": guest, "language": "shell", "inline": True, "code": code, "diagnostic": True,
+                "timeoutMs": 60000}
+        res = r.call_tool("relay_script", args, timeout=TIMEOUT)
+        s = structured(res)
+        assert s.get("outcome", {}).get("exitStatus", {}).get("code") == 0, text_of(res)
+        return s.get("output", "")
+
+    def status_guest(self, r, guest):
+        s = structured(r.call_tool("relay_status"))
+        for g in s["guests"]:
+            if g["guest"] == guest:
+                return g
+        return None
+
+    def wait_downloads(self, r, guest, predicate, timeout=60, what="the expected downloads"):
+        deadline = time.monotonic() + timeout
+        while True:
+            g = self.status_guest(r, guest)
+            if g is not None and predicate(g["downloads"]):
+                return g["downloads"]
+            if time.monotonic() > deadline:
+                raise AssertionError("downloads never showed %s: %s" % (what, g and g["downloads"]))
+            time.sleep(0.05)
+
+
+# -- the package on disk -----------------------------------------------------------------
+
+def files_under(root):
+    """Every non-folder path below root (relative, sorted), links included."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            out.append(os.path.relpath(os.path.join(dirpath, name), root))
+    return sorted(out)
+
+
+def events(evidence, kind=None):
+    out = []
+    for folder in (os.path.join(evidence, "host", "events"), evidence + ".lifecycle-events"):
+        if not os.path.isdir(folder):
+            continue
+        for name in sorted(os.listdir(folder)):
+            with open(os.path.join(folder, name)) as f:
+                e = json.load(f)
+            if kind is None or e["kind"] == kind:
+                out.append(e)
+    return out
+
+
+def download_records(evidence):
+    folder = os.path.join(evidence, "host", "evidence-downloads")
+    out = {}
+    if os.path.isdir(folder):
+        for name in sorted(os.listdir(folder)):
+            with open(os.path.join(folder, name)) as f:
+                rec = json.load(f)
+            out[rec["executionId"]] = rec
+    return out
+
+
+def review(binary, folder, *args):
+    """Runs `mcp-relay review [args] folder`; returns (exit status, parsed JSON or text, stderr)."""
+    p = subprocess.run([binary, "review"] + list(args) + [folder], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=60)
+    out = p.stdout.decode()
+    try:
+        data = json.loads(out)
+    except ValueError:
+        data = out
+    return p.returncode, data, p.stderr.decode()
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def chromium_run(page, mode, out_dir):
+    """Loads a local page in headless Chromium: mode "dump-dom" returns the rendered DOM,
+    "screenshot" returns the PNG path."""
+    browser = chromium()
+    if browser is None:
+        skip("Chromium is not installed (Debian: chromium); the viewer test needs a browser")
+    profile = tempfile.mkdtemp(prefix="relay-chromium-", dir=out_dir)
+    args = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run",
+            "--user-data-dir=" + profile, "--allow-file-access-from-files"]
+    if mode == "dump-dom":
+        args += ["--dump-dom", "file://" + page]
+    else:
+        shot = os.path.join(out_dir, "viewer.png")
+        args += ["--screenshot=" + shot, "--window-size=1200,3000", "file://" + page]
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    if mode == "dump-dom":
+        assert p.returncode == 0 and p.stdout, p.stderr.decode()[-2000:]
+        return p.stdout.decode()
+    assert os.path.exists(shot), p.stderr.decode()[-2000:]
+    return shot
