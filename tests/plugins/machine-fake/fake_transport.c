@@ -4,14 +4,27 @@
  * folder, HOME points there, RELAY_FAKE_VM names the machine); push and
  * pull copy files and trees locally, refusing links and special files, and
  * report guest-side facts (path, bytes, SHA-256).
+ *
+ * SCRIPTED PULLS. The control file (machine_fake.c) may hold
+ *   "pull": [{"result": "...", "times": 1, "match": "<substring>"}, ...]
+ * Each pull takes the first entry whose "match" (optional) occurs in the
+ * guest path; the entry is used `times` times (-1: for ever), then removed.
+ * Results: ok | transient (RELAY_E_TRANSIENT, "connection reset") |
+ * timeout (RELAY_E_TIMEOUT) | refused (RELAY_E_REFUSED, a lasting 4xx) |
+ * unsafe-path (RELAY_E_UNSAFE_PATH) | not-found (RELAY_E_NOT_FOUND) |
+ * corrupt (the copy arrives with its last byte changed while the facts
+ * describe the guest file: a transport that does not notice). The log line
+ * of the pull carries the scripted result.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -470,6 +483,81 @@ static relay_status fake_push(relay_plugin_state *state, relay_transport_conn *c
 	return RELAY_OK;
 }
 
+/* Takes the first scripted "pull" entry whose "match" occurs in `path`
+ * (a new reference), or NULL for a plain pull. Same locks as
+ * machine_fake.c's control file: the state mutex, then <stateDir>/fake.lock. */
+static json_object *take_pull_behaviour(fake_state *st, const char *path)
+{
+	pthread_mutex_lock(&st->lock);
+	size_t n = strlen(st->state_dir) + 16;
+	char *lock_path = malloc(n);
+	int fd = -1;
+	if (lock_path) {
+		snprintf(lock_path, n, "%s/fake.lock", st->state_dir);
+		fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		free(lock_path);
+	}
+	if (fd >= 0)
+		flock(fd, LOCK_EX);
+	json_object *entry = NULL;
+	json_object *control = json_object_from_file(st->control_path);
+	json_object *list = NULL;
+	if (json_object_is_type(control, json_type_object) &&
+	    json_object_object_get_ex(control, "pull", &list) && json_object_is_type(list, json_type_array)) {
+		size_t count = json_object_array_length(list);
+		for (size_t i = 0; i < count && entry == NULL; i++) {
+			json_object *item = json_object_array_get_idx(list, i);
+			const char *match = str_of(item, "match");
+			if (match && (path == NULL || strstr(path, match) == NULL))
+				continue;
+			entry = json_object_get(item);
+			json_object *times_obj = NULL;
+			int64_t times = json_object_object_get_ex(item, "times", &times_obj)
+			                    ? json_object_get_int64(times_obj)
+			                    : 1;
+			if (times == -1)
+				break;
+			if (times <= 1)
+				json_object_array_del_idx(list, i, 1);
+			else
+				json_object_object_add(item, "times", json_object_new_int64(times - 1));
+			size_t tn = strlen(st->control_path) + 32;
+			char *tmp = malloc(tn);
+			if (tmp) {
+				snprintf(tmp, tn, "%s.tmp-%ld", st->control_path, (long)getpid());
+				if (json_object_to_file_ext(tmp, control, JSON_C_TO_STRING_PRETTY) == 0)
+					rename(tmp, st->control_path);
+				else
+					unlink(tmp);
+				free(tmp);
+			}
+		}
+	}
+	json_object_put(control);
+	if (fd >= 0)
+		close(fd);
+	pthread_mutex_unlock(&st->lock);
+	return entry;
+}
+
+/* Changes the last byte of a pulled file (the scripted "corrupt" pull). */
+static void corrupt_last_byte(const char *path)
+{
+	int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	struct stat sb;
+	if (fd < 0)
+		return;
+	if (fstat(fd, &sb) == 0 && sb.st_size > 0) {
+		unsigned char c = 0;
+		if (pread(fd, &c, 1, sb.st_size - 1) == 1) {
+			c ^= 0x5a;
+			if (pwrite(fd, &c, 1, sb.st_size - 1) != 1)
+				c = 0;
+		}
+	}
+	close(fd);
+}
+
 static relay_status fake_pull(relay_plugin_state *state, relay_transport_conn *c, const char *remote_path,
                               const char *local_path, relay_call *call, unsigned flags, char **facts_json_out,
                               relay_error *err)
@@ -483,10 +571,36 @@ static relay_status fake_pull(relay_plugin_state *state, relay_transport_conn *c
 		return st->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0,
 		                           "machine-fake: unknown pull flags 0x%x", flags);
 	int tree = (flags & RELAY_XFER_TREE) != 0;
+	json_object *behaviour = take_pull_behaviour(st, remote_path);
+	const char *scripted = str_of(behaviour, "result") ? str_of(behaviour, "result") : "ok";
 	json_object *extra = json_object_new_object();
 	json_object_object_add(extra, "path", json_object_new_string(remote_path ? remote_path : ""));
-	json_object_object_add(extra, "result", json_object_new_string("ok"));
+	json_object_object_add(extra, "result", json_object_new_string(scripted));
 	fake_log(st, "pull", conn->vm, extra);
+	int corrupt = strcmp(scripted, "corrupt") == 0;
+	relay_status failure = RELAY_OK;
+	if (strcmp(scripted, "transient") == 0)
+		failure = st->host->error_set(err, RELAY_E_TRANSIENT, ECONNRESET,
+		                              "machine-fake: connection reset while pulling %s (scripted)",
+		                              remote_path);
+	else if (strcmp(scripted, "timeout") == 0)
+		failure = st->host->error_set(err, RELAY_E_TIMEOUT, 0,
+		                              "machine-fake: pulling %s timed out (scripted)", remote_path);
+	else if (strcmp(scripted, "refused") == 0)
+		failure = st->host->error_set(
+		    err, RELAY_E_REFUSED, 0,
+		    "machine-fake: the guest refused to send %s (HTTP 403, scripted)", remote_path);
+	else if (strcmp(scripted, "unsafe-path") == 0)
+		failure = st->host->error_set(err, RELAY_E_UNSAFE_PATH, 0,
+		                              "machine-fake: %s resolves through a symbolic link (scripted)",
+		                              remote_path);
+	else if (strcmp(scripted, "not-found") == 0)
+		failure = st->host->error_set(err, RELAY_E_NOT_FOUND, ENOENT,
+		                              "machine-fake: %s does not exist in the guest (scripted)",
+		                              remote_path);
+	json_object_put(behaviour);
+	if (failure != RELAY_OK)
+		return failure;
 	struct stat sb;
 	if (remote_path == NULL || lstat(remote_path, &sb) != 0)
 		return st->host->error_set(err, RELAY_E_NOT_FOUND, errno,
@@ -522,8 +636,11 @@ static relay_status fake_pull(relay_plugin_state *state, relay_transport_conn *c
 		                         "machine-fake: %s changed while it was pulled", remote_path);
 	if (rc != RELAY_OK) {
 		nftw(local_path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-	} else if (facts_json_out) {
-		*facts_json_out = fake_owned_json(st, source);
+	} else {
+		if (corrupt && !tree)
+			corrupt_last_byte(local_path);
+		if (facts_json_out)
+			*facts_json_out = fake_owned_json(st, source);
 	}
 	json_object_put(source);
 	json_object_put(local);
