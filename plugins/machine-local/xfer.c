@@ -280,6 +280,7 @@ static relay_status path_error(guest_ctx *g, relay_error *err, int e, const char
 
 typedef struct stream_writer {
 	int fd;
+	bool broken; /* the receiving side closed its end */
 } stream_writer;
 
 static la_ssize_t pipe_write_cb(struct archive *a, void *ctx, const void *buf, size_t len)
@@ -292,6 +293,7 @@ static la_ssize_t pipe_write_cb(struct archive *a, void *ctx, const void *buf, s
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
+			w->broken = errno == EPIPE;
 			archive_set_error(a, errno, "the receiving side closed the stream");
 			return -1;
 		}
@@ -307,9 +309,9 @@ static struct archive *new_writer(int fd, stream_writer *w)
 	if (a == NULL)
 		return NULL;
 	w->fd = fd;
+	w->broken = false;
 	archive_write_set_format_pax_restricted(a);
-	archive_write_set_bytes_per_block(a, 64 * 1024);
-	archive_write_set_bytes_in_last_block(a, 1);
+	archive_write_set_bytes_per_block(a, 0); /* no blocking: data goes straight to the pipe */
 	if (archive_write_open(a, w, NULL, pipe_write_cb, NULL) != ARCHIVE_OK) {
 		archive_write_free(a);
 		return NULL;
@@ -329,6 +331,7 @@ typedef struct sender {
 	relay_status status;
 	char message[256];
 	char *buf;
+	bool pipe_broken; /* the sender stopped because the receiver closed the stream */
 } sender;
 
 static void sender_fail(sender *s, relay_status code, const char *fmt, ...)
@@ -533,6 +536,7 @@ static void *sender_main(void *arg)
 			sender_fail(s, RELAY_E_IO, "cannot finish the archive stream: %s",
 			            archive_error_string(a));
 		archive_write_free(a);
+		s->pipe_broken = w.broken;
 	}
 	close(s->out_fd);
 	s->out_fd = -1;
@@ -541,34 +545,113 @@ static void *sender_main(void *arg)
 
 /* ---- receiving ------------------------------------------------------------------- */
 
+/* The folder the last entries went to, kept open: a tree's files arrive
+ * folder by folder. */
+typedef struct dir_cache {
+	char path[PATH_MAX]; /* relative to the root it was opened from; "" = the root */
+	int fd;
+} dir_cache;
+
 typedef struct receiver {
 	local_state *st;
 	guest_ctx *g;            /* push: writing into the guest; NULL for pull (host) */
-	int base_fd;             /* destination folder */
+	int base_fd;             /* where files are created */
+	int verify_fd;           /* push: the same folder as the guest sees it (for the read-back) */
+	bool direct;             /* push: base_fd is in the upper layer (see xfer_push) */
 	const char *single_name; /* single file: the name to create in base_fd */
 	const char *dest_label;
-	fact_list facts; /* what was written (host pull) or read back (guest push) */
-	char *buf;
+	fact_list facts; /* what was written (pull) or read back through the guest (push) */
 	char *buf2;
 	relay_call *call;
+	dir_cache wcache, vcache;
 } receiver;
 
-/* Writes one entry's data into a new file `name` in dir_fd; then either
- * renames a temporary over the target (push) or keeps the O_EXCL file
- * (pull). Facts are taken by reading back (push) or while writing (pull). */
+static void dir_cache_reset(dir_cache *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->path[0] = '\0';
+}
+
+/* The folder `dir` (relative, "" for root_fd itself) under root_fd, from the
+ * cache or opened (and created with `create`). Borrowed fd, or -1/errno. */
+static int cached_dir(receiver *r, dir_cache *c, int root_fd, const char *dir, bool create)
+{
+	if (c->fd >= 0 && strcmp(c->path, dir) == 0)
+		return c->fd;
+	dir_cache_reset(c);
+	char buf[PATH_MAX];
+	if (strlen(dir) >= sizeof buf) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(buf, dir, strlen(dir) + 1);
+	char *comps[PATH_MAX / 2];
+	int n = 0;
+	char *save = NULL;
+	for (char *t = strtok_r(buf, "/", &save); t; t = strtok_r(NULL, "/", &save))
+		comps[n++] = t;
+	guest_ctx host_ctx = {r->st, NULL, -1, false};
+	int fd = open_dirs(r->g ? r->g : &host_ctx, root_fd, comps, n, create);
+	if (fd < 0)
+		return -1;
+	if (r->g && !r->direct && !writable_fs(fd)) {
+		close(fd);
+		errno = EXDEV;
+		return -1;
+	}
+	c->fd = fd;
+	snprintf(c->path, sizeof c->path, "%s", dir);
+	return fd;
+}
+
+static void split_rel(const char *rel, char *dir, size_t size, const char **leaf)
+{
+	const char *slash = strrchr(rel, '/');
+	if (slash == NULL) {
+		dir[0] = '\0';
+		*leaf = rel;
+		return;
+	}
+	size_t n = (size_t)(slash - rel);
+	if (n >= size)
+		n = size - 1;
+	memcpy(dir, rel, n);
+	dir[n] = '\0';
+	*leaf = slash + 1;
+}
+
+static relay_status dir_error(receiver *r, relay_error *err, int e, const char *rel)
+{
+	if (e == EXDEV)
+		return lu_err(r->st, err, RELAY_E_UNSAFE_PATH, 0,
+		              "%s would be written outside the guest's own file system; refused", rel);
+	return lu_err(r->st, err, e == ELOOP || e == ENOTDIR ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, e,
+	              "cannot create the folder of %s in %s: %s", rel, r->dest_label, strerror(e));
+}
+
+/* Creates `name` in dir_fd and writes the entry's data into it. Push: an
+ * existing regular file is replaced; the guest's copy is then read back
+ * through the guest's own view and hashed. Pull: the file is new (O_EXCL)
+ * and hashed as it is written. */
 static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, const char *name,
                                  const char *rel, mode_t mode, relay_error *err)
 {
-	char tmp[96];
-	const char *create_name = name;
 	bool push = r->g != NULL;
-	if (push) {
-		char rnd[17];
-		lu_random_hex(r->st, rnd, 16);
-		snprintf(tmp, sizeof tmp, ".relay-push-%s", rnd);
-		create_name = tmp;
+	int flags = O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (push && !r->direct ? O_RDWR : O_WRONLY);
+	int fd = openat(dir_fd, name, flags, mode);
+	if (fd < 0 && errno == EEXIST && push && !r->direct) {
+		struct stat sb;
+		if (fstatat(dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode))
+			return lu_err(r->st, err, RELAY_E_UNSAFE_PATH, 0,
+			              "%s exists in %s and is not a regular file; it is not replaced",
+			              rel[0] ? rel : name, r->dest_label);
+		if (unlinkat(dir_fd, name, 0) != 0 && errno != ENOENT)
+			return lu_err(r->st, err, RELAY_E_IO, errno, "cannot replace %s in %s",
+			              rel[0] ? rel : name, r->dest_label);
+		fd = openat(dir_fd, name, flags, mode);
 	}
-	int fd = openat(dir_fd, create_name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
 	if (fd < 0)
 		return lu_err(r->st, err, errno == EEXIST ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, errno,
 		              "cannot create %s in %s: %s", rel[0] ? rel : name, r->dest_label,
@@ -579,16 +662,24 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
 	uint64_t total = 0;
 	for (;;) {
-		la_ssize_t n = archive_read_data(a, r->buf, XFER_CHUNK);
-		if (n == 0)
+		const void *block = NULL;
+		size_t size = 0;
+		la_int64_t offset = 0;
+		int rc = archive_read_data_block(a, &block, &size, &offset);
+		if (rc == ARCHIVE_EOF)
 			break;
-		if (n < 0) {
+		if (rc != ARCHIVE_OK) {
 			status = lu_err(r->st, err, RELAY_E_IO, 0, "the stream broke inside %s: %s", rel,
 			                archive_error_string(a));
 			break;
 		}
-		const char *p = r->buf;
-		size_t left = (size_t)n;
+		if ((uint64_t)offset != total) {
+			status =
+			    lu_err(r->st, err, RELAY_E_PROTOCOL, 0, "the stream held a sparse entry %s", rel);
+			break;
+		}
+		const char *p = block;
+		size_t left = size;
 		while (left > 0) {
 			ssize_t w = write(fd, p, left);
 			if (w < 0 && errno == EINTR)
@@ -605,60 +696,51 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		if (status != RELAY_OK)
 			break;
 		if (ctx)
-			EVP_DigestUpdate(ctx, r->buf, (size_t)n);
-		total += (uint64_t)n;
+			EVP_DigestUpdate(ctx, block, size);
+		total += size;
 	}
 	char hex[65] = "";
-	if (status == RELAY_OK) {
-		if (push) {
-			if (r->g->chown_files && fchown(fd, r->g->conn->uid, r->g->conn->gid) != 0)
-				status = lu_err(r->st, err, RELAY_E_IO, errno,
-				                "cannot hand %s to the guest user", rel);
-			uint64_t back = 0;
-			int e = status == RELAY_OK ? hash_fd(fd, r->buf2, XFER_CHUNK, hex, &back) : 0;
-			if (e != 0)
-				status = lu_err(r->st, err, RELAY_E_IO, e, "cannot read %s back in %s", rel,
-				                r->dest_label);
-			total = back;
-		} else {
-			hex_digest(ctx, hex);
-		}
+	if (status == RELAY_OK && push && r->g->chown_files &&
+	    fchown(fd, r->g->conn->uid, r->g->conn->gid) != 0)
+		status = lu_err(r->st, err, RELAY_E_IO, errno, "cannot hand %s to the guest user", rel);
+	if (status == RELAY_OK && push && !r->direct) {
+		uint64_t back = 0;
+		int e = hash_fd(fd, r->buf2, XFER_CHUNK, hex, &back);
+		if (e != 0)
+			status = lu_err(r->st, err, RELAY_E_IO, e, "cannot read %s back in %s", rel,
+			                r->dest_label);
+		total = back;
+	} else if (status == RELAY_OK && !push) {
+		hex_digest(ctx, hex);
 	}
 	if (ctx)
 		EVP_MD_CTX_free(ctx);
 	if (close(fd) != 0 && status == RELAY_OK)
 		status = lu_err(r->st, err, RELAY_E_IO, errno, "cannot close %s", rel);
-	if (status == RELAY_OK && push && renameat(dir_fd, create_name, dir_fd, name) != 0)
-		status = lu_err(r->st, err, errno == EISDIR ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, errno,
-		                "cannot put %s in place in %s: %s", rel[0] ? rel : name, r->dest_label,
-		                strerror(errno));
+	if (status == RELAY_OK && push && r->direct) {
+		/* Read back through the guest's view (the overlay), not the layer
+		 * written: this is what the guest will see. */
+		char dir[PATH_MAX];
+		const char *leaf = NULL;
+		split_rel(rel, dir, sizeof dir, &leaf);
+		int vdir = cached_dir(r, &r->vcache, r->verify_fd, dir, false);
+		int rfd = vdir >= 0 ? openat(vdir, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+		uint64_t back = 0;
+		int e = rfd >= 0 ? hash_fd(rfd, r->buf2, XFER_CHUNK, hex, &back) : errno;
+		if (rfd >= 0)
+			close(rfd);
+		if (e != 0)
+			status = lu_err(r->st, err, RELAY_E_INTEGRITY, e,
+			                "the guest does not see %s after writing it", rel);
+		total = back;
+	}
 	if (status != RELAY_OK) {
-		unlinkat(dir_fd, create_name, 0);
+		unlinkat(dir_fd, name, 0);
 		return status;
 	}
 	if (facts_add(&r->facts, rel, total, hex) != 0)
 		return lu_err(r->st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	return RELAY_OK;
-}
-
-static int mkdirs_rel(receiver *r, const char *rel, bool include_last, int *out_fd, const char **leaf)
-{
-	char buf[PATH_MAX];
-	snprintf(buf, sizeof buf, "%s", rel);
-	char *comps[PATH_MAX / 2];
-	int n = 0;
-	char *save = NULL;
-	for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save))
-		comps[n++] = c;
-	int dirs = include_last ? n : n - 1;
-	guest_ctx host_ctx = {r->st, NULL, -1, false};
-	int fd = open_dirs(r->g ? r->g : &host_ctx, r->base_fd, comps, dirs, true);
-	if (fd < 0)
-		return -1;
-	*out_fd = fd;
-	if (leaf)
-		*leaf = include_last ? NULL : rel + (comps[n - 1] - buf);
-	return 0;
 }
 
 static relay_status receive_stream(receiver *r, int in_fd, relay_error *err)
@@ -668,7 +750,8 @@ static relay_status receive_stream(receiver *r, int in_fd, relay_error *err)
 		return lu_err(r->st, err, RELAY_E_NO_MEMORY, ENOMEM, "cannot start reading the stream");
 	archive_read_support_format_tar(a);
 	relay_status status = RELAY_OK;
-	if (archive_read_open_fd(a, in_fd, 64 * 1024) != ARCHIVE_OK) {
+	r->wcache.fd = r->vcache.fd = -1;
+	if (archive_read_open_fd(a, in_fd, 1024 * 1024) != ARCHIVE_OK) {
 		status =
 		    lu_err(r->st, err, RELAY_E_IO, 0, "cannot read the stream: %s", archive_error_string(a));
 		goto done;
@@ -688,7 +771,7 @@ static relay_status receive_stream(receiver *r, int in_fd, relay_error *err)
 		mode_t type = archive_entry_filetype(e);
 		mode_t perm = (r->g && (archive_entry_perm(e) & 0100)) ? 0700 : 0600;
 		if (r->single_name) {
-			if (single_done || type != AE_IFREG || (rel && rel[0])) {
+			if (single_done || type != AE_IFREG) {
 				status = lu_err(r->st, err, RELAY_E_PROTOCOL, 0,
 				                "the stream held more than the single file expected");
 				break;
@@ -705,16 +788,10 @@ static relay_status receive_stream(receiver *r, int in_fd, relay_error *err)
 			break;
 		}
 		if (type == AE_IFDIR) {
-			int dfd = -1;
-			if (mkdirs_rel(r, rel, true, &dfd, NULL) != 0) {
-				status = lu_err(r->st, err,
-				                errno == ELOOP || errno == ENOTDIR ? RELAY_E_UNSAFE_PATH
-				                                                   : RELAY_E_IO,
-				                errno, "cannot create the folder %s in %s: %s", rel,
-				                r->dest_label, strerror(errno));
+			if (cached_dir(r, &r->wcache, r->base_fd, rel, true) < 0) {
+				status = dir_error(r, err, errno, rel);
 				break;
 			}
-			close(dfd);
 			continue;
 		}
 		if (type != AE_IFREG) {
@@ -722,24 +799,15 @@ static relay_status receive_stream(receiver *r, int in_fd, relay_error *err)
 			                "the stream held %s, which is not a file", rel);
 			break;
 		}
-		int dfd = -1;
+		char dir[PATH_MAX];
 		const char *leaf = NULL;
-		if (mkdirs_rel(r, rel, false, &dfd, &leaf) != 0) {
-			status = lu_err(r->st, err,
-			                errno == ELOOP || errno == ENOTDIR ? RELAY_E_UNSAFE_PATH : RELAY_E_IO,
-			                errno, "cannot create the folder of %s in %s: %s", rel, r->dest_label,
-			                strerror(errno));
-			break;
-		}
-		if (r->g && !writable_fs(dfd)) {
-			close(dfd);
-			status =
-			    lu_err(r->st, err, RELAY_E_UNSAFE_PATH, 0,
-			           "%s would be written outside the guest's own file system; refused", rel);
+		split_rel(rel, dir, sizeof dir, &leaf);
+		int dfd = cached_dir(r, &r->wcache, r->base_fd, dir, true);
+		if (dfd < 0) {
+			status = dir_error(r, err, errno, rel);
 			break;
 		}
 		status = receive_file(r, a, dfd, leaf, rel, perm, err);
-		close(dfd);
 		if (status != RELAY_OK)
 			break;
 		if (r->st->host->call_cancelled(r->call)) {
@@ -750,6 +818,8 @@ static relay_status receive_stream(receiver *r, int in_fd, relay_error *err)
 	if (status == RELAY_OK && r->single_name && !single_done)
 		status = lu_err(r->st, err, RELAY_E_PROTOCOL, 0, "the stream held no file");
 done:
+	dir_cache_reset(&r->wcache);
+	dir_cache_reset(&r->vcache);
 	archive_read_free(a);
 	return status;
 }
@@ -774,8 +844,9 @@ static relay_status run_transfer(sender *s, receiver *r, relay_error *err)
 	relay_status rs = receive_stream(r, p[0], &rerr);
 	close(p[0]); /* a sender still writing now gets EPIPE and stops */
 	pthread_join(t, NULL);
-	/* The sender's failure is the cause when both failed. */
-	if (s->status != RELAY_OK)
+	/* The cause is the receiver's failure when the sender only stopped
+	 * because the receiver closed the stream; otherwise the sender's. */
+	if (s->status != RELAY_OK && !(rs != RELAY_OK && s->pipe_broken))
 		return lu_err(s->st, err, s->status, 0, "%s", s->message);
 	if (rs != RELAY_OK) {
 		if (err)
@@ -786,6 +857,39 @@ static relay_status run_transfer(sender *s, receiver *r, relay_error *err)
 }
 
 /* ---- push -------------------------------------------------------------------- */
+
+/* When a tree goes into a folder that did not exist (it was just made
+ * through the guest's overlay), its files are written straight into the
+ * upper layer's copy of that folder: the overlay has never looked inside
+ * it, so it finds them there as it would have made them, and the tree is
+ * written at the speed of the underlying file system. Each file is then
+ * read back through the overlay (the guest's view) for the guest-side
+ * facts. Returns the upper folder's fd, or -1 to write through the overlay.
+ * Both folders must be the same inode (same-file-system layers report the
+ * real inode number). */
+static int direct_upper_dir(guest_ctx *g, int over_fd, char **comps, int ncomp)
+{
+	const char *upper = lu_get_string(lu_get_object(g->conn->record, "paths"), "upper");
+	struct statfs sf;
+	if (upper == NULL || fstatfs(over_fd, &sf) != 0 || sf.f_type != OVERLAYFS_MAGIC)
+		return -1;
+	int root = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (root < 0)
+		return -1;
+	guest_ctx plain = {g->st, g->conn, -1, false};
+	int fd = open_dirs(&plain, root, comps, ncomp, false);
+	close(root);
+	if (fd < 0)
+		return -1;
+	struct stat a, b;
+	struct statfs uf;
+	if (fstat(fd, &a) != 0 || fstat(over_fd, &b) != 0 || a.st_ino != b.st_ino || fstatfs(fd, &uf) != 0 ||
+	    uf.f_type == OVERLAYFS_MAGIC) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
 
 relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
@@ -803,17 +907,19 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 	receiver r;
 	memset(&s, 0, sizeof s);
 	memset(&r, 0, sizeof r);
-	int src_fd = -1, dest_fd = -1;
+	r.verify_fd = -1;
+	int src_fd = -1, parent_fd = -1, dest_fd = -1, upper_fd = -1;
 	char pathbuf[PATH_MAX];
 	char *comps[PATH_MAX / 2];
 	int ncomp = 0;
 	char *src_copy = NULL;
 
 	int e = split_guest_path(remote_path, pathbuf, sizeof pathbuf, comps, PATH_MAX / 2, &ncomp);
-	if (e != 0 || (!tree && ncomp == 0)) {
+	if (e != 0 || ncomp == 0) {
 		status = lu_err(
 		    st, err, RELAY_E_UNSAFE_PATH, e ? e : EINVAL,
-		    "push destination %s refused: it must be an absolute guest path without \".\" or \"..\"",
+		    "push destination %s refused: it must be an absolute guest path below / without \".\" "
+		    "or \"..\"",
 		    remote_path);
 		goto cleanup;
 	}
@@ -855,37 +961,62 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 		}
 		s.base_fd = src_fd;
 	}
-	/* The guest side. */
+	/* The guest side: the folder holding the destination, made as needed. */
 	g.root_fd = sandbox_root_fd(conn->record);
 	if (g.root_fd < 0) {
 		status = lu_err(st, err, RELAY_E_TRANSIENT, errno,
 		                "guest %s is not running (its init is gone)", conn->vm);
 		goto cleanup;
 	}
-	dest_fd = open_dirs(&g, g.root_fd, comps, tree ? ncomp : ncomp - 1, true);
-	if (dest_fd < 0) {
+	parent_fd = open_dirs(&g, g.root_fd, comps, ncomp - 1, true);
+	if (parent_fd < 0) {
 		status = path_error(&g, err, errno, "push destination", remote_path);
 		goto cleanup;
 	}
-	if (!writable_fs(dest_fd)) {
+	if (!writable_fs(parent_fd)) {
 		status = lu_err(
 		    st, err, RELAY_E_UNSAFE_PATH, 0,
 		    "push destination %s refused: only the guest's own files (overlay or tmpfs) are written",
 		    remote_path);
 		goto cleanup;
 	}
+	const char *leaf = comps[ncomp - 1];
+	if (tree) {
+		bool fresh = mkdirat(parent_fd, leaf, 0700) == 0;
+		if (fresh && g.chown_files)
+			fchownat(parent_fd, leaf, conn->uid, conn->gid, AT_SYMLINK_NOFOLLOW);
+		dest_fd = openat(parent_fd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dest_fd < 0) {
+			status = path_error(&g, err, errno == ELOOP ? ELOOP : errno, "push destination",
+			                    remote_path);
+			goto cleanup;
+		}
+		if (!writable_fs(dest_fd)) {
+			status = lu_err(
+			    st, err, RELAY_E_UNSAFE_PATH, 0,
+			    "push destination %s refused: only the guest's own files (overlay or tmpfs) are "
+			    "written",
+			    remote_path);
+			goto cleanup;
+		}
+		upper_fd = fresh ? direct_upper_dir(&g, dest_fd, comps, ncomp) : -1;
+		r.direct = upper_fd >= 0;
+		r.base_fd = r.direct ? upper_fd : dest_fd;
+		r.verify_fd = dest_fd;
+		r.single_name = NULL;
+	} else {
+		r.base_fd = parent_fd;
+		r.single_name = leaf;
+	}
 	s.st = st;
 	s.call = call;
 	s.buf = malloc(XFER_CHUNK);
 	r.st = st;
 	r.g = &g;
-	r.base_fd = dest_fd;
-	r.single_name = tree ? NULL : comps[ncomp - 1];
 	r.dest_label = conn->vm;
 	r.call = call;
-	r.buf = malloc(XFER_CHUNK);
 	r.buf2 = malloc(XFER_CHUNK);
-	if (s.buf == NULL || r.buf == NULL || r.buf2 == NULL) {
+	if (s.buf == NULL || r.buf2 == NULL) {
 		status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 		goto cleanup;
 	}
@@ -910,13 +1041,16 @@ cleanup:
 	facts_free(&s.facts);
 	facts_free(&r.facts);
 	free(s.buf);
-	free(r.buf);
 	free(r.buf2);
 	free(src_copy);
 	if (src_fd >= 0)
 		close(src_fd);
+	if (parent_fd >= 0)
+		close(parent_fd);
 	if (dest_fd >= 0)
 		close(dest_fd);
+	if (upper_fd >= 0)
+		close(upper_fd);
 	if (g.root_fd >= 0)
 		close(g.root_fd);
 	return status;
@@ -1049,8 +1183,8 @@ relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_pat
 	r.g = NULL;
 	r.dest_label = local_path;
 	r.call = call;
-	r.buf = malloc(XFER_CHUNK);
-	if (s.buf == NULL || r.buf == NULL) {
+	r.verify_fd = -1;
+	if (s.buf == NULL) {
 		status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 		goto cleanup;
 	}
@@ -1082,7 +1216,6 @@ cleanup:
 	facts_free(&s.facts);
 	facts_free(&r.facts);
 	free(s.buf);
-	free(r.buf);
 	free(local_copy);
 	if (parent_fd >= 0)
 		close(parent_fd);
