@@ -1672,14 +1672,10 @@ static void resolve_application(dctx *c, const json_object *target)
 		goto cleanup;
 	}
 	const char *file_name = fs_basename(rel);
+	/* The type comes from the extension; an unsupported one is answered
+	 * after the guest's scan, so that a declaration used the wrong way round
+	 * (a folder without path) is reported as such. */
 	const char *mime = image_mime_for_path(file_name);
-	if (mime == NULL) {
-		set_status(c, IMAGE_STATUS_PRESENTATION_UNAVAILABLE,
-		           "only PNG, JPEG and WebP images are supported (%s has no .png, .jpg, .jpeg or "
-		           ".webp extension)",
-		           file_name);
-		goto cleanup;
-	}
 	if (c->closed) {
 		set_status(c, IMAGE_STATUS_STALE_REFERENCE, IMAGE_DIAG_CLOSED);
 		goto cleanup;
@@ -1749,6 +1745,14 @@ static void resolve_application(dctx *c, const json_object *target)
 		           rel);
 		goto cleanup;
 	}
+	if (mime == NULL) {
+		set_status(
+		    c, IMAGE_STATUS_PRESENTATION_UNAVAILABLE,
+		    "only PNG, JPEG and WebP images are supported (%s has no .png, .jpg, .jpeg or .webp "
+		    "extension)",
+		    file_name);
+		goto cleanup;
+	}
 	if (bytes > (int64_t)IMAGE_MAX_ORIGINAL_BYTES) {
 		set_status(c, IMAGE_STATUS_PRESENTATION_UNAVAILABLE,
 		           "%s is larger than 64 MiB, the limit for an image "
@@ -1775,7 +1779,8 @@ static void resolve_application(dctx *c, const json_object *target)
 	}
 	jsonx_add_str(descriptor, "imageId", id);
 	remote = pathf("%s/workspace/%s", c->guest_root, rel);
-	approved = pathf("%s/workspace/%s", c->guest_root, decl_path);
+	/* Declarations are confined to the workspace (evidence.md §8.1). */
+	approved = pathf("%s/workspace", c->guest_root);
 	local = original_path_of(c->evidence, id, image_catalog_ext(mime));
 	what = pathf("the image %s of output %s", rel, name);
 	entry = catalog_entry(c->binding_hex, descriptor, file_name, c->evidence, remote, approved, local);
