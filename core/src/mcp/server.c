@@ -77,6 +77,8 @@ typedef struct mcp_server {
 
 	pthread_t reader;
 	pid_t initial_ppid;
+	int wake_pipe[2]; /* end of the session done, output failed */
+	struct mcp_server *next_retired;
 } mcp_server;
 
 struct relay_call {
@@ -112,16 +114,24 @@ struct batch {
 	size_t pending; /* requests not yet answered, plus one while dispatching */
 };
 
+/* Servers whose mcp_serve returned. Tool calls may still complete on the
+ * manager's threads after that (until the process exits), so a server is
+ * never freed; this list keeps it reachable. Guarded by retired_lock. */
+static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
+static mcp_server *retired_servers;
+
 /* The self-pipe of the signal handler. Process-wide because signal handlers
  * are; set up once by mcp_serve before any handler is installed. */
 static int signal_pipe[2] = {-1, -1};
 
 /* ---- output -------------------------------------------------------------- */
 
-static void wake_reader(char why)
+/* Wakes the reader of `srv` (its own pipe, so that servers never take each
+ * other's wake-ups). */
+static void wake_reader(mcp_server *srv, char why)
 {
-	if (signal_pipe[1] >= 0) {
-		ssize_t ignored = write(signal_pipe[1], &why, 1);
+	if (srv->wake_pipe[1] >= 0) {
+		ssize_t ignored = write(srv->wake_pipe[1], &why, 1);
 		(void)ignored;
 	}
 }
@@ -142,7 +152,7 @@ static void flush_locked(mcp_server *srv)
 			}
 			atomic_store(&srv->out_failed, true);
 			/* The reader starts the end of the session (stdout-failed). */
-			wake_reader(WAKE_OUTPUT_FAILED);
+			wake_reader(srv, WAKE_OUTPUT_FAILED);
 			break;
 		}
 		off += (size_t)n;
@@ -179,7 +189,7 @@ static void send_message(mcp_server *srv, const char *msg, size_t len, bool defe
 						continue;
 					if (n <= 0) {
 						atomic_store(&srv->out_failed, true);
-						wake_reader(WAKE_OUTPUT_FAILED);
+						wake_reader(srv, WAKE_OUTPUT_FAILED);
 						break;
 					}
 					off += (size_t)n;
@@ -391,7 +401,8 @@ void relay_call_progress(relay_call *call, double progress, double total, const 
 		return;
 	mcp_server *srv = call->srv;
 	pthread_mutex_lock(&call->lock);
-	int64_t now = clock_monotonic_ms();
+	/* Relay time (util/clock.h), so that tests can move it. */
+	int64_t now = clock_now_ms();
 	if (call->done || atomic_load(&srv->out_failed) || atomic_load(&call->cancelled))
 		goto out;
 	if (call->sent_progress) {
@@ -1030,7 +1041,7 @@ static void *end_session_thread(void *arg)
 	srv->exit_status = status;
 	srv->ending_done = true;
 	pthread_mutex_unlock(&srv->lock);
-	wake_reader(WAKE_END_DONE);
+	wake_reader(srv, WAKE_END_DONE);
 	free(job);
 	return NULL;
 }
@@ -1068,7 +1079,11 @@ static void begin_end(mcp_server *srv, const char *reason)
 static void on_signal(int signo)
 {
 	int saved = errno;
-	wake_reader((char)signo);
+	if (signal_pipe[1] >= 0) {
+		char c = (char)signo;
+		ssize_t ignored = write(signal_pipe[1], &c, 1);
+		(void)ignored;
+	}
 	errno = saved;
 }
 
@@ -1100,28 +1115,26 @@ static const char *signal_reason(int signo)
 	}
 }
 
-/* Handles what arrived on the self-pipe. */
+/* Handles what arrived on the server's wake pipe and the signal pipe. */
 static void drain_wakeups(mcp_server *srv)
 {
 	unsigned char wakes[64];
 	ssize_t n;
+	while ((n = read(srv->wake_pipe[0], wakes, sizeof wakes)) > 0)
+		for (ssize_t i = 0; i < n; i++)
+			if (wakes[i] == WAKE_OUTPUT_FAILED)
+				begin_end(srv, "stdout-failed");
 	while ((n = read(signal_pipe[0], wakes, sizeof wakes)) > 0) {
 		for (ssize_t i = 0; i < n; i++) {
-			int w = wakes[i];
-			if (w == WAKE_END_DONE)
-				continue;
-			if (w == WAKE_OUTPUT_FAILED) {
-				begin_end(srv, "stdout-failed");
-				continue;
-			}
+			int signo = wakes[i];
 			pthread_mutex_lock(&srv->lock);
 			bool ending = srv->ending;
 			pthread_mutex_unlock(&srv->lock);
 			/* A second SIGTERM or SIGINT skips the rest of the grace
 			 * period (lifecycle.md §11.1). */
-			if (ending && (w == SIGTERM || w == SIGINT))
+			if (ending && (signo == SIGTERM || signo == SIGINT))
 				manager_hurry_end(srv->mgr);
-			begin_end(srv, signal_reason(w));
+			begin_end(srv, signal_reason(signo));
 		}
 	}
 }
@@ -1188,8 +1201,13 @@ int mcp_serve(const mcp_server_config *config)
 	snprintf(srv->negotiated, sizeof srv->negotiated, "%s", PROTOCOL_NEWEST_LEGACY);
 	srv->initial_ppid = getppid();
 	srv->reader = pthread_self();
-	if (install_signals() != 0)
+	srv->wake_pipe[0] = srv->wake_pipe[1] = -1;
+	if (install_signals() != 0 || pipe2(srv->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+		log_error("cannot create the server's wake-up pipes: %s", strerror(errno));
+		strbuf_free(&srv->out);
+		free(srv);
 		return 1;
+	}
 
 	strbuf in = STRBUF_INIT;
 	size_t scan_from = 0;    /* bytes of `in` already searched for a newline */
@@ -1204,9 +1222,10 @@ int mcp_serve(const mcp_server_config *config)
 		if (done)
 			break;
 
-		struct pollfd pfd[2];
+		struct pollfd pfd[3];
 		nfds_t nfds = 0;
 		pfd[nfds++] = (struct pollfd){signal_pipe[0], POLLIN, 0};
+		pfd[nfds++] = (struct pollfd){srv->wake_pipe[0], POLLIN, 0};
 		if (reading)
 			pfd[nfds++] = (struct pollfd){srv->in_fd, POLLIN, 0};
 		int rc = poll(pfd, nfds, PARENT_CHECK_INTERVAL_MS);
@@ -1224,9 +1243,9 @@ int mcp_serve(const mcp_server_config *config)
 		}
 		if (rc <= 0)
 			continue;
-		if (pfd[0].revents)
+		if (pfd[0].revents || pfd[1].revents)
 			drain_wakeups(srv);
-		if (nfds < 2 || pfd[1].revents == 0)
+		if (nfds < 3 || pfd[2].revents == 0)
 			continue;
 
 		if (discarding || !strbuf_reserve(&in, READ_CHUNK_BYTES)) {
@@ -1298,5 +1317,11 @@ int mcp_serve(const mcp_server_config *config)
 	strbuf_free(&in);
 	close_subscriptions(srv);
 	flush_output(srv);
-	return srv->exit_status;
+	int status = srv->exit_status;
+	/* The wake pipe stays open: a late call may still write to it. */
+	pthread_mutex_lock(&retired_lock);
+	srv->next_retired = retired_servers;
+	retired_servers = srv;
+	pthread_mutex_unlock(&retired_lock);
+	return status;
 }
