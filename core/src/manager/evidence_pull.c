@@ -20,9 +20,21 @@
 
 bool epull_transient(relay_status status, const char *message)
 {
-	if (status == RELAY_E_INDETERMINATE || status == RELAY_E_UNAVAILABLE)
-		return true;
-	return gio_transient(status, message ? message : "");
+	switch (status) {
+	case RELAY_E_INDETERMINATE:
+	case RELAY_E_UNAVAILABLE: return true;
+	/* What the receiver or the host's reader refused is lasting, whatever
+	 * words the guest put in its message. */
+	case RELAY_E_REFUSED:
+	case RELAY_E_INVALID_ARGUMENT:
+	case RELAY_E_PROTOCOL:
+	case RELAY_E_INTEGRITY:
+	case RELAY_E_UNSAFE_PATH:
+	case RELAY_E_NO_SPACE:
+	case RELAY_E_NOT_FOUND:
+	case RELAY_E_CANCELLED: return false;
+	default: return gio_transient(status, message ? message : "");
+	}
 }
 
 bool epull_guest_space(const relay_error *err)
