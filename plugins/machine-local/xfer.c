@@ -455,7 +455,8 @@ static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefi
 		if (names[count])
 			count++;
 	}
-	qsort(names, count, sizeof *names, name_cmp);
+	if (count > 1)
+		qsort(names, count, sizeof *names, name_cmp);
 	int rc = 0;
 	for (size_t i = 0; i < count && rc == 0; i++) {
 		if (s->st->host->call_cancelled(s->call)) {
