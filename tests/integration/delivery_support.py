@@ -105,6 +105,29 @@ class Xvfb:
                 self.proc.wait()
 
 
+class CheckedRelay(Relay):
+    """A Relay whose standard error is checked, once the process has exited, for reports of
+    AddressSanitizer, LeakSanitizer and UndefinedBehaviorSanitizer (RELAY_SANITIZE=ON builds)."""
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.close_stdin()
+                self.proc.wait(timeout=60)
+            except Exception:  # noqa: BLE001
+                self.proc.kill()
+                self.proc.wait()
+        try:
+            with open(self.stderr_path, "rb") as f:
+                text = f.read().decode(errors="replace")
+        except OSError:
+            text = ""
+        super().close()
+        bad = [line for line in text.splitlines() if "Sanitizer" in line or "runtime error:" in line]
+        if bad:
+            raise AssertionError("the relay's standard error reports:\n" + "\n".join(text.splitlines()[-60:]))
+
+
 class DeliveryEnv:
     """The folders, backend and (optionally) X display of one delivery test."""
 
@@ -180,7 +203,8 @@ class DeliveryEnv:
         return e
 
     def relay(self, **extra):
-        return Relay(self.binary, env=self.env(**extra), state_dir=self.state_dir, project=self.project)
+        return CheckedRelay(self.binary, env=self.env(**extra), state_dir=self.state_dir,
+                            project=self.project)
 
     def cleanup(self):
         if self.xvfb:
@@ -257,6 +281,8 @@ def events(evidence, kind=None):
         if not os.path.isdir(folder):
             continue
         for name in sorted(os.listdir(folder)):
+            if not name.endswith(".json"):
+                continue  # a durable write's temporary file
             with open(os.path.join(folder, name)) as f:
                 e = json.load(f)
             if kind is None or e["kind"] == kind:
@@ -269,6 +295,8 @@ def download_records(evidence):
     out = {}
     if os.path.isdir(folder):
         for name in sorted(os.listdir(folder)):
+            if not name.endswith(".json"):
+                continue  # a durable write's temporary file
             with open(os.path.join(folder, name)) as f:
                 rec = json.load(f)
             out[rec["executionId"]] = rec
