@@ -113,6 +113,40 @@ def test_budget_is_shared_with_metadata(binary):
         env.cleanup()
 
 
+def test_lost_receipt_is_fetched_from_the_guest(binary):
+    """A run whose receipt did not come home names its image pending without identity
+    (images.md §8.1); relay_image then fetches the receipt from the guest as metadata, within
+    the budget, and caches its validated imageEvidence on the host."""
+    env = ImagesEnv(binary)
+    try:
+        env.set_capture(before=BEFORE, after=AFTER)
+        with env.relay() as r:
+            r.initialize()
+            g = env.acquire_staged(r)
+            env.script({"pull": [NO_DOWNLOADS, {"result": "refused", "match": "/state/receiver/receipts/"}]})
+            res = env.run(r, g, "true", expect_error=True)
+            run = structured(res)
+            assert run["outcome"]["kind"] == "uncertain", run["outcome"]
+            assert run["imageDelivery"] == {"status": "pending"}, run["imageDelivery"]
+            assert run["executionFailed"] is True
+            env.wait_downloaded(g, run["executionId"])
+            target = {"source": "display", "sessionId": g["recordingSessionId"],
+                      "executionId": run["executionId"], "phase": "after"}
+            d, preview = check_attached(env.image(r, g, target))
+            assert preview == AFTER
+            receipt_pulls = env.pulls("/state/receiver/receipts/" + run["executionId"])
+            assert [e["result"] for e in receipt_pulls] == ["refused", "ok"], receipt_pulls
+            cache = os.path.join(g["evidencePath"], "host", "image-evidence", run["executionId"] + ".json")
+            with open(cache) as f:
+                cached = json.load(f)
+            assert cached["imageEvidence"]["status"] == "available"
+            # the next delivery of this run reads the cache, not the guest
+            check_attached(env.image(r, g, dict(target, phase="before")))
+            assert len(env.pulls("/state/receiver/receipts/" + run["executionId"])) == 2
+    finally:
+        env.cleanup()
+
+
 def test_lasting_failures_are_not_retried(binary):
     env = ImagesEnv(binary)
     try:

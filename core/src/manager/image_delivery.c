@@ -1358,6 +1358,28 @@ cleanup:
 
 /* ---- display ------------------------------------------------------------------------- */
 
+/* Keeps a receipt's validated imageEvidence fetched from the guest at
+ * <recording>/host/image-evidence/<executionId>.json (evidence.md §2.2), so
+ * a later delivery finds it on the host. Best effort: a failure only costs
+ * another fetch. */
+static void cache_image_evidence(const char *session_id, const char *execution_id, const json_object *ev,
+                                 const char *path)
+{
+	if (path == NULL || fs_exists_nofollow(path))
+		return;
+	json_object *cache = json_object_new_object();
+	jsonx_add_str(cache, "executionId", execution_id);
+	jsonx_add_str(cache, "sessionId", session_id);
+	jsonx_add(cache, "imageEvidence", json_copy(ev));
+	char *dir = fs_dirname(path);
+	relay_error err;
+	if (cache == NULL || dir == NULL || fs_mkdir_p(dir, 0700, &err) != RELAY_OK ||
+	    fs_write_json_durable(path, cache, &err) != RELAY_OK)
+		log_warning("relay_image: cannot cache the image evidence of %s at %s", execution_id, path);
+	free(dir);
+	json_object_put(cache);
+}
+
 static void deliver_display_image(dctx *c, const char *recording, bool live, const json_object *entry);
 
 static void resolve_display(dctx *c, const json_object *target)
@@ -1365,7 +1387,7 @@ static void resolve_display(dctx *c, const json_object *target)
 	const char *sid = jsonx_get_str(target, "sessionId");
 	const char *eid = jsonx_get_str(target, "executionId");
 	const char *phase = jsonx_get_str(target, "phase");
-	bool current = false, failed = false;
+	bool current = false, failed = false, from_guest = false;
 	char *recording = NULL, *req_path = NULL, *diag_path = NULL, *other = NULL;
 	json_object *request = NULL, *receipt = NULL, *entry = NULL;
 	char *p[5] = {NULL, NULL, NULL, NULL, NULL};
@@ -1448,6 +1470,7 @@ static void resolve_display(dctx *c, const json_object *target)
 		    pathf("%s/state/receiver/receipts/%s.json", c->guest_root ? c->guest_root : "", eid);
 		bool got = remote && guest_metadata(c, remote, "the run's receipt", &receipt, NULL);
 		free(remote);
+		from_guest = got;
 		if (!got) {
 			if (str_eq(c->out->status, IMAGE_STATUS_IMAGE_MISSING)) {
 				c->out->status = NULL;
@@ -1474,6 +1497,8 @@ static void resolve_display(dctx *c, const json_object *target)
 		           ev ? why : "the run's receipt has no imageEvidence");
 		goto cleanup;
 	}
+	if (from_guest)
+		cache_image_evidence(sid, eid, ev, p[3]);
 	json_object *snap = snapshot_for_phase(ev, phase);
 	if (snap == NULL) {
 		const char *st = jsonx_get_str(ev, "status");
