@@ -371,7 +371,8 @@ static const char *validate_catalog(json_object *catalog, catalog_view *v, char 
 				merged->inst = grown;
 				merged->cap_inst = cap;
 			}
-			merged->inst[merged->n_inst++] = (installation){key, os, arch, app_version, id, aliases};
+			merged->inst[merged->n_inst++] =
+			    (installation){key, os, arch, app_version, id, aliases};
 		}
 	}
 	return NULL;
