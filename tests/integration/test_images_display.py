@@ -261,6 +261,42 @@ def test_stale_reference_after_release(binary):
         env.cleanup()
 
 
+def test_references_survive_a_recording_reset(binary):
+    """images.md §5: references survive recording resets through previousEvidence; the old
+    recording's originals come from the host, with no guest state needed."""
+    env = ImagesEnv(binary)
+    try:
+        env.set_capture(before=BEFORE, after=AFTER)
+        with env.relay() as r:
+            r.initialize()
+            g = env.acquire_staged(r)
+            old = structured(env.run(r, g, "true"))
+            old_session = g["recordingSessionId"]
+            res = r.call_tool("relay_stage", {"guest": g["guest"], "resetRecording": True}, timeout=180)
+            assert res["isError"] is False, res["content"][0]["text"][:3000]
+            staged = structured(res)
+            assert staged["recordingSessionId"] != old_session
+            pulls = len(env.pulls(old["executionId"] + "-after.png"))
+            d, preview = check_attached(env.image(r, g, {"source": "display", "sessionId": old_session,
+                                                         "executionId": old["executionId"], "phase": "after"}))
+            assert preview == AFTER
+            assert d["image"]["imageId"] == old["imageDelivery"]["image"]["imageId"]
+            assert d["image"]["originalPath"].startswith(g["evidencePath"] + "/"), d["image"]
+            d, preview = check_attached(env.image(r, g, {"source": "reference",
+                                                         "imageId": old["imageDelivery"]["image"]["imageId"]}))
+            assert preview == AFTER
+            assert len(env.pulls(old["executionId"] + "-after.png")) == pulls
+            # the new recording works as before
+            env.set_capture(after=png(64, 48, seed=3))
+            new = structured(env.run(r, g, "true"))
+            assert new["imageEvidence"]["snapshots"][0]["sessionId"] == staged["recordingSessionId"]
+            d, preview = check_attached(env.image(r, g, display_target(new, "after")))
+            assert preview == png(64, 48, seed=3)
+            assert d["image"]["originalPath"].startswith(staged["evidencePath"] + "/")
+    finally:
+        env.cleanup()
+
+
 def test_large_display_is_resampled(binary):
     """A 5120x2880 snapshot gives a 2000x1125 PNG preview; the original is untouched."""
     env = ImagesEnv(binary)
