@@ -25,6 +25,7 @@
 #include "evidence/download.h"
 #include "manager/evidence_pull.h"
 #include "manager/image_delivery.h"
+#include "manager/lifecycle.h"
 #include "mcp/call.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -947,4 +948,27 @@ void downloads_free(guest *g)
 	pthread_cond_destroy(&q->changed);
 	free(q);
 	g->dl = NULL;
+}
+
+/* ---- the recording hooks of lifecycle.h ------------------------------------------------ */
+
+/* The end of the session in pause mode: the step download in flight is
+ * aborted and writes nothing more; queued steps keep their `queued`
+ * records for the next process (lifecycle.h). */
+void recording_detach(manager *m, guest *g)
+{
+	downloads_shutdown(m, g);
+}
+
+/* At restart, for a staged guest not delivered: the steps whose records
+ * still say `queued` are queued again. Nothing is replayed; the recording
+ * itself needs nothing more on the host (lifecycle.h). */
+int recording_reattach(manager *m, guest *g, char *errbuf, size_t errlen)
+{
+	(void)errbuf;
+	(void)errlen;
+	int n = downloads_resume(m, g);
+	if (n > 0)
+		log_info("guest %s: %d step download(s) queued again after the restart", g->name, n);
+	return 0;
 }

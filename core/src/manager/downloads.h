@@ -76,6 +76,11 @@ void downloads_shutdown(manager *m, guest *g);
  * many were queued. */
 int downloads_resume(manager *m, guest *g);
 
+/* The hooks recording_detach() and recording_reattach() of lifecycle.h are
+ * implemented in downloads.c: detach is downloads_shutdown(); reattach
+ * queues again the steps whose records still say `queued` (downloads_resume)
+ * and always succeeds. */
+
 /* For relay_image (images.md §7 step 4). */
 typedef enum downloads_wait_result {
 	DOWNLOADS_WAIT_NONE = 0,   /* no job for that execution is queued or running */
