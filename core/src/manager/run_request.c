@@ -569,76 +569,59 @@ static relay_status scan_check(guest_io *io, const char *rel, const char *sha, u
 	return st;
 }
 
-/* Pushes the script and the request (both hash-checked). With guest-side
- * transport facts both go in one tree push into R, checked against those
- * facts; otherwise each file is pushed and scanned by the receiver. The
- * receiver checks the script's SHA-256 again before running it, and the
- * receipt carries the request's SHA-256. */
+/* Pushes one file of a run to R/<rel> and checks it: against the
+ * transport's guest-side facts when it computes them (one round trip),
+ * else with `receiver scan` (guest.md §3.4 step 5). */
+static relay_status push_checked(guest_io *io, const char *local, const char *rel, const char *sha,
+                                 uint64_t bytes, const char *what, relay_error *err)
+{
+	strbuf sb = STRBUF_INIT;
+	strbuf_printf(&sb, "%s/%s", io->root, rel);
+	char *remote = strbuf_detach(&sb, NULL);
+	json_object *facts = NULL;
+	bool want_facts = (io->traits & RELAY_TRANSPORT_GUEST_FACTS) != 0;
+	relay_status st = gio_push(io, local, remote, 0, what, want_facts ? &facts : NULL, err);
+	free(remote);
+	if (st != RELAY_OK)
+		return st;
+	if (facts) {
+		if (json_object_array_length(facts) != 1 || !facts_match(facts, "", sha, bytes))
+			st =
+			    relay_error_set(err, RELAY_E_INTEGRITY, 0, "staging checksum mismatch: %s", what);
+		json_object_put(facts);
+		return st;
+	}
+	return scan_check(io, rel, sha, bytes, what, err);
+}
+
+/* Pushes the script, then the request (guest.md §15 step 3), each
+ * hash-checked. The receiver checks the script's SHA-256 and size again
+ * before running it, and its receipt carries the request's SHA-256. */
 static relay_status push_run_files(guest_io *io, const char *script_rel, const char *script,
                                    size_t script_len, const char *script_sha, const char *request_rel,
                                    const char *request, size_t request_len, const char *request_sha,
                                    relay_error *err)
 {
 	relay_status st = RELAY_OK;
-	char *tree = gio_scratch_path(io, "run-", NULL, err);
-	char *script_local = NULL, *request_local = NULL;
-	json_object *facts = NULL;
-	if (tree == NULL)
-		return err->code;
-	strbuf sb = STRBUF_INIT;
-	strbuf_printf(&sb, "%s/%s", tree, script_rel);
-	script_local = strbuf_detach(&sb, NULL);
-	strbuf_printf(&sb, "%s/%s", tree, request_rel);
-	request_local = strbuf_detach(&sb, NULL);
-	char *d1 = fs_dirname(script_local), *d2 = fs_dirname(request_local);
-	st = fs_mkdir_p(d1, 0700, err);
-	if (st == RELAY_OK)
-		st = fs_mkdir_p(d2, 0700, err);
-	free(d1);
-	free(d2);
-	if (st == RELAY_OK)
-		st = write_plain(script_local, script, script_len, err);
+	char *script_local = gio_scratch_path(io, "script-", NULL, err);
+	char *request_local = script_local ? gio_scratch_path(io, "request-", ".json", err) : NULL;
+	if (script_local == NULL || request_local == NULL) {
+		st = err->code;
+		goto cleanup;
+	}
+	st = write_plain(script_local, script, script_len, err);
 	if (st == RELAY_OK)
 		st = write_plain(request_local, request, request_len, err);
-	if (st != RELAY_OK)
-		goto cleanup;
-	if (io->traits & RELAY_TRANSPORT_GUEST_FACTS) {
-		st = gio_push(io, tree, io->root, RELAY_XFER_TREE, "the run's script and request", &facts,
-		              err);
-		if (st != RELAY_OK)
-			goto cleanup;
-		if (facts) {
-			if (!facts_match(facts, script_rel, script_sha, script_len))
-				st = relay_error_set(err, RELAY_E_INTEGRITY, 0,
-				                     "staging checksum mismatch: the script");
-			else if (!facts_match(facts, request_rel, request_sha, request_len))
-				st = relay_error_set(err, RELAY_E_INTEGRITY, 0,
-				                     "staging checksum mismatch: the request");
-			goto cleanup;
-		}
-		/* The transport computed no facts after all: the receiver checks. */
-	} else {
-		strbuf_printf(&sb, "%s/%s", io->root, script_rel);
-		char *remote = strbuf_detach(&sb, NULL);
-		st = gio_push(io, script_local, remote, 0, "the script", NULL, err);
-		free(remote);
-		if (st != RELAY_OK)
-			goto cleanup;
-		strbuf_printf(&sb, "%s/%s", io->root, request_rel);
-		remote = strbuf_detach(&sb, NULL);
-		st = gio_push(io, request_local, remote, 0, "the request", NULL, err);
-		free(remote);
-		if (st != RELAY_OK)
-			goto cleanup;
-	}
-	st = scan_check(io, script_rel, script_sha, script_len, "the script", err);
 	if (st == RELAY_OK)
-		st = scan_check(io, request_rel, request_sha, request_len, "the request", err);
+		st = push_checked(io, script_local, script_rel, script_sha, script_len, "the script", err);
+	if (st == RELAY_OK)
+		st = push_checked(io, request_local, request_rel, request_sha, request_len, "the request",
+		                  err);
 cleanup:
-	json_object_put(facts);
-	relay_error ignored;
-	fs_remove_tree(tree, &ignored);
-	free(tree);
+	if (script_local)
+		unlink(script_local);
+	if (request_local)
+		unlink(request_local);
 	free(script_local);
 	free(request_local);
 	return st;
@@ -686,6 +669,8 @@ static tool_result *finish_result(manager *m, guest *g, json_object *structured,
 			                                             : "no diagnostic");
 			message = strbuf_detach(&sb, NULL);
 		}
+		/* lastError first, so that the result's guestState shows it. */
+		guest_set_last_error(m, g, "relay_script: %s", message ? message : "the run failed");
 		r = guest_error(m, g, structured, code, "%s", message ? message : "the run failed");
 		free(message);
 	} else {
@@ -722,10 +707,6 @@ static void record_run_end(manager *m, guest *g, const char *evidence, const cha
 		jsonx_add_str(d2, "executionId", execution_id);
 		jsonx_add(d2, "outcome", outcome ? json_object_get(outcome) : NULL);
 		guest_event(m, g, "execution-failed", jsonx_get_str(step, "title"), d2);
-		const char *kind = jsonx_get_str(outcome, "kind");
-		const char *diag = jsonx_get_str(outcome, "diagnostic");
-		guest_set_last_error(m, g, "relay_script %s: %s%s%s", execution_id, kind ? kind : "uncertain",
-		                     diag ? ": " : "", diag ? diag : "");
 	}
 	if (cancelled)
 		lifecycle_record_cancelled(
@@ -1273,18 +1254,6 @@ tool_result *run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call)
 	jsonx_add_str(details, "executionId", exec_id);
 	jsonx_add(details, "outcome", json_object_get(outcome));
 	guest_event(m, g, "diagnostic", c->reason ? c->reason : "diagnostic shell script", details);
-	if (execution_failed(outcome)) {
-		const char *kind = jsonx_get_str(outcome, "kind");
-		const char *diag = jsonx_get_str(outcome, "diagnostic");
-		int64_t code = 0;
-		if (kind && strcmp(kind, "completed") == 0 &&
-		    jsonx_get_int(jsonx_get_obj(outcome, "exitStatus"), "code", &code))
-			guest_set_last_error(m, g, "diagnostic %s exited with status %lld", exec_id,
-			                     (long long)code);
-		else
-			guest_set_last_error(m, g, "diagnostic %s: %s%s%s", exec_id,
-			                     kind ? kind : "uncertain", diag ? ": " : "", diag ? diag : "");
-	}
 	if (cancelled)
 		lifecycle_record_cancelled(
 		    m, g, "relay_script", true,

@@ -1,0 +1,347 @@
+"""runs_support: what the runs integration tests share (test_runs_*.py: relay_stage,
+relay_script, relay_probe scope guest).
+
+Each test runs against every backend variant that can run here:
+
+  fake   tests/plugins/machine-fake (MCP_RELAY_BACKEND=<machine-fake.so>): the guest is this
+         host, its guest root a folder under /var/tmp; always available once built.
+  local  machine-local (MCP_RELAY_BACKEND=local): a Linux namespace sandbox; needs root,
+         namespaces and overlayfs.
+  ssh    machine-fake leases carrying an "ssh" object (the fake's control "leaseExtra"), reached
+         through transfer-ssh by a real sshd on 127.0.0.1 (an environment profile puts
+         machine-fake in the machine slot and transfer-ssh in the transport slot); needs root,
+         sshd, ssh, ssh-keygen and transfer-ssh.so.
+
+    for v in variants(binary):            # yields only the variants that can run
+        with v.relay() as r:
+            r.initialize()
+            g = v.acquire(r)              # the acquire result (guest, guestRoot, ...)
+            ...
+    # a variant that cannot run prints "  [ssh] skipped: <why>"; when none can, the test skips.
+    # RELAY_RUNS_VARIANTS=fake,ssh limits the variants tried.
+
+Helpers talk to the guest only through the relay (diagnostic shell scripts), so every check
+works the same on every variant.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+from relay_client import Relay, skip
+
+ACQUIRE = {"task": "runs", "image": "ubuntu2404", "extractions": []}
+
+
+def build_dir(binary):
+    return os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
+
+
+def fake_so(binary):
+    return os.path.join(build_dir(binary), "tests", "plugins", "machine-fake.so")
+
+
+def plugin_so(binary, name):
+    return os.path.join(build_dir(binary), "lib", "mcp-relay", "plugins", name + ".so")
+
+
+def structured(result):
+    return result["structuredContent"]
+
+
+def full(result):
+    """The whole structured result: the spill file when the text bounds cut it (tools.md §5.2)."""
+    s = result["structuredContent"]
+    if s.get("resultTruncated"):
+        with open(s["fullResult"]) as f:
+            return json.load(f)
+    return s
+
+
+def text_of(result):
+    return result["content"][0]["text"]
+
+
+def namespaces_missing():
+    if os.geteuid() != 0:
+        return "machine-local needs root"
+    rc = subprocess.run(["unshare", "--mount", "--pid", "--net", "--uts", "--ipc", "--fork", "true"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    if rc != 0:
+        return "this kernel or container does not allow new namespaces"
+    with open("/proc/filesystems") as f:
+        if "\toverlay" not in f.read():
+            return "overlayfs is not available"
+    return None
+
+
+class Variant:
+    """One backend variant: its folders, its relay, its cleanup."""
+
+    def __init__(self, binary, kind):
+        self.binary = binary
+        self.kind = kind
+        self.root = tempfile.mkdtemp(prefix="relay-runs-%s-" % kind)
+        os.chmod(self.root, 0o700)
+        self.state_dir = os.path.join(self.root, "state")
+        self.project = os.path.join(self.root, "project")
+        for d in (self.state_dir, self.project):
+            os.makedirs(d, mode=0o700)
+        self.control = os.path.join(self.root, "control.json")
+        self.log = os.path.join(self.root, "ops.jsonl")
+        self.guest_roots = []
+        self.sshd = None
+        self.extra_env = {}
+        self.write_control({})
+
+    # -- setup ---------------------------------------------------------------
+    def write_control(self, control):
+        tmp = self.control + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(control, f)
+        os.replace(tmp, self.control)
+
+    def env(self, **extra):
+        e = {"HOME": self.root, "RELAY_FAKE_MACHINE_CONTROL": self.control, "RELAY_FAKE_MACHINE_LOG": self.log}
+        if self.kind == "fake":
+            e["MCP_RELAY_BACKEND"] = fake_so(self.binary)
+        elif self.kind == "local":
+            e["MCP_RELAY_BACKEND"] = "local"
+        e.update(self.extra_env)
+        e.update({k: (None if v is None else str(v)) for k, v in extra.items()})
+        return e
+
+    def relay(self, **extra):
+        return Relay(self.binary, env=self.env(**extra), state_dir=self.state_dir, project=self.project)
+
+    def acquire(self, r, **overrides):
+        args = dict(ACQUIRE)
+        if self.kind == "local":
+            args["image"] = "local"
+        args.update(overrides)
+        res = r.call_tool("relay_acquire", args, timeout=120)
+        assert res["isError"] is False, text_of(res)
+        g = structured(res)
+        self.guest_roots.append(g["guestRoot"])
+        return g
+
+    # -- the fake's operation log ----------------------------------------------
+    def ops(self):
+        out = []
+        try:
+            with open(self.log) as f:
+                for line in f:
+                    if line.strip():
+                        out.append(json.loads(line))
+        except FileNotFoundError:
+            pass
+        return out
+
+    def cleanup(self):
+        if self.sshd is not None:
+            try:
+                os.killpg(self.sshd.pid, signal.SIGTERM)
+            except OSError:
+                pass
+            try:
+                self.sshd.wait(timeout=5)
+            except Exception:
+                pass
+        for root in self.guest_roots:
+            # fake and ssh guest roots are folders of this host
+            if root.startswith("/var/tmp/") and "mcp-relay-relay-" in root and self.kind != "local":
+                shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+        return False
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _start_sshd(v):
+    """A throwaway sshd for root on 127.0.0.1 (as tests/unit/transfer_ssh_fixture.h)."""
+    d = os.path.join(v.root, "sshd")
+    os.makedirs(d, mode=0o700)
+    host_key, user_key = os.path.join(d, "host_key"), os.path.join(d, "user_key")
+    for key, comment in ((host_key, "relay-test-host"), (user_key, "relay-test-user")):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", key], check=True)
+    shutil.copy(user_key + ".pub", os.path.join(d, "authorized_keys"))
+    port = _free_port()
+    config = os.path.join(d, "sshd_config")
+    with open(config, "w") as f:
+        f.write("Port %d\nListenAddress 127.0.0.1\nHostKey %s\nUsePAM no\nPermitRootLogin prohibit-password\n"
+                "PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                "AuthorizedKeysFile %s/authorized_keys\nStrictModes no\nPidFile %s/sshd.pid\n"
+                "MaxSessions 64\nMaxStartups 64\n" % (port, host_key, d, d))
+    with open(host_key + ".pub") as f:
+        pub = " ".join(f.read().split()[:2])
+    known = os.path.join(d, "known_hosts")
+    with open(known, "w") as f:
+        f.write("[127.0.0.1]:%d %s\n" % (port, pub))
+    os.makedirs("/run/sshd", exist_ok=True)
+    log = open(os.path.join(d, "sshd.log"), "wb")
+    v.sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", config], stdout=log, stderr=log,
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        raise AssertionError("sshd did not start on port %d" % port)
+    return {"host": "127.0.0.1", "port": port, "user": "root", "identityFile": user_key,
+            "knownHostsFile": known}
+
+
+def _write_profile(v, plugins):
+    """An environment profile (lifecycle.md §14) whose relayPlugins choose the plugins."""
+    env = os.path.join(v.root, "env")
+    repo = os.path.join(v.root, "repo")
+    os.makedirs(os.path.join(repo, "images"))
+    bindir = os.path.join(v.root, "bin")
+    os.makedirs(bindir)
+    for name in ("machctl", "tart"):
+        p = os.path.join(bindir, name)
+        with open(p, "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(p, 0o755)
+    profile = {"schemaVersion": 2, "id": "runs-" + v.kind, "vmServiceUrl": "http://127.0.0.1:6299",
+               "imageRepository": repo, "tartHome": os.path.join(env, "tart"),
+               "serviceStateDir": os.path.join(env, "service"), "imageStateDir": os.path.join(env, "images"),
+               "relayStateDir": os.path.join(env, "relay"), "machctlPath": os.path.join(bindir, "machctl"),
+               "tartPath": os.path.join(bindir, "tart"), "relayPlugins": plugins}
+    path = os.path.join(v.root, "profile.json")
+    with open(path, "w") as f:
+        json.dump(profile, f)
+    return path
+
+
+def make_variant(binary, kind):
+    """The variant, or (None, why it cannot run here)."""
+    if not os.path.exists(fake_so(binary)) and kind in ("fake", "ssh"):
+        return None, "machine-fake.so is not built (%s)" % fake_so(binary)
+    if kind == "local":
+        why = namespaces_missing()
+        if why:
+            return None, why
+        if not os.path.exists(plugin_so(binary, "machine-local")):
+            return None, "machine-local.so is not built"
+    if kind == "ssh":
+        if os.geteuid() != 0:
+            return None, "the sshd fixture needs root"
+        if not os.access("/usr/sbin/sshd", os.X_OK) or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
+            return None, "sshd, ssh or ssh-keygen is missing (openssh-server, openssh-client)"
+        if not os.path.exists(plugin_so(binary, "transfer-ssh")):
+            return None, "transfer-ssh.so is not built"
+    v = Variant(binary, kind)
+    if kind == "ssh":
+        try:
+            ssh = _start_sshd(v)
+        except Exception as e:  # noqa: BLE001
+            v.cleanup()
+            return None, "sshd could not start: %s" % e
+        v.write_control({"leaseExtra": {"ssh": ssh}})
+        v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(
+            v, {"machine": fake_so(binary), "transport": "transfer-ssh"})
+    return v, None
+
+
+def variants(binary, kinds=("fake", "local", "ssh")):
+    """Yields each variant that can run here (cleaned up afterwards); prints why others cannot.
+    Skips the test when none can."""
+    ran = 0
+    reasons = []
+    only = os.environ.get("RELAY_RUNS_VARIANTS")  # e.g. "fake,ssh" to run a subset
+    for kind in kinds:
+        if only and kind not in only.split(","):
+            print("  [%s] skipped: not in RELAY_RUNS_VARIANTS=%s" % (kind, only), flush=True)
+            reasons.append("%s: not selected" % kind)
+            continue
+        v, why = make_variant(binary, kind)
+        if v is None:
+            print("  [%s] skipped: %s" % (kind, why), flush=True)
+            reasons.append("%s: %s" % (kind, why))
+            continue
+        print("  [%s]" % kind, flush=True)
+        try:
+            yield v
+            ran += 1
+        finally:
+            v.cleanup()
+    if ran == 0:
+        skip("no backend variant can run here (%s)" % "; ".join(reasons))
+
+
+# -- talking to a guest through the relay -----------------------------------------------
+
+def diag(r, guest, code, timeout_ms=60000, **extra):
+    """Runs a diagnostic shell script; returns the structured result."""
+    args = {"guest": guest, "language": "shell", "inline": True, "code": code, "diagnostic": True,
+            "timeoutMs": timeout_ms}
+    args.update(extra)
+    res = r.call_tool("relay_script", args, timeout=timeout_ms / 1000 + 60)
+    return full(res)
+
+
+def sh(r, guest, code):
+    """Output of a diagnostic script that must exit 0."""
+    s = diag(r, guest, code)
+    assert s["outcome"].get("exitStatus", {}).get("code") == 0, s
+    return s["output"]
+
+
+def run(r, guest, code, language="shell", timeout=120, **extra):
+    """A recorded inline run; returns the whole tool result."""
+    args = {"guest": guest, "language": language, "inline": True, "code": code}
+    args.update(extra)
+    return r.call_tool("relay_script", args, timeout=timeout)
+
+
+def stage(r, guest, **args):
+    a = {"guest": guest}
+    a.update(args)
+    return r.call_tool("relay_stage", a, timeout=300)
+
+
+def events(evidence_path, kind=None):
+    out = []
+    folder = os.path.join(evidence_path, "host", "events")
+    if os.path.isdir(folder):
+        for name in sorted(os.listdir(folder)):
+            with open(os.path.join(folder, name)) as f:
+                e = json.load(f)
+            if kind is None or e["kind"] == kind:
+                out.append(e)
+    return out
+
+
+def sha256_hex(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_tree(base, files):
+    """files: {relative path: bytes or str}."""
+    for rel, data in files.items():
+        p = os.path.join(base, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
