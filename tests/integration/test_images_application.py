@@ -81,6 +81,8 @@ def test_file_and_directory_declarations(binary):
             # only the named file was read: the sibling never crossed
             assert not env.pulls("sibling.png")
             assert len(env.pulls("out/shots/a/b.png")) == 1
+            # the guest's transient image facts were removed
+            assert not [n for n in os.listdir(g["guestRoot"]) if n.startswith(".inventory-")]
 
             # the same bytes again are the same image, read from the host
             pulls = len(env.pulls("out/shot.png"))

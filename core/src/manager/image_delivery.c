@@ -1740,6 +1740,7 @@ static void resolve_application(dctx *c, const json_object *target)
 		           "the guest's scan of %s answered a malformed frame", rel);
 		goto cleanup;
 	}
+	c->io.receiver_ready = true; /* it answered: its transients can be removed */
 	gio_add_transient(&c->io, fs_basename(inv_path));
 	inventory = scratch_path(c, "image-fact-", ".json");
 	if (inventory == NULL ||
