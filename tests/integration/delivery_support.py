@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 import time
 
-from relay_client import Relay, skip
+from relay_client import Relay, Skip, skip
 
 TIMEOUT = 120
 
@@ -209,9 +209,6 @@ class DeliveryEnv:
     def cleanup(self):
         if self.xvfb:
             self.xvfb.stop()
-        for d in (self.project,):
-            subprocess.run(["umount", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) \
-                if os.path.ismount(d) else None
         shutil.rmtree(self.root, ignore_errors=True)
 
     # -- tools ----------------------------------------------------------------
@@ -262,6 +259,27 @@ class DeliveryEnv:
             if time.monotonic() > deadline:
                 raise AssertionError("downloads never showed %s: %s" % (what, g and g["downloads"]))
             time.sleep(0.05)
+
+
+def variants(binary, kinds=("fake", "local"), **kw):
+    """Yields a DeliveryEnv per backend that can run here (machine-fake, machine-local), each
+    cleaned up afterwards; prints why one cannot run; skips the test when none can."""
+    ran, why = 0, []
+    for kind in kinds:
+        try:
+            env = DeliveryEnv(binary, local=(kind == "local"), **kw)
+        except Skip as e:
+            print("  [%s] skipped: %s" % (kind, e), flush=True)
+            why.append("%s: %s" % (kind, e))
+            continue
+        print("  [%s]" % kind, flush=True)
+        try:
+            yield env
+            ran += 1
+        finally:
+            env.cleanup()
+    if ran == 0:
+        skip("no backend can run here (%s)" % "; ".join(why))
 
 
 # -- the package on disk -----------------------------------------------------------------

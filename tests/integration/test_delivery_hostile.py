@@ -22,8 +22,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from relay_client import run_tests  # noqa: E402
-from delivery_support import (DeliveryEnv, download_records, events, files_under, review,  # noqa: E402
-                              structured, text_of)
+from delivery_support import (download_records, events, files_under, review, structured,  # noqa: E402
+                              text_of, variants)
 
 # Rewrites the honest archive the real receiver wrote into a hostile one (Python standard
 # library only; runs in the guest).
@@ -154,7 +154,11 @@ def outside_package(project, evidence):
 
 
 def test_hostile_archives(binary):
-    env = DeliveryEnv(binary)
+    for env in variants(binary):
+        hostile_archives(binary, env)
+
+
+def hostile_archives(binary, env):
     canary = tempfile.mkdtemp(prefix="relay-hostile-canary-")
     try:
         with env.relay() as r:
@@ -201,7 +205,6 @@ def test_hostile_archives(binary):
         assert len(recorded) == 1 + len(MODES), [s["id"] for s in data["steps"]]
         assert outside_package(env.project, evidence) == [], outside_package(env.project, evidence)
     finally:
-        env.cleanup()
         shutil.rmtree(canary, ignore_errors=True)
 
 

@@ -10,46 +10,47 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from relay_client import run_tests  # noqa: E402
-from delivery_support import DeliveryEnv, download_records, review, structured, text_of  # noqa: E402
+from delivery_support import download_records, review, structured, text_of, variants  # noqa: E402
 
 
 def test_finish_delivers_earlier_recordings(binary):
-    env = DeliveryEnv(binary)
-    try:
-        with env.relay() as r:
-            r.initialize()
-            acq = env.acquire(r)
-            g, first = acq["guest"], acq["evidencePath"]
-            env.stage(r, g)
-            before = structured(env.run(r, g, "echo before the reset"))["executionId"]
-            st = r.call_tool("relay_stage", {"guest": g, "resetRecording": True}, timeout=300)
-            assert st["isError"] is False, text_of(st)
-            entry = env.status_guest(r, g)
-            second = entry["evidencePath"]
-            assert second != first and second.startswith(first + "-recording-"), (first, second)
-            assert [p["path"] for p in entry["previousEvidence"]] == [first], entry["previousEvidence"]
-            after = structured(env.run(r, g, "echo after the reset"))["executionId"]
-            env.wait_downloads(r, g, lambda d: d["queued"] == 0 and d["inFlight"] == 0)
-            fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
-            assert fin["isError"] is False, text_of(fin)
-            assert structured(fin)["evidencePath"] == second
-        for folder, eid in ((first, before), (second, after)):
-            assert os.path.exists(os.path.join(folder, "manifest.json")), folder
-            rc, data, err = review(binary, folder)
-            assert rc == 0, (folder, err)
-            ids = [d["executionId"] for d in data["details"].values()]
-            assert eid in ids, (folder, ids)
-        rec = download_records(first).get(before)
-        assert rec and rec["status"] in ("downloaded", "coalesced"), rec
-        if rec["status"] == "coalesced":
-            assert rec["coalescedBy"] == "reset", rec
-        rc, data, _ = review(binary, first)
-        assert data["packageId"] == "pkg-" + os.path.basename(first)
-        rc, data, _ = review(binary, second)
-        assert data["packageId"] == "pkg-" + os.path.basename(second)
-        assert data["taskId"] == os.path.basename(first), data["taskId"]
-    finally:
-        env.cleanup()
+    for env in variants(binary):
+        earlier_recordings(binary, env)
+
+
+def earlier_recordings(binary, env):
+    with env.relay() as r:
+        r.initialize()
+        acq = env.acquire(r)
+        g, first = acq["guest"], acq["evidencePath"]
+        env.stage(r, g)
+        before = structured(env.run(r, g, "echo before the reset"))["executionId"]
+        st = r.call_tool("relay_stage", {"guest": g, "resetRecording": True}, timeout=300)
+        assert st["isError"] is False, text_of(st)
+        entry = env.status_guest(r, g)
+        second = entry["evidencePath"]
+        assert second != first and second.startswith(first + "-recording-"), (first, second)
+        assert [p["path"] for p in entry["previousEvidence"]] == [first], entry["previousEvidence"]
+        after = structured(env.run(r, g, "echo after the reset"))["executionId"]
+        env.wait_downloads(r, g, lambda d: d["queued"] == 0 and d["inFlight"] == 0)
+        fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
+        assert fin["isError"] is False, text_of(fin)
+        assert structured(fin)["evidencePath"] == second
+    for folder, eid in ((first, before), (second, after)):
+        assert os.path.exists(os.path.join(folder, "manifest.json")), folder
+        rc, data, err = review(binary, folder)
+        assert rc == 0, (folder, err)
+        ids = [d["executionId"] for d in data["details"].values()]
+        assert eid in ids, (folder, ids)
+    rec = download_records(first).get(before)
+    assert rec and rec["status"] in ("downloaded", "coalesced"), rec
+    if rec["status"] == "coalesced":
+        assert rec["coalescedBy"] == "reset", rec
+    rc, data, _ = review(binary, first)
+    assert data["packageId"] == "pkg-" + os.path.basename(first)
+    rc, data, _ = review(binary, second)
+    assert data["packageId"] == "pkg-" + os.path.basename(second)
+    assert data["taskId"] == os.path.basename(first), data["taskId"]
 
 
 if __name__ == "__main__":

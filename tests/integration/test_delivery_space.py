@@ -15,7 +15,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from relay_client import run_tests, skip  # noqa: E402
-from delivery_support import DeliveryEnv, files_under, structured, text_of  # noqa: E402
+from delivery_support import files_under, structured, text_of, variants  # noqa: E402
 
 TMPFS_BYTES = 2 * 1024 * 1024
 BIG_MIB = 4
@@ -55,48 +55,53 @@ def check_shortfall(res, operation):
 
 def test_space_shortfall_keeps_the_guest(binary):
     point = mount_tmpfs()
-    env = None
     try:
-        env = DeliveryEnv(binary, project=point)
-        with env.relay() as r:
-            r.initialize()
-            acq = env.acquire(r, extractions=[{"name": "bulk", "path": "bulk.bin"}])
-            g, evidence, root = acq["guest"], acq["evidencePath"], acq["guestRoot"]
-            env.stage(r, g)
-            env.run(r, g, "head -c %d /dev/zero > bulk.bin" % (BIG_MIB << 20), reason="a large output")
-            env.wait_downloads(r, g, lambda d: d["downloaded"] == 1 and d["inFlight"] == 0)
-
-            # relay_extract: the declared output does not fit.
-            x = r.call_tool("relay_extract", {"guest": g, "names": ["bulk"]})
-            check_shortfall(x, "extract")
-            assert not os.path.exists(os.path.join(evidence, "extractions", "bulk")), files_under(evidence)
-
-            # relay_finish: the extraction's precheck stops it.
-            fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
-            check_shortfall(fin, "finish")
-            assert not os.path.exists(os.path.join(evidence, "manifest.json"))
-
-            # The recording itself does not fit: the state pull's precheck stops it, before
-            # anything of the recording is pulled.
-            env.diag(r, g, "mv %s/workspace/bulk.bin %s/state/bulk.bin" % (root, root))
-            fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
-            check_shortfall(fin, "finish")
-            assert [e["name"] for e in structured(fin)["incompleteExtractions"]] == ["bulk"], structured(fin)
-            assert not os.path.exists(os.path.join(evidence, "state", "bulk.bin"))
-            assert not any("/state/" in p for p in files_under(os.path.dirname(evidence))
-                           if ".finalization-attempts/" in p and "/previous/" not in p)
-            held = [x for x in structured(r.call_tool("relay_status"))["guests"] if x["guest"] == g]
-            assert held and held[0]["phase"] == "staged", held
-
-            # Room is made in the guest: the same guest finishes on the same small volume.
-            env.diag(r, g, "rm %s/state/bulk.bin" % root)
-            fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
-            assert fin["isError"] is False, text_of(fin)
-            assert structured(fin)["deliveryVerified"] is True
+        for kind in ("fake", "local"):
+            project = os.path.join(point, kind)
+            os.mkdir(project, 0o700)
+            for env in variants(binary, kinds=(kind,), project=project):
+                shortfall(env)
+            subprocess.run(["rm", "-rf", project])
     finally:
-        if env:
-            env.cleanup()
         unmount(point)
+
+
+def shortfall(env):
+    with env.relay() as r:
+        r.initialize()
+        acq = env.acquire(r, extractions=[{"name": "bulk", "path": "bulk.bin"}])
+        g, evidence, root = acq["guest"], acq["evidencePath"], acq["guestRoot"]
+        env.stage(r, g)
+        env.run(r, g, "head -c %d /dev/zero > bulk.bin" % (BIG_MIB << 20), reason="a large output")
+        env.wait_downloads(r, g, lambda d: d["downloaded"] == 1 and d["inFlight"] == 0)
+
+        # relay_extract: the declared output does not fit.
+        x = r.call_tool("relay_extract", {"guest": g, "names": ["bulk"]})
+        check_shortfall(x, "extract")
+        assert not os.path.exists(os.path.join(evidence, "extractions", "bulk")), files_under(evidence)
+
+        # relay_finish: the extraction's precheck stops it.
+        fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
+        check_shortfall(fin, "finish")
+        assert not os.path.exists(os.path.join(evidence, "manifest.json"))
+
+        # The recording itself does not fit: the state pull's precheck stops it, before
+        # anything of the recording is pulled.
+        env.diag(r, g, "mv %s/workspace/bulk.bin %s/state/bulk.bin" % (root, root))
+        fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
+        check_shortfall(fin, "finish")
+        assert [e["name"] for e in structured(fin)["incompleteExtractions"]] == ["bulk"], structured(fin)
+        assert not os.path.exists(os.path.join(evidence, "state", "bulk.bin"))
+        assert not any("/state/" in p for p in files_under(os.path.dirname(evidence))
+                       if ".finalization-attempts/" in p and "/previous/" not in p)
+        held = [x for x in structured(r.call_tool("relay_status"))["guests"] if x["guest"] == g]
+        assert held and held[0]["phase"] == "staged", held
+
+        # Room is made in the guest: the same guest finishes on the same small volume.
+        env.diag(r, g, "rm %s/state/bulk.bin" % root)
+        fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
+        assert fin["isError"] is False, text_of(fin)
+        assert structured(fin)["deliveryVerified"] is True
 
 
 if __name__ == "__main__":
