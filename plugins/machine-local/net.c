@@ -202,11 +202,23 @@ cleanup:
 static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lease_dir, pid_t *helper_pid_out,
                                 relay_error *err)
 {
-	char netns[64], pidfile[PATH_MAX], logfile[PATH_MAX];
-	snprintf(netns, sizeof netns, "/proc/%d/ns/net", (int)init_pid);
-	snprintf(pidfile, sizeof pidfile, "%s/pasta.pid", lease_dir);
-	snprintf(logfile, sizeof logfile, "%s/network.log", lease_dir);
+	/* pasta drops its privileges before it opens a namespace path, so it
+	 * gets the namespace as an inherited descriptor (fd 3), and keeps the
+	 * relay's uid (--runas 0) so it may join a namespace the host owns. */
+	char netpath[64], pidfile[PATH_MAX], logfile[PATH_MAX];
+	snprintf(netpath, sizeof netpath, "/proc/%d/ns/net", (int)init_pid);
+	lu_textf(pidfile, sizeof pidfile, "%s/pasta.pid", lease_dir);
+	lu_textf(logfile, sizeof logfile, "%s/network.log", lease_dir);
+	int ns_fd = open(netpath, O_RDONLY | O_CLOEXEC);
+	int hi_ns = ns_fd >= 0 ? fcntl(ns_fd, F_DUPFD_CLOEXEC, 100) : -1;
+	if (ns_fd >= 0)
+		close(ns_fd);
+	if (hi_ns < 0)
+		return lu_err(st, err, RELAY_E_IO, errno, "cannot open the guest's network namespace %s",
+		              netpath);
 	const char *argv[] = {st->helper_path,
+	                      "--runas",
+	                      "0",
 	                      "--config-net",
 	                      "--quiet",
 	                      "-4",
@@ -234,14 +246,18 @@ static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lea
 	                      "--log-file",
 	                      logfile,
 	                      "--netns",
-	                      netns,
+	                      "/proc/self/fd/3",
 	                      NULL};
 	int log_fd = open_log(lease_dir, "network.log");
-	if (log_fd < 0)
+	if (log_fd < 0) {
+		close(hi_ns);
 		return lu_err(st, err, RELAY_E_IO, errno, "cannot open the network log in %s", lease_dir);
+	}
+	int keep[1] = {hi_ns}, as[1] = {3};
 	int e = 0;
-	pid_t pid = spawn_helper(argv, log_fd, NULL, NULL, 0, &e);
+	pid_t pid = spawn_helper(argv, log_fd, keep, as, 1, &e);
 	close(log_fd);
+	close(hi_ns);
 	if (pid < 0)
 		return lu_err(st, err, RELAY_E_IO, e, "cannot start %s", st->helper_path);
 	/* pasta configures the namespace, then forks into the background. */
