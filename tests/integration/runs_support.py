@@ -7,6 +7,9 @@ Each test runs against every backend variant that can run here:
          host, its guest root a folder under /var/tmp; always available once built.
   local  machine-local (MCP_RELAY_BACKEND=local): a Linux namespace sandbox; needs root,
          namespaces and overlayfs.
+  x11    machine-fake with capture-x11 (an environment profile) and a real Xvfb on this host
+         whose display the fake's leases report ("leaseExtra"): snapshots on; needs Xvfb,
+         capture-x11.so and relay-x11shot.
   ssh    machine-fake leases carrying an "ssh" object (the fake's control "leaseExtra"), reached
          through transfer-ssh by a real sshd on 127.0.0.1 (an environment profile puts
          machine-fake in the machine slot and transfer-ssh in the transport slot); needs root,
@@ -97,6 +100,7 @@ class Variant:
         self.log = os.path.join(self.root, "ops.jsonl")
         self.guest_roots = []
         self.sshd = None
+        self.xvfb = None
         self.extra_env = {}
         self.write_control({})
 
@@ -153,6 +157,12 @@ class Variant:
                 self.sshd.wait(timeout=5)
             except Exception:
                 pass
+        if self.xvfb is not None:
+            self.xvfb.terminate()
+            try:
+                self.xvfb.wait(timeout=5)
+            except Exception:
+                self.xvfb.kill()
         for root in self.guest_roots:
             # fake and ssh guest roots are folders of this host
             if root.startswith("/var/tmp/") and "mcp-relay-relay-" in root and self.kind != "local":
@@ -235,9 +245,28 @@ def _write_profile(v, plugins):
     return path
 
 
+def _start_xvfb(v):
+    """Xvfb on a free display number; returns ":N"."""
+    for n in range(90, 140):
+        if os.path.exists("/tmp/.X11-unix/X%d" % n) or os.path.exists("/tmp/.X%d-lock" % n):
+            continue
+        log = open(os.path.join(v.root, "xvfb.log"), "wb")
+        v.xvfb = subprocess.Popen(["Xvfb", ":%d" % n, "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+                                  stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and v.xvfb.poll() is None:
+            if os.path.exists("/tmp/.X11-unix/X%d" % n):
+                return ":%d" % n
+            time.sleep(0.05)
+        v.xvfb.kill()
+        v.xvfb.wait()
+        v.xvfb = None
+    raise AssertionError("Xvfb did not start on any display from :90 to :139")
+
+
 def make_variant(binary, kind):
     """The variant, or (None, why it cannot run here)."""
-    if not os.path.exists(fake_so(binary)) and kind in ("fake", "ssh"):
+    if not os.path.exists(fake_so(binary)) and kind in ("fake", "ssh", "x11"):
         return None, "machine-fake.so is not built (%s)" % fake_so(binary)
     if kind == "local":
         why = namespaces_missing()
@@ -252,7 +281,26 @@ def make_variant(binary, kind):
             return None, "sshd, ssh or ssh-keygen is missing (openssh-server, openssh-client)"
         if not os.path.exists(plugin_so(binary, "transfer-ssh")):
             return None, "transfer-ssh.so is not built"
+    if kind == "x11":
+        if not shutil.which("Xvfb"):
+            return None, "Xvfb is missing (apt-get install xvfb)"
+        if not os.path.exists(plugin_so(binary, "capture-x11")):
+            return None, "capture-x11.so is not built"
+        platform = "linux-aarch64" if os.uname().machine in ("aarch64", "arm64") else "linux-x86_64"
+        shot = os.path.join(build_dir(binary), "libexec", "mcp-relay", "receivers", platform, "relay-x11shot")
+        if not os.path.exists(shot):
+            return None, "relay-x11shot is not built (%s)" % shot
     v = Variant(binary, kind)
+    if kind == "x11":
+        try:
+            display = _start_xvfb(v)
+        except Exception as e:  # noqa: BLE001
+            v.cleanup()
+            return None, str(e)
+        v.display = display
+        v.write_control({"leaseExtra": {"display": display}})
+        v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(
+            v, {"machine": fake_so(binary), "capture": "capture-x11"})
     if kind == "ssh":
         try:
             ssh = _start_sshd(v)
@@ -316,10 +364,10 @@ def run(r, guest, code, language="shell", timeout=120, **extra):
     return r.call_tool("relay_script", args, timeout=timeout)
 
 
-def stage(r, guest, **args):
+def stage(r, guest, progress_token=None, **args):
     a = {"guest": guest}
     a.update(args)
-    return r.call_tool("relay_stage", a, timeout=300)
+    return r.call_tool("relay_stage", a, timeout=300, progress_token=progress_token)
 
 
 def events(evidence_path, kind=None):
