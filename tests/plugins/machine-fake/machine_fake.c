@@ -19,6 +19,7 @@
  *    "capacity": {...} | null,
  *    "binding": {"machine", "endpoint", "store", "environmentFingerprint"},
  *    "reclaimExpired": false, "graceMs": 0,
+ *    "leaseExtra": {"ssh": {...}, "display": ":5"}  (copied into new leases' documents),
  *    "<op>": [ {"result": "...", "reason": "...", "times": 1,
  *               "delayMs": 0, "effect": bool, "effectBeforeDelay": bool}, ... ]}
  *
@@ -337,8 +338,20 @@ static json_object *lease_document(json_object *record)
 	json_object *console = NULL;
 	json_object_object_get_ex(record, "console", &console);
 	json_object_object_add(doc, "console", console ? json_object_get(console) : NULL);
-	json_object_object_add(doc, "display", NULL);
-	json_object_object_add(doc, "ssh", NULL);
+	/* "display" and "ssh" come from the control document's "leaseExtra"
+	 * recorded at acquire (the runs tests reach a fake guest through
+	 * transfer-ssh this way); null otherwise. */
+	json_object *lease_extra = NULL, *value = NULL;
+	json_object_object_get_ex(record, "leaseExtra", &lease_extra);
+	json_object_object_add(doc, "display",
+	                       lease_extra && json_object_object_get_ex(lease_extra, "display", &value)
+	                           ? json_object_get(value)
+	                           : NULL);
+	value = NULL;
+	json_object_object_add(doc, "ssh",
+	                       lease_extra && json_object_object_get_ex(lease_extra, "ssh", &value)
+	                           ? json_object_get(value)
+	                           : NULL);
 	json_object_object_add(doc, "record", json_object_get(record));
 	json_object *fake = json_object_new_object();
 	const char *home = get_str(record, "home");
@@ -498,6 +511,11 @@ static json_object *create_lease(fake_state *st, json_object *spec)
 	json_object_object_add(record, "env",
 	                       json_object_new_string(get_str(spec, "env") ? get_str(spec, "env") : "none"));
 	json_object_object_add(record, "home", home ? json_object_new_string(home) : NULL);
+	json_object *control = read_control(st), *lease_extra = NULL;
+	if (json_object_object_get_ex(control, "leaseExtra", &lease_extra) &&
+	    json_object_is_type(lease_extra, json_type_object))
+		json_object_object_add(record, "leaseExtra", json_object_get(lease_extra));
+	json_object_put(control);
 	if (get_bool(spec, "vnc", 0)) {
 		json_object *console = json_object_new_object();
 		char console_id[17];
