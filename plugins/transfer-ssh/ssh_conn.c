@@ -449,24 +449,28 @@ char **ssh_argv(const ssh_conn *conn, ssh_mode mode, const char *remote_command)
 	return argv;
 }
 
-char *ssh_script_command(const char *script, const char *const *args)
+char *ssh_script_command(const char *const *script, const char *const *args)
 {
-	ssh_buf b = SSH_BUF_INIT;
+	ssh_buf text = SSH_BUF_INIT, b = SSH_BUF_INIT;
+	for (size_t i = 0; script && script[i]; i++)
+		ssh_buf_puts(&text, script[i]);
 	ssh_buf_puts(&b, "exec /bin/sh -c ");
-	ssh_buf_quote(&b, script);
+	ssh_buf_quote(&b, ssh_buf_str(&text));
 	ssh_buf_puts(&b, " relay-ssh");
 	for (size_t i = 0; args && args[i]; i++) {
 		ssh_buf_puts(&b, " ");
 		ssh_buf_quote(&b, args[i]);
 	}
-	if (b.failed) {
+	bool failed = text.failed || b.failed;
+	ssh_buf_free(&text);
+	if (failed) {
 		ssh_buf_free(&b);
 		return NULL;
 	}
 	return b.data ? b.data : strdup("");
 }
 
-relay_status ssh_run_script(const ssh_conn *conn, const char *script, const char *const *args,
+relay_status ssh_run_script(const ssh_conn *conn, const char *const *script, const char *const *args,
                             uint64_t timeout_ms, size_t max_output_bytes, relay_call *call,
                             relay_process_result *res, relay_error *err)
 {

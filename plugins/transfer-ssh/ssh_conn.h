@@ -65,13 +65,14 @@ void ssh_conn_free(ssh_conn *conn);
 char **ssh_argv(const ssh_conn *conn, ssh_mode mode, const char *remote_command);
 void ssh_argv_free(char **argv);
 
-/* `exec /bin/sh -c '<script>' relay-ssh '<arg>'...` (malloc'd). */
-char *ssh_script_command(const char *script, const char *const *args);
+/* `exec /bin/sh -c '<parts joined>' relay-ssh '<arg>'...` (malloc'd);
+ * `script` is a NULL-terminated list of parts (ssh_scripts.h). */
+char *ssh_script_command(const char *const *script, const char *const *args);
 
 /* Runs a guest script to completion through host->process_run (no stdin).
  * Fills `res` (buffers owned by the caller: host->free). Returns what
  * process_run returns. */
-relay_status ssh_run_script(const ssh_conn *conn, const char *script, const char *const *args,
+relay_status ssh_run_script(const ssh_conn *conn, const char *const *script, const char *const *args,
                             uint64_t timeout_ms, size_t max_output_bytes, relay_call *call,
                             relay_process_result *res, relay_error *err);
 

@@ -220,6 +220,8 @@ static la_ssize_t push_write_cb(struct archive *a, void *ctx, const void *buffer
 	pc->io.in_data = buffer;
 	pc->io.in_len = length;
 	while (pc->io.in_len > 0) {
+		if (ssh_child_try_send(&pc->child, &pc->io))
+			continue;
 		if (pc->host->call_cancelled(pc->call)) {
 			pc->cancelled = true;
 			archive_set_error(a, ECANCELED, "cancelled");
@@ -287,6 +289,11 @@ static relay_status push_file(push_ctx *pc, struct archive *a, const push_item *
 			    "the host file %.120s shrank while it was pushed; push it again", it->full);
 			goto cleanup;
 		}
+		if (host->call_cancelled(pc->call)) {
+			pc->cancelled = true;
+			status = host->error_set(err, RELAY_E_CANCELLED, 0, "push cancelled");
+			goto cleanup;
+		}
 		ssh_sha256_update(&h, chunk, (size_t)r);
 		if (archive_write_data(a, chunk, (size_t)r) != r)
 			goto archive_failed;
@@ -314,6 +321,27 @@ cleanup:
 	free(chunk);
 	if (fd >= 0)
 		close(fd);
+	return status;
+}
+
+/* Writes a small regular member holding `data`. */
+static relay_status push_small_member(const relay_host *host, struct archive *a, const char *name,
+                                      const char *data, size_t len, relay_error *err)
+{
+	struct archive_entry *e = archive_entry_new();
+	if (e == NULL)
+		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	relay_status status = RELAY_OK;
+	archive_entry_set_pathname(e, name);
+	archive_entry_set_filetype(e, AE_IFREG);
+	archive_entry_set_perm(e, 0600);
+	archive_entry_set_size(e, (la_int64_t)len);
+	archive_entry_set_mtime(e, 0, 0);
+	if (archive_write_header(a, e) != ARCHIVE_OK ||
+	    (len > 0 && archive_write_data(a, data, len) != (la_ssize_t)len))
+		status = host->error_set(err, RELAY_E_IO, 0, "writing the tar stream failed: %.160s",
+		                         archive_error_string(a));
+	archive_entry_free(e);
 	return status;
 }
 
@@ -442,6 +470,25 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 		                         a ? archive_error_string(a) : "out of memory");
 		goto cleanup;
 	}
+	{
+		/* First members: the files in stream order, then a marker that the
+		 * list is complete, so the guest can hash each file while tar
+		 * unpacks the next ones. */
+		ssh_buf order = SSH_BUF_INIT;
+		for (size_t i = 0; i < list.count; i++)
+			if (!list.items[i].is_dir)
+				ssh_buf_printf(&order, "./%s\n", list.items[i].rel);
+		char name[64];
+		snprintf(name, sizeof name, ".relay-order-%s", token);
+		if (order.failed)
+			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		else
+			status = push_small_member(host, a, name, order.data, order.len, err);
+		snprintf(name, sizeof name, ".relay-order-%s.done", token);
+		if (status == RELAY_OK)
+			status = push_small_member(host, a, name, "", 0, err);
+		ssh_buf_free(&order);
+	}
 	for (size_t i = 0; i < list.count && status == RELAY_OK; i++) {
 		const push_item *it = &list.items[i];
 		if (it->is_dir) {
@@ -467,24 +514,7 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 		/* Last member: what the guest must find before it replaces anything. */
 		char name[64];
 		snprintf(name, sizeof name, ".relay-expected-%s", token);
-		struct archive_entry *e = archive_entry_new();
-		if (e == NULL) {
-			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		} else {
-			archive_entry_set_pathname(e, name);
-			archive_entry_set_filetype(e, AE_IFREG);
-			archive_entry_set_perm(e, 0600);
-			archive_entry_set_size(e, (la_int64_t)pc.expected.len);
-			archive_entry_set_mtime(e, 0, 0);
-			if (archive_write_header(a, e) != ARCHIVE_OK ||
-			    (pc.expected.len > 0 &&
-			     archive_write_data(a, pc.expected.data, pc.expected.len) !=
-			         (la_ssize_t)pc.expected.len))
-				status = host->error_set(err, RELAY_E_IO, 0,
-				                         "writing the tar stream failed: %.160s",
-				                         archive_error_string(a));
-			archive_entry_free(e);
-		}
+		status = push_small_member(host, a, name, pc.expected.data, pc.expected.len, err);
 	}
 	if (status == RELAY_OK && archive_write_close(a) != ARCHIVE_OK)
 		status = host->error_set(err, RELAY_E_IO, 0, "finishing the tar stream failed: %.160s",

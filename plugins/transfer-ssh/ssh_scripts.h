@@ -1,7 +1,10 @@
 /*
  * ssh_scripts.h — the POSIX sh programs transfer-ssh runs in the guest.
  *
- * Each is sent as `exec /bin/sh -c '<script>' relay-ssh <args...>` (every
+ * The scripts are real files, plugins/transfer-ssh/guest/<name>.sh, embedded at
+ * build time (core/embed.cmake). Each program below is a NULL-terminated
+ * list of those parts (shared functions first); ssh_script_command() joins
+ * them and sends `exec /bin/sh -c '<parts>' relay-ssh <args...>` (every
  * argument in POSIX single quotes), so the guest user's login shell only
  * has to understand `exec` and single quotes; everything else runs under
  * /bin/sh. docs/transfer-ssh.md explains each script; the exit codes below
@@ -29,12 +32,12 @@
  * with standard input from /dev/null, sweeps the rest of its process group
  * and prints "\036relay <token> end <exit status> <sweep status>".
  * A missing working folder prints "\036relay <token> nocwd" (exit 125). */
-extern const char ssh_script_exec[];
+extern const char *const ssh_script_exec[];
 
 /* Kills process group <pgid> and confirms it is gone. Args: <pgid>.
  * Exit 0 when no live member remains, 1 when some survive 5 s, 2 when the
  * guest can list no processes (neither /proc nor ps). */
-extern const char ssh_script_kill[];
+extern const char *const ssh_script_kill[];
 
 /* Push. Args: <token> <guest path> file|tree. Reads a tar stream on
  * standard input and unpacks it into <parent>/.relay-push-<token>. The
@@ -45,18 +48,18 @@ extern const char ssh_script_kill[];
  * into place (a new folder is renamed, an existing one merged with files
  * replaced, a file moved over) and prints "\036relay-committed".
  * A difference exits 6 and removes the copy: nothing was replaced. */
-extern const char ssh_script_push[];
+extern const char *const ssh_script_push[];
 
 /* Push abort. Args: <token> <guest path>. Removes the temporary folder. */
-extern const char ssh_script_push_abort[];
+extern const char *const ssh_script_push_abort[];
 
 /* Pull phase 1. Args: <guest path> file|tree. Refuses a path that is a
  * link, a tree holding links, devices, FIFOs, sockets or names with a
  * newline or backslash, then prints the facts block of the files. */
-extern const char ssh_script_pull_check[];
+extern const char *const ssh_script_pull_check[];
 
 /* Pull phase 2. Args: <guest path> file|tree. Writes a tar stream of the
  * file (member "./<name>") or tree (members "./...") to standard output. */
-extern const char ssh_script_pull_stream[];
+extern const char *const ssh_script_pull_stream[];
 
 #endif

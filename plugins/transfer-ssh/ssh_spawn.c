@@ -153,6 +153,9 @@ relay_status ssh_child_start(const relay_host *host, const char *const *argv, ss
 			goto cleanup;
 		}
 	}
+	/* A deep send buffer lets a stream run ahead of ssh's reads. */
+	int sndbuf = 1 << 20;
+	setsockopt(in_sock[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
 	c->in_fd = in_sock[0];
 	c->out_fd = out_pipe[0];
 	c->err_fd = err_pipe[0];
@@ -270,6 +273,23 @@ relay_status ssh_child_step(const relay_host *host, ssh_child *c, ssh_io *io, in
 		read_stream(&c->err_fd, io, false);
 	reap(c, false);
 	return RELAY_OK;
+}
+
+bool ssh_child_try_send(ssh_child *c, ssh_io *io)
+{
+	if (c->in_fd < 0 || io->in_len == 0)
+		return false;
+	ssize_t w = send(c->in_fd, io->in_data, io->in_len, SSH_SEND_FLAGS | MSG_DONTWAIT);
+	if (w > 0) {
+		io->in_data += w;
+		io->in_len -= (size_t)w;
+		return true;
+	}
+	if (w < 0 && errno != EAGAIN && errno != EINTR && errno != EWOULDBLOCK) {
+		io->in_broken = true;
+		close_fd(&c->in_fd);
+	}
+	return false;
 }
 
 void ssh_child_close_stdin(ssh_child *c)

@@ -61,6 +61,11 @@ relay_status ssh_child_start(const relay_host *host, const char *const *argv, ss
  * when it has ended. Returns RELAY_OK or RELAY_E_IO (poll failed). */
 relay_status ssh_child_step(const relay_host *host, ssh_child *c, ssh_io *io, int wait_ms, relay_error *err);
 
+/* Sends what the child's stdin takes right now without waiting (the fast
+ * path of a stream). Returns true when it sent something. Sets
+ * io->in_broken when the child closed its stdin. */
+bool ssh_child_try_send(ssh_child *c, ssh_io *io);
+
 /* Closes our end of the child's stdin (the child sees EOF). */
 void ssh_child_close_stdin(ssh_child *c);
 

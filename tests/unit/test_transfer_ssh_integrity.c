@@ -2,9 +2,10 @@
  * transfer-ssh's hash checks and host-side refusals, against a real sshd
  * whose sessions find a tampering `tar` first on PATH (sshd_config SetEnv).
  * The stand-in runs the real tar and, when a marker file in the guest root
- * asks for it, changes what tar moved: one byte appended to a file after
- * unpacking (a push whose guest copy no longer matches), one appended
- * before packing (a pull whose bytes no longer match the guest's facts),
+ * asks for it, changes what tar moves: one bit flipped in a file's data on
+ * its way into tar (a push whose guest copy no longer matches what was
+ * sent), one byte appended before packing (a pull whose bytes no longer
+ * match the guest's facts),
  * the list of hashes the host appends to a push stream changed (so only the
  * guest's own comparison can catch it), or a symbolic link slipped into a
  * tree after the guest-side check (which the host must refuse while
@@ -33,7 +34,7 @@ static integrity_suite suite;
 /* The tampering tar; %s is the guest root holding the marker files. */
 static const char fake_tar[] =
     "#!/bin/sh\n"
-    "# test stand-in: the real tar, then tampering asked for by a marker file\n"
+    "# test stand-in: the real tar, with damage asked for by a marker file\n"
     "real=/usr/bin/tar\n"
     "[ -x \"$real\" ] || real=/bin/tar\n"
     "markers='%s'\n"
@@ -44,9 +45,26 @@ static const char fake_tar[] =
     "  prev=$a last=$a\n"
     "done\n"
     "first() { find \"$1\" -type f ! -name '.*' | LC_ALL=C sort | head -n 1; }\n"
+    "# Flips one bit in the data of the first member named f00 or f: damage in transit.\n"
+    "flip() {\n"
+    "  perl -e 'binmode STDIN; binmode STDOUT; my $done = 0;\n"
+    "    while (read(STDIN, my $h, 512) == 512) {\n"
+    "      print $h;\n"
+    "      my $name = unpack(\"Z100\", $h);\n"
+    "      my $size = oct((unpack(\"x124 A12\", $h) =~ s/[^0-7]//gr) || 0);\n"
+    "      my $pad = ($size + 511) & ~511;\n"
+    "      next if $pad == 0;\n"
+    "      read(STDIN, my $d, $pad);\n"
+    "      if (!$done && $name =~ m{(^|/)(f00|f)$}) { substr($d, 0, 1) = chr(ord(substr($d, 0, 1)) ^ 1); "
+    "$done = 1 }\n"
+    "      print $d;\n"
+    "    }\n"
+    "    print while read(STDIN, $_, 65536);'\n"
+    "}\n"
     "if [ \"$mode\" = x ]; then\n"
-    "  \"$real\" \"$@\" || exit $?\n"
-    "  if [ -e \"$markers/.tamper-push\" ]; then f=$(first \"$dir\"); printf X >> \"$f\"; fi\n"
+    "  if [ -e \"$markers/.tamper-push\" ]; then flip | \"$real\" \"$@\"; st=$?; else \"$real\" \"$@\"; "
+    "st=$?; fi\n"
+    "  [ \"$st\" = 0 ] || exit \"$st\"\n"
     "  if [ -e \"$markers/.tamper-list\" ]; then for f in \"$dir\"/.relay-expected-*; do printf X >> \"$f\"; "
     "done; fi\n"
     "  exit 0\n"
@@ -62,6 +80,8 @@ static int group_setup(void **state)
 {
 	(void)state;
 	suite.skip_reason = ssh_fixture_missing();
+	if (suite.skip_reason == NULL && system("command -v perl >/dev/null 2>&1") != 0)
+		suite.skip_reason = "perl is missing; the tampering tar stand-in needs it to damage a stream";
 	if (suite.skip_reason)
 		return 0;
 	strcpy(suite.local, "/tmp/relay-ssh-local-XXXXXX");
@@ -74,7 +94,7 @@ static int group_setup(void **state)
 	if (ssh_fixture_start(&suite.fx, extra) != 0 ||
 	    ssh_plugin_load(&suite.plugin, "transfer-ssh", RELAY_KIND_TRANSPORT) != 0)
 		return -1;
-	char script[2048], path[256];
+	char script[4096], path[256];
 	snprintf(script, sizeof script, fake_tar, suite.fx.guest_root);
 	snprintf(path, sizeof path, "%s/tar", suite.fakebin);
 	fixture_write(path, script);
