@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ssh_buf.h"
 #include "ssh_scripts.h"
@@ -16,13 +15,6 @@
 #define EXEC_KILL_TIMEOUT_MS     30000
 #define EXEC_DRAIN_AFTER_KILL_MS 10000
 #define EXEC_DRAIN_AFTER_END_MS  2000
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Everything read from one exec's ssh. */
 typedef struct exec_state {
@@ -344,7 +336,7 @@ relay_status ssh_exec(const ssh_conn *conn, const relay_exec_request *req, relay
 		goto cleanup;
 
 	ssh_io io = {.on_out = on_out, .on_err = on_err, .ctx = &st};
-	int64_t started_ms = mono_ms();
+	int64_t started_ms = ssh_now_ms();
 	int64_t deadline_ms =
 	    started_ms + (int64_t)(req->timeout_ms > INT64_MAX / 4 ? INT64_MAX / 4 : req->timeout_ms);
 	int64_t ended_ms = 0, killed_ms = 0;
@@ -365,7 +357,7 @@ relay_status ssh_exec(const ssh_conn *conn, const relay_exec_request *req, relay
 		}
 		if (ssh_child_done(&child))
 			break;
-		int64_t now = mono_ms();
+		int64_t now = ssh_now_ms();
 		if (st.ended && ended_ms == 0)
 			ended_ms = now;
 		if (ended_ms && now - ended_ms > EXEC_DRAIN_AFTER_END_MS)
