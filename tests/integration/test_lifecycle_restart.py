@@ -10,9 +10,7 @@ this relay cannot read is left untouched; the state of a relay from before sever
 is migrated into one guest named from its task; a session still locked by another process
 waits for it.
 
-Not here yet (relay_stage, relay_script and relay_finish land later): SIGKILL after stage,
-during a script and during finish. The restart keeps what they need (staged, platform,
-recordingSessionId, runSeq, usedStepIds, delivered) and calls recording_reattach().
+SIGKILL after stage, during a script and during finish: test_lifecycle_restart_runs.py.
 """
 import hashlib
 import json

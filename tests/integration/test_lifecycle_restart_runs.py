@@ -119,8 +119,11 @@ def test_sigkill_during_a_script_then_restart(binary):
             again = run(r, "demo-1", COUNT)
             assert again["isError"] is False, again["content"][0]["text"]
             assert count_lines(got) == 2  # a new execution, exactly once
-            res = r.call_tool("relay_release", {"guest": "demo-1"}, timeout=300)
+            # Finish delivers everything, the run made while no relay was there included.
+            res = r.call_tool("relay_finish", {"guest": "demo-1"}, timeout=300)
             assert res["isError"] is False, res["content"][0]["text"]
+        receipts = os.path.join(got["evidencePath"], "state", "receiver", "receipts")
+        assert len(os.listdir(receipts)) == 2, os.listdir(receipts)
     finally:
         cleanup_guest_root(got)
         fake.cleanup()
