@@ -223,6 +223,42 @@ static void test_connection_lost_while_running_is_indeterminate(void **state)
 	ssh_fixture_stop(&fx);
 }
 
+static void test_long_state_folder(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT_SSHD();
+	/* A state folder far too deep for a 108-byte socket path: the plugin
+	 * must put its control sockets somewhere short and still work. */
+	char deep[256];
+	snprintf(deep, sizeof deep, "%s/%s/%s", plugin.state_dir,
+	         "a-rather-long-folder-name-for-the-state-of-this-plugin-instance",
+	         "and-another-level-to-pass-the-unix-socket-limit-for-sure");
+	assert_true(strlen(deep) > 108);
+	char config[512];
+	snprintf(config, sizeof config, "{\"stateDir\":\"%s\",\"options\":{}}", deep);
+	char *path = loader_find_plugin("transfer-ssh", NULL);
+	assert_non_null(path);
+	plugin_registry second = {0};
+	loaded_plugin *lp = NULL;
+	relay_error err = {0};
+	assert_status(loader_load(&second, path, RELAY_KIND_TRANSPORT, config, &lp, &err), RELAY_OK);
+	free(path);
+	ssh_fixture fx;
+	assert_int_equal(ssh_fixture_start(&fx, NULL), 0);
+	relay_transport_conn *conn = NULL;
+	assert_status(lp->transport.open(lp->state, fx.lease, NULL, 0, &conn, &err), RELAY_OK);
+	const char *const argv[] = {"echo", "deep", NULL};
+	relay_exec_request req = {.struct_size = sizeof req, .argv = argv, .timeout_ms = 20000};
+	relay_exec_result res = {.struct_size = sizeof res};
+	assert_status(lp->transport.exec(lp->state, conn, &req, NULL, 0, &res, &err), RELAY_OK);
+	assert_string_equal(res.out, "deep\n");
+	free(res.out);
+	free(res.err);
+	lp->transport.close(lp->state, conn, 0);
+	loader_shutdown(&second);
+	ssh_fixture_stop(&fx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -232,6 +268,7 @@ int main(void)
 	    cmocka_unit_test(test_unaccepted_user_key_is_refused),
 	    cmocka_unit_test(test_exec_without_connection_is_transient),
 	    cmocka_unit_test(test_connection_lost_while_running_is_indeterminate),
+	    cmocka_unit_test(test_long_state_folder),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
