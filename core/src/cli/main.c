@@ -8,12 +8,14 @@
  *   mcp-relay doctor             readiness checks, acquiring nothing
  *   mcp-relay review DIR [--html]
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/lazy_libs.h"
 #include "contract/contract.h"
 #include "manager/manager.h"
 #include "mcp/render.h"
@@ -26,21 +28,23 @@
 #include "util/log.h"
 
 static const char usage_text[] =
-	"usage: mcp-relay                     serve MCP on standard input and output\n"
-	"       mcp-relay doctor              check plugins, settings and the backend; acquires nothing\n"
-	"       mcp-relay review DIR [--html] verify an evidence package and print its steps and verdicts\n"
-	"       mcp-relay --instructions      print the server instructions\n"
-	"       mcp-relay --schema            print the fourteen tool definitions (JSON)\n"
-	"       mcp-relay --version           print the version\n"
-	"       mcp-relay --help              print this help\n"
-	"\n"
-	"Settings are environment variables (MCP_RELAY_PROJECT, MCP_RELAY_SESSION, MCP_RELAY_BACKEND,\n"
-	"MCP_RELAY_URL, MCP_RELAY_STATE_DIR, MCP_RELAY_MAX_GUESTS, MCP_RELAY_ON_EXIT, ...); see docs/.\n";
+    "usage: mcp-relay                     serve MCP on standard input and output\n"
+    "       mcp-relay doctor              check plugins, settings and the backend; acquires nothing\n"
+    "       mcp-relay review DIR [--html] verify an evidence package and print its steps and verdicts\n"
+    "       mcp-relay --instructions      print the server instructions\n"
+    "       mcp-relay --schema            print the fourteen tool definitions (JSON)\n"
+    "       mcp-relay --version           print the version\n"
+    "       mcp-relay --help              print this help\n"
+    "\n"
+    "Settings are environment variables (MCP_RELAY_PROJECT, MCP_RELAY_SESSION, MCP_RELAY_BACKEND,\n"
+    "MCP_RELAY_URL, MCP_RELAY_STATE_DIR, MCP_RELAY_MAX_GUESTS, MCP_RELAY_ON_EXIT, ...); see docs/.\n";
 
 static int write_all_stdout(const char *text, size_t len)
 {
 	while (len > 0) {
 		ssize_t n = write(STDOUT_FILENO, text, len);
+		if (n < 0 && errno == EINTR)
+			continue;
 		if (n <= 0)
 			return 1;
 		text += n;
@@ -66,6 +70,9 @@ static int serve(void)
 	manager *mgr = manager_create(&settings, &backends, errbuf, sizeof errbuf);
 	if (mgr == NULL) {
 		log_error("%s", errbuf);
+		backends_free(&backends);
+		settings_free(&settings);
+		render_set_fallback_spill_dir(NULL);
 		return 2;
 	}
 	mcp_server_config config = {.in_fd = STDIN_FILENO, .out_fd = STDOUT_FILENO, .mgr = mgr};
@@ -108,7 +115,12 @@ int main(int argc, char **argv)
 	if (argc >= 2 && strcmp(argv[1], "review") == 0)
 		return review_main(argc - 1, argv + 1);
 	if (argc == 1) {
-		http_global_init();
+		/* No http_global_init() here: libcurl is initialised when it is
+		 * first needed (cli/lazy_libs.h, or on the first request of an
+		 * ordinary build), so a session that never talks HTTP never pays
+		 * for it, and initialize is not delayed. */
+		if (!lazy_libs_enabled())
+			http_global_init();
 		return serve();
 	}
 	fputs(usage_text, stderr);

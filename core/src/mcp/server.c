@@ -43,7 +43,7 @@
 #define META_VERSION_KEY         "io.modelcontextprotocol/protocolVersion"
 #define READ_CHUNK_BYTES         65536
 #define KEEP_INPUT_BUFFER_BYTES  (1u << 20)
-#define FLUSH_THRESHOLD_BYTES    (256u << 10)
+#define FLUSH_THRESHOLD_BYTES    (16u << 10)
 #define PROGRESS_MIN_INTERVAL_MS 1000
 #define PARENT_CHECK_INTERVAL_MS 1000
 
