@@ -459,6 +459,46 @@ static void test_spill_folder_rules(void **state)
 	tool_result_free(r);
 }
 
+static char *render_text(const tool_result *r, bool modern)
+{
+	strbuf sb = STRBUF_INIT;
+	render_tool_result(&sb, r, modern);
+	assert_true(strbuf_ok(&sb));
+	return strbuf_detach(&sb, NULL);
+}
+
+static void test_cache_is_transparent(void **state)
+{
+	(void)state;
+	json_object *s = json_object_new_object();
+	jsonx_add_str(s, "k", "v");
+	tool_result *r = tool_result_ok(s, "same");
+	char *first = render_text(r, false);
+	char *second = render_text(r, false); /* from the cache */
+	assert_string_equal(first, second);
+	char *modern = render_text(r, true);
+	assert_true(strncmp(modern, first, strlen(first) - 1) == 0);
+	assert_non_null(strstr(modern, "\"resultType\":\"complete\""));
+	/* Anything that changes the rendering misses the cache. */
+	tool_result_set_headline(r, "other");
+	char *third = render_text(r, false);
+	assert_non_null(strstr(third, "\"text\":\"other\\n"));
+	jsonx_add_int(r->structured, "n", 1);
+	char *fourth = render_text(r, false);
+	assert_non_null(strstr(fourth, "\"n\":1"));
+	r->text_omits_key = "n";
+	char *fifth = render_text(r, false);
+	assert_null(strstr(fifth, "\\\"n\\\": 1"));
+	assert_non_null(strstr(fifth, "\"structuredContent\":{\"k\":\"v\",\"n\":1}"));
+	free(first);
+	free(second);
+	free(modern);
+	free(third);
+	free(fourth);
+	free(fifth);
+	tool_result_free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -471,6 +511,7 @@ int main(void)
 	    cmocka_unit_test(test_reduction_levels),
 	    cmocka_unit_test(test_small_results_do_not_spill),
 	    cmocka_unit_test(test_spill_folder_rules),
+	    cmocka_unit_test(test_cache_is_transparent),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,11 +354,14 @@ static json_object *checked_structured(const tool_result *result)
 	return s;
 }
 
-void render_tool_result(strbuf *sb, const tool_result *result, bool modern)
+/* Appends the result object up to and including isError (no modern fields,
+ * no closing brace). *spilled tells whether a spill file was written. */
+static void render_body(strbuf *sb, const tool_result *result, bool *spilled)
 {
 	char *spill_path = NULL;
 	bool spill_tried = false;
 	bool failed = false;
+	*spilled = false;
 	json_object *structured = checked_structured(result);
 	if (structured == NULL) {
 		sb->failed = true;
@@ -374,6 +378,7 @@ void render_tool_result(strbuf *sb, const tool_result *result, bool modern)
 	if (text_cut) {
 		spill_path = write_spill(structured);
 		spill_tried = true;
+		*spilled = true;
 	}
 	strbuf_puts(sb, "{\"content\":[{\"type\":\"text\",\"text\":\"");
 	put_headline(sb, result->headline);
@@ -406,6 +411,7 @@ void render_tool_result(strbuf *sb, const tool_result *result, bool modern)
 		sb->data[before] = '\0';
 		if (!spill_tried)
 			spill_path = write_spill(structured);
+		*spilled = true;
 		const char *shown = spill_path ? spill_path : "(the spill file could not be written)";
 		static const reduction levels[] = {REDUCE_COPY, REDUCE_MINIMAL, REDUCE_LAST_RESORT};
 		for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
@@ -419,11 +425,68 @@ void render_tool_result(strbuf *sb, const tool_result *result, bool modern)
 		}
 	}
 	strbuf_puts(sb, result->is_error ? ",\"isError\":true" : ",\"isError\":false");
-	if (modern)
-		render_modern_fields(sb);
-	strbuf_putc(sb, '}');
 	if (failed)
 		sb->failed = true;
 	json_object_put(structured);
 	free(spill_path);
+}
+
+/* A one-entry cache of the last result rendered, keyed by everything the
+ * rendering depends on. relay_status is answered at high rates with the
+ * same content while nothing changes; its rendering (pretty text, escaping,
+ * compact copy) is then a copy. Results with an image, and results that
+ * were cut (each writes its own spill file), are never cached. Guarded by
+ * cache_lock: results complete on several threads. */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static strbuf cache_key = STRBUF_INIT;
+static strbuf cache_value = STRBUF_INIT;
+
+void render_tool_result(strbuf *sb, const tool_result *result, bool modern)
+{
+	strbuf key = STRBUF_INIT;
+	bool cacheable =
+	    result->image_base64 == NULL && json_object_is_type(result->structured, json_type_object);
+	if (cacheable) {
+		strbuf_putc(&key, result->is_error ? 'E' : 'O');
+		if (result->text_omits_key)
+			strbuf_puts(&key, result->text_omits_key);
+		strbuf_putc(&key, '\0');
+		if (result->headline)
+			strbuf_puts(&key, result->headline);
+		strbuf_putc(&key, '\0');
+		size_t before = key.len;
+		jsonx_write(&key, result->structured, 0);
+		cacheable = strbuf_ok(&key) && key.len - before <= RENDER_TEXT_MAX_BYTES;
+	}
+	bool hit = false;
+	if (cacheable) {
+		pthread_mutex_lock(&cache_lock);
+		if (cache_key.len == key.len && cache_key.len > 0 &&
+		    memcmp(cache_key.data, key.data, key.len) == 0) {
+			strbuf_append(sb, cache_value.data, cache_value.len);
+			hit = true;
+		}
+		pthread_mutex_unlock(&cache_lock);
+	}
+	if (!hit) {
+		size_t start = sb->len;
+		bool spilled = false;
+		render_body(sb, result, &spilled);
+		if (cacheable && !spilled && strbuf_ok(sb)) {
+			pthread_mutex_lock(&cache_lock);
+			strbuf_reset(&cache_key);
+			strbuf_reset(&cache_value);
+			strbuf_append(&cache_key, key.data, key.len);
+			strbuf_append(&cache_value, sb->data + start, sb->len - start);
+			if (!strbuf_ok(&cache_key) || !strbuf_ok(&cache_value)) {
+				strbuf_free(&cache_key);
+				strbuf_free(&cache_value);
+			}
+			pthread_mutex_unlock(&cache_lock);
+		}
+	}
+	strbuf_free(&key);
+	if (modern)
+		render_modern_fields(sb);
+	strbuf_putc(sb, '}');
 }
