@@ -124,10 +124,16 @@ def full_flow(binary, env, colours):
         assert not os.path.exists(os.path.join(evidence, "extractions", "never"))
 
         # relay_finish.
-        fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
+        fin = r.call_tool("relay_finish", {"guest": g}, timeout=300, progress_token="finish-progress")
         assert fin["isError"] is False, text_of(fin)
         s = structured(fin)
         assert s["delivered"] is True and s["deliveryVerified"] is True, s
+        progress = [n["params"] for n in r.notifications if n.get("method") == "notifications/progress"
+                    and n["params"].get("progressToken") == "finish-progress"]
+        assert [p["progress"] for p in progress] == [1, 2, 3, 4, 5, 6], progress
+        assert all(p.get("total") == 6 for p in progress), progress
+        assert [p.get("message") for p in progress] == ["downloads", "outputs", "recording", "package",
+                                                        "verification", "destruction"], progress
         assert s["snapshots"] == "complete" and s["execution"] == "passed", s
         assert s["humanReview"] == "not-performed" and s["findings"] == [], s
         assert s["incompleteExtractions"] == [{"name": "never", "path": "missing/never.txt",

@@ -227,7 +227,9 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 	            : strcmp(reason, "finished") == 0 ? "relay_finish: the package is delivered and verified"
 	                                                : "relay_release",
 	            NULL);
-	relay_call_progress(call, 1, 3, "packaging", true);
+	/* relay_finish reports its own six steps; its destruction is the last. */
+	relay_call *progress = strcmp(reason, "finished") == 0 ? NULL : call;
+	relay_call_progress(progress, 1, 3, "packaging", true);
 
 	/* Step 3: keep what evidence exists. */
 	json_object *packaged = NULL;
@@ -257,7 +259,7 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 
 	/* Steps 5-6: destroy, then verify independently. */
 	close_transport(m, g);
-	relay_call_progress(call, 2, 3, "destruction", true);
+	relay_call_progress(progress, 2, 3, "destruction", true);
 	char *lease = guest_lease_text(m, g);
 	bool released = false, cancelled = false;
 	relay_error err;
@@ -322,7 +324,7 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 		    "are kept; call relay_release again",
 		    g->name, err.message[0] ? err.message : "no answer");
 	}
-	relay_call_progress(call, 3, 3, "verification", true);
+	relay_call_progress(progress, 3, 3, "verification", true);
 	char *check = NULL;
 	memset(&err, 0, sizeof err);
 	request_call vc = request_begin(m, direct ? NULL : call, VERIFY_MS);
