@@ -317,6 +317,14 @@ static void setup_root(const launch_options *o, const char *merged)
 	snprintf(data, sizeof data, "lowerdir=%s,upperdir=%s,workdir=%s%s,volatile", o->lower, upper, work,
 	         o->userxattr ? ",userxattr" : "");
 	if (mount("overlay", merged, "overlay", MS_NOSUID | MS_NODEV, data) != 0) {
+		/* A refused volatile mount may leave its marker in the work folder. */
+		char marker[PATH_MAX];
+		join_path(marker, sizeof marker, work, "incompat/volatile");
+		rmdir(marker);
+		join_path(marker, sizeof marker, work, "incompat");
+		rmdir(marker);
+		join_path(marker, sizeof marker, work, "work");
+		rmdir(marker);
 		snprintf(data, sizeof data, "lowerdir=%s,upperdir=%s,workdir=%s%s", o->lower, upper, work,
 		         o->userxattr ? ",userxattr" : "");
 		mount_or_die("overlay", merged, "overlay", MS_NOSUID | MS_NODEV, data);

@@ -249,8 +249,8 @@ static relay_status prepare_upper(local_state *st, const char *tree, const char 
 	else if (rc != ENOTDIR)
 		STEP("/var", rc);
 	STEP("/root", upper_private_dir(&u, "root", 0700, 0, 0));
+	STEP("/home", upper_private_dir(&u, "home", 0755, 0, 0));
 	if (user->uid != 0) {
-		STEP("/home", upper_private_dir(&u, "home", 0755, 0, 0));
 		char rel[300];
 		snprintf(rel, sizeof rel, "%s", user->home + 1);
 		STEP(user->home, upper_private_dir(&u, rel, 0700, user->uid, user->gid));
@@ -749,6 +749,14 @@ relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *cal
 	if (stat(image->tree, &sb) != 0 || !S_ISDIR(sb.st_mode))
 		return lu_err(st, err, RELAY_E_IMAGE_UNAVAILABLE, errno,
 		              "image %s is not available: its tree %s is missing", image->key, image->tree);
+	if (st->rootless && strcmp(image->tree, "/") == 0)
+		return lu_err(
+		    st, err, RELAY_E_IMAGE_UNAVAILABLE, 0,
+		    "image %s (the host root) needs a relay running as root: without root the kernel does "
+		    "not "
+		    "let an overlay use / (it has mounts below it); configure a base tree in options.images "
+		    "instead",
+		    image->key);
 	bool with_helper = st->helper_path != NULL;
 	if (strcmp(network, "internet") == 0 && !with_helper)
 		return lu_err(

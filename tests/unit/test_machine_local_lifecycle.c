@@ -524,6 +524,62 @@ static void test_images_catalog_doctor(void **state)
 	ml_unload(&e, true);
 }
 
+/* A tiny base tree: dash as /bin/sh and a few tools, with their libraries. */
+static void make_mini_tree(const char *t)
+{
+	char cmd[2048];
+	snprintf(
+	    cmd, sizeof cmd,
+	    "set -e; T='%s'; mkdir -p $T/bin $T/etc $T/proc $T/dev $T/sys $T/tmp $T/run $T/var/tmp $T/home "
+	    "$T/root; "
+	    "for b in dash id hostname ls cat wc; do p=$(command -v $b); cp $p $T/bin/$b; "
+	    "for l in $(ldd $p | grep -o '/[^ ]*'); do mkdir -p $T$(dirname $l); cp -n $l $T$l; done; done; "
+	    "mv $T/bin/dash $T/bin/sh; echo 'root:x:0:0:root:/root:/bin/sh' > $T/etc/passwd; "
+	    "echo 'root:x:0:' > $T/etc/group; echo mini > $T/etc/marker",
+	    t);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void test_configured_tree_image(void **state)
+{
+	(void)state;
+	ML_SKIP_UNLESS_READY();
+	char tree[] = "/var/tmp/ml-tree-XXXXXX";
+	assert_non_null(mkdtemp(tree));
+	make_mini_tree(tree);
+	char options[256];
+	snprintf(options, sizeof options, "{\"images\":{\"mini\":\"%s\"}}", tree);
+	ml_env e;
+	ml_load(&e, options);
+	relay_error err;
+	relay_status s;
+	char *lease = ml_acquire_ex(&e, "tree-1", "mini", NULL, &s, &err);
+	if (lease == NULL)
+		fail_msg("acquire on the tree image: %s", err.message);
+	relay_transport_conn *c = ml_open(&e, lease);
+	char *out = NULL;
+	/* The guest's root is the tree: its marker, its few programs. */
+	assert_int_equal(ml_sh(&e, c, "cat /etc/marker; id -un; hostname; ls /bin | wc -l", &out), 0);
+	assert_string_equal(out, "mini\nrelay\ntree-1\n6\n");
+	free(out);
+	assert_int_equal(ml_sh(&e, c, "echo changed > /tmp/x && cat /tmp/x", &out), 0);
+	free(out);
+	e.p->transport.close(e.p->state, c, 0);
+	ml_release(&e, lease);
+	free(lease);
+	/* The tree itself was not written to. */
+	char marker[600], *text = NULL;
+	size_t len = 0;
+	snprintf(marker, sizeof marker, "%s/etc/passwd", tree);
+	assert_int_equal(fs_read_file(marker, 4096, &text, &len, &err), RELAY_OK);
+	assert_string_equal(text, "root:x:0:0:root:/root:/bin/sh\n");
+	free(text);
+	snprintf(marker, sizeof marker, "%s/tmp/x", tree);
+	assert_false(fs_exists_nofollow(marker));
+	ml_unload(&e, true);
+	fs_remove_tree(tree, &err);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -534,6 +590,7 @@ int main(void)
 	    cmocka_unit_test(test_bad_input_changes_nothing),
 	    cmocka_unit_test(test_renew_inspect_find),
 	    cmocka_unit_test(test_images_catalog_doctor),
+	    cmocka_unit_test(test_configured_tree_image),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
