@@ -165,8 +165,8 @@ static const char *archive_name(const guest_io *io, const char *path)
 
 /* One `receiver archive` of the entries [from, to) of `expected`. */
 static relay_status archive_chunk(guest_io *io, const char *base, const json_object *expected, size_t from,
-                                  size_t to, bool present, const char *dest_dir, json_object *all_facts,
-                                  relay_error *err)
+                                  size_t to, bool present, const evidence_extract_options *opts,
+                                  const char *dest_dir, json_object *all_facts, relay_error *err)
 {
 	relay_status st = RELAY_OK;
 	const char **args = calloc(to - from + 11, sizeof *args);
@@ -232,8 +232,8 @@ static relay_status archive_chunk(guest_io *io, const char *base, const json_obj
 		st = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 		goto cleanup;
 	}
-	st = evidence_archive_extract(local, dest_dir, expected_text, present ? RELAY_ARCHIVE_PRESENT : 0,
-	                              &facts_text, err);
+	st = evidence_archive_extract_ex(local, dest_dir, expected_text, present ? RELAY_ARCHIVE_PRESENT : 0,
+	                                 opts, &facts_text, err);
 	if (st != RELAY_OK)
 		goto cleanup;
 	facts = facts_text ? jsonx_parse_str(facts_text, NULL, 0) : NULL;
@@ -260,6 +260,13 @@ cleanup:
 relay_status epull_archive(guest_io *io, const char *base, const json_object *expected, bool present,
                            const char *dest_dir, json_object **facts_out, relay_error *err)
 {
+	return epull_archive_ex(io, base, expected, present, NULL, dest_dir, facts_out, err);
+}
+
+relay_status epull_archive_ex(guest_io *io, const char *base, const json_object *expected, bool present,
+                              const evidence_extract_options *opts, const char *dest_dir,
+                              json_object **facts_out, relay_error *err)
+{
 	if (facts_out)
 		*facts_out = NULL;
 	json_object *all = json_object_new_array();
@@ -285,7 +292,7 @@ relay_status epull_archive(guest_io *io, const char *base, const json_object *ex
 			to++;
 		}
 		if (st == RELAY_OK)
-			st = archive_chunk(io, base, expected, from, to, present, dest_dir, all, err);
+			st = archive_chunk(io, base, expected, from, to, present, opts, dest_dir, all, err);
 		from = to;
 	}
 	if (st != RELAY_OK) {

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "evidence/archive.h"
 #include "manager/guest_io.h"
 
 /* Path bytes (one extra per path) of one `receiver archive` command. */
@@ -48,6 +49,12 @@ bool epull_guest_space(const relay_error *err);
  * concatenated facts [{path, bytes, sha256}] of what was placed. */
 relay_status epull_archive(guest_io *io, const char *base, const json_object *expected, bool present,
                            const char *dest_dir, json_object **facts_out, relay_error *err);
+
+/* epull_archive with the archive reader's options (evidence/archive.h);
+ * NULL: the defaults (originals under "state/snapshots/" capped at 64 MiB). */
+relay_status epull_archive_ex(guest_io *io, const char *base, const json_object *expected, bool present,
+                              const evidence_extract_options *opts, const char *dest_dir,
+                              json_object **facts_out, relay_error *err);
 
 /* Pulls the single guest file `remote` to `local` (must not exist), then
  * hashes the host copy: its size and SHA-256 must equal `bytes`/`sha256`,

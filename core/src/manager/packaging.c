@@ -115,15 +115,24 @@ relay_status packaging_pull_state(guest_io *io, const char *package_dir, const c
                                   const char *operation, const char *consequence, json_object **stats_out,
                                   relay_error *err)
 {
+	return packaging_pull_recording(io, "state", package_dir, attempts_dir, operation, consequence,
+	                                stats_out, err);
+}
+
+relay_status packaging_pull_recording(guest_io *io, const char *source_rel, const char *package_dir,
+                                      const char *attempts_dir, const char *operation,
+                                      const char *consequence, json_object **stats_out, relay_error *err)
+{
 	if (stats_out)
 		*stats_out = NULL;
 	json_object *facts = NULL, *again = NULL, *rest = NULL;
-	strbuf incoming = STRBUF_INIT, incoming_state = STRBUF_INIT;
+	strbuf incoming = STRBUF_INIT, incoming_state = STRBUF_INIT, source = STRBUF_INIT;
 	bool made = false;
 	int64_t copied = 0;
 
-	/* 4. One scan of R/state. */
-	relay_status st = gio_scan(io, io->root, "state", false, 0, &facts, err);
+	/* 4. One scan of the recording (R/state, or R/recordings/<id>). */
+	strbuf_printf(&source, "%s/%s", io->root, source_rel);
+	relay_status st = gio_scan(io, io->root, source_rel, false, 0, &facts, err);
 	if (st != RELAY_OK)
 		goto cleanup;
 	st = epull_check_facts(facts, "state/", false, err);
@@ -162,7 +171,7 @@ relay_status packaging_pull_state(guest_io *io, const char *package_dir, const c
 			copied++;
 		} else if (st == RELAY_OK) {
 			json_object *e = json_object_new_object();
-			jsonx_add_str(e, "path", strbuf_str(&rel));
+			jsonx_add_str(e, "path", jsonx_get_str(f, "path"));
 			jsonx_add_int(e, "bytes", bytes);
 			jsonx_add_str(e, "sha256", jsonx_get_str(f, "sha256"));
 			json_object_array_add(rest, e);
@@ -176,7 +185,10 @@ relay_status packaging_pull_state(guest_io *io, const char *package_dir, const c
 	if (json_object_array_length(rest) > 0) {
 		relay_error aerr;
 		memset(&aerr, 0, sizeof aerr);
-		st = epull_archive(io, io->root, rest, false, strbuf_str(&incoming), NULL, &aerr);
+		/* Relative to the recording, so snapshots are "snapshots/..." here. */
+		evidence_extract_options opts = {0, EVIDENCE_SNAPSHOT_MAX_BYTES, "snapshots/", false};
+		st = epull_archive_ex(io, strbuf_str(&source), rest, false, &opts,
+		                      strbuf_str(&incoming_state), NULL, &aerr);
 		if (st != RELAY_OK && st != RELAY_E_CANCELLED && !relay_call_is_cancelled(io->call)) {
 			json_object *details = json_object_new_object();
 			jsonx_add_str(details, "operation", operation);
@@ -193,8 +205,8 @@ relay_status packaging_pull_state(guest_io *io, const char *package_dir, const c
 				int64_t bytes = 0;
 				jsonx_get_int(f, "bytes", &bytes);
 				strbuf remote = STRBUF_INIT, local = STRBUF_INIT;
-				strbuf_printf(&remote, "%s/%s", io->root, rel);
-				strbuf_printf(&local, "%s/%s", strbuf_str(&incoming), rel);
+				strbuf_printf(&remote, "%s/%s", strbuf_str(&source), rel);
+				strbuf_printf(&local, "%s/%s", strbuf_str(&incoming_state), rel);
 				char *parent = fs_dirname(strbuf_str(&local));
 				st = parent
 				         ? fs_mkdir_p(parent, 0700, err)
@@ -214,7 +226,7 @@ relay_status packaging_pull_state(guest_io *io, const char *package_dir, const c
 	}
 
 	/* 8. The guest state must not have changed meanwhile. */
-	st = gio_scan(io, io->root, "state", false, total, &again, err);
+	st = gio_scan(io, io->root, source_rel, false, total, &again, err);
 	if (st != RELAY_OK)
 		goto cleanup;
 	if (!epull_facts_equal(facts, again)) {
@@ -250,6 +262,7 @@ cleanup:
 	json_object_put(rest);
 	strbuf_free(&incoming);
 	strbuf_free(&incoming_state);
+	strbuf_free(&source);
 	return st;
 }
 

@@ -39,6 +39,15 @@ relay_status packaging_pull_state(guest_io *io, const char *package_dir, const c
                                   const char *operation, const char *consequence, json_object **stats_out,
                                   relay_error *err);
 
+/* The same for the recording in the guest folder R/<source_rel> ("state",
+ * or "recordings/<id>" once a recording reset has moved it): its files land
+ * at <package_dir>/state/<path> whatever their folder in the guest. A
+ * recording reset can use it with `package_dir` the folder being archived
+ * and `attempts_dir` <that folder>.reset-attempts. */
+relay_status packaging_pull_recording(guest_io *io, const char *source_rel, const char *package_dir,
+                                      const char *attempts_dir, const char *operation,
+                                      const char *consequence, json_object **stats_out, relay_error *err);
+
 /* The identity of the guest's packages for OPENING.txt, the viewer and the
  * manifest (guest name, image, acquire time, taskId = the purpose). The
  * strings are copied into `storage` and live as long as it. */
