@@ -440,6 +440,10 @@ cleanup:
 	json_object_put(facts);
 	json_object_put(more);
 	json_object_put(more_facts);
+	/* Transfer facts (host/transfers/), unless the job was aborted: an
+	 * aborted job writes nothing more. */
+	if (!relay_call_is_cancelled(call))
+		gio_write_transfers(&io, "step-download");
 	gio_end(&io);
 	return st;
 }
