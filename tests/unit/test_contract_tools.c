@@ -35,6 +35,13 @@ static void test_definitions(void **state)
 	assert_null(memchr(a, '\n', len));
 	json_object *tools = jsonx_parse(a, len, NULL, NULL, 0);
 	assert_non_null(tools);
+	/* The compact text (made without parsing, at startup) is exactly the
+	 * project's own serialization of the definitions. */
+	char *again = jsonx_to_string(tools, 0);
+	assert_string_equal(again, a);
+	free(again);
+	char err[256];
+	assert_int_equal(contract_load_schemas(err, sizeof err), 0);
 	assert_int_equal(json_object_array_length(tools), TOOL_COUNT);
 	for (int i = 0; i < TOOL_COUNT; i++) {
 		json_object *t = json_object_array_get_idx(tools, (size_t)i);

@@ -29,9 +29,14 @@ typedef enum relay_tool {
 	TOOL_COUNT
 } relay_tool;
 
-/* Parses the embedded definitions and compiles their patterns. Call once
- * before threads start; returns 0, or -1 with a reason in errbuf. */
+/* Prepares the compact definitions (tools/list, --schema). Call once before
+ * threads start; returns 0, or -1 with a reason in errbuf. The schemas are
+ * parsed and their patterns compiled on the first validation. */
 int contract_init(char *errbuf, size_t errlen);
+
+/* Parses the definitions and compiles their patterns now (once, thread-safe;
+ * contract_validate does it itself). 0, or -1 with the reason in errbuf. */
+int contract_load_schemas(char *errbuf, size_t errlen);
 
 /* "relay_search", ...; static. */
 const char *contract_tool_name(relay_tool tool);

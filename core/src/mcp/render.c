@@ -337,6 +337,9 @@ static json_object *checked_structured(const tool_result *result)
 	} else {
 		json_object_get(s);
 	}
+	if (s && !result->is_error && json_object_object_get_ex(s, "error", NULL))
+		log_warning("a successful tool result carries an error object (headline: %.200s)",
+		            result->headline ? result->headline : "");
 	if (s && result->is_error && !json_object_object_get_ex(s, "error", NULL)) {
 		json_object *copy = json_object_new_object();
 		if (copy) {
