@@ -199,7 +199,7 @@ def _start_sshd(v):
         f.write("Port %d\nListenAddress 127.0.0.1\nHostKey %s\nUsePAM no\nPermitRootLogin prohibit-password\n"
                 "PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                 "AuthorizedKeysFile %s/authorized_keys\nStrictModes no\nPidFile %s/sshd.pid\n"
-                "MaxSessions 64\nMaxStartups 64\n" % (port, host_key, d, d))
+                "MaxSessions 64\nMaxStartups 64\nSubsystem sftp internal-sftp\n" % (port, host_key, d, d))
     with open(host_key + ".pub") as f:
         pub = " ".join(f.read().split()[:2])
     known = os.path.join(d, "known_hosts")

@@ -46,6 +46,7 @@ def test_languages(binary):
             g = staged_guest(v, r)
             name = g["guest"]
             probe = structured(r.call_tool("relay_probe", {"scope": "guest", "guest": name}))
+            snapshots = probe["snapshots"]["enabled"]
             for seq, (language, (code, check)) in enumerate(scripts.items(), start=1):
                 if not probe["runtimes"][language]["ready"]:
                     print("    %s skipped: no %s runtime in this guest (%s)"
@@ -66,7 +67,8 @@ def test_languages(binary):
                 assert s["script"]["remotePath"] == "%s/streamed/%s.%s" % (g["guestRoot"], s["executionId"], ext)
                 assert s["script"]["sha256"] == sha256_hex(code.encode()) and s["script"]["localPath"] is None
                 assert s["step"]["title"] == ("shell " + code if language == "shell" else "code (%s)" % language)
-                assert s["imageDelivery"]["status"] == "not-requested" and s["executionFailed"] is False
+                assert s["imageDelivery"]["status"] == ("pending" if snapshots else "not-requested"), s
+                assert s["executionFailed"] is False
                 assert headline(res) == {"imageDelivery": s["imageDelivery"], "executionFailed": False}
                 assert "imageDelivery" not in json.loads(text_of(res).split("\n", 1)[1])
                 ev = g["evidencePath"]
@@ -76,7 +78,8 @@ def test_languages(binary):
                     assert f.read() == code
                 req = host_json(ev, "host", "requests", s["executionId"] + ".json")
                 assert req["executionId"] == s["executionId"] and req["cwd"] == g["guestRoot"] + "/workspace"
-                assert req["script"]["sha256"] == s["script"]["sha256"] and req["capture"] is None
+                assert req["script"]["sha256"] == s["script"]["sha256"]
+                assert (req["capture"] is not None) == snapshots, req
                 rr = host_json(ev, "host", "receiver-receipts", s["executionId"] + ".json")
                 assert rr["outcome"] == s["outcome"] and rr["stdout"] == s["stdout"], rr
                 with open(os.path.join(ev, "host", "requests", s["executionId"] + ".json"), "rb") as f:

@@ -51,6 +51,7 @@ relay_status gio_begin(guest_io *io, manager *m, guest *g, relay_call *call, rel
 	manager_unlock(m);
 	io->receiver = io->root ? fs_path_join(io->root, "receiver") : NULL;
 	io->transfers = json_object_new_array();
+	pthread_mutex_init(&io->transfers_lock, NULL);
 	if (io->root == NULL || io->receiver == NULL || io->transfers == NULL) {
 		gio_end(io);
 		return relay_error_set(err, RELAY_E_INTERNAL, 0, "guest %s has no guest root yet", g->name);
@@ -74,7 +75,10 @@ void gio_end(guest_io *io)
 	free(io->evidence);
 	free(io->scratch);
 	fw_strlist_free(&io->transients);
-	json_object_put(io->transfers);
+	if (io->transfers) {
+		json_object_put(io->transfers);
+		pthread_mutex_destroy(&io->transfers_lock);
+	}
 	memset(io, 0, sizeof *io);
 }
 
@@ -342,7 +346,9 @@ void gio_note_transfer(guest_io *io, const char *op, const char *what, const cha
 	jsonx_add_str(t, "sha256", sha256);
 	jsonx_add_int(t, "attempts", attempts);
 	jsonx_add_str(t, "method", method);
+	pthread_mutex_lock(&io->transfers_lock);
 	json_object_array_add(io->transfers, t);
+	pthread_mutex_unlock(&io->transfers_lock);
 }
 
 static relay_status transfer(guest_io *io, bool push, const char *local, const char *remote, unsigned flags,
@@ -418,7 +424,9 @@ uint64_t gio_scan_timeout_ms(uint64_t bytes)
 
 void gio_add_transient(guest_io *io, const char *name)
 {
+	pthread_mutex_lock(&io->transfers_lock);
 	fw_strlist_push(&io->transients, name);
+	pthread_mutex_unlock(&io->transfers_lock);
 }
 
 void gio_remove_transients(guest_io *io)

@@ -15,8 +15,9 @@
  *   - a JSON list of transfer facts for host/transfers/.
  *
  * Threads: a guest_io belongs to the thread that began it, except that
- * gio_exec_call() may be called from a second thread when the transport has
- * RELAY_TRANSPORT_CONCURRENT (the cancel of a running script).
+ * gio_exec_call() and gio_push() may be called from a second thread when the
+ * transport has RELAY_TRANSPORT_CONCURRENT (the cancel of a running script,
+ * the two files of a run pushed side by side).
  *
  * Statuses returned follow relay/status.h and always fill `err` with a
  * message naming what failed; gio_tool_code() maps them to tool error codes.
@@ -26,6 +27,7 @@
 #define RELAY_MANAGER_GUEST_IO_H
 
 #include <json-c/json.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -60,6 +62,8 @@ typedef struct guest_io {
 	bool receiver_ready;          /* R/receiver is known to run (transients can be removed) */
 	fw_strlist transients;        /* names directly in R to remove */
 	json_object *transfers;       /* [{op, local, remote, bytes, sha256, attempts, ...}] */
+	pthread_mutex_t
+	    transfers_lock; /* guards `transfers` and `transients` (pushes may run on two threads) */
 } guest_io;
 
 /* Opens the guest's transport and fills `io`. RELAY_OK, or a failure (the

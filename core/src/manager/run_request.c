@@ -2,6 +2,7 @@
 #include "manager/run_request.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -594,8 +595,26 @@ static relay_status push_checked(guest_io *io, const char *local, const char *re
 	return scan_check(io, rel, sha, bytes, what, err);
 }
 
-/* Pushes the script, then the request (guest.md §15 step 3), each
- * hash-checked. The receiver checks the script's SHA-256 and size again
+typedef struct side_push {
+	guest_io *io;
+	const char *local, *rel, *sha, *what;
+	uint64_t bytes;
+	relay_status status;
+	relay_error err;
+} side_push;
+
+static void *side_push_main(void *arg)
+{
+	side_push *p = arg;
+	memset(&p->err, 0, sizeof p->err);
+	p->status = push_checked(p->io, p->local, p->rel, p->sha, p->bytes, p->what, &p->err);
+	return NULL;
+}
+
+/* Pushes the script and the request (guest.md §15 step 3), each
+ * hash-checked; side by side when the transport runs operations
+ * concurrently and reports guest-side facts (no receiver scan), else the
+ * script first. The receiver checks the script's SHA-256 and size again
  * before running it, and its receipt carries the request's SHA-256. */
 static relay_status push_run_files(guest_io *io, const char *script_rel, const char *script,
                                    size_t script_len, const char *script_sha, const char *request_rel,
@@ -612,11 +631,29 @@ static relay_status push_run_files(guest_io *io, const char *script_rel, const c
 	st = write_plain(script_local, script, script_len, err);
 	if (st == RELAY_OK)
 		st = write_plain(request_local, request, request_len, err);
-	if (st == RELAY_OK)
-		st = push_checked(io, script_local, script_rel, script_sha, script_len, "the script", err);
-	if (st == RELAY_OK)
+	if (st != RELAY_OK)
+		goto cleanup;
+	if ((io->traits & RELAY_TRANSPORT_CONCURRENT) && (io->traits & RELAY_TRANSPORT_GUEST_FACTS)) {
+		side_push side = {io,           script_local, script_rel, script_sha,
+		                  "the script", script_len,   RELAY_OK,   {0}};
+		pthread_t thread;
+		bool threaded = pthread_create(&thread, NULL, side_push_main, &side) == 0;
+		if (!threaded)
+			side_push_main(&side);
 		st = push_checked(io, request_local, request_rel, request_sha, request_len, "the request",
 		                  err);
+		if (threaded)
+			pthread_join(thread, NULL);
+		if (side.status != RELAY_OK) {
+			*err = side.err;
+			st = side.status;
+		}
+	} else {
+		st = push_checked(io, script_local, script_rel, script_sha, script_len, "the script", err);
+		if (st == RELAY_OK)
+			st = push_checked(io, request_local, request_rel, request_sha, request_len,
+			                  "the request", err);
+	}
 cleanup:
 	if (script_local)
 		unlink(script_local);

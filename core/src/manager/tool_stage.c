@@ -6,6 +6,7 @@
  * receiver's scan, the capture wait, and the recording session.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "manager/receiver_builds.h"
 #include "manager/recording_reset.h"
 #include "mcp/call.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -66,6 +68,13 @@ typedef struct stage_ctx {
 	char receiver_sha[65];
 	uint64_t receiver_bytes;
 	char *receiver_version;
+	int64_t mark_ms; /* clock_monotonic_ms() of the last phase_mark() */
+	bool fresh_root; /* this stage created R: nothing of an earlier attempt is in it */
+	/* the host hashes, computed on hash_thread (hash_start/hash_join) */
+	pthread_t hash_thread;
+	bool hashing;
+	bool hash_failed, hash_changed, hash_is_workspace;
+	char hash_why[1024];
 } stage_ctx;
 
 /* ---- failures ------------------------------------------------------------------- */
@@ -99,6 +108,15 @@ static tool_result *cancelled_result(stage_ctx *s)
 	    s->m, s->g, "relay_stage", false,
 	    "staging was cancelled; the guest is not staged and a retry overwrites what arrived");
 	return stage_fail(s, "transfer-failed", "staging was cancelled; the guest is not staged");
+}
+
+/* Debug timing of the staging phases (MCP_RELAY_DEBUG=1): milliseconds
+ * since the previous mark. */
+static void phase_mark(stage_ctx *s, const char *phase)
+{
+	int64_t now = clock_monotonic_ms();
+	log_debug("relay_stage %s: %s took %lld ms", s->g->name, phase, (long long)(now - s->mark_ms));
+	s->mark_ms = now;
 }
 
 static void progress(stage_ctx *s, const char *message)
@@ -184,22 +202,59 @@ static tool_result *check_inputs(stage_ctx *s)
 		    (unsigned long long)count, (unsigned long long)bytes, s->tree.count,
 		    (unsigned long long)s->tree.total_bytes, s->file_count, STAGE_MAX_FILES,
 		    (unsigned long long)STAGE_MAX_BYTES);
-	/* The host's SHA-256 of every input (guest.md §3.4 step 1). */
+	return NULL;
+}
+
+/* The host's SHA-256 of every input (guest.md §3.4 step 1). It runs on a
+ * thread of its own while the platform is probed and the receiver staged
+ * (nothing of the inputs is sent before hash_join()). */
+static void *hash_main(void *arg)
+{
+	stage_ctx *s = arg;
 	bool changed = false;
-	if (s->has_workspace &&
-	    host_tree_hash(s->project, &s->workspace, &s->tree, &changed, why, sizeof why) != 0)
-		return stage_fail(s, changed ? "integrity-failed" : "path-refused", "%s%s",
-		                  changed ? "staging source changed: " : "workspace refused: ", why);
+	s->hash_failed = false;
+	if (s->has_workspace && host_tree_hash(s->project, &s->workspace, &s->tree, &changed, s->hash_why,
+	                                       sizeof s->hash_why) != 0) {
+		s->hash_failed = true;
+		s->hash_changed = changed;
+		s->hash_is_workspace = true;
+		return NULL;
+	}
 	for (size_t i = 0; i < s->file_count; i++) {
 		uint64_t b = 0;
-		if (host_path_hash(s->project, &s->files[i].src, s->files[i].sha256, &b, &changed, why,
-		                   sizeof why) != 0)
-			return stage_fail(
-			    s, changed ? "integrity-failed" : "path-refused", "%s%s",
-			    changed ? "staging source changed: " : "support file refused: ", why);
+		if (host_path_hash(s->project, &s->files[i].src, s->files[i].sha256, &b, &changed,
+		                   s->hash_why, sizeof s->hash_why) != 0) {
+			s->hash_failed = true;
+			s->hash_changed = changed;
+			return NULL;
+		}
 		s->files[i].src.bytes = b;
 	}
 	return NULL;
+}
+
+static void hash_start(stage_ctx *s)
+{
+	s->hashing = pthread_create(&s->hash_thread, NULL, hash_main, s) == 0;
+	if (!s->hashing)
+		hash_main(s);
+}
+
+/* Waits for the host hashes; NULL, or the failure. */
+static tool_result *hash_join(stage_ctx *s)
+{
+	if (s->hashing) {
+		pthread_join(s->hash_thread, NULL);
+		s->hashing = false;
+	}
+	if (!s->hash_failed)
+		return NULL;
+	s->hash_failed = false;
+	return stage_fail(s, s->hash_changed ? "integrity-failed" : "path-refused", "%s%s",
+	                  s->hash_changed        ? "staging source changed: "
+	                  : s->hash_is_workspace ? "workspace refused: "
+	                                         : "support file refused: ",
+	                  s->hash_why);
 }
 
 /* ---- guest commands --------------------------------------------------------------- */
@@ -248,40 +303,40 @@ static relay_status probe_platform(stage_ctx *s, relay_error *err)
 }
 
 /* `R/receiver hash <remote>` must print `sha` and `bytes`. */
-static relay_status receiver_hash_check(stage_ctx *s, const char *remote, const char *sha, uint64_t bytes,
-                                        relay_error *err)
-{
-	const char *args[] = {"hash", remote, NULL};
-	json_object *frame = NULL;
-	relay_status st = gio_receiver(&s->io, args, gio_scan_timeout_ms(bytes), &frame, err);
-	if (st == RELAY_OK) {
-		int64_t b = -1;
-		const char *h = jsonx_get_str(frame, "sha256");
-		if (!jsonx_get_int(frame, "bytes", &b) || (uint64_t)b != bytes || h == NULL ||
-		    strcmp(h, sha) != 0)
-			st = relay_error_set(err, RELAY_E_INTEGRITY, 0, "staging checksum mismatch: %s",
-			                     remote);
-	}
-	json_object_put(frame);
-	return st;
-}
+/* The one guest command after a program's push: make it 0700 and have the
+ * receiver hash it; for the receiver itself also its version frame and the
+ * guest's own sha256sum or shasum. One round trip instead of four. */
+static const char program_check_script[] =
+    "chmod 0700 \"$2\" || exit 90\n"
+    "\"$1\" hash \"$2\" || exit 91\n"
+    "[ \"$3\" = receiver ] || exit 0\n"
+    "\"$1\" version || exit 92\n"
+    "if command -v sha256sum >/dev/null 2>&1; then sha256sum -- \"$2\"; "
+    "elif command -v shasum >/dev/null 2>&1; then shasum -a 256 -- \"$2\"; "
+    "else echo relay-no-sha256; fi\n";
 
-/* Pushes a program to R/<rel>, makes it 0700 and checks it with the
- * receiver's hash (the receiver itself with its own). */
+/* Pushes a program to R/<rel> and checks it by running the receiver
+ * (guest.md §3.4 "The receiver itself"): `receiver hash` must print the
+ * host's SHA-256 and size. With `is_receiver`, *version_out (new reference)
+ * receives the `receiver version` frame and *sum_out (malloc'd) the guest's
+ * sha256sum line or "relay-no-sha256". */
 static relay_status push_program(stage_ctx *s, const char *local, const char *rel, const char *what,
-                                 char sha[65], uint64_t *bytes, relay_error *err)
+                                 bool is_receiver, char sha[65], uint64_t *bytes, json_object **version_out,
+                                 char **sum_out, relay_error *err)
 {
+	if (version_out)
+		*version_out = NULL;
+	if (sum_out)
+		*sum_out = NULL;
 	relay_status st = sha256_file_hex(local, sha, bytes, err);
 	if (st != RELAY_OK)
 		return st;
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "%s/%s", s->io.root, rel);
 	char *remote = strbuf_detach(&sb, NULL);
+	relay_exec_result res;
+	memset(&res, 0, sizeof res);
 	st = gio_push(&s->io, local, remote, 0, what, NULL, err);
-	if (st == RELAY_OK) {
-		const char *argv[] = {"chmod", "0700", remote, NULL};
-		st = run_short(s, argv, GIO_SHORT_TIMEOUT_MS, NULL, err);
-	}
 	if (st == RELAY_OK) {
 		char again[65];
 		uint64_t again_bytes = 0;
@@ -289,10 +344,70 @@ static relay_status push_program(stage_ctx *s, const char *local, const char *re
 		    again_bytes != *bytes)
 			st = relay_error_set(err, RELAY_E_INTEGRITY, 0, "staging source changed: %s", local);
 	}
-	if (st == RELAY_OK)
-		st = receiver_hash_check(s, remote, sha, *bytes, err);
+	if (st == RELAY_OK) {
+		const char *argv[] = {"/bin/sh",
+		                      "-c",
+		                      program_check_script,
+		                      "relay-stage",
+		                      s->io.receiver,
+		                      remote,
+		                      is_receiver ? "receiver" : "program",
+		                      NULL};
+		st = gio_exec(&s->io, argv, NULL, gio_scan_timeout_ms(*bytes), 1 << 16, 0, &res, err);
+	}
+	if (st == RELAY_OK && (res.timed_out || res.exit_code != 0)) {
+		char tail[300] = "";
+		if (res.err && res.err_len) {
+			size_t from = res.err_len > 280 ? res.err_len - 280 : 0;
+			snprintf(tail, sizeof tail, "%.*s", (int)(res.err_len - from), res.err + from);
+			for (char *p = tail; *p; p++)
+				if (*p == '\n' || *p == '\r')
+					*p = ' ';
+		}
+		const char *step = res.exit_code == 90   ? "chmod 0700"
+		                   : res.exit_code == 92 ? "receiver version"
+		                   : res.exit_code == 91 ? "receiver hash"
+		                                         : "the program check";
+		/* A program that does not run as built is an integrity failure. */
+		st = relay_error_set(err, res.exit_code == 90 ? RELAY_E_IO : RELAY_E_INTEGRITY, 0,
+		                     "%s of %s %s (exit %d)%s%s", step, remote,
+		                     res.timed_out ? "timed out" : "failed", res.exit_code,
+		                     tail[0] ? ": " : "", tail);
+	}
+	if (st == RELAY_OK) {
+		/* stdout: the hash frame, then (receiver) the version frame and the sum line. */
+		json_object *frames[2] = {NULL, NULL};
+		size_t nframes = 0;
+		const char *p = res.out ? res.out : "", *end = p + res.out_len;
+		const char *last_line = NULL;
+		size_t last_len = 0;
+		while (p < end) {
+			const char *nl = memchr(p, '\n', (size_t)(end - p));
+			size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+			if (len && p[0] == '{' && nframes < 2)
+				frames[nframes++] = jsonx_parse(p, len, NULL, NULL, 0);
+			else if (len) {
+				last_line = p;
+				last_len = len;
+			}
+			p += len + 1;
+		}
+		int64_t b = -1;
+		const char *h = jsonx_get_str(frames[0], "sha256");
+		if (!jsonx_get_int(frames[0], "bytes", &b) || (uint64_t)b != *bytes || h == NULL ||
+		    strcmp(h, sha) != 0)
+			st = relay_error_set(err, RELAY_E_INTEGRITY, 0, "staging checksum mismatch: %s",
+			                     remote);
+		if (st == RELAY_OK && version_out)
+			*version_out = json_object_get(frames[1]);
+		if (st == RELAY_OK && sum_out && last_line)
+			*sum_out = strndup(last_line, last_len);
+		json_object_put(frames[0]);
+		json_object_put(frames[1]);
+	}
 	if (st == RELAY_OK)
 		gio_note_transfer(&s->io, "push", what, local, remote, *bytes, sha, 1, "transport");
+	gio_exec_result_free(&res);
 	free(remote);
 	return st;
 }
@@ -302,8 +417,14 @@ static tool_result *stage_receiver(stage_ctx *s)
 {
 	relay_error err;
 	memset(&err, 0, sizeof err);
+	/* A fresh root (the first mkdir succeeds) holds nothing to compare
+	 * with, so the pre-scans of support/ and workspace/ are skipped. */
+	const char *mk_fresh[] = {"/bin/mkdir", "-m", "0700", s->io.root, NULL};
 	const char *mk[] = {"/bin/mkdir", "-p", "-m", "0700", s->io.root, NULL};
-	relay_status st = run_short(s, mk, GIO_SHORT_TIMEOUT_MS, NULL, &err);
+	relay_status st = run_short(s, mk_fresh, GIO_SHORT_TIMEOUT_MS, NULL, &err);
+	s->fresh_root = st == RELAY_OK;
+	if (st != RELAY_OK)
+		st = run_short(s, mk, GIO_SHORT_TIMEOUT_MS, NULL, &err);
 	if (st != RELAY_OK)
 		return stage_fail(s, "transfer-failed", "cannot create the guest root %s: %s", s->io.root,
 		                  err.message);
@@ -314,22 +435,24 @@ static tool_result *stage_receiver(stage_ctx *s)
 		free(msg);
 		return r;
 	}
-	st = push_program(s, local, "receiver", "the receiver", s->receiver_sha, &s->receiver_bytes, &err);
-	free(local);
-	if (st != RELAY_OK)
-		return stage_fail(s, gio_tool_code(st), "the receiver could not be staged: %s", err.message);
-	s->io.receiver_ready = true;
-	const char *args[] = {"version", NULL};
 	json_object *frame = NULL;
-	st = gio_receiver(&s->io, args, GIO_SHORT_TIMEOUT_MS, &frame, &err);
+	char *sum = NULL;
+	st = push_program(s, local, "receiver", "the receiver", true, s->receiver_sha, &s->receiver_bytes,
+	                  &frame, &sum, &err);
+	free(local);
+	if (st != RELAY_OK) {
+		json_object_put(frame);
+		free(sum);
+		return stage_fail(s, gio_tool_code(st), "the receiver could not be staged: %s", err.message);
+	}
+	s->io.receiver_ready = true;
 	int64_t protocol = 0;
 	const char *name = jsonx_get_str(frame, "receiver");
 	const char *version = jsonx_get_str(frame, "version");
 	const char *platform = jsonx_get_str(frame, "platform");
-	if (st == RELAY_OK &&
-	    (!jsonx_get_int(frame, "protocol", &protocol) || protocol != 1 || name == NULL ||
-	     strcmp(name, "mcp-relay-receiver") != 0 || version == NULL ||
-	     strcmp(version, RELAY_VERSION) != 0 || platform == NULL || strcmp(platform, s->platform) != 0))
+	if (!jsonx_get_int(frame, "protocol", &protocol) || protocol != 1 || name == NULL ||
+	    strcmp(name, "mcp-relay-receiver") != 0 || version == NULL ||
+	    strcmp(version, RELAY_VERSION) != 0 || platform == NULL || strcmp(platform, s->platform) != 0)
 		st = relay_error_set(&err, RELAY_E_INTEGRITY, 0,
 		                     "the staged receiver reports %s %s, protocol %lld, for %s; expected "
 		                     "mcp-relay-receiver %s, protocol 1, for %s",
@@ -338,31 +461,19 @@ static tool_result *stage_receiver(stage_ctx *s)
 	if (st == RELAY_OK)
 		s->receiver_version = strdup(version);
 	json_object_put(frame);
-	if (st != RELAY_OK)
+	if (st != RELAY_OK) {
+		free(sum);
 		return stage_fail(s, "integrity-failed", "the staged receiver does not run as built: %s",
 		                  err.message);
+	}
 	/* The guest's own sha256sum or shasum agrees too, when it has one. */
-	strbuf sb = STRBUF_INIT;
-	strbuf_printf(&sb, "%s/receiver", s->io.root);
-	const char *sum[] = {"/bin/sh",
-	                     "-c",
-	                     "if command -v sha256sum >/dev/null 2>&1; then sha256sum -- \"$1\"; "
-	                     "elif command -v shasum >/dev/null 2>&1; then shasum -a 256 -- \"$1\"; "
-	                     "else echo relay-no-sha256; fi",
-	                     "relay-hash",
-	                     strbuf_str(&sb),
-	                     NULL};
-	char *out = NULL;
-	st = run_short(s, sum, GIO_SHORT_TIMEOUT_MS, &out, &err);
-	strbuf_free(&sb);
-	if (st == RELAY_OK && out && strncmp(out, "relay-no-sha256", 15) != 0 &&
-	    (strlen(out) < 64 || strncmp(out, s->receiver_sha, 64) != 0)) {
-		free(out);
+	bool disagrees = sum && strncmp(sum, "relay-no-sha256", 15) != 0 &&
+	                 (strlen(sum) < 64 || strncmp(sum, s->receiver_sha, 64) != 0);
+	free(sum);
+	if (disagrees)
 		return stage_fail(s, "integrity-failed",
 		                  "staging checksum mismatch: the guest's sha256sum disagrees "
 		                  "about the receiver");
-	}
-	free(out);
 	progress(s, "receiver staged");
 	return NULL;
 }
@@ -458,7 +569,11 @@ static tool_result *stage_support(stage_ctx *s, json_object *result_files)
 		r = stage_fail(s, "internal", "out of memory staging support files");
 		goto cleanup;
 	}
-	relay_status st = gio_scan(&s->io, s->io.root, "support", true, s->total_bytes, &before, &err);
+	relay_status st = s->fresh_root
+	                      ? RELAY_OK
+	                      : gio_scan(&s->io, s->io.root, "support", true, s->total_bytes, &before, &err);
+	if (st == RELAY_OK && before == NULL)
+		before = json_object_new_array();
 	if (st != RELAY_OK) {
 		r = stage_fail(s, gio_tool_code(st),
 		               "the guest's support folder could not be inventoried: %s", err.message);
@@ -554,6 +669,27 @@ cleanup:
  * transport's own tree stream when it reports guest facts, else one archive
  * unpacked by the receiver), then the guest scan must equal the host
  * inventory exactly and a second host inventory must be unchanged. */
+/* The second host inventory of the workspace (guest.md §3.4), taken on a
+ * thread of its own while the guest scans its copy. */
+typedef struct reinventory {
+	stage_ctx *s;
+	host_tree tree;
+	int rc;
+	char why[1024];
+} reinventory;
+
+static void *reinventory_main(void *arg)
+{
+	reinventory *ri = arg;
+	bool changed = false;
+	ri->rc = host_tree_walk(ri->s->project, &ri->s->workspace, "the workspace", &ri->tree, ri->why,
+	                        sizeof ri->why);
+	if (ri->rc == 0)
+		ri->rc = host_tree_hash(ri->s->project, &ri->s->workspace, &ri->tree, &changed, ri->why,
+		                        sizeof ri->why);
+	return NULL;
+}
+
 static tool_result *stage_workspace(stage_ctx *s)
 {
 	if (!s->has_workspace)
@@ -565,8 +701,11 @@ static tool_result *stage_workspace(stage_ctx *s)
 	char *dest = strbuf_detach(&sb, NULL);
 	json_object *before = NULL, *after = NULL;
 	tool_result *r = NULL;
-	host_tree again;
-	memset(&again, 0, sizeof again);
+	reinventory ri;
+	memset(&ri, 0, sizeof ri);
+	ri.s = s;
+	pthread_t ri_thread;
+	bool ri_started = false;
 	size_t n = s->tree.count;
 	gio_member *members = calloc(n ? n : 1, sizeof *members);
 	size_t *index = calloc(n ? n : 1, sizeof *index);
@@ -576,7 +715,13 @@ static tool_result *stage_workspace(stage_ctx *s)
 		r = stage_fail(s, "internal", "out of memory staging the workspace");
 		goto cleanup;
 	}
-	relay_status st = gio_scan(&s->io, s->io.root, "workspace", true, s->tree.total_bytes, &before, &err);
+	phase_mark(s, "support files");
+	relay_status st = s->fresh_root ? RELAY_OK
+	                                : gio_scan(&s->io, s->io.root, "workspace", true, s->tree.total_bytes,
+	                                           &before, &err);
+	if (st == RELAY_OK && before == NULL)
+		before = json_object_new_array();
+	phase_mark(s, "workspace pre-scan");
 	if (st != RELAY_OK) {
 		r = stage_fail(s, gio_tool_code(st), "the guest workspace could not be inventoried: %s",
 		               err.message);
@@ -646,7 +791,11 @@ static tool_result *stage_workspace(stage_ctx *s)
 		}
 	}
 	s->pushed_bytes += s->tree.total_bytes;
+	phase_mark(s, "workspace push");
 	progress(s, "workspace pushed");
+	ri_started = pthread_create(&ri_thread, NULL, reinventory_main, &ri) == 0;
+	if (!ri_started)
+		reinventory_main(&ri);
 	st = gio_scan(&s->io, s->io.root, "workspace", false, s->tree.total_bytes, &after, &err);
 	if (st != RELAY_OK) {
 		r = stage_fail(s, gio_tool_code(st), "the guest workspace could not be inventoried: %s",
@@ -667,30 +816,35 @@ static tool_result *stage_workspace(stage_ctx *s)
 		}
 	}
 	/* The second host inventory must be unchanged. */
-	char why[1024];
-	bool changed = false;
-	if (host_tree_walk(s->project, &s->workspace, "the workspace", &again, why, sizeof why) != 0 ||
-	    host_tree_hash(s->project, &s->workspace, &again, &changed, why, sizeof why) != 0) {
-		r = stage_fail(s, "integrity-failed", "staging source changed: %s", why);
+	phase_mark(s, "workspace scan and comparison");
+	if (ri_started) {
+		pthread_join(ri_thread, NULL);
+		ri_started = false;
+	}
+	if (ri.rc != 0) {
+		r = stage_fail(s, "integrity-failed", "staging source changed: %s", ri.why);
 		goto cleanup;
 	}
-	if (again.count != n) {
+	if (ri.tree.count != n) {
 		r = stage_fail(s, "integrity-failed",
 		               "staging source changed: %s now holds %zu files, not %zu", s->workspace.path,
-		               again.count, n);
+		               ri.tree.count, n);
 		goto cleanup;
 	}
 	for (size_t j = 0; j < n; j++) {
-		if (strcmp(again.files[j].rel, s->tree.files[j].rel) != 0 ||
-		    strcmp(again.files[j].sha256, s->tree.files[j].sha256) != 0 ||
-		    again.files[j].bytes != s->tree.files[j].bytes) {
+		if (strcmp(ri.tree.files[j].rel, s->tree.files[j].rel) != 0 ||
+		    strcmp(ri.tree.files[j].sha256, s->tree.files[j].sha256) != 0 ||
+		    ri.tree.files[j].bytes != s->tree.files[j].bytes) {
 			r = stage_fail(s, "integrity-failed", "staging source changed: %s/%s",
 			               s->workspace.path, s->tree.files[j].rel);
 			goto cleanup;
 		}
 	}
+	phase_mark(s, "second host inventory");
 cleanup:
-	host_tree_free(&again);
+	if (ri_started)
+		pthread_join(ri_thread, NULL);
+	host_tree_free(&ri.tree);
 	fw_strlist_free(&stale);
 	free(members);
 	free(index);
@@ -732,7 +886,8 @@ static tool_result *stage_capture_programs(stage_ctx *s, json_object *plan)
 		free(parent);
 		char sha[65];
 		uint64_t bytes = 0;
-		relay_status st = push_program(s, local, remote, remote, sha, &bytes, &err);
+		relay_status st =
+		    push_program(s, local, remote, remote, false, sha, &bytes, NULL, NULL, &err);
 		if (st != RELAY_OK)
 			return stage_fail(s, gio_tool_code(st),
 			                  "the capture program %s could not be staged: %s", remote,
@@ -974,6 +1129,8 @@ static tool_result *correct_paths(stage_ctx *s, json_object *reset)
 
 static void stage_ctx_free(stage_ctx *s)
 {
+	if (s->hashing)
+		pthread_join(s->hash_thread, NULL);
 	if (s->io_open) {
 		gio_write_transfers(&s->io, "relay_stage");
 		gio_end(&s->io);
@@ -996,6 +1153,7 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	s.call = call;
 	s.args = args;
 	s.project = m->settings->project;
+	s.mark_ms = clock_monotonic_ms();
 	tool_result *r = NULL;
 	json_object *reset = NULL, *plan = NULL, *apps = NULL, *files = NULL;
 	relay_error err;
@@ -1033,6 +1191,8 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	r = check_inputs(&s);
 	if (r)
 		goto cleanup;
+	phase_mark(&s, "host inputs (walk)");
+	hash_start(&s);
 	/* Step 3: a requested or pending recording reset. */
 	if (relay_call_is_cancelled(call)) {
 		r = cancelled_result(&s);
@@ -1082,9 +1242,11 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 		goto cleanup;
 	}
 	/* Step 7 on: a fresh stage. */
+	phase_mark(&s, "platform probe");
 	r = stage_receiver(&s);
 	if (r)
 		goto cleanup;
+	phase_mark(&s, "receiver");
 	const char *cua_given = jsonx_get_str(args, "cuaDriver");
 	manager_lock(m);
 	char *cua_stored = g->cua_driver ? strdup(g->cua_driver) : NULL;
@@ -1144,6 +1306,10 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 			goto cleanup;
 	}
 	/* Step 10: support files and the workspace. */
+	r = hash_join(&s);
+	if (r)
+		goto cleanup;
+	phase_mark(&s, "host hashes (waited for)");
 	files = json_object_new_array();
 	r = stage_support(&s, files);
 	if (r)

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""bench/runs: end-to-end relay_script and relay_stage through transfer-ssh against the raw
+OpenSSH baselines, with the same sshd and the same multiplexing (bench/runs/README.md)."""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests", "integration"))
+import runs_support as rs  # noqa: E402
+
+FILES = 10000
+FILE_BYTES = 53687  # 10,000 x 53,687 = 536,870,000 bytes: just under the 512 MiB limit
+
+
+def ssh_base(ssh, control):
+    return ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "UserKnownHostsFile=" + ssh["knownHostsFile"],
+            "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes", "-i", ssh["identityFile"],
+            "-p", str(ssh["port"]), "-o", "ControlPath=" + control, "-l", ssh["user"]]
+
+
+def timed(fn):
+    t = time.monotonic()
+    fn()
+    return time.monotonic() - t
+
+
+def make_data(folder):
+    mark = folder + ".complete"
+    if os.path.exists(mark):
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    for i in range(FILES):
+        d = os.path.join(folder, "d%02d" % (i % 100))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "f%05d.bin" % i), "wb") as f:
+            f.write(os.urandom(FILE_BYTES))
+    open(mark, "w").close()
+
+
+def report_script(ours, raw):
+    mo, mr = statistics.median(ours), statistics.median(raw)
+    print("relay_script `true` (no snapshots), %d rounds:" % len(ours))
+    print("  relay_script median %.1f ms; ssh host true median %.1f ms; ratio %.2fx"
+          % (mo * 1000, mr * 1000, mo / mr))
+    print("  relay_script: " + " ".join("%.0f" % (x * 1000) for x in ours))
+    print("  ssh true:     " + " ".join("%.0f" % (x * 1000) for x in raw), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--runs", type=int, default=int(os.environ.get("RUNS", "30")))
+    ap.add_argument("--stages", type=int, default=int(os.environ.get("STAGES", "3")))
+    ap.add_argument("--data", default=os.environ.get("DATA", "/var/tmp/relay-runs-bench-data"))
+    ap.add_argument("--skip-stage", action="store_true")
+    args = ap.parse_args()
+    v, why = rs.make_variant(args.binary, "ssh")
+    if v is None:
+        print("cannot run: %s" % why)
+        return 2
+    results = {}
+    try:
+        ssh = json.load(open(v.control))["leaseExtra"]["ssh"]
+        control = os.path.join(v.root, "raw.sock")
+        base = ssh_base(ssh, control)
+        subprocess.run(base + ["-o", "ControlMaster=yes", "-o", "ControlPersist=600", "-N", "-f", "127.0.0.1"],
+                       check=True)
+
+        # 1. relay_script `true` against `ssh host true` (both multiplexed, interleaved).
+        with v.relay() as r:
+            r.initialize()
+            g = v.acquire(r)
+            assert rs.stage(r, g["guest"])["isError"] is False
+            for _ in range(3):  # warm both paths
+                rs.run(r, g["guest"], "true")
+                subprocess.run(base + ["127.0.0.1", "true"], check=True)
+            ours, raw = [], []
+            for _ in range(args.runs):
+                ours.append(timed(lambda: rs.run(r, g["guest"], "true")))
+                raw.append(timed(lambda: subprocess.run(base + ["127.0.0.1", "true"], check=True)))
+            results["script"] = (ours, raw)
+            report_script(ours, raw)
+
+        # 2. relay_stage of 512 MiB / 10,000 files against tar | ssh and scp -r.
+        if not args.skip_stage:
+            make_data(args.data)
+            ws = os.path.join(v.project, "ws")
+            shutil.copytree(args.data, ws)
+            ours, tar, scp = [], [], []
+            for i in range(args.stages):
+                with v.relay() as r:
+                    r.initialize()
+                    g = v.acquire(r, task="bench%d" % i)
+                    res = None
+
+                    def stage():
+                        nonlocal res
+                        res = rs.stage(r, g["guest"], workspace="ws")
+                    ours.append(timed(stage))
+                    assert res["isError"] is False, rs.text_of(res)
+                    subprocess.run(["rm", "-rf", g["guestRoot"]], check=True)
+                dest = "/var/tmp/relay-runs-bench-raw-%d" % i
+                cmd = "tar -C %s -cf - . | %s 'mkdir -p %s && tar -C %s -xf -'" % (
+                    ws, " ".join(base + ["127.0.0.1"]), dest, dest)
+                tar.append(timed(lambda: subprocess.run(cmd, shell=True, check=True)))
+                subprocess.run(["rm", "-rf", dest], check=True)
+                scp_cmd = ["scp", "-q", "-r", "-F", "/dev/null", "-o", "BatchMode=yes",
+                           "-o", "UserKnownHostsFile=" + ssh["knownHostsFile"], "-o", "IdentitiesOnly=yes",
+                           "-i", ssh["identityFile"], "-P", str(ssh["port"]), "-o", "ControlPath=" + control,
+                           ws, "root@127.0.0.1:" + dest]
+                scp.append(timed(lambda: subprocess.run(scp_cmd, check=True)))
+                subprocess.run(["rm", "-rf", dest], check=True)
+            results["stage"] = (ours, tar, scp)
+        subprocess.run(base + ["-O", "exit", "127.0.0.1"], stderr=subprocess.DEVNULL)
+    finally:
+        v.cleanup()
+
+    if "stage" in results:
+        ours, tar, scp = results["stage"]
+        mo, mt, ms = statistics.median(ours), statistics.median(tar), statistics.median(scp)
+        print("relay_stage of %d files, %d bytes, %d rounds:" % (FILES, FILES * FILE_BYTES, len(ours)))
+        print("  relay_stage median %.2f s; tar|ssh median %.2f s (ratio %.2fx); scp -r median %.2f s (ratio %.2fx)"
+              % (mo, mt, mo / mt, ms, mo / ms))
+        print("  relay_stage: " + " ".join("%.2f" % x for x in ours))
+        print("  tar|ssh:     " + " ".join("%.2f" % x for x in tar))
+        print("  scp -r:      " + " ".join("%.2f" % x for x in scp))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
