@@ -17,11 +17,13 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -46,6 +48,8 @@ static int held_count;
 static char end_reason[64];
 static int end_status;
 static int hurried;
+/* Set by read_line whenever bytes arrive from a server. */
+static atomic_int bytes_seen;
 
 void manager_dispatch(manager *mgr, relay_tool tool, json_object *args, relay_call *call)
 {
@@ -200,6 +204,7 @@ static char *read_line(harness *h, int timeout_ms)
 		ssize_t n = read(h->from_server, buf, sizeof buf);
 		if (n <= 0)
 			return NULL;
+		atomic_store(&bytes_seen, 1);
 		strbuf_append(&h->pending, buf, (size_t)n);
 	}
 }
@@ -556,6 +561,117 @@ static void test_end_on_signal(void **state)
 	free(h);
 }
 
+/* ---- the manager started on demand (mcp_server_config.start_manager) ---- */
+
+static int started;
+static int unread_when_started = -1;
+
+static int start_out_fd = -1;
+static manager *dummy_manager = (manager *)&started;
+
+static manager *start_ok(void *arg, char *errbuf, size_t errlen)
+{
+	(void)arg;
+	(void)errbuf;
+	(void)errlen;
+	started++;
+	/* Was the first answer written before this? Either it still sits in the
+	 * pipe, or the test thread has read it (then bytes_seen becomes 1 right
+	 * after its read returns; the server cannot write while it is here). */
+	int unread = 0;
+	ioctl(start_out_fd, FIONREAD, &unread);
+	for (int i = 0; unread == 0 && i < 40 && !atomic_load(&bytes_seen); i++)
+		usleep(5000);
+	unread_when_started = unread > 0 || atomic_load(&bytes_seen) ? 1 : 0;
+	return dummy_manager;
+}
+
+static manager *start_fails(void *arg, char *errbuf, size_t errlen)
+{
+	(void)arg;
+	started++;
+	snprintf(errbuf, errlen, "cannot create the session folder: test");
+	return NULL;
+}
+
+static harness *start_deferred(manager *(*fn)(void *, char *, size_t))
+{
+	harness *h = calloc(1, sizeof *h);
+	int in[2], out[2];
+	assert_int_equal(pipe2(in, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+	h->to_server = in[1];
+	h->from_server = out[0];
+	h->config.in_fd = in[0];
+	h->config.out_fd = out[1];
+	h->config.mgr = NULL;
+	h->config.start_manager = fn;
+	started = 0;
+	unread_when_started = -1;
+	atomic_store(&bytes_seen, 0);
+	start_out_fd = out[0];
+	pthread_mutex_lock(&stub_lock);
+	held_count = 0;
+	end_reason[0] = '\0';
+	end_status = 0;
+	pthread_mutex_unlock(&stub_lock);
+	strbuf_init(&h->pending);
+	assert_int_equal(pthread_create(&h->thread, NULL, serve_thread, h), 0);
+	return h;
+}
+
+static void test_manager_starts_after_first_answer(void **state)
+{
+	(void)state;
+	harness *h = start_deferred(start_ok);
+	send_text(h,
+	          "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+	          "\"2025-11-25\"}}\n");
+	json_object *init = read_json(h);
+	assert_true(jsonx_has(init, "result"));
+	json_object_put(init);
+	/* A tools/call needs the manager: it exists by then, and it was started
+	 * only once the initialize answer had been written. */
+	send_text(h, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/"
+	             "call\",\"params\":{\"name\":\"relay_status\"}}\n");
+	json_object *status = read_json(h);
+	assert_true(jsonx_has(status, "result"));
+	json_object_put(status);
+	assert_int_equal(started, 1);
+	assert_true(unread_when_started > 0);
+	assert_int_equal(stop(h), 0);
+	assert_string_equal(end_reason, "stdin-closed");
+}
+
+static void test_manager_starts_without_requests(void **state)
+{
+	(void)state;
+	harness *h = start_deferred(start_ok);
+	/* No request at all: the manager still starts (reconciliation must not
+	 * wait for the client), without writing anything. */
+	int64_t deadline = clock_monotonic_ms() + 10000;
+	while (started == 0 && clock_monotonic_ms() < deadline)
+		usleep(10000);
+	assert_int_equal(started, 1);
+	expect_silence(h, 50);
+	assert_int_equal(stop(h), 0);
+}
+
+static void test_manager_start_failure_ends_the_session(void **state)
+{
+	(void)state;
+	harness *h = start_deferred(start_fails);
+	send_text(h, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n");
+	expect_line(h, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
+	pthread_join(h->thread, NULL);
+	assert_int_equal(h->status, 1);
+	assert_int_equal(started, 1);
+	close(h->to_server);
+	close(h->from_server);
+	strbuf_free(&h->pending);
+	free(h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -570,6 +686,9 @@ int main(void)
 	    cmocka_unit_test(test_end_on_eof_answers_waiting_calls),
 	    cmocka_unit_test(test_end_on_stdout_failure),
 	    cmocka_unit_test(test_end_on_signal),
+	    cmocka_unit_test(test_manager_starts_after_first_answer),
+	    cmocka_unit_test(test_manager_starts_without_requests),
+	    cmocka_unit_test(test_manager_start_failure_ends_the_session),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

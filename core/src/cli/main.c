@@ -53,29 +53,39 @@ static int write_all_stdout(const char *text, size_t len)
 	return 0;
 }
 
+/* What the manager is created from, once mcp_serve asks for it. */
+typedef struct serve_state {
+	relay_settings settings;
+	relay_backends backends;
+} serve_state;
+
+static manager *start_manager(void *arg, char *errbuf, size_t errlen)
+{
+	serve_state *st = arg;
+	backends_select(&st->backends, &st->settings);
+	return manager_create(&st->settings, &st->backends, errbuf, errlen);
+}
+
 static int serve(void)
 {
+	/* Kept for the life of the process: the manager borrows both. */
+	static serve_state st;
 	char errbuf[1024];
-	relay_settings settings;
-	if (settings_load(&settings, errbuf, sizeof errbuf) != 0) {
+	if (settings_load(&st.settings, errbuf, sizeof errbuf) != 0) {
 		log_error("%s", errbuf);
 		return 2;
 	}
-	char *results_dir = fs_path_join(settings.session_dir, "results");
+	char *results_dir = fs_path_join(st.settings.session_dir, "results");
 	render_set_fallback_spill_dir(results_dir);
 	free(results_dir);
 
-	relay_backends backends;
-	backends_select(&backends, &settings);
-	manager *mgr = manager_create(&settings, &backends, errbuf, sizeof errbuf);
-	if (mgr == NULL) {
-		log_error("%s", errbuf);
-		backends_free(&backends);
-		settings_free(&settings);
-		render_set_fallback_spill_dir(NULL);
-		return 2;
-	}
-	mcp_server_config config = {.in_fd = STDIN_FILENO, .out_fd = STDOUT_FILENO, .mgr = mgr};
+	/* The manager (session folder, plugins, reconciliation) starts once the
+	 * first answers are written, so it never delays initialize (mcp.md §1). */
+	mcp_server_config config = {.in_fd = STDIN_FILENO,
+	                            .out_fd = STDOUT_FILENO,
+	                            .mgr = NULL,
+	                            .start_manager = start_manager,
+	                            .start_arg = &st};
 	int status = mcp_serve(&config);
 	/* Plugins may still run threads (reapers); the process exits here
 	 * without unloading them (never dlclose after init). */

@@ -46,6 +46,7 @@
 #define FLUSH_THRESHOLD_BYTES    (16u << 10)
 #define PROGRESS_MIN_INTERVAL_MS 1000
 #define PARENT_CHECK_INTERVAL_MS 1000
+#define MANAGER_START_DELAY_MS   200
 
 /* Bytes on the signal self-pipe besides signal numbers. */
 #define WAKE_END_DONE      'e'
@@ -77,6 +78,11 @@ typedef struct mcp_server {
 
 	pthread_t reader;
 	pid_t initial_ppid;
+	/* A manager started on demand (mcp_server_config.start_manager); only
+	 * the reader thread starts it. */
+	manager *(*start_manager)(void *arg, char *errbuf, size_t errlen);
+	void *start_arg;
+	bool manager_failed;
 	int wake_pipe[2]; /* end of the session done, output failed */
 	struct mcp_server *next_retired;
 } mcp_server;
@@ -677,6 +683,27 @@ static void handle_ping(mcp_server *srv, batch *b, const char *id_text, bool mod
 		send_result(srv, b, id_text, legacy, sizeof legacy - 1);
 }
 
+/* Starts the manager when it is started on demand and not yet running.
+ * Reader thread only. False when there is no manager (it failed). */
+static bool ensure_manager(mcp_server *srv)
+{
+	if (srv->mgr != NULL || srv->start_manager == NULL)
+		return srv->mgr != NULL || srv->start_manager == NULL;
+	if (srv->manager_failed)
+		return false;
+	char errbuf[1024] = "";
+	manager *mgr = srv->start_manager(srv->start_arg, errbuf, sizeof errbuf);
+	if (mgr == NULL) {
+		log_error("%s", errbuf[0] ? errbuf : "the relay's manager could not be started");
+		srv->manager_failed = true;
+		return false;
+	}
+	pthread_mutex_lock(&srv->lock);
+	srv->mgr = mgr;
+	pthread_mutex_unlock(&srv->lock);
+	return true;
+}
+
 static void handle_tools_call(mcp_server *srv, batch *b, const char *id_text, const char *id_key,
                               json_object *params, bool modern)
 {
@@ -747,6 +774,14 @@ static void handle_tools_call(mcp_server *srv, batch *b, const char *id_text, co
 		free(problem);
 		json_object_put(arguments);
 		relay_call_complete(call, r);
+		return;
+	}
+	if (!ensure_manager(srv)) {
+		json_object_put(arguments);
+		relay_call_complete(
+		    call, tool_result_error(NULL, "internal",
+		                            "The relay could not start its manager (see its stderr); "
+		                            "restart the server"));
 		return;
 	}
 	manager_dispatch(srv->mgr, (relay_tool)tool, arguments, call);
@@ -1057,6 +1092,14 @@ static void begin_end(mcp_server *srv, const char *reason)
 	if (already)
 		return;
 	log_info("session ending: %s", reason);
+	if (!ensure_manager(srv)) {
+		/* No manager: nothing was started, nothing to pause or release. */
+		pthread_mutex_lock(&srv->lock);
+		srv->exit_status = srv->manager_failed ? 1 : 0;
+		srv->ending_done = true;
+		pthread_mutex_unlock(&srv->lock);
+		return;
+	}
 	end_job *job = calloc(1, sizeof *job);
 	pthread_t thread;
 	if (job != NULL) {
@@ -1132,7 +1175,7 @@ static void drain_wakeups(mcp_server *srv)
 			pthread_mutex_unlock(&srv->lock);
 			/* A second SIGTERM or SIGINT skips the rest of the grace
 			 * period (lifecycle.md §11.1). */
-			if (ending && (signo == SIGTERM || signo == SIGINT))
+			if (ending && srv->mgr != NULL && (signo == SIGTERM || signo == SIGINT))
 				manager_hurry_end(srv->mgr);
 			begin_end(srv, signal_reason(signo));
 		}
@@ -1194,6 +1237,8 @@ int mcp_serve(const mcp_server_config *config)
 	srv->in_fd = config->in_fd;
 	srv->out_fd = config->out_fd;
 	srv->mgr = config->mgr;
+	srv->start_manager = config->mgr == NULL ? config->start_manager : NULL;
+	srv->start_arg = config->start_arg;
 	pthread_mutex_init(&srv->out_lock, NULL);
 	pthread_mutex_init(&srv->lock, NULL);
 	strbuf_init(&srv->out);
@@ -1214,6 +1259,7 @@ int mcp_serve(const mcp_server_config *config)
 	bool discarding = false; /* dropping the rest of a line too large for memory */
 	bool reading = true;
 	int64_t next_parent_check_ms = clock_monotonic_ms() + PARENT_CHECK_INTERVAL_MS;
+	int64_t manager_start_ms = clock_monotonic_ms() + MANAGER_START_DELAY_MS;
 	for (;;) {
 		pthread_mutex_lock(&srv->lock);
 		bool done = srv->ending_done;
@@ -1228,7 +1274,12 @@ int mcp_serve(const mcp_server_config *config)
 		pfd[nfds++] = (struct pollfd){srv->wake_pipe[0], POLLIN, 0};
 		if (reading)
 			pfd[nfds++] = (struct pollfd){srv->in_fd, POLLIN, 0};
-		int rc = poll(pfd, nfds, PARENT_CHECK_INTERVAL_MS);
+		int timeout_ms = PARENT_CHECK_INTERVAL_MS;
+		if (srv->mgr == NULL && srv->start_manager != NULL && !srv->manager_failed) {
+			int64_t left = manager_start_ms - clock_monotonic_ms();
+			timeout_ms = left <= 0 ? 0 : (int)left;
+		}
+		int rc = poll(pfd, nfds, timeout_ms);
 		if (rc < 0 && errno != EINTR) {
 			log_error("poll failed: %s", strerror(errno));
 			reading = false;
@@ -1236,6 +1287,9 @@ int mcp_serve(const mcp_server_config *config)
 			continue;
 		}
 		int64_t now = clock_monotonic_ms();
+		if (srv->mgr == NULL && srv->start_manager != NULL && !srv->manager_failed &&
+		    now >= manager_start_ms && !ensure_manager(srv) && !ending)
+			begin_end(srv, "manager-failed");
 		if (now >= next_parent_check_ms) {
 			next_parent_check_ms = now + PARENT_CHECK_INTERVAL_MS;
 			if (!ending && getppid() != srv->initial_ppid)
@@ -1313,6 +1367,8 @@ int mcp_serve(const mcp_server_config *config)
 		handle_lines(srv, &in, &scan_from);
 		/* Input drained for now: write what the reader produced. */
 		flush_output(srv);
+		/* The first answers are out: the manager's startup may begin. */
+		manager_start_ms = now;
 	}
 	strbuf_free(&in);
 	close_subscriptions(srv);

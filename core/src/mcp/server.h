@@ -10,7 +10,15 @@
 typedef struct mcp_server_config {
 	int in_fd;
 	int out_fd;
-	manager *mgr; /* borrowed */
+	manager *mgr; /* borrowed; NULL with start_manager to start it later */
+	/* Optional: creates the manager when it is first needed, so that its
+	 * startup work (the session folder, plugin loading, reconciliation)
+	 * never competes with the first answers: after the first answers are
+	 * written, at the first tools/call, at the end of the session, or 200 ms
+	 * after startup, whichever comes first. Returns NULL with a reason in
+	 * errbuf on failure (the session then ends with status 1). */
+	manager *(*start_manager)(void *arg, char *errbuf, size_t errlen);
+	void *start_arg;
 } mcp_server_config;
 
 /* Serves until the session ends (mcp.md §13); returns the exit status.
