@@ -9,7 +9,7 @@
 // with the SDK's result schemas. Prints one line per check; exits 1 when any failed.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import {
@@ -23,11 +23,12 @@ import {
     ResultSchema
 } from '@modelcontextprotocol/sdk/types.js';
 
-const binary = process.argv[2] || process.env.RELAY_BINARY;
-if (!binary) {
+const given = process.argv[2] || process.env.RELAY_BINARY;
+if (!given) {
     console.error('usage: node test.mjs /path/to/mcp-relay');
     process.exit(2);
 }
+const binary = resolve(given); // the server runs in a temporary folder
 
 const MODERN = '2026-07-28';
 const SUPPORTED = ['2026-07-28', '2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05'];
