@@ -804,9 +804,18 @@ static void use_step_id(manager *m, guest *g, const char *id)
 
 /* ---- a recorded run (guest.md §15) ------------------------------------------------ */
 
+/* Debug timing of a run's phases (MCP_RELAY_DEBUG=1). */
+static void run_mark(const char *execution_id, const char *phase, int64_t *mark_ms)
+{
+	int64_t now = clock_monotonic_ms();
+	log_debug("relay_script %s: %s took %lld ms", execution_id, phase, (long long)(now - *mark_ms));
+	*mark_ms = now;
+}
+
 tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 {
 	tool_result *result = NULL;
+	int64_t mark_ms = clock_monotonic_ms();
 	relay_error err;
 	memset(&err, 0, sizeof err);
 	char exec_id[40], attempt_id[20], hex32[33], hex12[13];
@@ -931,6 +940,7 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 		goto cleanup;
 	}
 
+	run_mark(exec_id, "host files", &mark_ms);
 	/* Step 3: push the script and the request. */
 	st = gio_begin(&io, m, g, call, &err);
 	if (st != RELAY_OK) {
@@ -951,6 +961,7 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 		goto cleanup;
 	}
 
+	run_mark(exec_id, "pushes", &mark_ms);
 	/* Step 4: the receiver runs it, once. */
 	use_step_id(m, g, jsonx_get_str(step, "id"));
 	strbuf_printf(&sb, "%s/%s", root, request_rel);
@@ -970,6 +981,7 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 	free(request_remote);
 	cancelled = sv.cancelled;
 
+	run_mark(exec_id, "receiver run", &mark_ms);
 	/* Steps 5-6: the frame, the receipt, or an uncertain outcome. */
 	if (cancelled) {
 		outcome = outcome_uncertain(
@@ -1027,6 +1039,7 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 	}
 	gio_exec_result_free(&res);
 
+	run_mark(exec_id, "receipt pull", &mark_ms);
 	/* Step 7: the result. */
 	json_object *out = json_object_new_object();
 	jsonx_add_str(out, "guest", g->name);
@@ -1087,6 +1100,7 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 	image_delivery_result_clear(&idr);
 
 	record_run_end(m, g, evidence, exec_id, result, step, cancelled);
+	run_mark(exec_id, "result and host receipt", &mark_ms);
 	/* The step's background download (evidence.md §5): every run whose
 	 * request reached the receiver, with or without a receipt at home. */
 	if (rs != RECEIPT_NONE)
