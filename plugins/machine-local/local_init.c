@@ -929,6 +929,10 @@ static int write_map(pid_t pid, const char *name, const char *map)
 static void launch(const launch_options *o) __attribute__((noreturn));
 static void launch(const launch_options *o)
 {
+	/* Nothing of the relay but fds 0-3 (and the held fd 4) reaches the
+	 * guest: a descriptor it forgot to mark close-on-exec would otherwise
+	 * live as long as the guest. */
+	syscall(SYS_close_range, o->hold_fd >= 0 ? 5u : 4u, ~0u, 0u);
 	if (o->cgroup) {
 		char path[PATH_MAX];
 		join_path(path, sizeof path, o->cgroup, "cgroup.procs");

@@ -111,8 +111,14 @@ static pid_t spawn_helper(const char *const *argv, int log_fd, const int *keep, 
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
 	posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
-	for (int i = 0; i < nkeep; i++)
+	int lowest_free = 3;
+	for (int i = 0; i < nkeep; i++) {
 		posix_spawn_file_actions_adddup2(&fa, keep[i], as[i]);
+		if (as[i] + 1 > lowest_free)
+			lowest_free = as[i] + 1;
+	}
+	/* The helper gets nothing else of the relay. */
+	posix_spawn_file_actions_addclosefrom_np(&fa, lowest_free);
 	pid_t pid = -1;
 	int rc = posix_spawn(&pid, argv[0], &fa, &attr, (char *const *)argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
@@ -347,6 +353,7 @@ static void *netns_thread(void *arg)
 			posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 			posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 		}
+		posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 		pid_t pid = -1;
 		int rc = posix_spawnp(&pid, job->argv[0], &fa, &attr, (char *const *)job->argv,
 		                      (char *const *)(job->envp ? job->envp : (const char *const *)environ));

@@ -486,9 +486,13 @@ static relay_status launch_init(local_state *st, const char *lease_dir, const ch
 	posix_spawn_file_actions_adddup2(&fa, hi_status, 3);
 	if (with_helper)
 		posix_spawn_file_actions_adddup2(&fa, hi_hold, 4);
+	/* The init program runs from its memfd, lent as fd 9; nothing else of
+	 * the relay is passed on. */
+	posix_spawn_file_actions_adddup2(&fa, st->init_memfd, 9);
+	posix_spawn_file_actions_addclosefrom_np(&fa, 10);
 	char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
 	pid_t pid = -1;
-	int rc = posix_spawn(&pid, st->init_path, &fa, &attr, (char *const *)argv, envp);
+	int rc = posix_spawn(&pid, "/proc/self/fd/9", &fa, &attr, (char *const *)argv, envp);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&attr);
 	close(hi_status);

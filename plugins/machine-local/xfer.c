@@ -565,6 +565,7 @@ typedef struct receiver {
 	char *buf2;
 	relay_call *call;
 	dir_cache wcache, vcache;
+	struct verifier *verifier; /* direct pushes: reads the files back beside the writing */
 } receiver;
 
 static void dir_cache_reset(dir_cache *c)
@@ -630,6 +631,138 @@ static relay_status dir_error(receiver *r, relay_error *err, int e, const char *
 		              "%s would be written outside the guest's own file system; refused", rel);
 	return lu_err(r->st, err, e == ELOOP || e == ENOTDIR ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, e,
 	              "cannot create the folder of %s in %s: %s", rel, r->dest_label, strerror(e));
+}
+
+/* The read-back of a direct push runs in a thread of its own, beside the
+ * writing: the receiver queues each file it finished, the verifier opens it
+ * through the guest's view (the overlay), hashes it and keeps the facts. */
+typedef struct verifier {
+	receiver *r;
+	pthread_t thread;
+	pthread_mutex_t lock; /* guards everything below */
+	pthread_cond_t cond;
+	char **queue;
+	size_t head, count, cap;
+	bool done, stop;
+	relay_status status;
+	char message[256];
+	fact_list facts;
+	dir_cache cache;
+	char *buf;
+} verifier;
+
+static int cached_dir(receiver *r, dir_cache *c, int root_fd, const char *dir, bool create);
+static void split_rel(const char *rel, char *dir, size_t size, const char **leaf);
+
+static void *verifier_main(void *arg)
+{
+	verifier *v = arg;
+	for (;;) {
+		pthread_mutex_lock(&v->lock);
+		while (v->count == 0 && !v->done && !v->stop)
+			pthread_cond_wait(&v->cond, &v->lock);
+		if (v->stop || (v->count == 0 && v->done)) {
+			pthread_mutex_unlock(&v->lock);
+			break;
+		}
+		char *rel = v->queue[v->head];
+		v->head = (v->head + 1) % v->cap;
+		v->count--;
+		pthread_cond_broadcast(&v->cond);
+		pthread_mutex_unlock(&v->lock);
+
+		char dir[PATH_MAX], hex[65];
+		const char *leaf = NULL;
+		split_rel(rel, dir, sizeof dir, &leaf);
+		int vdir = cached_dir(v->r, &v->cache, v->r->verify_fd, dir, false);
+		int fd = vdir >= 0 ? openat(vdir, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+		uint64_t bytes = 0;
+		int e = fd >= 0 ? hash_fd(fd, v->buf, XFER_CHUNK, hex, &bytes) : errno;
+		if (fd >= 0)
+			close(fd);
+		pthread_mutex_lock(&v->lock);
+		if (e != 0 && v->status == RELAY_OK) {
+			v->status = RELAY_E_INTEGRITY;
+			lu_textf(v->message, sizeof v->message,
+			         "the guest does not see %s after writing it (%s)", rel, strerror(e));
+			v->stop = true;
+			pthread_cond_broadcast(&v->cond);
+		} else if (e == 0 && facts_add(&v->facts, rel, bytes, hex) != 0 && v->status == RELAY_OK) {
+			v->status = RELAY_E_NO_MEMORY;
+			lu_textf(v->message, sizeof v->message, "out of memory");
+			v->stop = true;
+			pthread_cond_broadcast(&v->cond);
+		}
+		pthread_mutex_unlock(&v->lock);
+		free(rel);
+	}
+	dir_cache_reset(&v->cache);
+	return NULL;
+}
+
+static int verifier_start(verifier *v, receiver *r)
+{
+	memset(v, 0, sizeof *v);
+	v->r = r;
+	v->cap = 4096;
+	v->cache.fd = -1;
+	v->queue = calloc(v->cap, sizeof *v->queue);
+	v->buf = malloc(XFER_CHUNK);
+	if (v->queue == NULL || v->buf == NULL) {
+		free(v->queue);
+		free(v->buf);
+		return ENOMEM;
+	}
+	pthread_mutex_init(&v->lock, NULL);
+	pthread_cond_init(&v->cond, NULL);
+	int rc = pthread_create(&v->thread, NULL, verifier_main, v);
+	if (rc != 0) {
+		pthread_mutex_destroy(&v->lock);
+		pthread_cond_destroy(&v->cond);
+		free(v->queue);
+		free(v->buf);
+	}
+	return rc;
+}
+
+/* Queues a written file; false when the verifier has failed. */
+static bool verifier_add(verifier *v, const char *rel)
+{
+	char *copy = strdup(rel);
+	pthread_mutex_lock(&v->lock);
+	while (v->count == v->cap && !v->stop)
+		pthread_cond_wait(&v->cond, &v->lock);
+	bool ok = !v->stop && copy != NULL;
+	if (ok) {
+		v->queue[(v->head + v->count) % v->cap] = copy;
+		v->count++;
+		pthread_cond_broadcast(&v->cond);
+	} else {
+		free(copy);
+	}
+	pthread_mutex_unlock(&v->lock);
+	return ok;
+}
+
+/* Waits for the verifier (abort: drop what is queued) and frees its queue. */
+static void verifier_finish(verifier *v, bool abort)
+{
+	pthread_mutex_lock(&v->lock);
+	v->done = true;
+	if (abort)
+		v->stop = true;
+	pthread_cond_broadcast(&v->cond);
+	pthread_mutex_unlock(&v->lock);
+	pthread_join(v->thread, NULL);
+	while (v->count > 0) {
+		free(v->queue[v->head]);
+		v->head = (v->head + 1) % v->cap;
+		v->count--;
+	}
+	free(v->queue);
+	free(v->buf);
+	pthread_mutex_destroy(&v->lock);
+	pthread_cond_destroy(&v->cond);
 }
 
 /* Creates `name` in dir_fd and writes the entry's data into it. Push: an
@@ -720,20 +853,12 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		status = lu_err(r->st, err, RELAY_E_IO, errno, "cannot close %s", rel);
 	if (status == RELAY_OK && push && r->direct) {
 		/* Read back through the guest's view (the overlay), not the layer
-		 * written: this is what the guest will see. */
-		char dir[PATH_MAX];
-		const char *leaf = NULL;
-		split_rel(rel, dir, sizeof dir, &leaf);
-		int vdir = cached_dir(r, &r->vcache, r->verify_fd, dir, false);
-		int rfd = vdir >= 0 ? openat(vdir, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
-		uint64_t back = 0;
-		int e = rfd >= 0 ? hash_fd(rfd, r->buf2, XFER_CHUNK, hex, &back) : errno;
-		if (rfd >= 0)
-			close(rfd);
-		if (e != 0)
-			status = lu_err(r->st, err, RELAY_E_INTEGRITY, e,
-			                "the guest does not see %s after writing it", rel);
-		total = back;
+		 * written: this is what the guest will see. The verifier does it. */
+		if (!verifier_add(r->verifier, rel))
+			status = lu_err(r->st, err, RELAY_E_INTEGRITY, 0,
+			                "the read-back through the guest's view failed");
+		else
+			return RELAY_OK;
 	}
 	if (status != RELAY_OK) {
 		unlinkat(dir_fd, name, 0);
@@ -1002,6 +1127,10 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 		}
 		upper_fd = fresh ? direct_upper_dir(&g, dest_fd, comps, ncomp) : -1;
 		r.direct = upper_fd >= 0;
+		st->host->log(RELAY_LOG_DEBUG, LOCAL_PLUGIN_NAME, "push of %s into %s: %s", local_path,
+		              remote_path,
+		              r.direct ? "a new folder, written into the upper layer directly"
+		                       : "an existing folder, written through the overlay");
 		r.base_fd = r.direct ? upper_fd : dest_fd;
 		r.verify_fd = dest_fd;
 		r.single_name = NULL;
@@ -1021,7 +1150,21 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 		status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 		goto cleanup;
 	}
+	verifier v;
+	if (r.direct && verifier_start(&v, &r) != 0) {
+		status = lu_err(st, err, RELAY_E_IO, errno, "cannot start the read-back thread");
+		goto cleanup;
+	}
+	r.verifier = r.direct ? &v : NULL;
 	status = run_transfer(&s, &r, err);
+	if (r.direct) {
+		verifier_finish(&v, status != RELAY_OK);
+		if (status == RELAY_OK && v.status != RELAY_OK)
+			status = lu_err(st, err, v.status, 0, "%s", v.message);
+		/* The guest-side facts are the verifier's. */
+		facts_free(&r.facts);
+		r.facts = v.facts;
+	}
 	if (status != RELAY_OK)
 		goto cleanup;
 	facts_sort(&s.facts);

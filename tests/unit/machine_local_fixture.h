@@ -38,6 +38,14 @@ typedef struct ml_env {
 	char counter;
 } ml_env;
 
+/* Copies of the environments still loaded, so a test that fails half-way
+ * (its own ml_env is on a stack that is gone) does not leave guests behind:
+ * ml_teardown() releases and unloads them. Test thread only. */
+static struct {
+	bool used;
+	ml_env env;
+} ml_live_envs[8];
+
 /* NULL when real guests can be made here, else why not. */
 static inline const char *ml_skip_reason(void)
 {
@@ -116,6 +124,12 @@ static inline void ml_load_in(ml_env *e, const char *options_json, const char *r
 	free(path);
 	if (s != RELAY_OK)
 		fail_msg("loading machine-local failed: %s", err.message);
+	for (size_t i = 0; i < sizeof ml_live_envs / sizeof ml_live_envs[0]; i++)
+		if (!ml_live_envs[i].used) {
+			ml_live_envs[i].used = true;
+			ml_live_envs[i].env = *e;
+			break;
+		}
 }
 
 static inline void ml_load(ml_env *e, const char *options_json)
@@ -125,6 +139,9 @@ static inline void ml_load(ml_env *e, const char *options_json)
 
 static inline void ml_unload(ml_env *e, bool remove_state)
 {
+	for (size_t i = 0; i < sizeof ml_live_envs / sizeof ml_live_envs[0]; i++)
+		if (ml_live_envs[i].used && strcmp(ml_live_envs[i].env.state_dir, e->state_dir) == 0)
+			ml_live_envs[i].used = false;
 	loader_shutdown(&e->registry);
 	e->p = NULL;
 	if (remove_state) {
@@ -274,6 +291,37 @@ static inline bool ml_pid_alive(pid_t pid)
 	buf[n] = '\0';
 	char *p = strrchr(buf, ')');
 	return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+/* cmocka teardown: releases every lease of every environment a failed test
+ * left loaded, then unloads it and removes its state folder. */
+static inline int ml_teardown(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof ml_live_envs / sizeof ml_live_envs[0]; i++) {
+		if (!ml_live_envs[i].used)
+			continue;
+		ml_env copy = ml_live_envs[i].env;
+		ml_env *e = &copy;
+		char dir[512];
+		snprintf(dir, sizeof dir, "%s/leases", e->state_dir);
+		FILE *ls = NULL;
+		char cmd[700];
+		snprintf(cmd, sizeof cmd, "ls '%s' 2>/dev/null", dir);
+		ls = popen(cmd, "r");
+		char vm[256];
+		while (ls && fgets(vm, sizeof vm, ls)) {
+			vm[strcspn(vm, "\n")] = '\0';
+			char doc[400];
+			snprintf(doc, sizeof doc, "{\"vm\":\"%s\"}", vm);
+			relay_error err;
+			e->p->machine.release(e->p->state, doc, "failed", NULL, 0, &err);
+		}
+		if (ls)
+			pclose(ls);
+		ml_unload(e, true);
+	}
+	return 0;
 }
 
 #endif

@@ -424,8 +424,8 @@ static void test_vnc_console(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_screenshot_shows_x_client_pixels),
-	    cmocka_unit_test(test_vnc_console),
+	    cmocka_unit_test_teardown(test_screenshot_shows_x_client_pixels, ml_teardown),
+	    cmocka_unit_test_teardown(test_vnc_console, ml_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -583,14 +583,14 @@ static void test_configured_tree_image(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_release_leaves_nothing),
-	    cmocka_unit_test(test_guest_cannot_see_host_processes),
-	    cmocka_unit_test(test_root_writes_stay_in_guest),
-	    cmocka_unit_test(test_four_guests_at_once),
-	    cmocka_unit_test(test_bad_input_changes_nothing),
-	    cmocka_unit_test(test_renew_inspect_find),
-	    cmocka_unit_test(test_images_catalog_doctor),
-	    cmocka_unit_test(test_configured_tree_image),
+	    cmocka_unit_test_teardown(test_release_leaves_nothing, ml_teardown),
+	    cmocka_unit_test_teardown(test_guest_cannot_see_host_processes, ml_teardown),
+	    cmocka_unit_test_teardown(test_root_writes_stay_in_guest, ml_teardown),
+	    cmocka_unit_test_teardown(test_four_guests_at_once, ml_teardown),
+	    cmocka_unit_test_teardown(test_bad_input_changes_nothing, ml_teardown),
+	    cmocka_unit_test_teardown(test_renew_inspect_find, ml_teardown),
+	    cmocka_unit_test_teardown(test_images_catalog_doctor, ml_teardown),
+	    cmocka_unit_test_teardown(test_configured_tree_image, ml_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

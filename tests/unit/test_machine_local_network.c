@@ -231,9 +231,9 @@ static void test_pasta_outbound_but_not_host(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_loopback_only_without_helper),
-	    cmocka_unit_test(test_slirp4netns_outbound_but_not_host),
-	    cmocka_unit_test(test_pasta_outbound_but_not_host),
+	    cmocka_unit_test_teardown(test_loopback_only_without_helper, ml_teardown),
+	    cmocka_unit_test_teardown(test_slirp4netns_outbound_but_not_host, ml_teardown),
+	    cmocka_unit_test_teardown(test_pasta_outbound_but_not_host, ml_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,21 @@
 #include "machine_local_fixture.h"
 #include "util/clock.h"
 
+/* Relay children still running when a test fails (test thread only). */
+static pid_t g_children[8];
+
+static int reap_teardown(void **state)
+{
+	for (size_t i = 0; i < sizeof g_children / sizeof g_children[0]; i++)
+		if (g_children[i] > 0) {
+			kill(g_children[i], SIGKILL);
+			waitpid(g_children[i], NULL, 0);
+			g_children[i] = 0;
+		}
+	clock_set_offset_ms(0);
+	return ml_teardown(state);
+}
+
 /* Forks a relay that acquires `guest` with `ttl_ms` and the plugin options,
  * then waits. Returns its pid; *lease_out gets the lease (free). */
 static pid_t relay_child(const char *state_dir, const char *options, const char *guest, int64_t ttl_ms,
@@ -58,11 +73,19 @@ static pid_t relay_child(const char *state_dir, const char *options, const char 
 		fail_msg("the relay child could not acquire %s", guest);
 	}
 	*lease_out = buf;
+	for (size_t i = 0; i < sizeof g_children / sizeof g_children[0]; i++)
+		if (g_children[i] == 0) {
+			g_children[i] = pid;
+			break;
+		}
 	return pid;
 }
 
 static void kill_relay(pid_t pid)
 {
+	for (size_t i = 0; i < sizeof g_children / sizeof g_children[0]; i++)
+		if (g_children[i] == pid)
+			g_children[i] = 0;
 	assert_int_equal(kill(pid, SIGKILL), 0);
 	int st = 0;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -223,10 +246,10 @@ static void test_guest_stops_itself_without_relay(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_sigkilled_relay_restart_reaps_expired),
-	    cmocka_unit_test(test_restart_keeps_unexpired_guest),
-	    cmocka_unit_test(test_reaper_thread_destroys_expired),
-	    cmocka_unit_test(test_guest_stops_itself_without_relay),
+	    cmocka_unit_test_teardown(test_sigkilled_relay_restart_reaps_expired, reap_teardown),
+	    cmocka_unit_test_teardown(test_restart_keeps_unexpired_guest, reap_teardown),
+	    cmocka_unit_test_teardown(test_reaper_thread_destroys_expired, reap_teardown),
+	    cmocka_unit_test_teardown(test_guest_stops_itself_without_relay, reap_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
