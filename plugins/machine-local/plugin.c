@@ -297,7 +297,7 @@ static void detect_cgroups(local_state *st)
 	}
 	if (f)
 		fclose(f);
-	char parent[PATH_MAX], base[PATH_MAX + 32], path[PATH_MAX + 64];
+	char parent[PATH_MAX * 2 + 8], base[PATH_MAX * 2 + 48], path[PATH_MAX * 2 + 96];
 	snprintf(parent, sizeof parent, "%s%s", mount, strcmp(own, "/") == 0 ? "" : own);
 	snprintf(base, sizeof base, "%s/mcp-relay-local", parent);
 	if (mkdir(base, 0755) != 0 && errno != EEXIST) {
