@@ -6,8 +6,8 @@ set -euo pipefail
 need=(cmake make gcc pkg-config libjson-c-dev libcurl4-openssl-dev libarchive-dev libpng-dev libssl-dev
       xvfb x11vnc xauth slirp4netns passt iproute2)
 if [ "${1:-build}" = test ]; then
-  need+=(libcmocka-dev libx11-dev openssh-server openssh-client x11-apps imagemagick chromium python3
-         xdotool netcat-openbsd)
+  need+=(libcmocka-dev libx11-dev openssh-server openssh-client x11-apps x11-xserver-utils imagemagick
+         chromium python3 e2fsprogs util-linux xdotool netcat-openbsd)
 fi
 missing=()
 for p in "${need[@]}"; do

@@ -558,7 +558,16 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 		    "the acquisition was cancelled after the lease request was sent; the lease "
 		    "arrived and is kept: finish or release %s",
 		    g->name);
-	guest_event(m, g, "acquire", "relay_acquire", NULL);
+	json_object *acquired = json_object_new_object();
+	manager_lock(m);
+	jsonx_add_str(acquired, "guest", g->name);
+	jsonx_add_str(acquired, "task", g->task);
+	jsonx_add_str(acquired, "image", g->image);
+	jsonx_add_str(acquired, "purpose", g->purpose);
+	jsonx_add_str(acquired, "vm", g->lease ? jsonx_get_str(g->lease, "vm") : NULL);
+	jsonx_add_str(acquired, "network", g->network);
+	manager_unlock(m);
+	guest_event(m, g, "acquire", "relay_acquire", acquired);
 	json_object *result = acquire_result(m, g);
 	int64_t waited = g->waited_for_capacity_ms;
 	char deadline[21];
