@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,26 @@
 
 static const char *skip_reason;
 static ssh_plugin_handle plugin;
+/* The fixture a test started, stopped by the teardown even when the test
+ * fails half-way (no sshd or folder is left behind). */
+static ssh_fixture fx;
+static bool fx_started;
+
+static void start_fixture(void)
+{
+	int rc = ssh_fixture_start(&fx, NULL);
+	fx_started = true;
+	assert_int_equal(rc, 0);
+}
+
+static int teardown_fixture(void **state)
+{
+	(void)state;
+	if (fx_started)
+		ssh_fixture_stop(&fx);
+	fx_started = false;
+	return 0;
+}
 
 static int group_setup(void **state)
 {
@@ -93,23 +114,20 @@ static void test_connection_refused_is_transient(void **state)
 {
 	(void)state;
 	SKIP_WITHOUT_SSHD();
-	ssh_fixture fx;
-	assert_int_equal(ssh_fixture_start(&fx, NULL), 0);
+	start_fixture();
 	ssh_fixture_stop_server(&fx); /* nothing listens on its port any more */
 	relay_transport_conn *conn;
 	relay_error err;
 	assert_status(open_lease(fx.lease, &conn, &err), RELAY_E_TRANSIENT);
 	assert_non_null(strstr(err.message, "Connection refused"));
 	assert_null(conn);
-	ssh_fixture_stop(&fx);
 }
 
 static void test_unknown_host_key_is_refused(void **state)
 {
 	(void)state;
 	SKIP_WITHOUT_SSHD();
-	ssh_fixture fx;
-	assert_int_equal(ssh_fixture_start(&fx, NULL), 0);
+	start_fixture();
 	/* known_hosts now lists another key for the same address. */
 	char cmd[512], other[160], text[700], pub[600];
 	snprintf(other, sizeof other, "%s/other_host_key", fx.dir);
@@ -131,15 +149,13 @@ static void test_unknown_host_key_is_refused(void **state)
 	struct stat st;
 	assert_int_equal(stat(fx.known_hosts, &st), 0);
 	assert_int_equal(st.st_size, 0);
-	ssh_fixture_stop(&fx);
 }
 
 static void test_unaccepted_user_key_is_refused(void **state)
 {
 	(void)state;
 	SKIP_WITHOUT_SSHD();
-	ssh_fixture fx;
-	assert_int_equal(ssh_fixture_start(&fx, NULL), 0);
+	start_fixture();
 	char path[160];
 	snprintf(path, sizeof path, "%s/authorized_keys", fx.dir);
 	fixture_write(path, "");
@@ -147,15 +163,13 @@ static void test_unaccepted_user_key_is_refused(void **state)
 	relay_error err;
 	assert_status(open_lease(fx.lease, &conn, &err), RELAY_E_REFUSED);
 	assert_non_null(strstr(err.message, "refused the key"));
-	ssh_fixture_stop(&fx);
 }
 
 static void test_exec_without_connection_is_transient(void **state)
 {
 	(void)state;
 	SKIP_WITHOUT_SSHD();
-	ssh_fixture fx;
-	assert_int_equal(ssh_fixture_start(&fx, NULL), 0);
+	start_fixture();
 	relay_transport_conn *conn;
 	relay_error err;
 	assert_status(open_lease(fx.lease, &conn, &err), RELAY_OK);
@@ -173,7 +187,6 @@ static void test_exec_without_connection_is_transient(void **state)
 	assert_status(run(conn, touch, 20000, &res, &err), RELAY_E_TRANSIENT);
 	assert_false(fixture_exists(marker));
 	close_conn(conn);
-	ssh_fixture_stop(&fx);
 }
 
 typedef struct exec_thread {
@@ -200,8 +213,7 @@ static void test_connection_lost_while_running_is_indeterminate(void **state)
 {
 	(void)state;
 	SKIP_WITHOUT_SSHD();
-	ssh_fixture fx;
-	assert_int_equal(ssh_fixture_start(&fx, NULL), 0);
+	start_fixture();
 	exec_thread t = {0};
 	relay_error err;
 	assert_status(open_lease(fx.lease, &t.conn, &err), RELAY_OK);
@@ -220,7 +232,6 @@ static void test_connection_lost_while_running_is_indeterminate(void **state)
 	free(t.res.out);
 	free(t.res.err);
 	close_conn(t.conn);
-	ssh_fixture_stop(&fx);
 }
 
 static void test_long_state_folder(void **state)
@@ -243,8 +254,7 @@ static void test_long_state_folder(void **state)
 	relay_error err = {0};
 	assert_status(loader_load(&second, path, RELAY_KIND_TRANSPORT, config, &lp, &err), RELAY_OK);
 	free(path);
-	ssh_fixture fx;
-	assert_int_equal(ssh_fixture_start(&fx, NULL), 0);
+	start_fixture();
 	relay_transport_conn *conn = NULL;
 	assert_status(lp->transport.open(lp->state, fx.lease, NULL, 0, &conn, &err), RELAY_OK);
 	const char *const argv[] = {"echo", "deep", NULL};
@@ -256,19 +266,18 @@ static void test_long_state_folder(void **state)
 	free(res.err);
 	lp->transport.close(lp->state, conn, 0);
 	loader_shutdown(&second);
-	ssh_fixture_stop(&fx);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_lease_without_ssh),
-	    cmocka_unit_test(test_connection_refused_is_transient),
-	    cmocka_unit_test(test_unknown_host_key_is_refused),
-	    cmocka_unit_test(test_unaccepted_user_key_is_refused),
-	    cmocka_unit_test(test_exec_without_connection_is_transient),
-	    cmocka_unit_test(test_connection_lost_while_running_is_indeterminate),
-	    cmocka_unit_test(test_long_state_folder),
+	    cmocka_unit_test_teardown(test_lease_without_ssh, teardown_fixture),
+	    cmocka_unit_test_teardown(test_connection_refused_is_transient, teardown_fixture),
+	    cmocka_unit_test_teardown(test_unknown_host_key_is_refused, teardown_fixture),
+	    cmocka_unit_test_teardown(test_unaccepted_user_key_is_refused, teardown_fixture),
+	    cmocka_unit_test_teardown(test_exec_without_connection_is_transient, teardown_fixture),
+	    cmocka_unit_test_teardown(test_connection_lost_while_running_is_indeterminate, teardown_fixture),
+	    cmocka_unit_test_teardown(test_long_state_folder, teardown_fixture),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
