@@ -4,6 +4,7 @@ conformance checklist items 24-28)."""
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import Relay, RpcError, run_tests, text_json  # noqa: E402
@@ -51,7 +52,16 @@ def test_acquire_without_task(binary):
     with Relay(binary) as r:
         r.initialize()
         r.call_tool("relay_status")
+        # Plugins start in the background and may create their own state folders:
+        # wait until the state directory stops changing before taking the snapshot.
         before = r.state_files()
+        deadline = time.monotonic() + 15
+        stable_since = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - stable_since < 1.0:
+            time.sleep(0.1)
+            now = r.state_files()
+            if now != before:
+                before, stable_since = now, time.monotonic()
         res = r.call_tool("relay_acquire", {"image": "ubuntu2404", "extractions": []})
         assert res["isError"] is True
         assert res["content"][0]["text"].startswith("Invalid relay_acquire input:"), res
