@@ -7,6 +7,10 @@ Each test runs against every backend variant that can run here:
          host, its guest root a folder under /var/tmp; always available once built.
   local  machine-local (MCP_RELAY_BACKEND=local): a Linux namespace sandbox; needs root,
          namespaces and overlayfs.
+  service  machine-service against tests/fixtures/machine-service-standin (its own exec, push
+         and pull: one command per machine at a time, no guest-side facts, so trees go as
+         archives and files are checked by receiver scans), capture-cua with the stand-in's
+         fake cua-driver; needs machine-service.so and the stand-in.
   x11    machine-fake with capture-x11 (an environment profile) and a real Xvfb on this host
          whose display the fake's leases report ("leaseExtra"): snapshots on; needs Xvfb,
          capture-x11.so and relay-x11shot.
@@ -101,6 +105,7 @@ class Variant:
         self.guest_roots = []
         self.sshd = None
         self.xvfb = None
+        self.standin = None
         self.extra_env = {}
         self.write_control({})
 
@@ -117,6 +122,10 @@ class Variant:
             e["MCP_RELAY_BACKEND"] = fake_so(self.binary)
         elif self.kind == "local":
             e["MCP_RELAY_BACKEND"] = "local"
+        elif self.kind == "service":
+            e["MCP_RELAY_BACKEND"] = "machine-service"
+            e["MCP_RELAY_URL"] = self.standin.url
+            e["MCP_RELAY_MACHINE_SERVICE_OPTIONS"] = '{"destructionCheck":"service"}'
         e.update(self.extra_env)
         e.update({k: (None if v is None else str(v)) for k, v in extra.items()})
         return e
@@ -155,6 +164,11 @@ class Variant:
                 pass
             try:
                 self.sshd.wait(timeout=5)
+            except Exception:
+                pass
+        if self.standin is not None:
+            try:
+                self.standin.stop()
             except Exception:
                 pass
         if self.xvfb is not None:
@@ -281,6 +295,12 @@ def make_variant(binary, kind):
             return None, "sshd, ssh or ssh-keygen is missing (openssh-server, openssh-client)"
         if not os.path.exists(plugin_so(binary, "transfer-ssh")):
             return None, "transfer-ssh.so is not built"
+    if kind == "service":
+        import service_support
+        if not os.access(service_support.standin_binary(binary), os.X_OK):
+            return None, "machine-service-standin is not built"
+        if not os.path.exists(plugin_so(binary, "machine-service")):
+            return None, "machine-service.so is not built"
     if kind == "x11":
         if not shutil.which("Xvfb"):
             return None, "Xvfb is missing (apt-get install xvfb)"
@@ -291,6 +311,13 @@ def make_variant(binary, kind):
         if not os.path.exists(shot):
             return None, "relay-x11shot is not built (%s)" % shot
     v = Variant(binary, kind)
+    if kind == "service":
+        import service_support
+        try:
+            v.standin = service_support.Standin(binary)
+        except Exception as e:  # noqa: BLE001
+            v.cleanup()
+            return None, "the stand-in could not start: %s" % e
     if kind == "x11":
         try:
             display = _start_xvfb(v)
@@ -313,7 +340,7 @@ def make_variant(binary, kind):
     return v, None
 
 
-def variants(binary, kinds=("fake", "local", "ssh")):
+def variants(binary, kinds=("fake", "local", "ssh", "service")):
     """Yields each variant that can run here (cleaned up afterwards); prints why others cannot.
     Skips the test when none can."""
     ran = 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Snapshots (guest.md §10-§11, images.md §8): staging's capture wait with a real Xvfb display
-captured by capture-x11's relay-x11shot, before and after images of a run, text groups, and
-the pending after-image a run names (runs_support.py: variants x11 and local)."""
+captured by capture-x11's relay-x11shot (and capture-cua with the machine-service stand-in's
+fake cua-driver), before and after images of a run, text groups, and the pending after-image a
+run names (runs_support.py: variants x11, local and service)."""
 import hashlib
 import json
 import os
@@ -17,7 +18,8 @@ IMAGE_ID = re.compile(r"^image-[0-9a-f]{64}$")
 
 
 def test_snapshots_with_a_real_display(binary):
-    for v in variants(binary, kinds=("x11", "local")):
+    for v in variants(binary, kinds=("x11", "local", "service")):
+        plugin = "capture-cua" if v.kind == "service" else "capture-x11"
         with v.relay() as r:
             r.initialize()
             g = v.acquire(r)
@@ -26,10 +28,13 @@ def test_snapshots_with_a_real_display(binary):
             assert res["isError"] is False, text_of(res)
             s = structured(res)
             snap = s["capabilities"]["snapshots"]
-            assert snap["enabled"] is True and snap["capture"] == "capture-x11", snap
+            assert snap["enabled"] is True and snap["capture"] == plugin, snap
             assert "a test screenshot arrived after" in snap["because"], snap
             assert text_of(res).split("\n")[0].endswith("; snapshots on"), text_of(res)
-            assert sh(r, name, "test -x %s/bin/relay-x11shot && echo yes" % root) == "yes\n"
+            if plugin == "capture-x11":
+                assert sh(r, name, "test -x %s/bin/relay-x11shot && echo yes" % root) == "yes\n"
+            else:
+                assert s["cuaDriver"] == "cua-driver", s
             left = sh(r, name, "ls -A %s" % root).split()
             assert not [n for n in left if n.startswith(".capture-probe-")], left
 
@@ -49,7 +54,8 @@ def test_snapshots_with_a_real_display(binary):
             head = json.loads(text_of(res).split("\n", 1)[0])
             assert head == {"imageDelivery": d, "executionFailed": False}, head
             req = json.load(open(os.path.join(ev, "host", "requests", s["executionId"] + ".json")))
-            assert req["capture"]["plugin"] == "capture-x11" and req["capture"]["check"] == "png-file", req
+            assert req["capture"]["plugin"] == plugin, req
+            assert req["capture"]["check"] == ("cua-driver-json" if plugin == "capture-cua" else "png-file"), req
             sig = sh(r, name, "head -c 8 %s/state/snapshots/%s/%s | od -An -c | tr -d ' \\n'"
                      % (root, img["sessionId"], after["fileName"]))
             assert sig.startswith("211PNG"), sig

@@ -1217,6 +1217,11 @@ tool_result *run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call)
 			if (res.err)
 				strbuf_append(&all, res.err, res.err_len);
 			size_t len = all.len, from = 0;
+			/* A transport that keeps only a tail (the machine service)
+			 * cannot say whether it dropped anything: a full tail counts
+			 * as cut. */
+			if (len >= RUN_DIAGNOSTIC_OUTPUT_KEEP)
+				truncated = true;
 			if (len > RUN_DIAGNOSTIC_OUTPUT_KEEP) {
 				from = utf8_cut_forward(all.data, len, len - RUN_DIAGNOSTIC_OUTPUT_KEEP);
 				truncated = true;
