@@ -9,7 +9,7 @@
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
-#define INLINE_CODE_MAX_BYTES 1048576
+#define INLINE_CODE_MAX_BYTES       1048576
 #define DIAGNOSTIC_SCRIPT_MAX_BYTES 98304
 
 static char *rule(const char *pointer, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -84,8 +84,10 @@ static char *check_acquire(const json_object *args)
 		if (strcmp(name, "full-workspace") == 0)
 			return rule(pointer, "full-workspace is reserved; use fullWorkspace: true");
 		for (size_t j = 0; j < i; j++)
-			if (strcmp(name, jsonx_get_str(json_object_array_get_idx(extractions, j), "name")) == 0)
-				return rule(pointer, "repeats the name %s; output names must be unique", name);
+			if (strcmp(name, jsonx_get_str(json_object_array_get_idx(extractions, j), "name")) ==
+			    0)
+				return rule(pointer, "repeats the name %s; output names must be unique",
+				            name);
 	}
 	return NULL;
 }
@@ -98,7 +100,7 @@ static char *check_stage(const json_object *args)
 		json_object *path_obj = NULL;
 		json_object_object_get_ex(json_object_array_get_idx(files, i), "path", &path_obj);
 		const char *why = relative_path_problem(json_object_get_string(path_obj),
-							(size_t)json_object_get_string_len(path_obj));
+		                                        (size_t)json_object_get_string_len(path_obj));
 		if (why) {
 			char pointer[64];
 			snprintf(pointer, sizeof pointer, "/files/%zu/path", i);
@@ -127,20 +129,22 @@ static char *check_script(const json_object *args)
 		size_t bytes = (size_t)json_object_get_string_len(code);
 		if (bytes > INLINE_CODE_MAX_BYTES)
 			return rule("/code", "is %zu bytes of UTF-8; at most %d bytes are accepted", bytes,
-				    INLINE_CODE_MAX_BYTES);
+			            INLINE_CODE_MAX_BYTES);
 		if (diagnostic && bytes > DIAGNOSTIC_SCRIPT_MAX_BYTES)
-			return rule("/code",
-				    "is %zu bytes; a diagnostic script travels as one argument and may have at "
-				    "most %d bytes",
-				    bytes, DIAGNOSTIC_SCRIPT_MAX_BYTES);
+			return rule(
+			    "/code",
+			    "is %zu bytes; a diagnostic script travels as one argument and may have at "
+			    "most %d bytes",
+			    bytes, DIAGNOSTIC_SCRIPT_MAX_BYTES);
 	}
 	if (diagnostic) {
 		const char *language = jsonx_get_str(args, "language");
 		if (strcmp(language, "shell") != 0)
 			return rule("/diagnostic", "is only allowed with language shell");
 		if (jsonx_has(args, "snapshots"))
-			return rule("/snapshots", "is not allowed with diagnostic: true; a diagnostic run takes no "
-						  "snapshots and joins no group");
+			return rule("/snapshots",
+			            "is not allowed with diagnostic: true; a diagnostic run takes no "
+			            "snapshots and joins no group");
 	}
 	return NULL;
 }

@@ -12,8 +12,8 @@ typedef struct tool_result {
 	json_object *structured; /* owned; always an object */
 	char *headline;          /* owned; the first line of the text block */
 	bool is_error;
-	char *image_base64;      /* owned, optional: the one image block */
-	char *image_mime;        /* owned, with image_base64 */
+	char *image_base64; /* owned, optional: the one image block */
+	char *image_mime;   /* owned, with image_base64 */
 	/* When set, the pretty JSON in the text leaves this top-level key out
 	 * (relay_script and relay_image put imageDelivery in the headline). */
 	const char *text_omits_key;
@@ -22,16 +22,17 @@ typedef struct tool_result {
 /* A successful result. Takes ownership of `structured` (must be an object).
  * The headline is formatted. Returns NULL on allocation failure. */
 tool_result *tool_result_ok(json_object *structured, const char *headline_fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 /* An error result: `structured` (owned, may be NULL for an empty object)
  * receives "error": {"code", "message"}; the headline is the message with
  * line breaks replaced by spaces. */
 tool_result *tool_result_error(json_object *structured, const char *code, const char *message_fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* Replaces the headline (formatted). */
-void tool_result_set_headline(tool_result *result, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tool_result_set_headline(tool_result *result, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 void tool_result_free(tool_result *result);
 

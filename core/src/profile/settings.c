@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "manager/registry.h"
@@ -94,7 +94,8 @@ static bool matches(const char *text, const char *pattern)
 	return ok;
 }
 
-bool settings_valid_loopback_origin(const char *url, char *canonical_out, size_t out_len, const char **why_out)
+bool settings_valid_loopback_origin(const char *url, char *canonical_out, size_t out_len,
+                                    const char **why_out)
 {
 	const char *why = NULL;
 	const char *rest;
@@ -180,8 +181,9 @@ done:
 /* MCP_RELAY_MACHINE_SERVICE_OPTIONS (machine-service.md §11). */
 static int check_service_options(json_object *opts, char *errbuf, size_t errlen)
 {
-	static const char *const string_keys[] = {"routePrefix", "listKey", "nameField", "serviceName",
-						  "acquirePath", "fingerprintHeader", "sshField"};
+	static const char *const string_keys[] = {"routePrefix", "listKey",     "nameField",
+	                                          "serviceName", "acquirePath", "fingerprintHeader",
+	                                          "sshField"};
 	json_object_object_foreach(opts, key, value)
 	{
 		bool known = false;
@@ -189,49 +191,58 @@ static int check_service_options(json_object *opts, char *errbuf, size_t errlen)
 			if (strcmp(key, string_keys[i]) != 0)
 				continue;
 			known = true;
-			if (!json_object_is_type(value, json_type_string) || json_object_get_string_len(value) == 0)
-				return fail(errbuf, errlen,
-					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad %s: it must be a non-empty "
-					    "string",
-					    key);
+			if (!json_object_is_type(value, json_type_string) ||
+			    json_object_get_string_len(value) == 0)
+				return fail(
+				    errbuf, errlen,
+				    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad %s: it must be a non-empty "
+				    "string",
+				    key);
 			const char *s = json_object_get_string(value);
 			if ((strcmp(key, "routePrefix") == 0 || strcmp(key, "acquirePath") == 0) &&
 			    !matches(s, "^/[A-Za-z0-9._/-]*$"))
-				return fail(errbuf, errlen,
-					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad %s: it must be a path "
-					    "starting with /",
-					    key);
+				return fail(
+				    errbuf, errlen,
+				    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad %s: it must be a path "
+				    "starting with /",
+				    key);
 			if (strcmp(key, "fingerprintHeader") == 0 && !matches(s, "^[A-Za-z0-9-]+$"))
-				return fail(errbuf, errlen,
-					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad fingerprintHeader: it must "
-					    "be an HTTP header name");
-			if (strcmp(key, "nameField") == 0 && strcmp(s, "vm") != 0 && strcmp(s, "machine") != 0)
-				return fail(errbuf, errlen,
-					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad nameField: accepted values "
-					    "are vm and machine");
+				return fail(
+				    errbuf, errlen,
+				    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad fingerprintHeader: it must "
+				    "be an HTTP header name");
+			if (strcmp(key, "nameField") == 0 && strcmp(s, "vm") != 0 &&
+			    strcmp(s, "machine") != 0)
+				return fail(
+				    errbuf, errlen,
+				    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad nameField: accepted values "
+				    "are vm and machine");
 		}
 		if (strcmp(key, "maxExecTimeoutS") == 0) {
 			known = true;
 			if (!json_object_is_type(value, json_type_int) || json_object_get_int64(value) < 1)
-				return fail(errbuf, errlen,
-					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad maxExecTimeoutS: it must "
-					    "be a positive integer of seconds");
+				return fail(
+				    errbuf, errlen,
+				    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad maxExecTimeoutS: it must "
+				    "be a positive integer of seconds");
 		}
 		if (strcmp(key, "destructionCheck") == 0) {
 			known = true;
-			const char *s = json_object_is_type(value, json_type_string) ? json_object_get_string(value)
-										     : "";
+			const char *s =
+			    json_object_is_type(value, json_type_string) ? json_object_get_string(value) : "";
 			if (strcmp(s, "tart") != 0 && strcmp(s, "service") != 0)
-				return fail(errbuf, errlen,
-					    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad destructionCheck: accepted "
-					    "values are tart and service");
+				return fail(
+				    errbuf, errlen,
+				    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad destructionCheck: accepted "
+				    "values are tart and service");
 		}
 		if (!known)
-			return fail(errbuf, errlen,
-				    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has the unknown key %s; accepted keys are "
-				    "routePrefix, listKey, nameField, serviceName, acquirePath, fingerprintHeader, "
-				    "maxExecTimeoutS, destructionCheck and sshField",
-				    key);
+			return fail(
+			    errbuf, errlen,
+			    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has the unknown key %s; accepted keys are "
+			    "routePrefix, listKey, nameField, serviceName, acquirePath, fingerprintHeader, "
+			    "maxExecTimeoutS, destructionCheck and sshField",
+			    key);
 	}
 	return 0;
 }
@@ -240,7 +251,8 @@ static int resolve_project(relay_settings *s, char *errbuf, size_t errlen)
 {
 	char cwd[PATH_MAX];
 	if (getcwd(cwd, sizeof cwd) == NULL)
-		return fail(errbuf, errlen, "MCP_RELAY_PROJECT cannot be resolved: the working folder is unknown");
+		return fail(errbuf, errlen,
+		            "MCP_RELAY_PROJECT cannot be resolved: the working folder is unknown");
 	const char *value = getenv("MCP_RELAY_PROJECT");
 	if (value == NULL || *value == '\0' || strstr(value, "${") != NULL)
 		value = cwd;
@@ -268,7 +280,8 @@ static int resolve_state_root(relay_settings *s, char *errbuf, size_t errlen)
 		name = "VM_ENVIRONMENT_FILE relayStateDir";
 	} else if (value != NULL) {
 		if (value[0] != '/')
-			return fail(errbuf, errlen, "MCP_RELAY_STATE_DIR must be an absolute path: %s", value);
+			return fail(errbuf, errlen, "MCP_RELAY_STATE_DIR must be an absolute path: %s",
+			            value);
 		snprintf(path, sizeof path, "%s", value);
 	} else {
 		const char *xdg = getenv("XDG_STATE_HOME");
@@ -278,9 +291,10 @@ static int resolve_state_root(relay_settings *s, char *errbuf, size_t errlen)
 		else if (home && home[0] == '/')
 			snprintf(path, sizeof path, "%s/.local/state/mcp-relay", home);
 		else
-			return fail(errbuf, errlen,
-				    "MCP_RELAY_STATE_DIR is unset and neither XDG_STATE_HOME nor HOME is an absolute "
-				    "path; set MCP_RELAY_STATE_DIR");
+			return fail(
+			    errbuf, errlen,
+			    "MCP_RELAY_STATE_DIR is unset and neither XDG_STATE_HOME nor HOME is an absolute "
+			    "path; set MCP_RELAY_STATE_DIR");
 	}
 	relay_error err;
 	if (fs_mkdir_p(path, 0700, &err) != RELAY_OK)
@@ -291,7 +305,8 @@ static int resolve_state_root(relay_settings *s, char *errbuf, size_t errlen)
 	if (st.st_uid != geteuid())
 		return fail(errbuf, errlen, "%s must be owned by this user: %s", name, path);
 	if (st.st_mode & 022)
-		return fail(errbuf, errlen, "%s must not be writable by group or others (chmod 700 %s)", name, path);
+		return fail(errbuf, errlen, "%s must not be writable by group or others (chmod 700 %s)", name,
+		            path);
 	char real[PATH_MAX];
 	s->state_root = strdup(realpath(path, real) ? real : path);
 	s->session_dir = fs_path_join(s->state_root, s->session_key);
@@ -308,7 +323,7 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 			continue;
 		size_t name_len = strcspn(*e, "=");
 		log_warning("%.*s is no longer read; it was renamed MCP_RELAY_%.*s", (int)name_len, *e,
-			    (int)(name_len - 13), *e + 13);
+		            (int)(name_len - 13), *e + 13);
 	}
 
 	if (resolve_project(s, errbuf, errlen) != 0)
@@ -317,9 +332,10 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 	v = getenv("MCP_RELAY_SESSION");
 	if (v != NULL) {
 		if (!matches(v, "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"))
-			return fail(errbuf, errlen,
-				    "MCP_RELAY_SESSION must be 1 to 128 characters of A-Z, a-z, 0-9 and ._:@- "
-				    "starting with a letter or digit");
+			return fail(
+			    errbuf, errlen,
+			    "MCP_RELAY_SESSION must be 1 to 128 characters of A-Z, a-z, 0-9 and ._:@- "
+			    "starting with a letter or digit");
 		s->session_id = strdup(v);
 		s->session_id_stable = true;
 	} else {
@@ -342,7 +358,8 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 	v = getenv("MCP_RELAY_BACKEND");
 	if (s->environment != NULL) {
 		if (v != NULL)
-			log_info("MCP_RELAY_BACKEND is ignored: the selected environment chooses the plugins");
+			log_info(
+			    "MCP_RELAY_BACKEND is ignored: the selected environment chooses the plugins");
 		s->backend = strdup("machine-service");
 	} else if (v == NULL) {
 #ifdef __linux__
@@ -360,13 +377,15 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 	} else if (v[0] == '/') {
 		struct stat st;
 		if (stat(v, &st) != 0 || !S_ISREG(st.st_mode))
-			return fail(errbuf, errlen, "MCP_RELAY_BACKEND names %s, which is not a regular file", v);
+			return fail(errbuf, errlen, "MCP_RELAY_BACKEND names %s, which is not a regular file",
+			            v);
 		s->backend = strdup(v);
 	} else {
-		return fail(errbuf, errlen,
-			    "MCP_RELAY_BACKEND must be local, machine-service, or an absolute path to a plugin "
-			    ".so (got %s)",
-			    v);
+		return fail(
+		    errbuf, errlen,
+		    "MCP_RELAY_BACKEND must be local, machine-service, or an absolute path to a plugin "
+		    ".so (got %s)",
+		    v);
 	}
 
 	v = getenv("MCP_RELAY_URL");
@@ -385,7 +404,8 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 		json_object *opts = jsonx_parse_str(v, reason, sizeof reason);
 		if (opts == NULL || !json_object_is_type(opts, json_type_object)) {
 			json_object_put(opts);
-			return fail(errbuf, errlen, "MCP_RELAY_MACHINE_SERVICE_OPTIONS must be a JSON object");
+			return fail(errbuf, errlen,
+			            "MCP_RELAY_MACHINE_SERVICE_OPTIONS must be a JSON object");
 		}
 		s->machine_service_options = opts;
 		if (check_service_options(opts, errbuf, errlen) != 0)
@@ -412,27 +432,31 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 	v = getenv("MCP_RELAY_CAPACITY_WAIT");
 	if (v != NULL && !parse_decimal(v, 0, 86400, &s->capacity_wait_s))
 		return fail(errbuf, errlen,
-			    "MCP_RELAY_CAPACITY_WAIT must be whole seconds from 0 to 86400 (got %s)", v);
+		            "MCP_RELAY_CAPACITY_WAIT must be whole seconds from 0 to 86400 (got %s)", v);
 
 	int64_t max_guests = 4;
 	v = getenv("MCP_RELAY_MAX_GUESTS");
 	if (v != NULL && !parse_decimal(v, 1, 64, &max_guests))
-		return fail(errbuf, errlen, "MCP_RELAY_MAX_GUESTS must be a whole number from 1 to 64 (got %s)", v);
+		return fail(errbuf, errlen,
+		            "MCP_RELAY_MAX_GUESTS must be a whole number from 1 to 64 (got %s)", v);
 	s->max_guests = (int)max_guests;
 
 	s->shutdown_grace_ms = 120000;
 	v = getenv("MCP_RELAY_SHUTDOWN_GRACE_MS");
 	if (v != NULL && !parse_decimal(v, 0, 3600000, &s->shutdown_grace_ms))
-		return fail(errbuf, errlen,
-			    "MCP_RELAY_SHUTDOWN_GRACE_MS must be whole milliseconds from 0 to 3600000 (got %s)", v);
+		return fail(
+		    errbuf, errlen,
+		    "MCP_RELAY_SHUTDOWN_GRACE_MS must be whole milliseconds from 0 to 3600000 (got %s)", v);
 
 	v = getenv("MCP_RELAY_REGISTRY");
 	if (s->environment == NULL && v != NULL) {
 		struct stat st;
 		if (v[0] != '/')
-			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY must be an absolute path (got %s)", v);
+			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY must be an absolute path (got %s)",
+			            v);
 		if (stat(v, &st) != 0 || !S_ISREG(st.st_mode))
-			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY must name an existing regular file (got %s)", v);
+			return fail(errbuf, errlen,
+			            "MCP_RELAY_REGISTRY must name an existing regular file (got %s)", v);
 		char table_why[768]; /* the VM-table check of lifecycle.md §10 (manager/registry.h) */
 		if (registry_check_file(v, table_why, sizeof table_why) != 0)
 			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY %s (got %s)", table_why, v);

@@ -16,22 +16,22 @@ typedef enum on_exit_mode { ON_EXIT_PAUSE = 0, ON_EXIT_RELEASE = 1 } on_exit_mod
 struct relay_environment; /* profile/environment.h */
 
 typedef struct relay_settings {
-	char *project;            /* P': the real path of the project folder */
-	char *project_given;      /* P as resolved before realpath (for path rules) */
-	char *session_id;         /* MCP_RELAY_SESSION or a fresh UUID */
-	bool session_id_stable;   /* true when MCP_RELAY_SESSION was set */
-	char session_key[33];     /* first 32 hex of SHA-256(session_id) */
-	char *backend;            /* "local", "machine-service" or an absolute .so path */
-	char *service_url;        /* canonical origin, e.g. http://localhost:6240 */
+	char *project;                        /* P': the real path of the project folder */
+	char *project_given;                  /* P as resolved before realpath (for path rules) */
+	char *session_id;                     /* MCP_RELAY_SESSION or a fresh UUID */
+	bool session_id_stable;               /* true when MCP_RELAY_SESSION was set */
+	char session_key[33];                 /* first 32 hex of SHA-256(session_id) */
+	char *backend;                        /* "local", "machine-service" or an absolute .so path */
+	char *service_url;                    /* canonical origin, e.g. http://localhost:6240 */
 	json_object *machine_service_options; /* parsed MCP_RELAY_MACHINE_SERVICE_OPTIONS or NULL */
 	guest_network guest_network;
 	on_exit_mode on_exit;
-	int64_t capacity_wait_s;  /* 0..86400 */
-	int max_guests;           /* 1..64 */
-	char *state_root;         /* absolute, created 0700 */
-	char *session_dir;        /* <state_root>/<session_key> */
-	char *registry_path;      /* MCP_RELAY_REGISTRY, or NULL for the automatic choice */
-	int64_t shutdown_grace_ms; /* 0..3600000 */
+	int64_t capacity_wait_s;               /* 0..86400 */
+	int max_guests;                        /* 1..64 */
+	char *state_root;                      /* absolute, created 0700 */
+	char *session_dir;                     /* <state_root>/<session_key> */
+	char *registry_path;                   /* MCP_RELAY_REGISTRY, or NULL for the automatic choice */
+	int64_t shutdown_grace_ms;             /* 0..3600000 */
 	struct relay_environment *environment; /* selected profile or NULL */
 } relay_settings;
 
@@ -44,7 +44,8 @@ void settings_free(relay_settings *settings);
 
 /* Validates an MCP_RELAY_URL-style origin; on success writes the canonical
  * form (no trailing slash) to canonical_out. */
-bool settings_valid_loopback_origin(const char *url, char *canonical_out, size_t out_len, const char **why_out);
+bool settings_valid_loopback_origin(const char *url, char *canonical_out, size_t out_len,
+                                    const char **why_out);
 
 /* The names of guest_network / on_exit values. */
 const char *settings_guest_network_name(guest_network network);
