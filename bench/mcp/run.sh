@@ -9,7 +9,7 @@
 #
 # Without a binary argument the script configures build-bench-mcp/ (RelWithDebInfo, no
 # sanitizers, no tests) and builds mcp-relay and the plugins, so the relay starts exactly as
-# installed: plugins load in the background while it answers.
+# installed: plugins load on the first call that needs a backend (relay_status needs none).
 set -eu
 
 RUNS=${1:-5}

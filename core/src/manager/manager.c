@@ -338,10 +338,24 @@ bool manager_busy(manager *m)
 
 /* ---- startup ---------------------------------------------------------------------- */
 
+/* True when guests found on disk need the backends for reconciliation. */
+static bool guests_on_disk(manager *m)
+{
+	manager_lock(m);
+	bool any = false;
+	for (guest *g = m->guests; g && !any; g = g->next)
+		any = g->phase != PHASE_CLOSED;
+	manager_unlock(m);
+	return any;
+}
+
 static void *startup_main(void *arg)
 {
 	manager *m = arg;
-	backends_load(m->backends, m->settings);
+	/* Plugins load now only when earlier guests must be taken back;
+	 * otherwise on the first call that needs a backend. */
+	if (guests_on_disk(m))
+		backends_ensure_loaded(m->backends, m->settings);
 	manager_lock(m);
 	bool waiting = m->session_locked_elsewhere;
 	manager_unlock(m);
@@ -386,6 +400,7 @@ void manager_wait_startup(manager *m)
 	while (!m->startup_done)
 		pthread_cond_wait(&m->changed, &m->lock);
 	manager_unlock(m);
+	backends_ensure_loaded(m->backends, m->settings);
 }
 
 manager *manager_create(const relay_settings *settings, const relay_backends *backends, char *errbuf,

@@ -129,7 +129,7 @@ int manager_end_guests(manager *m, const char *reason)
 		return 0; /* nothing held, nothing running: exit at once */
 	}
 	if (held)
-		backends_wait(m->backends);
+		backends_ensure_loaded(m->backends, m->settings);
 
 	/* Step 3: with release, every guest is released through the normal
 	 * path, in parallel (one queue each), right after what it runs now. */

@@ -134,6 +134,20 @@ void backends_load(relay_backends *b, const relay_settings *s)
 	pthread_mutex_unlock(&b->lock);
 }
 
+void backends_ensure_loaded(relay_backends *b, const relay_settings *s)
+{
+	pthread_mutex_lock(&b->lock);
+	if (b->loaded || b->loading) {
+		while (!b->loaded)
+			pthread_cond_wait(&b->ready, &b->lock);
+		pthread_mutex_unlock(&b->lock);
+		return;
+	}
+	b->loading = true;
+	pthread_mutex_unlock(&b->lock);
+	backends_load(b, s);
+}
+
 void backends_wait(relay_backends *b)
 {
 	pthread_mutex_lock(&b->lock);

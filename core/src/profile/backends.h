@@ -32,6 +32,7 @@ typedef struct relay_backends {
 	 * and waiters are woken through `ready`. */
 	pthread_mutex_t lock;
 	pthread_cond_t ready;
+	bool loading;
 	bool loaded;
 } relay_backends;
 
@@ -44,6 +45,11 @@ void backends_select(relay_backends *backends, const relay_settings *settings);
  * <state root>/plugins/<name>/), records failures in load_errors[] and logs
  * them, then marks the set loaded. Safe to call from a background thread. */
 void backends_load(relay_backends *backends, const relay_settings *settings);
+
+/* Loads the backends once, on first need: the first caller loads, later
+ * and concurrent callers wait until that load finished. A session that
+ * never needs a backend (relay_status only) never maps any plugin. */
+void backends_ensure_loaded(relay_backends *backends, const relay_settings *settings);
 
 /* Blocks until backends_load() finished. */
 void backends_wait(relay_backends *backends);
