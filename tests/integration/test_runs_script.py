@@ -5,6 +5,7 @@ receiver lock, diagnostic scripts, cancellation and progress, over machine-fake,
 machine-local and transfer-ssh (runs_support.py)."""
 import json
 import os
+import random
 import sys
 import time
 
@@ -330,28 +331,45 @@ def _wait_for(predicate, timeout=20, what="condition"):
     raise AssertionError("timed out waiting for %s" % what)
 
 
+def _cancel_a_run(r, ev, args, delay_s):
+    """Sends a relay_script, cancels it `delay_s` after its submission was recorded, and waits
+    for the host receipt; returns (request id, execution id, host receipt)."""
+    sub_dir = os.path.join(ev, "host", "submissions")
+    before = set(os.listdir(sub_dir)) if os.path.isdir(sub_dir) else set()
+    rid = r.next_id()
+    r.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+            "params": {"name": "relay_script", "arguments": args}})
+    new = _wait_for(lambda: os.path.isdir(sub_dir) and sorted(set(os.listdir(sub_dir)) - before),
+                    what="the submission")
+    exec_id = new[0][:-5]
+    time.sleep(delay_s)
+    r.notify("notifications/cancelled", {"requestId": rid, "reason": "test"})
+    receipt = os.path.join(ev, "host", "receipts", exec_id + ".json")
+    _wait_for(lambda: os.path.exists(receipt), what="the host receipt")
+    return rid, exec_id, host_json(ev, "host", "receipts", exec_id + ".json")
+
+
 def test_cancellation(binary):
     for v in variants(binary):
         with v.relay() as r:
             r.initialize()
             g = staged_guest(v, r)
             name, root, ev = g["guest"], g["guestRoot"], g["evidencePath"]
-            args = {"guest": name, "language": "shell", "inline": True, "code": "sleep 4.25; echo finished"}
-            rid = r.next_id()
-            r.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
-                    "params": {"name": "relay_script", "arguments": args}})
-            sub_dir = os.path.join(ev, "host", "submissions")
-            exec_id = _wait_for(lambda: os.path.isdir(sub_dir) and os.listdir(sub_dir) and
-                                os.listdir(sub_dir)[0][:-5], what="the submission")
-            time.sleep(1.5)  # the receiver runs the script now
-            r.notify("notifications/cancelled", {"requestId": rid, "reason": "test"})
+            # A sleep of its own length, so that ps in a guest shared with this host sees only it.
+            secs = "4.%03d" % random.randrange(1000)
+            args = {"guest": name, "language": "shell", "inline": True, "code": "sleep %s; echo finished" % secs}
+            # Cancelled while its files are still on their way, a run never starts; the delay
+            # grows until the cancellation reaches a running script.
+            for delay_s in (1.5, 3.0, 4.0):
+                rid, exec_id, final = _cancel_a_run(r, ev, args, delay_s)
+                if final.get("dispatched") is False:
+                    assert "cancelled while the script was being sent" in final["outcome"]["diagnostic"], final
+                    continue
+                break
             # No response for that id; other calls are answered.
-            receipt = os.path.join(ev, "host", "receipts", exec_id + ".json")
-            _wait_for(lambda: os.path.exists(receipt), what="the host receipt")
             assert r.request("ping")["result"] == {}
             r.expect_silence(1.0)
             assert not [m for m in r.stray if isinstance(m, dict) and m.get("id") == rid], r.stray
-            final = host_json(ev, "host", "receipts", exec_id + ".json")
             assert final["outcome"]["kind"] == "uncertain" and "cancelled" in final["outcome"]["diagnostic"], final
             assert events(ev, "operation-cancelled"), "no operation-cancelled event"
             st = structured(r.call_tool("relay_status"))["guests"]
@@ -367,7 +385,8 @@ def test_cancellation(binary):
                 assert gr["outcome"]["kind"] == "uncertain", gr
                 assert "cancelled by the host" in gr["outcome"]["diagnostic"], gr
                 assert "finished" not in gr["stdout"], gr
-                assert sh(r, name, "ps -eo args | grep -c '^sleep 4.25' || true").strip() == "0"
+                left = sh(r, name, "ps -eo pid,ppid,pgid,stat,args | grep ' sleep %s$' | grep -v grep || true" % secs)
+                assert left == "", left
             # A later identical call runs as a new execution.
             res = r.call_tool("relay_script", args)
             s = structured(res)
