@@ -1,21 +1,25 @@
 /*
  * xfer.c — transport push and pull for machine-local guests.
  *
- * Both directions are tar streams (libarchive, pax format) between two
- * threads: the sending side walks its tree, hashes every file while it
- * reads it and writes the archive into a pipe; the receiving side unpacks
- * the archive and writes each file. Guest paths are opened relative to the
- * guest's root (/proc/<init>/root), one component at a time with
- * O_NOFOLLOW: a path through a symbolic link, "..", or into anything but
- * the guest's overlay or tmpfs is refused, so nothing is ever read or
- * written outside the guest.
+ * Both directions are pax tar streams (libarchive) between two threads of
+ * the relay: the sending side walks its tree and hashes every file while it
+ * reads it; the receiving side unpacks the stream and hashes exactly the
+ * bytes it writes; the two lists of {path, bytes, sha256} must be equal
+ * (RELAY_E_INTEGRITY otherwise). The stream is a queue in memory (see
+ * stream_queue), not a pipe.
  *
- * Push: host facts come from the host read; after writing, the guest copy
- * of every file is read back and hashed (the guest-side facts returned),
- * and the two must agree (RELAY_E_INTEGRITY otherwise).
+ * Guest paths are opened relative to the guest's root (/proc/<init>/root),
+ * one component at a time with O_NOFOLLOW: a path through a symbolic link,
+ * "." or "..", or into anything but the guest's overlay or tmpfs is
+ * refused, so nothing is ever read or written outside the guest.
+ *
+ * Push: the guest-side facts are those of the receiving side, which writes
+ * into the guest; a tree going into a new folder is written straight into
+ * the upper layer, and every file is then looked up through the guest's own
+ * view, which must show that very file (see direct_upper_dir).
  * Pull: the guest side refuses links, devices, FIFOs and sockets anywhere
- * in the tree, hashes while it reads; the host copy is hashed as it is
- * written and must agree; on any failure nothing is left at local_path.
+ * in the tree and anything outside the guest's own file systems; its facts
+ * are the sending side's; on any failure nothing is left at local_path.
  */
 #include <archive.h>
 #include <archive_entry.h>
@@ -144,37 +148,6 @@ static void hex_digest(EVP_MD_CTX *ctx, char out[65])
 	out[64] = '\0';
 }
 
-/* SHA-256 of what remains readable from fd (from offset 0). */
-static int hash_fd(int fd, char *buf, size_t bufsize, char out[65], uint64_t *bytes)
-{
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	if (ctx == NULL)
-		return ENOMEM;
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-	uint64_t total = 0;
-	off_t off = 0;
-	int rc = 0;
-	for (;;) {
-		ssize_t n = pread(fd, buf, bufsize, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		EVP_DigestUpdate(ctx, buf, (size_t)n);
-		total += (uint64_t)n;
-		off += n;
-	}
-	if (rc == 0)
-		hex_digest(ctx, out);
-	EVP_MD_CTX_free(ctx);
-	*bytes = total;
-	return rc;
-}
-
 /* ---- guest paths ------------------------------------------------------------ */
 
 /* Splits an absolute guest path into components; refuses ".", "..", empty
@@ -278,41 +251,156 @@ static relay_status path_error(guest_ctx *g, relay_error *err, int e, const char
 
 /* ---- the tar stream -------------------------------------------------------------- */
 
-typedef struct stream_writer {
-	int fd;
-	bool broken; /* the receiving side closed its end */
-} stream_writer;
+/* The stream between the two threads: a queue of segments in memory. The
+ * sender's file data is lent, not copied: libarchive hands the sender's own
+ * read buffer to the write callback (no blocking), the segment points into
+ * it, and the sender reads into that buffer again only once the receiver
+ * has moved past it. Headers and padding (libarchive's own memory) are
+ * copied. So a file's bytes are copied once into memory (the read) and once
+ * out of it (the write), as `tar c | tar x` does through its pipe twice. */
+#define SEND_BUFFERS 4
+#define QUEUE_SLOTS  256
 
-static la_ssize_t pipe_write_cb(struct archive *a, void *ctx, const void *buf, size_t len)
+typedef struct q_segment {
+	const char *ptr;
+	size_t len;
+	int lent;    /* index of the sender buffer it points into, or -1 */
+	char *owned; /* a copy, freed when released */
+} q_segment;
+
+typedef struct stream_queue {
+	pthread_mutex_t lock; /* guards everything below */
+	pthread_cond_t cond;
+	q_segment seg[QUEUE_SLOTS];
+	size_t head, count;
+	bool closed;  /* the sender is done */
+	bool aborted; /* the receiver is done (finished or failed) */
+	int lent[SEND_BUFFERS];
+	char *bufs[SEND_BUFFERS];
+	size_t bufsize;
+	q_segment current; /* handed to libarchive until its next read */
+	bool holding;
+} stream_queue;
+
+static void q_release(stream_queue *q, q_segment *sg)
 {
-	stream_writer *w = ctx;
+	if (sg->lent >= 0)
+		q->lent[sg->lent]--;
+	free(sg->owned);
+	sg->owned = NULL;
+}
+
+static la_ssize_t queue_write_cb(struct archive *a, void *ctx, const void *buf, size_t len)
+{
+	stream_queue *q = ctx;
 	const char *p = buf;
-	size_t left = len;
-	while (left > 0) {
-		ssize_t n = write(w->fd, p, left);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			w->broken = errno == EPIPE;
-			archive_set_error(a, errno, "the receiving side closed the stream");
+	int lent = -1;
+	for (int i = 0; i < SEND_BUFFERS; i++)
+		if (p >= q->bufs[i] && p + len <= q->bufs[i] + q->bufsize)
+			lent = i;
+	char *copy = NULL;
+	if (lent < 0) {
+		copy = malloc(len ? len : 1);
+		if (copy == NULL) {
+			archive_set_error(a, ENOMEM, "out of memory");
 			return -1;
 		}
-		p += n;
-		left -= (size_t)n;
+		memcpy(copy, buf, len);
 	}
+	pthread_mutex_lock(&q->lock);
+	while (q->count == QUEUE_SLOTS && !q->aborted)
+		pthread_cond_wait(&q->cond, &q->lock);
+	if (q->aborted) {
+		pthread_mutex_unlock(&q->lock);
+		free(copy);
+		archive_set_error(a, EPIPE, "the receiving side closed the stream");
+		return -1;
+	}
+	q_segment *sg = &q->seg[(q->head + q->count) % QUEUE_SLOTS];
+	sg->ptr = copy ? copy : p;
+	sg->len = len;
+	sg->lent = lent;
+	sg->owned = copy;
+	if (lent >= 0)
+		q->lent[lent]++;
+	q->count++;
+	pthread_cond_broadcast(&q->cond);
+	pthread_mutex_unlock(&q->lock);
 	return (la_ssize_t)len;
 }
 
-static struct archive *new_writer(int fd, stream_writer *w)
+static la_ssize_t queue_read_cb(struct archive *a, void *ctx, const void **out)
+{
+	(void)a;
+	stream_queue *q = ctx;
+	pthread_mutex_lock(&q->lock);
+	if (q->holding) {
+		q_release(q, &q->current);
+		q->holding = false;
+		pthread_cond_broadcast(&q->cond);
+	}
+	while (q->count == 0 && !q->closed && !q->aborted)
+		pthread_cond_wait(&q->cond, &q->lock);
+	if (q->count == 0 || q->aborted) {
+		pthread_mutex_unlock(&q->lock);
+		*out = NULL;
+		return 0;
+	}
+	q->current = q->seg[q->head];
+	q->head = (q->head + 1) % QUEUE_SLOTS;
+	q->count--;
+	q->holding = true;
+	pthread_cond_broadcast(&q->cond);
+	pthread_mutex_unlock(&q->lock);
+	*out = q->current.ptr;
+	return (la_ssize_t)q->current.len;
+}
+
+/* The sender waits before it reuses buffer k; false when the receiver is gone. */
+static bool queue_buffer_free(stream_queue *q, int k)
+{
+	pthread_mutex_lock(&q->lock);
+	while (q->lent[k] > 0 && !q->aborted)
+		pthread_cond_wait(&q->cond, &q->lock);
+	bool ok = !q->aborted;
+	pthread_mutex_unlock(&q->lock);
+	return ok;
+}
+
+static void queue_close(stream_queue *q)
+{
+	pthread_mutex_lock(&q->lock);
+	q->closed = true;
+	pthread_cond_broadcast(&q->cond);
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* The receiver is done: everything queued or held is dropped. */
+static void queue_abort(stream_queue *q)
+{
+	pthread_mutex_lock(&q->lock);
+	q->aborted = true;
+	if (q->holding) {
+		q_release(q, &q->current);
+		q->holding = false;
+	}
+	while (q->count > 0) {
+		q_release(q, &q->seg[q->head]);
+		q->head = (q->head + 1) % QUEUE_SLOTS;
+		q->count--;
+	}
+	pthread_cond_broadcast(&q->cond);
+	pthread_mutex_unlock(&q->lock);
+}
+
+static struct archive *new_writer(stream_queue *q)
 {
 	struct archive *a = archive_write_new();
 	if (a == NULL)
 		return NULL;
-	w->fd = fd;
-	w->broken = false;
 	archive_write_set_format_pax_restricted(a);
-	archive_write_set_bytes_per_block(a, 0); /* no blocking: data goes straight to the pipe */
-	if (archive_write_open(a, w, NULL, pipe_write_cb, NULL) != ARCHIVE_OK) {
+	archive_write_set_bytes_per_block(a, 0); /* no blocking: data reaches the callback as given */
+	if (archive_write_open(a, q, NULL, queue_write_cb, NULL) != ARCHIVE_OK) {
 		archive_write_free(a);
 		return NULL;
 	}
@@ -322,7 +410,8 @@ static struct archive *new_writer(int fd, stream_writer *w)
 /* Sender: one thread that walks a tree (host for push, guest for pull). */
 typedef struct sender {
 	local_state *st;
-	int out_fd;
+	stream_queue *q;
+	int next_buf;                 /* the send buffer to read into next */
 	int base_fd;                  /* the folder being sent (tree), or the folder holding the file */
 	const char *leaf;             /* the single file's name, or NULL for a tree */
 	bool refuse_links_are_unsafe; /* pull: links/devices are RELAY_E_UNSAFE_PATH */
@@ -330,7 +419,6 @@ typedef struct sender {
 	fact_list facts;
 	relay_status status;
 	char message[256];
-	char *buf;
 	bool pipe_broken; /* the sender stopped because the receiver closed the stream */
 } sender;
 
@@ -384,7 +472,16 @@ static int send_file(sender *s, struct archive *a, int dir_fd, const char *name,
 		size_t want = XFER_CHUNK;
 		if ((uint64_t)want > (uint64_t)sb.st_size - total)
 			want = (size_t)((uint64_t)sb.st_size - total);
-		ssize_t n = read(fd, s->buf, want);
+		int k = s->next_buf;
+		if (!queue_buffer_free(s->q, k)) {
+			sender_fail(s, RELAY_E_IO, "the receiving side closed the stream");
+			s->pipe_broken = true;
+			result = -1;
+			break;
+		}
+		char *buf = s->q->bufs[k];
+		s->next_buf = (k + 1) % SEND_BUFFERS;
+		ssize_t n = read(fd, buf, want);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
@@ -392,8 +489,8 @@ static int send_file(sender *s, struct archive *a, int dir_fd, const char *name,
 			result = -1;
 			break;
 		}
-		EVP_DigestUpdate(ctx, s->buf, (size_t)n);
-		if (archive_write_data(a, s->buf, (size_t)n) != n) {
+		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		if (archive_write_data(a, buf, (size_t)n) != n) {
 			sender_fail(s, RELAY_E_IO, "cannot write %s into the stream: %s", rel,
 			            archive_error_string(a));
 			result = -1;
@@ -520,12 +617,7 @@ static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefi
 static void *sender_main(void *arg)
 {
 	sender *s = arg;
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	stream_writer w;
-	struct archive *a = new_writer(s->out_fd, &w);
+	struct archive *a = new_writer(s->q);
 	if (a == NULL) {
 		sender_fail(s, RELAY_E_NO_MEMORY, "cannot start the archive stream");
 	} else {
@@ -537,10 +629,12 @@ static void *sender_main(void *arg)
 			sender_fail(s, RELAY_E_IO, "cannot finish the archive stream: %s",
 			            archive_error_string(a));
 		archive_write_free(a);
-		s->pipe_broken = w.broken;
+		pthread_mutex_lock(&s->q->lock);
+		if (s->q->aborted)
+			s->pipe_broken = true;
+		pthread_mutex_unlock(&s->q->lock);
 	}
-	close(s->out_fd);
-	s->out_fd = -1;
+	queue_close(s->q);
 	return NULL;
 }
 
@@ -562,10 +656,8 @@ typedef struct receiver {
 	const char *single_name; /* single file: the name to create in base_fd */
 	const char *dest_label;
 	fact_list facts; /* what was written (pull) or read back through the guest (push) */
-	char *buf2;
 	relay_call *call;
 	dir_cache wcache, vcache;
-	struct verifier *verifier; /* direct pushes: reads the files back beside the writing */
 } receiver;
 
 static void dir_cache_reset(dir_cache *c)
@@ -633,147 +725,16 @@ static relay_status dir_error(receiver *r, relay_error *err, int e, const char *
 	              "cannot create the folder of %s in %s: %s", rel, r->dest_label, strerror(e));
 }
 
-/* The read-back of a direct push runs in a thread of its own, beside the
- * writing: the receiver queues each file it finished, the verifier opens it
- * through the guest's view (the overlay), hashes it and keeps the facts. */
-typedef struct verifier {
-	receiver *r;
-	pthread_t thread;
-	pthread_mutex_t lock; /* guards everything below */
-	pthread_cond_t cond;
-	char **queue;
-	size_t head, count, cap;
-	bool done, stop;
-	relay_status status;
-	char message[256];
-	fact_list facts;
-	dir_cache cache;
-	char *buf;
-} verifier;
-
-static int cached_dir(receiver *r, dir_cache *c, int root_fd, const char *dir, bool create);
-static void split_rel(const char *rel, char *dir, size_t size, const char **leaf);
-
-static void *verifier_main(void *arg)
-{
-	verifier *v = arg;
-	for (;;) {
-		pthread_mutex_lock(&v->lock);
-		while (v->count == 0 && !v->done && !v->stop)
-			pthread_cond_wait(&v->cond, &v->lock);
-		if (v->stop || (v->count == 0 && v->done)) {
-			pthread_mutex_unlock(&v->lock);
-			break;
-		}
-		char *rel = v->queue[v->head];
-		v->head = (v->head + 1) % v->cap;
-		v->count--;
-		pthread_cond_broadcast(&v->cond);
-		pthread_mutex_unlock(&v->lock);
-
-		char dir[PATH_MAX], hex[65];
-		const char *leaf = NULL;
-		split_rel(rel, dir, sizeof dir, &leaf);
-		int vdir = cached_dir(v->r, &v->cache, v->r->verify_fd, dir, false);
-		int fd = vdir >= 0 ? openat(vdir, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
-		uint64_t bytes = 0;
-		int e = fd >= 0 ? hash_fd(fd, v->buf, XFER_CHUNK, hex, &bytes) : errno;
-		if (fd >= 0)
-			close(fd);
-		pthread_mutex_lock(&v->lock);
-		if (e != 0 && v->status == RELAY_OK) {
-			v->status = RELAY_E_INTEGRITY;
-			lu_textf(v->message, sizeof v->message,
-			         "the guest does not see %s after writing it (%s)", rel, strerror(e));
-			v->stop = true;
-			pthread_cond_broadcast(&v->cond);
-		} else if (e == 0 && facts_add(&v->facts, rel, bytes, hex) != 0 && v->status == RELAY_OK) {
-			v->status = RELAY_E_NO_MEMORY;
-			lu_textf(v->message, sizeof v->message, "out of memory");
-			v->stop = true;
-			pthread_cond_broadcast(&v->cond);
-		}
-		pthread_mutex_unlock(&v->lock);
-		free(rel);
-	}
-	dir_cache_reset(&v->cache);
-	return NULL;
-}
-
-static int verifier_start(verifier *v, receiver *r)
-{
-	memset(v, 0, sizeof *v);
-	v->r = r;
-	v->cap = 4096;
-	v->cache.fd = -1;
-	v->queue = calloc(v->cap, sizeof *v->queue);
-	v->buf = malloc(XFER_CHUNK);
-	if (v->queue == NULL || v->buf == NULL) {
-		free(v->queue);
-		free(v->buf);
-		return ENOMEM;
-	}
-	pthread_mutex_init(&v->lock, NULL);
-	pthread_cond_init(&v->cond, NULL);
-	int rc = pthread_create(&v->thread, NULL, verifier_main, v);
-	if (rc != 0) {
-		pthread_mutex_destroy(&v->lock);
-		pthread_cond_destroy(&v->cond);
-		free(v->queue);
-		free(v->buf);
-	}
-	return rc;
-}
-
-/* Queues a written file; false when the verifier has failed. */
-static bool verifier_add(verifier *v, const char *rel)
-{
-	char *copy = strdup(rel);
-	pthread_mutex_lock(&v->lock);
-	while (v->count == v->cap && !v->stop)
-		pthread_cond_wait(&v->cond, &v->lock);
-	bool ok = !v->stop && copy != NULL;
-	if (ok) {
-		v->queue[(v->head + v->count) % v->cap] = copy;
-		v->count++;
-		pthread_cond_broadcast(&v->cond);
-	} else {
-		free(copy);
-	}
-	pthread_mutex_unlock(&v->lock);
-	return ok;
-}
-
-/* Waits for the verifier (abort: drop what is queued) and frees its queue. */
-static void verifier_finish(verifier *v, bool abort)
-{
-	pthread_mutex_lock(&v->lock);
-	v->done = true;
-	if (abort)
-		v->stop = true;
-	pthread_cond_broadcast(&v->cond);
-	pthread_mutex_unlock(&v->lock);
-	pthread_join(v->thread, NULL);
-	while (v->count > 0) {
-		free(v->queue[v->head]);
-		v->head = (v->head + 1) % v->cap;
-		v->count--;
-	}
-	free(v->queue);
-	free(v->buf);
-	pthread_mutex_destroy(&v->lock);
-	pthread_cond_destroy(&v->cond);
-}
-
-/* Creates `name` in dir_fd and writes the entry's data into it. Push: an
- * existing regular file is replaced; the guest's copy is then read back
- * through the guest's own view and hashed. Pull: the file is new (O_EXCL)
- * and hashed as it is written. */
+/* Creates `name` in dir_fd and writes the entry's data into it, hashing
+ * exactly the bytes written (the receiving side's facts). Push: an existing
+ * regular file is replaced, and a file written into the upper layer is then
+ * looked up through the guest's own view, which must show that very file
+ * (same inode, same size). Pull: the file is new (O_EXCL). */
 static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, const char *name,
                                  const char *rel, mode_t mode, relay_error *err)
 {
 	bool push = r->g != NULL;
-	int flags = O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | (push && !r->direct ? O_RDWR : O_WRONLY);
+	int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
 	int fd = openat(dir_fd, name, flags, mode);
 	if (fd < 0 && errno == EEXIST && push && !r->direct) {
 		struct stat sb;
@@ -791,9 +752,13 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		              "cannot create %s in %s: %s", rel[0] ? rel : name, r->dest_label,
 		              strerror(errno));
 	relay_status status = RELAY_OK;
-	EVP_MD_CTX *ctx = push ? NULL : EVP_MD_CTX_new();
-	if (ctx)
-		EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	if (ctx == NULL) {
+		close(fd);
+		unlinkat(dir_fd, name, 0);
+		return lu_err(r->st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	}
+	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
 	uint64_t total = 0;
 	for (;;) {
 		const void *block = NULL;
@@ -829,36 +794,37 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		}
 		if (status != RELAY_OK)
 			break;
-		if (ctx)
-			EVP_DigestUpdate(ctx, block, size);
+		EVP_DigestUpdate(ctx, block, size);
 		total += size;
 	}
 	char hex[65] = "";
-	if (status == RELAY_OK && push && r->g->chown_files &&
-	    fchown(fd, r->g->conn->uid, r->g->conn->gid) != 0)
-		status = lu_err(r->st, err, RELAY_E_IO, errno, "cannot hand %s to the guest user", rel);
-	if (status == RELAY_OK && push && !r->direct) {
-		uint64_t back = 0;
-		int e = hash_fd(fd, r->buf2, XFER_CHUNK, hex, &back);
-		if (e != 0)
-			status = lu_err(r->st, err, RELAY_E_IO, e, "cannot read %s back in %s", rel,
-			                r->dest_label);
-		total = back;
-	} else if (status == RELAY_OK && !push) {
+	struct stat written;
+	memset(&written, 0, sizeof written);
+	if (status == RELAY_OK) {
 		hex_digest(ctx, hex);
+		if (push && r->g->chown_files && fchown(fd, r->g->conn->uid, r->g->conn->gid) != 0)
+			status =
+			    lu_err(r->st, err, RELAY_E_IO, errno, "cannot hand %s to the guest user", rel);
+		else if (fstat(fd, &written) != 0 || (uint64_t)written.st_size != total)
+			status = lu_err(r->st, err, RELAY_E_INTEGRITY, errno,
+			                "%s holds %lld bytes after writing %llu", rel[0] ? rel : name,
+			                (long long)written.st_size, (unsigned long long)total);
 	}
-	if (ctx)
-		EVP_MD_CTX_free(ctx);
+	EVP_MD_CTX_free(ctx);
 	if (close(fd) != 0 && status == RELAY_OK)
 		status = lu_err(r->st, err, RELAY_E_IO, errno, "cannot close %s", rel);
 	if (status == RELAY_OK && push && r->direct) {
-		/* Read back through the guest's view (the overlay), not the layer
-		 * written: this is what the guest will see. The verifier does it. */
-		if (!verifier_add(r->verifier, rel))
+		/* The guest must see this very file: look it up through its view. */
+		char dir[PATH_MAX];
+		const char *leaf = NULL;
+		split_rel(rel, dir, sizeof dir, &leaf);
+		int vdir = cached_dir(r, &r->vcache, r->verify_fd, dir, false);
+		struct stat seen;
+		if (vdir < 0 || fstatat(vdir, leaf, &seen, AT_SYMLINK_NOFOLLOW) != 0 ||
+		    !S_ISREG(seen.st_mode) || seen.st_ino != written.st_ino ||
+		    seen.st_size != written.st_size)
 			status = lu_err(r->st, err, RELAY_E_INTEGRITY, 0,
-			                "the read-back through the guest's view failed");
-		else
-			return RELAY_OK;
+			                "the guest does not see %s as it was written", rel);
 	}
 	if (status != RELAY_OK) {
 		unlinkat(dir_fd, name, 0);
@@ -869,7 +835,7 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 	return RELAY_OK;
 }
 
-static relay_status receive_stream(receiver *r, int in_fd, relay_error *err)
+static relay_status receive_stream(receiver *r, stream_queue *q, relay_error *err)
 {
 	struct archive *a = archive_read_new();
 	if (a == NULL)
@@ -877,7 +843,7 @@ static relay_status receive_stream(receiver *r, int in_fd, relay_error *err)
 	archive_read_support_format_tar(a);
 	relay_status status = RELAY_OK;
 	r->wcache.fd = r->vcache.fd = -1;
-	if (archive_read_open_fd(a, in_fd, 1024 * 1024) != ARCHIVE_OK) {
+	if (archive_read_open(a, q, NULL, queue_read_cb, NULL) != ARCHIVE_OK) {
 		status =
 		    lu_err(r->st, err, RELAY_E_IO, 0, "cannot read the stream: %s", archive_error_string(a));
 		goto done;
@@ -950,36 +916,55 @@ done:
 	return status;
 }
 
-/* Runs sender and receiver on the two ends of a pipe. */
+/* Runs the sender in a thread of its own and the receiver in this one. */
 static relay_status run_transfer(sender *s, receiver *r, relay_error *err)
 {
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) != 0)
-		return lu_err(s->st, err, RELAY_E_IO, errno, "cannot create the transfer pipe");
-	fcntl(p[1], F_SETPIPE_SZ, 1024 * 1024);
-	s->out_fd = p[1];
+	stream_queue *q = calloc(1, sizeof *q);
+	if (q == NULL)
+		return lu_err(s->st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	q->bufsize = XFER_CHUNK;
+	for (int i = 0; i < SEND_BUFFERS; i++) {
+		q->bufs[i] = malloc(XFER_CHUNK);
+		if (q->bufs[i] == NULL) {
+			for (int k = 0; k < i; k++)
+				free(q->bufs[k]);
+			free(q);
+			return lu_err(s->st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		}
+	}
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_cond_init(&q->cond, NULL);
+	s->q = q;
+	s->next_buf = 0;
+	relay_status status = RELAY_OK;
 	pthread_t t;
 	int rc = pthread_create(&t, NULL, sender_main, s);
 	if (rc != 0) {
-		close(p[0]);
-		close(p[1]);
-		return lu_err(s->st, err, RELAY_E_IO, rc, "cannot start the transfer thread");
+		status = lu_err(s->st, err, RELAY_E_IO, rc, "cannot start the transfer thread");
+		goto cleanup;
 	}
 	relay_error rerr;
 	memset(&rerr, 0, sizeof rerr);
-	relay_status rs = receive_stream(r, p[0], &rerr);
-	close(p[0]); /* a sender still writing now gets EPIPE and stops */
+	relay_status rs = receive_stream(r, q, &rerr);
+	queue_abort(q); /* a sender still sending stops */
 	pthread_join(t, NULL);
 	/* The cause is the receiver's failure when the sender only stopped
-	 * because the receiver closed the stream; otherwise the sender's. */
+	 * because the receiver went away; otherwise the sender's. */
 	if (s->status != RELAY_OK && !(rs != RELAY_OK && s->pipe_broken))
-		return lu_err(s->st, err, s->status, 0, "%s", s->message);
-	if (rs != RELAY_OK) {
+		status = lu_err(s->st, err, s->status, 0, "%s", s->message);
+	else if (rs != RELAY_OK) {
 		if (err)
 			*err = rerr;
-		return rs;
+		status = rs;
 	}
-	return RELAY_OK;
+cleanup:
+	pthread_mutex_destroy(&q->lock);
+	pthread_cond_destroy(&q->cond);
+	for (int i = 0; i < SEND_BUFFERS; i++)
+		free(q->bufs[i]);
+	free(q);
+	s->q = NULL;
+	return status;
 }
 
 /* ---- push -------------------------------------------------------------------- */
@@ -989,8 +974,9 @@ static relay_status run_transfer(sender *s, receiver *r, relay_error *err)
  * upper layer's copy of that folder: the overlay has never looked inside
  * it, so it finds them there as it would have made them, and the tree is
  * written at the speed of the underlying file system. Each file is then
- * read back through the overlay (the guest's view) for the guest-side
- * facts. Returns the upper folder's fd, or -1 to write through the overlay.
+ * looked up through the overlay (the guest's view), which must show the
+ * inode written. Returns the upper folder's fd, or -1 to write through the
+ * overlay.
  * Both folders must be the same inode (same-file-system layers report the
  * real inode number). */
 static int direct_upper_dir(guest_ctx *g, int over_fd, char **comps, int ncomp)
@@ -1140,31 +1126,11 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 	}
 	s.st = st;
 	s.call = call;
-	s.buf = malloc(XFER_CHUNK);
 	r.st = st;
 	r.g = &g;
 	r.dest_label = conn->vm;
 	r.call = call;
-	r.buf2 = malloc(XFER_CHUNK);
-	if (s.buf == NULL || r.buf2 == NULL) {
-		status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	verifier v;
-	if (r.direct && verifier_start(&v, &r) != 0) {
-		status = lu_err(st, err, RELAY_E_IO, errno, "cannot start the read-back thread");
-		goto cleanup;
-	}
-	r.verifier = r.direct ? &v : NULL;
 	status = run_transfer(&s, &r, err);
-	if (r.direct) {
-		verifier_finish(&v, status != RELAY_OK);
-		if (status == RELAY_OK && v.status != RELAY_OK)
-			status = lu_err(st, err, v.status, 0, "%s", v.message);
-		/* The guest-side facts are the verifier's. */
-		facts_free(&r.facts);
-		r.facts = v.facts;
-	}
 	if (status != RELAY_OK)
 		goto cleanup;
 	facts_sort(&s.facts);
@@ -1184,8 +1150,6 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 cleanup:
 	facts_free(&s.facts);
 	facts_free(&r.facts);
-	free(s.buf);
-	free(r.buf2);
 	free(src_copy);
 	if (src_fd >= 0)
 		close(src_fd);
@@ -1322,16 +1286,11 @@ relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_pat
 	s.st = st;
 	s.call = call;
 	s.refuse_links_are_unsafe = true;
-	s.buf = malloc(XFER_CHUNK);
 	r.st = st;
 	r.g = NULL;
 	r.dest_label = local_path;
 	r.call = call;
 	r.verify_fd = -1;
-	if (s.buf == NULL) {
-		status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
 	status = run_transfer(&s, &r, err);
 	if (status != RELAY_OK)
 		goto cleanup;
@@ -1359,7 +1318,6 @@ cleanup:
 	}
 	facts_free(&s.facts);
 	facts_free(&r.facts);
-	free(s.buf);
 	free(local_copy);
 	if (parent_fd >= 0)
 		close(parent_fd);
