@@ -40,7 +40,8 @@ if(NOT _receiver_lopts)
 endif()
 set_target_properties(${_receiver_target} PROPERTIES COMPILE_OPTIONS "${_receiver_copts}" LINK_OPTIONS "${_receiver_lopts}")
 target_compile_options(${_receiver_target} PRIVATE -O2 -fno-pie)
-target_compile_definitions(${_receiver_target} PRIVATE RECEIVER_PLATFORM="${RELAY_HOST_PLATFORM}")
+target_compile_definitions(${_receiver_target} PRIVATE RECEIVER_PLATFORM="${RELAY_HOST_PLATFORM}"
+  RECEIVER_VERSION="${PROJECT_VERSION}")
 target_link_options(${_receiver_target} PRIVATE -static -no-pie -s)
 install(TARGETS ${_receiver_target} RUNTIME DESTINATION ${RELAY_RECEIVER_INSTALL_DIR}/${RELAY_HOST_PLATFORM})
 
@@ -55,7 +56,7 @@ if(NOT RELAY_HOST_PLATFORM STREQUAL "linux-aarch64")
     set(_aarch64_out ${RELAY_RECEIVER_OUTPUT_DIR}/linux-aarch64/receiver)
     add_custom_command(OUTPUT ${_aarch64_out}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${RELAY_RECEIVER_OUTPUT_DIR}/linux-aarch64
-      COMMAND ${RELAY_AARCH64_CC} ${RELAY_RECEIVER_C_FLAGS} -DRECEIVER_PLATFORM="linux-aarch64"
+      COMMAND ${RELAY_AARCH64_CC} ${RELAY_RECEIVER_C_FLAGS} -DRECEIVER_PLATFORM="linux-aarch64" -DRECEIVER_VERSION="${PROJECT_VERSION}"
               -static -s -o ${_aarch64_out} ${RELAY_RECEIVER_SOURCES}
       DEPENDS ${RELAY_RECEIVER_SOURCES} ${CMAKE_CURRENT_LIST_FILE}
       COMMENT "Building the linux-aarch64 guest receiver with ${RELAY_AARCH64_CC}"

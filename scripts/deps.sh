@@ -20,3 +20,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
+
+# TypeScript runs use tsx when the guest has it (Node 20 here lacks type stripping).
+if [ "${1:-build}" = test ] && ! command -v tsx >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  echo "installing: tsx (npm)" >&2
+  npm install -g --no-audit --no-fund tsx >&2 || echo "tsx could not be installed; TypeScript runs are tested as refused" >&2
+fi

@@ -11,7 +11,11 @@
 #include <stdint.h>
 
 #define RECEIVER_NAME     "mcp-relay-receiver"
-#define RECEIVER_VERSION  "0.1.0"
+/* The build passes the project's version (guest/receiver.cmake), so the
+ * receiver and the relay that stages it cannot drift apart. */
+#ifndef RECEIVER_VERSION
+#define RECEIVER_VERSION "0.1.0"
+#endif
 #define RECEIVER_PROTOCOL 1
 #ifndef RECEIVER_PLATFORM
 #define RECEIVER_PLATFORM "linux-unknown"
