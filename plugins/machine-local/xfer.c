@@ -2,24 +2,23 @@
  * xfer.c — transport push and pull for machine-local guests.
  *
  * Both directions are pax tar streams (libarchive) between two threads of
- * the relay: the sending side walks its tree and hashes every file while it
- * reads it; the receiving side unpacks the stream and hashes exactly the
- * bytes it writes; the two lists of {path, bytes, sha256} must be equal
- * (RELAY_E_INTEGRITY otherwise). The stream is a queue in memory (see
- * stream_queue), not a pipe.
+ * the relay, through a queue in memory (stream_queue: the sender's read
+ * buffers are lent to the receiver, not copied). SHA-256 is checked on both
+ * sides and the two lists of {path, bytes, sha256} must be equal
+ * (RELAY_E_INTEGRITY otherwise):
+ *   push: the host hashes each file as it reads it; the guest side reads
+ *         each file it wrote back through the guest's own view (the
+ *         overlay) and hashes it, in a verifier thread beside the writing;
+ *   pull: the guest side hashes each file as it reads it; the host hashes
+ *         what it writes; on any failure nothing is left at local_path.
  *
  * Guest paths are opened relative to the guest's root (/proc/<init>/root),
  * one component at a time with O_NOFOLLOW: a path through a symbolic link,
  * "." or "..", or into anything but the guest's overlay or tmpfs is
- * refused, so nothing is ever read or written outside the guest.
- *
- * Push: the guest-side facts are those of the receiving side, which writes
- * into the guest; a tree going into a new folder is written straight into
- * the upper layer, and every file is then looked up through the guest's own
- * view, which must show that very file (see direct_upper_dir).
- * Pull: the guest side refuses links, devices, FIFOs and sockets anywhere
- * in the tree and anything outside the guest's own file systems; its facts
- * are the sending side's; on any failure nothing is left at local_path.
+ * refused, so nothing is ever read or written outside the guest; a pull
+ * also refuses links, devices, FIFOs and sockets anywhere in the tree.
+ * A tree pushed into a new folder is written straight into the upper layer
+ * (see direct_upper_dir).
  */
 #include <archive.h>
 #include <archive_entry.h>
@@ -146,6 +145,37 @@ static void hex_digest(EVP_MD_CTX *ctx, char out[65])
 		out[2 * i + 1] = digits[md[i] & 15];
 	}
 	out[64] = '\0';
+}
+
+/* SHA-256 of what remains readable from fd (from offset 0). */
+static int hash_fd(int fd, char *buf, size_t bufsize, char out[65], uint64_t *bytes)
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	if (ctx == NULL)
+		return ENOMEM;
+	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	uint64_t total = 0;
+	off_t off = 0;
+	int rc = 0;
+	for (;;) {
+		ssize_t n = pread(fd, buf, bufsize, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		total += (uint64_t)n;
+		off += n;
+	}
+	if (rc == 0)
+		hex_digest(ctx, out);
+	EVP_MD_CTX_free(ctx);
+	*bytes = total;
+	return rc;
 }
 
 /* ---- guest paths ------------------------------------------------------------ */
@@ -651,13 +681,13 @@ typedef struct receiver {
 	local_state *st;
 	guest_ctx *g;            /* push: writing into the guest; NULL for pull (host) */
 	int base_fd;             /* where files are created */
-	int verify_fd;           /* push: the same folder as the guest sees it (for the read-back) */
 	bool direct;             /* push: base_fd is in the upper layer (see xfer_push) */
 	const char *single_name; /* single file: the name to create in base_fd */
 	const char *dest_label;
 	fact_list facts; /* what was written (pull) or read back through the guest (push) */
 	relay_call *call;
 	dir_cache wcache, vcache;
+	struct verifier *verifier; /* push: reads every written file back through the guest's view */
 } receiver;
 
 static void dir_cache_reset(dir_cache *c)
@@ -725,11 +755,151 @@ static relay_status dir_error(receiver *r, relay_error *err, int e, const char *
 	              "cannot create the folder of %s in %s: %s", rel, r->dest_label, strerror(e));
 }
 
-/* Creates `name` in dir_fd and writes the entry's data into it, hashing
- * exactly the bytes written (the receiving side's facts). Push: an existing
- * regular file is replaced, and a file written into the upper layer is then
- * looked up through the guest's own view, which must show that very file
- * (same inode, same size). Pull: the file is new (O_EXCL). */
+/* The guest side of a push: every file written is read back through the
+ * guest's own view (the overlay) and hashed, in a thread of its own beside
+ * the writing. The receiver queues each file it finished. */
+typedef struct verify_item {
+	char *fact_path; /* relative to the pushed root ("" for a single file) */
+	char *open_path; /* relative to the folder being verified */
+} verify_item;
+
+typedef struct verifier {
+	receiver *r;
+	int root_fd; /* the folder as the guest sees it */
+	pthread_t thread;
+	pthread_mutex_t lock; /* guards everything below */
+	pthread_cond_t cond;
+	verify_item *queue;
+	size_t head, count, cap;
+	bool done, stop;
+	relay_status status;
+	char message[256];
+	fact_list facts;
+	dir_cache cache;
+	char *buf;
+} verifier;
+
+static void *verifier_main(void *arg)
+{
+	verifier *v = arg;
+	for (;;) {
+		pthread_mutex_lock(&v->lock);
+		while (v->count == 0 && !v->done && !v->stop)
+			pthread_cond_wait(&v->cond, &v->lock);
+		if (v->stop || (v->count == 0 && v->done)) {
+			pthread_mutex_unlock(&v->lock);
+			break;
+		}
+		verify_item it = v->queue[v->head];
+		v->head = (v->head + 1) % v->cap;
+		v->count--;
+		pthread_cond_broadcast(&v->cond);
+		pthread_mutex_unlock(&v->lock);
+
+		char dir[PATH_MAX], hex[65];
+		const char *leaf = NULL;
+		split_rel(it.open_path, dir, sizeof dir, &leaf);
+		int vdir = cached_dir(v->r, &v->cache, v->root_fd, dir, false);
+		int fd = vdir >= 0 ? openat(vdir, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+		uint64_t bytes = 0;
+		int e = fd >= 0 ? hash_fd(fd, v->buf, XFER_CHUNK, hex, &bytes) : errno;
+		if (fd >= 0)
+			close(fd);
+		pthread_mutex_lock(&v->lock);
+		if (e != 0 && v->status == RELAY_OK) {
+			v->status = RELAY_E_INTEGRITY;
+			lu_textf(v->message, sizeof v->message,
+			         "the guest cannot read %s back after writing it (%s)", it.open_path,
+			         strerror(e));
+			v->stop = true;
+		} else if (e == 0 && facts_add(&v->facts, it.fact_path, bytes, hex) != 0 &&
+		           v->status == RELAY_OK) {
+			v->status = RELAY_E_NO_MEMORY;
+			lu_textf(v->message, sizeof v->message, "out of memory");
+			v->stop = true;
+		}
+		pthread_cond_broadcast(&v->cond);
+		pthread_mutex_unlock(&v->lock);
+		free(it.fact_path);
+		free(it.open_path);
+	}
+	dir_cache_reset(&v->cache);
+	return NULL;
+}
+
+static int verifier_start(verifier *v, receiver *r, int root_fd)
+{
+	memset(v, 0, sizeof *v);
+	v->r = r;
+	v->root_fd = root_fd;
+	v->cap = 4096;
+	v->cache.fd = -1;
+	v->queue = calloc(v->cap, sizeof *v->queue);
+	v->buf = malloc(XFER_CHUNK);
+	if (v->queue == NULL || v->buf == NULL) {
+		free(v->queue);
+		free(v->buf);
+		return ENOMEM;
+	}
+	pthread_mutex_init(&v->lock, NULL);
+	pthread_cond_init(&v->cond, NULL);
+	int rc = pthread_create(&v->thread, NULL, verifier_main, v);
+	if (rc != 0) {
+		pthread_mutex_destroy(&v->lock);
+		pthread_cond_destroy(&v->cond);
+		free(v->queue);
+		free(v->buf);
+	}
+	return rc;
+}
+
+/* Queues a written file; false when the verifier has failed. */
+static bool verifier_add(verifier *v, const char *fact_path, const char *open_path)
+{
+	verify_item it = {strdup(fact_path), strdup(open_path)};
+	pthread_mutex_lock(&v->lock);
+	while (v->count == v->cap && !v->stop)
+		pthread_cond_wait(&v->cond, &v->lock);
+	bool ok = !v->stop && it.fact_path && it.open_path;
+	if (ok) {
+		v->queue[(v->head + v->count) % v->cap] = it;
+		v->count++;
+		pthread_cond_broadcast(&v->cond);
+	}
+	pthread_mutex_unlock(&v->lock);
+	if (!ok) {
+		free(it.fact_path);
+		free(it.open_path);
+	}
+	return ok;
+}
+
+/* Waits for the verifier (abort: drop what is queued) and frees its queue. */
+static void verifier_finish(verifier *v, bool abort)
+{
+	pthread_mutex_lock(&v->lock);
+	v->done = true;
+	if (abort)
+		v->stop = true;
+	pthread_cond_broadcast(&v->cond);
+	pthread_mutex_unlock(&v->lock);
+	pthread_join(v->thread, NULL);
+	while (v->count > 0) {
+		free(v->queue[v->head].fact_path);
+		free(v->queue[v->head].open_path);
+		v->head = (v->head + 1) % v->cap;
+		v->count--;
+	}
+	free(v->queue);
+	free(v->buf);
+	pthread_mutex_destroy(&v->lock);
+	pthread_cond_destroy(&v->cond);
+}
+
+/* Creates `name` in dir_fd and writes the entry's data into it. Push: an
+ * existing regular file is replaced, and the file is queued for the
+ * verifier, which reads it back through the guest's view. Pull: the file is
+ * new (O_EXCL) and the bytes written are hashed (the host copy's facts). */
 static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, const char *name,
                                  const char *rel, mode_t mode, relay_error *err)
 {
@@ -752,13 +922,14 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		              "cannot create %s in %s: %s", rel[0] ? rel : name, r->dest_label,
 		              strerror(errno));
 	relay_status status = RELAY_OK;
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	if (ctx == NULL) {
+	EVP_MD_CTX *ctx = push ? NULL : EVP_MD_CTX_new();
+	if (!push && ctx == NULL) {
 		close(fd);
 		unlinkat(dir_fd, name, 0);
 		return lu_err(r->st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	}
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	if (ctx)
+		EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
 	uint64_t total = 0;
 	for (;;) {
 		const void *block = NULL;
@@ -794,14 +965,16 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		}
 		if (status != RELAY_OK)
 			break;
-		EVP_DigestUpdate(ctx, block, size);
+		if (ctx)
+			EVP_DigestUpdate(ctx, block, size);
 		total += size;
 	}
 	char hex[65] = "";
 	struct stat written;
 	memset(&written, 0, sizeof written);
 	if (status == RELAY_OK) {
-		hex_digest(ctx, hex);
+		if (ctx)
+			hex_digest(ctx, hex);
 		if (push && r->g->chown_files && fchown(fd, r->g->conn->uid, r->g->conn->gid) != 0)
 			status =
 			    lu_err(r->st, err, RELAY_E_IO, errno, "cannot hand %s to the guest user", rel);
@@ -810,21 +983,19 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 			                "%s holds %lld bytes after writing %llu", rel[0] ? rel : name,
 			                (long long)written.st_size, (unsigned long long)total);
 	}
-	EVP_MD_CTX_free(ctx);
+	if (ctx)
+		EVP_MD_CTX_free(ctx);
 	if (close(fd) != 0 && status == RELAY_OK)
 		status = lu_err(r->st, err, RELAY_E_IO, errno, "cannot close %s", rel);
-	if (status == RELAY_OK && push && r->direct) {
-		/* The guest must see this very file: look it up through its view. */
-		char dir[PATH_MAX];
-		const char *leaf = NULL;
-		split_rel(rel, dir, sizeof dir, &leaf);
-		int vdir = cached_dir(r, &r->vcache, r->verify_fd, dir, false);
-		struct stat seen;
-		if (vdir < 0 || fstatat(vdir, leaf, &seen, AT_SYMLINK_NOFOLLOW) != 0 ||
-		    !S_ISREG(seen.st_mode) || seen.st_ino != written.st_ino ||
-		    seen.st_size != written.st_size)
+	if (status == RELAY_OK && push) {
+		/* The guest side's facts: read back through the guest's view. */
+		char open_path[PATH_MAX];
+		lu_textf(open_path, sizeof open_path, "%s", rel[0] ? rel : name);
+		if (!verifier_add(r->verifier, rel, open_path))
 			status = lu_err(r->st, err, RELAY_E_INTEGRITY, 0,
-			                "the guest does not see %s as it was written", rel);
+			                "the read-back through the guest's view failed");
+		else
+			return RELAY_OK;
 	}
 	if (status != RELAY_OK) {
 		unlinkat(dir_fd, name, 0);
@@ -973,10 +1144,9 @@ cleanup:
  * through the guest's overlay), its files are written straight into the
  * upper layer's copy of that folder: the overlay has never looked inside
  * it, so it finds them there as it would have made them, and the tree is
- * written at the speed of the underlying file system. Each file is then
- * looked up through the overlay (the guest's view), which must show the
- * inode written. Returns the upper folder's fd, or -1 to write through the
- * overlay.
+ * written at the speed of the underlying file system. The verifier reads
+ * every file back through the overlay (the guest's view). Returns the upper
+ * folder's fd, or -1 to write through the overlay.
  * Both folders must be the same inode (same-file-system layers report the
  * real inode number). */
 static int direct_upper_dir(guest_ctx *g, int over_fd, char **comps, int ncomp)
@@ -1019,7 +1189,6 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 	receiver r;
 	memset(&s, 0, sizeof s);
 	memset(&r, 0, sizeof r);
-	r.verify_fd = -1;
 	int src_fd = -1, parent_fd = -1, dest_fd = -1, upper_fd = -1;
 	char pathbuf[PATH_MAX];
 	char *comps[PATH_MAX / 2];
@@ -1118,7 +1287,6 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 		              r.direct ? "a new folder, written into the upper layer directly"
 		                       : "an existing folder, written through the overlay");
 		r.base_fd = r.direct ? upper_fd : dest_fd;
-		r.verify_fd = dest_fd;
 		r.single_name = NULL;
 	} else {
 		r.base_fd = parent_fd;
@@ -1130,7 +1298,20 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 	r.g = &g;
 	r.dest_label = conn->vm;
 	r.call = call;
+	verifier v;
+	int vrc = verifier_start(&v, &r, tree ? dest_fd : parent_fd);
+	if (vrc != 0) {
+		status = lu_err(st, err, RELAY_E_IO, vrc, "cannot start the read-back thread");
+		goto cleanup;
+	}
+	r.verifier = &v;
 	status = run_transfer(&s, &r, err);
+	verifier_finish(&v, status != RELAY_OK);
+	if (status == RELAY_OK && v.status != RELAY_OK)
+		status = lu_err(st, err, v.status, 0, "%s", v.message);
+	/* The guest side's facts are the verifier's. */
+	facts_free(&r.facts);
+	r.facts = v.facts;
 	if (status != RELAY_OK)
 		goto cleanup;
 	facts_sort(&s.facts);
@@ -1290,7 +1471,6 @@ relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_pat
 	r.g = NULL;
 	r.dest_label = local_path;
 	r.call = call;
-	r.verify_fd = -1;
 	status = run_transfer(&s, &r, err);
 	if (status != RELAY_OK)
 		goto cleanup;
