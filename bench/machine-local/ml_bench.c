@@ -218,6 +218,9 @@ int main(int argc, char **argv)
 		/* Alternate which contender goes first. */
 		for (int k = 0; k < 2; k++) {
 			bool do_push = (k == 0) == (i % 2 == 0);
+			/* Start each contender with no dirty data of the other
+			 * waiting to be written back. */
+			sync();
 			double t0 = now_s();
 			if (do_push) {
 				snprintf(dest, sizeof dest, "/var/tmp/bench-push-%d", i);

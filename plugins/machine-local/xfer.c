@@ -288,8 +288,8 @@ static relay_status path_error(guest_ctx *g, relay_error *err, int e, const char
  * has moved past it. Headers and padding (libarchive's own memory) are
  * copied. So a file's bytes are copied once into memory (the read) and once
  * out of it (the write), as `tar c | tar x` does through its pipe twice. */
-#define SEND_BUFFERS 4
-#define QUEUE_SLOTS  256
+#define SEND_BUFFERS 32
+#define QUEUE_SLOTS  1024
 
 typedef struct q_segment {
 	const char *ptr;
@@ -310,7 +310,21 @@ typedef struct stream_queue {
 	size_t bufsize;
 	q_segment current; /* handed to libarchive until its next read */
 	bool holding;
+	int waiting; /* threads blocked in pthread_cond_wait: wake-ups only when someone waits */
 } stream_queue;
+
+static void q_wait(stream_queue *q)
+{
+	q->waiting++;
+	pthread_cond_wait(&q->cond, &q->lock);
+	q->waiting--;
+}
+
+static void q_wake(stream_queue *q)
+{
+	if (q->waiting)
+		pthread_cond_broadcast(&q->cond);
+}
 
 static void q_release(stream_queue *q, q_segment *sg)
 {
@@ -339,7 +353,7 @@ static la_ssize_t queue_write_cb(struct archive *a, void *ctx, const void *buf, 
 	}
 	pthread_mutex_lock(&q->lock);
 	while (q->count == QUEUE_SLOTS && !q->aborted)
-		pthread_cond_wait(&q->cond, &q->lock);
+		q_wait(q);
 	if (q->aborted) {
 		pthread_mutex_unlock(&q->lock);
 		free(copy);
@@ -354,7 +368,7 @@ static la_ssize_t queue_write_cb(struct archive *a, void *ctx, const void *buf, 
 	if (lent >= 0)
 		q->lent[lent]++;
 	q->count++;
-	pthread_cond_broadcast(&q->cond);
+	q_wake(q);
 	pthread_mutex_unlock(&q->lock);
 	return (la_ssize_t)len;
 }
@@ -367,10 +381,11 @@ static la_ssize_t queue_read_cb(struct archive *a, void *ctx, const void **out)
 	if (q->holding) {
 		q_release(q, &q->current);
 		q->holding = false;
-		pthread_cond_broadcast(&q->cond);
 	}
-	while (q->count == 0 && !q->closed && !q->aborted)
-		pthread_cond_wait(&q->cond, &q->lock);
+	while (q->count == 0 && !q->closed && !q->aborted) {
+		q_wake(q);
+		q_wait(q);
+	}
 	if (q->count == 0 || q->aborted) {
 		pthread_mutex_unlock(&q->lock);
 		*out = NULL;
@@ -380,7 +395,7 @@ static la_ssize_t queue_read_cb(struct archive *a, void *ctx, const void **out)
 	q->head = (q->head + 1) % QUEUE_SLOTS;
 	q->count--;
 	q->holding = true;
-	pthread_cond_broadcast(&q->cond);
+	q_wake(q);
 	pthread_mutex_unlock(&q->lock);
 	*out = q->current.ptr;
 	return (la_ssize_t)q->current.len;
@@ -391,7 +406,7 @@ static bool queue_buffer_free(stream_queue *q, int k)
 {
 	pthread_mutex_lock(&q->lock);
 	while (q->lent[k] > 0 && !q->aborted)
-		pthread_cond_wait(&q->cond, &q->lock);
+		q_wait(q);
 	bool ok = !q->aborted;
 	pthread_mutex_unlock(&q->lock);
 	return ok;
