@@ -500,7 +500,8 @@ static int send_file(sender *s, struct archive *a, int dir_fd, const char *name,
 	archive_entry_set_filetype(e, AE_IFREG);
 	archive_entry_set_perm(e, (sb.st_mode & 0100) ? 0700 : 0600);
 	archive_entry_set_size(e, sb.st_size);
-	archive_entry_set_mtime(e, sb.st_mtim.tv_sec, sb.st_mtim.tv_nsec);
+	/* whole seconds: a sub-second time would cost a pax header per file */
+	archive_entry_set_mtime(e, sb.st_mtim.tv_sec, 0);
 	int rc = archive_write_header(a, e);
 	archive_entry_free(e);
 	if (rc != ARCHIVE_OK) {
