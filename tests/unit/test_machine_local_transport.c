@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "machine_local_fixture.h"
+#include "mcp/call.h"
 #include "util/randx.h"
 #include "util/sha256.h"
 
@@ -87,6 +88,20 @@ static void test_exec_arguments_env_cwd(void **state)
 	assert_int_equal(r.exit_code, 126);
 	assert_non_null(strstr(r.err, "/no/such/folder"));
 	release_res(&r);
+
+	/* A diagnostic script travels as one 96 KiB argument. */
+	size_t big_len = 98304;
+	char *big = malloc(big_len + 1);
+	memcpy(big, ": '", 3);
+	memset(big + 3, 'x', big_len - 3 - 14);
+	memcpy(big + big_len - 14, "'; echo big-ok", 14);
+	big[big_len] = '\0';
+	const char *bigv[] = {"/bin/sh", "-c", big, NULL};
+	r = run(bigv, NULL, NULL, 0, 10000, 0);
+	assert_int_equal(r.exit_code, 0);
+	assert_string_equal(r.out, "big-ok\n");
+	release_res(&r);
+	free(big);
 
 	const char *missing[] = {"no-such-program-here", "x", NULL};
 	r = run(missing, NULL, NULL, RELAY_EXEC_MERGE_OUTPUT, 10000, 0);
@@ -224,6 +239,46 @@ static void test_exec_concurrent(void **state)
 	pthread_join(t, NULL);
 	assert_string_equal(job.res.out, "slept\n");
 	release_res(&job.res);
+}
+
+typedef struct cancel_job {
+	relay_call *call;
+	relay_status status;
+	relay_exec_result res;
+} cancel_job;
+
+static void *cancellable_exec(void *arg)
+{
+	cancel_job *j = arg;
+	const char *argv[] = {"/bin/sh", "-c", "sleep 1006 & sleep 1007", NULL};
+	relay_exec_request req = {sizeof req, argv, NULL, NULL, 60000, 0};
+	memset(&j->res, 0, sizeof j->res);
+	j->res.struct_size = sizeof j->res;
+	relay_error err;
+	j->status = g_env.p->transport.exec(g_env.p->state, g_conn, &req, j->call, 0, &j->res, &err);
+	return NULL;
+}
+
+static void test_exec_cancelled(void **state)
+{
+	(void)state;
+	ML_SKIP_UNLESS_READY();
+	cancel_job job;
+	memset(&job, 0, sizeof job);
+	job.call = relay_call_new_internal();
+	assert_non_null(job.call);
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, cancellable_exec, &job), 0);
+	for (int i = 0; i < 300 && count_in_guest("sleep 1007") == 0; i++)
+		usleep(10000);
+	relay_call_cancel(job.call);
+	pthread_join(t, NULL);
+	assert_int_equal(job.status, RELAY_E_CANCELLED);
+	assert_int_equal(job.res.termination_confirmed, 1);
+	free(job.res.out);
+	free(job.res.err);
+	assert_int_equal(count_in_guest("sleep 100"), 0);
+	relay_call_complete(job.call, NULL);
 }
 
 static void write_random_file(const char *path, size_t size, mode_t mode)
@@ -499,6 +554,7 @@ int main(void)
 	    cmocka_unit_test(test_exec_timeout_kills_group),
 	    cmocka_unit_test(test_exec_output_cap_and_tail),
 	    cmocka_unit_test(test_exec_concurrent),
+	    cmocka_unit_test(test_exec_cancelled),
 	    cmocka_unit_test(test_push_pull_file),
 	    cmocka_unit_test(test_push_pull_tree),
 	    cmocka_unit_test(test_paths_never_leave_the_guest),
