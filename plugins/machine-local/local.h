@@ -88,8 +88,7 @@ typedef struct local_state {
 	char boot_id[64];
 	pid_t self_pid;
 	unsigned long long self_start;
-	int init_memfd;     /* the embedded guest init program, sealed */
-	char init_path[64]; /* "/proc/self/fd/<init_memfd>" */
+	int init_memfd; /* the embedded guest init program, sealed (lent to launchers as fd 9) */
 
 	/* reaper (guarded by lock) */
 	pthread_mutex_t lock;

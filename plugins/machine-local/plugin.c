@@ -388,7 +388,6 @@ static relay_status make_init_memfd(local_state *st, relay_error *err)
 	close(fd);
 	fd = high;
 	st->init_memfd = fd;
-	snprintf(st->init_path, sizeof st->init_path, "/proc/self/fd/%d", fd);
 	return RELAY_OK;
 }
 
