@@ -67,6 +67,8 @@ static char *plugin_config(const relay_settings *s, const char *plugin_name, con
 	json_object *options = NULL;
 	if (strcmp(plugin_name, "machine-service") == 0 && s->machine_service_options)
 		options = json_object_get(s->machine_service_options);
+	if (strcmp(plugin_name, "machine-local") == 0 && s->local_options)
+		options = json_object_get(s->local_options);
 	jsonx_add(config, "options", options ? options : json_object_new_object());
 	char *text = jsonx_to_string(config, 0);
 	json_object_put(config);

@@ -412,6 +412,21 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 			return -1;
 	}
 
+	/* machine-local's options (docs/machine-local.md): an object here; the
+	 * plugin refuses unknown keys and bad values by name when it starts. */
+	v = getenv("MCP_RELAY_LOCAL_OPTIONS");
+	if (v != NULL) {
+		char reason[128];
+		json_object *opts = jsonx_parse_str(v, reason, sizeof reason);
+		if (opts == NULL || !json_object_is_type(opts, json_type_object)) {
+			json_object_put(opts);
+			return fail(errbuf, errlen,
+			            "MCP_RELAY_LOCAL_OPTIONS must be a JSON object of machine-local options "
+			            "(docs/machine-local.md)");
+		}
+		s->local_options = opts;
+	}
+
 	v = getenv("MCP_RELAY_GUEST_NETWORK");
 	if (v == NULL || strcmp(v, "nat") == 0)
 		s->guest_network = GUEST_NETWORK_NAT;
@@ -491,6 +506,7 @@ void settings_free(relay_settings *s)
 	free(s->backend);
 	free(s->service_url);
 	json_object_put(s->machine_service_options);
+	json_object_put(s->local_options);
 	free(s->state_root);
 	free(s->session_dir);
 	free(s->registry_path);

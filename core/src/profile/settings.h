@@ -24,6 +24,7 @@ typedef struct relay_settings {
 	char *backend;                        /* "local", "machine-service" or an absolute .so path */
 	char *service_url;                    /* canonical origin, e.g. http://localhost:6240 */
 	json_object *machine_service_options; /* parsed MCP_RELAY_MACHINE_SERVICE_OPTIONS or NULL */
+	json_object *local_options; /* parsed MCP_RELAY_LOCAL_OPTIONS (machine-local's options) or NULL */
 	guest_network guest_network;
 	on_exit_mode on_exit;
 	int64_t capacity_wait_s;               /* 0..86400 */
