@@ -107,6 +107,16 @@ static int usage(const char *text)
 	return frame_error(EXIT_USAGE, text);
 }
 
+/* EXIT_DONE when `root` is a usable guest root (root_check); otherwise the
+ * usage error frame naming what is wrong with it, and its status. */
+static int root_usable(const char *root)
+{
+	rerr err;
+	if (root_check(root, &err) != 0)
+		return usage(err.msg);
+	return EXIT_DONE;
+}
+
 static int parse_ms(const char *text, int64_t lo, int64_t hi, int64_t *out)
 {
 	char *end;
@@ -167,14 +177,12 @@ int cmd_prepare(int argc, char **argv)
 	jv *list;
 	size_t i;
 	int status = EXIT_DONE;
-	if (parse_opts(argc, argv, "root", &o, msg, sizeof(msg)) != 0 || !o.root || o.npos == 0) {
+	if (parse_opts(argc, argv, "root", &o, msg, sizeof(msg)) != 0 || !o.root || o.npos == 0)
 		status = usage("usage: receiver prepare --root R REL...");
+	else
+		status = root_usable(o.root);
+	if (status != EXIT_DONE)
 		goto cleanup;
-	}
-	if (root_check(o.root, &err) != 0) {
-		status = usage(err.msg);
-		goto cleanup;
-	}
 	for (i = 0; i < o.npos; i++) {
 		if (!rel_path_ok(o.pos[i])) {
 			text_format(msg, sizeof(msg),
@@ -210,14 +218,12 @@ int cmd_init(int argc, char **argv)
 	rerr err;
 	int created = 0, status = EXIT_DONE;
 	if (parse_opts(argc, argv, "root session", &o, msg, sizeof(msg)) != 0 || !o.root || !o.session ||
-	    o.npos) {
+	    o.npos)
 		status = usage("usage: receiver init --root R --session ID");
+	else
+		status = root_usable(o.root);
+	if (status != EXIT_DONE)
 		goto cleanup;
-	}
-	if (root_check(o.root, &err) != 0) {
-		status = usage(err.msg);
-		goto cleanup;
-	}
 	if (!id_valid(o.session)) {
 		status = usage("--session must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,119}$");
 		goto cleanup;
@@ -249,14 +255,12 @@ int cmd_scan(int argc, char **argv)
 	char *text = NULL, *name = NULL, *path = NULL;
 	int status = EXIT_DONE;
 	if (parse_opts(argc, argv, "root base present image", &o, msg, sizeof(msg)) != 0 || !o.root ||
-	    !o.base || o.npos != 1) {
+	    !o.base || o.npos != 1)
 		status = usage("usage: receiver scan --root R --base DIR [--present] [--image] REL");
+	else
+		status = root_usable(o.root);
+	if (status != EXIT_DONE)
 		goto cleanup;
-	}
-	if (root_check(o.root, &err) != 0) {
-		status = usage(err.msg);
-		goto cleanup;
-	}
 	if (scan_collect(o.root, o.base, o.pos[0], o.present, o.image, &facts, &err) != 0) {
 		status = frame_error(EXIT_INTERNAL, err.msg);
 		goto cleanup;
@@ -305,16 +309,14 @@ int cmd_archive(int argc, char **argv)
 	archive_result res;
 	int usage_err = 0, status = EXIT_DONE;
 	if (parse_opts(argc, argv, "root base present out", &o, msg, sizeof(msg)) != 0 || !o.root ||
-	    !o.base || !o.out || o.npos == 0) {
+	    !o.base || !o.out || o.npos == 0)
 		status = usage(
 		    "usage: receiver archive --root R --base DIR [--present] --out R/.archive-<random>.tar "
 		    "-- REL...");
+	else
+		status = root_usable(o.root);
+	if (status != EXIT_DONE)
 		goto cleanup;
-	}
-	if (root_check(o.root, &err) != 0) {
-		status = usage(err.msg);
-		goto cleanup;
-	}
 	if (tar_write_archive(o.root, o.base, o.pos, o.npos, o.present, o.out, &res, &usage_err, &err) != 0) {
 		status = frame_error(usage_err ? EXIT_USAGE : EXIT_INTERNAL, err.msg);
 		goto cleanup;
@@ -340,14 +342,12 @@ int cmd_unpack(int argc, char **argv)
 	unpack_result res;
 	int usage_err = 0, status = EXIT_DONE;
 	if (parse_opts(argc, argv, "root base", &o, msg, sizeof(msg)) != 0 || !o.root || !o.base ||
-	    o.npos != 1) {
+	    o.npos != 1)
 		status = usage("usage: receiver unpack --root R --base DIR ARCHIVE");
+	else
+		status = root_usable(o.root);
+	if (status != EXIT_DONE)
 		goto cleanup;
-	}
-	if (root_check(o.root, &err) != 0) {
-		status = usage(err.msg);
-		goto cleanup;
-	}
 	if (tar_unpack(o.root, o.base, o.pos[0], &res, &usage_err, &err) != 0) {
 		status = frame_error(usage_err ? EXIT_USAGE : EXIT_INTERNAL, err.msg);
 		goto cleanup;
@@ -384,14 +384,12 @@ int cmd_remove(int argc, char **argv)
 	jv *removed = NULL;
 	size_t i;
 	int status = EXIT_DONE;
-	if (parse_opts(argc, argv, "root", &o, msg, sizeof(msg)) != 0 || !o.root || o.npos == 0) {
+	if (parse_opts(argc, argv, "root", &o, msg, sizeof(msg)) != 0 || !o.root || o.npos == 0)
 		status = usage("usage: receiver remove --root R NAME...");
+	else
+		status = root_usable(o.root);
+	if (status != EXIT_DONE)
 		goto cleanup;
-	}
-	if (root_check(o.root, &err) != 0) {
-		status = usage(err.msg);
-		goto cleanup;
-	}
 	for (i = 0; i < o.npos; i++) {
 		if (!transient_name_ok(o.pos[i])) {
 			text_format(
@@ -454,16 +452,14 @@ int cmd_capture_test(int argc, char **argv)
 	memset(&spec, 0, sizeof(spec));
 	memset(&co, 0, sizeof(co));
 	if (parse_opts(argc, argv, "root capture wait-ms every-ms", &o, msg, sizeof(msg)) != 0 || !o.root ||
-	    !o.capture || o.npos) {
+	    !o.capture || o.npos)
 		status = usage(
 		    "usage: receiver capture-test --root R --capture JSON [--wait-ms 120000] [--every-ms "
 		    "5000]");
+	else
+		status = root_usable(o.root);
+	if (status != EXIT_DONE)
 		goto cleanup;
-	}
-	if (root_check(o.root, &err) != 0) {
-		status = usage(err.msg);
-		goto cleanup;
-	}
 	if ((o.wait_ms && parse_ms(o.wait_ms, 0, 3600000, &wait_ms) != 0) ||
 	    (o.every_ms && parse_ms(o.every_ms, 1, 600000, &every_ms) != 0)) {
 		status = usage("--wait-ms must be 0..3600000 and --every-ms 1..600000");
@@ -558,14 +554,12 @@ int cmd_cancel(int argc, char **argv)
 	jv *owner = NULL;
 	int signalled = 0, status = EXIT_DONE;
 	if (parse_opts(argc, argv, "root execution", &o, msg, sizeof(msg)) != 0 || !o.root || !o.execution ||
-	    o.npos) {
+	    o.npos)
 		status = usage("usage: receiver cancel --root R --execution ID");
+	else
+		status = root_usable(o.root);
+	if (status != EXIT_DONE)
 		goto cleanup;
-	}
-	if (root_check(o.root, &err) != 0) {
-		status = usage(err.msg);
-		goto cleanup;
-	}
 	if (!execution_id_valid(o.execution)) {
 		status = usage("--execution must be an execution id");
 		goto cleanup;
@@ -638,14 +632,12 @@ int cmd_reset(int argc, char **argv)
 	     *lock_abs = NULL;
 	int status = EXIT_DONE;
 	const char *state_word = "reset";
-	if (parse_opts(argc, argv, "root id", &o, msg, sizeof(msg)) != 0 || !o.root || !o.id || o.npos) {
+	if (parse_opts(argc, argv, "root id", &o, msg, sizeof(msg)) != 0 || !o.root || !o.id || o.npos)
 		status = usage("usage: receiver reset --root R --id ID");
+	else
+		status = root_usable(o.root);
+	if (status != EXIT_DONE)
 		goto cleanup;
-	}
-	if (root_check(o.root, &err) != 0) {
-		status = usage(err.msg);
-		goto cleanup;
-	}
 	if (!id_valid(o.id)) {
 		status = usage("--id must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,119}$");
 		goto cleanup;
