@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "manager/events.h"
 #include "profile/environment.h"
 #include "util/jsonx.h"
 #include "util/timefmt.h"
@@ -459,6 +460,86 @@ tool_result *console_resolve_guest(manager *m, guest *g, relay_call *call, json_
 fail:
 	console_guest_facts_free(f);
 	return refusal;
+}
+
+tool_result *console_named_check(manager *m, guest *g, const json_object *obs, const char *console_id)
+{
+	const char *resolved_console = jsonx_get_str(obs, "console_id");
+	if (resolved_console != NULL && strcmp(resolved_console, console_id) == 0)
+		return NULL;
+	return guest_error(m, g, NULL, "console-identity-mismatch",
+	                   "Console instance identity mismatch: the call names console %s, the guest's "
+	                   "console is %s",
+	                   console_id, resolved_console ? resolved_console : "unknown");
+}
+
+json_object *console_attempt_request(manager *m, guest *g, relay_call *call, const console_guest_facts *facts,
+                                     console_operation operation, const char *console_id,
+                                     const char *attempt_id, tool_result **error_out)
+{
+	bool opening = operation == CONSOLE_OPEN;
+	*error_out = NULL;
+	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
+	char *text = NULL;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	relay_status st = (opening ? console->console.open : console->console.cancel)(
+	    console->state, &m->backends->machine_link, facts->lease_text, console_id, attempt_id, call, 0,
+	    &text, &err);
+	json_object *report = st == RELAY_OK && text ? jsonx_parse_str(text, NULL, 0) : NULL;
+	free(text);
+	json_object *obs = st == RELAY_OK ? console_observation(report) : NULL;
+	json_object_put(report);
+	char why[512] = "";
+	const char *selected_fp =
+	    m->settings->environment ? environment_fingerprint(m->settings->environment) : NULL;
+	const char *reported_attempt = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "attempt_id");
+	const char *problem = NULL;
+	if (st != RELAY_OK)
+		problem = err.message[0] ? err.message : relay_status_str(st);
+	else if (obs == NULL)
+		problem = "unsupported or malformed console report schema";
+	else if (console_identity_problem(obs, facts->vm, facts->lease_id, facts->console_id, selected_fp,
+	                                  facts->lease_fp, why, sizeof why))
+		problem = why;
+	else if (reported_attempt == NULL || strcmp(reported_attempt, attempt_id) != 0)
+		problem = "the report does not name this attempt";
+	if (problem) {
+		json_object *d = json_object_new_object();
+		jsonx_add_str(d, "attempt_id", attempt_id);
+		jsonx_add_str(d, "error", problem);
+		guest_event(m, g, opening ? "console-open-uncertain" : "console-cancel-uncertain", problem,
+		            d);
+		console_mark_unknown(m, g);
+		json_object *s = json_object_new_object();
+		jsonx_add_str(s, "attempt_id", attempt_id);
+		if (opening)
+			*error_out =
+			    guest_error(m, g, s, "outcome-unknown",
+			                "console open outcome unknown; ownership kept; resolve or cancel "
+			                "attempt %s; opening is never replayed automatically (%s)",
+			                attempt_id, problem);
+		else
+			*error_out =
+			    guest_error(m, g, s, "outcome-unknown",
+			                "console cancel outcome unknown; ownership kept; resolve attempt %s "
+			                "before another open; the guest was not released (%s)",
+			                attempt_id, problem);
+		json_object_put(obs);
+		return NULL;
+	}
+	const char *attempt_status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
+	manager_lock(m);
+	json_object_put(g->console);
+	g->console = json_object_get(obs);
+	jsonx_add_str(g->console_attempt, "status", attempt_status);
+	guest_save(g);
+	manager_unlock(m);
+	json_object *d = json_object_new_object();
+	jsonx_add_str(d, "attempt_id", attempt_id);
+	jsonx_add_str(d, "status", attempt_status);
+	guest_event(m, g, opening ? "console-open" : "console-cancel", attempt_status, d);
+	return obs;
 }
 
 json_object *console_uncertain_attempt(const char *attempt_id)

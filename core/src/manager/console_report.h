@@ -72,6 +72,26 @@ void console_mark_unknown(manager *m, guest *g);
  * replaces the observation's attempt when not NULL (taken). A new object. */
 json_object *console_status_result(const char *guest_name, const json_object *obs, json_object *attempt);
 
+/* The console the call names must be the one the resolved observation
+ * `obs` names (tools.md §3.12 step 2, §3.13): NULL when it is, else the
+ * console-identity-mismatch error. */
+tool_result *console_named_check(manager *m, guest *g, const json_object *obs, const char *console_id);
+
+typedef enum console_operation { CONSOLE_OPEN, CONSOLE_CANCEL } console_operation;
+
+/* tools.md §3.12 steps 9-10 and §3.13, after the intent event: asks the
+ * console plugin to open or cancel `attempt_id` and checks that the report
+ * names this guest's vm, lease, console, environment and this attempt. On
+ * success stores the report as g's console observation and the attempt's
+ * new status, records console-open / console-cancel, and returns the
+ * observation (a new reference). Otherwise records console-open-uncertain /
+ * console-cancel-uncertain, marks the console unknown, and returns NULL
+ * with *error_out the outcome-unknown error. Call without the lock, on g's
+ * queue. */
+json_object *console_attempt_request(manager *m, guest *g, relay_call *call, const console_guest_facts *facts,
+                                     console_operation operation, const char *console_id,
+                                     const char *attempt_id, tool_result **error_out);
+
 /* The relay-side view of an attempt whose backend state is unknown. */
 json_object *console_uncertain_attempt(const char *attempt_id);
 

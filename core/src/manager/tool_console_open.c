@@ -1,13 +1,11 @@
 /* relay_console_open (tools.md §3.12): starts console viewing on the
  * service host, only on an explicit user request. A failed or uncertain
  * open keeps the attempt as uncertain and is never replayed. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "manager/console_report.h"
 #include "manager/events.h"
 #include "manager/manager_internal.h"
-#include "profile/environment.h"
 #include "util/clock.h"
 #include "util/jsonx.h"
 
@@ -64,17 +62,11 @@ tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_ca
 	tool_result *refusal = console_resolve_guest(m, g, call, &obs, &facts);
 	if (refusal)
 		return refusal;
-	tool_result *r = NULL;
-	const char *resolved_console = jsonx_get_str(obs, "console_id");
+	tool_result *r = console_named_check(m, g, obs, console_id);
+	if (r)
+		goto done;
 	const char *report_attempt_id = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "attempt_id");
 	const char *report_attempt_status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
-	if (resolved_console == NULL || strcmp(resolved_console, console_id) != 0) {
-		r = guest_error(m, g, NULL, "console-identity-mismatch",
-		                "Console instance identity mismatch: the call names console %s, the guest's "
-		                "console is %s",
-		                console_id, resolved_console ? resolved_console : "unknown");
-		goto done;
-	}
 	/* Step 3: the viewer appears on the service host only. */
 	const char *location = jsonx_get_str(obs, "viewer_location");
 	if (location == NULL || strcmp(location, "service-host") != 0) {
@@ -148,57 +140,10 @@ tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_ca
 	guest_event(m, g, "console-open-intent", reason, details);
 
 	/* Steps 9-10. */
-	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
-	char *text = NULL;
-	relay_error err;
-	memset(&err, 0, sizeof err);
-	relay_status st = console->console.open(console->state, &m->backends->machine_link, facts.lease_text,
-	                                        console_id, attempt_id, call, 0, &text, &err);
-	json_object *report = st == RELAY_OK && text ? jsonx_parse_str(text, NULL, 0) : NULL;
-	free(text);
-	json_object *opened = st == RELAY_OK ? console_observation(report) : NULL;
-	json_object_put(report);
-	char why[512] = "";
-	const char *selected_fp =
-	    m->settings->environment ? environment_fingerprint(m->settings->environment) : NULL;
-	const char *problem = NULL;
-	if (st != RELAY_OK)
-		problem = err.message[0] ? err.message : relay_status_str(st);
-	else if (opened == NULL)
-		problem = "unsupported or malformed console report schema";
-	else if (console_identity_problem(opened, facts.vm, facts.lease_id, facts.console_id, selected_fp,
-	                                  facts.lease_fp, why, sizeof why))
-		problem = why;
-	else if (jsonx_get_str(jsonx_get_obj(opened, "attempt"), "attempt_id") == NULL ||
-	         strcmp(jsonx_get_str(jsonx_get_obj(opened, "attempt"), "attempt_id"), attempt_id) != 0)
-		problem = "the report does not name this attempt";
-	if (problem) {
-		json_object *d = json_object_new_object();
-		jsonx_add_str(d, "attempt_id", attempt_id);
-		jsonx_add_str(d, "error", problem);
-		guest_event(m, g, "console-open-uncertain", problem, d);
-		console_mark_unknown(m, g);
-		json_object *s = json_object_new_object();
-		jsonx_add_str(s, "attempt_id", attempt_id);
-		r = guest_error(
-		    m, g, s, "outcome-unknown",
-		    "console open outcome unknown; ownership kept; resolve or cancel attempt %s; opening is "
-		    "never replayed automatically (%s)",
-		    attempt_id, problem);
-		json_object_put(opened);
+	json_object *opened =
+	    console_attempt_request(m, g, call, &facts, CONSOLE_OPEN, console_id, attempt_id, &r);
+	if (opened == NULL)
 		goto done;
-	}
-	const char *attempt_status = jsonx_get_str(jsonx_get_obj(opened, "attempt"), "status");
-	manager_lock(m);
-	json_object_put(g->console);
-	g->console = json_object_get(opened);
-	jsonx_add_str(g->console_attempt, "status", attempt_status);
-	guest_save(g);
-	manager_unlock(m);
-	json_object *d = json_object_new_object();
-	jsonx_add_str(d, "attempt_id", attempt_id);
-	jsonx_add_str(d, "status", attempt_status);
-	guest_event(m, g, "console-open", attempt_status, d);
 	r = open_result(g, opened, NULL, false);
 	json_object_put(opened);
 done:
