@@ -234,42 +234,12 @@ static json_object *reduced_structured(const json_object *structured, const char
 
 /* ---- the text block --------------------------------------------------------------- */
 
-/* Appends text[0..len) escaped as the inside of a JSON string. */
-static void put_escaped(strbuf *sb, const char *text, size_t len)
-{
-	static const char hex[] = "0123456789abcdef";
-	if (!strbuf_reserve(sb, len + len / 8 + 16))
-		return;
-	size_t run = 0;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)text[i];
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
-		strbuf_append(sb, text + run, i - run);
-		run = i + 1;
-		switch (c) {
-		case '"': strbuf_append(sb, "\\\"", 2); break;
-		case '\\': strbuf_append(sb, "\\\\", 2); break;
-		case '\n': strbuf_append(sb, "\\n", 2); break;
-		case '\r': strbuf_append(sb, "\\r", 2); break;
-		case '\t': strbuf_append(sb, "\\t", 2); break;
-		case '\b': strbuf_append(sb, "\\b", 2); break;
-		case '\f': strbuf_append(sb, "\\f", 2); break;
-		default: {
-			char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-			strbuf_append(sb, esc, 6);
-		}
-		}
-	}
-	strbuf_append(sb, text + run, len - run);
-}
-
 /* The headline as one line: line breaks become spaces. */
 static void put_headline(strbuf *sb, const char *headline)
 {
 	size_t len = headline ? strlen(headline) : 0;
 	if (len == 0 || strpbrk(headline, "\r\n") == NULL) {
-		put_escaped(sb, headline ? headline : "", len);
+		jsonx_write_escaped(sb, headline ? headline : "", len);
 		return;
 	}
 	char *copy = strdup(headline);
@@ -280,7 +250,7 @@ static void put_headline(strbuf *sb, const char *headline)
 	for (char *c = copy; *c; c++)
 		if (*c == '\n' || *c == '\r')
 			*c = ' ';
-	put_escaped(sb, copy, len);
+	jsonx_write_escaped(sb, copy, len);
 	free(copy);
 }
 
@@ -386,11 +356,11 @@ static void render_body(strbuf *sb, const tool_result *result, bool *spilled)
 	strbuf_puts(sb, "{\"content\":[{\"type\":\"text\",\"text\":\"");
 	put_headline(sb, result->headline);
 	strbuf_append(sb, "\\n", 2);
-	put_escaped(sb, strbuf_str(&body), keep);
+	jsonx_write_escaped(sb, strbuf_str(&body), keep);
 	if (text_cut) {
 		strbuf_puts(sb, "\\n[Truncated. Full result: ");
 		const char *shown = spill_path ? spill_path : "(the spill file could not be written)";
-		put_escaped(sb, shown, strlen(shown));
+		jsonx_write_escaped(sb, shown, strlen(shown));
 		strbuf_putc(sb, ']');
 	}
 	strbuf_append(sb, "\"}", 2);

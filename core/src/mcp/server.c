@@ -379,27 +379,6 @@ double relay_call_last_progress(const relay_call *call)
 	return last;
 }
 
-/* A number as JSON: integers plainly, others in the shortest form that
- * reads back the same. */
-static void put_number(strbuf *sb, double value)
-{
-	if (!isfinite(value)) {
-		strbuf_putc(sb, '0');
-		return;
-	}
-	if (value == floor(value) && fabs(value) < 9007199254740992.0) {
-		strbuf_printf(sb, "%.0f", value);
-		return;
-	}
-	char buf[40];
-	for (int precision = 15; precision <= 17; precision++) {
-		snprintf(buf, sizeof buf, "%.*g", precision, value);
-		if (strtod(buf, NULL) == value)
-			break;
-	}
-	strbuf_puts(sb, buf);
-}
-
 void relay_call_progress(relay_call *call, double progress, double total, const char *message, bool force)
 {
 	if (call == NULL || call->srv == NULL || call->token_text == NULL || atomic_load(&call->cancelled) ||
@@ -430,10 +409,10 @@ void relay_call_progress(relay_call *call, double progress, double total, const 
 	    &sb, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":");
 	strbuf_puts(&sb, call->token_text);
 	strbuf_puts(&sb, ",\"progress\":");
-	put_number(&sb, progress);
+	jsonx_write_number(&sb, progress);
 	if (call->total >= 0 && progress <= call->total) {
 		strbuf_puts(&sb, ",\"total\":");
-		put_number(&sb, call->total);
+		jsonx_write_number(&sb, call->total);
 	}
 	if (message) {
 		strbuf_puts(&sb, ",\"message\":");

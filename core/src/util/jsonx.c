@@ -60,12 +60,12 @@ json_object *jsonx_parse_str(const char *text, char *errbuf, size_t errlen)
 	return jsonx_parse(text, strlen(text), NULL, errbuf, errlen);
 }
 
-void jsonx_write_string(strbuf *sb, const char *text, size_t len)
+void jsonx_write_escaped(strbuf *sb, const char *text, size_t len)
 {
 	static const char hex[] = "0123456789abcdef";
-	if (!strbuf_reserve(sb, len + 2))
+	/* Room for the text and a few escapes; more is grown as needed. */
+	if (!strbuf_reserve(sb, len + len / 8 + 16))
 		return;
-	strbuf_putc(sb, '"');
 	size_t run = 0;
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)text[i];
@@ -88,10 +88,16 @@ void jsonx_write_string(strbuf *sb, const char *text, size_t len)
 		}
 	}
 	strbuf_append(sb, text + run, len - run);
+}
+
+void jsonx_write_string(strbuf *sb, const char *text, size_t len)
+{
+	strbuf_putc(sb, '"');
+	jsonx_write_escaped(sb, text, len);
 	strbuf_putc(sb, '"');
 }
 
-static void write_double(strbuf *sb, double value)
+void jsonx_write_number(strbuf *sb, double value)
 {
 	if (!isfinite(value)) {
 		strbuf_puts(sb, "null");
@@ -131,17 +137,19 @@ static void write_value(strbuf *sb, const json_object *obj, unsigned flags, int 
 	case json_type_int: {
 		char buf[32];
 		int n;
-		if (json_object_get_int64(obj) == INT64_MAX && json_object_get_uint64(obj) > (uint64_t)INT64_MAX)
-			n = snprintf(buf, sizeof buf, "%llu", (unsigned long long)json_object_get_uint64(obj));
+		if (json_object_get_int64(obj) == INT64_MAX &&
+		    json_object_get_uint64(obj) > (uint64_t)INT64_MAX)
+			n = snprintf(buf, sizeof buf, "%llu",
+			             (unsigned long long)json_object_get_uint64(obj));
 		else
 			n = snprintf(buf, sizeof buf, "%lld", (long long)json_object_get_int64(obj));
 		strbuf_append(sb, buf, (size_t)n);
 		break;
 	}
-	case json_type_double: write_double(sb, json_object_get_double(obj)); break;
+	case json_type_double: jsonx_write_number(sb, json_object_get_double(obj)); break;
 	case json_type_string:
 		jsonx_write_string(sb, json_object_get_string((json_object *)obj),
-				   (size_t)json_object_get_string_len(obj));
+		                   (size_t)json_object_get_string_len(obj));
 		break;
 	case json_type_array: {
 		size_t n = json_object_array_length(obj);

@@ -33,6 +33,12 @@ void jsonx_write(strbuf *sb, const json_object *obj, unsigned flags);
 char *jsonx_to_string(const json_object *obj, unsigned flags);
 /* Appends a JSON string literal of text[0..len) (escaping per JSON.stringify). */
 void jsonx_write_string(strbuf *sb, const char *text, size_t len);
+/* The same without the quotes: text[0..len) escaped as the inside of a JSON
+ * string, for a string written in pieces. */
+void jsonx_write_escaped(strbuf *sb, const char *text, size_t len);
+/* Appends a number as JSON.stringify writes it: integers plainly, others in
+ * the shortest form that reads back the same; NaN and infinities as null. */
+void jsonx_write_number(strbuf *sb, double value);
 
 /* Typed getters: NULL / false when the key is absent or of another type. */
 const char *jsonx_get_str(const json_object *obj, const char *key);
