@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "evidence/archive.h"
 #include "evidence/viewer.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -34,23 +35,8 @@ static bool has_prefix(const char *s, const char *p)
 
 bool evidence_package_path_ok(const char *rel)
 {
-	if (rel == NULL || rel[0] == '\0' || rel[0] == '/')
-		return false;
-	const char *seg = rel;
-	for (const char *p = rel;; p++) {
-		unsigned char c = (unsigned char)*p;
-		if (c == '/' || c == '\0') {
-			size_t n = (size_t)(p - seg);
-			if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
-				return false;
-			if (c == '\0')
-				return true;
-			seg = p + 1;
-			continue;
-		}
-		if (c < 0x20 || c == 0x7f || c == '\\' || c == ':' || c == '#' || c == '?')
-			return false;
-	}
+	/* A strict archive path that also has no ':', '#' or '?'. */
+	return evidence_archive_path_ok(rel) && strpbrk(rel, ":#?") == NULL;
 }
 
 /* ---- hashing with worker threads -------------------------------------------
@@ -1260,49 +1246,47 @@ static char *sibling(const char *package_dir, const char *suffix)
 	return p;
 }
 
+/* Writes `record` (taken; NULL when it could not be made) durably beside
+ * the package as <package_dir><suffix>. */
+static relay_status write_sibling_record(const char *package_dir, const char *suffix, json_object *record,
+                                         relay_error *err)
+{
+	char *path = sibling(package_dir, suffix);
+	relay_status status = path != NULL && record != NULL
+	                          ? fs_write_json_durable(path, record, err)
+	                          : relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	json_object_put(record);
+	free(path);
+	return status;
+}
+
 relay_status evidence_write_lifecycle(const char *package_dir, const evidence_lifecycle_record *rec,
                                       relay_error *err)
 {
-	char *path = sibling(package_dir, ".lifecycle.json");
 	json_object *o = json_object_new_object();
-	relay_status status;
-	if (path == NULL || o == NULL) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
+	if (o != NULL) {
+		char at[25];
+		time_format_iso_millis(rec->finished_at_ms ? rec->finished_at_ms : clock_now_ms(), at);
+		jsonx_add_str(o, "purpose", rec->purpose);
+		jsonx_add_str(o, "vm", rec->vm);
+		jsonx_add_bool(o, "released", rec->released);
+		jsonx_add_str(o, "reason", rec->reason);
+		jsonx_add_bool(o, "failed", rec->failed);
+		jsonx_add_bool(o, "delivered", rec->delivered);
+		jsonx_add_str(o, "finishedAt", at);
 	}
-	char at[25];
-	time_format_iso_millis(rec->finished_at_ms ? rec->finished_at_ms : clock_now_ms(), at);
-	jsonx_add_str(o, "purpose", rec->purpose);
-	jsonx_add_str(o, "vm", rec->vm);
-	jsonx_add_bool(o, "released", rec->released);
-	jsonx_add_str(o, "reason", rec->reason);
-	jsonx_add_bool(o, "failed", rec->failed);
-	jsonx_add_bool(o, "delivered", rec->delivered);
-	jsonx_add_str(o, "finishedAt", at);
-	status = fs_write_json_durable(path, o, err);
-cleanup:
-	json_object_put(o);
-	free(path);
-	return status;
+	return write_sibling_record(package_dir, ".lifecycle.json", o, err);
 }
 
 relay_status evidence_write_delivery_error(const char *package_dir, const char *error_text, int64_t at_ms,
                                            relay_error *err)
 {
-	char *path = sibling(package_dir, ".delivery-error.json");
 	json_object *o = json_object_new_object();
-	relay_status status;
-	if (path == NULL || o == NULL) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
+	if (o != NULL) {
+		char at[25];
+		time_format_iso_millis(at_ms ? at_ms : clock_now_ms(), at);
+		jsonx_add_str(o, "error", error_text ? error_text : "");
+		jsonx_add_str(o, "at", at);
 	}
-	char at[25];
-	time_format_iso_millis(at_ms ? at_ms : clock_now_ms(), at);
-	jsonx_add_str(o, "error", error_text ? error_text : "");
-	jsonx_add_str(o, "at", at);
-	status = fs_write_json_durable(path, o, err);
-cleanup:
-	json_object_put(o);
-	free(path);
-	return status;
+	return write_sibling_record(package_dir, ".delivery-error.json", o, err);
 }
