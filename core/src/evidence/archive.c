@@ -14,6 +14,7 @@
 
 #include "evidence/fswalk.h"
 #include "util/error.h"
+#include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"
 
@@ -976,7 +977,7 @@ relay_status evidence_archive_extract_ex(const char *archive_path, const char *d
 				goto cleanup;
 			}
 			sha256_update(ctx, buf, (size_t)n);
-			status = fw_write_all(out_fd, buf, (size_t)n, name, err);
+			status = fs_write_all(out_fd, buf, (size_t)n, name, err);
 			if (status != RELAY_OK)
 				goto cleanup;
 		}

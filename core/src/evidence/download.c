@@ -299,7 +299,7 @@ static relay_status try_candidate(int src_root, const char *src_rel, int in_root
 			break;
 		total += (uint64_t)n;
 		sha256_update(ctx, buf, (size_t)n);
-		status = fw_write_all(out, buf, (size_t)n, rel, err);
+		status = fs_write_all(out, buf, (size_t)n, rel, err);
 		if (status != RELAY_OK)
 			goto cleanup;
 	}

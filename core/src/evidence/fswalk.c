@@ -200,23 +200,6 @@ void fw_rmdir_at(int root_fd, const char *rel)
 	close(dir);
 }
 
-relay_status fw_write_all(int fd, const void *data, size_t len, const char *what, relay_error *err)
-{
-	const char *p = data;
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return relay_error_set(err, errno == ENOSPC ? RELAY_E_NO_SPACE : RELAY_E_IO, errno,
-			                       "cannot write %s: %s", what, strerror(errno));
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return RELAY_OK;
-}
-
 void fw_tree_free(fw_tree *tree)
 {
 	for (size_t i = 0; i < tree->count; i++)

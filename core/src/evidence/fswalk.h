@@ -81,7 +81,4 @@ relay_status fw_walk(const char *root, bool missing_ok, const char *const *skip,
                      relay_error *err);
 void fw_tree_free(fw_tree *tree);
 
-/* Writes all of data to fd; RELAY_E_NO_SPACE on ENOSPC. `what` names the file. */
-relay_status fw_write_all(int fd, const void *data, size_t len, const char *what, relay_error *err);
-
 #endif

@@ -710,7 +710,7 @@ static relay_status write_new(int root_fd, const char *rel, const void *data, si
 	int fd = openat(root_fd, rel, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return relay_error_set(err, RELAY_E_IO, errno, "cannot create %s: %s", rel, strerror(errno));
-	relay_status status = fw_write_all(fd, data, len, rel, err);
+	relay_status status = fs_write_all(fd, data, len, rel, err);
 	if (status == RELAY_OK && fsync(fd) != 0)
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s: %s", rel, strerror(errno));
 	close(fd);
@@ -736,7 +736,7 @@ static relay_status copy_fd_to(int in, int out, const char *what, relay_error *e
 		}
 		if (n == 0)
 			break;
-		status = fw_write_all(out, buf, (size_t)n, what, err);
+		status = fs_write_all(out, buf, (size_t)n, what, err);
 		if (status != RELAY_OK)
 			break;
 	}

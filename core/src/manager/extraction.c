@@ -134,7 +134,7 @@ static relay_status copy_earlier(const char *evidence, const char *name, const c
 				break;
 			sha256_update(ctx, buf, (size_t)n);
 			total += (uint64_t)n;
-			st = fw_write_all(out, buf, (size_t)n, rel, err);
+			st = fs_write_all(out, buf, (size_t)n, rel, err);
 		}
 		char hex[65] = "";
 		if (ctx && st == RELAY_OK) {

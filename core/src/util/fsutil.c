@@ -47,7 +47,7 @@ cleanup:
 	return status;
 }
 
-static relay_status write_all(int fd, const void *data, size_t len, const char *path, relay_error *err)
+relay_status fs_write_all(int fd, const void *data, size_t len, const char *what, relay_error *err)
 {
 	const char *p = data;
 	while (len > 0) {
@@ -56,7 +56,7 @@ static relay_status write_all(int fd, const void *data, size_t len, const char *
 			if (errno == EINTR)
 				continue;
 			return relay_error_set(err, errno == ENOSPC ? RELAY_E_NO_SPACE : RELAY_E_IO, errno,
-					       "cannot write %s: %s", path, strerror(errno));
+					       "cannot write %s: %s", what, strerror(errno));
 		}
 		p += n;
 		len -= (size_t)n;
@@ -91,7 +91,7 @@ relay_status fs_write_exclusive(const char *path, const void *data, size_t len, 
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
 	if (fd < 0)
 		return relay_error_set(err, RELAY_E_IO, errno, "cannot create %s: %s", path, strerror(errno));
-	relay_status status = write_all(fd, data, len, path, err);
+	relay_status status = fs_write_all(fd, data, len, path, err);
 	if (status == RELAY_OK && fsync(fd) != 0)
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s: %s", path, strerror(errno));
 	close(fd);
@@ -356,7 +356,7 @@ relay_status fs_copy_file(const char *src, const char *dst, mode_t mode, relay_e
 		}
 		if (n == 0)
 			break;
-		status = write_all(out, buf, (size_t)n, dst, err);
+		status = fs_write_all(out, buf, (size_t)n, dst, err);
 		if (status != RELAY_OK)
 			goto cleanup;
 	}

@@ -45,6 +45,10 @@ relay_status fs_fsync_parent(const char *path, relay_error *err);
  * is removed, never its target). Missing is not an error. */
 relay_status fs_remove_tree(const char *path, relay_error *err);
 
+/* Writes all of data to fd, again after EINTR; RELAY_E_NO_SPACE on ENOSPC.
+ * `what` names the file in the message. */
+relay_status fs_write_all(int fd, const void *data, size_t len, const char *what, relay_error *err);
+
 /* "<a>/<b>" (malloc'd), with one slash between. NULL on allocation failure. */
 char *fs_path_join(const char *a, const char *b);
 /* malloc'd copy of the folder part of `path` ("." when none). */
