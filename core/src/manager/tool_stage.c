@@ -110,6 +110,17 @@ static tool_result *cancelled_result(stage_ctx *s)
 	return stage_fail(s, "transfer-failed", "staging was cancelled; the guest is not staged");
 }
 
+/* After a push of `what` ("the workspace"): NULL when it went through and
+ * the call goes on; else the cancelled result or the push failure. */
+static tool_result *push_problem(stage_ctx *s, relay_status st, const char *what, const relay_error *err)
+{
+	if (st == RELAY_E_CANCELLED || relay_call_is_cancelled(s->call))
+		return cancelled_result(s);
+	if (st != RELAY_OK)
+		return stage_fail(s, gio_tool_code(st), "%s could not be pushed: %s", what, err->message);
+	return NULL;
+}
+
 /* Debug timing of the staging phases (MCP_RELAY_DEBUG=1): milliseconds
  * since the previous mark. */
 static void phase_mark(stage_ctx *s, const char *phase)
@@ -605,15 +616,9 @@ static tool_result *stage_support(stage_ctx *s, json_object *result_files)
 	if (nm) {
 		open_ctx oc = {s, index};
 		st = gio_push_archive(&s->io, members, nm, open_support, &oc, support, &err);
-		if (st == RELAY_E_CANCELLED || relay_call_is_cancelled(s->call)) {
-			r = cancelled_result(s);
+		r = push_problem(s, st, "support files", &err);
+		if (r)
 			goto cleanup;
-		}
-		if (st != RELAY_OK) {
-			r = stage_fail(s, gio_tool_code(st), "support files could not be pushed: %s",
-			               err.message);
-			goto cleanup;
-		}
 		for (size_t i = 0; i < nm; i++)
 			s->pushed_bytes += members[i].bytes;
 		progress(s, "support files pushed");
@@ -780,15 +785,9 @@ static tool_result *stage_workspace(stage_ctx *s)
 			open_ctx oc = {s, index};
 			st = gio_push_archive(&s->io, members, nm, open_workspace, &oc, dest, &err);
 		}
-		if (st == RELAY_E_CANCELLED || relay_call_is_cancelled(s->call)) {
-			r = cancelled_result(s);
+		r = push_problem(s, st, "the workspace", &err);
+		if (r)
 			goto cleanup;
-		}
-		if (st != RELAY_OK) {
-			r = stage_fail(s, gio_tool_code(st), "the workspace could not be pushed: %s",
-			               err.message);
-			goto cleanup;
-		}
 	}
 	s->pushed_bytes += s->tree.total_bytes;
 	phase_mark(s, "workspace push");
