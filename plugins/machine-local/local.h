@@ -21,6 +21,7 @@
 
 #include <json-c/json.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -131,6 +132,11 @@ int lu_pidfd_checked(pid_t pid, unsigned long long start);
 /* Inode of /proc/<pid>/ns/<name>, 0 when unreadable. */
 unsigned long long lu_ns_inode(pid_t pid, const char *name);
 char *lu_find_program(const char *name); /* on PATH; malloc'd or NULL */
+/* Starts a spawn of a helper detached from the relay: a new session, every
+ * signal default and unblocked, stdin from /dev/null, stdout and stderr to
+ * `log_fd` (never the relay's standard output). The caller adds its own
+ * descriptors, spawns, and destroys both. */
+void lu_spawn_detached_init(posix_spawn_file_actions_t *fa, posix_spawnattr_t *attr, int log_fd);
 bool lu_valid_guest_name(const char *name);
 bool lu_valid_token(const char *text, size_t max); /* [A-Za-z0-9][A-Za-z0-9._-]* */
 

@@ -100,38 +100,37 @@ typedef struct launch_options {
 
 static void die(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
+/* Writes one formatted line to `fd`, cut to 1 KiB. */
+static void write_line(int fd, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+static void write_line(int fd, const char *fmt, va_list ap)
 {
 	char line[1024];
-	va_list ap;
-	va_start(ap, fmt);
 	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-	va_end(ap);
 	if (n < 0)
 		return;
 	if ((size_t)n > sizeof line - 2)
 		n = (int)sizeof line - 2;
 	line[n++] = '\n';
-	ssize_t w = write(2, line, (size_t)n);
+	ssize_t w = write(fd, line, (size_t)n);
 	(void)w;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	write_line(2, fmt, ap);
+	va_end(ap);
 }
 
 static void status_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void status_line(const char *fmt, ...)
 {
-	char line[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+	write_line(STATUS_FD, fmt, ap);
 	va_end(ap);
-	if (n < 0)
-		return;
-	if ((size_t)n > sizeof line - 2)
-		n = (int)sizeof line - 2;
-	line[n++] = '\n';
-	ssize_t w = write(STATUS_FD, line, (size_t)n);
-	(void)w;
 }
 
 /* Reports a setup failure to the plugin and the log, then exits. */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,6 +395,21 @@ unsigned long long lu_ns_inode(pid_t pid, const char *name)
 	if (stat(path, &sb) != 0)
 		return 0;
 	return (unsigned long long)sb.st_ino;
+}
+
+void lu_spawn_detached_init(posix_spawn_file_actions_t *fa, posix_spawnattr_t *attr, int log_fd)
+{
+	posix_spawn_file_actions_init(fa);
+	posix_spawnattr_init(attr);
+	sigset_t none, all;
+	sigemptyset(&none);
+	sigfillset(&all);
+	posix_spawnattr_setsigmask(attr, &none);
+	posix_spawnattr_setsigdefault(attr, &all);
+	posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	posix_spawn_file_actions_addopen(fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(fa, log_fd, 1);
+	posix_spawn_file_actions_adddup2(fa, log_fd, 2);
 }
 
 char *lu_find_program(const char *name)

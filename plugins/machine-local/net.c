@@ -100,17 +100,7 @@ static pid_t spawn_helper(const char *const *argv, int log_fd, const int *keep, 
 {
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawnattr_init(&attr);
-	sigset_t none, all;
-	sigemptyset(&none);
-	sigfillset(&all);
-	posix_spawnattr_setsigmask(&attr, &none);
-	posix_spawnattr_setsigdefault(&attr, &all);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
-	posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
+	lu_spawn_detached_init(&fa, &attr, log_fd);
 	int lowest_free = 3;
 	for (int i = 0; i < nkeep; i++) {
 		posix_spawn_file_actions_adddup2(&fa, keep[i], as[i]);

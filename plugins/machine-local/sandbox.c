@@ -472,17 +472,7 @@ static relay_status launch_init(local_state *st, const char *lease_dir, const ch
 	int hi_log = fcntl(log_fd, F_DUPFD_CLOEXEC, 100);
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawnattr_init(&attr);
-	sigset_t none, all;
-	sigemptyset(&none);
-	sigfillset(&all);
-	posix_spawnattr_setsigmask(&attr, &none);
-	posix_spawnattr_setsigdefault(&attr, &all);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, hi_log, 1);
-	posix_spawn_file_actions_adddup2(&fa, hi_log, 2);
+	lu_spawn_detached_init(&fa, &attr, hi_log);
 	posix_spawn_file_actions_adddup2(&fa, hi_status, 3);
 	if (with_helper)
 		posix_spawn_file_actions_adddup2(&fa, hi_hold, 4);
