@@ -38,8 +38,15 @@ int guest_ensure_evidence_dir(manager *m, guest *g, char *errbuf, size_t errlen)
 		*p = '\0';
 		struct stat st;
 		if (lstat(path, &st) != 0) {
-			if (errno != ENOENT || mkdir(path, 0700) != 0) {
+			/* Another process or guest may create the same folder at the
+			 * same moment: EEXIST is fine when what exists is a folder. */
+			if (errno != ENOENT || (mkdir(path, 0700) != 0 && errno != EEXIST)) {
 				snprintf(errbuf, errlen, "cannot create %s: %s", path, strerror(errno));
+				rc = -1;
+				goto cleanup;
+			}
+			if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+				snprintf(errbuf, errlen, "%s must be a folder, not a link or file", path);
 				rc = -1;
 				goto cleanup;
 			}
