@@ -110,6 +110,16 @@ static tool_result *cancelled_result(stage_ctx *s)
 	return stage_fail(s, "transfer-failed", "staging was cancelled; the guest is not staged");
 }
 
+/* True when a guest file fact (gio_scan) says `bytes` bytes with SHA-256
+ * `sha256`. */
+static bool fact_matches(json_object *fact, uint64_t bytes, const char *sha256)
+{
+	int64_t fact_bytes = -1;
+	const char *fact_sha256 = jsonx_get_str(fact, "sha256");
+	return fact != NULL && jsonx_get_int(fact, "bytes", &fact_bytes) && (uint64_t)fact_bytes == bytes &&
+	       fact_sha256 != NULL && strcmp(fact_sha256, sha256) == 0;
+}
+
 /* After a push of `what` ("the workspace"): NULL when it went through and
  * the call goes on; else the cancelled result or the push failure. */
 static tool_result *push_problem(stage_ctx *s, relay_status st, const char *what, const relay_error *err)
@@ -593,9 +603,7 @@ static tool_result *stage_support(stage_ctx *s, json_object *result_files)
 	for (size_t i = 0; i < s->file_count; i++) {
 		support_file *f = &s->files[i];
 		json_object *fact = gio_fact_find(before, f->path);
-		int64_t b = -1;
-		if (fact && jsonx_get_int(fact, "bytes", &b) && (uint64_t)b == f->src.bytes &&
-		    strcmp(jsonx_get_str(fact, "sha256"), f->sha256) == 0) {
+		if (fact_matches(fact, f->src.bytes, f->sha256)) {
 			s->pushed_bytes += f->src.bytes;
 			continue; /* already there (a retried stage) */
 		}
@@ -632,9 +640,7 @@ static tool_result *stage_support(stage_ctx *s, json_object *result_files)
 	for (size_t i = 0; i < s->file_count; i++) {
 		support_file *f = &s->files[i];
 		json_object *fact = gio_fact_find(after, f->path);
-		int64_t b = -1;
-		if (fact == NULL || !jsonx_get_int(fact, "bytes", &b) || (uint64_t)b != f->src.bytes ||
-		    strcmp(jsonx_get_str(fact, "sha256"), f->sha256) != 0) {
+		if (!fact_matches(fact, f->src.bytes, f->sha256)) {
 			r = stage_fail(s, "integrity-failed", "staging checksum mismatch: %s", f->src.given);
 			goto cleanup;
 		}
@@ -747,11 +753,8 @@ static tool_result *stage_workspace(stage_ctx *s)
 		}
 		host_tree_file *f = &s->tree.files[i];
 		if (c == 0) {
-			int64_t b = -1;
-			bool same = jsonx_get_int(fact, "bytes", &b) && (uint64_t)b == f->bytes &&
-			            strcmp(jsonx_get_str(fact, "sha256"), f->sha256) == 0;
 			k++;
-			if (same) {
+			if (fact_matches(fact, f->bytes, f->sha256)) {
 				i++;
 				continue;
 			}
@@ -805,10 +808,8 @@ static tool_result *stage_workspace(stage_ctx *s)
 	for (size_t j = 0; j < n || j < na; j++) {
 		json_object *fact = j < na ? json_object_array_get_idx(after, j) : NULL;
 		host_tree_file *f = j < n ? &s->tree.files[j] : NULL;
-		int64_t b = -1;
 		if (fact == NULL || f == NULL || strcmp(jsonx_get_str(fact, "path"), f->rel) != 0 ||
-		    !jsonx_get_int(fact, "bytes", &b) || (uint64_t)b != f->bytes ||
-		    strcmp(jsonx_get_str(fact, "sha256"), f->sha256) != 0) {
+		    !fact_matches(fact, f->bytes, f->sha256)) {
 			r = stage_fail(s, "integrity-failed", "staging checksum mismatch: %s/%s",
 			               s->workspace.path, f ? f->rel : jsonx_get_str(fact, "path"));
 			goto cleanup;
