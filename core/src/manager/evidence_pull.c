@@ -13,6 +13,7 @@
 #include "evidence/fswalk.h"
 #include "evidence/package.h"
 #include "util/error.h"
+#include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/randx.h"
 #include "util/sha256.h"
@@ -64,6 +65,32 @@ relay_status epull_file(guest_io *io, const char *remote, const char *local, con
 		    remote, (unsigned long long)got, hex, (unsigned long long)bytes, sha256);
 	}
 	return RELAY_OK;
+}
+
+relay_status epull_files(guest_io *io, const json_object *files, const char *remote_base,
+                         const char *local_base, relay_error *err)
+{
+	relay_status st = RELAY_OK;
+	size_t n = json_object_array_length((json_object *)files);
+	for (size_t i = 0; st == RELAY_OK && i < n; i++) {
+		json_object *f = json_object_array_get_idx((json_object *)files, i);
+		const char *rel = jsonx_get_str(f, "path");
+		int64_t bytes = 0;
+		jsonx_get_int(f, "bytes", &bytes);
+		strbuf remote = STRBUF_INIT, local = STRBUF_INIT;
+		strbuf_printf(&remote, "%s/%s", remote_base, rel);
+		strbuf_printf(&local, "%s/%s", local_base, rel);
+		char *parent = fs_dirname(strbuf_str(&local));
+		st = parent ? fs_mkdir_p(parent, 0700, err)
+		            : relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		free(parent);
+		if (st == RELAY_OK)
+			st = epull_file(io, strbuf_str(&remote), strbuf_str(&local),
+			                jsonx_get_str(f, "sha256"), (uint64_t)bytes, err);
+		strbuf_free(&remote);
+		strbuf_free(&local);
+	}
+	return st;
 }
 
 relay_status epull_check_facts(const json_object *facts, const char *prefix, bool allow_single,

@@ -62,6 +62,13 @@ relay_status epull_archive_ex(guest_io *io, const char *base, const json_object 
 relay_status epull_file(guest_io *io, const char *remote, const char *local, const char *sha256,
                         uint64_t bytes, relay_error *err);
 
+/* Pulls the file facts `files` ([{path, bytes, sha256}]) one at a time with
+ * epull_file, each from <remote_base>/<path> to <local_base>/<path>, making
+ * the host folders on the way (0700); stops at the first failure. The
+ * fallback when an evidence archive could not be made or read. */
+relay_status epull_files(guest_io *io, const json_object *files, const char *remote_base,
+                         const char *local_base, relay_error *err);
+
 /* Checks a scan's facts for the package path rules (evidence.md §8.2, §11
  * item 3) with `prefix` ("state/", "" ...) prepended, and that the paths are
  * sorted and unique. RELAY_E_INTEGRITY naming the first offending path

@@ -281,25 +281,7 @@ static relay_status pull_tree(guest_io *io, const char *name, const char *uuid, 
 	jsonx_add_str(details, "error", aerr.message);
 	jsonx_add_int(details, "files", (int64_t)json_object_array_length(rest));
 	guest_event(io->m, io->g, "archive-fallback", "the archive could not be made or read", details);
-	st = RELAY_OK;
-	for (size_t i = 0; st == RELAY_OK && i < json_object_array_length(rest); i++) {
-		json_object *f = json_object_array_get_idx(rest, i);
-		const char *rel = jsonx_get_str(f, "path");
-		int64_t bytes = 0;
-		jsonx_get_int(f, "bytes", &bytes);
-		strbuf remote = STRBUF_INIT, local = STRBUF_INIT;
-		strbuf_printf(&remote, "%s/%s", base, rel);
-		strbuf_printf(&local, "%s/%s", dest, rel);
-		char *parent = fs_dirname(strbuf_str(&local));
-		st = parent ? fs_mkdir_p(parent, 0700, err)
-		            : relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		free(parent);
-		if (st == RELAY_OK)
-			st = epull_file(io, strbuf_str(&remote), strbuf_str(&local),
-			                jsonx_get_str(f, "sha256"), (uint64_t)bytes, err);
-		strbuf_free(&remote);
-		strbuf_free(&local);
-	}
+	st = epull_files(io, rest, base, dest, err);
 cleanup:
 	json_object_put(rest);
 	return st;

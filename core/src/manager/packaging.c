@@ -198,26 +198,7 @@ relay_status packaging_pull_recording(guest_io *io, const char *source_rel, cons
 			            "the state archive could not be made or read", details);
 			log_info("guest %s: %s pulls the state one file at a time: %s", io->g->name,
 			         operation, aerr.message);
-			st = RELAY_OK;
-			for (size_t i = 0; st == RELAY_OK && i < json_object_array_length(rest); i++) {
-				json_object *f = json_object_array_get_idx(rest, i);
-				const char *rel = jsonx_get_str(f, "path");
-				int64_t bytes = 0;
-				jsonx_get_int(f, "bytes", &bytes);
-				strbuf remote = STRBUF_INIT, local = STRBUF_INIT;
-				strbuf_printf(&remote, "%s/%s", strbuf_str(&source), rel);
-				strbuf_printf(&local, "%s/%s", strbuf_str(&incoming_state), rel);
-				char *parent = fs_dirname(strbuf_str(&local));
-				st = parent
-				         ? fs_mkdir_p(parent, 0700, err)
-				         : relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-				free(parent);
-				if (st == RELAY_OK)
-					st = epull_file(io, strbuf_str(&remote), strbuf_str(&local),
-					                jsonx_get_str(f, "sha256"), (uint64_t)bytes, err);
-				strbuf_free(&remote);
-				strbuf_free(&local);
-			}
+			st = epull_files(io, rest, strbuf_str(&source), strbuf_str(&incoming_state), err);
 		} else if (st != RELAY_OK) {
 			*err = aerr;
 		}
