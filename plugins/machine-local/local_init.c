@@ -476,6 +476,21 @@ static void dispatch_exits(void)
 	}
 }
 
+/* A member that has closed its descriptors may not have become a zombie
+ * yet, so "gone" right after the last output is polled for a short while
+ * (5 ms steps, 250 ms at most) before the group is reported alive. */
+static int settled_group_gone(pid_t pgid)
+{
+	long long until = monotonic_ms() + 250;
+	for (;;) {
+		if (group_gone(pgid))
+			return 1;
+		if (monotonic_ms() >= until)
+			return 0;
+		sleep_ms(5);
+	}
+}
+
 /* Kills a process group and waits up to one second for it to be gone. */
 static int kill_group(pid_t pgid)
 {
@@ -678,7 +693,7 @@ static void handle_request(int conn, char *buf, size_t n, const int *fds, int nf
 			send_packet(conn, LP_R_ERROR, 0, ESRCH, "no command on this connection");
 			return;
 		}
-		int gone = h.op == LP_KILL ? kill_group(pgid) : group_gone(pgid);
+		int gone = h.op == LP_KILL ? kill_group(pgid) : settled_group_gone(pgid);
 		send_packet(conn, LP_R_GROUP, (uint32_t)gone, 0, NULL);
 		return;
 	}
