@@ -11,6 +11,7 @@
 
 #include "ssh_buf.h"
 #include "ssh_scripts.h"
+#include "ssh_session.h"
 
 /* sun_path holds 108 bytes; OpenSSH binds "<ControlPath>.<16 random>" and
  * renames it, so a control path may use at most 108 - 1 - 17 = 90 bytes.
@@ -63,15 +64,24 @@ static int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
-static unsigned option_uint(json_object *options, const char *key, unsigned fallback, unsigned lo,
-                            unsigned hi)
+/* Reads the whole-number option `key` into *out: `fallback` when absent;
+ * RELAY_E_INVALID_ARGUMENT naming the option and its range when it is not
+ * a whole number from `lo` to `hi`. */
+static relay_status option_uint(const relay_host *host, json_object *options, const char *key,
+                                unsigned fallback, unsigned lo, unsigned hi, unsigned *out, relay_error *err)
 {
 	json_object *v = NULL;
-	if (options == NULL || !json_object_object_get_ex(options, key, &v) ||
-	    !json_object_is_type(v, json_type_int))
-		return fallback;
-	int64_t n = json_object_get_int64(v);
-	return n < (int64_t)lo ? lo : n > (int64_t)hi ? hi : (unsigned)n;
+	*out = fallback;
+	if (options == NULL || !json_object_object_get_ex(options, key, &v))
+		return RELAY_OK;
+	int64_t n = json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : -1;
+	if (!json_object_is_type(v, json_type_int) || n < (int64_t)lo || n > (int64_t)hi)
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "transfer-ssh: options.%s must be a whole number from %u to %u "
+		                       "(default %u); fix it in the profile's transport options",
+		                       key, lo, hi, fallback);
+	*out = (unsigned)n;
+	return RELAY_OK;
 }
 
 relay_status ssh_plugin_create(const relay_host *host, const char *config_json, ssh_plugin **out,
@@ -97,8 +107,16 @@ relay_status ssh_plugin_create(const relay_host *host, const char *config_json, 
 		options = NULL;
 	const char *ssh_program = options ? json_string_field(options, "ssh") : NULL;
 	plugin->ssh_program = strdup(ssh_program && *ssh_program ? ssh_program : "ssh");
-	plugin->connect_timeout_s = option_uint(options, "connectTimeoutSeconds", 10, 1, 600);
-	plugin->control_persist_s = option_uint(options, "controlPersistSeconds", 300, 1, 86400);
+	status =
+	    option_uint(host, options, "connectTimeoutSeconds", 10, 1, 600, &plugin->connect_timeout_s, err);
+	if (status == RELAY_OK)
+		status = option_uint(host, options, "controlPersistSeconds", 300, 1, 86400,
+		                     &plugin->control_persist_s, err);
+	if (status == RELAY_OK)
+		status = option_uint(host, options, "spareSessions", SSH_SPARES_DEFAULT, 0, SSH_SPARES_MAX,
+		                     &plugin->spare_sessions, err);
+	if (status != RELAY_OK)
+		goto cleanup;
 	if (plugin->ssh_program == NULL) {
 		status =
 		    host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory starting transfer-ssh");
@@ -166,6 +184,11 @@ void ssh_conn_free(ssh_conn *conn)
 {
 	if (conn == NULL)
 		return;
+	if (conn->spares) {
+		ssh_spares_stop(conn->spares);
+		pthread_mutex_destroy(&conn->spares->lock);
+		free(conn->spares);
+	}
 	free(conn->host);
 	free(conn->user);
 	free(conn->identity_file);
@@ -310,8 +333,11 @@ relay_status ssh_conn_from_lease(ssh_plugin *plugin, const char *lease_json, ssh
 	snprintf(cp, sizeof cp, "%s/%02x%02x%02x%02x%02x%02x%02x%02x", plugin->socket_dir, raw[0], raw[1],
 	         raw[2], raw[3], raw[4], raw[5], raw[6], raw[7]);
 	conn->control_path = strdup(cp);
+	conn->spares = malloc(sizeof *conn->spares);
+	if (conn->spares)
+		ssh_spares_init(conn->spares, plugin->spare_sessions);
 	if (!conn->host || !conn->user || !conn->identity_file || !conn->known_hosts_file ||
-	    !conn->control_path) {
+	    !conn->control_path || !conn->spares) {
 		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM,
 		                         "out of memory opening an ssh connection");
 		goto cleanup;

@@ -26,10 +26,14 @@ typedef struct ssh_plugin {
 	char *ssh_program;          /* "ssh" or the "ssh" option; owned */
 	unsigned connect_timeout_s; /* ConnectTimeout */
 	unsigned control_persist_s; /* ControlPersist: idle seconds a master stays */
+	unsigned spare_sessions;    /* warm sessions kept per connection (ssh_session.h) */
 } ssh_plugin;
 
+struct ssh_spares;
+
 /* One guest. Immutable after open, so operations may share it across
- * threads (RELAY_TRANSPORT_CONCURRENT). */
+ * threads (RELAY_TRANSPORT_CONCURRENT); the warm sessions it points to
+ * have a lock of their own. */
 typedef struct ssh_conn {
 	ssh_plugin *plugin;
 	char *host;             /* owned */
@@ -37,7 +41,8 @@ typedef struct ssh_conn {
 	char *identity_file;    /* owned */
 	char *known_hosts_file; /* owned */
 	unsigned port;
-	char *control_path; /* owned */
+	char *control_path;        /* owned */
+	struct ssh_spares *spares; /* warm sessions (ssh_session.h); owned */
 } ssh_conn;
 
 /* How ssh is started. */
@@ -48,7 +53,7 @@ typedef enum ssh_mode {
 } ssh_mode;
 
 /* Reads the init config ({"stateDir", "options": {"ssh", "connectTimeoutSeconds",
- * "controlPersistSeconds"}}) and prepares the socket folder. */
+ * "controlPersistSeconds", "spareSessions"}}) and prepares the socket folder. */
 relay_status ssh_plugin_create(const relay_host *host, const char *config_json, ssh_plugin **out,
                                relay_error *err);
 void ssh_plugin_destroy(ssh_plugin *plugin);

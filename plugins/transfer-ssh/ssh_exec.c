@@ -8,6 +8,7 @@
 
 #include "ssh_buf.h"
 #include "ssh_scripts.h"
+#include "ssh_session.h"
 #include "ssh_spawn.h"
 
 #define EXEC_KNOWN_FLAGS         (RELAY_EXEC_MERGE_OUTPUT | RELAY_EXEC_KEEP_TAIL)
@@ -276,75 +277,39 @@ static bool fill_output(const relay_host *host, exec_state *st, bool merge, rela
 
 typedef enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_OVERFLOW, KILL_CANCEL } kill_reason;
 
-relay_status ssh_exec(const ssh_conn *conn, const relay_exec_request *req, relay_call *call, unsigned flags,
-                      relay_exec_result *res, relay_error *err)
+/* One session of an exec. *retry_cold is set (and nothing else happens)
+ * when the session ended before the command was handed over and it was a
+ * spare (found dead only now) or the guest refused it while spares held
+ * sessions (they are gone now): the caller then tries once more in a new
+ * session. Nothing ran either way. */
+static relay_status exec_attempt(const ssh_conn *conn, const relay_exec_request *req, relay_call *call,
+                                 unsigned flags, const char *token, const char *text, int64_t deadline_ms,
+                                 bool may_use_spare, bool *retry_cold, relay_exec_result *res,
+                                 relay_error *err)
 {
 	const relay_host *host = conn->plugin->host;
 	relay_status status = RELAY_OK;
 	exec_state st = {0};
 	ssh_child child = {.pid = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1};
-	char *text = NULL, *command = NULL;
-	char **argv = NULL;
-	char token[33];
+	bool was_spare = false;
+	*retry_cold = false;
 
-	if (flags & ~EXEC_KNOWN_FLAGS)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown exec flags 0x%x", flags);
-	if (req == NULL || res == NULL || req->argv == NULL || req->argv[0] == NULL ||
-	    req->argv[0][0] == '\0')
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                       "exec needs a non-empty argv and a result");
-	if (strchr(req->argv[0], '=') != NULL)
-		return host->error_set(
-		    err, RELAY_E_INVALID_ARGUMENT, 0,
-		    "exec: the program name %.80s holds '=', which env would take for a variable",
-		    req->argv[0]);
-	if (req->timeout_ms == 0)
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "exec needs a timeout above 0 ms");
-	if (req->cwd && req->cwd[0] != '/')
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                       "exec: the guest working folder %.80s is not an absolute path",
-		                       req->cwd);
-	for (size_t i = 0; req->envp && req->envp[i]; i++)
-		if (!valid_env_entry(req->envp[i]))
-			return host->error_set(
-			    err, RELAY_E_INVALID_ARGUMENT, 0,
-			    "exec: environment entry %zu is not NAME=value with a shell-safe name", i);
-	uint32_t res_size = res->struct_size;
-	memset(res, 0, res_size < sizeof *res ? res_size : sizeof *res);
-	res->struct_size = res_size;
-	res->exit_code = -1;
-
-	status = ssh_token(host, token, err);
-	if (status != RELAY_OK)
-		return status;
 	st.marker_len = (size_t)snprintf(st.marker, sizeof st.marker, "\036relay %s ", token);
 	st.limit = req->max_output_bytes ? req->max_output_bytes : 65536;
 	st.keep_tail = (flags & RELAY_EXEC_KEEP_TAIL) != 0;
 	bool merge = (flags & RELAY_EXEC_MERGE_OUTPUT) != 0;
 
 	const char *args[] = {token, NULL};
-	text = command_text(req, token);
-	command = ssh_script_command(ssh_script_exec, args);
-	argv = command ? ssh_argv(conn, SSH_MODE_SESSION, command) : NULL;
-	if (text == NULL || argv == NULL) {
-		status =
-		    host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory building an ssh command");
-		goto cleanup;
-	}
-	status = ssh_child_start(host, (const char *const *)argv, &child, err);
+	status = ssh_session_start(conn, "exec", args, may_use_spare, &child, &was_spare, err);
 	if (status != RELAY_OK)
 		goto cleanup;
 
 	ssh_io io = {.on_out = on_out, .on_err = on_err, .ctx = &st};
-	int64_t started_ms = ssh_now_ms();
-	int64_t deadline_ms =
-	    started_ms + (int64_t)(req->timeout_ms > INT64_MAX / 4 ? INT64_MAX / 4 : req->timeout_ms);
 	int64_t ended_ms = 0, killed_ms = 0;
 	bool text_queued = false, text_sent = false;
 	kill_reason killed = KILL_NONE;
 	bool kill_confirmed = false;
 	size_t text_len = strlen(text);
-
 	for (;;) {
 		if (st.started && !text_queued && killed == KILL_NONE) {
 			io.in_data = text;
@@ -410,6 +375,11 @@ relay_status ssh_exec(const ssh_conn *conn, const relay_exec_request *req, relay
 		goto cleanup;
 	}
 	if (!st.started) {
+		bool freed = ssh_spares_note_failure(conn, ssh_buf_str(&st.noise), st.noise.len);
+		if ((was_spare || freed) && killed == KILL_NONE) {
+			*retry_cold = true;
+			goto cleanup;
+		}
 		status = ssh_failure(conn, "running a command in the guest", ssh_child_exit_code(&child),
 		                     ssh_buf_str(&st.noise), st.noise.len, err);
 		if (status == RELAY_E_IO || status == RELAY_E_UNAVAILABLE)
@@ -475,8 +445,57 @@ cleanup:
 	free(st.bytes);
 	free(st.tags);
 	ssh_buf_free(&st.noise);
-	ssh_argv_free(argv);
-	free(command);
+	return status;
+}
+
+relay_status ssh_exec(const ssh_conn *conn, const relay_exec_request *req, relay_call *call, unsigned flags,
+                      relay_exec_result *res, relay_error *err)
+{
+	const relay_host *host = conn->plugin->host;
+	relay_status status = RELAY_OK;
+	char token[33];
+
+	if (flags & ~EXEC_KNOWN_FLAGS)
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown exec flags 0x%x", flags);
+	if (req == NULL || res == NULL || req->argv == NULL || req->argv[0] == NULL ||
+	    req->argv[0][0] == '\0')
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "exec needs a non-empty argv and a result");
+	if (strchr(req->argv[0], '=') != NULL)
+		return host->error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "exec: the program name %.80s holds '=', which env would take for a variable",
+		    req->argv[0]);
+	if (req->timeout_ms == 0)
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "exec needs a timeout above 0 ms");
+	if (req->cwd && req->cwd[0] != '/')
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "exec: the guest working folder %.80s is not an absolute path",
+		                       req->cwd);
+	for (size_t i = 0; req->envp && req->envp[i]; i++)
+		if (!valid_env_entry(req->envp[i]))
+			return host->error_set(
+			    err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "exec: environment entry %zu is not NAME=value with a shell-safe name", i);
+	uint32_t res_size = res->struct_size;
+	memset(res, 0, res_size < sizeof *res ? res_size : sizeof *res);
+	res->struct_size = res_size;
+	res->exit_code = -1;
+
+	status = ssh_token(host, token, err);
+	if (status != RELAY_OK)
+		return status;
+	char *text = command_text(req, token);
+	if (text == NULL)
+		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM,
+		                       "out of memory building an ssh command");
+	int64_t deadline_ms =
+	    ssh_now_ms() + (int64_t)(req->timeout_ms > INT64_MAX / 4 ? INT64_MAX / 4 : req->timeout_ms);
+	bool retry_cold = false;
+	status = exec_attempt(conn, req, call, flags, token, text, deadline_ms, true, &retry_cold, res, err);
+	if (retry_cold)
+		status = exec_attempt(conn, req, call, flags, token, text, deadline_ms, false, &retry_cold,
+		                      res, err);
 	free(text);
 	return status;
 }

@@ -5,7 +5,8 @@
  * output capped as relay/transport.h describes.
  *
  * The protocol (docs/transfer-ssh.md has the full story):
- *   1. ssh runs ssh_script_exec (ssh_scripts.h) with a random token. sshd
+ *   1. A session (ssh_session.h; a warm spare when one waits) runs the
+ *      guest's 'exec' operation (ssh_scripts.h) with a random token. sshd
  *      starts every session in a new session and process group, so the
  *      wrapper is the leader of the command's group; it prints
  *      "\036relay <token> start <pgid>" and waits on standard input.

@@ -16,6 +16,7 @@
 #include "ssh_facts.h"
 #include "ssh_paths.h"
 #include "ssh_scripts.h"
+#include "ssh_session.h"
 #include "ssh_sha256.h"
 #include "ssh_spawn.h"
 
@@ -39,7 +40,38 @@ typedef struct pull_ctx {
 	uint64_t got_bytes;
 	uint64_t total_bytes;
 	uint64_t next_progress;
+	ssh_buf head;     /* standard output up to the stream: chatter, the facts block, the marker */
+	size_t head_used; /* bytes of `head` before the stream (through the marker line) */
+	bool head_too_big;
+	const char *pending; /* stream bytes that arrived with the head, handed to libarchive first */
+	size_t pending_len;
 } pull_ctx;
+
+static void pull_on_out(void *ctx, const char *data, size_t len)
+{
+	pull_ctx *pc = ctx;
+	if (pc->head.len + len > PULL_MAX_FACTS_BYTES + PULL_BUF) {
+		pc->head_too_big = true;
+		return;
+	}
+	ssh_buf_append(&pc->head, data, len);
+}
+
+/* The end of the line "\036relay-stream <token>" in head (a line of its
+ * own), or 0 while it has not arrived. */
+static size_t stream_marker_end(const ssh_buf *head, const char *token, size_t *search_from)
+{
+	char marker[64];
+	int mlen = snprintf(marker, sizeof marker, "\036relay-stream %s\n", token);
+	for (size_t i = *search_from; i + (size_t)mlen <= head->len; i++) {
+		if ((i == 0 || head->data[i - 1] == '\n') &&
+		    memcmp(head->data + i, marker, (size_t)mlen) == 0)
+			return i + (size_t)mlen;
+	}
+	/* Resume where a marker could still start. */
+	*search_from = head->len > (size_t)mlen ? head->len - (size_t)mlen : 0;
+	return 0;
+}
 
 static void pull_on_err(void *ctx, const char *data, size_t len)
 {
@@ -53,6 +85,12 @@ static void pull_on_err(void *ctx, const char *data, size_t len)
 static la_ssize_t pull_read_cb(struct archive *a, void *ctx, const void **buffer)
 {
 	pull_ctx *pc = ctx;
+	if (pc->pending_len > 0) {
+		*buffer = pc->pending;
+		la_ssize_t n = (la_ssize_t)pc->pending_len;
+		pc->pending_len = 0;
+		return n;
+	}
 	pc->io.out_buf = pc->buf;
 	pc->io.out_cap = PULL_BUF;
 	pc->io.out_got = 0;
@@ -374,23 +412,27 @@ static int rename_noreplace(const char *tmp, const char *dest, bool is_dir)
 	return rename(tmp, dest);
 }
 
-relay_status ssh_pull(const ssh_conn *conn, const char *remote_path, const char *local_path, relay_call *call,
-                      unsigned flags, char **facts_json_out, relay_error *err)
+/* One pull in one session. *retry_cold is set when the session was a
+ * spare found dead only now, or the guest refused it while spares held
+ * sessions (they are gone now): ssh failed before the guest said anything
+ * of the pull; the caller tries once more in a new session. */
+static relay_status pull_attempt(const ssh_conn *conn, const char *remote_path, const char *local_path,
+                                 relay_call *call, unsigned flags, bool may_use_spare, bool *retry_cold,
+                                 char **facts_json_out, relay_error *err)
 {
 	const relay_host *host = conn->plugin->host;
 	relay_status status = RELAY_OK;
 	bool tree = (flags & RELAY_XFER_TREE) != 0;
-	char *remote = NULL, *command = NULL, *tmp = NULL, *parent = NULL;
-	char **argv = NULL;
+	char *remote = NULL, *tmp = NULL, *parent = NULL;
 	ssh_facts guest = SSH_FACTS_INIT, received = SSH_FACTS_INIT;
-	relay_process_result check = {.struct_size = sizeof check};
-	bool check_ran = false, tmp_made = false;
+	bool tmp_made = false;
 	struct archive *a = NULL;
 	int rootfd = -1, file_fd = -1;
 	pull_ctx pc = {.conn = conn, .host = host, .call = call};
 	pc.child = (ssh_child){.pid = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1};
 	char what[200];
 
+	*retry_cold = false;
 	if (facts_json_out)
 		*facts_json_out = NULL;
 	if (flags & ~RELAY_XFER_TREE)
@@ -437,30 +479,70 @@ relay_status ssh_pull(const ssh_conn *conn, const char *remote_path, const char 
 		goto cleanup;
 	}
 
-	/* 1. Guest-side refusals and facts. */
-	const char *args[] = {remote, tree ? "tree" : "file", NULL};
-	status = ssh_run_script(conn, ssh_script_pull_check, args, PULL_CHECK_TIMEOUT_MS,
-	                        PULL_MAX_FACTS_BYTES, call, &check, err);
+	/* 1. One session: guest-side refusals, the facts, then the stream. */
+	char token[33];
+	status = ssh_token(host, token, err);
 	if (status != RELAY_OK)
 		goto cleanup;
-	check_ran = true;
-	if (check.timed_out) {
-		status = host->error_set(err, RELAY_E_TIMEOUT, 0, "%s: hashing in the guest took over %u s",
-		                         what, PULL_CHECK_TIMEOUT_MS / 1000);
+	const char *args[] = {token, remote, tree ? "tree" : "file", NULL};
+	pc.buf = malloc(PULL_BUF);
+	if (pc.buf == NULL) {
+		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 		goto cleanup;
 	}
-	if (check.exit_code != 0) {
-		status = ssh_failure(conn, what, check.exit_code, check.err, check.err_len, err);
+	bool was_spare = false;
+	status = ssh_session_start(conn, "pull", args, may_use_spare, &pc.child, &was_spare, err);
+	if (status != RELAY_OK)
 		goto cleanup;
-	}
-	if (check.output_truncated) {
-		status =
-		    host->error_set(err, RELAY_E_TOO_LARGE, 0, "%s: the guest's file facts passed %zu MiB",
-		                    what, PULL_MAX_FACTS_BYTES >> 20);
-		goto cleanup;
+	ssh_child_close_stdin(&pc.child);
+	pc.io = (ssh_io){.on_out = pull_on_out, .on_err = pull_on_err, .ctx = &pc};
+	{
+		size_t search_from = 0, end = 0;
+		int64_t deadline = ssh_now_ms() + PULL_CHECK_TIMEOUT_MS;
+		while ((end = stream_marker_end(&pc.head, token, &search_from)) == 0 &&
+		       !ssh_child_done(&pc.child) && !pc.head_too_big) {
+			if (host->call_cancelled(call)) {
+				status = host->error_set(err, RELAY_E_CANCELLED, 0,
+				                         "pull of %.150s cancelled", remote);
+				goto cleanup;
+			}
+			if (ssh_now_ms() > deadline) {
+				status = host->error_set(err, RELAY_E_TIMEOUT, 0,
+				                         "%s: hashing in the guest took over %u s", what,
+				                         PULL_CHECK_TIMEOUT_MS / 1000);
+				goto cleanup;
+			}
+			status = ssh_child_step(host, &pc.child, &pc.io, 200, err);
+			if (status != RELAY_OK)
+				goto cleanup;
+		}
+		if (end == 0 && pc.head_too_big) {
+			status = host->error_set(err, RELAY_E_TOO_LARGE, 0,
+			                         "%s: the guest's file facts passed %zu MiB", what,
+			                         PULL_MAX_FACTS_BYTES >> 20);
+			goto cleanup;
+		}
+		if (end == 0) {
+			int code = ssh_child_exit_code(&pc.child);
+			bool freed =
+			    ssh_spares_note_failure(conn, ssh_buf_str(&pc.err_tail), pc.err_tail.len);
+			*retry_cold = (was_spare || freed) && (code == 255 || code < 0) &&
+			              strstr(ssh_buf_str(&pc.head), "\036relay-") == NULL;
+			if (code != 0)
+				status = ssh_failure(conn, what, code, ssh_buf_str(&pc.err_tail),
+				                     pc.err_tail.len, err);
+			else
+				status =
+				    host->error_set(err, RELAY_E_PROTOCOL, 0,
+				                    "%s: the guest ended without sending the stream", what);
+			goto cleanup;
+		}
+		pc.head_used = end;
+		pc.pending = pc.head.data + end;
+		pc.pending_len = pc.head.len - end;
 	}
 	bool no_hash = false;
-	status = ssh_facts_parse(host, check.out, check.out_len, !tree, &guest, &no_hash, err);
+	status = ssh_facts_parse(host, pc.head.data, pc.head_used, !tree, &guest, &no_hash, err);
 	if (status != RELAY_OK)
 		goto cleanup;
 	if (no_hash)
@@ -501,18 +583,7 @@ relay_status ssh_pull(const ssh_conn *conn, const char *remote_path, const char 
 	}
 	tmp_made = true;
 
-	/* 3. The stream. */
-	command = ssh_script_command(ssh_script_pull_stream, args);
-	argv = command ? ssh_argv(conn, SSH_MODE_SESSION, command) : NULL;
-	pc.buf = malloc(PULL_BUF);
-	if (argv == NULL || pc.buf == NULL) {
-		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	status = ssh_child_start(host, (const char *const *)argv, &pc.child, err);
-	if (status != RELAY_OK)
-		goto cleanup;
-	ssh_child_close_stdin(&pc.child);
+	/* 3. The stream, read on from the same session. */
 	pc.io = (ssh_io){.on_err = pull_on_err, .ctx = &pc};
 	a = archive_read_new();
 	if (a == NULL || archive_read_support_format_tar(a) != ARCHIVE_OK ||
@@ -540,6 +611,7 @@ relay_status ssh_pull(const ssh_conn *conn, const char *remote_path, const char 
 	{
 		int64_t deadline = ssh_now_ms() + PULL_DRAIN_MS;
 		pc.io.out_buf = pc.buf;
+		pc.io.out_cap = PULL_BUF;
 		while (!ssh_child_done(&pc.child) && ssh_now_ms() < deadline) {
 			pc.io.out_got = 0;
 			if (ssh_child_step(host, &pc.child, &pc.io, 200, err) != RELAY_OK)
@@ -561,6 +633,7 @@ stream_failed:
 	/* Let ssh finish so its exit explains a broken stream. */
 	for (int64_t deadline = ssh_now_ms() + 5000; !ssh_child_done(&pc.child) && ssh_now_ms() < deadline;) {
 		pc.io.out_buf = pc.buf;
+		pc.io.out_cap = PULL_BUF;
 		pc.io.out_got = 0;
 		relay_error ignored;
 		if (ssh_child_step(host, &pc.child, &pc.io, 100, &ignored) != RELAY_OK)
@@ -618,18 +691,25 @@ cleanup:
 		close(file_fd);
 	if (tmp_made)
 		ssh_remove_tree(tmp);
-	if (check_ran) {
-		host->free(check.out);
-		host->free(check.err);
-	}
 	free(pc.buf);
+	ssh_buf_free(&pc.head);
 	ssh_buf_free(&pc.err_tail);
 	ssh_facts_free(&guest);
 	ssh_facts_free(&received);
-	ssh_argv_free(argv);
-	free(command);
 	free(tmp);
 	free(parent);
 	free(remote);
+	return status;
+}
+
+relay_status ssh_pull(const ssh_conn *conn, const char *remote_path, const char *local_path, relay_call *call,
+                      unsigned flags, char **facts_json_out, relay_error *err)
+{
+	bool retry_cold = false;
+	relay_status status =
+	    pull_attempt(conn, remote_path, local_path, call, flags, true, &retry_cold, facts_json_out, err);
+	if (retry_cold)
+		status = pull_attempt(conn, remote_path, local_path, call, flags, false, &retry_cold,
+		                      facts_json_out, err);
 	return status;
 }

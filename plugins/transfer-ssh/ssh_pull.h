@@ -2,11 +2,12 @@
  * ssh_pull.h — transfer-ssh's pull(): a guest file or tree to the host as
  * one tar stream.
  *
- * ssh_script_pull_check refuses, in the guest, a path that is a symbolic
- * link and any tree holding links, devices, FIFOs, sockets or names the
- * facts format cannot carry, and reports sha256sum/wc facts. Then
- * ssh_script_pull_stream sends `tar -c` of it, which libarchive reads on the
- * host straight from ssh's standard output. The host applies the same
+ * One session (ssh_session.h) runs the guest's 'pull' operation: it
+ * refuses a path that is a symbolic link and any tree holding links,
+ * devices, FIFOs, sockets or names the facts format cannot carry, prints
+ * the sha256/wc facts, then the line "\036relay-stream <token>" and `tar -c`
+ * of the path, which libarchive reads on the host straight from ssh's
+ * standard output. The host applies the same
  * refusals again while unpacking (absolute names, "..", links, hard links,
  * devices, FIFOs, duplicates), writes into a fresh temporary sibling of
  * local_path (files O_EXCL|O_NOFOLLOW 0600, folders 0700), hashes every

@@ -15,6 +15,7 @@
 #include "ssh_facts.h"
 #include "ssh_paths.h"
 #include "ssh_scripts.h"
+#include "ssh_session.h"
 #include "ssh_sha256.h"
 #include "ssh_spawn.h"
 
@@ -23,6 +24,10 @@
 #define PUSH_ERR_KEEP        8192
 #define PUSH_READ_CHUNK      ((size_t)256 << 10)
 #define PUSH_DRAIN_MS        600000
+/* Trees of at least this many bytes are hashed in the guest while tar
+ * unpacks them (the guest polls for finished files every 50 ms); smaller
+ * pushes are hashed once tar has ended, which never waits. */
+#define PUSH_OVERLAP_MIN_BYTES ((uint64_t)8 << 20)
 
 typedef struct push_item {
 	char *rel;  /* path inside the tree; owned */
@@ -383,13 +388,18 @@ static void push_abort(const ssh_conn *conn, const char *token, const char *remo
 	}
 }
 
-relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *remote_path, relay_call *call,
-                      unsigned flags, char **facts_json_out, relay_error *err)
+/* One push in one session. *retry_cold is set when the session was a
+ * spare found dead only now, or the guest refused it while spares held
+ * sessions (they are gone now): ssh failed before the guest said anything
+ * of the push, whose leftovers push_abort has removed; the caller tries
+ * once more in a new session. */
+static relay_status push_attempt(const ssh_conn *conn, const char *local_path, const char *remote_path,
+                                 relay_call *call, unsigned flags, bool may_use_spare, bool *retry_cold,
+                                 char **facts_json_out, relay_error *err)
 {
 	const relay_host *host = conn->plugin->host;
 	relay_status status = RELAY_OK;
-	char *remote = NULL, *command = NULL;
-	char **argv = NULL;
+	char *remote = NULL;
 	push_list list = {0};
 	ssh_facts sent = SSH_FACTS_INIT, arrived = SSH_FACTS_INIT;
 	struct archive *a = NULL;
@@ -400,6 +410,7 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 	char token[33];
 	char what[200];
 
+	*retry_cold = false;
 	if (facts_json_out)
 		*facts_json_out = NULL;
 	if (flags & ~RELAY_XFER_TREE)
@@ -448,15 +459,10 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 	status = ssh_token(host, token, err);
 	if (status != RELAY_OK)
 		goto cleanup;
-	const char *args[] = {token, remote, tree ? "tree" : "file", NULL};
-	command = ssh_script_command(ssh_script_push, args);
-	argv = command ? ssh_argv(conn, SSH_MODE_SESSION, command) : NULL;
-	if (argv == NULL) {
-		status =
-		    host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory building an ssh command");
-		goto cleanup;
-	}
-	status = ssh_child_start(host, (const char *const *)argv, &pc.child, err);
+	const char *args[] = {token, remote, tree ? "tree" : "file",
+	                      tree && list.total_bytes >= PUSH_OVERLAP_MIN_BYTES ? "overlap" : "after", NULL};
+	bool was_spare = false;
+	status = ssh_session_start(conn, "push", args, may_use_spare, &pc.child, &was_spare, err);
 	if (status != RELAY_OK)
 		goto cleanup;
 	guest_dirty = true;
@@ -558,6 +564,9 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 		goto cleanup;
 	}
 	if (code != 0) {
+		bool freed = ssh_spares_note_failure(conn, ssh_buf_str(&pc.err_tail), pc.err_tail.len);
+		*retry_cold = (was_spare || freed) && (code == 255 || code < 0) && !pc.cancelled &&
+		              strstr(ssh_buf_str(&pc.out), "\036relay-") == NULL;
 		status = ssh_failure(conn, what, code, ssh_buf_str(&pc.err_tail), pc.err_tail.len, err);
 		goto cleanup;
 	}
@@ -594,10 +603,10 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
 		    conn->host, remote);
 	}
 	host->log(RELAY_LOG_DEBUG, SSH_PLUGIN_NAME,
-	          "pushed %zu entries, %llu bytes to %s: stream %lld ms, then guest unpack, hash and commit "
-	          "%lld ms",
-	          list.count, (unsigned long long)list.total_bytes, remote, (long long)(t_streamed - t_start),
-	          (long long)(t_verified - t_streamed));
+	          "pushed %zu entries, %llu bytes to %s (%s session): stream %lld ms, then guest unpack, "
+	          "hash and commit %lld ms",
+	          list.count, (unsigned long long)list.total_bytes, remote, was_spare ? "spare" : "new",
+	          (long long)(t_streamed - t_start), (long long)(t_verified - t_streamed));
 	if (facts_json_out && !no_hash) {
 		*facts_json_out = ssh_facts_json(host, &arrived);
 		if (*facts_json_out == NULL)
@@ -617,8 +626,18 @@ cleanup:
 	ssh_facts_free(&sent);
 	ssh_facts_free(&arrived);
 	push_list_free(&list);
-	ssh_argv_free(argv);
-	free(command);
 	free(remote);
+	return status;
+}
+
+relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *remote_path, relay_call *call,
+                      unsigned flags, char **facts_json_out, relay_error *err)
+{
+	bool retry_cold = false;
+	relay_status status =
+	    push_attempt(conn, local_path, remote_path, call, flags, true, &retry_cold, facts_json_out, err);
+	if (retry_cold)
+		status = push_attempt(conn, local_path, remote_path, call, flags, false, &retry_cold,
+		                      facts_json_out, err);
 	return status;
 }

@@ -5,7 +5,8 @@
  * The host walks the source (sorted; symbolic links and special files
  * refused), writes a GNU tar stream with libarchive straight into ssh's
  * standard input, hashing every file as it is read, and ends the stream
- * with a member listing those hashes. In the guest, ssh_script_push unpacks
+ * with a member listing those hashes. In the guest, the session's 'push'
+ * operation (ssh_session.h, ssh_scripts.h) unpacks
  * it with the system tar into a temporary folder beside the destination,
  * hashes what it wrote, prints the facts and, only when they equal the
  * list, moves the copy into place, all in one session. The host compares

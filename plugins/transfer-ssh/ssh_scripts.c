@@ -13,12 +13,10 @@ extern const char ssh_sh_exec[];
 extern const char ssh_sh_kill[];
 extern const char ssh_sh_push[];
 extern const char ssh_sh_push_abort[];
-extern const char ssh_sh_pull_check[];
-extern const char ssh_sh_pull_stream[];
+extern const char ssh_sh_pull[];
+extern const char ssh_sh_session[];
 
-const char *const ssh_script_exec[] = {ssh_sh_lib, ssh_sh_exec, NULL};
+const char *const ssh_script_session[] = {ssh_sh_lib,  ssh_sh_facts,   ssh_sh_exec, ssh_sh_push,
+                                          ssh_sh_pull, ssh_sh_session, NULL};
 const char *const ssh_script_kill[] = {ssh_sh_lib, ssh_sh_kill, NULL};
-const char *const ssh_script_push[] = {ssh_sh_lib, ssh_sh_facts, ssh_sh_push, NULL};
 const char *const ssh_script_push_abort[] = {ssh_sh_push_abort, NULL};
-const char *const ssh_script_pull_check[] = {ssh_sh_lib, ssh_sh_facts, ssh_sh_pull_check, NULL};
-const char *const ssh_script_pull_stream[] = {ssh_sh_pull_stream, NULL};

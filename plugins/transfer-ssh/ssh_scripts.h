@@ -26,40 +26,43 @@
 #define SSH_SCRIPT_EXIT_IO        5
 #define SSH_SCRIPT_EXIT_INTEGRITY 6
 
-/* Exec wrapper. Args: <token>. Prints "\036relay <token> start <pgid>" on
- * standard output, reads the command text from standard input until EOF
- * (it must end with "relay_go=<token>", else nothing runs), then runs it
- * with standard input from /dev/null, sweeps the rest of its process group
- * and prints "\036relay <token> end <exit status> <sweep status>".
- * A missing working folder prints "\036relay <token> nocwd" (exit 125). */
-extern const char *const ssh_script_exec[];
+/* The session program every exec, push and pull runs in (ssh_session.h):
+ * the guest library, the three operations as functions, and the dispatcher
+ * (guest/session.sh). It reads one line from standard input, the
+ * operation and its arguments as single-quoted words, and runs it:
+ *
+ * 'exec' <token>: the exec wrapper. Prints "\036relay <token> start <pgid>"
+ *   on standard output, reads the command text from standard input until
+ *   EOF (it must end with "relay_go=<token>", else nothing runs), then runs
+ *   it with standard input from /dev/null, sweeps the rest of its process
+ *   group and prints "\036relay <token> end <exit status> <sweep status>".
+ *   A missing working folder prints "\036relay <token> nocwd" (exit 125).
+ *
+ * 'push' <token> <guest path> file|tree [overlap]: reads a tar stream on
+ *   standard input and unpacks it into <parent>/.relay-push-<token>. The
+ *   stream's last member, .relay-expected-<token>, lists
+ *   "<sha256> ./<path>" for every file the host sent. The script checks
+ *   that only files and folders were unpacked, prints the facts block
+ *   (ssh_facts.h) of what it wrote, and only when its hashes equal the
+ *   expected list moves the copy into place (a new folder is renamed, an
+ *   existing one merged with files replaced, a file moved over) and prints
+ *   "\036relay-committed". A difference exits 6 and removes the copy:
+ *   nothing was replaced. With "overlap" (large trees) files are hashed
+ *   while tar unpacks the next ones, otherwise once tar has ended.
+ *
+ * 'pull' <token> <guest path> file|tree: refuses a path that is a link, a
+ *   tree holding links, devices, FIFOs, sockets or names with a newline or
+ *   backslash, prints the facts block of the files, then the line
+ *   "\036relay-stream <token>" and a tar stream of the file (member
+ *   "./<name>") or tree (members "./..."). */
+extern const char *const ssh_script_session[];
 
 /* Kills process group <pgid> and confirms it is gone. Args: <pgid>.
  * Exit 0 when no live member remains, 1 when some survive 5 s, 2 when the
  * guest can list no processes (neither /proc nor ps). */
 extern const char *const ssh_script_kill[];
 
-/* Push. Args: <token> <guest path> file|tree. Reads a tar stream on
- * standard input and unpacks it into <parent>/.relay-push-<token>. The
- * stream's last member, .relay-expected-<token>, lists "<sha256> ./<path>"
- * for every file the host sent. The script checks that only files and
- * folders were unpacked, prints the facts block (ssh_facts.h) of what it
- * wrote, and only when its hashes equal the expected list moves the copy
- * into place (a new folder is renamed, an existing one merged with files
- * replaced, a file moved over) and prints "\036relay-committed".
- * A difference exits 6 and removes the copy: nothing was replaced. */
-extern const char *const ssh_script_push[];
-
 /* Push abort. Args: <token> <guest path>. Removes the temporary folder. */
 extern const char *const ssh_script_push_abort[];
-
-/* Pull phase 1. Args: <guest path> file|tree. Refuses a path that is a
- * link, a tree holding links, devices, FIFOs, sockets or names with a
- * newline or backslash, then prints the facts block of the files. */
-extern const char *const ssh_script_pull_check[];
-
-/* Pull phase 2. Args: <guest path> file|tree. Writes a tar stream of the
- * file (member "./<name>") or tree (members "./...") to standard output. */
-extern const char *const ssh_script_pull_stream[];
 
 #endif

@@ -1,5 +1,7 @@
 #include "ssh_spawn.h"
 
+#include "ssh_buf.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -290,6 +292,28 @@ bool ssh_child_try_send(ssh_child *c, ssh_io *io)
 		close_fd(&c->in_fd);
 	}
 	return false;
+}
+
+bool ssh_child_alive(ssh_child *c, ssh_buf *err_text)
+{
+	reap(c, false);
+	bool alive = !c->exited && c->out_fd >= 0 && c->err_fd >= 0;
+	bool err_ready = !alive;
+	if (alive) {
+		struct pollfd p[2] = {{c->out_fd, POLLIN, 0}, {c->err_fd, POLLIN, 0}};
+		if (poll(p, 2, 0) > 0) {
+			if ((p[0].revents | p[1].revents) & (POLLHUP | POLLERR))
+				alive = false;
+			err_ready = (p[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+		}
+	}
+	if (err_ready && c->err_fd >= 0) {
+		char chunk[4096];
+		ssize_t r = read(c->err_fd, chunk, sizeof chunk);
+		if (r > 0)
+			ssh_buf_append(err_text, chunk, (size_t)r);
+	}
+	return alive;
 }
 
 void ssh_child_close_stdin(ssh_child *c)

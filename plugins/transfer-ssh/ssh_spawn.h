@@ -66,6 +66,14 @@ relay_status ssh_child_step(const relay_host *host, ssh_child *c, ssh_io *io, in
  * io->in_broken when the child closed its stdin. */
 bool ssh_child_try_send(ssh_child *c, ssh_io *io);
 
+/* For a child nobody has read from yet (a spare session): false when it
+ * has exited or its output streams hung up. Either way what it has written
+ * to standard error so far (up to 4 KiB; ssh's own messages, such as a
+ * refused multiplexed session it then opened over a connection of its own)
+ * is read and appended to `err_text`. Does not block. */
+struct ssh_buf;
+bool ssh_child_alive(ssh_child *c, struct ssh_buf *err_text);
+
 /* Closes our end of the child's stdin (the child sees EOF). */
 void ssh_child_close_stdin(ssh_child *c);
 

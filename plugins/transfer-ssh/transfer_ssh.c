@@ -20,6 +20,7 @@
 #include "ssh_exec.h"
 #include "ssh_pull.h"
 #include "ssh_push.h"
+#include "ssh_session.h"
 
 static relay_status ts_init(const relay_host *host, const char *config_json, unsigned flags,
                             relay_plugin_state **state_out, relay_error *err)
@@ -55,6 +56,7 @@ static relay_status ts_open(relay_plugin_state *state, const char *lease_json, r
 		ssh_conn_free(conn);
 		return status;
 	}
+	ssh_spares_fill(conn);
 	*conn_out = conn;
 	return RELAY_OK;
 }
@@ -65,6 +67,7 @@ static void ts_close(relay_plugin_state *state, relay_transport_conn *conn, unsi
 	(void)flags;
 	if (conn == NULL)
 		return;
+	ssh_spares_stop(((ssh_conn *)conn)->spares);
 	ssh_master_stop(conn);
 	ssh_conn_free(conn);
 }

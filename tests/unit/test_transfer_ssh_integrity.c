@@ -89,9 +89,9 @@ static int group_setup(void **state)
 		return -1;
 	snprintf(suite.fakebin, sizeof suite.fakebin, "%s/fakebin", suite.local);
 	mkdir(suite.fakebin, 0755);
-	char extra[256];
-	snprintf(extra, sizeof extra, "SetEnv PATH=%s:/usr/local/bin:/usr/bin:/bin\n", suite.fakebin);
-	if (ssh_fixture_start(&suite.fx, extra) != 0 ||
+	char env[256];
+	snprintf(env, sizeof env, "PATH=%s:/usr/local/bin:/usr/bin:/bin", suite.fakebin);
+	if (ssh_fixture_start_env(&suite.fx, env, NULL) != 0 ||
 	    ssh_plugin_load(&suite.plugin, "transfer-ssh", RELAY_KIND_TRANSPORT) != 0)
 		return -1;
 	char script[4096], path[256];

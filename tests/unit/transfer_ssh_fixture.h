@@ -5,7 +5,8 @@
  * ssh_fixture_start() generates a throwaway host key and user key with
  * ssh-keygen, writes an sshd_config of its own (127.0.0.1, a free port,
  * UsePAM no, key-only root login, AuthorizedKeysFile and PidFile in the
- * fixture's folder, StrictModes no, plus any extra lines), runs
+ * fixture's folder, StrictModes no, HOME of the fixture's own, plus any
+ * extra lines), runs
  * `sshd -D -e -f <config>` in the background and waits until it accepts
  * connections. The lease document's "ssh" object points at it; the guest
  * root is a fresh folder under /var/tmp. Tests skip (with the reason) when
@@ -39,6 +40,7 @@
 typedef struct ssh_fixture {
 	char dir[64];        /* keys, config, logs */
 	char guest_root[64]; /* /var/tmp/relay-ssh-guest-XXXXXX */
+	char home[80];       /* HOME of every session: <dir>/home */
 	char host_key[128];
 	char user_key[128];
 	char known_hosts[128];
@@ -52,6 +54,7 @@ typedef struct ssh_plugin_handle {
 	plugin_registry registry;
 	loaded_plugin *plugin;
 	char state_dir[64];
+	char load_error[256]; /* why the last load failed, "" otherwise */
 } ssh_plugin_handle;
 
 /* Why the fixture cannot run here, or NULL. */
@@ -123,9 +126,19 @@ FIXTURE_UNUSED static int fixture_pubkey(const char *path, char *out, size_t out
 	return 0;
 }
 
-/* Starts sshd. `extra_config` (may be NULL) is appended to sshd_config.
+/* Starts sshd. `env_vars` (may be NULL: "NAME=value ...") are set in every
+ * session next to HOME, which is a folder of the fixture's own (an empty
+ * one unless the test puts rc files there): the sessions never run the
+ * build machine's own ~/.bashrc, whose `pyenv init` takes a lock that a
+ * session killed at the wrong moment (ssh_fixture_stop_server kills every
+ * session) leaves behind, making every later root login wait 60 s.
+ * `extra_config` (may be NULL; whole lines) comes first in sshd_config, so
+ * its keywords win over the fixture's own (sshd takes the first value of
+ * each keyword: "MaxSessions 2\n" overrides the fixture's 64); it must not
+ * hold SetEnv or a Match block.
  * Returns 0, or -1 with the reason on stderr. */
-FIXTURE_UNUSED static int ssh_fixture_start(ssh_fixture *fx, const char *extra_config)
+FIXTURE_UNUSED static int ssh_fixture_start_env(ssh_fixture *fx, const char *env_vars,
+                                                const char *extra_config)
 {
 	char cmd[1024], text[2048], pub[600];
 	memset(fx, 0, sizeof *fx);
@@ -137,6 +150,8 @@ FIXTURE_UNUSED static int ssh_fixture_start(ssh_fixture *fx, const char *extra_c
 		return -1;
 	}
 	mkdir("/run/sshd", 0755); /* sshd's privilege separation folder */
+	snprintf(fx->home, sizeof fx->home, "%s/home", fx->dir);
+	mkdir(fx->home, 0700);
 	snprintf(fx->host_key, sizeof fx->host_key, "%s/host_key", fx->dir);
 	snprintf(fx->user_key, sizeof fx->user_key, "%s/user_key", fx->dir);
 	snprintf(fx->known_hosts, sizeof fx->known_hosts, "%s/known_hosts", fx->dir);
@@ -152,11 +167,12 @@ FIXTURE_UNUSED static int ssh_fixture_start(ssh_fixture *fx, const char *extra_c
 	fx->port = fixture_free_port();
 	snprintf(
 	    text, sizeof text,
-	    "Port %d\nListenAddress 127.0.0.1\nHostKey %s\nUsePAM no\nPermitRootLogin prohibit-password\n"
+	    "%sPort %d\nListenAddress 127.0.0.1\nHostKey %s\nUsePAM no\nPermitRootLogin prohibit-password\n"
 	    "PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
 	    "AuthorizedKeysFile %s/authorized_keys\nStrictModes no\nPidFile %s/sshd.pid\n"
-	    "MaxSessions 64\nMaxStartups 64\nSubsystem sftp internal-sftp\n%s",
-	    fx->port, fx->host_key, fx->dir, fx->dir, extra_config ? extra_config : "");
+	    "MaxSessions 64\nMaxStartups 64\nSubsystem sftp internal-sftp\nSetEnv HOME=%s%s%s\n",
+	    extra_config ? extra_config : "", fx->port, fx->host_key, fx->dir, fx->dir, fx->home,
+	    env_vars ? " " : "", env_vars ? env_vars : "");
 	fixture_write(fx->config, text);
 	snprintf(text, sizeof text, "%s.pub", fx->host_key);
 	if (fixture_pubkey(text, pub, sizeof pub) != 0) {
@@ -199,6 +215,12 @@ FIXTURE_UNUSED static int ssh_fixture_start(ssh_fixture *fx, const char *extra_c
 	    "\"knownHostsFile\":\"%s\"},\"record\":{}}",
 	    fx->port, fx->user_key, fx->known_hosts);
 	return 0;
+}
+
+/* ssh_fixture_start_env without extra session variables. */
+FIXTURE_UNUSED static int ssh_fixture_start(ssh_fixture *fx, const char *extra_config)
+{
+	return ssh_fixture_start_env(fx, NULL, extra_config);
 }
 
 /* The parent of `pid` from /proc, or -1. */
@@ -330,12 +352,15 @@ FIXTURE_UNUSED static int fixture_count_prefix(const char *dir, const char *pref
 	return n;
 }
 
-/* Loads build/lib/mcp-relay/plugins/transfer-ssh.so through the loader. */
-FIXTURE_UNUSED static int ssh_plugin_load(ssh_plugin_handle *h, const char *name, relay_plugin_kind kind)
+/* Loads build/lib/mcp-relay/plugins/<name>.so through the loader with the
+ * plugin options `options_json` (a JSON object). On failure the loader's
+ * message is in h->load_error. */
+FIXTURE_UNUSED static int ssh_plugin_load_options(ssh_plugin_handle *h, const char *name,
+                                                  relay_plugin_kind kind, const char *options_json)
 {
 	memset(h, 0, sizeof *h);
 	const char *build = getenv("RELAY_BUILD_DIR");
-	char plugin_dir[512], config[512];
+	char plugin_dir[512], config[1024];
 	if (build == NULL) {
 		fprintf(stderr, "RELAY_BUILD_DIR is not set (run under ctest)\n");
 		return -1;
@@ -353,15 +378,22 @@ FIXTURE_UNUSED static int ssh_plugin_load(ssh_plugin_handle *h, const char *name
 	}
 	snprintf(config, sizeof config,
 	         "{\"stateDir\":\"%s\",\"libexecDir\":\"%s/libexec/mcp-relay\",\"guestNetwork\":\"nat\","
-	         "\"serviceUrl\":null,\"environment\":null,\"options\":{}}",
-	         h->state_dir, build);
+	         "\"serviceUrl\":null,\"environment\":null,\"options\":%s}",
+	         h->state_dir, build, options_json);
 	relay_status st = loader_load(&h->registry, path, kind, config, &h->plugin, &err);
 	free(path);
 	if (st != RELAY_OK) {
+		snprintf(h->load_error, sizeof h->load_error, "%s", err.message);
 		fprintf(stderr, "cannot load plugin %s: %s\n", name, err.message);
 		return -1;
 	}
 	return 0;
+}
+
+/* ssh_plugin_load_options with no options. */
+FIXTURE_UNUSED static int ssh_plugin_load(ssh_plugin_handle *h, const char *name, relay_plugin_kind kind)
+{
+	return ssh_plugin_load_options(h, name, kind, "{}");
 }
 
 FIXTURE_UNUSED static void ssh_plugin_unload(ssh_plugin_handle *h)
