@@ -58,13 +58,7 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-#define SKIP_WITHOUT_SSHD()                                                                                  \
-	do {                                                                                                 \
-		if (skip_reason) {                                                                           \
-			fprintf(stderr, "skipped: %s\n", skip_reason);                                       \
-			skip();                                                                              \
-		}                                                                                            \
-	} while (0)
+#define SKIP_WITHOUT_SSHD() SSH_SKIP_IF(skip_reason)
 
 #define assert_status(expr, expected)                                                                        \
 	do {                                                                                                 \

@@ -56,13 +56,7 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-#define SKIP_WITHOUT_SSHD()                                                                                  \
-	do {                                                                                                 \
-		if (suite.skip_reason) {                                                                     \
-			fprintf(stderr, "skipped: %s\n", suite.skip_reason);                                 \
-			skip();                                                                              \
-		}                                                                                            \
-	} while (0)
+#define SKIP_WITHOUT_SSHD() SSH_SKIP_IF(suite.skip_reason)
 
 static relay_status run(const char *const *argv, const char *cwd, const char *const *envp,
                         uint64_t timeout_ms, size_t max_output, unsigned flags, relay_exec_result *res,

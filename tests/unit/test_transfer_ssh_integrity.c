@@ -123,13 +123,7 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-#define SKIP_WITHOUT_SSHD()                                                                                  \
-	do {                                                                                                 \
-		if (suite.skip_reason) {                                                                     \
-			fprintf(stderr, "skipped: %s\n", suite.skip_reason);                                 \
-			skip();                                                                              \
-		}                                                                                            \
-	} while (0)
+#define SKIP_WITHOUT_SSHD() SSH_SKIP_IF(suite.skip_reason)
 
 #define assert_status(expr, expected)                                                                        \
 	do {                                                                                                 \

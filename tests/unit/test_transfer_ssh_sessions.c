@@ -28,13 +28,7 @@
 static ssh_fixture fx;
 static const char *skip_reason;
 
-#define SKIP_WITHOUT_SSHD()                                                                                  \
-	do {                                                                                                 \
-		if (skip_reason) {                                                                           \
-			fprintf(stderr, "skipped: %s\n", skip_reason);                                       \
-			skip();                                                                              \
-		}                                                                                            \
-	} while (0)
+#define SKIP_WITHOUT_SSHD() SSH_SKIP_IF(skip_reason)
 
 static int group_setup(void **state)
 {

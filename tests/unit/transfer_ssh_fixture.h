@@ -50,6 +50,16 @@ typedef struct ssh_fixture {
 	char lease[1024];
 } ssh_fixture;
 
+/* In a cmocka test (include after <cmocka.h>): skips it, saying why on
+ * stderr, when `reason` (from ssh_fixture_missing) is set. */
+#define SSH_SKIP_IF(reason)                                                                                  \
+	do {                                                                                                 \
+		if (reason) {                                                                                \
+			fprintf(stderr, "skipped: %s\n", reason);                                            \
+			skip();                                                                              \
+		}                                                                                            \
+	} while (0)
+
 typedef struct ssh_plugin_handle {
 	plugin_registry registry;
 	loaded_plugin *plugin;
