@@ -3,7 +3,16 @@
  */
 #include "sha256.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SHA256_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#else
+#define SHA256_X86 0
+#endif
 
 static const uint32_t k_round[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -17,7 +26,7 @@ static const uint32_t k_round[64] = {
 
 #define ROTR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
 
-static void sha256_block(sha256_state *st, const unsigned char *p)
+static void sha256_block_portable(uint32_t state[8], const unsigned char *p)
 {
 	uint32_t w[64];
 	uint32_t a, b, c, d, e, f, g, h;
@@ -30,14 +39,14 @@ static void sha256_block(sha256_state *st, const unsigned char *p)
 		uint32_t s1 = ROTR(w[i - 2], 17) ^ ROTR(w[i - 2], 19) ^ (w[i - 2] >> 10);
 		w[i] = w[i - 16] + s0 + w[i - 7] + s1;
 	}
-	a = st->h[0];
-	b = st->h[1];
-	c = st->h[2];
-	d = st->h[3];
-	e = st->h[4];
-	f = st->h[5];
-	g = st->h[6];
-	h = st->h[7];
+	a = state[0];
+	b = state[1];
+	c = state[2];
+	d = state[3];
+	e = state[4];
+	f = state[5];
+	g = state[6];
+	h = state[7];
 	for (i = 0; i < 64; i++) {
 		uint32_t s1 = ROTR(e, 6) ^ ROTR(e, 11) ^ ROTR(e, 25);
 		uint32_t ch = (e & f) ^ (~e & g);
@@ -54,23 +63,150 @@ static void sha256_block(sha256_state *st, const unsigned char *p)
 		b = a;
 		a = t1 + t2;
 	}
-	st->h[0] += a;
-	st->h[1] += b;
-	st->h[2] += c;
-	st->h[3] += d;
-	st->h[4] += e;
-	st->h[5] += f;
-	st->h[6] += g;
-	st->h[7] += h;
+	state[0] += a;
+	state[1] += b;
+	state[2] += c;
+	state[3] += d;
+	state[4] += e;
+	state[5] += f;
+	state[6] += g;
+	state[7] += h;
+}
+
+#if SHA256_X86
+/*
+ * The x86 SHA extensions. SHA256RNDS2 does two rounds on the state held as
+ * two vectors, ABEF and CDGH (h[] order is A..H), taking the two words
+ * W[t] + K[t] in the low half of its third operand; SHA256MSG1/MSG2 compute
+ * the message schedule four words at a time. Four words (one vector) of
+ * the schedule serve four rounds, so a block is sixteen groups.
+ */
+
+/* Four rounds with schedule vector w (words 4g..4g+3). */
+#define SHANI_ROUNDS(w, g)                                                                                   \
+	do {                                                                                                 \
+		__m128i wk_ = _mm_add_epi32((w), _mm_loadu_si128((const __m128i *)&k_round[4 * (g)]));       \
+		cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk_);                                               \
+		abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk_, 0x0e));                      \
+	} while (0)
+
+/* The next four schedule words into w0, from the last sixteen w0..w3:
+ * W[t-16] + s0(W[t-15]) (MSG1), + W[t-7] (the middle of w2:w3), + s1(W[t-2])
+ * (MSG2). */
+#define SHANI_SCHEDULE(w0, w1, w2, w3)                                                                       \
+	(w0) = _mm_sha256msg2_epu32(                                                                         \
+	    _mm_add_epi32(_mm_sha256msg1_epu32((w0), (w1)), _mm_alignr_epi8((w3), (w2), 4)), (w3))
+
+/* Hashes `blocks` whole 64-byte blocks from p into state. Called only
+ * when CPUID reported SHA, SSE4.1 and SSSE3 (sha256_x86_usable). */
+__attribute__((target("sha,sse4.1,ssse3"))) static void
+sha256_blocks_x86(uint32_t state[8], const unsigned char *p, size_t blocks)
+{
+	/* Reverses the bytes of each 32-bit word: the message is big-endian. */
+	const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+	__m128i abef, cdgh, tmp;
+	tmp = _mm_loadu_si128((const __m128i *)&state[0]);  /* D C B A (high to low) */
+	cdgh = _mm_loadu_si128((const __m128i *)&state[4]); /* H G F E */
+	tmp = _mm_shuffle_epi32(tmp, 0xb1);                 /* C D A B */
+	cdgh = _mm_shuffle_epi32(cdgh, 0x1b);               /* E F G H */
+	abef = _mm_alignr_epi8(tmp, cdgh, 8);               /* A B E F */
+	cdgh = _mm_blend_epi16(cdgh, tmp, 0xf0);            /* C D G H */
+	while (blocks--) {
+		const __m128i abef_in = abef;
+		const __m128i cdgh_in = cdgh;
+		__m128i w0, w1, w2, w3;
+		int g;
+		w0 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 0)), bswap);
+		SHANI_ROUNDS(w0, 0);
+		w1 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16)), bswap);
+		SHANI_ROUNDS(w1, 1);
+		w2 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 32)), bswap);
+		SHANI_ROUNDS(w2, 2);
+		w3 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 48)), bswap);
+		SHANI_ROUNDS(w3, 3);
+		for (g = 4; g < 16; g += 4) {
+			SHANI_SCHEDULE(w0, w1, w2, w3);
+			SHANI_ROUNDS(w0, g);
+			SHANI_SCHEDULE(w1, w2, w3, w0);
+			SHANI_ROUNDS(w1, g + 1);
+			SHANI_SCHEDULE(w2, w3, w0, w1);
+			SHANI_ROUNDS(w2, g + 2);
+			SHANI_SCHEDULE(w3, w0, w1, w2);
+			SHANI_ROUNDS(w3, g + 3);
+		}
+		abef = _mm_add_epi32(abef, abef_in);
+		cdgh = _mm_add_epi32(cdgh, cdgh_in);
+		p += 64;
+	}
+	tmp = _mm_shuffle_epi32(abef, 0x1b);     /* F E B A */
+	cdgh = _mm_shuffle_epi32(cdgh, 0xb1);    /* D C H G */
+	abef = _mm_blend_epi16(tmp, cdgh, 0xf0); /* D C B A */
+	cdgh = _mm_alignr_epi8(cdgh, tmp, 8);    /* H G F E */
+	_mm_storeu_si128((__m128i *)&state[0], abef);
+	_mm_storeu_si128((__m128i *)&state[4], cdgh);
+}
+
+#undef SHANI_ROUNDS
+#undef SHANI_SCHEDULE
+
+/* 1 when the CPU has SHA (leaf 7 subleaf 0, EBX bit 29), SSE4.1 (leaf 1,
+ * ECX bit 19) and SSSE3 (leaf 1, ECX bit 9). They use only the XMM
+ * registers, which every x86-64 kernel saves, so no OSXSAVE check. */
+static int sha256_cpu_has_x86_sha(void)
+{
+	unsigned int eax, ebx, ecx, edx;
+	if (__get_cpuid_max(0, NULL) < 7)
+		return 0;
+	__cpuid(1, eax, ebx, ecx, edx);
+	if (!(ecx & (1u << 19)) || !(ecx & (1u << 9)))
+		return 0;
+	__cpuid_count(7, 0, eax, ebx, ecx, edx);
+	return (ebx & (1u << 29)) != 0;
+}
+
+static int sha256_x86_usable(void)
+{
+	/* The CPUID answer, asked once: CPUID can cost a hypervisor exit in a
+	 * guest, and a scan begins one hash per file. -1 = not asked yet.
+	 * No lock: the receiver never starts a thread, so this static is
+	 * written once, by the first call, before anything reads its value. */
+	static int cpu_has = -1;
+	if (cpu_has < 0)
+		cpu_has = sha256_cpu_has_x86_sha();
+	return cpu_has;
+}
+#endif
+
+/* Hashes `blocks` whole 64-byte blocks from p with the chosen code. */
+static void sha256_blocks(sha256_state *st, const unsigned char *p, size_t blocks)
+{
+#if SHA256_X86
+	if (st->x86_sha) {
+		sha256_blocks_x86(st->h, p, blocks);
+		return;
+	}
+#endif
+	while (blocks--) {
+		sha256_block_portable(st->h, p);
+		p += 64;
+	}
 }
 
 void sha256_begin(sha256_state *st)
 {
 	static const uint32_t init[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
 	                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+	const char *mode = getenv("RELAY_RECEIVER_SHA256");
 	memcpy(st->h, init, sizeof(init));
 	st->total_bytes = 0;
 	st->block_len = 0;
+	st->x86_sha = 0;
+#if SHA256_X86
+	if (!(mode && strcmp(mode, "portable") == 0))
+		st->x86_sha = sha256_x86_usable();
+#else
+	(void)mode;
+#endif
 }
 
 void sha256_feed(sha256_state *st, const void *data, size_t len)
@@ -86,14 +222,15 @@ void sha256_feed(sha256_state *st, const void *data, size_t len)
 		p += take;
 		len -= take;
 		if (st->block_len == 64) {
-			sha256_block(st, st->block);
+			sha256_blocks(st, st->block, 1);
 			st->block_len = 0;
 		}
 	}
-	while (len >= 64) {
-		sha256_block(st, p);
-		p += 64;
-		len -= 64;
+	if (len >= 64) {
+		size_t blocks = len / 64;
+		sha256_blocks(st, p, blocks);
+		p += blocks * 64;
+		len -= blocks * 64;
 	}
 	if (len) {
 		memcpy(st->block, p, len);
