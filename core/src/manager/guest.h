@@ -121,9 +121,10 @@ typedef struct guest {
 	bool lookup_queued;                     /* a lease lookup after a failed beat is queued */
 	struct loaded_plugin *transport_plugin; /* chosen at first use */
 	relay_transport_conn *transport_conn;   /* open connection, or NULL */
-	struct downloads_queue *dl;             /* background step downloads (downloads.h), or NULL */
-	uint64_t acquisition_order;             /* for status ordering */
-	int64_t next_beat_ms;                   /* relay time of the next renewal beat */
+	bool transport_opening; /* a thread is in transport.open for this guest; others wait on m->changed */
+	struct downloads_queue *dl; /* background step downloads (downloads.h), or NULL */
+	uint64_t acquisition_order; /* for status ordering */
+	int64_t next_beat_ms;       /* relay time of the next renewal beat */
 	struct guest *next;
 } guest;
 

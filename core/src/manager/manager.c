@@ -742,37 +742,50 @@ relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out,
 {
 	manager_wait_startup(m);
 	downloads_guest_reached(m, g); /* an operation reaches the guest: lifts a download pause */
+	/* A call and a step download may reach a guest without a connection
+	 * at the same moment: one opens, the other waits for it, so a guest
+	 * never holds two connections (the loser's would leak its master). */
 	manager_lock(m);
+	while (g->transport_opening && g->transport_conn == NULL)
+		pthread_cond_wait(&m->changed, &m->lock);
 	if (g->transport_conn) {
 		*plugin_out = g->transport_plugin;
 		*conn_out = g->transport_conn;
 		manager_unlock(m);
 		return RELAY_OK;
 	}
+	g->transport_opening = true;
+	char *lease = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
 	manager_unlock(m);
-	char *lease = guest_lease_text(m, g);
-	if (lease == NULL)
-		return relay_error_set(err, RELAY_E_NOT_FOUND, 0, "guest %s holds no lease", g->name);
-	loaded_plugin *plugin = backends_transport_for(m->backends, lease);
+	relay_status status = RELAY_OK;
+	relay_transport_conn *conn = NULL;
+	loaded_plugin *plugin = NULL;
+	if (lease == NULL) {
+		status = relay_error_set(err, RELAY_E_NOT_FOUND, 0, "guest %s holds no lease", g->name);
+		goto cleanup;
+	}
+	plugin = backends_transport_for(m->backends, lease);
 	if (plugin == NULL) {
-		free(lease);
-		return relay_error_set(
+		status = relay_error_set(
 		    err, RELAY_E_UNAVAILABLE, 0, "no transport plugin could be loaded for %s (%s)", g->name,
 		    m->backends->load_errors[SLOT_TRANSPORT] ? m->backends->load_errors[SLOT_TRANSPORT]
 		                                             : "the transport slot is empty");
+		goto cleanup;
 	}
-	relay_transport_conn *conn = NULL;
-	relay_status status = plugin->transport.open(plugin->state, lease, NULL, 0, &conn, err);
+	status = plugin->transport.open(plugin->state, lease, NULL, 0, &conn, err);
+cleanup:
 	free(lease);
-	if (status != RELAY_OK)
-		return status;
 	manager_lock(m);
-	g->transport_plugin = plugin;
-	g->transport_conn = conn;
+	g->transport_opening = false;
+	if (status == RELAY_OK) {
+		g->transport_plugin = plugin;
+		g->transport_conn = conn;
+		*plugin_out = plugin;
+		*conn_out = conn;
+	}
+	pthread_cond_broadcast(&m->changed);
 	manager_unlock(m);
-	*plugin_out = plugin;
-	*conn_out = conn;
-	return RELAY_OK;
+	return status;
 }
 
 /* ---- the end of the session -------------------------------------------------------- */
