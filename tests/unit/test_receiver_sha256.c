@@ -10,7 +10,19 @@
  * The accelerated-path tests skip, saying why, on a CPU without SHA, SSE4.1
  * and SSSE3 or a build that is not x86-64 GCC/clang.
  *
- * Speed is measured outside the tests (BENCH_RESULTS below).
+ * Speed is measured outside the tests (no timing assertions here). On this
+ * machine (2-core Intel Xeon VM with sha_ni, OpenSSL 3.0.19, files in page
+ * cache, wall-clock medians of 5 runs, the receiver from a -DRELAY_SANITIZE=ON
+ * build, which leaves the receiver unsanitized):
+ *
+ *   receiver hash big.bin (512 MiB)                  portable 2.24 s, SHA-NI 0.55 s
+ *   openssl dgst -sha256 big.bin                     0.49 s
+ *   sha256sum big.bin                                1.75 s
+ *   receiver scan --root R --base R tree             portable 2.30 s, SHA-NI 0.60 s
+ *     (tree: 10,000 files, 512 MiB, in 100 folders)
+ *
+ * with RELAY_RECEIVER_SHA256=portable for the portable rows, unset for the
+ * SHA-NI rows; the runs were interleaved, every run gave the same digest.
  */
 #include "receiver_harness.h"
 
