@@ -132,7 +132,7 @@ static void check_machctl(ms_state *s, relay_call *call, json_object *list)
 	memset(&err, 0, sizeof err);
 	relay_status status = s->host->process_run(&req, call, 0, &res, &err);
 	ms_env_free(envp);
-	char detail[400];
+	char detail[RELAY_ERROR_MESSAGE_BYTES + 512];
 	json_object *answer = NULL;
 	if (status != RELAY_OK || res.exit_code != 0) {
 		snprintf(detail, sizeof detail, "%s environment --json did not run cleanly (%s)",

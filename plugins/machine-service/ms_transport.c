@@ -345,7 +345,7 @@ static relay_status transfer(ms_state *s, const ms_conn *conn, const char *route
 	json_object_object_add(body, "local_path", json_object_new_string(local));
 	json_object_object_add(body, "remote_path", json_object_new_string(remote));
 	relay_status status = RELAY_E_TRANSIENT;
-	char last[300] = "";
+	char last[RELAY_ERROR_MESSAGE_BYTES] = "";
 	for (int attempt = 1; attempt <= MS_TRANSFER_ATTEMPTS; attempt++) {
 		if (attempt > 1) {
 			host->log(RELAY_LOG_WARNING, MS_PLUGIN_NAME,

@@ -321,6 +321,33 @@ def test_acquire_refusals_pass_through(binary):
         svc.cleanup()
 
 
+def test_long_refusal_reasons_pass_through_cut_to_4096_bytes(binary):
+    """tools.md §2.4: backend reasons reach the agent cut to 4,096 bytes, at a character boundary."""
+    svc = Standin(binary)
+    try:
+        with svc.relay(binary) as r:
+            r.initialize()
+            # 3,000 bytes: arrives whole, its last words included.
+            reason = "policy " + "x" * 2980 + " LAST-WORDS"
+            svc.fault({"route": "acquire", "status": 403, "error": reason})
+            res = r.call_tool("relay_acquire", ACQUIRE)
+            assert error_code(res) == "backend-refused", text(res)
+            message = structured(res)["error"]["message"]
+            assert reason in message, message[-200:]
+            # 6,000 bytes of two-byte characters: cut to at most 4,096 bytes, never mid-character.
+            reason = "\u00e9" * 3000
+            svc.fault({"route": "acquire", "status": 403, "error": reason})
+            res = r.call_tool("relay_acquire", ACQUIRE)
+            assert error_code(res) == "backend-refused", text(res)
+            message = structured(res)["error"]["message"]
+            assert "\u00e9" * 1500 in message, message[:300]
+            assert len(message.encode("utf-8")) <= 4096, len(message.encode("utf-8"))
+            assert "\ufffd" not in message
+            assert svc.machines() == {}
+    finally:
+        svc.cleanup()
+
+
 def test_wrong_service_is_refused_with_the_fix(binary):
     svc = Standin(binary, ["--service-name", "vm-service"])
     try:

@@ -143,8 +143,8 @@ static __attribute__((unused)) void fx_init(fx_pkg *p)
 	fx_write(p, "state/receiver/groups.json", "{\"active\":null,\"used\":[]}\n", 26);
 }
 
-static __attribute__((unused)) json_object *fx_snapshot_desc(fx_pkg *p, const fx_run *r, const char *phase, const char *sha,
-                                     size_t bytes, const char *at)
+static __attribute__((unused)) json_object *fx_snapshot_desc(fx_pkg *p, const fx_run *r, const char *phase,
+                                                             const char *sha, size_t bytes, const char *at)
 {
 	json_object *d = json_object_new_object();
 	char name[256], aid[256];

@@ -232,7 +232,7 @@ typedef struct four_job {
 	char guest[32];
 	char *lease;
 	relay_status status;
-	char message[256];
+	char message[RELAY_ERROR_MESSAGE_BYTES];
 } four_job;
 
 static void *acquire_job(void *arg)

@@ -64,7 +64,7 @@ typedef struct ssh_plugin_handle {
 	plugin_registry registry;
 	loaded_plugin *plugin;
 	char state_dir[64];
-	char load_error[256]; /* why the last load failed, "" otherwise */
+	char load_error[RELAY_ERROR_MESSAGE_BYTES]; /* why the last load failed, "" otherwise */
 } ssh_plugin_handle;
 
 /* Why the fixture cannot run here, or NULL. */

@@ -77,14 +77,22 @@ typedef enum relay_status {
 	RELAY_STATUS_COUNT_ /* not a status; keep last */
 } relay_status;
 
+/* Bytes of relay_error.message, NUL included: a backend's reason travels to
+ * the agent cut to 4,096 bytes (spec tools.md §2.4), so the record holds
+ * that much. */
+#define RELAY_ERROR_MESSAGE_BYTES 4096
+
 /* The caller-provided error record. `code` repeats the returned status,
  * `sys_errno` is the errno behind RELAY_E_IO (0 otherwise), `message` is one
- * sentence for a person (may be empty). Fill with relay_error_set() or
- * host->error_set(). */
+ * sentence for a person (may be empty): UTF-8, NUL-terminated, a longer text
+ * cut at a character boundary. Fill with relay_error_set() or
+ * host->error_set(); code that writes `message` itself must stay within
+ * sizeof message. About 4 KiB: fine on a thread's stack, not in large
+ * arrays. */
 typedef struct relay_error {
 	relay_status code;
 	int sys_errno;
-	char message[256];
+	char message[RELAY_ERROR_MESSAGE_BYTES];
 } relay_error;
 
 /* A short, stable, lowercase name for a status ("ok", "timeout", ...).

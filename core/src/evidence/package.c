@@ -60,7 +60,9 @@ static void hash_one(int root_fd, evidence_file_hash *item, unsigned char *buf)
 	int fd = fw_open_file_read_at(root_fd, item->path, &err);
 	if (fd < 0) {
 		item->status = err.code ? err.code : RELAY_E_IO;
-		snprintf(item->error, sizeof item->error, "%s", err.message);
+		size_t cut = utf8_cut(err.message, strlen(err.message), sizeof item->error - 1);
+		memcpy(item->error, err.message, cut);
+		item->error[cut] = '\0';
 		return;
 	}
 	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);

@@ -161,7 +161,7 @@ json_object *capture_plan_for(manager *m, guest *g, json_object *applications, c
 	free(context_text);
 	json_object *plan = st == RELAY_OK && plan_text ? jsonx_parse_str(plan_text, NULL, 0) : NULL;
 	free(plan_text);
-	char because[512];
+	char because[RELAY_ERROR_MESSAGE_BYTES + 256];
 	if (st != RELAY_OK) {
 		snprintf(because, sizeof because, "the capture plugin %s could not plan snapshots: %s",
 		         capture->descriptor.name, err.message[0] ? err.message : relay_status_str(st));

@@ -27,7 +27,8 @@ int guest_ensure_evidence_dir(manager *m, guest *g, char *errbuf, size_t errlen)
 	size_t plen = strlen(project);
 	int rc = 0;
 	if (strncmp(path, project, plen) != 0 || path[plen] != '/') {
-		snprintf(errbuf, errlen, "the evidence folder %s is not inside the project folder %s", path, project);
+		snprintf(errbuf, errlen, "the evidence folder %s is not inside the project folder %s", path,
+		         project);
 		rc = -1;
 		goto cleanup;
 	}

@@ -131,7 +131,7 @@ typedef struct dctx {
 	relay_call *call;
 	int64_t deadline_mono_ms;
 	int attempts_left;
-	char last_transfer_error[256];
+	char last_transfer_error[RELAY_ERROR_MESSAGE_BYTES];
 	image_delivery_result *out;
 
 	/* the guest, copied under the lock */

@@ -384,7 +384,7 @@ void reconcile_scan(manager *m)
 		json_object *record = NULL;
 		relay_error err;
 		memset(&err, 0, sizeof err);
-		char why[512] = "";
+		char why[RELAY_ERROR_MESSAGE_BYTES + 512] = "";
 		guest *g = NULL;
 		relay_status st = fs_read_json(path, RECORD_MAX_BYTES, &record, &err);
 		if (st == RELAY_E_NOT_FOUND) {
@@ -557,7 +557,7 @@ static void reconcile_work(manager *m, guest *g, relay_call *call, void *ctx)
 {
 	(void)ctx;
 	manager_wait_startup(m);
-	char why[512];
+	char why[RELAY_ERROR_MESSAGE_BYTES + 512];
 	manager_lock(m);
 	bool session_held = m->session_lock_fd >= 0;
 	long holder = m->session_lock_holder_pid;

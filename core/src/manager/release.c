@@ -223,9 +223,9 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 	 * the release cannot complete. */
 	renewal_stop(m, g);
 	guest_event(m, g, "release",
-	            direct                              ? "the session ended; direct release"
+	            direct                            ? "the session ended; direct release"
 	            : strcmp(reason, "finished") == 0 ? "relay_finish: the package is delivered and verified"
-	                                                : "relay_release",
+	                                              : "relay_release",
 	            NULL);
 	/* relay_finish reports its own six steps; its destruction is the last. */
 	relay_call *progress = strcmp(reason, "finished") == 0 ? NULL : call;

@@ -318,7 +318,7 @@ int renewal_pause(manager *m, guest *g, const char *reason)
 	char *lease = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
 	manager_unlock(m);
 	int status = 0;
-	char failure[300] = "";
+	char failure[RELAY_ERROR_MESSAGE_BYTES] = "";
 	if (lease && machine && remaining >= LIFECYCLE_BACKEND_MIN_RENEWAL_MS) {
 		/* The last renewal carries the lease to its deadline, and no
 		 * further: the backend reclaims it there unless a restarted

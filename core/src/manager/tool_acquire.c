@@ -457,7 +457,7 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 				    err.message, (long long)(waited / 1000),
 				    (long long)m->settings->capacity_wait_s);
 			}
-			char message[600];
+			char message[RELAY_ERROR_MESSAGE_BYTES + 600];
 			snprintf(message, sizeof message,
 			         "host at capacity: %s; asking again in 15 s; waited %lld s of %lld s",
 			         err.message, (long long)(waited / 1000),

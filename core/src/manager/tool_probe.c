@@ -45,9 +45,9 @@ typedef struct probe_run {
 	/* results, under mu */
 	json_object *host_facts;
 	relay_status health_status;
-	char health_message[256];
+	char health_message[RELAY_ERROR_MESSAGE_BYTES];
 	relay_status images_status;
-	char images_message[256];
+	char images_message[RELAY_ERROR_MESSAGE_BYTES];
 	char *images_text;
 } probe_run;
 
@@ -111,7 +111,7 @@ static json_object *command_fact(const char *const *argv, const char *source, fa
 	relay_error err;
 	memset(&err, 0, sizeof err);
 	relay_status st = process_run(&req, NULL, NULL, 0, &res, &err);
-	char why[300] = "";
+	char why[RELAY_ERROR_MESSAGE_BYTES + 300] = "";
 	json_object *value = NULL;
 	if (st == RELAY_E_NOT_FOUND) {
 		snprintf(why, sizeof why, "%s: not found", argv[0]);
@@ -383,7 +383,7 @@ static tool_result *probe_host(manager *m, relay_call *call)
 	     images_done = run->done[TASK_IMAGES];
 	json_object *local = host_done ? json_object_get(run->host_facts) : NULL;
 	relay_status health = run->health_status, images_st = run->images_status;
-	char health_msg[256], images_msg[256];
+	char health_msg[RELAY_ERROR_MESSAGE_BYTES], images_msg[RELAY_ERROR_MESSAGE_BYTES];
 	snprintf(health_msg, sizeof health_msg, "%s", run->health_message);
 	snprintf(images_msg, sizeof images_msg, "%s", run->images_message);
 	char *images_text = images_done && run->images_text ? strdup(run->images_text) : NULL;

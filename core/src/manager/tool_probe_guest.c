@@ -158,7 +158,7 @@ tool_result *tool_probe_guest(manager *m, guest *g, json_object *args, relay_cal
 	relay_error err;
 	memset(&err, 0, sizeof err);
 	bool io_ok = gio_begin(&io, m, g, call, &err) == RELAY_OK;
-	char io_why[320];
+	char io_why[RELAY_ERROR_MESSAGE_BYTES + 320];
 	snprintf(io_why, sizeof io_why, "the guest's transport is not available: %s", err.message);
 
 	check uname, shell, nodev, tsx, python;

@@ -1047,7 +1047,7 @@ static json_object *check_executable(stage_ctx *s, const char *field, const char
 		free(text);
 	} else {
 		jsonx_add_bool(check, "ready", false);
-		char diag[300];
+		char diag[RELAY_ERROR_MESSAGE_BYTES];
 		if (st != RELAY_OK)
 			snprintf(diag, sizeof diag, "%s", err.message);
 		else

@@ -13,7 +13,20 @@ relay_status relay_error_setv(relay_error *err, relay_status code, int sys_errno
 		err->message[0] = '\0';
 		return code;
 	}
-	vsnprintf(err->message, sizeof err->message, fmt, ap);
+	int len = vsnprintf(err->message, sizeof err->message, fmt, ap);
+	if (len >= (int)sizeof err->message) {
+		/* Cut: drop a UTF-8 sequence the cut left incomplete. */
+		size_t end = sizeof err->message - 1;
+		size_t lead = end;
+		while (lead > 0 && ((unsigned char)err->message[lead - 1] & 0xC0) == 0x80)
+			lead--;
+		if (lead > 0) {
+			unsigned char c = (unsigned char)err->message[lead - 1];
+			size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+			if (end - (lead - 1) < want)
+				err->message[lead - 1] = '\0';
+		}
+	}
 	return code;
 }
 
