@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <json-c/json.h>
 #include <limits.h>
 #include <poll.h>
@@ -109,7 +110,9 @@ static RH_UNUSED void rh_drain(int fd, char **buf, size_t *len)
 
 /* Runs the receiver with args (NULL-terminated); env_path, when given,
  * replaces PATH. Fills *o; the frame is parsed from stdout. */
-static RH_UNUSED void rh_exec(rh_out *o, const char *env_path, const char *const *args)
+/* Runs the receiver with `args`; with `uid` other than (uid_t)-1 as that
+ * user (group = uid, no supplementary groups; the caller must be root). */
+static RH_UNUSED void rh_exec_as(rh_out *o, const char *env_path, const char *const *args, uid_t uid)
 {
 	int out_p[2], err_p[2];
 	pid_t pid;
@@ -134,6 +137,9 @@ static RH_UNUSED void rh_exec(rh_out *o, const char *env_path, const char *const
 		close(err_p[0]);
 		if (env_path)
 			setenv("PATH", env_path, 1);
+		if (uid != (uid_t)-1 &&
+		    (setgroups(0, NULL) != 0 || setgid((gid_t)uid) != 0 || setuid(uid) != 0))
+			_exit(126);
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
@@ -176,6 +182,11 @@ static RH_UNUSED void rh_exec(rh_out *o, const char *env_path, const char *const
 	o->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 	if (o->out_len && o->out[o->out_len - 1] == '\n' && !memchr(o->out, '\n', o->out_len - 1))
 		o->frame = jsonx_parse(o->out, o->out_len, NULL, NULL, 0);
+}
+
+static RH_UNUSED void rh_exec(rh_out *o, const char *env_path, const char *const *args)
+{
+	rh_exec_as(o, env_path, args, (uid_t)-1);
 }
 
 /* rh_run(&o, "version", NULL) */
@@ -363,16 +374,16 @@ static RH_UNUSED char *rh_request(const char *root, const char *id, const rh_req
 	return req_path;
 }
 
-/* Runs a request; returns the parsed receipt (or NULL when the frame has
- * none); o keeps the frame. */
-static RH_UNUSED json_object *rh_run_request(rh_out *o, const char *root, const char *req_path,
-                                             const char *env_path)
+/* Runs a request (as `uid`, see rh_exec_as); returns the parsed receipt
+ * (or NULL when the frame has none); o keeps the frame. */
+static RH_UNUSED json_object *rh_run_request_as(rh_out *o, const char *root, const char *req_path,
+                                                const char *env_path, uid_t uid)
 {
 	const char *args[] = {"run", "--root", root, req_path, NULL};
 	const char *rel;
 	char *path;
 	json_object *receipt;
-	rh_exec(o, env_path, args);
+	rh_exec_as(o, env_path, args, uid);
 	if (!o->frame)
 		fprintf(stderr, "no frame; stdout=%s stderr=%s\n", o->out, o->err);
 	assert_non_null(o->frame);
@@ -384,6 +395,13 @@ static RH_UNUSED json_object *rh_run_request(rh_out *o, const char *root, const 
 	free(path);
 	assert_non_null(receipt);
 	return receipt;
+}
+
+/* rh_run_request_as as the caller. */
+static RH_UNUSED json_object *rh_run_request(rh_out *o, const char *root, const char *req_path,
+                                             const char *env_path)
+{
+	return rh_run_request_as(o, root, req_path, env_path, (uid_t)-1);
 }
 
 /* The journal's lines, parsed. */

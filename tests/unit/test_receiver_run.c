@@ -365,6 +365,93 @@ static void test_timeout_kills_the_tree(void **state)
 	free(root);
 }
 
+/* A member of the run's process group that the receiver may not kill (a
+ * setuid-root program that made itself root, while the receiver runs as
+ * nobody): termination cannot be confirmed, so the outcome is uncertain,
+ * the journal says which group, the lock keeps it, and the next run runs
+ * nothing (guest.md §12.4). */
+static void test_unkillable_member_is_not_confirmed(void **state)
+{
+	rh_out o;
+	rh_req rq = {0};
+	char *root, *req, *py, *cmd, *ready;
+	json_object *receipt;
+	pid_t survivor;
+	(void)state;
+	RH_REQUIRE_BINARY();
+	if (geteuid() != 0) {
+		fprintf(stderr, "skipped: needs root (a setuid-root helper and a run as nobody)\n");
+		skip();
+	}
+	root = rh_root(1);
+	cmd = rh_printf("chown -R 65534:65534 '%s'", root);
+	assert_int_equal(system(cmd), 0);
+	free(cmd);
+	/* Python copied and made setuid root; it makes all its uids 0, so
+	 * nobody's SIGKILL gets EPERM. It stays in the script's group. */
+	py = rh_printf("%s/py-suid", root);
+	cmd = rh_printf("cp /usr/bin/python3 '%s' && chown root:root '%s' && chmod 4755 '%s'", py, py, py);
+	if (system(cmd) != 0) {
+		free(cmd);
+		fprintf(stderr, "skipped: cannot make a setuid copy of /usr/bin/python3\n");
+		rh_rm_rf(root);
+		skip();
+	}
+	free(cmd);
+	ready = rh_printf("%s/workspace/ready", root);
+	rq.code = rh_printf("'%s' -I -c 'import os,time; os.setuid(0); open(\"ready\",\"w\").close(); "
+	                    "time.sleep(120)' &\n"
+	                    "echo $! > suid.pid\n"
+	                    "n=0; while [ ! -e ready ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n+1)); done\n"
+	                    "echo started\n",
+	                    py);
+	req = rh_request(root, "run-unkillable", &rq);
+	cmd = rh_printf("chown -R 65534:65534 '%s/requests' '%s/streamed'", root, root);
+	assert_int_equal(system(cmd), 0);
+	free(cmd);
+	receipt = rh_run_request_as(&o, root, req, NULL, 65534);
+	survivor = read_pid(root, "suid.pid");
+	assert_true(survivor > 0);
+	assert_true(rh_exists(ready));
+	assert_non_null(receipt);
+	assert_string_equal(outcome_kind(receipt), "uncertain");
+	assert_false(rh_bool(receipt, "terminationConfirmed"));
+	assert_non_null(strstr(rh_str(receipt, "outcome.diagnostic"), "not confirmed"));
+	assert_string_equal(rh_str(receipt, "stdout"), "started\n");
+	assert_int_equal(rh_journal_count(root, "resource-stop", "run-unkillable"), 1);
+	assert_false(process_gone(survivor));
+	json_object_put(receipt);
+	rh_out_free(&o);
+	free(req);
+
+	/* The lock still holds the unconfirmed group: the next run is not
+	 * started beside it; it is answered uncertain and runs nothing. */
+	free((char *)rq.code);
+	rq.code = "echo must-not-run > ran.txt\n";
+	req = rh_request(root, "run-after", &rq);
+	cmd = rh_printf("chown -R 65534:65534 '%s/requests' '%s/streamed'", root, root);
+	assert_int_equal(system(cmd), 0);
+	free(cmd);
+	rh_exec_as(&o, NULL, (const char *const[]){"run", "--root", root, req, NULL}, 65534);
+	assert_non_null(o.frame);
+	assert_null(rh_get(o.frame, "receipt.path"));
+	assert_string_equal(rh_str(o.frame, "outcome.kind"), "uncertain");
+	assert_non_null(strstr(rh_str(o.frame, "outcome.diagnostic"), "unconfirmed; input is not replayed"));
+	cmd = rh_printf("%s/workspace/ran.txt", root);
+	assert_false(rh_exists(cmd));
+	free(cmd);
+	rh_out_free(&o);
+	free(req);
+
+	kill(survivor, SIGKILL);
+	for (int i = 0; i < 100 && !process_gone(survivor); i++)
+		usleep(20 * 1000);
+	free(ready);
+	free(py);
+	rh_rm_rf(root);
+	free(root);
+}
+
 static void test_output_budget(void **state)
 {
 	rh_out o;
@@ -899,6 +986,7 @@ int main(void)
 	    cmocka_unit_test(test_lock_rules),
 	    cmocka_unit_test(test_validation_refusals),
 	    cmocka_unit_test(test_cancel),
+	    cmocka_unit_test(test_unkillable_member_is_not_confirmed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
