@@ -2,7 +2,8 @@
 is retried (3 attempts) and then pauses the queue; relay_status reports it from memory without
 lifting it; the next call that reaches the guest lifts it; a lasting failure (a copy that
 arrives corrupted) is not retried and does not pause; relay_finish brings home what failed
-downloads left behind, and the coalesced count covers the steps it took over.
+downloads left behind, and the coalesced count covers the steps it took over. A queue past
+its bound of 64 jobs, and not paused, holds the next run back until the oldest job is done.
 
 Transport failures are scripted through machine-fake's "pull" control entries.
 """
@@ -79,6 +80,36 @@ def test_pause_after_transient_failure(binary):
         assert {first, second, third} <= executed, executed
         for eid in (first, third):
             assert os.path.exists(os.path.join(evidence, "state", "receiver", "receipts", eid + ".json"))
+    finally:
+        env.cleanup()
+
+
+def test_queue_bound_holds_the_next_run_back(binary):
+    """evidence.md §5.1: 64 queued jobs; only a queue past that bound, and not paused, makes a
+    new run hold back until the oldest job is done. The first step download is made slow (45 s,
+    far longer than the 65 runs that follow take here), so 64 steps queue behind it; the 66th
+    run can only answer once that first download has ended."""
+    env = DeliveryEnv(binary)
+    try:
+        with env.relay() as r:
+            r.initialize()
+            acq = env.acquire(r)
+            g = acq["guest"]
+            env.stage(r, g)
+            env.write_control({"pull": [{"match": "/.archive-", "delayMs": 45000, "times": 1}]})
+            env.run(r, g, "true")
+            env.wait_downloads(r, g, lambda d: d["inFlight"] == 1, what="the slow download in flight")
+            for i in range(64):
+                env.run(r, g, "true")
+            d = env.status_guest(r, g)["downloads"]
+            # The setup held: the slow download is still in flight and 64 wait behind it.
+            assert d["inFlight"] == 1 and d["downloaded"] == 0 and d["queued"] == 64, d
+            env.run(r, g, "true")
+            d = env.status_guest(r, g)["downloads"]
+            assert d["downloaded"] >= 1, ("the 66th run answered before the oldest job ended", d)
+            assert d["queued"] <= 64, d
+            d = env.wait_downloads(r, g, lambda d: d["downloaded"] == 66, timeout=120)
+            assert d["failed"] == 0 and d["paused"] is False, d
     finally:
         env.cleanup()
 

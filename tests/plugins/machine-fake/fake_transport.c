@@ -6,9 +6,12 @@
  * report guest-side facts (path, bytes, SHA-256).
  *
  * SCRIPTED PULLS. The control file (machine_fake.c) may hold
- *   "pull": [{"result": "...", "times": 1, "match": "<substring>"}, ...]
+ *   "pull": [{"result": "...", "times": 1, "match": "<substring>",
+ *             "delayMs": 0}, ...]
  * Each pull takes the first entry whose "match" (optional) occurs in the
  * guest path; the entry is used `times` times (-1: for ever), then removed.
+ * "delayMs" makes the pull wait that long first (a slow guest link); a
+ * cancelled call stops waiting and answers RELAY_E_CANCELLED.
  * Results: ok | transient (RELAY_E_TRANSIENT, "connection reset") |
  * timeout (RELAY_E_TIMEOUT) | refused (RELAY_E_REFUSED, a lasting 4xx) |
  * unsafe-path (RELAY_E_UNSAFE_PATH) | not-found (RELAY_E_NOT_FOUND) |
@@ -564,7 +567,6 @@ static relay_status fake_pull(relay_plugin_state *state, relay_transport_conn *c
 {
 	fake_state *st = state;
 	fake_conn *conn = c;
-	(void)call;
 	if (facts_json_out)
 		*facts_json_out = NULL;
 	if (flags & ~RELAY_XFER_TREE)
@@ -572,6 +574,13 @@ static relay_status fake_pull(relay_plugin_state *state, relay_transport_conn *c
 		                           "machine-fake: unknown pull flags 0x%x", flags);
 	int tree = (flags & RELAY_XFER_TREE) != 0;
 	json_object *behaviour = take_pull_behaviour(st, remote_path);
+	json_object *delay_obj = NULL;
+	if (behaviour && json_object_object_get_ex(behaviour, "delayMs", &delay_obj) &&
+	    fake_delay(st, call, json_object_get_int64(delay_obj))) {
+		json_object_put(behaviour);
+		return st->host->error_set(err, RELAY_E_CANCELLED, 0,
+		                           "machine-fake: pulling %s was cancelled", remote_path);
+	}
 	const char *scripted = str_of(behaviour, "result") ? str_of(behaviour, "result") : "ok";
 	json_object *extra = json_object_new_object();
 	json_object_object_add(extra, "path", json_object_new_string(remote_path ? remote_path : ""));
