@@ -1194,7 +1194,10 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 {
 	if (facts_out)
 		*facts_out = NULL;
-	if (flags & ~RELAY_XFER_TREE)
+	/* RELAY_XFER_CALLER_VERIFIES is accepted and changes nothing: both
+	 * sides are hashed anyway (the direct copy's check is cheap next to
+	 * the file creation it guards). */
+	if (flags & ~(RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES))
 		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown push flags 0x%x", flags);
 	if (local_path == NULL || remote_path == NULL)
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "push needs a local and a remote path");

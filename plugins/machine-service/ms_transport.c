@@ -35,8 +35,11 @@
 
 #define EXEC_KNOWN_FLAGS (RELAY_EXEC_MERGE_OUTPUT | RELAY_EXEC_KEEP_TAIL)
 #define XFER_KNOWN_FLAGS RELAY_XFER_TREE
-#define PREP_TIMEOUT_MS  60000u
-#define CHECK_MAX_DEPTH  256
+/* The service's own transfer is always hash-checked on our side, so the
+ * caller's RELAY_XFER_CALLER_VERIFIES changes nothing here. */
+#define XFER_PUSH_FLAGS (RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES)
+#define PREP_TIMEOUT_MS 60000u
+#define CHECK_MAX_DEPTH 256
 
 typedef struct ms_conn {
 	char vm[256];
@@ -432,9 +435,9 @@ relay_status ms_transport_push(relay_plugin_state *state, relay_transport_conn *
 	ms_conn *conn = conn_ptr;
 	if (facts_json_out)
 		*facts_json_out = NULL;
-	if (flags & ~XFER_KNOWN_FLAGS)
+	if (flags & ~XFER_PUSH_FLAGS)
 		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown push flags 0x%x",
-		                       MS_PLUGIN_NAME, flags & ~XFER_KNOWN_FLAGS);
+		                       MS_PLUGIN_NAME, flags & ~XFER_PUSH_FLAGS);
 	bool tree = flags & RELAY_XFER_TREE;
 	struct stat st;
 	if (local_path == NULL || lstat(local_path, &st) != 0)

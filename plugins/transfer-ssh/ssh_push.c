@@ -197,6 +197,7 @@ typedef struct push_ctx {
 	relay_error step_err;
 	bool step_failed;
 	ssh_buf expected; /* "<sha256> ./<member>" per file: the stream's last member */
+	bool unchecked;   /* RELAY_XFER_CALLER_VERIFIES: no hashing on either side */
 } push_ctx;
 
 static void push_on_out(void *ctx, const char *data, size_t len)
@@ -269,7 +270,7 @@ static relay_status push_file(push_ctx *pc, struct archive *a, const push_item *
 	}
 	chunk = malloc(PUSH_READ_CHUNK);
 	e = archive_entry_new();
-	if (chunk == NULL || e == NULL || !ssh_sha256_begin(&h)) {
+	if (chunk == NULL || e == NULL || (!pc->unchecked && !ssh_sha256_begin(&h))) {
 		status =
 		    host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory pushing %.120s", it->full);
 		goto cleanup;
@@ -299,7 +300,8 @@ static relay_status push_file(push_ctx *pc, struct archive *a, const push_item *
 			status = host->error_set(err, RELAY_E_CANCELLED, 0, "push cancelled");
 			goto cleanup;
 		}
-		ssh_sha256_update(&h, chunk, (size_t)r);
+		if (!pc->unchecked)
+			ssh_sha256_update(&h, chunk, (size_t)r);
 		if (archive_write_data(a, chunk, (size_t)r) != r)
 			goto archive_failed;
 		done += (uint64_t)r;
@@ -310,6 +312,8 @@ static relay_status push_file(push_ctx *pc, struct archive *a, const push_item *
 			pc->next_progress = pc->sent_bytes + ((uint64_t)8 << 20);
 		}
 	}
+	if (pc->unchecked)
+		goto cleanup; /* the caller checks the copy (RELAY_XFER_CALLER_VERIFIES) */
 	char hex[65];
 	ssh_sha256_end(&h, hex);
 	ssh_buf_printf(&pc->expected, "%s ./%s\n", hex, entry_name);
@@ -406,6 +410,7 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 	push_ctx pc = {.conn = conn, .host = host, .call = call};
 	pc.child = (ssh_child){.pid = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1};
 	bool tree = (flags & RELAY_XFER_TREE) != 0;
+	pc.unchecked = (flags & RELAY_XFER_CALLER_VERIFIES) != 0;
 	bool guest_dirty = false;
 	char token[33];
 	char what[200];
@@ -413,7 +418,7 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 	*retry_cold = false;
 	if (facts_json_out)
 		*facts_json_out = NULL;
-	if (flags & ~RELAY_XFER_TREE)
+	if (flags & ~(RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES))
 		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown push flags 0x%x", flags);
 	if (local_path == NULL)
 		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "push needs a host path");
@@ -459,8 +464,10 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 	status = ssh_token(host, token, err);
 	if (status != RELAY_OK)
 		goto cleanup;
-	const char *args[] = {token, remote, tree ? "tree" : "file",
-	                      tree && list.total_bytes >= PUSH_OVERLAP_MIN_BYTES ? "overlap" : "after", NULL};
+	const char *mode = pc.unchecked                                         ? "unchecked"
+	                   : tree && list.total_bytes >= PUSH_OVERLAP_MIN_BYTES ? "overlap"
+	                                                                        : "after";
+	const char *args[] = {token, remote, tree ? "tree" : "file", mode, NULL};
 	bool was_spare = false;
 	status = ssh_session_start(conn, "push", args, may_use_spare, &pc.child, &was_spare, err);
 	if (status != RELAY_OK)
@@ -552,7 +559,8 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 	if (code == SSH_SCRIPT_EXIT_INTEGRITY) {
 		/* The guest refused to replace anything; name the first difference. */
 		bool no_hash = false;
-		if (ssh_facts_parse(host, ssh_buf_str(&pc.out), pc.out.len, !tree, &arrived, &no_hash, err) ==
+		if (!pc.unchecked &&
+		    ssh_facts_parse(host, ssh_buf_str(&pc.out), pc.out.len, !tree, &arrived, &no_hash, err) ==
 		        RELAY_OK &&
 		    !no_hash) {
 			ssh_facts_sort(&sent);
@@ -585,22 +593,25 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 		goto cleanup;
 	}
 	guest_dirty = false;
-	bool no_hash = false;
-	ssh_facts_sort(&sent);
-	status = ssh_facts_parse(host, ssh_buf_str(&pc.out), pc.out.len, !tree, &arrived, &no_hash, err);
-	if (status != RELAY_OK)
-		goto cleanup;
-	if (!no_hash) {
-		/* The guest compared too; this guards against a guest that lies. */
-		status = ssh_facts_compare(host, what, &sent, &arrived, err);
+	/* Unchecked: no facts either way; the caller scans the copy itself. */
+	bool no_hash = pc.unchecked;
+	if (!pc.unchecked) {
+		ssh_facts_sort(&sent);
+		status =
+		    ssh_facts_parse(host, ssh_buf_str(&pc.out), pc.out.len, !tree, &arrived, &no_hash, err);
 		if (status != RELAY_OK)
 			goto cleanup;
-	} else {
-		host->log(
-		    RELAY_LOG_WARNING, SSH_PLUGIN_NAME,
-		    "the guest %s has no sha256 tool (openssl, sha256sum, shasum); %s is not verified in the "
-		    "guest",
-		    conn->host, remote);
+		if (!no_hash) {
+			/* The guest compared too; this guards against a guest that lies. */
+			status = ssh_facts_compare(host, what, &sent, &arrived, err);
+			if (status != RELAY_OK)
+				goto cleanup;
+		} else {
+			host->log(RELAY_LOG_WARNING, SSH_PLUGIN_NAME,
+			          "the guest %s has no sha256 tool (openssl, sha256sum, shasum); %s is not "
+			          "verified in the guest",
+			          conn->host, remote);
+		}
 	}
 	host->log(RELAY_LOG_DEBUG, SSH_PLUGIN_NAME,
 	          "pushed %zu entries, %llu bytes to %s (%s session): stream %lld ms, then guest unpack, "

@@ -38,7 +38,7 @@
  *   group and prints "\036relay <token> end <exit status> <sweep status>".
  *   A missing working folder prints "\036relay <token> nocwd" (exit 125).
  *
- * 'push' <token> <guest path> file|tree [overlap]: reads a tar stream on
+ * 'push' <token> <guest path> file|tree overlap|after|unchecked: reads a tar stream on
  *   standard input and unpacks it into <parent>/.relay-push-<token>. The
  *   stream's last member, .relay-expected-<token>, lists
  *   "<sha256> ./<path>" for every file the host sent. The script checks
@@ -48,7 +48,9 @@
  *   existing one merged with files replaced, a file moved over) and prints
  *   "\036relay-committed". A difference exits 6 and removes the copy:
  *   nothing was replaced. With "overlap" (large trees) files are hashed
- *   while tar unpacks the next ones, otherwise once tar has ended.
+ *   while tar unpacks the next ones, with "after" once tar has ended; with
+ *   "unchecked" (RELAY_XFER_CALLER_VERIFIES) nothing is hashed or compared
+ *   and the facts block is "\036relay-nohash".
  *
  * 'pull' <token> <guest path> file|tree: refuses a path that is a link, a
  *   tree holding links, devices, FIFOs, sockets or names with a newline or

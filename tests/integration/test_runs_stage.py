@@ -52,6 +52,13 @@ def test_stage_pushes_verified_files(binary):
             ev = events(g["evidencePath"], "stage")
             assert len(ev) == 1 and ev[0]["details"]["recordingSessionId"] == s["recordingSessionId"], ev
             assert os.listdir(os.path.join(g["evidencePath"], "host", "transfers")), "no transfer record"
+            if v.kind == "fake":
+                # The workspace goes with RELAY_XFER_CALLER_VERIFIES (the scan checks it); the
+                # fake refuses the flag like a transport built before it, and the core pushes
+                # again without it.
+                pushes = [e["result"] for e in v.ops()
+                          if e.get("op") == "push" and e.get("path") == root + "/workspace"]
+                assert pushes == ["unsupported-flags", "ok"], pushes
             journal = sh(r, name, "cat %s/state/journal/events.jsonl" % root)
             assert '"session-start"' in journal, journal
             # No transient file is left in the guest root.

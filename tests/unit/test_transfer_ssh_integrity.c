@@ -231,6 +231,68 @@ static void test_guest_compares_before_replacing(void **state)
 	assert_int_equal(fixture_count_prefix(suite.fx.guest_root, ".relay-push-"), 0);
 }
 
+/* RELAY_XFER_CALLER_VERIFIES: the caller scans the copy itself, so the
+ * push hashes nothing in the guest (wrappers around the guest's hash tools
+ * log every call), returns no facts, and a copy damaged in transit is not
+ * the transport's to notice any more. Without the flag the tools run. The
+ * flag means nothing to a pull, which refuses it. */
+static void test_caller_verified_push_hashes_nothing(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT_SSHD();
+	char src[256], dst[256], path[300], calls[256], wrapper[512];
+	const char *tools[] = {"sha256sum", "openssl", "shasum"};
+	snprintf(calls, sizeof calls, "%s/.hash-calls", suite.fx.guest_root);
+	for (size_t i = 0; i < sizeof tools / sizeof tools[0]; i++) {
+		snprintf(
+		    wrapper, sizeof wrapper,
+		    "#!/bin/sh\necho \"%s $*\" >> '%s'\n"
+		    "for d in /usr/bin /bin; do [ -x \"$d/%s\" ] && exec \"$d/%s\" \"$@\"; done\nexit 127\n",
+		    tools[i], calls, tools[i], tools[i]);
+		snprintf(path, sizeof path, "%s/%s", suite.fakebin, tools[i]);
+		fixture_write(path, wrapper);
+		chmod(path, 0755);
+	}
+	snprintf(src, sizeof src, "%s/unchecked-tree", suite.local);
+	mkdir(src, 0755);
+	for (int i = 0; i < 12; i++) {
+		snprintf(path, sizeof path, "%s/f%02d", src, i);
+		assert_int_equal(fixture_random_file(path, 3000 + (size_t)i, 100u + (unsigned)i, 0644), 0);
+	}
+	relay_error err;
+	char *facts = (char *)"unset";
+	snprintf(dst, sizeof dst, "%s/unchecked-tree", suite.fx.guest_root);
+	assert_status(push(src, dst, RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES, &facts, &err), RELAY_OK);
+	assert_null(facts);
+	assert_true(fixture_same_tree(src, dst));
+	assert_false(fixture_exists(calls));
+
+	/* Damage in transit now passes the transport: the caller's scan is
+	 * what catches it. */
+	marker(".tamper-push", true);
+	snprintf(dst, sizeof dst, "%s/unchecked-damaged", suite.fx.guest_root);
+	assert_status(push(src, dst, RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES, NULL, &err), RELAY_OK);
+	marker(".tamper-push", false);
+	assert_false(fixture_same_tree(src, dst));
+	assert_false(fixture_exists(calls));
+
+	/* Without the flag the guest hashes. */
+	snprintf(dst, sizeof dst, "%s/checked-tree", suite.fx.guest_root);
+	assert_status(push(src, dst, RELAY_XFER_TREE, &facts, &err), RELAY_OK);
+	assert_non_null(facts);
+	free(facts);
+	assert_true(fixture_exists(calls));
+
+	snprintf(path, sizeof path, "%s/unchecked-back", suite.local);
+	assert_status(pull(dst, path, RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES, NULL, &err),
+	              RELAY_E_UNSUPPORTED_FLAGS);
+	for (size_t i = 0; i < sizeof tools / sizeof tools[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", suite.fakebin, tools[i]);
+		unlink(path);
+	}
+	unlink(calls);
+}
+
 static void test_pull_detects_changed_bytes(void **state)
 {
 	(void)state;
@@ -289,6 +351,7 @@ int main(void)
 	    cmocka_unit_test(test_guest_compares_before_replacing),
 	    cmocka_unit_test(test_pull_detects_changed_bytes),
 	    cmocka_unit_test(test_host_refuses_late_link),
+	    cmocka_unit_test(test_caller_verified_push_hashes_nothing),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -43,25 +43,33 @@ extern "C" {
 typedef void relay_transport_conn;
 
 /* Bits of relay_transport_ops.traits. */
-#define RELAY_TRANSPORT_CONCURRENT 0x1u  /* exec/push/pull may run concurrently on one conn */
+#define RELAY_TRANSPORT_CONCURRENT  0x1u /* exec/push/pull may run concurrently on one conn */
 #define RELAY_TRANSPORT_GUEST_FACTS 0x2u /* push/pull return guest-side facts */
 
 /* Flags of exec(). */
 #define RELAY_EXEC_MERGE_OUTPUT 0x1u /* stderr is appended to stdout in arrival order */
-#define RELAY_EXEC_KEEP_TAIL 0x2u    /* on overflow keep the last max_output_bytes, do not kill */
+#define RELAY_EXEC_KEEP_TAIL    0x2u /* on overflow keep the last max_output_bytes, do not kill */
 
 /* Flags of push() and pull(). */
 #define RELAY_XFER_TREE 0x1u /* the path is a folder: move its whole tree */
+/* push() only: the caller checks the copy itself (the receiver's scan
+ * against the host inventory, guest.md §3.4), so the transport may skip its
+ * own hashing on either side and return no facts (*facts_json_out NULL).
+ * It still refuses links and special files, and still fails on a broken or
+ * truncated stream. A transport that ignores the flag and verifies anyway
+ * is correct too. The core passes it only where it scans afterwards, and
+ * retries without it when a transport answers RELAY_E_UNSUPPORTED_FLAGS. */
+#define RELAY_XFER_CALLER_VERIFIES 0x2u
 
 typedef struct relay_exec_request {
-	uint32_t struct_size;     /* sizeof(relay_exec_request) */
-	const char *const *argv;  /* NULL-terminated; argv[0] looked up on the guest user's PATH;
-				     each element passed unchanged (quoted when a remote shell is in
-				     the way); borrowed */
-	const char *cwd;          /* guest working folder, or NULL for the guest user's default; borrowed */
-	const char *const *envp;  /* NULL-terminated "K=V" added to the guest environment, or NULL; borrowed */
-	uint64_t timeout_ms;      /* > 0; at expiry the guest process group is killed */
-	size_t max_output_bytes;  /* cap on stdout + stderr together; 0 = 65536 */
+	uint32_t struct_size;    /* sizeof(relay_exec_request) */
+	const char *const *argv; /* NULL-terminated; argv[0] looked up on the guest user's PATH;
+	                            each element passed unchanged (quoted when a remote shell is in
+	                            the way); borrowed */
+	const char *cwd;         /* guest working folder, or NULL for the guest user's default; borrowed */
+	const char *const *envp; /* NULL-terminated "K=V" added to the guest environment, or NULL; borrowed */
+	uint64_t timeout_ms;     /* > 0; at expiry the guest process group is killed */
+	size_t max_output_bytes; /* cap on stdout + stderr together; 0 = 65536 */
 } relay_exec_request;
 
 typedef struct relay_exec_result {
@@ -73,7 +81,7 @@ typedef struct relay_exec_result {
 	int termination_confirmed; /* 1 when no process of the command survives in the guest */
 	char *out;                 /* stdout (or merged output), NUL-terminated; owned by caller */
 	size_t out_len;
-	char *err;                 /* stderr, NULL with RELAY_EXEC_MERGE_OUTPUT; owned by caller */
+	char *err; /* stderr, NULL with RELAY_EXEC_MERGE_OUTPUT; owned by caller */
 	size_t err_len;
 } relay_exec_result;
 
@@ -85,8 +93,8 @@ typedef struct relay_transport_ops {
 	 * the lease document). *conn_out receives it (released with close()).
 	 * RELAY_E_UNSUPPORTED when this transport cannot reach that lease (for
 	 * example transfer-ssh for a lease without "ssh"). */
-	relay_status (*open)(relay_plugin_state *state, const char *lease_json, relay_call *call, unsigned flags,
-			     relay_transport_conn **conn_out, relay_error *err);
+	relay_status (*open)(relay_plugin_state *state, const char *lease_json, relay_call *call,
+	                     unsigned flags, relay_transport_conn **conn_out, relay_error *err);
 
 	/* Closes a connection; no operation on it may be running. */
 	void (*close)(relay_plugin_state *state, relay_transport_conn *conn, unsigned flags);
@@ -96,8 +104,9 @@ typedef struct relay_transport_ops {
 	 * RELAY_E_TRANSIENT when the transport failed before the command started
 	 * (safe to retry for idempotent commands), RELAY_E_INDETERMINATE when it
 	 * failed after (the command may still be running), RELAY_E_CANCELLED. */
-	relay_status (*exec)(relay_plugin_state *state, relay_transport_conn *conn, const relay_exec_request *req,
-			     relay_call *call, unsigned flags, relay_exec_result *res, relay_error *err);
+	relay_status (*exec)(relay_plugin_state *state, relay_transport_conn *conn,
+	                     const relay_exec_request *req, relay_call *call, unsigned flags,
+	                     relay_exec_result *res, relay_error *err);
 
 	/* Copies host `local_path` (borrowed; a regular file, or with
 	 * RELAY_XFER_TREE a folder whose contents are copied) to guest
@@ -105,15 +114,15 @@ typedef struct relay_transport_ops {
 	 * its parents, mode 0700). Existing files are replaced. *facts_json_out
 	 * (may be NULL to skip) as described above. */
 	relay_status (*push)(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
-			     const char *remote_path, relay_call *call, unsigned flags, char **facts_json_out,
-			     relay_error *err);
+	                     const char *remote_path, relay_call *call, unsigned flags, char **facts_json_out,
+	                     relay_error *err);
 
 	/* Copies guest `remote_path` to host `local_path`, which must not exist
 	 * (created O_EXCL, 0600; folders 0700). Refuses links, devices and FIFOs
 	 * in the guest. On failure nothing is left at local_path. */
 	relay_status (*pull)(relay_plugin_state *state, relay_transport_conn *conn, const char *remote_path,
-			     const char *local_path, relay_call *call, unsigned flags, char **facts_json_out,
-			     relay_error *err);
+	                     const char *local_path, relay_call *call, unsigned flags, char **facts_json_out,
+	                     relay_error *err);
 } relay_transport_ops;
 
 /* Smallest transport ops table the 1.x loader accepts (all five operations required). */

@@ -364,10 +364,18 @@ static relay_status transfer(guest_io *io, bool push, const char *local, const c
 			                       "the call was cancelled before %s %s", op, what);
 		char *facts_text = NULL;
 		relay_error_clear(err);
-		if (push)
+		if (push) {
 			st = io->plugin->transport.push(io->plugin->state, io->conn, local, remote, io->call,
 			                                flags, facts_out ? &facts_text : NULL, err);
-		else
+			if (st == RELAY_E_UNSUPPORTED_FLAGS && (flags & RELAY_XFER_CALLER_VERIFIES)) {
+				/* A transport built before the flag: it verifies itself. */
+				flags &= ~RELAY_XFER_CALLER_VERIFIES;
+				relay_error_clear(err);
+				st = io->plugin->transport.push(io->plugin->state, io->conn, local, remote,
+				                                io->call, flags,
+				                                facts_out ? &facts_text : NULL, err);
+			}
+		} else
 			st = io->plugin->transport.pull(io->plugin->state, io->conn, remote, local, io->call,
 			                                flags, NULL, err);
 		if (st == RELAY_OK) {

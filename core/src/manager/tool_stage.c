@@ -779,7 +779,8 @@ static tool_result *stage_workspace(stage_ctx *s)
 			/* The transport streams trees natively; it replaces the
 			 * archive push, never the scan comparison. */
 			method = "tree";
-			st = gio_push(&s->io, s->workspace.path, dest, RELAY_XFER_TREE, "the workspace", NULL,
+			st = gio_push(&s->io, s->workspace.path, dest,
+			              RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES, "the workspace", NULL,
 			              &err);
 			if (st == RELAY_OK)
 				gio_note_transfer(&s->io, "push", "workspace", s->workspace.path, dest,

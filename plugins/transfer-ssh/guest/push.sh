@@ -1,5 +1,6 @@
-# transfer-ssh push (ssh_push.h). Op args: <token> <guest path> file|tree [overlap].
-# Needs lib.sh, facts.sh.
+# transfer-ssh push (ssh_push.h). Op args: <token> <guest path> file|tree
+# overlap|after|unchecked. Needs lib.sh, facts.sh. "unchecked": the caller checks
+# the copy itself (RELAY_XFER_CALLER_VERIFIES), nothing is hashed here.
 relay_merge() {
 	for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
 		[ -e "$e" ] || [ -L "$e" ] || continue
@@ -63,7 +64,21 @@ relay_push_file() {
 		esac
 	done
 	[ -f ./f ] && [ -f "./.relay-expected-$t" ] || relay_drop 5 "the stream ended before its list of hashes"
-	# The list must be exactly one line, "<sha256> ./f".
+	if [ "$m" = unchecked ]; then
+		printf '\036relay-nohash\n'
+	else
+		relay_check_file
+	fi
+	cd /
+	if [ -L "$d" ]; then relay_drop 4 "guest path $d became a symbolic link; nothing was replaced"; fi
+	if [ -d "$d" ]; then relay_drop 4 "guest path $d became a folder; nothing was replaced"; fi
+	mv -f -- "$x/f" "$d" || relay_drop 5 "cannot move the pushed file into place at $d"
+	rm -rf -- "$x"
+	printf '\036relay-committed\n'
+	exit 0
+}
+# The single file ./f against the one-line list: "<sha256> ./f".
+relay_check_file() {
 	n=0
 	while IFS= read -r l || [ -n "$l" ]; do
 		n=$((n + 1))
@@ -81,13 +96,6 @@ relay_push_file() {
 	else
 		printf '\036relay-nohash\n'
 	fi
-	cd /
-	if [ -L "$d" ]; then relay_drop 4 "guest path $d became a symbolic link; nothing was replaced"; fi
-	if [ -d "$d" ]; then relay_drop 4 "guest path $d became a folder; nothing was replaced"; fi
-	mv -f -- "$x/f" "$d" || relay_drop 5 "cannot move the pushed file into place at $d"
-	rm -rf -- "$x"
-	printf '\036relay-committed\n'
-	exit 0
 }
 relay_op_push() {
 	umask 077
@@ -123,7 +131,7 @@ relay_op_push() {
 	[ "$rt" = 0 ] || relay_drop 5 "the guest tar could not unpack the stream into $x"
 	cd -- "$x" || relay_drop 5 "cannot enter the guest folder $x"
 	[ "$k" != file ] || relay_push_file
-	if [ -z "$rh" ] && relay_hashtool small; then
+	if [ -z "$rh" ] && [ "$m" != unchecked ] && relay_hashtool small; then
 		: >"$fl"
 		relay_feed "$t" "$fl" | xargs -0 -n 256 sh -c "$rh \"\$@\" >&3 && wc -c \"\$@\"" relay-hash >"$sf" 3>"$hf" ||
 			rbs=$?

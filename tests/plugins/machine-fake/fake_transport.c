@@ -446,9 +446,19 @@ static relay_status fake_push(relay_plugin_state *state, relay_transport_conn *c
 	(void)call;
 	if (facts_json_out)
 		*facts_json_out = NULL;
-	if (flags & ~RELAY_XFER_TREE)
+	/* Like a transport built before RELAY_XFER_CALLER_VERIFIES, the fake
+	 * refuses it (and logs the refusal), so the tests see the core fall
+	 * back to a push without it. */
+	if (flags & ~RELAY_XFER_TREE) {
+		json_object *refused = json_object_new_object();
+		json_object_object_add(refused, "path",
+		                       json_object_new_string(remote_path ? remote_path : ""));
+		json_object_object_add(refused, "result", json_object_new_string("unsupported-flags"));
+		json_object_object_add(refused, "flags", json_object_new_int64(flags));
+		fake_log(st, "push", conn->vm, refused);
 		return st->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0,
 		                           "machine-fake: unknown push flags 0x%x", flags);
+	}
 	if (remote_path == NULL || remote_path[0] != '/')
 		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                           "machine-fake: guest paths are absolute");
