@@ -6,6 +6,7 @@ files on disk."""
 import glob
 import json
 import os
+import time
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -53,6 +54,35 @@ def test_search_matches_names_and_aliases(binary):
             # Searching never leases anything.
             assert svc.requests("POST", "/acquire") == []
             assert len(svc.requests("GET", "/applications")) == 3
+    finally:
+        svc.cleanup()
+
+
+def test_search_diagnostics_are_pruned(binary):
+    """lifecycle.md §9: search-diagnostics keeps at most 256 records and none older than 30 days."""
+    svc = Standin(binary)
+    try:
+        with svc.relay(binary) as r:
+            r.initialize()
+            assert r.call_tool("relay_search", {"name": "cua"})["isError"] is False
+            records = glob.glob(os.path.join(r.state_dir, "*", "search-diagnostics", "*.json"))
+            assert len(records) == 1, records
+            folder = os.path.dirname(records[0])
+            now_ms = int(time.time() * 1000)
+            old = ["%d-00000000-0000-4000-8000-%012d.json" % (now_ms - 31 * 86400 * 1000 - i, i)
+                   for i in range(20)]
+            recent = ["%d-00000000-0000-4000-8000-%012d.json" % (now_ms - 60000 - i * 1000, 100 + i)
+                      for i in range(300)]
+            for name in old + recent:
+                with open(os.path.join(folder, name), "w") as f:
+                    f.write("{}")
+            assert r.call_tool("relay_search", {"name": "chromium"})["isError"] is False
+            left = sorted(os.listdir(folder))
+            assert len(left) == 256, len(left)
+            assert not set(old) & set(left), "a record older than 30 days was kept"
+            # The newest stay: both real searches, and the most recent of the planted ones.
+            assert os.path.basename(records[0]) in left
+            assert sorted(recent)[-254:] == [n for n in left if n in set(recent)]
     finally:
         svc.cleanup()
 
