@@ -56,12 +56,12 @@ extern "C" {
 
 /* ABI version: major in the high 16 bits, minor in the low 16 bits. A major
  * change breaks binary compatibility; a minor change only appends. */
-#define RELAY_ABI_VERSION_MAJOR 1u
-#define RELAY_ABI_VERSION_MINOR 0u
+#define RELAY_ABI_VERSION_MAJOR      1u
+#define RELAY_ABI_VERSION_MINOR      0u
 #define RELAY_ABI_MAKE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
-#define RELAY_ABI_VERSION RELAY_ABI_MAKE(RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR)
-#define RELAY_ABI_MAJOR(v) ((uint32_t)(v) >> 16)
-#define RELAY_ABI_MINOR(v) ((uint32_t)(v)&0xffffu)
+#define RELAY_ABI_VERSION            RELAY_ABI_MAKE(RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR)
+#define RELAY_ABI_MAJOR(v)           ((uint32_t)(v) >> 16)
+#define RELAY_ABI_MINOR(v)           ((uint32_t)(v)&0xffffu)
 
 /* The exported entry's name, for dlsym(). */
 #define RELAY_PLUGIN_ENTRY_SYMBOL "relay_plugin_entry_v1"
@@ -123,7 +123,7 @@ typedef struct relay_plugin_descriptor {
 	 * releases what it took and returns non-zero; it is then not used.
 	 */
 	relay_status (*init)(const struct relay_host *host, const char *config_json, unsigned flags,
-			     relay_plugin_state **state_out, relay_error *err);
+	                     relay_plugin_state **state_out, relay_error *err);
 	/* Called once at exit, after every operation has returned. May be NULL. */
 	void (*fini)(relay_plugin_state *state);
 
@@ -140,12 +140,28 @@ typedef struct relay_plugin_descriptor {
 } relay_plugin_descriptor;
 
 /* Smallest descriptor the 1.x loader accepts (everything up to console_ops_size). */
-#define RELAY_PLUGIN_DESCRIPTOR_MIN_SIZE                                                           \
+#define RELAY_PLUGIN_DESCRIPTOR_MIN_SIZE                                                                     \
 	(offsetof(relay_plugin_descriptor, console_ops_size) + sizeof(uint32_t))
 
 /* The entry every plugin exports. `host_abi_version` is the host's
  * RELAY_ABI_VERSION. Returns a static descriptor, or NULL to refuse the host. */
 typedef const relay_plugin_descriptor *(*relay_plugin_entry_fn)(uint32_t host_abi_version);
+
+/* Defines the exported entry of a plugin that works with every 1.x host:
+ * it returns &descriptor (a static const relay_plugin_descriptor) to a host
+ * of the same major version and refuses (NULL) any other. A plugin that
+ * needs services of a later minor writes its own entry instead and refuses
+ * older hosts there (plugins/reference/capture_reference.c spells the
+ * entry out). Use once, at file scope:
+ *
+ *     RELAY_PLUGIN_DEFINE_ENTRY(descriptor)
+ */
+#define RELAY_PLUGIN_DEFINE_ENTRY(descriptor)                                                                \
+	RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version); \
+	RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)  \
+	{                                                                                                    \
+		return RELAY_ABI_MAJOR(host_abi_version) == RELAY_ABI_VERSION_MAJOR ? &(descriptor) : NULL;  \
+	}
 
 #ifdef __cplusplus
 }

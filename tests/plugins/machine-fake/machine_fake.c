@@ -1046,10 +1046,4 @@ static const relay_plugin_descriptor fake_descriptor = {
     .transport_ops_size = sizeof(relay_transport_ops),
 };
 
-RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version);
-RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)
-{
-	if (RELAY_ABI_MAJOR(host_abi_version) != RELAY_ABI_VERSION_MAJOR)
-		return NULL;
-	return &fake_descriptor;
-}
+RELAY_PLUGIN_DEFINE_ENTRY(fake_descriptor)
