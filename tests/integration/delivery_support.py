@@ -31,28 +31,9 @@ import tempfile
 import time
 
 from relay_client import Relay, Skip, skip
+from support_common import build_dir, events, fake_so, namespaces_missing, plugin_so, structured, text_of  # noqa: F401 (re-exported)
 
 TIMEOUT = 120
-
-
-def build_dir(binary):
-    return os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
-
-
-def fake_so(binary):
-    return os.path.join(build_dir(binary), "tests", "plugins", "machine-fake.so")
-
-
-def plugin_so(binary, name):
-    return os.path.join(build_dir(binary), "lib", "mcp-relay", "plugins", name + ".so")
-
-
-def structured(result):
-    return result["structuredContent"]
-
-
-def text_of(result):
-    return result["content"][0]["text"]
 
 
 def sha256_file(path):
@@ -61,19 +42,6 @@ def sha256_file(path):
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def namespaces_missing():
-    if os.geteuid() != 0:
-        return "machine-local needs root"
-    rc = subprocess.run(["unshare", "--mount", "--pid", "--net", "--uts", "--ipc", "--fork", "true"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
-    if rc != 0:
-        return "this kernel or container does not allow new namespaces"
-    with open("/proc/filesystems") as f:
-        if "\toverlay" not in f.read():
-            return "overlayfs is not available"
-    return None
 
 
 class Xvfb:
@@ -291,21 +259,6 @@ def files_under(root):
         for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
             out.append(os.path.relpath(os.path.join(dirpath, name), root))
     return sorted(out)
-
-
-def events(evidence, kind=None):
-    out = []
-    for folder in (os.path.join(evidence, "host", "events"), evidence + ".lifecycle-events"):
-        if not os.path.isdir(folder):
-            continue
-        for name in sorted(os.listdir(folder)):
-            if not name.endswith(".json"):
-                continue  # a durable write's temporary file
-            with open(os.path.join(folder, name)) as f:
-                e = json.load(f)
-            if kind is None or e["kind"] == kind:
-                out.append(e)
-    return out
 
 
 def download_records(evidence):

@@ -24,6 +24,7 @@ import tempfile
 import time
 
 from relay_client import Relay, skip
+from support_common import structured  # noqa: F401 (re-exported)
 
 ACQUIRE = {"task": "demo", "image": "ubuntu2404", "extractions": []}
 WINDOW_MS = 15 * 60 * 1000
@@ -163,10 +164,6 @@ class Fake:
 
     def cleanup(self):
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def structured(result):
-    return result["structuredContent"]
 
 
 def status(r):

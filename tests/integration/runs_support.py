@@ -31,7 +31,6 @@ Helpers talk to the guest only through the relay (diagnostic shell scripts), so 
 works the same on every variant.
 """
 
-import hashlib
 import json
 import os
 import shutil
@@ -42,50 +41,9 @@ import tempfile
 import time
 
 from relay_client import Relay, skip
+from support_common import build_dir, events, fake_so, full, namespaces_missing, plugin_so, sha256_hex, structured, text_of  # noqa: F401 (re-exported)
 
 ACQUIRE = {"task": "runs", "image": "ubuntu2404", "extractions": []}
-
-
-def build_dir(binary):
-    return os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
-
-
-def fake_so(binary):
-    return os.path.join(build_dir(binary), "tests", "plugins", "machine-fake.so")
-
-
-def plugin_so(binary, name):
-    return os.path.join(build_dir(binary), "lib", "mcp-relay", "plugins", name + ".so")
-
-
-def structured(result):
-    return result["structuredContent"]
-
-
-def full(result):
-    """The whole structured result: the spill file when the text bounds cut it (tools.md §5.2)."""
-    s = result["structuredContent"]
-    if s.get("resultTruncated"):
-        with open(s["fullResult"]) as f:
-            return json.load(f)
-    return s
-
-
-def text_of(result):
-    return result["content"][0]["text"]
-
-
-def namespaces_missing():
-    if os.geteuid() != 0:
-        return "machine-local needs root"
-    rc = subprocess.run(["unshare", "--mount", "--pid", "--net", "--uts", "--ipc", "--fork", "true"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
-    if rc != 0:
-        return "this kernel or container does not allow new namespaces"
-    with open("/proc/filesystems") as f:
-        if "\toverlay" not in f.read():
-            return "overlayfs is not available"
-    return None
 
 
 class Variant:
@@ -403,22 +361,6 @@ def stage(r, guest, progress_token=None, **args):
     a = {"guest": guest}
     a.update(args)
     return r.call_tool("relay_stage", a, timeout=300, progress_token=progress_token)
-
-
-def events(evidence_path, kind=None):
-    out = []
-    folder = os.path.join(evidence_path, "host", "events")
-    if os.path.isdir(folder):
-        for name in sorted(os.listdir(folder)):
-            with open(os.path.join(folder, name)) as f:
-                e = json.load(f)
-            if kind is None or e["kind"] == kind:
-                out.append(e)
-    return out
-
-
-def sha256_hex(data):
-    return hashlib.sha256(data).hexdigest()
 
 
 def write_tree(base, files):

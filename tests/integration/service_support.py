@@ -22,10 +22,7 @@ import time
 import urllib.request
 
 from relay_client import Relay, skip
-
-
-def build_dir(binary):
-    return os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
+from support_common import build_dir, structured  # noqa: F401 (re-exported)
 
 
 def standin_binary(binary):
@@ -138,10 +135,6 @@ class Standin:
             if k in extra:
                 kwargs[k] = extra.pop(k)
         return Relay(binary, env=self.env(**extra), **kwargs)
-
-
-def structured(result):
-    return result["structuredContent"]
 
 
 def error_code(result):

@@ -1,0 +1,72 @@
+"""support_common: the helpers every *_support.py module shares (where the build put the
+binary's plugins, reading a tool result, whether namespaces work here, the evidence events).
+The support modules re-export them, so tests import them from whichever support module they
+already use."""
+
+import hashlib
+import json
+import os
+import subprocess
+
+
+def build_dir(binary):
+    return os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
+
+
+def fake_so(binary):
+    return os.path.join(build_dir(binary), "tests", "plugins", "machine-fake.so")
+
+
+def plugin_so(binary, name):
+    return os.path.join(build_dir(binary), "lib", "mcp-relay", "plugins", name + ".so")
+
+
+def structured(result):
+    return result["structuredContent"]
+
+
+def full(result):
+    """The whole structured result: the spill file when the text bounds cut it (tools.md §5.2)."""
+    s = result["structuredContent"]
+    if s.get("resultTruncated"):
+        with open(s["fullResult"]) as f:
+            return json.load(f)
+    return s
+
+
+def text_of(result):
+    return result["content"][0]["text"]
+
+
+def sha256_hex(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def namespaces_missing():
+    """Why machine-local cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "machine-local needs root"
+    rc = subprocess.run(["unshare", "--mount", "--pid", "--net", "--uts", "--ipc", "--fork", "true"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    if rc != 0:
+        return "this kernel or container does not allow new namespaces"
+    with open("/proc/filesystems") as f:
+        if "\toverlay" not in f.read():
+            return "overlayfs is not available"
+    return None
+
+
+def events(evidence, kind=None):
+    """The guest's events (host/events, then <evidence>.lifecycle-events), optionally of one kind."""
+    out = []
+    for folder in (os.path.join(evidence, "host", "events"), evidence + ".lifecycle-events"):
+        if not os.path.isdir(folder):
+            continue
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith(".json"):
+                continue  # a durable write's temporary file
+            with open(os.path.join(folder, name)) as f:
+                e = json.load(f)
+            if kind is None or e["kind"] == kind:
+                out.append(e)
+    return out
