@@ -45,6 +45,7 @@ static void clean_env(void)
 	    "MCP_RELAY_BACKEND",
 	    "MCP_RELAY_URL",
 	    "MCP_RELAY_MACHINE_SERVICE_OPTIONS",
+	    "MCP_RELAY_LOCAL_OPTIONS",
 	    "MCP_RELAY_GUEST_NETWORK",
 	    "MCP_RELAY_ON_EXIT",
 	    "MCP_RELAY_CAPACITY_WAIT",
@@ -284,6 +285,20 @@ static void test_url(void **state)
 	settings_free(&s);
 }
 
+static void test_local_options(void **state)
+{
+	(void)state;
+	const char *name = "MCP_RELAY_LOCAL_OPTIONS";
+	expect_load(name, "{}", NULL);
+	expect_load(name, "{\"baseTree\":\"/srv/trees/bookworm\"}", NULL);
+	expect_load(name, "{\"unclosed\":",
+	            "MCP_RELAY_LOCAL_OPTIONS must be a JSON object of machine-local options "
+	            "(docs/machine-local.md) (not JSON: unexpected end of data)");
+	expect_load(name, "\"text\"",
+	            "MCP_RELAY_LOCAL_OPTIONS must be a JSON object of machine-local options "
+	            "(docs/machine-local.md) (it is a JSON string)");
+}
+
 static void test_service_options(void **state)
 {
 	(void)state;
@@ -295,8 +310,10 @@ static void test_service_options(void **state)
 	    "\"acquirePath\":\"/acquire\",\"fingerprintHeader\":\"X-Env\",\"maxExecTimeoutS\":30,"
 	    "\"destructionCheck\":\"service\",\"sshField\":\"ssh\"}",
 	    NULL);
-	expect_load(name, "nope", "MCP_RELAY_MACHINE_SERVICE_OPTIONS must be a JSON object");
-	expect_load(name, "[]", "MCP_RELAY_MACHINE_SERVICE_OPTIONS must be a JSON object");
+	expect_load(name, "nope",
+	            "MCP_RELAY_MACHINE_SERVICE_OPTIONS must be a JSON object (not JSON: null expected)");
+	expect_load(name, "[]",
+	            "MCP_RELAY_MACHINE_SERVICE_OPTIONS must be a JSON object (it is a JSON array)");
 	expect_load(name, "{\"x\":1}",
 	            "MCP_RELAY_MACHINE_SERVICE_OPTIONS has the unknown key x; accepted keys are routePrefix, "
 	            "listKey, "
@@ -614,6 +631,7 @@ int main(void)
 	    cmocka_unit_test(test_backend),
 	    cmocka_unit_test(test_url),
 	    cmocka_unit_test(test_service_options),
+	    cmocka_unit_test(test_local_options),
 	    cmocka_unit_test(test_enumerations),
 	    cmocka_unit_test(test_numbers),
 	    cmocka_unit_test(test_state_dir),

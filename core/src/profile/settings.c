@@ -29,6 +29,30 @@ static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
 	return -1;
 }
 
+/* The variable `name` as a JSON object into *out (NULL when unset; owned by
+ * the settings). Anything else fails naming the variable, `what` it must be,
+ * and why the value is not that. */
+static int object_setting(const char *name, const char *what, json_object **out, char *errbuf, size_t errlen)
+{
+	const char *v = getenv(name);
+	*out = NULL;
+	if (v == NULL)
+		return 0;
+	char reason[128] = "";
+	json_object *value = jsonx_parse_str(v, reason, sizeof reason);
+	if (value != NULL && json_object_is_type(value, json_type_object)) {
+		*out = value;
+		return 0;
+	}
+	if (value != NULL) {
+		const char *type = json_type_to_name(json_object_get_type(value));
+		json_object_put(value);
+		return fail(errbuf, errlen, "%s must be %s (it is a JSON %s)", name, what, type);
+	}
+	return fail(errbuf, errlen, "%s must be %s (not JSON: %s)", name, what,
+	            reason[0] ? reason : "unreadable");
+}
+
 const char *settings_guest_network_name(guest_network network)
 {
 	return network == GUEST_NETWORK_INTERNET ? "internet" : "nat";
@@ -398,34 +422,19 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 	else
 		s->service_url = strdup(v ? origin : "http://localhost:6240");
 
-	v = getenv("MCP_RELAY_MACHINE_SERVICE_OPTIONS");
-	if (v != NULL) {
-		char reason[128];
-		json_object *opts = jsonx_parse_str(v, reason, sizeof reason);
-		if (opts == NULL || !json_object_is_type(opts, json_type_object)) {
-			json_object_put(opts);
-			return fail(errbuf, errlen,
-			            "MCP_RELAY_MACHINE_SERVICE_OPTIONS must be a JSON object");
-		}
-		s->machine_service_options = opts;
-		if (check_service_options(opts, errbuf, errlen) != 0)
-			return -1;
-	}
+	if (object_setting("MCP_RELAY_MACHINE_SERVICE_OPTIONS", "a JSON object", &s->machine_service_options,
+	                   errbuf, errlen) != 0)
+		return -1;
+	if (s->machine_service_options != NULL &&
+	    check_service_options(s->machine_service_options, errbuf, errlen) != 0)
+		return -1;
 
 	/* machine-local's options (docs/machine-local.md): an object here; the
 	 * plugin refuses unknown keys and bad values by name when it starts. */
-	v = getenv("MCP_RELAY_LOCAL_OPTIONS");
-	if (v != NULL) {
-		char reason[128];
-		json_object *opts = jsonx_parse_str(v, reason, sizeof reason);
-		if (opts == NULL || !json_object_is_type(opts, json_type_object)) {
-			json_object_put(opts);
-			return fail(errbuf, errlen,
-			            "MCP_RELAY_LOCAL_OPTIONS must be a JSON object of machine-local options "
-			            "(docs/machine-local.md)");
-		}
-		s->local_options = opts;
-	}
+	if (object_setting("MCP_RELAY_LOCAL_OPTIONS",
+	                   "a JSON object of machine-local options (docs/machine-local.md)",
+	                   &s->local_options, errbuf, errlen) != 0)
+		return -1;
 
 	v = getenv("MCP_RELAY_GUEST_NETWORK");
 	if (v == NULL || strcmp(v, "nat") == 0)
