@@ -181,6 +181,96 @@ static void test_tree_walk_and_hash(void **state)
 	fx_free(&f);
 }
 
+/* A tree big enough to be hashed by several threads: every hash equals
+ * the one of its bytes, and with two files changed the failure reported is
+ * the lower one in the tree's order, whichever thread met which first. */
+#define PARALLEL_FILES      64
+#define PARALLEL_FILE_BYTES (256u << 10)
+
+static void fill_pattern(unsigned char *buf, size_t len, unsigned seed)
+{
+	uint32_t x = 2166136261u ^ seed;
+	for (size_t i = 0; i < len; i++) {
+		x = x * 16777619u + 0x9e3779b9u;
+		buf[i] = (unsigned char)(x >> 24);
+	}
+}
+
+static void put_bytes(const fx *f, const char *rel, const unsigned char *data, size_t len)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/%s", f->project, rel);
+	char *dir = fs_dirname(path);
+	assert_int_equal(fs_mkdir_p(dir, 0700, NULL), RELAY_OK);
+	free(dir);
+	FILE *fp = fopen(path, "wb");
+	assert_non_null(fp);
+	assert_int_equal(fwrite(data, 1, len, fp), len);
+	fclose(fp);
+}
+
+static void test_tree_hash_parallel(void **state)
+{
+	(void)state;
+	fx f;
+	fx_make(&f);
+	unsigned char *buf = malloc(PARALLEL_FILE_BYTES);
+	assert_non_null(buf);
+	char rel[64], expected[PARALLEL_FILES][65];
+	for (unsigned i = 0; i < PARALLEL_FILES; i++) {
+		snprintf(rel, sizeof rel, "big/d%u/f%02u.bin", i % 4, i);
+		fill_pattern(buf, PARALLEL_FILE_BYTES, i);
+		put_bytes(&f, rel, buf, PARALLEL_FILE_BYTES);
+	}
+	char why[512];
+	host_path dir;
+	assert_int_equal(resolve(&f, "big", HOST_PATH_DIR, &dir, why), 0);
+	host_tree tree;
+	assert_int_equal(host_tree_walk(f.project, &dir, "the workspace", &tree, why, sizeof why), 0);
+	assert_int_equal(tree.count, PARALLEL_FILES);
+	for (size_t k = 0; k < tree.count; k++) {
+		unsigned i = (unsigned)atoi(strrchr(tree.files[k].rel, 'f') + 1);
+		fill_pattern(buf, PARALLEL_FILE_BYTES, i);
+		sha256_buffer_hex(buf, PARALLEL_FILE_BYTES, expected[k]);
+	}
+	bool changed = true;
+	assert_int_equal(host_tree_hash(f.project, &dir, &tree, &changed, why, sizeof why), 0);
+	assert_false(changed);
+	for (size_t k = 0; k < tree.count; k++)
+		assert_string_equal(tree.files[k].sha256, expected[k]);
+
+	/* Two files of the tree change: one replaced (late in the order), one
+	 * cut short (earlier). The earlier one is reported, every time. */
+	const char *late = tree.files[50].rel, *early = tree.files[9].rel;
+	char path[512], moved[512];
+	snprintf(path, sizeof path, "%s/big/%s", f.project, late);
+	snprintf(moved, sizeof moved, "%s/big/%s.old", f.project, late);
+	assert_int_equal(rename(path, moved), 0);
+	snprintf(rel, sizeof rel, "big/%s", late);
+	put_bytes(&f, rel, buf, PARALLEL_FILE_BYTES);
+	snprintf(path, sizeof path, "%s/big/%s", f.project, early);
+	assert_int_equal(truncate(path, 1000), 0);
+	for (int round = 0; round < 5; round++) {
+		changed = false;
+		assert_int_equal(host_tree_hash(f.project, &dir, &tree, &changed, why, sizeof why), -1);
+		assert_true(changed);
+		assert_non_null(strstr(why, early));
+		assert_non_null(strstr(why, "changed size"));
+	}
+	/* With only the replaced file left, that one is named. */
+	assert_int_equal(truncate(path, PARALLEL_FILE_BYTES), 0);
+	changed = false;
+	assert_int_equal(host_tree_hash(f.project, &dir, &tree, &changed, why, sizeof why), -1);
+	assert_true(changed);
+	assert_non_null(strstr(why, late));
+	assert_non_null(strstr(why, "replaced after it was checked"));
+	unlink(moved);
+	host_tree_free(&tree);
+	host_path_free(&dir);
+	free(buf);
+	fx_free(&f);
+}
+
 static void test_reopen_checks_identity(void **state)
 {
 	(void)state;
@@ -270,9 +360,8 @@ static void test_step_derivation(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_resolution),
-	    cmocka_unit_test(test_tree_walk_and_hash),
-	    cmocka_unit_test(test_reopen_checks_identity),
+	    cmocka_unit_test(test_resolution),         cmocka_unit_test(test_tree_walk_and_hash),
+	    cmocka_unit_test(test_tree_hash_parallel), cmocka_unit_test(test_reopen_checks_identity),
 	    cmocka_unit_test(test_step_derivation),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -511,6 +513,73 @@ static int hash_fd(int fd, const char *shown, uint64_t expected_bytes, char sha_
 	return 0;
 }
 
+/* One host_tree_hash() shared by its threads. Each thread takes the next
+ * file index under `lock`; a failure keeps the lowest failing index, so the
+ * reported file and reason do not depend on how the threads were scheduled,
+ * and indexes above it are not started. */
+typedef struct tree_hash_job {
+	const host_path *dir;
+	host_tree *tree;
+	int root_fd; /* the tree's root, opened once; borrowed by the threads */
+	pthread_mutex_t lock;
+	size_t next_index;
+	size_t failed_index; /* SIZE_MAX while nothing failed */
+	bool failed_changed;
+	char *failed_why; /* why_len bytes */
+	size_t why_len;
+} tree_hash_job;
+
+/* A tree smaller than this is hashed on the calling thread alone: starting
+ * threads costs more than they save. */
+#define TREE_HASH_PARALLEL_MIN_BYTES (8u << 20)
+/* Read and SHA-256 saturate a core each; beyond four, the disk or page
+ * cache is what limits. */
+#define TREE_HASH_MAX_THREADS 4
+
+static void *tree_hash_worker(void *arg)
+{
+	tree_hash_job *job = arg;
+	char *why = malloc(job->why_len);
+	for (;;) {
+		pthread_mutex_lock(&job->lock);
+		size_t i = job->next_index++;
+		bool stop = i >= job->tree->count || i > job->failed_index;
+		pthread_mutex_unlock(&job->lock);
+		if (stop)
+			break;
+		host_tree_file *f = &job->tree->files[i];
+		bool changed = false;
+		int rc = -1;
+		if (why == NULL) {
+			changed = false;
+		} else {
+			why[0] = '\0';
+			int fd = open_file_below(job->root_fd, job->dir->path, f->rel, f->dev, f->ino,
+			                         &changed, why, job->why_len);
+			if (fd >= 0) {
+				strbuf shown = STRBUF_INIT;
+				strbuf_printf(&shown, "%s/%s", job->dir->path, f->rel);
+				rc = hash_fd(fd, strbuf_str(&shown), f->bytes, f->sha256, &changed, why,
+				             job->why_len);
+				strbuf_free(&shown);
+				close(fd);
+			}
+		}
+		if (rc == 0)
+			continue;
+		pthread_mutex_lock(&job->lock);
+		if (i < job->failed_index) {
+			job->failed_index = i;
+			job->failed_changed = changed;
+			snprintf(job->failed_why, job->why_len, "%s",
+			         why ? why : "out of memory hashing the tree");
+		}
+		pthread_mutex_unlock(&job->lock);
+	}
+	free(why);
+	return NULL;
+}
+
 int host_tree_hash(const char *project_real, const host_path *dir, host_tree *tree, bool *changed, char *why,
                    size_t why_len)
 {
@@ -520,22 +589,38 @@ int host_tree_hash(const char *project_real, const host_path *dir, host_tree *tr
 		*changed = true;
 		return -1;
 	}
-	int rc = 0;
-	for (size_t i = 0; i < tree->count && rc == 0; i++) {
-		host_tree_file *f = &tree->files[i];
-		int fd = open_file_below(root, dir->path, f->rel, f->dev, f->ino, changed, why, why_len);
-		if (fd < 0) {
-			rc = -1;
-			break;
-		}
-		strbuf shown = STRBUF_INIT;
-		strbuf_printf(&shown, "%s/%s", dir->path, f->rel);
-		rc = hash_fd(fd, strbuf_str(&shown), f->bytes, f->sha256, changed, why, why_len);
-		strbuf_free(&shown);
-		close(fd);
+	tree_hash_job job = {.dir = dir,
+	                     .tree = tree,
+	                     .root_fd = root,
+	                     .failed_index = SIZE_MAX,
+	                     .failed_why = why,
+	                     .why_len = why_len};
+	pthread_mutex_init(&job.lock, NULL);
+	size_t threads = 1;
+	if (tree->total_bytes >= TREE_HASH_PARALLEL_MIN_BYTES) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = cpus > 1 ? (size_t)cpus : 1;
+		if (threads > TREE_HASH_MAX_THREADS)
+			threads = TREE_HASH_MAX_THREADS;
+		if (threads > tree->count)
+			threads = tree->count ? tree->count : 1;
 	}
+	/* The calling thread is one of them; a thread that cannot be started
+	 * leaves its share to the others. */
+	pthread_t helpers[TREE_HASH_MAX_THREADS];
+	size_t started = 0;
+	for (size_t t = 1; t < threads; t++)
+		if (pthread_create(&helpers[started], NULL, tree_hash_worker, &job) == 0)
+			started++;
+	tree_hash_worker(&job);
+	for (size_t t = 0; t < started; t++)
+		pthread_join(helpers[t], NULL);
+	pthread_mutex_destroy(&job.lock);
 	close(root);
-	return rc;
+	if (job.failed_index == SIZE_MAX)
+		return 0;
+	*changed = job.failed_changed;
+	return -1;
 }
 
 int host_path_hash(const char *project_real, const host_path *p, char sha256_out[65], uint64_t *bytes_out,
