@@ -264,13 +264,49 @@ static void test_tree_push_merges(void **state)
 	mkdir(path, 0755);
 	snprintf(path, sizeof path, "%s/sub/new.txt", src);
 	fixture_write(path, "new sub\n");
+	/* More new entries than one batch of the guest's mv (256), names that
+	 * start with dots, and a file that replaces a link in the guest (the
+	 * link goes; nothing is written through it). */
+	for (int i = 0; i < 300; i++) {
+		snprintf(path, sizeof path, "%s/n%03d.txt", src, i);
+		fixture_write(path, "n\n");
+	}
+	snprintf(path, sizeof path, "%s/.hidden", src);
+	fixture_write(path, "hidden\n");
+	snprintf(path, sizeof path, "%s/..twodots", src);
+	fixture_write(path, "two dots\n");
+	snprintf(path, sizeof path, "%s/decoy.txt", suite.local);
+	fixture_write(path, "decoy\n");
+	char link[512];
+	snprintf(link, sizeof link, "%s/linked.txt", dst);
+	assert_int_equal(symlink(path, link), 0);
+	snprintf(path, sizeof path, "%s/linked.txt", src);
+	fixture_write(path, "not through the link\n");
 
-	char *facts = NULL;
+	char *facts = NULL, a[512], b[512];
 	relay_error err;
 	assert_status(push(src, dst, RELAY_XFER_TREE, &facts, &err), RELAY_OK);
-	assert_int_equal(check_facts(facts, src), 2);
+	assert_int_equal(check_facts(facts, src), 2 + 300 + 3);
 	free(facts);
-	char a[512], b[512];
+	struct stat st;
+	assert_int_equal(lstat(link, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	snprintf(a, sizeof a, "%s/linked.txt", src);
+	assert_true(fixture_same_file(a, link));
+	snprintf(a, sizeof a, "%s/decoy.txt", suite.local);
+	snprintf(b, sizeof b, "%s/decoy-copy.txt", suite.local);
+	fixture_write(b, "decoy\n");
+	assert_true(fixture_same_file(a, b));
+	for (int i = 0; i < 300; i += 37) {
+		snprintf(b, sizeof b, "%s/n%03d.txt", dst, i);
+		assert_true(fixture_exists(b));
+	}
+	snprintf(b, sizeof b, "%s/n299.txt", dst);
+	assert_true(fixture_exists(b));
+	snprintf(b, sizeof b, "%s/.hidden", dst);
+	assert_true(fixture_exists(b));
+	snprintf(b, sizeof b, "%s/..twodots", dst);
+	assert_true(fixture_exists(b));
 	snprintf(a, sizeof a, "%s/replace.txt", src);
 	snprintf(b, sizeof b, "%s/replace.txt", dst);
 	assert_true(fixture_same_file(a, b));

@@ -2,19 +2,35 @@
 # overlap|after|unchecked. Needs lib.sh, facts.sh. "unchecked": the caller checks
 # the copy itself (RELAY_XFER_CALLER_VERIFIES), nothing is hashed here.
 relay_merge() {
+	# Entries that meet something in the destination, one at a time: a
+	# link there is removed, folders are merged (in a subshell, which keeps
+	# this call's variables), a file replaces a file.
 	for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
 		[ -e "$e" ] || [ -L "$e" ] || continue
 		n=${e##*/}
 		if [ -L "$2/$n" ]; then rm -f -- "$2/$n" || return 1; fi
 		if [ -d "$e" ] && [ -d "$2/$n" ]; then
-			relay_merge "$e" "$2/$n" || return 1
+			(relay_merge "$e" "$2/$n") || return 1
+			rm -rf -- "$e" || return 1
 		elif [ -d "$2/$n" ]; then
 			printf 'relay-ssh: %s\n' "the pushed file $n would replace the guest folder $2/$n" >&2
 			return 1
-		else
+		elif [ -e "$2/$n" ]; then
 			mv -f -- "$e" "$2/$n" || return 1
 		fi
 	done
+	# The rest meet nothing: moved a batch at a time, not one mv each.
+	mg_src=$1 mg_dst=$2
+	set --
+	for e in "$mg_src"/* "$mg_src"/.[!.]* "$mg_src"/..?*; do
+		[ -e "$e" ] || [ -L "$e" ] || continue
+		set -- "$@" "$e"
+		if [ $# -ge 256 ]; then
+			mv -f -- "$@" "$mg_dst/" || return 1
+			set --
+		fi
+	done
+	[ $# -eq 0 ] || mv -f -- "$@" "$mg_dst/" || return 1
 	return 0
 }
 relay_nap() {
