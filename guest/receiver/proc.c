@@ -16,6 +16,7 @@
 #include <unistd.h>
 #if defined(__linux__)
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #endif
 
 extern char **environ;
@@ -253,6 +254,22 @@ static void close_fd(int *fd)
 	}
 }
 
+/* Closes every descriptor from 3 up except `keep`, with Linux's close_range
+ * (two calls instead of one close per possible descriptor: the limit here
+ * is often 1,048,576, capped at 65,536 by the loop). -1 where the system
+ * has no close_range (older kernels, macOS); the caller then loops. */
+static int close_fds_from_3_but(int keep)
+{
+#if defined(__linux__) && defined(SYS_close_range)
+	if (keep > 3 && syscall(SYS_close_range, 3u, (unsigned)keep - 1u, 0u) != 0)
+		return -1;
+	return syscall(SYS_close_range, keep < 3 ? 3u : (unsigned)keep + 1u, ~0u, 0u) == 0 ? 0 : -1;
+#else
+	(void)keep;
+	return -1;
+#endif
+}
+
 /* The child's side; never returns. */
 static void child_exec(const spawn_request *req, int out_w, int err_w, int hs_r, int errpipe_w)
 {
@@ -273,12 +290,14 @@ static void child_exec(const spawn_request *req, int out_w, int err_w, int hs_r,
 		;
 	if (go != 'g')
 		_exit(127);
-	maxfd = sysconf(_SC_OPEN_MAX);
-	if (maxfd < 0 || maxfd > 65536)
-		maxfd = 65536;
-	for (fd = 3; fd < maxfd; fd++)
-		if (fd != errpipe_w)
-			close((int)fd);
+	if (close_fds_from_3_but(errpipe_w) != 0) {
+		maxfd = sysconf(_SC_OPEN_MAX);
+		if (maxfd < 0 || maxfd > 65536)
+			maxfd = 65536;
+		for (fd = 3; fd < maxfd; fd++)
+			if (fd != errpipe_w)
+				close((int)fd);
+	}
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);

@@ -8,6 +8,8 @@
  */
 #include "receiver_harness.h"
 
+#include <sys/resource.h>
+
 #define DIAG_UNCONFIRMED "receiver lock ownership or active operation is unconfirmed; input is not replayed"
 
 static const char *outcome_kind(json_object *receipt)
@@ -71,6 +73,44 @@ static void test_shell_and_environment(void **state)
 	free(root);
 	free(req);
 	free(expect);
+}
+
+/* The script inherits standard input, output and error only: descriptors
+ * the receiver's own caller left open (a low one and the highest the limit
+ * allows, up to 3,000) are closed before the script starts. */
+static void test_script_inherits_no_other_descriptors(void **state)
+{
+	rh_out o;
+	rh_req rq = {0};
+	char *root, *req;
+	json_object *receipt;
+	int devnull, high_fd = 3000;
+	struct rlimit nofile;
+	(void)state;
+	RH_REQUIRE_BINARY();
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+	    nofile.rlim_cur <= (rlim_t)high_fd)
+		high_fd = (int)nofile.rlim_cur - 1;
+	assert_true(high_fd > 50);
+	root = rh_root(1);
+	rq.code = "exec ls -1 /proc/self/fd\n";
+	req = rh_request(root, "run-fds", &rq);
+	devnull = open("/dev/null", O_RDONLY);
+	assert_true(devnull >= 0);
+	assert_int_equal(dup2(devnull, 50), 50);
+	assert_int_equal(dup2(devnull, high_fd), high_fd);
+	receipt = rh_run_request(&o, root, req, NULL);
+	close(50);
+	close(high_fd);
+	close(devnull);
+	assert_string_equal(outcome_kind(receipt), "completed");
+	/* 3 is the listing's own open folder. */
+	assert_string_equal(rh_str(receipt, "stdout"), "0\n1\n2\n3\n");
+	json_object_put(receipt);
+	rh_out_free(&o);
+	rh_rm_rf(root);
+	free(root);
+	free(req);
 }
 
 static void test_nonzero_exit_is_completed(void **state)
@@ -990,6 +1030,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_shell_and_environment),
+	    cmocka_unit_test(test_script_inherits_no_other_descriptors),
 	    cmocka_unit_test(test_nonzero_exit_is_completed),
 	    cmocka_unit_test(test_javascript_and_python),
 	    cmocka_unit_test(test_typescript),
