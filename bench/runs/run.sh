@@ -3,7 +3,7 @@
 # multiplexed `ssh host true`, and relay_stage of 512 MiB in 10,000 files against
 # `tar | ssh` and `scp -r`, all through one real sshd on 127.0.0.1.
 #   BUILD=<build dir> (default build-runs-bench, configured RelWithDebInfo here)
-#   RUNS=<relay_script rounds> (default 30)  STAGES=<relay_stage rounds> (default 3)
+#   RUNS=<relay_script rounds> (default 30)  STAGES=<relay_stage rounds> (default 8)
 #   DATA=<folder for the 512 MiB workspace> (default /var/tmp/relay-runs-bench-data)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
