@@ -29,17 +29,22 @@ typedef struct fx {
 	char given[128];   /* <base>/alias: a link to the project (P) */
 } fx;
 
-static void put(const fx *f, const char *rel, const char *text)
+static void put_bytes(const fx *f, const char *rel, const void *data, size_t len)
 {
 	char path[512];
 	snprintf(path, sizeof path, "%s/%s", f->project, rel);
 	char *dir = fs_dirname(path);
 	assert_int_equal(fs_mkdir_p(dir, 0700, NULL), RELAY_OK);
 	free(dir);
-	FILE *fp = fopen(path, "w");
+	FILE *fp = fopen(path, "wb");
 	assert_non_null(fp);
-	fputs(text, fp);
+	assert_int_equal(fwrite(data, 1, len, fp), len);
 	fclose(fp);
+}
+
+static void put(const fx *f, const char *rel, const char *text)
+{
+	put_bytes(f, rel, text, strlen(text));
 }
 
 static void fx_make(fx *f)
@@ -194,19 +199,6 @@ static void fill_pattern(unsigned char *buf, size_t len, unsigned seed)
 		x = x * 16777619u + 0x9e3779b9u;
 		buf[i] = (unsigned char)(x >> 24);
 	}
-}
-
-static void put_bytes(const fx *f, const char *rel, const unsigned char *data, size_t len)
-{
-	char path[512];
-	snprintf(path, sizeof path, "%s/%s", f->project, rel);
-	char *dir = fs_dirname(path);
-	assert_int_equal(fs_mkdir_p(dir, 0700, NULL), RELAY_OK);
-	free(dir);
-	FILE *fp = fopen(path, "wb");
-	assert_non_null(fp);
-	assert_int_equal(fwrite(data, 1, len, fp), len);
-	fclose(fp);
 }
 
 static void test_tree_hash_parallel(void **state)

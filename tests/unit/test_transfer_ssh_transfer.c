@@ -301,21 +301,15 @@ static void test_tree_push_merges(void **state)
 		snprintf(b, sizeof b, "%s/n%03d.txt", dst, i);
 		assert_true(fixture_exists(b));
 	}
-	snprintf(b, sizeof b, "%s/n299.txt", dst);
-	assert_true(fixture_exists(b));
-	snprintf(b, sizeof b, "%s/.hidden", dst);
-	assert_true(fixture_exists(b));
-	snprintf(b, sizeof b, "%s/..twodots", dst);
-	assert_true(fixture_exists(b));
+	static const char *const present[] = {"n299.txt", ".hidden",     "..twodots",
+	                                      "keep.txt", "sub/old.txt", "sub/new.txt"};
+	for (size_t i = 0; i < sizeof present / sizeof present[0]; i++) {
+		snprintf(b, sizeof b, "%s/%s", dst, present[i]);
+		assert_true(fixture_exists(b));
+	}
 	snprintf(a, sizeof a, "%s/replace.txt", src);
 	snprintf(b, sizeof b, "%s/replace.txt", dst);
 	assert_true(fixture_same_file(a, b));
-	snprintf(b, sizeof b, "%s/keep.txt", dst);
-	assert_true(fixture_exists(b));
-	snprintf(b, sizeof b, "%s/sub/old.txt", dst);
-	assert_true(fixture_exists(b));
-	snprintf(b, sizeof b, "%s/sub/new.txt", dst);
-	assert_true(fixture_exists(b));
 	assert_int_equal(fixture_count_prefix(suite.fx.guest_root, ".relay-push-"), 0);
 }
 
