@@ -550,9 +550,7 @@ static void *tree_hash_worker(void *arg)
 		host_tree_file *f = &job->tree->files[i];
 		bool changed = false;
 		int rc = -1;
-		if (why == NULL) {
-			changed = false;
-		} else {
+		if (why != NULL) {
 			why[0] = '\0';
 			int fd = open_file_below(job->root_fd, job->dir->path, f->rel, f->dev, f->ino,
 			                         &changed, why, job->why_len);
