@@ -67,6 +67,35 @@ static int mkdir_p(const char *path, mode_t mode)
 /* Reads the whole-number option `key` into *out: `fallback` when absent;
  * RELAY_E_INVALID_ARGUMENT naming the option and its range when it is not
  * a whole number from `lo` to `hi`. */
+/* Where a deployment sets these options (docs/transfer-ssh.md). */
+#define SSH_OPTIONS_WHERE "MCP_RELAY_TRANSFER_SSH_OPTIONS"
+
+/* Every key is known and `ssh`, when given, a non-empty string. */
+static relay_status check_option_keys(const relay_host *host, json_object *options, relay_error *err)
+{
+	static const char *const known[] = {"ssh", "connectTimeoutSeconds", "controlPersistSeconds",
+	                                    "spareSessions"};
+	json_object_object_foreach(options, key, value)
+	{
+		bool found = false;
+		for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+			found = found || strcmp(key, known[i]) == 0;
+		if (!found)
+			return host->error_set(
+			    err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "transfer-ssh: unknown option %s (known: ssh, connectTimeoutSeconds, "
+			    "controlPersistSeconds, spareSessions); fix it in " SSH_OPTIONS_WHERE,
+			    key);
+		if (strcmp(key, "ssh") == 0 &&
+		    (!json_object_is_type(value, json_type_string) || json_object_get_string_len(value) == 0))
+			return host->error_set(
+			    err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "transfer-ssh: options.ssh must be the ssh program, a non-empty "
+			    "string; fix it in " SSH_OPTIONS_WHERE);
+	}
+	return RELAY_OK;
+}
+
 static relay_status option_uint(const relay_host *host, json_object *options, const char *key,
                                 unsigned fallback, unsigned lo, unsigned hi, unsigned *out, relay_error *err)
 {
@@ -78,7 +107,7 @@ static relay_status option_uint(const relay_host *host, json_object *options, co
 	if (!json_object_is_type(v, json_type_int) || n < (int64_t)lo || n > (int64_t)hi)
 		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                       "transfer-ssh: options.%s must be a whole number from %u to %u "
-		                       "(default %u); fix it in the profile's transport options",
+		                       "(default %u); fix it in " SSH_OPTIONS_WHERE,
 		                       key, lo, hi, fallback);
 	*out = (unsigned)n;
 	return RELAY_OK;
@@ -105,8 +134,13 @@ relay_status ssh_plugin_create(const relay_host *host, const char *config_json, 
 	if (!json_object_object_get_ex(config, "options", &options) ||
 	    !json_object_is_type(options, json_type_object))
 		options = NULL;
+	if (options != NULL) {
+		status = check_option_keys(host, options, err);
+		if (status != RELAY_OK)
+			goto cleanup;
+	}
 	const char *ssh_program = options ? json_string_field(options, "ssh") : NULL;
-	plugin->ssh_program = strdup(ssh_program && *ssh_program ? ssh_program : "ssh");
+	plugin->ssh_program = strdup(ssh_program ? ssh_program : "ssh");
 	status =
 	    option_uint(host, options, "connectTimeoutSeconds", 10, 1, 600, &plugin->connect_timeout_s, err);
 	if (status == RELAY_OK)

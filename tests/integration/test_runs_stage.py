@@ -66,6 +66,35 @@ def test_stage_pushes_verified_files(binary):
             assert not [n for n in left if n.startswith((".inventory-", ".push-", ".archive-"))], left
 
 
+def test_transfer_ssh_options(binary):
+    """MCP_RELAY_TRANSFER_SSH_OPTIONS reaches transfer-ssh: spareSessions 0 makes every
+    operation start its own session; a bad value fails the call that needs the transport,
+    naming the option and the variable, and keeps the guest (no quiet fallback to the
+    machine plugin's own transport)."""
+    for v in variants(binary, kinds=("ssh",)):
+        write_tree(os.path.join(v.project, "ws"), WORKSPACE)
+        with v.relay(MCP_RELAY_TRANSFER_SSH_OPTIONS='{"spareSessions":0}', MCP_RELAY_DEBUG="1") as r:
+            r.initialize()
+            g = v.acquire(r)
+            res = stage(r, g["guest"], workspace="ws")
+            assert res["isError"] is False, text_of(res)
+            pushes = [line for line in r.stderr_text().splitlines() if "transfer-ssh: pushed" in line]
+            assert pushes and all("(new session)" in line for line in pushes), pushes
+        with v.relay(MCP_RELAY_TRANSFER_SSH_OPTIONS='{"spareSessions":9}') as r:
+            r.initialize()
+            g = v.acquire(r, task="bad-options")
+            res = stage(r, g["guest"], workspace="ws")
+            assert res["isError"] is True, text_of(res)
+            text = text_of(res)
+            assert "options.spareSessions must be a whole number from 0 to 8" in text, text
+            assert "MCP_RELAY_TRANSFER_SSH_OPTIONS" in text, text
+            assert structured(res)["error"]["code"] == "transfer-failed", structured(res)
+            held = [x["guest"] for x in structured(r.call_tool("relay_status"))["guests"]]
+            assert g["guest"] in held, held
+            # Nothing reached the guest through another transport.
+            assert not os.path.exists(os.path.join(g["guestRoot"], "receiver")), g["guestRoot"]
+
+
 def test_limits_refused_before_anything_is_sent(binary):
     for v in variants(binary, kinds=("fake",)):
         many = os.path.join(v.project, "many")

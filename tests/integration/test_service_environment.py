@@ -242,6 +242,23 @@ def test_doctor(binary):
         assert lines_of(out, "images") == []
     finally:
         svc.cleanup()
+    # transfer-ssh installed but refusing its options: the transport line names the option
+    # and the variable, and its fix is not "build the plugins".
+    svc = Standin(binary, [])
+    try:
+        code, out, err = run_doctor(binary, {"MCP_RELAY_BACKEND": "machine-service", "MCP_RELAY_URL": svc.url,
+                                             "MCP_RELAY_PLUGIN_PATH": plugin_dir(binary),
+                                             "MCP_RELAY_STATE_DIR": tempfile.mkdtemp(prefix="doctor-state-"),
+                                             "MCP_RELAY_TRANSFER_SSH_OPTIONS": '{"spareSessions":9}'})
+        assert code == 1, out
+        transport = lines_of(out, "transport plugin")
+        assert transport and transport[0].startswith("FAIL"), out
+        assert "options.spareSessions must be a whole number from 0 to 8" in transport[0], out
+        assert "MCP_RELAY_TRANSFER_SSH_OPTIONS" in transport[0], out
+        fix = out.split(transport[0], 1)[1].splitlines()[1]
+        assert "installed but refused to start" in fix, out
+    finally:
+        svc.cleanup()
     # A version-1 profile: the fix, exit status 2.
     env = Env()
     try:

@@ -463,9 +463,20 @@ static void test_transport_choice(void **state)
 	const char *with_ssh = "{\"vm\":\"x\",\"ssh\":{\"host\":\"127.0.0.1\",\"port\":22,\"user\":\"admin\","
 	                       "\"identityFile\":\"/k\",\"knownHostsFile\":\"/h\"}}";
 	assert_ptr_equal(backends_transport_for(&b, with_ssh), &ssh);
-	/* Without transfer-ssh loaded the service transport still serves. */
+	/* Without transfer-ssh installed the service transport still serves. */
 	b.plugins[SLOT_TRANSPORT] = NULL;
 	assert_ptr_equal(backends_transport_for(&b, with_ssh), fx.plugin);
+	char not_installed[] = "no plugin named transfer-ssh";
+	b.load_errors[SLOT_TRANSPORT] = not_installed;
+	b.load_status[SLOT_TRANSPORT] = RELAY_E_NOT_FOUND;
+	assert_ptr_equal(backends_transport_for(&b, with_ssh), fx.plugin);
+	/* Installed but refused to start (bad options): no quiet fallback for
+	 * SSH leases; the caller reports the load error. Others are unaffected. */
+	char refused[] = "transfer-ssh: options.spareSessions must be ...";
+	b.load_errors[SLOT_TRANSPORT] = refused;
+	b.load_status[SLOT_TRANSPORT] = RELAY_E_INVALID_ARGUMENT;
+	assert_null(backends_transport_for(&b, with_ssh));
+	assert_ptr_equal(backends_transport_for(&b, lease_text), fx.plugin);
 }
 
 int main(void)

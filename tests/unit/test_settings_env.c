@@ -46,6 +46,7 @@ static void clean_env(void)
 	    "MCP_RELAY_URL",
 	    "MCP_RELAY_MACHINE_SERVICE_OPTIONS",
 	    "MCP_RELAY_LOCAL_OPTIONS",
+	    "MCP_RELAY_TRANSFER_SSH_OPTIONS",
 	    "MCP_RELAY_GUEST_NETWORK",
 	    "MCP_RELAY_ON_EXIT",
 	    "MCP_RELAY_CAPACITY_WAIT",
@@ -297,6 +298,24 @@ static void test_local_options(void **state)
 	expect_load(name, "\"text\"",
 	            "MCP_RELAY_LOCAL_OPTIONS must be a JSON object of machine-local options "
 	            "(docs/machine-local.md) (it is a JSON string)");
+}
+
+static void test_transfer_ssh_options(void **state)
+{
+	(void)state;
+	const char *name = "MCP_RELAY_TRANSFER_SSH_OPTIONS";
+	expect_load(name, "{\"spareSessions\":0,\"connectTimeoutSeconds\":5}", NULL);
+	expect_load(name, "[1]",
+	            "MCP_RELAY_TRANSFER_SSH_OPTIONS must be a JSON object of transfer-ssh options "
+	            "(docs/transfer-ssh.md) (it is a JSON array)");
+	/* Reaches the plugin's configuration as given. */
+	clean_env();
+	setenv(name, "{\"spareSessions\":2}", 1);
+	relay_settings s = load_ok();
+	assert_non_null(s.transfer_ssh_options);
+	assert_int_equal(json_object_get_int(json_object_object_get(s.transfer_ssh_options, "spareSessions")),
+	                 2);
+	settings_free(&s);
 }
 
 static void test_service_options(void **state)
@@ -632,6 +651,7 @@ int main(void)
 	    cmocka_unit_test(test_url),
 	    cmocka_unit_test(test_service_options),
 	    cmocka_unit_test(test_local_options),
+	    cmocka_unit_test(test_transfer_ssh_options),
 	    cmocka_unit_test(test_enumerations),
 	    cmocka_unit_test(test_numbers),
 	    cmocka_unit_test(test_state_dir),

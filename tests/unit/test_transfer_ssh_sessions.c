@@ -253,18 +253,33 @@ static void test_refused_sessions_turn_spares_off(void **state)
 	ssh_fixture_stop(&narrow);
 }
 
-static void test_spare_sessions_out_of_range_is_refused(void **state)
+/* Bad options fail init naming the option, what it accepts and the
+ * variable a deployment sets them in. */
+static void test_bad_options_are_refused(void **state)
 {
 	(void)state;
 	SKIP_WITHOUT_SSHD();
-	const char *bad[] = {"{\"spareSessions\":9}", "{\"spareSessions\":-1}", "{\"spareSessions\":\"4\"}"};
+	static const struct {
+		const char *options, *message;
+	} bad[] = {
+	    {"{\"spareSessions\":9}", "options.spareSessions must be a whole number from 0 to 8"},
+	    {"{\"spareSessions\":-1}", "options.spareSessions must be a whole number from 0 to 8"},
+	    {"{\"spareSessions\":\"4\"}", "options.spareSessions must be a whole number from 0 to 8"},
+	    {"{\"connectTimeoutSeconds\":0}",
+	     "options.connectTimeoutSeconds must be a whole number from 1 to 600"},
+	    {"{\"spareSesions\":2}", "unknown option spareSesions (known: ssh, connectTimeoutSeconds, "
+	                             "controlPersistSeconds, spareSessions)"},
+	    {"{\"ssh\":42}", "options.ssh must be the ssh program, a non-empty string"},
+	    {"{\"ssh\":\"\"}", "options.ssh must be the ssh program, a non-empty string"},
+	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		ssh_plugin_handle h;
-		assert_int_equal(ssh_plugin_load_options(&h, "transfer-ssh", RELAY_KIND_TRANSPORT, bad[i]),
-		                 -1);
-		if (strstr(h.load_error, "options.spareSessions must be a whole number from 0 to 8") == NULL)
-			fail_msg("load error for %s does not name the option and its range: %s", bad[i],
-			         h.load_error);
+		assert_int_equal(
+		    ssh_plugin_load_options(&h, "transfer-ssh", RELAY_KIND_TRANSPORT, bad[i].options), -1);
+		if (strstr(h.load_error, bad[i].message) == NULL ||
+		    strstr(h.load_error, "fix it in MCP_RELAY_TRANSFER_SSH_OPTIONS") == NULL)
+			fail_msg("load error for %s does not say \"%s\" and where to fix it: %s",
+			         bad[i].options, bad[i].message, h.load_error);
 		ssh_plugin_unload(&h);
 	}
 }
@@ -276,7 +291,7 @@ int main(void)
 	    cmocka_unit_test(test_zero_spares_keeps_none),
 	    cmocka_unit_test(test_dead_spares_are_dropped_and_the_exec_runs_once),
 	    cmocka_unit_test(test_refused_sessions_turn_spares_off),
-	    cmocka_unit_test(test_spare_sessions_out_of_range_is_refused),
+	    cmocka_unit_test(test_bad_options_are_refused),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -157,9 +157,12 @@ int doctor_main(int argc, char **argv)
 			             : "");
 			line(true, check, detail, NULL);
 		} else {
-			line(false, check, backends.load_errors[i],
-			     "build the plugins (cmake --build build) or add their folder to "
-			     "MCP_RELAY_PLUGIN_PATH");
+			line(
+			    false, check, backends.load_errors[i],
+			    backends.load_status[i] == RELAY_E_NOT_FOUND
+			        ? "build the plugins (cmake --build build) or add their folder to "
+			          "MCP_RELAY_PLUGIN_PATH"
+			        : "the plugin is installed but refused to start: fix what the message names");
 		}
 	}
 	char *receivers = loader_receivers_dir();

@@ -11,7 +11,7 @@
 
 static const char *const slot_names[SLOT_COUNT] = {"machine", "transport", "capture", "console"};
 static const relay_plugin_kind slot_kinds[SLOT_COUNT] = {RELAY_KIND_MACHINE, RELAY_KIND_TRANSPORT,
-							 RELAY_KIND_CAPTURE, RELAY_KIND_CONSOLE};
+                                                         RELAY_KIND_CAPTURE, RELAY_KIND_CONSOLE};
 
 const char *backends_slot_name(backend_slot slot)
 {
@@ -69,6 +69,8 @@ static char *plugin_config(const relay_settings *s, const char *plugin_name, con
 		options = json_object_get(s->machine_service_options);
 	if (strcmp(plugin_name, "machine-local") == 0 && s->local_options)
 		options = json_object_get(s->local_options);
+	if (strcmp(plugin_name, "transfer-ssh") == 0 && s->transfer_ssh_options)
+		options = json_object_get(s->transfer_ssh_options);
 	jsonx_add(config, "options", options ? options : json_object_new_object());
 	char *text = jsonx_to_string(config, 0);
 	json_object_put(config);
@@ -85,6 +87,7 @@ void backends_load(relay_backends *b, const relay_settings *s)
 		memset(&err, 0, sizeof err);
 		char *path = loader_find_plugin(b->names[i], &err);
 		if (path == NULL) {
+			b->load_status[i] = err.code;
 			b->load_errors[i] = strdup(err.message);
 			log_error("%s slot: %s", slot_names[i], err.message);
 			continue;
@@ -101,11 +104,13 @@ void backends_load(relay_backends *b, const relay_settings *s)
 		}
 		const char *base = fs_basename(path);
 		char name[128];
-		snprintf(name, sizeof name, "%.*s", (int)(strlen(base) > 3 ? strlen(base) - 3 : strlen(base)), base);
+		snprintf(name, sizeof name, "%.*s", (int)(strlen(base) > 3 ? strlen(base) - 3 : strlen(base)),
+		         base);
 		char *plugins_dir = fs_path_join(s->state_root, "plugins");
 		char *state_dir = plugins_dir ? fs_path_join(plugins_dir, name) : NULL;
 		free(plugins_dir);
 		if (state_dir == NULL || fs_mkdir_p(state_dir, 0700, &err) != RELAY_OK) {
+			b->load_status[i] = state_dir ? err.code : RELAY_E_NO_MEMORY;
 			b->load_errors[i] = strdup(state_dir ? err.message : "out of memory");
 			log_error("%s slot: %s", slot_names[i], b->load_errors[i]);
 			free(state_dir);
@@ -117,6 +122,7 @@ void backends_load(relay_backends *b, const relay_settings *s)
 		if (loader_load(&b->registry, path, slot_kinds[i], config, &plugin, &err) == RELAY_OK) {
 			b->plugins[i] = plugin;
 		} else {
+			b->load_status[i] = err.code != RELAY_OK ? err.code : RELAY_E_INTERNAL;
 			b->load_errors[i] = strdup(err.message);
 			log_error("%s slot: %s", slot_names[i], err.message);
 		}
@@ -170,6 +176,9 @@ loaded_plugin *backends_transport_for(relay_backends *b, const char *lease_json)
 	json_object_put(lease);
 	if (slot && slot != machine && has_ssh)
 		return slot;
+	if (slot == NULL && has_ssh && b->load_errors[SLOT_TRANSPORT] != NULL &&
+	    b->load_status[SLOT_TRANSPORT] != RELAY_E_NOT_FOUND)
+		return NULL;
 	if (machine_transport)
 		return machine;
 	return slot;

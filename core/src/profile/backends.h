@@ -19,14 +19,22 @@
 #include "loader/loader.h"
 #include "profile/settings.h"
 
-typedef enum backend_slot { SLOT_MACHINE = 0, SLOT_TRANSPORT, SLOT_CAPTURE, SLOT_CONSOLE, SLOT_COUNT } backend_slot;
+typedef enum backend_slot {
+	SLOT_MACHINE = 0,
+	SLOT_TRANSPORT,
+	SLOT_CAPTURE,
+	SLOT_CONSOLE,
+	SLOT_COUNT
+} backend_slot;
 
 typedef struct relay_backends {
-	char *names[SLOT_COUNT];          /* plugin name or .so path per slot; NULL = empty slot */
-	loaded_plugin *plugins[SLOT_COUNT]; /* after backends_load(); NULL when empty or failed */
-	char *load_errors[SLOT_COUNT];    /* the loader's message when loading failed */
+	char *names[SLOT_COUNT];              /* plugin name or .so path per slot; NULL = empty slot */
+	loaded_plugin *plugins[SLOT_COUNT];   /* after backends_load(); NULL when empty or failed */
+	char *load_errors[SLOT_COUNT];        /* the loader's message when loading failed */
+	relay_status load_status[SLOT_COUNT]; /* RELAY_OK, or the loader's code when loading failed
+	                                       * (RELAY_E_NOT_FOUND: no such plugin installed) */
 	plugin_registry registry;
-	relay_machine_link machine_link;  /* lent to the console plugin */
+	relay_machine_link machine_link; /* lent to the console plugin */
 
 	/* Loading runs once, in the background; `loaded` is set under `lock`
 	 * and waiters are woken through `ready`. */
@@ -57,7 +65,11 @@ void backends_wait(relay_backends *backends);
 /* The plugin that serves exec/push/pull for a lease (borrowed), or NULL:
  * transfer-ssh (the transport slot) when the lease carries "ssh" and the
  * machine plugin is not itself the transport slot, else the machine plugin
- * when it provides the transport kind, else the transport slot. */
+ * when it provides the transport kind, else the transport slot. A lease
+ * with "ssh" falls back to the machine plugin only when the transport slot
+ * is empty or its plugin is not installed; when it is installed and failed
+ * to load (bad options, another ABI), NULL: the caller reports
+ * load_errors[SLOT_TRANSPORT] instead of quietly using another transport. */
 loaded_plugin *backends_transport_for(relay_backends *backends, const char *lease_json);
 
 /* The plugin's name for status ("machine-local"), or the slot's configured

@@ -435,6 +435,12 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 	                   "a JSON object of machine-local options (docs/machine-local.md)",
 	                   &s->local_options, errbuf, errlen) != 0)
 		return -1;
+	/* transfer-ssh's options (docs/transfer-ssh.md), likewise checked by the
+	 * plugin when it starts. */
+	if (object_setting("MCP_RELAY_TRANSFER_SSH_OPTIONS",
+	                   "a JSON object of transfer-ssh options (docs/transfer-ssh.md)",
+	                   &s->transfer_ssh_options, errbuf, errlen) != 0)
+		return -1;
 
 	v = getenv("MCP_RELAY_GUEST_NETWORK");
 	if (v == NULL || strcmp(v, "nat") == 0)
@@ -516,6 +522,7 @@ void settings_free(relay_settings *s)
 	free(s->service_url);
 	json_object_put(s->machine_service_options);
 	json_object_put(s->local_options);
+	json_object_put(s->transfer_ssh_options);
 	free(s->state_root);
 	free(s->session_dir);
 	free(s->registry_path);
