@@ -64,9 +64,6 @@ static int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
-/* Reads the whole-number option `key` into *out: `fallback` when absent;
- * RELAY_E_INVALID_ARGUMENT naming the option and its range when it is not
- * a whole number from `lo` to `hi`. */
 /* Where a deployment sets these options (docs/transfer-ssh.md). */
 #define SSH_OPTIONS_WHERE "MCP_RELAY_TRANSFER_SSH_OPTIONS"
 
@@ -96,6 +93,9 @@ static relay_status check_option_keys(const relay_host *host, json_object *optio
 	return RELAY_OK;
 }
 
+/* Reads the whole-number option `key` into *out: `fallback` when absent;
+ * RELAY_E_INVALID_ARGUMENT naming the option and its range when it is not
+ * a whole number from `lo` to `hi`. */
 static relay_status option_uint(const relay_host *host, json_object *options, const char *key,
                                 unsigned fallback, unsigned lo, unsigned hi, unsigned *out, relay_error *err)
 {
