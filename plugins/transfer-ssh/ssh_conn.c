@@ -583,10 +583,10 @@ static bool last_line_with(const char *text, size_t len, const char *needle, cha
 	return true;
 }
 
-static bool contains(const char *text, size_t len, const char *needle)
+bool ssh_text_contains(const char *text, size_t len, const char *needle)
 {
 	size_t nlen = strlen(needle);
-	for (size_t i = 0; i + nlen <= len; i++)
+	for (size_t i = 0; text && i + nlen <= len; i++)
 		if (memcmp(text + i, needle, nlen) == 0)
 			return true;
 	return false;
@@ -607,22 +607,22 @@ relay_status ssh_failure(const ssh_conn *conn, const char *what, int exit_code, 
 		                       line + strlen("relay-ssh: "));
 	}
 	if (exit_code == 255 || exit_code < 0) {
-		if (contains(err_text, err_len, "UNPROTECTED PRIVATE KEY FILE") ||
-		    contains(err_text, err_len, "bad permissions"))
+		if (ssh_text_contains(err_text, err_len, "UNPROTECTED PRIVATE KEY FILE") ||
+		    ssh_text_contains(err_text, err_len, "bad permissions"))
 			return host->error_set(
 			    err, RELAY_E_INVALID_ARGUMENT, 0,
 			    "%s: ssh refuses the identity file %s because others can read it; "
 			    "make it mode 0600",
 			    what, conn->identity_file);
-		if (contains(err_text, err_len, "Host key verification failed") ||
-		    contains(err_text, err_len, "IDENTIFICATION HAS CHANGED") ||
-		    contains(err_text, err_len, "host key is known"))
+		if (ssh_text_contains(err_text, err_len, "Host key verification failed") ||
+		    ssh_text_contains(err_text, err_len, "IDENTIFICATION HAS CHANGED") ||
+		    ssh_text_contains(err_text, err_len, "host key is known"))
 			return host->error_set(
 			    err, RELAY_E_REFUSED, 0,
 			    "%s: the guest %s:%u presented a host key that %s does not list "
 			    "(strict host key checking); fix the lease's knownHostsFile",
 			    what, conn->host, conn->port, conn->known_hosts_file);
-		if (contains(err_text, err_len, "Permission denied"))
+		if (ssh_text_contains(err_text, err_len, "Permission denied"))
 			return host->error_set(err, RELAY_E_REFUSED, 0,
 			                       "%s: the guest %s:%u refused the key %s for user %s", what,
 			                       conn->host, conn->port, conn->identity_file, conn->user);

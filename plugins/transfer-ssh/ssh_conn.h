@@ -81,6 +81,10 @@ relay_status ssh_run_script(const ssh_conn *conn, const char *const *script, con
                             uint64_t timeout_ms, size_t max_output_bytes, relay_call *call,
                             relay_process_result *res, relay_error *err);
 
+/* True when the first `len` bytes of `text` (may be NULL when len is 0)
+ * hold `needle`; for ssh's standard error, which is not NUL-terminated. */
+bool ssh_text_contains(const char *text, size_t len, const char *needle);
+
 /* Maps a failed ssh run to a status and message. `what` names the
  * operation ("opening the connection", "pushing X"). `exit_code` is ssh's
  * (255: ssh itself failed; 2..5: a transfer script's codes). `err_text`

@@ -86,18 +86,10 @@ void ssh_spares_fill(const ssh_conn *conn)
 	}
 }
 
-static bool contains(const char *text, size_t len, const char *needle)
-{
-	size_t n = strlen(needle);
-	for (size_t i = 0; text && i + n <= len; i++)
-		if (memcmp(text + i, needle, n) == 0)
-			return true;
-	return false;
-}
-
 bool ssh_spares_note_failure(const ssh_conn *conn, const char *err_text, size_t err_len)
 {
-	if (!contains(err_text, err_len, "open failed") && !contains(err_text, err_len, "refused by peer"))
+	if (!ssh_text_contains(err_text, err_len, "open failed") &&
+	    !ssh_text_contains(err_text, err_len, "refused by peer"))
 		return false;
 	ssh_spares *s = conn->spares;
 	ssh_child gone[SSH_SPARES_MAX];
