@@ -108,6 +108,19 @@ MODES = ["absolute", "dotdot", "symlink", "hardlink", "device", "fifo", "oversiz
          "truncated"]
 
 
+def guest_with_one_honest_step(env, r):
+    """Acquires and stages a guest, runs one honest step and waits for its download, then
+    replaces the guest's receiver with the hostile one (set_mode picks its behaviour).
+    Returns (acquire result, the honest run's executionId)."""
+    acq = env.acquire(r)
+    g, root = acq["guest"], acq["guestRoot"]
+    env.stage(r, g)
+    honest = structured(env.run(r, g, "echo honest"))["executionId"]
+    env.wait_downloads(r, g, lambda d: d["downloaded"] == 1 and d["inFlight"] == 0)
+    install_hostile_receiver(env, r, g, root)
+    return acq, honest
+
+
 def install_hostile_receiver(env, r, g, root):
     env.diag(r, g, "set -e\ncp %(R)s/receiver %(R)s/receiver.real\n"
              "cat > %(R)s/.hostile.py <<'RELAY_EOF'\n%(py)s\nRELAY_EOF\n"
@@ -163,12 +176,8 @@ def hostile_archives(binary, env):
     try:
         with env.relay() as r:
             r.initialize()
-            acq = env.acquire(r)
+            acq, _ = guest_with_one_honest_step(env, r)
             g, evidence, root = acq["guest"], acq["evidencePath"], acq["guestRoot"]
-            env.stage(r, g)
-            honest = env.run(r, g, "echo honest")
-            env.wait_downloads(r, g, lambda d: d["downloaded"] == 1 and d["inFlight"] == 0)
-            install_hostile_receiver(env, r, g, root)
             failed = 0
             for mode in MODES:
                 set_mode(env, r, g, root, mode, canary)

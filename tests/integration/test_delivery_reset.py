@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from relay_client import run_tests  # noqa: E402
 from delivery_support import download_records, events, review, structured, text_of, variants  # noqa: E402
-from test_delivery_hostile import install_hostile_receiver, set_mode  # noqa: E402
+from test_delivery_hostile import guest_with_one_honest_step, set_mode  # noqa: E402
 
 
 def test_finish_delivers_earlier_recordings(binary):
@@ -66,15 +66,11 @@ def reset_against_hostile_archives(binary, env):
     try:
         with env.relay() as r:
             r.initialize()
-            acq = env.acquire(r)
+            # After one honest step, every `receiver archive` answers a tampered archive (one
+            # byte flipped, its frame rewritten to match), so the next step's download is
+            # refused and the reset must bring its evidence home some other way.
+            acq, honest = guest_with_one_honest_step(env, r)
             g, first, root = acq["guest"], acq["evidencePath"], acq["guestRoot"]
-            env.stage(r, g)
-            honest = structured(env.run(r, g, "echo honest"))["executionId"]
-            env.wait_downloads(r, g, lambda d: d["downloaded"] == 1 and d["inFlight"] == 0)
-            # From here every `receiver archive` answers a tampered archive (one byte flipped,
-            # its frame rewritten to match), so this step's download is refused and the reset
-            # must bring its evidence home some other way.
-            install_hostile_receiver(env, r, g, root)
             set_mode(env, r, g, root, "hash", canary)
             tampered = structured(env.run(r, g, "echo tampered"))["executionId"]
             env.wait_downloads(r, g, lambda d: d["failed"] == 1 and d["inFlight"] == 0)
