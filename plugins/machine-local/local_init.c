@@ -476,19 +476,25 @@ static void dispatch_exits(void)
 	}
 }
 
-/* A member that has closed its descriptors may not have become a zombie
- * yet, so "gone" right after the last output is polled for a short while
- * (5 ms steps, 250 ms at most) before the group is reported alive. */
-static int settled_group_gone(pid_t pgid)
+/* Polls group_gone every `step_ms` for at most `limit_ms`; 1 once gone. */
+static int group_gone_within(pid_t pgid, long long limit_ms, int step_ms)
 {
-	long long until = monotonic_ms() + 250;
+	long long until = monotonic_ms() + limit_ms;
 	for (;;) {
 		if (group_gone(pgid))
 			return 1;
 		if (monotonic_ms() >= until)
 			return 0;
-		sleep_ms(5);
+		sleep_ms(step_ms);
 	}
+}
+
+/* A member that has closed its descriptors may not have become a zombie
+ * yet, so "gone" right after the last output is polled for a short while
+ * (5 ms steps, 250 ms at most) before the group is reported alive. */
+static int settled_group_gone(pid_t pgid)
+{
+	return group_gone_within(pgid, 250, 5);
 }
 
 /* Kills a process group and waits up to one second for it to be gone. */
@@ -496,14 +502,7 @@ static int kill_group(pid_t pgid)
 {
 	kill(-pgid, SIGKILL);
 	kill(pgid, SIGKILL);
-	long long until = monotonic_ms() + 1000;
-	for (;;) {
-		if (group_gone(pgid))
-			return 1;
-		if (monotonic_ms() >= until)
-			return 0;
-		sleep_ms(20);
-	}
+	return group_gone_within(pgid, 1000, 20);
 }
 
 typedef struct spawn_request {
