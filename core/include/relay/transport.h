@@ -45,10 +45,24 @@ typedef void relay_transport_conn;
 /* Bits of relay_transport_ops.traits. */
 #define RELAY_TRANSPORT_CONCURRENT  0x1u /* exec/push/pull may run concurrently on one conn */
 #define RELAY_TRANSPORT_GUEST_FACTS 0x2u /* push/pull return guest-side facts */
+/* Since ABI 1.1: exec() sends relay_exec_request.stdin_data on the command's
+ * standard input (then end of file) and returns its standard output as bytes,
+ * exactly as written (NUL bytes included, never merged with stderr, never
+ * re-encoded), capped by max_stdout_bytes instead of max_output_bytes. The
+ * core sets the stdin fields and RELAY_EXEC_STDIO_BYTES only for a transport
+ * with this trait; a 1.0 plugin never sees them (it copies the request by
+ * its own size). guest.md §16.2: a run in one round trip. */
+#define RELAY_TRANSPORT_STDIO_BYTES 0x4u
 
 /* Flags of exec(). */
 #define RELAY_EXEC_MERGE_OUTPUT 0x1u /* stderr is appended to stdout in arrival order */
 #define RELAY_EXEC_KEEP_TAIL    0x2u /* on overflow keep the last max_output_bytes, do not kill */
+/* Since ABI 1.1, only for a transport with RELAY_TRANSPORT_STDIO_BYTES:
+ * stdin_data/stdin_len go to the command's standard input and its standard
+ * output comes back as raw bytes in res->out (up to max_stdout_bytes; one
+ * byte more kills the group and sets output_truncated). Standard error keeps
+ * the max_output_bytes cap. Refused with RELAY_EXEC_MERGE_OUTPUT. */
+#define RELAY_EXEC_STDIO_BYTES 0x4u
 
 /* Flags of push() and pull(). */
 #define RELAY_XFER_TREE 0x1u /* the path is a folder: move its whole tree */
@@ -70,7 +84,15 @@ typedef struct relay_exec_request {
 	const char *const *envp; /* NULL-terminated "K=V" added to the guest environment, or NULL; borrowed */
 	uint64_t timeout_ms;     /* > 0; at expiry the guest process group is killed */
 	size_t max_output_bytes; /* cap on stdout + stderr together; 0 = 65536 */
+	/* ---- ABI 1.1 (read only with RELAY_EXEC_STDIO_BYTES) ---- */
+	const void *stdin_data;  /* bytes for the command's standard input, or NULL for none
+	                            (end of file at once); borrowed until exec() returns */
+	size_t stdin_len;        /* bytes at stdin_data */
+	size_t max_stdout_bytes; /* cap on standard output alone; 0 = 64 MiB */
 } relay_exec_request;
+
+/* Size of the 1.0 request: a 1.0 transport copies this much. */
+#define RELAY_EXEC_REQUEST_V1_0_SIZE (offsetof(relay_exec_request, max_output_bytes) + sizeof(size_t))
 
 typedef struct relay_exec_result {
 	uint32_t struct_size;      /* set by the caller to sizeof(relay_exec_result) */
