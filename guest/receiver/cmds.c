@@ -487,7 +487,7 @@ int cmd_capture_test(int argc, char **argv)
 		}
 		probe = xasprintf("%s/.capture-probe-%s.png", o.root, rnd);
 		tries++;
-		capture_take(&spec, probe, left > 0 ? left : 1, NULL, &co);
+		capture_take(&spec, probe, left > 0 ? left : 1, NULL, NULL, 0, &co);
 		unlink(probe);
 		free(probe);
 		if (co.ok) {

@@ -369,13 +369,20 @@ int read_file_limited(const char *path, size_t max_bytes, buf *out, int *missing
 
 int hash_fd(int fd, char hex[65], uint64_t *bytes_out, rerr *err)
 {
+	return hash_fd_prefix(fd, UINT64_MAX, hex, bytes_out, err);
+}
+
+int hash_fd_prefix(int fd, uint64_t max_bytes, char hex[65], uint64_t *bytes_out, rerr *err)
+{
 	sha256_state st;
 	char *chunk = xmalloc(HASH_CHUNK_BYTES);
 	uint64_t total = 0;
 	int rc = -1;
 	sha256_begin(&st);
-	for (;;) {
-		ssize_t n = read(fd, chunk, HASH_CHUNK_BYTES);
+	while (total < max_bytes) {
+		size_t want =
+		    max_bytes - total < HASH_CHUNK_BYTES ? (size_t)(max_bytes - total) : HASH_CHUNK_BYTES;
+		ssize_t n = read(fd, chunk, want);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -393,6 +400,14 @@ int hash_fd(int fd, char hex[65], uint64_t *bytes_out, rerr *err)
 cleanup:
 	free(chunk);
 	return rc;
+}
+
+int path_is_append_only_log(const char *path)
+{
+	const char *dir = strstr(path, "/state/background/");
+	size_t len = strlen(path);
+	return dir && len > 4 && strcmp(path + len - 4, ".log") == 0 &&
+	       strchr(dir + strlen("/state/background/"), '/') == NULL;
 }
 
 char *path_join(const char *a, const char *b)

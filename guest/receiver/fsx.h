@@ -59,6 +59,14 @@ int read_file_limited(const char *path, size_t max_bytes, buf *out, int *missing
 /* Hashes an open file descriptor from its start: SHA-256 hex and size.
  * Reads 8 MiB at a time. */
 int hash_fd(int fd, char hex[65], uint64_t *bytes_out, rerr *err);
+/* The same over at most max_bytes from the start. */
+int hash_fd_prefix(int fd, uint64_t max_bytes, char hex[65], uint64_t *bytes_out, rerr *err);
+
+/* True for the append-only logs of what steps left running
+ * (R/state/background/<executionId>.log, guest.md §16.1): such a file may
+ * grow while it is inventoried or archived, and its first N bytes never
+ * change, so readers take the size they first saw and accept growth. */
+int path_is_append_only_log(const char *path);
 
 /* Joins a and b with one "/" (b may be ""). malloc'd. */
 char *path_join(const char *a, const char *b);

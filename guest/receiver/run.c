@@ -20,6 +20,7 @@
 #include "scan.h"
 #include "sha256.h"
 #include "state.h"
+#include "survivors.h"
 
 #define REQUEST_MAX_BYTES       (1024u * 1024u)
 #define SCRIPT_MAX_BYTES        (8ull * 1024 * 1024)
@@ -76,6 +77,11 @@ typedef struct run_ctx {
 	spawn_result proc;
 	int have_proc;
 	const char *phase_name;
+	/* what the script left running (guest.md §16.1) */
+	pid_t *spared; /* children of the receiver the captures after it must not kill */
+	size_t spared_count;
+	pid_t drainer_pid;
+	jv *left_running; /* {"count","processes"} after a normal exit, else NULL */
 } run_ctx;
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -602,6 +608,7 @@ static int write_execution_record(run_ctx *ctx, const char *state, char **argv, 
 	jv_set(o, "exitStatus", exit_status ? exit_status : jv_null());
 	jv_set_str(o, "startedAt", ctx->dispatched ? ctx->dispatch_at : ctx->started_at);
 	jv_set_str(o, "endedAt", now);
+	jv_set(o, "leftRunning", ctx->left_running ? jv_copy(ctx->left_running) : jv_null());
 	rc = state_write_json(ctx->root, EXEC_REC_DIR, name, o, NULL, NULL, err);
 	free(name);
 	jv_free(o);
@@ -677,6 +684,7 @@ static int write_receipt(run_ctx *ctx, const receipt_info *ri, char sha_out[65],
 	jv_set_bool(o, "terminationConfirmed", ri->termination_confirmed);
 	jv_set(o, "stdout", ri->stdout_v ? jv_copy(ri->stdout_v) : jv_str(""));
 	jv_set(o, "stderr", ri->stderr_v ? jv_copy(ri->stderr_v) : jv_str(""));
+	jv_set(o, "leftRunning", ctx->left_running ? jv_copy(ctx->left_running) : jv_null());
 	jv_set_str(img, "status", ri->image_status);
 	jv_set(img, "snapshots", jv_copy(ctx->descriptors));
 	jv_set(o, "imageEvidence", img);
@@ -955,7 +963,8 @@ static int take_snapshot(run_ctx *ctx, const char *phase, capture_outcome *co, r
 		goto cleanup;
 	make_hooks(ctx, &hooks, 0);
 	ctx->phase_name = strcmp(phase, "before") == 0 ? "capture-before" : "capture-after";
-	capture_take(&ctx->capture, partial, CAPTURE_TIMEOUT_MAX_MS, &hooks, co);
+	capture_take(&ctx->capture, partial, CAPTURE_TIMEOUT_MAX_MS, &hooks, ctx->spared, ctx->spared_count,
+	             co);
 	if (co->ok && rename(partial, final_path) != 0) {
 		text_format(co->diagnostic, sizeof(co->diagnostic),
 		            "cannot rename the capture into place: %s", strerror(errno));
@@ -1035,7 +1044,8 @@ static int capture_gate(run_ctx *ctx, capture_outcome *co, rerr *err)
 	probe = xasprintf("%s/.capture-probe-%s.png", ctx->root, rnd);
 	make_hooks(ctx, &hooks, 0);
 	ctx->phase_name = "capture-gate";
-	capture_take(&ctx->capture, probe, CAPTURE_TIMEOUT_MAX_MS, &hooks, co);
+	capture_take(&ctx->capture, probe, CAPTURE_TIMEOUT_MAX_MS, &hooks, ctx->spared, ctx->spared_count,
+	             co);
 	unlink(probe);
 	free(probe);
 	if (co->unknown)
@@ -1081,6 +1091,44 @@ static char **script_environment(run_ctx *ctx)
 	return env;
 }
 
+/* guest.md §16.1: the script exited and left processes running. The
+ * receiver stops adopting orphans (what is adopted already is spared by the
+ * captures' cleanup), and a drainer takes the pipes survivors still hold. */
+static void keep_survivors(run_ctx *ctx)
+{
+	rerr derr;
+	proc_stop_subreaping();
+	ctx->spared = proc_children(&ctx->spared_count);
+	if (survivors_start_drain(ctx->root, ctx->execution_id, ctx->proc.out_left_fd, ctx->proc.err_left_fd,
+	                          &ctx->drainer_pid, &derr) != 0)
+		fprintf(stderr, "receiver: %s; what the step left running may block on its output\n",
+		        derr.msg);
+	ctx->proc.out_left_fd = -1;
+	ctx->proc.err_left_fd = -1;
+	if (ctx->drainer_pid > 0) {
+		ctx->spared = xrealloc(ctx->spared, (ctx->spared_count + 1) * sizeof(pid_t));
+		ctx->spared[ctx->spared_count++] = ctx->drainer_pid;
+	}
+}
+
+/* Records what the script left running after a normal exit: the object of
+ * `leftRunning`, journaled as the annotation background-processes when any. */
+static void note_left_running(run_ctx *ctx)
+{
+	const spawn_result *p = &ctx->proc;
+	if (!ctx->have_proc || !p->exited || p->timed_out || p->output_truncated || p->cancelled ||
+	    p->spawn_failed)
+		return;
+	ctx->left_running = survivors_list(p->pgid, &ctx->drainer_pid, ctx->drainer_pid > 0 ? 1 : 0);
+	if (jv_get(ctx->left_running, "count")->number_int > 0) {
+		jv *f = jv_object();
+		jv_set_str(f, "name", "background-processes");
+		jv_set_str(f, "executionId", ctx->execution_id);
+		jv_set(f, "details", jv_copy(ctx->left_running));
+		journal_note(ctx, "annotation", f);
+	}
+}
+
 static int dispatch(run_ctx *ctx, rerr *err)
 {
 	spawn_request req;
@@ -1094,13 +1142,17 @@ static int dispatch(run_ctx *ctx, rerr *err)
 	req.cwd = ctx->cwd;
 	req.timeout_ms = ctx->timeout_ms;
 	req.output_budget = OUTPUT_BUDGET_BYTES;
+	req.leave_survivors = 1;
 	make_hooks(ctx, &hooks, 1);
 	ctx->phase_name = "script";
 	timestamp_now(ctx->dispatch_at);
 	ctx->dispatched = 1;
 	rc = proc_run(&req, &hooks, &ctx->proc, err);
-	if (rc == 0)
+	if (rc == 0) {
 		ctx->have_proc = 1;
+		if (ctx->proc.left_running)
+			keep_survivors(ctx);
+	}
 	free_argv(env);
 	return rc;
 }
@@ -1247,6 +1299,12 @@ static int answer_already_started(run_ctx *ctx, rerr *err)
 }
 
 /* ---- the run ------------------------------------------------------------- */
+
+/* What a kill's diagnostic adds when termination was not confirmed. */
+static const char *unconfirmed_note(const run_ctx *ctx)
+{
+	return ctx->proc.termination_confirmed ? "" : ", but its termination was not confirmed";
+}
 
 static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 {
@@ -1413,14 +1471,14 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 			uncertain_diag = DIAG_CANCELLED;
 		} else if (ctx->proc.timed_out) {
 			text_format(diag_buf, sizeof(diag_buf),
-			            "timed out after %lld ms; the process group was killed",
-			            (long long)ctx->timeout_ms);
+			            "timed out after %lld ms; the process group was killed%s",
+			            (long long)ctx->timeout_ms, unconfirmed_note(ctx));
 			kind = "uncertain";
 			uncertain_diag = diag_buf;
 		} else if (ctx->proc.output_truncated) {
 			text_format(diag_buf, sizeof(diag_buf),
-			            "output exceeded %u bytes; the process group was killed",
-			            OUTPUT_BUDGET_BYTES);
+			            "output exceeded %u bytes; the process group was killed%s",
+			            OUTPUT_BUDGET_BYTES, unconfirmed_note(ctx));
 			kind = "uncertain";
 			uncertain_diag = diag_buf;
 		} else if (!ctx->proc.termination_confirmed) {
@@ -1442,6 +1500,7 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 			uncertain_diag = diag_buf;
 		}
 	}
+	note_left_running(ctx);
 	/* 16. outcome */
 	{
 		size_t expected = 0;
@@ -1703,6 +1762,8 @@ cleanup:
 	lock_dispose(&ctx.lock);
 	if (ctx.have_proc)
 		spawn_result_free(&ctx.proc);
+	free(ctx.spared);
+	jv_free(ctx.left_running);
 	capture_spec_free(&ctx.capture);
 	free_argv(ctx.argv);
 	free(ctx.script_id);
