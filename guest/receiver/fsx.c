@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 
 #include "sha256.h"
 
@@ -131,9 +134,57 @@ cleanup:
 	return rc;
 }
 
+/* Deferred syncs (guest.md §16.2 item 4). The receiver is one thread, so
+ * this state needs no lock: while `defer_root_fd` is open, fsx_fsync and
+ * fsync_dir only note that something is to be synced, and fsx_commit makes
+ * all of it durable with one syncfs of the guest root's filesystem. */
+static int defer_root_fd = -1;
+static int defer_pending;
+
+int fsx_defer_syncs(const char *root)
+{
+#if defined(__linux__) && defined(SYS_syncfs)
+	if (defer_root_fd >= 0)
+		return 0;
+	defer_root_fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return defer_root_fd >= 0 ? 0 : -1;
+#else
+	(void)root;
+	return -1;
+#endif
+}
+
+int fsx_commit(rerr *err)
+{
+	if (defer_root_fd < 0 || !defer_pending)
+		return 0;
+#if defined(__linux__) && defined(SYS_syncfs)
+	if (syscall(SYS_syncfs, defer_root_fd) != 0) {
+		err_set(err, "cannot sync the guest root's filesystem: %s", strerror(errno));
+		return -1;
+	}
+#endif
+	defer_pending = 0;
+	return 0;
+}
+
+int fsx_fsync(int fd)
+{
+	if (defer_root_fd >= 0) {
+		defer_pending = 1;
+		return 0;
+	}
+	return fsync(fd);
+}
+
 int fsync_dir(const char *dir, rerr *err)
 {
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd;
+	if (defer_root_fd >= 0) {
+		defer_pending = 1;
+		return 0;
+	}
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		err_set(err, "cannot open directory %s to sync it: %s", dir, strerror(errno));
 		return -1;
@@ -236,7 +287,7 @@ static char *write_temp(const char *dir, const char *name, const void *data, siz
 		free(tmp);
 		return NULL;
 	}
-	if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+	if (write_all(fd, data, len) != 0 || fsx_fsync(fd) != 0) {
 		err_set(err, "cannot write %s: %s", tmp, strerror(errno));
 		close(fd);
 		unlink(tmp);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../receiver_protocol.h"
 #include "capture.h"
 #include "frame.h"
 #include "fsx.h"
@@ -20,10 +21,11 @@
 #include "scan.h"
 #include "sha256.h"
 #include "state.h"
+#include "stdio_parts.h"
 #include "survivors.h"
 
-#define REQUEST_MAX_BYTES       (1024u * 1024u)
-#define SCRIPT_MAX_BYTES        (8ull * 1024 * 1024)
+#define REQUEST_MAX_BYTES       RECEIVER_REQUEST_MAX_BYTES
+#define SCRIPT_MAX_BYTES        ((unsigned long long)RECEIVER_SCRIPT_MAX_BYTES)
 #define TIMEOUT_MAX_MS          3600000
 #define AFTER_INTERVAL_MAX_MS   300000
 #define BECAUSE_MAX_CHARS       16384
@@ -82,6 +84,10 @@ typedef struct run_ctx {
 	size_t spared_count;
 	pid_t drainer_pid;
 	jv *left_running; /* {"count","processes"} after a normal exit, else NULL */
+	/* a run in one round trip (guest.md §16.2): request and script came on
+	 * standard input; the receipt and after-image go out on standard output */
+	int stdio_parts;
+	stdin_parts parts;
 } run_ctx;
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -167,6 +173,15 @@ static jv *outcome_json(const char *kind, const char *diagnostic, jv *exit_statu
 	return o;
 }
 
+/* Every frame is preceded by the commit point that makes what the run
+ * wrote durable (guest.md §16.2 item 4). */
+static void commit_before_frame(void)
+{
+	rerr err;
+	if (fsx_commit(&err) != 0)
+		fprintf(stderr, "receiver: %s\n", err.msg);
+}
+
 static void emit_outcome_frame(const char *execution_id, const char *kind, const char *diagnostic,
                                const char *error)
 {
@@ -177,25 +192,30 @@ static void emit_outcome_frame(const char *execution_id, const char *kind, const
 	if (error)
 		jv_set_str(f, "error", error);
 	fprintf(stderr, "receiver: run %s: %s: %s\n", execution_id, kind, error ? error : diagnostic);
+	commit_before_frame();
 	frame_emit(f);
 }
 
-static void emit_receipt_frame(const char *execution_id, const char *sha, uint64_t bytes, int duplicate,
+static void emit_receipt_frame(const run_ctx *ctx, const char *sha, uint64_t bytes, int duplicate,
                                int request_matches)
 {
 	jv *f = jv_object();
 	jv *r = jv_object();
-	char *path = xasprintf("%s/%s.json", RECEIPTS_DIR, execution_id);
+	char *path = xasprintf("%s/%s.json", RECEIPTS_DIR, ctx->execution_id);
 	jv_set_str(r, "path", path);
 	jv_set_str(r, "sha256", sha);
 	jv_set_int(r, "bytes", (int64_t)bytes);
-	jv_set_str(f, "executionId", execution_id);
+	jv_set_str(f, "executionId", ctx->execution_id);
 	jv_set(f, "receipt", r);
 	jv_set_bool(f, "duplicate", duplicate);
 	if (duplicate)
 		jv_set_bool(f, "requestMatches", request_matches);
+	commit_before_frame();
+	if (ctx->stdio_parts)
+		stdout_parts_emit(ctx->root, f, path);
+	else
+		frame_emit(f);
 	free(path);
-	frame_emit(f);
 }
 
 static void journal_note(run_ctx *ctx, const char *type, jv *fields)
@@ -216,13 +236,20 @@ static int hook_before_fork(void *c, rerr *err)
 	run_ctx *ctx = c;
 	ctx->lock.pending_spawn = 1;
 	ctx->lock.phase = ctx->phase_name;
-	return lock_write_owner(&ctx->lock, err);
+	/* Commit point: the request, script, started marker, journal and
+	 * records so far are durable before anything is started. */
+	if (lock_write_owner(&ctx->lock, err) != 0)
+		return -1;
+	return fsx_commit(err);
 }
 
 static int hook_after_fork(void *c, pid_t pid, rerr *err)
 {
 	run_ctx *ctx = c;
-	return lock_add_group(&ctx->lock, pid, err);
+	/* Commit point: the pid is durable before the child may exec. */
+	if (lock_add_group(&ctx->lock, pid, err) != 0)
+		return -1;
+	return fsx_commit(err);
 }
 
 static int hook_after_end(void *c, pid_t pgid, int confirmed, rerr *err)
@@ -1241,7 +1268,7 @@ static int answer_duplicate(run_ctx *ctx)
 	}
 	(void)took_lock;
 	jv_free(receipt);
-	emit_receipt_frame(ctx->execution_id, sha, bytes, 1, matches);
+	emit_receipt_frame(ctx, sha, bytes, 1, matches);
 	return EXIT_DONE;
 }
 
@@ -1294,7 +1321,7 @@ static int answer_already_started(run_ctx *ctx, rerr *err)
 	rc = write_receipt(ctx, &ri, sha, &bytes, err);
 	jv_free(ri.outcome);
 	if (rc == 0)
-		emit_receipt_frame(ctx->execution_id, sha, bytes, 0, 0);
+		emit_receipt_frame(ctx, sha, bytes, 0, 0);
 	return rc;
 }
 
@@ -1609,7 +1636,7 @@ cleanup:
 	return rc;
 }
 
-int run_command(const char *root, const char *request_path)
+int run_command(const char *root, const char *request_path, int from_stdin)
 {
 	run_ctx ctx;
 	rerr err;
@@ -1634,13 +1661,22 @@ int run_command(const char *root, const char *request_path)
 		status = EXIT_USAGE;
 		goto cleanup;
 	}
-	if (path_below_root(root, request_path, &req_rel) != 0 || !*req_rel ||
-	    path_walk_check(root, req_rel, 0, NULL, &err) != 0) {
+	fsx_defer_syncs(root);
+	if (from_stdin) {
+		ctx.stdio_parts = 1;
+		if (stdin_parts_read(STDIN_FILENO, &ctx.parts, &err) != 0) {
+			emit_outcome_frame("unknown", "refused", err.msg, NULL);
+			status = EXIT_USAGE;
+			goto cleanup;
+		}
+		buf_append(&text, ctx.parts.request.data ? ctx.parts.request.data : "",
+		           ctx.parts.request.len);
+	} else if (path_below_root(root, request_path, &req_rel) != 0 || !*req_rel ||
+	           path_walk_check(root, req_rel, 0, NULL, &err) != 0) {
 		emit_outcome_frame("unknown", "refused", "request must be a file below the guest root", NULL);
 		status = EXIT_USAGE;
 		goto cleanup;
-	}
-	if (read_file_limited(request_path, REQUEST_MAX_BYTES, &text, NULL, &too_large, &err) != 0) {
+	} else if (read_file_limited(request_path, REQUEST_MAX_BYTES, &text, NULL, &too_large, &err) != 0) {
 		emit_outcome_frame("unknown", "refused",
 		                   too_large ? "request file exceeds 1 MiB (1048576 bytes)" : err.msg, NULL);
 		status = EXIT_USAGE;
@@ -1658,6 +1694,11 @@ int run_command(const char *root, const char *request_path)
 	if (!execution_id_valid(ctx.execution_id)) {
 		ctx.execution_id = NULL;
 		emit_outcome_frame("unknown", "refused", "request has no valid executionId", NULL);
+		status = EXIT_USAGE;
+		goto cleanup;
+	}
+	if (ctx.stdio_parts && stdin_parts_match(&ctx.parts, root, ctx.req, &err) != 0) {
+		emit_outcome_frame(ctx.execution_id, "refused", err.msg, NULL);
 		status = EXIT_USAGE;
 		goto cleanup;
 	}
@@ -1710,6 +1751,13 @@ int run_command(const char *root, const char *request_path)
 		}
 		goto cleanup;
 	}
+	/* The parts that came on standard input go where §9 puts them, only
+	 * for an id never seen before. */
+	if (ctx.stdio_parts && stdin_parts_write(root, &ctx.parts, &err) != 0) {
+		emit_outcome_frame(ctx.execution_id, "uncertain", err.msg, err.msg);
+		status = EXIT_INTERNAL;
+		goto cleanup;
+	}
 	/* 5. the started marker: from here the id counts as seen */
 	{
 		jv *m = jv_object();
@@ -1741,7 +1789,7 @@ int run_command(const char *root, const char *request_path)
 		ri.termination_confirmed = ctx.lock.group_count == 0;
 		ri.argv = ctx.argv;
 		if (!receipt_exists(&ctx) && write_receipt(&ctx, &ri, sha, &bytes, &err2) == 0)
-			emit_receipt_frame(ctx.execution_id, sha, bytes, 0, 0);
+			emit_receipt_frame(&ctx, sha, bytes, 0, 0);
 		else
 			emit_outcome_frame(ctx.execution_id, "uncertain", diag, err.msg);
 		status = EXIT_INTERNAL;
@@ -1749,7 +1797,7 @@ int run_command(const char *root, const char *request_path)
 		free(diag);
 		goto cleanup;
 	}
-	emit_receipt_frame(ctx.execution_id, sha, bytes, 0, 0);
+	emit_receipt_frame(&ctx, sha, bytes, 0, 0);
 cleanup:
 	if (ctx.lock.held) {
 		rerr e;
@@ -1764,6 +1812,7 @@ cleanup:
 		spawn_result_free(&ctx.proc);
 	free(ctx.spared);
 	jv_free(ctx.left_running);
+	stdin_parts_free(&ctx.parts);
 	capture_spec_free(&ctx.capture);
 	free_argv(ctx.argv);
 	free(ctx.script_id);
