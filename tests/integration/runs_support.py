@@ -52,6 +52,9 @@ class Variant:
     def __init__(self, binary, kind):
         self.binary = binary
         self.kind = kind
+        # Transports with RELAY_TRANSPORT_STDIO_BYTES run in one round trip and bring the
+        # after-image home on the run's answer (guest.md §16.2, §16.3).
+        self.one_trip = kind in ("local", "ssh")
         self.root = tempfile.mkdtemp(prefix="relay-runs-%s-" % kind)
         os.chmod(self.root, 0o700)
         self.state_dir = os.path.join(self.root, "state")

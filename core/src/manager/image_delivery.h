@@ -159,4 +159,18 @@ relay_status image_delivery_publish_step(manager *m, guest *g, const char *recor
                                          const json_object *receipt, json_object **published_out,
                                          relay_error *err);
 
+/*
+ * guest.md §16.3: the after-snapshot original that came on the run's own
+ * answer (`data`, `len`; borrowed), described by the answer's part fact
+ * `part` ({path, bytes, sha256}), is checked against the receipt's after
+ * descriptor (path, size, SHA-256, PNG container) and published exactly as
+ * image_delivery_publish_step() publishes a downloaded one (original,
+ * delivery receipt, catalog entry), so that image_delivery_for_run() then
+ * attaches it. A later step download finds it published and keeps it.
+ * RELAY_E_INTEGRITY when it is not the after-snapshot's bytes.
+ */
+relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording,
+                                           const json_object *receipt, const json_object *part,
+                                           const void *data, size_t len, relay_error *err);
+
 #endif
