@@ -41,7 +41,7 @@ import tempfile
 import time
 
 from relay_client import Relay, skip
-from support_common import build_dir, events, fake_so, full, namespaces_missing, plugin_so, sha256_hex, structured, text_of  # noqa: F401 (re-exported)
+from support_common import build_dir, events, fake_so, full, lead_headline_rest, namespaces_missing, plugin_so, sha256_hex, structured, text_of  # noqa: F401 (re-exported)
 
 ACQUIRE = {"task": "runs", "image": "ubuntu2404", "extractions": []}
 

@@ -11,7 +11,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests  # noqa: E402
-from runs_support import (diag, events, full, run, sh, sha256_hex, stage, structured, text_of,  # noqa: E402
+from runs_support import (diag, events, full, lead_headline_rest, run, sh, sha256_hex, stage, structured, text_of,  # noqa: E402
                           variants, write_tree)
 
 
@@ -23,7 +23,7 @@ def staged_guest(v, r, **stage_args):
 
 
 def headline(res):
-    return json.loads(text_of(res).split("\n", 1)[0])
+    return lead_headline_rest(text_of(res))[1]
 
 
 def host_json(evidence, *parts):
@@ -72,7 +72,7 @@ def test_languages(binary):
                 assert s["imageDelivery"]["status"] == expected, s
                 assert s["executionFailed"] is False
                 assert headline(res) == {"imageDelivery": s["imageDelivery"], "executionFailed": False}
-                assert "imageDelivery" not in json.loads(text_of(res).split("\n", 1)[1])
+                assert "imageDelivery" not in json.loads(lead_headline_rest(text_of(res))[2])
                 ev = g["evidencePath"]
                 sub = host_json(ev, "host", "submissions", s["executionId"] + ".json")
                 assert sub["step"] == s["step"] and sub["call"]["code"] == code, sub

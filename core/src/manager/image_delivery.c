@@ -94,6 +94,29 @@ char *image_delivery_headline(const json_object *image_delivery, bool execution_
 	return strbuf_detach(&sb, NULL);
 }
 
+char *image_delivery_phrase(const json_object *image_delivery, const char *what)
+{
+	const char *status = jsonx_get_str(image_delivery, "status");
+	const char *id = jsonx_get_str(jsonx_get_obj(image_delivery, "image"), "imageId");
+	strbuf sb = STRBUF_INIT;
+	if (status == NULL)
+		strbuf_printf(&sb, "%s unknown", what);
+	else if (strcmp(status, IMAGE_STATUS_NOT_REQUESTED) == 0)
+		strbuf_printf(&sb, "no %s (not requested)", what);
+	else
+		strbuf_printf(&sb, "%s %s", what, status);
+	/* "image-" and the first 8 hex digits name it well enough in a sentence. */
+	if (id && strlen(id) > 14)
+		strbuf_printf(&sb, " (%.14s…)", id);
+	else if (id)
+		strbuf_printf(&sb, " (%s)", id);
+	if (!strbuf_ok(&sb)) {
+		strbuf_free(&sb);
+		return NULL;
+	}
+	return strbuf_detach(&sb, NULL);
+}
+
 void image_delivery_attach(image_delivery_result *r, tool_result *result)
 {
 	if (r == NULL || result == NULL || r->preview_base64 == NULL)

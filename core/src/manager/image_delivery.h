@@ -94,6 +94,11 @@ char *image_delivery_headline(const json_object *image_delivery, bool execution_
  * no-op without a preview. */
 void image_delivery_attach(image_delivery_result *r, tool_result *result);
 
+/* The image's part of a result's lead sentence (tools.md §2.3):
+ * "<what> attached (image-3b8f0a5c…)", "<what> pending (…)", "no <what>
+ * (not requested)", "<what> capture-failed". malloc'd, or NULL. */
+char *image_delivery_phrase(const json_object *image_delivery, const char *what);
+
 /* The capability object relay_probe and relay_stage return (images.md §6.4). */
 json_object *image_delivery_capability_json(void);
 

@@ -794,8 +794,57 @@ typedef enum receipt_state {
 
 /* ---- the result ------------------------------------------------------------------- */
 
-/* Finishes a run's result: isError, error, the compact headline, the text
- * without imageDelivery. Takes `structured`. */
+/* How the run ended, for the lead sentence: "exited with status 3",
+ * "was ended by SIGKILL", "was refused before it started: …". */
+static void outcome_phrase(strbuf *sb, const json_object *outcome)
+{
+	const char *kind = jsonx_get_str(outcome, "kind");
+	const char *diag = jsonx_get_str(outcome, "diagnostic");
+	json_object *status = jsonx_get_obj(outcome, "exitStatus");
+	const char *signal_text = jsonx_get_str(status, "signal");
+	int64_t code = 0;
+	if (kind && strcmp(kind, "completed") == 0 && signal_text)
+		strbuf_printf(sb, "was ended by %s", signal_text);
+	else if (kind && strcmp(kind, "completed") == 0 && jsonx_get_int(status, "code", &code))
+		strbuf_printf(sb, "exited with status %lld", (long long)code);
+	else if (kind && strcmp(kind, "refused") == 0)
+		strbuf_printf(sb, "was refused before it started: %.80s", diag ? diag : "no diagnostic");
+	else
+		strbuf_printf(sb, "ended uncertain: %.80s", diag ? diag : "no diagnostic");
+}
+
+/* The lead sentence of a run's result (tools.md §2.3): the step, how it
+ * ended, what it left running, that the guest is kept, the after-image. */
+static void set_run_lead(tool_result *r, const json_object *structured)
+{
+	strbuf sb = STRBUF_INIT;
+	const char *mode = jsonx_get_str(structured, "evidenceMode");
+	bool diagnostic = mode && strcmp(mode, "diagnostic") == 0;
+	if (diagnostic)
+		strbuf_puts(&sb, "Diagnostic script ");
+	else
+		strbuf_printf(&sb, "Step %s ", jsonx_get_str(jsonx_get_obj(structured, "step"), "id"));
+	outcome_phrase(&sb, jsonx_get_obj(structured, "outcome"));
+	json_object *left = jsonx_get_obj(structured, "leftRunning");
+	int64_t count = 0;
+	if (jsonx_get_int(left, "count", &count) && count > 0) {
+		json_object *procs = jsonx_get_array(left, "processes");
+		const char *first = jsonx_get_str(json_object_array_get_idx(procs, 0), "command");
+		strbuf_printf(&sb, ", leaving %lld process%s running (%.32s%s)", (long long)count,
+		              count == 1 ? "" : "es", first ? first : "?", count > 1 ? ", …" : "");
+	}
+	char *phrase = diagnostic
+	                   ? strdup("no screenshot (diagnostic)")
+	                   : image_delivery_phrase(jsonx_get_obj(structured, "imageDelivery"), "after-image");
+	strbuf_printf(&sb, "; the guest is kept; %s.", phrase ? phrase : "after-image unknown");
+	free(phrase);
+	if (strbuf_ok(&sb))
+		tool_result_set_lead(r, "%s", strbuf_str(&sb));
+	strbuf_free(&sb);
+}
+
+/* Finishes a run's result: isError, error, the lead sentence, the compact
+ * headline, the text without imageDelivery. Takes `structured`. */
 static tool_result *finish_result(manager *m, guest *g, json_object *structured, const char *execution_id)
 {
 	json_object *outcome = jsonx_get_obj(structured, "outcome");
@@ -835,6 +884,7 @@ static tool_result *finish_result(manager *m, guest *g, json_object *structured,
 	}
 	if (r) {
 		tool_result_set_headline(r, "%s", headline ? headline : "{}");
+		set_run_lead(r, r->structured);
 		r->text_omits_key = "imageDelivery";
 	}
 	free(headline);
