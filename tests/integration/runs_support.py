@@ -54,7 +54,8 @@ class Variant:
         self.kind = kind
         # Transports with RELAY_TRANSPORT_STDIO_BYTES run in one round trip and bring the
         # after-image home on the run's answer (guest.md §16.2, §16.3).
-        self.one_trip = kind in ("local", "ssh")
+        self.one_trip = kind in ("local", "ssh", "ssh-x11")
+        self.display = None
         self.root = tempfile.mkdtemp(prefix="relay-runs-%s-" % kind)
         os.chmod(self.root, 0o700)
         self.state_dir = os.path.join(self.root, "state")
@@ -228,13 +229,13 @@ def _write_profile(v, plugins):
     return path
 
 
-def _start_xvfb(v):
+def _start_xvfb(v, screen="640x480x24"):
     """Xvfb on a free display number; returns ":N"."""
     for n in range(90, 140):
         if os.path.exists("/tmp/.X11-unix/X%d" % n) or os.path.exists("/tmp/.X%d-lock" % n):
             continue
         log = open(os.path.join(v.root, "xvfb.log"), "wb")
-        v.xvfb = subprocess.Popen(["Xvfb", ":%d" % n, "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+        v.xvfb = subprocess.Popen(["Xvfb", ":%d" % n, "-screen", "0", screen, "-nolisten", "tcp"],
                                   stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and v.xvfb.poll() is None:
@@ -249,7 +250,7 @@ def _start_xvfb(v):
 
 def make_variant(binary, kind):
     """The variant, or (None, why it cannot run here)."""
-    if not os.path.exists(fake_so(binary)) and kind in ("fake", "ssh", "x11"):
+    if not os.path.exists(fake_so(binary)) and kind in ("fake", "ssh", "x11", "ssh-x11"):
         return None, "machine-fake.so is not built (%s)" % fake_so(binary)
     if kind == "local":
         why = namespaces_missing()
@@ -257,7 +258,7 @@ def make_variant(binary, kind):
             return None, why
         if not os.path.exists(plugin_so(binary, "machine-local")):
             return None, "machine-local.so is not built"
-    if kind == "ssh":
+    if kind in ("ssh", "ssh-x11"):
         if os.geteuid() != 0:
             return None, "the sshd fixture needs root"
         if not os.access("/usr/sbin/sshd", os.X_OK) or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
@@ -270,7 +271,7 @@ def make_variant(binary, kind):
             return None, "machine-service-standin is not built"
         if not os.path.exists(plugin_so(binary, "machine-service")):
             return None, "machine-service.so is not built"
-    if kind == "x11":
+    if kind in ("x11", "ssh-x11"):
         if not shutil.which("Xvfb"):
             return None, "Xvfb is missing (apt-get install xvfb)"
         if not os.path.exists(plugin_so(binary, "capture-x11")):
@@ -306,6 +307,18 @@ def make_variant(binary, kind):
         v.write_control({"leaseExtra": {"ssh": ssh}})
         v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(
             v, {"machine": fake_so(binary), "transport": "transfer-ssh"})
+    if kind == "ssh-x11":
+        # GUI work over transfer-ssh: the sshd fixture's guest is this host, with a real
+        # 1280x800 Xvfb as its display and capture-x11 for the snapshots.
+        try:
+            ssh = _start_sshd(v)
+            v.display = _start_xvfb(v, screen="1280x800x24")
+        except Exception as e:  # noqa: BLE001
+            v.cleanup()
+            return None, "sshd or Xvfb could not start: %s" % e
+        v.write_control({"leaseExtra": {"ssh": ssh, "display": v.display}})
+        v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(
+            v, {"machine": fake_so(binary), "transport": "transfer-ssh", "capture": "capture-x11"})
     return v, None
 
 
