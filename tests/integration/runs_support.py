@@ -56,6 +56,7 @@ class Variant:
         # after-image home on the run's answer (guest.md §16.2, §16.3).
         self.one_trip = kind in ("local", "ssh", "ssh-x11")
         self.display = None
+        self.sshd_env = {}
         self.root = tempfile.mkdtemp(prefix="relay-runs-%s-" % kind)
         os.chmod(self.root, 0o700)
         self.state_dir = os.path.join(self.root, "state")
@@ -176,7 +177,9 @@ def _start_sshd(v):
     # RELAY_RUNS_SSH_LOGIN_HOME=1 keeps the login's own HOME (bench/runs measures both).
     home = os.path.join(d, "home")
     os.makedirs(home, mode=0o700)
-    set_home = "" if os.environ.get("RELAY_RUNS_SSH_LOGIN_HOME") == "1" else "SetEnv HOME=%s\n" % home
+    session_env = [] if os.environ.get("RELAY_RUNS_SSH_LOGIN_HOME") == "1" else ["HOME=%s" % home]
+    session_env += ["%s=%s" % kv for kv in v.sshd_env.items()]  # what guest sessions see (bench/runs)
+    set_home = "SetEnv %s\n" % " ".join(session_env) if session_env else ""
     config = os.path.join(d, "sshd_config")
     with open(config, "w") as f:
         f.write("Port %d\nListenAddress 127.0.0.1\nHostKey %s\nUsePAM no\nPermitRootLogin prohibit-password\n"
@@ -248,8 +251,9 @@ def _start_xvfb(v, screen="640x480x24"):
     raise AssertionError("Xvfb did not start on any display from :90 to :139")
 
 
-def make_variant(binary, kind):
-    """The variant, or (None, why it cannot run here)."""
+def make_variant(binary, kind, sshd_env=None):
+    """The variant, or (None, why it cannot run here). `sshd_env`: variables the sshd fixture
+    sets in every guest session."""
     if not os.path.exists(fake_so(binary)) and kind in ("fake", "ssh", "x11", "ssh-x11"):
         return None, "machine-fake.so is not built (%s)" % fake_so(binary)
     if kind == "local":
@@ -281,6 +285,7 @@ def make_variant(binary, kind):
         if not os.path.exists(shot):
             return None, "relay-x11shot is not built (%s)" % shot
     v = Variant(binary, kind)
+    v.sshd_env = dict(sshd_env or {})
     if kind == "service":
         import service_support
         try:
