@@ -210,8 +210,12 @@ class Place:
             os.makedirs(d, mode=0o700)
         os.symlink(os.path.abspath(binary), os.path.join(self.bin, "mcp-relay"))
 
-    def cleanup(self):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
         shutil.rmtree(self.root, ignore_errors=True)
+        return False
 
 
 def host_start(host, command, args, env, binary, place):
@@ -244,8 +248,7 @@ def test_every_host_has_a_snippet(binary):
 
 
 def test_every_snippet_starts_a_server_that_answers(binary):
-    place = Place(binary)
-    try:
+    with Place(binary) as place:
         for host, (fmt, text) in sorted(snippets().items()):
             doc = parse(fmt, text)
             if host == "codex-trust":
@@ -256,13 +259,10 @@ def test_every_snippet_starts_a_server_that_answers(binary):
             argv, e, cwd = host_start(host, command, args, env, binary, place)
             print("  [%s] %s" % (host, " ".join([command] + list(args))), flush=True)
             serve_and_check(argv, e, cwd, place.project, host)
-    finally:
-        place.cleanup()
 
 
 def test_the_plugin_server_and_the_project_mcp_json_start(binary):
-    place = Place(binary)
-    try:
+    with Place(binary) as place:
         with open(os.path.join(ROOT, ".claude-plugin", "plugin.json")) as f:
             plugin = json.load(f)
         entry = plugin["mcpServers"]["relay"]
@@ -293,13 +293,10 @@ def test_the_plugin_server_and_the_project_mcp_json_start(binary):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
         assert p.returncode == 127 and p.stdout == b"", p
         assert b"not installed" in p.stderr and b"scripts/build" in p.stderr, p.stderr
-    finally:
-        place.cleanup()
 
 
 def test_the_pi_package(binary):
-    place = Place(binary)
-    try:
+    with Place(binary) as place:
         with open(os.path.join(ROOT, "pi", "package.json")) as f:
             package = json.load(f)
         assert "pi-package" in package["keywords"], package
@@ -317,8 +314,6 @@ def test_the_pi_package(binary):
         with open(os.path.join(ROOT, "pi", "prompts", "relay-status.md")) as f:
             prompt = f.read()
         assert prompt.startswith("---\ndescription: ") and "relay_status" in prompt, prompt
-    finally:
-        place.cleanup()
 
 
 def test_generated_files_match_their_source(binary):
@@ -428,8 +423,7 @@ def claude(cli, args, home, cwd, env_extra=None, timeout=180):
 
 def test_claude_code_validates_the_plugin_and_connects_to_it(binary):
     cli = claude_cli()
-    place = Place(binary)
-    try:
+    with Place(binary) as place:
         home = os.path.join(place.root, "home")
         os.makedirs(home)
         code, out = claude(cli, ["plugin", "validate", ROOT], home, place.project)
@@ -453,8 +447,6 @@ def test_claude_code_validates_the_plugin_and_connects_to_it(binary):
                            {"PATH": place.bin + os.pathsep + os.environ.get("PATH", "")})
         assert "relay: mcp-relay" in out and "Missing environment variables" not in out, out
         assert "diagnostics" not in out, out
-    finally:
-        place.cleanup()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ starts one server per call take back the project's guests; two projects never sh
 second live process on the same project takes a fresh identity and says so (stderr and
 relay_status); a fixed MCP_RELAY_SESSION keeps working. Claude Code's CLAUDE_PROJECT_DIR is
 the project folder when MCP_RELAY_PROJECT is unset."""
+import contextlib
 import hashlib
 import os
 import shutil
@@ -35,6 +36,25 @@ def one_shot(fake, calls, **env):
         return results, err
     finally:
         r.close()
+
+
+@contextlib.contextmanager
+def live_relays(binary):
+    """(the Fake, a function starting a relay on the project's own identity); every relay
+    started is closed, and the Fake cleaned up, at the end."""
+    fake = Fake(binary)
+    started = []
+
+    def start():
+        r = fake.relay(MCP_RELAY_SESSION=None)
+        started.append(r)
+        return r
+    try:
+        yield fake, start
+    finally:
+        for r in reversed(started):
+            r.close()
+        fake.cleanup()
 
 
 def settled(name):
@@ -93,63 +113,45 @@ def test_two_projects_never_share_an_identity(binary):
 
 
 def test_a_second_live_process_takes_a_fresh_identity(binary):
-    fake = Fake(binary)
-    try:
-        first = fake.relay(MCP_RELAY_SESSION=None)
-        second = None
-        try:
-            first.initialize()
-            acquire(first, task="live")
-            s1 = status(first)
-            assert s1["sessionId"] == project_identity(fake.project), s1
-            second = fake.relay(MCP_RELAY_SESSION=None)
-            second.initialize()
-            s2 = status(second)
-            assert s2["sessionId"] != s1["sessionId"], (s1, s2)
-            assert s2["sessionIdentity"]["source"] == "fresh", s2
-            note = s2["sessionIdentity"]["note"]
-            assert "pid %d" % first.proc.pid in note and s1["sessionId"] in note, note
-            assert "MCP_RELAY_SESSION" in note, note
-            # It does not see the first one's guest, and it can acquire its own.
-            assert s2["guests"] == [], s2
-            own = acquire(second, task="live")
-            assert own["guest"] == "live-1", own
-            with open(second.stderr_path, errors="replace") as f:
-                err = f.read()
-            assert "holds this project's session %s" % s1["sessionId"] in err, err
-            # The first is untouched.
-            assert [g["guest"] for g in status(first)["guests"]] == ["live-1"]
-        finally:
-            if second is not None:
-                second.close()
-            first.close()
-    finally:
-        fake.cleanup()
+    with live_relays(binary) as (fake, start):
+        first = start()
+        first.initialize()
+        acquire(first, task="live")
+        s1 = status(first)
+        assert s1["sessionId"] == project_identity(fake.project), s1
+        second = start()
+        second.initialize()
+        s2 = status(second)
+        assert s2["sessionId"] != s1["sessionId"], (s1, s2)
+        assert s2["sessionIdentity"]["source"] == "fresh", s2
+        note = s2["sessionIdentity"]["note"]
+        assert "pid %d" % first.proc.pid in note and s1["sessionId"] in note, note
+        assert "MCP_RELAY_SESSION" in note, note
+        # It does not see the first one's guest, and it can acquire its own.
+        assert s2["guests"] == [], s2
+        own = acquire(second, task="live")
+        assert own["guest"] == "live-1", own
+        with open(second.stderr_path, errors="replace") as f:
+            err = f.read()
+        assert "holds this project's session %s" % s1["sessionId"] in err, err
+        # The first is untouched.
+        assert [g["guest"] for g in status(first)["guests"]] == ["live-1"]
 
 
 def test_a_restart_waits_for_the_ending_process_instead_of_a_fresh_identity(binary):
     # A host restarting its server closes the old one and starts the new one at once: the old
     # is still ending (its session.lock says so) when the new one starts.
-    fake = Fake(binary)
-    try:
-        first = fake.relay(MCP_RELAY_SESSION=None)
-        second = None
-        try:
-            first.initialize()
-            acquire(first, task="restart")
-            first.close_stdin()
-            second = fake.relay(MCP_RELAY_SESSION=None)
-            second.initialize()
-            s = wait_status(second, settled("restart-1"), timeout=40, what="restart-1 taken back")
-            assert s["sessionId"] == project_identity(fake.project), s
-            assert s["sessionIdentity"]["source"] == "project", s
-            assert first.wait(timeout=30) == 0
-        finally:
-            if second is not None:
-                second.close()
-            first.close()
-    finally:
-        fake.cleanup()
+    with live_relays(binary) as (fake, start):
+        first = start()
+        first.initialize()
+        acquire(first, task="restart")
+        first.close_stdin()
+        second = start()
+        second.initialize()
+        s = wait_status(second, settled("restart-1"), timeout=40, what="restart-1 taken back")
+        assert s["sessionId"] == project_identity(fake.project), s
+        assert s["sessionIdentity"]["source"] == "project", s
+        assert first.wait(timeout=30) == 0
 
 
 def test_a_fixed_session_keeps_working(binary):
