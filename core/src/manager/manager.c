@@ -856,7 +856,8 @@ cleanup:
 
 /* Appends " ending" to the pid in session.lock, so that a server starting
  * on the same project meanwhile waits for this one instead of taking a
- * fresh identity (lifecycle.md §2, §8 step 1). */
+ * fresh identity (lifecycle.md §2, §8 step 1). Under the lock (the startup
+ * thread may take session_lock_fd meanwhile). */
 static void mark_session_lock_ending(manager *m)
 {
 	if (m->session_lock_fd < 0)
@@ -874,13 +875,14 @@ int manager_end_session(manager *m, const char *reason)
 	manager_lock(m);
 	bool already = m->ending;
 	m->ending = true;
-	if (!already)
+	if (!already) {
 		snprintf(m->end_reason, sizeof m->end_reason, "%s", reason ? reason : "ended");
+		mark_session_lock_ending(m);
+	}
 	pthread_cond_broadcast(&m->changed);
 	manager_unlock(m);
 	if (already)
 		return 0;
-	mark_session_lock_ending(m);
 	/* shutdown.c: stop taking work, let running work finish within the
 	 * grace period, then pause or release every guest. */
 	return manager_end_guests(m, reason);
