@@ -347,18 +347,19 @@ static int resolve_state_root(relay_settings *s, char *errbuf, size_t errlen)
 	return 0;
 }
 
-/* session_key from session_id (lifecycle.md §2). */
-static void set_session_key(relay_settings *s)
+/* The session key of identity `id` (lifecycle.md §2): the first 32 hex
+ * digits of its SHA-256. */
+static void session_key_of(const char *id, char key[33])
 {
 	char digest[SHA256_HEX_LEN + 1];
-	sha256_buffer_hex(s->session_id ? s->session_id : "", s->session_id ? strlen(s->session_id) : 0,
-	                  digest);
-	memcpy(s->session_key, digest, 32);
-	s->session_key[32] = '\0';
+	sha256_buffer_hex(id, strlen(id), digest);
+	memcpy(key, digest, 32);
+	key[32] = '\0';
 }
 
 int settings_use_fresh_identity(relay_settings *s, long holder)
 {
+	int rc = -1;
 	char uuid[37];
 	random_uuid(uuid);
 	char note[512];
@@ -367,33 +368,30 @@ int settings_use_fresh_identity(relay_settings *s, long holder)
 	         "process took the fresh identity %s, so it does not see that process's guests (set "
 	         "MCP_RELAY_SESSION to choose an identity)",
 	         holder, s->session_id, uuid);
+	char key[33];
+	session_key_of(uuid, key);
 	char *id = strdup(uuid);
 	char *text = strdup(note);
-	if (id == NULL || text == NULL) {
-		free(id);
-		free(text);
-		return -1;
-	}
-	char *dir = NULL;
-	char *old_id = s->session_id;
+	char *dir = fs_path_join(s->state_root, key);
+	char *old_id = s->session_id, *old_note = s->session_note, *old_dir = s->session_dir;
+	if (id == NULL || text == NULL || dir == NULL)
+		goto cleanup;
+	/* Swapped in: the old values are freed below. */
 	s->session_id = id;
-	set_session_key(s);
-	dir = fs_path_join(s->state_root, s->session_key);
-	if (dir == NULL) {
-		s->session_id = old_id;
-		set_session_key(s);
-		free(id);
-		free(text);
-		return -1;
-	}
-	free(old_id);
-	free(s->session_dir);
-	s->session_dir = dir;
-	free(s->session_note);
 	s->session_note = text;
+	s->session_dir = dir;
+	memcpy(s->session_key, key, sizeof key);
 	s->session_source = SESSION_FRESH;
 	s->session_id_stable = false;
-	return 0;
+	id = old_id;
+	text = old_note;
+	dir = old_dir;
+	rc = 0;
+cleanup:
+	free(id);
+	free(text);
+	free(dir);
+	return rc;
 }
 
 const char *settings_session_source_name(session_source source)
@@ -470,7 +468,9 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 		s->session_id_stable = true;
 		s->session_source = SESSION_FROM_PROJECT;
 	}
-	set_session_key(s);
+	if (s->session_id == NULL)
+		return fail(errbuf, errlen, "settings could not be read: out of memory");
+	session_key_of(s->session_id, s->session_key);
 
 	v = getenv("VM_ENVIRONMENT_FILE");
 	if (v != NULL) {
