@@ -271,6 +271,15 @@ def test_diagnostic_scripts(binary):
             r.initialize()
             g = v.acquire(r)
             name, root = g["guest"], g["guestRoot"]
+            # What a diagnostic starts keeps running after it (guest.md §16.1 item 7), through
+            # every transport, and the diagnostic does not wait for it.
+            nap = "306.%d" % random.randint(1000, 9999)
+            t0 = time.monotonic()
+            s = diag(r, name, "sleep %s >/dev/null 2>&1 &\necho started" % nap)
+            assert s["outcome"]["exitStatus"]["code"] == 0 and s["output"] == "started\n", s
+            assert time.monotonic() - t0 < 20, "the diagnostic waited for what it started"
+            assert sh(r, name, "ps -eo args | grep -c '^sleep %s' || true" % nap).strip() == "1"
+            sh(r, name, "pkill -f '^sleep %s'; true" % nap)
             s = diag(r, name, "echo out; echo err >&2; pwd; exit 4")
             assert s["evidenceMode"] == "diagnostic" and s["outcome"]["exitStatus"]["code"] == 4, s
             assert s["output"].startswith("out\n") and "err\n" in s["output"], s
