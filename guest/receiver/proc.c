@@ -487,6 +487,21 @@ static int reap_all(const spawn_request *req, pid_t main_pid, spawn_result *res)
 	}
 }
 
+/* 1 when a child of this process other than the spared ones is alive (an
+ * orphan the subreaper adopted). Without spared children one waitpid tells:
+ * ECHILD means none at all; no /proc walk is needed then. */
+static int has_unspared_children(const spawn_request *req)
+{
+	int status;
+	pid_t w;
+	if (req->spared_count == 0) {
+		while ((w = waitpid(-1, &status, WNOHANG)) > 0)
+			;
+		return w == 0;
+	}
+	return !only_spared_left(req);
+}
+
 /* guest.md §16.1: the main process exited on its own. Output is read for
  * at most SURVIVOR_DRAIN_MS more (or to both ends of file); what still holds
  * a pipe keeps it, and its read end goes to the caller. Nothing is killed;
@@ -527,17 +542,8 @@ static int leave_running(const spawn_request *req, pid_t pid, int out_p[2], int 
 	res->err_left_fd = err_p[0];
 	out_p[0] = -1;
 	err_p[0] = -1;
-	res->left_running = res->out_left_fd >= 0 || res->err_left_fd >= 0 || group_alive(pid);
-#if defined(__linux__)
-	if (!res->left_running) {
-		size_t n = 0, i;
-		pid_t *kids = proc_children(&n);
-		for (i = 0; i < n; i++)
-			if (!pid_spared(req, kids[i]))
-				res->left_running = 1;
-		free(kids);
-	}
-#endif
+	res->left_running =
+	    res->out_left_fd >= 0 || res->err_left_fd >= 0 || group_alive(pid) || has_unspared_children(req);
 	return 0;
 }
 
@@ -605,6 +611,7 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 	set_nonblock(out_p[0]);
 	set_nonblock(err_p[0]);
 	deadline = mono_ms() + req->timeout_ms;
+	int64_t idle_ms = 1;
 	while (!res->exited && !res->spawn_failed) {
 		struct pollfd pf[2];
 		int nfds = 0;
@@ -622,10 +629,15 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 			pf[nfds].events = POLLIN;
 			nfds++;
 		}
-		if (nfds)
+		if (nfds) {
 			poll(pf, (nfds_t)nfds, wait_ms);
-		else
-			sleep_ms(wait_ms);
+		} else {
+			/* Both pipes are closed: the end is usually a moment away, so
+			 * look again soon, backing off to the usual poll interval. */
+			sleep_ms(idle_ms < wait_ms ? idle_ms : wait_ms);
+			if (idle_ms < CONFIRM_POLL_MS)
+				idle_ms *= 2;
+		}
 		if (out_p[0] >= 0)
 			pump(&out_p[0], &res->out, &total, req->output_budget, &res->output_truncated);
 		if (err_p[0] >= 0)
