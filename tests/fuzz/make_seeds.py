@@ -158,6 +158,30 @@ def archive(files, extra_members=(), pax_long=False):
             tf.addfile(ti)
     return out.getvalue()
 
+# ---- machine_service: replies captured from tests/fixtures/machine-service-standin --
+MS_CAPTURED = json.loads('{"record":{"vm":"pilot-relay-t-1-6b6955","purpose":"relay-t-1","image":"ubuntu2404","image_kind":"linux","lease_id":"93460c5676f2fc1da684c0ced5768297","configuration":{"schemaVersion":1},"env":null,"state":"running","created_at":1796112237.0620883,"ttl_expires_at":1796113137.0620883,"grace_until":null,"warned":false,"ip":"127.0.0.1","cpu":null,"memory_mb":null,"disk_gb":null,"ssh_auth":"lease-key","ssh_user":"admin","ssh_verified":true,"ssh_host_trust":"lease-tofu"},"list":{"machines":{"pilot-relay-t-1-6b6955":{"vm":"pilot-relay-t-1-6b6955","purpose":"relay-t-1","image":"ubuntu2404","image_kind":"linux","lease_id":"93460c5676f2fc1da684c0ced5768297","configuration":{"schemaVersion":1},"env":null,"state":"running","created_at":1796112237.0620883,"ttl_expires_at":1796113137.0620883,"grace_until":null,"warned":false,"ip":"127.0.0.1","cpu":null,"memory_mb":null,"disk_gb":null,"ssh_auth":"lease-key","ssh_user":"admin","ssh_verified":true,"ssh_host_trust":"lease-tofu"}}},"images":{"images":{"macos26":{"kind":"macos","base_vm":"pilot-macos26-base","base_available":true,"clone_prefix":"pilot-mac-","defaults":{"cpu":6,"memory_mb":8192,"disk_gb":null},"source":"/tmp/msroot/pilot-images/images/macos26/line.conf","concurrency":{"running":0,"limit":null,"acquirable":true},"active_purposes":[]},"ubuntu2404":{"kind":"linux","base_vm":"pilot-ubuntu-base","base_available":true,"clone_prefix":"pilot-","defaults":{"cpu":6,"memory_mb":16384,"disk_gb":null},"source":"/tmp/msroot/pilot-images/images/ubuntu2404/line.conf","concurrency":{"running":0,"limit":null,"acquirable":true},"active_purposes":[]}}},"release":{"vm":"pilot-relay-t-1-6b6955","released":true,"reason":"released"}}')
+
+
+def machine_service_seeds():
+    health = '200\n{"ok":true,"service":"machine-service"}'
+    rec = json.dumps(MS_CAPTURED["record"])
+    def seed(name, op, *replies):
+        put("machine_service", name, bytes([op]) + "\n----\n".join(replies).encode())
+    seed("inspect", 0, health, "200\n" + rec)
+    seed("renew", 1, health, "200\n" + rec)
+    seed("release", 2, health, "200\n" + json.dumps(MS_CAPTURED["release"]), '404\n{"error":"not found"}')
+    seed("verify_destroyed", 3, health, '404\n{"error":"not found"}')
+    seed("images", 4, health, "200\n" + json.dumps(MS_CAPTURED["images"]))
+    seed("catalog", 5, health, '404\n{"error":"not found"}')
+    seed("find_by_purpose", 6, health, "200\n" + json.dumps(MS_CAPTURED["list"]))
+    seed("acquire", 7, health, "200\n" + rec)
+    seed("acquire_refused", 7, health, '409\n{"error":"image busy"}')
+    seed("health_other_service", 8, '200\n{"ok":true,"service":"vm-service"}')
+    put("machine_service", "options", b"\xff" + json.dumps(
+        {"routePrefix": "/vms", "listKey": "vms", "nameField": "machine", "serviceName": "machine-service",
+         "acquirePath": "/acquire", "fingerprintHeader": "X-Env", "maxExecTimeoutS": 60,
+         "destructionCheck": "service", "sshField": "ssh"}).encode())
+
 
 def main():
     for name, text in WIRE.items():
@@ -216,6 +240,11 @@ def main():
                                                  "step": {"id": "shell-1", "title": "t\u00e9"}}))
     put("receiver_json", "escapes", '["\\ud83d\\ude00","\\u0000",-0,1.5e3,{"a":{"b":[null,true,false]}}]')
     put("receiver_json", "not_utf8", b"receiver: 1: \xff\xfe\xfd: not found")
+    machine_service_seeds()
+    put("transfer_ssh_options", "all", json.dumps({"ssh": "/usr/bin/ssh", "connectTimeoutSeconds": 10,
+                                                   "controlPersistSeconds": 300, "spareSessions": 1}))
+    put("transfer_ssh_options", "bad", '{"spareSessions":-1,"ssh":""}')
+    put("transfer_ssh_options", "not_object", '[1]')
 
 
 def package_seed(pkg_dir):
