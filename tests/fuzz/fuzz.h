@@ -34,8 +34,9 @@ void fuzz_remove_tree(const char *path);
 /* Writes data[0..size) to `path` (created or truncated, 0600). 0 or -1. */
 int fuzz_write_file(const char *path, const void *data, size_t size);
 
-/* True when text[0..len) is valid UTF-8 (no overlong form, surrogate or
- * code point past U+10FFFF). */
-int fuzz_utf8_valid(const char *text, size_t len);
+/* prefix + data[0..size) + suffix as a malloc'd string (free()); aborts
+ * when out of memory. data may hold NULs (the string is then cut there for
+ * C-string consumers, which is what they would see). */
+char *fuzz_wrap(const char *prefix, const void *data, size_t size, const char *suffix);
 
 #endif

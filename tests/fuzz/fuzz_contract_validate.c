@@ -17,6 +17,7 @@
 
 #include "contract/contract.h"
 #include "mcp/wire.h"
+#include "util/jsonx.h"
 
 #include "fuzz.h"
 
@@ -69,7 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		snprintf(prefix, sizeof prefix, "Invalid %s input: ", contract_tool_name(tool));
 		if (strncmp(problem, prefix, strlen(prefix)) != 0)
 			fuzz_fail("a refusal does not start with \"%s\": %s", prefix, problem);
-		if (!fuzz_utf8_valid(problem, strlen(problem)))
+		if (!utf8_valid(problem, strlen(problem)))
 			fuzz_fail("a refusal is not valid UTF-8");
 		if (strchr(problem, '\n') != NULL)
 			fuzz_fail("a refusal spans lines: %s", problem);

@@ -134,14 +134,7 @@ static void check_json_out(relay_status st, char *out, const relay_error *err, c
 
 static void fuzz_options(const uint8_t *data, size_t size)
 {
-	char *config = malloc(strlen(config_prefix) + size + 2);
-	if (config == NULL)
-		fuzz_fail("no memory");
-	size_t n = strlen(config_prefix);
-	memcpy(config, config_prefix, n);
-	memcpy(config + n, data, size);
-	config[n + size] = '}';
-	config[n + size + 1] = '\0';
+	char *config = fuzz_wrap(config_prefix, data, size, "}");
 	relay_plugin_state *s = NULL;
 	relay_error err;
 	memset(&err, 0, sizeof err);

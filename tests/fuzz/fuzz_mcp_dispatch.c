@@ -136,7 +136,7 @@ static void start_session(void)
 /* Checks one output line; true when it is the sentinel's answer. */
 static bool check_line(const char *line, size_t len, const char *sentinel)
 {
-	if (!fuzz_utf8_valid(line, len))
+	if (!utf8_valid(line, len))
 		fuzz_fail("the server wrote invalid UTF-8: %.*s", (int)(len > 300 ? 300 : len), line);
 	json_object *msg = NULL;
 	bool is_null = false;

@@ -21,7 +21,7 @@ static void check_id(json_object *id)
 	char *key = wire_id_key(id);
 	if (text == NULL || key == NULL)
 		fuzz_fail("wire_id_text or wire_id_key returned NULL");
-	if (!fuzz_utf8_valid(text, strlen(text)))
+	if (!utf8_valid(text, strlen(text)))
 		fuzz_fail("an id's text is not valid UTF-8: %s", text);
 	json_object *again = NULL;
 	bool is_null = false;
@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	jsonx_write(&sb, value, 0);
 	if (!strbuf_ok(&sb))
 		fuzz_fail("no memory serialising %zu bytes", size);
-	if (!fuzz_utf8_valid(sb.data, sb.len))
+	if (!utf8_valid(sb.data, sb.len))
 		fuzz_fail("an accepted value serialises to invalid UTF-8");
 	json_object *again = NULL;
 	bool again_null = false;

@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *text = jv_to_text(record, 0);
 	jv *back = parse_or_fail(text, "a record");
 	jv *s = jv_get(back, "stderr");
-	if (!jv_is(s, JV_STRING) || !fuzz_utf8_valid(s->str, s->str_len))
+	if (!jv_is(s, JV_STRING) || !utf8_valid(s->str, s->str_len))
 		fuzz_fail("a record's string did not come back as valid UTF-8");
 	if (utf8_valid((const char *)data, size) && (s->str_len != size || memcmp(s->str, data, size) != 0))
 		fuzz_fail("a valid UTF-8 string did not come back unchanged");

@@ -84,34 +84,14 @@ int fuzz_write_file(const char *path, const void *data, size_t size)
 	return close(fd);
 }
 
-int fuzz_utf8_valid(const char *text, size_t len)
+char *fuzz_wrap(const char *prefix, const void *data, size_t size, const char *suffix)
 {
-	const unsigned char *s = (const unsigned char *)text;
-	size_t i = 0;
-	while (i < len) {
-		unsigned char c = s[i];
-		size_t need;
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf)
-			need = 2;
-		else if (c >= 0xe0 && c <= 0xef)
-			need = 3;
-		else if (c >= 0xf0 && c <= 0xf4)
-			need = 4;
-		else
-			return 0;
-		if (len - i < need)
-			return 0;
-		for (size_t k = 1; k < need; k++)
-			if ((s[i + k] & 0xc0) != 0x80)
-				return 0;
-		if ((c == 0xe0 && s[i + 1] < 0xa0) || (c == 0xed && s[i + 1] >= 0xa0) ||
-		    (c == 0xf0 && s[i + 1] < 0x90) || (c == 0xf4 && s[i + 1] >= 0x90))
-			return 0;
-		i += need;
-	}
-	return 1;
+	size_t a = strlen(prefix), c = strlen(suffix);
+	char *text = malloc(a + size + c + 1);
+	if (text == NULL)
+		fuzz_fail("no memory for %zu bytes", a + size + c + 1);
+	memcpy(text, prefix, a);
+	memcpy(text + a, data, size);
+	memcpy(text + a + size, suffix, c + 1);
+	return text;
 }

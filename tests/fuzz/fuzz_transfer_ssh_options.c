@@ -21,14 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const relay_host *host = loader_host_table();
 	char prefix[4400];
 	snprintf(prefix, sizeof prefix, "{\"stateDir\":\"%s/ssh\",\"options\":", fuzz_scratch_dir());
-	size_t n = strlen(prefix);
-	char *config = malloc(n + size + 2);
-	if (config == NULL)
-		fuzz_fail("no memory");
-	memcpy(config, prefix, n);
-	memcpy(config + n, data, size);
-	config[n + size] = '}';
-	config[n + size + 1] = '\0';
+	char *config = fuzz_wrap(prefix, data, size, "}");
 	ssh_plugin *plugin = NULL;
 	relay_error err;
 	memset(&err, 0, sizeof err);
