@@ -38,6 +38,7 @@
 #include "mcp/server.h"
 #include "mcp/tool_result.h"
 #include "mcp/wire.h"
+#include "util/clock.h"
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
@@ -170,11 +171,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	size_t written = 0;
 	bool answered = false;
+	int64_t deadline_ms = clock_monotonic_ms() + 30000;
 	while (!answered) {
 		struct pollfd pfd[2] = {{from_server, POLLIN, 0}, {to_server, POLLOUT, 0}};
 		nfds_t n = written < in.len ? 2 : 1;
-		if (poll(pfd, n, 30000) <= 0)
-			fuzz_fail("the server did not answer the sentinel within 30 s");
+		/* libFuzzer's SIGALRM (its -timeout watch) may interrupt poll. */
+		int ready = poll(pfd, n, 1000);
+		if (ready < 0 && errno != EINTR)
+			fuzz_fail("poll: %s", strerror(errno));
+		if (ready <= 0) {
+			if (clock_monotonic_ms() > deadline_ms)
+				fuzz_fail("the server did not answer the sentinel within 30 s");
+			continue;
+		}
 		if (n == 2 && (pfd[1].revents & POLLOUT)) {
 			ssize_t w = write(to_server, in.data + written, in.len - written);
 			if (w > 0)
