@@ -1,0 +1,203 @@
+/*
+ * md_guest.c — the small static program machine-docker puts into every
+ * container as /.mcp-relay/init before starting it. The image needs no
+ * shell tool of its own for what the relay must control; this program is
+ * three commands in one:
+ *
+ *   init    the container's entry (PID 1): reaps orphans, and is the
+ *           backstop of the lease: every second it reads
+ *           /.mcp-relay/expires ("<expiresAtMs> <graceMs> <backstopMs>",
+ *           written by the relay at create and at every renewal) and exits
+ *           once the wall clock passes their sum, which stops the
+ *           container and every process in it. SIGTERM ends it at once.
+ *   exec PIDFILE ARGV...
+ *           runs ARGV in a new session (its own process group), writes the
+ *           group's id to PIDFILE first, waits for it and exits with its
+ *           status (128 + signal when it was killed). Standard input,
+ *           output and error are inherited unchanged.
+ *   kill PIDFILE
+ *           SIGKILLs the process group named in PIDFILE and waits up to 5 s
+ *           for it to be gone: exit 0 when gone, 1 when not, 2 when
+ *           PIDFILE is unreadable.
+ *
+ * Static, C99 + POSIX, no allocation.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPIRES_PATH "/.mcp-relay/expires"
+
+static volatile sig_atomic_t g_stop;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	g_stop = 1;
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+/* 0 and the time after which the backstop acts, or -1 when unreadable. */
+static int read_expiry(long long *stop_at_ms)
+{
+	int fd = open(EXPIRES_PATH, O_RDONLY | O_NOFOLLOW);
+	if (fd < 0)
+		return -1;
+	char buf[128];
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	long long expires = 0, grace = 0, backstop = 0;
+	if (sscanf(buf, "%lld %lld %lld", &expires, &grace, &backstop) != 3)
+		return -1;
+	*stop_at_ms = expires + grace + backstop;
+	return 0;
+}
+
+static int run_init(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_term;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	long long stop_at = 0;
+	int known = read_expiry(&stop_at) == 0;
+	while (!g_stop) {
+		while (waitpid(-1, NULL, WNOHANG) > 0) {
+		}
+		long long t = 0;
+		if (read_expiry(&t) == 0) {
+			stop_at = t;
+			known = 1;
+		}
+		/* An unreadable file keeps the last deadline read; one never read
+		 * keeps the guest until the relay writes it. */
+		if (known && now_ms() > stop_at) {
+			fprintf(stderr,
+			        "mcp-relay init: the lease expired and no relay renewed it; stopping\n");
+			return 0;
+		}
+		sleep_ms(1000);
+	}
+	return 0;
+}
+
+static int write_pid(const char *path, pid_t pid)
+{
+	char text[32];
+	int n = snprintf(text, sizeof text, "%d\n", (int)pid);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -1;
+	ssize_t w = write(fd, text, (size_t)n);
+	close(fd);
+	return w == n ? 0 : -1;
+}
+
+static int run_exec(const char *pidfile, char **argv)
+{
+	int sync_pipe[2];
+	if (pipe(sync_pipe) != 0) {
+		perror("mcp-relay exec: pipe");
+		return 126;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		perror("mcp-relay exec: fork");
+		return 126;
+	}
+	if (pid == 0) {
+		close(sync_pipe[1]);
+		setsid();
+		char go;
+		/* Wait until the parent has written the group id. */
+		while (read(sync_pipe[0], &go, 1) < 0 && errno == EINTR) {
+		}
+		close(sync_pipe[0]);
+		execvp(argv[0], argv);
+		int e = errno;
+		fprintf(stderr, "mcp-relay exec: cannot run %s: %s\n", argv[0], strerror(e));
+		_exit(e == ENOENT ? 127 : 126);
+	}
+	close(sync_pipe[0]);
+	int wrote = write_pid(pidfile, pid);
+	ssize_t ignored = write(sync_pipe[1], "g", 1);
+	(void)ignored;
+	close(sync_pipe[1]);
+	if (wrote != 0)
+		fprintf(stderr, "mcp-relay exec: cannot write %s: %s\n", pidfile, strerror(errno));
+	signal(SIGINT, SIG_IGN);
+	signal(SIGQUIT, SIG_IGN);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0) {
+		if (errno != EINTR) {
+			status = 0;
+			break;
+		}
+	}
+	unlink(pidfile);
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return 126;
+}
+
+static int run_kill(const char *pidfile)
+{
+	char buf[32];
+	int fd = open(pidfile, O_RDONLY | O_NOFOLLOW);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : 2; /* the exec already ended and removed it */
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 2;
+	buf[n] = '\0';
+	long pgid = strtol(buf, NULL, 10);
+	if (pgid <= 1)
+		return 2;
+	kill(-(pid_t)pgid, SIGKILL);
+	for (int i = 0; i < 500; i++) {
+		if (kill(-(pid_t)pgid, 0) != 0 && errno == ESRCH)
+			return 0;
+		sleep_ms(10);
+	}
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && strcmp(argv[1], "init") == 0)
+		return run_init();
+	if (argc >= 4 && strcmp(argv[1], "exec") == 0)
+		return run_exec(argv[2], argv + 3);
+	if (argc == 3 && strcmp(argv[1], "kill") == 0)
+		return run_kill(argv[2]);
+	fprintf(stderr, "usage: init | exec PIDFILE ARGV... | kill PIDFILE\n");
+	return 2;
+}
