@@ -86,7 +86,8 @@ typedef struct md_state {
 	pthread_t reaper;
 	bool reaper_started;
 	bool stopping;
-	size_t acquiring; /* acquisitions in flight (capacity) */
+	size_t acquiring;             /* acquisitions in flight (capacity) */
+	struct md_facts_cache *facts; /* md_inventory.c: what each image contains, by image id */
 } md_state;
 
 /* ---- md_plugin.c helpers ---------------------------------------------------- */
@@ -191,5 +192,6 @@ const md_image *inventory_find(md_state *st, const char *key);
 json_object *inventory_images(md_state *st, relay_call *call);
 relay_status inventory_catalog(md_state *st, relay_call *call, json_object **out, relay_error *err);
 json_object *inventory_doctor(md_state *st, relay_call *call);
+void inventory_free(md_state *st);
 
 #endif

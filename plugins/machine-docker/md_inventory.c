@@ -68,12 +68,22 @@ typedef struct image_facts {
 	char architecture[32];
 } image_facts;
 
-/* Cache of image facts by image id (guarded by st->lock). */
-typedef struct facts_cache {
+/* The cache of image facts by image id (st->facts, guarded by st->lock). */
+struct md_facts_cache {
 	image_facts items[MD_MAX_IMAGES];
 	size_t count;
-} facts_cache;
-static facts_cache g_cache; /* guarded by the lock of the one md_state that uses it */
+};
+
+void inventory_free(md_state *st)
+{
+	struct md_facts_cache *c = st->facts;
+	for (size_t i = 0; c && i < c->count; i++) {
+		free(c->items[i].image_id);
+		json_object_put(c->items[i].apps);
+	}
+	free(c);
+	st->facts = NULL;
+}
 
 static void parse_dpkg(const char *text, json_object *apps)
 {
@@ -242,11 +252,13 @@ static bool facts_of(md_state *st, const md_image *im, relay_call *call, image_f
 		return false;
 	bool found = false;
 	pthread_mutex_lock(&st->lock);
-	for (size_t i = 0; i < g_cache.count; i++) {
-		if (strcmp(g_cache.items[i].image_id, id) == 0) {
-			*out = g_cache.items[i];
+	struct md_facts_cache *cache = st->facts;
+	for (size_t i = 0; cache && !found && i < cache->count; i++) {
+		if (strcmp(cache->items[i].image_id, id) == 0) {
+			*out = cache->items[i];
 			out->image_id = strdup(id);
-			json_object_deep_copy(g_cache.items[i].apps, &out->apps, NULL);
+			out->apps = NULL;
+			json_object_deep_copy(cache->items[i].apps, &out->apps, NULL);
 			found = true;
 		}
 	}
@@ -254,10 +266,13 @@ static bool facts_of(md_state *st, const md_image *im, relay_call *call, image_f
 	if (!found && probe && probe_image(st, im, id, call, out)) {
 		found = true;
 		pthread_mutex_lock(&st->lock);
-		if (g_cache.count < MD_MAX_IMAGES) {
-			image_facts *c = &g_cache.items[g_cache.count++];
+		if (st->facts == NULL)
+			st->facts = calloc(1, sizeof *st->facts);
+		if (st->facts && st->facts->count < MD_MAX_IMAGES) {
+			image_facts *c = &st->facts->items[st->facts->count++];
 			*c = *out;
 			c->image_id = strdup(id);
+			c->apps = NULL;
 			json_object_deep_copy(out->apps, &c->apps, NULL);
 		}
 		pthread_mutex_unlock(&st->lock);

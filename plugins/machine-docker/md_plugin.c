@@ -458,6 +458,7 @@ static void free_state(md_state *st)
 	free(st->libexec_dir);
 	free(st->session_id);
 	free(st->default_network);
+	inventory_free(st);
 	pthread_mutex_destroy(&st->lock);
 	pthread_cond_destroy(&st->cond);
 	free(st);
