@@ -17,12 +17,14 @@ did (inspect, ps) — never in the relay's data path.
 """
 
 import hashlib
+import io
 import json
 import os
 import shutil
 import signal
 import stat
 import subprocess
+import tarfile
 import tempfile
 import time
 
@@ -259,14 +261,51 @@ class Engine:
         for c in self.containers(store=store):
             self.api("DELETE", "/containers/%s?force=1&v=1" % c["Id"])
 
-    def relay(self, binary, images, store_root=None, extra_options=None, **env):
+    def _raw(self, path):
+        r = subprocess.run(["curl", "-s", "--unix-socket", self.socket, "http://d/v1.41" + path],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return r.stdout
+
+    def exec_cat(self, container, path):
+        """A file of a container, read through the archive API (a tar of one file)."""
+        data = self._raw("/containers/%s/archive?path=%s" % (container, _quote(path)))
+        with tarfile.open(fileobj=io.BytesIO(data)) as t:
+            member = t.next()
+            return t.extractfile(member).read().decode()
+
+    def logs(self, container):
+        """The container's standard output and error (the multiplexed stream decoded)."""
+        data = self._raw("/containers/%s/logs?stdout=1&stderr=1" % container)
+        out, i = [], 0
+        while i + 8 <= len(data):
+            n = int.from_bytes(data[i + 4:i + 8], "big")
+            out.append(data[i + 8:i + 8 + n])
+            i += 8 + n
+        return b"".join(out).decode(errors="replace")
+
+    def put_file(self, container, folder, name, data, mode=0o644):
+        """Writes one file into a container through the archive API (as a renewal does)."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            t.addfile(info, io.BytesIO(data))
+        path = os.path.join(self.dir, "put.tar")
+        with open(path, "wb") as f:
+            f.write(buf.getvalue())
+        r = _run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "PUT", "--unix-socket", self.socket,
+                  "-H", "Content-Type: application/x-tar", "--data-binary", "@" + path,
+                  "http://d/v1.41/containers/%s/archive?path=%s" % (container, _quote(folder))])
+        assert r.stdout == "200", (r.stdout, r.stderr)
+
+    def relay(self, binary, images, state_dir=None, project=None, extra_options=None, **env):
         opts = {"endpoint": self.endpoint, "images": images, "reaperIntervalMs": 500}
         if self.runtime:
             opts["runtime"] = self.runtime
         opts.update(extra_options or {})
         e = {"MCP_RELAY_BACKEND": "docker", "MCP_RELAY_DOCKER_OPTIONS": json.dumps(opts)}
         e.update({k: (None if v is None else str(v)) for k, v in env.items()})
-        return Relay(binary, env=e, state_dir=store_root)
+        return Relay(binary, env=e, state_dir=state_dir, project=project)
 
 
 def _quote(text):
