@@ -57,6 +57,37 @@ def engine_missing():
     return None
 
 
+def dockerd_missing():
+    if os.geteuid() != 0:
+        return "the dockerd fixture needs root"
+    for prog in ("dockerd", "docker", "containerd"):
+        if not shutil.which(prog):
+            return "%s is not installed (apt-get install docker.io)" % prog
+    return None
+
+
+def engines():
+    """Yields each engine kind that can run here (RELAY_DOCKER_ENGINES limits them); skips the
+    test when none can."""
+    from relay_client import Skip
+    ran, reasons = 0, []
+    for kind in os.environ.get("RELAY_DOCKER_ENGINES", "podman,docker").split(","):
+        try:
+            eng = Engine(kind)
+        except Skip as e:
+            print("  [%s] skipped: %s" % (kind, e), flush=True)
+            reasons.append("%s: %s" % (kind, e))
+            continue
+        print("  [%s]" % kind, flush=True)
+        try:
+            yield eng
+            ran += 1
+        finally:
+            eng.close()
+    if ran == 0:
+        skip("no engine can run here (%s)" % "; ".join(reasons))
+
+
 def _hybrid_cgroups():
     """True when /sys/fs/cgroup is a v1 (or hybrid) layout: crun refuses it, runc does not."""
     try:
@@ -164,32 +195,43 @@ def _wait_socket(path, proc, seconds=30):
 
 
 class Engine:
-    """A Podman API service of the test's own, on a socket in a temporary folder."""
+    """An engine of the test's own on a socket in a temporary folder: Podman's API service
+    (kind "podman", the default), or Docker's dockerd with its own data root (kind "docker").
+    RELAY_DOCKER_ENGINES=podman,docker names the kinds engines() yields."""
 
-    def __init__(self):
-        why = engine_missing()
+    def __init__(self, kind="podman"):
+        why = engine_missing() if kind == "podman" else dockerd_missing()
         if why:
             skip(why)
+        self.kind = kind
         self.dir = tempfile.mkdtemp(prefix="relay-docker-")
         os.chmod(self.dir, 0o700)
-        self.socket = os.path.join(self.dir, "podman.sock")
+        self.socket = os.path.join(self.dir, kind + ".sock")
         self.endpoint = "unix://" + self.socket
         self.runtime = None
-        argv = ["podman"]
-        if _hybrid_cgroups():
-            if not shutil.which("runc"):
-                shutil.rmtree(self.dir, ignore_errors=True)
-                skip("this host mixes cgroup v1 and v2, where crun cannot start containers, and runc is "
-                     "not installed (apt-get install runc)")
-            self.runtime = "runc"
-            argv += ["--runtime", "runc"]
         self.log = open(os.path.join(self.dir, "service.log"), "wb")
-        self.proc = subprocess.Popen(argv + ["system", "service", "--time=0", self.endpoint], stdout=self.log,
-                                     stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True)
+        if kind == "docker":
+            argv = ["dockerd", "--host", self.endpoint, "--data-root", os.path.join(self.dir, "root"),
+                    "--exec-root", os.path.join(self.dir, "exec"), "--pidfile", os.path.join(self.dir, "pid"),
+                    "--iptables=false", "--ip6tables=false", "--bridge=none"]
+            self.cli = ["docker", "-H", self.endpoint]
+        else:
+            argv = ["podman"]
+            if _hybrid_cgroups():
+                if not shutil.which("runc"):
+                    shutil.rmtree(self.dir, ignore_errors=True)
+                    skip("this host mixes cgroup v1 and v2, where crun cannot start containers, and runc is "
+                         "not installed (apt-get install runc)")
+                self.runtime = "runc"
+                argv += ["--runtime", "runc"]
+            self.cli = list(argv)
+            argv = argv + ["system", "service", "--time=0", self.endpoint]
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
         if not _wait_socket(self.socket, self.proc):
             self.close()
-            skip("the Podman API service did not start (see its log)")
-        self.podman = argv
+            skip("the %s API service did not start (see its log)" % kind)
+        self.podman = self.cli
 
     def close(self):
         if self.proc.poll() is None:
@@ -216,7 +258,7 @@ class Engine:
     def image(self, kind):
         """The tag of the test image `kind` ("minimal" or "full"), imported when missing."""
         tag = "localhost/mcp-relay-test-%s:%s" % (kind, _image_hash(kind))
-        if _run(self.podman + ["image", "exists", tag]).returncode == 0:
+        if _run(self.cli + ["image", "inspect", tag], ).returncode == 0:
             return tag
         os.makedirs(CACHE, exist_ok=True)
         base = os.path.join(CACHE, "%s-%s" % (kind, _image_hash(kind)))
@@ -229,7 +271,7 @@ class Engine:
             subprocess.run(["tar", "-C", root, "--numeric-owner", "-cf", tmp, "."], check=True)
             os.replace(tmp, tar)
             shutil.rmtree(root, ignore_errors=True)
-        r = _run(self.podman + ["import", tar, tag])
+        r = _run(self.cli + ["import", tar, tag])
         assert r.returncode == 0, r.stderr
         return tag
 

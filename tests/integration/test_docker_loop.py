@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
-from docker_support import (Engine, acquire, diag, plugin_missing, sh, store_of, structured,  # noqa: E402
+from docker_support import (Engine, acquire, engines, diag, plugin_missing, sh, store_of, structured,  # noqa: E402
                             text_of, sha256_hex)
 
 EXTRACTIONS = [{"name": "report", "path": "out/report.txt"}, {"name": "tree", "path": "out/tree"}]
@@ -34,7 +34,7 @@ def test_full_loop(binary):
     why = plugin_missing(binary)
     if why:
         skip(why)
-    with Engine() as eng:
+    for eng in engines():
         images = {"full": eng.image("full"), "minimal": eng.image("minimal")}
         with eng.relay(binary, images, MCP_RELAY_SESSION="docker-loop") as r:
             r.initialize()
