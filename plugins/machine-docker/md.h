@@ -55,6 +55,17 @@ typedef struct md_state {
 	char socket_path[256]; /* the unix socket libcurl connects to */
 	md_image images[MD_MAX_IMAGES];
 	size_t image_count;
+	struct {
+		bool enabled; /* endpoint ssh://user@host[:port] */
+		char user[64];
+		char host[256];
+		int port;
+		char identity[512];      /* options.ssh.identityFile */
+		char known_hosts[512];   /* options.ssh.knownHostsFile */
+		char remote_socket[256]; /* options.ssh.remoteSocket */
+	} ssh;
+	pid_t ssh_pid; /* the forwarder (guarded by ssh_lock) */
+	pthread_mutex_t ssh_lock;
 
 	/* options */
 	int max_guests;
@@ -144,6 +155,13 @@ ssize_t md_stream_send(md_stream *s, const void *data, size_t len);
 ssize_t md_stream_recv(md_stream *s, void *buf, size_t len);
 void md_stream_close_write(md_stream *s);
 void md_stream_free(md_stream *s);
+
+/* ---- md_ssh.c ------------------------------------------------------------------ */
+
+/* Starts the ssh forwarder of an ssh:// endpoint when it is not running
+ * (no-op for unix://). RELAY_E_UNAVAILABLE with ssh's own message. */
+relay_status md_ssh_ensure(md_state *st, relay_error *err);
+void md_ssh_stop(md_state *st);
 
 /* ---- md_lease.c --------------------------------------------------------------- */
 

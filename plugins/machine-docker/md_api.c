@@ -160,8 +160,9 @@ static int on_progress(void *user, curl_off_t dt, curl_off_t dn, curl_off_t ut, 
 	return c->call && c->st->host->call_cancelled(c->call) ? 1 : 0;
 }
 
-relay_status md_api(md_state *st, const char *method, const char *path, json_object *body_json, int upload_fd,
-                    int download_fd, uint32_t timeout_ms, relay_call *call, md_reply *reply, relay_error *err)
+static relay_status api_once(md_state *st, const char *method, const char *path, json_object *body_json,
+                             int upload_fd, int download_fd, uint32_t timeout_ms, relay_call *call,
+                             md_reply *reply, relay_error *err)
 {
 	memset(reply, 0, sizeof *reply);
 	char url[4096];
@@ -249,6 +250,23 @@ done:
 	free(ctx.path_stat);
 	curl_slist_free_all(headers);
 	curl_easy_cleanup(h);
+	return s;
+}
+
+relay_status md_api(md_state *st, const char *method, const char *path, json_object *body_json, int upload_fd,
+                    int download_fd, uint32_t timeout_ms, relay_call *call, md_reply *reply, relay_error *err)
+{
+	relay_status s =
+	    api_once(st, method, path, body_json, upload_fd, download_fd, timeout_ms, call, reply, err);
+	/* Nothing was sent: with an ssh:// endpoint the forwarder may be gone. */
+	if (s == RELAY_E_UNAVAILABLE && st->ssh.enabled &&
+	    (upload_fd < 0 || lseek(upload_fd, 0, SEEK_SET) == 0)) {
+		relay_status e = md_ssh_ensure(st, err);
+		if (e != RELAY_OK)
+			return e;
+		s = api_once(st, method, path, body_json, upload_fd, download_fd, timeout_ms, call, reply,
+		             err);
+	}
 	return s;
 }
 

@@ -6,7 +6,9 @@
  *
  * Options (MCP_RELAY_DOCKER_OPTIONS or the profile; unknown keys refused):
  *   "endpoint":   "unix:///run/podman/podman.sock"; default the Docker
- *                 socket when it exists, else the user's Podman socket
+ *                 socket when it exists, else the user's Podman socket;
+ *                 or ssh://user@host[:port] (md_ssh.c) with "ssh":
+ *                 {"identityFile", "knownHostsFile", "remoteSocket"}
  *   "images":     {"<key>": "<image reference>", ...}  the allow-list
  *   "maxGuests":  1..256, default 8
  *   "graceMs", "backstopMs", "reaperIntervalMs", "pullTimeoutMs"
@@ -256,13 +258,32 @@ static relay_status set_endpoint(md_state *st, const char *url, relay_error *err
 		snprintf(st->endpoint, sizeof st->endpoint, "%s", url);
 		return RELAY_OK;
 	}
-	if (strncmp(url, "ssh://", 6) == 0)
-		return md_err(
-		    st, err, RELAY_E_UNSUPPORTED, 0,
-		    "options.endpoint %s: ssh:// endpoints are not supported by this build; forward the "
-		    "remote socket (ssh -nNT -L /path/local.sock:/run/podman/podman.sock user@host) and "
-		    "use unix:///path/local.sock",
-		    url);
+	if (strncmp(url, "ssh://", 6) == 0) {
+		const char *p = url + 6;
+		const char *at = strchr(p, '@');
+		const char *host = at ? at + 1 : p;
+		const char *colon = strrchr(host, ':');
+		size_t host_len = colon ? (size_t)(colon - host) : strlen(host);
+		int port = colon ? atoi(colon + 1) : 22;
+		size_t user_len = at ? (size_t)(at - p) : 0;
+		bool ok = host_len > 0 && host_len < sizeof st->ssh.host && user_len < sizeof st->ssh.user &&
+		          port > 0 && port < 65536 && strpbrk(url + 6, "/ \t\n") == NULL && host[0] != '-';
+		for (size_t i = 0; ok && i < user_len; i++)
+			ok = p[i] != '-' || i > 0;
+		if (!ok)
+			return md_err(
+			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "options.endpoint %s must look like ssh://user@host or ssh://user@host:port",
+			    url);
+		st->ssh.enabled = true;
+		snprintf(st->ssh.user, sizeof st->ssh.user, "%.*s", (int)user_len, p);
+		if (user_len == 0)
+			snprintf(st->ssh.user, sizeof st->ssh.user, "%s", "root");
+		snprintf(st->ssh.host, sizeof st->ssh.host, "%.*s", (int)host_len, host);
+		st->ssh.port = port;
+		snprintf(st->endpoint, sizeof st->endpoint, "%s", url);
+		return RELAY_OK;
+	}
 	if (strncmp(url, "tcp://", 6) == 0)
 		return md_err(
 		    st, err, RELAY_E_UNSUPPORTED, 0,
@@ -408,6 +429,35 @@ static relay_status parse_options(md_state *st, json_object *opts, relay_error *
 					    key, lk);
 				*dst = json_object_get_int64(lv);
 			}
+		} else if (strcmp(key, "ssh") == 0) {
+			if (!json_object_is_type(v, json_type_object))
+				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				              "options.ssh must be {\"identityFile\", \"knownHostsFile\", "
+				              "\"remoteSocket\"}");
+			json_object_object_foreach(v, sk, sv)
+			{
+				const char *text = json_object_is_type(sv, json_type_string)
+				                       ? json_object_get_string(sv)
+				                       : NULL;
+				char *dst = strcmp(sk, "identityFile") == 0     ? st->ssh.identity
+				            : strcmp(sk, "knownHostsFile") == 0 ? st->ssh.known_hosts
+				            : strcmp(sk, "remoteSocket") == 0   ? st->ssh.remote_socket
+				                                                : NULL;
+				size_t size = dst == st->ssh.remote_socket ? sizeof st->ssh.remote_socket
+				                                           : sizeof st->ssh.identity;
+				if (dst == NULL)
+					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+					              "options.ssh.%s is unknown (identityFile, "
+					              "knownHostsFile, remoteSocket)",
+					              sk);
+				if (text == NULL || text[0] != '/' || strlen(text) >= size ||
+				    strpbrk(text, ": \n"))
+					return md_err(
+					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+					    "options.ssh.%s must be an absolute path without ':' or spaces",
+					    sk);
+				snprintf(dst, size, "%s", text);
+			}
 		} else if (strcmp(key, "display") == 0) {
 			const char *d =
 			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
@@ -440,6 +490,24 @@ static relay_status parse_options(md_state *st, json_object *opts, relay_error *
 	}
 	if (!have_endpoint)
 		s = default_endpoint(st, err);
+	if (s == RELAY_OK && st->ssh.enabled) {
+		if (st->ssh.identity[0] == '\0' || st->ssh.known_hosts[0] == '\0')
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "an ssh:// endpoint needs options.ssh.identityFile and "
+			              "options.ssh.knownHostsFile "
+			              "(host keys are checked strictly, never learned)");
+		if (access(st->ssh.known_hosts, R_OK) != 0 || access(st->ssh.identity, R_OK) != 0)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, errno,
+			              "options.ssh: %s or %s cannot be read", st->ssh.known_hosts,
+			              st->ssh.identity);
+		if (st->ssh.remote_socket[0] == '\0')
+			snprintf(st->ssh.remote_socket, sizeof st->ssh.remote_socket,
+			         "/run/podman/podman.sock");
+	} else if (s == RELAY_OK &&
+	           (st->ssh.identity[0] || st->ssh.known_hosts[0] || st->ssh.remote_socket[0])) {
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.ssh is only for an ssh:// endpoint");
+	}
 	return s;
 }
 
@@ -460,6 +528,7 @@ static void free_state(md_state *st)
 	free(st->default_network);
 	inventory_free(st);
 	pthread_mutex_destroy(&st->lock);
+	pthread_mutex_destroy(&st->ssh_lock);
 	pthread_cond_destroy(&st->cond);
 	free(st);
 }
@@ -487,6 +556,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	st->host = host;
 	pthread_mutex_init(&st->lock, NULL);
+	pthread_mutex_init(&st->ssh_lock, NULL);
 	pthread_cond_init(&st->cond, NULL);
 	relay_status s = RELAY_OK;
 	json_object *cfg = NULL;
@@ -556,6 +626,19 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	st->self_pid = getpid();
 	st->self_start = md_proc_start(st->self_pid);
 	snprintf(st->owner, sizeof st->owner, "%s:%d:%llu", st->boot_id, (int)st->self_pid, st->self_start);
+	if (st->ssh.enabled) {
+		/* The forwarded socket lives in the state folder. */
+		if (snprintf(st->socket_path, sizeof st->socket_path, "%s/ssh.sock", st->state_dir) >= 100) {
+			s = md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			           "the state folder %s is too long for a unix socket path; use a shorter "
+			           "MCP_RELAY_STATE_DIR with an ssh:// endpoint",
+			           st->state_dir);
+			goto fail;
+		}
+		s = md_ssh_ensure(st, err);
+		if (s != RELAY_OK)
+			goto fail;
+	}
 	int rc = md_reaper_start(st);
 	if (rc != 0) {
 		s = md_err(st, err, RELAY_E_IO, rc, "cannot start the reaper thread");
@@ -577,6 +660,7 @@ static void md_fini(relay_plugin_state *state)
 		return;
 	/* Guests outlive the relay until released or reaped (the pause rule). */
 	md_reaper_stop(st);
+	md_ssh_stop(st);
 	free_state(st);
 }
 
