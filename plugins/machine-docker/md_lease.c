@@ -141,6 +141,20 @@ static json_object *copy_of(json_object *obj, const char *key)
 	return out;
 }
 
+/* The name or id the container API knows the guest's container by: the vm
+ * for a plain container, the task's container id for a Swarm service. */
+static const char *container_of(json_object *rec)
+{
+	const char *c = md_str(rec, "container");
+	return c ? c : md_str(rec, "vm");
+}
+
+static bool is_service(json_object *rec)
+{
+	const char *m = md_str(rec, "mode");
+	return m && strcmp(m, "service") == 0;
+}
+
 /* The lease document (relay/machine.h) of a record, with `state` as found. */
 static json_object *document(md_state *st, json_object *rec, const char *state)
 {
@@ -158,7 +172,9 @@ static json_object *document(md_state *st, json_object *rec, const char *state)
 	json_object_deep_copy(rec, &r, NULL);
 	json_object_object_add(doc, "record", r);
 	json_object *d = json_object_new_object();
-	json_object_object_add(d, "container", copy_of(rec, "vm"));
+	json_object_object_add(d, "container",
+	                       json_object_new_string(container_of(rec) ? container_of(rec) : ""));
+	json_object_object_add(d, "mode", json_object_new_string(is_service(rec) ? "service" : "container"));
 	json_object_object_add(d, "containerId", copy_of(rec, "containerId"));
 	json_object_object_add(d, "user", copy_of(rec, "user"));
 	json_object_object_add(d, "endpoint", json_object_new_string(st->endpoint));
@@ -380,6 +396,8 @@ static int container_remove(md_state *st, const char *vm, relay_call *call, rela
 	return out;
 }
 
+static int remove_guest(md_state *st, json_object *rec, relay_call *call, relay_error *err);
+
 /* ---- images ------------------------------------------------------------------- */
 
 static relay_status ensure_image(md_state *st, const md_image *im, relay_call *call, relay_error *err)
@@ -436,6 +454,38 @@ static void add_label(json_object *labels, const char *name, const char *value)
 	json_object_object_add(labels, key, json_object_new_string(value ? value : ""));
 }
 
+static void make_labels(md_state *st, json_object *rec, const md_image *im, json_object *labels)
+{
+	char text[64];
+	add_label(labels, "plugin", MD_PLUGIN_NAME);
+	add_label(labels, "store", st->state_dir);
+	add_label(labels, "owner", st->owner);
+	add_label(labels, "session", st->session_id);
+	add_label(labels, "guest", md_str(rec, "guest"));
+	add_label(labels, "purpose", md_str(rec, "purpose"));
+	add_label(labels, "lease-id", md_str(rec, "lease_id"));
+	snprintf(text, sizeof text, "%lld", (long long)md_int(rec, "deadlineMs", 0));
+	add_label(labels, "deadline-ms", text);
+	add_label(labels, "image", im->key);
+}
+
+static json_object *ulimits_json(md_state *st)
+{
+	json_object *ul = json_object_new_array();
+	const char *names[] = {"nofile", "nproc"};
+	int64_t values[] = {st->ulimit_nofile, st->ulimit_nproc};
+	for (int i = 0; i < 2; i++) {
+		if (values[i] <= 0)
+			continue;
+		json_object *u = json_object_new_object();
+		json_object_object_add(u, "Name", json_object_new_string(names[i]));
+		json_object_object_add(u, "Soft", json_object_new_int64(values[i]));
+		json_object_object_add(u, "Hard", json_object_new_int64(values[i]));
+		json_object_array_add(ul, u);
+	}
+	return ul;
+}
+
 static json_object *create_body(md_state *st, json_object *rec, const md_image *im, const char *user)
 {
 	json_object *b = json_object_new_object();
@@ -456,17 +506,7 @@ static json_object *create_body(md_state *st, json_object *rec, const md_image *
 	json_object_array_add(env, json_object_new_string("MCP_RELAY_GUEST=1"));
 	json_object_object_add(b, "Env", env);
 	json_object *labels = json_object_new_object();
-	char text[64];
-	add_label(labels, "plugin", MD_PLUGIN_NAME);
-	add_label(labels, "store", st->state_dir);
-	add_label(labels, "owner", st->owner);
-	add_label(labels, "session", st->session_id);
-	add_label(labels, "guest", md_str(rec, "guest"));
-	add_label(labels, "purpose", md_str(rec, "purpose"));
-	add_label(labels, "lease-id", md_str(rec, "lease_id"));
-	snprintf(text, sizeof text, "%lld", (long long)md_int(rec, "deadlineMs", 0));
-	add_label(labels, "deadline-ms", text);
-	add_label(labels, "image", im->key);
+	make_labels(st, rec, im, labels);
 	json_object_object_add(b, "Labels", labels);
 
 	json_object *hc = json_object_new_object();
@@ -489,19 +529,7 @@ static json_object *create_body(md_state *st, json_object *rec, const md_image *
 	}
 	if (st->limit_nano_cpus > 0)
 		json_object_object_add(hc, "NanoCpus", json_object_new_int64(st->limit_nano_cpus));
-	json_object *ul = json_object_new_array();
-	const char *names[] = {"nofile", "nproc"};
-	int64_t values[] = {st->ulimit_nofile, st->ulimit_nproc};
-	for (int i = 0; i < 2; i++) {
-		if (values[i] <= 0)
-			continue;
-		json_object *u = json_object_new_object();
-		json_object_object_add(u, "Name", json_object_new_string(names[i]));
-		json_object_object_add(u, "Soft", json_object_new_int64(values[i]));
-		json_object_object_add(u, "Hard", json_object_new_int64(values[i]));
-		json_object_array_add(ul, u);
-	}
-	json_object_object_add(hc, "Ulimits", ul);
+	json_object_object_add(hc, "Ulimits", ulimits_json(st));
 	if (st->runtime[0])
 		json_object_object_add(hc, "Runtime", json_object_new_string(st->runtime));
 	json_object *restart = json_object_new_object();
@@ -549,6 +577,178 @@ static bool start_display(md_state *st, const char *vm, const char *user, relay_
 		md_sleep_ms(100);
 	}
 	return false;
+}
+
+/* ---- Swarm ------------------------------------------------------------------------ */
+
+/* True when the endpoint is a Swarm manager (GET /info). */
+static bool swarm_manager(md_state *st, relay_call *call)
+{
+	md_reply r;
+	relay_error e;
+	if (md_api(st, "GET", MD_API_PREFIX "/info", NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
+		return false;
+	json_object *sw = md_obj(r.json, "Swarm");
+	json_object *ctl = NULL;
+	bool yes =
+	    sw && json_object_object_get_ex(sw, "ControlAvailable", &ctl) && json_object_get_boolean(ctl);
+	if (yes && md_str(sw, "NodeID"))
+		snprintf(st->swarm_node, sizeof st->swarm_node, "%s", md_str(sw, "NodeID"));
+	md_reply_free(&r);
+	return yes;
+}
+
+/* Creates the lease's internal overlay network (no route out of it) and a
+ * one-replica service on it, then waits for its task's container. Fills
+ * rec's "container" and "taskNetwork". *keep_record when the outcome may
+ * have taken effect. */
+static relay_status create_service(md_state *st, json_object *rec, const md_image *im, const char *user,
+                                   relay_call *call, bool *keep_record, relay_error *err)
+{
+	const char *vm = md_str(rec, "vm");
+	char net[160];
+	snprintf(net, sizeof net, "%s-net", vm);
+	json_object_object_add(rec, "taskNetwork", json_object_new_string(net));
+	json_object *labels = json_object_new_object();
+	make_labels(st, rec, im, labels);
+	add_label(labels, "mode", "service");
+	add_label(labels, "network", net);
+	json_object *nb = json_object_new_object();
+	json_object_object_add(nb, "Name", json_object_new_string(net));
+	json_object_object_add(nb, "Driver", json_object_new_string("overlay"));
+	json_object_object_add(nb, "Internal", json_object_new_boolean(true));
+	json_object_object_add(nb, "Attachable", json_object_new_boolean(false));
+	json_object_object_add(nb, "CheckDuplicate", json_object_new_boolean(true));
+	json_object *nl = NULL;
+	json_object_deep_copy(labels, &nl, NULL);
+	json_object_object_add(nb, "Labels", nl);
+	md_reply r;
+	relay_status s =
+	    md_api(st, "POST", MD_API_PREFIX "/networks/create", nb, -1, -1, 60000, call, &r, err);
+	json_object_put(nb);
+	if (s != RELAY_OK || r.status != 201) {
+		if (s == RELAY_OK)
+			s = md_err(st, err, RELAY_E_REFUSED, 0,
+			           "the Swarm manager refused the guest network (HTTP %ld): %s", r.status,
+			           md_reply_message(&r));
+		else
+			*keep_record = s != RELAY_E_UNAVAILABLE;
+		md_reply_free(&r);
+		json_object_put(labels);
+		return s == RELAY_E_UNAVAILABLE || s == RELAY_E_REFUSED ? s : RELAY_E_INDETERMINATE;
+	}
+	md_reply_free(&r);
+	*keep_record = true; /* from here on, release or the reaper removes what exists */
+
+	json_object *cs = json_object_new_object();
+	json_object_object_add(cs, "Image", json_object_new_string(im->ref));
+	static const char *const wait_cmd[] = {
+	    "/bin/sh", "-c",
+	    "while [ ! -x " MD_GUEST_INIT " ]; do sleep 0.1; done; exec " MD_GUEST_INIT " init", NULL};
+	json_object_object_add(cs, "Command", str_array(wait_cmd));
+	json_object_object_add(cs, "User", json_object_new_string(user));
+	json_object_object_add(cs, "Hostname", json_object_new_string("guest"));
+	json_object *env = json_object_new_array();
+	json_object_array_add(env, json_object_new_string(st->guest_uid == 0 ? "HOME=/root" : "HOME=/tmp"));
+	json_object_array_add(env, json_object_new_string("MCP_RELAY_GUEST=1"));
+	json_object_object_add(cs, "Env", env);
+	json_object *cl = NULL;
+	json_object_deep_copy(labels, &cl, NULL);
+	json_object_object_add(cs, "Labels", cl);
+	static const char *const caps[] = {"ALL", NULL};
+	json_object_object_add(cs, "CapabilityDrop", str_array(caps));
+	json_object_object_add(cs, "Ulimits", ulimits_json(st));
+	json_object *limits = json_object_new_object();
+	if (st->limit_nano_cpus > 0)
+		json_object_object_add(limits, "NanoCPUs", json_object_new_int64(st->limit_nano_cpus));
+	if (st->limit_memory_bytes > 0)
+		json_object_object_add(limits, "MemoryBytes", json_object_new_int64(st->limit_memory_bytes));
+	if (st->limit_pids > 0)
+		json_object_object_add(limits, "Pids", json_object_new_int64(st->limit_pids));
+	json_object *res = json_object_new_object();
+	json_object_object_add(res, "Limits", limits);
+	json_object *restart = json_object_new_object();
+	json_object_object_add(restart, "Condition", json_object_new_string("none"));
+	json_object *nets = json_object_new_array();
+	json_object *target = json_object_new_object();
+	json_object_object_add(target, "Target", json_object_new_string(net));
+	json_object_array_add(nets, target);
+	json_object *tt = json_object_new_object();
+	json_object_object_add(tt, "ContainerSpec", cs);
+	json_object_object_add(tt, "Resources", res);
+	json_object_object_add(tt, "RestartPolicy", restart);
+	json_object_object_add(tt, "Networks", nets);
+	if (st->runtime[0]) {
+		json_object *rt = json_object_new_object();
+		json_object_object_add(rt, "Runtime", json_object_new_string(st->runtime));
+		(void)rt; /* Swarm has no per-service runtime: the node's default applies */
+		json_object_put(rt);
+	}
+	json_object *replicated = json_object_new_object();
+	json_object_object_add(replicated, "Replicas", json_object_new_int64(1));
+	json_object *mode = json_object_new_object();
+	json_object_object_add(mode, "Replicated", replicated);
+	json_object *sb = json_object_new_object();
+	json_object_object_add(sb, "Name", json_object_new_string(vm));
+	json_object_object_add(sb, "Labels", labels);
+	json_object_object_add(sb, "TaskTemplate", tt);
+	json_object_object_add(sb, "Mode", mode);
+	s = md_api(st, "POST", MD_API_PREFIX "/services/create", sb, -1, -1, 60000, call, &r, err);
+	json_object_put(sb);
+	if (s != RELAY_OK)
+		return s == RELAY_E_UNAVAILABLE ? s : RELAY_E_INDETERMINATE;
+	if (r.status != 201) {
+		s = md_err(st, err, RELAY_E_REFUSED, 0,
+		           "the Swarm manager refused the guest service (HTTP %ld): %s", r.status,
+		           md_reply_message(&r));
+		md_reply_free(&r);
+		return s;
+	}
+	md_reply_free(&r);
+	/* The task the manager placed, and its container. */
+	char filter[256], path[1024] = MD_API_PREFIX "/tasks?filters=";
+	snprintf(filter, sizeof filter, "{\"service\":[\"%s\"]}", vm);
+	md_url_encode(path, sizeof path, filter);
+	int64_t deadline = md_monotonic_ms() + (int64_t)st->pull_timeout_ms;
+	while (md_monotonic_ms() < deadline) {
+		if (call && st->host->call_cancelled(call))
+			return md_err(st, err, RELAY_E_CANCELLED, 0,
+			              "cancelled while the Swarm placed the guest");
+		if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, err) != RELAY_OK)
+			return RELAY_E_INDETERMINATE;
+		json_object *task = r.json && json_object_is_type(r.json, json_type_array)
+		                        ? json_object_array_get_idx(r.json, 0)
+		                        : NULL;
+		json_object *status = md_obj(task, "Status");
+		const char *state = md_str(status, "State");
+		const char *cid = md_str(md_obj(status, "ContainerStatus"), "ContainerID");
+		const char *node = md_str(task, "NodeID");
+		if (state && (strcmp(state, "failed") == 0 || strcmp(state, "rejected") == 0)) {
+			s = md_err(st, err, RELAY_E_REFUSED, 0, "the Swarm task of %s %s: %s", vm, state,
+			           md_str(status, "Err") ? md_str(status, "Err") : "no reason given");
+			md_reply_free(&r);
+			return s;
+		}
+		if (state && strcmp(state, "running") == 0 && cid) {
+			if (node && st->swarm_node[0] && strcmp(node, st->swarm_node) != 0) {
+				s = md_err(st, err, RELAY_E_REFUSED, 0,
+				           "the Swarm placed %s on node %s; exec and copy go to the engine "
+				           "of that node, "
+				           "which this build reaches only for the manager's own node",
+				           vm, node);
+				md_reply_free(&r);
+				return s;
+			}
+			json_object_object_add(rec, "container", json_object_new_string(cid));
+			json_object_object_add(rec, "containerId", json_object_new_string(cid));
+			json_object_object_add(rec, "swarmNode", json_object_new_string(node ? node : ""));
+			md_reply_free(&r);
+			return RELAY_OK;
+		}
+		md_reply_free(&r);
+		md_sleep_ms(200);
+	}
+	return md_err(st, err, RELAY_E_TIMEOUT, 0, "the Swarm did not start the task of %s in time", vm);
 }
 
 relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, json_object **doc_out,
@@ -641,7 +841,14 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	s = ensure_image(st, im, call, err);
 	if (s != RELAY_OK)
 		goto done;
-	/* 3. Create. */
+	/* 3. Create: a one-replica service the Swarm manager places, or a container. */
+	if (st->swarm && swarm_manager(st, call)) {
+		json_object_object_add(rec, "mode", json_object_new_string("service"));
+		s = create_service(st, rec, im, user, call, &keep_record, err);
+		if (s != RELAY_OK)
+			goto done;
+		goto created;
+	}
 	body = create_body(st, rec, im, user);
 	char path[512] = MD_API_PREFIX "/containers/create?name=";
 	md_url_encode(path, sizeof path, purpose);
@@ -675,7 +882,11 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 		           "the engine refused to create the guest container (HTTP %ld): %s", code, text);
 		goto done;
 	}
-	/* 4. The guest program and the expiry, then start. */
+	json_object_object_add(rec, "container", json_object_new_string(purpose));
+created:;
+	/* 4. The guest program and the expiry, then start (a service's task
+	 * waits for the program to appear and runs it). */
+	const char *cref = container_of(rec);
 	size_t glen = (size_t)(machine_docker_guest_end - machine_docker_guest_start);
 	char expires_line[96];
 	int elen = expires_text(st, rec, expires_line, sizeof expires_line);
@@ -685,8 +896,8 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	    {.name = ".mcp-relay/expires", .data = expires_line, .len = (size_t)elen, .mode = 0644},
 	    {.name = ".mcp-relay/run", .dir = true, .mode = 0700, .uid = st->guest_uid, .gid = st->guest_gid},
 	};
-	s = put_entries(st, purpose, "/", files, sizeof files / sizeof files[0], call, err);
-	if (s == RELAY_OK) {
+	s = put_entries(st, cref, "/", files, sizeof files / sizeof files[0], call, err);
+	if (s == RELAY_OK && !is_service(rec)) {
 		char *start = container_path(purpose, "/start");
 		s = start ? md_api(st, "POST", start, NULL, -1, -1, CREATE_TIMEOUT_MS, call, &r, err)
 		          : RELAY_E_NO_MEMORY;
@@ -702,13 +913,15 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 			               : "");
 		md_reply_free(&r);
 	}
-	if (s == RELAY_OK && container_get(st, purpose, call, &info) == 1 && !container_running(info))
+	json_object_put(info);
+	info = NULL;
+	if (s == RELAY_OK && container_get(st, cref, call, &info) == 1 && !container_running(info))
 		s = md_err(st, err, RELAY_E_REFUSED, 0, "the guest container stopped at once: %s",
 		           md_str(md_obj(info, "State"), "Error") ? md_str(md_obj(info, "State"), "Error")
 		                                                  : "no reason given");
 	if (s != RELAY_OK) {
 		relay_error e2;
-		if (container_remove(st, purpose, NULL, &e2) != 1)
+		if (remove_guest(st, rec, NULL, &e2) != 1)
 			keep_record = true; /* the reaper or release settles it */
 		goto done;
 	}
@@ -726,8 +939,8 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	if (rt && strcmp(rt, "oci") != 0)
 		json_object_object_add(rec, "runtime", json_object_new_string(rt));
 	/* 5. The display. */
-	if (st->display_enabled && lease_path_exists(st, purpose, "/usr/bin/Xvfb", NULL) == 1) {
-		if (start_display(st, purpose, user, call))
+	if (st->display_enabled && lease_path_exists(st, cref, "/usr/bin/Xvfb", NULL) == 1) {
+		if (start_display(st, cref, user, call))
 			json_object_object_add(rec, "display", json_object_new_string(":0"));
 		else
 			st->host->log(RELAY_LOG_WARNING, MD_PLUGIN_NAME,
@@ -783,7 +996,7 @@ relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_o
 		           vm, state ? state : "in an unknown state");
 		goto done;
 	}
-	int found = container_get(st, vm, NULL, &info);
+	int found = container_get(st, container_of(rec), NULL, &info);
 	if (found == 0) {
 		s = md_err(st, err, RELAY_E_NOT_FOUND, 0, "the container of %s is gone", vm);
 		goto done;
@@ -812,7 +1025,8 @@ relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_o
 	set_owner(st, rec);
 	char line[96];
 	int n = expires_text(st, rec, line, sizeof line);
-	s = lease_put_file(st, vm, MD_GUEST_DIR, "expires", line, (size_t)n, 0644, 0, 0, NULL, err);
+	s = lease_put_file(st, container_of(rec), MD_GUEST_DIR, "expires", line, (size_t)n, 0644, 0, 0, NULL,
+	                   err);
 	if (s != RELAY_OK)
 		goto done;
 	e = record_write(st, rec);
@@ -839,7 +1053,7 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 	int e = 0;
 	json_object *rec = record_read(st, vm, &e);
 	json_object *info = NULL;
-	int found = container_get(st, vm, call, &info);
+	int found = rec ? container_get(st, container_of(rec), call, &info) : 0;
 	relay_status s = RELAY_OK;
 	if (found < 0) {
 		s = md_err(st, err, RELAY_E_UNAVAILABLE, 0, "the container engine at %s does not answer",
@@ -868,17 +1082,85 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 
 /* ---- release, verify ------------------------------------------------------------------ */
 
+/* Removes what a record describes: a plain container (force, with its
+ * anonymous volumes), or a service, its task's container and its network.
+ * 1 removed or gone, 0 refused (err filled), -1 unknown. */
+static int remove_guest(md_state *st, json_object *rec, relay_call *call, relay_error *err)
+{
+	const char *vm = md_str(rec, "vm");
+	if (!is_service(rec))
+		return container_remove(st, container_of(rec), call, err);
+	char path[512] = MD_API_PREFIX "/services/";
+	md_url_encode(path, sizeof path, vm);
+	md_reply r;
+	if (md_api(st, "DELETE", path, NULL, -1, -1, 60000, call, &r, err) != RELAY_OK)
+		return -1;
+	long code = r.status;
+	md_reply_free(&r);
+	if (code != 200 && code != 204 && code != 404) {
+		md_err(st, err, RELAY_E_REFUSED, 0, "the engine refused to remove the service %s (HTTP %ld)",
+		       vm, code);
+		return 0;
+	}
+	/* Swarm stops the task's container on its own time; then it is removed. */
+	json_object *info = NULL;
+	for (int i = 0; i < 150 && container_get(st, container_of(rec), call, &info) == 1; i++) {
+		json_object_put(info);
+		info = NULL;
+		if (i == 20)
+			container_remove(st, container_of(rec), call, err);
+		md_sleep_ms(200);
+	}
+	json_object_put(info);
+	const char *net = md_str(rec, "taskNetwork");
+	for (int i = 0; net && i < 50; i++) {
+		char np[512] = MD_API_PREFIX "/networks/";
+		md_url_encode(np, sizeof np, net);
+		if (md_api(st, "DELETE", np, NULL, -1, -1, 30000, call, &r, err) != RELAY_OK)
+			return -1;
+		code = r.status;
+		md_reply_free(&r);
+		if (code == 204 || code == 200 || code == 404)
+			break;
+		md_sleep_ms(200); /* still in use by the task being torn down */
+	}
+	return 1;
+}
+
 static relay_status verify_gone(md_state *st, const char *vm, json_object *rec, relay_call *call, char *why,
                                 size_t why_size)
 {
 	json_object *info = NULL;
-	int found = container_get(st, vm, call, &info);
+	const char *ref = container_of(rec) ? container_of(rec) : vm;
+	int found = container_get(st, ref, call, &info);
 	json_object_put(info);
 	if (found != 0) {
 		md_textf(why, why_size,
-		         found == 1 ? "container %s still exists" : "the engine cannot say whether %s exists",
-		         vm);
+		         found == 1 ? "container %s of %s still exists"
+		                    : "the engine cannot say whether %s of %s exists",
+		         ref, vm);
 		return RELAY_E_UNVERIFIED;
+	}
+	if (is_service(rec)) {
+		const char *kinds[] = {"services", "networks"};
+		const char *names[] = {vm, md_str(rec, "taskNetwork")};
+		for (int i = 0; i < 2; i++) {
+			if (names[i] == NULL)
+				continue;
+			char path[512];
+			snprintf(path, sizeof path, MD_API_PREFIX "/%s/", kinds[i]);
+			md_url_encode(path, sizeof path, names[i]);
+			md_reply r;
+			relay_error e;
+			bool gone = md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) == RELAY_OK &&
+			            r.status == 404;
+			md_reply_free(&r);
+			if (!gone) {
+				md_textf(why, why_size, "the %s %s of %s is still there",
+				         i == 0 ? "service" : "network", names[i], vm);
+				return RELAY_E_UNVERIFIED;
+			}
+		}
 	}
 	json_object *vols = md_obj(rec, "volumes");
 	for (size_t i = 0; vols && i < json_object_array_length(vols); i++) {
@@ -936,8 +1218,10 @@ relay_status lease_release(md_state *st, json_object *doc, relay_call *call, rel
 		record_write(st, rec);
 	}
 	json_object *info = NULL;
-	int found = container_get(st, vm, call, &info);
-	if (found == 1) {
+	int found = container_get(st, container_of(rec), call, &info);
+	if (found == 0 && is_service(rec))
+		found = 1; /* the service and its network may still be there */
+	if (found == 1 && info) {
 		const char *lid = label_of(info, "lease-id");
 		const char *want = md_str(rec, "lease_id");
 		if (lid == NULL || want == NULL || strcmp(lid, want) != 0) {
@@ -954,7 +1238,7 @@ relay_status lease_release(md_state *st, json_object *doc, relay_call *call, rel
 		           st->endpoint);
 		goto done;
 	}
-	if (found == 1 && container_remove(st, vm, call, err) != 1) {
+	if (found == 1 && remove_guest(st, rec, call, err) != 1) {
 		if (err->message[0] == '\0')
 			md_err(st, err, RELAY_E_INDETERMINATE, 0, "the removal of %s was not confirmed", vm);
 		s = err->code ? err->code : RELAY_E_INDETERMINATE;
@@ -1040,13 +1324,6 @@ static const char *list_label(json_object *item, const char *name)
 	return md_str(md_obj(item, "Labels"), key);
 }
 
-static const char *list_name(json_object *item)
-{
-	json_object *names = md_obj(item, "Names");
-	const char *n = names ? json_object_get_string(json_object_array_get_idx(names, 0)) : NULL;
-	return n && n[0] == '/' ? n + 1 : n;
-}
-
 relay_status lease_find(md_state *st, const char *purpose, relay_call *call, json_object **arr_out,
                         relay_error *err)
 {
@@ -1057,13 +1334,17 @@ relay_status lease_find(md_state *st, const char *purpose, relay_call *call, jso
 	json_object *found = json_object_new_array();
 	for (size_t i = 0; i < json_object_array_length(list); i++) {
 		json_object *item = json_object_array_get_idx(list, i);
-		const char *name = list_name(item);
+		const char *name = list_label(item, "purpose");
 		const char *state = md_str(item, "State");
 		json_object *rec = name ? record_read(st, name, NULL) : NULL;
 		if (rec == NULL) {
 			/* Our store's label but no record: rebuild what the labels say. */
 			rec = json_object_new_object();
 			json_object_object_add(rec, "vm", json_object_new_string(name ? name : ""));
+			json_object_object_add(rec, "container",
+			                       json_object_new_string(md_str(item, "Id") ?: ""));
+			if (list_label(item, "mode") && strcmp(list_label(item, "mode"), "service") == 0)
+				json_object_object_add(rec, "mode", json_object_new_string("service"));
 			json_object_object_add(rec, "purpose",
 			                       json_object_new_string(list_label(item, "purpose") ?: ""));
 			json_object_object_add(rec, "guest",
@@ -1123,7 +1404,7 @@ void md_reap_once(md_state *st)
 	int64_t now = st->host->now_ms();
 	for (size_t i = 0; i < json_object_array_length(list); i++) {
 		json_object *item = json_object_array_get_idx(list, i);
-		const char *name = list_name(item);
+		const char *name = list_label(item, "purpose");
 		if (!valid_name(name))
 			continue;
 		int lock = record_lock(st, name);
@@ -1142,7 +1423,26 @@ void md_reap_once(md_state *st)
 			              name);
 			relay_error e2;
 			memset(&e2, 0, sizeof e2);
-			if (container_remove(st, name, NULL, &e2) == 1) {
+			json_object *what = rec;
+			json_object *fallback = NULL;
+			if (what == NULL) {
+				fallback = json_object_new_object();
+				json_object_object_add(fallback, "vm", json_object_new_string(name));
+				json_object_object_add(fallback, "container",
+				                       json_object_new_string(md_str(item, "Id") ?: name));
+				if (list_label(item, "mode") &&
+				    strcmp(list_label(item, "mode"), "service") == 0) {
+					json_object_object_add(fallback, "mode",
+					                       json_object_new_string("service"));
+					json_object_object_add(
+					    fallback, "taskNetwork",
+					    json_object_new_string(list_label(item, "network") ?: ""));
+				}
+				what = fallback;
+			}
+			int removed = remove_guest(st, what, NULL, &e2);
+			json_object_put(fallback);
+			if (removed == 1) {
 				json_object *vols = md_obj(rec, "volumes");
 				for (size_t k = 0; vols && k < json_object_array_length(vols); k++) {
 					char path[512] = MD_API_PREFIX "/volumes/";

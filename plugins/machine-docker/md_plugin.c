@@ -376,6 +376,13 @@ static relay_status parse_options(md_state *st, json_object *opts, relay_error *
 			s = int_option(st, v, key, 100, month, &st->reaper_interval_ms, err);
 		} else if (strcmp(key, "pullTimeoutMs") == 0) {
 			s = int_option(st, v, key, 1000, 3600000, &st->pull_timeout_ms, err);
+		} else if (strcmp(key, "swarm") == 0) {
+			if (!json_object_is_type(v, json_type_boolean))
+				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				              "options.swarm must be true (a service per lease when the "
+				              "endpoint is a Swarm "
+				              "manager) or false");
+			st->swarm = json_object_get_boolean(v);
 		} else if (strcmp(key, "runtime") == 0) {
 			const char *rt =
 			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
@@ -601,6 +608,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	st->ulimit_nproc =
 	    getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_max < 65536 ? (int64_t)rl.rlim_max / 2 : 32768;
 	st->display_enabled = true;
+	st->swarm = true;
 	snprintf(st->screen, sizeof st->screen, "1280x800x24");
 	s = parse_options(st, md_obj(cfg, "options"), err);
 	if (s != RELAY_OK)
