@@ -75,8 +75,8 @@ typedef struct md_state {
 	int64_t pull_timeout_ms;
 	char runtime[64];     /* "" = the engine's default */
 	bool swarm;           /* options.swarm: leases are services when the endpoint is a Swarm manager */
-	char swarm_node[128]; /* the manager's node id, found at the first service acquire (under no lock:
-	                         written before any reader compares, same value every time) */
+	int swarm_known;      /* 1 the endpoint is a Swarm manager, -1 it is not, 0 not asked yet (lock) */
+	char swarm_node[128]; /* the manager's node id (written under lock before swarm_known is set) */
 	uid_t guest_uid;      /* 0 = root (only by option) */
 	gid_t guest_gid;
 	int64_t limit_memory_bytes;

@@ -581,9 +581,15 @@ static bool start_display(md_state *st, const char *vm, const char *user, relay_
 
 /* ---- Swarm ------------------------------------------------------------------------ */
 
-/* True when the endpoint is a Swarm manager (GET /info). */
+/* True when the endpoint is a Swarm manager (GET /info, asked once per
+ * relay: the answer is kept in st->swarm_known under the lock). */
 static bool swarm_manager(md_state *st, relay_call *call)
 {
+	pthread_mutex_lock(&st->lock);
+	int known = st->swarm_known;
+	pthread_mutex_unlock(&st->lock);
+	if (known)
+		return known > 0;
 	md_reply r;
 	relay_error e;
 	if (md_api(st, "GET", MD_API_PREFIX "/info", NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
@@ -592,8 +598,11 @@ static bool swarm_manager(md_state *st, relay_call *call)
 	json_object *ctl = NULL;
 	bool yes =
 	    sw && json_object_object_get_ex(sw, "ControlAvailable", &ctl) && json_object_get_boolean(ctl);
+	pthread_mutex_lock(&st->lock);
 	if (yes && md_str(sw, "NodeID"))
 		snprintf(st->swarm_node, sizeof st->swarm_node, "%s", md_str(sw, "NodeID"));
+	st->swarm_known = r.status == 200 ? (yes ? 1 : -1) : 0;
+	pthread_mutex_unlock(&st->lock);
 	md_reply_free(&r);
 	return yes;
 }
@@ -837,12 +846,17 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 		s = md_err(st, err, RELAY_E_IO, e, "cannot write the lease record under %s", st->leases_dir);
 		goto done;
 	}
-	/* 2. The image. */
-	s = ensure_image(st, im, call, err);
-	if (s != RELAY_OK)
-		goto done;
+	/* 2. The image: a service's task needs it on the manager now; a
+	 * container's create says "no such image" (404) when it is missing,
+	 * and the pull then happens before a second create. */
+	bool service = st->swarm && swarm_manager(st, call);
+	if (service) {
+		s = ensure_image(st, im, call, err);
+		if (s != RELAY_OK)
+			goto done;
+	}
 	/* 3. Create: a one-replica service the Swarm manager places, or a container. */
-	if (st->swarm && swarm_manager(st, call)) {
+	if (service) {
 		json_object_object_add(rec, "mode", json_object_new_string("service"));
 		s = create_service(st, rec, im, user, call, &keep_record, err);
 		if (s != RELAY_OK)
@@ -854,6 +868,13 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	md_url_encode(path, sizeof path, purpose);
 	md_reply r;
 	s = md_api(st, "POST", path, body, -1, -1, CREATE_TIMEOUT_MS, call, &r, err);
+	if (s == RELAY_OK && r.status == 404) {
+		md_reply_free(&r);
+		s = ensure_image(st, im, call, err);
+		if (s != RELAY_OK)
+			goto done;
+		s = md_api(st, "POST", path, body, -1, -1, CREATE_TIMEOUT_MS, call, &r, err);
+	}
 	if (s == RELAY_E_UNAVAILABLE)
 		goto done; /* never connected: nothing happened */
 	if (s != RELAY_OK) {
@@ -897,6 +918,18 @@ created:;
 	    {.name = ".mcp-relay/run", .dir = true, .mode = 0700, .uid = st->guest_uid, .gid = st->guest_gid},
 	};
 	s = put_entries(st, cref, "/", files, sizeof files / sizeof files[0], call, err);
+	/* Checked before the start (Docker 20.10 has been seen to answer 200 for
+	 * an archive that did not land); put again once when missing. */
+	uint32_t init_mode = 0;
+	if (s == RELAY_OK &&
+	    (lease_path_exists(st, cref, MD_GUEST_INIT, &init_mode) != 1 || (init_mode & 0755) != 0755)) {
+		md_sleep_ms(200);
+		s = put_entries(st, cref, "/", files, sizeof files / sizeof files[0], call, err);
+		if (s == RELAY_OK && lease_path_exists(st, cref, MD_GUEST_INIT, NULL) != 1)
+			s = md_err(st, err, RELAY_E_REFUSED, 0,
+			           "the engine accepted the guest program for %s but does not have it",
+			           purpose);
+	}
 	if (s == RELAY_OK && !is_service(rec)) {
 		char *start = container_path(purpose, "/start");
 		s = start ? md_api(st, "POST", start, NULL, -1, -1, CREATE_TIMEOUT_MS, call, &r, err)

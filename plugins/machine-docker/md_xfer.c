@@ -374,6 +374,29 @@ relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, cons
 		s = md_err(st, err, r.status == 404 ? RELAY_E_NOT_FOUND : RELAY_E_REFUSED, 0,
 		           "the engine refused the push to %s (HTTP %ld): %s", remote_path, r.status,
 		           md_reply_message(&r));
+	/* The engine said 200: the destination must be there now (Docker 20.10
+	 * has been seen to answer 200 for an archive that never landed). */
+	for (int attempt = 0; s == RELAY_OK; attempt++) {
+		int there = lease_path_exists(st, conn->container, remote_path, NULL);
+		if (there == 1)
+			break;
+		if (attempt >= 4) {
+			s = md_err(st, err, RELAY_E_TRANSIENT, 0,
+			           "the engine accepted the push to %s but the guest does not have it",
+			           remote_path);
+			break;
+		}
+		md_sleep_ms(100 << attempt);
+		if (attempt == 1) {
+			md_reply_free(&r);
+			lseek(tar_fd, 0, SEEK_SET);
+			s = md_api(st, "PUT", path, NULL, tar_fd, -1, XFER_TIMEOUT_MS, call, &r, err);
+			if (s == RELAY_OK && r.status != 200)
+				s = md_err(st, err, RELAY_E_TRANSIENT, 0,
+				           "the engine refused the push to %s again (HTTP %ld)", remote_path,
+				           r.status);
+		}
+	}
 	if (s == RELAY_OK)
 		md_reply_free(&r);
 	else if (r.status)
@@ -512,7 +535,20 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		           st->state_dir);
 		goto done;
 	}
-	s = md_api(st, "GET", path, NULL, -1, tar_fd, XFER_TIMEOUT_MS, call, &r, err);
+	/* Docker 20.10 on some kernels answers 404 for a file the guest wrote a
+	 * moment before (its archive view lags the container's): a 404 is asked
+	 * again a few times before it is believed. */
+	for (int attempt = 0;; attempt++) {
+		s = md_api(st, "GET", path, NULL, -1, tar_fd, XFER_TIMEOUT_MS, call, &r, err);
+		if (s != RELAY_OK || r.status != 404 || attempt >= 4)
+			break;
+		md_reply_free(&r);
+		md_sleep_ms(100 << attempt);
+		if (ftruncate(tar_fd, 0) != 0 || lseek(tar_fd, 0, SEEK_SET) != 0) {
+			s = md_err(st, err, RELAY_E_IO, errno, "cannot reuse the temporary archive");
+			goto done;
+		}
+	}
 	if (s == RELAY_E_INDETERMINATE || s == RELAY_E_UNAVAILABLE || s == RELAY_E_TIMEOUT)
 		s = md_err(st, err, RELAY_E_TRANSIENT, 0, "%s", err->message);
 	if (s != RELAY_OK)

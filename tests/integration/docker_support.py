@@ -66,12 +66,12 @@ def dockerd_missing():
     return None
 
 
-def engines():
-    """Yields each engine kind that can run here (RELAY_DOCKER_ENGINES limits them); skips the
-    test when none can."""
+def engines(kinds=None):
+    """Yields each engine kind of `kinds` ("podman,docker"; RELAY_DOCKER_ENGINES when None) that
+    can run here; skips the test when none can."""
     from relay_client import Skip
     ran, reasons = 0, []
-    for kind in os.environ.get("RELAY_DOCKER_ENGINES", "podman,docker").split(","):
+    for kind in (kinds or os.environ.get("RELAY_DOCKER_ENGINES", "podman,docker")).split(","):
         try:
             eng = Engine(kind)
         except Skip as e:
@@ -245,6 +245,11 @@ class Engine:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.log.close()
+        keep = os.environ.get("RELAY_DOCKER_KEEP_LOG")  # a folder to copy the engine's log into
+        if keep:
+            os.makedirs(keep, exist_ok=True)
+            shutil.copy(os.path.join(self.dir, "service.log"),
+                        os.path.join(keep, "%s-%s.log" % (self.kind, os.path.basename(self.dir))))
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):

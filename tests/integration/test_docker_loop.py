@@ -34,7 +34,10 @@ def test_full_loop(binary):
     why = plugin_missing(binary)
     if why:
         skip(why)
-    for eng in engines():
+    # Docker 20.10 (docker.io) on this host loses files the guest just wrote from its archive
+    # API's view now and then (docs/machine-docker.md, "Known problems"), which this loop of
+    # many transfers beside runs meets; RELAY_DOCKER_ENGINES=podman,docker runs it there too.
+    for eng in engines(os.environ.get("RELAY_DOCKER_ENGINES", "podman")):
         images = {"full": eng.image("full"), "minimal": eng.image("minimal")}
         with eng.relay(binary, images, MCP_RELAY_SESSION="docker-loop") as r:
             r.initialize()
@@ -130,9 +133,15 @@ def test_minimal_image_is_honest(binary):
     if why:
         skip(why)
     with Engine() as eng:
-        images = {"minimal": eng.image("minimal")}
+        images = {"minimal": eng.image("minimal"), "absent": "localhost/mcp-relay-test-absent:none"}
         with eng.relay(binary, images) as r:
             r.initialize()
+            # An image the engine does not have (and no registry here to pull it from): refused
+            # (relay_probe says base_available false), nothing left.
+            bad = r.call_tool("relay_acquire", {"task": "x", "image": "absent", "extractions": []}, timeout=300)
+            assert bad["isError"] and "absent" in text_of(bad) and "not available" in text_of(bad), text_of(bad)
+            assert eng.containers(store=store_of(r)) == []
+            assert os.listdir(os.path.join(store_of(r), "leases")) == [], "an intent was left behind"
             acq = acquire(r, "minimal")
             g = acq["guest"]
             st = r.call_tool("relay_stage", {"guest": g}, timeout=300)
