@@ -202,6 +202,13 @@ relay_status exec_run(md_state *st, md_conn *conn, const relay_exec_request *req
 relay_status exec_simple(md_state *st, const char *container, const char *user, const char *const *argv,
                          uint64_t timeout_ms, relay_call *call, relay_exec_result *res, relay_error *err);
 void exec_result_free(md_state *st, relay_exec_result *res);
+/* An unlinked temporary file under <stateDir>/tmp (O_TMPFILE), or -1 with errno. */
+int md_tmp_file(md_state *st);
+/* libarchive's write callback into the file descriptor at *(int *)user. */
+struct archive;
+ssize_t md_tar_write_cb(struct archive *a, void *user, const void *buf, size_t len);
+/* Decodes base64 text (malloc'd, NUL-terminated) or NULL. */
+char *md_b64_decode(const char *in);
 relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err);
 relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, const char *local_path,

@@ -150,10 +150,7 @@ static char *read_container_file(md_state *st, const char *container, const char
 	md_url_encode(path, sizeof path, container);
 	strncat(path, "/archive?path=", sizeof path - strlen(path) - 1);
 	md_url_encode(path, sizeof path, path_in);
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof dir, "%s/tmp", st->state_dir);
-	mkdir(dir, 0700);
-	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int fd = md_tmp_file(st);
 	if (fd < 0)
 		return NULL;
 	md_reply r;

@@ -250,27 +250,12 @@ int lease_path_exists(md_state *st, const char *container, const char *path, uin
 	int out = r.status == 200 ? 1 : (r.status == 404 ? 0 : -1);
 	if (out == 1 && mode_out) {
 		*mode_out = 0;
-		/* The header is base64 of {"name","size","mode",...}: decode the mode. */
-		static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-		char text[1024];
-		size_t o = 0;
-		unsigned acc = 0;
-		int bits = 0;
-		for (const char *c = r.path_stat ? r.path_stat : ""; *c && o + 1 < sizeof text; c++) {
-			const char *q = strchr(b64, *c);
-			if (*c == '=' || q == NULL)
-				continue;
-			acc = (acc << 6) | (unsigned)(q - b64);
-			bits += 6;
-			if (bits >= 8) {
-				bits -= 8;
-				text[o++] = (char)((acc >> bits) & 0xff);
-			}
-		}
-		text[o] = '\0';
-		json_object *j = json_tokener_parse(text);
+		/* The header is base64 of {"name","size","mode",...}. */
+		char *text = r.path_stat ? md_b64_decode(r.path_stat) : NULL;
+		json_object *j = text ? json_tokener_parse(text) : NULL;
 		*mode_out = (uint32_t)md_int(j, "mode", 0);
 		json_object_put(j);
+		free(text);
 	}
 	md_reply_free(&r);
 	return out;
@@ -286,37 +271,19 @@ typedef struct put_entry {
 	gid_t gid;
 } put_entry;
 
-static ssize_t put_write_cb(struct archive *a, void *user, const void *buf, size_t len)
-{
-	(void)a;
-	int fd = *(int *)user;
-	size_t off = 0;
-	while (off < len) {
-		ssize_t w = write(fd, (const char *)buf + off, len - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		off += (size_t)w;
-	}
-	return (ssize_t)len;
-}
-
 /* Puts small entries into folder `dir` of the container. */
 static relay_status put_entries(md_state *st, const char *container, const char *dir,
                                 const put_entry *entries, size_t count, relay_call *call, relay_error *err)
 {
-	char tmpdir[PATH_MAX];
-	snprintf(tmpdir, sizeof tmpdir, "%s/tmp", st->state_dir);
-	mkdir(tmpdir, 0700);
-	int fd = open(tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int fd = md_tmp_file(st);
 	if (fd < 0)
-		return md_err(st, err, RELAY_E_IO, errno, "cannot create a temporary archive in %s", tmpdir);
+		return md_err(st, err, RELAY_E_IO, errno, "cannot create a temporary archive under %s",
+		              st->state_dir);
 	struct archive *a = archive_write_new();
 	archive_write_set_format_pax_restricted(a);
 	archive_write_set_bytes_in_last_block(a, 1);
 	relay_status s = RELAY_OK;
-	if (archive_write_open(a, &fd, NULL, put_write_cb, NULL) != ARCHIVE_OK) {
+	if (archive_write_open(a, &fd, NULL, md_tar_write_cb, NULL) != ARCHIVE_OK) {
 		s = md_err(st, err, RELAY_E_IO, 0, "cannot start an archive");
 		goto done;
 	}

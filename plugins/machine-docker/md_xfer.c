@@ -49,7 +49,7 @@ static bool clean_abs_path(const char *p)
 	return true;
 }
 
-static int tmp_file(md_state *st)
+int md_tmp_file(md_state *st)
 {
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof dir, "%s/tmp", st->state_dir);
@@ -218,7 +218,7 @@ done:
 	return s;
 }
 
-static ssize_t tar_write_cb(struct archive *a, void *user, const void *buf, size_t len)
+ssize_t md_tar_write_cb(struct archive *a, void *user, const void *buf, size_t len)
 {
 	(void)a;
 	int fd = *(int *)user;
@@ -312,7 +312,7 @@ relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, cons
 		rest++;
 
 	relay_status s = RELAY_OK;
-	int tar_fd = tmp_file(st);
+	int tar_fd = md_tmp_file(st);
 	struct archive *a = NULL;
 	int dir_fd = -1;
 	char *path = NULL;
@@ -322,7 +322,7 @@ relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, cons
 	a = archive_write_new();
 	archive_write_set_format_pax_restricted(a);
 	archive_write_set_bytes_in_last_block(a, 1);
-	if (archive_write_open(a, &tar_fd, NULL, tar_write_cb, NULL) != ARCHIVE_OK) {
+	if (archive_write_open(a, &tar_fd, NULL, md_tar_write_cb, NULL) != ARCHIVE_OK) {
 		s = md_err(st, err, RELAY_E_IO, archive_errno(a), "cannot start the push archive");
 		goto done;
 	}
@@ -415,7 +415,7 @@ done:
 
 static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-static char *b64_decode(const char *in)
+char *md_b64_decode(const char *in)
 {
 	size_t n = strlen(in);
 	char *out = malloc(n + 1);
@@ -528,7 +528,7 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 	bool created = false;
 	char *stat_json = NULL;
 	json_object *stat_obj = NULL;
-	int tar_fd = tmp_file(st);
+	int tar_fd = md_tmp_file(st);
 	md_reply r = {0};
 	if (tar_fd < 0) {
 		s = md_err(st, err, RELAY_E_IO, errno, "cannot create a temporary archive under %s",
@@ -562,7 +562,7 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		           remote_path, r.status);
 		goto done;
 	}
-	stat_json = r.path_stat ? b64_decode(r.path_stat) : NULL;
+	stat_json = r.path_stat ? md_b64_decode(r.path_stat) : NULL;
 	stat_obj = stat_json ? json_tokener_parse(stat_json) : NULL;
 	/* Go's FileMode bits (ModeDir 1<<31, ModeSymlink 1<<27). Podman fills
 	 * linkTarget with the path itself for every file, so only the mode bit
