@@ -211,7 +211,7 @@ static relay_status exec_core(md_state *st, const exec_plan *p, relay_call *call
 	int64_t start = md_monotonic_ms();
 	int64_t deadline = start + (int64_t)(p->timeout_ms > (uint64_t)INT32_MAX ? INT32_MAX : p->timeout_ms);
 	int64_t drain_until = 0, next_check = start + 50;
-	bool eof = false, killed = false, overflow = false, cancelled = false, gone_confirmed = false;
+	bool eof = false, killed = false, overflow = false, cancelled = false, kill_sent = false;
 	while (!eof) {
 		int64_t now = md_monotonic_ms();
 		if (!killed && now >= deadline) {
@@ -223,16 +223,25 @@ static relay_status exec_core(md_state *st, const exec_plan *p, relay_call *call
 		} else if (!killed && overflow && !p->keep_tail) {
 			killed = true;
 		}
-		if (killed && !gone_confirmed) {
-			gone_confirmed = kill_group(st, p, pidfile) != 0;
+		if (killed && !kill_sent) {
+			/* One attempt; the exec's state afterwards says whether it ended.
+			 * A command not run under the guest program has no group file. */
+			kill_sent = true;
+			if (p->wrap)
+				kill_group(st, p, pidfile);
 			if (drain_until == 0 || drain_until > md_monotonic_ms() + 2000)
 				drain_until = md_monotonic_ms() + 2000;
-			if (!gone_confirmed && !p->wrap)
-				break;
-			gone_confirmed = true; /* one attempt; the result says what it found */
 		}
 		if (drain_until && md_monotonic_ms() > drain_until)
 			break;
+		/* Has the main process ended? Then the step ends too, whatever it left
+		 * running and writing (guest.md §16.1). */
+		if (drain_until == 0 && md_monotonic_ms() >= next_check) {
+			int code = 0;
+			if (exec_state(st, id, &code) == 0)
+				drain_until = md_monotonic_ms() + DRAIN_MS;
+			next_check = md_monotonic_ms() + 200;
+		}
 		int r = md_stream_wait(stream, !in_done, 50);
 		if (r < 0)
 			break;
@@ -251,16 +260,8 @@ static relay_status exec_core(md_state *st, const exec_plan *p, relay_call *call
 			eof = true;
 			break;
 		}
-		if (got == -2) {
-			/* Quiet: has the main process ended? (guest.md §16.1) */
-			if (drain_until == 0 && md_monotonic_ms() >= next_check) {
-				int code = 0;
-				if (exec_state(st, id, &code) == 0)
-					drain_until = md_monotonic_ms() + DRAIN_MS;
-				next_check = md_monotonic_ms() + 200;
-			}
+		if (got == -2)
 			continue;
-		}
 		size_t off = 0;
 		while (off < (size_t)got) {
 			if (frame_left == 0) {

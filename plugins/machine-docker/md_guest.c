@@ -13,8 +13,12 @@
  *   exec PIDFILE ARGV...
  *           runs ARGV in a new session (its own process group), writes the
  *           group's id to PIDFILE first, waits for it and exits with its
- *           status (128 + signal when it was killed). Standard input,
- *           output and error are inherited unchanged.
+ *           status (128 + signal when it was killed). Standard input is
+ *           inherited; standard output and error are forwarded through
+ *           pipes until the command ends, then for at most 250 ms, and what
+ *           the command left running keeps writing into a drainer that
+ *           discards it: the step ends with its main process, and what it
+ *           started is never blocked or killed by SIGPIPE (guest.md §16.1).
  *   kill PIDFILE
  *           SIGKILLs the process group named in PIDFILE and waits up to 5 s
  *           for it to be gone: exit 0 when gone, 1 when not, 2 when
@@ -25,7 +29,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,10 +126,69 @@ static int write_pid(const char *path, pid_t pid)
 	return w == n ? 0 : -1;
 }
 
+/* Copies what is readable on `from` to `to`; 0 at end of file or error. */
+static int pump(int from, int to)
+{
+	char buf[65536];
+	ssize_t n = read(from, buf, sizeof buf);
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return 1;
+	if (n <= 0)
+		return 0;
+	for (ssize_t off = 0; to >= 0 && off < n;) {
+		ssize_t w = write(to, buf + off, (size_t)(n - off));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break; /* the reader left: what follows is dropped */
+		off += w;
+	}
+	return 1;
+}
+
+/* Keeps reading what survivors of a step write, so they never block on a
+ * full pipe or die of SIGPIPE (guest.md §16.1), until they close it. */
+static void leave_drainer(int out_fd, int err_fd)
+{
+	pid_t pid = fork();
+	if (pid != 0)
+		return;
+	if (fork() != 0)
+		_exit(0); /* reparented to the container's init */
+	setsid();
+	/* Not the exec's own streams: those end with the step. */
+	int null_fd = open("/dev/null", O_RDWR);
+	for (int fd = 0; null_fd >= 0 && fd < 3; fd++)
+		dup2(null_fd, fd);
+	if (null_fd > 2)
+		close(null_fd);
+	int open_fds[2] = {out_fd, err_fd};
+	while (open_fds[0] >= 0 || open_fds[1] >= 0) {
+		struct pollfd p[2];
+		int n = 0;
+		for (int i = 0; i < 2; i++)
+			if (open_fds[i] >= 0)
+				p[n++] = (struct pollfd){.fd = open_fds[i], .events = POLLIN};
+		if (poll(p, (nfds_t)n, -1) < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < n; i++) {
+			if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			if (!pump(p[i].fd, -1)) {
+				close(p[i].fd);
+				for (int k = 0; k < 2; k++)
+					if (open_fds[k] == p[i].fd)
+						open_fds[k] = -1;
+			}
+		}
+	}
+	_exit(0);
+}
+
 static int run_exec(const char *pidfile, char **argv)
 {
-	int sync_pipe[2];
-	if (pipe(sync_pipe) != 0) {
+	int sync_pipe[2], out_pipe[2], err_pipe[2];
+	if (pipe(sync_pipe) != 0 || pipe(out_pipe) != 0 || pipe(err_pipe) != 0) {
 		perror("mcp-relay exec: pipe");
 		return 126;
 	}
@@ -134,18 +199,27 @@ static int run_exec(const char *pidfile, char **argv)
 	}
 	if (pid == 0) {
 		close(sync_pipe[1]);
+		close(out_pipe[0]);
+		close(err_pipe[0]);
+		dup2(out_pipe[1], 1);
+		dup2(err_pipe[1], 2);
+		close(out_pipe[1]);
+		close(err_pipe[1]);
 		setsid();
 		char go;
 		/* Wait until the parent has written the group id. */
 		while (read(sync_pipe[0], &go, 1) < 0 && errno == EINTR) {
 		}
 		close(sync_pipe[0]);
+		signal(SIGPIPE, SIG_DFL);
 		execvp(argv[0], argv);
 		int e = errno;
 		fprintf(stderr, "mcp-relay exec: cannot run %s: %s\n", argv[0], strerror(e));
 		_exit(e == ENOENT ? 127 : 126);
 	}
 	close(sync_pipe[0]);
+	close(out_pipe[1]);
+	close(err_pipe[1]);
 	int wrote = write_pid(pidfile, pid);
 	ssize_t ignored = write(sync_pipe[1], "g", 1);
 	(void)ignored;
@@ -154,12 +228,55 @@ static int run_exec(const char *pidfile, char **argv)
 		fprintf(stderr, "mcp-relay exec: cannot write %s: %s\n", pidfile, strerror(errno));
 	signal(SIGINT, SIG_IGN);
 	signal(SIGQUIT, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
+	/* Forward the command's output until it ends; then at most 250 ms more
+	 * of what is still coming (guest.md §16.1), and a drainer for the rest. */
+	int fds[2] = {out_pipe[0], err_pipe[0]};
 	int status = 0;
-	while (waitpid(pid, &status, 0) < 0) {
-		if (errno != EINTR) {
-			status = 0;
-			break;
+	bool ended = false;
+	long long stop_at = 0;
+	while (fds[0] >= 0 || fds[1] >= 0) {
+		if (!ended) {
+			pid_t r = waitpid(pid, &status, WNOHANG);
+			if (r == pid || (r < 0 && errno == ECHILD)) {
+				ended = true;
+				stop_at = now_ms() + 250;
+			}
 		}
+		if (ended && now_ms() >= stop_at)
+			break;
+		struct pollfd p[2];
+		int n = 0;
+		for (int i = 0; i < 2; i++)
+			if (fds[i] >= 0)
+				p[n++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+		int timeout = ended ? (int)(stop_at - now_ms() > 0 ? stop_at - now_ms() : 0) : 50;
+		if (poll(p, (nfds_t)n, timeout) < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < n; i++) {
+			if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			int to = p[i].fd == out_pipe[0] ? 1 : 2;
+			if (!pump(p[i].fd, to)) {
+				close(p[i].fd);
+				for (int k = 0; k < 2; k++)
+					if (fds[k] == p[i].fd)
+						fds[k] = -1;
+			}
+		}
+	}
+	if (fds[0] >= 0 || fds[1] >= 0) {
+		leave_drainer(fds[0], fds[1]);
+		if (fds[0] >= 0)
+			close(fds[0]);
+		if (fds[1] >= 0)
+			close(fds[1]);
+	}
+	while (!ended) {
+		if (waitpid(pid, &status, 0) == pid || errno != EINTR)
+			ended = true;
+	}
+	while (waitpid(-1, NULL, WNOHANG) > 0) {
 	}
 	unlink(pidfile);
 	if (WIFEXITED(status))

@@ -109,6 +109,15 @@ def test_isolation(binary):
             assert "did not end within 2 s" in res["outcome"]["diagnostic"], res["outcome"]
             assert no_sleep_left(r, g), "a sleep survived the timeout"
 
+            # 5. What a command leaves running does not hold its step open (guest.md §16.1): a
+            # background writer keeps the output stream busy, the step still ends with its shell.
+            res = diag(r, g, "bash -c 'while :; do echo tick; sleep 0.05; done' & echo started", timeout_ms=30000)
+            assert res["outcome"] == {"kind": "completed", "exitStatus": {"code": 0, "signal": None}}, res
+            assert "started" in res["output"], res
+            left = sh(r, g, COUNT_PROCS % "bash").strip()
+            assert left == "1", "the writer did not survive its step: %s bash processes" % left
+            sh(r, g, KILL_PROCS % "bash")
+
             rel = r.call_tool("relay_release", {"guest": g}, timeout=120)
             assert rel["isError"] is False, rel
 
