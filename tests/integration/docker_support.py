@@ -234,6 +234,14 @@ class Engine:
         self.podman = self.cli
 
     def close(self):
+        # Whatever a failed test left of its guests goes with the engine's fixture (Podman's
+        # storage outlives the service and is shared with other runs: only our stores).
+        if self.proc.poll() is None:
+            for store in getattr(self, "stores", []):
+                try:
+                    self.remove_all(store)
+                except Exception:  # noqa: BLE001
+                    pass
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -352,7 +360,9 @@ class Engine:
         opts.update(extra_options or {})
         e = {"MCP_RELAY_BACKEND": "docker", "MCP_RELAY_DOCKER_OPTIONS": json.dumps(opts)}
         e.update({k: (None if v is None else str(v)) for k, v in env.items()})
-        return Relay(binary, env=e, state_dir=state_dir, project=project)
+        r = Relay(binary, env=e, state_dir=state_dir, project=project)
+        self.stores = getattr(self, "stores", []) + [store_of(r)]
+        return r
 
 
 def _quote(text):
