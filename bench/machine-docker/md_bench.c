@@ -6,7 +6,7 @@
  *   md_bench PLUGIN.so STATE_DIR OPTIONS_JSON DATA_DIR CLI ROUNDS
  *
  * CLI is the engine's command line with its connection flags, e.g.
- * "podman --runtime runc --url unix:///x.sock" or "docker -H unix:///x.sock".
+ * "podman --url unix:///x.sock" or "docker -H unix:///x.sock".
  *
  * 1. acquire -> ready (options.display "off"), ROUNDS*2 guests, alternating
  *    with `CLI run -d` of the same image with the same isolation flags;
@@ -79,7 +79,8 @@ static char *acquire(loaded_plugin *p, const char *guest, double *seconds)
 {
 	char spec[512];
 	snprintf(spec, sizeof spec,
-	         "{\"guest\":\"%s\",\"task\":\"bench\",\"purpose\":\"relay-%s\",\"image\":\"bench\",\"env\":\"none\","
+	         "{\"guest\":\"%s\",\"task\":\"bench\",\"purpose\":\"relay-%s\",\"image\":\"bench\",\"env\":"
+	         "\"none\","
 	         "\"network\":\"nat\",\"vnc\":false,\"ttlMs\":900000}",
 	         guest, guest);
 	char *lease = NULL;
@@ -148,7 +149,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: md_bench PLUGIN.so STATE_DIR OPTIONS_JSON DATA_DIR CLI ROUNDS\n");
 		return 2;
 	}
-	const char *plugin = argv[1], *state_dir = argv[2], *options = argv[3], *data = argv[4], *cli = argv[5];
+	const char *plugin = argv[1], *state_dir = argv[2], *options = argv[3], *data = argv[4],
+	           *cli = argv[5];
 	int rounds = atoi(argv[6]) > 0 ? atoi(argv[6]) : 5;
 	relay_error err;
 	fs_mkdir_p(state_dir, 0700, &err);
@@ -157,7 +159,8 @@ int main(int argc, char **argv)
 	if (image == NULL)
 		die("OPTIONS_JSON needs images.bench", NULL);
 	char cfg[8192];
-	snprintf(cfg, sizeof cfg, "{\"stateDir\":\"%s\",\"guestNetwork\":\"nat\",\"options\":%s}", state_dir, options);
+	snprintf(cfg, sizeof cfg, "{\"stateDir\":\"%s\",\"guestNetwork\":\"nat\",\"options\":%s}", state_dir,
+	         options);
 	plugin_registry reg;
 	memset(&reg, 0, sizeof reg);
 	loaded_plugin *p = NULL;
@@ -165,10 +168,11 @@ int main(int argc, char **argv)
 		die("load", &err);
 	/* The same isolation as the plugin's containers, so both start the same thing. */
 	char flags[1024];
-	snprintf(flags, sizeof flags,
-	         "--network none --cap-drop ALL --security-opt no-new-privileges --pids-limit 1024 "
-	         "--memory 2g --cpus 2 --ulimit nofile=20000:20000 --ulimit nproc=32768:32768 --user 61000:61000 "
-	         "--label io.mcp-relay.bench=1");
+	snprintf(
+	    flags, sizeof flags,
+	    "--network none --cap-drop ALL --security-opt no-new-privileges --pids-limit 1024 "
+	    "--memory 2g --cpus 2 --ulimit nofile=20000:20000 --ulimit nproc=32768:32768 --user 61000:61000 "
+	    "--label io.mcp-relay.bench=1");
 
 	/* 1. acquire -> ready against CLI run -d, alternating. */
 	int n1 = rounds * 2;
@@ -181,8 +185,9 @@ int main(int argc, char **argv)
 				release(p, acquire(p, guest, &acq[i]));
 			} else {
 				double t0 = now_s();
-				if (sh("%s run -d --name md-bench-run-%d %s %s /bin/sh -c 'exec sleep 600' >/dev/null", cli,
-				       i, flags, image) != 0)
+				if (sh("%s run -d --name md-bench-run-%d %s %s /bin/sh -c 'exec sleep 600' "
+				       ">/dev/null",
+				       cli, i, flags, image) != 0)
 					die("cli run", NULL);
 				run[i] = now_s() - t0;
 				sh("%s rm -f -v md-bench-run-%d >/dev/null", cli, i);
@@ -207,7 +212,8 @@ int main(int argc, char **argv)
 		memset(&res, 0, sizeof res);
 		res.struct_size = sizeof res;
 		double t0 = now_s();
-		if (p->transport.exec(p->state, conn, &req, NULL, 0, &res, &err) != RELAY_OK || res.exit_code != 0)
+		if (p->transport.exec(p->state, conn, &req, NULL, 0, &res, &err) != RELAY_OK ||
+		    res.exit_code != 0)
 			die("exec true", &err);
 		double dt = now_s() - t0;
 		free(res.out);
@@ -234,8 +240,8 @@ int main(int argc, char **argv)
 			if (do_push) {
 				snprintf(dest, sizeof dest, "/var/tmp/bench-push-%d", i);
 				char *facts = NULL;
-				if (p->transport.push(p->state, conn, data, dest, NULL, RELAY_XFER_TREE, &facts, &err) !=
-				    RELAY_OK)
+				if (p->transport.push(p->state, conn, data, dest, NULL, RELAY_XFER_TREE,
+				                      &facts, &err) != RELAY_OK)
 					die("push", &err);
 				push[i] = now_s() - t0;
 				free(facts);
@@ -243,7 +249,8 @@ int main(int argc, char **argv)
 				/* `cp -` needs the folder to exist; made before the clock starts. */
 				sh("%s exec %s mkdir -p /var/tmp/bench-cp-%d", cli, container, i);
 				t0 = now_s();
-				if (sh("tar -C %s -cf - . | %s cp - %s:/var/tmp/bench-cp-%d", data, cli, container, i) != 0)
+				if (sh("tar -C %s -cf - . | %s cp - %s:/var/tmp/bench-cp-%d", data, cli,
+				       container, i) != 0)
 					die("cli cp", NULL);
 				cp[i] = now_s() - t0;
 			}
@@ -266,9 +273,10 @@ int main(int argc, char **argv)
 	printf("\n| measure | machine-docker | engine CLI | ratio | target |\n|---|---|---|---|---|\n");
 	printf("| acquire -> ready against `run -d` (%d each) | %.1f ms | %.1f ms | %.2fx | <= 1.0x |\n", n1,
 	       ma * 1000, mr * 1000, ma / mr);
-	printf("| exec of `true` against `exec` (%d each) | %.2f ms | %.2f ms | %.2fx | <= 1.0x |\n", n2, me * 1000,
-	       mc * 1000, me / mc);
-	printf("| push 512 MiB / 10,000 files against `tar c \\| cp -` (%d rounds) | %.3f s | %.3f s | %.2fx | <= "
+	printf("| exec of `true` against `exec` (%d each) | %.2f ms | %.2f ms | %.2fx | <= 1.0x |\n", n2,
+	       me * 1000, mc * 1000, me / mc);
+	printf("| push 512 MiB / 10,000 files against `tar c \\| cp -` (%d rounds) | %.3f s | %.3f s | %.2fx "
+	       "| <= "
 	       "1.25x |\n",
 	       rounds, mp, mt, mp / mt);
 	free(acq);
