@@ -405,11 +405,10 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 			            v);
 		s->backend = strdup(v);
 	} else {
-		return fail(
-		    errbuf, errlen,
-		    "MCP_RELAY_BACKEND must be local, machine-service, docker, or an absolute path to a plugin "
-		    ".so (got %s)",
-		    v);
+		return fail(errbuf, errlen,
+		            "MCP_RELAY_BACKEND must be local, machine-service, docker, or an absolute path "
+		            "to a plugin .so (got %s)",
+		            v);
 	}
 
 	v = getenv("MCP_RELAY_URL");
