@@ -45,6 +45,15 @@ def test_full_loop(binary):
             listed = json.dumps(probe)
             for key, ref in images.items():
                 assert key in listed and ref in listed, probe
+            # relay_probe says what each image contains; relay_search finds it by name.
+            inv = probe.get("backend", probe)
+            text = json.dumps(inv)
+            assert "on: Xvfb in the image" in text and "off: the image has no Xvfb" in text, inv
+            found = structured(r.call_tool("relay_search", {"name": "Xvfb"}, timeout=120))
+            assert any(a["name"] == "Xvfb" and [i["image"] for i in a["installations"]] == ["full"]
+                       for a in found["applications"]), found
+            found = structured(r.call_tool("relay_search", {"name": "Python 3"}, timeout=120))
+            assert found["applications"], found
             acq = acquire(r, "full", extractions=EXTRACTIONS)
             g, vm = acq["guest"], acq["vm"]
 
