@@ -201,7 +201,9 @@ static relay_status api_once(md_state *st, const char *method, const char *path,
 		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
 		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
 		curl_easy_setopt(h, CURLOPT_READDATA, &ctx);
-		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)sb.st_size);
+		/* A pipe has no size: the body goes chunked. */
+		if (S_ISREG(sb.st_mode))
+			curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)sb.st_size);
 		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
 	} else if (strcmp(method, "POST") == 0 || body_json) {
 		payload = body_json ? json_object_to_json_string_ext(body_json, JSON_C_TO_STRING_PLAIN) : "";

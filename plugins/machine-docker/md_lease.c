@@ -620,7 +620,7 @@ static relay_status create_service(md_state *st, json_object *rec, const md_imag
 	json_object_object_add(cs, "Image", json_object_new_string(im->ref));
 	static const char *const wait_cmd[] = {
 	    "/bin/sh", "-c",
-	    "while [ ! -x " MD_GUEST_INIT " ]; do sleep 0.1; done; exec " MD_GUEST_INIT " init", NULL};
+	    "while [ ! -f " MD_GUEST_DIR "/ready ]; do sleep 0.1; done; exec " MD_GUEST_INIT " init", NULL};
 	json_object_object_add(cs, "Command", str_array(wait_cmd));
 	json_object_object_add(cs, "User", json_object_new_string(user));
 	json_object_object_add(cs, "Hostname", json_object_new_string("guest"));
@@ -873,7 +873,7 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	json_object_object_add(rec, "container", json_object_new_string(purpose));
 created:;
 	/* 4. The guest program and the expiry, then start (a service's task
-	 * waits for the program to appear and runs it). */
+	 * waits for the "ready" file, the archive's last entry, and runs it). */
 	const char *cref = container_of(rec);
 	size_t glen = (size_t)(machine_docker_guest_end - machine_docker_guest_start);
 	char expires_line[96];
@@ -883,6 +883,8 @@ created:;
 	    {.name = ".mcp-relay/init", .data = machine_docker_guest_start, .len = glen, .mode = 0755},
 	    {.name = ".mcp-relay/expires", .data = expires_line, .len = (size_t)elen, .mode = 0644},
 	    {.name = ".mcp-relay/run", .dir = true, .mode = 0700, .uid = st->guest_uid, .gid = st->guest_gid},
+	    /* Last: a service's task waits for it, so it never runs a half-written init. */
+	    {.name = ".mcp-relay/ready", .data = "", .len = 0, .mode = 0644},
 	};
 	s = put_entries(st, cref, "/", files, sizeof files / sizeof files[0], call, err);
 	/* Checked before the start (Docker 20.10 has been seen to answer 200 for

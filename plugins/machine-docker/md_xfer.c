@@ -2,12 +2,13 @@
  * md_xfer.c — transport push and pull as tar streams through the archive
  * API (PUT and GET /containers/{id}/archive), never the `docker cp` program.
  *
- * push: the tar is written to an unlinked temporary file under the state
- *   folder (regular files and folders only; a link or special file is
- *   refused), named relative to the deepest folder of the destination that
- *   already exists in the container (found with HEAD), so missing parents
- *   are created 0700 and owned by the guest user; files keep only their
- *   owner's execute bit (0700 or 0600). The engine unpacks it in place.
+ * push: the tree is checked first (regular files and folders only; a link
+ *   or special file is refused before anything is sent), then a thread
+ *   writes the tar into a pipe while libcurl sends it (chunked), named
+ *   relative to the deepest folder of the destination that already exists
+ *   in the container (found with HEAD), so missing parents are created 0700
+ *   and owned by the guest user; files keep only their owner's execute bit
+ *   (0700 or 0600). The engine unpacks it in place; HEAD checks it landed.
  * pull: the engine's tar of the path is spooled to an unlinked temporary
  *   file, its stat header checked (a link is refused), and unpacked with
  *   libarchive: regular files and folders only, names without "..",
@@ -22,6 +23,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +79,8 @@ typedef struct tar_out {
 
 static relay_status add_dir(tar_out *t, const char *name, relay_error *err)
 {
+	if (t->a == NULL)
+		return RELAY_OK; /* a scan: nothing is written */
 	struct archive_entry *e = archive_entry_new();
 	archive_entry_set_pathname(e, name);
 	archive_entry_set_filetype(e, AE_IFDIR);
@@ -101,6 +106,10 @@ static relay_status add_file(tar_out *t, int dir_fd, const char *leaf, const cha
 			close(fd);
 		return md_err(t->st, err, fd < 0 && e != ELOOP ? RELAY_E_IO : RELAY_E_UNSAFE_PATH, e,
 		              "cannot push %s: it is not a readable regular file", name);
+	}
+	if (t->a == NULL) {
+		close(fd);
+		return RELAY_OK; /* a scan: nothing is written */
 	}
 	struct archive_entry *e = archive_entry_new();
 	archive_entry_set_pathname(e, name);
@@ -252,6 +261,123 @@ static char *archive_path_query(const char *container, const char *path)
 	return out;
 }
 
+typedef struct push_job {
+	md_state *st;
+	const char *local_path;
+	const char *remote_path;
+	const char *rest; /* the missing folders, relative to the archive's base */
+	bool tree;
+	int64_t uid, gid;
+	relay_call *call;
+	/* the writer thread's answer */
+	int fd;
+	relay_status status;
+	relay_error err;
+} push_job;
+
+/* Writes the push's tar to `fd`, or with fd < 0 only checks the tree
+ * (links and special files refused). */
+static relay_status write_push_tar(push_job *job, int fd, relay_error *err)
+{
+	md_state *st = job->st;
+	relay_status s = RELAY_OK;
+	struct archive *a = NULL;
+	int dir_fd = -1;
+	if (fd >= 0) {
+		a = archive_write_new();
+		archive_write_set_format_pax_restricted(a);
+		archive_write_set_bytes_in_last_block(a, 1);
+		if (archive_write_open(a, &fd, NULL, md_tar_write_cb, NULL) != ARCHIVE_OK) {
+			s = md_err(st, err, RELAY_E_IO, archive_errno(a), "cannot start the push archive");
+			goto done;
+		}
+	}
+	tar_out t = {.st = st, .a = a, .uid = job->uid, .gid = job->gid, .call = job->call};
+	/* The missing folders, each created 0700 for the guest user. */
+	char prefix[1024] = "";
+	for (const char *p = job->rest; *p && s == RELAY_OK;) {
+		const char *slash = strchr(p, '/');
+		size_t n = slash ? (size_t)(slash - p) : strlen(p);
+		size_t used = strlen(prefix);
+		snprintf(prefix + used, sizeof prefix - used, "%s%.*s", used ? "/" : "", (int)n, p);
+		s = add_dir(&t, prefix, err);
+		p += n;
+		while (*p == '/')
+			p++;
+	}
+	if (s != RELAY_OK)
+		goto done;
+	if (job->tree) {
+		dir_fd = open(job->local_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dir_fd < 0) {
+			s = md_err(st, err, RELAY_E_IO, errno, "cannot open %s", job->local_path);
+			goto done;
+		}
+		s = add_tree(&t, dir_fd, prefix, 0, err);
+	} else {
+		char name[1100];
+		const char *leaf = strrchr(job->remote_path, '/') + 1;
+		snprintf(name, sizeof name, "%s%s%s", prefix, prefix[0] ? "/" : "", leaf);
+		s = add_file(&t, AT_FDCWD, job->local_path, name, err);
+	}
+	if (s == RELAY_OK && a && archive_write_close(a) != ARCHIVE_OK)
+		s = md_err(st, err, RELAY_E_IO, archive_errno(a), "cannot finish the push archive (%s)",
+		           archive_error_string(a));
+done:
+	if (dir_fd >= 0)
+		close(dir_fd);
+	if (a)
+		archive_write_free(a);
+	return s;
+}
+
+static void *push_writer(void *arg)
+{
+	push_job *job = arg;
+	/* The engine may stop reading (a refusal): the write then fails with
+	 * EPIPE instead of a SIGPIPE for the whole relay. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	memset(&job->err, 0, sizeof job->err);
+	job->status = write_push_tar(job, job->fd, &job->err);
+	close(job->fd);
+	return NULL;
+}
+
+/* One PUT of the archive, written by a thread into a pipe while libcurl
+ * sends it (chunked), so building and sending overlap. */
+static relay_status put_stream(push_job *job, const char *path, relay_error *err)
+{
+	md_state *st = job->st;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return md_err(st, err, RELAY_E_IO, errno, "cannot make a pipe for the push");
+	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+	job->fd = p[1];
+	pthread_t writer;
+	if (pthread_create(&writer, NULL, push_writer, job) != 0) {
+		close(p[0]);
+		close(p[1]);
+		return md_err(st, err, RELAY_E_IO, EAGAIN, "cannot start the push writer");
+	}
+	md_reply r;
+	relay_status s = md_api(st, "PUT", path, NULL, p[0], -1, XFER_TIMEOUT_MS, job->call, &r, err);
+	close(p[0]); /* a writer still writing gets EPIPE and stops */
+	pthread_join(writer, NULL);
+	if (s == RELAY_E_INDETERMINATE || s == RELAY_E_UNAVAILABLE || s == RELAY_E_TIMEOUT)
+		s = md_err(st, err, RELAY_E_TRANSIENT, 0, "%s", err->message);
+	if (s == RELAY_OK && job->status != RELAY_OK)
+		s = md_err(st, err, job->status, job->err.sys_errno, "%s", job->err.message);
+	if (s == RELAY_OK && r.status != 200)
+		s = md_err(st, err, r.status == 404 ? RELAY_E_NOT_FOUND : RELAY_E_REFUSED, 0,
+		           "the engine refused the push to %s (HTTP %ld): %s", job->remote_path, r.status,
+		           md_reply_message(&r));
+	md_reply_free(&r);
+	return s;
+}
+
 relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
 {
@@ -311,69 +437,23 @@ relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, cons
 	while (*rest == '/')
 		rest++;
 
-	relay_status s = RELAY_OK;
-	int tar_fd = md_tmp_file(st);
-	struct archive *a = NULL;
-	int dir_fd = -1;
-	char *path = NULL;
-	if (tar_fd < 0)
-		return md_err(st, err, RELAY_E_IO, errno, "cannot create a temporary archive under %s",
-		              st->state_dir);
-	a = archive_write_new();
-	archive_write_set_format_pax_restricted(a);
-	archive_write_set_bytes_in_last_block(a, 1);
-	if (archive_write_open(a, &tar_fd, NULL, md_tar_write_cb, NULL) != ARCHIVE_OK) {
-		s = md_err(st, err, RELAY_E_IO, archive_errno(a), "cannot start the push archive");
-		goto done;
-	}
-	tar_out t = {.st = st, .a = a, .uid = uid, .gid = gid, .call = call};
-	/* The missing folders, each created 0700 for the guest user. */
-	char prefix[1024] = "";
-	for (const char *p = rest; *p && s == RELAY_OK;) {
-		const char *slash = strchr(p, '/');
-		size_t n = slash ? (size_t)(slash - p) : strlen(p);
-		size_t used = strlen(prefix);
-		snprintf(prefix + used, sizeof prefix - used, "%s%.*s", used ? "/" : "", (int)n, p);
-		s = add_dir(&t, prefix, err);
-		p += n;
-		while (*p == '/')
-			p++;
-	}
+	push_job job = {.st = st,
+	                .local_path = local_path,
+	                .remote_path = remote_path,
+	                .rest = rest,
+	                .tree = tree,
+	                .uid = uid,
+	                .gid = gid,
+	                .call = call};
+	/* Links and special files are refused before anything is sent, so a
+	 * refusal never leaves half a tree in the guest. */
+	relay_status s = write_push_tar(&job, -1, err);
 	if (s != RELAY_OK)
-		goto done;
-	if (tree) {
-		dir_fd = open(local_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (dir_fd < 0) {
-			s = md_err(st, err, RELAY_E_IO, errno, "cannot open %s", local_path);
-			goto done;
-		}
-		s = add_tree(&t, dir_fd, prefix, 0, err);
-	} else {
-		char name[1100];
-		const char *leaf = strrchr(remote_path, '/') + 1;
-		snprintf(name, sizeof name, "%s%s%s", prefix, prefix[0] ? "/" : "", leaf);
-		s = add_file(&t, AT_FDCWD, local_path, name, err);
-	}
-	if (s != RELAY_OK)
-		goto done;
-	if (archive_write_close(a) != ARCHIVE_OK) {
-		s = md_err(st, err, RELAY_E_IO, archive_errno(a), "cannot finish the push archive");
-		goto done;
-	}
-	lseek(tar_fd, 0, SEEK_SET);
-	path = archive_path_query(conn->container, base);
-	if (path == NULL) {
-		s = md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "the guest path is too long");
-		goto done;
-	}
-	md_reply r;
-	s = md_api(st, "PUT", path, NULL, tar_fd, -1, XFER_TIMEOUT_MS, call, &r, err);
-	if (s == RELAY_E_INDETERMINATE || s == RELAY_E_UNAVAILABLE || s == RELAY_E_TIMEOUT)
-		s = md_err(st, err, RELAY_E_TRANSIENT, 0, "%s", err->message);
-	if (s == RELAY_OK && r.status != 200)
-		s = md_err(st, err, r.status == 404 ? RELAY_E_NOT_FOUND : RELAY_E_REFUSED, 0,
-		           "the engine refused the push to %s (HTTP %ld): %s", remote_path, r.status,
-		           md_reply_message(&r));
+		return s;
+	char *path = archive_path_query(conn->container, base);
+	if (path == NULL)
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "the guest path is too long");
+	s = put_stream(&job, path, err);
 	/* The engine said 200: the destination must be there now (Docker 20.10
 	 * has been seen to answer 200 for an archive that never landed). */
 	for (int attempt = 0; s == RELAY_OK; attempt++) {
@@ -387,27 +467,10 @@ relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, cons
 			break;
 		}
 		md_sleep_ms(100 << attempt);
-		if (attempt == 1) {
-			md_reply_free(&r);
-			lseek(tar_fd, 0, SEEK_SET);
-			s = md_api(st, "PUT", path, NULL, tar_fd, -1, XFER_TIMEOUT_MS, call, &r, err);
-			if (s == RELAY_OK && r.status != 200)
-				s = md_err(st, err, RELAY_E_TRANSIENT, 0,
-				           "the engine refused the push to %s again (HTTP %ld)", remote_path,
-				           r.status);
-		}
+		if (attempt == 1)
+			s = put_stream(&job, path, err);
 	}
-	if (s == RELAY_OK)
-		md_reply_free(&r);
-	else if (r.status)
-		md_reply_free(&r);
-done:
 	free(path);
-	if (dir_fd >= 0)
-		close(dir_fd);
-	if (a)
-		archive_write_free(a);
-	close(tar_fd);
 	return s;
 }
 
