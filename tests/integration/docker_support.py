@@ -54,13 +54,15 @@ def engine_missing():
         return "the Podman fixture runs rootful and needs root"
     if not shutil.which("podman"):
         return "podman is not installed (apt-get install podman crun uidmap fuse-overlayfs)"
+    if not shutil.which("curl"):
+        return "curl is not installed (the tests look at the engine with it: apt-get install curl)"
     return None
 
 
 def dockerd_missing():
     if os.geteuid() != 0:
         return "the dockerd fixture needs root"
-    for prog in ("dockerd", "docker", "containerd"):
+    for prog in ("dockerd", "docker", "containerd", "curl"):
         if not shutil.which(prog):
             return "%s is not installed (apt-get install docker.io)" % prog
     return None
