@@ -423,6 +423,36 @@ static int pid_spared(const spawn_request *req, pid_t pid)
 	return 0;
 }
 
+/* Polls the open read ends (-1 skipped) for up to wait_ms; 0 when both are
+ * closed (nothing was polled). */
+static int wait_readable(int out_fd, int err_fd, int wait_ms)
+{
+	struct pollfd pf[2];
+	int nfds = 0;
+	if (out_fd >= 0) {
+		pf[nfds].fd = out_fd;
+		pf[nfds].events = POLLIN;
+		nfds++;
+	}
+	if (err_fd >= 0) {
+		pf[nfds].fd = err_fd;
+		pf[nfds].events = POLLIN;
+		nfds++;
+	}
+	if (nfds)
+		poll(pf, (nfds_t)nfds, wait_ms);
+	return nfds;
+}
+
+/* Reads what both pipes hold within the shared budget. */
+static void pump_both(int out_p[2], int err_p[2], size_t *total, size_t budget, spawn_result *res)
+{
+	if (out_p[0] >= 0)
+		pump(&out_p[0], &res->out, total, budget, &res->output_truncated);
+	if (err_p[0] >= 0)
+		pump(&err_p[0], &res->err, total, budget, &res->output_truncated);
+}
+
 #if defined(__linux__)
 /* SIGKILLs every process whose parent is this process, except the spared
  * ones (what an earlier script left running). Returns the number found. */
@@ -513,26 +543,11 @@ static int leave_running(const spawn_request *req, pid_t pid, int out_p[2], int 
 {
 	int64_t until = mono_ms() + SURVIVOR_DRAIN_MS;
 	while ((out_p[0] >= 0 || err_p[0] >= 0) && !res->output_truncated) {
-		struct pollfd pf[2];
-		int nfds = 0;
 		int64_t left = until - mono_ms();
 		if (left <= 0)
 			break;
-		if (out_p[0] >= 0) {
-			pf[nfds].fd = out_p[0];
-			pf[nfds].events = POLLIN;
-			nfds++;
-		}
-		if (err_p[0] >= 0) {
-			pf[nfds].fd = err_p[0];
-			pf[nfds].events = POLLIN;
-			nfds++;
-		}
-		poll(pf, (nfds_t)nfds, (int)left);
-		if (out_p[0] >= 0)
-			pump(&out_p[0], &res->out, total, req->output_budget, &res->output_truncated);
-		if (err_p[0] >= 0)
-			pump(&err_p[0], &res->err, total, req->output_budget, &res->output_truncated);
+		wait_readable(out_p[0], err_p[0], (int)left);
+		pump_both(out_p, err_p, total, req->output_budget, res);
 	}
 	if (res->output_truncated)
 		return -1;
@@ -613,35 +628,18 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 	deadline = mono_ms() + req->timeout_ms;
 	int64_t idle_ms = 1;
 	while (!res->exited && !res->spawn_failed) {
-		struct pollfd pf[2];
-		int nfds = 0;
 		int64_t now = mono_ms();
 		int wait_ms = (int)(deadline - now < CONFIRM_POLL_MS ? deadline - now : CONFIRM_POLL_MS);
 		if (wait_ms < 0)
 			wait_ms = 0;
-		if (out_p[0] >= 0) {
-			pf[nfds].fd = out_p[0];
-			pf[nfds].events = POLLIN;
-			nfds++;
-		}
-		if (err_p[0] >= 0) {
-			pf[nfds].fd = err_p[0];
-			pf[nfds].events = POLLIN;
-			nfds++;
-		}
-		if (nfds) {
-			poll(pf, (nfds_t)nfds, wait_ms);
-		} else {
+		if (!wait_readable(out_p[0], err_p[0], wait_ms)) {
 			/* Both pipes are closed: the end is usually a moment away, so
 			 * look again soon, backing off to the usual poll interval. */
 			sleep_ms(idle_ms < wait_ms ? idle_ms : wait_ms);
 			if (idle_ms < CONFIRM_POLL_MS)
 				idle_ms *= 2;
 		}
-		if (out_p[0] >= 0)
-			pump(&out_p[0], &res->out, &total, req->output_budget, &res->output_truncated);
-		if (err_p[0] >= 0)
-			pump(&err_p[0], &res->err, &total, req->output_budget, &res->output_truncated);
+		pump_both(out_p, err_p, &total, req->output_budget, res);
 		if (res->output_truncated)
 			break;
 		{
@@ -671,10 +669,7 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 		res->cancelled = 1;
 	/* Output already written before the end belongs to the run. */
 	if (!res->output_truncated) {
-		if (out_p[0] >= 0)
-			pump(&out_p[0], &res->out, &total, req->output_budget, &res->output_truncated);
-		if (err_p[0] >= 0)
-			pump(&err_p[0], &res->err, &total, req->output_budget, &res->output_truncated);
+		pump_both(out_p, err_p, &total, req->output_budget, res);
 	}
 	if (req->leave_survivors && res->exited && !res->output_truncated && !res->timed_out &&
 	    !res->cancelled && leave_running(req, pid, out_p, err_p, &total, res) == 0) {
@@ -705,10 +700,7 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 		sleep_ms(CONFIRM_POLL_MS);
 	}
 	if (!res->output_truncated) {
-		if (out_p[0] >= 0)
-			pump(&out_p[0], &res->out, &total, req->output_budget, &res->output_truncated);
-		if (err_p[0] >= 0)
-			pump(&err_p[0], &res->err, &total, req->output_budget, &res->output_truncated);
+		pump_both(out_p, err_p, &total, req->output_budget, res);
 	}
 	if (hooks && hooks->after_end &&
 	    hooks->after_end(hooks->ctx, pid, res->termination_confirmed, err) != 0)
