@@ -833,7 +833,8 @@ static void set_run_lead(tool_result *r, const json_object *structured)
 	int64_t count = 0;
 	if (jsonx_get_int(left, "count", &count) && count > 0) {
 		json_object *procs = jsonx_get_array(left, "processes");
-		const char *first = jsonx_get_str(json_object_array_get_idx(procs, 0), "command");
+		const char *first =
+		    procs ? jsonx_get_str(json_object_array_get_idx(procs, 0), "command") : NULL;
 		strbuf_printf(&sb, ", leaving %lld process%s running (%.32s%s)", (long long)count,
 		              count == 1 ? "" : "es", first ? first : "?", count > 1 ? ", …" : "");
 	}
