@@ -48,7 +48,9 @@ static int teardown(void **state)
 static relay_exec_result run(const char *const *argv, const char *cwd, const char *const *envp,
                              unsigned flags, uint64_t timeout_ms, size_t max_out)
 {
-	relay_exec_request req = {sizeof req, argv, cwd, envp, timeout_ms, max_out};
+	relay_exec_request req = {
+	    .struct_size = sizeof req, .argv = argv, .cwd = cwd, .envp = envp, .timeout_ms = timeout_ms,
+	    .max_output_bytes = max_out};
 	relay_exec_result res;
 	memset(&res, 0, sizeof res);
 	res.struct_size = sizeof res;
@@ -142,7 +144,7 @@ static void test_exec_codes_and_streams(void **state)
 	release_res(&r);
 	assert_int_equal(g_env.p->transport.exec(g_env.p->state, g_conn, NULL, NULL, 0, &r, NULL),
 	                 RELAY_E_INVALID_ARGUMENT);
-	relay_exec_request req = {sizeof req, ex7, NULL, NULL, 1000, 0};
+	relay_exec_request req = {.struct_size = sizeof req, .argv = ex7, .timeout_ms = 1000};
 	relay_error err;
 	assert_int_equal(g_env.p->transport.exec(g_env.p->state, g_conn, &req, NULL, 0x100, &r, &err),
 	                 RELAY_E_UNSUPPORTED_FLAGS);
@@ -251,7 +253,7 @@ static void *cancellable_exec(void *arg)
 {
 	cancel_job *j = arg;
 	const char *argv[] = {"/bin/sh", "-c", "sleep 1006 & sleep 1007", NULL};
-	relay_exec_request req = {sizeof req, argv, NULL, NULL, 60000, 0};
+	relay_exec_request req = {.struct_size = sizeof req, .argv = argv, .timeout_ms = 60000};
 	memset(&j->res, 0, sizeof j->res);
 	j->res.struct_size = sizeof j->res;
 	relay_error err;

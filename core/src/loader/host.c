@@ -15,6 +15,8 @@
 #include "util/sha256.h"
 
 static void host_log(relay_log_level level, const char *plugin, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void host_log(relay_log_level level, const char *plugin, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -37,6 +39,8 @@ static char *host_strdup(const char *text)
 	return text ? strdup(text) : NULL;
 }
 
+static relay_status host_error_set(relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 static relay_status host_error_set(relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
 {
 	va_list ap;

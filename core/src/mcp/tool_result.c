@@ -7,6 +7,7 @@
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
+static char *vformat(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 static char *vformat(const char *fmt, va_list ap)
 {
 	strbuf sb = STRBUF_INIT;

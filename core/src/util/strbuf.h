@@ -28,7 +28,7 @@ void strbuf_append(strbuf *sb, const void *data, size_t len);
 void strbuf_puts(strbuf *sb, const char *text);
 void strbuf_putc(strbuf *sb, char c);
 void strbuf_printf(strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void strbuf_vprintf(strbuf *sb, const char *fmt, va_list ap);
+void strbuf_vprintf(strbuf *sb, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* Empties the buffer, keeping its memory. */
 void strbuf_reset(strbuf *sb);
 /* Hands the contents to the caller (free()); the buffer becomes empty.
