@@ -3,7 +3,10 @@
 #   scripts/deps.sh build   what building needs (and what local guests use)
 #   scripts/deps.sh test    build + everything the tests start (sshd, Xvfb, chromium, ...)
 set -euo pipefail
-need=(cmake make gcc pkg-config libjson-c-dev libcurl4-openssl-dev libarchive-dev libpng-dev libssl-dev
+# gcc comes without the C library headers when recommends are off: libc6-dev
+# (also libc.a, for the static guest programs). A fresh Debian 12 has none of
+# these; tests/fresh-machine/run checks that this list is enough.
+need=(cmake make gcc libc6-dev pkg-config libjson-c-dev libcurl4-openssl-dev libarchive-dev libpng-dev libssl-dev
       xvfb x11vnc xauth slirp4netns passt iproute2)
 if [ "${1:-build}" = test ]; then
   need+=(libcmocka-dev libx11-dev openssh-server openssh-client x11-apps x11-xserver-utils imagemagick
@@ -17,7 +20,8 @@ if ! command -v node >/dev/null 2>&1 && [ "${1:-build}" = test ]; then missing+=
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
-  $sudo_cmd apt-get update -qq
+  # Standard output may be an MCP stream (README: scripts/build && build/mcp-relay).
+  $sudo_cmd apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
