@@ -16,7 +16,7 @@ case $level in
 esac
 if [ "$level" != build ]; then
   need+=(libcmocka-dev libx11-dev openssh-server openssh-client x11-apps x11-xserver-utils imagemagick
-         chromium python3 e2fsprogs util-linux xdotool netcat-openbsd)
+         chromium python3 e2fsprogs util-linux xdotool netcat-openbsd procps ca-certificates)
 fi
 if [ "$level" = ci ]; then
   need+=(clang debootstrap tar gzip)

@@ -43,7 +43,8 @@ def _doctor(binary, work, **env):
 
 
 def _compile_reference(pc_dir, out):
-    """The command of docs/writing-a-plugin.md §6, with PKG_CONFIG_PATH=pc_dir."""
+    """The command of docs/writing-a-plugin.md §6, with PKG_CONFIG_PATH=pc_dir; also checks
+    that the .pc file's plugindir holds the plugins. Returns the cflags."""
     env = dict(os.environ, PKG_CONFIG_PATH=pc_dir)
     cflags = subprocess.run(["pkg-config", "--cflags", "mcp-relay-plugin", "json-c"],
                             capture_output=True, text=True, env=env)
@@ -58,6 +59,9 @@ def _compile_reference(pc_dir, out):
     syms = subprocess.run(["nm", "-D", "--defined-only", out], capture_output=True, text=True)
     exported = [line.split()[-1] for line in syms.stdout.splitlines() if " T " in line]
     assert exported == ["relay_plugin_entry_v1"], exported
+    plugindir = subprocess.run(["pkg-config", "--variable=plugindir", "mcp-relay-plugin"],
+                               capture_output=True, text=True, env=env).stdout.strip()
+    assert os.path.isfile(os.path.join(plugindir, "machine-local.so")), plugindir
     return cflags.stdout
 
 
@@ -98,10 +102,6 @@ def test_pkg_config_from_the_build_tree(binary):
     try:
         cflags = _compile_reference(BUILD, os.path.join(work, "capture-reference.so"))
         assert "-I" + os.path.join(SOURCE, "core", "include") in cflags.split(), cflags
-        plugindir = subprocess.run(["pkg-config", "--variable=plugindir", "mcp-relay-plugin"],
-                                   capture_output=True, text=True,
-                                   env=dict(os.environ, PKG_CONFIG_PATH=BUILD)).stdout.strip()
-        assert os.path.isfile(os.path.join(plugindir, "machine-local.so")), plugindir
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -114,11 +114,7 @@ def test_pkg_config_installed(binary):
         pc_dir = os.path.join(prefix, "lib", "pkgconfig")
         cflags = _compile_reference(pc_dir, os.path.join(work, "capture-reference.so"))
         include = [f[2:] for f in cflags.split() if f.startswith("-I")]
-        assert any(os.path.realpath(i) == os.path.join(prefix, "include") for i in include), cflags
-        plugindir = subprocess.run(["pkg-config", "--variable=plugindir", "mcp-relay-plugin"],
-                                   capture_output=True, text=True,
-                                   env=dict(os.environ, PKG_CONFIG_PATH=pc_dir)).stdout.strip()
-        assert os.path.isfile(os.path.join(plugindir, "machine-local.so")), plugindir
+        assert any(os.path.realpath(i) == os.path.realpath(os.path.join(prefix, "include")) for i in include), cflags
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
