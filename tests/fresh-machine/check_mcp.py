@@ -13,6 +13,7 @@ right, 1 with the reason otherwise."""
 import argparse
 import json
 import os
+import signal
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,8 +38,10 @@ def main():
     in_root = os.path.join(HERE, "in-root")
     # relay_client points the state and project folders at host paths; inside the root
     # the defaults apply (HOME=/root, the working folder /src), so pass none.
+    # Its own process group: on failure the whole command (a build, apt-get) is stopped.
     relay = Relay(in_root, args=[a.root, "/bin/sh", "-c", a.command], cwd=HERE,
-                  env={"MCP_RELAY_STATE_DIR": None, "MCP_RELAY_PROJECT": None})
+                  env={"MCP_RELAY_STATE_DIR": None, "MCP_RELAY_PROJECT": None},
+                  preexec_fn=os.setsid)
     failures = []
     try:
         resp = relay.request("initialize", {
@@ -77,12 +80,16 @@ def main():
     finally:
         relay.close_stdin()
         try:
-            code = relay.wait(timeout=120)
+            code = relay.wait(timeout=5 if failures else 120)
             if not failures and code != 0:
                 failures.append(f"the server exited with status {code} at end of input")
         except Exception:  # noqa: BLE001
-            relay.proc.kill()
-            failures.append("the server did not exit within 120 s of the end of its input")
+            if not failures:
+                failures.append("the server did not exit within 120 s of the end of its input")
+        try:
+            os.killpg(relay.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         with open(relay.stderr_path, "rb") as f:
             stderr = f.read()
         relay.close()
