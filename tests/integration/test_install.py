@@ -72,7 +72,10 @@ def test_installed_tree_is_relocatable(binary):
     try:
         for name in PLUGINS:
             assert os.path.isfile(os.path.join(prefix, "lib", "mcp-relay", "plugins", name + ".so")), name
-        assert os.path.isfile(os.path.join(prefix, "share", "man", "man1", "mcp-relay.1"))
+        with open(os.path.join(prefix, "share", "man", "man1", "mcp-relay.1")) as f:
+            th = f.readline()
+        version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.split()[-1]
+        assert th.startswith(".TH MCP-RELAY 1 ") and f'"mcp-relay {version}"' in th, (th, version)
         assert os.path.isfile(os.path.join(prefix, "share", "doc", "mcp-relay", "hosts.md"))
         installed = os.path.join(prefix, "bin", "mcp-relay")
         for backend, plugins in (("local", ["machine-local", "machine-local", "capture-x11", "console-vnc"]),
