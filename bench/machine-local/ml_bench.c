@@ -186,7 +186,12 @@ int main(int argc, char **argv)
 	int n3 = 500;
 	double *ex = calloc((size_t)n3, sizeof *ex);
 	const char *targv[] = {"true", NULL};
-	relay_exec_request req = {.struct_size = sizeof req, .argv = targv, .timeout_ms = 10000};
+	relay_exec_request req = {.struct_size = sizeof req,
+	                          .argv = targv,
+	                          .cwd = NULL,
+	                          .envp = NULL,
+	                          .timeout_ms = 10000,
+	                          .max_output_bytes = 0};
 	for (int i = 0; i < n3 + 20; i++) {
 		relay_exec_result res;
 		memset(&res, 0, sizeof res);

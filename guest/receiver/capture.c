@@ -160,7 +160,7 @@ static int check_reported_path(const spawn_result *run, const char *out_path, ca
 }
 
 void capture_take(const capture_spec *spec, const char *out_path, int64_t limit_ms, const spawn_hooks *hooks,
-                  capture_outcome *res)
+                  const pid_t *spared, size_t spared_count, capture_outcome *res)
 {
 	char **argv = NULL;
 	char *program = NULL;
@@ -205,6 +205,8 @@ void capture_take(const capture_spec *spec, const char *out_path, int64_t limit_
 	if (req.timeout_ms < 1)
 		req.timeout_ms = 1;
 	req.output_budget = OUTPUT_BUDGET_BYTES;
+	req.spared = spared;
+	req.spared_count = spared_count;
 	if (proc_run(&req, hooks, &run, &err) != 0) {
 		text_format(res->diagnostic, sizeof(res->diagnostic), "capture could not run: %s", err.msg);
 		goto cleanup;

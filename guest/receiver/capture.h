@@ -41,8 +41,10 @@ typedef struct capture_outcome {
 } capture_outcome;
 
 /* Runs one capture to out_path, limited to min(spec timeout, limit_ms).
- * A failed capture's file is removed. hooks may be NULL. */
+ * A failed capture's file is removed. hooks may be NULL. `spared` (may be
+ * NULL) lists children of the receiver the capture's cleanup must not kill:
+ * what the step's script left running (guest.md §16.1). */
 void capture_take(const capture_spec *spec, const char *out_path, int64_t limit_ms, const spawn_hooks *hooks,
-                  capture_outcome *res);
+                  const pid_t *spared, size_t spared_count, capture_outcome *res);
 
 #endif

@@ -3,6 +3,8 @@
  */
 #include "cmds.h"
 
+#include "../receiver_protocol.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -487,7 +489,7 @@ int cmd_capture_test(int argc, char **argv)
 		}
 		probe = xasprintf("%s/.capture-probe-%s.png", o.root, rnd);
 		tries++;
-		capture_take(&spec, probe, left > 0 ? left : 1, NULL, &co);
+		capture_take(&spec, probe, left > 0 ? left : 1, NULL, NULL, 0, &co);
 		unlink(probe);
 		free(probe);
 		if (co.ok) {
@@ -527,11 +529,14 @@ int cmd_run(int argc, char **argv)
 	opts o;
 	char msg[256];
 	int status;
-	if (parse_opts(argc, argv, "root", &o, msg, sizeof(msg)) != 0 || !o.root || o.npos != 1) {
+	int from_stdin = argc == 3 && strcmp(argv[2], RECEIVER_RUN_STDIN_OPTION) == 0;
+	if (parse_opts(argc - from_stdin, argv, "root", &o, msg, sizeof(msg)) != 0 || !o.root ||
+	    o.npos != (from_stdin ? 0u : 1u)) {
 		jv *f = jv_object();
 		jv *out = jv_object();
 		jv_set_str(out, "kind", "refused");
-		jv_set_str(out, "diagnostic", "usage: receiver run --root R REQUEST");
+		jv_set_str(out, "diagnostic",
+		           "usage: receiver run --root R REQUEST | receiver run --root R --stdin");
 		jv_set_str(f, "executionId", "unknown");
 		jv_set_null(f, "receipt");
 		jv_set(f, "outcome", out);
@@ -541,7 +546,7 @@ int cmd_run(int argc, char **argv)
 	}
 	signal(SIGHUP, SIG_IGN);
 	proc_become_subreaper();
-	status = run_command(o.root, o.pos[0]);
+	status = run_command(o.root, from_stdin ? NULL : o.pos[0], from_stdin);
 	free(o.pos);
 	return status;
 }

@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 
 #include "sha256.h"
 
@@ -131,9 +134,57 @@ cleanup:
 	return rc;
 }
 
+/* Deferred syncs (guest.md §16.2 item 4). The receiver is one thread, so
+ * this state needs no lock: while `defer_root_fd` is open, fsx_fsync and
+ * fsync_dir only note that something is to be synced, and fsx_commit makes
+ * all of it durable with one syncfs of the guest root's filesystem. */
+static int defer_root_fd = -1;
+static int defer_pending;
+
+int fsx_defer_syncs(const char *root)
+{
+#if defined(__linux__) && defined(SYS_syncfs)
+	if (defer_root_fd >= 0)
+		return 0;
+	defer_root_fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return defer_root_fd >= 0 ? 0 : -1;
+#else
+	(void)root;
+	return -1;
+#endif
+}
+
+int fsx_commit(rerr *err)
+{
+	if (defer_root_fd < 0 || !defer_pending)
+		return 0;
+#if defined(__linux__) && defined(SYS_syncfs)
+	if (syscall(SYS_syncfs, defer_root_fd) != 0) {
+		err_set(err, "cannot sync the guest root's filesystem: %s", strerror(errno));
+		return -1;
+	}
+#endif
+	defer_pending = 0;
+	return 0;
+}
+
+int fsx_fsync(int fd)
+{
+	if (defer_root_fd >= 0) {
+		defer_pending = 1;
+		return 0;
+	}
+	return fsync(fd);
+}
+
 int fsync_dir(const char *dir, rerr *err)
 {
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd;
+	if (defer_root_fd >= 0) {
+		defer_pending = 1;
+		return 0;
+	}
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		err_set(err, "cannot open directory %s to sync it: %s", dir, strerror(errno));
 		return -1;
@@ -236,7 +287,7 @@ static char *write_temp(const char *dir, const char *name, const void *data, siz
 		free(tmp);
 		return NULL;
 	}
-	if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+	if (write_all(fd, data, len) != 0 || fsx_fsync(fd) != 0) {
 		err_set(err, "cannot write %s: %s", tmp, strerror(errno));
 		close(fd);
 		unlink(tmp);
@@ -369,13 +420,20 @@ int read_file_limited(const char *path, size_t max_bytes, buf *out, int *missing
 
 int hash_fd(int fd, char hex[65], uint64_t *bytes_out, rerr *err)
 {
+	return hash_fd_prefix(fd, UINT64_MAX, hex, bytes_out, err);
+}
+
+int hash_fd_prefix(int fd, uint64_t max_bytes, char hex[65], uint64_t *bytes_out, rerr *err)
+{
 	sha256_state st;
 	char *chunk = xmalloc(HASH_CHUNK_BYTES);
 	uint64_t total = 0;
 	int rc = -1;
 	sha256_begin(&st);
-	for (;;) {
-		ssize_t n = read(fd, chunk, HASH_CHUNK_BYTES);
+	while (total < max_bytes) {
+		size_t want =
+		    max_bytes - total < HASH_CHUNK_BYTES ? (size_t)(max_bytes - total) : HASH_CHUNK_BYTES;
+		ssize_t n = read(fd, chunk, want);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -393,6 +451,14 @@ int hash_fd(int fd, char hex[65], uint64_t *bytes_out, rerr *err)
 cleanup:
 	free(chunk);
 	return rc;
+}
+
+int path_is_append_only_log(const char *path)
+{
+	const char *dir = strstr(path, "/state/background/");
+	size_t len = strlen(path);
+	return dir && len > 4 && strcmp(path + len - 4, ".log") == 0 &&
+	       strchr(dir + strlen("/state/background/"), '/') == NULL;
 }
 
 char *path_join(const char *a, const char *b)

@@ -38,8 +38,19 @@ int path_walk_check(const char *root, const char *rel, int allow_missing, int *e
  * each creation; fsyncs each parent whose entry changed. */
 int dir_ensure(const char *root, const char *rel, rerr *err);
 
-/* fsync a directory by path. */
+/* fsync a directory by path (deferred while syncs are deferred). */
 int fsync_dir(const char *dir, rerr *err);
+/* fsync a file descriptor (deferred while syncs are deferred). */
+int fsx_fsync(int fd);
+
+/* Commit points instead of one fsync per file (guest.md §16.2 item 4):
+ * after fsx_defer_syncs(root), every fsync of a file or directory only
+ * marks the guest root's filesystem dirty, and fsx_commit() makes all of it
+ * durable with one syncfs(2). -1 where the platform has no syncfs (the
+ * fsyncs then stay immediate). The receiver calls fsx_commit before a
+ * script or capture is started and before any frame is printed. */
+int fsx_defer_syncs(const char *root);
+int fsx_commit(rerr *err);
 
 /* Durable write of dir/name: dir/name.tmp-<random> created
  * O_CREAT|O_EXCL|O_NOFOLLOW 0600, written, fsynced, renamed over the target,
@@ -59,6 +70,14 @@ int read_file_limited(const char *path, size_t max_bytes, buf *out, int *missing
 /* Hashes an open file descriptor from its start: SHA-256 hex and size.
  * Reads 8 MiB at a time. */
 int hash_fd(int fd, char hex[65], uint64_t *bytes_out, rerr *err);
+/* The same over at most max_bytes from the start. */
+int hash_fd_prefix(int fd, uint64_t max_bytes, char hex[65], uint64_t *bytes_out, rerr *err);
+
+/* True for the append-only logs of what steps left running
+ * (R/state/background/<executionId>.log, guest.md §16.1): such a file may
+ * grow while it is inventoried or archived, and its first N bytes never
+ * change, so readers take the size they first saw and accept growth. */
+int path_is_append_only_log(const char *path);
 
 /* Joins a and b with one "/" (b may be ""). malloc'd. */
 char *path_join(const char *a, const char *b);

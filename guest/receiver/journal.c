@@ -163,7 +163,7 @@ int journal_append(journal *j, const char *type, jv *fields, rerr *err)
 			goto cleanup;
 		}
 	}
-	if (fsync(fd) != 0) {
+	if (fsx_fsync(fd) != 0) {
 		err_set(err, "cannot sync the journal %s: %s", j->path, strerror(errno));
 		goto cleanup;
 	}

@@ -53,11 +53,12 @@ const char *signal_name(int sig, char scratch[16])
 }
 
 #if defined(__linux__)
-/* Reads /proc/<pid>/stat fields after the command name. */
-static int proc_stat_fields(pid_t pid, char *state_out, pid_t *ppid_out, unsigned long long *start_out)
+/* Reads /proc/<pid>/stat: the command name and the fields after it. */
+static int proc_stat_fields_full(pid_t pid, char *state_out, pid_t *ppid_out, pid_t *pgid_out,
+                                 unsigned long long *start_out, char *name_out, size_t name_len)
 {
 	char path[64], text[1024];
-	char *p;
+	char *p, *open_paren;
 	int fd, i;
 	ssize_t n;
 	text_format(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -69,9 +70,17 @@ static int proc_stat_fields(pid_t pid, char *state_out, pid_t *ppid_out, unsigne
 	if (n <= 0)
 		return -1;
 	text[n] = '\0';
+	open_paren = strchr(text, '(');
 	p = strrchr(text, ')');
-	if (!p || p[1] != ' ')
+	if (!p || !open_paren || open_paren > p || p[1] != ' ')
 		return -1;
+	if (name_out && name_len) {
+		size_t len = (size_t)(p - open_paren - 1);
+		if (len > name_len - 1)
+			len = name_len - 1;
+		memcpy(name_out, open_paren + 1, len);
+		name_out[len] = '\0';
+	}
 	p += 2;
 	if (state_out)
 		*state_out = *p;
@@ -89,13 +98,36 @@ static int proc_stat_fields(pid_t pid, char *state_out, pid_t *ppid_out, unsigne
 			return -1;
 		if (i == 4 && ppid_out)
 			*ppid_out = (pid_t)v;
+		if (i == 5 && pgid_out)
+			*pgid_out = (pid_t)v;
 		if (i == 22 && start_out)
 			*start_out = v;
 		p = end;
 	}
 	return 0;
 }
+
+static int proc_stat_fields(pid_t pid, char *state_out, pid_t *ppid_out, unsigned long long *start_out)
+{
+	return proc_stat_fields_full(pid, state_out, ppid_out, NULL, start_out, NULL, 0);
+}
 #endif
+
+int proc_stat_read(pid_t pid, char *state_out, pid_t *ppid_out, pid_t *pgid_out, char *name_out,
+                   size_t name_len)
+{
+#if defined(__linux__)
+	return proc_stat_fields_full(pid, state_out, ppid_out, pgid_out, NULL, name_out, name_len);
+#else
+	(void)pid;
+	(void)state_out;
+	(void)ppid_out;
+	(void)pgid_out;
+	(void)name_out;
+	(void)name_len;
+	return -1;
+#endif
+}
 
 int pid_alive(pid_t pid)
 {
@@ -191,6 +223,46 @@ void proc_become_subreaper(void)
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
 		fprintf(stderr, "receiver: cannot become a child subreaper: %s\n", strerror(errno));
 #endif
+}
+
+void proc_stop_subreaping(void)
+{
+#if defined(__linux__) && defined(PR_SET_CHILD_SUBREAPER)
+	prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+#endif
+}
+
+pid_t *proc_children(size_t *count_out)
+{
+	pid_t *out = NULL;
+	size_t n = 0, cap = 0;
+	*count_out = 0;
+#if defined(__linux__)
+	{
+		DIR *dir = opendir("/proc");
+		struct dirent *de;
+		pid_t self = getpid();
+		if (!dir)
+			return NULL;
+		while ((de = readdir(dir)) != NULL) {
+			char *end;
+			long v = strtol(de->d_name, &end, 10);
+			pid_t ppid = 0;
+			if (*end || v <= 0 || (pid_t)v == self)
+				continue;
+			if (proc_stat_fields((pid_t)v, NULL, &ppid, NULL) != 0 || ppid != self)
+				continue;
+			if (n == cap) {
+				cap = cap ? cap * 2 : 16;
+				out = xrealloc(out, cap * sizeof(*out));
+			}
+			out[n++] = (pid_t)v;
+		}
+		closedir(dir);
+	}
+#endif
+	*count_out = n;
+	return out;
 }
 
 static int is_executable_file(const char *path)
@@ -342,10 +414,19 @@ static int pump(int *fd, buf *dst, size_t *total, size_t budget, int *truncated)
 	}
 }
 
+static int pid_spared(const spawn_request *req, pid_t pid)
+{
+	size_t i;
+	for (i = 0; i < req->spared_count; i++)
+		if (req->spared[i] == pid)
+			return 1;
+	return 0;
+}
+
 #if defined(__linux__)
-/* SIGKILLs every process whose parent is this process, except main_pid
- * when it is still to be reaped normally. Returns the number found. */
-static int kill_adopted_children(void)
+/* SIGKILLs every process whose parent is this process, except the spared
+ * ones (what an earlier script left running). Returns the number found. */
+static int kill_adopted_children(const spawn_request *req)
 {
 	DIR *dir = opendir("/proc");
 	struct dirent *de;
@@ -359,7 +440,8 @@ static int kill_adopted_children(void)
 		pid_t ppid = 0;
 		if (*end || v <= 0 || (pid_t)v == self)
 			continue;
-		if (proc_stat_fields((pid_t)v, NULL, &ppid, NULL) == 0 && ppid == self) {
+		if (proc_stat_fields((pid_t)v, NULL, &ppid, NULL) == 0 && ppid == self &&
+		    !pid_spared(req, (pid_t)v)) {
 			kill((pid_t)v, SIGKILL);
 			found++;
 		}
@@ -369,15 +451,28 @@ static int kill_adopted_children(void)
 }
 #endif
 
+/* 1 when every live child of this process is a spared one. */
+static int only_spared_left(const spawn_request *req)
+{
+	size_t n = 0, i;
+	pid_t *kids = proc_children(&n);
+	int only = 1;
+	for (i = 0; i < n; i++)
+		if (!pid_spared(req, kids[i]) && pid_alive(kids[i]))
+			only = 0;
+	free(kids);
+	return only;
+}
+
 /* Reaps children without blocking; records main_pid's status. Returns 1
- * when no child is left. */
-static int reap_all(pid_t main_pid, spawn_result *res)
+ * when no child but the spared ones is left. */
+static int reap_all(const spawn_request *req, pid_t main_pid, spawn_result *res)
 {
 	for (;;) {
 		int status;
 		pid_t w = waitpid(-1, &status, WNOHANG);
 		if (w == 0)
-			return 0;
+			return req->spared_count ? only_spared_left(req) : 0;
 		if (w < 0)
 			return errno == ECHILD;
 		if (w == main_pid && !res->exited) {
@@ -392,6 +487,60 @@ static int reap_all(pid_t main_pid, spawn_result *res)
 	}
 }
 
+/* guest.md §16.1: the main process exited on its own. Output is read for
+ * at most SURVIVOR_DRAIN_MS more (or to both ends of file); what still holds
+ * a pipe keeps it, and its read end goes to the caller. Nothing is killed;
+ * the main process is reaped, so termination of the step is confirmed.
+ * Returns -1 when that output passed the budget: the output bound then
+ * applies as to any step output (the caller kills the group). */
+static int leave_running(const spawn_request *req, pid_t pid, int out_p[2], int err_p[2], size_t *total,
+                         spawn_result *res)
+{
+	int64_t until = mono_ms() + SURVIVOR_DRAIN_MS;
+	while ((out_p[0] >= 0 || err_p[0] >= 0) && !res->output_truncated) {
+		struct pollfd pf[2];
+		int nfds = 0;
+		int64_t left = until - mono_ms();
+		if (left <= 0)
+			break;
+		if (out_p[0] >= 0) {
+			pf[nfds].fd = out_p[0];
+			pf[nfds].events = POLLIN;
+			nfds++;
+		}
+		if (err_p[0] >= 0) {
+			pf[nfds].fd = err_p[0];
+			pf[nfds].events = POLLIN;
+			nfds++;
+		}
+		poll(pf, (nfds_t)nfds, (int)left);
+		if (out_p[0] >= 0)
+			pump(&out_p[0], &res->out, total, req->output_budget, &res->output_truncated);
+		if (err_p[0] >= 0)
+			pump(&err_p[0], &res->err, total, req->output_budget, &res->output_truncated);
+	}
+	if (res->output_truncated)
+		return -1;
+	reap_all(req, pid, res);
+	res->termination_confirmed = 1;
+	res->out_left_fd = out_p[0];
+	res->err_left_fd = err_p[0];
+	out_p[0] = -1;
+	err_p[0] = -1;
+	res->left_running = res->out_left_fd >= 0 || res->err_left_fd >= 0 || group_alive(pid);
+#if defined(__linux__)
+	if (!res->left_running) {
+		size_t n = 0, i;
+		pid_t *kids = proc_children(&n);
+		for (i = 0; i < n; i++)
+			if (!pid_spared(req, kids[i]))
+				res->left_running = 1;
+		free(kids);
+	}
+#endif
+	return 0;
+}
+
 int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *res, rerr *err)
 {
 	int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, hs[2] = {-1, -1}, ep[2] = {-1, -1};
@@ -402,6 +551,8 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 	memset(res, 0, sizeof(*res));
 	buf_init(&res->out);
 	buf_init(&res->err);
+	res->out_left_fd = -1;
+	res->err_left_fd = -1;
 	if (make_pipe(out_p) != 0 || make_pipe(err_p) != 0 || make_pipe(hs) != 0 || make_pipe(ep) != 0) {
 		err_set(err, "cannot create pipes: %s", strerror(errno));
 		goto cleanup;
@@ -513,7 +664,15 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 		if (err_p[0] >= 0)
 			pump(&err_p[0], &res->err, &total, req->output_budget, &res->output_truncated);
 	}
-	/* No descendant outlives its step: kill the group, then confirm. */
+	if (req->leave_survivors && res->exited && !res->output_truncated && !res->timed_out &&
+	    !res->cancelled && leave_running(req, pid, out_p, err_p, &total, res) == 0) {
+		if (hooks && hooks->after_end && hooks->after_end(hooks->ctx, pid, 1, err) != 0)
+			goto cleanup;
+		rc = 0;
+		goto cleanup;
+	}
+	/* A timeout, the output bound or a cancellation: kill the group and the
+	 * adopted descendants, then confirm (§12.4). */
 	kill(-pid, SIGKILL);
 	if (!res->exited)
 		kill(pid, SIGKILL);
@@ -521,10 +680,10 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 	for (;;) {
 		int none_left;
 #if defined(__linux__)
-		kill_adopted_children();
+		kill_adopted_children(req);
 #endif
 		kill(-pid, SIGKILL);
-		none_left = reap_all(pid, res);
+		none_left = reap_all(req, pid, res);
 		if (!group_alive(pid) && none_left) {
 			res->termination_confirmed = 1;
 			break;
@@ -559,4 +718,6 @@ void spawn_result_free(spawn_result *res)
 {
 	buf_free(&res->out);
 	buf_free(&res->err);
+	close_fd(&res->out_left_fd);
+	close_fd(&res->err_left_fd);
 }

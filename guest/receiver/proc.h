@@ -17,6 +17,9 @@
 #define OUTPUT_BUDGET_BYTES 65536u
 #define CONFIRM_POLL_MS     20
 #define CONFIRM_WAIT_MS     1000
+/* After a normal exit that leaves processes behind, output is still read
+ * for at most this long (guest.md §16.1 item 2). */
+#define SURVIVOR_DRAIN_MS 250
 
 typedef struct spawn_hooks {
 	/* Before fork (mark pendingSpawn). Non-zero aborts the spawn. */
@@ -38,6 +41,13 @@ typedef struct spawn_request {
 	const char *cwd;    /* NULL: stay */
 	int64_t timeout_ms; /* > 0 */
 	size_t output_budget;
+	/* guest.md §16.1: when the main process exits on its own, leave its
+	 * group and descendants running (a script); 0 kills them (a capture). */
+	int leave_survivors;
+	/* Children of this process that the end-of-run sweep must not kill:
+	 * what an earlier script left running, and the background drainer. */
+	const pid_t *spared;
+	size_t spared_count;
 } spawn_request;
 
 typedef struct spawn_result {
@@ -53,6 +63,12 @@ typedef struct spawn_result {
 	pid_t pgid;
 	buf out;
 	buf err;
+	/* With leave_survivors after a normal exit: the read ends of the
+	 * output pipes that something still holds open (-1 when closed). The
+	 * caller owns them: hand them to a drainer (survivors.h) or close them. */
+	int out_left_fd;
+	int err_left_fd;
+	int left_running; /* 1 when the exit left anything behind (pipes open or a live group) */
 } spawn_result;
 
 /* Runs one program to its end. Returns 0 when it ran (whatever its
@@ -74,6 +90,16 @@ void proc_start_time(pid_t pid, char out[32]);
 void boot_identity(char out[64]);
 /* Linux: make this process a child subreaper. */
 void proc_become_subreaper(void);
+/* Linux: stop being a child subreaper (orphans go to init from now on). */
+void proc_stop_subreaping(void);
+/* Linux: the pids whose parent is this process, malloc'd (free()); *count_out
+ * set. NULL with count 0 when there are none or elsewhere. */
+pid_t *proc_children(size_t *count_out);
+/* Linux: reads /proc/<pid>/stat: state, parent, process group and the
+ * command name (at most name_len - 1 bytes). 0, or -1 when the process is
+ * gone. */
+int proc_stat_read(pid_t pid, char *state_out, pid_t *ppid_out, pid_t *pgid_out, char *name_out,
+                   size_t name_len);
 
 /* Looks a program up on PATH (or checks a path with a '/'); malloc'd
  * absolute path or NULL. */

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../receiver_protocol.h"
 #include "capture.h"
 #include "frame.h"
 #include "fsx.h"
@@ -20,9 +21,11 @@
 #include "scan.h"
 #include "sha256.h"
 #include "state.h"
+#include "stdio_parts.h"
+#include "survivors.h"
 
-#define REQUEST_MAX_BYTES       (1024u * 1024u)
-#define SCRIPT_MAX_BYTES        (8ull * 1024 * 1024)
+#define REQUEST_MAX_BYTES       RECEIVER_REQUEST_MAX_BYTES
+#define SCRIPT_MAX_BYTES        ((unsigned long long)RECEIVER_SCRIPT_MAX_BYTES)
 #define TIMEOUT_MAX_MS          3600000
 #define AFTER_INTERVAL_MAX_MS   300000
 #define BECAUSE_MAX_CHARS       16384
@@ -76,6 +79,15 @@ typedef struct run_ctx {
 	spawn_result proc;
 	int have_proc;
 	const char *phase_name;
+	/* what the script left running (guest.md §16.1) */
+	pid_t *spared; /* children of the receiver the captures after it must not kill */
+	size_t spared_count;
+	pid_t drainer_pid;
+	jv *left_running; /* {"count","processes"} after a normal exit, else NULL */
+	/* a run in one round trip (guest.md §16.2): request and script came on
+	 * standard input; the receipt and after-image go out on standard output */
+	int stdio_parts;
+	stdin_parts parts;
 } run_ctx;
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -161,6 +173,15 @@ static jv *outcome_json(const char *kind, const char *diagnostic, jv *exit_statu
 	return o;
 }
 
+/* Every frame is preceded by the commit point that makes what the run
+ * wrote durable (guest.md §16.2 item 4). */
+static void commit_before_frame(void)
+{
+	rerr err;
+	if (fsx_commit(&err) != 0)
+		fprintf(stderr, "receiver: %s\n", err.msg);
+}
+
 static void emit_outcome_frame(const char *execution_id, const char *kind, const char *diagnostic,
                                const char *error)
 {
@@ -171,25 +192,30 @@ static void emit_outcome_frame(const char *execution_id, const char *kind, const
 	if (error)
 		jv_set_str(f, "error", error);
 	fprintf(stderr, "receiver: run %s: %s: %s\n", execution_id, kind, error ? error : diagnostic);
+	commit_before_frame();
 	frame_emit(f);
 }
 
-static void emit_receipt_frame(const char *execution_id, const char *sha, uint64_t bytes, int duplicate,
+static void emit_receipt_frame(const run_ctx *ctx, const char *sha, uint64_t bytes, int duplicate,
                                int request_matches)
 {
 	jv *f = jv_object();
 	jv *r = jv_object();
-	char *path = xasprintf("%s/%s.json", RECEIPTS_DIR, execution_id);
+	char *path = xasprintf("%s/%s.json", RECEIPTS_DIR, ctx->execution_id);
 	jv_set_str(r, "path", path);
 	jv_set_str(r, "sha256", sha);
 	jv_set_int(r, "bytes", (int64_t)bytes);
-	jv_set_str(f, "executionId", execution_id);
+	jv_set_str(f, "executionId", ctx->execution_id);
 	jv_set(f, "receipt", r);
 	jv_set_bool(f, "duplicate", duplicate);
 	if (duplicate)
 		jv_set_bool(f, "requestMatches", request_matches);
+	commit_before_frame();
+	if (ctx->stdio_parts)
+		stdout_parts_emit(ctx->root, f, path);
+	else
+		frame_emit(f);
 	free(path);
-	frame_emit(f);
 }
 
 static void journal_note(run_ctx *ctx, const char *type, jv *fields)
@@ -210,13 +236,20 @@ static int hook_before_fork(void *c, rerr *err)
 	run_ctx *ctx = c;
 	ctx->lock.pending_spawn = 1;
 	ctx->lock.phase = ctx->phase_name;
-	return lock_write_owner(&ctx->lock, err);
+	/* Commit point: the request, script, started marker, journal and
+	 * records so far are durable before anything is started. */
+	if (lock_write_owner(&ctx->lock, err) != 0)
+		return -1;
+	return fsx_commit(err);
 }
 
 static int hook_after_fork(void *c, pid_t pid, rerr *err)
 {
 	run_ctx *ctx = c;
-	return lock_add_group(&ctx->lock, pid, err);
+	/* Commit point: the pid is durable before the child may exec. */
+	if (lock_add_group(&ctx->lock, pid, err) != 0)
+		return -1;
+	return fsx_commit(err);
 }
 
 static int hook_after_end(void *c, pid_t pgid, int confirmed, rerr *err)
@@ -602,6 +635,7 @@ static int write_execution_record(run_ctx *ctx, const char *state, char **argv, 
 	jv_set(o, "exitStatus", exit_status ? exit_status : jv_null());
 	jv_set_str(o, "startedAt", ctx->dispatched ? ctx->dispatch_at : ctx->started_at);
 	jv_set_str(o, "endedAt", now);
+	jv_set(o, "leftRunning", ctx->left_running ? jv_copy(ctx->left_running) : jv_null());
 	rc = state_write_json(ctx->root, EXEC_REC_DIR, name, o, NULL, NULL, err);
 	free(name);
 	jv_free(o);
@@ -677,6 +711,7 @@ static int write_receipt(run_ctx *ctx, const receipt_info *ri, char sha_out[65],
 	jv_set_bool(o, "terminationConfirmed", ri->termination_confirmed);
 	jv_set(o, "stdout", ri->stdout_v ? jv_copy(ri->stdout_v) : jv_str(""));
 	jv_set(o, "stderr", ri->stderr_v ? jv_copy(ri->stderr_v) : jv_str(""));
+	jv_set(o, "leftRunning", ctx->left_running ? jv_copy(ctx->left_running) : jv_null());
 	jv_set_str(img, "status", ri->image_status);
 	jv_set(img, "snapshots", jv_copy(ctx->descriptors));
 	jv_set(o, "imageEvidence", img);
@@ -955,7 +990,8 @@ static int take_snapshot(run_ctx *ctx, const char *phase, capture_outcome *co, r
 		goto cleanup;
 	make_hooks(ctx, &hooks, 0);
 	ctx->phase_name = strcmp(phase, "before") == 0 ? "capture-before" : "capture-after";
-	capture_take(&ctx->capture, partial, CAPTURE_TIMEOUT_MAX_MS, &hooks, co);
+	capture_take(&ctx->capture, partial, CAPTURE_TIMEOUT_MAX_MS, &hooks, ctx->spared, ctx->spared_count,
+	             co);
 	if (co->ok && rename(partial, final_path) != 0) {
 		text_format(co->diagnostic, sizeof(co->diagnostic),
 		            "cannot rename the capture into place: %s", strerror(errno));
@@ -1035,7 +1071,8 @@ static int capture_gate(run_ctx *ctx, capture_outcome *co, rerr *err)
 	probe = xasprintf("%s/.capture-probe-%s.png", ctx->root, rnd);
 	make_hooks(ctx, &hooks, 0);
 	ctx->phase_name = "capture-gate";
-	capture_take(&ctx->capture, probe, CAPTURE_TIMEOUT_MAX_MS, &hooks, co);
+	capture_take(&ctx->capture, probe, CAPTURE_TIMEOUT_MAX_MS, &hooks, ctx->spared, ctx->spared_count,
+	             co);
 	unlink(probe);
 	free(probe);
 	if (co->unknown)
@@ -1081,6 +1118,44 @@ static char **script_environment(run_ctx *ctx)
 	return env;
 }
 
+/* guest.md §16.1: the script exited and left processes running. The
+ * receiver stops adopting orphans (what is adopted already is spared by the
+ * captures' cleanup), and a drainer takes the pipes survivors still hold. */
+static void keep_survivors(run_ctx *ctx)
+{
+	rerr derr;
+	proc_stop_subreaping();
+	ctx->spared = proc_children(&ctx->spared_count);
+	if (survivors_start_drain(ctx->root, ctx->execution_id, ctx->proc.out_left_fd, ctx->proc.err_left_fd,
+	                          &ctx->drainer_pid, &derr) != 0)
+		fprintf(stderr, "receiver: %s; what the step left running may block on its output\n",
+		        derr.msg);
+	ctx->proc.out_left_fd = -1;
+	ctx->proc.err_left_fd = -1;
+	if (ctx->drainer_pid > 0) {
+		ctx->spared = xrealloc(ctx->spared, (ctx->spared_count + 1) * sizeof(pid_t));
+		ctx->spared[ctx->spared_count++] = ctx->drainer_pid;
+	}
+}
+
+/* Records what the script left running after a normal exit: the object of
+ * `leftRunning`, journaled as the annotation background-processes when any. */
+static void note_left_running(run_ctx *ctx)
+{
+	const spawn_result *p = &ctx->proc;
+	if (!ctx->have_proc || !p->exited || p->timed_out || p->output_truncated || p->cancelled ||
+	    p->spawn_failed)
+		return;
+	ctx->left_running = survivors_list(p->pgid, &ctx->drainer_pid, ctx->drainer_pid > 0 ? 1 : 0);
+	if (jv_get(ctx->left_running, "count")->number_int > 0) {
+		jv *f = jv_object();
+		jv_set_str(f, "name", "background-processes");
+		jv_set_str(f, "executionId", ctx->execution_id);
+		jv_set(f, "details", jv_copy(ctx->left_running));
+		journal_note(ctx, "annotation", f);
+	}
+}
+
 static int dispatch(run_ctx *ctx, rerr *err)
 {
 	spawn_request req;
@@ -1094,13 +1169,17 @@ static int dispatch(run_ctx *ctx, rerr *err)
 	req.cwd = ctx->cwd;
 	req.timeout_ms = ctx->timeout_ms;
 	req.output_budget = OUTPUT_BUDGET_BYTES;
+	req.leave_survivors = 1;
 	make_hooks(ctx, &hooks, 1);
 	ctx->phase_name = "script";
 	timestamp_now(ctx->dispatch_at);
 	ctx->dispatched = 1;
 	rc = proc_run(&req, &hooks, &ctx->proc, err);
-	if (rc == 0)
+	if (rc == 0) {
 		ctx->have_proc = 1;
+		if (ctx->proc.left_running)
+			keep_survivors(ctx);
+	}
 	free_argv(env);
 	return rc;
 }
@@ -1189,7 +1268,7 @@ static int answer_duplicate(run_ctx *ctx)
 	}
 	(void)took_lock;
 	jv_free(receipt);
-	emit_receipt_frame(ctx->execution_id, sha, bytes, 1, matches);
+	emit_receipt_frame(ctx, sha, bytes, 1, matches);
 	return EXIT_DONE;
 }
 
@@ -1242,11 +1321,17 @@ static int answer_already_started(run_ctx *ctx, rerr *err)
 	rc = write_receipt(ctx, &ri, sha, &bytes, err);
 	jv_free(ri.outcome);
 	if (rc == 0)
-		emit_receipt_frame(ctx->execution_id, sha, bytes, 0, 0);
+		emit_receipt_frame(ctx, sha, bytes, 0, 0);
 	return rc;
 }
 
 /* ---- the run ------------------------------------------------------------- */
+
+/* What a kill's diagnostic adds when termination was not confirmed. */
+static const char *unconfirmed_note(const run_ctx *ctx)
+{
+	return ctx->proc.termination_confirmed ? "" : ", but its termination was not confirmed";
+}
 
 static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 {
@@ -1413,14 +1498,14 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 			uncertain_diag = DIAG_CANCELLED;
 		} else if (ctx->proc.timed_out) {
 			text_format(diag_buf, sizeof(diag_buf),
-			            "timed out after %lld ms; the process group was killed",
-			            (long long)ctx->timeout_ms);
+			            "timed out after %lld ms; the process group was killed%s",
+			            (long long)ctx->timeout_ms, unconfirmed_note(ctx));
 			kind = "uncertain";
 			uncertain_diag = diag_buf;
 		} else if (ctx->proc.output_truncated) {
 			text_format(diag_buf, sizeof(diag_buf),
-			            "output exceeded %u bytes; the process group was killed",
-			            OUTPUT_BUDGET_BYTES);
+			            "output exceeded %u bytes; the process group was killed%s",
+			            OUTPUT_BUDGET_BYTES, unconfirmed_note(ctx));
 			kind = "uncertain";
 			uncertain_diag = diag_buf;
 		} else if (!ctx->proc.termination_confirmed) {
@@ -1442,6 +1527,7 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 			uncertain_diag = diag_buf;
 		}
 	}
+	note_left_running(ctx);
 	/* 16. outcome */
 	{
 		size_t expected = 0;
@@ -1550,7 +1636,7 @@ cleanup:
 	return rc;
 }
 
-int run_command(const char *root, const char *request_path)
+int run_command(const char *root, const char *request_path, int from_stdin)
 {
 	run_ctx ctx;
 	rerr err;
@@ -1575,13 +1661,22 @@ int run_command(const char *root, const char *request_path)
 		status = EXIT_USAGE;
 		goto cleanup;
 	}
-	if (path_below_root(root, request_path, &req_rel) != 0 || !*req_rel ||
-	    path_walk_check(root, req_rel, 0, NULL, &err) != 0) {
+	fsx_defer_syncs(root);
+	if (from_stdin) {
+		ctx.stdio_parts = 1;
+		if (stdin_parts_read(STDIN_FILENO, &ctx.parts, &err) != 0) {
+			emit_outcome_frame("unknown", "refused", err.msg, NULL);
+			status = EXIT_USAGE;
+			goto cleanup;
+		}
+		buf_append(&text, ctx.parts.request.data ? ctx.parts.request.data : "",
+		           ctx.parts.request.len);
+	} else if (path_below_root(root, request_path, &req_rel) != 0 || !*req_rel ||
+	           path_walk_check(root, req_rel, 0, NULL, &err) != 0) {
 		emit_outcome_frame("unknown", "refused", "request must be a file below the guest root", NULL);
 		status = EXIT_USAGE;
 		goto cleanup;
-	}
-	if (read_file_limited(request_path, REQUEST_MAX_BYTES, &text, NULL, &too_large, &err) != 0) {
+	} else if (read_file_limited(request_path, REQUEST_MAX_BYTES, &text, NULL, &too_large, &err) != 0) {
 		emit_outcome_frame("unknown", "refused",
 		                   too_large ? "request file exceeds 1 MiB (1048576 bytes)" : err.msg, NULL);
 		status = EXIT_USAGE;
@@ -1599,6 +1694,11 @@ int run_command(const char *root, const char *request_path)
 	if (!execution_id_valid(ctx.execution_id)) {
 		ctx.execution_id = NULL;
 		emit_outcome_frame("unknown", "refused", "request has no valid executionId", NULL);
+		status = EXIT_USAGE;
+		goto cleanup;
+	}
+	if (ctx.stdio_parts && stdin_parts_match(&ctx.parts, root, ctx.req, &err) != 0) {
+		emit_outcome_frame(ctx.execution_id, "refused", err.msg, NULL);
 		status = EXIT_USAGE;
 		goto cleanup;
 	}
@@ -1651,6 +1751,13 @@ int run_command(const char *root, const char *request_path)
 		}
 		goto cleanup;
 	}
+	/* The parts that came on standard input go where §9 puts them, only
+	 * for an id never seen before. */
+	if (ctx.stdio_parts && stdin_parts_write(root, &ctx.parts, &err) != 0) {
+		emit_outcome_frame(ctx.execution_id, "uncertain", err.msg, err.msg);
+		status = EXIT_INTERNAL;
+		goto cleanup;
+	}
 	/* 5. the started marker: from here the id counts as seen */
 	{
 		jv *m = jv_object();
@@ -1682,7 +1789,7 @@ int run_command(const char *root, const char *request_path)
 		ri.termination_confirmed = ctx.lock.group_count == 0;
 		ri.argv = ctx.argv;
 		if (!receipt_exists(&ctx) && write_receipt(&ctx, &ri, sha, &bytes, &err2) == 0)
-			emit_receipt_frame(ctx.execution_id, sha, bytes, 0, 0);
+			emit_receipt_frame(&ctx, sha, bytes, 0, 0);
 		else
 			emit_outcome_frame(ctx.execution_id, "uncertain", diag, err.msg);
 		status = EXIT_INTERNAL;
@@ -1690,7 +1797,7 @@ int run_command(const char *root, const char *request_path)
 		free(diag);
 		goto cleanup;
 	}
-	emit_receipt_frame(ctx.execution_id, sha, bytes, 0, 0);
+	emit_receipt_frame(&ctx, sha, bytes, 0, 0);
 cleanup:
 	if (ctx.lock.held) {
 		rerr e;
@@ -1703,6 +1810,9 @@ cleanup:
 	lock_dispose(&ctx.lock);
 	if (ctx.have_proc)
 		spawn_result_free(&ctx.proc);
+	free(ctx.spared);
+	jv_free(ctx.left_running);
+	stdin_parts_free(&ctx.parts);
 	capture_spec_free(&ctx.capture);
 	free_argv(ctx.argv);
 	free(ctx.script_id);

@@ -6,7 +6,10 @@
 #ifndef RECEIVER_RUN_H
 #define RECEIVER_RUN_H
 
-/* Prints the run frame; returns the exit status (guest.md §5.3). */
-int run_command(const char *root, const char *request_path);
+/* Prints the run frame; returns the exit status (guest.md §5.3). With
+ * from_stdin the request and script come framed on standard input and the
+ * receipt (and after-image) go out after the frame (guest.md §16.2);
+ * request_path is then unused. */
+int run_command(const char *root, const char *request_path, int from_stdin);
 
 #endif

@@ -84,16 +84,21 @@ int hash_regular_file(const char *path, const struct stat *expected, char hex[65
 		err_set(err, "special file %s", path);
 		goto cleanup;
 	}
-	if (expected && (expected->st_dev != before.st_dev || expected->st_ino != before.st_ino ||
-	                 expected->st_size != before.st_size)) {
+	const int growing = path_is_append_only_log(path);
+	if (expected &&
+	    (expected->st_dev != before.st_dev || expected->st_ino != before.st_ino ||
+	     (growing ? expected->st_size > before.st_size : expected->st_size != before.st_size))) {
 		err_set(err, "source changed during inventory: %s", path);
 		goto cleanup;
 	}
-	if (hash_fd(fd, hex, bytes_out, err) != 0) {
+	if (growing)
+		before.st_size = expected ? expected->st_size : before.st_size;
+	if (hash_fd_prefix(fd, growing ? (uint64_t)before.st_size : UINT64_MAX, hex, bytes_out, err) != 0) {
 		err_prefix(err, "%s", path);
 		goto cleanup;
 	}
-	if (fstat(fd, &after) != 0 || after.st_size != before.st_size ||
+	if (fstat(fd, &after) != 0 ||
+	    (growing ? after.st_size < before.st_size : after.st_size != before.st_size) ||
 	    *bytes_out != (uint64_t)before.st_size) {
 		err_set(err, "source changed during inventory: %s", path);
 		goto cleanup;

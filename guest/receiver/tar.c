@@ -218,7 +218,9 @@ static int copy_member(out_stream *os, arch_item *it, rerr *err)
 		return -1;
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != it->st.st_dev ||
-	    st.st_ino != it->st.st_ino || (uint64_t)st.st_size != it->bytes) {
+	    st.st_ino != it->st.st_ino ||
+	    (path_is_append_only_log(it->abs) ? (uint64_t)st.st_size < it->bytes
+	                                      : (uint64_t)st.st_size != it->bytes)) {
 		err_set(err, "source changed during archive: %s", it->rel);
 		goto cleanup;
 	}

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RECEIVER_NAME     "mcp-relay-receiver"
+#define RECEIVER_NAME "mcp-relay-receiver"
 /* The build passes the project's version (guest/receiver.cmake), so the
  * receiver and the relay that stages it cannot drift apart. */
 #ifndef RECEIVER_VERSION

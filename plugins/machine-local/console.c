@@ -328,7 +328,8 @@ static relay_status open_attempt(local_state *st, json_object *record, const cha
 	                 gid,
 	                 LP_SPAWN_DETACHED | LP_SPAWN_NO_NEW_PRIVS,
 	                 log_fd,
-	                 log_fd};
+	                 log_fd,
+	                 -1};
 	if (ctl_spawn_cmd(conn, &req, &vnc_pid, &e, why, sizeof why) != 0) {
 		json_object_object_add(attempt, "status", json_object_new_string("failed"));
 		json_object_object_add(attempt, "reason", json_object_new_string("worker-launch-failed"));

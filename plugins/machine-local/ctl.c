@@ -59,7 +59,7 @@ static int send_with_fds(int conn, const void *buf, size_t len, const int *fds, 
 	memset(&mh, 0, sizeof mh);
 	mh.msg_iov = &iov;
 	mh.msg_iovlen = 1;
-	char cbuf[CMSG_SPACE(sizeof(int) * 2)];
+	char cbuf[CMSG_SPACE(sizeof(int) * 3)];
 	if (nfds > 0) {
 		memset(cbuf, 0, sizeof cbuf);
 		mh.msg_control = cbuf;
@@ -115,7 +115,7 @@ int ctl_spawn_cmd(int conn, const ctl_spawn *req, pid_t *pid_out, int *err_no, c
 	h.op = LP_SPAWN;
 	h.a = (uint32_t)req->uid;
 	h.b = (uint32_t)req->gid;
-	h.c = (int32_t)req->flags;
+	h.c = (int32_t)(req->flags | (req->in_fd >= 0 ? LP_SPAWN_STDIN : 0u));
 	h.d = (int32_t)argc;
 	h.nstr = (uint32_t)(1 + argc + envc);
 	h.len = (uint32_t)len;
@@ -134,7 +134,7 @@ int ctl_spawn_cmd(int conn, const ctl_spawn *req, pid_t *pid_out, int *err_no, c
 		memcpy(p, req->envp[i], n);
 		p += n;
 	}
-	int fds[2];
+	int fds[3];
 	int nfds = 0;
 	if (req->out_fd >= 0)
 		fds[nfds++] = req->out_fd;
@@ -150,6 +150,8 @@ int ctl_spawn_cmd(int conn, const ctl_spawn *req, pid_t *pid_out, int *err_no, c
 			}
 			fds[nfds++] = null_fd;
 			fds[nfds++] = req->err_fd;
+			if (req->in_fd >= 0)
+				fds[nfds++] = req->in_fd;
 			int rc = send_with_fds(conn, buf, sizeof h + len, fds, nfds);
 			int e = errno;
 			close(null_fd);
@@ -164,6 +166,8 @@ int ctl_spawn_cmd(int conn, const ctl_spawn *req, pid_t *pid_out, int *err_no, c
 		}
 		fds[nfds++] = req->err_fd;
 	}
+	if (req->in_fd >= 0)
+		fds[nfds++] = req->in_fd;
 	if (send_with_fds(conn, buf, sizeof h + len, fds, nfds) != 0) {
 		int e = errno;
 		free(buf);

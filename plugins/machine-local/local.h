@@ -188,6 +188,7 @@ typedef struct ctl_spawn {
 	unsigned flags; /* LP_SPAWN_* */
 	int out_fd;     /* -1 = /dev/null */
 	int err_fd;     /* -1 = /dev/null, or with LP_SPAWN_MERGE unused */
+	int in_fd;      /* -1 = /dev/null; otherwise sent with LP_SPAWN_STDIN */
 } ctl_spawn;
 
 /* Connects to the control socket in `lease_dir`. fd or -1 with errno. */

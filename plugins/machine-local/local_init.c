@@ -545,7 +545,7 @@ static int parse_spawn(const lp_header *h, char *body, spawn_request *sr)
 }
 
 /* In the child: becomes the command. Never returns. */
-static void run_child(const spawn_request *sr, int out_fd, int err_fd, int status_w)
+static void run_child(const spawn_request *sr, int in_fd, int out_fd, int err_fd, int status_w)
 {
 	sigset_t none;
 	sigemptyset(&none);
@@ -563,7 +563,7 @@ static void run_child(const spawn_request *sr, int out_fd, int err_fd, int statu
 		out_fd = null_fd;
 	if (err_fd < 0)
 		err_fd = (sr->flags & LP_SPAWN_MERGE) ? out_fd : null_fd;
-	if (dup2(null_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
+	if (dup2(in_fd >= 0 ? in_fd : null_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
 		goto fail;
 	syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
 	stage = "user";
@@ -593,8 +593,11 @@ fail:;
 static void handle_spawn(int conn, const lp_header *h, char *body, const int *fds, int nfds)
 {
 	static spawn_request sr; /* large; single-threaded */
-	int out_fd = nfds > 0 ? fds[0] : -1;
-	int err_fd = nfds > 1 ? fds[1] : -1;
+	const int with_stdin = ((unsigned)h->c & LP_SPAWN_STDIN) != 0 && nfds > 0;
+	const int out_count = with_stdin ? nfds - 1 : nfds;
+	int in_fd = with_stdin ? fds[nfds - 1] : -1;
+	int out_fd = out_count > 0 ? fds[0] : -1;
+	int err_fd = out_count > 1 ? fds[1] : -1;
 	if (parse_spawn(h, body, &sr) != 0) {
 		send_packet(conn, LP_R_ERROR, 0, EINVAL, "malformed spawn request");
 		goto done;
@@ -626,7 +629,7 @@ static void handle_spawn(int conn, const lp_header *h, char *body, const int *fd
 	}
 	if (pid == 0) {
 		close(sp[0]);
-		run_child(&sr, out_fd, err_fd, sp[1]);
+		run_child(&sr, in_fd, out_fd, err_fd, sp[1]);
 	}
 	close(sp[1]);
 	char msg[64] = "";

@@ -45,6 +45,7 @@ enum lp_reply {
 #define LP_SPAWN_MERGE        0x1u /* one fd for stdout and stderr */
 #define LP_SPAWN_DETACHED     0x2u /* no EXIT will be read; stdout/stderr default to /dev/null */
 #define LP_SPAWN_NO_NEW_PRIVS 0x4u
+#define LP_SPAWN_STDIN        0x8u /* the last fd is the command's standard input (else /dev/null) */
 
 typedef struct lp_header {
 	uint32_t magic;

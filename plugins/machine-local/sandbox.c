@@ -600,7 +600,8 @@ static relay_status start_display(local_state *st, json_object *record, const ch
 	                 (gid_t)lu_get_int(user, "gid", 0),
 	                 LP_SPAWN_DETACHED | LP_SPAWN_NO_NEW_PRIVS,
 	                 pipefd[1],
-	                 log_fd};
+	                 log_fd,
+	                 -1};
 	pid_t pid = 0;
 	int e = 0;
 	char why[256];

@@ -11,11 +11,14 @@
 #include "ssh_session.h"
 #include "ssh_spawn.h"
 
-#define EXEC_KNOWN_FLAGS         (RELAY_EXEC_MERGE_OUTPUT | RELAY_EXEC_KEEP_TAIL)
+#define EXEC_KNOWN_FLAGS         (RELAY_EXEC_MERGE_OUTPUT | RELAY_EXEC_KEEP_TAIL | RELAY_EXEC_STDIO_BYTES)
 #define EXEC_NOISE_KEEP          4096
 #define EXEC_KILL_TIMEOUT_MS     30000
 #define EXEC_DRAIN_AFTER_KILL_MS 10000
-#define EXEC_DRAIN_AFTER_END_MS  2000
+/* After the end line, output of what the command left running is read this
+ * long at most (guest.md §16.1 item 2). */
+#define EXEC_DRAIN_AFTER_END_MS 250
+#define EXEC_STDOUT_DEFAULT     ((size_t)64 << 20)
 
 /* Everything read from one exec's ssh. */
 typedef struct exec_state {
@@ -185,8 +188,10 @@ static bool valid_env_entry(const char *kv)
 	return true;
 }
 
-/* The text the wrapper evaluates: cwd, exports, argv, the go line. */
-static char *command_text(const relay_exec_request *req, const char *token)
+/* The text the wrapper evaluates: cwd, exports, argv, the go line; with
+ * standard input bytes, a newline after the go line and then those bytes.
+ * *len_out receives the length (the bytes may hold NULs). */
+static char *command_text(const relay_exec_request *req, const char *token, bool with_stdin, size_t *len_out)
 {
 	ssh_buf b = SSH_BUF_INIT;
 	if (req->cwd) {
@@ -205,10 +210,16 @@ static char *command_text(const relay_exec_request *req, const char *token)
 		ssh_buf_quote(&b, req->argv[i]);
 	}
 	ssh_buf_printf(&b, "\nrelay_go=%s", token);
+	if (with_stdin) {
+		ssh_buf_puts(&b, "\n");
+		if (req->stdin_data && req->stdin_len)
+			ssh_buf_append(&b, req->stdin_data, req->stdin_len);
+	}
 	if (b.failed) {
 		ssh_buf_free(&b);
 		return NULL;
 	}
+	*len_out = b.len;
 	return b.data;
 }
 
@@ -283,9 +294,9 @@ typedef enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_OVERFLOW, KILL_CANCEL }
  * sessions (they are gone now): the caller then tries once more in a new
  * session. Nothing ran either way. */
 static relay_status exec_attempt(const ssh_conn *conn, const relay_exec_request *req, relay_call *call,
-                                 unsigned flags, const char *token, const char *text, int64_t deadline_ms,
-                                 bool may_use_spare, bool *retry_cold, relay_exec_result *res,
-                                 relay_error *err)
+                                 unsigned flags, const char *token, const char *text, size_t text_len,
+                                 int64_t deadline_ms, bool may_use_spare, bool *retry_cold,
+                                 relay_exec_result *res, relay_error *err)
 {
 	const relay_host *host = conn->plugin->host;
 	relay_status status = RELAY_OK;
@@ -296,10 +307,14 @@ static relay_status exec_attempt(const ssh_conn *conn, const relay_exec_request 
 
 	st.marker_len = (size_t)snprintf(st.marker, sizeof st.marker, "\036relay %s ", token);
 	st.limit = req->max_output_bytes ? req->max_output_bytes : 65536;
+	bool stdio_bytes = (flags & RELAY_EXEC_STDIO_BYTES) != 0;
+	/* With standard input bytes both caps apply to both streams together. */
+	if (stdio_bytes)
+		st.limit += req->max_stdout_bytes ? req->max_stdout_bytes : EXEC_STDOUT_DEFAULT;
 	st.keep_tail = (flags & RELAY_EXEC_KEEP_TAIL) != 0;
 	bool merge = (flags & RELAY_EXEC_MERGE_OUTPUT) != 0;
 
-	const char *args[] = {token, NULL};
+	const char *args[] = {token, stdio_bytes ? "stdin" : NULL, NULL};
 	status = ssh_session_start(conn, "exec", args, may_use_spare, &child, &was_spare, err);
 	if (status != RELAY_OK)
 		goto cleanup;
@@ -309,7 +324,6 @@ static relay_status exec_attempt(const ssh_conn *conn, const relay_exec_request 
 	bool text_queued = false, text_sent = false;
 	kill_reason killed = KILL_NONE;
 	bool kill_confirmed = false;
-	size_t text_len = strlen(text);
 	for (;;) {
 		if (st.started && !text_queued && killed == KILL_NONE) {
 			io.in_data = text;
@@ -448,8 +462,8 @@ cleanup:
 	return status;
 }
 
-relay_status ssh_exec(const ssh_conn *conn, const relay_exec_request *req, relay_call *call, unsigned flags,
-                      relay_exec_result *res, relay_error *err)
+relay_status ssh_exec(const ssh_conn *conn, const relay_exec_request *req_in, relay_call *call,
+                      unsigned flags, relay_exec_result *res, relay_error *err)
 {
 	const relay_host *host = conn->plugin->host;
 	relay_status status = RELAY_OK;
@@ -457,8 +471,18 @@ relay_status ssh_exec(const ssh_conn *conn, const relay_exec_request *req, relay
 
 	if (flags & ~EXEC_KNOWN_FLAGS)
 		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown exec flags 0x%x", flags);
-	if (req == NULL || res == NULL || req->argv == NULL || req->argv[0] == NULL ||
-	    req->argv[0][0] == '\0')
+	if ((flags & RELAY_EXEC_STDIO_BYTES) && (flags & RELAY_EXEC_MERGE_OUTPUT))
+		return host->error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "exec: RELAY_EXEC_STDIO_BYTES returns standard output alone; it cannot "
+		    "be merged with standard error");
+	if (req_in == NULL || req_in->struct_size < RELAY_EXEC_REQUEST_V1_0_SIZE)
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "exec needs a request");
+	relay_exec_request rq;
+	memset(&rq, 0, sizeof rq);
+	memcpy(&rq, req_in, req_in->struct_size < sizeof rq ? req_in->struct_size : sizeof rq);
+	const relay_exec_request *req = &rq;
+	if (res == NULL || req->argv == NULL || req->argv[0] == NULL || req->argv[0][0] == '\0')
 		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                       "exec needs a non-empty argv and a result");
 	if (strchr(req->argv[0], '=') != NULL)
@@ -485,17 +509,19 @@ relay_status ssh_exec(const ssh_conn *conn, const relay_exec_request *req, relay
 	status = ssh_token(host, token, err);
 	if (status != RELAY_OK)
 		return status;
-	char *text = command_text(req, token);
+	size_t text_len = 0;
+	char *text = command_text(req, token, (flags & RELAY_EXEC_STDIO_BYTES) != 0, &text_len);
 	if (text == NULL)
 		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM,
 		                       "out of memory building an ssh command");
 	int64_t deadline_ms =
 	    ssh_now_ms() + (int64_t)(req->timeout_ms > INT64_MAX / 4 ? INT64_MAX / 4 : req->timeout_ms);
 	bool retry_cold = false;
-	status = exec_attempt(conn, req, call, flags, token, text, deadline_ms, true, &retry_cold, res, err);
+	status = exec_attempt(conn, req, call, flags, token, text, text_len, deadline_ms, true, &retry_cold,
+	                      res, err);
 	if (retry_cold)
-		status = exec_attempt(conn, req, call, flags, token, text, deadline_ms, false, &retry_cold,
-		                      res, err);
+		status = exec_attempt(conn, req, call, flags, token, text, text_len, deadline_ms, false,
+		                      &retry_cold, res, err);
 	free(text);
 	return status;
 }

@@ -98,7 +98,7 @@ static relay_status ts_pull(relay_plugin_state *state, relay_transport_conn *con
 
 static const relay_transport_ops transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
-    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS,
+    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS | RELAY_TRANSPORT_STDIO_BYTES,
     .open = ts_open,
     .close = ts_close,
     .exec = ts_exec,

@@ -223,8 +223,12 @@ static inline relay_transport_conn *ml_open(ml_env *e, const char *lease)
 static inline int ml_exec_full(ml_env *e, relay_transport_conn *c, const char *const *argv, unsigned flags,
                                uint64_t timeout_ms, size_t max_out, relay_exec_result *res_out)
 {
-	relay_exec_request req = {
-	    .struct_size = sizeof req, .argv = argv, .timeout_ms = timeout_ms, .max_output_bytes = max_out};
+	relay_exec_request req = {.struct_size = sizeof req,
+	                          .argv = argv,
+	                          .cwd = NULL,
+	                          .envp = NULL,
+	                          .timeout_ms = timeout_ms,
+	                          .max_output_bytes = max_out};
 	relay_exec_result res;
 	memset(&res, 0, sizeof res);
 	res.struct_size = sizeof res;

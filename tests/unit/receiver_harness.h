@@ -316,6 +316,38 @@ static RH_UNUSED char *rh_root(int init)
 	return root;
 }
 
+/* The pid a script wrote to R/workspace/<name>, or 0. */
+static RH_UNUSED pid_t rh_read_pid(const char *root, const char *name)
+{
+	char *p = rh_printf("%s/workspace/%s", root, name);
+	char *text = rh_read(p, NULL);
+	pid_t pid = text ? (pid_t)atoi(text) : 0;
+	free(text);
+	free(p);
+	return pid;
+}
+
+/* 1 when pid is gone (a zombie of an unrelated parent counts as gone). */
+static RH_UNUSED int rh_process_gone(pid_t pid)
+{
+	char path[64];
+	char buf[512];
+	FILE *f;
+	char *close_paren;
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return 1;
+	/* A zombie of an unrelated parent counts as gone. */
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '\0';
+	fclose(f);
+	close_paren = strrchr(buf, ')');
+	return close_paren && close_paren[2] == 'Z';
+}
+
 typedef struct rh_req {
 	const char *language; /* default shell */
 	const char *code;

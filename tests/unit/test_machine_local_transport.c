@@ -48,9 +48,12 @@ static int teardown(void **state)
 static relay_exec_result run(const char *const *argv, const char *cwd, const char *const *envp,
                              unsigned flags, uint64_t timeout_ms, size_t max_out)
 {
-	relay_exec_request req = {
-	    .struct_size = sizeof req, .argv = argv, .cwd = cwd, .envp = envp, .timeout_ms = timeout_ms,
-	    .max_output_bytes = max_out};
+	relay_exec_request req = {.struct_size = sizeof req,
+	                          .argv = argv,
+	                          .cwd = cwd,
+	                          .envp = envp,
+	                          .timeout_ms = timeout_ms,
+	                          .max_output_bytes = max_out};
 	relay_exec_result res;
 	memset(&res, 0, sizeof res);
 	res.struct_size = sizeof res;
@@ -136,18 +139,103 @@ static void test_exec_codes_and_streams(void **state)
 	r = run(order, NULL, NULL, RELAY_EXEC_MERGE_OUTPUT, 10000, 0);
 	assert_string_equal(r.out, "1\n2\n3\n");
 	release_res(&r);
-	/* Output written by a child after the leader exits is still collected. */
-	const char *late[] = {"/bin/sh", "-c", "(sleep 0.3; echo late) & echo early", NULL};
+	/* Output written by a child within 250 ms after the leader exits is
+	 * still collected (guest.md §16.1 item 2). */
+	const char *late[] = {"/bin/sh", "-c", "(sleep 0.05; echo late) & echo early", NULL};
 	r = run(late, NULL, NULL, 0, 10000, 0);
 	assert_string_equal(r.out, "early\nlate\n");
 	assert_int_equal(r.termination_confirmed, 1);
 	release_res(&r);
+	/* What the command leaves running keeps running and is not waited for;
+	 * what it writes later does not block it or break it. */
+	const char *bg[] = {
+	    "/bin/sh", "-c",
+	    "(sleep 1; head -c 300000 /dev/zero; echo written > /tmp/survivor-done) & echo $!", NULL};
+	r = run(bg, NULL, NULL, 0, 30000, 0);
+	assert_int_equal(r.exit_code, 0);
+	assert_int_equal(r.termination_confirmed, 0);
+	char probe[160];
+	snprintf(probe, sizeof probe, "kill -0 %d && echo alive", atoi(r.out));
+	release_res(&r);
+	const char *alive[] = {"/bin/sh", "-c", probe, NULL};
+	r = run(alive, NULL, NULL, 0, 10000, 0);
+	assert_string_equal(r.out, "alive\n");
+	release_res(&r);
+	const char *done[] = {"/bin/sh", "-c",
+	                      "for i in $(seq 100); do [ -e /tmp/survivor-done ] && break; sleep 0.05; done; "
+	                      "cat /tmp/survivor-done",
+	                      NULL};
+	r = run(done, NULL, NULL, 0, 20000, 0);
+	assert_string_equal(r.out, "written\n");
+	release_res(&r);
 	assert_int_equal(g_env.p->transport.exec(g_env.p->state, g_conn, NULL, NULL, 0, &r, NULL),
 	                 RELAY_E_INVALID_ARGUMENT);
-	relay_exec_request req = {.struct_size = sizeof req, .argv = ex7, .timeout_ms = 1000};
+	relay_exec_request req = {.struct_size = sizeof req,
+	                          .argv = ex7,
+	                          .cwd = NULL,
+	                          .envp = NULL,
+	                          .timeout_ms = 1000,
+	                          .max_output_bytes = 0};
 	relay_error err;
 	assert_int_equal(g_env.p->transport.exec(g_env.p->state, g_conn, &req, NULL, 0x100, &r, &err),
 	                 RELAY_E_UNSUPPORTED_FLAGS);
+}
+
+/* ABI 1.1 RELAY_EXEC_STDIO_BYTES: bytes on standard input, standard output
+ * back as bytes (NUL included), its own cap. */
+static void test_exec_stdio_bytes(void **state)
+{
+	(void)state;
+	ML_SKIP_UNLESS_READY();
+	static const char input[] = "line one\n\0binary\xff\n";
+	const char *cat[] = {"/bin/sh", "-c", "cat; echo to-stderr >&2", NULL};
+	relay_exec_request req = {.struct_size = sizeof req,
+	                          .argv = cat,
+	                          .timeout_ms = 10000,
+	                          .stdin_data = input,
+	                          .stdin_len = sizeof input - 1};
+	relay_exec_result r = {.struct_size = sizeof r};
+	relay_error err;
+	assert_int_equal(
+	    g_env.p->transport.exec(g_env.p->state, g_conn, &req, NULL, RELAY_EXEC_STDIO_BYTES, &r, &err),
+	    RELAY_OK);
+	assert_int_equal(r.exit_code, 0);
+	assert_int_equal(r.out_len, sizeof input - 1);
+	assert_memory_equal(r.out, input, sizeof input - 1);
+	assert_string_equal(r.err, "to-stderr\n");
+	release_res(&r);
+	/* A megabyte in, a megabyte out: larger than any pipe buffer. */
+	size_t big = 1u << 20;
+	char *data = malloc(big);
+	for (size_t i = 0; i < big; i++)
+		data[i] = (char)(i * 7);
+	req.stdin_data = data;
+	req.stdin_len = big;
+	const char *plain_cat[] = {"cat", NULL};
+	req.argv = plain_cat;
+	memset(&r, 0, sizeof r);
+	r.struct_size = sizeof r;
+	assert_int_equal(
+	    g_env.p->transport.exec(g_env.p->state, g_conn, &req, NULL, RELAY_EXEC_STDIO_BYTES, &r, &err),
+	    RELAY_OK);
+	assert_int_equal(r.out_len, big);
+	assert_memory_equal(r.out, data, big);
+	release_res(&r);
+	/* Its own cap: one byte more is truncation. */
+	req.max_stdout_bytes = 1000;
+	memset(&r, 0, sizeof r);
+	r.struct_size = sizeof r;
+	assert_int_equal(
+	    g_env.p->transport.exec(g_env.p->state, g_conn, &req, NULL, RELAY_EXEC_STDIO_BYTES, &r, &err),
+	    RELAY_OK);
+	assert_int_equal(r.output_truncated, 1);
+	assert_int_equal(r.out_len, 1000);
+	release_res(&r);
+	free(data);
+	/* Not with a merged stream. */
+	assert_int_equal(g_env.p->transport.exec(g_env.p->state, g_conn, &req, NULL,
+	                                         RELAY_EXEC_STDIO_BYTES | RELAY_EXEC_MERGE_OUTPUT, &r, &err),
+	                 RELAY_E_INVALID_ARGUMENT);
 }
 
 static int count_in_guest(const char *pattern)
@@ -253,7 +341,12 @@ static void *cancellable_exec(void *arg)
 {
 	cancel_job *j = arg;
 	const char *argv[] = {"/bin/sh", "-c", "sleep 1006 & sleep 1007", NULL};
-	relay_exec_request req = {.struct_size = sizeof req, .argv = argv, .timeout_ms = 60000};
+	relay_exec_request req = {.struct_size = sizeof req,
+	                          .argv = argv,
+	                          .cwd = NULL,
+	                          .envp = NULL,
+	                          .timeout_ms = 60000,
+	                          .max_output_bytes = 0};
 	memset(&j->res, 0, sizeof j->res);
 	j->res.struct_size = sizeof j->res;
 	relay_error err;
@@ -553,6 +646,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_exec_arguments_env_cwd),
 	    cmocka_unit_test(test_exec_codes_and_streams),
+	    cmocka_unit_test(test_exec_stdio_bytes),
 	    cmocka_unit_test(test_exec_timeout_kills_group),
 	    cmocka_unit_test(test_exec_output_cap_and_tail),
 	    cmocka_unit_test(test_exec_concurrent),

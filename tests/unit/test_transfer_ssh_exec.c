@@ -221,21 +221,73 @@ static void test_timeout_kills_tree(void **state)
 	release(&res);
 }
 
-static void test_normal_exit_sweeps_leftovers(void **state)
+/* What a command leaves running when it exits on its own keeps running
+ * (guest.md §16.1 item 7), and the exec does not wait for it. */
+static void test_normal_exit_leaves_background_running(void **state)
 {
 	(void)state;
 	SKIP_WITHOUT_SSHD();
 	relay_exec_result res;
 	relay_error err;
-	/* A background process that let go of the output: the command's
-	 * group is swept when it exits, as the receiver does for scripts. */
-	const char *const argv[] = {"sh", "-c", "sleep 29714 >/dev/null 2>&1 & echo bye", NULL};
-	assert_int_equal(run(argv, NULL, NULL, 20000, 0, 0, &res, &err), RELAY_OK);
+	assert_int_equal(system("pkill -f 'sleep 2971[45]'; true"), 0); /* an earlier failed run's */
+	const char *const quiet[] = {"sh", "-c", "sleep 29714 >/dev/null 2>&1 & echo bye", NULL};
+	assert_int_equal(run(quiet, NULL, NULL, 20000, 0, 0, &res, &err), RELAY_OK);
 	assert_int_equal(res.exit_code, 0);
-	assert_int_equal(res.termination_confirmed, 1);
+	assert_int_equal(res.termination_confirmed, 0);
 	assert_string_equal(res.out, "bye\n");
-	assert_int_equal(count_sleepers("29714"), 0);
+	assert_int_equal(count_sleepers("29714"), 1);
 	release(&res);
+	/* One that keeps the output open is not waited for either. */
+	const char *const holding[] = {"sh", "-c", "sleep 29715 & echo bye", NULL};
+	assert_int_equal(run(holding, NULL, NULL, 20000, 0, 0, &res, &err), RELAY_OK);
+	assert_int_equal(res.exit_code, 0);
+	assert_string_equal(res.out, "bye\n");
+	assert_int_equal(count_sleepers("29715"), 1);
+	release(&res);
+	const char *const kill_them[] = {"sh", "-c", "pkill -f 'sleep 2971[45]'; true", NULL};
+	assert_int_equal(run(kill_them, NULL, NULL, 20000, 0, 0, &res, &err), RELAY_OK);
+	release(&res);
+}
+
+/* ABI 1.1 RELAY_EXEC_STDIO_BYTES over ssh: bytes on standard input (NULs,
+ * a megabyte, more than a pipe holds), standard output back byte for byte. */
+static void test_stdio_bytes(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT_SSHD();
+	size_t big = (1u << 20) + 17;
+	char *data = malloc(big);
+	for (size_t i = 0; i < big; i++)
+		data[i] = (char)(i * 13);
+	const char *const cat[] = {"sh", "-c", "cat; echo to-stderr >&2", NULL};
+	relay_exec_request req = {.struct_size = sizeof req,
+	                          .argv = cat,
+	                          .timeout_ms = 60000,
+	                          .stdin_data = data,
+	                          .stdin_len = big};
+	relay_exec_result res = {.struct_size = sizeof res};
+	relay_error err;
+	assert_int_equal(suite.plugin.plugin->transport.exec(suite.plugin.plugin->state, suite.conn, &req,
+	                                                     NULL, RELAY_EXEC_STDIO_BYTES, &res, &err),
+	                 RELAY_OK);
+	assert_int_equal(res.exit_code, 0);
+	assert_int_equal(res.out_len, big);
+	assert_memory_equal(res.out, data, big);
+	assert_string_equal(res.err, "to-stderr\n");
+	release(&res);
+	/* No bytes: the command reads end of file at once. */
+	req.stdin_data = NULL;
+	req.stdin_len = 0;
+	const char *const wc[] = {"wc", "-c", NULL};
+	req.argv = wc;
+	memset(&res, 0, sizeof res);
+	res.struct_size = sizeof res;
+	assert_int_equal(suite.plugin.plugin->transport.exec(suite.plugin.plugin->state, suite.conn, &req,
+	                                                     NULL, RELAY_EXEC_STDIO_BYTES, &res, &err),
+	                 RELAY_OK);
+	assert_int_equal(atoi(res.out), 0);
+	release(&res);
+	free(data);
 }
 
 static void test_output_cap_kills(void **state)
@@ -395,7 +447,8 @@ int main(void)
 	    cmocka_unit_test(test_environment),
 	    cmocka_unit_test(test_working_folder),
 	    cmocka_unit_test(test_timeout_kills_tree),
-	    cmocka_unit_test(test_normal_exit_sweeps_leftovers),
+	    cmocka_unit_test(test_normal_exit_leaves_background_running),
+	    cmocka_unit_test(test_stdio_bytes),
 	    cmocka_unit_test(test_output_cap_kills),
 	    cmocka_unit_test(test_output_cap_counts_both_streams),
 	    cmocka_unit_test(test_output_tail),

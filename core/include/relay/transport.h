@@ -59,9 +59,12 @@ typedef void relay_transport_conn;
 #define RELAY_EXEC_KEEP_TAIL    0x2u /* on overflow keep the last max_output_bytes, do not kill */
 /* Since ABI 1.1, only for a transport with RELAY_TRANSPORT_STDIO_BYTES:
  * stdin_data/stdin_len go to the command's standard input and its standard
- * output comes back as raw bytes in res->out (up to max_stdout_bytes; one
- * byte more kills the group and sets output_truncated). Standard error keeps
- * the max_output_bytes cap. Refused with RELAY_EXEC_MERGE_OUTPUT. */
+ * output comes back as raw bytes in res->out, out_len of them. Caps:
+ * max_stdout_bytes on standard output and max_output_bytes on standard
+ * error; a transport that keeps both streams in one buffer may instead apply
+ * their sum to both together (transfer-ssh does). Past a cap the group is
+ * killed and output_truncated set, as without the flag. Refused with
+ * RELAY_EXEC_MERGE_OUTPUT (RELAY_E_INVALID_ARGUMENT). */
 #define RELAY_EXEC_STDIO_BYTES 0x4u
 
 /* Flags of push() and pull(). */

@@ -1,0 +1,308 @@
+/*
+ * receiver/stdio_parts.c — see stdio_parts.h.
+ */
+#include "stdio_parts.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../receiver_protocol.h"
+#include "frame.h"
+#include "fsx.h"
+#include "sha256.h"
+
+static int sha_hex_ok(const char *s)
+{
+	size_t i;
+	if (!s || strlen(s) != 64)
+		return 0;
+	for (i = 0; i < 64; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+/* Reads fd to its end into b, at most max_bytes (one more is an error). */
+static int read_to_end(int fd, buf *b, size_t max_bytes, rerr *err)
+{
+	char chunk[65536];
+	for (;;) {
+		ssize_t n = read(fd, chunk, sizeof(chunk));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			err_set(err, "cannot read standard input: %s", strerror(errno));
+			return -1;
+		}
+		if (n == 0)
+			return 0;
+		if (b->len + (size_t)n > max_bytes) {
+			err_set(err, "standard input holds more than its header announces");
+			return -1;
+		}
+		buf_append(b, chunk, (size_t)n);
+	}
+}
+
+/* One part of the header: its name, a path under R with the given prefix,
+ * its size (at most max_bytes) and hash. */
+static int header_part(const jv *part, const char *name, const char *const *prefixes, size_t max_bytes,
+                       char **rel_out, int64_t *bytes_out, const char **sha_out, rerr *err)
+{
+	const char *pname = jv_get_str(part, "name");
+	const char *path = jv_get_str(part, "path");
+	const char *sha = jv_get_str(part, "sha256");
+	int64_t bytes = -1;
+	int prefix_ok = 0;
+	size_t i;
+	if (!jv_is(part, JV_OBJECT) || !pname || strcmp(pname, name) != 0) {
+		err_set(err, "standard input header: part \"%s\" is missing or out of order", name);
+		return -1;
+	}
+	for (i = 0; path && prefixes[i]; i++)
+		if (strncmp(path, prefixes[i], strlen(prefixes[i])) == 0)
+			prefix_ok = 1;
+	if (!path || !rel_path_ok(path) || !prefix_ok) {
+		err_set(err, "standard input header: the %s part's path is not a file below %s", name,
+		        prefixes[0]);
+		return -1;
+	}
+	if (!jv_get_int(part, "bytes", &bytes) || bytes < 0 || (uint64_t)bytes > max_bytes ||
+	    !sha_hex_ok(sha)) {
+		err_set(err,
+		        "standard input header: the %s part needs bytes (0 to %zu) and a lowercase sha256",
+		        name, max_bytes);
+		return -1;
+	}
+	*rel_out = xstrdup(path);
+	*bytes_out = bytes;
+	*sha_out = sha;
+	return 0;
+}
+
+int stdin_parts_read(int fd, stdin_parts *out, rerr *err)
+{
+	static const char *const request_prefixes[] = {"requests/", NULL};
+	static const char *const script_prefixes[] = {"streamed/", "scripts/", NULL};
+	buf all;
+	jv *header = NULL;
+	const char *nl, *sha_request = NULL, *sha_script = NULL;
+	int64_t n_request = 0, n_script = 0;
+	size_t header_len;
+	char hex[65];
+	int rc = -1;
+	memset(out, 0, sizeof(*out));
+	buf_init(&out->request);
+	buf_init(&out->script);
+	buf_init(&all);
+	if (read_to_end(fd, &all,
+	                RECEIVER_STDIN_HEADER_MAX_BYTES + RECEIVER_REQUEST_MAX_BYTES +
+	                    RECEIVER_SCRIPT_MAX_BYTES,
+	                err) != 0)
+		goto cleanup;
+	nl = all.len ? memchr(all.data, '\n', all.len) : NULL;
+	if (!nl || (size_t)(nl - all.data) + 1 > RECEIVER_STDIN_HEADER_MAX_BYTES) {
+		err_set(err, "standard input has no header line (at most %u bytes)",
+		        RECEIVER_STDIN_HEADER_MAX_BYTES);
+		goto cleanup;
+	}
+	header_len = (size_t)(nl - all.data) + 1;
+	header = jv_parse(all.data, header_len - 1, err);
+	if (!header) {
+		err_prefix(err, "standard input header");
+		goto cleanup;
+	}
+	{
+		int64_t protocol = 0;
+		jv *parts = jv_get(header, "parts");
+		if (!jv_is(header, JV_OBJECT) || !jv_get_int(header, "protocol", &protocol) ||
+		    protocol != RECEIVER_PROTOCOL_VERSION || !jv_is(parts, JV_ARRAY) || parts->count != 2) {
+			err_set(err,
+			        "standard input header: needs protocol %d and exactly two parts (request, "
+			        "script)",
+			        RECEIVER_PROTOCOL_VERSION);
+			goto cleanup;
+		}
+		if (header_part(parts->items[0], RECEIVER_PART_REQUEST, request_prefixes,
+		                RECEIVER_REQUEST_MAX_BYTES, &out->request_rel, &n_request, &sha_request,
+		                err) != 0 ||
+		    header_part(parts->items[1], RECEIVER_PART_SCRIPT, script_prefixes,
+		                RECEIVER_SCRIPT_MAX_BYTES, &out->script_rel, &n_script, &sha_script,
+		                err) != 0)
+			goto cleanup;
+	}
+	if (all.len - header_len != (size_t)(n_request + n_script)) {
+		err_set(err,
+		        "standard input holds %zu bytes after its header, not the %lld its parts announce",
+		        all.len - header_len, (long long)(n_request + n_script));
+		goto cleanup;
+	}
+	buf_append(&out->request, all.data + header_len, (size_t)n_request);
+	buf_append(&out->script, all.data + header_len + n_request, (size_t)n_script);
+	sha256_hex_of(out->request.data, out->request.len, hex);
+	if (strcmp(hex, sha_request) != 0) {
+		err_set(err, "the request part does not match its sha256 (corrupted on the way)");
+		goto cleanup;
+	}
+	sha256_hex_of(out->script.data, out->script.len, hex);
+	if (strcmp(hex, sha_script) != 0) {
+		err_set(err, "the script part does not match its sha256 (corrupted on the way)");
+		goto cleanup;
+	}
+	rc = 0;
+cleanup:
+	jv_free(header);
+	buf_free(&all);
+	return rc;
+}
+
+int stdin_parts_match(const stdin_parts *parts, const char *root, const jv *request, rerr *err)
+{
+	const char *id = jv_get_str(request, "executionId");
+	const char *script_path = jv_get_str(jv_get(request, "script"), "path");
+	char *want_request = xasprintf("requests/%s.json", id ? id : "");
+	char *want_script = path_join(root, parts->script_rel);
+	int rc = -1;
+	if (strcmp(parts->request_rel, want_request) != 0)
+		err_set(err, "the request part's path must be %s", want_request);
+	else if (!script_path || strcmp(script_path, want_script) != 0)
+		err_set(err, "the script part's path is not the request's script.path");
+	else
+		rc = 0;
+	free(want_request);
+	free(want_script);
+	return rc;
+}
+
+static int write_part(const char *root, const char *rel, const buf *data, rerr *err)
+{
+	const char *slash = strrchr(rel, '/');
+	char *dir_rel = xstrndup(rel, (size_t)(slash - rel));
+	char *dir = path_join(root, dir_rel);
+	int rc = dir_ensure(root, dir_rel, err);
+	if (rc == 0)
+		rc = path_walk_check(root, rel, 1, NULL, err);
+	if (rc == 0)
+		rc = durable_write(dir, slash + 1, data->data ? data->data : "", data->len, err);
+	free(dir_rel);
+	free(dir);
+	return rc;
+}
+
+int stdin_parts_write(const char *root, const stdin_parts *parts, rerr *err)
+{
+	if (write_part(root, parts->script_rel, &parts->script, err) != 0)
+		return -1;
+	return write_part(root, parts->request_rel, &parts->request, err);
+}
+
+void stdin_parts_free(stdin_parts *parts)
+{
+	free(parts->request_rel);
+	free(parts->script_rel);
+	buf_free(&parts->request);
+	buf_free(&parts->script);
+	memset(parts, 0, sizeof(*parts));
+}
+
+static void write_stdout(const void *data, size_t len)
+{
+	const char *p = data;
+	while (len) {
+		ssize_t n = write(STDOUT_FILENO, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return;
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static jv *part_fact(const char *name, const char *rel, const buf *data)
+{
+	jv *o = jv_object();
+	char hex[65];
+	sha256_hex_of(data->data ? data->data : "", data->len, hex);
+	jv_set_str(o, "name", name);
+	if (rel)
+		jv_set_str(o, "path", rel);
+	jv_set_int(o, "bytes", (int64_t)data->len);
+	jv_set_str(o, "sha256", hex);
+	return o;
+}
+
+/* The after-snapshot original named by the receipt, when it is small
+ * enough and still what the descriptor says. */
+static char *after_image(const char *root, const jv *receipt, buf *data)
+{
+	jv *snaps = jv_get(jv_get(receipt, "imageEvidence"), "snapshots");
+	size_t i;
+	for (i = 0; jv_is(snaps, JV_ARRAY) && i < snaps->count; i++) {
+		const jv *d = snaps->items[i];
+		const char *phase = jv_get_str(d, "phase");
+		const char *session = jv_get_str(d, "sessionId");
+		const char *file = jv_get_str(d, "fileName");
+		const char *sha = jv_get_str(d, "sha256");
+		int64_t bytes = -1;
+		char *rel, *path, hex[65];
+		rerr err;
+		if (!phase || strcmp(phase, "after") != 0 || !session || !file || !sha ||
+		    !jv_get_int(d, "bytes", &bytes) || bytes <= 0 ||
+		    (uint64_t)bytes > RECEIVER_ATTACH_IMAGE_MAX_BYTES)
+			continue;
+		rel = xasprintf("state/snapshots/%s/%s", session, file);
+		path = path_join(root, rel);
+		if (!rel_path_ok(rel) || path_walk_check(root, rel, 0, NULL, &err) != 0 ||
+		    read_file_limited(path, RECEIVER_ATTACH_IMAGE_MAX_BYTES, data, NULL, NULL, &err) != 0) {
+			free(rel);
+			free(path);
+			data->len = 0;
+			continue;
+		}
+		free(path);
+		sha256_hex_of(data->data, data->len, hex);
+		if ((int64_t)data->len == bytes && strcmp(hex, sha) == 0)
+			return rel;
+		free(rel);
+		data->len = 0;
+	}
+	return NULL;
+}
+
+void stdout_parts_emit(const char *root, jv *frame, const char *receipt_rel)
+{
+	buf receipt_text, image;
+	char *receipt_path = path_join(root, receipt_rel);
+	char *image_rel = NULL;
+	jv *parts = jv_array();
+	jv *receipt = NULL;
+	rerr err;
+	buf_init(&receipt_text);
+	buf_init(&image);
+	if (read_file_limited(receipt_path, RECEIVER_RECEIPT_MAX_BYTES, &receipt_text, NULL, NULL, &err) ==
+	    0) {
+		jv_push(parts, part_fact(RECEIVER_PART_RECEIPT, NULL, &receipt_text));
+		receipt = jv_parse(receipt_text.data, receipt_text.len, &err);
+		image_rel = receipt ? after_image(root, receipt, &image) : NULL;
+		if (image_rel)
+			jv_push(parts, part_fact(RECEIVER_PART_AFTER_IMAGE, image_rel, &image));
+	} else {
+		fprintf(stderr, "receiver: the receipt is not sent on standard output: %s\n", err.msg);
+	}
+	jv_set(frame, "parts", parts);
+	frame_emit(frame);
+	if (receipt_text.len) {
+		write_stdout(receipt_text.data, receipt_text.len);
+		if (image_rel)
+			write_stdout(image.data, image.len);
+	}
+	jv_free(receipt);
+	free(image_rel);
+	free(receipt_path);
+	buf_free(&receipt_text);
+	buf_free(&image);
+}

@@ -1,0 +1,40 @@
+/*
+ * receiver/stdio_parts.h — the standard-input and standard-output framing of
+ * a run in one round trip (guest.md §16.2, guest/receiver_protocol.h).
+ */
+#ifndef RECEIVER_STDIO_PARTS_H
+#define RECEIVER_STDIO_PARTS_H
+
+#include "json.h"
+#include "util.h"
+
+typedef struct stdin_parts {
+	char *request_rel; /* relative to R */
+	char *script_rel;
+	buf request;
+	buf script;
+} stdin_parts;
+
+/* Reads the header line and both parts from fd up to end of file and checks
+ * their sizes and SHA-256. 0 on success; -1 with the refusal's diagnostic
+ * in err (nothing was written anywhere). */
+int stdin_parts_read(int fd, stdin_parts *out, rerr *err);
+
+/* Checks the parts against the parsed request: the request part's path is
+ * requests/<executionId>.json and the script part's path is the request's
+ * script.path below root. -1 with the refusal's diagnostic. */
+int stdin_parts_match(const stdin_parts *parts, const char *root, const jv *request, rerr *err);
+
+/* Writes both parts where their paths say (durable writes, folders 0700). */
+int stdin_parts_write(const char *root, const stdin_parts *parts, rerr *err);
+
+void stdin_parts_free(stdin_parts *parts);
+
+/* Prints `frame` (taken) with a "parts" array, then the parts' bytes: the
+ * receipt at root/receipt_rel and, when its after-snapshot original is at
+ * most RECEIVER_ATTACH_IMAGE_MAX_BYTES and still matches the receipt's
+ * descriptor, that original. A part that cannot be read is left out (the
+ * host then pulls it). */
+void stdout_parts_emit(const char *root, jv *frame, const char *receipt_rel);
+
+#endif
