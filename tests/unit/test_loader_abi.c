@@ -88,8 +88,11 @@ static void test_other_major(void **state)
 static void test_refused_host(void **state)
 {
 	(void)state;
-	expect_failure("abi-refuse-host", RELAY_KIND_MACHINE,
-		       "plugin {path} refused this host (plugin ABI 1.0): its entry returned no descriptor");
+	char expected[256];
+	snprintf(expected, sizeof expected,
+		 "plugin {path} refused this host (plugin ABI %u.%u): its entry returned no descriptor",
+		 (unsigned)RELAY_ABI_VERSION_MAJOR, (unsigned)RELAY_ABI_VERSION_MINOR);
+	expect_failure("abi-refuse-host", RELAY_KIND_MACHINE, expected);
 }
 
 static void test_major_mismatch(void **state)
