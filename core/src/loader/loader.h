@@ -59,12 +59,13 @@ const char *loader_kind_name(relay_plugin_kind kind);
  * to the executable (<exe dir>/lib/mcp-relay/plugins, when that folder
  * exists), then the installed layout (<prefix>/<libdir>/mcp-relay/plugins,
  * with <prefix> the executable's folder less its <bindir>, so an installed
- * tree is relocatable). A value containing '/' is taken as a path. Returns a malloc'd path, or NULL with the folders
- * searched in err. */
+ * tree is relocatable). A value containing '/' is taken as a path.
+ * Returns a malloc'd path, or NULL with the folders searched in err. */
 char *loader_find_plugin(const char *name, relay_error *err);
 
 /* Folder holding receiver builds: <exe dir>/libexec/mcp-relay/receivers or
- * the installed layout; MCP_RELAY_RECEIVER_DIR overrides. malloc'd. */
+ * the installed layout (<prefix>/<libexecdir>/mcp-relay/receivers, <prefix>
+ * as above); MCP_RELAY_RECEIVER_DIR overrides. malloc'd. */
 char *loader_receivers_dir(void);
 
 /* Folder of the running executable (malloc'd). */
