@@ -99,8 +99,14 @@ def main():
         state = os.path.join(work, "state")
         os.makedirs(project)
         os.makedirs(state, mode=0o700)
-        insp = Inspector(binary, {"MCP_RELAY_PROJECT": project, "MCP_RELAY_STATE_DIR": state,
-                                  "MCP_RELAY_SESSION": "inspector-test", "MCP_RELAY_ON_EXIT": "pause"})
+        env = {"MCP_RELAY_PROJECT": project, "MCP_RELAY_STATE_DIR": state,
+               "MCP_RELAY_SESSION": "inspector-test", "MCP_RELAY_ON_EXIT": "pause"}
+        # The Inspector gives the server only a few variables of its own environment:
+        # a sanitizer build needs its options passed on.
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+            if k in os.environ:
+                env[k] = os.environ[k]
+        insp = Inspector(binary, env)
 
         code, doc, text = insp.run("tools/list")
         names = {t.get("name") for t in (doc or {}).get("tools", [])}
