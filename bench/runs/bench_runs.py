@@ -53,6 +53,70 @@ def report_script(ours, raw):
     print("  ssh true:     " + " ".join("%.0f" % (x * 1000) for x in raw), flush=True)
 
 
+def median_ms(samples):
+    return statistics.median(samples) * 1000
+
+
+def gui_attach(args):
+    """A 1280x800 run with snapshots over transfer-ssh (guest.md §16.3): the time to the result
+    with the after-image attached from the run's own answer, against the same run with it
+    pending (the guest's receiver told RELAY_RECEIVER_ATTACH=off), alternately."""
+    attached_v, why = rs.make_variant(args.binary, "ssh-x11")
+    pending_v, why2 = rs.make_variant(args.binary, "ssh-x11", sshd_env={"RELAY_RECEIVER_ATTACH": "off"})
+    if attached_v is None or pending_v is None:
+        print("gui attach: cannot run: %s" % (why or why2))
+        return
+    try:
+        with attached_v.relay() as ra, pending_v.relay() as rp:
+            guests = []
+            for v, r in ((attached_v, ra), (pending_v, rp)):
+                r.initialize()
+                g = v.acquire(r)
+                assert rs.stage(r, g["guest"])["isError"] is False
+                guests.append((r, g["guest"]))
+            code = "export DISPLAY=%s\ntrue" % attached_v.display
+            code_p = "export DISPLAY=%s\ntrue" % pending_v.display
+            statuses = {}
+            samples = {"attached": [], "pending": []}
+            for i in range(args.gui_runs + 2):
+                for (r, name), label, c in ((guests[0], "attached", code), (guests[1], "pending", code_p)):
+                    t = timed(lambda: statuses.__setitem__(label, rs.structured(rs.run(
+                        r, name, c, snapshots={"afterIntervalMs": 0}))["imageDelivery"]["status"]))
+                    if i >= 2:  # two warm-up rounds
+                        samples[label].append(t)
+            assert statuses == {"attached": "attached", "pending": "pending"}, statuses
+            a, p = median_ms(samples["attached"]), median_ms(samples["pending"])
+            print("relay_script 1280x800 with snapshots over transfer-ssh, %d rounds each:" % args.gui_runs)
+            print("  attached median %.1f ms; pending median %.1f ms; ratio %.2fx" % (a, p, a / p))
+            print("  attached: " + " ".join("%.0f" % (x * 1000) for x in samples["attached"]))
+            print("  pending:  " + " ".join("%.0f" % (x * 1000) for x in samples["pending"]), flush=True)
+    finally:
+        attached_v.cleanup()
+        pending_v.cleanup()
+
+
+def local_true(args):
+    """relay_script of `true` on machine-local (guest display on, so with snapshots), and the
+    receiver's fsync-family calls on a run without snapshots (strace of the receiver alone)."""
+    v, why = rs.make_variant(args.binary, "local")
+    if v is None:
+        print("machine-local: cannot run: %s" % why)
+        return
+    try:
+        with v.relay() as r:
+            r.initialize()
+            g = v.acquire(r)
+            assert rs.stage(r, g["guest"])["isError"] is False
+            for _ in range(3):
+                rs.run(r, g["guest"], "true")
+            ours = [timed(lambda: rs.run(r, g["guest"], "true")) for _ in range(args.runs)]
+            print("relay_script `true` on machine-local (with before/after snapshots), %d rounds:" % args.runs)
+            print("  median %.1f ms" % median_ms(ours))
+            print("  samples: " + " ".join("%.0f" % (x * 1000) for x in ours), flush=True)
+    finally:
+        v.cleanup()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", required=True)
@@ -60,7 +124,12 @@ def main():
     ap.add_argument("--stages", type=int, default=int(os.environ.get("STAGES", "8")))
     ap.add_argument("--data", default=os.environ.get("DATA", "/var/tmp/relay-runs-bench-data"))
     ap.add_argument("--skip-stage", action="store_true")
+    ap.add_argument("--skip-gui", action="store_true")
+    ap.add_argument("--gui-runs", type=int, default=int(os.environ.get("GUI_RUNS", "15")))
     args = ap.parse_args()
+    if not args.skip_gui:
+        gui_attach(args)
+        local_true(args)
     v, why = rs.make_variant(args.binary, "ssh")
     if v is None:
         print("cannot run: %s" % why)

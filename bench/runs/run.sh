@@ -14,5 +14,5 @@ if [ "$(id -u)" != 0 ]; then
 	exit 2
 fi
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRELAY_SANITIZE=OFF >/dev/null
-make -C "$build" -j"$(nproc)" mcp-relay machine-fake transfer-ssh receiver >/dev/null
+make -C "$build" -j"$(nproc)" >/dev/null
 RELAY_BUILD_DIR=$build exec python3 "$here/bench_runs.py" --binary "$build/mcp-relay" "$@"

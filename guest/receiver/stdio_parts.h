@@ -33,8 +33,9 @@ void stdin_parts_free(stdin_parts *parts);
 /* Prints `frame` (taken) with a "parts" array, then the parts' bytes: the
  * receipt at root/receipt_rel and, when its after-snapshot original is at
  * most RECEIVER_ATTACH_IMAGE_MAX_BYTES and still matches the receipt's
- * descriptor, that original. A part that cannot be read is left out (the
- * host then pulls it). */
+ * descriptor, that original (not with RELAY_RECEIVER_ATTACH=off in the
+ * environment). A part that cannot be read is left out (the host then pulls
+ * it). */
 void stdout_parts_emit(const char *root, jv *frame, const char *receipt_rel);
 
 #endif

@@ -141,6 +141,31 @@ static bool apps_has(const app_list *l, const char *id)
 	return false;
 }
 
+/* Removes the X servers (dpkg:xvfb, dpkg:xserver-xorg-core, each with or
+ * without an architecture suffix) that capture plugins take as capture
+ * software. */
+static void apps_drop_x_servers(app_list *l)
+{
+	static const char *const servers[] = {"dpkg:xvfb", "dpkg:xserver-xorg-core"};
+	size_t kept = 0;
+	for (size_t i = 0; i < l->count; i++) {
+		bool drop = false;
+		for (size_t k = 0; k < sizeof servers / sizeof servers[0] && !drop; k++) {
+			size_t n = strlen(servers[k]);
+			drop = strncmp(l->items[i].id, servers[k], n) == 0 &&
+			       (l->items[i].id[n] == '\0' || l->items[i].id[n] == ':');
+		}
+		if (drop) {
+			free(l->items[i].id);
+			free(l->items[i].name);
+			free(l->items[i].version);
+		} else {
+			l->items[kept++] = l->items[i];
+		}
+	}
+	l->count = kept;
+}
+
 static void field_value(const char *line, const char *key, char *out, size_t size)
 {
 	size_t kl = strlen(key);
@@ -216,7 +241,12 @@ relay_status inventory_catalog(local_state *st, json_object **out, relay_error *
 			continue;
 		app_list apps = {0};
 		read_dpkg(im->tree, &apps);
-		bool xvfb = sandbox_image_has(st, im->tree, "usr/bin/Xvfb");
+		/* With displays off (options.display "off") no X server runs in
+		 * the guest, so the catalog offers none: a capture plugin reading
+		 * it must not plan snapshots of a display that does not exist. */
+		bool xvfb = st->display_enabled && sandbox_image_has(st, im->tree, "usr/bin/Xvfb");
+		if (!st->display_enabled)
+			apps_drop_x_servers(&apps);
 		if (xvfb && !apps_has(&apps, "dpkg:xvfb"))
 			apps_add(&apps, "xvfb", "Xvfb", NULL);
 		/* The relay's own guest programs, staged by relay_stage. */
@@ -253,14 +283,30 @@ relay_status inventory_catalog(local_state *st, json_object **out, relay_error *
 
 /* ---- doctor -------------------------------------------------------------------- */
 
-static void check(json_object *arr, const char *name, bool ok, const char *detail, const char *fix)
+static void check_at(json_object *arr, const char *name, bool ok, const char *detail, const char *fix,
+                     bool optional)
 {
 	json_object *o = json_object_new_object();
 	json_object_object_add(o, "check", json_object_new_string(name));
 	json_object_object_add(o, "ok", json_object_new_boolean(ok));
 	json_object_object_add(o, "detail", json_object_new_string(detail));
 	json_object_object_add(o, "fix", fix ? json_object_new_string(fix) : NULL);
+	if (optional)
+		json_object_object_add(o, "level", json_object_new_string("warning"));
 	json_object_array_add(arr, o);
+}
+
+/* A check guests cannot work without. */
+static void check(json_object *arr, const char *name, bool ok, const char *detail, const char *fix)
+{
+	check_at(arr, name, ok, detail, fix, false);
+}
+
+/* An optional capability: guests work without it; `detail` says what its
+ * absence costs (relay/machine.h doctor, "level": "warning"). */
+static void optional_check(json_object *arr, const char *name, bool ok, const char *detail, const char *fix)
+{
+	check_at(arr, name, ok, detail, fix, true);
 }
 
 static int try_namespaces(local_state *st)
@@ -313,30 +359,46 @@ json_object *inventory_doctor(local_state *st)
 	else
 		snprintf(detail, sizeof detail,
 		         "no network helper: nat gives loopback only and internet is refused");
-	check(arr, "network helper", st->helper_path != NULL, detail,
-	      st->helper_path ? NULL : "apt-get install slirp4netns (or passt)");
+	optional_check(arr, "network helper", st->helper_path != NULL, detail,
+	               st->helper_path ? NULL : "apt-get install slirp4netns (or passt)");
 	const local_image *local = sandbox_find_image(st, "local");
 	bool xvfb = local && sandbox_image_has(st, local->tree, "usr/bin/Xvfb");
-	check(arr, "display", xvfb && st->display_enabled,
-	      xvfb ? (st->display_enabled ? "each guest gets its own Xvfb display"
-	                                  : "displays are off by option")
-	           : "Xvfb is not installed: guests have no display and runs take no snapshots",
-	      xvfb ? NULL : "apt-get install xvfb");
+	optional_check(arr, "display", xvfb && st->display_enabled,
+	               xvfb ? (st->display_enabled ? "each guest gets its own Xvfb display"
+	                                           : "displays are off by option (display \"off\"): "
+	                                             "guests have no display and runs take no snapshots")
+	                    : "Xvfb is not installed: guests have no display and runs take no snapshots",
+	               xvfb ? NULL : "apt-get install xvfb");
 	bool vnc = local && sandbox_image_has(st, local->tree, "usr/bin/x11vnc");
-	check(arr, "console", vnc && xvfb,
-	      vnc ? "x11vnc serves the guest display on the guest's loopback"
-	          : "x11vnc is not installed: no console",
-	      vnc ? NULL : "apt-get install x11vnc");
-	if (st->cgroup_base)
+	bool console = vnc && xvfb && st->display_enabled;
+	optional_check(arr, "console", console,
+	               console ? "x11vnc serves the guest display on the guest's loopback"
+	               : vnc   ? "no guest display, so no console to watch"
+	                       : "x11vnc is not installed: a guest's display cannot be watched (no console)",
+	               vnc ? NULL : "apt-get install x11vnc");
+	/* Limits are optional: without them guests run, unbounded. */
+	bool limited = st->cgroup_base != NULL && st->cgroup_memory && st->cgroup_pids;
+	if (st->cgroup_base && limited)
 		snprintf(detail, sizeof detail, "guests get cgroups under %s (memory %s, pids %s, cpu %s)",
 		         st->cgroup_base, st->cgroup_memory ? "limited" : "unlimited",
 		         st->cgroup_pids ? "limited" : "unlimited", st->cgroup_cpu ? "limited" : "unlimited");
+	else if (st->cgroup_base)
+		snprintf(detail, sizeof detail,
+		         "guests run, but their %s not limited: the cgroup controllers are not enabled "
+		         "under %s (bound to cgroup v1 on this host)",
+		         !st->cgroup_memory && !st->cgroup_pids ? "memory and process count are"
+		         : st->cgroup_memory                    ? "process count is"
+		                                                : "memory is",
+		         st->cgroup_base);
 	else
-		snprintf(detail, sizeof detail, "no cgroup: %s", st->cgroup_reason);
-	check(arr, "cgroups", st->cgroup_base != NULL && (st->cgroup_memory || st->cgroup_pids), detail,
-	      st->cgroup_memory
-	          ? NULL
-	          : "boot with the unified cgroup v2 hierarchy (systemd.unified_cgroup_hierarchy=1)");
+		snprintf(detail, sizeof detail,
+		         "guests run, but their memory, process count and CPU are not limited: %s",
+		         st->cgroup_reason);
+	optional_check(arr, "cgroups", limited, detail,
+	               limited ? NULL
+	                       : "to limit guests, run on a host with the unified cgroup v2 hierarchy and "
+	                         "its memory and pids controllers enabled (inside a container: its "
+	                         "runtime's cgroup setting, e.g. --cgroupns=private on a v2 host)");
 	for (size_t i = 0; i < st->image_count; i++) {
 		bool ok = tree_ok(st->images[i].tree);
 		snprintf(detail, sizeof detail, "image %s: %s %s", st->images[i].key, st->images[i].tree,

@@ -26,6 +26,7 @@ import time
 import zlib
 
 from lifecycle_support import Fake, structured
+from support_common import lead_headline_rest
 from relay_client import skip
 
 # -- images ------------------------------------------------------------------------------------
@@ -76,7 +77,7 @@ def delivery(result):
 
 
 def headline(result):
-    return json.loads(result["content"][0]["text"].split("\n", 1)[0])
+    return lead_headline_rest(result["content"][0]["text"])[1]
 
 
 def image_block(result):
@@ -107,7 +108,7 @@ def check_attached(result, mime="image/png"):
     data = preview_bytes(result)
     assert sha256(data) == d["presentation"]["sha256"]
     assert len(data) == d["presentation"]["bytes"]
-    assert "imageDelivery" not in text.split("\n", 1)[1], "the pretty JSON repeats imageDelivery"
+    assert "imageDelivery" not in lead_headline_rest(text)[2], "the pretty JSON repeats imageDelivery"
     return d, data
 
 

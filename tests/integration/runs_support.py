@@ -41,7 +41,7 @@ import tempfile
 import time
 
 from relay_client import Relay, skip
-from support_common import build_dir, events, fake_so, full, namespaces_missing, plugin_so, sha256_hex, structured, text_of  # noqa: F401 (re-exported)
+from support_common import build_dir, events, fake_so, full, lead_headline_rest, namespaces_missing, plugin_so, sha256_hex, structured, text_of  # noqa: F401 (re-exported)
 
 ACQUIRE = {"task": "runs", "image": "ubuntu2404", "extractions": []}
 
@@ -52,6 +52,11 @@ class Variant:
     def __init__(self, binary, kind):
         self.binary = binary
         self.kind = kind
+        # Transports with RELAY_TRANSPORT_STDIO_BYTES run in one round trip and bring the
+        # after-image home on the run's answer (guest.md §16.2, §16.3).
+        self.one_trip = kind in ("local", "ssh", "ssh-x11")
+        self.display = None
+        self.sshd_env = {}
         self.root = tempfile.mkdtemp(prefix="relay-runs-%s-" % kind)
         os.chmod(self.root, 0o700)
         self.state_dir = os.path.join(self.root, "state")
@@ -172,7 +177,9 @@ def _start_sshd(v):
     # RELAY_RUNS_SSH_LOGIN_HOME=1 keeps the login's own HOME (bench/runs measures both).
     home = os.path.join(d, "home")
     os.makedirs(home, mode=0o700)
-    set_home = "" if os.environ.get("RELAY_RUNS_SSH_LOGIN_HOME") == "1" else "SetEnv HOME=%s\n" % home
+    session_env = [] if os.environ.get("RELAY_RUNS_SSH_LOGIN_HOME") == "1" else ["HOME=%s" % home]
+    session_env += ["%s=%s" % kv for kv in v.sshd_env.items()]  # what guest sessions see (bench/runs)
+    set_home = "SetEnv %s\n" % " ".join(session_env) if session_env else ""
     config = os.path.join(d, "sshd_config")
     with open(config, "w") as f:
         f.write("Port %d\nListenAddress 127.0.0.1\nHostKey %s\nUsePAM no\nPermitRootLogin prohibit-password\n"
@@ -225,13 +232,13 @@ def _write_profile(v, plugins):
     return path
 
 
-def _start_xvfb(v):
+def _start_xvfb(v, screen="640x480x24"):
     """Xvfb on a free display number; returns ":N"."""
     for n in range(90, 140):
         if os.path.exists("/tmp/.X11-unix/X%d" % n) or os.path.exists("/tmp/.X%d-lock" % n):
             continue
         log = open(os.path.join(v.root, "xvfb.log"), "wb")
-        v.xvfb = subprocess.Popen(["Xvfb", ":%d" % n, "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+        v.xvfb = subprocess.Popen(["Xvfb", ":%d" % n, "-screen", "0", screen, "-nolisten", "tcp"],
                                   stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and v.xvfb.poll() is None:
@@ -244,9 +251,10 @@ def _start_xvfb(v):
     raise AssertionError("Xvfb did not start on any display from :90 to :139")
 
 
-def make_variant(binary, kind):
-    """The variant, or (None, why it cannot run here)."""
-    if not os.path.exists(fake_so(binary)) and kind in ("fake", "ssh", "x11"):
+def make_variant(binary, kind, sshd_env=None):
+    """The variant, or (None, why it cannot run here). `sshd_env`: variables the sshd fixture
+    sets in every guest session."""
+    if not os.path.exists(fake_so(binary)) and kind in ("fake", "ssh", "x11", "ssh-x11"):
         return None, "machine-fake.so is not built (%s)" % fake_so(binary)
     if kind == "local":
         why = namespaces_missing()
@@ -254,7 +262,7 @@ def make_variant(binary, kind):
             return None, why
         if not os.path.exists(plugin_so(binary, "machine-local")):
             return None, "machine-local.so is not built"
-    if kind == "ssh":
+    if kind in ("ssh", "ssh-x11"):
         if os.geteuid() != 0:
             return None, "the sshd fixture needs root"
         if not os.access("/usr/sbin/sshd", os.X_OK) or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
@@ -267,7 +275,7 @@ def make_variant(binary, kind):
             return None, "machine-service-standin is not built"
         if not os.path.exists(plugin_so(binary, "machine-service")):
             return None, "machine-service.so is not built"
-    if kind == "x11":
+    if kind in ("x11", "ssh-x11"):
         if not shutil.which("Xvfb"):
             return None, "Xvfb is missing (apt-get install xvfb)"
         if not os.path.exists(plugin_so(binary, "capture-x11")):
@@ -277,6 +285,7 @@ def make_variant(binary, kind):
         if not os.path.exists(shot):
             return None, "relay-x11shot is not built (%s)" % shot
     v = Variant(binary, kind)
+    v.sshd_env = dict(sshd_env or {})
     if kind == "service":
         import service_support
         try:
@@ -303,6 +312,18 @@ def make_variant(binary, kind):
         v.write_control({"leaseExtra": {"ssh": ssh}})
         v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(
             v, {"machine": fake_so(binary), "transport": "transfer-ssh"})
+    if kind == "ssh-x11":
+        # GUI work over transfer-ssh: the sshd fixture's guest is this host, with a real
+        # 1280x800 Xvfb as its display and capture-x11 for the snapshots.
+        try:
+            ssh = _start_sshd(v)
+            v.display = _start_xvfb(v, screen="1280x800x24")
+        except Exception as e:  # noqa: BLE001
+            v.cleanup()
+            return None, "sshd or Xvfb could not start: %s" % e
+        v.write_control({"leaseExtra": {"ssh": ssh, "display": v.display}})
+        v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(
+            v, {"machine": fake_so(binary), "transport": "transfer-ssh", "capture": "capture-x11"})
     return v, None
 
 

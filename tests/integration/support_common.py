@@ -38,6 +38,14 @@ def text_of(result):
     return result["content"][0]["text"]
 
 
+def lead_headline_rest(text):
+    """relay_script and relay_image (tools.md §2.3): the plain lead sentence (at most 200
+    characters), the compact imageDelivery headline as an object, and the rest of the text."""
+    lead, head, rest = (text.split("\n", 2) + ["", ""])[:3]
+    assert 0 < len(lead) <= 200 and not lead.startswith("{"), "no lead sentence: %r" % text[:300]
+    return lead, json.loads(head), rest
+
+
 def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
 

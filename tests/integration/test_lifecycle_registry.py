@@ -41,8 +41,13 @@ def test_invalid_registry_setting_stops_the_server(binary):
         r = Relay(binary, env=fake.env(MCP_RELAY_REGISTRY=bad), state_dir=fake.state_dir,
                   project=fake.project)
         try:
+            # An invalid setting is answered, not hidden (lifecycle.md §14, changed 2026-12-01):
+            # every call names it, and the server exits 2 when stdin closes.
+            r.initialize()
+            res = r.call_tool("relay_status")
+            assert res["isError"] is True and "MCP_RELAY_REGISTRY is invalid" in res["content"][0]["text"], res
+            r.close_stdin()
             assert r.wait(timeout=20) == 2
-            assert r.read_until_eof() == []
             err = r.stderr_text()
             assert "mcp-relay: MCP_RELAY_REGISTRY must hold a valid VM table" in err, err
             assert "Using VMs" in err

@@ -11,7 +11,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests  # noqa: E402
-from runs_support import (diag, events, full, run, sh, sha256_hex, stage, structured, text_of,  # noqa: E402
+from runs_support import (diag, events, full, lead_headline_rest, run, sh, sha256_hex, stage, structured, text_of,  # noqa: E402
                           variants, write_tree)
 
 
@@ -23,7 +23,7 @@ def staged_guest(v, r, **stage_args):
 
 
 def headline(res):
-    return json.loads(text_of(res).split("\n", 1)[0])
+    return lead_headline_rest(text_of(res))[1]
 
 
 def host_json(evidence, *parts):
@@ -68,10 +68,11 @@ def test_languages(binary):
                 assert s["script"]["remotePath"] == "%s/streamed/%s.%s" % (g["guestRoot"], s["executionId"], ext)
                 assert s["script"]["sha256"] == sha256_hex(code.encode()) and s["script"]["localPath"] is None
                 assert s["step"]["title"] == ("shell " + code if language == "shell" else "code (%s)" % language)
-                assert s["imageDelivery"]["status"] == ("pending" if snapshots else "not-requested"), s
+                expected = ("attached" if v.one_trip else "pending") if snapshots else "not-requested"
+                assert s["imageDelivery"]["status"] == expected, s
                 assert s["executionFailed"] is False
                 assert headline(res) == {"imageDelivery": s["imageDelivery"], "executionFailed": False}
-                assert "imageDelivery" not in json.loads(text_of(res).split("\n", 1)[1])
+                assert "imageDelivery" not in json.loads(lead_headline_rest(text_of(res))[2])
                 ev = g["evidencePath"]
                 sub = host_json(ev, "host", "submissions", s["executionId"] + ".json")
                 assert sub["step"] == s["step"] and sub["call"]["code"] == code, sub
@@ -145,11 +146,16 @@ def test_timeout_kills_the_process_tree(binary):
             assert took < 60, took
             left = sh(r, name, "ps -eo args | grep -c '^sleep 30[1-4].25' || true").strip()
             assert left == "0", "processes of the run survived: %s" % left
-            # A script that ends on its own: its leftovers are killed too.
-            s = structured(run(r, name, "sleep 305.25 &\necho bye"))
+            # A script that ends on its own leaves what it started running (guest.md §16.1),
+            # and the result names it.
+            nap = "305.%d" % random.randint(1000, 9999)  # the fake's guest is this machine
+            s = structured(run(r, name, "sleep %s &\necho bye" % nap))
             assert s["outcome"]["kind"] == "completed" and s["stdout"] == "bye\n", s
-            left = sh(r, name, "ps -eo args | grep -c '^sleep 305.25' || true").strip()
-            assert left == "0", left
+            assert s["terminationConfirmed"] is True, s
+            assert [p["command"] for p in s["leftRunning"]["processes"]] == ["sleep"], s
+            left = sh(r, name, "ps -eo args | grep -c '^sleep %s' || true" % nap).strip()
+            assert left == "1", left
+            sh(r, name, "pkill -f '^sleep %s'; true" % nap)
             st = structured(r.call_tool("relay_status"))["guests"][0]
             assert st["staged"] is True and st["lastError"], st
 
@@ -265,6 +271,15 @@ def test_diagnostic_scripts(binary):
             r.initialize()
             g = v.acquire(r)
             name, root = g["guest"], g["guestRoot"]
+            # What a diagnostic starts keeps running after it (guest.md §16.1 item 7), through
+            # every transport, and the diagnostic does not wait for it.
+            nap = "306.%d" % random.randint(1000, 9999)
+            t0 = time.monotonic()
+            s = diag(r, name, "sleep %s >/dev/null 2>&1 &\necho started" % nap)
+            assert s["outcome"]["exitStatus"]["code"] == 0 and s["output"] == "started\n", s
+            assert time.monotonic() - t0 < 20, "the diagnostic waited for what it started"
+            assert sh(r, name, "ps -eo args | grep -c '^sleep %s' || true" % nap).strip() == "1"
+            sh(r, name, "pkill -f '^sleep %s'; true" % nap)
             s = diag(r, name, "echo out; echo err >&2; pwd; exit 4")
             assert s["evidenceMode"] == "diagnostic" and s["outcome"]["exitStatus"]["code"] == 4, s
             assert s["output"].startswith("out\n") and "err\n" in s["output"], s

@@ -12,7 +12,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests  # noqa: E402
-from runs_support import diag, run, sh, stage, structured, text_of, variants  # noqa: E402
+from runs_support import diag, lead_headline_rest, run, sh, stage, structured, text_of, variants  # noqa: E402
 
 IMAGE_ID = re.compile(r"^image-[0-9a-f]{64}$")
 
@@ -46,12 +46,19 @@ def test_snapshots_with_a_real_display(binary):
             after = ie["snapshots"][1]
             assert after["fileName"] == s["executionId"] + "-after.png" and after["declaredAfterIntervalMs"] == 500
             d = s["imageDelivery"]
-            assert d["status"] == "pending" and IMAGE_ID.match(d["image"]["imageId"]), d
+            # The after-image rides the run's answer where the transport can (guest.md §16.3).
+            assert d["status"] == ("attached" if v.one_trip else "pending"), d
+            assert IMAGE_ID.match(d["image"]["imageId"]), d
+            assert len([c for c in res["content"] if c["type"] == "image"]) == (1 if v.one_trip else 0), res
+            if v.one_trip:
+                with open(d["image"]["originalPath"], "rb") as f:
+                    original = f.read()
+                assert hashlib.sha256(original).hexdigest() == after["sha256"], "attached original differs"
             img = d["image"]
             assert img["phase"] == "after" and img["executionId"] == s["executionId"] and img["source"] == "display"
             assert img["sha256"] == after["sha256"] and img["bytes"] == after["bytes"]
             assert img["originalPath"] == "%s/host/images/%s/original.png" % (ev, img["imageId"]), img
-            head = json.loads(text_of(res).split("\n", 1)[0])
+            head = lead_headline_rest(text_of(res))[1]
             assert head == {"imageDelivery": d, "executionFailed": False}, head
             req = json.load(open(os.path.join(ev, "host", "requests", s["executionId"] + ".json")))
             assert req["capture"]["plugin"] == plugin, req
@@ -71,7 +78,8 @@ def test_snapshots_with_a_real_display(binary):
             assert s2["imageEvidence"] == {"status": "not-requested", "snapshots": []}, s2
             assert s2["imageDelivery"]["status"] == "not-requested"
             assert [x["phase"] for x in s3["imageEvidence"]["snapshots"]] == ["after"], s3
-            assert s3["imageDelivery"]["status"] == "pending" and s3["snapshots"]["afterIntervalMs"] == 0, s3
+            assert s3["imageDelivery"]["status"] == ("attached" if v.one_trip else "pending"), s3
+            assert s3["snapshots"]["afterIntervalMs"] == 0, s3
             # A group that was never opened is refused by the receiver, before anything runs.
             s4 = structured(run(r, name, "echo no", snapshots={"group": {"groupId": "typing-1", "phase": "member"}}))
             assert s4["outcome"]["kind"] == "refused" and s4["error"]["code"] == "execution-refused", s4

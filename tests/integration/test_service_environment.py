@@ -83,14 +83,19 @@ def relay_env(env, binary, **extra):
 
 
 def expect_stop(binary, env_vars, *fragments):
+    # An invalid selection is answered, not hidden (lifecycle.md §14, changed 2026-12-01): every
+    # call names it, nothing is acquired, and the server exits 2 when stdin closes.
     r = Relay(binary, env=env_vars)
     try:
+        r.initialize()
+        res = r.call_tool("relay_status")
+        assert res["isError"] is True and "VM_ENVIRONMENT_FILE is invalid" in res["content"][0]["text"], res
+        r.close_stdin()
         status = r.wait(timeout=20)
         assert status == 2, "exit status %r: %s" % (status, r.stderr_text())
         err = r.stderr_text()
         for fragment in fragments:
             assert fragment in err, err
-        assert r.read_until_eof() == []
     finally:
         r.close()
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Settings refused at startup (lifecycle.md §14; mcp.md §13; conformance checklist item 38):
-exit status 2 before reading stdin, "mcp-relay: <NAME> <problem>" on stderr, nothing on
-stdout. Valid values start the server."""
+"""Settings refused at startup (lifecycle.md §14, changed 2026-12-01; mcp.md §13; conformance
+checklist item 38): "mcp-relay: <NAME> <problem>" on stderr, initialize answered, every
+tools/call an isError naming the variable, exit status 2 when stdin closes (test_bad_settings.py
+checks the rest). Valid values start the server."""
 import os
 import stat
 import sys
@@ -78,25 +79,35 @@ VALID = [
 
 
 def start_refused(binary, env):
+    """Initializes, calls relay_status, closes stdin: (exit status, the call's result, stderr)."""
     with Relay(binary, env=env) as r:
-        # stdin stays open: the process must stop without reading it.
+        r.initialize()
+        res = r.call_tool("relay_status")
+        r.close_stdin()
         status = r.wait(timeout=HANG_S)
-        out = r.read_until_eof()
-        return status, out, r.stderr_text()
+        return status, res, r.stderr_text()
+
+
+def refusal_problems(name, value, status, res, err):
+    problems = []
+    lines = [line for line in err.splitlines() if line and "session ending" not in line]
+    if status != 2:
+        problems.append("%s=%r: exit status %r (stderr %r)" % (name, value, status, err))
+    text = res["content"][0]["text"]
+    if res["isError"] is not True or res["structuredContent"]["error"]["code"] != "invalid-setting":
+        problems.append("%s=%r: the call was not refused: %r" % (name, value, text[:300]))
+    if ("%s is invalid" % name) not in text or "Fix:" not in text:
+        problems.append("%s=%r: the refusal does not name the variable and the fix: %r" % (name, value, text))
+    if len(lines) != 1 or not lines[0].startswith("mcp-relay: %s " % name) or "; fix: " not in lines[0]:
+        problems.append("%s=%r: stderr %r" % (name, value, err))
+    return problems
 
 
 def test_invalid_settings_stop(binary):
     problems = []
     for name, value in INVALID:
-        status, out, err = start_refused(binary, {name: value})
-        lines = [line for line in err.splitlines() if line]
-        err = lines[0] if lines else err
-        if status != 2:
-            problems.append("%s=%r: exit status %r (stderr %r)" % (name, value, status, err))
-        if out:
-            problems.append("%s=%r: wrote to stdout: %r" % (name, value, out))
-        if not lines or not lines[-1].startswith("mcp-relay: %s " % name):
-            problems.append("%s=%r: stderr %r" % (name, value, err))
+        status, res, err = start_refused(binary, {name: value})
+        problems += refusal_problems(name, value, status, res, err)
     assert not problems, "\n".join(problems)
 
 
@@ -118,8 +129,10 @@ def test_state_dir_open_to_others_stops(binary):
         state = os.path.join(r._own, "open-state")
         os.mkdir(state)
         os.chmod(state, 0o777)
-        status, out, err = start_refused(binary, {"MCP_RELAY_STATE_DIR": state})
-        assert status == 2 and not out and err.startswith("mcp-relay: MCP_RELAY_STATE_DIR "), (status, err)
+        status, res, err = start_refused(binary, {"MCP_RELAY_STATE_DIR": state})
+        problems = refusal_problems("MCP_RELAY_STATE_DIR", state, status, res, err)
+        assert not problems, problems
+        assert "not be writable by group or others" in res["content"][0]["text"], res
 
 
 def test_state_dir_created_0700(binary):

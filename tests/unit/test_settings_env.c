@@ -24,6 +24,7 @@
 
 #include "profile/settings.h"
 #include "util/fsutil.h"
+#include "util/sha256.h"
 #include "util/strbuf.h"
 
 typedef struct fixture {
@@ -57,6 +58,7 @@ static void clean_env(void)
 	    "MCP_RELAY_PYTHON",
 	    "VM_ENVIRONMENT_FILE",
 	    "MCP_VM_RELAY_ON_EXIT",
+	    "CLAUDE_PROJECT_DIR",
 	};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		unsetenv(names[i]);
@@ -132,8 +134,15 @@ static void test_defaults(void **state)
 	char real[4096];
 	assert_non_null(realpath(fx->project, real));
 	assert_string_equal(s.project, real);
-	assert_false(s.session_id_stable);
-	assert_int_equal(strlen(s.session_id), 36);
+	/* The project's own identity (lifecycle.md §2): "project-" and the
+	 * first 32 hex digits of SHA-256 of its real path. */
+	assert_true(s.session_id_stable);
+	assert_int_equal(s.session_source, SESSION_FROM_PROJECT);
+	char digest[SHA256_HEX_LEN + 1], want_id[64];
+	sha256_buffer_hex(real, strlen(real), digest);
+	snprintf(want_id, sizeof want_id, "project-%.32s", digest);
+	assert_string_equal(s.session_id, want_id);
+	assert_null(s.session_note);
 	assert_int_equal(strlen(s.session_key), 32);
 	assert_string_equal(s.backend, "local");
 	assert_string_equal(s.service_url, "http://localhost:6240");
@@ -177,6 +186,29 @@ static void test_project(void **state)
 		assert_string_equal(s.project, real);
 		settings_free(&s);
 	}
+	/* Unset or a placeholder: CLAUDE_PROJECT_DIR (Claude Code sets it for
+	 * its servers) before the working folder; MCP_RELAY_PROJECT wins. */
+	assert_int_equal(chdir(fx->root), 0);
+	const char *as_claude[] = {NULL, "${CLAUDE_PROJECT_DIR}"};
+	for (size_t i = 0; i < 2; i++) {
+		clean_env();
+		if (as_claude[i])
+			setenv("MCP_RELAY_PROJECT", as_claude[i], 1);
+		else
+			unsetenv("MCP_RELAY_PROJECT");
+		setenv("CLAUDE_PROJECT_DIR", fx->project, 1);
+		relay_settings s = load_ok();
+		char real[4096];
+		assert_non_null(realpath(fx->project, real));
+		assert_string_equal(s.project, real);
+		settings_free(&s);
+	}
+	clean_env();
+	setenv("CLAUDE_PROJECT_DIR", fx->state, 1);
+	relay_settings given = load_ok();
+	assert_non_null(strstr(given.project, "/project"));
+	settings_free(&given);
+	assert_int_equal(chdir(fx->project), 0);
 	/* Relative: against the working folder. */
 	mkdir("sub", 0700);
 	clean_env();
@@ -574,6 +606,9 @@ static bool run_binary(run_result *r)
 	close(in[0]);
 	close(out[1]);
 	close(err[1]);
+	/* No request: the server (which answers MCP even with an invalid
+	 * setting, lifecycle.md §14) ends at the end of its input. */
+	close(in[1]);
 	strbuf_init(&r->out);
 	strbuf_init(&r->err);
 	struct pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
@@ -597,7 +632,6 @@ static bool run_binary(run_result *r)
 	}
 	int wstatus = 0;
 	waitpid(pid, &wstatus, 0);
-	close(in[1]);
 	r->status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
 	return true;
 }
@@ -627,13 +661,16 @@ static void test_binary_stops(void **state)
 		relay_settings s;
 		char message[1024];
 		assert_int_equal(settings_load(&s, message, sizeof message), -1);
-		/* ...is exactly what the binary prints before exiting with 2. */
+		/* ...is exactly the first line the binary prints, with the fix;
+		 * it exits with 2 at the end of its input, having written nothing
+		 * to stdout (no request came). */
 		run_result r;
 		if (!run_binary(&r))
 			skip(); /* RELAY_BUILD_DIR/mcp-relay is not built */
-		char want[1200];
-		snprintf(want, sizeof want, "mcp-relay: %s\n", message);
-		if (r.status != 2 || r.out.len != 0 || strcmp(strbuf_str(&r.err), want) != 0)
+		char want[1600];
+		snprintf(want, sizeof want, "mcp-relay: %s; fix: %s\n", message,
+		         settings_problem_fix(message));
+		if (r.status != 2 || r.out.len != 0 || strncmp(strbuf_str(&r.err), want, strlen(want)) != 0)
 			fail_msg("%s=%s: status %d, stdout \"%s\", stderr \"%s\" (want \"%s\")", cases[i][0],
 			         cases[i][1], r.status, strbuf_str(&r.out), strbuf_str(&r.err), want);
 		strbuf_free(&r.out);

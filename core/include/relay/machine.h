@@ -144,7 +144,10 @@ typedef struct relay_machine_ops {
 				relay_error *err);
 
 	/* Readiness checks for `mcp-relay doctor`, without acquiring anything:
-	 * a JSON array of {"check", "ok": bool, "detail", "fix"|null}. */
+	 * a JSON array of {"check", "ok": bool, "detail", "fix"|null}, each
+	 * optionally with "level": "warning" for an optional capability the
+	 * machine works without ("detail" then says what its absence costs;
+	 * doctor prints WARN and still passes). */
 	relay_status (*doctor)(relay_plugin_state *state, relay_call *call, unsigned flags, char **checks_json_out,
 			       relay_error *err);
 } relay_machine_ops;

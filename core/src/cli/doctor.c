@@ -14,6 +14,7 @@
 #include "util/jsonx.h"
 
 static int failures;
+static int warnings;
 
 static void line(bool ok, const char *check, const char *detail, const char *fix)
 {
@@ -25,17 +26,14 @@ static void line(bool ok, const char *check, const char *detail, const char *fix
 	}
 }
 
-/* The environment profile's fix, from the refusal's wording. */
-static const char *profile_fix(const char *message)
+/* A missing optional capability: the machine works without it; `detail`
+ * says what it costs. Never a failure. */
+static void warn_line(const char *check, const char *detail, const char *fix)
 {
-	if (strstr(message, "schemaVersion 1") || strstr(message, "vmctlPath"))
-		return "update the profile to schemaVersion 2 with machctlPath (see "
-		       "docs/environment-profiles.md)";
-	if (strstr(message, "must not be blank"))
-		return "unset VM_ENVIRONMENT_FILE, or set it to the path of a schemaVersion 2 profile";
-	return "correct the profile as the message says (docs/environment-profiles.md); an invalid selection "
-	       "never "
-	       "falls back to the unselected settings";
+	printf("WARN %-22s %s\n", check, detail ? detail : "");
+	warnings++;
+	if (fix)
+		printf("     fix: %s\n", fix);
 }
 
 static void machine_checks(loaded_plugin *machine)
@@ -61,8 +59,15 @@ static void machine_checks(loaded_plugin *machine)
 				    (strcmp(check, "service reachable") == 0 ||
 				     strcmp(check, "service identity") == 0))
 					reachable = false;
-				line(ok, check ? check : "backend check", jsonx_get_str(c, "detail"),
-				     jsonx_get_str(c, "fix"));
+				/* "level": "warning" marks an optional capability
+				 * (relay/machine.h doctor). */
+				const char *level = jsonx_get_str(c, "level");
+				if (!ok && level && strcmp(level, "warning") == 0)
+					warn_line(check ? check : "backend check", jsonx_get_str(c, "detail"),
+					          jsonx_get_str(c, "fix"));
+				else
+					line(ok, check ? check : "backend check", jsonx_get_str(c, "detail"),
+					     jsonx_get_str(c, "fix"));
 			}
 			json_object_put(list);
 		} else {
@@ -120,11 +125,9 @@ int doctor_main(int argc, char **argv)
 	char errbuf[1024];
 	relay_settings settings;
 	if (settings_load(&settings, errbuf, sizeof errbuf) != 0) {
-		if (strncmp(errbuf, "VM_ENVIRONMENT_FILE", 19) == 0)
-			line(false, "environment profile", errbuf, profile_fix(errbuf));
-		else
-			line(false, "settings", errbuf,
-			     "correct the variable named above, or unset it for its default");
+		line(false,
+		     strncmp(errbuf, "VM_ENVIRONMENT_FILE", 19) == 0 ? "environment profile" : "settings",
+		     errbuf, settings_problem_fix(errbuf));
 		printf("Some checks failed.\n");
 		fflush(stdout);
 		return 2;
@@ -177,7 +180,13 @@ int doctor_main(int argc, char **argv)
 	free(receivers);
 	if (backends.plugins[SLOT_MACHINE])
 		machine_checks(backends.plugins[SLOT_MACHINE]);
-	printf("%s\n", failures ? "Some checks failed." : "Ready.");
+	if (failures)
+		printf("Some checks failed.\n");
+	else if (warnings)
+		printf("Ready, with %d warning%s: guests work; what each warning costs is said above.\n",
+		       warnings, warnings == 1 ? "" : "s");
+	else
+		printf("Ready.\n");
 	fflush(stdout);
 	_exit(failures ? 1 : 0);
 }

@@ -64,7 +64,14 @@ static manager *start_manager(void *arg, char *errbuf, size_t errlen)
 {
 	serve_state *st = arg;
 	backends_select(&st->backends, &st->settings);
-	return manager_create(&st->settings, &st->backends, errbuf, errlen);
+	manager *m = manager_create(&st->settings, &st->backends, errbuf, errlen);
+	/* The identity, and so the session folder, may have changed (a fresh
+	 * one when another live process holds the project's). */
+	char *results_dir = m ? fs_path_join(st->settings.session_dir, "results") : NULL;
+	if (results_dir)
+		render_set_fallback_spill_dir(results_dir);
+	free(results_dir);
+	return m;
 }
 
 static int serve(void)
@@ -73,8 +80,21 @@ static int serve(void)
 	static serve_state st;
 	char errbuf[1024];
 	if (settings_load(&st.settings, errbuf, sizeof errbuf) != 0) {
-		log_error("%s", errbuf);
-		return 2;
+		/* An invalid setting does not hide behind "failed to connect"
+		 * (lifecycle.md §14): the server answers initialize and
+		 * tools/list, and every tool call names the problem and the fix. */
+		static char problem[2048];
+		settings_problem_text(errbuf, problem, sizeof problem);
+		log_error("%s; fix: %s", errbuf, settings_problem_fix(errbuf));
+		mcp_server_config broken = {.in_fd = STDIN_FILENO,
+		                            .out_fd = STDOUT_FILENO,
+		                            .mgr = NULL,
+		                            .start_manager = NULL,
+		                            .start_arg = NULL,
+		                            .settings_problem = problem};
+		int status = mcp_serve(&broken);
+		fflush(NULL);
+		_exit(status);
 	}
 	char *results_dir = fs_path_join(st.settings.session_dir, "results");
 	render_set_fallback_spill_dir(results_dir);

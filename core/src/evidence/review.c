@@ -977,6 +977,10 @@ static json_object *output_of(const json_object *rc, bool diagnostic)
 	bool tr = false;
 	if (jsonx_get_bool(rc, "outputTruncated", &tr))
 		jsonx_add_bool(o, "outputTruncated", tr);
+	/* What the step left running (guest.md §16.1 item 8). */
+	json_object *left = jsonx_get_obj(rc, "leftRunning");
+	if (json_object_is_type(left, json_type_object))
+		jsonx_add(o, "leftRunning", json_object_get(left));
 	return o;
 }
 

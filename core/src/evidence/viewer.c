@@ -156,6 +156,37 @@ static void figure(strbuf *out, const char *caption, const char *path, const cha
 	strbuf_puts(out, "</figure>");
 }
 
+/* "left running: chromium, xeyes" under a step's output (guest.md §16.1
+ * item 8): the names of what the step started and left running, each once. */
+static void left_running(strbuf *out, const json_object *left)
+{
+	int64_t count = 0;
+	if (!jsonx_get_int(left, "count", &count) || count <= 0)
+		return;
+	json_object *procs = jsonx_get_array(left, "processes");
+	size_t n = procs ? json_object_array_length(procs) : 0;
+	strbuf_puts(out, "<p class=\"left-running\">left running: ");
+	size_t shown = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *name = jsonx_get_str(json_object_array_get_idx(procs, i), "command");
+		bool seen = false;
+		for (size_t k = 0; k < i && name; k++) {
+			const char *other = jsonx_get_str(json_object_array_get_idx(procs, k), "command");
+			if (other && strcmp(other, name) == 0)
+				seen = true;
+		}
+		if (name == NULL || seen)
+			continue;
+		if (shown++)
+			strbuf_puts(out, ", ");
+		esc(out, name);
+	}
+	char buf[64];
+	snprintf(buf, sizeof buf, " (%lld process%s)", (long long)count, count == 1 ? "" : "es");
+	esc(out, buf);
+	strbuf_puts(out, "</p>");
+}
+
 static void output_block(strbuf *out, const char *label, const char *text)
 {
 	if (text == NULL || text[0] == '\0') {
@@ -227,6 +258,7 @@ static void step_section(strbuf *out, json_object *step, json_object *detail)
 		strbuf_puts(out, "</dl>");
 		output_block(out, "stdout", jsonx_get_str(o, "stdout"));
 		output_block(out, "stderr", jsonx_get_str(o, "stderr"));
+		left_running(out, jsonx_get_obj(o, "leftRunning"));
 	}
 	strbuf_puts(out, "</section>\n");
 }

@@ -126,9 +126,10 @@ char *gio_scratch_path(guest_io *io, const char *prefix, const char *suffix, rel
 
 /* ---- exec ----------------------------------------------------------------------- */
 
-relay_status gio_exec_call(guest_io *io, relay_call *call, const char *const *argv, const char *cwd,
-                           uint64_t timeout_ms, size_t max_output_bytes, unsigned flags,
-                           relay_exec_result *res, relay_error *err)
+/* gio_exec_call with the standard input of `sv` (NULL: none). */
+static relay_status exec_with_input(guest_io *io, relay_call *call, const char *const *argv, const char *cwd,
+                                    uint64_t timeout_ms, size_t max_output_bytes, unsigned flags,
+                                    const gio_supervision *sv, relay_exec_result *res, relay_error *err)
 {
 	memset(res, 0, sizeof *res);
 	res->struct_size = sizeof *res;
@@ -140,12 +141,28 @@ relay_status gio_exec_call(guest_io *io, relay_call *call, const char *const *ar
 	req.timeout_ms = timeout_ms ? timeout_ms : GIO_SHORT_TIMEOUT_MS;
 	req.max_output_bytes = max_output_bytes;
 	relay_error_clear(err);
+	if (flags & RELAY_EXEC_STDIO_BYTES) {
+		if (!(io->traits & RELAY_TRANSPORT_STDIO_BYTES))
+			return relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
+			                       "the transport %s cannot send standard input bytes",
+			                       io->plugin->descriptor.name);
+		req.stdin_data = sv ? sv->stdin_data : NULL;
+		req.stdin_len = sv ? sv->stdin_len : 0;
+		req.max_stdout_bytes = sv ? sv->max_stdout_bytes : 0;
+	}
 	relay_status st =
 	    io->plugin->transport.exec(io->plugin->state, io->conn, &req, call, flags, res, err);
 	if (st != RELAY_OK && err->message[0] == '\0')
 		relay_error_set(err, st, 0, "the transport could not run %s: %s", argv[0],
 		                relay_status_str(st));
 	return st;
+}
+
+relay_status gio_exec_call(guest_io *io, relay_call *call, const char *const *argv, const char *cwd,
+                           uint64_t timeout_ms, size_t max_output_bytes, unsigned flags,
+                           relay_exec_result *res, relay_error *err)
+{
+	return exec_with_input(io, call, argv, cwd, timeout_ms, max_output_bytes, flags, NULL, res, err);
 }
 
 relay_status gio_exec(guest_io *io, const char *const *argv, const char *cwd, uint64_t timeout_ms,
@@ -941,8 +958,8 @@ relay_status gio_exec_supervised(guest_io *io, gio_supervision *sv, const char *
 	pthread_cond_init(&w.cond, NULL);
 	pthread_t thread;
 	bool started = w.exec_call != NULL && pthread_create(&thread, NULL, watch_main, &w) == 0;
-	relay_status st = gio_exec_call(io, started ? w.exec_call : io->call, argv, cwd, timeout_ms,
-	                                max_output_bytes, flags, res, err);
+	relay_status st = exec_with_input(io, started ? w.exec_call : io->call, argv, cwd, timeout_ms,
+	                                  max_output_bytes, flags, sv, res, err);
 	if (started) {
 		pthread_mutex_lock(&w.lock);
 		w.done = true;

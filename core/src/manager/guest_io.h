@@ -101,6 +101,12 @@ typedef struct gio_supervision {
 	 * abort at once. */
 	const char *cancel_execution;
 	int64_t cancel_grace_ms;
+	/* With RELAY_EXEC_STDIO_BYTES in the flags (a transport with
+	 * RELAY_TRANSPORT_STDIO_BYTES only): the bytes sent on the command's
+	 * standard input (borrowed) and the cap on its standard output. */
+	const void *stdin_data;
+	size_t stdin_len;
+	size_t max_stdout_bytes;
 	/* out */
 	bool cancelled;                 /* the tool call was cancelled while the command ran */
 	bool receiver_cancel_signalled; /* `receiver cancel` answered signalled: true */

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "image/container.h"
 #include "image/image.h"
 #include "manager/downloads.h"
 #include "manager/guest_io.h"
@@ -86,6 +87,29 @@ char *image_delivery_headline(const json_object *image_delivery, bool execution_
 	strbuf_puts(&sb, "{\"imageDelivery\":");
 	jsonx_write(&sb, image_delivery, 0);
 	strbuf_printf(&sb, ",\"executionFailed\":%s}", execution_failed ? "true" : "false");
+	if (!strbuf_ok(&sb)) {
+		strbuf_free(&sb);
+		return NULL;
+	}
+	return strbuf_detach(&sb, NULL);
+}
+
+char *image_delivery_phrase(const json_object *image_delivery, const char *what)
+{
+	const char *status = jsonx_get_str(image_delivery, "status");
+	const char *id = jsonx_get_str(jsonx_get_obj(image_delivery, "image"), "imageId");
+	strbuf sb = STRBUF_INIT;
+	if (status == NULL)
+		strbuf_printf(&sb, "%s unknown", what);
+	else if (strcmp(status, IMAGE_STATUS_NOT_REQUESTED) == 0)
+		strbuf_printf(&sb, "no %s (not requested)", what);
+	else
+		strbuf_printf(&sb, "%s %s", what, status);
+	/* "image-" and the first 8 hex digits name it well enough in a sentence. */
+	if (id && strlen(id) > 14)
+		strbuf_printf(&sb, " (%.14s…)", id);
+	else if (id)
+		strbuf_printf(&sb, " (%s)", id);
 	if (!strbuf_ok(&sb)) {
 		strbuf_free(&sb);
 		return NULL;
@@ -2184,6 +2208,99 @@ done:
 
 /* ---- step downloads ------------------------------------------------------------------ */
 
+/* The delivery receipt of an original a download (or a run's own answer)
+ * brought home: {image, at, status: "downloaded"} (images.md §5). */
+static relay_status write_downloaded_receipt(const char *image_dir, json_object *image, relay_error *err)
+{
+	char at[25];
+	time_format_iso_millis(clock_now_ms(), at);
+	json_object *r = json_object_new_object();
+	jsonx_add(r, "image", json_object_get(image));
+	jsonx_add_str(r, "at", at);
+	jsonx_add_str(r, "status", IMAGE_STATUS_DOWNLOADED);
+	relay_status st = image_catalog_receipt_write(image_dir, r, NULL, err);
+	json_object_put(r);
+	return st;
+}
+
+relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording,
+                                           const json_object *receipt, const json_object *part,
+                                           const void *data, size_t len, relay_error *err)
+{
+	image_delivery_result unused;
+	memset(&unused, 0, sizeof unused);
+	dctx c;
+	relay_status st = RELAY_OK;
+	json_object *image = NULL, *entry = NULL;
+	char *image_dir = NULL, *want_path = NULL;
+	image_catalog_staging staging;
+	memset(&staging, 0, sizeof staging);
+	if (!ctx_init(&c, m, g, NULL, clock_monotonic_ms() + IMAGE_DELIVERY_DEADLINE_MS, &unused, err)) {
+		st = err->code ? err->code : RELAY_E_INTERNAL;
+		goto cleanup;
+	}
+	json_object *ev = jsonx_get_obj(receipt, "imageEvidence");
+	char why[256];
+	if (ev == NULL || !image_evidence_valid(ev, jsonx_get_str(receipt, "sessionId"),
+	                                        jsonx_get_str(receipt, "executionId"), why, sizeof why)) {
+		st = relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s",
+		                     ev ? why : "the receipt has no imageEvidence");
+		goto cleanup;
+	}
+	json_object *snap = snapshot_for_phase(ev, "after");
+	if (snap == NULL) {
+		st = relay_error_set(err, RELAY_E_PROTOCOL, 0, "the receipt lists no after-snapshot");
+		goto cleanup;
+	}
+	image = display_identity(&c, recording ? recording : c.evidence, snap, true, &entry, err);
+	if (image == NULL) {
+		st = err->code ? err->code : RELAY_E_INTERNAL;
+		goto cleanup;
+	}
+	json_object *d = jsonx_get_obj(entry, "descriptor");
+	int64_t bytes = -1;
+	jsonx_get_int(d, "bytes", &bytes);
+	want_path =
+	    pathf("state/snapshots/%s/%s", jsonx_get_str(d, "sessionId"), jsonx_get_str(entry, "fileName"));
+	char hex[SHA256_HEX_LEN + 1];
+	sha256_buffer_hex(data, len, hex);
+	if (want_path == NULL || !str_eq(jsonx_get_str(part, "path"), want_path)) {
+		st = relay_error_set(err, RELAY_E_INTEGRITY, 0,
+		                     "the image on the answer is not the after-snapshot %s",
+		                     want_path ? want_path : "");
+		goto cleanup;
+	}
+	if ((int64_t)len != bytes || !str_eq(hex, jsonx_get_str(d, "sha256"))) {
+		st = relay_error_set(err, RELAY_E_INTEGRITY, 0,
+		                     "the image on the answer holds %zu bytes with SHA-256 %.12s…, not the "
+		                     "receipt's %lld bytes",
+		                     len, hex, (long long)bytes);
+		goto cleanup;
+	}
+	image_info info;
+	st = container_check_png(data, len, &info, err);
+	if (st != RELAY_OK)
+		goto cleanup;
+	image_dir = fs_dirname(jsonx_get_str(entry, "local"));
+	st = image_dir ? image_catalog_staging_open(image_dir, "png", &staging, err)
+	               : relay_error_set(err, RELAY_E_NO_MEMORY, 0, "out of memory");
+	if (st == RELAY_OK)
+		st = fs_write_exclusive(staging.file, data, len, 0600, err);
+	if (st == RELAY_OK)
+		st = image_catalog_staging_publish(&staging, hex, (uint64_t)len, NULL, err);
+	image_catalog_staging_close(&staging);
+	if (st == RELAY_OK)
+		st = write_downloaded_receipt(image_dir, image, err);
+cleanup:
+	ctx_free(&c);
+	image_delivery_result_clear(&unused);
+	json_object_put(image);
+	json_object_put(entry);
+	free(image_dir);
+	free(want_path);
+	return st;
+}
+
 relay_status image_delivery_publish_step(manager *m, guest *g, const char *recording,
                                          const json_object *receipt, json_object **published_out,
                                          relay_error *err)
@@ -2238,16 +2355,8 @@ relay_status image_delivery_publish_step(manager *m, guest *g, const char *recor
 			st = image_catalog_staging_publish(&staging, jsonx_get_str(d, "sha256"),
 			                                   (uint64_t)bytes, NULL, err);
 		image_catalog_staging_close(&staging);
-		if (st == RELAY_OK) {
-			char at[25];
-			time_format_iso_millis(clock_now_ms(), at);
-			json_object *r = json_object_new_object();
-			jsonx_add(r, "image", json_object_get(image));
-			jsonx_add_str(r, "at", at);
-			jsonx_add_str(r, "status", IMAGE_STATUS_DOWNLOADED);
-			st = image_catalog_receipt_write(image_dir, r, NULL, err);
-			json_object_put(r);
-		}
+		if (st == RELAY_OK)
+			st = write_downloaded_receipt(image_dir, image, err);
 		if (st == RELAY_OK) {
 			json_object *p = json_object_new_object();
 			jsonx_add_str(p, "imageId", jsonx_get_str(d, "imageId"));

@@ -94,6 +94,11 @@ char *image_delivery_headline(const json_object *image_delivery, bool execution_
  * no-op without a preview. */
 void image_delivery_attach(image_delivery_result *r, tool_result *result);
 
+/* The image's part of a result's lead sentence (tools.md §2.3):
+ * "<what> attached (image-3b8f0a5c…)", "<what> pending (…)", "no <what>
+ * (not requested)", "<what> capture-failed". malloc'd, or NULL. */
+char *image_delivery_phrase(const json_object *image_delivery, const char *what);
+
 /* The capability object relay_probe and relay_stage return (images.md §6.4). */
 json_object *image_delivery_capability_json(void);
 
@@ -158,5 +163,19 @@ json_object *image_delivery_display_image(manager *m, guest *g, const char *reco
 relay_status image_delivery_publish_step(manager *m, guest *g, const char *recording,
                                          const json_object *receipt, json_object **published_out,
                                          relay_error *err);
+
+/*
+ * guest.md §16.3: the after-snapshot original that came on the run's own
+ * answer (`data`, `len`; borrowed), described by the answer's part fact
+ * `part` ({path, bytes, sha256}), is checked against the receipt's after
+ * descriptor (path, size, SHA-256, PNG container) and published exactly as
+ * image_delivery_publish_step() publishes a downloaded one (original,
+ * delivery receipt, catalog entry), so that image_delivery_for_run() then
+ * attaches it. A later step download finds it published and keeps it.
+ * RELAY_E_INTEGRITY when it is not the after-snapshot's bytes.
+ */
+relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording,
+                                           const json_object *receipt, const json_object *part,
+                                           const void *data, size_t len, relay_error *err);
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "manager/downloads.h"
@@ -403,8 +404,64 @@ void manager_wait_startup(manager *m)
 	backends_ensure_loaded(m->backends, m->settings);
 }
 
-manager *manager_create(const relay_settings *settings, const relay_backends *backends, char *errbuf,
-                        size_t errlen)
+/* True when the session.lock of the current identity says its holder's
+ * session is ending (mark_session_lock_ending). */
+static bool session_lock_ending(manager *m)
+{
+	char *path = fs_path_join(m->settings->session_dir, "session.lock");
+	bool ending = false;
+	int fd = path ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+	if (fd >= 0) {
+		char buf[48] = "";
+		ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+		if (n > 0) {
+			buf[n] = '\0';
+			ending = strstr(buf, "ending") != NULL;
+		}
+		close(fd);
+	}
+	free(path);
+	return ending;
+}
+
+/* The session lock, and the identity it settles (lifecycle.md §2): a
+ * project's identity held by another live process is replaced by a fresh
+ * one, said on stderr and in relay_status; one whose holder is ending (a
+ * restart) is waited for in the background, like a fixed MCP_RELAY_SESSION.
+ * A holder gets HOLDER_SETTLE_MS to say it is ending, since a host restarting
+ * a server starts the new one as it closes the old. Before threads. */
+#define HOLDER_SETTLE_MS 2000
+static int settle_session(manager *m, relay_settings *settings, char *errbuf, size_t errlen)
+{
+	if (take_session_lock(m) || !m->session_locked_elsewhere ||
+	    settings->session_source != SESSION_FROM_PROJECT)
+		return 0;
+	int64_t give_up = clock_monotonic_ms() + HOLDER_SETTLE_MS;
+	for (;;) {
+		if (session_lock_ending(m))
+			return 0;
+		if (clock_monotonic_ms() >= give_up)
+			break;
+		struct timespec pause = {0, 100 * 1000000L};
+		nanosleep(&pause, NULL);
+		if (take_session_lock(m) || !m->session_locked_elsewhere)
+			return 0;
+	}
+	if (settings_use_fresh_identity(settings, m->session_lock_holder_pid) != 0) {
+		snprintf(errbuf, errlen, "out of memory choosing a fresh session identity");
+		return -1;
+	}
+	log_warning("%s", settings->session_note);
+	relay_error err;
+	if (fs_mkdir_p(settings->session_dir, 0700, &err) != RELAY_OK) {
+		snprintf(errbuf, errlen, "cannot create the session folder: %s", err.message);
+		return -1;
+	}
+	take_session_lock(m);
+	return 0;
+}
+
+manager *manager_create(relay_settings *settings, const relay_backends *backends, char *errbuf, size_t errlen)
 {
 	manager *m = calloc(1, sizeof *m);
 	if (m == NULL) {
@@ -429,8 +486,14 @@ manager *manager_create(const relay_settings *settings, const relay_backends *ba
 	 * valid ~/AGENTS.md VM table, or the managed one (lifecycle.md §10). */
 	registry_resolve(settings->registry_path, settings->environment != NULL, getenv("HOME"),
 	                 settings->state_root, &m->registry);
+	if (settle_session(m, settings, errbuf, errlen) != 0) {
+		registry_target_free(&m->registry);
+		json_object_put(m->counters);
+		free(m);
+		return NULL;
+	}
 	load_session(m);
-	if (take_session_lock(m))
+	if (m->session_lock_fd >= 0)
 		reconcile_migrate_legacy(m);
 	/* Guests found on disk are listed at once (phase reconciling) so that
 	 * status shows them and calls on them wait; their reconcile jobs wait
@@ -581,10 +644,11 @@ static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char 
 		jsonx_add_str(s, "sessionId", m->settings->session_id);
 		return tool_result_error(
 		    s, "nothing-held",
-		    "This session holds no guest, so nothing was released. Each server process has its own "
-		    "session identity (random unless MCP_RELAY_SESSION sets it); to release a guest of an "
-		    "earlier process, restart with that identity, or let the backend's lease expiry reclaim "
-		    "it.");
+		    "This session holds no guest, so nothing was released. The session identity belongs to "
+		    "the project folder unless MCP_RELAY_SESSION sets it (a second live process on the same "
+		    "project takes a fresh one; relay_status shows sessionIdentity); to release a guest of "
+		    "another identity, start the server with that identity, or let the backend's lease "
+		    "expiry reclaim it.");
 	}
 	if (g == NULL) {
 		char *held = manager_open_guest_names(m);
@@ -790,13 +854,31 @@ cleanup:
 
 /* ---- the end of the session -------------------------------------------------------- */
 
+/* Appends " ending" to the pid in session.lock, so that a server starting
+ * on the same project meanwhile waits for this one instead of taking a
+ * fresh identity (lifecycle.md §2, §8 step 1). Under the lock (the startup
+ * thread may take session_lock_fd meanwhile). */
+static void mark_session_lock_ending(manager *m)
+{
+	if (m->session_lock_fd < 0)
+		return;
+	char text[48];
+	int len = snprintf(text, sizeof text, "%ld ending\n", (long)getpid());
+	if (ftruncate(m->session_lock_fd, 0) == 0) {
+		ssize_t ignored = pwrite(m->session_lock_fd, text, (size_t)len, 0);
+		(void)ignored;
+	}
+}
+
 int manager_end_session(manager *m, const char *reason)
 {
 	manager_lock(m);
 	bool already = m->ending;
 	m->ending = true;
-	if (!already)
+	if (!already) {
 		snprintf(m->end_reason, sizeof m->end_reason, "%s", reason ? reason : "ended");
+		mark_session_lock_ending(m);
+	}
 	pthread_cond_broadcast(&m->changed);
 	manager_unlock(m);
 	if (already)

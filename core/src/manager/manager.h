@@ -22,9 +22,12 @@ struct relay_backends;
 
 /* Creates the manager over loaded settings and backends (both borrowed for
  * the manager's life) and starts its background work (reconciliation of an
- * earlier process's guests, reaping); never blocks on the backend. NULL with
- * a reason on failure. */
-manager *manager_create(const struct relay_settings *settings, const struct relay_backends *backends, char *errbuf,
+ * earlier process's guests, reaping); never blocks on the backend. It may
+ * give the settings a fresh session identity (settings_use_fresh_identity,
+ * lifecycle.md §2) when another live process holds the project's, waiting
+ * up to 2 s to tell a live holder from an ending one; the settings are not
+ * changed after it returns. NULL with a reason on failure. */
+manager *manager_create(struct relay_settings *settings, const struct relay_backends *backends, char *errbuf,
 			size_t errlen);
 
 /* Takes a validated call. Takes ownership of `args` (a reference). Called on

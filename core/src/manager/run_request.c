@@ -16,6 +16,7 @@
 #include "manager/lifecycle.h"
 #include "manager/step_downloads.h"
 #include "mcp/call.h"
+#include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -26,7 +27,7 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
-#define RECEIPT_MAX_BYTES      ((size_t)8 << 20)
+#define RECEIPT_MAX_BYTES      ((size_t)RECEIVER_RECEIPT_MAX_BYTES)
 #define FRAME_MAX_OUTPUT_BYTES ((size_t)1 << 20)
 #define STDERR_TAIL_BYTES      600
 
@@ -461,14 +462,11 @@ static const char *receipt_problem(const json_object *receipt, const char *execu
 	return NULL;
 }
 
-/* Pulls the receipt named by the frame into host/receiver-receipts/<id>.json
- * (checked against the frame's sha256 and bytes, then validated). RELAY_OK
- * with *receipt_out; otherwise the reason in err. */
-static relay_status pull_receipt(guest_io *io, json_object *frame_receipt, const char *execution_id,
-                                 const char *request_sha, json_object **receipt_out, char sha_out[65],
-                                 int64_t *bytes_out, relay_error *err)
+/* Checks the frame's receipt fact: the path of this run's receipt, a
+ * SHA-256 and a size within bounds. */
+static bool receipt_fact_ok(json_object *frame_receipt, const char *execution_id, const char **sha_out,
+                            int64_t *bytes_out)
 {
-	*receipt_out = NULL;
 	const char *path = jsonx_get_str(frame_receipt, "path");
 	const char *sha = jsonx_get_str(frame_receipt, "sha256");
 	int64_t bytes = -1;
@@ -478,66 +476,188 @@ static relay_status pull_receipt(guest_io *io, json_object *frame_receipt, const
 	          jsonx_get_int(frame_receipt, "bytes", &bytes) && bytes > 0 &&
 	          (uint64_t)bytes <= RECEIPT_MAX_BYTES;
 	strbuf_free(&expect);
-	if (!ok)
+	*sha_out = sha;
+	*bytes_out = bytes;
+	return ok;
+}
+
+/* Checks the receipt bytes that came home (against the frame's fact, then
+ * as a receipt) and writes them durably to host/receiver-receipts/<id>.json.
+ * RELAY_OK with *receipt_out; otherwise the reason in err. */
+static relay_status place_receipt(guest_io *io, json_object *frame_receipt, const char *execution_id,
+                                  const char *request_sha, const char *data, size_t len, const char *how,
+                                  json_object **receipt_out, char sha_out[65], int64_t *bytes_out,
+                                  relay_error *err)
+{
+	*receipt_out = NULL;
+	const char *sha = NULL;
+	int64_t bytes = -1;
+	if (!receipt_fact_ok(frame_receipt, execution_id, &sha, &bytes))
 		return relay_error_set(err, RELAY_E_PROTOCOL, 0,
 		                       "the receiver's frame names no valid receipt fact");
-	relay_status st = RELAY_OK;
-	char *remote = NULL, *dir = NULL, *tmp = NULL, *final = NULL, *data = NULL;
-	strbuf sb = STRBUF_INIT;
-	strbuf_printf(&sb, "%s/%s", io->root, path);
-	remote = strbuf_detach(&sb, NULL);
-	strbuf_printf(&sb, "%s/host/receiver-receipts", io->evidence);
-	dir = strbuf_detach(&sb, NULL);
-	st = fs_mkdir_p(dir, 0700, err);
-	if (st != RELAY_OK)
-		goto cleanup;
-	char hex[17];
-	random_hex(hex, 16);
-	strbuf_printf(&sb, "%s/.%s.json.pull-%s", dir, execution_id, hex);
-	tmp = strbuf_detach(&sb, NULL);
-	strbuf_printf(&sb, "%s/%s.json", dir, execution_id);
-	final = strbuf_detach(&sb, NULL);
-	st = gio_pull(io, remote, tmp, 0, "the run's receipt", err);
-	if (st != RELAY_OK)
-		goto cleanup;
-	size_t len = 0;
-	st = fs_read_file(tmp, RECEIPT_MAX_BYTES, &data, &len, err);
-	if (st != RELAY_OK)
-		goto cleanup;
 	sha256_buffer_hex(data, len, sha_out);
-	if ((int64_t)len != bytes || strcmp(sha_out, sha) != 0) {
-		st = relay_error_set(err, RELAY_E_INTEGRITY, 0,
-		                     "the receipt did not arrive intact (frame: %lld bytes, host: %zu bytes)",
-		                     (long long)bytes, len);
-		goto cleanup;
-	}
+	if ((int64_t)len != bytes || strcmp(sha_out, sha) != 0)
+		return relay_error_set(
+		    err, RELAY_E_INTEGRITY, 0,
+		    "the receipt did not arrive intact (frame: %lld bytes, host: %zu bytes)",
+		    (long long)bytes, len);
 	char why[160];
 	json_object *receipt = jsonx_parse(data, len, NULL, why, sizeof why);
 	const char *problem = receipt ? receipt_problem(receipt, execution_id, request_sha) : why;
 	if (problem) {
 		json_object_put(receipt);
-		st = relay_error_set(err, RELAY_E_PROTOCOL, 0, "the receipt is not valid: %s", problem);
-		goto cleanup;
+		return relay_error_set(err, RELAY_E_PROTOCOL, 0, "the receipt is not valid: %s", problem);
 	}
-	if (rename(tmp, final) != 0) {
+	strbuf sb = STRBUF_INIT;
+	strbuf_printf(&sb, "%s/host/receiver-receipts", io->evidence);
+	char *dir = strbuf_detach(&sb, NULL);
+	strbuf_printf(&sb, "%s/%s.json", dir, execution_id);
+	char *final = strbuf_detach(&sb, NULL);
+	strbuf_printf(&sb, "%s/%s", io->root, jsonx_get_str(frame_receipt, "path"));
+	char *remote = strbuf_detach(&sb, NULL);
+	relay_status st = fs_mkdir_p(dir, 0700, err);
+	if (st == RELAY_OK)
+		st = fs_write_durable(final, data, len, 0600, err);
+	if (st == RELAY_OK) {
+		gio_note_transfer(io, "pull", "receipt", final, remote, (uint64_t)len, sha_out, 1, how);
+		*bytes_out = (int64_t)len;
+		*receipt_out = receipt;
+	} else {
 		json_object_put(receipt);
-		st = relay_error_set(err, RELAY_E_IO, errno, "cannot place the receipt at %s: %s", final,
-		                     strerror(errno));
-		goto cleanup;
 	}
-	fs_fsync_dir(dir, err);
-	gio_note_transfer(io, "pull", "receipt", final, remote, (uint64_t)len, sha_out, 1, "transport");
-	*bytes_out = (int64_t)len;
-	*receipt_out = receipt;
-cleanup:
-	if (tmp && st != RELAY_OK)
-		unlink(tmp);
-	free(remote);
 	free(dir);
-	free(tmp);
 	free(final);
+	free(remote);
+	return st;
+}
+
+/* Pulls the receipt named by the frame and places it (place_receipt). */
+static relay_status pull_receipt(guest_io *io, json_object *frame_receipt, const char *execution_id,
+                                 const char *request_sha, json_object **receipt_out, char sha_out[65],
+                                 int64_t *bytes_out, relay_error *err)
+{
+	*receipt_out = NULL;
+	const char *sha = NULL;
+	int64_t bytes = -1;
+	if (!receipt_fact_ok(frame_receipt, execution_id, &sha, &bytes))
+		return relay_error_set(err, RELAY_E_PROTOCOL, 0,
+		                       "the receiver's frame names no valid receipt fact");
+	char *tmp = gio_scratch_path(io, "receipt-", ".json", err);
+	if (tmp == NULL)
+		return err->code;
+	strbuf sb = STRBUF_INIT;
+	strbuf_printf(&sb, "%s/%s", io->root, jsonx_get_str(frame_receipt, "path"));
+	char *remote = strbuf_detach(&sb, NULL);
+	char *data = NULL;
+	size_t len = 0;
+	relay_status st = gio_pull(io, remote, tmp, 0, "the run's receipt", err);
+	if (st == RELAY_OK)
+		st = fs_read_file(tmp, RECEIPT_MAX_BYTES, &data, &len, err);
+	if (st == RELAY_OK)
+		st = place_receipt(io, frame_receipt, execution_id, request_sha, data, len, "transport",
+		                   receipt_out, sha_out, bytes_out, err);
+	unlink(tmp);
+	free(tmp);
+	free(remote);
 	free(data);
 	return st;
+}
+
+/* ---- a run in one round trip (guest.md §16.2) --------------------------------------- */
+
+/* The standard input of `receiver run --stdin` (guest/receiver_protocol.h):
+ * the header line naming both parts, then the request and the script. */
+static char *stdin_parts_text(const char *request_rel, const char *request, size_t request_len,
+                              const char *request_sha, const char *script_rel, const char *script,
+                              size_t script_len, const char *script_sha, size_t *len_out)
+{
+	json_object *header = json_object_new_object();
+	json_object *parts = json_object_new_array();
+	jsonx_add_int(header, "protocol", RECEIVER_PROTOCOL_VERSION);
+	const struct {
+		const char *name, *rel, *sha;
+		size_t len;
+	} each[] = {{RECEIVER_PART_REQUEST, request_rel, request_sha, request_len},
+	            {RECEIVER_PART_SCRIPT, script_rel, script_sha, script_len}};
+	for (size_t i = 0; i < 2; i++) {
+		json_object *part = json_object_new_object();
+		jsonx_add_str(part, "name", each[i].name);
+		jsonx_add_str(part, "path", each[i].rel);
+		jsonx_add_int(part, "bytes", (int64_t)each[i].len);
+		jsonx_add_str(part, "sha256", each[i].sha);
+		json_object_array_add(parts, part);
+	}
+	jsonx_add(header, "parts", parts);
+	char *line = jsonx_to_string(header, 0);
+	json_object_put(header);
+	strbuf sb = STRBUF_INIT;
+	if (line) {
+		strbuf_printf(&sb, "%s\n", line);
+		strbuf_append(&sb, request, request_len);
+		strbuf_append(&sb, script, script_len);
+	}
+	free(line);
+	*len_out = sb.len;
+	return strbuf_ok(&sb) && line ? strbuf_detach(&sb, NULL) : (strbuf_free(&sb), NULL);
+}
+
+/* What `receiver run --stdin` answered: the frame line, then the parts it
+ * names, each checked against its own fact. Parts are borrowed from the
+ * exec output; a part that is short or fails its hash is left NULL (the
+ * host then pulls it) and named in `dropped`. */
+typedef struct stdio_answer {
+	json_object *frame; /* new reference, or NULL */
+	const char *receipt;
+	size_t receipt_len;
+	const char *image;
+	size_t image_len;
+	json_object *image_part; /* the part's fact {name, path, bytes, sha256}; borrowed from frame */
+	char dropped[160];
+} stdio_answer;
+
+static void stdio_answer_parse(const char *out, size_t len, stdio_answer *a)
+{
+	memset(a, 0, sizeof *a);
+	const char *nl = out ? memchr(out, '\n', len) : NULL;
+	if (nl == NULL)
+		return;
+	a->frame = jsonx_parse(out, (size_t)(nl - out), NULL, NULL, 0);
+	if (!json_object_is_type(a->frame, json_type_object)) {
+		json_object_put(a->frame);
+		a->frame = NULL;
+		return;
+	}
+	const char *at = nl + 1;
+	size_t left = len - (size_t)(at - out);
+	json_object *parts = jsonx_get_array(a->frame, "parts");
+	size_t n = parts ? json_object_array_length(parts) : 0;
+	for (size_t i = 0; i < n; i++) {
+		json_object *part = json_object_array_get_idx(parts, i);
+		const char *name = jsonx_get_str(part, "name");
+		const char *sha = jsonx_get_str(part, "sha256");
+		int64_t bytes = -1;
+		if (!jsonx_get_int(part, "bytes", &bytes) || bytes < 0 || (uint64_t)bytes > left ||
+		    name == NULL || sha == NULL) {
+			snprintf(a->dropped, sizeof a->dropped, "the part %s is not whole",
+			         name ? name : "(unnamed)");
+			return;
+		}
+		char hex[SHA256_HEX_LEN + 1];
+		sha256_buffer_hex(at, (size_t)bytes, hex);
+		if (strcmp(hex, sha) != 0) {
+			snprintf(a->dropped, sizeof a->dropped, "the part %s does not match its sha256",
+			         name);
+		} else if (strcmp(name, RECEIVER_PART_RECEIPT) == 0) {
+			a->receipt = at;
+			a->receipt_len = (size_t)bytes;
+		} else if (strcmp(name, RECEIVER_PART_AFTER_IMAGE) == 0) {
+			a->image = at;
+			a->image_len = (size_t)bytes;
+			a->image_part = part;
+		}
+		at += bytes;
+		left -= (size_t)bytes;
+	}
 }
 
 /* ---- pushing the run's files ----------------------------------------------------- */
@@ -674,8 +794,57 @@ typedef enum receipt_state {
 
 /* ---- the result ------------------------------------------------------------------- */
 
-/* Finishes a run's result: isError, error, the compact headline, the text
- * without imageDelivery. Takes `structured`. */
+/* How the run ended, for the lead sentence: "exited with status 3",
+ * "was ended by SIGKILL", "was refused before it started: …". */
+static void outcome_phrase(strbuf *sb, const json_object *outcome)
+{
+	const char *kind = jsonx_get_str(outcome, "kind");
+	const char *diag = jsonx_get_str(outcome, "diagnostic");
+	json_object *status = jsonx_get_obj(outcome, "exitStatus");
+	const char *signal_text = jsonx_get_str(status, "signal");
+	int64_t code = 0;
+	if (kind && strcmp(kind, "completed") == 0 && signal_text)
+		strbuf_printf(sb, "was ended by %s", signal_text);
+	else if (kind && strcmp(kind, "completed") == 0 && jsonx_get_int(status, "code", &code))
+		strbuf_printf(sb, "exited with status %lld", (long long)code);
+	else if (kind && strcmp(kind, "refused") == 0)
+		strbuf_printf(sb, "was refused before it started: %.80s", diag ? diag : "no diagnostic");
+	else
+		strbuf_printf(sb, "ended uncertain: %.80s", diag ? diag : "no diagnostic");
+}
+
+/* The lead sentence of a run's result (tools.md §2.3): the step, how it
+ * ended, what it left running, that the guest is kept, the after-image. */
+static void set_run_lead(tool_result *r, const json_object *structured)
+{
+	strbuf sb = STRBUF_INIT;
+	const char *mode = jsonx_get_str(structured, "evidenceMode");
+	bool diagnostic = mode && strcmp(mode, "diagnostic") == 0;
+	if (diagnostic)
+		strbuf_puts(&sb, "Diagnostic script ");
+	else
+		strbuf_printf(&sb, "Step %s ", jsonx_get_str(jsonx_get_obj(structured, "step"), "id"));
+	outcome_phrase(&sb, jsonx_get_obj(structured, "outcome"));
+	json_object *left = jsonx_get_obj(structured, "leftRunning");
+	int64_t count = 0;
+	if (jsonx_get_int(left, "count", &count) && count > 0) {
+		json_object *procs = jsonx_get_array(left, "processes");
+		const char *first = jsonx_get_str(json_object_array_get_idx(procs, 0), "command");
+		strbuf_printf(&sb, ", leaving %lld process%s running (%.32s%s)", (long long)count,
+		              count == 1 ? "" : "es", first ? first : "?", count > 1 ? ", …" : "");
+	}
+	char *phrase = diagnostic
+	                   ? strdup("no screenshot (diagnostic)")
+	                   : image_delivery_phrase(jsonx_get_obj(structured, "imageDelivery"), "after-image");
+	strbuf_printf(&sb, "; the guest is kept; %s.", phrase ? phrase : "after-image unknown");
+	free(phrase);
+	if (strbuf_ok(&sb))
+		tool_result_set_lead(r, "%s", strbuf_str(&sb));
+	strbuf_free(&sb);
+}
+
+/* Finishes a run's result: isError, error, the lead sentence, the compact
+ * headline, the text without imageDelivery. Takes `structured`. */
 static tool_result *finish_result(manager *m, guest *g, json_object *structured, const char *execution_id)
 {
 	json_object *outcome = jsonx_get_obj(structured, "outcome");
@@ -715,6 +884,7 @@ static tool_result *finish_result(manager *m, guest *g, json_object *structured,
 	}
 	if (r) {
 		tool_result_set_headline(r, "%s", headline ? headline : "{}");
+		set_run_lead(r, r->structured);
 		r->text_omits_key = "imageDelivery";
 	}
 	free(headline);
@@ -802,6 +972,20 @@ static void use_step_id(manager *m, guest *g, const char *id)
 	manager_unlock(m);
 }
 
+/* True when `receiver run --stdin` refused its standard input (exit 2 with
+ * a frame-only refusal): the receiver read no whole request, so nothing ran. */
+static bool stdin_refused(relay_status st, const gio_supervision *sv, const relay_exec_result *res)
+{
+	if (st != RELAY_OK || sv->cancelled || res->timed_out || res->exit_code != 2)
+		return false;
+	stdio_answer a;
+	stdio_answer_parse(res->out, res->out_len, &a);
+	const char *kind = jsonx_get_str(jsonx_get_obj(a.frame, "outcome"), "kind");
+	bool refused = jsonx_get_obj(a.frame, "receipt") == NULL && kind && strcmp(kind, "refused") == 0;
+	json_object_put(a.frame);
+	return refused;
+}
+
 /* ---- a recorded run (guest.md §15) ------------------------------------------------ */
 
 /* Debug timing of a run's phases (MCP_RELAY_DEBUG=1). */
@@ -857,7 +1041,7 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 	char *request_rel = strbuf_detach(&sb, NULL);
 	strbuf_printf(&sb, "%s/%s", root, script_rel);
 	char *script_remote = strbuf_detach(&sb, NULL);
-	char *request_text = NULL;
+	char *request_text = NULL, *stdin_text = NULL;
 	json_object *request = NULL, *frame = NULL, *receipt = NULL, *outcome = NULL;
 	guest_io io;
 	bool io_open = false, cancelled = false;
@@ -950,8 +1134,22 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 	}
 	io_open = true;
 	io.receiver_ready = true;
-	st = push_run_files(&io, script_rel, c->script, c->script_len, script_sha, request_rel, request_text,
-	                    request_len, request_sha, &err);
+	/* guest.md §16.2: with a transport that carries standard input bytes,
+	 * the request and script ride on the receiver's standard input and the
+	 * receipt comes back on its output: one round trip. */
+	bool one_trip = (io.traits & RELAY_TRANSPORT_STDIO_BYTES) != 0;
+	size_t stdin_len = 0;
+	if (one_trip)
+		stdin_text = stdin_parts_text(request_rel, request_text, request_len, request_sha, script_rel,
+		                              c->script, c->script_len, script_sha, &stdin_len);
+	if (one_trip && stdin_text == NULL) {
+		result = not_dispatched(m, g, evidence, exec_id, "internal", false,
+		                        "out of memory building the receiver's standard input");
+		goto cleanup;
+	}
+	st = one_trip ? RELAY_OK
+	              : push_run_files(&io, script_rel, c->script, c->script_len, script_sha, request_rel,
+	                               request_text, request_len, request_sha, &err);
 	if (st != RELAY_OK || relay_call_is_cancelled(call)) {
 		bool was_cancelled = st == RELAY_E_CANCELLED || relay_call_is_cancelled(call);
 		result = not_dispatched(
@@ -966,20 +1164,51 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 	use_step_id(m, g, jsonx_get_str(step, "id"));
 	strbuf_printf(&sb, "%s/%s", root, request_rel);
 	char *request_remote = strbuf_detach(&sb, NULL);
-	const char *argv[] = {io.receiver, "run", "--root", root, request_remote, NULL};
 	uint64_t limit_ms = (uint64_t)c->timeout_ms + RUN_CAPTURE_ALLOWANCE_MS + (uint64_t)after_ms;
 	limit_ms = (limit_ms + 999) / 1000 * 1000;
 	gio_supervision sv;
-	memset(&sv, 0, sizeof sv);
-	sv.tick_ms = RUN_PROGRESS_MS;
-	sv.tick_what = "script";
-	sv.limit_ms = c->timeout_ms;
-	sv.cancel_execution = exec_id;
-	sv.cancel_grace_ms = RUN_CANCEL_GRACE_MS;
 	relay_exec_result res;
-	st = gio_exec_supervised(&io, &sv, argv, NULL, limit_ms, FRAME_MAX_OUTPUT_BYTES, 0, &res, &err);
+	for (;;) {
+		const char *argv[] = {
+		    io.receiver, "run", "--root", root, one_trip ? RECEIVER_RUN_STDIN_OPTION : request_remote,
+		    NULL};
+		memset(&sv, 0, sizeof sv);
+		sv.tick_ms = RUN_PROGRESS_MS;
+		sv.tick_what = "script";
+		sv.limit_ms = c->timeout_ms;
+		sv.cancel_execution = exec_id;
+		sv.cancel_grace_ms = RUN_CANCEL_GRACE_MS;
+		sv.stdin_data = one_trip ? stdin_text : NULL;
+		sv.stdin_len = one_trip ? stdin_len : 0;
+		sv.max_stdout_bytes =
+		    FRAME_MAX_OUTPUT_BYTES + RECEIPT_MAX_BYTES + RECEIVER_ATTACH_IMAGE_MAX_BYTES;
+		st = gio_exec_supervised(&io, &sv, argv, NULL, limit_ms, FRAME_MAX_OUTPUT_BYTES,
+		                         one_trip ? RELAY_EXEC_STDIO_BYTES : 0, &res, &err);
+		if (!one_trip || !stdin_refused(st, &sv, &res))
+			break;
+		/* The receiver proved that nothing ran: what it read on its
+		 * standard input did not arrive whole. The same id goes the
+		 * three-step way (guest.md §16.2 item 3: never trusted, sent
+		 * again only where nothing ran). */
+		log_warning(
+		    "relay_script %s: the receiver refused its standard input (%.*s); sending the run "
+		    "by push instead",
+		    exec_id, (int)(res.err_len > 200 ? 200 : res.err_len), res.err ? res.err : "");
+		gio_exec_result_free(&res);
+		one_trip = false;
+		st = push_run_files(&io, script_rel, c->script, c->script_len, script_sha, request_rel,
+		                    request_text, request_len, request_sha, &err);
+		if (st != RELAY_OK) {
+			free(request_remote);
+			result = not_dispatched(m, g, evidence, exec_id, gio_tool_code(st), false, "%s",
+			                        err.message);
+			goto cleanup;
+		}
+	}
 	free(request_remote);
 	cancelled = sv.cancelled;
+	stdio_answer answer;
+	memset(&answer, 0, sizeof answer);
 
 	run_mark(exec_id, "receiver run", &mark_ms);
 	/* Steps 5-6: the frame, the receipt, or an uncertain outcome. */
@@ -1006,7 +1235,16 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 		else
 			outcome = outcome_uncertain("Receiver exit %d: %s", res.exit_code, tail);
 	} else {
-		frame = gio_parse_frame(res.out, res.out_len);
+		if (one_trip) {
+			stdio_answer_parse(res.out, res.out_len, &answer);
+			frame = answer.frame;
+			answer.frame = NULL;
+			if (answer.dropped[0])
+				log_warning("relay_script %s: %s; it is pulled instead", exec_id,
+				            answer.dropped);
+		} else {
+			frame = gio_parse_frame(res.out, res.out_len);
+		}
 		const char *fid = jsonx_get_str(frame, "executionId");
 		json_object *fr = jsonx_get_obj(frame, "receipt");
 		if (frame == NULL) {
@@ -1017,7 +1255,19 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 		} else if (fr) {
 			relay_error perr;
 			memset(&perr, 0, sizeof perr);
-			if (pull_receipt(&io, fr, exec_id, request_sha, &receipt, receipt_sha, &receipt_bytes,
+			relay_status placed = RELAY_E_NOT_FOUND;
+			if (answer.receipt) {
+				placed = place_receipt(&io, fr, exec_id, request_sha, answer.receipt,
+				                       answer.receipt_len, "run-answer", &receipt,
+				                       receipt_sha, &receipt_bytes, &perr);
+				if (placed != RELAY_OK)
+					log_warning(
+					    "relay_script %s: the receipt on the receiver's answer was not "
+					    "taken (%s); it is pulled instead",
+					    exec_id, perr.message);
+			}
+			if (placed == RELAY_OK ||
+			    pull_receipt(&io, fr, exec_id, request_sha, &receipt, receipt_sha, &receipt_bytes,
 			                 &perr) == RELAY_OK) {
 				rs = RECEIPT_HOME;
 				outcome = json_object_get(jsonx_get_obj(receipt, "outcome"));
@@ -1036,6 +1286,19 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 				outcome =
 				    outcome_uncertain("%s", diag ? diag : "the receiver wrote no receipt");
 		}
+	}
+	/* guest.md §16.3: the after-image original that rode the answer is
+	 * checked and published as a step download would publish it, so the
+	 * result below attaches it. A failure leaves it to the download. */
+	if (receipt && answer.image) {
+		relay_error ierr;
+		memset(&ierr, 0, sizeof ierr);
+		if (image_delivery_publish_answer(m, g, evidence, receipt, answer.image_part, answer.image,
+		                                  answer.image_len, &ierr) != RELAY_OK)
+			log_warning(
+			    "relay_script %s: the after-image on the receiver's answer was not taken (%s); "
+			    "the step download brings it",
+			    exec_id, ierr.message);
 	}
 	gio_exec_result_free(&res);
 
@@ -1064,8 +1327,8 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 	jsonx_add(out, "snapshots", rsnap);
 	jsonx_add(out, "outcome", json_object_get(outcome));
 	if (receipt) {
-		static const char *const copied[] = {"stdout", "stderr", "timedOut", "outputTruncated",
-		                                     "terminationConfirmed"};
+		static const char *const copied[] = {
+		    "stdout", "stderr", "timedOut", "outputTruncated", "terminationConfirmed", "leftRunning"};
 		for (size_t i = 0; i < sizeof copied / sizeof copied[0]; i++) {
 			json_object *v = NULL;
 			json_object_object_get_ex(receipt, copied[i], &v);
@@ -1122,6 +1385,7 @@ cleanup:
 	free(request_rel);
 	free(script_remote);
 	free(request_text);
+	free(stdin_text);
 	json_object_put(capture);
 	json_object_put(step);
 	json_object_put(snaps);

@@ -46,6 +46,12 @@ tool_result *tool_image(manager *m, guest *g, json_object *args, relay_call *cal
 	 * JSON (tools.md §2.3). */
 	if (headline)
 		tool_result_set_headline(result, "%s", headline);
+	char *phrase = image_delivery_phrase(delivery, "saved image");
+	if (phrase) {
+		tool_result_set_lead(result, "%c%s; the guest is kept.", phrase[0] == 'n' ? 'N' : 'S',
+		                     phrase + 1);
+		free(phrase);
+	}
 	result->text_omits_key = "imageDelivery";
 	/* The image block stays beside isError when it was produced (mcp.md §7). */
 	image_delivery_attach(&r, result);

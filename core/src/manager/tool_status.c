@@ -54,6 +54,10 @@ json_object *manager_status_json(manager *m)
 	jsonx_add_str(status, "guestNetwork", settings_guest_network_name(s->guest_network));
 	jsonx_add_int(status, "capacityWaitSeconds", s->capacity_wait_s);
 	jsonx_add_str(status, "stateDirectory", s->session_dir);
+	json_object *identity = json_object_new_object();
+	jsonx_add_str(identity, "source", settings_session_source_name(s->session_source));
+	jsonx_add_str(identity, "note", s->session_note);
+	jsonx_add(status, "sessionIdentity", identity);
 	return status;
 }
 

@@ -354,6 +354,10 @@ static void render_body(strbuf *sb, const tool_result *result, bool *spilled)
 		*spilled = true;
 	}
 	strbuf_puts(sb, "{\"content\":[{\"type\":\"text\",\"text\":\"");
+	if (result->lead) {
+		put_headline(sb, result->lead);
+		strbuf_append(sb, "\\n", 2);
+	}
 	put_headline(sb, result->headline);
 	strbuf_append(sb, "\\n", 2);
 	jsonx_write_escaped(sb, strbuf_str(&body), keep);

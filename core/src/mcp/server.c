@@ -83,7 +83,8 @@ typedef struct mcp_server {
 	manager *(*start_manager)(void *arg, char *errbuf, size_t errlen);
 	void *start_arg;
 	bool manager_failed;
-	int wake_pipe[2]; /* end of the session done, output failed */
+	const char *settings_problem; /* mcp_server_config.settings_problem */
+	int wake_pipe[2];             /* end of the session done, output failed */
 	struct mcp_server *next_retired;
 } mcp_server;
 
@@ -666,6 +667,8 @@ static void handle_ping(mcp_server *srv, batch *b, const char *id_text, bool mod
  * Reader thread only. False when there is no manager (it failed). */
 static bool ensure_manager(mcp_server *srv)
 {
+	if (srv->settings_problem != NULL)
+		return false;
 	if (srv->mgr != NULL || srv->start_manager == NULL)
 		return srv->mgr != NULL || srv->start_manager == NULL;
 	if (srv->manager_failed)
@@ -753,6 +756,12 @@ static void handle_tools_call(mcp_server *srv, batch *b, const char *id_text, co
 		free(problem);
 		json_object_put(arguments);
 		relay_call_complete(call, r);
+		return;
+	}
+	if (srv->settings_problem != NULL) {
+		json_object_put(arguments);
+		relay_call_complete(call,
+		                    tool_result_error(NULL, "invalid-setting", "%s", srv->settings_problem));
 		return;
 	}
 	if (!ensure_manager(srv)) {
@@ -1074,7 +1083,7 @@ static void begin_end(mcp_server *srv, const char *reason)
 	if (!ensure_manager(srv)) {
 		/* No manager: nothing was started, nothing to pause or release. */
 		pthread_mutex_lock(&srv->lock);
-		srv->exit_status = srv->manager_failed ? 1 : 0;
+		srv->exit_status = srv->settings_problem ? 2 : srv->manager_failed ? 1 : 0;
 		srv->ending_done = true;
 		pthread_mutex_unlock(&srv->lock);
 		return;
@@ -1218,6 +1227,7 @@ int mcp_serve(const mcp_server_config *config)
 	srv->mgr = config->mgr;
 	srv->start_manager = config->mgr == NULL ? config->start_manager : NULL;
 	srv->start_arg = config->start_arg;
+	srv->settings_problem = config->settings_problem;
 	pthread_mutex_init(&srv->out_lock, NULL);
 	pthread_mutex_init(&srv->lock, NULL);
 	strbuf_init(&srv->out);

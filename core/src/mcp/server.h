@@ -19,6 +19,12 @@ typedef struct mcp_server_config {
 	 * errbuf on failure (the session then ends with status 1). */
 	manager *(*start_manager)(void *arg, char *errbuf, size_t errlen);
 	void *start_arg;
+	/* Optional: when not NULL the settings are invalid and there is no
+	 * manager (mgr and start_manager NULL): initialize, tools/list and the
+	 * other methods are answered as usual, every tools/call is an isError
+	 * result with this text (borrowed for the server's life), and the
+	 * session ends with status 2 (lifecycle.md §14). */
+	const char *settings_problem;
 } mcp_server_config;
 
 /* Serves until the session ends (mcp.md §13); returns the exit status.

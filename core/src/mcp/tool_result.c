@@ -69,11 +69,33 @@ void tool_result_set_headline(tool_result *result, const char *fmt, ...)
 	result->headline = headline;
 }
 
+void tool_result_set_lead(tool_result *result, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *lead = vformat(fmt, ap);
+	va_end(ap);
+	if (lead) {
+		fold_line_breaks(lead);
+		size_t len = strlen(lead);
+		size_t keep = 0, chars = 0;
+		/* Cut at a character boundary after at most 200 characters. */
+		while (keep < len && chars < TOOL_RESULT_LEAD_MAX_CHARS) {
+			keep += utf8_cut_forward(lead, len, keep + 1) - keep;
+			chars++;
+		}
+		lead[keep] = '\0';
+	}
+	free(result->lead);
+	result->lead = lead;
+}
+
 void tool_result_free(tool_result *result)
 {
 	if (result == NULL)
 		return;
 	json_object_put(result->structured);
+	free(result->lead);
 	free(result->headline);
 	free(result->image_base64);
 	free(result->image_mime);

@@ -50,6 +50,18 @@ void backends_select(relay_backends *b, const relay_settings *s)
 	}
 }
 
+/* The variable that set `plugin_name`'s options, or NULL when none did. */
+static const char *options_variable(const relay_settings *s, const char *plugin_name)
+{
+	if (strcmp(plugin_name, "machine-service") == 0 && s->machine_service_options)
+		return "MCP_RELAY_MACHINE_SERVICE_OPTIONS";
+	if (strcmp(plugin_name, "machine-local") == 0 && s->local_options)
+		return "MCP_RELAY_LOCAL_OPTIONS";
+	if (strcmp(plugin_name, "transfer-ssh") == 0 && s->transfer_ssh_options)
+		return "MCP_RELAY_TRANSFER_SSH_OPTIONS";
+	return NULL;
+}
+
 static char *plugin_config(const relay_settings *s, const char *plugin_name, const char *state_dir)
 {
 	json_object *config = json_object_new_object();
@@ -123,8 +135,20 @@ void backends_load(relay_backends *b, const relay_settings *s)
 			b->plugins[i] = plugin;
 		} else {
 			b->load_status[i] = err.code != RELAY_OK ? err.code : RELAY_E_INTERNAL;
-			b->load_errors[i] = strdup(err.message);
-			log_error("%s slot: %s", slot_names[i], err.message);
+			/* A plugin refusing its options names the variable they
+			 * came from and the fix (lifecycle.md §14). */
+			const char *variable = options_variable(s, name);
+			char message[sizeof err.message + 256];
+			if (variable && b->load_status[i] == RELAY_E_INVALID_ARGUMENT)
+				snprintf(
+				    message, sizeof message,
+				    "%s (the options come from %s: correct or remove what it names there, "
+				    "then restart the server)",
+				    err.message, variable);
+			else
+				snprintf(message, sizeof message, "%s", err.message);
+			b->load_errors[i] = strdup(message);
+			log_error("%s slot: %s", slot_names[i], message);
 		}
 		free(config);
 		free(state_dir);

@@ -271,14 +271,24 @@ static int check_service_options(json_object *opts, char *errbuf, size_t errlen)
 	return 0;
 }
 
+static bool usable_path_value(const char *value)
+{
+	return value != NULL && *value != '\0' && strstr(value, "${") == NULL;
+}
+
 static int resolve_project(relay_settings *s, char *errbuf, size_t errlen)
 {
 	char cwd[PATH_MAX];
 	if (getcwd(cwd, sizeof cwd) == NULL)
 		return fail(errbuf, errlen,
 		            "MCP_RELAY_PROJECT cannot be resolved: the working folder is unknown");
+	/* MCP_RELAY_PROJECT; else CLAUDE_PROJECT_DIR, which Claude Code sets in
+	 * the environment of the servers it starts; else the working folder. A
+	 * value with an unexpanded placeholder counts as unset. */
 	const char *value = getenv("MCP_RELAY_PROJECT");
-	if (value == NULL || *value == '\0' || strstr(value, "${") != NULL)
+	if (!usable_path_value(value))
+		value = getenv("CLAUDE_PROJECT_DIR");
+	if (!usable_path_value(value))
 		value = cwd;
 	char *given = value[0] == '/' ? strdup(value) : fs_path_join(cwd, value);
 	char real[PATH_MAX];
@@ -337,6 +347,90 @@ static int resolve_state_root(relay_settings *s, char *errbuf, size_t errlen)
 	return 0;
 }
 
+/* The session key of identity `id` (lifecycle.md §2): the first 32 hex
+ * digits of its SHA-256. */
+static void session_key_of(const char *id, char key[33])
+{
+	char digest[SHA256_HEX_LEN + 1];
+	sha256_buffer_hex(id, strlen(id), digest);
+	memcpy(key, digest, 32);
+	key[32] = '\0';
+}
+
+int settings_use_fresh_identity(relay_settings *s, long holder)
+{
+	int rc = -1;
+	char uuid[37];
+	random_uuid(uuid);
+	char note[512];
+	snprintf(note, sizeof note,
+	         "another live mcp-relay process, pid %ld, holds this project's session %s; this "
+	         "process took the fresh identity %s, so it does not see that process's guests (set "
+	         "MCP_RELAY_SESSION to choose an identity)",
+	         holder, s->session_id, uuid);
+	char key[33];
+	session_key_of(uuid, key);
+	char *id = strdup(uuid);
+	char *text = strdup(note);
+	char *dir = fs_path_join(s->state_root, key);
+	char *old_id = s->session_id, *old_note = s->session_note, *old_dir = s->session_dir;
+	if (id == NULL || text == NULL || dir == NULL)
+		goto cleanup;
+	/* Swapped in: the old values are freed below. */
+	s->session_id = id;
+	s->session_note = text;
+	s->session_dir = dir;
+	memcpy(s->session_key, key, sizeof key);
+	s->session_source = SESSION_FRESH;
+	s->session_id_stable = false;
+	id = old_id;
+	text = old_note;
+	dir = old_dir;
+	rc = 0;
+cleanup:
+	free(id);
+	free(text);
+	free(dir);
+	return rc;
+}
+
+const char *settings_session_source_name(session_source source)
+{
+	switch (source) {
+	case SESSION_FROM_SETTING: return "setting";
+	case SESSION_FROM_PROJECT: return "project";
+	case SESSION_FRESH: return "fresh";
+	}
+	return "setting";
+}
+
+const char *settings_problem_fix(const char *problem)
+{
+	if (strncmp(problem, "VM_ENVIRONMENT_FILE", 19) == 0) {
+		if (strstr(problem, "schemaVersion 1") || strstr(problem, "vmctlPath"))
+			return "update the profile to schemaVersion 2 with machctlPath (see "
+			       "docs/environment-profiles.md)";
+		if (strstr(problem, "must not be blank"))
+			return "unset VM_ENVIRONMENT_FILE, or set it to the path of a schemaVersion 2 "
+			       "profile";
+		return "correct the profile as the message says (docs/environment-profiles.md); an invalid "
+		       "selection never falls back to the unselected settings";
+	}
+	return "correct the variable named above in the environment the server is started with (the "
+	       "\"env\" of its entry in the host's MCP configuration), or remove it for its default; "
+	       "then restart the server";
+}
+
+void settings_problem_text(const char *problem, char *out, size_t out_len)
+{
+	size_t name_len = strcspn(problem, " ");
+	snprintf(out, out_len,
+	         "The relay cannot work until a setting is fixed: %.*s is invalid. %s. Fix: %s "
+	         "(`mcp-relay doctor` checks every setting). Until then every tool call fails with "
+	         "this message and nothing is acquired.",
+	         (int)name_len, problem, problem, settings_problem_fix(problem));
+}
+
 static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 {
 	const char *v;
@@ -363,14 +457,20 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 		s->session_id = strdup(v);
 		s->session_id_stable = true;
 	} else {
-		char uuid[37];
-		random_uuid(uuid);
-		s->session_id = strdup(uuid);
+		/* The project's own identity (lifecycle.md §2): a restarted server
+		 * and a client that starts one server per call take back the
+		 * project's guests; two projects never share one. */
+		char digest[SHA256_HEX_LEN + 1];
+		char id[8 + 32 + 1];
+		sha256_buffer_hex(s->project, strlen(s->project), digest);
+		snprintf(id, sizeof id, "project-%.32s", digest);
+		s->session_id = strdup(id);
+		s->session_id_stable = true;
+		s->session_source = SESSION_FROM_PROJECT;
 	}
-	char digest[65];
-	sha256_buffer_hex(s->session_id, strlen(s->session_id), digest);
-	memcpy(s->session_key, digest, 32);
-	s->session_key[32] = '\0';
+	if (s->session_id == NULL)
+		return fail(errbuf, errlen, "settings could not be read: out of memory");
+	session_key_of(s->session_id, s->session_key);
 
 	v = getenv("VM_ENVIRONMENT_FILE");
 	if (v != NULL) {
@@ -526,6 +626,7 @@ void settings_free(relay_settings *s)
 	free(s->state_root);
 	free(s->session_dir);
 	free(s->registry_path);
+	free(s->session_note);
 	environment_free(s->environment);
 	memset(s, 0, sizeof *s);
 }
