@@ -7,8 +7,8 @@ per call, as a one-shot client does.
 
     python3 test_inspector.py --build-dir build
 
-The loop's calls are separate server processes of one session (MCP_RELAY_SESSION), so the
-guest acquired by the first is taken back by the next ones. Runs `npm ci` here when
+The loop's calls are separate server processes of one project and so, with no setting, of one
+session identity: the guest acquired by the first is taken back by the next ones. Runs `npm ci` here when
 node_modules is missing. Exits 0 when every check passes, 1 otherwise."""
 
 import argparse
@@ -99,8 +99,9 @@ def main():
         state = os.path.join(work, "state")
         os.makedirs(project)
         os.makedirs(state, mode=0o700)
-        env = {"MCP_RELAY_PROJECT": project, "MCP_RELAY_STATE_DIR": state,
-               "MCP_RELAY_SESSION": "inspector-test", "MCP_RELAY_ON_EXIT": "pause"}
+        # No MCP_RELAY_SESSION: the project's own identity lets each one-shot server
+        # take back the guest of the one before (docs/hosts.md, the session identity).
+        env = {"MCP_RELAY_PROJECT": project, "MCP_RELAY_STATE_DIR": state}
         # The Inspector gives the server only a few variables of its own environment:
         # a sanitizer build needs its options passed on.
         for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
