@@ -2,7 +2,8 @@
 # Installs the Debian packages mcp-relay needs that are missing.
 #   scripts/deps.sh build   what building needs (and what local guests use)
 #   scripts/deps.sh test    build + everything the tests start (sshd, Xvfb, chromium, ...)
-#   scripts/deps.sh ci      test + what .ci/run adds (clang and ccache for the matrix, debootstrap)
+#   scripts/deps.sh ci      test + what .ci/run adds (clang, its sanitizer runtimes and ccache for the
+#                           matrix and scripts/fuzz, debootstrap)
 set -euo pipefail
 # gcc comes without the C library headers when recommends are off: libc6-dev
 # (also libc.a, for the static guest programs). A fresh Debian 12 has none of
@@ -19,7 +20,7 @@ if [ "$level" != build ]; then
          chromium python3 e2fsprogs util-linux xdotool netcat-openbsd procps ca-certificates)
 fi
 if [ "$level" = ci ]; then
-  need+=(clang ccache debootstrap tar gzip)
+  need+=(clang libclang-rt-dev ccache debootstrap tar gzip)
 fi
 missing=()
 for p in "${need[@]}"; do

@@ -569,6 +569,16 @@ void jv_write_string(buf *out, const char *text, size_t len)
 {
 	static const char digits[] = "0123456789abcdef";
 	size_t i, run = 0;
+	if (!utf8_valid(text, len)) {
+		/* Never write what jv_parse would refuse (a capture program's
+		 * stderr, a file name): invalid sequences become U+FFFD. */
+		buf clean;
+		buf_init(&clean);
+		utf8_sanitize(&clean, text, len, 0);
+		jv_write_string(out, clean.data ? clean.data : "", clean.len);
+		buf_free(&clean);
+		return;
+	}
 	buf_putc(out, '"');
 	for (i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)text[i];

@@ -5,7 +5,9 @@
  * valid UTF-8 only (no lone surrogates in \u escapes), no duplicate keys,
  * nesting at most 64 deep. Objects keep their key order. The writer emits
  * what JSON.stringify would (raw UTF-8, "/" unescaped), compact or with
- * two-space indentation.
+ * two-space indentation. It never writes what the reader refuses: bytes of
+ * a string that are not valid UTF-8 (a capture program's stderr, a file
+ * name) are written as U+FFFD, one per invalid byte.
  */
 #ifndef RECEIVER_JSON_H
 #define RECEIVER_JSON_H

@@ -423,6 +423,36 @@ static int pid_spared(const spawn_request *req, pid_t pid)
 	return 0;
 }
 
+/* Polls the open read ends (-1 skipped) for up to wait_ms; 0 when both are
+ * closed (nothing was polled). */
+static int wait_readable(int out_fd, int err_fd, int wait_ms)
+{
+	struct pollfd pf[2];
+	int nfds = 0;
+	if (out_fd >= 0) {
+		pf[nfds].fd = out_fd;
+		pf[nfds].events = POLLIN;
+		nfds++;
+	}
+	if (err_fd >= 0) {
+		pf[nfds].fd = err_fd;
+		pf[nfds].events = POLLIN;
+		nfds++;
+	}
+	if (nfds)
+		poll(pf, (nfds_t)nfds, wait_ms);
+	return nfds;
+}
+
+/* Reads what both pipes hold within the shared budget. */
+static void pump_both(int out_p[2], int err_p[2], size_t *total, size_t budget, spawn_result *res)
+{
+	if (out_p[0] >= 0)
+		pump(&out_p[0], &res->out, total, budget, &res->output_truncated);
+	if (err_p[0] >= 0)
+		pump(&err_p[0], &res->err, total, budget, &res->output_truncated);
+}
+
 #if defined(__linux__)
 /* SIGKILLs every process whose parent is this process, except the spared
  * ones (what an earlier script left running). Returns the number found. */
@@ -487,6 +517,21 @@ static int reap_all(const spawn_request *req, pid_t main_pid, spawn_result *res)
 	}
 }
 
+/* 1 when a child of this process other than the spared ones is alive (an
+ * orphan the subreaper adopted). Without spared children one waitpid tells:
+ * ECHILD means none at all; no /proc walk is needed then. */
+static int has_unspared_children(const spawn_request *req)
+{
+	int status;
+	pid_t w;
+	if (req->spared_count == 0) {
+		while ((w = waitpid(-1, &status, WNOHANG)) > 0)
+			;
+		return w == 0;
+	}
+	return !only_spared_left(req);
+}
+
 /* guest.md §16.1: the main process exited on its own. Output is read for
  * at most SURVIVOR_DRAIN_MS more (or to both ends of file); what still holds
  * a pipe keeps it, and its read end goes to the caller. Nothing is killed;
@@ -498,26 +543,11 @@ static int leave_running(const spawn_request *req, pid_t pid, int out_p[2], int 
 {
 	int64_t until = mono_ms() + SURVIVOR_DRAIN_MS;
 	while ((out_p[0] >= 0 || err_p[0] >= 0) && !res->output_truncated) {
-		struct pollfd pf[2];
-		int nfds = 0;
 		int64_t left = until - mono_ms();
 		if (left <= 0)
 			break;
-		if (out_p[0] >= 0) {
-			pf[nfds].fd = out_p[0];
-			pf[nfds].events = POLLIN;
-			nfds++;
-		}
-		if (err_p[0] >= 0) {
-			pf[nfds].fd = err_p[0];
-			pf[nfds].events = POLLIN;
-			nfds++;
-		}
-		poll(pf, (nfds_t)nfds, (int)left);
-		if (out_p[0] >= 0)
-			pump(&out_p[0], &res->out, total, req->output_budget, &res->output_truncated);
-		if (err_p[0] >= 0)
-			pump(&err_p[0], &res->err, total, req->output_budget, &res->output_truncated);
+		wait_readable(out_p[0], err_p[0], (int)left);
+		pump_both(out_p, err_p, total, req->output_budget, res);
 	}
 	if (res->output_truncated)
 		return -1;
@@ -527,17 +557,8 @@ static int leave_running(const spawn_request *req, pid_t pid, int out_p[2], int 
 	res->err_left_fd = err_p[0];
 	out_p[0] = -1;
 	err_p[0] = -1;
-	res->left_running = res->out_left_fd >= 0 || res->err_left_fd >= 0 || group_alive(pid);
-#if defined(__linux__)
-	if (!res->left_running) {
-		size_t n = 0, i;
-		pid_t *kids = proc_children(&n);
-		for (i = 0; i < n; i++)
-			if (!pid_spared(req, kids[i]))
-				res->left_running = 1;
-		free(kids);
-	}
-#endif
+	res->left_running =
+	    res->out_left_fd >= 0 || res->err_left_fd >= 0 || group_alive(pid) || has_unspared_children(req);
 	return 0;
 }
 
@@ -605,31 +626,20 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 	set_nonblock(out_p[0]);
 	set_nonblock(err_p[0]);
 	deadline = mono_ms() + req->timeout_ms;
+	int64_t idle_ms = 1;
 	while (!res->exited && !res->spawn_failed) {
-		struct pollfd pf[2];
-		int nfds = 0;
 		int64_t now = mono_ms();
 		int wait_ms = (int)(deadline - now < CONFIRM_POLL_MS ? deadline - now : CONFIRM_POLL_MS);
 		if (wait_ms < 0)
 			wait_ms = 0;
-		if (out_p[0] >= 0) {
-			pf[nfds].fd = out_p[0];
-			pf[nfds].events = POLLIN;
-			nfds++;
+		if (!wait_readable(out_p[0], err_p[0], wait_ms)) {
+			/* Both pipes are closed: the end is usually a moment away, so
+			 * look again soon, backing off to the usual poll interval. */
+			sleep_ms(idle_ms < wait_ms ? idle_ms : wait_ms);
+			if (idle_ms < CONFIRM_POLL_MS)
+				idle_ms *= 2;
 		}
-		if (err_p[0] >= 0) {
-			pf[nfds].fd = err_p[0];
-			pf[nfds].events = POLLIN;
-			nfds++;
-		}
-		if (nfds)
-			poll(pf, (nfds_t)nfds, wait_ms);
-		else
-			sleep_ms(wait_ms);
-		if (out_p[0] >= 0)
-			pump(&out_p[0], &res->out, &total, req->output_budget, &res->output_truncated);
-		if (err_p[0] >= 0)
-			pump(&err_p[0], &res->err, &total, req->output_budget, &res->output_truncated);
+		pump_both(out_p, err_p, &total, req->output_budget, res);
 		if (res->output_truncated)
 			break;
 		{
@@ -659,10 +669,7 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 		res->cancelled = 1;
 	/* Output already written before the end belongs to the run. */
 	if (!res->output_truncated) {
-		if (out_p[0] >= 0)
-			pump(&out_p[0], &res->out, &total, req->output_budget, &res->output_truncated);
-		if (err_p[0] >= 0)
-			pump(&err_p[0], &res->err, &total, req->output_budget, &res->output_truncated);
+		pump_both(out_p, err_p, &total, req->output_budget, res);
 	}
 	if (req->leave_survivors && res->exited && !res->output_truncated && !res->timed_out &&
 	    !res->cancelled && leave_running(req, pid, out_p, err_p, &total, res) == 0) {
@@ -693,10 +700,7 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 		sleep_ms(CONFIRM_POLL_MS);
 	}
 	if (!res->output_truncated) {
-		if (out_p[0] >= 0)
-			pump(&out_p[0], &res->out, &total, req->output_budget, &res->output_truncated);
-		if (err_p[0] >= 0)
-			pump(&err_p[0], &res->err, &total, req->output_budget, &res->output_truncated);
+		pump_both(out_p, err_p, &total, req->output_budget, res);
 	}
 	if (hooks && hooks->after_end &&
 	    hooks->after_end(hooks->ctx, pid, res->termination_confirmed, err) != 0)

@@ -1146,6 +1146,14 @@ static void note_left_running(run_ctx *ctx)
 	if (!ctx->have_proc || !p->exited || p->timed_out || p->output_truncated || p->cancelled ||
 	    p->spawn_failed)
 		return;
+	/* Nothing was left behind (proc_run knows without walking /proc): an
+	 * empty list. */
+	if (!p->left_running) {
+		ctx->left_running = jv_object();
+		jv_set_int(ctx->left_running, "count", 0);
+		jv_set(ctx->left_running, "processes", jv_array());
+		return;
+	}
 	ctx->left_running = survivors_list(p->pgid, &ctx->drainer_pid, ctx->drainer_pid > 0 ? 1 : 0);
 	if (jv_get(ctx->left_running, "count")->number_int > 0) {
 		jv *f = jv_object();

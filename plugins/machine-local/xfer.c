@@ -937,6 +937,16 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		return lu_err(r->st, err, errno == EEXIST ? RELAY_E_UNSAFE_PATH : RELAY_E_IO, errno,
 		              "cannot create %s in %s: %s", rel[0] ? rel : name, r->dest_label,
 		              strerror(errno));
+	/* The guest user owns the file from its creation, not only once it is
+	 * whole: a push cut short (the server killed) leaves a partial file the
+	 * receiver can still read, so the retry's scan sees it and the retry
+	 * overwrites it (tools.md §3.5). */
+	if (push && r->g->chown_files && fchown(fd, r->g->conn->uid, r->g->conn->gid) != 0) {
+		int e = errno;
+		close(fd);
+		unlinkat(dir_fd, name, 0);
+		return lu_err(r->st, err, RELAY_E_IO, e, "cannot hand %s to the guest user", rel[0] ? rel : name);
+	}
 	relay_status status = RELAY_OK;
 	EVP_MD_CTX *ctx = push ? NULL : EVP_MD_CTX_new();
 	if (!push && ctx == NULL) {
@@ -991,10 +1001,7 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 	if (status == RELAY_OK) {
 		if (ctx)
 			hex_digest(ctx, hex);
-		if (push && r->g->chown_files && fchown(fd, r->g->conn->uid, r->g->conn->gid) != 0)
-			status =
-			    lu_err(r->st, err, RELAY_E_IO, errno, "cannot hand %s to the guest user", rel);
-		else if (fstat(fd, &written) != 0 || (uint64_t)written.st_size != total)
+		if (fstat(fd, &written) != 0 || (uint64_t)written.st_size != total)
 			status = lu_err(r->st, err, RELAY_E_INTEGRITY, errno,
 			                "%s holds %lld bytes after writing %llu", rel[0] ? rel : name,
 			                (long long)written.st_size, (unsigned long long)total);

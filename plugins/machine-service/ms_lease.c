@@ -175,7 +175,9 @@ static relay_status lease_failure(ms_state *s, ms_reply *reply, const char *what
 		return host->error_set(err, RELAY_E_NOT_FOUND, 0, "machine-service no longer knows %s (%s)",
 		                       vm, reply->text ? reply->text : "unknown VM");
 	if (reply->status >= 400 && reply->status < 500)
-		return host->error_set(err, RELAY_E_REFUSED, 0, "%s", reply->text ? reply->text : "refused");
+		return host->error_set(
+		    err, RELAY_E_REFUSED, 0, "%s",
+		    reply->text && reply->text[0] ? reply->text : "refused (the service gave no reason)");
 	return host->error_set(err, RELAY_E_INDETERMINATE, 0,
 	                       "%s answered HTTP %ld (%s); the outcome is unknown", what, reply->status,
 	                       reply->text ? reply->text : "");
@@ -308,7 +310,10 @@ static relay_status acquire_refusal(ms_state *s, ms_reply *reply, const char *pu
                                     relay_error *err)
 {
 	const relay_host *host = s->host;
-	const char *text = reply->text ? reply->text : "refused";
+	/* An empty error text (a body that is blank or starts with a NUL) must
+	 * still leave a message. */
+	const char *text =
+	    reply->text && reply->text[0] ? reply->text : "refused (the service gave no reason)";
 	if (ms_reply_env_refusal(reply))
 		return ms_env_refused(s, MS_LOOKUP_TIMEOUT_MS, NULL, err);
 	if (strstr(text, "limit reached"))

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,57 @@ void ms_buf_free(ms_buf *b)
 
 /* ---- JSON ---------------------------------------------------------------- */
 
+/* Length of the valid UTF-8 sequence at s[0..left), or 0. */
+static size_t utf8_seq_len(const unsigned char *s, size_t left)
+{
+	size_t need = s[0] < 0x80                    ? 1
+	              : s[0] >= 0xc2 && s[0] <= 0xdf ? 2
+	              : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+	              : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+	                                             : 0;
+	if (need == 0 || need > left)
+		return 0;
+	for (size_t k = 1; k < need; k++)
+		if ((s[k] & 0xc0) != 0x80)
+			return 0;
+	if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) ||
+	    (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))
+		return 0;
+	return need;
+}
+
+/* text with each invalid UTF-8 byte replaced by U+FFFD (malloc'd, its
+ * length in *len_out), or NULL when it is valid UTF-8 already (or on
+ * allocation failure: then the strict parse below refuses nothing new). */
+static char *utf8_repaired(const char *text, size_t len, size_t *len_out)
+{
+	const unsigned char *s = (const unsigned char *)text;
+	size_t i = 0;
+	while (i < len && utf8_seq_len(s + i, len - i) > 0)
+		i += utf8_seq_len(s + i, len - i);
+	if (i == len || len > SIZE_MAX / 3)
+		return NULL;
+	char *out = malloc(len * 3 + 1);
+	if (out == NULL)
+		return NULL;
+	size_t o = 0;
+	for (i = 0; i < len;) {
+		size_t n = utf8_seq_len(s + i, len - i);
+		if (n == 0) {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		} else {
+			memcpy(out + o, s + i, n);
+			o += n;
+			i += n;
+		}
+	}
+	out[o] = '\0';
+	*len_out = o;
+	return out;
+}
+
 json_object *ms_json_parse(const char *text, size_t len, char *why, size_t why_len)
 {
 	if (why && why_len)
@@ -93,6 +145,16 @@ json_object *ms_json_parse(const char *text, size_t len, char *why, size_t why_l
 		if (why)
 			snprintf(why, why_len, "no body");
 		return NULL;
+	}
+	/* A reply's strings reach the core in lease documents, which it reads
+	 * as strict UTF-8: bytes that are not UTF-8 become U+FFFD here, or the
+	 * core could not read the lease of a machine that was leased. */
+	size_t repaired_len = 0;
+	char *repaired = utf8_repaired(text, len, &repaired_len);
+	if (repaired != NULL) {
+		json_object *obj = ms_json_parse(repaired, repaired_len, why, why_len);
+		free(repaired);
+		return obj;
 	}
 	json_tokener *tok = json_tokener_new();
 	if (tok == NULL)

@@ -178,7 +178,7 @@ def _start_sshd(v):
     home = os.path.join(d, "home")
     os.makedirs(home, mode=0o700)
     session_env = [] if os.environ.get("RELAY_RUNS_SSH_LOGIN_HOME") == "1" else ["HOME=%s" % home]
-    session_env += ["%s=%s" % kv for kv in v.sshd_env.items()]  # what guest sessions see (bench/runs)
+    session_env += ["%s=%s" % kv for kv in getattr(v, "sshd_env", {}).items()]  # what guest sessions see (bench/runs)
     set_home = "SetEnv %s\n" % " ".join(session_env) if session_env else ""
     config = os.path.join(d, "sshd_config")
     with open(config, "w") as f:

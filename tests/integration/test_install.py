@@ -17,7 +17,7 @@ from relay_client import run_tests, skip
 
 BUILD = os.environ.get("RELAY_BUILD_DIR", "")
 SOURCE = os.environ.get("RELAY_SOURCE_DIR", "")
-PLUGINS = ["machine-local", "machine-service", "transfer-ssh", "capture-x11", "capture-cua",
+PLUGINS = ["machine-local", "machine-service", "machine-docker", "transfer-ssh", "capture-x11", "capture-cua",
            "console-vnc", "capture-reference"]
 
 

@@ -72,7 +72,10 @@ static void test_acquire(void **state)
 	acquire_path("\"a/./b\"", "must not contain a . segment");
 	acquire_path("\"..\"", "must not contain a .. segment");
 	acquire_path("\"a/../../b\"", "must not contain a .. segment");
-	acquire_path("\"a\\u0000b\"", "must not contain a NUL byte");
+	/* A NUL is refused by the schema layer for every text field (below). */
+	expect(TOOL_ACQUIRE,
+	       "{\"task\":\"t\",\"image\":\"i\",\"extractions\":[{\"name\":\"out\",\"path\":\"a\\u0000b\"}]}",
+	       "/extractions/0/path contains U+0000 (a NUL byte), which no text field accepts; remove it");
 	expect(
 	    TOOL_ACQUIRE,
 	    "{\"task\":\"t\",\"image\":\"i\",\"extractions\":[{\"name\":\"full-workspace\",\"path\":\"x\"}]}",
@@ -206,12 +209,66 @@ static int setup(void **state)
 	return contract_init(err, sizeof err);
 }
 
+/* lifecycle.md §12 rule 1: every text field with a NUL is refused, naming
+ * the field, instead of being cut at it (issue 17, defect 4). */
+static void test_nul_in_any_text_field(void **state)
+{
+	(void)state;
+	const char *nul = "contains U+0000 (a NUL byte), which no text field accepts; remove it";
+	struct {
+		relay_tool tool;
+		const char *args;
+		const char *pointer;
+	} cases[] = {
+	    {TOOL_STAGE, "{\"guest\":\"a-1\",\"workspace\":\"ws\\u0000/../../outside\"}", "/workspace"},
+	    {TOOL_STAGE, "{\"guest\":\"a-1\",\"files\":[{\"local\":\"x\\u0000y\",\"path\":\"a\"}]}",
+	     "/files/0/local"},
+	    {TOOL_STAGE, "{\"guest\":\"a-1\",\"nodePath\":\"n\\u0000\"}", "/nodePath"},
+	    {TOOL_SCRIPT,
+	     "{\"guest\":\"a-1\",\"language\":\"shell\",\"inline\":false,\"localPath\":\"a.sh\\u0000.txt\"}",
+	     "/localPath"},
+	    {TOOL_SCRIPT,
+	     "{\"guest\":\"a-1\",\"language\":\"shell\",\"inline\":true,\"code\":\"x\",\"reason\":"
+	     "\"r\\u0000cut\"}",
+	     "/reason"},
+	    {TOOL_SCRIPT,
+	     "{\"guest\":\"a-1\",\"language\":\"shell\",\"inline\":true,\"code\":\"x\",\"step\":{\"id\":\"s-"
+	     "1\","
+	     "\"title\":\"t\\u0000cut\"}}",
+	     "/step/title"},
+	    {TOOL_IMAGE,
+	     "{\"guest\":\"a-1\",\"target\":{\"source\":\"application\",\"name\":\"out\\u0000junk\"}}",
+	     "/target/name"},
+	    {TOOL_SEARCH, "{\"name\":\"\\u0000\"}", "/name"},
+	    {TOOL_CONSOLE_OPEN,
+	     "{\"guest\":\"a-1\",\"console_id\":\"c-1\",\"attempt_id\":\"a-1\",\"reason\":\"r\",\"expected\":"
+	     "\"e\\u0000\",\"userRequested\":true}",
+	     "/expected"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char want[512];
+		snprintf(want, sizeof want, "%s %s", cases[i].pointer, nul);
+		expect(cases[i].tool, cases[i].args, want);
+	}
+	/* Script code is refused whole, never run cut (printf A\0; printf B). */
+	expect(
+	    TOOL_SCRIPT,
+	    "{\"guest\":\"a-1\",\"language\":\"shell\",\"inline\":true,\"diagnostic\":true,"
+	    "\"code\":\"printf A\\u0000; printf B\"}",
+	    "/code contains U+0000 (a NUL byte), which no script can hold, so the script is refused whole; "
+	    "remove it");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_probe), cmocka_unit_test(test_acquire),
-	    cmocka_unit_test(test_stage), cmocka_unit_test(test_script),
-	    cmocka_unit_test(test_image), cmocka_unit_test(test_console_open),
+	    cmocka_unit_test(test_probe),
+	    cmocka_unit_test(test_acquire),
+	    cmocka_unit_test(test_stage),
+	    cmocka_unit_test(test_script),
+	    cmocka_unit_test(test_image),
+	    cmocka_unit_test(test_console_open),
+	    cmocka_unit_test(test_nul_in_any_text_field),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -644,6 +644,56 @@ static void test_sibling_records(void **state)
 	fx_free(&p);
 }
 
+/* A guest's bytes that are not UTF-8 in the journal and in a receipt (a
+ * capture program's stderr, written raw by an earlier receiver) no longer
+ * make the package undeliverable (issue 17, defect 2): it is delivered and
+ * verifies, and the files keep their original bytes. */
+static void test_guest_bytes_not_utf8_still_delivered(void **state)
+{
+	(void)state;
+	fx_pkg p;
+	fx_init(&p);
+	fx_run a = run_ok(RUN1, "shell-1");
+	fx_add_run(&p, &a);
+	/* The session-start line gains a field with raw bytes. */
+	const char *needle = "\"platform\":\"linux-x86_64\"}";
+	char *at = strstr(p.journal.data, needle);
+	assert_non_null(at);
+	strbuf journal = STRBUF_INIT;
+	strbuf_append(&journal, p.journal.data, (size_t)(at - p.journal.data));
+	strbuf_puts(&journal, "\"platform\":\"linux-x86_64\",\"stderrTail\":\"\xff\xfe\xfd\"}");
+	strbuf_puts(&journal, at + strlen(needle));
+	strbuf_free(&p.journal);
+	p.journal = journal;
+	fx_finish(&p);
+	char rel[512], path[1024];
+	snprintf(rel, sizeof rel, "state/receiver/receipts/%s.json", RUN1);
+	snprintf(path, sizeof path, "%s/%s", p.dir, rel);
+	char *receipt = NULL;
+	size_t receipt_len = 0;
+	assert_int_equal(fs_read_file(path, 1 << 20, &receipt, &receipt_len, NULL), RELAY_OK);
+	assert_true(receipt_len > 1 && receipt[0] == '{');
+	strbuf raw = STRBUF_INIT;
+	strbuf_puts(&raw, "{\"stderr\":\"name-\xff\xfe.txt\",");
+	strbuf_append(&raw, receipt + 1, receipt_len - 1);
+	unlink(path);
+	fx_write(&p, rel, raw.data, raw.len);
+
+	evidence_delivery_result res;
+	deliver_ok(&p, &res);
+	evidence_delivery_result_free(&res);
+	assert_int_equal(evidence_package_verify(p.dir, p.root, NULL, NULL), RELAY_OK);
+	char *kept = NULL;
+	size_t kept_len = 0;
+	assert_int_equal(fs_read_file(path, 1 << 20, &kept, &kept_len, NULL), RELAY_OK);
+	assert_int_equal(kept_len, raw.len);
+	assert_memory_equal(kept, raw.data, raw.len);
+	free(kept);
+	free(receipt);
+	strbuf_free(&raw);
+	fx_free(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -660,6 +710,7 @@ int main(void)
 	    cmocka_unit_test(test_state_merge),
 	    cmocka_unit_test(test_space_check),
 	    cmocka_unit_test(test_sibling_records),
+	    cmocka_unit_test(test_guest_bytes_not_utf8_still_delivered),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

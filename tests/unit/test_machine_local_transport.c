@@ -8,6 +8,7 @@
  * refusal of a path that leaves the guest.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 
 #include "machine_local_fixture.h"
@@ -640,6 +641,73 @@ static void test_paths_never_leave_the_guest(void **state)
 	                 RELAY_E_UNSUPPORTED_FLAGS);
 }
 
+/* A push cut short by SIGKILL of the server (issue 17, defect 3) leaves a
+ * partial file the guest user owns and can read, so the retry's scan sees
+ * it and the retry overwrites it (tools.md §3.5). It used to be root's,
+ * mode 0600: "receiver scan failed (exit 3): cannot open ...: Permission
+ * denied" on every retry. */
+static void test_push_cut_short_can_be_retried(void **state)
+{
+	(void)state;
+	ML_SKIP_UNLESS_READY();
+	char src[600], small[600], hex[65];
+	snprintf(src, sizeof src, "%s/big.bin", g_tmp);
+	snprintf(small, sizeof small, "%s/small.bin", g_tmp);
+	/* Large enough that the push is still writing when it is killed. */
+	int fd = open(src, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)768 << 20), 0);
+	close(fd);
+	char *out = NULL;
+	assert_int_equal(ml_sh(&g_env, g_conn, "mkdir -p /home/relay/cut", &out), 0);
+	free(out);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		char *facts = NULL;
+		relay_error err;
+		g_env.p->transport.push(g_env.p->state, g_conn, src, "/home/relay/cut/blob01.bin", NULL, 0,
+		                        &facts, &err);
+		_exit(0);
+	}
+	/* Kill it once the file has some bytes in the guest. */
+	bool seen = false;
+	for (int i = 0; i < 2000 && !seen; i++) {
+		out = NULL;
+		int rc = ml_sh(&g_env, g_conn, "stat -c %s /home/relay/cut/blob01.bin 2>/dev/null", &out);
+		seen = rc == 0 && out && atoll(out) > 0;
+		free(out);
+		if (!seen)
+			usleep(2000);
+	}
+	kill(child, SIGKILL);
+	int st = 0;
+	waitpid(child, &st, 0);
+	assert_true(seen);
+	out = NULL;
+	assert_int_equal(ml_sh(&g_env, g_conn,
+	                       "f=/home/relay/cut/blob01.bin; stat -c %U \"$f\"; head -c 1 \"$f\" >/dev/null "
+	                       "&& echo readable",
+	                       &out),
+	                 0);
+	assert_string_equal(out, "relay\nreadable\n");
+	free(out);
+	/* The retry overwrites what reached the guest. */
+	write_random_file(small, 4096, 0644);
+	host_sha(small, hex);
+	json_object *facts = push(small, "/home/relay/cut/blob01.bin", 0, RELAY_OK);
+	assert_string_equal(jsonx_get_str(json_object_array_get_idx(facts, 0), "sha256"), hex);
+	json_object_put(facts);
+	out = NULL;
+	assert_int_equal(
+	    ml_sh(&g_env, g_conn, "stat -c '%U %s' /home/relay/cut/blob01.bin; rm -rf /home/relay/cut", &out),
+	    0);
+	assert_string_equal(out, "relay 4096\n");
+	free(out);
+	unlink(src);
+	unlink(small);
+}
+
 int main(void)
 {
 	srand((unsigned)time(NULL));
@@ -654,6 +722,7 @@ int main(void)
 	    cmocka_unit_test(test_push_pull_file),
 	    cmocka_unit_test(test_push_pull_tree),
 	    cmocka_unit_test(test_paths_never_leave_the_guest),
+	    cmocka_unit_test(test_push_cut_short_can_be_retried),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

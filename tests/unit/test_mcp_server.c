@@ -672,6 +672,79 @@ static void test_manager_start_failure_ends_the_session(void **state)
 	free(h);
 }
 
+/* ---- defects found with hostile input (issue 17) ---------------------------- */
+
+/* A lone surrogate id is echoed exactly (mcp.md §2.1), not as "\ufffd";
+ * and "\ufffd" itself is another id. */
+static void test_lone_surrogate_id_echoed(void **state)
+{
+	(void)state;
+	harness *h = start();
+	send_text(h, "{\"jsonrpc\":\"2.0\",\"id\":\"\\ud800\",\"method\":\"ping\"}\n");
+	char *line = read_line(h, 10000);
+	assert_non_null(line);
+	assert_non_null(strstr(line, "\"id\":\"\\ud800\""));
+	free(line);
+	/* Progress tokens travel the same way; the call's answer keeps its id. */
+	send_acquire(h, "\"x\\udc00y\"", "\"_meta\":{\"progressToken\":\"\\ud83d\"}");
+	relay_call *call = take_held(0);
+	relay_call_progress(call, 1, -1, NULL, true);
+	line = read_line(h, 10000);
+	assert_non_null(line);
+	assert_non_null(strstr(line, "\"progressToken\":\"\\ud83d\""));
+	free(line);
+	relay_call_complete(call, tool_result_ok(NULL, "done"));
+	line = read_line(h, 10000);
+	assert_non_null(line);
+	assert_non_null(strstr(line, "\"id\":\"x\\udc00y\""));
+	free(line);
+	assert_int_equal(stop(h), 0);
+}
+
+/* Bytes a guest controls that are not UTF-8 leave as U+FFFD, in the text
+ * block, the structured result and the headline alike (tools.md §5.3). */
+static void test_guest_bytes_leave_as_utf8(void **state)
+{
+	(void)state;
+	harness *h = start();
+	send_acquire(h, "1", NULL);
+	relay_call *call = take_held(0);
+	json_object *structured = json_object_new_object();
+	jsonx_add_str(structured, "name", "not-utf8-\xff\xfe");
+	relay_call_complete(
+	    call, tool_result_error(structured, "receiver-failed", "receiver: 1: \xff\xfe\xfd: not found"));
+	char *line = read_line(h, 10000);
+	assert_non_null(line);
+	assert_true(utf8_valid(line, strlen(line)));
+	assert_non_null(strstr(line, "receiver: 1: \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd: not found"));
+	assert_non_null(strstr(line, "not-utf8-\xef\xbf\xbd\xef\xbf\xbd"));
+	json_object *obj = jsonx_parse_str(line, NULL, 0);
+	assert_non_null(obj);
+	json_object_put(obj);
+	free(line);
+	assert_int_equal(stop(h), 0);
+}
+
+/* A tool name with U+0000 names no tool (it used to select relay_status). */
+static void test_tool_name_with_nul(void **state)
+{
+	(void)state;
+	harness *h = start();
+	send_text(h, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+	             "\"relay_status\\u0000x\",\"arguments\":{}}}\n");
+	json_object *resp = read_json(h);
+	json_object *result = jsonx_get_obj(resp, "result");
+	assert_non_null(result);
+	bool is_error = false;
+	assert_true(jsonx_get_bool(result, "isError", &is_error) && is_error);
+	const char *code =
+	    jsonx_get_str(jsonx_get_obj(jsonx_get_obj(result, "structuredContent"), "error"), "code");
+	assert_non_null(code);
+	assert_string_equal(code, "unknown-tool");
+	json_object_put(resp);
+	assert_int_equal(stop(h), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -689,6 +762,9 @@ int main(void)
 	    cmocka_unit_test(test_manager_starts_after_first_answer),
 	    cmocka_unit_test(test_manager_starts_without_requests),
 	    cmocka_unit_test(test_manager_start_failure_ends_the_session),
+	    cmocka_unit_test(test_lone_surrogate_id_echoed),
+	    cmocka_unit_test(test_guest_bytes_leave_as_utf8),
+	    cmocka_unit_test(test_tool_name_with_nul),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

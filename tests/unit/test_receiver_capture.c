@@ -412,6 +412,42 @@ static void test_capture_test(void **state)
 	fixture_free(&f);
 }
 
+/* A capture program whose stderr is not UTF-8 (issue 17, defect 2): the
+ * receiver never writes a receipt or journal line it could not read back,
+ * so the run is refused (guest.md §7.3 step 12), not made uncertain by an
+ * unreadable receipt, and the journal stays readable for delivery. */
+static void test_capture_stderr_not_utf8(void **state)
+{
+	fixture f;
+	rh_out o;
+	rh_req rq = {0};
+	char *req, *hostile, *hostile_json;
+	json_object *receipt;
+	(void)state;
+	RH_REQUIRE_BINARY();
+	fixture_make(&f);
+	hostile = rh_printf("%s/hostile-capture", f.bin);
+	rh_write(hostile, "#!/bin/sh\nprintf 'cannot open \\377\\376\\375 display\\n' >&2\nexit 3\n", 0700);
+	hostile_json =
+	    rh_printf("{\"plugin\":\"capture-x11\",\"argv\":[\"%s\",\"@OUT@\"],\"check\":\"png-file\","
+	              "\"timeoutMs\":10000}",
+	              hostile);
+	rq.code = "true\n";
+	rq.capture = hostile_json;
+	req = rh_request(f.root, "run-rawerr", &rq);
+	receipt = rh_run_request(&o, f.root, req, NULL); /* asserts the receipt parses as UTF-8 JSON */
+	assert_string_equal(rh_str(receipt, "outcome.kind"), "refused");
+	assert_non_null(strstr(rh_str(receipt, "outcome.diagnostic"), "before-snapshot failed"));
+	assert_int_equal(rh_journal_count(f.root, "evidence-failure", "run-rawerr"),
+	                 1); /* every line parses */
+	json_object_put(receipt);
+	rh_out_free(&o);
+	free(req);
+	free(hostile_json);
+	free(hostile);
+	fixture_free(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -419,6 +455,7 @@ int main(void)
 	    cmocka_unit_test(test_failed_snapshots),
 	    cmocka_unit_test(test_groups),
 	    cmocka_unit_test(test_capture_test),
+	    cmocka_unit_test(test_capture_stderr_not_utf8),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

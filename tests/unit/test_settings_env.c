@@ -255,15 +255,14 @@ static void test_backend(void **state)
 	expect_load("MCP_RELAY_BACKEND", "machine-service", NULL);
 	expect_load("MCP_RELAY_BACKEND", fx->file, NULL);
 	expect_load("MCP_RELAY_BACKEND", "libvirt",
-	            "MCP_RELAY_BACKEND must be local, machine-service, or an absolute path to a plugin .so "
-	            "(got libvirt)");
-	expect_load(
-	    "MCP_RELAY_BACKEND", "",
-	    "MCP_RELAY_BACKEND must be local, machine-service, or an absolute path to a plugin .so (got )");
-	expect_load(
-	    "MCP_RELAY_BACKEND", "plugins/x.so",
-	    "MCP_RELAY_BACKEND must be local, machine-service, or an absolute path to a plugin .so (got "
-	    "plugins/x.so)");
+	            "MCP_RELAY_BACKEND must be local, machine-service, docker, or an absolute path to a "
+	            "plugin .so (got libvirt)");
+	expect_load("MCP_RELAY_BACKEND", "",
+	            "MCP_RELAY_BACKEND must be local, machine-service, docker, or an absolute path to a "
+	            "plugin .so (got )");
+	expect_load("MCP_RELAY_BACKEND", "plugins/x.so",
+	            "MCP_RELAY_BACKEND must be local, machine-service, docker, or an absolute path to a "
+	            "plugin .so (got plugins/x.so)");
 	expect_load("MCP_RELAY_BACKEND", "/nonexistent.so",
 	            "MCP_RELAY_BACKEND names /nonexistent.so, which is not a regular file");
 	snprintf(want, sizeof want, "MCP_RELAY_BACKEND names %s, which is not a regular file", fx->root);

@@ -78,7 +78,8 @@ static char *problem(const char *pointer, const char *fmt, ...)
 	return strbuf_detach(&sb, NULL);
 }
 
-/* Appends "/<escaped key>" (RFC 6901) to a pointer. */
+/* Appends "/<escaped key>" (RFC 6901) to a pointer. A control character
+ * of a client's key is shown as \uXXXX, so a refusal stays one line. */
 static char *pointer_child(const char *pointer, const char *key)
 {
 	strbuf sb = STRBUF_INIT;
@@ -89,6 +90,8 @@ static char *pointer_child(const char *pointer, const char *key)
 			strbuf_puts(&sb, "~0");
 		else if (*c == '/')
 			strbuf_puts(&sb, "~1");
+		else if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			strbuf_printf(&sb, "\\u%04x", (unsigned)(unsigned char)*c);
 		else
 			strbuf_putc(&sb, *c);
 	}
@@ -260,6 +263,16 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 	const char *type = jsonx_get_str(schema, "type");
 	if (type && !type_matches(type, value))
 		return problem(pointer, "must be %s", type_noun(type));
+	/* lifecycle.md §12 rule 1: a NUL is refused, never cut at (every C
+	 * string below would end there). Script code too: a shell or Python
+	 * script cannot hold one, so it is refused whole. */
+	if (json_object_is_type(value, json_type_string) &&
+	    memchr(json_object_get_string((json_object *)value), '\0',
+	           (size_t)json_object_get_string_len(value)) != NULL)
+		return problem(pointer, "contains U+0000 (a NUL byte), which %s; remove it",
+		               strcmp(pointer, "/code") == 0
+		                   ? "no script can hold, so the script is refused whole"
+		                   : "no text field accepts");
 
 	json_object *constant = NULL;
 	if (json_object_object_get_ex(schema, "const", &constant) && !json_equal(constant, value)) {

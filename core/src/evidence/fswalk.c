@@ -328,6 +328,7 @@ relay_status fw_walk(const char *root, bool missing_ok, const char *const *skip,
 		fw_tree_free(out);
 		return status;
 	}
-	qsort(out->items, out->count, sizeof *out->items, entry_cmp);
+	if (out->count > 1) /* an empty tree has no array: qsort takes no NULL */
+		qsort(out->items, out->count, sizeof *out->items, entry_cmp);
 	return RELAY_OK;
 }

@@ -138,6 +138,24 @@ static const char *get_str_path(const json_object *o, const char *k1, const char
 
 /* ---- journal ----------------------------------------------------------------- */
 
+/* JSON a guest wrote (a journal line, a record, a receipt). One with bytes
+ * that are not UTF-8 (an earlier receiver copied a capture program's
+ * stderr raw) is read with U+FFFD in their place, so the package is still
+ * reviewed and delivered rather than lost; the file, which the manifest
+ * hashes, keeps its original bytes. NULL when it is not JSON either way. */
+static json_object *parse_guest_json(const char *text, size_t len, char *why, size_t why_len)
+{
+	json_object *obj = jsonx_parse(text, len, NULL, why, why_len);
+	if (obj != NULL || utf8_valid(text, len))
+		return obj;
+	size_t repaired_len = 0;
+	char *repaired = utf8_sanitize(text, len, &repaired_len);
+	if (repaired != NULL)
+		obj = jsonx_parse(repaired, repaired_len, NULL, why, why_len);
+	free(repaired);
+	return obj;
+}
+
 relay_status evidence_journal_load(const char *package_dir, json_object **lines_out, relay_error *err)
 {
 	*lines_out = NULL;
@@ -169,7 +187,7 @@ relay_status evidence_journal_load(const char *package_dir, json_object **lines_
 		}
 		size_t n = (size_t)(nl - (text + pos));
 		char why[128] = "";
-		json_object *line = jsonx_parse(text + pos, n, NULL, why, sizeof why);
+		json_object *line = parse_guest_json(text + pos, n, why, sizeof why);
 		if (line == NULL || !json_object_is_type(line, json_type_object)) {
 			json_object_put(line);
 			status =
@@ -298,7 +316,7 @@ static void load_json_dir(rv *r, const char *dir, const char *suffix, json_objec
 		if (read_rel(r->root, e->path, MAX_JSON_FILE_BYTES, &text, &len, &err) != RELAY_OK) {
 			hard(r, "%s: %s", e->path, err.message);
 		} else {
-			json_object *obj = jsonx_parse(text, len, NULL, NULL, 0);
+			json_object *obj = parse_guest_json(text, len, NULL, 0);
 			if (obj == NULL || !json_object_is_type(obj, json_type_object)) {
 				hard(r, "%s: not a JSON object", e->path);
 				json_object_put(obj);

@@ -15,7 +15,7 @@
 #include "util/sha256.h"
 
 static void host_log(relay_log_level level, const char *plugin, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 static void host_log(relay_log_level level, const char *plugin, const char *fmt, ...)
 {
 	va_list ap;
@@ -40,7 +40,7 @@ static char *host_strdup(const char *text)
 }
 
 static relay_status host_error_set(relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 static relay_status host_error_set(relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
 {
 	va_list ap;

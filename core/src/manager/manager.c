@@ -757,9 +757,13 @@ void guest_set_last_error(manager *m, guest *g, const char *fmt, ...)
 	strbuf sb = STRBUF_INIT;
 	strbuf_vprintf(&sb, fmt, ap);
 	va_end(ap);
+	/* Stored as UTF-8 (a guest's bytes may be in it): every relay_status
+	 * repeats it (tools.md §5.3). */
+	char *text = strbuf_ok(&sb) ? utf8_sanitize(sb.data, sb.len, NULL) : NULL;
+	strbuf_free(&sb);
 	manager_lock(m);
 	free(g->last_error);
-	g->last_error = strbuf_detach(&sb, NULL);
+	g->last_error = text;
 	guest_save(g);
 	manager_unlock(m);
 }

@@ -175,6 +175,23 @@ static void flush_locked(mcp_server *srv)
  * reader flushes later; otherwise it is written now. */
 static void send_message(mcp_server *srv, const char *msg, size_t len, bool defer)
 {
+	/* Every byte that leaves is UTF-8 (tools.md §5.3): a guest's or a file
+	 * name's bytes may have reached a result, a headline or an error. In
+	 * JSON text they can only sit inside strings (the syntax is ASCII), so
+	 * replacing each invalid sequence with U+FFFD keeps the message valid
+	 * JSON. The evidence keeps the original bytes; only the stream is
+	 * repaired. */
+	char *repaired = NULL;
+	if (!utf8_valid(msg, len)) {
+		size_t repaired_len = 0;
+		repaired = utf8_sanitize(msg, len, &repaired_len);
+		if (repaired == NULL) {
+			log_error("out of memory repairing a message that is not UTF-8; it is not sent");
+			return;
+		}
+		msg = repaired;
+		len = repaired_len;
+	}
 	pthread_mutex_lock(&srv->out_lock);
 	if (!atomic_load(&srv->out_failed)) {
 		strbuf_append(&srv->out, msg, len);
@@ -207,6 +224,7 @@ static void send_message(mcp_server *srv, const char *msg, size_t len, bool defe
 		}
 	}
 	pthread_mutex_unlock(&srv->out_lock);
+	free(repaired);
 }
 
 static void flush_output(mcp_server *srv)
@@ -740,6 +758,14 @@ static void handle_tools_call(mcp_server *srv, batch *b, const char *id_text, co
 		call->batch = b;
 	}
 
+	/* A name with U+0000 names no tool (strcmp would stop at it). */
+	if (memchr(name, '\0', (size_t)json_object_get_string_len(name_obj)) != NULL) {
+		relay_call_complete(call,
+		                    tool_result_error(NULL, "unknown-tool",
+		                                      "Unknown tool: the name holds U+0000 (a NUL byte); "
+		                                      "tool names are plain text such as relay_status"));
+		return;
+	}
 	int tool = contract_tool_lookup(name);
 	if (tool < 0) {
 		relay_call_complete(call, tool_result_error(NULL, "unknown-tool", "Unknown tool: %s", name));

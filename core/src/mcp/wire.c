@@ -25,6 +25,7 @@ typedef struct parser {
 	char *why;
 	size_t why_len;
 	strbuf scratch; /* decoded strings with escapes, and keys */
+	bool lone;      /* the last string scanned held a lone surrogate escape */
 } parser;
 
 static void fail(parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -150,6 +151,7 @@ static bool scan_string(parser *ps, const char **text_out, size_t *len_out)
 	ps->p++; /* the opening quote */
 	const unsigned char *run = ps->p;
 	bool escaped = false;
+	ps->lone = false;
 	strbuf *sb = &ps->scratch;
 	for (;;) {
 		/* The common case: a run of plain ASCII. */
@@ -226,8 +228,10 @@ static bool scan_string(parser *ps, const char **text_out, size_t *len_out)
 				else
 					ps->p = save; /* not a pair: the high half stands alone */
 			}
-			if (cp >= 0xd800 && cp <= 0xdfff)
+			if (cp >= 0xd800 && cp <= 0xdfff) {
 				cp = 0xfffd; /* a lone surrogate is not a character */
+				ps->lone = true;
+			}
 			put_utf8(sb, (unsigned long)cp);
 			break;
 		}
@@ -319,8 +323,15 @@ static json_object *parse_number(parser *ps)
 	return obj;
 }
 
+static void free_token(json_object *obj, void *userdata)
+{
+	(void)obj;
+	free(userdata);
+}
+
 static json_object *parse_string_value(parser *ps)
 {
+	const unsigned char *token = ps->p;
 	const char *text;
 	size_t len;
 	if (!scan_string(ps, &text, &len))
@@ -330,9 +341,32 @@ static json_object *parse_string_value(parser *ps)
 		return NULL;
 	}
 	json_object *obj = json_object_new_string_len(text, (int)len);
-	if (obj == NULL)
+	if (obj == NULL) {
 		no_memory(ps);
+		return NULL;
+	}
+	if (ps->lone) {
+		/* The value holds U+FFFD; the token as written is kept beside it,
+		 * so an id or progress token is echoed exactly (wire_id_text). */
+		size_t token_len = (size_t)(ps->p - token);
+		char *copy = malloc(token_len + 1);
+		if (copy == NULL) {
+			json_object_put(obj);
+			no_memory(ps);
+			return NULL;
+		}
+		memcpy(copy, token, token_len);
+		copy[token_len] = '\0';
+		json_object_set_userdata(obj, copy, free_token);
+	}
 	return obj;
+}
+
+/* The token of a string that held a lone surrogate, as written (quotes
+ * included), or NULL. */
+static const char *lone_token(const json_object *value)
+{
+	return json_object_get_userdata((json_object *)value);
 }
 
 static json_object *parse_array(parser *ps)
@@ -558,6 +592,8 @@ char *wire_id_text(const json_object *value)
 {
 	switch (json_object_get_type(value)) {
 	case json_type_string: {
+		if (lone_token(value) != NULL)
+			return strdup(lone_token(value));
 		strbuf sb = STRBUF_INIT;
 		jsonx_write_string(&sb, json_object_get_string((json_object *)value),
 		                   (size_t)json_object_get_string_len(value));
@@ -581,6 +617,14 @@ char *wire_id_key(const json_object *value)
 	strbuf sb = STRBUF_INIT;
 	switch (json_object_get_type(value)) {
 	case json_type_string:
+		if (lone_token(value) != NULL) {
+			/* Not "s:": "\ud800" and "\ufffd" are different ids. (Two
+			 * spellings of one lone surrogate, "\ud800" and "\uD800",
+			 * count as two ids here.) */
+			strbuf_puts(&sb, "t:");
+			strbuf_puts(&sb, lone_token(value));
+			break;
+		}
 		strbuf_puts(&sb, "s:");
 		strbuf_append(&sb, json_object_get_string((json_object *)value),
 		              (size_t)json_object_get_string_len(value));

@@ -11,7 +11,9 @@
  *     as sent (`1.50` stays `1.50`, `-0` stays `-0`, an integer beyond
  *     64 bits is not clamped);
  *   - invalid UTF-8 is refused; an escaped lone surrogate (`\ud800`) becomes
- *     U+FFFD, so every string the relay holds is valid UTF-8;
+ *     U+FFFD, so every string the relay holds is valid UTF-8, and the string
+ *     keeps its token as written, so an id is still echoed exactly
+ *     (wire_id_text; mcp.md §2.1);
  *   - running out of memory is told apart from bad syntax, so the server can
  *     answer `Message too large` instead of `Parse error`.
  */
@@ -43,8 +45,9 @@ wire_status wire_parse(const char *text, size_t len, json_object **out, bool *is
 bool wire_is_id(const json_object *value);
 
 /* The JSON text of an id (a string or number from wire_parse): numbers
- * exactly as their token was written, strings re-escaped. malloc'd; NULL on
- * allocation failure. */
+ * exactly as their token was written, strings re-escaped, except a string
+ * that held a lone surrogate, which is its token as written. malloc'd; NULL
+ * on allocation failure. */
 char *wire_id_text(const json_object *value);
 
 /* A key under which two ids compare equal when a JSON client would consider

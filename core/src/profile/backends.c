@@ -29,6 +29,11 @@ void backends_select(relay_backends *b, const relay_settings *s)
 		defaults[SLOT_TRANSPORT] = "machine-local";
 		defaults[SLOT_CAPTURE] = "capture-x11";
 		defaults[SLOT_CONSOLE] = "console-vnc";
+	} else if (strcmp(s->backend, "docker") == 0) {
+		defaults[SLOT_MACHINE] = "machine-docker";
+		defaults[SLOT_TRANSPORT] = "machine-docker";
+		defaults[SLOT_CAPTURE] = "capture-x11";
+		defaults[SLOT_CONSOLE] = "console-vnc";
 	} else if (strcmp(s->backend, "machine-service") == 0) {
 		defaults[SLOT_MACHINE] = "machine-service";
 		defaults[SLOT_TRANSPORT] = "transfer-ssh";
@@ -81,6 +86,8 @@ static char *plugin_config(const relay_settings *s, const char *plugin_name, con
 		options = json_object_get(s->machine_service_options);
 	if (strcmp(plugin_name, "machine-local") == 0 && s->local_options)
 		options = json_object_get(s->local_options);
+	if (strcmp(plugin_name, "machine-docker") == 0 && s->docker_options)
+		options = json_object_get(s->docker_options);
 	if (strcmp(plugin_name, "transfer-ssh") == 0 && s->transfer_ssh_options)
 		options = json_object_get(s->transfer_ssh_options);
 	jsonx_add(config, "options", options ? options : json_object_new_object());

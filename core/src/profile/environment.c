@@ -245,7 +245,8 @@ static bool schema_version(json_object *profile, int64_t *out)
 	}
 	if (json_object_is_type(v, json_type_double)) {
 		double d = json_object_get_double(v);
-		if (d == (double)(int64_t)d) {
+		/* In range before the cast: casting 2e51 to int64_t is undefined. */
+		if (d >= -9.2e18 && d <= 9.2e18 && d == (double)(int64_t)d) {
 			*out = (int64_t)d;
 			return true;
 		}

@@ -496,7 +496,7 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 		return fail(errbuf, errlen, "MCP_RELAY_BACKEND local needs Linux; use machine-service");
 #endif
 		s->backend = strdup(v);
-	} else if (strcmp(v, "machine-service") == 0) {
+	} else if (strcmp(v, "machine-service") == 0 || strcmp(v, "docker") == 0) {
 		s->backend = strdup(v);
 	} else if (v[0] == '/') {
 		struct stat st;
@@ -505,11 +505,10 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 			            v);
 		s->backend = strdup(v);
 	} else {
-		return fail(
-		    errbuf, errlen,
-		    "MCP_RELAY_BACKEND must be local, machine-service, or an absolute path to a plugin "
-		    ".so (got %s)",
-		    v);
+		return fail(errbuf, errlen,
+		            "MCP_RELAY_BACKEND must be local, machine-service, docker, or an absolute path "
+		            "to a plugin .so (got %s)",
+		            v);
 	}
 
 	v = getenv("MCP_RELAY_URL");
@@ -534,6 +533,11 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 	if (object_setting("MCP_RELAY_LOCAL_OPTIONS",
 	                   "a JSON object of machine-local options (docs/machine-local.md)",
 	                   &s->local_options, errbuf, errlen) != 0)
+		return -1;
+	/* machine-docker's options (docs/machine-docker.md), checked by the plugin. */
+	if (object_setting("MCP_RELAY_DOCKER_OPTIONS",
+	                   "a JSON object of machine-docker options (docs/machine-docker.md)",
+	                   &s->docker_options, errbuf, errlen) != 0)
 		return -1;
 	/* transfer-ssh's options (docs/transfer-ssh.md), likewise checked by the
 	 * plugin when it starts. */
@@ -622,6 +626,7 @@ void settings_free(relay_settings *s)
 	free(s->service_url);
 	json_object_put(s->machine_service_options);
 	json_object_put(s->local_options);
+	json_object_put(s->docker_options);
 	json_object_put(s->transfer_ssh_options);
 	free(s->state_root);
 	free(s->session_dir);

@@ -33,6 +33,7 @@ typedef struct relay_settings {
 	json_object *machine_service_options; /* parsed MCP_RELAY_MACHINE_SERVICE_OPTIONS or NULL */
 	json_object *local_options; /* parsed MCP_RELAY_LOCAL_OPTIONS (machine-local's options) or NULL */
 	json_object *transfer_ssh_options; /* parsed MCP_RELAY_TRANSFER_SSH_OPTIONS or NULL */
+	json_object *docker_options; /* parsed MCP_RELAY_DOCKER_OPTIONS (machine-docker's options) or NULL */
 	guest_network guest_network;
 	on_exit_mode on_exit;
 	int64_t capacity_wait_s;               /* 0..86400 */

@@ -14,7 +14,7 @@
 void log_line(relay_log_level level, const char *component, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void log_linev(relay_log_level level, const char *component, const char *fmt, va_list ap)
-	__attribute__((format(printf, 3, 0)));
+    __attribute__((format(printf, 3, 0)));
 
 #define log_error(...) log_line(RELAY_LOG_ERROR, NULL, __VA_ARGS__)
 #define log_warning(...) log_line(RELAY_LOG_WARNING, NULL, __VA_ARGS__)

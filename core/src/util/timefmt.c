@@ -58,6 +58,8 @@ bool time_parse_iso(const char *text, int64_t *unix_ms_out)
 	struct tm tm;
 	memset(&tm, 0, sizeof tm);
 	int ms = 0;
+	if (text == NULL) /* a missing member of a guest's record */
+		return false;
 	size_t len = strlen(text);
 	int consumed = 0;
 	if (len == 20) {

@@ -14,7 +14,8 @@ void time_format_iso_seconds(int64_t unix_ms, char out[21]);
 void time_format_iso_millis(int64_t unix_ms, char out[25]);
 /* "2026-09-24-14-11-12-Z" (the guest-root and registry stamp). */
 void time_format_stamp(int64_t unix_ms, char out[22]);
-/* Parses either ISO form above (a "Z" suffix required); false if malformed. */
+/* Parses either ISO form above (a "Z" suffix required); false if malformed
+ * or NULL. */
 bool time_parse_iso(const char *text, int64_t *unix_ms_out);
 
 #endif

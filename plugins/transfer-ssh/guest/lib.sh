@@ -60,24 +60,3 @@ relay_sweep() {
 		sleep 0.1 2>/dev/null || sleep 1
 	done
 }
-# Whether a live process of process group $1 is left, not counting this
-# shell, its ancestors (the login shell that started it) and its own
-# descendants (the command substitution and pipeline below), without killing:
-# 0 none, 1 some, 2 cannot tell.
-relay_left() {
-	[ -r /proc/self/stat ] && command -v awk >/dev/null 2>&1 || return 2
-	rx=$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v g="$1" -v me=$$ '
-		{ p = $1; s = $0; sub(/.*\) /, "", s); split(s, f, " "); st[p] = f[1]; pp[p] = f[2]; gr[p] = f[3] }
-		END {
-			a = me; n = 0
-			while ((a in pp) && a > 1 && n++ < 4096) { skip[a] = 1; a = pp[a] }
-			for (p in gr) {
-				if (gr[p] != g || (p in skip) || st[p] == "Z" || st[p] == "X") continue
-				a = pp[p]; n = 0; mine = 0
-				while ((a in pp) && a > 1 && n++ < 4096) { if (a == me) { mine = 1; break } a = pp[a] }
-				if (!mine) print p
-			}
-		}') || return 2
-	[ -z "$rx" ] && return 0
-	return 1
-}

@@ -1,0 +1,225 @@
+/*
+ * md.h — machine-docker's shared state and the helpers its modules use.
+ * Internal to plugins/machine-docker (nothing here crosses the ABI).
+ *
+ * Modules:
+ *   md_plugin.c     descriptor, init/fini, options, the machine ops
+ *   md_api.c        the Docker Engine API over libcurl (a unix socket):
+ *                   JSON requests, archive streams, the hijacked exec stream
+ *   md_lease.c      lease records, acquire, release, verify, find, the reaper
+ *   md_exec.c       transport exec (demultiplexed stream, stdin, timeouts)
+ *   md_xfer.c       transport push and pull (tar through the archive API)
+ *   md_inventory.c  images, catalog, doctor
+ *   md_guest.c      the static program put into each container (not linked
+ *                   here; embedded by md_blob.c)
+ */
+#ifndef MACHINE_DOCKER_MD_H
+#define MACHINE_DOCKER_MD_H
+
+#include <json-c/json.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "relay/host.h"
+#include "relay/machine.h"
+#include "relay/plugin.h"
+#include "relay/transport.h"
+
+#define MD_PLUGIN_NAME    "machine-docker"
+#define MD_PLUGIN_VERSION "0.1.0"
+#define MD_MAX_IMAGES     64
+#define MD_API_PREFIX     "/v1.41"
+#define MD_LABEL          "io.mcp-relay."
+/* Inside every container: the guest program and the lease's expiry. */
+#define MD_GUEST_DIR     "/.mcp-relay"
+#define MD_GUEST_INIT    "/.mcp-relay/init"
+#define MD_GUEST_RUN_DIR "/.mcp-relay/run"
+
+typedef struct md_image {
+	char *key; /* "ubuntu2404" */
+	char *ref; /* "docker.io/library/ubuntu:24.04" */
+} md_image;
+
+/* Plugin state. Immutable after init except where a field says otherwise. */
+typedef struct md_state {
+	const relay_host *host;
+	char *state_dir;  /* config stateDir */
+	char *leases_dir; /* <stateDir>/leases */
+	char *libexec_dir;
+	char *session_id;      /* config sessionId, may be NULL */
+	char *default_network; /* config guestNetwork: nat | internet */
+	char endpoint[512];    /* as configured: unix:///path */
+	char socket_path[256]; /* the unix socket libcurl connects to */
+	md_image images[MD_MAX_IMAGES];
+	size_t image_count;
+	struct {
+		bool enabled; /* endpoint ssh://user@host[:port] */
+		char user[64];
+		char host[256];
+		int port;
+		char identity[512];      /* options.ssh.identityFile */
+		char known_hosts[512];   /* options.ssh.knownHostsFile */
+		char remote_socket[256]; /* options.ssh.remoteSocket */
+	} ssh;
+	pid_t ssh_pid; /* the forwarder (guarded by ssh_lock) */
+	pthread_mutex_t ssh_lock;
+
+	/* options */
+	int max_guests;
+	int64_t grace_ms;
+	int64_t backstop_ms;
+	int64_t reaper_interval_ms;
+	int64_t pull_timeout_ms;
+	char runtime[64];     /* "" = the engine's default */
+	bool swarm;           /* options.swarm: leases are services when the endpoint is a Swarm manager */
+	int swarm_known;      /* 1 the endpoint is a Swarm manager, -1 it is not, 0 not asked yet (lock) */
+	char swarm_node[128]; /* the manager's node id (written under lock before swarm_known is set) */
+	uid_t guest_uid;      /* 0 = root (only by option) */
+	gid_t guest_gid;
+	int64_t limit_memory_bytes;
+	int64_t limit_pids;
+	int64_t limit_nano_cpus;
+	int64_t ulimit_nofile;
+	int64_t ulimit_nproc;
+	bool display_enabled;
+	char screen[32];
+
+	/* facts found at init */
+	char owner[160]; /* "<boot id>:<pid>:<start time>", the owner label of our leases */
+	char boot_id[64];
+	pid_t self_pid;
+	unsigned long long self_start;
+	char arch[16];
+
+	/* reaper (guarded by lock) */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_t reaper;
+	bool reaper_started;
+	bool stopping;
+	size_t acquiring;             /* acquisitions in flight (capacity) */
+	struct md_facts_cache *facts; /* md_inventory.c: what each image contains, by image id */
+} md_state;
+
+/* ---- md_plugin.c helpers ---------------------------------------------------- */
+
+relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* snprintf for messages whose truncation is acceptable. */
+void md_textf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+char *md_json_out(md_state *st, json_object *obj); /* host-allocated text or NULL */
+const char *md_str(json_object *obj, const char *key);
+int64_t md_int(json_object *obj, const char *key, int64_t fallback);
+json_object *md_obj(json_object *obj, const char *key);
+int64_t md_monotonic_ms(void);
+void md_sleep_ms(int64_t ms);
+void md_random_hex(md_state *st, char *out, size_t digits);
+int md_write_durable(const char *path, const void *data, size_t len);
+json_object *md_read_json(const char *path, int *errno_out);
+unsigned long long md_proc_start(pid_t pid);
+
+/* ---- md_api.c --------------------------------------------------------------- */
+
+typedef struct md_reply {
+	long status; /* HTTP status, 0 when no answer */
+	char *body;  /* malloc'd, NUL-terminated (may be NULL) */
+	size_t body_len;
+	json_object *json; /* parsed body when it is JSON, else NULL */
+	char *path_stat;   /* X-Docker-Container-Path-Stat header, malloc'd or NULL */
+} md_reply;
+
+void md_reply_free(md_reply *r);
+/* One request. `body_json` may be NULL. Upload from `upload_fd` (>= 0,
+ * Content-Type application/x-tar) or download to `download_fd` (>= 0) stream
+ * instead of buffering. Returns RELAY_OK when an answer arrived (any
+ * status); RELAY_E_UNAVAILABLE when the endpoint cannot be reached;
+ * RELAY_E_TIMEOUT; RELAY_E_INDETERMINATE when the connection broke after the
+ * request was sent; RELAY_E_CANCELLED. */
+relay_status md_api(md_state *st, const char *method, const char *path, json_object *body_json, int upload_fd,
+                    int download_fd, uint32_t timeout_ms, relay_call *call, md_reply *reply,
+                    relay_error *err);
+/* The engine's message of a failed reply ("message" of its JSON), borrowed. */
+const char *md_reply_message(const md_reply *r);
+/* Appends the percent-encoded `text` to `out` (size bytes); false when it does not fit. */
+bool md_url_encode(char *out, size_t size, const char *text);
+
+/* The hijacked stream of POST /exec/{id}/start. */
+typedef struct md_stream md_stream;
+relay_status md_stream_open(md_state *st, const char *path, const char *body, uint32_t timeout_ms,
+                            md_stream **out, relay_error *err);
+/* Waits up to wait_ms for the socket (readable, or writable too when
+ * `want_write`): 1 ready, 0 timeout, -1 error. */
+int md_stream_wait(md_stream *s, bool want_write, int wait_ms);
+/* Nonblocking: bytes moved, 0 on end of stream (recv), -2 when it would block, -1 on error. */
+ssize_t md_stream_send(md_stream *s, const void *data, size_t len);
+ssize_t md_stream_recv(md_stream *s, void *buf, size_t len);
+void md_stream_close_write(md_stream *s);
+void md_stream_free(md_stream *s);
+
+/* ---- md_ssh.c ------------------------------------------------------------------ */
+
+/* Starts the ssh forwarder of an ssh:// endpoint when it is not running
+ * (no-op for unix://). RELAY_E_UNAVAILABLE with ssh's own message. */
+relay_status md_ssh_ensure(md_state *st, relay_error *err);
+void md_ssh_stop(md_state *st);
+
+/* ---- md_lease.c --------------------------------------------------------------- */
+
+relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, json_object **doc_out,
+                           relay_error *err);
+relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_object **doc_out,
+                         relay_error *err);
+relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, json_object **doc_out,
+                           relay_error *err);
+relay_status lease_release(md_state *st, json_object *doc, relay_call *call, relay_error *err);
+relay_status lease_verify_gone(md_state *st, json_object *doc, relay_call *call, relay_error *err);
+relay_status lease_find(md_state *st, const char *purpose, relay_call *call, json_object **arr_out,
+                        relay_error *err);
+size_t lease_count(md_state *st);
+/* Writes `text` as file `name` (mode 0644, root) into folder `dir` of the container. */
+relay_status lease_put_file(md_state *st, const char *container, const char *dir, const char *name,
+                            const void *data, size_t len, unsigned mode, uid_t uid, gid_t gid,
+                            relay_call *call, relay_error *err);
+/* HEAD of a container path: 1 exists, 0 missing, -1 error; *mode_out (may be NULL) its mode bits. */
+int lease_path_exists(md_state *st, const char *container, const char *path, uint32_t *mode_out);
+int md_reaper_start(md_state *st);
+void md_reaper_stop(md_state *st);
+void md_reap_once(md_state *st);
+
+/* ---- md_exec.c, md_xfer.c ------------------------------------------------------ */
+
+typedef struct md_conn {
+	char container[128]; /* the container name (the lease's vm) */
+	char user[32];       /* "uid:gid" the commands run as */
+} md_conn;
+
+relay_status exec_run(md_state *st, md_conn *conn, const relay_exec_request *req, relay_call *call,
+                      unsigned flags, relay_exec_result *res, relay_error *err);
+/* A short command as root-less guest user with no stdin; output capped at 64 KiB. */
+relay_status exec_simple(md_state *st, const char *container, const char *user, const char *const *argv,
+                         uint64_t timeout_ms, relay_call *call, relay_exec_result *res, relay_error *err);
+void exec_result_free(md_state *st, relay_exec_result *res);
+/* An unlinked temporary file under <stateDir>/tmp (O_TMPFILE), or -1 with errno. */
+int md_tmp_file(md_state *st);
+/* libarchive's write callback into the file descriptor at *(int *)user. */
+struct archive;
+ssize_t md_tar_write_cb(struct archive *a, void *user, const void *buf, size_t len);
+/* Decodes base64 text (malloc'd, NUL-terminated) or NULL. */
+char *md_b64_decode(const char *in);
+relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, const char *remote_path,
+                       relay_call *call, unsigned flags, char **facts_out, relay_error *err);
+relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, const char *local_path,
+                       relay_call *call, unsigned flags, char **facts_out, relay_error *err);
+
+/* ---- md_inventory.c ------------------------------------------------------------ */
+
+const md_image *inventory_find(md_state *st, const char *key);
+json_object *inventory_images(md_state *st, relay_call *call);
+relay_status inventory_catalog(md_state *st, relay_call *call, json_object **out, relay_error *err);
+json_object *inventory_doctor(md_state *st, relay_call *call);
+void inventory_free(md_state *st);
+
+#endif
