@@ -42,7 +42,8 @@ set_target_properties(${_receiver_target} PROPERTIES COMPILE_OPTIONS "${_receive
 target_compile_options(${_receiver_target} PRIVATE -O2 -fno-pie)
 target_compile_definitions(${_receiver_target} PRIVATE RECEIVER_PLATFORM="${RELAY_HOST_PLATFORM}"
   RECEIVER_VERSION="${PROJECT_VERSION}")
-target_link_options(${_receiver_target} PRIVATE -static -no-pie -s)
+# clang's -static already implies a non-PIE link (it warns that -no-pie is unused).
+target_link_options(${_receiver_target} PRIVATE -static $<$<C_COMPILER_ID:GNU>:-no-pie> -s)
 install(TARGETS ${_receiver_target} RUNTIME DESTINATION ${RELAY_RECEIVER_INSTALL_DIR}/${RELAY_HOST_PLATFORM})
 
 if(NOT TARGET receiver)

@@ -55,7 +55,9 @@ static bool safe_rel(const char *rel)
 static bool make_parents(const char *base, const char *rel)
 {
 	char path[4400];
-	snprintf(path, sizeof path, "%s/%s", base, rel);
+	int n = snprintf(path, sizeof path, "%s/%s", base, rel);
+	if (n < 0 || (size_t)n >= sizeof path)
+		return false;
 	for (char *p = path + strlen(base) + 1; (p = strchr(p, '/')) != NULL; p++) {
 		*p = '\0';
 		int rc = mkdir(path, 0700);
@@ -97,10 +99,11 @@ static void write_package(const char *pkg, const uint8_t *data, size_t size)
 			rel[rel_len] = '\0';
 			if (safe_rel(rel) && make_parents(pkg, rel)) {
 				char path[4400];
-				snprintf(path, sizeof path, "%s/%s", pkg, rel);
+				int n = snprintf(path, sizeof path, "%s/%s", pkg, rel);
 				/* A record "x/" or one naming an existing folder is skipped by the failed
-				 * open. */
-				fuzz_write_file(path, body, (size_t)(stop - body));
+				 * open; a path too long for the buffer is skipped too. */
+				if (n > 0 && (size_t)n < sizeof path)
+					fuzz_write_file(path, body, (size_t)(stop - body));
 			}
 		}
 		p = stop < end ? stop + 1 : end;

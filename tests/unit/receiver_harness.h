@@ -52,6 +52,7 @@ typedef struct rh_out {
 	json_object *frame; /* the parsed stdout (one line), or NULL */
 } rh_out;
 
+static RH_UNUSED char *rh_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static RH_UNUSED char *rh_printf(const char *fmt, ...)
 {
 	va_list ap;

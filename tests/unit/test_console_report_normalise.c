@@ -47,17 +47,17 @@ static void test_capabilities(void **state)
 	json_object_put(raw);
 
 	const char *broken[] = {
-	    "{\"schemaVersion\":2,\"options\":{\"vnc\":{\"default\":false,\"backends\":{\"linux\":{"
-	    "\"available\":true},"
-	    "\"macos\":{\"available\":false}}}}}",
-	    "{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":true,\"backends\":{\"linux\":{"
-	    "\"available\":true},"
-	    "\"macos\":{\"available\":false}}}}}",
-	    "{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":false,\"backends\":{\"linux\":{"
-	    "\"available\":"
-	    "\"yes\"},\"macos\":{\"available\":false}}}}}",
-	    "{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":false,\"backends\":{\"linux\":{"
-	    "\"available\":true}}}}}",
+	    ("{\"schemaVersion\":2,\"options\":{\"vnc\":{\"default\":false,\"backends\":{\"linux\":{"
+	     "\"available\":true},"
+	     "\"macos\":{\"available\":false}}}}}"),
+	    ("{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":true,\"backends\":{\"linux\":{"
+	     "\"available\":true},"
+	     "\"macos\":{\"available\":false}}}}}"),
+	    ("{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":false,\"backends\":{\"linux\":{"
+	     "\"available\":"
+	     "\"yes\"},\"macos\":{\"available\":false}}}}}"),
+	    ("{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":false,\"backends\":{\"linux\":{"
+	     "\"available\":true}}}}}"),
 	};
 	for (size_t i = 0; i < sizeof broken / sizeof broken[0]; i++) {
 		raw = parse(broken[i]);

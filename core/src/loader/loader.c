@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,6 +322,37 @@ char *loader_exe_dir(void)
 	return fs_dirname(exe);
 }
 
+/* The installed folder `rel` (relative to the install prefix, or absolute)
+ * for an executable in `exe_dir` = <prefix>/RELAY_BIN_INSTALL_DIR, so an
+ * installed tree works wherever it is moved. Writes it to out; false when it
+ * does not fit or exe_dir is not deep enough. */
+static bool installed_dir(const char *exe_dir, const char *rel, char *out, size_t out_len)
+{
+	if (rel[0] == '/') {
+		int n = snprintf(out, out_len, "%s", rel);
+		return n > 0 && (size_t)n < out_len;
+	}
+	char prefix[PATH_MAX];
+	int n = snprintf(prefix, sizeof prefix, "%s", exe_dir);
+	if (n <= 0 || (size_t)n >= sizeof prefix)
+		return false;
+	/* One level up per component of the bin folder ("bin" -> 1). */
+	for (const char *c = RELAY_BIN_INSTALL_DIR; *c;) {
+		while (*c == '/')
+			c++;
+		if (*c == '\0')
+			break;
+		char *slash = strrchr(prefix, '/');
+		if (slash == NULL)
+			return false;
+		*(slash == prefix ? slash + 1 : slash) = '\0';
+		while (*c && *c != '/')
+			c++;
+	}
+	n = snprintf(out, out_len, "%s%s%s", prefix, strcmp(prefix, "/") == 0 ? "" : "/", rel);
+	return n > 0 && (size_t)n < out_len;
+}
+
 static char *existing_file(const char *dir, const char *name)
 {
 	char path[PATH_MAX * 2];
@@ -353,15 +385,16 @@ char *loader_find_plugin(const char *name, relay_error *err)
 	}
 	char *exe_dir = loader_exe_dir();
 	char dir[PATH_MAX];
-	if (!found && exe_dir) {
-		snprintf(dir, sizeof dir, "%s/lib/mcp-relay/plugins", exe_dir);
+	/* The build layout only where it exists, so an installed tree names
+	 * just its real plugin folder. */
+	snprintf(dir, sizeof dir, "%s/lib/mcp-relay/plugins", exe_dir ? exe_dir : ".");
+	if (!found && exe_dir && fs_is_dir(dir)) {
 		found = existing_file(dir, name);
 		int n = snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dir);
 		if (n > 0 && (size_t)n < sizeof searched - used)
 			used += (size_t)n;
 	}
-	if (!found && exe_dir) {
-		snprintf(dir, sizeof dir, "%s/../%s", exe_dir, RELAY_PLUGIN_INSTALL_DIR);
+	if (!found && exe_dir && installed_dir(exe_dir, RELAY_PLUGIN_INSTALL_DIR, dir, sizeof dir)) {
 		found = existing_file(dir, name);
 		int n = snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dir);
 		if (n > 0 && (size_t)n < sizeof searched - used)
@@ -386,7 +419,7 @@ char *loader_receivers_dir(void)
 		return NULL;
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof dir, "%s/libexec/mcp-relay/receivers", exe_dir);
-	if (!fs_is_dir(dir))
+	if (!fs_is_dir(dir) && !installed_dir(exe_dir, RELAY_RECEIVER_INSTALL_DIR, dir, sizeof dir))
 		snprintf(dir, sizeof dir, "%s/../%s", exe_dir, RELAY_RECEIVER_INSTALL_DIR);
 	free(exe_dir);
 	return strdup(dir);

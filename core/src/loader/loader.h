@@ -56,14 +56,16 @@ const char *loader_kind_name(relay_plugin_kind kind);
 
 /* Resolves a plugin name ("machine-local") to a path: each folder of
  * MCP_RELAY_PLUGIN_PATH (colon-separated) first, then the build layout next
- * to the executable (<exe dir>/lib/mcp-relay/plugins), then the installed
- * layout (<exe dir>/../<libdir>/mcp-relay/plugins). A value containing '/'
- * is taken as a path. Returns a malloc'd path, or NULL with the folders
- * searched in err. */
+ * to the executable (<exe dir>/lib/mcp-relay/plugins, when that folder
+ * exists), then the installed layout (<prefix>/<libdir>/mcp-relay/plugins,
+ * with <prefix> the executable's folder less its <bindir>, so an installed
+ * tree is relocatable). A value containing '/' is taken as a path.
+ * Returns a malloc'd path, or NULL with the folders searched in err. */
 char *loader_find_plugin(const char *name, relay_error *err);
 
 /* Folder holding receiver builds: <exe dir>/libexec/mcp-relay/receivers or
- * the installed layout; MCP_RELAY_RECEIVER_DIR overrides. malloc'd. */
+ * the installed layout (<prefix>/<libexecdir>/mcp-relay/receivers, <prefix>
+ * as above); MCP_RELAY_RECEIVER_DIR overrides. malloc'd. */
 char *loader_receivers_dir(void);
 
 /* Folder of the running executable (malloc'd). */

@@ -490,8 +490,8 @@ static json_object *create_lease(fake_state *st, json_object *spec)
 	char suffix[7], lease_id[33];
 	random_hex(st, suffix, 6);
 	random_hex(st, lease_id, 32);
-	char vm[200];
-	snprintf(vm, sizeof vm, "fake-%s-%s", purpose, suffix);
+	char vm[200]; /* a longer purpose is cut to fit */
+	snprintf(vm, sizeof vm, "fake-%.180s-%s", purpose ? purpose : "", suffix);
 	int64_t now = st->host->now_ms();
 	int64_t ttl = get_int(spec, "ttlMs", 15 * 60 * 1000);
 	char *home = home_path(st, vm);
