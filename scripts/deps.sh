@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mcp-relay needs that are missing.
 #   scripts/deps.sh build   what building needs (and what local guests use)
-#   scripts/deps.sh test    build + everything the tests start (sshd, Xvfb, chromium, ...)
+#   scripts/deps.sh test    build + everything the tests start (sshd, Xvfb, chromium, the
+#                           container engines of the machine-docker tests, strace, ...)
 #   scripts/deps.sh ci      test + what .ci/run adds (clang, its sanitizer runtimes and ccache for the
 #                           matrix and scripts/fuzz, debootstrap)
 set -euo pipefail
@@ -17,7 +18,8 @@ case $level in
 esac
 if [ "$level" != build ]; then
   need+=(libcmocka-dev libx11-dev openssh-server openssh-client x11-apps x11-xserver-utils imagemagick
-         chromium python3 e2fsprogs util-linux xdotool netcat-openbsd procps ca-certificates)
+         chromium python3 e2fsprogs util-linux xdotool netcat-openbsd procps ca-certificates strace
+         podman crun runc uidmap fuse-overlayfs docker.io curl)
 fi
 if [ "$level" = ci ]; then
   need+=(clang libclang-rt-dev ccache debootstrap tar gzip)
