@@ -256,7 +256,7 @@ cleanup:
 	return rc;
 }
 
-static int write_all(int fd, const void *data, size_t len)
+int write_all(int fd, const void *data, size_t len)
 {
 	const char *p = data;
 	while (len) {

@@ -208,20 +208,6 @@ void stdin_parts_free(stdin_parts *parts)
 	memset(parts, 0, sizeof(*parts));
 }
 
-static void write_stdout(const void *data, size_t len)
-{
-	const char *p = data;
-	while (len) {
-		ssize_t n = write(STDOUT_FILENO, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return;
-		p += n;
-		len -= (size_t)n;
-	}
-}
-
 static jv *part_fact(const char *name, const char *rel, const buf *data)
 {
 	jv *o = jv_object();
@@ -301,9 +287,9 @@ void stdout_parts_emit(const char *root, jv *frame, const char *receipt_rel)
 	jv_set(frame, "parts", parts);
 	frame_emit(frame);
 	if (receipt_text.len) {
-		write_stdout(receipt_text.data, receipt_text.len);
+		write_all(STDOUT_FILENO, receipt_text.data, receipt_text.len);
 		if (image_rel)
-			write_stdout(image.data, image.len);
+			write_all(STDOUT_FILENO, image.data, image.len);
 	}
 	jv_free(receipt);
 	free(image_rel);

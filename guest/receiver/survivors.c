@@ -22,19 +22,6 @@
 /* Room kept below the cap for the notes the drainer writes itself. */
 #define NOTE_RESERVE_BYTES 256u
 
-static void write_text(int fd, const char *text)
-{
-	size_t len = strlen(text), done = 0;
-	while (done < len) {
-		ssize_t n = write(fd, text + done, len - done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return;
-		done += (size_t)n;
-	}
-}
-
 /* The drainer's side; never returns. Only async-signal-safe-ish work and
  * no allocation: it is a fork of the receiver, whose allocator may print a
  * frame on failure. */
@@ -82,22 +69,15 @@ static void drain_main(int log_fd, int out_fd, int err_fd)
 				if (written + take > keep)
 					take = keep > written ? keep - written : 0;
 				if (take) {
-					size_t done = 0;
-					while (done < take) {
-						ssize_t w = write(log_fd, chunk + done, take - done);
-						if (w < 0 && errno == EINTR)
-							continue;
-						if (w <= 0)
-							break;
-						done += (size_t)w;
-					}
+					write_all(log_fd, chunk, take);
 					written += take;
 				}
 				discarded += (unsigned long long)((size_t)got - take);
 				if (discarded && !cap_noted) {
-					write_text(log_fd,
-					           "\n[mcp-relay: this log reached its limit of 1 MiB; later "
-					           "output is discarded and counted at the end]\n");
+					static const char note[] =
+					    "\n[mcp-relay: this log reached its limit of 1 MiB; "
+					    "later output is discarded and counted at the end]\n";
+					write_all(log_fd, note, sizeof note - 1);
 					cap_noted = 1;
 				}
 			}
@@ -107,7 +87,7 @@ static void drain_main(int log_fd, int out_fd, int err_fd)
 		char note[128];
 		text_format(note, sizeof(note), "[mcp-relay: %llu bytes of later output were discarded]\n",
 		            discarded);
-		write_text(log_fd, note);
+		write_all(log_fd, note, strlen(note));
 	}
 	close(log_fd);
 	_exit(0);
