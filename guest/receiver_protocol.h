@@ -1,6 +1,6 @@
 /*
  * guest/receiver_protocol.h — the host ⇄ receiver protocol: names and limits
- * that the core (core/src/manager/) and the guest receiver (guest/receiver/)
+ * that the core (core/src/runs/, core/src/guestio/) and the guest receiver (guest/receiver/)
  * must agree on, so neither defines them on its own. Plain C99 macros, no
  * includes: the receiver is libc-only and the core is C11.
  *

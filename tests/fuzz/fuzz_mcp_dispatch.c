@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "contract/contract.h"
-#include "manager/manager.h"
+#include "session/manager.h"
 #include "mcp/call.h"
 #include "mcp/server.h"
 #include "mcp/tool_result.h"

@@ -1,5 +1,5 @@
 /*
- * manager/console_report.c: the relay's projection of acquisition
+ * console/console_report.c: the relay's projection of acquisition
  * capabilities and console reports (tools.md §3.3, §3.11; machine-service.md
  * §9.4) — tokens outside ^[a-zA-Z0-9_.-]{1,120}$ become "unknown" (a reason
  * null), booleans that are not booleans become "unknown", Unix seconds
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "manager/console_report.h"
+#include "console/console_report.h"
 #include "util/jsonx.h"
 
 static json_object *parse(const char *text)

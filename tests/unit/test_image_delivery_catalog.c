@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "manager/image_catalog.h"
+#include "delivery/image_catalog.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "manager/image_catalog.h"
+#include "delivery/image_catalog.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"
 

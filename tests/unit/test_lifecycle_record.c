@@ -1,5 +1,5 @@
 /*
- * The ownership record (lifecycle.md §9, manager/guest.h): everything a
+ * The ownership record (lifecycle.md §9, session/guest.h): everything a
  * restart needs survives a round trip through lease.json; a guest being
  * reconciled keeps its phase on disk; only the owner writes the record; a
  * record of another format is refused rather than guessed at.
@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "manager/guest.h"
+#include "session/guest.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 

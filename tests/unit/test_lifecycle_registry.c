@@ -1,5 +1,5 @@
 /*
- * The task registry (lifecycle.md §10, manager/registry.h): the VM-table
+ * The task registry (lifecycle.md §10, registry/registry.h): the VM-table
  * rules, choosing the file, adding and removing rows with their ownership
  * rules and the file's line endings, refusing to overwrite a change made
  * outside the lock, and several processes updating one file at once under
@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "manager/registry.h"
+#include "registry/registry.h"
 #include "util/fsutil.h"
 
 #define VALID_LF                                                                                             \

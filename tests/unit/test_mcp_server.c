@@ -29,7 +29,7 @@
 #include <cmocka.h>
 
 #include "contract/contract.h"
-#include "manager/manager.h"
+#include "session/manager.h"
 #include "mcp/call.h"
 #include "mcp/server.h"
 #include "util/clock.h"

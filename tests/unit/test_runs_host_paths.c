@@ -1,7 +1,7 @@
 /*
  * The project-folder rules for host paths (lifecycle.md §12,
- * core/src/manager/host_paths.c) and relay_script's step derivation
- * (guest.md §14, core/src/manager/run_request.c), on real folders under
+ * core/src/runs/host_paths.c) and relay_script's step derivation
+ * (guest.md §14, core/src/runs/run_request.c), on real folders under
  * /tmp: a project folder reached through a symbolic link, links at and below
  * it, special files, ".." segments, and files replaced after they were
  * checked.
@@ -18,8 +18,8 @@
 
 #include <cmocka.h>
 
-#include "manager/host_paths.h"
-#include "manager/run_request.h"
+#include "runs/host_paths.h"
+#include "runs/run_request.h"
 #include "util/fsutil.h"
 #include "util/sha256.h"
 

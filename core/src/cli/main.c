@@ -18,7 +18,7 @@
 #include "cli/cli.h"
 #include "cli/lazy_libs.h"
 #include "contract/contract.h"
-#include "manager/manager.h"
+#include "session/manager.h"
 #include "mcp/render.h"
 #include "mcp/server.h"
 #include "profile/backends.h"

@@ -2,7 +2,7 @@
  * mcp/call.h — one tools/call in flight (the relay_call of relay/host.h).
  *
  * The MCP layer creates a call for each tools/call request, hands it to the
- * manager (manager/manager.h), and writes the response when the manager
+ * manager (session/manager.h), and writes the response when the manager
  * completes it. Progress and cancellation flow through it. All functions are
  * thread-safe; a NULL call is allowed everywhere and does nothing (background
  * work such as renewal has no call).

@@ -5,7 +5,7 @@
 #ifndef RELAY_MCP_SERVER_H
 #define RELAY_MCP_SERVER_H
 
-#include "manager/manager.h"
+#include "session/manager.h"
 
 typedef struct mcp_server_config {
 	int in_fd;

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "manager/registry.h"
+#include "registry/registry.h"
 #include "profile/environment.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -591,7 +591,7 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 		if (stat(v, &st) != 0 || !S_ISREG(st.st_mode))
 			return fail(errbuf, errlen,
 			            "MCP_RELAY_REGISTRY must name an existing regular file (got %s)", v);
-		char table_why[768]; /* the VM-table check of lifecycle.md §10 (manager/registry.h) */
+		char table_why[768]; /* the VM-table check of lifecycle.md §10 (registry/registry.h) */
 		if (registry_check_file(v, table_why, sizeof table_why) != 0)
 			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY %s (got %s)", table_why, v);
 		s->registry_path = strdup(v);

@@ -1,0 +1,599 @@
+/* Console capabilities and reports as the relay's observations
+ * (console/console_report.h). */
+#include "console/console_report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/tools.h"
+#include "session/events.h"
+#include "profile/environment.h"
+#include "util/jsonx.h"
+#include "util/timefmt.h"
+
+#define TOKEN_MAX    120
+#define IDENTITY_MAX 256
+
+static const char *const backend_fields[] = {"status",         "backend",         "viewer_location",
+                                             "authentication", "guest_readiness", "session_binding"};
+static const char *const backend_tail_fields[] = {"pixels", "human_confirmation"};
+
+static bool valid_token(const char *text)
+{
+	size_t n = text ? strlen(text) : 0;
+	if (n == 0 || n > TOKEN_MAX)
+		return false;
+	for (const char *c = text; *c; c++) {
+		bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+		          *c == '_' || *c == '.' || *c == '-';
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static void add_token(json_object *out, const json_object *in, const char *key)
+{
+	const char *v = jsonx_get_str(in, key);
+	jsonx_add_str(out, key, valid_token(v) ? v : "unknown");
+}
+
+static void add_reason(json_object *out, const json_object *in, const char *key)
+{
+	const char *v = jsonx_get_str(in, key);
+	jsonx_add_str(out, key, valid_token(v) ? v : NULL);
+}
+
+static void add_bool_or_unknown(json_object *out, const json_object *in, const char *key)
+{
+	bool b;
+	if (jsonx_get_bool(in, key, &b))
+		jsonx_add_bool(out, key, b);
+	else
+		jsonx_add_str(out, key, "unknown");
+}
+
+/* Identities (vm, lease_id, console_id, fingerprint, attempt_id) are kept
+ * when they are plain names, else null; the identity checks judge them. */
+static void add_identity(json_object *out, const json_object *in, const char *key)
+{
+	const char *v = jsonx_get_str(in, key);
+	bool ok = v && v[0] && strlen(v) <= IDENTITY_MAX;
+	for (const char *c = v; ok && *c; c++)
+		ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+		     *c == '_' || *c == '.' || *c == '-';
+	jsonx_add_str(out, key, ok ? v : NULL);
+}
+
+/* Unix seconds as ISO 8601 whole seconds; null when absent or not a number. */
+static void add_time(json_object *out, const json_object *in, const char *key)
+{
+	double seconds;
+	if (jsonx_get_double(in, key, &seconds) && isfinite(seconds) && seconds >= 0 &&
+	    seconds < 32503680000.0) {
+		char iso[21];
+		time_format_iso_seconds((int64_t)floor(seconds) * 1000, iso);
+		jsonx_add_str(out, key, iso);
+	} else {
+		jsonx_add_null(out, key);
+	}
+}
+
+/* ---- capabilities -------------------------------------------------------------- */
+
+static json_object *backend_entry(const json_object *in)
+{
+	json_object *out = json_object_new_object();
+	bool available = false;
+	jsonx_get_bool(in, "available", &available);
+	jsonx_add_bool(out, "available", available);
+	for (size_t i = 0; i < sizeof backend_fields / sizeof backend_fields[0]; i++)
+		add_token(out, in, backend_fields[i]);
+	add_bool_or_unknown(out, in, "server_enforced_view_only");
+	for (size_t i = 0; i < sizeof backend_tail_fields / sizeof backend_tail_fields[0]; i++)
+		add_token(out, in, backend_tail_fields[i]);
+	return out;
+}
+
+static json_object *wrap_backends(json_object *linux_entry, json_object *macos_entry)
+{
+	json_object *backends = json_object_new_object();
+	jsonx_add(backends, "linux", linux_entry);
+	jsonx_add(backends, "macos", macos_entry);
+	json_object *vnc = json_object_new_object();
+	jsonx_add_bool(vnc, "default", false);
+	jsonx_add(vnc, "backends", backends);
+	json_object *options = json_object_new_object();
+	jsonx_add(options, "vnc", vnc);
+	json_object *caps = json_object_new_object();
+	jsonx_add_int(caps, "schemaVersion", 1);
+	jsonx_add(caps, "options", options);
+	return caps;
+}
+
+json_object *console_capabilities_normalise(const json_object *raw)
+{
+	int64_t version = 0;
+	if (!jsonx_get_int(raw, "schemaVersion", &version) || version != 1)
+		return NULL;
+	json_object *vnc = jsonx_get_obj(jsonx_get_obj(raw, "options"), "vnc");
+	bool def = true, available;
+	if (!jsonx_get_bool(vnc, "default", &def) || def)
+		return NULL;
+	json_object *backends = jsonx_get_obj(vnc, "backends");
+	json_object *linux_in = jsonx_get_obj(backends, "linux");
+	json_object *macos_in = jsonx_get_obj(backends, "macos");
+	if (!jsonx_get_bool(linux_in, "available", &available) ||
+	    !jsonx_get_bool(macos_in, "available", &available))
+		return NULL;
+	return wrap_backends(backend_entry(linux_in), backend_entry(macos_in));
+}
+
+json_object *console_capabilities_unconfigured(void)
+{
+	json_object *entries[2];
+	for (int i = 0; i < 2; i++) {
+		json_object *e = json_object_new_object();
+		jsonx_add_bool(e, "available", false);
+		jsonx_add_str(e, "status", "unconfigured");
+		for (size_t f = 1; f < sizeof backend_fields / sizeof backend_fields[0]; f++)
+			jsonx_add_str(e, backend_fields[f], "unknown");
+		jsonx_add_str(e, "server_enforced_view_only", "unknown");
+		for (size_t f = 0; f < sizeof backend_tail_fields / sizeof backend_tail_fields[0]; f++)
+			jsonx_add_str(e, backend_tail_fields[f], "unknown");
+		entries[i] = e;
+	}
+	return wrap_backends(entries[0], entries[1]);
+}
+
+/* ---- console reports ----------------------------------------------------------------- */
+
+static json_object *attempt_observation(const json_object *in)
+{
+	if (!json_object_is_type(in, json_type_object))
+		return NULL;
+	json_object *a = json_object_new_object();
+	add_identity(a, in, "attempt_id");
+	add_token(a, in, "status");
+	add_reason(a, in, "reason");
+	add_bool_or_unknown(a, in, "transport_connected");
+	add_token(a, in, "viewer_cleanup");
+	add_token(a, in, "authentication");
+	add_token(a, in, "viewer_connected");
+	add_token(a, in, "human_confirmation");
+	return a;
+}
+
+json_object *console_observation(const json_object *report)
+{
+	int64_t version = 0;
+	if (!jsonx_get_int(report, "schemaVersion", &version) || version != 1)
+		return NULL;
+	json_object *o = json_object_new_object();
+	jsonx_add_int(o, "schemaVersion", 1);
+	add_identity(o, report, "vm");
+	add_identity(o, report, "lease_id");
+	add_identity(o, report, "console_id");
+	add_identity(o, report, "environment_fingerprint");
+	add_token(o, report, "status");
+	add_reason(o, report, "reason");
+	add_token(o, report, "backend");
+	add_token(o, report, "viewer_location");
+	add_token(o, report, "authentication");
+	add_token(o, report, "authentication_mechanism");
+	add_token(o, report, "viewer_connected");
+	add_token(o, report, "human_confirmation");
+	add_token(o, report, "pixels");
+	add_bool_or_unknown(o, report, "server_enforced_view_only");
+	add_token(o, report, "session_binding");
+	add_token(o, report, "readiness_scope");
+	add_time(o, report, "observed_at");
+	add_token(o, report, "source");
+	add_time(o, report, "access_expires_at");
+	json_object *attempt = NULL;
+	json_object_object_get_ex(report, "attempt", &attempt);
+	jsonx_add(o, "attempt", attempt_observation(attempt));
+	return o;
+}
+
+static bool same(const char *a, const char *b)
+{
+	return a && b && strcmp(a, b) == 0;
+}
+
+const char *console_identity_problem(const json_object *obs, const char *vm, const char *lease_id,
+                                     const char *console_id, const char *selected_fp, const char *lease_fp,
+                                     char *buf, size_t len)
+{
+	const char *got_vm = jsonx_get_str(obs, "vm");
+	const char *got_lease = jsonx_get_str(obs, "lease_id");
+	if (!same(got_vm, vm) || !same(got_lease, lease_id)) {
+		snprintf(
+		    buf, len,
+		    "Console lease identity mismatch: the report names %s (lease %s), the guest holds %s "
+		    "(lease %s)",
+		    got_vm ? got_vm : "no machine", got_lease ? got_lease : "none", vm ? vm : "none",
+		    lease_id ? lease_id : "none");
+		return buf;
+	}
+	const char *fp = jsonx_get_str(obs, "environment_fingerprint");
+	if (fp && !same(fp, selected_fp) && !same(fp, lease_fp)) {
+		snprintf(
+		    buf, len,
+		    "Console environment identity mismatch: the report names environment fingerprint %.8s, "
+		    "neither the selected environment's nor the lease's",
+		    fp);
+		return buf;
+	}
+	const char *got_console = jsonx_get_str(obs, "console_id");
+	if (!same(got_console, console_id)) {
+		snprintf(
+		    buf, len,
+		    "Console instance identity mismatch: the report names console %s, the guest acquired %s",
+		    got_console ? got_console : "none", console_id ? console_id : "none");
+		return buf;
+	}
+	return NULL;
+}
+
+bool console_attempt_terminal(const char *status)
+{
+	return status && (strcmp(status, "cancelled") == 0 || strcmp(status, "closed") == 0 ||
+	                  strcmp(status, "failed") == 0 || strcmp(status, "expired") == 0);
+}
+
+/* ---- relay_acquire step 6 ---------------------------------------------------------------- */
+
+static const char *image_os(manager *m, const char *image, relay_call *call)
+{
+	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
+	char *text = NULL;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	const char *os = NULL;
+	if (machine && machine->machine.images(machine->state, call, 0, &text, &err) == RELAY_OK && text) {
+		json_object *inventory = jsonx_parse_str(text, NULL, 0);
+		const char *kind =
+		    jsonx_get_str(jsonx_get_obj(jsonx_get_obj(inventory, "images"), image), "kind");
+		if (kind && strcmp(kind, "linux") == 0)
+			os = "linux";
+		else if (kind && strcmp(kind, "macos") == 0)
+			os = "macos";
+		json_object_put(inventory);
+	}
+	free(text);
+	return os;
+}
+
+int console_vnc_check(manager *m, const char *image, relay_call *call, const char **code_out, char *msg,
+                      size_t len)
+{
+	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
+	*code_out = "console-unavailable";
+	if (console == NULL) {
+		snprintf(
+		    msg, len,
+		    "VNC backend unavailable for this image OS; ordinary acquisition was not attempted (no "
+		    "console plugin is loaded: %s)",
+		    m->backends->load_errors[SLOT_CONSOLE] ? m->backends->load_errors[SLOT_CONSOLE]
+		                                           : "the console slot is empty");
+		return -1;
+	}
+	const char *os = image_os(m, image, call);
+	if (os == NULL) {
+		snprintf(
+		    msg, len,
+		    "VNC backend unavailable for this image OS; ordinary acquisition was not attempted (the "
+		    "backend does not say which OS %s runs)",
+		    image);
+		return -1;
+	}
+	char *text = NULL;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	relay_status st =
+	    console->console.capabilities(console->state, &m->backends->machine_link, call, 0, &text, &err);
+	json_object *raw = st == RELAY_OK && text ? jsonx_parse_str(text, NULL, 0) : NULL;
+	free(text);
+	if (st != RELAY_OK) {
+		*code_out = st == RELAY_E_UNSUPPORTED ? "console-unavailable" : "backend-unavailable";
+		snprintf(
+		    msg, len,
+		    "VNC backend unavailable for this image OS; ordinary acquisition was not attempted (%s)",
+		    err.message[0] ? err.message : relay_status_str(st));
+		return -1;
+	}
+	json_object *caps = console_capabilities_normalise(raw);
+	json_object_put(raw);
+	if (caps == NULL) {
+		*code_out = "backend-unavailable";
+		snprintf(msg, len,
+		         "unsupported or malformed acquisition-capabilities schema; ordinary acquisition was "
+		         "not attempted");
+		return -1;
+	}
+	json_object *entry = jsonx_get_obj(
+	    jsonx_get_obj(jsonx_get_obj(jsonx_get_obj(caps, "options"), "vnc"), "backends"), os);
+	bool available = false;
+	jsonx_get_bool(entry, "available", &available);
+	int rc = 0;
+	if (!available) {
+		snprintf(msg, len,
+		         "VNC backend unavailable for this image OS; ordinary acquisition was not attempted "
+		         "(%s: %s)",
+		         os, jsonx_get_str(entry, "status") ? jsonx_get_str(entry, "status") : "unknown");
+		rc = -1;
+	}
+	json_object_put(caps);
+	return rc;
+}
+
+/* ---- the resolve steps shared by the console tools ---------------------------------------- */
+
+void console_guest_facts_free(console_guest_facts *f)
+{
+	free(f->lease_text);
+	free(f->vm);
+	free(f->lease_id);
+	free(f->console_id);
+	free(f->lease_fp);
+	free(f->attempt_id);
+	free(f->attempt_status);
+	memset(f, 0, sizeof *f);
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+/* Under the lock. */
+static void read_facts(manager *m, guest *g, console_guest_facts *f)
+{
+	(void)m;
+	memset(f, 0, sizeof *f);
+	if (g->lease == NULL)
+		return;
+	f->lease_text = jsonx_to_string(g->lease, 0);
+	f->vm = dup_or_null(jsonx_get_str(g->lease, "vm"));
+	f->lease_id = dup_or_null(jsonx_get_str(g->lease, "lease_id"));
+	json_object *lease_console = jsonx_get_obj(g->lease, "console");
+	const char *console_id = jsonx_get_str(lease_console, "console_id");
+	if (console_id == NULL)
+		console_id = jsonx_get_str(g->console, "console_id");
+	f->console_id = dup_or_null(console_id);
+	const char *fp = jsonx_get_str(jsonx_get_obj(g->lease, "record"), "environment_fingerprint");
+	if (fp == NULL)
+		fp = jsonx_get_str(lease_console, "environment_fingerprint");
+	f->lease_fp = dup_or_null(fp);
+	f->attempt_id = dup_or_null(jsonx_get_str(g->console_attempt, "attempt_id"));
+	f->attempt_status = dup_or_null(jsonx_get_str(g->console_attempt, "status"));
+	f->attempts_used = g->console_attempt_ids ? (int)json_object_array_length(g->console_attempt_ids) : 0;
+}
+
+void console_mark_unknown(manager *m, guest *g)
+{
+	manager_lock(m);
+	if (g->console) {
+		jsonx_add_str(g->console, "status", "unknown");
+		guest_save(g);
+	}
+	manager_unlock(m);
+}
+
+tool_result *console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
+                                   console_guest_facts *facts_out)
+{
+	*obs_out = NULL;
+	manager_wait_startup(m);
+	manager_lock(m);
+	bool vnc = g->vnc;
+	read_facts(m, g, facts_out);
+	manager_unlock(m);
+	console_guest_facts *f = facts_out;
+	tool_result *refusal = NULL;
+	if (!vnc || f->lease_text == NULL || f->lease_id == NULL || f->console_id == NULL) {
+		refusal = guest_error(
+		    m, g, NULL, "console-unavailable",
+		    "this guest was acquired without a console; console sharing is never added to an "
+		    "existing lease");
+		goto fail;
+	}
+	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
+	if (console == NULL) {
+		refusal = guest_error(m, g, NULL, "console-unavailable", "no console plugin is loaded (%s)",
+		                      m->backends->load_errors[SLOT_CONSOLE]
+		                          ? m->backends->load_errors[SLOT_CONSOLE]
+		                          : "the console slot is empty");
+		goto fail;
+	}
+	char *text = NULL;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	relay_status st = console->console.resolve(console->state, &m->backends->machine_link, f->lease_text,
+	                                           call, 0, &text, &err);
+	json_object *report = st == RELAY_OK && text ? jsonx_parse_str(text, NULL, 0) : NULL;
+	free(text);
+	if (st != RELAY_OK) {
+		console_mark_unknown(m, g);
+		refusal = guest_error(
+		    m, g, NULL, st == RELAY_E_UNSUPPORTED ? "console-unavailable" : "backend-unavailable",
+		    "%s", err.message[0] ? err.message : relay_status_str(st));
+		goto fail;
+	}
+	json_object *obs = console_observation(report);
+	json_object_put(report);
+	if (obs == NULL) {
+		console_mark_unknown(m, g);
+		refusal = guest_error(m, g, NULL, "backend-unavailable",
+		                      "unsupported or malformed console report schema");
+		goto fail;
+	}
+	char why[512];
+	const char *selected_fp =
+	    m->settings->environment ? environment_fingerprint(m->settings->environment) : NULL;
+	if (console_identity_problem(obs, f->vm, f->lease_id, f->console_id, selected_fp, f->lease_fp, why,
+	                             sizeof why)) {
+		json_object_put(obs);
+		console_mark_unknown(m, g);
+		refusal = guest_error(m, g, NULL, "console-identity-mismatch", "%s", why);
+		goto fail;
+	}
+	/* Step 5: store it; the current attempt follows the backend when the
+	 * report speaks of it. */
+	manager_lock(m);
+	json_object_put(g->console);
+	g->console = json_object_get(obs);
+	const char *report_attempt = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "attempt_id");
+	const char *current = jsonx_get_str(g->console_attempt, "attempt_id");
+	if (report_attempt && current && strcmp(report_attempt, current) == 0) {
+		const char *status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
+		jsonx_add_str(g->console_attempt, "status", status);
+		free(f->attempt_status);
+		f->attempt_status = dup_or_null(status);
+	}
+	guest_save(g);
+	manager_unlock(m);
+	*obs_out = obs;
+	return NULL;
+fail:
+	console_guest_facts_free(f);
+	return refusal;
+}
+
+tool_result *console_named_check(manager *m, guest *g, const json_object *obs, const char *console_id)
+{
+	const char *resolved_console = jsonx_get_str(obs, "console_id");
+	if (resolved_console != NULL && strcmp(resolved_console, console_id) == 0)
+		return NULL;
+	return guest_error(m, g, NULL, "console-identity-mismatch",
+	                   "Console instance identity mismatch: the call names console %s, the guest's "
+	                   "console is %s",
+	                   console_id, resolved_console ? resolved_console : "unknown");
+}
+
+json_object *console_attempt_request(manager *m, guest *g, relay_call *call, const console_guest_facts *facts,
+                                     console_operation operation, const char *console_id,
+                                     const char *attempt_id, tool_result **error_out)
+{
+	bool opening = operation == CONSOLE_OPEN;
+	*error_out = NULL;
+	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
+	char *text = NULL;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	relay_status st = (opening ? console->console.open : console->console.cancel)(
+	    console->state, &m->backends->machine_link, facts->lease_text, console_id, attempt_id, call, 0,
+	    &text, &err);
+	json_object *report = st == RELAY_OK && text ? jsonx_parse_str(text, NULL, 0) : NULL;
+	free(text);
+	json_object *obs = st == RELAY_OK ? console_observation(report) : NULL;
+	json_object_put(report);
+	char why[512] = "";
+	const char *selected_fp =
+	    m->settings->environment ? environment_fingerprint(m->settings->environment) : NULL;
+	const char *reported_attempt = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "attempt_id");
+	const char *problem = NULL;
+	if (st != RELAY_OK)
+		problem = err.message[0] ? err.message : relay_status_str(st);
+	else if (obs == NULL)
+		problem = "unsupported or malformed console report schema";
+	else if (console_identity_problem(obs, facts->vm, facts->lease_id, facts->console_id, selected_fp,
+	                                  facts->lease_fp, why, sizeof why))
+		problem = why;
+	else if (reported_attempt == NULL || strcmp(reported_attempt, attempt_id) != 0)
+		problem = "the report does not name this attempt";
+	if (problem) {
+		json_object *d = json_object_new_object();
+		jsonx_add_str(d, "attempt_id", attempt_id);
+		jsonx_add_str(d, "error", problem);
+		guest_event(m, g, opening ? "console-open-uncertain" : "console-cancel-uncertain", problem,
+		            d);
+		console_mark_unknown(m, g);
+		json_object *s = json_object_new_object();
+		jsonx_add_str(s, "attempt_id", attempt_id);
+		if (opening)
+			*error_out =
+			    guest_error(m, g, s, "outcome-unknown",
+			                "console open outcome unknown; ownership kept; resolve or cancel "
+			                "attempt %s; opening is never replayed automatically (%s)",
+			                attempt_id, problem);
+		else
+			*error_out =
+			    guest_error(m, g, s, "outcome-unknown",
+			                "console cancel outcome unknown; ownership kept; resolve attempt %s "
+			                "before another open; the guest was not released (%s)",
+			                attempt_id, problem);
+		json_object_put(obs);
+		return NULL;
+	}
+	const char *attempt_status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
+	manager_lock(m);
+	json_object_put(g->console);
+	g->console = json_object_get(obs);
+	jsonx_add_str(g->console_attempt, "status", attempt_status);
+	guest_save(g);
+	manager_unlock(m);
+	json_object *d = json_object_new_object();
+	jsonx_add_str(d, "attempt_id", attempt_id);
+	jsonx_add_str(d, "status", attempt_status);
+	guest_event(m, g, opening ? "console-open" : "console-cancel", attempt_status, d);
+	return obs;
+}
+
+json_object *console_uncertain_attempt(const char *attempt_id)
+{
+	json_object *a = json_object_new_object();
+	jsonx_add_str(a, "attempt_id", attempt_id);
+	jsonx_add_str(a, "status", "uncertain");
+	jsonx_add_null(a, "reason");
+	jsonx_add_str(a, "transport_connected", "unknown");
+	jsonx_add_str(a, "viewer_cleanup", "unknown");
+	jsonx_add_str(a, "authentication", "unknown");
+	jsonx_add_str(a, "viewer_connected", "unknown");
+	jsonx_add_str(a, "human_confirmation", "unknown");
+	return a;
+}
+
+json_object *console_status_result(const char *guest_name, const json_object *obs, json_object *attempt)
+{
+	json_object *r = json_object_new_object();
+	jsonx_add_str(r, "guest", guest_name);
+	static const char *const order[] = {"schemaVersion",
+	                                    "vm",
+	                                    "lease_id",
+	                                    "console_id",
+	                                    "environment_fingerprint",
+	                                    "status",
+	                                    "reason",
+	                                    "backend",
+	                                    "viewer_location",
+	                                    "authentication",
+	                                    "authentication_mechanism",
+	                                    "viewer_connected",
+	                                    "human_confirmation",
+	                                    "pixels",
+	                                    "server_enforced_view_only",
+	                                    "session_binding",
+	                                    "readiness_scope",
+	                                    "observed_at",
+	                                    "source",
+	                                    "access_expires_at"};
+	for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+		json_object *v = NULL;
+		json_object_object_get_ex(obs, order[i], &v);
+		jsonx_add(r, order[i], json_object_get(v));
+	}
+	if (attempt) {
+		jsonx_add(r, "attempt", attempt);
+	} else {
+		json_object *v = NULL;
+		json_object_object_get_ex(obs, "attempt", &v);
+		jsonx_add(r, "attempt", json_object_get(v));
+	}
+	jsonx_add_bool(r, "screenshotEvidence", false);
+	jsonx_add_bool(r, "leaseReleased", false);
+	return r;
+}

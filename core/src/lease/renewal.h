@@ -1,0 +1,37 @@
+/*
+ * lease/renewal.h — keeping leases alive (lifecycle.md §6, §11.2 step 5).
+ *
+ * One scheduler thread per manager decides which guest is due; each beat
+ * runs on a thread of its own, so a slow backend answer for one guest never
+ * delays another, and at most one beat per guest is in flight. Beats read
+ * relay time (util/clock.h), so tests drive them with the test clock.
+ *
+ * A beat with R = deadline - now below the backend minimum stops renewal for
+ * good; otherwise it renews for min(window, R), never past the deadline.
+ * A failed beat marks the guest failing and queues one lease lookup in the
+ * guest's queue; it never destroys anything.
+ */
+#ifndef RELAY_LEASE_RENEWAL_H
+#define RELAY_LEASE_RENEWAL_H
+
+#include "session/manager_internal.h"
+
+/* Starts or resumes renewal: state renewing; the first beat one interval
+ * from now, or at once with `beat_now` (a restart). */
+void renewal_start(manager *m, guest *g, bool beat_now);
+/* Stops renewal for good (state stopped). A beat in flight lands without
+ * effect. */
+void renewal_stop(manager *m, guest *g);
+/* The end of the session: no new beats are started. */
+void renewal_halt(manager *m);
+/* Waits until the guest has no beat in flight. */
+void renewal_wait_beat(manager *m, guest *g);
+/* Pause at the end of the session (lifecycle.md §11.2 step 5): lets a beat
+ * in flight land, sends one last renewal carrying the lease to its deadline
+ * (when at least the backend minimum is left), records the confirmed expiry,
+ * sets the state paused and writes renewal-paused (or final-renewal-failed).
+ * Does nothing for a guest that is not being renewed. Returns 0, or 1 when
+ * the final renewal failed. */
+int renewal_pause(manager *m, guest *g, const char *reason);
+
+#endif

@@ -1,0 +1,83 @@
+/*
+ * runs/run_request.h — the host side of relay_script (tools.md §3.6,
+ * guest.md §6, §13-§15).
+ *
+ *   run_call_parse()    the call's semantic checks the contract layer
+ *                       cannot make: localPath under the project-folder
+ *                       rules (path-refused) and its size (8 MiB, 96 KiB for
+ *                       a diagnostic), the step id not used before;
+ *   run_derive_*()      step derivation (guest.md §14);
+ *   run_recorded()      a recorded run: host/submissions, host/scripts,
+ *                       host/requests, script and request pushed, `receiver
+ *                       run` with the exec limit timeoutMs + 180,000 +
+ *                       afterIntervalMs, the frame, the receipt pulled into
+ *                       host/receiver-receipts and validated, the result
+ *                       with its imageDelivery, host/receipts, the step
+ *                       download queued (step_downloads.h);
+ *   run_diagnostic()    a diagnostic shell script through the transport's
+ *                       exec, host/diagnostics/<id>.request.json and
+ *                       <id>.receipt.json.
+ *
+ * Everything runs on the guest's queue, without the manager's lock.
+ * Progress: one notification every RUN_PROGRESS_MS while a run lasts.
+ * Cancellation (notifications/cancelled): the exec is aborted (after
+ * `receiver cancel` where the transport runs commands concurrently), the run
+ * is recorded uncertain, never sent again; the result returned is dropped
+ * by the MCP layer (no response).
+ */
+#ifndef RELAY_RUNS_RUN_REQUEST_H
+#define RELAY_RUNS_RUN_REQUEST_H
+
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "session/manager_internal.h"
+
+#define RUN_SCRIPT_FILE_MAX_BYTES  (8u << 20) /* localPath: 8 MiB (tools.md §5.4) */
+#define RUN_DIAGNOSTIC_MAX_BYTES   98304u     /* a diagnostic script: 96 KiB */
+#define RUN_DEFAULT_TIMEOUT_MS     120000
+#define RUN_DEFAULT_AFTER_MS       500
+#define RUN_CAPTURE_ALLOWANCE_MS   180000 /* two 60 s captures and a minute's margin (guest.md §15) */
+#define RUN_PROGRESS_MS            15000
+#define RUN_CANCEL_GRACE_MS        5000  /* how long a cancelled run may end on its own */
+#define RUN_DIAGNOSTIC_OUTPUT_KEEP 64000 /* bytes of diagnostic output kept (guest.md §13) */
+#define RUN_TITLE_MAX_CHARS        500
+#define RUN_BECAUSE_MAX_CHARS      4000
+
+/* A relay_script call after its semantic checks. */
+typedef struct run_call {
+	char language[16]; /* shell | javascript | typescript | python */
+	const char *ext;   /* sh | js | ts | py (static) */
+	bool is_inline;
+	bool diagnostic;
+	char *script;           /* the script bytes, NUL-terminated; owned */
+	size_t script_len;      /* bytes */
+	char *local_path;       /* localPath as given, or NULL; owned */
+	char *local_abs;        /* its absolute path under the project, or NULL; owned */
+	int64_t timeout_ms;     /* 1..3,600,000, default 120,000 */
+	char *reason;           /* the caller's reason, or NULL; owned */
+	json_object *step;      /* the caller's step object, or NULL; a reference */
+	json_object *snapshots; /* the caller's snapshots object, or NULL; a reference */
+	json_object *args;      /* the call as validated; a reference */
+} run_call;
+
+/* Checks what the schema cannot and reads the script. NULL on success (the
+ * caller frees *out with run_call_free), else the error result
+ * (invalid-input or path-refused), with nothing sent anywhere. */
+tool_result *run_call_parse(manager *m, guest *g, json_object *args, run_call *out);
+void run_call_free(run_call *c);
+
+/* The derived step title (guest.md §14), malloc'd. */
+char *run_derive_title(const run_call *c);
+/* `reason`, else "Relay <title> (no reason given)", cut to 4,000 characters. */
+char *run_derive_because(const run_call *c, const char *title);
+
+/* A recorded run, from step derivation to the result (the caller made the
+ * shared refusals and sealed / reset-pending / not-staged). */
+tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call);
+
+/* A diagnostic shell script (guest.md §13). */
+tool_result *run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call);
+
+#endif

@@ -1,0 +1,918 @@
+/*
+ * The manager: guest table, dispatch into guest queues, session files, and
+ * the end of the session. Tool behaviour lives in tool_*.c.
+ */
+#include "session/manager.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "delivery/downloads.h"
+#include "lease/lifecycle.h"
+#include "tools/tools.h"
+#include "lease/reconcile.h"
+#include "lease/renewal.h"
+#include "profile/environment.h"
+#include "util/clock.h"
+#include "util/error.h"
+#include "util/fsutil.h"
+#include "util/jsonx.h"
+#include "util/log.h"
+#include "util/strbuf.h"
+#include "util/timefmt.h"
+
+void manager_lock(manager *m)
+{
+	pthread_mutex_lock(&m->lock);
+}
+
+void manager_unlock(manager *m)
+{
+	pthread_mutex_unlock(&m->lock);
+}
+
+guest *manager_find_guest(manager *m, const char *name)
+{
+	for (guest *g = m->guests; g; g = g->next)
+		if (strcmp(g->name, name) == 0)
+			return g;
+	return NULL;
+}
+
+int manager_open_guest_count(manager *m)
+{
+	int n = 0;
+	for (guest *g = m->guests; g; g = g->next)
+		if (g->phase != PHASE_CLOSED)
+			n++;
+	return n;
+}
+
+char *manager_open_guest_names(manager *m)
+{
+	strbuf sb = STRBUF_INIT;
+	for (guest *g = m->guests; g; g = g->next) {
+		if (g->phase == PHASE_CLOSED)
+			continue;
+		if (sb.len)
+			strbuf_puts(&sb, ", ");
+		strbuf_puts(&sb, g->name);
+	}
+	return strbuf_detach(&sb, NULL);
+}
+
+json_object *manager_open_guest_names_json(manager *m)
+{
+	json_object *names = json_object_new_array();
+	for (guest *g = m->guests; g; g = g->next)
+		if (g->phase != PHASE_CLOSED)
+			json_object_array_add(names, json_object_new_string(g->name));
+	return names;
+}
+
+int lock_file_take(const char *path, long *holder_pid_out)
+{
+	if (holder_pid_out)
+		*holder_pid_out = 0;
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -2;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd); /* a lock file must be a regular file (lifecycle.md §9) */
+		return -2;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		int e = errno;
+		if (holder_pid_out) {
+			char buf[32] = "";
+			ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+			if (n > 0) {
+				buf[n] = '\0';
+				*holder_pid_out = strtol(buf, NULL, 10);
+			}
+		}
+		close(fd);
+		return e == EWOULDBLOCK ? -1 : -2;
+	}
+	char pid[32];
+	int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+	if (ftruncate(fd, 0) == 0) {
+		ssize_t ignored = pwrite(fd, pid, (size_t)len, 0);
+		(void)ignored;
+	}
+	return fd;
+}
+
+int manager_save_session(manager *m)
+{
+	json_object *session = json_object_new_object();
+	jsonx_add_int(session, "schemaVersion", 1);
+	jsonx_add_str(session, "sessionId", m->settings->session_id);
+	char created[21];
+	time_format_iso_seconds(m->session_created_at_ms, created);
+	jsonx_add_str(session, "createdAt", created);
+	jsonx_add(session, "counters", json_object_get(m->counters));
+	char *path = fs_path_join(m->settings->session_dir, "session.json");
+	relay_error err;
+	int rc = 0;
+	if (path == NULL || fs_write_json_durable(path, session, &err) != RELAY_OK) {
+		log_error("cannot write session.json: %s", path ? err.message : "out of memory");
+		rc = -1;
+	}
+	free(path);
+	json_object_put(session);
+	return rc;
+}
+
+/* Reads counters from an existing session.json (a restart with the same
+ * MCP_RELAY_SESSION continues the names). */
+static void load_session(manager *m)
+{
+	char *path = fs_path_join(m->settings->session_dir, "session.json");
+	json_object *session = NULL;
+	relay_error err;
+	if (path && fs_read_json(path, 1 << 20, &session, &err) == RELAY_OK && session) {
+		json_object *counters = jsonx_get_obj(session, "counters");
+		if (counters) {
+			json_object_put(m->counters);
+			m->counters = json_object_get(counters);
+		}
+		const char *created = jsonx_get_str(session, "createdAt");
+		int64_t ms;
+		if (created && time_parse_iso(created, &ms))
+			m->session_created_at_ms = ms;
+	}
+	json_object_put(session);
+	free(path);
+}
+
+/* Takes session.lock; when another process holds it, startup retries in the
+ * background (lifecycle.md §8 step 1). Under the lock or before threads. */
+static bool take_session_lock(manager *m)
+{
+	char *path = fs_path_join(m->settings->session_dir, "session.lock");
+	long holder = 0;
+	int fd = path ? lock_file_take(path, &holder) : -2;
+	free(path);
+	if (fd >= 0) {
+		m->session_lock_fd = fd;
+		m->session_locked_elsewhere = false;
+		return true;
+	}
+	m->session_locked_elsewhere = fd == -1;
+	m->session_lock_holder_pid = holder;
+	return false;
+}
+
+/* ---- calls being worked on, and their deadlines ------------------------------- */
+
+void manager_track_call(manager *m, relay_call *call, int64_t timeout_ms)
+{
+	if (call == NULL)
+		return;
+	tracked_call *t = calloc(1, sizeof *t);
+	if (t == NULL)
+		return; /* untracked: it cannot be cancelled at the grace deadline */
+	t->call = call;
+	t->deadline_mono_ms = timeout_ms > 0 ? clock_monotonic_ms() + timeout_ms : 0;
+	manager_lock(m);
+	t->next = m->tracked;
+	m->tracked = t;
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+}
+
+void manager_untrack_call(manager *m, relay_call *call)
+{
+	if (call == NULL)
+		return;
+	manager_lock(m);
+	for (tracked_call **p = &m->tracked; *p; p = &(*p)->next) {
+		if ((*p)->call == call) {
+			tracked_call *t = *p;
+			*p = t->next;
+			free(t);
+			break;
+		}
+	}
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+}
+
+int manager_cancel_tracked(manager *m)
+{
+	int n = 0;
+	manager_lock(m);
+	for (tracked_call *t = m->tracked; t; t = t->next) {
+		if (!relay_call_is_cancelled(t->call)) {
+			relay_call_cancel(t->call);
+			n++;
+		}
+	}
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+	return n;
+}
+
+/* Cancels tracked calls whose real-time limit passed. One thread per
+ * manager; it lives as long as the process. */
+static void *watcher_main(void *arg)
+{
+	manager *m = arg;
+	manager_lock(m);
+	for (;;) {
+		int64_t now = clock_monotonic_ms();
+		int64_t next = now + 1000;
+		for (tracked_call *t = m->tracked; t; t = t->next) {
+			if (t->deadline_mono_ms == 0 || relay_call_is_cancelled(t->call))
+				continue;
+			if (t->deadline_mono_ms <= now)
+				relay_call_cancel(t->call);
+			else if (t->deadline_mono_ms < next)
+				next = t->deadline_mono_ms;
+		}
+		int64_t wait_ms = next - now;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += wait_ms / 1000;
+		ts.tv_nsec += (wait_ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&m->changed, &m->lock, &ts);
+	}
+	return NULL;
+}
+
+relay_call *manager_internal_call(manager *m, int64_t timeout_ms)
+{
+	relay_call *call = relay_call_new_internal();
+	manager_track_call(m, call, timeout_ms);
+	return call;
+}
+
+void manager_internal_call_done(manager *m, relay_call *call)
+{
+	if (call == NULL)
+		return;
+	manager_untrack_call(m, call);
+	relay_call_complete(call, NULL);
+}
+
+/* ---- internal work on a guest's queue ------------------------------------------- */
+
+typedef struct internal_job {
+	guest_job base;
+	manager *mgr;
+	guest *g;
+	internal_work_fn work;
+	void *ctx;
+	void (*ctx_free)(void *);
+	int64_t timeout_ms;
+} internal_job;
+
+static void internal_job_free(internal_job *job)
+{
+	if (job->ctx_free)
+		job->ctx_free(job->ctx);
+	free(job);
+}
+
+static void internal_job_run(guest_job *base)
+{
+	internal_job *job = (internal_job *)base;
+	relay_call *call = manager_internal_call(job->mgr, job->timeout_ms);
+	job->work(job->mgr, job->g, call, job->ctx);
+	manager_internal_call_done(job->mgr, call);
+	internal_job_free(job);
+}
+
+static void internal_job_drop(guest_job *base, const char *why)
+{
+	(void)why;
+	internal_job_free((internal_job *)base);
+}
+
+bool manager_queue_internal(manager *m, guest *g, internal_work_fn work, void *ctx, void (*ctx_free)(void *),
+                            int64_t timeout_ms)
+{
+	internal_job *job = calloc(1, sizeof *job);
+	if (job == NULL) {
+		if (ctx_free)
+			ctx_free(ctx);
+		return false;
+	}
+	job->base.run = internal_job_run;
+	job->base.drop = internal_job_drop;
+	job->mgr = m;
+	job->g = g;
+	job->work = work;
+	job->ctx = ctx;
+	job->ctx_free = ctx_free;
+	job->timeout_ms = timeout_ms;
+	if (!queue_push(&g->queue, &job->base)) {
+		internal_job_free(job);
+		return false;
+	}
+	return true;
+}
+
+bool manager_busy(manager *m)
+{
+	manager_lock(m);
+	bool busy = m->detached_running > 0;
+	for (guest *g = m->guests; g && !busy; g = g->next)
+		busy = queue_active(&g->queue);
+	manager_unlock(m);
+	return busy;
+}
+
+/* ---- startup ---------------------------------------------------------------------- */
+
+/* True when guests found on disk need the backends for reconciliation. */
+static bool guests_on_disk(manager *m)
+{
+	manager_lock(m);
+	bool any = false;
+	for (guest *g = m->guests; g && !any; g = g->next)
+		any = g->phase != PHASE_CLOSED;
+	manager_unlock(m);
+	return any;
+}
+
+static void *startup_main(void *arg)
+{
+	manager *m = arg;
+	/* Plugins load now only when earlier guests must be taken back;
+	 * otherwise on the first call that needs a backend. */
+	if (guests_on_disk(m))
+		backends_ensure_loaded(m->backends, m->settings);
+	manager_lock(m);
+	bool waiting = m->session_locked_elsewhere;
+	manager_unlock(m);
+	if (waiting) {
+		/* Normal while an earlier process is in its shutdown grace. */
+		int64_t give_up = clock_monotonic_ms() + m->settings->shutdown_grace_ms + 10000;
+		bool taken = false;
+		while (clock_monotonic_ms() < give_up) {
+			manager_lock(m);
+			bool ending = m->ending;
+			taken = !ending && take_session_lock(m);
+			manager_unlock(m);
+			if (taken || ending)
+				break;
+			sleep(1);
+		}
+		if (taken) {
+			/* The earlier process may have moved the counters or left
+			 * guests we have not listed yet. */
+			manager_lock(m);
+			load_session(m);
+			manager_unlock(m);
+			reconcile_migrate_legacy(m);
+			reconcile_scan(m);
+		} else {
+			log_error("another mcp-relay process, pid %ld, holds session %s; its guests stay "
+			          "unavailable "
+			          "here and relay_acquire is refused until it exits",
+			          m->session_lock_holder_pid, m->settings->session_id);
+		}
+	}
+	manager_lock(m);
+	m->startup_done = true;
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+	return NULL;
+}
+
+void manager_wait_startup(manager *m)
+{
+	manager_lock(m);
+	while (!m->startup_done)
+		pthread_cond_wait(&m->changed, &m->lock);
+	manager_unlock(m);
+	backends_ensure_loaded(m->backends, m->settings);
+}
+
+/* True when the session.lock of the current identity says its holder's
+ * session is ending (mark_session_lock_ending). */
+static bool session_lock_ending(manager *m)
+{
+	char *path = fs_path_join(m->settings->session_dir, "session.lock");
+	bool ending = false;
+	int fd = path ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+	if (fd >= 0) {
+		char buf[48] = "";
+		ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+		if (n > 0) {
+			buf[n] = '\0';
+			ending = strstr(buf, "ending") != NULL;
+		}
+		close(fd);
+	}
+	free(path);
+	return ending;
+}
+
+/* The session lock, and the identity it settles (lifecycle.md §2): a
+ * project's identity held by another live process is replaced by a fresh
+ * one, said on stderr and in relay_status; one whose holder is ending (a
+ * restart) is waited for in the background, like a fixed MCP_RELAY_SESSION.
+ * A holder gets HOLDER_SETTLE_MS to say it is ending, since a host restarting
+ * a server starts the new one as it closes the old. Before threads. */
+#define HOLDER_SETTLE_MS 2000
+static int settle_session(manager *m, relay_settings *settings, char *errbuf, size_t errlen)
+{
+	if (take_session_lock(m) || !m->session_locked_elsewhere ||
+	    settings->session_source != SESSION_FROM_PROJECT)
+		return 0;
+	int64_t give_up = clock_monotonic_ms() + HOLDER_SETTLE_MS;
+	for (;;) {
+		if (session_lock_ending(m))
+			return 0;
+		if (clock_monotonic_ms() >= give_up)
+			break;
+		struct timespec pause = {0, 100 * 1000000L};
+		nanosleep(&pause, NULL);
+		if (take_session_lock(m) || !m->session_locked_elsewhere)
+			return 0;
+	}
+	if (settings_use_fresh_identity(settings, m->session_lock_holder_pid) != 0) {
+		snprintf(errbuf, errlen, "out of memory choosing a fresh session identity");
+		return -1;
+	}
+	log_warning("%s", settings->session_note);
+	relay_error err;
+	if (fs_mkdir_p(settings->session_dir, 0700, &err) != RELAY_OK) {
+		snprintf(errbuf, errlen, "cannot create the session folder: %s", err.message);
+		return -1;
+	}
+	take_session_lock(m);
+	return 0;
+}
+
+manager *manager_create(relay_settings *settings, const relay_backends *backends, char *errbuf, size_t errlen)
+{
+	manager *m = calloc(1, sizeof *m);
+	if (m == NULL) {
+		snprintf(errbuf, errlen, "out of memory");
+		return NULL;
+	}
+	m->settings = settings;
+	m->backends = (relay_backends *)backends;
+	m->session_lock_fd = -1;
+	m->counters = json_object_new_object();
+	m->session_created_at_ms = clock_now_ms();
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->changed, NULL);
+	relay_error err;
+	if (fs_mkdir_p(settings->session_dir, 0700, &err) != RELAY_OK) {
+		snprintf(errbuf, errlen, "cannot create the session folder: %s", err.message);
+		json_object_put(m->counters);
+		free(m);
+		return NULL;
+	}
+	/* The registry: the environment's managed file, MCP_RELAY_REGISTRY, a
+	 * valid ~/AGENTS.md VM table, or the managed one (lifecycle.md §10). */
+	registry_resolve(settings->registry_path, settings->environment != NULL, getenv("HOME"),
+	                 settings->state_root, &m->registry);
+	if (settle_session(m, settings, errbuf, errlen) != 0) {
+		registry_target_free(&m->registry);
+		json_object_put(m->counters);
+		free(m);
+		return NULL;
+	}
+	load_session(m);
+	if (m->session_lock_fd >= 0)
+		reconcile_migrate_legacy(m);
+	/* Guests found on disk are listed at once (phase reconciling) so that
+	 * status shows them and calls on them wait; their reconcile jobs wait
+	 * for the session lock. */
+	reconcile_scan(m);
+	pthread_t watcher;
+	if (pthread_create(&watcher, NULL, watcher_main, m) == 0) {
+		pthread_detach(watcher);
+		m->watcher_started = true;
+	}
+	if (pthread_create(&m->startup_thread, NULL, startup_main, m) == 0)
+		m->startup_thread_started = true;
+	else
+		startup_main(m);
+	return m;
+}
+
+/* ---- dispatch ---------------------------------------------------------------- */
+
+typedef struct tool_job {
+	guest_job base;
+	manager *mgr;
+	relay_tool tool;
+	json_object *args;
+	relay_call *call;
+	guest *g;
+	bool detached; /* counted in detached_running */
+} tool_job;
+
+static tool_handler handler_for(relay_tool tool)
+{
+	switch (tool) {
+	case TOOL_SEARCH: return tool_search;
+	case TOOL_PROBE: return tool_probe;
+	case TOOL_ACQUISITION_CAPABILITIES: return tool_acquisition_capabilities;
+	case TOOL_ACQUIRE: return tool_acquire;
+	case TOOL_STAGE: return tool_stage;
+	case TOOL_SCRIPT: return tool_script;
+	case TOOL_IMAGE: return tool_image;
+	case TOOL_EXTRACT: return tool_extract;
+	case TOOL_FINISH: return tool_finish;
+	case TOOL_RELEASE: return tool_release;
+	case TOOL_CONSOLE_RESOLVE: return tool_console_resolve;
+	case TOOL_CONSOLE_OPEN: return tool_console_open;
+	case TOOL_CONSOLE_CANCEL: return tool_console_cancel;
+	case TOOL_STATUS: return tool_status;
+	case TOOL_COUNT: break;
+	}
+	return NULL;
+}
+
+static void job_free(tool_job *job)
+{
+	json_object_put(job->args);
+	free(job);
+}
+
+static void job_drop(guest_job *base, const char *why);
+
+static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char *name, guest **g_out);
+
+static void job_run(guest_job *base)
+{
+	tool_job *job = (tool_job *)base;
+	manager *m = job->mgr;
+	tool_result *result = NULL;
+	/* A call that waited behind another on its guest is checked again: the
+	 * session may be ending, or the guest closed or found unavailable
+	 * meanwhile (tools.md §2.1, lifecycle.md §11.2 step 1). */
+	if (job->g && job->tool != TOOL_ACQUIRE) {
+		manager_lock(m);
+		bool ending = m->ending;
+		guest *g = NULL;
+		if (!ending)
+			result = refuse_guest_locked(m, job->tool, job->g->name, &g);
+		manager_unlock(m);
+		if (ending) {
+			job_drop(base, m->end_reason[0] ? m->end_reason : "the session is ending");
+			return;
+		}
+	}
+	if (result == NULL) {
+		manager_track_call(m, job->call, 0);
+		result = handler_for(job->tool)(m, job->g, job->args, job->call);
+		manager_untrack_call(m, job->call);
+	}
+	relay_call_complete(job->call, result);
+	if (job->detached) {
+		manager_lock(m);
+		m->detached_running--;
+		pthread_cond_broadcast(&m->changed);
+		manager_unlock(m);
+	}
+	job_free(job);
+}
+
+static void job_drop(guest_job *base, const char *why)
+{
+	tool_job *job = (tool_job *)base;
+	if (relay_call_is_cancelled(job->call)) {
+		relay_call_complete(job->call, NULL);
+	} else {
+		tool_result *r =
+		    job->g ? guest_error(job->mgr, job->g, NULL, "shutting-down",
+		                         "The session is ending (%s); this call on %s did not start and "
+		                         "no new operations are accepted",
+		                         why, job->g->name)
+		           : tool_result_error(NULL, "shutting-down",
+		                               "The session is ending (%s); no new operations are accepted",
+		                               why);
+		relay_call_complete(job->call, r);
+	}
+	job_free(job);
+}
+
+static bool job_cancelled_before_start(const guest_job *base)
+{
+	const tool_job *job = (const tool_job *)base;
+	return relay_call_is_cancelled(job->call);
+}
+
+static tool_job *job_new(manager *m, relay_tool tool, json_object *args, relay_call *call, guest *g)
+{
+	tool_job *job = calloc(1, sizeof *job);
+	if (job == NULL)
+		return NULL;
+	job->base.run = job_run;
+	job->base.drop = job_drop;
+	job->base.cancelled_before_start = job_cancelled_before_start;
+	job->mgr = m;
+	job->tool = tool;
+	job->args = args;
+	job->call = call;
+	job->g = g;
+	return job;
+}
+
+/* The shared refusals of a per-guest tool (tools.md §2.1, §2.7), under lock.
+ * Returns NULL when the guest may be operated on. */
+static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char *name, guest **g_out)
+{
+	guest *g = manager_find_guest(m, name);
+	*g_out = g;
+	if (tool == TOOL_RELEASE && manager_open_guest_count(m) == 0) {
+		json_object *s = json_object_new_object();
+		jsonx_add_bool(s, "released", false);
+		jsonx_add(s, "guestsHeld", json_object_new_array());
+		jsonx_add_str(s, "sessionId", m->settings->session_id);
+		return tool_result_error(
+		    s, "nothing-held",
+		    "This session holds no guest, so nothing was released. The session identity belongs to "
+		    "the project folder unless MCP_RELAY_SESSION sets it (a second live process on the same "
+		    "project takes a fresh one; relay_status shows sessionIdentity); to release a guest of "
+		    "another identity, start the server with that identity, or let the backend's lease "
+		    "expiry reclaim it.");
+	}
+	if (g == NULL) {
+		char *held = manager_open_guest_names(m);
+		tool_result *r = tool_result_error(NULL, "unknown-guest",
+		                                   "This session has no guest named %s. Guests held: %s. Use "
+		                                   "the name relay_acquire returned.",
+		                                   name, held && *held ? held : "none");
+		free(held);
+		return r;
+	}
+	if (g->phase == PHASE_CLOSED && tool != TOOL_IMAGE) {
+		const char *at = jsonx_get_str(g->closed, "at");
+		const char *reason = jsonx_get_str(g->closed, "reason");
+		return tool_result_error(
+		    NULL, "guest-closed",
+		    "Guest %s was closed (%s) at %s; its evidence is at %s. Acquire a new guest "
+		    "for more work.",
+		    name, reason ? reason : "closed", at ? at : "an earlier time",
+		    g->evidence_path ? g->evidence_path : "(none)");
+	}
+	if (g->phase == PHASE_UNAVAILABLE) {
+		return tool_result_error(NULL, "guest-unavailable",
+		                         "Guest %s could not be taken over at startup: %s", name,
+		                         g->last_error ? g->last_error : "its record is not usable");
+	}
+	return NULL;
+}
+
+void manager_dispatch(manager *m, relay_tool tool, json_object *args, relay_call *call)
+{
+	if (tool == TOOL_STATUS) {
+		tool_result *r = tool_status(m, NULL, args, call);
+		json_object_put(args);
+		relay_call_complete(call, r);
+		return;
+	}
+	manager_lock(m);
+	if (m->ending) {
+		manager_unlock(m);
+		json_object_put(args);
+		relay_call_complete(
+		    call, tool_result_error(NULL, "shutting-down",
+		                            "The session is ending; no new operations are accepted"));
+		return;
+	}
+	guest *g = NULL;
+	tool_result *refusal = NULL;
+	const char *name = jsonx_get_str(args, "guest");
+	bool queued = contract_tool_is_per_guest(tool) || (tool == TOOL_PROBE && name != NULL);
+	if (tool == TOOL_ACQUIRE) {
+		g = manager_reserve_guest(m, args, &refusal);
+		queued = g != NULL;
+	} else if (queued) {
+		refusal = refuse_guest_locked(m, tool, name, &g);
+	}
+	if (refusal) {
+		manager_unlock(m);
+		json_object_put(args);
+		relay_call_complete(call, refusal);
+		return;
+	}
+	if (!queued)
+		m->detached_running++;
+	manager_unlock(m);
+
+	tool_job *job = job_new(m, tool, args, call, g);
+	if (job == NULL) {
+		json_object_put(args);
+		relay_call_complete(call,
+		                    tool_result_error(NULL, "internal", "out of memory queueing the call"));
+		return;
+	}
+	if (!queued) {
+		job->detached = true;
+		run_detached(&job->base);
+		return;
+	}
+	if (!queue_push(&g->queue, &job->base))
+		job_drop(&job->base, "the guest's queue is closed");
+}
+
+/* ---- answers shared by the tools ------------------------------------------------- */
+
+tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt,
+                         ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	strbuf sb = STRBUF_INIT;
+	strbuf_vprintf(&sb, fmt, ap);
+	va_end(ap);
+	tool_result *r = tool_result_error(structured, code, "%s", strbuf_str(&sb));
+	strbuf_free(&sb);
+	if (r && g) {
+		manager_lock(m);
+		jsonx_add(r->structured, "guestState", guest_status_json(g));
+		manager_unlock(m);
+	}
+	return r;
+}
+
+void guest_set_last_error(manager *m, guest *g, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	strbuf sb = STRBUF_INIT;
+	strbuf_vprintf(&sb, fmt, ap);
+	va_end(ap);
+	/* Stored as UTF-8 (a guest's bytes may be in it): every relay_status
+	 * repeats it (tools.md §5.3). */
+	char *text = strbuf_ok(&sb) ? utf8_sanitize(sb.data, sb.len, NULL) : NULL;
+	strbuf_free(&sb);
+	manager_lock(m);
+	free(g->last_error);
+	g->last_error = text;
+	guest_save(g);
+	manager_unlock(m);
+}
+
+void guest_persist(manager *m, guest *g)
+{
+	manager_lock(m);
+	guest_save(g);
+	manager_unlock(m);
+}
+
+void guest_close(manager *m, guest *g, const char *reason)
+{
+	downloads_shutdown(m, g); /* nothing more is written for a closed guest */
+	manager_lock(m);
+	g->phase = PHASE_CLOSED;
+	g->renewal = RENEWAL_NONE;
+	json_object_put(g->closed);
+	g->closed = json_object_new_object();
+	char at[21];
+	time_format_iso_seconds(clock_now_ms(), at);
+	jsonx_add_str(g->closed, "at", at);
+	jsonx_add_str(g->closed, "reason", reason);
+	jsonx_add_str(g->closed, "evidencePath", g->evidence_path);
+	guest_save(g);
+	if (g->owner_lock_fd >= 0) {
+		close(g->owner_lock_fd);
+		g->owner_lock_fd = -1;
+	}
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+}
+
+char *guest_lease_text(manager *m, guest *g)
+{
+	manager_lock(m);
+	char *text = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
+	manager_unlock(m);
+	return text;
+}
+
+relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out,
+                             relay_transport_conn **conn_out, relay_error *err)
+{
+	manager_wait_startup(m);
+	downloads_guest_reached(m, g); /* an operation reaches the guest: lifts a download pause */
+	/* A call and a step download may reach a guest without a connection
+	 * at the same moment: one opens, the other waits for it, so a guest
+	 * never holds two connections (the loser's would leak its master). */
+	manager_lock(m);
+	while (g->transport_opening && g->transport_conn == NULL)
+		pthread_cond_wait(&m->changed, &m->lock);
+	if (g->transport_conn) {
+		*plugin_out = g->transport_plugin;
+		*conn_out = g->transport_conn;
+		manager_unlock(m);
+		return RELAY_OK;
+	}
+	g->transport_opening = true;
+	char *lease = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
+	manager_unlock(m);
+	relay_status status = RELAY_OK;
+	relay_transport_conn *conn = NULL;
+	loaded_plugin *plugin = NULL;
+	if (lease == NULL) {
+		status = relay_error_set(err, RELAY_E_NOT_FOUND, 0, "guest %s holds no lease", g->name);
+		goto cleanup;
+	}
+	plugin = backends_transport_for(m->backends, lease);
+	if (plugin == NULL) {
+		status = relay_error_set(
+		    err, RELAY_E_UNAVAILABLE, 0, "no transport plugin could be loaded for %s (%s)", g->name,
+		    m->backends->load_errors[SLOT_TRANSPORT] ? m->backends->load_errors[SLOT_TRANSPORT]
+		                                             : "the transport slot is empty");
+		goto cleanup;
+	}
+	status = plugin->transport.open(plugin->state, lease, NULL, 0, &conn, err);
+cleanup:
+	free(lease);
+	manager_lock(m);
+	g->transport_opening = false;
+	if (status == RELAY_OK) {
+		g->transport_plugin = plugin;
+		g->transport_conn = conn;
+		*plugin_out = plugin;
+		*conn_out = conn;
+	}
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+	return status;
+}
+
+/* ---- the end of the session -------------------------------------------------------- */
+
+/* Appends " ending" to the pid in session.lock, so that a server starting
+ * on the same project meanwhile waits for this one instead of taking a
+ * fresh identity (lifecycle.md §2, §8 step 1). Under the lock (the startup
+ * thread may take session_lock_fd meanwhile). */
+static void mark_session_lock_ending(manager *m)
+{
+	if (m->session_lock_fd < 0)
+		return;
+	char text[48];
+	int len = snprintf(text, sizeof text, "%ld ending\n", (long)getpid());
+	if (ftruncate(m->session_lock_fd, 0) == 0) {
+		ssize_t ignored = pwrite(m->session_lock_fd, text, (size_t)len, 0);
+		(void)ignored;
+	}
+}
+
+int manager_end_session(manager *m, const char *reason)
+{
+	manager_lock(m);
+	bool already = m->ending;
+	m->ending = true;
+	if (!already) {
+		snprintf(m->end_reason, sizeof m->end_reason, "%s", reason ? reason : "ended");
+		mark_session_lock_ending(m);
+	}
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+	if (already)
+		return 0;
+	/* shutdown.c: stop taking work, let running work finish within the
+	 * grace period, then pause or release every guest. */
+	return manager_end_guests(m, reason);
+}
+
+void manager_hurry_end(manager *m)
+{
+	manager_lock(m);
+	m->hurry = true;
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+}
+
+void manager_destroy(manager *m)
+{
+	if (m == NULL)
+		return;
+	for (guest *g = m->guests; g;) {
+		guest *next = g->next;
+		queue_stop(&g->queue, "the relay is exiting");
+		guest_free(g);
+		g = next;
+	}
+	json_object_put(m->counters);
+	registry_target_free(&m->registry);
+	if (m->session_lock_fd >= 0)
+		close(m->session_lock_fd);
+	free(m);
+}

@@ -1,0 +1,148 @@
+/*
+ * session/manager_internal.h — what the manager's own files share: the
+ * manager struct, its lock, guest lookup, and the helpers every tool uses to
+ * answer. Used by the rooms above session/ (lease/, runs/, delivery/, console/, catalog/, tools/).
+ */
+#ifndef RELAY_SESSION_MANAGER_INTERNAL_H
+#define RELAY_SESSION_MANAGER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "session/guest.h"
+#include "session/manager.h"
+#include "registry/registry.h"
+#include "mcp/tool_result.h"
+#include "profile/backends.h"
+#include "profile/settings.h"
+
+struct manager {
+	const relay_settings *settings; /* borrowed */
+	relay_backends *backends;       /* borrowed */
+
+	/* `lock` guards the guest list, every guest's fields, the counters and
+	 * the session flags below. Never held across backend or guest I/O. */
+	pthread_mutex_t lock;
+	pthread_cond_t changed; /* signalled when guests or detached work change */
+	guest *guests;          /* every guest of the session, acquisition order */
+	uint64_t next_order;
+	json_object *counters; /* {"<task>": next n} (session.json) */
+	int64_t session_created_at_ms;
+
+	int session_lock_fd; /* flock on session.lock, -1 when not held */
+	bool session_locked_elsewhere;
+	long session_lock_holder_pid;
+
+	bool ending;          /* the session end has begun: no new work */
+	bool hurry;           /* a second signal: skip the grace period */
+	int detached_running; /* tools running outside guest queues */
+	pthread_t startup_thread;
+	bool startup_thread_started;
+	bool startup_done; /* backends loaded and the session lock taken or given up */
+
+	/* Lifecycle state (lifecycle.h), under `lock`. */
+	registry_target registry;     /* the task registry in use, chosen at creation */
+	bool renewal_started;         /* the renewal scheduler thread runs */
+	bool renewal_halted;          /* the session is ending: no new beats */
+	int beats_running;            /* beat threads in flight */
+	struct tracked_call *tracked; /* calls running now: cancelled at the grace deadline */
+	bool watcher_started;         /* the call-deadline watcher thread runs */
+	char end_reason[64];          /* why the session ended ("stdin-closed", ...) */
+};
+
+/* A call being worked on (a tools/call, or an internal call of the session
+ * itself), with an optional real-time limit after which the watcher cancels
+ * it. */
+typedef struct tracked_call {
+	relay_call *call;
+	int64_t deadline_mono_ms; /* 0: no limit */
+	struct tracked_call *next;
+} tracked_call;
+
+void manager_lock(manager *m);
+void manager_unlock(manager *m);
+
+/* The guest with that name (closed ones included), or NULL. Under lock. */
+guest *manager_find_guest(manager *m, const char *name);
+/* Guests that are not closed. Under lock. */
+int manager_open_guest_count(manager *m);
+/* "a-1, b-1" of the open guests (malloc'd). Under lock. */
+char *manager_open_guest_names(manager *m);
+/* JSON array of open guest names. Under lock. */
+json_object *manager_open_guest_names_json(manager *m);
+
+/* Waits until the backends are loaded (startup runs in the background). */
+void manager_wait_startup(manager *m);
+
+/* Writes session.json durably (counters). Under lock. 0 or -1. */
+int manager_save_session(manager *m);
+
+/* The relay_status object (lifecycle.md §7). Under lock. */
+json_object *manager_status_json(manager *m);
+
+/* Records lastError (under lock) and saves the record. Call without the lock. */
+void guest_set_last_error(manager *m, guest *g, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Persists the guest's record (takes the lock itself). */
+void guest_persist(manager *m, guest *g);
+
+/* Closes a guest: phase closed with {at, reason, evidencePath}, the owner
+ * lock released, the record saved. Call without the lock. */
+void guest_close(manager *m, guest *g, const char *reason);
+
+/* The transport connection of a guest, opened on first use with the plugin
+ * backends_transport_for() picks. RELAY_OK with *plugin_out and *conn_out
+ * borrowed from the guest. Call without the lock (from the guest's queue). */
+relay_status guest_transport(manager *m, guest *g, struct loaded_plugin **plugin_out,
+                             relay_transport_conn **conn_out, relay_error *err);
+
+/* The lease document of a guest as compact JSON text (malloc'd), or NULL. */
+char *guest_lease_text(manager *m, guest *g);
+
+/* Takes the flock at `path` (O_RDWR|O_CREAT|O_NOFOLLOW|O_CLOEXEC, 0600,
+ * LOCK_EX|LOCK_NB) and writes our pid into it. Returns the fd, or -1 with
+ * the holder's pid in *holder_pid_out (0 when unknown) when held elsewhere,
+ * or -2 on another error. */
+int lock_file_take(const char *path, long *holder_pid_out);
+
+/* Calls being worked on. Track before the work starts and untrack before
+ * the call is completed; `timeout_ms` > 0 cancels it after that much real
+ * time. Take the lock themselves. */
+void manager_track_call(manager *m, relay_call *call, int64_t timeout_ms);
+void manager_untrack_call(manager *m, relay_call *call);
+/* Cancels every tracked call (the grace deadline). Returns how many. */
+int manager_cancel_tracked(manager *m);
+
+/* An internal call (mcp/call.h) tracked with `timeout_ms` (0: none), for
+ * work the session starts by itself; end it with manager_internal_call_done.
+ * NULL when out of memory (work then runs uncancellable with a NULL call). */
+relay_call *manager_internal_call(manager *m, int64_t timeout_ms);
+void manager_internal_call_done(manager *m, relay_call *call);
+
+/* Work the session queues on a guest by itself (reconciliation, a lookup
+ * after a failed beat, the release at the end of the session). It runs in
+ * order with the guest's calls, with an internal call limited to
+ * `timeout_ms` (0: none). `ctx` is handed over: `ctx_free` (may be NULL) is
+ * called after the work ran or when it was dropped. Returns false when the
+ * queue no longer takes work (ctx freed). */
+typedef void (*internal_work_fn)(manager *m, guest *g, relay_call *call, void *ctx);
+bool manager_queue_internal(manager *m, guest *g, internal_work_fn work, void *ctx, void (*ctx_free)(void *),
+                            int64_t timeout_ms);
+
+/* True while any tool or internal work runs or waits, on a guest queue or
+ * detached. Takes the lock itself. */
+bool manager_busy(manager *m);
+
+/* The end of the session for every guest (lifecycle.md §11.2 steps 1-5):
+ * lets running work finish within the grace period, then pauses or
+ * releases each guest. Returns 0, or 1 when a guest's final renewal or
+ * release failed. */
+int manager_end_guests(manager *m, const char *reason);
+
+/* Reserves a new guest for relay_acquire under the lock: checks the limit,
+ * takes the next name, creates guests/<name>/ with its owner lock and a
+ * record in phase acquiring. Returns the guest, or NULL with an error
+ * result in *refusal_out. */
+guest *manager_reserve_guest(manager *m, json_object *args, tool_result **refusal_out);
+
+#endif

@@ -1,0 +1,52 @@
+/* relay_console_cancel (tools.md §3.13): stops an open or uncertain
+ * console-viewing attempt. The guest's lease is never touched. */
+#include <string.h>
+
+#include "console/console_report.h"
+#include "session/events.h"
+#include "session/manager_internal.h"
+#include "tools/tools.h"
+#include "util/jsonx.h"
+
+tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_call *call)
+{
+	const char *console_id = jsonx_get_str(args, "console_id");
+	const char *attempt_id = jsonx_get_str(args, "attempt_id");
+	json_object *obs = NULL;
+	console_guest_facts facts;
+	tool_result *refusal = console_resolve_guest(m, g, call, &obs, &facts);
+	if (refusal)
+		return refusal;
+	tool_result *r = console_named_check(m, g, obs, console_id);
+	if (r)
+		goto done;
+	if (facts.attempt_id == NULL || strcmp(facts.attempt_id, attempt_id) != 0 ||
+	    console_attempt_terminal(facts.attempt_status)) {
+		r = guest_error(m, g, NULL, "console-attempt-active",
+		                "cancel must identify the active or uncertain attempt this guest owns (%s)",
+		                facts.attempt_id ? facts.attempt_id : "there is none");
+		goto done;
+	}
+	manager_lock(m);
+	jsonx_add_str(g->console_attempt, "status", "uncertain");
+	guest_save(g);
+	manager_unlock(m);
+	json_object *details = json_object_new_object();
+	jsonx_add_str(details, "console_id", console_id);
+	jsonx_add_str(details, "attempt_id", attempt_id);
+	guest_event(m, g, "console-cancel-intent", "relay_console_cancel", details);
+
+	json_object *cancelled =
+	    console_attempt_request(m, g, call, &facts, CONSOLE_CANCEL, console_id, attempt_id, &r);
+	if (cancelled == NULL)
+		goto done;
+	const char *attempt_status = jsonx_get_str(jsonx_get_obj(cancelled, "attempt"), "status");
+	json_object *result = console_status_result(g->name, cancelled, NULL);
+	r = tool_result_ok(result, "Console viewing attempt %s on %s: %s", attempt_id, g->name,
+	                   attempt_status ? attempt_status : "unknown");
+	json_object_put(cancelled);
+done:
+	json_object_put(obs);
+	console_guest_facts_free(&facts);
+	return r;
+}

@@ -1,0 +1,154 @@
+/* relay_console_open (tools.md §3.12): starts console viewing on the
+ * service host, only on an explicit user request. A failed or uncertain
+ * open keeps the attempt as uncertain and is never replayed. */
+#include <string.h>
+
+#include "console/console_report.h"
+#include "session/events.h"
+#include "session/manager_internal.h"
+#include "tools/tools.h"
+#include "util/clock.h"
+#include "util/jsonx.h"
+
+#define CONSOLE_ATTEMPT_LIMIT 64
+
+static bool attempt_used(manager *m, guest *g, const char *attempt_id)
+{
+	manager_lock(m);
+	bool used = false;
+	size_t n = g->console_attempt_ids ? json_object_array_length(g->console_attempt_ids) : 0;
+	for (size_t i = 0; i < n && !used; i++) {
+		const char *id = json_object_get_string(json_object_array_get_idx(g->console_attempt_ids, i));
+		used = id && strcmp(id, attempt_id) == 0;
+	}
+	manager_unlock(m);
+	return used;
+}
+
+/* The lease must be running and unexpired (step 4). */
+static bool lease_live(manager *m, guest *g)
+{
+	manager_lock(m);
+	const char *state = g->guest_state ? g->guest_state : jsonx_get_str(g->lease, "state");
+	int64_t now = clock_now_ms();
+	bool live = state && strcmp(state, "running") == 0 && g->deadline_ms > now &&
+	            (g->expires_at_ms == 0 || g->expires_at_ms > now) && g->phase != PHASE_RELEASING &&
+	            g->phase != PHASE_FINISHING;
+	manager_unlock(m);
+	return live;
+}
+
+static tool_result *open_result(guest *g, json_object *obs, json_object *attempt, bool replayed)
+{
+	json_object *result = console_status_result(g->name, obs, attempt);
+	if (replayed)
+		jsonx_add_bool(result, "replayed", false);
+	json_object *shown = jsonx_get_obj(result, "attempt");
+	const char *status = jsonx_get_str(shown, "status");
+	return tool_result_ok(result, "Console viewing attempt %s on %s: %s",
+	                      jsonx_get_str(shown, "attempt_id") ? jsonx_get_str(shown, "attempt_id")
+	                                                         : "unknown",
+	                      g->name, status ? status : "unknown");
+}
+
+tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_call *call)
+{
+	const char *console_id = jsonx_get_str(args, "console_id");
+	const char *attempt_id = jsonx_get_str(args, "attempt_id");
+	const char *reason = jsonx_get_str(args, "reason");
+	const char *expected = jsonx_get_str(args, "expected");
+	json_object *obs = NULL;
+	console_guest_facts facts;
+	/* Step 2: resolve first. */
+	tool_result *refusal = console_resolve_guest(m, g, call, &obs, &facts);
+	if (refusal)
+		return refusal;
+	tool_result *r = console_named_check(m, g, obs, console_id);
+	if (r)
+		goto done;
+	const char *report_attempt_id = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "attempt_id");
+	const char *report_attempt_status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
+	/* Step 3: the viewer appears on the service host only. */
+	const char *location = jsonx_get_str(obs, "viewer_location");
+	if (location == NULL || strcmp(location, "service-host") != 0) {
+		r = guest_error(
+		    m, g, NULL, "console-unavailable",
+		    "only a viewer on the declared service host is supported; there is no remote-client "
+		    "fallback (the backend reports viewer_location %s)",
+		    location ? location : "unknown");
+		goto done;
+	}
+	/* Step 4. */
+	const char *status = jsonx_get_str(obs, "status");
+	if (!lease_live(m, g) || status == NULL || strcmp(status, "ready") != 0) {
+		r = guest_error(
+		    m, g, NULL, "console-not-ready",
+		    "the console is not ready or access was revoked; no automatic recovery (console %s, "
+		    "lease %s)",
+		    status ? status : "unknown", g->guest_state ? g->guest_state : "unknown");
+		goto done;
+	}
+	/* Step 5: the current attempt is answered as it stands. */
+	if (facts.attempt_id && strcmp(facts.attempt_id, attempt_id) == 0) {
+		json_object *attempt = NULL;
+		if (report_attempt_id == NULL || strcmp(report_attempt_id, attempt_id) != 0)
+			attempt = console_uncertain_attempt(attempt_id);
+		r = open_result(g, obs, attempt, true);
+		goto done;
+	}
+	/* Step 6. */
+	if (attempt_used(m, g, attempt_id)) {
+		r = guest_error(m, g, NULL, "console-attempt-reused",
+		                "attempt %s was used before on %s; historical launches are never replayed; "
+		                "choose a fresh "
+		                "attempt_id",
+		                attempt_id, g->name);
+		goto done;
+	}
+	if (facts.attempts_used >= CONSOLE_ATTEMPT_LIMIT) {
+		r = guest_error(m, g, NULL, "console-attempt-limit",
+		                "%s has used its %d console attempt ids; no further attempts on this guest",
+		                g->name, CONSOLE_ATTEMPT_LIMIT);
+		goto done;
+	}
+	/* Step 7: nothing else may be active, on either side. */
+	bool relay_active = facts.attempt_id && !console_attempt_terminal(facts.attempt_status);
+	bool backend_active = report_attempt_id && !console_attempt_terminal(report_attempt_status);
+	if (relay_active || backend_active) {
+		r = guest_error(m, g, NULL, "console-attempt-active",
+		                "attempt %s is still %s; resolve or cancel it before a new attempt",
+		                relay_active ? facts.attempt_id : report_attempt_id,
+		                relay_active ? (facts.attempt_status ? facts.attempt_status : "active")
+		                             : (report_attempt_status ? report_attempt_status : "active"));
+		goto done;
+	}
+	/* Step 8: stored as uncertain before the request. */
+	manager_lock(m);
+	json_object_put(g->console_attempt);
+	g->console_attempt = json_object_new_object();
+	jsonx_add_str(g->console_attempt, "console_id", console_id);
+	jsonx_add_str(g->console_attempt, "attempt_id", attempt_id);
+	jsonx_add_str(g->console_attempt, "status", "uncertain");
+	json_object_array_add(g->console_attempt_ids, json_object_new_string(attempt_id));
+	guest_save(g);
+	manager_unlock(m);
+	json_object *details = json_object_new_object();
+	jsonx_add_str(details, "console_id", console_id);
+	jsonx_add_str(details, "attempt_id", attempt_id);
+	jsonx_add_str(details, "reason", reason);
+	jsonx_add_str(details, "expected", expected);
+	jsonx_add_bool(details, "userRequested", true);
+	guest_event(m, g, "console-open-intent", reason, details);
+
+	/* Steps 9-10. */
+	json_object *opened =
+	    console_attempt_request(m, g, call, &facts, CONSOLE_OPEN, console_id, attempt_id, &r);
+	if (opened == NULL)
+		goto done;
+	r = open_result(g, opened, NULL, false);
+	json_object_put(opened);
+done:
+	json_object_put(obs);
+	console_guest_facts_free(&facts);
+	return r;
+}

@@ -1,0 +1,41 @@
+/*
+ * tools/tools.h — the fourteen tools' handlers: each maps its arguments,
+ * refuses what it must, calls its room once and alone builds the MCP
+ * result. The dispatcher (tools/dispatch.c) runs them on the guest's queue
+ * or a detached thread.
+ */
+#ifndef RELAY_TOOLS_TOOLS_H
+#define RELAY_TOOLS_TOOLS_H
+
+#include "mcp/tool_result.h"
+#include "session/manager_internal.h"
+
+/* An error result of a per-guest tool: adds "guestState" (the guest's status
+ * entry, read under the lock) beside "error" (tools.md §2.3). Takes
+ * ownership of `structured` (may be NULL). Call without the lock. */
+tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt,
+                         ...) __attribute__((format(printf, 5, 6)));
+
+/* Tool handlers: run on the guest's queue (per-guest tools and acquire) or a
+ * detached thread; `g` is NULL for tools without a guest. They return the
+ * result; the caller completes the call. */
+typedef tool_result *(*tool_handler)(manager *m, guest *g, json_object *args, relay_call *call);
+
+tool_result *tool_status(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_release(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_search(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_probe(manager *m, guest *g, json_object *args, relay_call *call);
+/* relay_probe with scope "guest" (tools.md §3.2); tool_probe() hands over. */
+tool_result *tool_probe_guest(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_acquisition_capabilities(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_script(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_image(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_extract(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_finish(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_console_resolve(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_call *call);
+
+#endif
