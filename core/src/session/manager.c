@@ -732,24 +732,6 @@ void manager_dispatch(manager *m, relay_tool tool, json_object *args, relay_call
 
 /* ---- answers shared by the tools ------------------------------------------------- */
 
-tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt,
-                         ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	strbuf sb = STRBUF_INIT;
-	strbuf_vprintf(&sb, fmt, ap);
-	va_end(ap);
-	tool_result *r = tool_result_error(structured, code, "%s", strbuf_str(&sb));
-	strbuf_free(&sb);
-	if (r && g) {
-		manager_lock(m);
-		jsonx_add(r->structured, "guestState", guest_status_json(g));
-		manager_unlock(m);
-	}
-	return r;
-}
-
 void guest_set_last_error(manager *m, guest *g, const char *fmt, ...)
 {
 	va_list ap;

@@ -9,12 +9,18 @@
 
 #include "mcp/tool_result.h"
 #include "session/manager_internal.h"
+#include "util/outcome.h"
 
 /* An error result of a per-guest tool: adds "guestState" (the guest's status
  * entry, read under the lock) beside "error" (tools.md §2.3). Takes
  * ownership of `structured` (may be NULL). Call without the lock. */
 tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt,
                          ...) __attribute__((format(printf, 5, 6)));
+
+/* The error result of a failed domain outcome (util/outcome.h): its code
+ * and sentence, its facts as the structured content, and "guestState" when
+ * `g` is not NULL (as guest_error). Frees the outcome. Call without the lock. */
+tool_result *tools_failure(manager *m, guest *g, relay_outcome *o);
 
 /* Tool handlers: run on the guest's queue (per-guest tools and acquire) or a
  * detached thread; `g` is NULL for tools without a guest. They return the
