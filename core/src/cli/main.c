@@ -60,7 +60,29 @@ typedef struct serve_state {
 	relay_backends backends;
 } serve_state;
 
-static manager *start_manager(void *arg, char *errbuf, size_t errlen)
+/* The session answers the server's tools/call (mcp/server.h). */
+static void session_dispatch(void *backend, relay_tool tool, json_object *args, relay_call *call)
+{
+	manager_dispatch(backend, tool, args, call);
+}
+
+static int session_end(void *backend, const char *reason)
+{
+	return manager_end_session(backend, reason);
+}
+
+static void session_hurry_end(void *backend)
+{
+	manager_hurry_end(backend);
+}
+
+static const mcp_handler session_handler = {
+    .dispatch = session_dispatch,
+    .end_session = session_end,
+    .hurry_end = session_hurry_end,
+};
+
+static void *start_manager(void *arg, char *errbuf, size_t errlen)
 {
 	serve_state *st = arg;
 	backends_select(&st->backends, &st->settings);
@@ -88,8 +110,9 @@ static int serve(void)
 		log_error("%s; fix: %s", errbuf, settings_problem_fix(errbuf));
 		mcp_server_config broken = {.in_fd = STDIN_FILENO,
 		                            .out_fd = STDOUT_FILENO,
-		                            .mgr = NULL,
-		                            .start_manager = NULL,
+		                            .handler = NULL,
+		                            .backend = NULL,
+		                            .start_backend = NULL,
 		                            .start_arg = NULL,
 		                            .settings_problem = problem};
 		int status = mcp_serve(&broken);
@@ -104,8 +127,9 @@ static int serve(void)
 	 * first answers are written, so it never delays initialize (mcp.md §1). */
 	mcp_server_config config = {.in_fd = STDIN_FILENO,
 	                            .out_fd = STDOUT_FILENO,
-	                            .mgr = NULL,
-	                            .start_manager = start_manager,
+	                            .handler = &session_handler,
+	                            .backend = NULL,
+	                            .start_backend = start_manager,
 	                            .start_arg = &st};
 	int status = mcp_serve(&config);
 	/* Plugins may still run threads (reapers); the process exits here

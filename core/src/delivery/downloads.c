@@ -26,7 +26,7 @@
 #include "delivery/evidence_pull.h"
 #include "delivery/image_delivery.h"
 #include "lease/lifecycle.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"

@@ -18,7 +18,7 @@
 #include "delivery/evidence_pull.h"
 #include "delivery/extraction.h"
 #include "lease/lifecycle.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"

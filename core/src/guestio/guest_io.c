@@ -16,7 +16,7 @@
 
 #include "evidence/archive.h"
 #include "session/events.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"

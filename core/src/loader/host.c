@@ -5,7 +5,7 @@
 
 #include "evidence/archive.h"
 #include "loader/loader.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/http.h"

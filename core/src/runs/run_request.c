@@ -16,7 +16,7 @@
 #include "delivery/image_delivery.h"
 #include "lease/lifecycle.h"
 #include "delivery/step_downloads.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/error.h"

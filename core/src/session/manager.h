@@ -14,7 +14,7 @@
 #include <json-c/json.h>
 
 #include "contract/contract.h"
-#include "mcp/call.h"
+#include "call/call.h"
 
 typedef struct manager manager;
 struct relay_settings;

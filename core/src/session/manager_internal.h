@@ -12,7 +12,7 @@
 #include "session/guest.h"
 #include "session/manager.h"
 #include "registry/registry.h"
-#include "mcp/tool_result.h"
+#include "call/tool_result.h"
 #include "profile/backends.h"
 #include "profile/settings.h"
 

@@ -12,7 +12,7 @@
 #include "delivery/extraction.h"
 #include "session/manager_internal.h"
 #include "tools/tools.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "util/error.h"
 #include "util/jsonx.h"
 #include "util/strbuf.h"

@@ -21,7 +21,7 @@
 #include "session/manager_internal.h"
 #include "tools/tools.h"
 #include "delivery/packaging.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"

@@ -21,7 +21,7 @@
 #include "tools/tools.h"
 #include "runs/receiver_builds.h"
 #include "runs/recording_reset.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"

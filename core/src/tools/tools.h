@@ -7,7 +7,7 @@
 #ifndef RELAY_TOOLS_TOOLS_H
 #define RELAY_TOOLS_TOOLS_H
 
-#include "mcp/tool_result.h"
+#include "call/tool_result.h"
 #include "session/manager_internal.h"
 #include "util/outcome.h"
 
