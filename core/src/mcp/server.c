@@ -304,11 +304,13 @@ static void handle_lines(mcp_server *srv, strbuf *in, size_t *scan_from)
 	}
 }
 
-int mcp_serve(const mcp_server_config *config)
+/* A server over `config`, with its wake-up pipes and the signal handlers
+ * installed; NULL (logged) when that fails. */
+static mcp_server *server_new(const mcp_server_config *config)
 {
 	mcp_server *srv = calloc(1, sizeof *srv);
 	if (srv == NULL)
-		return 1;
+		return NULL;
 	srv->in_fd = config->in_fd;
 	srv->out_fd = config->out_fd;
 	srv->handler = config->handler;
@@ -328,8 +330,16 @@ int mcp_serve(const mcp_server_config *config)
 		log_error("cannot create the server's wake-up pipes: %s", strerror(errno));
 		strbuf_free(&srv->out);
 		free(srv);
-		return 1;
+		return NULL;
 	}
+	return srv;
+}
+
+int mcp_serve(const mcp_server_config *config)
+{
+	mcp_server *srv = server_new(config);
+	if (srv == NULL)
+		return 1;
 
 	strbuf in = STRBUF_INIT;
 	size_t scan_from = 0;    /* bytes of `in` already searched for a newline */
