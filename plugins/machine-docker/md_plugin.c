@@ -921,11 +921,7 @@ static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn
 	md_state *st = state;
 	relay_exec_result full = {.struct_size = sizeof full};
 	relay_status status = exec_run(st, conn, req, call, flags, &full, err);
-	RELAY_COPY_OUT(res, &full);
-	if (!RELAY_SIZED_HAS(res, out))
-		st->host->free(full.out);
-	if (!RELAY_SIZED_HAS(res, err))
-		st->host->free(full.err);
+	relay_exec_result_deliver(st->host, res, &full);
 	return status;
 }
 

@@ -60,16 +60,31 @@ relay_status rm_guest_dir(const rm_state *st, const char *lease_json, char *out,
 	return status;
 }
 
-/* The stored lease document of `dir`, or NULL (RELAY_E_NOT_FOUND) when the
- * guest is gone. */
-static json_object *read_lease(const rm_state *st, const char *dir, relay_error *err)
+/* The guest folder of `lease_json` into `dir` and its stored lease
+ * document into *lease_out; RELAY_E_NOT_FOUND when the guest is gone. */
+static relay_status load_lease(const rm_state *st, const char *lease_json, char dir[RM_PATH_MAX],
+                               json_object **lease_out, relay_error *err)
 {
-	char path[RM_PATH_MAX];
+	*lease_out = NULL;
+	relay_status status = rm_guest_dir(st, lease_json, dir, RM_PATH_MAX, NULL, 0, err);
+	if (status != RELAY_OK)
+		return status;
+	char path[RM_PATH_MAX + 16];
 	snprintf(path, sizeof path, "%s/lease.json", dir);
-	json_object *lease = json_object_from_file(path);
-	if (lease == NULL)
-		rm_err(st, err, RELAY_E_NOT_FOUND, 0, "no guest at %s: it was released or never leased", dir);
-	return lease;
+	if ((*lease_out = json_object_from_file(path)) == NULL)
+		return rm_err(st, err, RELAY_E_NOT_FOUND, 0,
+		              "no guest at %s: it was released or never leased", dir);
+	return RELAY_OK;
+}
+
+/* *out (when asked for) becomes an owned copy of `lease`, which is put. */
+static relay_status answer_lease(const rm_state *st, json_object *lease, char **out, relay_error *err)
+{
+	relay_status status = RELAY_OK;
+	if (out && (*out = rm_owned_json(st, lease)) == NULL)
+		status = rm_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	json_object_put(lease);
+	return status;
 }
 
 /* Writes the lease document durably enough for a reference: temp + rename. */
@@ -149,17 +164,17 @@ static relay_status rm_renew(relay_plugin_state *state, const char *lease_json, 
 		*lease_json_out = NULL;
 	RM_CHECK_FLAGS(st, flags, "renew", err);
 	char dir[RM_PATH_MAX];
-	relay_status status = rm_guest_dir(st, lease_json, dir, sizeof dir, NULL, 0, err);
-	json_object *lease = status == RELAY_OK ? read_lease(st, dir, err) : NULL;
-	if (lease == NULL)
-		return status != RELAY_OK ? status : RELAY_E_NOT_FOUND;
+	json_object *lease = NULL;
+	relay_status status = load_lease(st, lease_json, dir, &lease, err);
+	if (status != RELAY_OK)
+		return status;
 	json_object_object_add(lease, "expiresAtMs",
 	                       json_object_new_int64(st->host->now_ms() + (int64_t)ttl_ms));
-	status = write_lease(st, dir, lease, err);
-	if (status == RELAY_OK && lease_json_out && (*lease_json_out = rm_owned_json(st, lease)) == NULL)
-		status = rm_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	json_object_put(lease);
-	return status;
+	if ((status = write_lease(st, dir, lease, err)) != RELAY_OK) {
+		json_object_put(lease);
+		return status;
+	}
+	return answer_lease(st, lease, lease_json_out, err);
 }
 
 static relay_status rm_inspect(relay_plugin_state *state, const char *lease_json, relay_call *call,
@@ -171,14 +186,9 @@ static relay_status rm_inspect(relay_plugin_state *state, const char *lease_json
 		*lease_json_out = NULL;
 	RM_CHECK_FLAGS(st, flags, "inspect", err);
 	char dir[RM_PATH_MAX];
-	relay_status status = rm_guest_dir(st, lease_json, dir, sizeof dir, NULL, 0, err);
-	json_object *lease = status == RELAY_OK ? read_lease(st, dir, err) : NULL;
-	if (lease == NULL)
-		return status != RELAY_OK ? status : RELAY_E_NOT_FOUND;
-	if (lease_json_out && (*lease_json_out = rm_owned_json(st, lease)) == NULL)
-		status = rm_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	json_object_put(lease);
-	return status;
+	json_object *lease = NULL;
+	relay_status status = load_lease(st, lease_json, dir, &lease, err);
+	return status != RELAY_OK ? status : answer_lease(st, lease, lease_json_out, err);
 }
 
 /* Removes the guest roots of `purpose` (/var/tmp/<stamp>-mcp-relay-<purpose>,
@@ -209,10 +219,10 @@ static relay_status rm_release(relay_plugin_state *state, const char *lease_json
 	(void)call, (void)reason;
 	RM_CHECK_FLAGS(st, flags, "release", err);
 	char dir[RM_PATH_MAX];
-	relay_status status = rm_guest_dir(st, lease_json, dir, sizeof dir, NULL, 0, err);
-	json_object *lease = status == RELAY_OK ? read_lease(st, dir, err) : NULL;
-	if (lease == NULL)
-		return status != RELAY_OK ? status : RELAY_E_NOT_FOUND;
+	json_object *lease = NULL;
+	relay_status status = load_lease(st, lease_json, dir, &lease, err);
+	if (status != RELAY_OK)
+		return status;
 	const char *purpose = json_str(lease, "purpose");
 	if (valid_name(purpose))
 		remove_guest_roots(purpose);

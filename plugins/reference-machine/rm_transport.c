@@ -136,11 +136,7 @@ static relay_status rm_exec(relay_plugin_state *state, relay_transport_conn *con
 		st->host->free(pres.err);
 		full.out_len = full.err_len = 0;
 	}
-	RELAY_COPY_OUT(res, &full);
-	if (!RELAY_SIZED_HAS(res, out))
-		st->host->free(full.out);
-	if (!RELAY_SIZED_HAS(res, err))
-		st->host->free(full.err);
+	relay_exec_result_deliver(st->host, res, &full); /* R5 */
 	return status;
 }
 

@@ -81,11 +81,7 @@ static relay_status ts_exec(relay_plugin_state *state, relay_transport_conn *con
 	ssh_plugin *plugin = state;
 	relay_exec_result full = {.struct_size = sizeof full};
 	relay_status status = ssh_exec(conn, req, call, flags, &full, err);
-	RELAY_COPY_OUT(res, &full);
-	if (!RELAY_SIZED_HAS(res, out))
-		plugin->host->free(full.out);
-	if (!RELAY_SIZED_HAS(res, err))
-		plugin->host->free(full.err);
+	relay_exec_result_deliver(plugin->host, res, &full);
 	return status;
 }
 

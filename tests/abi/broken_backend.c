@@ -93,9 +93,7 @@ static relay_status broken_exec(relay_plugin_state *s, relay_transport_conn *c, 
 	                          .out_len = pres.out_len,
 	                          .err = pres.err,
 	                          .err_len = pres.err_len};
-	RELAY_COPY_OUT(res, &full);
-	if (!RELAY_SIZED_HAS(res, err))
-		st->host->free(full.err);
+	relay_exec_result_deliver(st->host, res, &full);
 	return status;
 }
 #endif

@@ -180,6 +180,20 @@ typedef struct relay_transport_ops {
 	                     relay_error *err);
 } relay_transport_ops;
 
+/* Hands `*full` (a whole result the transport filled, struct_size its own)
+ * to the caller's `*res` within res->struct_size (relay/plugin.h R5), and
+ * frees with host->free the buffers whose fields lie past the caller's
+ * size: the last line of an exec() that fills a local result. */
+static inline void relay_exec_result_deliver(const relay_host *host, relay_exec_result *res,
+                                             relay_exec_result *full)
+{
+	RELAY_COPY_OUT(res, full);
+	if (!RELAY_SIZED_HAS(res, out))
+		host->free(full->out);
+	if (!RELAY_SIZED_HAS(res, err))
+		host->free(full->err);
+}
+
 /* Smallest transport ops table the 1.x loader accepts (all five operations required). */
 #define RELAY_TRANSPORT_OPS_MIN_SIZE (offsetof(relay_transport_ops, pull) + sizeof(void *))
 
