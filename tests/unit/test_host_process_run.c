@@ -49,7 +49,8 @@ static void test_env_replaces_by_default_and_adds_with_env_add(void **unused)
 	setenv("RELAY_TEST_INHERITED", "kept", 1);
 	setenv("RELAY_TEST_OVERRIDDEN", "old", 1);
 	const char *envp[] = {"RELAY_TEST_ADDED=yes", "RELAY_TEST_OVERRIDDEN=new", NULL};
-	const char *script = "printf '%s|%s|%s' \"$RELAY_TEST_ADDED\" \"$RELAY_TEST_INHERITED\" \"$RELAY_TEST_OVERRIDDEN\"";
+	const char *script =
+	    "printf '%s|%s|%s' \"$RELAY_TEST_ADDED\" \"$RELAY_TEST_INHERITED\" \"$RELAY_TEST_OVERRIDDEN\"";
 	relay_process_result res;
 	assert_int_equal(run_sh(script, envp, 0, 0, &res), RELAY_OK);
 	assert_string_equal(res.out, "yes||new"); /* the whole environment */
@@ -65,7 +66,8 @@ static void test_env_replaces_by_default_and_adds_with_env_add(void **unused)
 static void test_cap_per_stream_by_default_and_shared_with_shared_cap(void **unused)
 {
 	(void)unused;
-	const char *script = "head -c 3000 /dev/zero | tr '\\000' a; head -c 3000 /dev/zero | tr '\\000' b >&2";
+	const char *script =
+	    "head -c 3000 /dev/zero | tr '\\000' a; head -c 3000 /dev/zero | tr '\\000' b >&2";
 	relay_process_result res;
 	assert_int_equal(run_sh(script, NULL, 4096, 0, &res), RELAY_OK);
 	assert_int_equal(res.out_len, 3000);

@@ -205,7 +205,7 @@ static inline void relay_sized_copy(void *dst, size_t dst_size, const void *src,
 
 /* 1 when the caller's struct `*ptr` is large enough to hold `field`. */
 #define RELAY_SIZED_HAS(ptr, field)                                                                          \
-	((size_t)((const char *)&(ptr)->field - (const char *)(ptr)) + sizeof((ptr)->field) <=              \
+	((size_t)((const char *)&(ptr)->field - (const char *)(ptr)) + sizeof((ptr)->field) <=               \
 	 (size_t)(ptr)->struct_size)
 
 /* Copies the full local result `*local` into the caller's `*res` within the
@@ -214,7 +214,8 @@ static inline void relay_sized_copy(void *dst, size_t dst_size, const void *src,
 #define RELAY_COPY_OUT(res, local)                                                                           \
 	do {                                                                                                 \
 		uint32_t relay_caller_size_ = (res)->struct_size;                                            \
-		memcpy((res), (local), relay_caller_size_ < sizeof *(local) ? relay_caller_size_ : sizeof *(local)); \
+		memcpy((res), (local),                                                                       \
+		       relay_caller_size_ < sizeof *(local) ? relay_caller_size_ : sizeof *(local));         \
 		(res)->struct_size = relay_caller_size_;                                                     \
 	} while (0)
 

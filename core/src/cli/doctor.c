@@ -126,10 +126,11 @@ static void empty_transport_line(const relay_backends *backends)
 		return;
 	char detail[256];
 	if (machine)
-		snprintf(detail, sizeof detail,
-		         "empty, and machine plugin %s provides no transport: nothing can run commands or move "
-		         "files in its guests",
-		         machine->descriptor.name);
+		snprintf(
+		    detail, sizeof detail,
+		    "empty, and machine plugin %s provides no transport: nothing can run commands or move "
+		    "files in its guests",
+		    machine->descriptor.name);
 	else
 		snprintf(detail, sizeof detail, "empty: nothing can run commands or move files in a guest");
 	line(false, "transport plugin", detail,
