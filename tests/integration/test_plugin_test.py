@@ -108,6 +108,8 @@ def test_machine_service_against_standin(binary):
         opts = json.dumps({"destructionCheck": "service"})
         path = plugin_so(binary, "machine-service")
         passes(binary, "machine", path, "--service-url", s.url, "--options", opts, need=[10, 11, 12, 13, 15, 16])
+        # Its transport: the service joins stdout and stderr (RELAY_TRANSPORT_MERGED_OUTPUT).
+        passes(binary, "transport", path, "--service-url", s.url, "--options", opts, need=TRANSPORT)
     finally:
         s.stop()
 

@@ -73,6 +73,12 @@ typedef void relay_transport_conn;
  * with this trait; a 1.0 plugin never sees them (it copies the request by
  * its own size). guest.md §16.2: a run in one round trip. */
 #define RELAY_TRANSPORT_STDIO_BYTES 0x4u
+/* Since ABI 1.2, a statement only: this transport cannot keep standard error
+ * apart. Without RELAY_EXEC_MERGE_OUTPUT res->out holds both streams as the
+ * guest side joined them and res->err is empty (machine-service: the
+ * service's exec answers one "output"). The core reads receiver frames from
+ * standard output either way; plugin-test checks the joined output. */
+#define RELAY_TRANSPORT_MERGED_OUTPUT 0x8u
 
 /* Flags of exec(). The rules without flags, the same as host->process_run
  * with RELAY_PROCESS_EXEC_RULES (relay/host.h): envp is added to the guest
