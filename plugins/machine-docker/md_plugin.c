@@ -916,7 +916,13 @@ static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn
                            const relay_exec_request *req, relay_call *call, unsigned flags,
                            relay_exec_result *res, relay_error *err)
 {
-	return exec_run(state, conn, req, call, flags, res, err);
+	/* exec_run fills a whole result; the caller's may be smaller
+	 * (relay/plugin.h R5): copy out within its size, free what did not fit. */
+	md_state *st = state;
+	relay_exec_result full = {.struct_size = sizeof full};
+	relay_status status = exec_run(st, conn, req, call, flags, &full, err);
+	relay_exec_result_deliver(st->host, res, &full);
+	return status;
 }
 
 static relay_status t_push(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,

@@ -383,12 +383,26 @@ static const relay_machine_ops machine_ops = {
     .doctor = ms_doctor,
 };
 
+/* ms_transport_exec fills a whole result; the caller's may be smaller
+ * (relay/plugin.h R5): copy out within its size, free what did not fit. */
+static relay_status ms_t_exec(relay_plugin_state *state, relay_transport_conn *conn,
+                              const relay_exec_request *req, relay_call *call, unsigned flags,
+                              relay_exec_result *res, relay_error *err)
+{
+	relay_exec_result full = {.struct_size = sizeof full};
+	relay_status status = ms_transport_exec(state, conn, req, call, flags, &full, err);
+	relay_exec_result_deliver(((ms_state *)state)->host, res, &full);
+	return status;
+}
+
 static const relay_transport_ops transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
-    .traits = 0, /* one operation per machine at a time; the core verifies hashes */
+    /* One operation per machine at a time; the core verifies hashes; the
+     * service answers stdout and stderr as one "output". */
+    .traits = RELAY_TRANSPORT_MERGED_OUTPUT,
     .open = ms_transport_open,
     .close = ms_transport_close,
-    .exec = ms_transport_exec,
+    .exec = ms_t_exec,
     .push = ms_transport_push,
     .pull = ms_transport_pull,
 };

@@ -32,6 +32,7 @@ static const char usage_text[] =
     "usage: mcp-relay                     serve MCP on standard input and output\n"
     "       mcp-relay doctor              check plugins, settings and the backend; acquires nothing\n"
     "       mcp-relay review DIR [--html] verify an evidence package and print its steps and verdicts\n"
+    "       mcp-relay plugin-test --kind KIND PLUGIN.so  check a plugin against the ABI's rules\n"
     "       mcp-relay --instructions      print the server instructions\n"
     "       mcp-relay --schema            print the fourteen tool definitions (JSON)\n"
     "       mcp-relay --version           print the version\n"
@@ -174,6 +175,8 @@ int main(int argc, char **argv)
 	}
 	if (argc >= 2 && strcmp(argv[1], "review") == 0)
 		return review_main(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "plugin-test") == 0)
+		return plugin_test_main(argc - 1, argv + 1);
 	if (argc == 1) {
 		/* No http_global_init() here: libcurl is initialised when it is
 		 * first needed (cli/lazy_libs.h, or on the first request of an

@@ -283,7 +283,8 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 		relay_error init_err;
 		relay_error_clear(&init_err);
 		relay_status rc =
-			desc->init(loader_host_table(), config_json ? config_json : "{}", 0, &p->state, &init_err);
+			desc->init(registry->host ? registry->host : loader_host_table(), config_json ? config_json : "{}",
+			           0, &p->state, &init_err);
 		if (rc != RELAY_OK) {
 			status = relay_error_set(err, rc, init_err.sys_errno, "plugin %s (%s) failed to initialise: %s",
 						 name, resolved,

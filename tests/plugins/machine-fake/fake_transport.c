@@ -173,7 +173,7 @@ static relay_status fake_exec(relay_plugin_state *state, relay_transport_conn *c
 	preq.stdout_fd = -1;
 	preq.timeout_ms = r.timeout_ms;
 	preq.max_output_bytes = r.max_output_bytes;
-	unsigned pflags = 0;
+	unsigned pflags = RELAY_PROCESS_SHARED_CAP; /* exec caps both streams together (relay/transport.h) */
 	if (flags & RELAY_EXEC_MERGE_OUTPUT)
 		pflags |= RELAY_PROCESS_MERGE_OUTPUT;
 	if (flags & RELAY_EXEC_KEEP_TAIL)
