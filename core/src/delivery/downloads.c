@@ -24,7 +24,7 @@
 
 #include "evidence/download.h"
 #include "delivery/evidence_pull.h"
-#include "delivery/image_delivery.h"
+#include "delivery/image_publish.h"
 #include "lease/lifecycle.h"
 #include "mcp/call.h"
 #include "util/clock.h"
@@ -278,12 +278,6 @@ cleanup:
 	return st;
 }
 
-/* Provided by the image delivery module (image_delivery.h); weak so that
- * downloads work (without publication) in a build that lacks it. */
-relay_status image_delivery_publish_step(manager *m, guest *g, const char *recording,
-                                         const json_object *receipt, json_object **published_out,
-                                         relay_error *err) __attribute__((weak));
-
 /* Publishes the step's display originals (evidence.md §5.2, images.md §5)
  * and names the record's image: the after-image when there is one. */
 static relay_status publish_images(manager *m, guest *g, const dl_job *job, const json_object *receipt,
@@ -292,11 +286,6 @@ static relay_status publish_images(manager *m, guest *g, const dl_job *job, cons
 	json_object *snaps = jsonx_get_array(jsonx_get_obj(receipt, "imageEvidence"), "snapshots");
 	if (snaps == NULL || json_object_array_length(snaps) == 0)
 		return RELAY_OK;
-	if (image_delivery_publish_step == NULL) {
-		log_warning("guest %s: this build cannot publish the display originals of %s", g->name,
-		            job->execution_id);
-		return RELAY_OK;
-	}
 	json_object *published = NULL;
 	relay_status st = image_delivery_publish_step(m, g, job->evidence, receipt, &published, err);
 	size_t n = published ? json_object_array_length(published) : 0;
