@@ -20,9 +20,9 @@
 
 #include "evidence/fswalk.h"
 #include "evidence/review.h"
+#include "evidence/verify.h"
 #include "relay/status.h"
 
-#define EVIDENCE_MANIFEST_VERSION 1
 
 /* ---- delivery -------------------------------------------------------------- */
 
@@ -79,33 +79,7 @@ relay_status evidence_package_remove_derived(const char *package_dir, relay_erro
 relay_status evidence_manifest_build(const char *package_dir, const evidence_delivery_options *opts,
                                      json_object **manifest_out, relay_error *err);
 
-/* One file's hash and size. */
-typedef struct evidence_file_hash {
-	const char *path; /* relative to the root; borrowed */
-	uint64_t bytes;
-	char sha256[65];
-	relay_status status; /* RELAY_OK, or why it could not be hashed */
-	char error[256];
-} evidence_file_hash;
-
-/* Hashes `count` files under root_dir with `threads` worker threads (0 = 2),
- * each opened link-safely, read in large blocks with OpenSSL's SHA-256.
- * Per-file failures are reported in items[i].status; the return value is
- * RELAY_OK unless the pool itself failed. */
-relay_status evidence_hash_files(const char *root_dir, evidence_file_hash *items, size_t count,
-                                 unsigned threads, relay_error *err);
-
 /* ---- verification ---------------------------------------------------------- */
-
-/* §11 items 1-7: folders, file kinds, strict paths, the manifest's shape,
- * every listed file's size and SHA-256, nothing unmanifested, attachments and
- * snapshots equal to the files present and agreeing with the journal. Each
- * failure is appended to `errors` as "package verification failed: <file>:
- * <why>". *manifest_out (may be NULL) receives the parsed manifest when it
- * parses. Returns RELAY_OK when the checks ran (read `errors`), another status
- * when they could not (out of memory). */
-relay_status evidence_package_verify_files(const char *package_dir, const char *project_dir,
-                                           fw_strlist *errors, json_object **manifest_out, relay_error *err);
 
 /* Full verification (§11 items 1-8): the file checks plus a derivation
  * without a hard error. RELAY_OK when it passes; RELAY_E_INTEGRITY with the
@@ -113,11 +87,6 @@ relay_status evidence_package_verify_files(const char *package_dir, const char *
  * owned by caller: fw_strlist_free). */
 relay_status evidence_package_verify(const char *package_dir, const char *project_dir, fw_strlist *errors_out,
                                      relay_error *err);
-
-/* True when `rel` obeys §11 item 3: no backslash, control character, ':',
- * '#' or '?', no empty, "." or ".." segment, not absolute. Also the early
- * check of §8.2 for guest file names. */
-bool evidence_package_path_ok(const char *rel);
 
 /* ---- merge of pulled state (§7) -------------------------------------------- */
 

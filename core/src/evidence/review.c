@@ -11,7 +11,8 @@
 #include <unistd.h>
 
 #include "evidence/fswalk.h"
-#include "evidence/package.h"
+#include "evidence/journal.h"
+#include "evidence/verify.h"
 #include "evidence/viewer.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -20,7 +21,7 @@
 #include "util/sha256.h"
 #include "util/timefmt.h"
 
-enum { MAX_JSON_FILE_BYTES = 32 << 20, MAX_JOURNAL_BYTES = 1 << 30 };
+enum { MAX_JSON_FILE_BYTES = 32 << 20 };
 
 #define NO_SCREENSHOT_DIAGNOSTIC                                                                             \
 	"No screenshot evidence. This diagnostic shell script ran without the receiver."
@@ -57,155 +58,10 @@ static void list_add_unique(fw_strlist *l, const char *s)
 		fw_strlist_push(l, s);
 }
 
-/* Reads a whole file below root_fd (link-safe) into a NUL-terminated buffer. */
-static relay_status read_rel(int root_fd, const char *rel, size_t max, char **out, size_t *len_out,
-                             relay_error *err)
-{
-	*out = NULL;
-	int fd = fw_open_file_read_at(root_fd, rel, err);
-	if (fd < 0)
-		return err ? err->code : RELAY_E_IO;
-	relay_status status = RELAY_OK;
-	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		status = relay_error_set(err, RELAY_E_IO, errno, "cannot stat %s", rel);
-		goto cleanup;
-	}
-	if ((uint64_t)st.st_size > max) {
-		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", rel, max);
-		goto cleanup;
-	}
-	size_t cap = (size_t)st.st_size + 1, len = 0;
-	char *buf = malloc(cap);
-	if (buf == NULL) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	for (;;) {
-		if (len + 1 >= cap) {
-			if (cap > max + 1) {
-				free(buf);
-				status =
-				    relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s grew while read", rel);
-				goto cleanup;
-			}
-			char *nb = realloc(buf, cap * 2);
-			if (nb == NULL) {
-				free(buf);
-				status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-				goto cleanup;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		ssize_t n = read(fd, buf + len, cap - 1 - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			free(buf);
-			status = relay_error_set(err, RELAY_E_IO, errno, "cannot read %s: %s", rel,
-			                         strerror(errno));
-			goto cleanup;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
-	*out = buf;
-	if (len_out)
-		*len_out = len;
-cleanup:
-	close(fd);
-	return status;
-}
-
-static relay_status hash_rel(int root_fd, const char *rel, char hex[65], uint64_t *bytes, relay_error *err)
-{
-	int fd = fw_open_file_read_at(root_fd, rel, err);
-	if (fd < 0)
-		return err ? err->code : RELAY_E_IO;
-	relay_status status = sha256_fd_hex(fd, hex, bytes, err);
-	close(fd);
-	return status;
-}
-
 static const char *get_str_path(const json_object *o, const char *k1, const char *k2)
 {
 	json_object *mid = jsonx_get_obj(o, k1);
 	return mid ? jsonx_get_str(mid, k2) : NULL;
-}
-
-/* ---- journal ----------------------------------------------------------------- */
-
-/* JSON a guest wrote (a journal line, a record, a receipt). One with bytes
- * that are not UTF-8 (an earlier receiver copied a capture program's
- * stderr raw) is read with U+FFFD in their place, so the package is still
- * reviewed and delivered rather than lost; the file, which the manifest
- * hashes, keeps its original bytes. NULL when it is not JSON either way. */
-static json_object *parse_guest_json(const char *text, size_t len, char *why, size_t why_len)
-{
-	json_object *obj = jsonx_parse(text, len, NULL, why, why_len);
-	if (obj != NULL || utf8_valid(text, len))
-		return obj;
-	size_t repaired_len = 0;
-	char *repaired = utf8_sanitize(text, len, &repaired_len);
-	if (repaired != NULL)
-		obj = jsonx_parse(repaired, repaired_len, NULL, why, why_len);
-	free(repaired);
-	return obj;
-}
-
-relay_status evidence_journal_load(const char *package_dir, json_object **lines_out, relay_error *err)
-{
-	*lines_out = NULL;
-	int root = fw_open_root(package_dir);
-	if (root < 0)
-		return relay_error_set(err, RELAY_E_IO, errno, "cannot open package %s: %s", package_dir,
-		                       strerror(errno));
-	char *text = NULL;
-	size_t len = 0;
-	relay_status status =
-	    read_rel(root, "state/journal/events.jsonl", MAX_JOURNAL_BYTES, &text, &len, err);
-	close(root);
-	if (status != RELAY_OK)
-		return status;
-	json_object *arr = json_object_new_array();
-	if (arr == NULL) {
-		free(text);
-		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	}
-	size_t line_no = 0, pos = 0;
-	while (pos < len) {
-		line_no++;
-		char *nl = memchr(text + pos, '\n', len - pos);
-		if (nl == NULL) {
-			status = relay_error_set(
-			    err, RELAY_E_INTEGRITY, 0,
-			    "state/journal/events.jsonl: line %zu is unterminated (damaged tail)", line_no);
-			goto fail;
-		}
-		size_t n = (size_t)(nl - (text + pos));
-		char why[128] = "";
-		json_object *line = parse_guest_json(text + pos, n, why, sizeof why);
-		if (line == NULL || !json_object_is_type(line, json_type_object)) {
-			json_object_put(line);
-			status =
-			    relay_error_set(err, RELAY_E_INTEGRITY, 0,
-			                    "state/journal/events.jsonl: line %zu is not a JSON object%s%s",
-			                    line_no, why[0] ? ": " : "", why);
-			goto fail;
-		}
-		json_object_array_add(arr, line);
-		pos += n + 1;
-	}
-	free(text);
-	*lines_out = arr;
-	return RELAY_OK;
-fail:
-	free(text);
-	json_object_put(arr);
-	return status;
 }
 
 /* ---- the derivation state ---------------------------------------------------- */
@@ -313,10 +169,10 @@ static void load_json_dir(rv *r, const char *dir, const char *suffix, json_objec
 		relay_error err = {0};
 		if (stem == NULL)
 			continue;
-		if (read_rel(r->root, e->path, MAX_JSON_FILE_BYTES, &text, &len, &err) != RELAY_OK) {
+		if (evidence_read_rel(r->root, e->path, MAX_JSON_FILE_BYTES, &text, &len, &err) != RELAY_OK) {
 			hard(r, "%s: %s", e->path, err.message);
 		} else {
-			json_object *obj = parse_guest_json(text, len, NULL, 0);
+			json_object *obj = evidence_parse_guest_json(text, len, NULL, 0);
 			if (obj == NULL || !json_object_is_type(obj, json_type_object)) {
 				hard(r, "%s: not a JSON object", e->path);
 				json_object_put(obj);
@@ -453,7 +309,7 @@ static bool check_snapshot_file(rv *r, json_object *line)
 	char hex[65];
 	uint64_t got = 0;
 	relay_error err = {0};
-	if (hash_rel(r->root, rel, hex, &got, &err) != RELAY_OK) {
+	if (evidence_hash_rel(r->root, rel, hex, &got, &err) != RELAY_OK) {
 		hard(r, "%s: named by a snapshot-captured line but %s", rel,
 		     err.code == RELAY_E_NOT_FOUND ? "missing from the package" : err.message);
 		return false;
@@ -1459,7 +1315,7 @@ static void acquire_facts(rv *r, const char **acquired_at, const char **image, j
 			continue;
 		char *text = NULL;
 		size_t len = 0;
-		if (read_rel(r->root, e->path, MAX_JSON_FILE_BYTES, &text, &len, NULL) != RELAY_OK)
+		if (evidence_read_rel(r->root, e->path, MAX_JSON_FILE_BYTES, &text, &len, NULL) != RELAY_OK)
 			continue;
 		json_object *ev = jsonx_parse(text, len, NULL, NULL, 0);
 		free(text);
@@ -1507,7 +1363,8 @@ relay_status evidence_review_derive(const char *package_dir, const evidence_revi
 		json_object *m = NULL;
 		char *text = NULL;
 		size_t len = 0;
-		if (read_rel(r.root, "manifest.json", MAX_JSON_FILE_BYTES, &text, &len, NULL) == RELAY_OK)
+		if (evidence_read_rel(r.root, "manifest.json", MAX_JSON_FILE_BYTES, &text, &len, NULL) ==
+		    RELAY_OK)
 			m = jsonx_parse(text, len, NULL, NULL, 0);
 		free(text);
 		r.manifest = m;
@@ -1536,7 +1393,8 @@ relay_status evidence_review_derive(const char *package_dir, const evidence_revi
 	char *text = NULL;
 	size_t len = 0;
 	json_object *session = NULL;
-	if (read_rel(r.root, "state/session.json", MAX_JSON_FILE_BYTES, &text, &len, NULL) == RELAY_OK)
+	if (evidence_read_rel(r.root, "state/session.json", MAX_JSON_FILE_BYTES, &text, &len, NULL) ==
+	    RELAY_OK)
 		session = jsonx_parse(text, len, NULL, NULL, 0);
 	free(text);
 	if (session)
@@ -1689,125 +1547,3 @@ bool evidence_review_verified(const json_object *review)
 }
 
 /* ---- mcp-relay review --------------------------------------------------------------- */
-
-static void review_usage(FILE *to)
-{
-	fputs("usage: mcp-relay review [--html [--output FILE]] DIR\n"
-	      "  Verifies the evidence package DIR against its manifest, derives its steps and\n"
-	      "  verdicts under the current rules, and prints them as JSON.\n"
-	      "  --html           print a freshly derived viewer page instead of JSON\n"
-	      "  --output FILE    with --html: write the page to FILE (outside DIR) instead\n"
-	      "Exit status: 0 verified and derived; 1 verification failed (the review is still\n"
-	      "printed, with verification.ok false); 2 usage error or unreadable folder.\n"
-	      "DIR is never written to.\n",
-	      to);
-}
-
-static bool write_stdout(const char *data, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(STDOUT_FILENO, data, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return false;
-		}
-		data += n;
-		len -= (size_t)n;
-	}
-	return true;
-}
-
-int review_cli_main(int argc, char **argv)
-{
-	bool html = false;
-	const char *output = NULL, *dir = NULL;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--html") == 0) {
-			html = true;
-		} else if (strcmp(argv[i], "--output") == 0 && i + 1 < argc) {
-			output = argv[++i];
-		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-			review_usage(stdout);
-			return 0;
-		} else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-			fprintf(stderr, "mcp-relay review: unknown option %s\n", argv[i]);
-			review_usage(stderr);
-			return 2;
-		} else if (dir == NULL) {
-			dir = argv[i];
-		} else {
-			fprintf(stderr, "mcp-relay review: only one folder can be reviewed at a time\n");
-			review_usage(stderr);
-			return 2;
-		}
-	}
-	if (dir == NULL || (output != NULL && !html)) {
-		if (dir == NULL)
-			fprintf(stderr, "mcp-relay review: name the evidence package folder to review\n");
-		else
-			fprintf(stderr, "mcp-relay review: --output needs --html\n");
-		review_usage(stderr);
-		return 2;
-	}
-	char real[PATH_MAX];
-	struct stat st;
-	if (realpath(dir, real) == NULL || stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "mcp-relay review: cannot read the folder %s: %s\n", dir,
-		        errno ? strerror(errno) : "not a folder");
-		return 2;
-	}
-	/* Verify the folder as named (a link given on the command line is
-	 * resolved; links inside the package are refused by verification). */
-	json_object *review = NULL;
-	relay_error err = {0};
-	evidence_review_options opts = {.verify = true};
-	if (evidence_review_derive(real, &opts, &review, &err) != RELAY_OK) {
-		fprintf(stderr, "mcp-relay review: %s\n", err.message);
-		return 2;
-	}
-	int rc = evidence_review_verified(review) ? 0 : 1;
-	strbuf out = STRBUF_INIT;
-	if (html)
-		evidence_viewer_render(review, &out);
-	else {
-		jsonx_write(&out, review, JSONX_PRETTY);
-		strbuf_putc(&out, '\n');
-	}
-	if (!strbuf_ok(&out)) {
-		fprintf(stderr, "mcp-relay review: out of memory\n");
-		rc = 2;
-	} else if (output != NULL) {
-		char *parent = fs_dirname(output);
-		char rp[PATH_MAX];
-		size_t rl = strlen(real);
-		if (parent == NULL || realpath(parent, rp) == NULL) {
-			fprintf(stderr, "mcp-relay review: cannot write %s: its folder does not exist\n",
-			        output);
-			rc = 2;
-		} else if (strncmp(rp, real, rl) == 0 && (rp[rl] == '/' || rp[rl] == '\0')) {
-			fprintf(
-			    stderr,
-			    "mcp-relay review: refusing to write %s inside the package (its manifest covers "
-			    "index.html); choose a file outside it\n",
-			    output);
-			rc = 2;
-		} else if (fs_write_durable(output, out.data, out.len, 0600, &err) != RELAY_OK) {
-			fprintf(stderr, "mcp-relay review: %s\n", err.message);
-			rc = 2;
-		}
-		free(parent);
-	} else if (!write_stdout(out.data, out.len)) {
-		fprintf(stderr, "mcp-relay review: cannot write to standard output: %s\n", strerror(errno));
-		rc = 2;
-	}
-	if (rc == 1) {
-		json_object *errs = jsonx_get_array(jsonx_get_obj(review, "verification"), "errors");
-		for (size_t i = 0; errs && i < json_object_array_length(errs); i++)
-			fprintf(stderr, "mcp-relay review: %s\n",
-			        json_object_get_string(json_object_array_get_idx(errs, i)));
-	}
-	strbuf_free(&out);
-	json_object_put(review);
-	return rc;
-}
