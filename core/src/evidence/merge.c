@@ -105,6 +105,77 @@ cleanup:
 	return status;
 }
 
+/* A snapshot the package already holds must come in with the same bytes:
+ * RELAY_E_INTEGRITY when one differs. */
+static relay_status snapshots_agree(int in_fd, int old_fd, const fw_tree *incoming, const fw_tree *old,
+                                    relay_error *err)
+{
+	relay_status status = RELAY_OK;
+	for (size_t i = 0; i < incoming->count && old_fd >= 0; i++) {
+		const fw_entry *e = &incoming->items[i];
+		if (e->kind != FW_FILE || !has_prefix(e->path, "snapshots/"))
+			continue;
+		for (size_t k = 0; k < old->count; k++) {
+			if (old->items[k].kind != FW_FILE || strcmp(old->items[k].path, e->path) != 0)
+				continue;
+			char a[65], b[65];
+			uint64_t an = 0, bn = 0;
+			int fa = fw_open_file_read_at(in_fd, e->path, err),
+			    fb = fw_open_file_read_at(old_fd, e->path, err);
+			relay_status sa = fa >= 0 ? sha256_fd_hex(fa, a, &an, err) : RELAY_E_IO;
+			relay_status sb = fb >= 0 ? sha256_fd_hex(fb, b, &bn, err) : RELAY_E_IO;
+			if (fa >= 0)
+				close(fa);
+			if (fb >= 0)
+				close(fb);
+			if (sa != RELAY_OK || sb != RELAY_OK || an != bn || strcmp(a, b) != 0) {
+				status = relay_error_set(
+				    err, RELAY_E_INTEGRITY, 0,
+				    "state/%s: the pulled snapshot has other bytes than the one "
+				    "already in the package; nothing was merged",
+				    e->path);
+				return status;
+			}
+		}
+	}
+	return status;
+}
+
+/* Moves the package's state/ to <prev_root>/attempt-NNNN/state (copied when
+ * on another volume); *out receives that path. */
+static relay_status set_aside(const char *state, const char *prev_root, char *out, size_t len,
+                              relay_error *err)
+{
+	relay_status status = RELAY_OK;
+	status = fs_mkdir_p(prev_root, 0700, err);
+	if (status != RELAY_OK)
+		return status;
+	for (unsigned n = 1; n < 100000; n++) {
+		snprintf(out, len, "%s/attempt-%04u", prev_root, n);
+		if (mkdir(out, 0700) == 0)
+			break;
+		if (errno != EEXIST) {
+			status = relay_error_set(err, RELAY_E_IO, errno, "cannot create %s: %s", out,
+			                         strerror(errno));
+			return status;
+		}
+	}
+	strncat(out, "/state", len - strlen(out) - 1);
+	if (rename(state, out) != 0) {
+		if (errno != EXDEV) {
+			status = relay_error_set(err, RELAY_E_IO, errno, "cannot set %s aside: %s", state,
+			                         strerror(errno));
+			return status;
+		}
+		status = copy_tree(state, out, err);
+		if (status == RELAY_OK)
+			status = fs_remove_tree(state, err);
+		if (status != RELAY_OK)
+			return status;
+	}
+	return status;
+}
+
 relay_status evidence_state_merge(const char *package_dir, const char *incoming_state,
                                   const char *attempts_dir, relay_error *err)
 {
@@ -112,7 +183,7 @@ relay_status evidence_state_merge(const char *package_dir, const char *incoming_
 	char *state = fs_path_join(package_dir, "state");
 	char *manifest = fs_path_join(package_dir, "manifest.json");
 	char *prev_root = fs_path_join(attempts_dir, "previous");
-	char real_in[PATH_MAX], real_pkg[PATH_MAX], set_aside[PATH_MAX] = "";
+	char real_in[PATH_MAX], real_pkg[PATH_MAX], aside_path[PATH_MAX] = "";
 	fw_tree incoming = {0}, old = {0};
 	int in_fd = -1, old_fd = -1, new_fd = -1;
 	bool moved_old = false;
@@ -160,61 +231,14 @@ relay_status evidence_state_merge(const char *package_dir, const char *incoming_
 		goto cleanup;
 	in_fd = fw_open_root(incoming_state);
 	old_fd = old.count ? fw_open_root(state) : -1;
-	for (size_t i = 0; i < incoming.count && old_fd >= 0; i++) {
-		const fw_entry *e = &incoming.items[i];
-		if (e->kind != FW_FILE || !has_prefix(e->path, "snapshots/"))
-			continue;
-		for (size_t k = 0; k < old.count; k++) {
-			if (old.items[k].kind != FW_FILE || strcmp(old.items[k].path, e->path) != 0)
-				continue;
-			char a[65], b[65];
-			uint64_t an = 0, bn = 0;
-			int fa = fw_open_file_read_at(in_fd, e->path, err),
-			    fb = fw_open_file_read_at(old_fd, e->path, err);
-			relay_status sa = fa >= 0 ? sha256_fd_hex(fa, a, &an, err) : RELAY_E_IO;
-			relay_status sb = fb >= 0 ? sha256_fd_hex(fb, b, &bn, err) : RELAY_E_IO;
-			if (fa >= 0)
-				close(fa);
-			if (fb >= 0)
-				close(fb);
-			if (sa != RELAY_OK || sb != RELAY_OK || an != bn || strcmp(a, b) != 0) {
-				status = relay_error_set(
-				    err, RELAY_E_INTEGRITY, 0,
-				    "state/%s: the pulled snapshot has other bytes than the one "
-				    "already in the package; nothing was merged",
-				    e->path);
-				goto cleanup;
-			}
-		}
-	}
+	status = snapshots_agree(in_fd, old_fd, &incoming, &old, err);
+	if (status != RELAY_OK)
+		goto cleanup;
 	/* Set the current state aside. */
 	if (old_fd >= 0 || fs_is_dir(state)) {
-		status = fs_mkdir_p(prev_root, 0700, err);
+		status = set_aside(state, prev_root, aside_path, sizeof aside_path, err);
 		if (status != RELAY_OK)
 			goto cleanup;
-		for (unsigned n = 1; n < 100000; n++) {
-			snprintf(set_aside, sizeof set_aside, "%s/attempt-%04u", prev_root, n);
-			if (mkdir(set_aside, 0700) == 0)
-				break;
-			if (errno != EEXIST) {
-				status = relay_error_set(err, RELAY_E_IO, errno, "cannot create %s: %s",
-				                         set_aside, strerror(errno));
-				goto cleanup;
-			}
-		}
-		strncat(set_aside, "/state", sizeof set_aside - strlen(set_aside) - 1);
-		if (rename(state, set_aside) != 0) {
-			if (errno != EXDEV) {
-				status = relay_error_set(err, RELAY_E_IO, errno, "cannot set %s aside: %s",
-				                         state, strerror(errno));
-				goto cleanup;
-			}
-			status = copy_tree(state, set_aside, err);
-			if (status == RELAY_OK)
-				status = fs_remove_tree(state, err);
-			if (status != RELAY_OK)
-				goto cleanup;
-		}
 		moved_old = true;
 	}
 	/* The incoming tree takes its place. */
@@ -223,21 +247,21 @@ relay_status evidence_state_merge(const char *package_dir, const char *incoming_
 			status = relay_error_set(err, RELAY_E_IO, errno, "cannot move %s into place: %s",
 			                         incoming_state, strerror(errno));
 			if (moved_old)
-				rename(set_aside, state);
+				rename(aside_path, state);
 			goto cleanup;
 		}
 		status = copy_tree(incoming_state, state, err);
 		if (status != RELAY_OK) {
 			fs_remove_tree(state, NULL);
 			if (moved_old)
-				rename(set_aside, state);
+				rename(aside_path, state);
 			goto cleanup;
 		}
 		fs_remove_tree(incoming_state, NULL);
 	}
 	/* Snapshots the old state had and the incoming tree lacks come back. */
 	if (moved_old) {
-		int aside_fd = fw_open_root(set_aside);
+		int aside_fd = fw_open_root(aside_path);
 		new_fd = fw_open_root(state);
 		for (size_t k = 0; k < old.count && aside_fd >= 0 && new_fd >= 0 && status == RELAY_OK; k++) {
 			const fw_entry *e = &old.items[k];

@@ -386,6 +386,67 @@ relay_status evidence_package_remove_derived(const char *package_dir, relay_erro
 	return status;
 }
 
+/* Step 4 of a delivery: derives the review (into *review_out) and writes
+ * OPENING.txt, index.html and manifest.json, marking in made[] each file
+ * written. */
+static relay_status write_derived(const char *package_dir, int root, const evidence_delivery_options *opts,
+                                  json_object **review_out, bool made[3], relay_error *err)
+{
+	relay_status status = RELAY_OK;
+	json_object *manifest = NULL;
+	strbuf text = STRBUF_INIT;
+	evidence_review_options ro = {
+	    .verify = false, .project_dir = opts->project_dir, .identity = &opts->identity};
+	status = evidence_review_derive(package_dir, &ro, review_out, err);
+	if (status != RELAY_OK)
+		goto done;
+	if (!evidence_review_verified(*review_out)) {
+		json_object *errs = jsonx_get_array(jsonx_get_obj(*review_out, "verification"), "errors");
+		status = relay_error_set(err, RELAY_E_INTEGRITY, 0, "%s",
+		                         errs && json_object_array_length(errs)
+		                             ? json_object_get_string(json_object_array_get_idx(errs, 0))
+		                             : "package verification failed: the derivation failed");
+		goto done;
+	}
+	evidence_render_opening(*review_out, &opts->identity, opts->relay_version, &text);
+	if (!strbuf_ok(&text)) {
+		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		goto done;
+	}
+	status = write_new(root, "OPENING.txt", text.data, text.len, err);
+	if (status != RELAY_OK)
+		goto done;
+	made[0] = true;
+	strbuf_reset(&text);
+	evidence_viewer_render(*review_out, &text);
+	if (!strbuf_ok(&text)) {
+		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		goto done;
+	}
+	status = write_new(root, "index.html", text.data, text.len, err);
+	if (status != RELAY_OK)
+		goto done;
+	made[1] = true;
+	status = evidence_manifest_build(package_dir, opts, &manifest, err);
+	if (status != RELAY_OK)
+		goto done;
+	strbuf_reset(&text);
+	jsonx_write(&text, manifest, JSONX_PRETTY);
+	strbuf_putc(&text, '\n');
+	if (!strbuf_ok(&text)) {
+		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		goto done;
+	}
+	status = write_new(root, "manifest.json", text.data, text.len, err);
+	if (status != RELAY_OK)
+		goto done;
+	made[2] = true;
+done:
+	json_object_put(manifest);
+	strbuf_free(&text);
+	return status;
+}
+
 relay_status evidence_package_deliver(const char *package_dir, const evidence_delivery_options *opts_in,
                                       evidence_delivery_result *result, relay_error *err)
 {
@@ -396,8 +457,7 @@ relay_status evidence_package_deliver(const char *package_dir, const evidence_de
 	relay_status status = RELAY_OK;
 	int root = fw_open_root(package_dir);
 	bool made[3] = {false, false, false}; /* OPENING.txt, index.html, manifest.json */
-	json_object *existing = NULL, *review = NULL, *manifest = NULL;
-	strbuf text = STRBUF_INIT;
+	json_object *existing = NULL, *review = NULL;
 	char *sid_file = NULL;
 	char folder[256], pkg[300], created[25];
 	if (root < 0)
@@ -448,52 +508,9 @@ relay_status evidence_package_deliver(const char *package_dir, const evidence_de
 	unlinkat(root, "index.html", 0);
 
 	/* 4. Derive, then write OPENING.txt, index.html, manifest.json. */
-	evidence_review_options ro = {
-	    .verify = false, .project_dir = opts.project_dir, .identity = &opts.identity};
-	status = evidence_review_derive(package_dir, &ro, &review, err);
+	status = write_derived(package_dir, root, &opts, &review, made, err);
 	if (status != RELAY_OK)
 		goto cleanup;
-	if (!evidence_review_verified(review)) {
-		json_object *errs = jsonx_get_array(jsonx_get_obj(review, "verification"), "errors");
-		status = relay_error_set(err, RELAY_E_INTEGRITY, 0, "%s",
-		                         errs && json_object_array_length(errs)
-		                             ? json_object_get_string(json_object_array_get_idx(errs, 0))
-		                             : "package verification failed: the derivation failed");
-		goto cleanup;
-	}
-	evidence_render_opening(review, &opts.identity, opts.relay_version, &text);
-	if (!strbuf_ok(&text)) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	status = write_new(root, "OPENING.txt", text.data, text.len, err);
-	if (status != RELAY_OK)
-		goto cleanup;
-	made[0] = true;
-	strbuf_reset(&text);
-	evidence_viewer_render(review, &text);
-	if (!strbuf_ok(&text)) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	status = write_new(root, "index.html", text.data, text.len, err);
-	if (status != RELAY_OK)
-		goto cleanup;
-	made[1] = true;
-	status = evidence_manifest_build(package_dir, &opts, &manifest, err);
-	if (status != RELAY_OK)
-		goto cleanup;
-	strbuf_reset(&text);
-	jsonx_write(&text, manifest, JSONX_PRETTY);
-	strbuf_putc(&text, '\n');
-	if (!strbuf_ok(&text)) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	status = write_new(root, "manifest.json", text.data, text.len, err);
-	if (status != RELAY_OK)
-		goto cleanup;
-	made[2] = true;
 	result->delivered = true;
 	if (fsync(root) != 0 && errno != EINVAL) {
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s: %s", package_dir,
@@ -538,8 +555,6 @@ cleanup:
 		result->execution = jsonx_get_str(review, "execution");
 	}
 	json_object_put(existing);
-	json_object_put(manifest);
-	strbuf_free(&text);
 	free(sid_file);
 	close(root);
 	return status;

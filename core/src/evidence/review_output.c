@@ -169,6 +169,156 @@ static char *shell_title(const char *script)
 	return strbuf_detach(&sb, NULL);
 }
 
+/* One recorded action's step and its details. */
+static step_out action_step(rv *r, rv_action *a)
+{
+	const char *sid = step_id_of(a);
+	json_object *step = json_object_new_object();
+	jsonx_add_str(step, "id", sid);
+	jsonx_add_str(step, "title", title_of(a));
+	jsonx_add_str(step, "execution", a->execution);
+	const char *rec_state = a->record ? jsonx_get_str(a->record, "state") : NULL;
+	jsonx_add_str(step, "state", a->record ? (rec_state ? rec_state : "missing") : "missing");
+	const char *mode = a->start ? jsonx_get_str(a->start, "inputMode") : NULL;
+	if (mode == NULL && a->record)
+		mode = jsonx_get_str(a->record, "inputMode");
+	jsonx_add_str(step, "inputMode", mode ? mode : "ordinary");
+	json_object *req = rv_map_get(r->requests, a->execution_id);
+	json_object *sub = rv_map_get(r->submissions, a->execution_id);
+	const char *because = jsonx_get_str(req, "because");
+	if (because == NULL)
+		because = jsonx_get_str(sub, "because");
+	if (because == NULL)
+		because = jsonx_get_str(sub, "reason");
+	jsonx_add_str(step, "because", because);
+	const char *expected = rv_get_str_path(req, "step", "expected");
+	if (expected == NULL && a->record)
+		expected = jsonx_get_str(a->record, "expected");
+	jsonx_add_str(step, "expected", expected);
+	/* Snapshots: standalone its own pair; a group member the group's
+	 * shared pair (the first's before, the last's after). */
+	json_object *before_line = a->before_ok ? a->before : NULL;
+	json_object *after_line = a->after_ok ? a->after : NULL;
+	int64_t interval = a->after_interval_ms;
+	bool has_interval = a->has_after_interval;
+	if (a->group_id != NULL) {
+		before_line = after_line = NULL;
+		for (size_t k = 0; k < r->n_actions; k++) {
+			rv_action *o = &r->actions[k];
+			if (!rv_str_eq(o->group_id, a->group_id))
+				continue;
+			if (rv_str_eq(o->group_phase, "first") && o->before_ok)
+				before_line = o->before;
+			if (rv_str_eq(o->group_phase, "last") && o->after_ok) {
+				after_line = o->after;
+				interval = o->after_interval_ms;
+				has_interval = o->has_after_interval;
+			}
+		}
+	}
+	int64_t decl = 0;
+	if (after_line && jsonx_get_int(after_line, "declaredAfterIntervalMs", &decl)) {
+		interval = decl;
+		has_interval = true;
+	}
+	char *bp = rv_snapshot_path(r, before_line), *ap = rv_snapshot_path(r, after_line);
+	if (bp || ap) {
+		json_object *snaps = json_object_new_object();
+		jsonx_add_str(snaps, "before", bp);
+		jsonx_add_str(snaps, "after", ap);
+		jsonx_add_str(snaps, "groupId", a->group_id);
+		if (has_interval)
+			jsonx_add_int(snaps, "declaredAfterIntervalMs", interval);
+		else
+			jsonx_add_null(snaps, "declaredAfterIntervalMs");
+		jsonx_add(step, "snapshots", snaps);
+	} else {
+		jsonx_add(step, "snapshots", NULL);
+		jsonx_add_str(step, "observed",
+		              a->capture_off ? "No screenshot evidence. Snapshots were off for this guest."
+		                             : "No screenshot evidence was retained for this step.");
+	}
+	/* Details. */
+	json_object *d = json_object_new_object();
+	jsonx_add_str(d, "executionId", a->execution_id);
+	const char *at = jsonx_get_str(a->start ? a->start : a->refusal, "at");
+	jsonx_add_str(d, "at", at);
+	jsonx_add_str(d, "beforeAt", before_line ? jsonx_get_str(before_line, "capturedAt") : NULL);
+	jsonx_add_str(d, "afterAt", after_line ? jsonx_get_str(after_line, "capturedAt") : NULL);
+	json_object *erec = rv_map_get(r->exec_records, a->execution_id);
+	json_object *argv = jsonx_get_array(erec, "argv");
+	if (argv == NULL)
+		argv = jsonx_get_array(rv_map_get(r->exec_starts, a->execution_id), "argv");
+	json_object *rc = a->execution_id ? rv_guest_receipt(r, a->execution_id) : NULL;
+	if (rc == NULL && a->execution_id)
+		rc = rv_map_get(r->host_receipts, a->execution_id);
+	if (argv == NULL && rc)
+		argv = jsonx_get_array(rc, "argv");
+	jsonx_add(d, "argv", argv ? json_object_get(argv) : json_object_new_array());
+	jsonx_add(d, "output", rc ? output_of(rc, false) : NULL);
+	if (a->why)
+		jsonx_add_str(d, "diagnostic", a->why);
+	int64_t ms = 0;
+	time_parse_iso(at, &ms);
+	step_out out = {step, d, sid, ms, a->first_idx, false};
+	free(bp);
+	free(ap);
+	return out;
+}
+
+/* One diagnostic shell script's step and its details. */
+static step_out diagnostic_step(rv *r, const char *did, json_object *drc, size_t order)
+{
+	json_object *dreq = rv_map_get(r->diag_requests, did);
+	const char *script = jsonx_get_str(dreq, "code");
+	if (script == NULL)
+		script = jsonx_get_str(dreq, "script");
+	char *title = shell_title(script);
+	const char *st = rv_receipt_status(drc);
+	json_object *step = json_object_new_object();
+	jsonx_add_str(step, "id", did);
+	jsonx_add_str(step, "title", title);
+	jsonx_add_str(step, "execution", rv_str_eq(st, "completed") ? "completed" : st);
+	jsonx_add_str(step, "state", "recorded");
+	jsonx_add_str(step, "inputMode", "diagnostic");
+	const char *because = jsonx_get_str(dreq, "because");
+	if (because == NULL)
+		because = jsonx_get_str(dreq, "reason");
+	if (because == NULL) {
+		strbuf sb = STRBUF_INIT;
+		strbuf_printf(&sb, "Relay %s (no reason given)", title ? title : "shell");
+		jsonx_add_str(step, "because", strbuf_str(&sb));
+		strbuf_free(&sb);
+	} else {
+		jsonx_add_str(step, "because", because);
+	}
+	jsonx_add_str(step, "expected", "Exits with status 0");
+	jsonx_add(step, "snapshots", NULL);
+	jsonx_add_str(step, "observed", NO_SCREENSHOT_DIAGNOSTIC);
+	json_object *d = json_object_new_object();
+	jsonx_add_str(d, "executionId", did);
+	const char *at = jsonx_get_str(drc, "startedAt");
+	if (at == NULL)
+		at = jsonx_get_str(drc, "at");
+	if (at == NULL)
+		at = jsonx_get_str(dreq, "at");
+	jsonx_add_str(d, "at", at);
+	jsonx_add_null(d, "beforeAt");
+	jsonx_add_null(d, "afterAt");
+	json_object *argv = jsonx_get_array(drc, "argv");
+	jsonx_add(d, "argv", argv ? json_object_get(argv) : json_object_new_array());
+	jsonx_add(d, "output", output_of(drc, true));
+	const char *dd = rv_receipt_diagnostic(drc);
+	if (dd)
+		jsonx_add_str(d, "diagnostic", dd);
+	int64_t ms = INT64_MAX;
+	if (at)
+		time_parse_iso(at, &ms);
+	step_out out = {step, d, did, ms, order, true};
+	free(title);
+	return out;
+}
+
 json_object *rv_build_steps(rv *r, json_object *details, size_t *recorded_steps, bool *any_not_completed,
                             bool *any_failed)
 {
@@ -177,100 +327,8 @@ json_object *rv_build_steps(rv *r, json_object *details, size_t *recorded_steps,
 	size_t n = 0;
 	*recorded_steps = 0;
 	for (size_t i = 0; i < r->n_actions && outs; i++) {
-		rv_action *a = &r->actions[i];
-		const char *sid = step_id_of(a);
-		json_object *step = json_object_new_object();
-		jsonx_add_str(step, "id", sid);
-		jsonx_add_str(step, "title", title_of(a));
-		jsonx_add_str(step, "execution", a->execution);
-		const char *rec_state = a->record ? jsonx_get_str(a->record, "state") : NULL;
-		jsonx_add_str(step, "state", a->record ? (rec_state ? rec_state : "missing") : "missing");
-		const char *mode = a->start ? jsonx_get_str(a->start, "inputMode") : NULL;
-		if (mode == NULL && a->record)
-			mode = jsonx_get_str(a->record, "inputMode");
-		jsonx_add_str(step, "inputMode", mode ? mode : "ordinary");
-		json_object *req = rv_map_get(r->requests, a->execution_id);
-		json_object *sub = rv_map_get(r->submissions, a->execution_id);
-		const char *because = jsonx_get_str(req, "because");
-		if (because == NULL)
-			because = jsonx_get_str(sub, "because");
-		if (because == NULL)
-			because = jsonx_get_str(sub, "reason");
-		jsonx_add_str(step, "because", because);
-		const char *expected = rv_get_str_path(req, "step", "expected");
-		if (expected == NULL && a->record)
-			expected = jsonx_get_str(a->record, "expected");
-		jsonx_add_str(step, "expected", expected);
-		/* Snapshots: standalone its own pair; a group member the group's
-		 * shared pair (the first's before, the last's after). */
-		json_object *before_line = a->before_ok ? a->before : NULL;
-		json_object *after_line = a->after_ok ? a->after : NULL;
-		int64_t interval = a->after_interval_ms;
-		bool has_interval = a->has_after_interval;
-		if (a->group_id != NULL) {
-			before_line = after_line = NULL;
-			for (size_t k = 0; k < r->n_actions; k++) {
-				rv_action *o = &r->actions[k];
-				if (!rv_str_eq(o->group_id, a->group_id))
-					continue;
-				if (rv_str_eq(o->group_phase, "first") && o->before_ok)
-					before_line = o->before;
-				if (rv_str_eq(o->group_phase, "last") && o->after_ok) {
-					after_line = o->after;
-					interval = o->after_interval_ms;
-					has_interval = o->has_after_interval;
-				}
-			}
-		}
-		int64_t decl = 0;
-		if (after_line && jsonx_get_int(after_line, "declaredAfterIntervalMs", &decl)) {
-			interval = decl;
-			has_interval = true;
-		}
-		char *bp = rv_snapshot_path(r, before_line), *ap = rv_snapshot_path(r, after_line);
-		if (bp || ap) {
-			json_object *snaps = json_object_new_object();
-			jsonx_add_str(snaps, "before", bp);
-			jsonx_add_str(snaps, "after", ap);
-			jsonx_add_str(snaps, "groupId", a->group_id);
-			if (has_interval)
-				jsonx_add_int(snaps, "declaredAfterIntervalMs", interval);
-			else
-				jsonx_add_null(snaps, "declaredAfterIntervalMs");
-			jsonx_add(step, "snapshots", snaps);
-		} else {
-			jsonx_add(step, "snapshots", NULL);
-			jsonx_add_str(step, "observed",
-			              a->capture_off
-			                  ? "No screenshot evidence. Snapshots were off for this guest."
-			                  : "No screenshot evidence was retained for this step.");
-		}
-		/* Details. */
-		json_object *d = json_object_new_object();
-		jsonx_add_str(d, "executionId", a->execution_id);
-		const char *at = jsonx_get_str(a->start ? a->start : a->refusal, "at");
-		jsonx_add_str(d, "at", at);
-		jsonx_add_str(d, "beforeAt", before_line ? jsonx_get_str(before_line, "capturedAt") : NULL);
-		jsonx_add_str(d, "afterAt", after_line ? jsonx_get_str(after_line, "capturedAt") : NULL);
-		json_object *erec = rv_map_get(r->exec_records, a->execution_id);
-		json_object *argv = jsonx_get_array(erec, "argv");
-		if (argv == NULL)
-			argv = jsonx_get_array(rv_map_get(r->exec_starts, a->execution_id), "argv");
-		json_object *rc = a->execution_id ? rv_guest_receipt(r, a->execution_id) : NULL;
-		if (rc == NULL && a->execution_id)
-			rc = rv_map_get(r->host_receipts, a->execution_id);
-		if (argv == NULL && rc)
-			argv = jsonx_get_array(rc, "argv");
-		jsonx_add(d, "argv", argv ? json_object_get(argv) : json_object_new_array());
-		jsonx_add(d, "output", rc ? output_of(rc, false) : NULL);
-		if (a->why)
-			jsonx_add_str(d, "diagnostic", a->why);
-		int64_t ms = 0;
-		time_parse_iso(at, &ms);
-		outs[n++] = (step_out){step, d, sid, ms, a->first_idx, false};
+		outs[n++] = action_step(r, &r->actions[i]);
 		(*recorded_steps)++;
-		free(bp);
-		free(ap);
 	}
 	/* Diagnostic steps. */
 	size_t order = r->n_actions + 1;
@@ -278,53 +336,7 @@ json_object *rv_build_steps(rv *r, json_object *details, size_t *recorded_steps,
 	{
 		if (outs == NULL)
 			break;
-		json_object *dreq = rv_map_get(r->diag_requests, did);
-		const char *script = jsonx_get_str(dreq, "code");
-		if (script == NULL)
-			script = jsonx_get_str(dreq, "script");
-		char *title = shell_title(script);
-		const char *st = rv_receipt_status(drc);
-		json_object *step = json_object_new_object();
-		jsonx_add_str(step, "id", did);
-		jsonx_add_str(step, "title", title);
-		jsonx_add_str(step, "execution", rv_str_eq(st, "completed") ? "completed" : st);
-		jsonx_add_str(step, "state", "recorded");
-		jsonx_add_str(step, "inputMode", "diagnostic");
-		const char *because = jsonx_get_str(dreq, "because");
-		if (because == NULL)
-			because = jsonx_get_str(dreq, "reason");
-		if (because == NULL) {
-			strbuf sb = STRBUF_INIT;
-			strbuf_printf(&sb, "Relay %s (no reason given)", title ? title : "shell");
-			jsonx_add_str(step, "because", strbuf_str(&sb));
-			strbuf_free(&sb);
-		} else {
-			jsonx_add_str(step, "because", because);
-		}
-		jsonx_add_str(step, "expected", "Exits with status 0");
-		jsonx_add(step, "snapshots", NULL);
-		jsonx_add_str(step, "observed", NO_SCREENSHOT_DIAGNOSTIC);
-		json_object *d = json_object_new_object();
-		jsonx_add_str(d, "executionId", did);
-		const char *at = jsonx_get_str(drc, "startedAt");
-		if (at == NULL)
-			at = jsonx_get_str(drc, "at");
-		if (at == NULL)
-			at = jsonx_get_str(dreq, "at");
-		jsonx_add_str(d, "at", at);
-		jsonx_add_null(d, "beforeAt");
-		jsonx_add_null(d, "afterAt");
-		json_object *argv = jsonx_get_array(drc, "argv");
-		jsonx_add(d, "argv", argv ? json_object_get(argv) : json_object_new_array());
-		jsonx_add(d, "output", output_of(drc, true));
-		const char *dd = rv_receipt_diagnostic(drc);
-		if (dd)
-			jsonx_add_str(d, "diagnostic", dd);
-		int64_t ms = INT64_MAX;
-		if (at)
-			time_parse_iso(at, &ms);
-		outs[n++] = (step_out){step, d, did, ms, order++, true};
-		free(title);
+		outs[n++] = diagnostic_step(r, did, drc, order++);
 	}
 	json_object *steps = json_object_new_array();
 	if (outs == NULL)

@@ -262,24 +262,11 @@ static bool same_opt_int(json_object *a, json_object *b, const char *key)
 	return hx == hy && x == y;
 }
 
-relay_status evidence_package_verify_files(const char *package_dir, const char *project_dir,
-                                           fw_strlist *errors, json_object **manifest_out, relay_error *err)
+/* §11 items 2 and 3: file kinds and names. */
+static void check_kinds(const fw_tree *tree, fw_strlist *errors)
 {
-	relay_status status = RELAY_OK;
-	fw_tree tree = {0};
-	json_object *m = NULL, *journal = NULL, *lines = NULL;
-	evidence_file_hash *items = NULL;
-	if (manifest_out)
-		*manifest_out = NULL;
-	check_ancestors(package_dir, project_dir, errors);
-	relay_error werr = {0};
-	if (fw_walk(package_dir, false, NULL, &tree, &werr) != RELAY_OK) {
-		verr(errors, "%s", werr.message);
-		goto cleanup;
-	}
-	/* Items 2 and 3: kinds and names. */
-	for (size_t i = 0; i < tree.count; i++) {
-		const fw_entry *e = &tree.items[i];
+	for (size_t i = 0; i < tree->count; i++) {
+		const fw_entry *e = &tree->items[i];
 		if (!evidence_package_path_ok(e->path))
 			verr(errors, "%s: name not allowed in an evidence package", e->path);
 		if (e->kind == FW_LINK)
@@ -290,16 +277,11 @@ relay_status evidence_package_verify_files(const char *package_dir, const char *
 			verr(errors, "%s: a hard link (link count %llu)", e->path,
 			     (unsigned long long)e->nlink);
 	}
-	/* Item 4: the manifest. */
-	char *mp = fs_path_join(package_dir, "manifest.json");
-	relay_error merr = {0};
-	if (mp == NULL || fs_read_json(mp, MAX_MANIFEST_BYTES, &m, &merr) != RELAY_OK || m == NULL ||
-	    !json_object_is_type(m, json_type_object)) {
-		verr(errors, "manifest.json: %s", merr.message[0] ? merr.message : "not a JSON object");
-		free(mp);
-		goto cleanup;
-	}
-	free(mp);
+}
+
+/* §11 item 4: the manifest's version, identity and arrays. */
+static void check_manifest_shape(json_object *m, fw_strlist *errors)
+{
 	int64_t version = 0;
 	if (!jsonx_get_int(m, "manifestVersion", &version) || version != EVIDENCE_MANIFEST_VERSION)
 		verr(errors, "manifest.json: unknown manifestVersion (this relay reads version %d)",
@@ -320,6 +302,136 @@ relay_status evidence_package_verify_files(const char *package_dir, const char *
 			     "manifest.json: cannot claim video attempts or segments (%s is not empty)",
 			     arrays[i]);
 	}
+}
+
+/* §11 items 5 and 6: every listed file exists with its size and SHA-256. */
+static void check_listed_files(const char *package_dir, const fw_tree *tree, const evidence_file_hash *items,
+                               size_t n, fw_strlist *errors)
+{
+	evidence_file_hash *got = calloc(n ? n : 1, sizeof *got);
+	size_t hn = 0;
+	for (size_t i = 0; i < n && got; i++) {
+		fw_entry key = {.path = (char *)items[i].path};
+		const fw_entry *hit =
+		    bsearch(&key, tree->items, tree->count, sizeof *tree->items, entry_path_cmp);
+		bool present = hit != NULL && hit->kind == FW_FILE;
+		if (!present) {
+			verr(errors, "%s: listed in the manifest but missing", items[i].path);
+			continue;
+		}
+		got[hn++].path = items[i].path;
+	}
+	if (got)
+		evidence_hash_files(package_dir, got, hn, 0, NULL);
+	for (size_t i = 0, j = 0; i < n && got; i++) {
+		if (j >= hn || strcmp(got[j].path, items[i].path) != 0)
+			continue;
+		const evidence_file_hash *h = &got[j++];
+		if (h->status != RELAY_OK)
+			verr(errors, "%s: cannot be read: %s", h->path, h->error);
+		else if (h->bytes != items[i].bytes)
+			verr(errors, "%s: size differs from the manifest (%llu bytes, manifest says %llu)",
+			     h->path, (unsigned long long)h->bytes, (unsigned long long)items[i].bytes);
+		else if (strcmp(h->sha256, items[i].sha256) != 0)
+			verr(errors, "%s: SHA-256 differs from the manifest (the file was changed)", h->path);
+	}
+	free(got);
+}
+
+/* §11 item 6: nothing unmanifested, OPENING.txt present. */
+static void check_unmanifested(const fw_tree *tree, json_object *seen, fw_strlist *errors)
+{
+	bool opening = false;
+	for (size_t t = 0; t < tree->count; t++) {
+		const fw_entry *e = &tree->items[t];
+		if (e->kind == FW_DIR || strcmp(e->path, "manifest.json") == 0)
+			continue;
+		if (strcmp(e->path, "OPENING.txt") == 0)
+			opening = true;
+		json_object *k = NULL;
+		if (!json_object_object_get_ex(seen, e->path, &k))
+			verr(errors, "%s: not listed in the manifest (unmanifested file)", e->path);
+	}
+	if (!opening)
+		verr(errors, "OPENING.txt: missing (every package starts with it)");
+}
+
+/* §11 item 7: snapshots agree with the journal. */
+static void check_snapshots(const char *package_dir, json_object *m, fw_strlist *errors)
+{
+	json_object *journal = NULL, *lines = NULL;
+	relay_error jerr = {0};
+	const char *sid = jsonx_get_str(m, "sessionId");
+	if (evidence_journal_load(package_dir, &journal, &jerr) != RELAY_OK) {
+		verr(errors, "%s",
+		     jerr.code == RELAY_E_NOT_FOUND ? "state/journal/events.jsonl: missing" : jerr.message);
+	} else if (sid != NULL) {
+		lines = evidence_snapshot_lines(journal, sid);
+		json_object *snaps = jsonx_get_array(m, "snapshots");
+		size_t sn = snaps ? json_object_array_length(snaps) : 0;
+		for (size_t i = 0; i < sn; i++) {
+			json_object *e = json_object_array_get_idx(snaps, i);
+			const char *path = jsonx_get_str(e, "path");
+			if (path == NULL || !evidence_is_snapshot_path(path))
+				continue;
+			const char *base = strrchr(path, '/') + 1;
+			json_object *line = NULL;
+			if (!json_object_object_get_ex(lines, base, &line)) {
+				verr(errors, "%s: a snapshot without a snapshot-captured line in the journal",
+				     path);
+				continue;
+			}
+			json_object *want = json_object_new_object();
+			jsonx_add_str(want, "sha256", jsonx_get_str(line, "sha256"));
+			int64_t b = 0;
+			if (jsonx_get_int(line, "bytes", &b))
+				jsonx_add_int(want, "bytes", b);
+			evidence_snapshot_fields(want, line);
+			const char *keys[] = {"actionId",   "role",    "capturedAt",
+			                      "provenance", "groupId", "sha256"};
+			bool agree = same_opt_int(e, want, "bytes") &&
+			             same_opt_int(e, want, "declaredAfterIntervalMs");
+			for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+				agree = agree && same_opt_str(e, want, keys[k]);
+			if (!agree)
+				verr(errors,
+				     "%s: its manifest entry disagrees with its snapshot-captured line",
+				     path);
+			json_object_put(want);
+		}
+	}
+	json_object_put(lines);
+	json_object_put(journal);
+}
+
+relay_status evidence_package_verify_files(const char *package_dir, const char *project_dir,
+                                           fw_strlist *errors, json_object **manifest_out, relay_error *err)
+{
+	relay_status status = RELAY_OK;
+	fw_tree tree = {0};
+	json_object *m = NULL;
+	evidence_file_hash *items = NULL;
+	if (manifest_out)
+		*manifest_out = NULL;
+	check_ancestors(package_dir, project_dir, errors);
+	relay_error werr = {0};
+	if (fw_walk(package_dir, false, NULL, &tree, &werr) != RELAY_OK) {
+		verr(errors, "%s", werr.message);
+		goto cleanup;
+	}
+	check_kinds(&tree, errors);
+	/* Item 4: the manifest. */
+	char *mp = fs_path_join(package_dir, "manifest.json");
+	relay_error merr = {0};
+	if (mp == NULL || fs_read_json(mp, MAX_MANIFEST_BYTES, &m, &merr) != RELAY_OK || m == NULL ||
+	    !json_object_is_type(m, json_type_object)) {
+		verr(errors, "manifest.json: %s", merr.message[0] ? merr.message : "not a JSON object");
+		free(mp);
+		goto cleanup;
+	}
+	free(mp);
+	check_manifest_shape(m, errors);
+	const char *arrays[] = {"records", "snapshots", "attachments"};
 	/* Collect every entry; check shape, duplicates, manifest.json itself. */
 	size_t total = 0;
 	for (size_t k = 0; k < 3; k++) {
@@ -371,98 +483,16 @@ relay_status evidence_package_verify_files(const char *package_dir, const char *
 			n++;
 		}
 	}
-	/* Items 5 and 6: listed files exist and match; nothing unmanifested. */
-	evidence_file_hash *got = calloc(n ? n : 1, sizeof *got);
-	size_t hn = 0;
-	for (size_t i = 0; i < n && got; i++) {
-		fw_entry key = {.path = (char *)items[i].path};
-		const fw_entry *hit =
-		    bsearch(&key, tree.items, tree.count, sizeof *tree.items, entry_path_cmp);
-		bool present = hit != NULL && hit->kind == FW_FILE;
-		if (!present) {
-			verr(errors, "%s: listed in the manifest but missing", items[i].path);
-			continue;
-		}
-		got[hn++].path = items[i].path;
-	}
-	if (got)
-		evidence_hash_files(package_dir, got, hn, 0, NULL);
-	for (size_t i = 0, j = 0; i < n && got; i++) {
-		if (j >= hn || strcmp(got[j].path, items[i].path) != 0)
-			continue;
-		const evidence_file_hash *h = &got[j++];
-		if (h->status != RELAY_OK)
-			verr(errors, "%s: cannot be read: %s", h->path, h->error);
-		else if (h->bytes != items[i].bytes)
-			verr(errors, "%s: size differs from the manifest (%llu bytes, manifest says %llu)",
-			     h->path, (unsigned long long)h->bytes, (unsigned long long)items[i].bytes);
-		else if (strcmp(h->sha256, items[i].sha256) != 0)
-			verr(errors, "%s: SHA-256 differs from the manifest (the file was changed)", h->path);
-	}
-	free(got);
-	bool opening = false;
-	for (size_t t = 0; t < tree.count; t++) {
-		const fw_entry *e = &tree.items[t];
-		if (e->kind == FW_DIR || strcmp(e->path, "manifest.json") == 0)
-			continue;
-		if (strcmp(e->path, "OPENING.txt") == 0)
-			opening = true;
-		json_object *k = NULL;
-		if (!json_object_object_get_ex(seen, e->path, &k))
-			verr(errors, "%s: not listed in the manifest (unmanifested file)", e->path);
-	}
-	if (!opening)
-		verr(errors, "OPENING.txt: missing (every package starts with it)");
+	check_listed_files(package_dir, &tree, items, n, errors);
+	check_unmanifested(&tree, seen, errors);
 	json_object_put(seen);
-	/* Item 7: snapshots agree with the journal. */
-	relay_error jerr = {0};
-	const char *sid = jsonx_get_str(m, "sessionId");
-	if (evidence_journal_load(package_dir, &journal, &jerr) != RELAY_OK) {
-		verr(errors, "%s",
-		     jerr.code == RELAY_E_NOT_FOUND ? "state/journal/events.jsonl: missing" : jerr.message);
-	} else if (sid != NULL) {
-		lines = evidence_snapshot_lines(journal, sid);
-		json_object *snaps = jsonx_get_array(m, "snapshots");
-		size_t sn = snaps ? json_object_array_length(snaps) : 0;
-		for (size_t i = 0; i < sn; i++) {
-			json_object *e = json_object_array_get_idx(snaps, i);
-			const char *path = jsonx_get_str(e, "path");
-			if (path == NULL || !evidence_is_snapshot_path(path))
-				continue;
-			const char *base = strrchr(path, '/') + 1;
-			json_object *line = NULL;
-			if (!json_object_object_get_ex(lines, base, &line)) {
-				verr(errors, "%s: a snapshot without a snapshot-captured line in the journal",
-				     path);
-				continue;
-			}
-			json_object *want = json_object_new_object();
-			jsonx_add_str(want, "sha256", jsonx_get_str(line, "sha256"));
-			int64_t b = 0;
-			if (jsonx_get_int(line, "bytes", &b))
-				jsonx_add_int(want, "bytes", b);
-			evidence_snapshot_fields(want, line);
-			const char *keys[] = {"actionId",   "role",    "capturedAt",
-			                      "provenance", "groupId", "sha256"};
-			bool agree = same_opt_int(e, want, "bytes") &&
-			             same_opt_int(e, want, "declaredAfterIntervalMs");
-			for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
-				agree = agree && same_opt_str(e, want, keys[k]);
-			if (!agree)
-				verr(errors,
-				     "%s: its manifest entry disagrees with its snapshot-captured line",
-				     path);
-			json_object_put(want);
-		}
-	}
+	check_snapshots(package_dir, m, errors);
 cleanup:
 	if (manifest_out && m) {
 		*manifest_out = m;
 		m = NULL;
 	}
 	json_object_put(m);
-	json_object_put(lines);
-	json_object_put(journal);
 	free(items);
 	fw_tree_free(&tree);
 	return status;
