@@ -11,13 +11,19 @@
  *   relay_script (run_request.c)     image_delivery_for_run(): the
  *                                    after-image of a recorded run: pending
  *                                    with its identity, or attached when the
- *                                    original is already verified on the host
- *   step downloads (downloads.c)     image_delivery_publish_step()
- *   all of them                      image_delivery_display_image(), the
- *                                    identity of one snapshot descriptor
+ *                                    original is already verified on the host;
+ *                                    image_delivery_publish_answer()
+ *   step downloads (download_job.c)  image_delivery_publish_step()
+ *                                    (image_publish.h)
+ *   all of them                      image_delivery_display_image()
+ *                                    (image_identity.h), the identity of one
+ *                                    snapshot descriptor
  *
- * Identities, the catalog and publication themselves are in
- * image_catalog.h (host files only).
+ * This header gathers the public parts: the answer (image_result.h),
+ * identities (image_identity.h) and publication (image_publish.h); the
+ * files behind relay_image are listed in delivery.h. Identities, the
+ * catalog and publication themselves are in image_catalog.h (host files
+ * only).
  *
  * Every function is called WITHOUT the manager's lock; it copies what it
  * needs from the guest under the lock. Returned JSON objects are new
