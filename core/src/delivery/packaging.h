@@ -73,8 +73,8 @@ relay_status packaging_deliver(manager *m, guest *g, evidence_delivery_result *r
  * a `delivery-failed` event. */
 void packaging_record_delivery_error(manager *m, guest *g, const char *error_text);
 
-/* relay_release step 3 (declared in lifecycle.h, called through a weak
- * reference by the release path): for a staged guest not delivered, closes
+/* relay_release step 3 (called by the release path of lease/, which
+ * includes this header; lease/lifecycle.h describes the hook): for a staged guest not delivered, closes
  * the download queue (coalescedBy "release"), pulls every declared output
  * it can (each failure recorded as extraction-incomplete or
  * workspace-incomplete), pulls and merges the state and delivers the

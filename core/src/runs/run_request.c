@@ -1365,7 +1365,7 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 	}
 	result = finish_result(m, g, out, exec_id);
 	if (result)
-		image_delivery_attach(&idr, result);
+		image_delivery_take_preview(&idr, &result->image_base64, &result->image_mime);
 	image_delivery_result_clear(&idr);
 
 	record_run_end(m, g, evidence, exec_id, result, step, cancelled);
