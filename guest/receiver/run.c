@@ -18,6 +18,7 @@
 #include "journal.h"
 #include "lock.h"
 #include "proc.h"
+#include "relay_support/utf8.h"
 #include "scan.h"
 #include "sha256.h"
 #include "state.h"
@@ -153,7 +154,7 @@ static jv *output_json(const buf *raw, int truncated)
 	jv *v;
 	buf_init(&clean);
 	utf8_sanitize(&clean, raw->data ? raw->data : "", raw->len, truncated);
-	n = utf8_cut_bytes(clean.data ? clean.data : "", clean.len, OUTPUT_BUDGET_BYTES);
+	n = rs_utf8_cut(clean.data ? clean.data : "", clean.len, OUTPUT_BUDGET_BYTES);
 	v = jv_strn(clean.data ? clean.data : "", n);
 	buf_free(&clean);
 	return v;
@@ -349,7 +350,7 @@ static int guest_name_ok(const char *s)
 
 static int chars_between(const char *s, size_t lo, size_t hi)
 {
-	size_t n = utf8_chars(s, strlen(s));
+	size_t n = rs_utf8_length(s, strlen(s));
 	return n >= lo && n <= hi;
 }
 
@@ -490,7 +491,7 @@ static const char *validate_request(run_ctx *ctx)
 		return "request identity does not match this recording";
 	{
 		const char *because = jv_get_str(r, "because");
-		if (is_blank(because) || utf8_chars(because, strlen(because)) > BECAUSE_MAX_CHARS)
+		if (is_blank(because) || rs_utf8_length(because, strlen(because)) > BECAUSE_MAX_CHARS)
 			return "Run execution intent is required";
 	}
 	ctx->cwd = jv_get_str(r, "cwd");

@@ -15,6 +15,7 @@
 
 #include "fsx.h"
 #include "json.h"
+#include "relay_support/utf8.h"
 #include "scan.h"
 #include "sha256.h"
 
@@ -164,7 +165,7 @@ static int write_entry_header(out_stream *os, const char *path, uint64_t size, i
 		size_t base_len;
 		int rc;
 		base = base ? base + 1 : path;
-		base_len = utf8_cut_bytes(base, strlen(base), 88);
+		base_len = rs_utf8_cut(base, strlen(base), 88);
 		text_format(pax_name, sizeof(pax_name), "PaxHeaders/%.*s", (int)base_len, base);
 		build_header(h, pax_name, strlen(pax_name), NULL, 0, rec_len, mtime, 'x');
 		rc = out_write(os, h, BLOCK, err);
@@ -175,7 +176,7 @@ static int write_entry_header(out_stream *os, const char *path, uint64_t size, i
 		free(rec);
 		if (rc != 0)
 			return -1;
-		base_len = utf8_cut_bytes(base, strlen(base), 100);
+		base_len = rs_utf8_cut(base, strlen(base), 100);
 		build_header(h, base, base_len, NULL, 0, size, mtime, '0');
 		return out_write(os, h, BLOCK, err);
 	}
@@ -633,7 +634,7 @@ cleanup:
 
 static int member_path_ok(const char *path, rerr *err)
 {
-	if (!utf8_valid(path, strlen(path))) {
+	if (!rs_utf8_valid(path, strlen(path))) {
 		err_set(err, "entry path is not UTF-8");
 		return 0;
 	}

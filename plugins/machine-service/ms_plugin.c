@@ -17,6 +17,7 @@
 #include "ms_http.h"
 #include "ms_plugin.h"
 #include "ms_util.h"
+#include "relay_support/which.h"
 
 #define DEFAULT_ORIGIN "http://localhost:6240"
 
@@ -305,7 +306,7 @@ static relay_status ms_init(const relay_host *host, const char *config_json, uns
 	} else if (tart_home) {
 		s->tart_home = strdup(tart_home);
 	}
-	s->tart_path = tart ? ms_which(tart) : NULL;
+	s->tart_path = tart ? rs_which(tart, NULL) : NULL;
 	s->machctl_path = machctl ? strdup(machctl) : NULL;
 	if (!s->opt.destruction_check_given)
 		s->opt.destruction_check = s->tart_path ? MS_CHECK_TART : MS_CHECK_SERVICE;

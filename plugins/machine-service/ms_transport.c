@@ -32,6 +32,7 @@
 #include "ms_lease.h"
 #include "ms_plugin.h"
 #include "ms_util.h"
+#include "relay_support/tree.h"
 
 #define EXEC_KNOWN_FLAGS (RELAY_EXEC_MERGE_OUTPUT | RELAY_EXEC_KEEP_TAIL)
 #define XFER_KNOWN_FLAGS RELAY_XFER_TREE
@@ -361,7 +362,7 @@ static relay_status transfer(ms_state *s, const ms_conn *conn, const char *route
 				break;
 			}
 			if (cleanup_path)
-				ms_remove_tree(cleanup_path);
+				(void)rs_remove_tree(cleanup_path, NULL); /* best effort */
 		}
 		ms_reply reply;
 		relay_error cause;
@@ -581,7 +582,7 @@ relay_status ms_transport_pull(relay_plugin_state *state, relay_transport_conn *
 		                         "pull: %s changed kind during the transfer", remote_path);
 	if (status == RELAY_OK && ms_move_tree(target, local_path, why, sizeof why) != 0)
 		status = host->error_set(err, RELAY_E_IO, errno, "pull: %s", why);
-	ms_remove_tree(staging);
+	(void)rs_remove_tree(staging, NULL); /* best effort */
 	free(staging);
 	return status;
 }

@@ -69,16 +69,9 @@ char *ms_cut_utf8(const char *text, size_t max);
 char **ms_env_build(const char *const *overrides);
 void ms_env_free(char **env);
 
-/* Looks `program` up on PATH (or takes it as a path when it holds '/');
- * returns a malloc'd absolute path of an executable regular file, or NULL. */
-char *ms_which(const char *program);
-
 /* Creates a fresh folder "<parent>/<prefix>-<16 hex>" with mode 0700 (the
  * parent is created 0700 when missing). malloc'd path, or NULL with errno. */
 char *ms_fresh_dir(const relay_host *host, const char *parent, const char *prefix);
-
-/* Removes a file or tree without following links. Missing is fine. */
-void ms_remove_tree(const char *path);
 
 /* Checks a tree the service wrote: only regular files and folders, no
  * links or special files, at most `max_depth` levels. 0, or -1 with the

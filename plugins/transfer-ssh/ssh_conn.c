@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "relay_support/tree.h"
 #include "ssh_buf.h"
 #include "ssh_scripts.h"
 #include "ssh_session.h"
@@ -35,33 +36,6 @@ static bool plain_path(const char *p)
 		      *p == '/' || *p == '.' || *p == '_' || *p == '-'))
 			return false;
 	return true;
-}
-
-static int mkdir_p(const char *path, mode_t mode)
-{
-	char tmp[PATH_MAX];
-	if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
-	if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-		return -1;
-	struct stat st;
-	if (lstat(tmp, &st) != 0)
-		return -1;
-	if (!S_ISDIR(st.st_mode)) {
-		errno = ENOTDIR;
-		return -1;
-	}
-	return 0;
 }
 
 /* Where a deployment sets these options (docs/transfer-ssh.md). */
@@ -166,7 +140,7 @@ relay_status ssh_plugin_create(const relay_host *host, const char *config_json, 
 	char candidate[PATH_MAX];
 	int n = snprintf(candidate, sizeof candidate, "%s/cm", state_dir);
 	if (n > 0 && (size_t)n <= SSH_SOCKET_DIR_MAX && plain_path(candidate)) {
-		if (mkdir_p(candidate, 0700) != 0) {
+		if (rs_mkdir_p(candidate, 0700, RS_MKDIR_NO_LINK_LEAF, NULL) != 0) {
 			status =
 			    host->error_set(err, RELAY_E_IO, errno,
 			                    "transfer-ssh: cannot create the control socket folder %s: %s",

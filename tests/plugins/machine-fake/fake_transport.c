@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "fake.h"
+#include "relay_support/tree.h"
 
 extern char **environ;
 
@@ -311,26 +312,11 @@ static relay_status collect_facts(fake_state *st, const char *path, int tree, js
 
 static relay_status mkdirs(fake_state *st, const char *path, relay_error *err)
 {
-	char *copy = strdup(path);
-	if (copy == NULL)
-		return st->host->error_set(err, RELAY_E_NO_MEMORY, 0, "machine-fake: out of memory");
-	for (char *p = copy + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char saved = *p;
-		*p = '\0';
-		if (mkdir(copy, 0700) != 0 && errno != EEXIST) {
-			relay_status rc = st->host->error_set(err, RELAY_E_IO, errno,
-			                                      "machine-fake: cannot create %s", copy);
-			free(copy);
-			return rc;
-		}
-		*p = saved;
-		if (saved == '\0')
-			break;
-	}
-	free(copy);
-	return RELAY_OK;
+	rs_error why;
+	if (rs_mkdir_p(path, 0700, 0, &why) == 0)
+		return RELAY_OK;
+	return st->host->error_set(err, why.errnum == ENOMEM ? RELAY_E_NO_MEMORY : RELAY_E_IO, why.errnum,
+	                           "machine-fake: %s", why.message);
 }
 
 /* Copies one regular file; `exclusive` refuses an existing destination. */

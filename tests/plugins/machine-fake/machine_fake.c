@@ -47,7 +47,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +56,7 @@
 #include <unistd.h>
 
 #include "fake.h"
+#include "relay_support/tree.h"
 
 #define FAKE_VERSION      "0.1.0"
 #define GUEST_ROOT_PARENT "/var/tmp"
@@ -136,18 +136,9 @@ static int write_json_file(const char *path, json_object *obj)
 	return rc;
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 static void remove_tree(const char *path)
 {
-	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	(void)rs_remove_tree(path, NULL); /* best effort: a fake lease's folder */
 }
 
 static void random_hex(fake_state *st, char *out, size_t digits)
