@@ -229,8 +229,8 @@ relay_status ms_transport_exec(relay_plugin_state *state, relay_transport_conn *
 		return status;
 	}
 	double rc = 0;
-	const char *output = ms_json_str(reply.json, "output");
-	if (!ms_json_num(reply.json, "rc", &rc) || output == NULL) {
+	const char *output = rsj_get_str(reply.json, "output");
+	if (!rsj_get_double(reply.json, "rc", &rc) || output == NULL) {
 		ms_reply_free(&reply);
 		return host->error_set(err, RELAY_E_INDETERMINATE, 0,
 		                       "exec on %s answered without rc and output; the command may have run",
@@ -312,8 +312,8 @@ static relay_status guest_script(ms_state *s, const ms_conn *conn, const char *s
 		                          "a transfer check on %s got no answer: %s", conn->vm,
 		                          cause.message);
 	double rc = 0;
-	const char *output = ms_json_str(reply.json, "output");
-	if (reply.status != 200 || !ms_json_num(reply.json, "rc", &rc)) {
+	const char *output = rsj_get_str(reply.json, "output");
+	if (reply.status != 200 || !rsj_get_double(reply.json, "rc", &rc)) {
 		status =
 		    reply.status >= 500 || (reply.text && strncmp(reply.text, "ssh failed", 10) == 0)
 		        ? s->host->error_set(err, RELAY_E_TRANSIENT, 0, "a transfer check on %s failed: %s",

@@ -149,48 +149,6 @@ char *ms_json_owned(const relay_host *host, const json_object *obj)
 	return text ? host->strdup(text) : NULL;
 }
 
-const char *ms_json_str(const json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_string))
-		return NULL;
-	return json_object_get_string(v);
-}
-
-bool ms_json_num(const json_object *obj, const char *key, double *out)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v))
-		return false;
-	if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
-		return false;
-	double d = json_object_get_double(v);
-	if (!isfinite(d))
-		return false;
-	*out = d;
-	return true;
-}
-
-bool ms_json_bool(const json_object *obj, const char *key, bool *out)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_boolean))
-		return false;
-	*out = json_object_get_boolean(v);
-	return true;
-}
-
-json_object *ms_json_obj(const json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_object))
-		return NULL;
-	return v;
-}
-
 bool ms_json_is_null(const json_object *obj, const char *key)
 {
 	json_object *v = NULL;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "relay_support/json_get.h"
 #include "relay_support/utf8.h"
 
 json_object *jsonx_parse(const char *text, size_t len, bool *is_null_out, char *errbuf, size_t errlen)
@@ -213,69 +214,36 @@ char *jsonx_to_string(const json_object *obj, unsigned flags)
 	return strbuf_detach(&sb, NULL);
 }
 
-static json_object *get_typed(const json_object *obj, const char *key, enum json_type type)
-{
-	json_object *value = NULL;
-	if (obj == NULL || !json_object_is_type(obj, json_type_object))
-		return NULL;
-	if (!json_object_object_get_ex(obj, key, &value))
-		return NULL;
-	if (!json_object_is_type(value, type))
-		return NULL;
-	return value;
-}
-
+/* The getters are the shared family of relay_support/json_get.h, so the
+ * core and the plugins read JSON members by the same rules. */
 const char *jsonx_get_str(const json_object *obj, const char *key)
 {
-	json_object *value = get_typed(obj, key, json_type_string);
-	return value ? json_object_get_string(value) : NULL;
+	return rsj_get_str(obj, key);
 }
 
 bool jsonx_get_int(const json_object *obj, const char *key, int64_t *out)
 {
-	json_object *value = get_typed(obj, key, json_type_int);
-	if (value == NULL) {
-		value = get_typed(obj, key, json_type_double);
-		if (value == NULL)
-			return false;
-		double d = json_object_get_double(value);
-		if (d != floor(d) || fabs(d) > 9007199254740992.0)
-			return false;
-		*out = (int64_t)d;
-		return true;
-	}
-	*out = json_object_get_int64(value);
-	return true;
+	return rsj_get_int(obj, key, out);
 }
 
 bool jsonx_get_double(const json_object *obj, const char *key, double *out)
 {
-	json_object *value = get_typed(obj, key, json_type_double);
-	if (value == NULL)
-		value = get_typed(obj, key, json_type_int);
-	if (value == NULL)
-		return false;
-	*out = json_object_get_double(value);
-	return true;
+	return rsj_get_double(obj, key, out);
 }
 
 bool jsonx_get_bool(const json_object *obj, const char *key, bool *out)
 {
-	json_object *value = get_typed(obj, key, json_type_boolean);
-	if (value == NULL)
-		return false;
-	*out = json_object_get_boolean(value);
-	return true;
+	return rsj_get_bool(obj, key, out);
 }
 
 json_object *jsonx_get_obj(const json_object *obj, const char *key)
 {
-	return get_typed(obj, key, json_type_object);
+	return rsj_get_obj(obj, key);
 }
 
 json_object *jsonx_get_array(const json_object *obj, const char *key)
 {
-	return get_typed(obj, key, json_type_array);
+	return rsj_get_array(obj, key);
 }
 
 bool jsonx_has(const json_object *obj, const char *key)
