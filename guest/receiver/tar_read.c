@@ -15,6 +15,7 @@
 
 #include "fsx.h"
 #include "json.h"
+#include "relay_support/ustar.h"
 #include "relay_support/utf8.h"
 #include "scan.h"
 #include "sha256.h"
@@ -51,51 +52,6 @@ static int in_read(in_stream *is, void *data, size_t len, rerr *err)
 	return 0;
 }
 
-static int block_zero(const unsigned char *b)
-{
-	size_t i;
-	for (i = 0; i < BLOCK; i++)
-		if (b[i])
-			return 0;
-	return 1;
-}
-
-static int parse_octal(const unsigned char *field, size_t width, uint64_t *out)
-{
-	uint64_t v = 0;
-	size_t i = 0;
-	int digits = 0;
-	if (field[0] & 0x80)
-		return -1; /* base-256: a GNU extension */
-	while (i < width && field[i] == ' ')
-		i++;
-	for (; i < width && field[i] >= '0' && field[i] <= '7'; i++) {
-		if (v > (UINT64_MAX >> 3))
-			return -1;
-		v = (v << 3) | (uint64_t)(field[i] - '0');
-		digits++;
-	}
-	for (; i < width; i++)
-		if (field[i] != ' ' && field[i] != '\0')
-			return -1;
-	if (!digits)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-static int header_checksum_ok(const unsigned char *h)
-{
-	uint64_t stored;
-	unsigned sum = 0;
-	size_t i;
-	if (parse_octal(h + 148, 8, &stored) != 0)
-		return 0;
-	for (i = 0; i < BLOCK; i++)
-		sum += (i >= 148 && i < 156) ? ' ' : h[i];
-	return stored == sum;
-}
-
 static char *field_string(const unsigned char *field, size_t width)
 {
 	size_t n = 0;
@@ -107,39 +63,24 @@ static char *field_string(const unsigned char *field, size_t width)
 /* Parses pax records; only `path` is allowed. */
 static int parse_pax(const char *data, size_t len, char **path_out, rerr *err)
 {
-	size_t pos = 0;
-	while (pos < len) {
-		size_t rec_len = 0, i = pos;
-		const char *kv, *eq, *rec_end;
-		while (i < len && data[i] >= '0' && data[i] <= '9') {
-			rec_len = rec_len * 10 + (size_t)(data[i] - '0');
-			if (rec_len > len)
-				break;
-			i++;
-		}
-		if (i == pos || i >= len || data[i] != ' ' || rec_len < 5 || pos + rec_len > len ||
-		    data[pos + rec_len - 1] != '\n') {
-			err_set(err, "malformed pax extended header");
-			return -1;
-		}
-		kv = data + i + 1;
-		rec_end = data + pos + rec_len - 1;
-		eq = memchr(kv, '=', (size_t)(rec_end - kv));
-		if (!eq) {
-			err_set(err, "malformed pax extended header");
-			return -1;
-		}
-		if ((size_t)(eq - kv) != 4 || memcmp(kv, "path", 4) != 0) {
-			err_set(err, "pax header sets '%.*s'; only 'path' is accepted", (int)(eq - kv), kv);
-			return -1;
-		}
-		if (memchr(eq + 1, '\0', (size_t)(rec_end - eq - 1))) {
-			err_set(err, "pax path holds a NUL byte");
-			return -1;
-		}
+	const char *path, *key = NULL;
+	size_t path_len, key_len = 0;
+	int r = rs_tar_pax_path(data, len, &path, &path_len, &key, &key_len);
+	if (r == RS_TAR_PAX_KEY) {
+		err_set(err, "pax header sets '%.*s'; only 'path' is accepted", (int)key_len, key);
+		return -1;
+	}
+	if (r == RS_TAR_PAX_NUL) {
+		err_set(err, "pax path holds a NUL byte");
+		return -1;
+	}
+	if (r != RS_TAR_PAX_OK) {
+		err_set(err, "malformed pax extended header");
+		return -1;
+	}
+	if (path != NULL) {
 		free(*path_out);
-		*path_out = xstrndup(eq + 1, (size_t)(rec_end - eq - 1));
-		pos += rec_len;
+		*path_out = xstrndup(path, path_len);
 	}
 	return 0;
 }
@@ -162,7 +103,7 @@ static int next_member(in_stream *is, char **path_out, uint64_t *size_out, int *
 				err_set(err, "truncated archive: no end-of-archive blocks");
 			goto cleanup;
 		}
-		if (block_zero(h)) {
+		if (rs_tar_zero(h, BLOCK)) {
 			if (pax_path) {
 				err_set(err, "pax extended header without a member");
 				goto cleanup;
@@ -171,18 +112,18 @@ static int next_member(in_stream *is, char **path_out, uint64_t *size_out, int *
 			rc = 0;
 			goto cleanup;
 		}
-		if (!header_checksum_ok(h)) {
+		if (!rs_tar_checksum_ok(h)) {
 			err_set(err, "damaged archive: header checksum mismatch at byte %llu",
 			        (unsigned long long)(is->offset - BLOCK));
 			goto cleanup;
 		}
-		if (memcmp(h + 257, "ustar", 6) != 0 || memcmp(h + 263, "00", 2) != 0) {
+		if (!rs_tar_is_ustar(h)) {
 			err_set(err,
 			        "member at byte %llu is not a POSIX ustar header (GNU or old tar extension)",
 			        (unsigned long long)(is->offset - BLOCK));
 			goto cleanup;
 		}
-		if (parse_octal(h + 124, 12, &size) != 0) {
+		if (rs_tar_octal(h + 124, 12, &size) != 0) {
 			err_set(err, "member at byte %llu has an unsupported size field",
 			        (unsigned long long)(is->offset - BLOCK));
 			goto cleanup;
@@ -536,7 +477,7 @@ int tar_unpack(const char *root, const char *base_abs, const char *archive_abs, 
 				err_set(err, "truncated archive: only one end-of-archive block");
 			goto cleanup;
 		}
-		if (!block_zero(block)) {
+		if (!rs_tar_zero(block, BLOCK)) {
 			err_set(err, "trailing data after the end of the archive");
 			goto cleanup;
 		}

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "relay_support/tree.h"
+#include "relay_support/ustar.h"
 #include "relay_support/utf8.h"
 #include "relay_support/which.h"
 
@@ -201,12 +202,57 @@ static void utf8_validates_and_repairs(void **state)
 	assert_int_equal(rs_utf8_prefix_bytes(text, 5, 3), 4);
 }
 
+static void ustar_fields_are_strict(void **state)
+{
+	(void)state;
+	uint64_t v = 0;
+	assert_int_equal(rs_tar_octal((const unsigned char *)"  0644\0 ", 8, &v), 0);
+	assert_int_equal(v, 0644);
+	assert_int_equal(rs_tar_octal((const unsigned char *)"        ", 8, &v), -1); /* no digit */
+	assert_int_equal(rs_tar_octal((const unsigned char *)"0649    ", 8, &v), -1);
+	assert_int_equal(rs_tar_octal((const unsigned char *)"\x80\0\0\0\0\0\0\x01", 8, &v), -1);
+
+	unsigned char h[RS_TAR_BLOCK];
+	memset(h, 0, sizeof h);
+	assert_true(rs_tar_zero(h, sizeof h));
+	memcpy(h, "file", 4);
+	memcpy(h + 257,
+	       "ustar\0"
+	       "00",
+	       8);
+	unsigned sum = 0;
+	for (size_t i = 0; i < sizeof h; i++)
+		sum += (i >= 148 && i < 156) ? ' ' : h[i];
+	snprintf((char *)h + 148, 8, "%06o", sum);
+	assert_true(rs_tar_checksum_ok(h));
+	assert_true(rs_tar_is_ustar(h));
+	h[0] = 'F';
+	assert_false(rs_tar_checksum_ok(h));
+
+	const char *path = NULL, *key = NULL;
+	size_t path_len = 0, key_len = 0;
+	const char pax[] = "12 path=a/b\n12 path=c/d\n";
+	assert_int_equal(rs_tar_pax_path(pax, strlen(pax), &path, &path_len, &key, &key_len), RS_TAR_PAX_OK);
+	assert_int_equal(path_len, 3);
+	assert_memory_equal(path, "c/d", 3); /* the last record wins */
+	const char other[] = "15 linkpath=/x\n";
+	assert_int_equal(rs_tar_pax_path(other, strlen(other), &path, &path_len, &key, &key_len),
+	                 RS_TAR_PAX_KEY);
+	assert_int_equal(key_len, 8);
+	const char bad[] = "99 path=x\n";
+	assert_int_equal(rs_tar_pax_path(bad, strlen(bad), &path, &path_len, &key, &key_len),
+	                 RS_TAR_PAX_MALFORMED);
+	const char nul[] = "10 path=\0\n";
+	assert_int_equal(rs_tar_pax_path(nul, sizeof nul - 1, &path, &path_len, &key, &key_len),
+	                 RS_TAR_PAX_NUL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(remove_tree_keeps_link_targets),  cmocka_unit_test(remove_tree_is_bounded),
 	    cmocka_unit_test(mkdir_p_refuses_files_and_links), cmocka_unit_test(which_finds_executables_only),
-	    cmocka_unit_test(utf8_validates_and_repairs),
+	    cmocka_unit_test(utf8_validates_and_repairs),      cmocka_unit_test(ustar_fields_are_strict),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

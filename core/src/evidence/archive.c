@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "evidence/fswalk.h"
+#include "relay_support/ustar.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -68,34 +69,6 @@ static void scan_result_free(scan_result *r)
 	memset(r, 0, sizeof *r);
 }
 
-static bool block_is_zero(const unsigned char *b, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (b[i] != 0)
-			return false;
-	return true;
-}
-
-static bool parse_octal(const unsigned char *field, size_t n, uint64_t *out)
-{
-	uint64_t v = 0;
-	size_t i = 0;
-	while (i < n && field[i] == ' ')
-		i++;
-	bool digits = false;
-	for (; i < n && field[i] >= '0' && field[i] <= '7'; i++) {
-		if (v > (UINT64_MAX >> 3))
-			return false;
-		v = (v << 3) | (uint64_t)(field[i] - '0');
-		digits = true;
-	}
-	for (; i < n; i++)
-		if (field[i] != ' ' && field[i] != '\0')
-			return false;
-	*out = v;
-	return digits;
-}
-
 static relay_status pread_full(int fd, void *buf, size_t len, uint64_t off, relay_error *err)
 {
 	unsigned char *p = buf;
@@ -120,45 +93,22 @@ static relay_status pread_full(int fd, void *buf, size_t len, uint64_t off, rela
 /* Parses pax records "<len> <key>=<value>\n"; only `path` is allowed. */
 static relay_status parse_pax(const char *data, size_t len, char **path_out, relay_error *err)
 {
+	const char *path, *key = NULL;
+	size_t path_len, key_len = 0;
 	*path_out = NULL;
-	size_t pos = 0;
-	while (pos < len) {
-		size_t rec_len = 0, p = pos;
-		while (p < len && data[p] >= '0' && data[p] <= '9') {
-			rec_len = rec_len * 10 + (size_t)(data[p] - '0');
-			if (rec_len > len)
-				break;
-			p++;
-		}
-		if (p == pos || p >= len || data[p] != ' ' || rec_len == 0 || pos + rec_len > len ||
-		    data[pos + rec_len - 1] != '\n')
-			goto bad;
-		const char *key = data + p + 1;
-		const char *end = data + pos + rec_len - 1;
-		const char *eq = memchr(key, '=', (size_t)(end - key));
-		if (eq == NULL)
-			goto bad;
-		if ((size_t)(eq - key) != 4 || memcmp(key, "path", 4) != 0) {
-			free(*path_out);
-			*path_out = NULL;
-			return relay_error_set(
-			    err, RELAY_E_UNSAFE_PATH, 0,
-			    "archive refused: a pax header sets %.*s (only path is allowed)",
-			    (int)((eq - key) > 40 ? 40 : (eq - key)), key);
-		}
-		free(*path_out);
-		*path_out = strndup(eq + 1, (size_t)(end - eq - 1));
-		if (*path_out == NULL)
-			return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		if (strlen(*path_out) != (size_t)(end - eq - 1))
-			goto bad; /* NUL inside */
-		pos += rec_len;
-	}
+	int r = rs_tar_pax_path(data, len, &path, &path_len, &key, &key_len);
+	if (r == RS_TAR_PAX_KEY)
+		return relay_error_set(err, RELAY_E_UNSAFE_PATH, 0,
+		                       "archive refused: a pax header sets %.*s (only path is allowed)",
+		                       (int)(key_len > 40 ? 40 : key_len), key);
+	if (r != RS_TAR_PAX_OK)
+		return relay_error_set(err, RELAY_E_INTEGRITY, 0, "archive refused: malformed pax header");
+	if (path == NULL)
+		return RELAY_OK;
+	*path_out = strndup(path, path_len);
+	if (*path_out == NULL)
+		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	return RELAY_OK;
-bad:
-	free(*path_out);
-	*path_out = NULL;
-	return relay_error_set(err, RELAY_E_INTEGRITY, 0, "archive refused: malformed pax header");
 }
 
 static relay_status scan_structure(int fd, uint64_t file_size, scan_result *out, relay_error *err)
@@ -176,7 +126,7 @@ static relay_status scan_structure(int fd, uint64_t file_size, scan_result *out,
 		status = pread_full(fd, hdr, BLOCK, off, err);
 		if (status != RELAY_OK)
 			goto cleanup;
-		if (block_is_zero(hdr, BLOCK)) {
+		if (rs_tar_zero(hdr, BLOCK)) {
 			if (pending_path != NULL) {
 				status = relay_error_set(err, RELAY_E_INTEGRITY, 0,
 				                         "archive refused: a pax header without its member");
@@ -196,7 +146,7 @@ static relay_status scan_structure(int fd, uint64_t file_size, scan_result *out,
 				status = pread_full(fd, tail, n, p, err);
 				if (status != RELAY_OK)
 					goto cleanup;
-				if (!block_is_zero(tail, n)) {
+				if (!rs_tar_zero(tail, n)) {
 					status = relay_error_set(
 					    err, RELAY_E_INTEGRITY, 0,
 					    "archive refused: trailing data after the end marker");
@@ -207,30 +157,25 @@ static relay_status scan_structure(int fd, uint64_t file_size, scan_result *out,
 			break;
 		}
 		/* Header checksum: the sum of all bytes with the checksum field as spaces. */
-		uint64_t want = 0, sum = 0;
-		if (!parse_octal(hdr + 148, 8, &want)) {
+		uint64_t want = 0;
+		if (rs_tar_octal(hdr + 148, 8, &want) != 0) {
 			status =
 			    relay_error_set(err, RELAY_E_INTEGRITY, 0, "archive refused: damaged header");
 			goto cleanup;
 		}
-		for (size_t i = 0; i < BLOCK; i++)
-			sum += (i >= 148 && i < 156) ? ' ' : hdr[i];
-		if (sum != want) {
+		if (!rs_tar_checksum_ok(hdr)) {
 			status = relay_error_set(err, RELAY_E_INTEGRITY, 0,
 			                         "archive refused: bad header checksum");
 			goto cleanup;
 		}
-		if (memcmp(hdr + 257,
-		           "ustar\0"
-		           "00",
-		           8) != 0) {
+		if (!rs_tar_is_ustar(hdr)) {
 			status =
 			    relay_error_set(err, RELAY_E_UNSAFE_PATH, 0,
 			                    "archive refused: not a POSIX ustar header (GNU or old tar)");
 			goto cleanup;
 		}
 		uint64_t size = 0;
-		if ((hdr[124] & 0x80) || !parse_octal(hdr + 124, 12, &size)) {
+		if (rs_tar_octal(hdr + 124, 12, &size) != 0) {
 			status =
 			    relay_error_set(err, RELAY_E_INTEGRITY, 0, "archive refused: bad size field");
 			goto cleanup;
