@@ -120,18 +120,182 @@ static int parse_args(int argc, char **argv, options_t *o)
 	return 0;
 }
 
+/* Refuses what the encoder cannot read (exit code, with a diagnostic) and
+ * fills *pf from the root visual; 0 when it can be captured. */
+static int check_visual(const xconn_t *x, const char *display, pixfmt_t *pf)
+{
+	if (x->visual_class != X_VISUAL_TRUECOLOR || (x->depth != 24 && x->depth != 32) ||
+	    (x->bits_per_pixel != 24 && x->bits_per_pixel != 32)) {
+		static const char *const classes[] = {"StaticGray",  "GrayScale", "StaticColor",
+		                                      "PseudoColor", "TrueColor", "DirectColor"};
+		diag("display %s has a %s root visual of depth %u (%u bits per pixel); only TrueColor of "
+		     "depth "
+		     "24 or 32 is supported",
+		     display, x->visual_class < 6 ? classes[x->visual_class] : "unknown", x->depth,
+		     x->bits_per_pixel);
+		return EXIT_VISUAL;
+	}
+	if (x->width == 0 || x->height == 0 || x->scanline_pad == 0 || x->scanline_pad % 8 != 0) {
+		diag("display %s reported an unusable root window (%ux%u, scanline pad %u)", display,
+		     x->width, x->height, x->scanline_pad);
+		return EXIT_DISPLAY;
+	}
+
+	pf->r = channel_of(x->red_mask);
+	pf->g = channel_of(x->green_mask);
+	pf->b = channel_of(x->blue_mask);
+	pf->bytes_per_pixel = x->bits_per_pixel / 8;
+	pf->msb_first = x->image_msb_first;
+	pf->fast_bgrx = x->bits_per_pixel == 32 && !x->image_msb_first && x->red_mask == 0xFF0000u &&
+	                x->green_mask == 0xFF00u && x->blue_mask == 0xFFu;
+	if (!pf->r.bits || !pf->g.bits || !pf->b.bits) {
+		diag("display %s has a TrueColor visual without red, green and blue masks", display);
+		return EXIT_VISUAL;
+	}
+	return 0;
+}
+
+/* Prints {"screenshot_file_path":out,"width":W,"height":H} and a newline. */
+static int print_result(const char *out, unsigned width, unsigned height)
+{
+	buf_t line = {0};
+	char dims[64];
+	int n = snprintf(dims, sizeof dims, ",\"width\":%u,\"height\":%u}\n", width, height);
+	int rc = 0;
+	buf_put(&line, "{\"screenshot_file_path\":", 24);
+	json_put_string(&line, out);
+	buf_put(&line, dims, (size_t)n);
+	if (line.failed || write_all_fd(STDOUT_FILENO, line.data, line.len, 0) < 0)
+		rc = -1;
+	free(line.data);
+	return rc;
+}
+
+/* Xauthority: --xauthority, else $XAUTHORITY, else ~/.Xauthority ("" when
+ * none can be named). */
+static void xauthority_path(const char *given, char *out, size_t out_len)
+{
+	out[0] = '\0';
+	if (given) {
+		snprintf(out, out_len, "%s", given);
+	} else if (getenv("XAUTHORITY") && getenv("XAUTHORITY")[0]) {
+		snprintf(out, out_len, "%s", getenv("XAUTHORITY"));
+	} else {
+		/* No getpwuid(): a static program cannot load NSS. */
+		const char *home = getenv("HOME");
+		if (home && home[0])
+			snprintf(out, out_len, "%s/.Xauthority", home);
+	}
+}
+
+/* Reads the root window strip by strip (the request for the next strip is
+ * out while this one is converted) and deflates the Paeth-filtered RGB rows
+ * into zout as one zlib stream. 0, or an exit code with a diagnostic. */
+static int capture_deflated(xconn_t *x, const pixfmt_t *pf, const char *display, buf_t *zout)
+{
+	unsigned char *raw = NULL, *strips[2] = {NULL, NULL}, *rgb_rows[2] = {NULL, NULL};
+	uint32_t *head = NULL;
+	fixed_codes_t *codes = NULL;
+	int rc = 0;
+	size_t pad_bytes = x->scanline_pad / 8;
+	size_t stride = ((size_t)x->width * pf->bytes_per_pixel + pad_bytes - 1) / pad_bytes * pad_bytes;
+	size_t rows_per_strip = STRIP_MAX_BYTES / stride;
+	if (rows_per_strip < 1)
+		rows_per_strip = 1;
+	if (rows_per_strip > x->height)
+		rows_per_strip = x->height;
+	size_t row_bytes = 1 + (size_t)x->width * 3;
+	raw = malloc(row_bytes * x->height + 8);
+	strips[0] = malloc(pad4(stride * rows_per_strip));
+	strips[1] = malloc(pad4(stride * rows_per_strip));
+	head = calloc((size_t)1 << LZ_HASH_BITS, sizeof *head);
+	codes = malloc(sizeof *codes);
+	rgb_rows[0] = calloc(row_bytes, 1); /* the row above the first: zeros */
+	rgb_rows[1] = calloc(row_bytes, 1);
+	if (!raw || !strips[0] || !strips[1] || !head || !codes || !rgb_rows[0] || !rgb_rows[1]) {
+		diag("out of memory for a %ux%u capture", x->width, x->height);
+		rc = EXIT_WRITE;
+		goto cleanup;
+	}
+	crc_init();
+	fixed_codes_init(codes);
+
+	deflater_t z;
+	memset(&z, 0, sizeof z);
+	z.codes = codes;
+	z.head = head;
+	z.row_bytes = row_bytes;
+	z.out = zout;
+	/* zlib header: deflate, 32 KiB window, no dictionary, fastest. */
+	unsigned char zhead[2] = {0x78, 0x01};
+	buf_put(zout, zhead, 2);
+	bits_put(&z, pack_code(1 | (1 << 1), 3)); /* BFINAL=1, BTYPE=01 (fixed) */
+	adler_t adler = {1, 0};
+
+	/* Pipelined strips: the request for the next strip is out while this
+	 * one is converted and compressed. */
+	unsigned nstrips = (unsigned)((x->height + rows_per_strip - 1) / rows_per_strip);
+	if (send_get_image(x, 0, (unsigned)(rows_per_strip < x->height ? rows_per_strip : x->height)) < 0) {
+		diag("lost display %s: %s", display, strerror(errno));
+		rc = EXIT_DISPLAY;
+		goto cleanup;
+	}
+	for (unsigned s = 0; s < nstrips; s++) {
+		unsigned y0 = (unsigned)(s * rows_per_strip);
+		unsigned rows =
+		    (unsigned)((x->height - y0) < rows_per_strip ? (x->height - y0) : rows_per_strip);
+		uint16_t seq = x->sequence;
+		if (s + 1 < nstrips) {
+			unsigned y1 = y0 + rows;
+			unsigned rows1 =
+			    (unsigned)((x->height - y1) < rows_per_strip ? (x->height - y1) : rows_per_strip);
+			if (send_get_image(x, y1, rows1) < 0) {
+				diag("lost display %s: %s", display, strerror(errno));
+				rc = EXIT_DISPLAY;
+				goto cleanup;
+			}
+		}
+		unsigned char *strip = strips[s & 1];
+		rc = read_get_image(x, seq, strip, stride * rows, display);
+		if (rc)
+			goto cleanup;
+		unsigned char *dst = raw + (size_t)y0 * row_bytes;
+		for (unsigned r = 0; r < rows; r++) {
+			convert_row(pf, strip + (size_t)r * stride, x->width, rgb_rows[1]);
+			paeth_row(rgb_rows[1], rgb_rows[0], row_bytes - 1, dst + (size_t)r * row_bytes);
+			unsigned char *t = rgb_rows[0];
+			rgb_rows[0] = rgb_rows[1];
+			rgb_rows[1] = t;
+		}
+		adler_update(&adler, dst, (size_t)rows * row_bytes);
+		deflate_run(&z, raw, (size_t)(y0 + rows) * row_bytes, s + 1 == nstrips);
+	}
+	bits_put(&z, codes->end_of_block);
+	bits_flush(&z);
+	unsigned char ztail[4];
+	put_be32(ztail, (adler.b << 16) | adler.a);
+	buf_put(zout, ztail, 4);
+cleanup:
+	free(raw);
+	free(strips[0]);
+	free(strips[1]);
+	free(rgb_rows[0]);
+	free(rgb_rows[1]);
+	free(head);
+	free(codes);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	options_t opt;
 	display_t disp;
 	xconn_t x;
 	cookie_t cookie;
-	buf_t png = {0}, zout = {0}, line = {0};
-	unsigned char *raw = NULL, *strips[2] = {NULL, NULL}, *rgb_rows[2] = {NULL, NULL};
-	uint32_t *head = NULL;
-	fixed_codes_t *codes = NULL;
+	buf_t png = {0}, zout = {0};
 	int out_fd = -1;
 	int created = 0; /* the output file is ours to remove on failure */
+	pixfmt_t pf;
 	int rc = 0;
 	memset(&x, 0, sizeof x);
 	x.fd = -1;
@@ -155,18 +319,8 @@ int main(int argc, char **argv)
 	}
 	created = 1;
 
-	/* Xauthority: --xauthority, else $XAUTHORITY, else ~/.Xauthority. */
-	char auth_path[4096] = "";
-	if (opt.xauthority) {
-		snprintf(auth_path, sizeof auth_path, "%s", opt.xauthority);
-	} else if (getenv("XAUTHORITY") && getenv("XAUTHORITY")[0]) {
-		snprintf(auth_path, sizeof auth_path, "%s", getenv("XAUTHORITY"));
-	} else {
-		/* No getpwuid(): a static program cannot load NSS. */
-		const char *home = getenv("HOME");
-		if (home && home[0])
-			snprintf(auth_path, sizeof auth_path, "%s/.Xauthority", home);
-	}
+	char auth_path[4096];
+	xauthority_path(opt.xauthority, auth_path, sizeof auth_path);
 	memset(&cookie, 0, sizeof cookie);
 	if (auth_path[0])
 		find_cookie(auth_path, &disp, &cookie);
@@ -185,140 +339,17 @@ int main(int argc, char **argv)
 	if (rc)
 		goto cleanup;
 
-	if (x.visual_class != X_VISUAL_TRUECOLOR || (x.depth != 24 && x.depth != 32) ||
-	    (x.bits_per_pixel != 24 && x.bits_per_pixel != 32)) {
-		static const char *const classes[] = {"StaticGray",  "GrayScale", "StaticColor",
-		                                      "PseudoColor", "TrueColor", "DirectColor"};
-		diag("display %s has a %s root visual of depth %u (%u bits per pixel); only TrueColor of "
-		     "depth "
-		     "24 or 32 is supported",
-		     opt.display, x.visual_class < 6 ? classes[x.visual_class] : "unknown", x.depth,
-		     x.bits_per_pixel);
-		rc = EXIT_VISUAL;
+	rc = check_visual(&x, opt.display, &pf);
+	if (rc)
 		goto cleanup;
-	}
-	if (x.width == 0 || x.height == 0 || x.scanline_pad == 0 || x.scanline_pad % 8 != 0) {
-		diag("display %s reported an unusable root window (%ux%u, scanline pad %u)", opt.display,
-		     x.width, x.height, x.scanline_pad);
-		rc = EXIT_DISPLAY;
-		goto cleanup;
-	}
 
-	pixfmt_t pf;
-	pf.r = channel_of(x.red_mask);
-	pf.g = channel_of(x.green_mask);
-	pf.b = channel_of(x.blue_mask);
-	pf.bytes_per_pixel = x.bits_per_pixel / 8;
-	pf.msb_first = x.image_msb_first;
-	pf.fast_bgrx = x.bits_per_pixel == 32 && !x.image_msb_first && x.red_mask == 0xFF0000u &&
-	               x.green_mask == 0xFF00u && x.blue_mask == 0xFFu;
-	if (!pf.r.bits || !pf.g.bits || !pf.b.bits) {
-		diag("display %s has a TrueColor visual without red, green and blue masks", opt.display);
-		rc = EXIT_VISUAL;
+	rc = capture_deflated(&x, &pf, opt.display, &zout);
+	if (rc)
 		goto cleanup;
-	}
-
-	size_t pad_bytes = x.scanline_pad / 8;
-	size_t stride = ((size_t)x.width * pf.bytes_per_pixel + pad_bytes - 1) / pad_bytes * pad_bytes;
-	size_t rows_per_strip = STRIP_MAX_BYTES / stride;
-	if (rows_per_strip < 1)
-		rows_per_strip = 1;
-	if (rows_per_strip > x.height)
-		rows_per_strip = x.height;
-	size_t row_bytes = 1 + (size_t)x.width * 3;
-	raw = malloc(row_bytes * x.height + 8);
-	strips[0] = malloc(pad4(stride * rows_per_strip));
-	strips[1] = malloc(pad4(stride * rows_per_strip));
-	head = calloc((size_t)1 << LZ_HASH_BITS, sizeof *head);
-	codes = malloc(sizeof *codes);
-	rgb_rows[0] = calloc(row_bytes, 1); /* the row above the first: zeros */
-	rgb_rows[1] = calloc(row_bytes, 1);
-	if (!raw || !strips[0] || !strips[1] || !head || !codes || !rgb_rows[0] || !rgb_rows[1]) {
-		diag("out of memory for a %ux%u capture", x.width, x.height);
-		rc = EXIT_WRITE;
-		goto cleanup;
-	}
-	crc_init();
-	fixed_codes_init(codes);
-
-	deflater_t z;
-	memset(&z, 0, sizeof z);
-	z.codes = codes;
-	z.head = head;
-	z.row_bytes = row_bytes;
-	z.out = &zout;
-	/* zlib header: deflate, 32 KiB window, no dictionary, fastest. */
-	unsigned char zhead[2] = {0x78, 0x01};
-	buf_put(&zout, zhead, 2);
-	bits_put(&z, pack_code(1 | (1 << 1), 3)); /* BFINAL=1, BTYPE=01 (fixed) */
-	adler_t adler = {1, 0};
-
-	/* Pipelined strips: the request for the next strip is out while this
-	 * one is converted and compressed. */
-	unsigned nstrips = (unsigned)((x.height + rows_per_strip - 1) / rows_per_strip);
-	if (send_get_image(&x, 0, (unsigned)(rows_per_strip < x.height ? rows_per_strip : x.height)) < 0) {
-		diag("lost display %s: %s", opt.display, strerror(errno));
-		rc = EXIT_DISPLAY;
-		goto cleanup;
-	}
-	for (unsigned s = 0; s < nstrips; s++) {
-		unsigned y0 = (unsigned)(s * rows_per_strip);
-		unsigned rows =
-		    (unsigned)((x.height - y0) < rows_per_strip ? (x.height - y0) : rows_per_strip);
-		uint16_t seq = x.sequence;
-		if (s + 1 < nstrips) {
-			unsigned y1 = y0 + rows;
-			unsigned rows1 =
-			    (unsigned)((x.height - y1) < rows_per_strip ? (x.height - y1) : rows_per_strip);
-			if (send_get_image(&x, y1, rows1) < 0) {
-				diag("lost display %s: %s", opt.display, strerror(errno));
-				rc = EXIT_DISPLAY;
-				goto cleanup;
-			}
-		}
-		unsigned char *strip = strips[s & 1];
-		rc = read_get_image(&x, seq, strip, stride * rows, opt.display);
-		if (rc)
-			goto cleanup;
-		unsigned char *dst = raw + (size_t)y0 * row_bytes;
-		for (unsigned r = 0; r < rows; r++) {
-			convert_row(&pf, strip + (size_t)r * stride, x.width, rgb_rows[1]);
-			paeth_row(rgb_rows[1], rgb_rows[0], row_bytes - 1, dst + (size_t)r * row_bytes);
-			unsigned char *t = rgb_rows[0];
-			rgb_rows[0] = rgb_rows[1];
-			rgb_rows[1] = t;
-		}
-		adler_update(&adler, dst, (size_t)rows * row_bytes);
-		deflate_run(&z, raw, (size_t)(y0 + rows) * row_bytes, s + 1 == nstrips);
-	}
 	close(x.fd);
 	x.fd = -1;
-	bits_put(&z, codes->end_of_block);
-	bits_flush(&z);
-	unsigned char ztail[4];
-	put_be32(ztail, (adler.b << 16) | adler.a);
-	buf_put(&zout, ztail, 4);
 
-	/* The PNG: signature, IHDR, IDAT..., IEND. */
-	static const unsigned char signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-	unsigned char ihdr[13];
-	put_be32(ihdr, x.width);
-	put_be32(ihdr + 4, x.height);
-	ihdr[8] = 8;  /* bit depth */
-	ihdr[9] = 2;  /* RGB */
-	ihdr[10] = 0; /* deflate */
-	ihdr[11] = 0; /* adaptive filtering */
-	ihdr[12] = 0; /* not interlaced */
-	buf_reserve(&png, zout.len + zout.len / IDAT_MAX_BYTES * 12 + 128);
-	buf_put(&png, signature, 8);
-	png_chunk(&png, "IHDR", ihdr, sizeof ihdr);
-	for (size_t off = 0; off < zout.len || off == 0; off += IDAT_MAX_BYTES) {
-		size_t n = zout.len - off < IDAT_MAX_BYTES ? zout.len - off : IDAT_MAX_BYTES;
-		png_chunk(&png, "IDAT", zout.data + off, n);
-		if (n == 0)
-			break;
-	}
-	png_chunk(&png, "IEND", NULL, 0);
+	png_assemble(&png, &zout, x.width, x.height);
 	if (png.failed || zout.failed) {
 		diag("out of memory encoding a %ux%u PNG", x.width, x.height);
 		rc = EXIT_WRITE;
@@ -337,12 +368,7 @@ int main(int argc, char **argv)
 	}
 	out_fd = -1;
 
-	buf_put(&line, "{\"screenshot_file_path\":", 24);
-	json_put_string(&line, opt.out);
-	char dims[64];
-	int n = snprintf(dims, sizeof dims, ",\"width\":%u,\"height\":%u}\n", x.width, x.height);
-	buf_put(&line, dims, (size_t)n);
-	if (line.failed || write_all_fd(STDOUT_FILENO, line.data, line.len, 0) < 0) {
+	if (print_result(opt.out, x.width, x.height) < 0) {
 		diag("cannot write the result to standard output: %s", strerror(errno));
 		rc = EXIT_WRITE;
 		goto cleanup;
@@ -359,15 +385,7 @@ cleanup:
 		if (lstat(opt.out, &st) == 0 && S_ISREG(st.st_mode))
 			unlink(opt.out);
 	}
-	free(raw);
-	free(strips[0]);
-	free(strips[1]);
-	free(rgb_rows[0]);
-	free(rgb_rows[1]);
-	free(head);
-	free(codes);
 	free(png.data);
 	free(zout.data);
-	free(line.data);
 	return rc;
 }

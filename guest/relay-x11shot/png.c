@@ -316,3 +316,28 @@ void png_chunk(buf_t *out, const char *type, const unsigned char *data, size_t l
 	put_be32(tail, crc);
 	buf_put(out, tail, 4);
 }
+
+/* The PNG: signature, IHDR (8-bit RGB), the zlib stream zout cut into
+ * IDAT chunks, IEND; png->failed on allocation failure. */
+void png_assemble(buf_t *png, const buf_t *zout, unsigned width, unsigned height)
+{
+	static const unsigned char signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+	unsigned char ihdr[13];
+	put_be32(ihdr, width);
+	put_be32(ihdr + 4, height);
+	ihdr[8] = 8;  /* bit depth */
+	ihdr[9] = 2;  /* RGB */
+	ihdr[10] = 0; /* deflate */
+	ihdr[11] = 0; /* adaptive filtering */
+	ihdr[12] = 0; /* not interlaced */
+	buf_reserve(png, zout->len + zout->len / IDAT_MAX_BYTES * 12 + 128);
+	buf_put(png, signature, 8);
+	png_chunk(png, "IHDR", ihdr, sizeof ihdr);
+	for (size_t off = 0; off < zout->len || off == 0; off += IDAT_MAX_BYTES) {
+		size_t n = zout->len - off < IDAT_MAX_BYTES ? zout->len - off : IDAT_MAX_BYTES;
+		png_chunk(png, "IDAT", zout->data + off, n);
+		if (n == 0)
+			break;
+	}
+	png_chunk(png, "IEND", NULL, 0);
+}

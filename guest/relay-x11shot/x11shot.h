@@ -145,6 +145,7 @@ void bits_put(deflater_t *z, uint32_t packed);
 void bits_flush(deflater_t *z);
 void deflate_run(deflater_t *z, const unsigned char *data, size_t avail, int final);
 void png_chunk(buf_t *out, const char *type, const unsigned char *data, size_t len);
+void png_assemble(buf_t *png, const buf_t *zout, unsigned width, unsigned height);
 
 /* pixels.c */
 channel_t channel_of(uint32_t mask);
