@@ -82,6 +82,176 @@ static const char *unconfirmed_note(const run_ctx *ctx)
 	return ctx->proc.termination_confirmed ? "" : ", but its termination was not confirmed";
 }
 
+/* Step 6: the routing-decision annotation. */
+static int journal_routing_decision(run_ctx *ctx, rerr *err)
+{
+	jv *f = jv_object();
+	jv *d = jv_object();
+	jv *because = jv_get(ctx->req, "because");
+	jv *step = jv_get(ctx->req, "step");
+	jv *mode = jv_get(ctx->req, "evidenceMode");
+	jv *tmo = jv_get(ctx->req, "timeoutMs");
+	jv_set_str(f, "name", "routing-decision");
+	jv_set_str(f, "executionId", ctx->execution_id);
+	jv_set(d, "because", jv_is(because, JV_STRING) ? jv_copy(because) : jv_null());
+	jv_set(d, "step", jv_is(step, JV_OBJECT) ? jv_copy(step) : jv_null());
+	jv_set(d, "evidenceMode", jv_is(mode, JV_STRING) ? jv_copy(mode) : jv_null());
+	jv_set(d, "timeoutMs", jv_is(tmo, JV_NUMBER) ? jv_copy(tmo) : jv_null());
+	jv_set(f, "details", d);
+	return journal_append(&ctx->jr, "annotation", f, err);
+}
+
+/* Step 10: the execution-start line. */
+static int journal_execution_start(run_ctx *ctx, rerr *err)
+{
+	jv *f = jv_object();
+	jv *ident = jv_object();
+	jv_set_str(f, "executionId", ctx->execution_id);
+	jv_set(f, "argv", run_argv_json(ctx->argv));
+	jv_set_str(f, "cwd", ctx->cwd);
+	jv_set(f, "step", jv_copy(jv_get(ctx->req, "step")));
+	jv_set_str(f, "evidenceMode", "recorded");
+	jv_set_int(f, "timeoutMs", ctx->timeout_ms);
+	jv_set_str(ident, "sha256", ctx->script_sha);
+	jv_set_str(ident, "language", ctx->language);
+	jv_set_str(ident, "remotePath", ctx->script_path);
+	jv_set(f, "scriptIdentity", ident);
+	return journal_append(&ctx->jr, "execution-start", f, err);
+}
+
+/* Step 10: the action-start line with the snapshot plan, and the pending
+ * action record. */
+static int journal_action_start(run_ctx *ctx, rerr *err)
+{
+	jv *f = jv_object();
+	jv *plan = jv_object();
+	int standalone = ctx->group_phase == NULL;
+	int first = !standalone && strcmp(ctx->group_phase, "first") == 0;
+	int last = !standalone && strcmp(ctx->group_phase, "last") == 0;
+	jv_set_str(f, "actionId", ctx->action_id);
+	jv_set_str(f, "attemptId", ctx->attempt_id);
+	jv_set_str(f, "executionId", ctx->execution_id);
+	jv_set_str(f, "stepId", ctx->step_id);
+	jv_set_str(f, "title", ctx->title);
+	jv_set_str(f, "inputMode", ctx->input_mode);
+	jv_set_bool(plan, "capturesBefore", ctx->capture_on && (standalone || first));
+	if (ctx->capture_on && (standalone || last)) {
+		jv *after = jv_object();
+		jv_set_int(after, "afterIntervalMs", ctx->after_ms);
+		jv_set(plan, "capturesAfter", after);
+	} else {
+		jv_set_bool(plan, "capturesAfter", 0);
+	}
+	if (ctx->group_id) {
+		jv *g = jv_object();
+		jv_set_str(g, "groupId", ctx->group_id);
+		jv_set_str(g, "phase", ctx->group_phase);
+		jv_set(plan, "group", g);
+	} else {
+		jv_set_null(plan, "group");
+	}
+	jv_set_str(plan, "role", run_role_name(ctx));
+	jv_set_bool(plan, "captureOff", !ctx->capture_on);
+	jv_set(f, "snapshotPlan", plan);
+	if (journal_append(&ctx->jr, "action-start", f, err) != 0)
+		return -1;
+	return run_write_action_record(ctx, "pending", err);
+}
+
+/* Steps 13-14: why the script's end leaves the outcome uncertain (the text
+ * in diag_buf or a constant), or NULL when it ended on its own. */
+static const char *script_end_uncertain(const run_ctx *ctx, char *diag_buf, size_t diag_len)
+{
+	if (ctx->proc.spawn_failed) {
+		text_format(diag_buf, diag_len, "spawn failed: %s", ctx->proc.spawn_error);
+		return diag_buf;
+	} else if (ctx->proc.cancelled) {
+		return DIAG_CANCELLED;
+	} else if (ctx->proc.timed_out) {
+		text_format(diag_buf, diag_len, "timed out after %lld ms; the process group was killed%s",
+		            (long long)ctx->timeout_ms, unconfirmed_note(ctx));
+		return diag_buf;
+	} else if (ctx->proc.output_truncated) {
+		text_format(diag_buf, diag_len, "output exceeded %u bytes; the process group was killed%s",
+		            OUTPUT_BUDGET_BYTES, unconfirmed_note(ctx));
+		return diag_buf;
+	} else if (!ctx->proc.termination_confirmed) {
+		text_format(diag_buf, diag_len, "termination of process group %d was not confirmed",
+		            (int)ctx->proc.pgid);
+		return diag_buf;
+	}
+	return NULL;
+}
+
+/* Step 16: the execution and action records, the snapshot-evidence and
+ * action-completion lines and the receipt; *success_out: the script
+ * completed and exited 0. */
+static int record_outcome(run_ctx *ctx, const char *kind, const jv *exit_status, jv *outcome, char sha[65],
+                          uint64_t *bytes, int *success_out, rerr *err)
+{
+	receipt_info ri;
+	const char *image_status;
+	int member = ctx->group_phase && strcmp(ctx->group_phase, "member") == 0;
+	if (!ctx->capture_on || member)
+		image_status = "not-requested";
+	else if (ctx->captures_unknown)
+		image_status = "capture-unknown";
+	else if (ctx->captures_failed || ctx->descriptors->count == 0)
+		image_status = "capture-failed";
+	else
+		image_status = "available";
+	*success_out = strcmp(kind, "completed") == 0 && ctx->have_proc && ctx->proc.exited &&
+	               !ctx->proc.signal_no && ctx->proc.exit_code == 0;
+	if (run_write_execution_record(ctx, kind, ctx->argv, exit_status ? jv_copy(exit_status) : NULL,
+	                               err) != 0)
+		return -1;
+	if (run_write_action_record(ctx, strcmp(kind, "completed") == 0 ? "recorded" : "uncertain", err) != 0)
+		return -1;
+	{
+		jv *f = jv_object();
+		jv_set_str(f, "executionId", ctx->execution_id);
+		jv_set_str(f, "actionId", ctx->action_id);
+		jv_set_str(f, "status", image_status);
+		jv_set(f, "fileNames", jv_copy(ctx->file_names));
+		if (journal_append(&ctx->jr, "snapshot-evidence", f, err) != 0)
+			return -1;
+	}
+	{
+		jv *f = jv_object();
+		jv *tool = jv_object();
+		jv *value = jv_object();
+		int confirmed = ctx->have_proc ? ctx->proc.termination_confirmed : 1;
+		jv_set_str(f, "executionId", ctx->execution_id);
+		jv_set_str(f, "actionId", ctx->action_id);
+		jv_set_str(f, "state", strcmp(kind, "completed") == 0 ? "recorded" : "uncertain");
+		jv_set_str(tool, "kind", *success_out ? "success" : "failure");
+		jv_set(value, "exitStatus", exit_status ? jv_copy(exit_status) : jv_null());
+		jv_set_bool(value, "timedOut", ctx->have_proc && ctx->proc.timed_out);
+		jv_set_bool(value, "outputTruncated", ctx->have_proc && ctx->proc.output_truncated);
+		jv_set_bool(value, "terminationConfirmed", confirmed);
+		jv_set(tool, "value", value);
+		jv_set(f, "toolOutcome", tool);
+		if (journal_append(&ctx->jr, "action-completion", f, err) != 0)
+			return -1;
+	}
+	memset(&ri, 0, sizeof(ri));
+	ri.outcome = outcome;
+	ri.image_status = image_status;
+	ri.timed_out = ctx->have_proc && ctx->proc.timed_out;
+	ri.output_truncated = ctx->have_proc && ctx->proc.output_truncated;
+	ri.termination_confirmed =
+	    (ctx->have_proc ? ctx->proc.termination_confirmed : 1) && ctx->lock.group_count == 0;
+	ri.argv = ctx->argv;
+	if (ctx->have_proc) {
+		ri.stdout_v = run_output_json(&ctx->proc.out, ctx->proc.output_truncated);
+		ri.stderr_v = run_output_json(&ctx->proc.err, ctx->proc.output_truncated);
+	}
+	int r = run_write_receipt(ctx, &ri, sha, bytes, err);
+	jv_free(ri.stdout_v);
+	jv_free(ri.stderr_v);
+	return r;
+}
+
 static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 {
 	const char *diag;
@@ -93,27 +263,11 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 	char diag_buf[1200];
 	jv *exit_status = NULL;
 	jv *outcome = NULL;
-	receipt_info ri;
-	int success;
+	int success = 0;
 
 	/* 6. routing decision */
-	{
-		jv *f = jv_object();
-		jv *d = jv_object();
-		jv *because = jv_get(ctx->req, "because");
-		jv *step = jv_get(ctx->req, "step");
-		jv *mode = jv_get(ctx->req, "evidenceMode");
-		jv *tmo = jv_get(ctx->req, "timeoutMs");
-		jv_set_str(f, "name", "routing-decision");
-		jv_set_str(f, "executionId", ctx->execution_id);
-		jv_set(d, "because", jv_is(because, JV_STRING) ? jv_copy(because) : jv_null());
-		jv_set(d, "step", jv_is(step, JV_OBJECT) ? jv_copy(step) : jv_null());
-		jv_set(d, "evidenceMode", jv_is(mode, JV_STRING) ? jv_copy(mode) : jv_null());
-		jv_set(d, "timeoutMs", jv_is(tmo, JV_NUMBER) ? jv_copy(tmo) : jv_null());
-		jv_set(f, "details", d);
-		if (journal_append(&ctx->jr, "annotation", f, err) != 0)
-			goto cleanup;
-	}
+	if (journal_routing_decision(ctx, err) != 0)
+		goto cleanup;
 	/* 7. validation */
 	diag = run_validate_request(ctx);
 	if (diag) {
@@ -138,58 +292,8 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 		goto cleanup;
 	}
 	/* 10. execution-start, action-start, pending action record */
-	{
-		jv *f = jv_object();
-		jv *ident = jv_object();
-		jv_set_str(f, "executionId", ctx->execution_id);
-		jv_set(f, "argv", run_argv_json(ctx->argv));
-		jv_set_str(f, "cwd", ctx->cwd);
-		jv_set(f, "step", jv_copy(jv_get(ctx->req, "step")));
-		jv_set_str(f, "evidenceMode", "recorded");
-		jv_set_int(f, "timeoutMs", ctx->timeout_ms);
-		jv_set_str(ident, "sha256", ctx->script_sha);
-		jv_set_str(ident, "language", ctx->language);
-		jv_set_str(ident, "remotePath", ctx->script_path);
-		jv_set(f, "scriptIdentity", ident);
-		if (journal_append(&ctx->jr, "execution-start", f, err) != 0)
-			goto cleanup;
-	}
-	{
-		jv *f = jv_object();
-		jv *plan = jv_object();
-		int standalone = ctx->group_phase == NULL;
-		int first = !standalone && strcmp(ctx->group_phase, "first") == 0;
-		int last = !standalone && strcmp(ctx->group_phase, "last") == 0;
-		jv_set_str(f, "actionId", ctx->action_id);
-		jv_set_str(f, "attemptId", ctx->attempt_id);
-		jv_set_str(f, "executionId", ctx->execution_id);
-		jv_set_str(f, "stepId", ctx->step_id);
-		jv_set_str(f, "title", ctx->title);
-		jv_set_str(f, "inputMode", ctx->input_mode);
-		jv_set_bool(plan, "capturesBefore", ctx->capture_on && (standalone || first));
-		if (ctx->capture_on && (standalone || last)) {
-			jv *after = jv_object();
-			jv_set_int(after, "afterIntervalMs", ctx->after_ms);
-			jv_set(plan, "capturesAfter", after);
-		} else {
-			jv_set_bool(plan, "capturesAfter", 0);
-		}
-		if (ctx->group_id) {
-			jv *g = jv_object();
-			jv_set_str(g, "groupId", ctx->group_id);
-			jv_set_str(g, "phase", ctx->group_phase);
-			jv_set(plan, "group", g);
-		} else {
-			jv_set_null(plan, "group");
-		}
-		jv_set_str(plan, "role", run_role_name(ctx));
-		jv_set_bool(plan, "captureOff", !ctx->capture_on);
-		jv_set(f, "snapshotPlan", plan);
-		if (journal_append(&ctx->jr, "action-start", f, err) != 0)
-			goto cleanup;
-		if (run_write_action_record(ctx, "pending", err) != 0)
-			goto cleanup;
-	}
+	if (journal_execution_start(ctx, err) != 0 || journal_action_start(ctx, err) != 0)
+		goto cleanup;
 	/* 11. capture gate */
 	if (ctx->capture_on && ctx->group_phase && strcmp(ctx->group_phase, "first") != 0) {
 		r = run_capture_gate(ctx, &co, err);
@@ -238,31 +342,9 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 		if (run_dispatch(ctx, err) != 0)
 			goto cleanup;
 		exit_status = run_exit_status_json(&ctx->proc);
-		if (ctx->proc.spawn_failed) {
-			text_format(diag_buf, sizeof(diag_buf), "spawn failed: %s", ctx->proc.spawn_error);
+		uncertain_diag = script_end_uncertain(ctx, diag_buf, sizeof diag_buf);
+		if (uncertain_diag)
 			kind = "uncertain";
-			uncertain_diag = diag_buf;
-		} else if (ctx->proc.cancelled) {
-			kind = "uncertain";
-			uncertain_diag = DIAG_CANCELLED;
-		} else if (ctx->proc.timed_out) {
-			text_format(diag_buf, sizeof(diag_buf),
-			            "timed out after %lld ms; the process group was killed%s",
-			            (long long)ctx->timeout_ms, unconfirmed_note(ctx));
-			kind = "uncertain";
-			uncertain_diag = diag_buf;
-		} else if (ctx->proc.output_truncated) {
-			text_format(diag_buf, sizeof(diag_buf),
-			            "output exceeded %u bytes; the process group was killed%s",
-			            OUTPUT_BUDGET_BYTES, unconfirmed_note(ctx));
-			kind = "uncertain";
-			uncertain_diag = diag_buf;
-		} else if (!ctx->proc.termination_confirmed) {
-			text_format(diag_buf, sizeof(diag_buf),
-			            "termination of process group %d was not confirmed", (int)ctx->proc.pgid);
-			kind = "uncertain";
-			uncertain_diag = diag_buf;
-		}
 	}
 	/* 15. after-snapshot */
 	if (ctx->capture_on && (!ctx->group_phase || strcmp(ctx->group_phase, "last") == 0)) {
@@ -297,70 +379,8 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 		}
 	}
 	outcome = run_outcome_json(kind, uncertain_diag, exit_status ? jv_copy(exit_status) : NULL);
-	{
-		const char *image_status;
-		int member = ctx->group_phase && strcmp(ctx->group_phase, "member") == 0;
-		if (!ctx->capture_on || member)
-			image_status = "not-requested";
-		else if (ctx->captures_unknown)
-			image_status = "capture-unknown";
-		else if (ctx->captures_failed || ctx->descriptors->count == 0)
-			image_status = "capture-failed";
-		else
-			image_status = "available";
-		success = strcmp(kind, "completed") == 0 && ctx->have_proc && ctx->proc.exited &&
-		          !ctx->proc.signal_no && ctx->proc.exit_code == 0;
-		if (run_write_execution_record(ctx, kind, ctx->argv,
-		                               exit_status ? jv_copy(exit_status) : NULL, err) != 0)
-			goto cleanup;
-		if (run_write_action_record(ctx, strcmp(kind, "completed") == 0 ? "recorded" : "uncertain",
-		                            err) != 0)
-			goto cleanup;
-		{
-			jv *f = jv_object();
-			jv_set_str(f, "executionId", ctx->execution_id);
-			jv_set_str(f, "actionId", ctx->action_id);
-			jv_set_str(f, "status", image_status);
-			jv_set(f, "fileNames", jv_copy(ctx->file_names));
-			if (journal_append(&ctx->jr, "snapshot-evidence", f, err) != 0)
-				goto cleanup;
-		}
-		{
-			jv *f = jv_object();
-			jv *tool = jv_object();
-			jv *value = jv_object();
-			int confirmed = ctx->have_proc ? ctx->proc.termination_confirmed : 1;
-			jv_set_str(f, "executionId", ctx->execution_id);
-			jv_set_str(f, "actionId", ctx->action_id);
-			jv_set_str(f, "state", strcmp(kind, "completed") == 0 ? "recorded" : "uncertain");
-			jv_set_str(tool, "kind", success ? "success" : "failure");
-			jv_set(value, "exitStatus", exit_status ? jv_copy(exit_status) : jv_null());
-			jv_set_bool(value, "timedOut", ctx->have_proc && ctx->proc.timed_out);
-			jv_set_bool(value, "outputTruncated", ctx->have_proc && ctx->proc.output_truncated);
-			jv_set_bool(value, "terminationConfirmed", confirmed);
-			jv_set(tool, "value", value);
-			jv_set(f, "toolOutcome", tool);
-			if (journal_append(&ctx->jr, "action-completion", f, err) != 0)
-				goto cleanup;
-		}
-		memset(&ri, 0, sizeof(ri));
-		ri.outcome = outcome;
-		ri.image_status = image_status;
-		ri.timed_out = ctx->have_proc && ctx->proc.timed_out;
-		ri.output_truncated = ctx->have_proc && ctx->proc.output_truncated;
-		ri.termination_confirmed =
-		    (ctx->have_proc ? ctx->proc.termination_confirmed : 1) && ctx->lock.group_count == 0;
-		ri.argv = ctx->argv;
-		if (ctx->have_proc) {
-			ri.stdout_v = run_output_json(&ctx->proc.out, ctx->proc.output_truncated);
-			ri.stderr_v = run_output_json(&ctx->proc.err, ctx->proc.output_truncated);
-		}
-		r = run_write_receipt(ctx, &ri, sha, bytes, err);
-		jv_free(ri.stdout_v);
-		jv_free(ri.stderr_v);
-		if (r != 0)
-			goto cleanup;
-	}
+	if (record_outcome(ctx, kind, exit_status, outcome, sha, bytes, &success, err) != 0)
+		goto cleanup;
 	/* A successful last closes its group; any other outcome leaves it open. */
 	if (ctx->group_phase && strcmp(ctx->group_phase, "last") == 0) {
 		jv *details = jv_object();
