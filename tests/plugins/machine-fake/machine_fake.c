@@ -81,11 +81,8 @@ char *fake_owned_json(fake_state *st, json_object *obj)
 
 static int64_t get_int(json_object *obj, const char *key, int64_t fallback)
 {
-	json_object *v = NULL;
-	if (obj && json_object_object_get_ex(obj, key, &v) &&
-	    (json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)))
-		return json_object_get_int64(v);
-	return fallback;
+	int64_t value;
+	return rsj_get_int(obj, key, &value) ? value : fallback;
 }
 
 static int get_bool(json_object *obj, const char *key, int fallback)
