@@ -1,5 +1,5 @@
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L
+#if !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE)
+#define _XOPEN_SOURCE 700 /* realpath */
 #endif
 #include "relay_support/which.h"
 
