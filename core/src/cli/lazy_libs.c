@@ -28,8 +28,10 @@
  * header's own prototype is in scope, so a line that does not match it does
  * not compile. Each line gives a slot in `lazy_table` and a hidden function
  * of that name that calls through the slot. curl_easy_setopt and
- * curl_easy_getinfo (variadic) and png_error and png_longjmp (they do not
- * return) are written by hand below, with their slots in LAZY_SPECIAL.
+ * curl_easy_getinfo (variadic), png_error and png_longjmp (they do not
+ * return) and png_set_longjmp_fn (it returns a jmp_buf pointer, which the
+ * line form cannot spell) are written by hand below, with their slots in
+ * LAZY_SPECIAL.
  *
  * To call another function of these libraries: add its line here. A call
  * to a function that is not listed links that library the ordinary way (it
