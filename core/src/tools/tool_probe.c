@@ -18,6 +18,7 @@
 #include "session/manager_internal.h"
 #include "tools/tools.h"
 #include "profile/environment.h"
+#include "relay_support/which.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -73,22 +74,7 @@ static void run_release(probe_run *run)
 
 static char *which(const char *program)
 {
-	const char *path = getenv("PATH");
-	if (path == NULL)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	while (*path) {
-		size_t n = strcspn(path, ":");
-		char candidate[PATH_MAX];
-		if (n > 0 &&
-		    snprintf(candidate, sizeof candidate, "%.*s/%s", (int)n, path, program) <
-		        (int)sizeof candidate &&
-		    access(candidate, X_OK) == 0)
-			return strdup(candidate);
-		path += n;
-		if (*path == ':')
-			path++;
-	}
-	return NULL;
+	return rs_which(program, NULL);
 }
 
 /* One command as a fact {value, source, diagnostic?}; `parse` turns the
