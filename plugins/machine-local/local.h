@@ -7,6 +7,8 @@
  *   lutil.c      JSON, time, random, durable files, /proc facts
  *   lease.c      the lease records on disk (one folder per lease)
  *   sandbox.c    acquire, destroy and verify a guest
+ *   cgroup.c     the guests' cgroups (v2, and the v1 pids and memory ones)
+ *   uids.c       one guest uid per guest, claimed durably in the store
  *   ctl.c        the client of the guest init's control socket
  *   net.c        network helpers (slirp4netns, pasta), reject routes,
  *                sockets inside a guest's network namespace
@@ -70,10 +72,14 @@ typedef struct local_state {
 	char helper_choice[16];     /* auto | slirp4netns | pasta | none */
 	bool display_enabled;       /* option display: "auto" (true) or "off" */
 	char screen[32];            /* "1280x800x24" */
-	local_user user;            /* the guest user commands run as */
-	int64_t limit_memory_bytes; /* 0 = none */
-	int64_t limit_pids;         /* 0 = none */
+	local_user user;            /* the guest user; uid/gid are the first of the range */
+	unsigned user_count;        /* uids (and gids) in the range, one per guest */
+	int64_t limit_memory_bytes; /* cgroup memory limit, 0 = none */
+	int64_t limit_pids;         /* cgroup pids limit, 0 = none */
 	int limit_cpu_percent;      /* 0 = none */
+	int64_t bound_processes;    /* RLIMIT_NPROC of guest commands, 0 = none */
+	int64_t bound_data_bytes;   /* RLIMIT_DATA of guest commands, 0 = none */
+	int64_t bound_file_bytes;   /* RLIMIT_FSIZE of guest commands, 0 = none */
 
 	/* facts found at init */
 	bool rootless;     /* the relay is not root: a user namespace is created first */
@@ -84,6 +90,9 @@ typedef struct local_state {
 	char *cgroup_base; /* <cgroup2>/.../mcp-relay-local, NULL when cgroups are unusable */
 	char cgroup_reason[256];
 	bool cgroup_memory, cgroup_pids, cgroup_cpu;
+	char *cgroup_v1_pids;   /* <v1 pids mount><own>/mcp-relay-local, NULL when absent */
+	char *cgroup_v1_memory; /* the same for the v1 memory controller */
+	char cgroup_v1_reason[256];
 	char platform[32]; /* linux-x86_64 */
 	char arch[16];     /* x86_64 | arm64 */
 	char boot_id[64];
@@ -123,6 +132,8 @@ json_object *lu_read_json(const char *path, size_t max_bytes, int *errno_out);
 /* Removes a tree without following links. 0 or errno. */
 int lu_remove_tree(const char *path);
 int lu_mkdir_p(const char *path, mode_t mode);
+/* The first line of a small file, without its newline ("" when unreadable). */
+void lu_read_line(const char *path, char *out, size_t size);
 /* Start time of a process (field 22 of /proc/<pid>/stat), 0 when gone. */
 unsigned long long lu_proc_start(pid_t pid);
 /* 1 when pid is alive (not a zombie) and started at `start`. */
@@ -176,6 +187,36 @@ int sandbox_init_pidfd(json_object *record);
 int sandbox_root_fd(json_object *record);
 bool sandbox_image_has(local_state *st, const char *tree, const char *rel_path);
 const local_image *sandbox_find_image(local_state *st, const char *key);
+
+/* ---- cgroup.c -------------------------------------------------------------- */
+
+/* Finds the cgroup v2 folder and the writable v1 pids and memory ones. */
+void cgroup_detect(local_state *st);
+bool cgroup_limits_pids(const local_state *st);
+bool cgroup_limits_memory(const local_state *st);
+/* Makes the guest's cgroups and sets the limits: adds paths.cgroup,
+ * paths.cgroupsV1, "limits", and the cgroup entries of "bounds" (which
+ * must exist) to the record. What cannot be made is logged and left out. */
+void cgroup_make(local_state *st, const char *vm, json_object *record);
+/* The cgroup folders a record names (borrowed); the count. */
+size_t cgroup_paths(json_object *record, const char **out, size_t max);
+/* Kills what is left in the record's cgroups and removes them; 0 or errno. */
+int cgroup_remove_all(json_object *record);
+/* A cgroup of the record that still exists (borrowed), or NULL. */
+const char *cgroup_left(json_object *record);
+void cgroup_remove_orphans(local_state *st);
+
+/* ---- uids.c ----------------------------------------------------------------- */
+
+/* true when guests get uids from the range (not root, not rootless). */
+bool uids_in_use(const local_state *st);
+/* Claims a free uid of the range for `vm` and sets user->uid and ->gid;
+ * RELAY_E_CAPACITY when every one is in use. No-op without a range. */
+relay_status uids_claim(local_state *st, const char *vm, local_user *user, relay_error *err);
+/* Gives the claim of `uid` back when it is `vm`'s. */
+void uids_release(local_state *st, const char *vm, uid_t uid);
+/* Removes stale claims (lease folder gone, no process of the uid left). */
+void uids_reconcile(local_state *st);
 
 /* ---- ctl.c ----------------------------------------------------------------- */
 

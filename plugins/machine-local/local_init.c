@@ -5,12 +5,14 @@
  * machine-local.so, which runs it from a sealed memfd:
  *
  *   machine-local-init launch --lease-dir DIR --lower DIR --hostname NAME
- *       [--id-map "IN OUT COUNT"] [--rootless] [--userxattr] [--cgroup DIR]
+ *       [--id-map "IN OUT COUNT"] [--rootless] [--userxattr] [--cgroup DIR]...
  *       [--mask PATH]... [--reject A.B.C.D/N]... [--backstop-ms N] [--hold-fd N]
+ *       [--rlimit-nproc N] [--rlimit-data BYTES] [--rlimit-fsize BYTES]
  *
  * fd 3 is the status pipe to the plugin; stdout and stderr go to the lease's
  * init.log. The launcher
- *   1. joins the guest's cgroup (--cgroup), so everything below is counted;
+ *   1. joins the guest's cgroups (--cgroup: the v2 one and the v1 pids and
+ *      memory ones), so everything below is counted;
  *   2. rootless only: creates a user namespace mapping its own uid to 0;
  *   3. creates mount, UTS, IPC, network, PID and cgroup namespaces;
  *   4. forks the guest init (PID 1 of the new PID namespace), reports
@@ -29,8 +31,9 @@
  *      launcher), so nothing that runs in the guest holds a capability over
  *      its mounts, network or hostname;
  *   5. reports "ready" on fd 3 and serves the control protocol
- *      (local_proto.h): it starts commands, reaps every orphan, kills
- *      process groups on request, and reports exits.
+ *      (local_proto.h): it starts commands (each with the --rlimit-* bounds,
+ *      hard and soft, which no guest process can raise), reaps every
+ *      orphan, kills process groups on request, and reports exits.
  * It never watches the relay: a guest outlives the relay that made it (the
  * pause rule). It does watch <lease dir>/expires ("<expiresAtMs> <graceMs>"):
  * when that time plus the grace plus --backstop-ms has passed, or the lease
@@ -57,6 +60,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -85,7 +89,8 @@ typedef struct launch_options {
 	const char *lower;
 	const char *hostname;
 	const char *id_map;
-	const char *cgroup;
+	const char *cgroups[8];
+	int cgroup_count;
 	const char *masks[MAX_LIST];
 	int mask_count;
 	const char *rejects[MAX_LIST];
@@ -95,6 +100,14 @@ typedef struct launch_options {
 	long long backstop_ms;
 	int hold_fd;
 } launch_options;
+
+/* The resource bounds of every command the init starts (0 = none): set by
+ * main() before anything runs; single-threaded program, plain globals. */
+static struct {
+	long long nproc;
+	long long data_bytes;
+	long long fsize_bytes;
+} g_bounds;
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -566,6 +579,22 @@ static void run_child(const spawn_request *sr, int in_fd, int out_fd, int err_fd
 	if (dup2(in_fd >= 0 ? in_fd : null_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
 		goto fail;
 	syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+	/* Hard and soft: raising a hard limit needs CAP_SYS_RESOURCE in the
+	 * host's user namespace, which no guest process has. RLIMIT_NPROC is
+	 * counted per uid in the guest's own user namespace (and the kernel
+	 * exempts uid 0 of the host, so it bounds only a non-root guest user). */
+	stage = "limits";
+	const struct {
+		int resource;
+		long long value;
+	} bounds[] = {{RLIMIT_NPROC, g_bounds.nproc},
+	              {RLIMIT_DATA, g_bounds.data_bytes},
+	              {RLIMIT_FSIZE, g_bounds.fsize_bytes}};
+	for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+		struct rlimit rl = {(rlim_t)bounds[i].value, (rlim_t)bounds[i].value};
+		if (bounds[i].value > 0 && setrlimit(bounds[i].resource, &rl) != 0)
+			goto fail;
+	}
 	stage = "user";
 	if (sr->uid != 0 || sr->gid != 0) {
 		if (setgroups(0, NULL) != 0 && errno != EPERM)
@@ -949,11 +978,11 @@ static void launch(const launch_options *o)
 	 * guest: a descriptor it forgot to mark close-on-exec would otherwise
 	 * live as long as the guest. */
 	syscall(SYS_close_range, o->hold_fd >= 0 ? 5u : 4u, ~0u, 0u);
-	if (o->cgroup) {
+	for (int i = 0; i < o->cgroup_count; i++) {
 		char path[PATH_MAX];
-		join_path(path, sizeof path, o->cgroup, "cgroup.procs");
+		join_path(path, sizeof path, o->cgroups[i], "cgroup.procs");
 		if (write_text(path, "0\n") != 0)
-			die(errno, "cannot join the guest cgroup %s", o->cgroup);
+			die(errno, "cannot join the guest cgroup %s", o->cgroups[i]);
 	}
 	if (o->rootless) {
 		uid_t uid = geteuid();
@@ -1019,8 +1048,9 @@ static void usage(void) __attribute__((noreturn));
 static void usage(void)
 {
 	say("usage: machine-local-init launch --lease-dir DIR --lower DIR --hostname NAME [--id-map MAP] "
-	    "[--rootless] [--userxattr] [--cgroup DIR] [--mask PATH]... [--reject CIDR]... "
-	    "[--backstop-ms N] [--hold-fd N]");
+	    "[--rootless] [--userxattr] [--cgroup DIR]... [--mask PATH]... [--reject CIDR]... "
+	    "[--backstop-ms N] [--hold-fd N] [--rlimit-nproc N] [--rlimit-data BYTES] "
+	    "[--rlimit-fsize BYTES]");
 	status_line("error %d bad arguments", EINVAL);
 	_exit(2);
 }
@@ -1055,8 +1085,14 @@ int main(int argc, char **argv)
 			o.hostname = v;
 		else if (strcmp(k, "--id-map") == 0)
 			o.id_map = v;
-		else if (strcmp(k, "--cgroup") == 0)
-			o.cgroup = v;
+		else if (strcmp(k, "--cgroup") == 0 && o.cgroup_count < 8)
+			o.cgroups[o.cgroup_count++] = v;
+		else if (strcmp(k, "--rlimit-nproc") == 0)
+			g_bounds.nproc = atoll(v);
+		else if (strcmp(k, "--rlimit-data") == 0)
+			g_bounds.data_bytes = atoll(v);
+		else if (strcmp(k, "--rlimit-fsize") == 0)
+			g_bounds.fsize_bytes = atoll(v);
 		else if (strcmp(k, "--mask") == 0 && o.mask_count < MAX_LIST)
 			o.masks[o.mask_count++] = v;
 		else if (strcmp(k, "--reject") == 0 && o.reject_count < MAX_LIST)

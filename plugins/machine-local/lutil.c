@@ -325,6 +325,22 @@ int lu_mkdir_p(const char *path, mode_t mode)
 	return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
 }
 
+void lu_read_line(const char *path, char *out, size_t size)
+{
+	out[0] = '\0';
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = read(fd, out, size - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	out[n] = '\0';
+	char *nl = strchr(out, '\n');
+	if (nl)
+		*nl = '\0';
+}
+
 /* Reads field 22 (starttime) and field 3 (state) of /proc/<pid>/stat. */
 static int proc_stat(pid_t pid, unsigned long long *start, char *state)
 {

@@ -16,8 +16,11 @@
  *   "networkHelper":    "auto" | "slirp4netns" | "pasta" | "none"
  *   "display":          "auto" (Xvfb when installed) | "off"
  *   "screen":           "1280x800x24"
- *   "guestUser":        {"name": "relay", "uid": 61000, "gid": 61000} | "root"
- *   "limits":           {"memoryBytes": n, "pids": n, "cpuPercent": n}
+ *   "guestUser":        {"name": "relay", "uid": 61000, "gid": 61000, "count": 64} | "root"
+ *                       (each guest gets its own uid/gid from uid/gid .. + count - 1)
+ *   "limits":           {"memoryBytes": n, "pids": n, "cpuPercent": n}  cgroup limits
+ *   "bounds":           {"processes": n, "dataBytes": n, "fileBytes": n}  rlimits of
+ *                       every guest command (RLIMIT_NPROC, RLIMIT_DATA, RLIMIT_FSIZE)
  *   "mask":             ["/absolute/path", ...] hidden inside guests
  */
 #include <ctype.h>
@@ -63,16 +66,62 @@ static relay_status parse_user(local_state *st, json_object *v, relay_error *err
 	const char *name = lu_get_string(v, "name");
 	int64_t uid = lu_get_int(v, "uid", -1);
 	int64_t gid = lu_get_int(v, "gid", uid);
+	json_object *count_obj = NULL;
+	int64_t count = 64;
+	if (json_object_object_get_ex(v, "count", &count_obj)) {
+		count = json_object_is_type(count_obj, json_type_int) ? json_object_get_int64(count_obj) : -1;
+		if (count < 1 || count > 4096)
+			return lu_err(
+			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "options.guestUser.count must be a whole number from 1 to 4096 (one uid "
+			    "per guest)");
+	}
 	bool name_ok = name && name[0] && strlen(name) < 32 && islower((unsigned char)name[0]);
 	for (const char *p = name; name_ok && *p; p++)
 		name_ok = islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '-' || *p == '_';
 	if (!name_ok || uid < 1 || uid > 65535 || gid < 1 || gid > 65535)
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 		              "options.guestUser needs a lowercase name and uid/gid between 1 and 65535");
+	if (uid + count - 1 > 65535 || gid + count - 1 > 65535)
+		return lu_err(
+		    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "options.guestUser: uid/gid + count - 1 must stay within 65535 (the ids a guest's "
+		    "user namespace maps)");
+	st->user_count = (unsigned)count;
 	snprintf(st->user.name, sizeof st->user.name, "%s", name);
 	st->user.uid = (uid_t)uid;
 	st->user.gid = (gid_t)gid;
 	snprintf(st->user.home, sizeof st->user.home, "/home/%s", name);
+	return RELAY_OK;
+}
+
+/* options.bounds: the rlimits of every guest command; 0 = none. */
+static relay_status parse_bounds(local_state *st, json_object *v, relay_error *err)
+{
+	if (!json_object_is_type(v, json_type_object))
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.bounds must be {\"processes\", \"dataBytes\", \"fileBytes\"}");
+	json_object_object_foreach(v, bk, bv)
+	{
+		int64_t n = json_object_get_int64(bv);
+		int64_t *slot = strcmp(bk, "processes") == 0   ? &st->bound_processes
+		                : strcmp(bk, "dataBytes") == 0 ? &st->bound_data_bytes
+		                : strcmp(bk, "fileBytes") == 0 ? &st->bound_file_bytes
+		                                               : NULL;
+		if (slot == NULL)
+			return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.bounds.%s is unknown (processes, dataBytes, fileBytes)", bk);
+		/* Below these a guest cannot start its shell, receiver or display. */
+		int64_t least = slot == &st->bound_processes    ? 16
+		                : slot == &st->bound_data_bytes ? (16LL << 20)
+		                                                : (1LL << 20);
+		if (!json_object_is_type(bv, json_type_int) || n < 0 || (n > 0 && n < least))
+			return lu_err(
+			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "options.bounds.%s must be a whole number: 0 (no bound) or at least %lld", bk,
+			    (long long)least);
+		*slot = n;
+	}
 	return RELAY_OK;
 }
 
@@ -195,6 +244,10 @@ static relay_status parse_options(local_state *st, json_object *opts, relay_erro
 					    "options.limits.%s is unknown (memoryBytes, pids, cpuPercent)",
 					    lk);
 			}
+		} else if (strcmp(key, "bounds") == 0) {
+			relay_status s = parse_bounds(st, v, err);
+			if (s != RELAY_OK)
+				return s;
 		} else if (strcmp(key, "mask") == 0) {
 			if (!json_object_is_type(v, json_type_array))
 				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -213,7 +266,8 @@ static relay_status parse_options(local_state *st, json_object *opts, relay_erro
 			return lu_err(
 			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
 			    "unknown machine-local option %s (known: images, maxGuests, graceMs, backstopMs, "
-			    "reaperIntervalMs, networkHelper, display, screen, guestUser, limits, mask)",
+			    "reaperIntervalMs, networkHelper, display, screen, guestUser, limits, bounds, "
+			    "mask)",
 			    key);
 		}
 	}
@@ -221,124 +275,6 @@ static relay_status parse_options(local_state *st, json_object *opts, relay_erro
 }
 
 /* ---- facts of the host -------------------------------------------------------- */
-
-static void read_line_file(const char *path, char *out, size_t size)
-{
-	out[0] = '\0';
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	ssize_t n = read(fd, out, size - 1);
-	close(fd);
-	if (n <= 0)
-		return;
-	out[n] = '\0';
-	char *nl = strchr(out, '\n');
-	if (nl)
-		*nl = '\0';
-}
-
-static bool file_has_word(const char *path, const char *word)
-{
-	char buf[1024];
-	read_line_file(path, buf, sizeof buf);
-	char *save = NULL;
-	for (char *t = strtok_r(buf, " \t", &save); t; t = strtok_r(NULL, " \t", &save))
-		if (strcmp(t, word) == 0)
-			return true;
-	return false;
-}
-
-/* Finds a cgroup v2 folder under which guests get their own cgroups. */
-static void detect_cgroups(local_state *st)
-{
-	if (st->rootless) {
-		snprintf(st->cgroup_reason, sizeof st->cgroup_reason,
-		         "the relay is not root, and machine-local does not use delegated cgroups");
-		return;
-	}
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char mount[PATH_MAX] = "";
-	char line[4096];
-	while (f && fgets(line, sizeof line, f)) {
-		char *sep = strstr(line, " - ");
-		if (sep == NULL || strncmp(sep + 3, "cgroup2 ", 8) != 0)
-			continue;
-		char *p = line;
-		for (int i = 0; i < 4 && p; i++) {
-			p = strchr(p, ' ');
-			if (p)
-				p++;
-		}
-		if (p) {
-			char *end = strchr(p, ' ');
-			if (end && (size_t)(end - p) < sizeof mount) {
-				memcpy(mount, p, (size_t)(end - p));
-				mount[end - p] = '\0';
-				break;
-			}
-		}
-	}
-	if (f)
-		fclose(f);
-	if (mount[0] == '\0') {
-		snprintf(st->cgroup_reason, sizeof st->cgroup_reason, "no cgroup v2 hierarchy is mounted");
-		return;
-	}
-	char own[PATH_MAX] = "";
-	f = fopen("/proc/self/cgroup", "re");
-	while (f && fgets(line, sizeof line, f)) {
-		if (strncmp(line, "0::", 3) == 0) {
-			snprintf(own, sizeof own, "%s", line + 3);
-			char *nl = strchr(own, '\n');
-			if (nl)
-				*nl = '\0';
-		}
-	}
-	if (f)
-		fclose(f);
-	char parent[PATH_MAX * 2 + 8], base[PATH_MAX * 2 + 48], path[PATH_MAX * 2 + 96];
-	snprintf(parent, sizeof parent, "%s%s", mount, strcmp(own, "/") == 0 ? "" : own);
-	snprintf(base, sizeof base, "%s/mcp-relay-local", parent);
-	if (mkdir(base, 0755) != 0 && errno != EEXIST) {
-		lu_textf(st->cgroup_reason, sizeof st->cgroup_reason, "cannot create %s: %s", base,
-		         strerror(errno));
-		return;
-	}
-	st->cgroup_base = strdup(base);
-	/* Controllers: enabled for the children of `parent`, then of `base`. */
-	snprintf(path, sizeof path, "%s/cgroup.controllers", parent);
-	bool have_mem = file_has_word(path, "memory"), have_pids = file_has_word(path, "pids"),
-	     have_cpu = file_has_word(path, "cpu");
-	char want[64] = "";
-	if (have_mem)
-		strcat(want, "+memory ");
-	if (have_pids)
-		strcat(want, "+pids ");
-	if (have_cpu)
-		strcat(want, "+cpu ");
-	if (want[0]) {
-		for (int pass = 0; pass < 2; pass++) {
-			snprintf(path, sizeof path, "%s/cgroup.subtree_control", pass == 0 ? parent : base);
-			int fd = open(path, O_WRONLY | O_CLOEXEC);
-			if (fd >= 0) {
-				ssize_t w = write(fd, want, strlen(want));
-				(void)w;
-				close(fd);
-			}
-		}
-	}
-	snprintf(path, sizeof path, "%s/cgroup.subtree_control", base);
-	st->cgroup_memory = file_has_word(path, "memory");
-	st->cgroup_pids = file_has_word(path, "pids");
-	st->cgroup_cpu = file_has_word(path, "cpu");
-	if (!st->cgroup_memory && !st->cgroup_pids && !st->cgroup_cpu)
-		lu_textf(
-		    st->cgroup_reason, sizeof st->cgroup_reason,
-		    "the cgroup v2 hierarchy at %s offers no memory, pids or cpu controller to %s (on hybrid "
-		    "systems they are bound to cgroup v1); guests get cgroups for tracking only",
-		    mount, base);
-}
 
 static void detect_helper(local_state *st)
 {
@@ -410,6 +346,8 @@ static void free_state(local_state *st)
 	free(st->slirp_path);
 	free(st->pasta_path);
 	free(st->cgroup_base);
+	free(st->cgroup_v1_pids);
+	free(st->cgroup_v1_memory);
 	if (st->init_memfd >= 0)
 		close(st->init_memfd);
 	pthread_mutex_destroy(&st->lock);
@@ -465,10 +403,14 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 	st->user.uid = 61000;
 	st->user.gid = 61000;
 	snprintf(st->user.home, sizeof st->user.home, "/home/relay");
+	st->user_count = 64;
 	st->limit_pids = 4096;
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	int64_t half = pages > 0 && page > 0 ? (int64_t)pages * page / 2 : 0;
 	st->limit_memory_bytes = half > 0 && half < (4LL << 30) ? half : (4LL << 30);
+	st->bound_processes = 4096;
+	st->bound_data_bytes = st->limit_memory_bytes;
+	st->bound_file_bytes = 16LL << 30;
 	st->images[0].key = strdup("local");
 	st->images[0].tree = strdup("/");
 	st->image_count = 1;
@@ -503,11 +445,11 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 		lu_textf(st->arch, sizeof st->arch, "%s", un.machine);
 		lu_textf(st->platform, sizeof st->platform, "linux-%s", un.machine);
 	}
-	read_line_file("/proc/sys/kernel/random/boot_id", st->boot_id, sizeof st->boot_id);
+	lu_read_line("/proc/sys/kernel/random/boot_id", st->boot_id, sizeof st->boot_id);
 	st->self_pid = getpid();
 	st->self_start = lu_proc_start(st->self_pid);
 	detect_helper(st);
-	detect_cgroups(st);
+	cgroup_detect(st);
 	status = make_init_memfd(st, err);
 	if (status != RELAY_OK)
 		goto fail;

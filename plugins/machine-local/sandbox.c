@@ -287,87 +287,6 @@ fail:
 	return lu_err(st, err, RELAY_E_IO, rc, "cannot prepare the guest's %s in %s", step, u.upper);
 }
 
-/* ---- cgroup ---------------------------------------------------------------- */
-
-static int write_file_text(const char *dir, const char *name, const char *text)
-{
-	char path[PATH_MAX];
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno;
-	ssize_t w = write(fd, text, strlen(text));
-	int rc = w == (ssize_t)strlen(text) ? 0 : (errno ? errno : EIO);
-	close(fd);
-	return rc;
-}
-
-static char *make_cgroup(local_state *st, const char *vm, json_object *record)
-{
-	if (st->cgroup_base == NULL)
-		return NULL;
-	char path[PATH_MAX];
-	snprintf(path, sizeof path, "%s/%s", st->cgroup_base, vm);
-	if (mkdir(path, 0755) != 0) {
-		st->host->log(RELAY_LOG_WARNING, LOCAL_PLUGIN_NAME,
-		              "cannot create the cgroup %s (%s); no limits", path, strerror(errno));
-		return NULL;
-	}
-	json_object *limits = json_object_new_object();
-	char text[64];
-	if (st->cgroup_memory && st->limit_memory_bytes > 0) {
-		snprintf(text, sizeof text, "%lld", (long long)st->limit_memory_bytes);
-		if (write_file_text(path, "memory.max", text) == 0)
-			json_object_object_add(limits, "memoryBytes",
-			                       json_object_new_int64(st->limit_memory_bytes));
-	}
-	if (st->cgroup_pids && st->limit_pids > 0) {
-		snprintf(text, sizeof text, "%lld", (long long)st->limit_pids);
-		if (write_file_text(path, "pids.max", text) == 0)
-			json_object_object_add(limits, "pids", json_object_new_int64(st->limit_pids));
-	}
-	if (st->cgroup_cpu && st->limit_cpu_percent > 0) {
-		snprintf(text, sizeof text, "%d 100000", st->limit_cpu_percent * 1000);
-		if (write_file_text(path, "cpu.max", text) == 0)
-			json_object_object_add(limits, "cpuPercent",
-			                       json_object_new_int(st->limit_cpu_percent));
-	}
-	json_object_object_add(record, "limits", limits);
-	return strdup(path);
-}
-
-static int cgroup_populated(const char *path)
-{
-	char events[PATH_MAX];
-	snprintf(events, sizeof events, "%s/cgroup.events", path);
-	size_t len = 0;
-	char *text = read_small(events, 4096, &len);
-	if (text == NULL)
-		return -1;
-	int populated = strstr(text, "populated 1") != NULL;
-	free(text);
-	return populated;
-}
-
-static int remove_cgroup(const char *path)
-{
-	struct stat sb;
-	if (stat(path, &sb) != 0)
-		return 0;
-	write_file_text(path, "cgroup.kill", "1");
-	int64_t until = lu_monotonic_ms() + 5000;
-	while (cgroup_populated(path) == 1 && lu_monotonic_ms() < until)
-		lu_sleep_ms(5);
-	for (int i = 0; i < 100; i++) {
-		if (rmdir(path) == 0 || errno == ENOENT)
-			return 0;
-		if (errno != EBUSY)
-			return errno;
-		lu_sleep_ms(10);
-	}
-	return EBUSY;
-}
-
 /* ---- the guest init ------------------------------------------------------------ */
 
 typedef struct launch_result {
@@ -409,13 +328,13 @@ static int read_status_line(int fd, char *line, size_t size, int64_t until)
 }
 
 static relay_status launch_init(local_state *st, const char *lease_dir, const char *tree, const char *guest,
-                                const char *cgroup, bool with_helper, launch_result *lr, relay_error *err)
+                                json_object *record, bool with_helper, launch_result *lr, relay_error *err)
 {
 	relay_status status = RELAY_OK;
 	int status_pipe[2] = {-1, -1}, hold[2] = {-1, -1};
 	int log_fd = -1;
 	lr->launcher = lr->init_pid = lr->helper_pid = 0;
-	const char *argv[32 + 2 * LOCAL_MAX_MASKS + 2 * 128];
+	const char *argv[48 + 2 * LOCAL_MAX_MASKS + 2 * 128];
 	size_t ac = 0;
 	char reject[128][24];
 	size_t nreject = with_helper ? net_reject_list(reject, 128) : 0;
@@ -437,9 +356,23 @@ static relay_status launch_init(local_state *st, const char *lease_dir, const ch
 		argv[ac++] = "--rootless";
 		argv[ac++] = "--userxattr";
 	}
-	if (cgroup) {
+	const char *cgroups[8];
+	size_t ncgroups = cgroup_paths(record, cgroups, 8);
+	for (size_t i = 0; i < ncgroups; i++) {
 		argv[ac++] = "--cgroup";
-		argv[ac++] = cgroup;
+		argv[ac++] = cgroups[i];
+	}
+	char rlimits[3][24];
+	static const char *const rlimit_flags[] = {"--rlimit-nproc", "--rlimit-data", "--rlimit-fsize"};
+	static const char *const rlimit_keys[] = {"processes", "dataBytes", "fileBytes"};
+	json_object *bounds = lu_get_object(record, "bounds");
+	for (size_t i = 0; i < 3; i++) {
+		int64_t v = lu_get_int(bounds, rlimit_keys[i], 0);
+		if (v <= 0)
+			continue;
+		snprintf(rlimits[i], sizeof rlimits[i], "%lld", (long long)v);
+		argv[ac++] = rlimit_flags[i];
+		argv[ac++] = rlimits[i];
 	}
 	argv[ac++] = "--mask";
 	argv[ac++] = st->state_dir;
@@ -704,6 +637,23 @@ static json_object *int_obj(int64_t v)
 	return json_object_new_int64(v);
 }
 
+/* The record's "bounds": the guest's uid and the rlimits every guest
+ * command gets (null = none); cgroup_make adds the cgroup limits. The
+ * kernel exempts uid 0 from RLIMIT_NPROC, so a root guest user has no
+ * process bound from it. */
+static json_object *bounds_record(local_state *st, const local_user *user)
+{
+	json_object *b = json_object_new_object();
+	json_object_object_add(b, "guestUid", int_obj(user->uid));
+	json_object_object_add(
+	    b, "processes", st->bound_processes > 0 && user->uid != 0 ? int_obj(st->bound_processes) : NULL);
+	json_object_object_add(b, "dataBytes",
+	                       st->bound_data_bytes > 0 ? int_obj(st->bound_data_bytes) : NULL);
+	json_object_object_add(b, "fileBytes",
+	                       st->bound_file_bytes > 0 ? int_obj(st->bound_file_bytes) : NULL);
+	return b;
+}
+
 relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *call, json_object **record_out,
                              relay_error *err)
 {
@@ -773,7 +723,7 @@ relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *cal
 		return status;
 
 	json_object *record = NULL;
-	char *lease_dir = NULL, *cgroup = NULL;
+	char *lease_dir = NULL;
 	char vm[128], lease_id[33], suffix[7];
 	lu_random_hex(st, suffix, 6);
 	lu_random_hex(st, lease_id, 32);
@@ -792,6 +742,11 @@ relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *cal
 	if (deadline_ms > 0 && expires > deadline_ms)
 		expires = deadline_ms;
 	local_user user = st->user;
+	status = uids_claim(st, vm, &user, err);
+	if (status != RELAY_OK) {
+		rmdir(lease_dir);
+		goto out;
+	}
 	record = json_object_new_object();
 	json_object_object_add(record, "schemaVersion", json_object_new_int(1));
 	json_object_object_add(record, "vm", json_object_new_string(vm));
@@ -820,6 +775,7 @@ relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *cal
 	json_object_object_add(ju, "gid", int_obj(user.gid));
 	json_object_object_add(ju, "home", json_object_new_string(user.home));
 	json_object_object_add(record, "guestUser", ju);
+	json_object_object_add(record, "bounds", bounds_record(st, &user));
 	lease_set_owner(st, record);
 	json_object *paths = json_object_new_object();
 	char buf[PATH_MAX];
@@ -841,17 +797,16 @@ relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *cal
 	if (e != 0) {
 		status = lu_err(st, err, RELAY_E_IO, e, "cannot write the lease record in %s", lease_dir);
 		lu_remove_tree(lease_dir);
+		uids_release(st, vm, user.uid);
 		goto out;
 	}
 
 	status = prepare_upper(st, image->tree, lease_dir, guest, &user, with_helper, err);
 	if (status != RELAY_OK)
 		goto fail;
-	cgroup = make_cgroup(st, vm, record);
-	if (cgroup)
-		json_object_object_add(paths, "cgroup", json_object_new_string(cgroup));
+	cgroup_make(st, vm, record);
 	launch_result lr;
-	status = launch_init(st, lease_dir, image->tree, guest, cgroup, with_helper, &lr, err);
+	status = launch_init(st, lease_dir, image->tree, guest, record, with_helper, &lr, err);
 	if (lr.init_pid > 0) {
 		json_object *init = json_object_new_object();
 		json_object_object_add(init, "pid", int_obj(lr.init_pid));
@@ -920,7 +875,6 @@ out:
 	if (record)
 		json_object_put(record);
 	free(lease_dir);
-	free(cgroup);
 	return status;
 }
 
@@ -992,7 +946,6 @@ relay_status sandbox_destroy(local_state *st, json_object *record, const char *r
 	const char *vm = lu_get_string(record, "vm");
 	json_object *paths = lu_get_object(record, "paths");
 	const char *lease_dir = lu_get_string(paths, "leaseDir");
-	const char *cgroup = lu_get_string(paths, "cgroup");
 	if (vm == NULL || lease_dir == NULL)
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 		              "the lease record has no vm or lease folder");
@@ -1009,14 +962,17 @@ relay_status sandbox_destroy(local_state *st, json_object *record, const char *r
 	                              (unsigned long long)lu_get_int(init, "startTime", 0), 10000);
 	bool helper_gone = kill_process((pid_t)lu_get_int(helper, "pid", 0),
 	                                (unsigned long long)lu_get_int(helper, "startTime", 0), 5000);
-	int cg_rc = cgroup ? remove_cgroup(cgroup) : 0;
+	int cg_rc = cgroup_remove_all(record);
 	int rm_rc = 0;
 	if (init_gone)
 		rm_rc = lu_remove_tree(lease_dir);
 	char detail[512];
 	relay_status vs = sandbox_verify_gone(st, record, detail, sizeof detail);
-	if (vs == RELAY_OK)
+	if (vs == RELAY_OK) {
+		/* Only now is no process of the guest's uid left: the uid is free. */
+		uids_release(st, vm, (uid_t)lu_get_int(lu_get_object(record, "guestUser"), "uid", 0));
 		return RELAY_OK;
+	}
 	return lu_err(st, err, RELAY_E_UNVERIFIED, rm_rc ? rm_rc : cg_rc,
 	              "destruction of %s is not confirmed: %s%s%s", vm, detail,
 	              init_gone ? "" : "; the guest init did not die",
@@ -1079,7 +1035,7 @@ relay_status sandbox_verify_gone(local_state *st, json_object *record, char *det
 	json_object *ns = lu_get_object(record, "namespaces");
 	json_object *paths = lu_get_object(record, "paths");
 	const char *lease_dir = lu_get_string(paths, "leaseDir");
-	const char *cgroup = lu_get_string(paths, "cgroup");
+	const char *cgroup = cgroup_left(record);
 	pid_t ip = (pid_t)lu_get_int(init, "pid", 0);
 	if (lu_proc_alive(ip, (unsigned long long)lu_get_int(init, "startTime", 0))) {
 		snprintf(detail, detail_size, "the guest init (pid %d) is still running", (int)ip);
@@ -1106,7 +1062,7 @@ relay_status sandbox_verify_gone(local_state *st, json_object *record, char *det
 		snprintf(detail, detail_size, "something is still mounted under %s", lease_dir);
 		return RELAY_E_UNVERIFIED;
 	}
-	if (cgroup && lstat(cgroup, &sb) == 0) {
+	if (cgroup) {
 		snprintf(detail, detail_size, "the cgroup %s still exists", cgroup);
 		return RELAY_E_UNVERIFIED;
 	}

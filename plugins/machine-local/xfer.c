@@ -945,7 +945,8 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		int e = errno;
 		close(fd);
 		unlinkat(dir_fd, name, 0);
-		return lu_err(r->st, err, RELAY_E_IO, e, "cannot hand %s to the guest user", rel[0] ? rel : name);
+		return lu_err(r->st, err, RELAY_E_IO, e, "cannot hand %s to the guest user",
+		              rel[0] ? rel : name);
 	}
 	relay_status status = RELAY_OK;
 	EVP_MD_CTX *ctx = push ? NULL : EVP_MD_CTX_new();
