@@ -94,8 +94,9 @@ def journal(evidence):
 
 def check_records(events, sent):
     """sent: executionIds in the order they were sent to this guest."""
-    starts = [e["executionId"] for e in events if e.get("type") == "execution-start" and e.get("executionId") in sent]
-    ends = [e["executionId"] for e in events if e.get("type") == "execution-completion" and e.get("executionId") in sent]
+    # The soak runs nothing else in its guests, so every start must be one it sent.
+    starts = [e["executionId"] for e in events if e.get("type") == "execution-start"]
+    ends = [e["executionId"] for e in events if e.get("type") == "execution-completion"]
     assert starts == sent, ("order or count of execution-start", len(starts), len(sent))
     assert sorted(ends) == sorted(sent) and len(set(ends)) == len(ends), ("execution-completion", len(ends), len(sent))
     return len(starts)
