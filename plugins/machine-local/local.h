@@ -3,17 +3,24 @@
  * use. Internal to plugins/machine-local (nothing here crosses the ABI).
  *
  * Modules:
- *   plugin.c     descriptor, init/fini, options
  *   lutil.c      JSON, time, random, durable files, /proc facts
  *   lease.c      the lease records on disk (one folder per lease)
- *   sandbox.c    acquire, destroy and verify a guest
+ *   plugin.c     init, fini, the transport ops and the descriptor
+ *   options.c    the options and their defaults
+ *   machine_ops.c  the machine ops
+ *   sandbox.c    acquire a guest (the record, then each part in order)
+ *   upper.c      the new guest's upper layer: private folders, /etc files
+ *   launch.c     the guest init, the network helper and the Xvfb display
+ *   destroy.c    destroy a guest, and verify that nothing of it is left
  *   cgroup.c     the guests' cgroups (v2, and the v1 pids and memory ones)
  *   uids.c       one guest uid per guest, claimed durably in the store
  *   ctl.c        the client of the guest init's control socket
  *   net.c        network helpers (slirp4netns, pasta), reject routes,
  *                sockets inside a guest's network namespace
  *   exec.c       transport exec
- *   xfer.c       transport push and pull (tar streams, SHA-256)
+ *   xfer.c       transport push and pull (tar streams, SHA-256); its parts
+ *                xfer_facts.c, xfer_paths.c, xfer_send.c, xfer_receive.c
+ *                share xfer_int.h
  *   inventory.c  images, catalog, doctor, health
  *   console.c    x11vnc console passthrough
  *   reaper.c     the background reaper and the scan at start
@@ -134,6 +141,10 @@ int lu_remove_tree(const char *path);
 int lu_mkdir_p(const char *path, mode_t mode);
 /* The first line of a small file, without its newline ("" when unreadable). */
 void lu_read_line(const char *path, char *out, size_t size);
+/* At most `max` bytes of a file, NUL-terminated (malloc'd), or NULL. */
+char *lu_read_small(const char *path, size_t max, size_t *len_out);
+/* <tree>/<rel> ("/<rel>" for the tree "/"), cut to `size`. */
+void lu_tree_path(char *out, size_t size, const char *tree, const char *rel);
 /* Start time of a process (field 22 of /proc/<pid>/stat), 0 when gone. */
 unsigned long long lu_proc_start(pid_t pid);
 /* 1 when pid is alive (not a zombie) and started at `start`. */
@@ -172,10 +183,31 @@ json_object *lease_local_facts(json_object *lease_doc);
 bool lease_owner_alive(local_state *st, json_object *record);
 void lease_set_owner(local_state *st, json_object *record);
 
-/* ---- sandbox.c ------------------------------------------------------------- */
+/* ---- sandbox.c, upper.c, launch.c, destroy.c ------------------------------------ */
 
 relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *call, json_object **record_out,
                              relay_error *err);
+/* Makes <lease_dir>/{upper,work,merged} and fills the upper layer; a
+ * conflict of the guest user with the image's passwd/group is
+ * RELAY_E_REFUSED with the reason. */
+relay_status upper_prepare(local_state *st, const char *tree, const char *lease_dir, const char *guest,
+                           const local_user *user, bool with_helper, relay_error *err);
+
+/* Host pids of a launch (0 = not started). */
+typedef struct launch_result {
+	pid_t launcher;
+	pid_t init_pid;
+	pid_t helper_pid;
+} launch_result;
+
+/* Starts the guest init for `record` (its cgroups and bounds) and, with a
+ * helper, the network helper; waits until the init is ready (20 s). *lr is
+ * set even on failure, for the cleanup. */
+relay_status launch_init(local_state *st, const char *lease_dir, const char *tree, const char *guest,
+                         json_object *record, bool with_helper, launch_result *lr, relay_error *err);
+/* Starts Xvfb in the guest as the guest user; adds "display" and
+ * pids.xvfb to the record. */
+relay_status launch_display(local_state *st, json_object *record, const char *lease_dir, relay_error *err);
 /* Kills every process, unmounts, deletes the upper layer and the lease
  * folder, and verifies. `record` is borrowed. */
 relay_status sandbox_destroy(local_state *st, json_object *record, const char *reason, relay_error *err);
@@ -297,6 +329,15 @@ relay_status console_op(local_state *st, const char *lease_json, const char *op,
                         relay_call *call, char **response_out, relay_error *err);
 /* Stops whatever console attempt runs (release). */
 void console_stop_all(local_state *st, json_object *record);
+
+/* ---- options.c, machine_ops.c ------------------------------------------------- */
+
+/* Sets every option's default (and the image "local"). */
+void options_defaults(local_state *st);
+/* Applies the config's "options" object; refuses a bad key or value by name. */
+relay_status options_parse(local_state *st, json_object *opts, relay_error *err);
+/* The machine ops of the descriptor (plugin.c). */
+extern const relay_machine_ops local_machine_ops;
 
 /* ---- reaper.c ---------------------------------------------------------------- */
 

@@ -477,3 +477,32 @@ bool lu_valid_token(const char *text, size_t max)
 	}
 	return true;
 }
+
+void lu_tree_path(char *out, size_t size, const char *tree, const char *rel)
+{
+	if (strcmp(tree, "/") == 0)
+		snprintf(out, size, "/%s", rel);
+	else
+		snprintf(out, size, "%s/%s", tree, rel);
+}
+
+char *lu_read_small(const char *path, size_t max, size_t *len_out)
+{
+	*len_out = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	char *buf = malloc(max + 1);
+	if (buf == NULL) {
+		close(fd);
+		return NULL;
+	}
+	size_t got = 0;
+	ssize_t n;
+	while (got < max && (n = read(fd, buf + got, max - got)) > 0)
+		got += (size_t)n;
+	close(fd);
+	buf[got] = '\0';
+	*len_out = got;
+	return buf;
+}
