@@ -111,14 +111,22 @@ static bool lease_folder_exists(local_state *st, const char *vm)
 }
 
 /* Removes stale claims (their lease folder is gone and no process runs as
- * the uid). Called with the claims lock held. */
-static void drop_stale(local_state *st, int dir, const bool *busy)
+ * the uid). `busy` has user_count entries; it is filled from /proc here, at
+ * the first stale claim, unless *scanned says it already was. Called with
+ * the claims lock held. */
+static void drop_stale(local_state *st, int dir, bool *busy, bool *scanned)
 {
 	for (unsigned k = 0; k < st->user_count; k++) {
 		char name[16], vm[256];
 		snprintf(name, sizeof name, "%u", (unsigned)st->user.uid + k);
 		claim_target(dir, name, vm, sizeof vm);
-		if (vm[0] == '\0' || lease_folder_exists(st, vm) || busy[k])
+		if (vm[0] == '\0' || lease_folder_exists(st, vm))
+			continue;
+		if (!*scanned) {
+			uids_running(st->user.uid, st->user_count, busy);
+			*scanned = true;
+		}
+		if (busy[k])
 			continue;
 		if (unlinkat(dir, name, 0) == 0)
 			st->host->log(RELAY_LOG_DEBUG, LOCAL_PLUGIN_NAME,
@@ -141,8 +149,9 @@ relay_status uids_claim(local_state *st, const char *vm, local_user *user, relay
 		status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 		goto cleanup;
 	}
+	bool scanned = true;
 	uids_running(st->user.uid, st->user_count, busy);
-	drop_stale(st, dir, busy);
+	drop_stale(st, dir, busy, &scanned);
 	for (unsigned k = 0; k < st->user_count; k++) {
 		char name[16];
 		snprintf(name, sizeof name, "%u", (unsigned)st->user.uid + k);
@@ -201,8 +210,8 @@ void uids_reconcile(local_state *st)
 		return;
 	bool *busy = calloc(st->user_count, sizeof *busy);
 	if (busy) {
-		uids_running(st->user.uid, st->user_count, busy);
-		drop_stale(st, dir, busy);
+		bool scanned = false; /* /proc is read only when a claim is stale */
+		drop_stale(st, dir, busy, &scanned);
 		free(busy);
 	}
 	close_claims(dir, lock);
