@@ -112,9 +112,10 @@ static json_object *int_obj(int64_t v)
 }
 
 /* The record's "bounds": the guest's uid and the rlimits every guest
- * command gets (null = none); cgroup_make adds the cgroup limits. The
- * kernel exempts uid 0 from RLIMIT_NPROC, so a root guest user has no
- * process bound from it. */
+ * command gets (null = none); cgroup_make adds the cgroup limits. A root
+ * guest user gets no RLIMIT_NPROC: the kernel exempts the host's uid 0,
+ * and without root the guest's root is the relay's own user, whose other
+ * processes the count would include on kernels before 5.14. */
 static json_object *bounds_record(local_state *st, const local_user *user)
 {
 	json_object *b = json_object_new_object();
