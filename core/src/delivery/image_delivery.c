@@ -175,6 +175,7 @@ void image_delivery_for_run(manager *m, guest *g, const json_object *request, co
 				json_object_put(out->presentation);
 				out->presentation = NULL;
 			}
+			free(data);
 		}
 	}
 	dctx_status(&c, IMAGE_STATUS_PENDING, NULL);
