@@ -8,6 +8,10 @@
  * becomes null); Unix-second times become ISO 8601 whole seconds. Nothing a
  * backend says about pixels, authentication or a person's confirmation is
  * ever upgraded by the relay.
+ *
+ * The console room writes these fields of struct guest (session/guest.h):
+ * console, console_attempt and console_attempt_ids. Failures are
+ * relay_outcome (util/outcome.h); the console tools build the results.
  */
 #ifndef RELAY_CONSOLE_CONSOLE_REPORT_H
 #define RELAY_CONSOLE_CONSOLE_REPORT_H
@@ -58,11 +62,13 @@ void console_guest_facts_free(console_guest_facts *facts);
 
 /* tools.md §3.11 steps 1-5 for guest `g`: the console-unavailable check,
  * the console plugin's resolve, the schema and identity checks, and the
- * stored observation (its status becomes "unknown" on any failure). NULL
- * on success with *obs_out (a new reference) and *facts_out filled; else
- * the error result (facts freed). Call without the lock, on g's queue. */
-tool_result *console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
-                                   console_guest_facts *facts_out);
+ * stored observation (its status becomes "unknown" on any failure). 0 on
+ * success with *obs_out (a new reference) and *facts_out filled; else -1
+ * with the failure in `o` (console-unavailable, backend-unavailable,
+ * console-identity-mismatch; facts freed). Call without the lock, on g's
+ * queue. */
+int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
+                          console_guest_facts *facts_out, relay_outcome *o);
 
 /* Marks the stored observation's status "unknown" (a failed console call). */
 void console_mark_unknown(manager *m, guest *g);
@@ -73,9 +79,9 @@ void console_mark_unknown(manager *m, guest *g);
 json_object *console_status_result(const char *guest_name, const json_object *obs, json_object *attempt);
 
 /* The console the call names must be the one the resolved observation
- * `obs` names (tools.md §3.12 step 2, §3.13): NULL when it is, else the
- * console-identity-mismatch error. */
-tool_result *console_named_check(manager *m, guest *g, const json_object *obs, const char *console_id);
+ * `obs` names (tools.md §3.12 step 2, §3.13): 0 when it is, else -1 with
+ * console-identity-mismatch in `o`. */
+int console_named_check(const json_object *obs, const char *console_id, relay_outcome *o);
 
 typedef enum console_operation { CONSOLE_OPEN, CONSOLE_CANCEL } console_operation;
 
@@ -86,11 +92,11 @@ typedef enum console_operation { CONSOLE_OPEN, CONSOLE_CANCEL } console_operatio
  * new status, records console-open / console-cancel, and returns the
  * observation (a new reference). Otherwise records console-open-uncertain /
  * console-cancel-uncertain, marks the console unknown, and returns NULL
- * with *error_out the outcome-unknown error. Call without the lock, on g's
- * queue. */
+ * with outcome-unknown in `o` (facts: {attempt_id}). Call without the
+ * lock, on g's queue. */
 json_object *console_attempt_request(manager *m, guest *g, relay_call *call, const console_guest_facts *facts,
                                      console_operation operation, const char *console_id,
-                                     const char *attempt_id, tool_result **error_out);
+                                     const char *attempt_id, relay_outcome *o);
 
 /* The relay-side view of an attempt whose backend state is unknown. */
 json_object *console_uncertain_attempt(const char *attempt_id);

@@ -25,7 +25,6 @@
 #include "evidence/download.h"
 #include "delivery/evidence_pull.h"
 #include "delivery/image_delivery.h"
-#include "lease/lifecycle.h"
 #include "mcp/call.h"
 #include "util/clock.h"
 #include "util/error.h"

@@ -76,10 +76,15 @@ void downloads_shutdown(manager *m, guest *g);
  * many were queued. */
 int downloads_resume(manager *m, guest *g);
 
-/* The hooks recording_detach() and recording_reattach() of lifecycle.h are
- * implemented in downloads.c: detach is downloads_shutdown(); reattach
- * queues again the steps whose records still say `queued` (downloads_resume)
- * and always succeeds. */
+/* The recording at the end of the session in pause mode (lease/): closes
+ * it on the host side without sealing, aborts the step download in flight
+ * and keeps queued steps in the record (downloads_shutdown). */
+void recording_detach(manager *m, guest *g);
+/* At restart (lease/reconcile.c), for a staged guest not delivered:
+ * reattaches its recording without replaying anything, queueing again the
+ * steps whose records still say `queued` (downloads_resume). 0, or -1 with
+ * the reason in errbuf. */
+int recording_reattach(manager *m, guest *g, char *errbuf, size_t errlen);
 
 /* For relay_image (images.md §7 step 4). */
 typedef enum downloads_wait_result {

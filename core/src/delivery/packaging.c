@@ -17,7 +17,6 @@
 #include "session/events.h"
 #include "delivery/evidence_pull.h"
 #include "delivery/extraction.h"
-#include "lease/lifecycle.h"
 #include "mcp/call.h"
 #include "util/clock.h"
 #include "util/error.h"

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "delivery/downloads.h"
 #include "session/events.h"
 #include "lease/lifecycle.h"
 #include "lease/renewal.h"
@@ -27,9 +28,6 @@
 
 #define RECORD_MAX_BYTES       (16u << 20)
 #define DEFAULT_SERVICE_ORIGIN "http://localhost:6240"
-
-/* Provided by the recording module when linked (lifecycle.h). */
-int recording_reattach(manager *m, guest *g, char *errbuf, size_t errlen) __attribute__((weak));
 
 static bool valid_guest_name(const char *name)
 {
@@ -801,7 +799,7 @@ static void reconcile_work(manager *m, guest *g, relay_call *call, void *ctx)
 	manager_unlock(m);
 
 	/* 7. The recording, reattached without replaying anything. */
-	if (reattach && recording_reattach != NULL) {
+	if (reattach) {
 		char reason[512] = "";
 		if (recording_reattach(m, g, reason, sizeof reason) != 0)
 			guest_set_last_error(

@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "delivery/downloads.h"
-#include "tools/tools.h"
-#include "session/events.h"
+#include "delivery/packaging.h"
 #include "lease/lifecycle.h"
 #include "lease/renewal.h"
+#include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/jsonx.h"
@@ -27,10 +27,6 @@
 #define RELEASE_LOOKUP_MS  5000
 #define DIRECT_RELEASE_MS  30000
 #define VERIFY_MS          15000
-
-/* Provided by the evidence/packaging module when linked (lifecycle.h). */
-json_object *release_package(manager *m, guest *g, relay_call *call) __attribute__((weak));
-void recording_detach(manager *m, guest *g) __attribute__((weak));
 
 static json_object *parse_owned(char *text)
 {
@@ -68,7 +64,9 @@ static void request_done(manager *m, request_call *rc)
 	rc->call = NULL;
 }
 
-static tool_result *release_result(manager *m, guest *g, const char *reason, json_object *package)
+/* The relay_release facts and headline of a guest released for `reason`,
+ * into `o`. Returns 0. */
+static int release_result(manager *m, guest *g, const char *reason, json_object *package, relay_outcome *o)
 {
 	manager_lock(m);
 	json_object *r = json_object_new_object();
@@ -104,17 +102,17 @@ static tool_result *release_result(manager *m, guest *g, const char *reason, jso
 	char *name = strdup(g->name);
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
 	manager_unlock(m);
-	tool_result *result;
-	if (strcmp(reason, "not-acquired") == 0)
-		result = tool_result_ok(
-		    r, "Released guest %s: nothing was ever leased for it; evidence kept at %s", name,
-		    evidence ? evidence : "(no evidence folder)");
-	else
-		result = tool_result_ok(r, "Released guest %s: machine destroyed; evidence kept at %s", name,
-		                        evidence ? evidence : "(no evidence folder)");
+	strbuf headline = STRBUF_INIT;
+	strbuf_printf(&headline, "Released guest %s: %s; evidence kept at %s", name,
+	              strcmp(reason, "not-acquired") == 0 ? "nothing was ever leased for it"
+	                                                  : "machine destroyed",
+	              evidence ? evidence : "(no evidence folder)");
+	outcome_free(o);
+	o->facts = r;
+	o->message = strbuf_detach(&headline, NULL);
 	free(name);
 	free(evidence);
-	return result;
+	return 0;
 }
 
 static void close_transport(manager *m, guest *g)
@@ -131,10 +129,10 @@ static void close_transport(manager *m, guest *g)
 }
 
 /* Step 4: an acquisition whose outcome is unknown is looked up by purpose.
- * Returns NULL to go on (g->lease set), or the result that ends the
- * release. */
-static tool_result *settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_call *call,
-                                     guest_phase prior)
+ * Returns 0 to go on (g->lease set); 1 when nothing was leased (the
+ * release is done, `o` filled); -1 with the failure in `o`. */
+static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_call *call, guest_phase prior,
+                            relay_outcome *o)
 {
 	relay_error err;
 	memset(&err, 0, sizeof err);
@@ -154,7 +152,8 @@ static tool_result *settle_uncertain(manager *m, guest *g, loaded_plugin *machin
 		lifecycle_registry_remove(m, g);
 		guest_event(m, g, "release", "nothing was leased for this purpose", NULL);
 		guest_close(m, g, "not-acquired");
-		return release_result(m, g, "not-acquired", NULL);
+		release_result(m, g, "not-acquired", NULL, o);
+		return 1;
 	}
 	if (st != RELAY_OK || n != 1) {
 		json_object_put(found);
@@ -163,13 +162,13 @@ static tool_result *settle_uncertain(manager *m, guest *g, loaded_plugin *machin
 		guest_save(g);
 		manager_unlock(m);
 		if (st == RELAY_OK)
-			return guest_error(
-			    m, g, NULL, "outcome-unknown",
+			return outcome_fail(
+			    o, "outcome-unknown",
 			    "ambiguous acquisition: %zu leases carry purpose %s; the ownership record is "
 			    "kept",
 			    n, g->purpose);
-		return guest_error(
-		    m, g, NULL, "outcome-unknown",
+		return outcome_fail(
+		    o, "outcome-unknown",
 		    "the acquisition of purpose %s cannot be looked up (%s); the ownership record is "
 		    "kept; call relay_release again later",
 		    g->purpose, err.message[0] ? err.message : relay_status_str(st));
@@ -181,39 +180,41 @@ static tool_result *settle_uncertain(manager *m, guest *g, loaded_plugin *machin
 	guest_save(g);
 	manager_unlock(m);
 	json_object_put(found);
-	return NULL;
+	return 0;
 }
 
-static tool_result *release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason);
+static int release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason,
+                        relay_outcome *o);
 
-tool_result *lifecycle_release(manager *m, guest *g, relay_call *call, bool direct)
+int lifecycle_release(manager *m, guest *g, relay_call *call, bool direct, relay_outcome *o)
 {
-	return release_path(m, g, call, direct, "released");
+	return release_path(m, g, call, direct, "released", o);
 }
 
-tool_result *lifecycle_release_finished(manager *m, guest *g, relay_call *call)
+int lifecycle_release_finished(manager *m, guest *g, relay_call *call, relay_outcome *o)
 {
-	return release_path(m, g, call, false, "finished");
+	return release_path(m, g, call, false, "finished", o);
 }
 
 /* `reason` is "released", or "finished" for relay_finish's destruction step
  * (the package is delivered, so nothing is packaged). */
-static tool_result *release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason)
+static int release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason,
+                        relay_outcome *o)
 {
 	manager_wait_startup(m);
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	if (machine == NULL)
-		return guest_error(
-		    m, g, NULL, "backend-unavailable", "the machine backend is not available: %s",
-		    m->backends->load_errors[SLOT_MACHINE] ? m->backends->load_errors[SLOT_MACHINE]
-		                                           : "no machine plugin is configured");
+		return outcome_fail(o, "backend-unavailable", "the machine backend is not available: %s",
+		                    m->backends->load_errors[SLOT_MACHINE]
+		                        ? m->backends->load_errors[SLOT_MACHINE]
+		                        : "no machine plugin is configured");
 	manager_lock(m);
 	if (g->phase == PHASE_CLOSED) {
 		manager_unlock(m);
 		return release_result(m, g,
 		                      jsonx_get_str(g->closed, "reason") ? jsonx_get_str(g->closed, "reason")
 		                                                         : "released",
-		                      NULL);
+		                      NULL, o);
 	}
 	guest_phase prior = g->phase;
 	bool uncertain = prior == PHASE_ACQUISITION_UNCERTAIN || g->lease == NULL;
@@ -234,15 +235,15 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 
 	/* Step 3: keep what evidence exists. */
 	json_object *packaged = NULL;
-	if (package && release_package != NULL)
+	if (package)
 		packaged = release_package(m, g, call);
 
 	/* Step 4. */
 	if (uncertain) {
-		tool_result *settled = settle_uncertain(m, g, machine, call, prior);
-		if (settled) {
+		int settled = settle_uncertain(m, g, machine, call, prior, o);
+		if (settled != 0) {
 			json_object_put(packaged);
-			return settled;
+			return settled < 0 ? -1 : 0;
 		}
 	}
 	if (relay_call_is_cancelled(call)) {
@@ -254,8 +255,8 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 		    "the release was cancelled before the destroy request; the guest is still held and "
 		    "its renewal is stopped: call relay_release again");
 		json_object_put(packaged);
-		return guest_error(m, g, NULL, "shutting-down",
-		                   "the release of %s was cancelled before the destroy request", g->name);
+		return outcome_fail(o, "shutting-down",
+		                    "the release of %s was cancelled before the destroy request", g->name);
 	}
 
 	/* Steps 5-6: destroy, then verify independently. */
@@ -309,8 +310,8 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 		    "the release of %s was cancelled after the destroy request; whether the machine "
 		    "is gone is unknown; ownership is kept: call relay_release again",
 		    g->name);
-		return guest_error(
-		    m, g, NULL, "outcome-unknown",
+		return outcome_fail(
+		    o, "outcome-unknown",
 		    "the release of %s was cancelled after the destroy request; ownership is kept until "
 		    "a later relay_release verifies destruction",
 		    g->name);
@@ -319,8 +320,8 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 		free(lease);
 		json_object_put(packaged);
 		guest_set_last_error(m, g, "release failed: %s", err.message[0] ? err.message : "no answer");
-		return guest_error(
-		    m, g, NULL, "destruction-unverified",
+		return outcome_fail(
+		    o, "destruction-unverified",
 		    "The backend did not confirm destroying %s (%s); ownership, record and registry row "
 		    "are kept; call relay_release again",
 		    g->name, err.message[0] ? err.message : "no answer");
@@ -338,8 +339,8 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 		json_object_put(packaged);
 		guest_set_last_error(m, g, "destruction unverified: %s",
 		                     err.message[0] ? err.message : relay_status_str(verified));
-		return guest_error(
-		    m, g, NULL, "destruction-unverified",
+		return outcome_fail(
+		    o, "destruction-unverified",
 		    "Destruction of %s could not be verified (%s); ownership, record and registry row "
 		    "are kept; call relay_release again",
 		    g->name, err.message[0] ? err.message : relay_status_str(verified));
@@ -351,10 +352,9 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 	manager_unlock(m);
 	lifecycle_registry_remove(m, g);
 	lifecycle_write_record(m, g, reason, false);
-	if (recording_detach != NULL)
-		recording_detach(m, g);
+	recording_detach(m, g);
 	guest_close(m, g, reason);
-	tool_result *result = release_result(m, g, reason, packaged);
+	release_result(m, g, reason, packaged, o);
 	json_object_put(packaged);
-	return result;
+	return 0;
 }

@@ -16,8 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "session/queue.h"
 #include "relay/transport.h"
+#include "session/queue.h"
 
 typedef enum guest_phase {
 	PHASE_ACQUIRING = 0,
@@ -133,6 +133,9 @@ const char *renewal_state_name(renewal_state state);
 
 /* Allocates a guest with empty facts and an initialised queue. */
 guest *guest_new(void);
+/* Frees the guest's facts and queue. What the rooms above keep for it (the
+ * download queue `dl`) must be freed first (manager_hooks's
+ * guest_release_rooms); a guest that never reached them has none. */
 void guest_free(guest *g);
 
 /* The ownership record (lifecycle.md §9) as a new JSON object. */

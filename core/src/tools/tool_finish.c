@@ -279,7 +279,7 @@ tool_result *tool_finish(manager *m, guest *g, json_object *args, relay_call *ca
 
 	/* 8. Destruction, verified exactly as relay_release does it. */
 	progress(call, 6, "destruction");
-	tool_result *destroyed = lifecycle_release_finished(m, g, call);
+	tool_result *destroyed = tools_release_finished(m, g, call);
 	if (destroyed == NULL || destroyed->is_error) {
 		json_object *e = destroyed ? jsonx_get_obj(destroyed->structured, "error") : NULL;
 		const char *code =
