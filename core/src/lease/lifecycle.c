@@ -85,12 +85,12 @@ static char *machine_cell(manager *m, guest *g)
 	const relay_settings *s = m->settings;
 	const char *plugin = backends_display_name(m->backends, SLOT_MACHINE);
 	strbuf sb = STRBUF_INIT;
-	if (plugin && strcmp(plugin, "machine-service") == 0) {
+	if (backends_uses_service(m->backends, SLOT_MACHINE)) {
 		if (s->environment)
 			strbuf_printf(&sb, "%s (%s; %s)", s->service_url, environment_id(s->environment),
 			              g->purpose);
 		else
-			strbuf_printf(&sb, "127.0.0.1 (machine-service %s)", g->purpose);
+			strbuf_printf(&sb, "127.0.0.1 (%s %s)", plugin ? plugin : "machine", g->purpose);
 	} else {
 		strbuf_printf(&sb, "localhost (%s %s)", plugin ? plugin : "machine", g->purpose);
 	}

@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "delivery/downloads.h"
-#include "session/events.h"
 #include "lease/lifecycle.h"
 #include "lease/renewal.h"
+#include "session/events.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -489,18 +489,18 @@ static void make_unavailable(manager *m, guest *g, const char *fmt, ...)
 }
 
 /* A record written without a binding is adopted only by the default
- * deployment: machine-service at http://localhost:6240, Tart home ~/.tart,
- * no environment. */
-static bool default_deployment(const json_object *current)
+ * deployment: a machine slot working through the machine service
+ * (backends_uses_service) at http://localhost:6240, Tart home ~/.tart, no
+ * environment. */
+static bool default_deployment(manager *m, const json_object *current)
 {
 	const char *home = getenv("HOME");
 	if (home == NULL)
 		return false;
 	char *tart = fs_path_join(home, ".tart");
-	const char *machine = jsonx_get_str(current, "machine"),
-	           *endpoint = jsonx_get_str(current, "endpoint");
+	const char *endpoint = jsonx_get_str(current, "endpoint");
 	const char *store = jsonx_get_str(current, "store");
-	bool ok = tart && machine && strcmp(machine, "machine-service") == 0 && endpoint &&
+	bool ok = tart && backends_uses_service(m->backends, SLOT_MACHINE) && endpoint &&
 	          strcmp(endpoint, DEFAULT_SERVICE_ORIGIN) == 0 && store && strcmp(store, tart) == 0 &&
 	          jsonx_get_str(current, "environmentFingerprint") == NULL;
 	free(tart);
@@ -632,7 +632,8 @@ static void reconcile_work(manager *m, guest *g, relay_call *call, void *ctx)
 	/* 3. The binding, before any backend operation. */
 	json_object *current = lifecycle_binding_json(m);
 	manager_lock(m);
-	bool bound = g->binding ? lifecycle_binding_equal(g->binding, current) : default_deployment(current);
+	bool bound =
+	    g->binding ? lifecycle_binding_equal(g->binding, current) : default_deployment(m, current);
 	if (bound && g->binding == NULL) {
 		g->binding = json_object_get(current);
 		guest_save(g);
