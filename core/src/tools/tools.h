@@ -20,7 +20,8 @@ tool_result *guest_error(manager *m, guest *g, json_object *structured, const ch
 
 /* The error result of a failed domain outcome (util/outcome.h): its code
  * and sentence, its facts as the structured content, and "guestState" when
- * `g` is not NULL (as guest_error). Frees the outcome. Call without the lock. */
+ * `g` is not NULL (as guest_error) and the facts carry none already. Frees
+ * the outcome. Call without the lock. */
 tool_result *tools_failure(manager *m, guest *g, relay_outcome *o);
 
 /* Tool handlers: run on the guest's queue (per-guest tools and acquire) or a
