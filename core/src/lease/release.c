@@ -183,6 +183,75 @@ static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_
 	return 0;
 }
 
+/* Step 5: the destroy request, up to RELEASE_ATTEMPTS times (once when
+ * `direct`), with a lookup after each failure. 0 when the backend
+ * destroyed it or no longer knows it; -1 with outcome-unknown (cancelled
+ * after the request) or destruction-unverified in `o`. */
+static int destroy(manager *m, guest *g, loaded_plugin *machine, relay_call *call, const char *lease,
+                   bool direct, relay_outcome *o)
+{
+	bool released = false, cancelled = false;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	int attempts = direct ? 1 : RELEASE_ATTEMPTS;
+	for (int attempt = 1; attempt <= attempts && !released && !cancelled; attempt++) {
+		memset(&err, 0, sizeof err);
+		request_call rc = request_begin(m, call, direct ? DIRECT_RELEASE_MS : RELEASE_ATTEMPT_MS);
+		relay_status st =
+		    machine->machine.release(machine->state, lease, "released", rc.call, 0, &err);
+		bool request_cancelled = relay_call_is_cancelled(rc.call);
+		request_done(m, &rc);
+		if (st == RELAY_OK || st == RELAY_E_NOT_FOUND) {
+			released = true;
+			break;
+		}
+		if (st == RELAY_E_CANCELLED || (request_cancelled && relay_call_is_cancelled(call))) {
+			cancelled = true;
+			break;
+		}
+		json_object *details = json_object_new_object();
+		jsonx_add_int(details, "attempt", attempt);
+		jsonx_add_str(details, "error", err.message);
+		guest_event(m, g, "release-error", err.message, details);
+		if (direct)
+			break;
+		relay_error inspect_err;
+		memset(&inspect_err, 0, sizeof inspect_err);
+		char *snapshot = NULL;
+		request_call lc = request_begin(m, NULL, RELEASE_LOOKUP_MS);
+		if (machine->machine.inspect(machine->state, lease, lc.call, 0, &snapshot, &inspect_err) ==
+		    RELAY_E_NOT_FOUND)
+			released = true;
+		request_done(m, &lc);
+		free(snapshot);
+	}
+	if (cancelled) {
+		lifecycle_record_cancelled(
+		    m, g, "relay_release", true,
+		    "cancelled after the destroy request; destruction is uncertain and ownership is "
+		    "kept until a later release verifies it");
+		guest_set_last_error(
+		    m, g,
+		    "the release of %s was cancelled after the destroy request; whether the machine "
+		    "is gone is unknown; ownership is kept: call relay_release again",
+		    g->name);
+		return outcome_fail(
+		    o, "outcome-unknown",
+		    "the release of %s was cancelled after the destroy request; ownership is kept until "
+		    "a later relay_release verifies destruction",
+		    g->name);
+	}
+	if (!released) {
+		guest_set_last_error(m, g, "release failed: %s", err.message[0] ? err.message : "no answer");
+		return outcome_fail(
+		    o, "destruction-unverified",
+		    "The backend did not confirm destroying %s (%s); ownership, record and registry row "
+		    "are kept; call relay_release again",
+		    g->name, err.message[0] ? err.message : "no answer");
+	}
+	return 0;
+}
+
 static int release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason,
                         relay_outcome *o);
 
@@ -263,69 +332,12 @@ static int release_path(manager *m, guest *g, relay_call *call, bool direct, con
 	close_transport(m, g);
 	relay_call_progress(progress, 2, 3, "destruction", true);
 	char *lease = guest_lease_text(m, g);
-	bool released = false, cancelled = false;
+	if (destroy(m, g, machine, call, lease, direct, o) != 0) {
+		free(lease);
+		json_object_put(packaged);
+		return -1;
+	}
 	relay_error err;
-	memset(&err, 0, sizeof err);
-	int attempts = direct ? 1 : RELEASE_ATTEMPTS;
-	for (int attempt = 1; attempt <= attempts && !released && !cancelled; attempt++) {
-		memset(&err, 0, sizeof err);
-		request_call rc = request_begin(m, call, direct ? DIRECT_RELEASE_MS : RELEASE_ATTEMPT_MS);
-		relay_status st =
-		    machine->machine.release(machine->state, lease, "released", rc.call, 0, &err);
-		bool request_cancelled = relay_call_is_cancelled(rc.call);
-		request_done(m, &rc);
-		if (st == RELAY_OK || st == RELAY_E_NOT_FOUND) {
-			released = true;
-			break;
-		}
-		if (st == RELAY_E_CANCELLED || (request_cancelled && relay_call_is_cancelled(call))) {
-			cancelled = true;
-			break;
-		}
-		json_object *details = json_object_new_object();
-		jsonx_add_int(details, "attempt", attempt);
-		jsonx_add_str(details, "error", err.message);
-		guest_event(m, g, "release-error", err.message, details);
-		if (direct)
-			break;
-		relay_error inspect_err;
-		memset(&inspect_err, 0, sizeof inspect_err);
-		char *snapshot = NULL;
-		request_call lc = request_begin(m, NULL, RELEASE_LOOKUP_MS);
-		if (machine->machine.inspect(machine->state, lease, lc.call, 0, &snapshot, &inspect_err) ==
-		    RELAY_E_NOT_FOUND)
-			released = true;
-		request_done(m, &lc);
-		free(snapshot);
-	}
-	if (cancelled) {
-		free(lease);
-		json_object_put(packaged);
-		lifecycle_record_cancelled(
-		    m, g, "relay_release", true,
-		    "cancelled after the destroy request; destruction is uncertain and ownership is "
-		    "kept until a later release verifies it");
-		guest_set_last_error(
-		    m, g,
-		    "the release of %s was cancelled after the destroy request; whether the machine "
-		    "is gone is unknown; ownership is kept: call relay_release again",
-		    g->name);
-		return outcome_fail(
-		    o, "outcome-unknown",
-		    "the release of %s was cancelled after the destroy request; ownership is kept until "
-		    "a later relay_release verifies destruction",
-		    g->name);
-	}
-	if (!released) {
-		free(lease);
-		json_object_put(packaged);
-		guest_set_last_error(m, g, "release failed: %s", err.message[0] ? err.message : "no answer");
-		return outcome_fail(
-		    o, "destruction-unverified",
-		    "The backend did not confirm destroying %s (%s); ownership, record and registry row "
-		    "are kept; call relay_release again",
-		    g->name, err.message[0] ? err.message : "no answer");
-	}
 	relay_call_progress(progress, 3, 3, "verification", true);
 	char *check = NULL;
 	memset(&err, 0, sizeof err);
