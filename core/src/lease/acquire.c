@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "console/console_report.h"
 #include "lease/lifecycle.h"
 #include "session/events.h"
 #include "util/clock.h"
@@ -240,7 +239,8 @@ static json_object *acquire_result(manager *m, guest *g)
 /* Steps 4-6, before anything is recorded: the session still takes work, the
  * backend answers for its identity, the image is offered, and with vnc the
  * console backend of the image's OS is available. 0, or -1 (closed). */
-static int acquire_checks(manager *m, guest *g, loaded_plugin *machine, relay_call *call, relay_outcome *o)
+static int acquire_checks(manager *m, guest *g, loaded_plugin *machine, relay_call *call,
+                          const acquire_console *console, relay_outcome *o)
 {
 	char errbuf[512];
 	if (relay_call_is_cancelled(call))
@@ -274,12 +274,12 @@ static int acquire_checks(manager *m, guest *g, loaded_plugin *machine, relay_ca
 	if (check_image(m, g, machine, call, o) != 0)
 		return -1;
 	/* Step 6: with vnc, the console backend of the image's OS must be
-	 * available (console_vnc_check reads the acquisition capabilities
-	 * through the console plugin; console/console_report.c). */
+	 * available (the console room reads the acquisition capabilities
+	 * through the console plugin). */
 	if (g->vnc) {
 		const char *vnc_code = NULL;
 		char vnc_message[512];
-		if (console_vnc_check(m, g->image, call, &vnc_code, vnc_message, sizeof vnc_message) != 0)
+		if (console->vnc_check(m, g->image, call, &vnc_code, vnc_message, sizeof vnc_message) != 0)
 			return not_acquired(m, g, o, vnc_code, vnc_message);
 	}
 	return 0;
@@ -465,9 +465,9 @@ static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_cal
 }
 
 /* Step 14: with vnc, the lease must carry its identity and a ready
- * console, stored as the relay's observation (console_report.h). 0, or -1
+ * console, stored as the relay's observation (the console room's). 0, or -1
  * with outcome-unknown (ownership kept). */
-static int check_console(manager *m, guest *g, relay_outcome *o)
+static int check_console(manager *m, guest *g, const acquire_console *console_room, relay_outcome *o)
 {
 	if (!g->vnc)
 		return 0;
@@ -477,7 +477,7 @@ static int check_console(manager *m, guest *g, relay_outcome *o)
 	bool ok = jsonx_get_str(g->lease, "lease_id") && jsonx_get_str(console, "console_id") && status &&
 	          strcmp(status, "ready") == 0;
 	if (ok) {
-		json_object *observation = console_observation(console);
+		json_object *observation = console_room->observation(console);
 		json_object_put(g->console);
 		g->console = observation ? observation : json_object_get(console);
 	}
@@ -490,13 +490,13 @@ static int check_console(manager *m, guest *g, relay_outcome *o)
 	                    "kept for reconciliation");
 }
 
-int lease_acquire(manager *m, guest *g, relay_call *call, relay_outcome *o)
+int lease_acquire(manager *m, guest *g, relay_call *call, const acquire_console *console, relay_outcome *o)
 {
 	manager_wait_startup(m);
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	capacity_wait wait = {0, 0};
-	if (acquire_checks(m, g, machine, call, o) != 0 || acquire_record(m, g, o) != 0 ||
-	    request_lease(m, g, machine, call, &wait, o) != 0 || check_console(m, g, o) != 0)
+	if (acquire_checks(m, g, machine, call, console, o) != 0 || acquire_record(m, g, o) != 0 ||
+	    request_lease(m, g, machine, call, &wait, o) != 0 || check_console(m, g, console, o) != 0)
 		return -1;
 	relay_call_progress(call, ++wait.progress, -1, "lease granted", true);
 	if (relay_call_is_cancelled(call))

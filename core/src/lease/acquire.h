@@ -12,6 +12,18 @@
 
 #include "session/manager_internal.h"
 
+/* What relay_acquire needs of the console room (console/console_report.h;
+ * lease/ and console/ are peers, so the handler passes them). */
+typedef struct acquire_console {
+	/* Step 6, with vnc: 0 when the console backend of `image`'s OS is
+	 * available; -1 with the refusal's code and message. */
+	int (*vnc_check)(manager *m, const char *image, relay_call *call, const char **code_out, char *msg,
+	                 size_t len);
+	/* Step 14: the relay's observation of the lease's console report (a
+	 * new reference), or NULL when its schema is not known. */
+	json_object *(*observation)(const json_object *report);
+} acquire_console;
+
 /* Leases the guest manager_reserve_guest() reserved. 0 with relay_acquire's
  * facts in o->facts (guest, task, image, purpose, vm, lease_id, network,
  * ttlHours, acquiredAt, deadline, expiresAt, waitedForCapacityMs,
@@ -23,6 +35,6 @@
  * before its lease request is closed as not-acquired; one whose outcome is
  * unknown is kept in acquisition-uncertain. Call on the guest's queue,
  * without the lock. */
-int lease_acquire(manager *m, guest *g, relay_call *call, relay_outcome *o);
+int lease_acquire(manager *m, guest *g, relay_call *call, const acquire_console *console, relay_outcome *o);
 
 #endif

@@ -1,15 +1,21 @@
 /* relay_acquire (tools.md §3.4): the name was reserved at dispatch
  * (manager_reserve_guest); the lease is lease_acquire() (lease/acquire.c);
  * this builds the result. */
+#include "console/console_report.h"
 #include "lease/acquire.h"
 #include "tools/tools.h"
 #include "util/jsonx.h"
+
+static const acquire_console console_room = {
+    .vnc_check = console_vnc_check,
+    .observation = console_observation,
+};
 
 tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *call)
 {
 	(void)args;
 	relay_outcome o = OUTCOME_INIT;
-	if (lease_acquire(m, g, call, &o) != 0)
+	if (lease_acquire(m, g, call, &console_room, &o) != 0)
 		return tools_failure(m, g, &o);
 	json_object *result = outcome_take_facts(&o);
 	outcome_free(&o);
