@@ -36,7 +36,14 @@ guest *manager_reserve_guest(manager *m, json_object *args, relay_outcome *refus
 	int64_t n = 1;
 	jsonx_get_int(m->counters, task, &n);
 	char name[64];
-	snprintf(name, sizeof name, "%s-%lld", task, (long long)n);
+	/* A name the table holds is never handed out again, even when its
+	 * record was unreadable at restart and so moved no counter: reusing it
+	 * would overwrite that record. */
+	for (;; n++) {
+		snprintf(name, sizeof name, "%s-%lld", task, (long long)n);
+		if (manager_find_guest(m, name) == NULL)
+			break;
+	}
 	jsonx_add_int(m->counters, task, n + 1);
 	if (manager_save_session(m) != 0) {
 		outcome_fail(refusal, "internal",
