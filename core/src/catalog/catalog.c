@@ -174,6 +174,96 @@ static application *find_app(catalog_view *v, const char *id)
 	return NULL;
 }
 
+/* One application entry of image `key` (os, arch): validated, and merged
+ * into the view as an installation (a repeated identical entry adds
+ * nothing). NULL, or the broken rule (written into why). */
+static const char *add_application(catalog_view *v, json_object *app, const char *key, const char *os,
+                                   const char *arch, char *why, size_t len)
+{
+	json_object *id_v = NULL, *name_v = NULL, *aliases = NULL, *version_v = NULL;
+	bool has_version = json_object_object_get_ex(app, "version", &version_v);
+	json_object_object_get_ex(app, "id", &id_v);
+	json_object_object_get_ex(app, "name", &name_v);
+	json_object_object_get_ex(app, "aliases", &aliases);
+	if (!json_object_is_type(app, json_type_object) || !text_within(id_v, CATALOG_ID_MAX, false))
+		return snprintf(why, len, "an application of image %s has no id of 1 to %d characters", key,
+		                CATALOG_ID_MAX),
+		       why;
+	const char *id = json_object_get_string(id_v);
+	if (!text_within(name_v, CATALOG_TEXT_MAX, false))
+		return snprintf(why, len, "application %.128s of image %s has no name of 1 to %d characters",
+		                id, key, CATALOG_TEXT_MAX),
+		       why;
+	if (!json_object_is_type(aliases, json_type_array) ||
+	    json_object_array_length(aliases) > CATALOG_MAX_ALIASES)
+		return snprintf(why, len, "application %.128s of image %s needs aliases: at most %d strings",
+		                id, key, CATALOG_MAX_ALIASES),
+		       why;
+	for (size_t k = 0; k < json_object_array_length(aliases); k++)
+		if (!text_within(json_object_array_get_idx(aliases, k), CATALOG_TEXT_MAX, false))
+			return snprintf(why, len,
+			                "an alias of application %.128s is not a string of 1 "
+			                "to %d "
+			                "characters",
+			                id, CATALOG_TEXT_MAX),
+			       why;
+	if (!has_version || (version_v != NULL && !text_within(version_v, CATALOG_TEXT_MAX, true)))
+		return snprintf(why, len, "application %.128s of image %s needs a version string or null", id,
+		                key),
+		       why;
+	const char *name = json_object_get_string(name_v);
+	const char *app_version = version_v ? json_object_get_string(version_v) : NULL;
+	application *merged = find_app(v, id);
+	if (merged && strcmp(merged->name, name) != 0)
+		return snprintf(why, len, "application %.128s is named both \"%.100s\" and \"%.100s\"", id,
+		                merged->name, name),
+		       why;
+	bool duplicate = false;
+	for (size_t k = 0; merged && k < merged->n_inst; k++) {
+		installation *in = &merged->inst[k];
+		if (strcmp(in->image, key) != 0)
+			continue;
+		if (!str_eq_nullable(in->version, app_version) || !aliases_equal(in->aliases, aliases))
+			return snprintf(why, len,
+			                "application %.128s is listed twice in image %s with "
+			                "contradicting facts",
+			                id, key),
+			       why;
+		duplicate = true;
+	}
+	if (duplicate)
+		return NULL;
+	if (++v->n_installations > CATALOG_MAX_INSTALLATIONS)
+		return snprintf(why, len, "the catalog lists more than %d installations",
+		                CATALOG_MAX_INSTALLATIONS),
+		       why;
+	if (merged == NULL) {
+		if (v->n_apps == v->cap_apps) {
+			size_t cap = v->cap_apps ? v->cap_apps * 2 : 64;
+			application *grown = realloc(v->apps, cap * sizeof *grown);
+			if (grown == NULL)
+				return snprintf(why, len, "out of memory reading the catalog"), why;
+			v->apps = grown;
+			v->cap_apps = cap;
+		}
+		merged = &v->apps[v->n_apps++];
+		memset(merged, 0, sizeof *merged);
+		merged->id = id;
+		merged->name = name;
+		merged->lower_name = catalog_lower_utf8(name);
+	}
+	if (merged->n_inst == merged->cap_inst) {
+		size_t cap = merged->cap_inst ? merged->cap_inst * 2 : 4;
+		installation *grown = realloc(merged->inst, cap * sizeof *grown);
+		if (grown == NULL)
+			return snprintf(why, len, "out of memory reading the catalog"), why;
+		merged->inst = grown;
+		merged->cap_inst = cap;
+	}
+	merged->inst[merged->n_inst++] = (installation){key, os, arch, app_version, id, aliases};
+	return NULL;
+}
+
 /* tools.md §3.1 step 3. Builds the merged view; NULL on success or the
  * broken rule (written into why). */
 const char *catalog_validate(json_object *catalog, catalog_view *v, char *why, size_t len)
@@ -227,103 +317,10 @@ const char *catalog_validate(json_object *catalog, catalog_view *v, char *why, s
 		}
 		size_t n_apps = json_object_array_length(apps);
 		for (size_t a = 0; a < n_apps; a++) {
-			json_object *app = json_object_array_get_idx(apps, a);
-			json_object *id_v = NULL, *name_v = NULL, *aliases = NULL, *version_v = NULL;
-			bool has_version = json_object_object_get_ex(app, "version", &version_v);
-			json_object_object_get_ex(app, "id", &id_v);
-			json_object_object_get_ex(app, "name", &name_v);
-			json_object_object_get_ex(app, "aliases", &aliases);
-			if (!json_object_is_type(app, json_type_object) ||
-			    !text_within(id_v, CATALOG_ID_MAX, false))
-				return snprintf(why, len,
-				                "an application of image %s has no id of 1 to %d characters",
-				                key, CATALOG_ID_MAX),
-				       why;
-			const char *id = json_object_get_string(id_v);
-			if (!text_within(name_v, CATALOG_TEXT_MAX, false))
-				return snprintf(
-				           why, len,
-				           "application %.128s of image %s has no name of 1 to %d characters",
-				           id, key, CATALOG_TEXT_MAX),
-				       why;
-			if (!json_object_is_type(aliases, json_type_array) ||
-			    json_object_array_length(aliases) > CATALOG_MAX_ALIASES)
-				return snprintf(
-				           why, len,
-				           "application %.128s of image %s needs aliases: at most %d strings",
-				           id, key, CATALOG_MAX_ALIASES),
-				       why;
-			for (size_t k = 0; k < json_object_array_length(aliases); k++)
-				if (!text_within(json_object_array_get_idx(aliases, k), CATALOG_TEXT_MAX,
-				                 false))
-					return snprintf(why, len,
-					                "an alias of application %.128s is not a string of 1 "
-					                "to %d "
-					                "characters",
-					                id, CATALOG_TEXT_MAX),
-					       why;
-			if (!has_version ||
-			    (version_v != NULL && !text_within(version_v, CATALOG_TEXT_MAX, true)))
-				return snprintf(
-				           why, len,
-				           "application %.128s of image %s needs a version string or null",
-				           id, key),
-				       why;
-			const char *name = json_object_get_string(name_v);
-			const char *app_version = version_v ? json_object_get_string(version_v) : NULL;
-			application *merged = find_app(v, id);
-			if (merged && strcmp(merged->name, name) != 0)
-				return snprintf(why, len,
-				                "application %.128s is named both \"%.100s\" and \"%.100s\"",
-				                id, merged->name, name),
-				       why;
-			bool duplicate = false;
-			for (size_t k = 0; merged && k < merged->n_inst; k++) {
-				installation *in = &merged->inst[k];
-				if (strcmp(in->image, key) != 0)
-					continue;
-				if (!str_eq_nullable(in->version, app_version) ||
-				    !aliases_equal(in->aliases, aliases))
-					return snprintf(why, len,
-					                "application %.128s is listed twice in image %s with "
-					                "contradicting facts",
-					                id, key),
-					       why;
-				duplicate = true;
-			}
-			if (duplicate)
-				continue;
-			if (++v->n_installations > CATALOG_MAX_INSTALLATIONS)
-				return snprintf(why, len, "the catalog lists more than %d installations",
-				                CATALOG_MAX_INSTALLATIONS),
-				       why;
-			if (merged == NULL) {
-				if (v->n_apps == v->cap_apps) {
-					size_t cap = v->cap_apps ? v->cap_apps * 2 : 64;
-					application *grown = realloc(v->apps, cap * sizeof *grown);
-					if (grown == NULL)
-						return snprintf(why, len,
-						                "out of memory reading the catalog"),
-						       why;
-					v->apps = grown;
-					v->cap_apps = cap;
-				}
-				merged = &v->apps[v->n_apps++];
-				memset(merged, 0, sizeof *merged);
-				merged->id = id;
-				merged->name = name;
-				merged->lower_name = catalog_lower_utf8(name);
-			}
-			if (merged->n_inst == merged->cap_inst) {
-				size_t cap = merged->cap_inst ? merged->cap_inst * 2 : 4;
-				installation *grown = realloc(merged->inst, cap * sizeof *grown);
-				if (grown == NULL)
-					return snprintf(why, len, "out of memory reading the catalog"), why;
-				merged->inst = grown;
-				merged->cap_inst = cap;
-			}
-			merged->inst[merged->n_inst++] =
-			    (installation){key, os, arch, app_version, id, aliases};
+			const char *problem =
+			    add_application(v, json_object_array_get_idx(apps, a), key, os, arch, why, len);
+			if (problem)
+				return problem;
 		}
 	}
 	return NULL;
