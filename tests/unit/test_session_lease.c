@@ -1,7 +1,7 @@
 /*
  * The session and the lease rooms without the MCP layer: a real manager
- * (session/) created over real settings and folders with the hook table of
- * the rooms below tools/ (lease/, delivery/), its reservation refusals
+ * (session/) created over real settings and folders with the relay's hook
+ * table (lease/, delivery/) but no dispatcher, its reservation refusals
  * (guest limit, a session held by another holder of session.lock), taking
  * back the records an earlier process left on disk (lease/reconcile.c), the
  * renewal decisions and binding comparison of lease/, and the status object.
@@ -28,12 +28,11 @@
 
 #include <cmocka.h>
 
-#include "delivery/downloads.h"
 #include "lease/lifecycle.h"
-#include "lease/reconcile.h"
 #include "lease/renewal.h"
 #include "session/guest.h"
 #include "session/manager_internal.h"
+#include "tools/dispatch.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -49,22 +48,15 @@ static void no_dispatch(manager *m, relay_tool tool, json_object *args, relay_ca
 	fail_msg("the session dispatched a tool call nobody made");
 }
 
-static void take_back(manager *m, bool migrate_legacy)
+/* The relay's own hook table (lease/ and delivery/ below tools/), with a
+ * dispatcher that must never be reached: nothing here goes through a tool. */
+static const manager_hooks *lease_hooks(void)
 {
-	if (migrate_legacy)
-		reconcile_migrate_legacy(m);
-	reconcile_scan(m);
+	static manager_hooks hooks; /* written before any manager exists, then only read */
+	hooks = *tools_session_hooks();
+	hooks.dispatch = no_dispatch;
+	return &hooks;
 }
-
-static const manager_hooks lease_hooks = {
-    .size = sizeof(manager_hooks),
-    .dispatch = no_dispatch,
-    .take_back_guests = take_back,
-    .end_guests = lifecycle_end_guests,
-    .guest_reached = downloads_guest_reached,
-    .guest_closing = downloads_shutdown,
-    .guest_release_rooms = downloads_free,
-};
 
 typedef struct fixture {
 	char root[256];
@@ -125,7 +117,7 @@ static manager *start(void)
 	char errbuf[1024] = "";
 	assert_int_equal(settings_load(settings, errbuf, sizeof errbuf), 0);
 	backends_select(backends, settings);
-	manager *m = manager_create(settings, backends, &lease_hooks, errbuf, sizeof errbuf);
+	manager *m = manager_create(settings, backends, lease_hooks(), errbuf, sizeof errbuf);
 	assert_non_null(m);
 	return m;
 }
