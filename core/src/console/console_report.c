@@ -458,7 +458,8 @@ fail:
 	return -1;
 }
 
-int console_named_check(const json_object *obs, const char *console_id, relay_outcome *o)
+/* The console the call names must be the one `obs` names. */
+static int console_named_check(const json_object *obs, const char *console_id, relay_outcome *o)
 {
 	const char *resolved_console = jsonx_get_str(obs, "console_id");
 	if (resolved_console != NULL && strcmp(resolved_console, console_id) == 0)
@@ -467,6 +468,19 @@ int console_named_check(const json_object *obs, const char *console_id, relay_ou
 	                    "Console instance identity mismatch: the call names console %s, the guest's "
 	                    "console is %s",
 	                    console_id, resolved_console ? resolved_console : "unknown");
+}
+
+int console_resolve_named(manager *m, guest *g, relay_call *call, const char *console_id,
+                          json_object **obs_out, console_guest_facts *facts_out, relay_outcome *o)
+{
+	if (console_resolve_guest(m, g, call, obs_out, facts_out, o) != 0)
+		return -1;
+	if (console_named_check(*obs_out, console_id, o) == 0)
+		return 0;
+	json_object_put(*obs_out);
+	*obs_out = NULL;
+	console_guest_facts_free(facts_out);
+	return -1;
 }
 
 json_object *console_attempt_request(manager *m, guest *g, relay_call *call, const console_guest_facts *facts,

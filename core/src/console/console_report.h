@@ -78,10 +78,12 @@ void console_mark_unknown(manager *m, guest *g);
  * replaces the observation's attempt when not NULL (taken). A new object. */
 json_object *console_status_result(const char *guest_name, const json_object *obs, json_object *attempt);
 
-/* The console the call names must be the one the resolved observation
- * `obs` names (tools.md §3.12 step 2, §3.13): 0 when it is, else -1 with
- * console-identity-mismatch in `o`. */
-int console_named_check(const json_object *obs, const char *console_id, relay_outcome *o);
+/* console_resolve_guest, then the check that the console the call names
+ * is the one the resolved observation names (tools.md §3.12 step 2,
+ * §3.13; console-identity-mismatch otherwise): 0 with *obs_out and
+ * *facts_out filled, or -1 with the failure in `o` (and nothing to free). */
+int console_resolve_named(manager *m, guest *g, relay_call *call, const char *console_id,
+                          json_object **obs_out, console_guest_facts *facts_out, relay_outcome *o);
 
 typedef enum console_operation { CONSOLE_OPEN, CONSOLE_CANCEL } console_operation;
 

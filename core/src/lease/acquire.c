@@ -61,13 +61,6 @@ static int not_acquired(manager *m, guest *g, relay_outcome *o, const char *code
 	return outcome_fail(o, code, "%s", message);
 }
 
-static json_object *parse_owned(char *text)
-{
-	json_object *obj = text ? jsonx_parse_str(text, NULL, 0) : NULL;
-	free(text);
-	return obj;
-}
-
 /* Step 5: the image must be offered and its base available. */
 static int check_image(manager *m, guest *g, loaded_plugin *machine, relay_call *call, relay_outcome *o)
 {
@@ -80,7 +73,7 @@ static int check_image(manager *m, guest *g, loaded_plugin *machine, relay_call 
 		return not_acquired(m, g, o, "backend-unavailable",
 		                    err.message[0] ? err.message : relay_status_str(st));
 	}
-	json_object *inventory = parse_owned(images_text);
+	json_object *inventory = lifecycle_parse_taken(images_text);
 	json_object *images = jsonx_get_obj(inventory, "images");
 	json_object *entry = jsonx_get_obj(images, g->image);
 	bool available = false;
@@ -170,7 +163,7 @@ static int reconcile_unknown(manager *m, guest *g, loaded_plugin *machine, const
 	        : RELAY_E_UNSUPPORTED;
 	manager_internal_call_done(m, lookup);
 	if (st == RELAY_OK) {
-		json_object *found = parse_owned(found_text);
+		json_object *found = lifecycle_parse_taken(found_text);
 		if (json_object_is_type(found, json_type_array) && json_object_array_length(found) == 1) {
 			json_object *lease = json_object_get(json_object_array_get_idx(found, 0));
 			json_object_put(found);
@@ -436,7 +429,7 @@ static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_cal
 		int64_t attempt_started_ms = clock_now_ms();
 		relay_status st = machine->machine.acquire(machine->state, spec, call, 0, &lease_text, &err);
 		if (st == RELAY_OK) {
-			json_object *lease = parse_owned(lease_text);
+			json_object *lease = lifecycle_parse_taken(lease_text);
 			if (lease == NULL || jsonx_get_str(lease, "vm") == NULL) {
 				json_object_put(lease);
 				rc = reconcile_unknown(m, g, machine,

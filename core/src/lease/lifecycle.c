@@ -22,6 +22,13 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
+json_object *lifecycle_parse_taken(char *text)
+{
+	json_object *obj = text ? jsonx_parse_str(text, NULL, 0) : NULL;
+	free(text);
+	return obj;
+}
+
 /* ---- binding ------------------------------------------------------------------ */
 
 json_object *lifecycle_binding_json(manager *m)

@@ -37,6 +37,10 @@
 #define LIFECYCLE_CAPACITY_RETRY_MS      15000
 #define LIFECYCLE_LOOKUP_TIMEOUT_MS      10000 /* lease lookups, find-by-purpose, beats */
 
+/* The JSON of a plugin's answer, which it takes and frees (may be NULL):
+ * a new reference, or NULL when absent or not JSON. */
+json_object *lifecycle_parse_taken(char *text);
+
 /* {machine, endpoint, store, environmentFingerprint} for new leases: the
  * machine plugin's binding() when it has one. A new reference. */
 json_object *lifecycle_binding_json(manager *m);

@@ -28,13 +28,6 @@
 #define DIRECT_RELEASE_MS  30000
 #define VERIFY_MS          15000
 
-static json_object *parse_owned(char *text)
-{
-	json_object *obj = text ? jsonx_parse_str(text, NULL, 0) : NULL;
-	free(text);
-	return obj;
-}
-
 /* A call for one backend request: the caller's, bounded by a watcher, or
  * an internal one when there is no caller. The returned call is tracked
  * with `timeout_ms`; end it with request_done(). */
@@ -145,7 +138,7 @@ static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_
 	                          "the machine plugin cannot look leases up by purpose");
 	request_done(m, &rc);
 	json_object *found =
-	    st == RELAY_OK ? parse_owned(found_text) : (free(found_text), (json_object *)NULL);
+	    st == RELAY_OK ? lifecycle_parse_taken(found_text) : (free(found_text), (json_object *)NULL);
 	size_t n = json_object_is_type(found, json_type_array) ? json_object_array_length(found) : 0;
 	if (st == RELAY_OK && n == 0) {
 		json_object_put(found);

@@ -15,13 +15,9 @@ tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_
 	json_object *obs = NULL;
 	console_guest_facts facts;
 	relay_outcome o = OUTCOME_INIT;
-	if (console_resolve_guest(m, g, call, &obs, &facts, &o) != 0)
+	if (console_resolve_named(m, g, call, console_id, &obs, &facts, &o) != 0)
 		return tools_failure(m, g, &o);
 	tool_result *r = NULL;
-	if (console_named_check(obs, console_id, &o) != 0) {
-		r = tools_failure(m, g, &o);
-		goto done;
-	}
 	if (facts.attempt_id == NULL || strcmp(facts.attempt_id, attempt_id) != 0 ||
 	    console_attempt_terminal(facts.attempt_status)) {
 		r = guest_error(m, g, NULL, "console-attempt-active",

@@ -61,13 +61,9 @@ tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_ca
 	console_guest_facts facts;
 	/* Step 2: resolve first. */
 	relay_outcome o = OUTCOME_INIT;
-	if (console_resolve_guest(m, g, call, &obs, &facts, &o) != 0)
+	if (console_resolve_named(m, g, call, console_id, &obs, &facts, &o) != 0)
 		return tools_failure(m, g, &o);
 	tool_result *r = NULL;
-	if (console_named_check(obs, console_id, &o) != 0) {
-		r = tools_failure(m, g, &o);
-		goto done;
-	}
 	const char *report_attempt_id = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "attempt_id");
 	const char *report_attempt_status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
 	/* Step 3: the viewer appears on the service host only. */
