@@ -255,6 +255,29 @@ static void test_reserve_refused_while_the_session_is_held(void **state)
 	fixture_done(&f);
 }
 
+static void test_incomplete_hooks_refused(void **state)
+{
+	(void)state;
+	fixture f;
+	fixture_init(&f, "unit-hooks", 1);
+	relay_settings settings;
+	relay_backends backends;
+	char errbuf[512] = "";
+	assert_int_equal(settings_load(&settings, errbuf, sizeof errbuf), 0);
+	backends_select(&backends, &settings);
+	manager_hooks partial = *tools_session_hooks();
+	partial.end_guests = NULL;
+	assert_null(manager_create(&settings, &backends, &partial, errbuf, sizeof errbuf));
+	assert_non_null(strstr(errbuf, "manager_hooks"));
+	manager_hooks old = *tools_session_hooks();
+	old.size = sizeof old - 1;
+	assert_null(manager_create(&settings, &backends, &old, errbuf, sizeof errbuf));
+	assert_null(manager_create(&settings, &backends, NULL, errbuf, sizeof errbuf));
+	backends_free(&backends);
+	settings_free(&settings);
+	fixture_done(&f);
+}
+
 /* ---- taking back the records of an earlier process ---------------------------------------- */
 
 /* Writes guests/<name>/lease.json as an earlier process would have. */
@@ -462,6 +485,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_renewal_decisions),
 	    cmocka_unit_test(test_binding_equality),
+	    cmocka_unit_test(test_incomplete_hooks_refused),
 	    cmocka_unit_test(test_reserve_names_and_limit),
 	    cmocka_unit_test(test_reserve_refused_while_the_session_is_held),
 	    cmocka_unit_test(test_reconcile_records_on_disk),

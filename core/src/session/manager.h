@@ -59,8 +59,9 @@ typedef struct manager_hooks {
 } manager_hooks;
 
 /* Creates the manager over loaded settings and backends and the hooks of
- * the rooms above (all borrowed for the manager's life) and starts its background work (reconciliation of an
- * earlier process's guests, reaping); never blocks on the backend. It may
+ * the rooms above (all borrowed for the manager's life) and starts its
+ * background work (reconciliation of an earlier process's guests, reaping);
+ * never blocks on the backend. An incomplete hook table is refused. It may
  * give the settings a fresh session identity (settings_use_fresh_identity,
  * lifecycle.md §2) when another live process holds the project's, waiting
  * up to 2 s to tell a live holder from an ending one; the settings are not
@@ -73,8 +74,9 @@ manager *manager_create(struct relay_settings *settings, const struct relay_back
  * not block on guest work. */
 void manager_dispatch(manager *mgr, relay_tool tool, json_object *args, relay_call *call);
 
-/* Ends the session (lifecycle.md §11): stops taking work, lets running
- * operations finish within the grace period, pauses or releases guests.
+/* Ends the session (lifecycle.md §11): stops taking work, then hands over
+ * to hooks->end_guests, which lets running operations finish within the
+ * grace period and pauses or releases guests.
  * `reason` is "stdin-closed", "stdout-failed", "signal-SIGTERM", ... Blocks
  * until done; returns the process exit status (0 clean, 1 a cleanup step
  * failed). */
