@@ -6,6 +6,8 @@
  *
  * The work itself lives in:
  *   acquire.c       relay_acquire's lease (acquire.h)
+ *   probe.c         relay_probe of the host: what an acquisition would meet
+ *                   (probe.h), kept as the probe records copied below
  *   renewal.c       the renewal scheduler and beats, the final renewal (pause)
  *   release.c       the release path shared by relay_release, relay_finish's
  *                   destruction step and the end of the session
