@@ -602,3 +602,61 @@ json_object *console_status_result(const char *guest_name, const json_object *ob
 	jsonx_add_bool(r, "leaseReleased", false);
 	return r;
 }
+
+int console_acquisition_capabilities(manager *m, relay_call *call, relay_outcome *o)
+{
+	manager_wait_startup(m);
+	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
+	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	/* Step 1: a selected environment's identity is checked first. */
+	if (m->settings->environment != NULL) {
+		if (machine == NULL)
+			return outcome_fail(
+			    o, "backend-unavailable", "the machine backend is not available: %s",
+			    m->backends->load_errors[SLOT_MACHINE] ? m->backends->load_errors[SLOT_MACHINE]
+			                                           : "no machine plugin is loaded");
+		if (machine->machine.health) {
+			char *health = NULL;
+			relay_status st = machine->machine.health(machine->state, call, 0, &health, &err);
+			free(health);
+			if (st != RELAY_OK)
+				return outcome_fail(o, "backend-unavailable", "%s",
+				                    err.message[0] ? err.message : relay_status_str(st));
+		}
+	}
+	/* Step 3: no console plugin configured. */
+	if (console == NULL) {
+		outcome_free(o);
+		o->facts = console_capabilities_unconfigured();
+		return 0;
+	}
+	/* Step 2: the console plugin reads the backend's options. */
+	char *text = NULL;
+	memset(&err, 0, sizeof err);
+	relay_status st =
+	    console->console.capabilities(console->state, &m->backends->machine_link, call, 0, &text, &err);
+	if (st != RELAY_OK) {
+		free(text);
+		if (st == RELAY_E_UNSUPPORTED)
+			return outcome_fail(
+			    o, "console-unavailable",
+			    "backend lacks acquisition capabilities; upgrade the machine service for VNC");
+		if (st == RELAY_E_PROTOCOL)
+			return outcome_fail(o, "backend-unavailable",
+			                    "unsupported or malformed acquisition-capabilities schema");
+		return outcome_fail(o, "backend-unavailable", "%s",
+		                    err.message[0] ? err.message : relay_status_str(st));
+	}
+	json_object *raw = text ? jsonx_parse_str(text, NULL, 0) : NULL;
+	free(text);
+	json_object *caps = console_capabilities_normalise(raw);
+	json_object_put(raw);
+	if (caps == NULL)
+		return outcome_fail(o, "backend-unavailable",
+		                    "unsupported or malformed acquisition-capabilities schema");
+	outcome_free(o);
+	o->facts = caps;
+	return 0;
+}

@@ -29,6 +29,12 @@
 json_object *console_capabilities_normalise(const json_object *raw);
 /* Step 3: both OSes unavailable with status "unconfigured". */
 json_object *console_capabilities_unconfigured(void);
+/* relay_acquisition_capabilities (tools.md §3.3 steps 1-3): with a
+ * selected environment the machine backend's identity first, then the
+ * console plugin's report normalised (or "unconfigured" without one). 0
+ * with the capabilities in o->facts; -1 with backend-unavailable or
+ * console-unavailable. Waits for the backends. */
+int console_acquisition_capabilities(manager *m, relay_call *call, relay_outcome *o);
 
 /* machine-service.md §9.4: the allow-listed observation of a console
  * report, a new reference; NULL when schemaVersion is not 1. */
