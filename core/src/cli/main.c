@@ -19,6 +19,7 @@
 #include "cli/lazy_libs.h"
 #include "contract/contract.h"
 #include "session/manager.h"
+#include "tools/dispatch.h"
 #include "mcp/render.h"
 #include "mcp/server.h"
 #include "profile/backends.h"
@@ -87,7 +88,7 @@ static void *start_manager(void *arg, char *errbuf, size_t errlen)
 {
 	serve_state *st = arg;
 	backends_select(&st->backends, &st->settings);
-	manager *m = manager_create(&st->settings, &st->backends, errbuf, errlen);
+	manager *m = manager_create(&st->settings, &st->backends, tools_session_hooks(), errbuf, errlen);
 	/* The identity, and so the session folder, may have changed (a fresh
 	 * one when another live process holds the project's). */
 	char *results_dir = m ? fs_path_join(st->settings.session_dir, "results") : NULL;

@@ -14,7 +14,6 @@
 #include "guestio/guest_io.h"
 #include "runs/host_paths.h"
 #include "delivery/image_delivery.h"
-#include "lease/lifecycle.h"
 #include "delivery/step_downloads.h"
 #include "call/call.h"
 #include "receiver_protocol.h"

@@ -23,7 +23,7 @@ static tool_result *destroy(manager *m, guest *g, const finish_report *fr, relay
 {
 	relay_call_progress(call, FINISH_STEPS, FINISH_STEPS, "destruction", true);
 	tool_result *result = NULL;
-	tool_result *destroyed = lifecycle_release_finished(m, g, call);
+	tool_result *destroyed = tools_release_finished(m, g, call);
 	if (destroyed == NULL || destroyed->is_error) {
 		json_object *e = destroyed ? jsonx_get_obj(destroyed->structured, "error") : NULL;
 		const char *code =
