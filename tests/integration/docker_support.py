@@ -213,7 +213,15 @@ class Engine:
         self.runtime = None
         self.log = open(os.path.join(self.dir, "service.log"), "wb")
         if kind == "docker":
-            argv = ["dockerd", "--host", self.endpoint, "--data-root", os.path.join(self.dir, "root"),
+            # dockerd in a mount namespace of its own, private from this host's: in the host's
+            # namespace (where "/" is private here) dockerd makes its data root a shared mount,
+            # so every container root under it is a peer of the copies any other process on
+            # this machine gets when it makes a mount namespace without making it private —
+            # and an unmount there propagates back and takes dockerd's view of a running
+            # container's root away: its archive API then reads and writes an empty folder
+            # (docs/machine-docker.md, "Known problems").
+            argv = ["unshare", "--mount", "--propagation", "private",
+                    "dockerd", "--host", self.endpoint, "--data-root", os.path.join(self.dir, "root"),
                     "--exec-root", os.path.join(self.dir, "exec"), "--pidfile", os.path.join(self.dir, "pid"),
                     "--iptables=false", "--ip6tables=false", "--bridge=none"]
             self.cli = ["docker", "-H", self.endpoint]
