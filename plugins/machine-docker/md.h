@@ -68,7 +68,7 @@ typedef struct md_state {
 	char *libexec_dir;
 	char *session_id;      /* config sessionId, may be NULL */
 	char *default_network; /* config guestNetwork: nat | internet */
-	char endpoint[512];    /* as configured: unix:///path */
+	char endpoint[512];    /* as configured: unix:///path, ssh://user@host[:port], tcp://host:port */
 	char socket_path[256]; /* the unix socket libcurl connects to */
 	md_image images[MD_MAX_IMAGES];
 	size_t image_count;
@@ -81,6 +81,14 @@ typedef struct md_state {
 		char known_hosts[512];   /* options.ssh.knownHostsFile */
 		char remote_socket[256]; /* options.ssh.remoteSocket */
 	} ssh;
+	struct {
+		bool enabled; /* endpoint tcp://host:port, always with TLS client certificates */
+		char host[256];
+		int port;
+		char ca[512];   /* options.tls.caFile: the CA the engine's certificate is checked against */
+		char cert[512]; /* options.tls.certFile: this relay's client certificate */
+		char key[512];  /* options.tls.keyFile */
+	} tls;
 	pid_t ssh_pid; /* the forwarder (guarded by ssh_lock) */
 	pthread_mutex_t ssh_lock;
 

@@ -78,14 +78,83 @@ static relay_status set_endpoint(md_state *st, const char *url, relay_error *err
 		snprintf(st->endpoint, sizeof st->endpoint, "%s", url);
 		return RELAY_OK;
 	}
-	if (strncmp(url, "tcp://", 6) == 0)
+	if (strncmp(url, "tcp://", 6) == 0) {
+		/* tcp://host:port, TLS with client certificates only (checked after
+		 * all options are read: options.tls must be there). */
+		const char *host = url + 6;
+		const char *colon = strrchr(host, ':');
+		int port = colon ? atoi(colon + 1) : 0;
+		size_t host_len = colon ? (size_t)(colon - host) : 0;
+		bool ok = host_len > 0 && host_len < sizeof st->tls.host && port > 0 && port < 65536 &&
+		          strpbrk(host, "/ \t\n@?#") == NULL;
+		for (const char *c = colon ? colon + 1 : ""; ok && *c; c++)
+			ok = *c >= '0' && *c <= '9';
+		if (!ok)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.endpoint %s must look like tcp://host:port", url);
+		st->tls.enabled = true;
+		snprintf(st->tls.host, sizeof st->tls.host, "%.*s", (int)host_len, host);
+		st->tls.port = port;
+		snprintf(st->endpoint, sizeof st->endpoint, "%s", url);
+		return RELAY_OK;
+	}
+	return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+	              "options.endpoint %s must start with unix://, ssh:// or tcp://", url);
+}
+
+/* options.tls: {"caFile", "certFile", "keyFile"}, absolute paths. */
+static relay_status tls_option(md_state *st, json_object *v, relay_error *err)
+{
+	if (!json_object_is_type(v, json_type_object))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.tls must be {\"caFile\", \"certFile\", \"keyFile\"}");
+	json_object_object_foreach(v, tk, tv)
+	{
+		const char *text =
+		    json_object_is_type(tv, json_type_string) ? json_object_get_string(tv) : NULL;
+		char *dst = strcmp(tk, "caFile") == 0     ? st->tls.ca
+		            : strcmp(tk, "certFile") == 0 ? st->tls.cert
+		            : strcmp(tk, "keyFile") == 0  ? st->tls.key
+		                                          : NULL;
+		if (dst == NULL)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.tls.%s is unknown (caFile, certFile, keyFile)", tk);
+		if (text == NULL || text[0] != '/' || strlen(text) >= sizeof st->tls.ca)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.tls.%s must be an absolute path", tk);
+		snprintf(dst, sizeof st->tls.ca, "%s", text);
+	}
+	return RELAY_OK;
+}
+
+/* A tcp:// endpoint only with TLS client certificates, whose files can be
+ * read and whose key no one else can. */
+static relay_status tls_check(md_state *st, relay_error *err)
+{
+	bool any = st->tls.ca[0] || st->tls.cert[0] || st->tls.key[0];
+	if (!st->tls.enabled)
+		return any ? md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		                    "options.tls is only for a tcp:// endpoint")
+		           : RELAY_OK;
+	if (!st->tls.ca[0] || !st->tls.cert[0] || !st->tls.key[0])
 		return md_err(
-		    st, err, RELAY_E_UNSUPPORTED, 0,
-		    "options.endpoint %s: tcp:// endpoints are not supported by this build (and never "
-		    "without TLS client certificates); use a unix:// socket",
-		    url);
-	return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.endpoint %s must start with unix://",
-	              url);
+		    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "options.endpoint %s: a tcp:// endpoint needs TLS client certificates "
+		    "(options.tls with caFile, certFile and keyFile): the Engine API without them is "
+		    "root on the engine's host for anyone who can reach the port, so the plugin never "
+		    "speaks plain tcp://",
+		    st->endpoint);
+	const char *files[] = {st->tls.ca, st->tls.cert, st->tls.key};
+	for (int i = 0; i < 3; i++)
+		if (access(files[i], R_OK) != 0)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, errno,
+			              "options.tls: %s cannot be read", files[i]);
+	struct stat sb;
+	if (stat(st->tls.key, &sb) == 0 && (sb.st_mode & 077) != 0)
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.tls.keyFile %s can be read by others (mode %03o); chmod 600 it",
+		              st->tls.key, (unsigned)(sb.st_mode & 0777));
+	return RELAY_OK;
 }
 
 static relay_status default_endpoint(md_state *st, relay_error *err)
@@ -259,6 +328,8 @@ relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 					    sk);
 				snprintf(dst, size, "%s", text);
 			}
+		} else if (strcmp(key, "tls") == 0) {
+			s = tls_option(st, v, err);
 		} else if (strcmp(key, "display") == 0) {
 			const char *d =
 			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
@@ -281,9 +352,8 @@ relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 			return md_err(
 			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
 			    "unknown machine-docker option %s (known: endpoint, images, maxGuests, graceMs, "
-			    "backstopMs, reaperIntervalMs, pullTimeoutMs, runtime, guestUser, limits, "
-			    "ulimits, "
-			    "display, screen)",
+			    "backstopMs, reaperIntervalMs, pullTimeoutMs, runtime, swarm, guestUser, "
+			    "limits, ulimits, ssh, tls, display, screen)",
 			    key);
 		}
 		if (s != RELAY_OK)
@@ -309,5 +379,7 @@ relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 		              "options.ssh is only for an ssh:// endpoint");
 	}
+	if (s == RELAY_OK)
+		s = tls_check(st, err);
 	return s;
 }

@@ -8,7 +8,9 @@
  *   "endpoint":   "unix:///run/podman/podman.sock"; default the Docker
  *                 socket when it exists, else the user's Podman socket;
  *                 or ssh://user@host[:port] (md_ssh.c) with "ssh":
- *                 {"identityFile", "knownHostsFile", "remoteSocket"}
+ *                 {"identityFile", "knownHostsFile", "remoteSocket"};
+ *                 or tcp://host:port, only with "tls":
+ *                 {"caFile", "certFile", "keyFile"} (client certificates)
  *   "images":     {"<key>": "<image reference>", ...}  the allow-list
  *   "maxGuests":  1..256, default 8
  *   "graceMs", "backstopMs", "reaperIntervalMs", "pullTimeoutMs"
