@@ -52,6 +52,7 @@
 typedef struct md_bake_entry {
 	char ref[160];      /* MD_BAKE_REPO ":<24 hex>", "" = not known yet */
 	bool xvfb;          /* the image has /usr/bin/Xvfb */
+	bool x11vnc;        /* the image has /usr/bin/x11vnc */
 	int64_t checked_ms; /* monotonic time the base image's id was last asked */
 } md_bake_entry;
 

@@ -9,7 +9,8 @@
  * image's id, the guest program's SHA-256 and the guest user: a new base
  * image, a changed guest program or another guest user give another tag,
  * so the image is made again exactly when what is in it would differ. The
- * labels io.mcp-relay.derived.{key, guest-sha256, base-id, base-ref, xvfb}
+ * labels io.mcp-relay.derived.{key, guest-sha256, base-id, base-ref, xvfb,
+ * x11vnc}
  * say what it is made of; an image under that tag whose key label differs
  * is not used.
  *
@@ -61,7 +62,7 @@ static const char *derived_label(json_object *image, const char *name)
 }
 
 /* The derived image under `ref`: 1 there with the key label `key`, 0 not (or another key), -1 unknown. */
-static int derived_lookup(md_state *st, const char *ref, const char *key, relay_call *call, bool *xvfb)
+static int derived_lookup(md_state *st, const char *ref, const char *key, relay_call *call, md_baked *facts)
 {
 	char path[1024] = MD_API_PREFIX "/images/";
 	md_url_encode(path, sizeof path, ref);
@@ -74,8 +75,10 @@ static int derived_lookup(md_state *st, const char *ref, const char *key, relay_
 	if (out == 1) {
 		const char *k = derived_label(r.json, "key");
 		const char *x = derived_label(r.json, "xvfb");
+		const char *v = derived_label(r.json, "x11vnc");
 		out = k && strcmp(k, key) == 0 ? 1 : 0;
-		*xvfb = x && strcmp(x, "1") == 0;
+		facts->xvfb = x && strcmp(x, "1") == 0;
+		facts->x11vnc = v && strcmp(v, "1") == 0;
 	}
 	md_reply_free(&r);
 	return out;
@@ -93,7 +96,7 @@ static void remove_container(md_state *st, const char *name)
 
 /* Commits container `name` as `ref` with the derived labels. */
 static relay_status commit(md_state *st, const char *name, const char *ref, const char *key,
-                           const char *base_id, const md_image *im, bool xvfb, relay_call *call,
+                           const char *base_id, const md_image *im, const md_baked *facts, relay_call *call,
                            relay_error *err)
 {
 	const char *colon = strrchr(ref, ':');
@@ -111,7 +114,8 @@ static relay_status commit(md_state *st, const char *name, const char *ref, cons
 	md_add_label(labels, "derived.guest-sha256", st->guest_sha256);
 	md_add_label(labels, "derived.base-id", base_id);
 	md_add_label(labels, "derived.base-ref", im->ref);
-	md_add_label(labels, "derived.xvfb", xvfb ? "1" : "0");
+	md_add_label(labels, "derived.xvfb", facts->xvfb ? "1" : "0");
+	md_add_label(labels, "derived.x11vnc", facts->x11vnc ? "1" : "0");
 	/* Docker takes the labels from the body, Podman only from "changes"
 	 * (one instruction per value): both are given. */
 	json_object_object_foreach(labels, lk, lv)
@@ -170,7 +174,7 @@ static relay_status put_guest(md_state *st, const char *name, relay_call *call, 
 
 /* Makes the derived image `ref` of base image `im`. */
 static relay_status build(md_state *st, const md_image *im, const char *ref, const char *key,
-                          const char *base_id, relay_call *call, bool *xvfb, relay_error *err)
+                          const char *base_id, relay_call *call, md_baked *out, relay_error *err)
 {
 	char name[64] = "mcp-relay-bake-";
 	md_random_hex(st, name + strlen(name), 16);
@@ -202,14 +206,16 @@ static relay_status build(md_state *st, const md_image *im, const char *ref, con
 	}
 	s = put_guest(st, name, call, err);
 	if (s == RELAY_OK) {
-		*xvfb = lease_path_exists(st, name, "/usr/bin/Xvfb", NULL) == 1;
-		s = commit(st, name, ref, key, base_id, im, *xvfb, call, err);
+		out->xvfb = lease_path_exists(st, name, "/usr/bin/Xvfb", NULL) == 1;
+		out->x11vnc = lease_path_exists(st, name, "/usr/bin/x11vnc", NULL) == 1;
+		s = commit(st, name, ref, key, base_id, im, out, call, err);
 	}
 	remove_container(st, name);
 	if (s != RELAY_OK)
 		return s;
-	bool x2 = false;
-	if (derived_lookup(st, ref, key, call, &x2) != 1)
+	md_baked seen;
+	memset(&seen, 0, sizeof seen);
+	if (derived_lookup(st, ref, key, call, &seen) != 1)
 		return md_err(
 		    st, err, RELAY_E_REFUSED, 0,
 		    "the engine committed the guest image %s but does not describe it with its labels", ref);
@@ -224,7 +230,7 @@ static void derived_key(md_state *st, const char *base_id, char key[65])
 		st->host->sha256_buffer(machine_docker_guest_start, glen, st->guest_sha256);
 	}
 	char text[512];
-	int n = snprintf(text, sizeof text, "mcp-relay derived image v1\n%s\n%s\n%u:%u\n", base_id,
+	int n = snprintf(text, sizeof text, "mcp-relay derived image v2\n%s\n%s\n%u:%u\n", base_id,
 	                 st->guest_sha256, (unsigned)st->guest_uid, (unsigned)st->guest_gid);
 	st->host->sha256_buffer(text, (size_t)n, key);
 }
@@ -265,19 +271,22 @@ relay_status md_bake(md_state *st, const md_image *im, bool refresh, relay_call 
 		c->checked_ms = now;
 		goto found;
 	}
-	bool xvfb = false;
-	int there = derived_lookup(st, ref, key, call, &xvfb);
+	md_baked facts;
+	memset(&facts, 0, sizeof facts);
+	int there = derived_lookup(st, ref, key, call, &facts);
 	if (there != 1) {
-		s = build(st, im, ref, key, base_id, call, &xvfb, err);
+		s = build(st, im, ref, key, base_id, call, &facts, err);
 		if (s != RELAY_OK)
 			goto done;
 	}
 	snprintf(c->ref, sizeof c->ref, "%s", ref);
-	c->xvfb = xvfb;
+	c->xvfb = facts.xvfb;
+	c->x11vnc = facts.x11vnc;
 	c->checked_ms = now;
 found:
 	snprintf(out->ref, sizeof out->ref, "%s", c->ref);
 	out->xvfb = c->xvfb;
+	out->x11vnc = c->x11vnc;
 done:
 	pthread_mutex_unlock(&st->bake_lock);
 	return s;

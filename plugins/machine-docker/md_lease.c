@@ -164,7 +164,6 @@ static relay_status check_spec(md_state *st, json_object *spec, const md_image *
 	const char *purpose = md_str(spec, "purpose");
 	const char *key = md_str(spec, "image");
 	const char *network = md_str(spec, "network");
-	json_object *vnc = NULL;
 	if (!md_valid_name(purpose) || guest == NULL || key == NULL)
 		return md_err(
 		    st, err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -188,10 +187,6 @@ static relay_status check_spec(md_state *st, json_object *spec, const md_image *
 		    "machine-docker refuses network \"internet\": it cannot verify that an engine network "
 		    "keeps the guest from this host and from private networks, so guests get no network "
 		    "but their own loopback (use MCP_RELAY_GUEST_NETWORK=nat)");
-	if (json_object_object_get_ex(spec, "vnc", &vnc) && json_object_get_boolean(vnc))
-		return md_err(st, err, RELAY_E_REFUSED, 0,
-		              "machine-docker has no console yet: acquire without vnc (snapshots still work "
-		              "where the image has Xvfb)");
 	return RELAY_OK;
 }
 
@@ -340,6 +335,19 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	s = md_bake(st, im, false, call, &baked, err);
 	if (s != RELAY_OK)
 		goto done;
+	json_object *vnc = NULL;
+	if (json_object_object_get_ex(spec, "vnc", &vnc) && json_object_get_boolean(vnc)) {
+		s = md_err(
+		    st, err, RELAY_E_REFUSED, 0,
+		    baked.xvfb && baked.x11vnc
+		        ? "machine-docker does not serve a console for container guests: image %s has "
+		          "Xvfb and x11vnc, but nothing here runs x11vnc in the guest or lets a viewer "
+		          "reach the container's own loopback; acquire without vnc (snapshots work)"
+		        : "image %s cannot give a console: a console needs Xvfb and x11vnc in the image "
+		          "(%s); acquire without vnc, or use an image with both",
+		    im->key, baked.xvfb ? "it has Xvfb but no /usr/bin/x11vnc" : "it has neither");
+		goto done;
+	}
 	/* 2. The intent, durable before the engine hears of the guest. */
 	rec = new_record(st, spec, im, &baked, user);
 	lock = md_record_lock(st, purpose);

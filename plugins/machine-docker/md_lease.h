@@ -82,6 +82,7 @@ relay_status md_create_service(md_state *st, json_object *rec, const md_image *i
 typedef struct md_baked {
 	char ref[160]; /* the derived image to create guests from */
 	bool xvfb;     /* it has /usr/bin/Xvfb */
+	bool x11vnc;   /* it has /usr/bin/x11vnc */
 } md_baked;
 
 /* The derived image of `im` with the guest program in it, made when

@@ -4,7 +4,7 @@ once per base image into localhost/mcp-relay-guest:<hex>, labelled with what it 
 a guest is a container of that image created with the lease's expiry as the backstop's
 arguments, with nothing put into it before it starts; a second guest reuses the image; another
 guest user gives another image; an image removed behind the relay's back is made again at the
-next acquire."""
+next acquire; a console is refused with the reason (the image has no x11vnc)."""
 import hashlib
 import os
 import sys
@@ -12,7 +12,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
 import json  # noqa: E402
-from docker_support import acquire, build_dir, engines, plugin_missing, sh, store_of  # noqa: E402
+from docker_support import acquire, build_dir, engines, plugin_missing, sh, store_of, text_of  # noqa: E402
 
 REPO = "localhost/mcp-relay-guest"
 BINARY = [None]
@@ -71,6 +71,11 @@ def test_derived_image(binary):
             assert r.call_tool("relay_stage", {"guest": g}, timeout=300)["isError"] is False
             out = sh(r, g, "stat -c '%u %a' /.mcp-relay /.mcp-relay/init /.mcp-relay/run")
             assert out.split("\n")[:3] == ["0 755", "0 755", "61000 700"], out
+            # A console needs Xvfb and x11vnc in the image: refused with the reason, nothing made.
+            bad = r.call_tool("relay_acquire", {"task": "vnc", "image": "minimal", "extractions": [], "vnc": True},
+                              timeout=120)
+            assert bad["isError"] and "cannot give a console" in text_of(bad) and "x11vnc" in text_of(bad), text_of(bad)
+            assert len(eng.containers(store=store_of(r))) == 1, eng.containers(store=store_of(r))
             # A second guest of the same base reuses the image.
             before = derived_images(eng)
             acq2 = acquire(r, "minimal", task="docker-two")
