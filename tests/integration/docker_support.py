@@ -201,10 +201,11 @@ class Engine:
     (kind "podman", the default), or Docker's dockerd with its own data root (kind "docker").
     RELAY_DOCKER_ENGINES=podman,docker names the kinds engines() yields."""
 
-    def __init__(self, kind="podman", tls=None):
+    def __init__(self, kind="podman", tls=None, host_mounts=False):
         """`tls` (kind "docker"): a folder with ca.pem, server-cert.pem and server-key.pem; dockerd
         then listens on tcp://127.0.0.1:<self.tcp_port> too, with --tlsverify (client
-        certificates signed by that CA only)."""
+        certificates signed by that CA only). `host_mounts` (kind "docker"): dockerd in this host's
+        mount namespace instead of one of its own (test_docker_mounts.py shows why not)."""
         why = engine_missing() if kind == "podman" else dockerd_missing()
         if why:
             skip(why)
@@ -223,7 +224,7 @@ class Engine:
             # and an unmount there propagates back and takes dockerd's view of a running
             # container's root away: its archive API then reads and writes an empty folder
             # (docs/machine-docker.md, "Known problems").
-            argv = ["unshare", "--mount", "--propagation", "private",
+            argv = ([] if host_mounts else ["unshare", "--mount", "--propagation", "private"]) + [
                     "dockerd", "--host", self.endpoint, "--data-root", os.path.join(self.dir, "root"),
                     "--exec-root", os.path.join(self.dir, "exec"), "--pidfile", os.path.join(self.dir, "pid"),
                     "--iptables=false", "--ip6tables=false", "--bridge=none"]
