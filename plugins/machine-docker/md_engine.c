@@ -5,7 +5,6 @@
  */
 #include <archive.h>
 #include <archive_entry.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -272,4 +271,11 @@ json_object *md_ulimits_json(md_state *st)
 		json_object_array_add(ul, u);
 	}
 	return ul;
+}
+
+void md_backstop_args(md_state *st, json_object *rec, md_backstop_text *out)
+{
+	snprintf(out->expires, sizeof out->expires, "%lld", (long long)md_int(rec, "expiresAtMs", 0));
+	snprintf(out->grace, sizeof out->grace, "%lld", (long long)md_int(rec, "graceMs", st->grace_ms));
+	snprintf(out->backstop, sizeof out->backstop, "%lld", (long long)st->backstop_ms);
 }

@@ -32,9 +32,6 @@
  * that owned them is gone; the backstop inside the container stops it even
  * when no relay is left at all.
  */
-#include <archive.h>
-#include <archive_entry.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -53,17 +50,14 @@
 static json_object *create_body(md_state *st, json_object *rec, const md_image *im, const md_baked *baked,
                                 const char *user)
 {
-	(void)im;
 	json_object *b = json_object_new_object();
 	json_object_object_add(b, "Image", json_object_new_string(baked->ref));
 	/* The guest program is in the derived image; its backstop starts with
 	 * the expiry of the lease (later ones come in /.mcp-relay/expires). */
-	char expires[32], grace[32], backstop[32];
-	snprintf(expires, sizeof expires, "%lld", (long long)md_int(rec, "expiresAtMs", 0));
-	snprintf(grace, sizeof grace, "%lld", (long long)md_int(rec, "graceMs", st->grace_ms));
-	snprintf(backstop, sizeof backstop, "%lld", (long long)st->backstop_ms);
+	md_backstop_text bt;
+	md_backstop_args(st, rec, &bt);
 	static const char *const entry[] = {MD_GUEST_INIT, NULL};
-	const char *const cmd[] = {"init", expires, grace, backstop, NULL};
+	const char *const cmd[] = {"init", bt.expires, bt.grace, bt.backstop, NULL};
 	json_object_object_add(b, "Entrypoint", md_str_array(entry));
 	json_object_object_add(b, "Cmd", md_str_array(cmd));
 	json_object_object_add(b, "User", json_object_new_string(user));

@@ -56,6 +56,11 @@ relay_status md_put_entries(md_state *st, const char *container, const char *dir
                             size_t count, relay_call *call, relay_error *err);
 /* "<expiresAtMs> <graceMs> <backstopMs>\n" of a record; its length. */
 int md_expires_text(md_state *st, json_object *rec, char *out, size_t size);
+/* The backstop's arguments of a record: `init <expires> <grace> <backstop>`. */
+typedef struct md_backstop_text {
+	char expires[32], grace[32], backstop[32];
+} md_backstop_text;
+void md_backstop_args(md_state *st, json_object *rec, md_backstop_text *out);
 /* DELETE with force and its anonymous volumes: 1 removed or gone, 0 refused, -1 unknown. */
 int md_container_remove(md_state *st, const char *vm, relay_call *call, relay_error *err);
 /* The image present on the engine, pulled (as progress) when it is not. */

@@ -3,7 +3,6 @@
  * profile), checked at init: an unknown key or a bad value refuses the
  * plugin's start, naming it. The keys are listed in md_plugin.c.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>

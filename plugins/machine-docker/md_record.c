@@ -3,9 +3,6 @@
  * written durably at every change, serialised by the flock on <vm>.lock),
  * their owner, and the lease md_document made of a record.
  */
-#include <archive.h>
-#include <archive_entry.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

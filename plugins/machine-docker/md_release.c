@@ -3,8 +3,6 @@
  * then verify at the engine), verify_destroyed, find_by_purpose by the
  * labels, the lease count, and the reaper of expired leases of dead relays.
  */
-#include <archive.h>
-#include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

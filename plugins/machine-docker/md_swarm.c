@@ -3,9 +3,6 @@
  * Swarm manager: the service's internal overlay network, the service, and
  * the wait for its task's container (docs/machine-docker.md, "Swarm").
  */
-#include <archive.h>
-#include <archive_entry.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -96,12 +93,10 @@ relay_status md_create_service(md_state *st, json_object *rec, const md_image *i
 	json_object *cs = json_object_new_object();
 	json_object_object_add(cs, "Image", json_object_new_string(image_ref));
 	/* The derived image has the guest program; the backstop starts with the lease's expiry. */
-	char expires[32], grace[32], backstop[32];
-	snprintf(expires, sizeof expires, "%lld", (long long)md_int(rec, "expiresAtMs", 0));
-	snprintf(grace, sizeof grace, "%lld", (long long)md_int(rec, "graceMs", st->grace_ms));
-	snprintf(backstop, sizeof backstop, "%lld", (long long)st->backstop_ms);
+	md_backstop_text bt;
+	md_backstop_args(st, rec, &bt);
 	static const char *const entry[] = {MD_GUEST_INIT, NULL};
-	const char *const args[] = {"init", expires, grace, backstop, NULL};
+	const char *const args[] = {"init", bt.expires, bt.grace, bt.backstop, NULL};
 	json_object_object_add(cs, "Command", md_str_array(entry));
 	json_object_object_add(cs, "Args", md_str_array(args));
 	json_object_object_add(cs, "User", json_object_new_string(user));

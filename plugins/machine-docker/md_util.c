@@ -2,7 +2,6 @@
  * md_util.c — machine-docker's small helpers: errors and messages, JSON
  * fields, clocks, random ids, durable file writes, process start times.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
