@@ -4,7 +4,8 @@ once per base image into localhost/mcp-relay-guest:<hex>, labelled with what it 
 a guest is a container of that image created with the lease's expiry as the backstop's
 arguments, with nothing put into it before it starts; a second guest reuses the image; another
 guest user gives another image; an image removed behind the relay's back is made again at the
-next acquire; a console is refused with the reason (the image has no x11vnc)."""
+next acquire; a console is refused with the reason; relay_probe says why snapshots and the
+console are off."""
 import hashlib
 import os
 import sys
@@ -12,7 +13,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
 import json  # noqa: E402
-from docker_support import acquire, build_dir, engines, plugin_missing, sh, store_of, text_of  # noqa: E402
+from docker_support import (Engine, acquire, build_dir, engines, plugin_missing, sh, store_of, structured,  # noqa: E402
+                            text_of)
 
 REPO = "localhost/mcp-relay-guest"
 BINARY = [None]
@@ -71,10 +73,12 @@ def test_derived_image(binary):
             assert r.call_tool("relay_stage", {"guest": g}, timeout=300)["isError"] is False
             out = sh(r, g, "stat -c '%u %a' /.mcp-relay /.mcp-relay/init /.mcp-relay/run")
             assert out.split("\n")[:3] == ["0 755", "0 755", "61000 700"], out
-            # A console needs Xvfb and x11vnc in the image: refused with the reason, nothing made.
+            # No console for container guests: refused with the reason before anything is made.
             bad = r.call_tool("relay_acquire", {"task": "vnc", "image": "minimal", "extractions": [], "vnc": True},
                               timeout=120)
-            assert bad["isError"] and "cannot give a console" in text_of(bad) and "x11vnc" in text_of(bad), text_of(bad)
+            assert bad["isError"] and "console-unavailable" in text_of(bad), text_of(bad)
+            caps = r.call_tool("relay_acquisition_capabilities", {}, timeout=60)
+            assert structured(caps)["options"]["vnc"]["backends"]["linux"]["available"] is False, text_of(caps)
             assert len(eng.containers(store=store_of(r))) == 1, eng.containers(store=store_of(r))
             # A second guest of the same base reuses the image.
             before = derived_images(eng)
@@ -109,6 +113,23 @@ def test_derived_image(binary):
             assert ref4 == ref and ref in derived_images(eng), (ref4, ref)
             res = r.call_tool("relay_release", {"guest": acq["guest"]}, timeout=120)
             assert res["isError"] is False, res
+
+
+def test_display_and_console_facts(binary):
+    """relay_probe says why snapshots and the console are off, per image and per option."""
+    why = plugin_missing(binary)
+    if why:
+        skip(why)
+    with Engine() as eng:
+        images = {"full": eng.image("full"), "minimal": eng.image("minimal")}
+        cases = [("auto", "on: Xvfb in the image"), ("off", "off: the image has Xvfb, but options.display is off")]
+        for display, expect in cases:
+            with eng.relay(binary, images, extra_options={"display": display}) as r:
+                r.initialize()
+                probe = structured(r.call_tool("relay_probe", {"scope": "host"}, timeout=120))
+                text = json.dumps(probe)
+                assert expect in text and "off: the image has no Xvfb" in text, probe
+                assert "off: the image has no x11vnc" in text, probe
 
 
 if __name__ == "__main__":

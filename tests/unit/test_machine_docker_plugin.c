@@ -114,8 +114,21 @@ static void test_no_engine_and_input_checks(void **state)
 	assert_true(p->descriptor.kinds & RELAY_KIND_TRANSPORT);
 	assert_true(p->transport.traits & RELAY_TRANSPORT_STDIO_BYTES);
 
-	/* Nothing at the endpoint: unavailable, naming it and how to start one. */
+	/* The console passthrough says, without an engine, that no console is offered. */
 	char *out = NULL;
+	assert_non_null(p->machine.console);
+	assert_int_equal(p->machine.console(p->state, NULL, "capabilities", "{}", NULL, 0, &out, &err),
+	                 RELAY_OK);
+	assert_non_null(strstr(out, "\"available\":false"));
+	assert_non_null(strstr(out, "not-offered-by-machine-docker"));
+	assert_null(strstr(out, "\"available\":true"));
+	free(out);
+	out = NULL;
+	assert_int_equal(p->machine.console(p->state, "{}", "open", "{}", NULL, 0, &out, &err),
+	                 RELAY_E_UNSUPPORTED);
+	assert_null(out);
+
+	/* Nothing at the endpoint: unavailable, naming it and how to start one. */
 	assert_int_equal(p->machine.health(p->state, NULL, 0, &out, &err), RELAY_E_UNAVAILABLE);
 	assert_non_null(strstr(err.message, "absent.sock"));
 	assert_non_null(strstr(err.message, "podman system service"));
