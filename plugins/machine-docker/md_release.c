@@ -64,6 +64,29 @@ int md_remove_guest(md_state *st, json_object *rec, relay_call *call, relay_erro
 	return 1;
 }
 
+/* One request on volume `name`: its HTTP status, or 0 when no answer came. */
+static long volume_request(md_state *st, const char *method, const char *name, relay_call *call)
+{
+	char path[512] = MD_API_PREFIX "/volumes/";
+	md_url_encode(path, sizeof path, name ? name : "");
+	md_reply r;
+	relay_error e;
+	if (md_api(st, method, path, NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
+		return 0;
+	long code = r.status;
+	md_reply_free(&r);
+	return code;
+}
+
+/* Removes the record's volumes by name (those v=1 did not take). */
+static void remove_volumes(md_state *st, json_object *rec, relay_call *call)
+{
+	json_object *vols = md_obj(rec, "volumes");
+	for (size_t i = 0; vols && i < json_object_array_length(vols); i++)
+		volume_request(st, "DELETE", json_object_get_string(json_object_array_get_idx(vols, i)),
+		               call);
+}
+
 static relay_status md_verify_gone(md_state *st, const char *vm, json_object *rec, relay_call *call,
                                    char *why, size_t why_size)
 {
@@ -102,17 +125,10 @@ static relay_status md_verify_gone(md_state *st, const char *vm, json_object *re
 	json_object *vols = md_obj(rec, "volumes");
 	for (size_t i = 0; vols && i < json_object_array_length(vols); i++) {
 		const char *name = json_object_get_string(json_object_array_get_idx(vols, i));
-		char path[512] = MD_API_PREFIX "/volumes/";
-		md_url_encode(path, sizeof path, name ? name : "");
-		md_reply r;
-		relay_error e;
-		if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK ||
-		    r.status != 404) {
+		if (volume_request(st, "GET", name, call) != 404) {
 			md_textf(why, why_size, "volume %s of %s is still there", name ? name : "?", vm);
-			md_reply_free(&r);
 			return RELAY_E_UNVERIFIED;
 		}
-		md_reply_free(&r);
 	}
 	/* And no container at all carries its lease id. */
 	const char *lid = md_str(rec, "lease_id");
@@ -208,16 +224,7 @@ relay_status lease_release(md_state *st, json_object *doc, relay_call *call, rel
 		goto done;
 	}
 	/* Anonymous volumes go with v=1; any left are removed by name. */
-	json_object *vols = md_obj(rec, "volumes");
-	for (size_t i = 0; vols && i < json_object_array_length(vols); i++) {
-		const char *name = json_object_get_string(json_object_array_get_idx(vols, i));
-		char path[512] = MD_API_PREFIX "/volumes/";
-		md_url_encode(path, sizeof path, name ? name : "");
-		md_reply r;
-		relay_error e;
-		if (md_api(st, "DELETE", path, NULL, -1, -1, 20000, call, &r, &e) == RELAY_OK)
-			md_reply_free(&r);
-	}
+	remove_volumes(st, rec, call);
 	char why[512];
 	if (md_verify_gone(st, vm, rec, call, why, sizeof why) != RELAY_OK) {
 		s = md_err(st, err, RELAY_E_UNVERIFIED, 0, "%s", why);
@@ -407,17 +414,7 @@ void md_reap_once(md_state *st)
 			int removed = md_remove_guest(st, what, NULL, &e2);
 			json_object_put(fallback);
 			if (removed == 1) {
-				json_object *vols = md_obj(rec, "volumes");
-				for (size_t k = 0; vols && k < json_object_array_length(vols); k++) {
-					char path[512] = MD_API_PREFIX "/volumes/";
-					md_url_encode(
-					    path, sizeof path,
-					    json_object_get_string(json_object_array_get_idx(vols, k)));
-					md_reply r;
-					if (md_api(st, "DELETE", path, NULL, -1, -1, 20000, NULL, &r, &e2) ==
-					    RELAY_OK)
-						md_reply_free(&r);
-				}
+				remove_volumes(st, rec, NULL);
 				if (rec)
 					md_record_remove(st, name);
 			}
