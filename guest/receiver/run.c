@@ -13,6 +13,7 @@
 
 #include "../receiver_protocol.h"
 #include "capture.h"
+#include "failpoint.h"
 #include "frame.h"
 #include "fsx.h"
 #include "journal.h"
@@ -715,7 +716,9 @@ static int write_receipt(run_ctx *ctx, const receipt_info *ri, char sha_out[65],
 	jv_set_str(img, "status", ri->image_status);
 	jv_set(img, "snapshots", jv_copy(ctx->descriptors));
 	jv_set(o, "imageEvidence", img);
-	rc = state_write_json(ctx->root, RECEIPTS_DIR, name, o, sha_out, bytes_out, err);
+	rc = RECEIVER_FAILPOINT_ERROR("receiver.run.before-receipt", err);
+	if (rc == 0)
+		rc = state_write_json(ctx->root, RECEIPTS_DIR, name, o, sha_out, bytes_out, err);
 	free(name);
 	jv_free(o);
 	if (rc != 0)
@@ -1774,7 +1777,9 @@ int run_command(const char *root, const char *request_path, int from_stdin)
 		jv_set_str(m, "executionId", ctx.execution_id);
 		jv_set_str(m, "requestSha256", ctx.request_sha);
 		jv_set_str(m, "startedAt", ctx.started_at);
-		ok = state_write_json(root, STARTED_DIR, name, m, NULL, NULL, &err);
+		ok = RECEIVER_FAILPOINT_ERROR("receiver.run.before-started", &err);
+		if (ok == 0)
+			ok = state_write_json(root, STARTED_DIR, name, m, NULL, NULL, &err);
 		free(name);
 		jv_free(m);
 		if (ok != 0) {
@@ -1783,6 +1788,7 @@ int run_command(const char *root, const char *request_path, int from_stdin)
 			goto cleanup;
 		}
 	}
+	RECEIVER_FAILPOINT("receiver.run.after-started");
 	ctx.lock.phase = "started";
 	if (lock_write_owner(&ctx.lock, &err) != 0 || execute(&ctx, sha, &bytes, &err) != 0) {
 		/* An internal failure after the marker: settle the id with an
@@ -1805,6 +1811,7 @@ int run_command(const char *root, const char *request_path, int from_stdin)
 		free(diag);
 		goto cleanup;
 	}
+	RECEIVER_FAILPOINT("receiver.run.after-receipt");
 	emit_receipt_frame(&ctx, sha, bytes, 0, 0);
 cleanup:
 	if (ctx.lock.held) {

@@ -16,6 +16,7 @@
 #include "evidence/viewer.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"
@@ -965,10 +966,13 @@ relay_status evidence_package_deliver(const char *package_dir, const evidence_de
 		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 		goto cleanup;
 	}
+	if ((status = RELAY_FAILPOINT_ERROR("finish.before-manifest", err)) != RELAY_OK)
+		goto cleanup;
 	status = write_new(root, "manifest.json", text.data, text.len, err);
 	if (status != RELAY_OK)
 		goto cleanup;
 	made[2] = true;
+	RELAY_FAILPOINT("finish.after-manifest");
 	result->delivered = true;
 	if (fsync(root) != 0 && errno != EINVAL) {
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s: %s", package_dir,

@@ -27,6 +27,7 @@
 #include "manager/image_catalog.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
@@ -957,6 +958,7 @@ static bool obtain_original(dctx *c, const original_spec *spec, unsigned char **
 		           spec->what, err.message);
 		goto cleanup;
 	}
+	RELAY_FAILPOINT("image.before-pull");
 	if (!guest_pull(c, spec->remote, staging.file, spec->what, IMAGE_MAX_ORIGINAL_BYTES))
 		goto cleanup;
 	ok = publish_staged(c, &staging, spec, data_out, len_out);
@@ -1017,6 +1019,7 @@ static void deliver(dctx *c, const original_spec *spec)
 	size_t len = 0;
 	if (!obtain_original(c, spec, &data, &len))
 		return;
+	RELAY_FAILPOINT("image.after-publish");
 	char *image_dir = fs_dirname(spec->local);
 	if (image_dir)
 		present_and_record(c, image_dir, data, len, spec->mime);

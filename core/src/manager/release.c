@@ -17,6 +17,7 @@
 #include "manager/renewal.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/jsonx.h"
 #include "util/log.h"
 #include "util/strbuf.h"
@@ -258,6 +259,7 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 	}
 
 	/* Steps 5-6: destroy, then verify independently. */
+	RELAY_FAILPOINT("release.before-destroy");
 	close_transport(m, g);
 	relay_call_progress(progress, 2, 3, "destruction", true);
 	char *lease = guest_lease_text(m, g);
@@ -324,6 +326,7 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 		    "are kept; call relay_release again",
 		    g->name, err.message[0] ? err.message : "no answer");
 	}
+	RELAY_FAILPOINT("release.after-destroy");
 	relay_call_progress(progress, 3, 3, "verification", true);
 	char *check = NULL;
 	memset(&err, 0, sizeof err);
@@ -344,6 +347,7 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 		    g->name, err.message[0] ? err.message : relay_status_str(verified));
 	}
 
+	RELAY_FAILPOINT("release.after-verify");
 	/* Step 7. */
 	manager_lock(m);
 	g->released = true;

@@ -14,6 +14,7 @@
 #include "manager/manager_internal.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
@@ -375,6 +376,7 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 		return conflict;
 	}
 	guest_event(m, g, "acquire-intent", "relay_acquire", NULL);
+	RELAY_FAILPOINT("acquire.after-intent");
 	lifecycle_copy_probes(m, g);
 
 	/* Steps 9-11: the lease request, waiting for capacity. */
@@ -402,8 +404,10 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 			                "lease request and nothing was leased");
 		}
 		int64_t attempt_started_ms = clock_now_ms();
+		RELAY_FAILPOINT("acquire.before-request");
 		relay_status st = machine->machine.acquire(machine->state, spec, call, 0, &lease_text, &err);
 		if (st == RELAY_OK) {
+			RELAY_FAILPOINT("acquire.after-request");
 			json_object *lease = parse_owned(lease_text);
 			if (lease == NULL || jsonx_get_str(lease, "vm") == NULL) {
 				json_object_put(lease);
@@ -420,6 +424,7 @@ tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *c
 			    first_capacity_ms ? attempt_started_ms - first_capacity_ms : 0;
 			manager_unlock(m);
 			adopt_lease(m, g, lease);
+			RELAY_FAILPOINT("acquire.after-adopt");
 			break;
 		}
 		free(lease_text);

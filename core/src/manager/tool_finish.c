@@ -22,6 +22,7 @@
 #include "manager/packaging.h"
 #include "mcp/call.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
@@ -222,6 +223,7 @@ static tool_result *deliver(manager *m, guest *g, finish_state *fs, relay_call *
 	g->last_error = NULL;
 	guest_save(g);
 	manager_unlock(m);
+	RELAY_FAILPOINT("finish.after-seal");
 	return failed;
 }
 

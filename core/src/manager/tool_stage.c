@@ -23,6 +23,7 @@
 #include "mcp/call.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
@@ -1244,6 +1245,7 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	}
 	/* Step 7 on: a fresh stage. */
 	phase_mark(&s, "platform probe");
+	RELAY_FAILPOINT("stage.before-receiver");
 	r = stage_receiver(&s);
 	if (r)
 		goto cleanup;
@@ -1308,6 +1310,8 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	}
 	/* Step 10: support files and the workspace. */
 	r = hash_join(&s);
+	if (r == NULL && RELAY_FAILPOINT_ERROR("stage.before-push", &err) != RELAY_OK)
+		r = stage_fail(&s, "transfer-failed", "%s", err.message);
 	if (r)
 		goto cleanup;
 	phase_mark(&s, "host hashes (waited for)");
@@ -1318,6 +1322,7 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	r = stage_workspace(&s);
 	if (r)
 		goto cleanup;
+	RELAY_FAILPOINT("stage.after-push");
 	if (relay_call_is_cancelled(call)) {
 		r = cancelled_result(&s);
 		goto cleanup;
@@ -1337,6 +1342,7 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 		strbuf_free(&sb);
 	}
 	/* Step 12: the recording session. */
+	RELAY_FAILPOINT("stage.before-init");
 	char hex[17], session[24];
 	random_hex(hex, 16);
 	snprintf(session, sizeof session, "rec-%s", hex);
@@ -1352,6 +1358,7 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 		    err.message);
 		goto cleanup;
 	}
+	RELAY_FAILPOINT("stage.after-init");
 	const char *node_given = jsonx_get_str(args, "nodePath");
 	const char *plan_cua = jsonx_get_str(plan, "cuaDriver");
 	manager_lock(m);
