@@ -353,7 +353,6 @@ int cmd_unpack(int argc, char **argv)
 		status = root_usable(o.root);
 	if (status != EXIT_DONE)
 		goto cleanup;
-	RECEIVER_FAILPOINT("receiver.unpack.before-extract");
 	if (tar_unpack(o.root, o.base, o.pos[0], &res, &usage_err, &err) != 0) {
 		status = frame_error(usage_err ? EXIT_USAGE : EXIT_INTERNAL, err.msg);
 		goto cleanup;

@@ -974,6 +974,7 @@ cleanup:
 static void present_and_record(dctx *c, const char *image_dir, const unsigned char *data, size_t len,
                                const char *mime)
 {
+	RELAY_FAILPOINT("image.after-publish");
 	image_presentation p;
 	memset(&p, 0, sizeof p);
 	relay_error err;
@@ -1019,7 +1020,6 @@ static void deliver(dctx *c, const original_spec *spec)
 	size_t len = 0;
 	if (!obtain_original(c, spec, &data, &len))
 		return;
-	RELAY_FAILPOINT("image.after-publish");
 	char *image_dir = fs_dirname(spec->local);
 	if (image_dir)
 		present_and_record(c, image_dir, data, len, spec->mime);

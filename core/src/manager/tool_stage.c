@@ -1346,6 +1346,17 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	char hex[17], session[24];
 	random_hex(hex, 16);
 	snprintf(session, sizeof session, "rec-%s", hex);
+	/* The session is kept before the receiver's init, so a stage cut short after it (a crash,
+	 * failpoint stage.after-init) is retried with the session the guest's state/ holds. */
+	manager_lock(m);
+	if (g->recording_session_id && strlen(g->recording_session_id) < sizeof session)
+		snprintf(session, sizeof session, "%s", g->recording_session_id);
+	else {
+		free(g->recording_session_id);
+		g->recording_session_id = strdup(session);
+		guest_save(g);
+	}
+	manager_unlock(m);
 	const char *iargs[] = {"init", "--root", s.io.root, "--session", session, NULL};
 	json_object *frame = NULL;
 	st = gio_receiver(&s.io, iargs, GIO_SHORT_TIMEOUT_MS, &frame, &err);
