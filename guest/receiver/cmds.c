@@ -321,7 +321,6 @@ int cmd_archive(int argc, char **argv)
 		status = root_usable(o.root);
 	if (status != EXIT_DONE)
 		goto cleanup;
-	RECEIVER_FAILPOINT("receiver.archive.before-write");
 	if (tar_write_archive(o.root, o.base, o.pos, o.npos, o.present, o.out, &res, &usage_err, &err) != 0) {
 		status = frame_error(usage_err ? EXIT_USAGE : EXIT_INTERNAL, err.msg);
 		goto cleanup;

@@ -3,12 +3,13 @@
 
 For every failpoint of the catalogue (core/src/util/failpoint.c and guest/receiver/failpoint.c),
 one guest's whole life runs on the fake backend (its guest is this host, so its receiver really
-runs and the test sees the guest's files): acquire with a declared output, stage a workspace,
-a run, relay_extract, relay_image of an output, a second run, relay_finish. The first relay has
+runs and the test sees the guest's files): acquire with two declared outputs, stage a workspace,
+two runs, relay_extract, relay_image of an output, relay_finish. The first relay has
 MCP_RELAY_FAILPOINTS=<point>=crash: the relay (or the receiver) ends with _exit(86) at that
-point. The relay is then killed if it still runs, another starts with the same MCP_RELAY_SESSION
-and no failpoint, the interrupted call is made again (a run never is: it is a new execution),
-and the life goes on to a delivered package. Counted, per point, and asserted zero:
+point (test_error_matrix: <point>=error at every error-capable point: the call fails naming
+the failpoint and the guest is kept). The relay is then killed if it still runs, another starts
+with the same MCP_RELAY_SESSION and no failpoint, the interrupted call is made again (a run
+never is: it is a new execution), and the life goes on to a delivered package. Counted, per point, and asserted zero:
 
   replayed   a run token the guest's count file holds more than once (a run executed twice)
   lost       a file of the evidence folder at the moment of the crash (derived files aside)
@@ -19,7 +20,8 @@ and the life goes on to a delivered package. Counted, per point, and asserted ze
   unverified `mcp-relay review` of the delivered package does not verify it
 
 The matrix needs a build with -DRELAY_FAILPOINTS=ON (scripts/test's build-test); elsewhere it
-skips. RELAY_CRASH_POINTS=<name>,<name> runs only those points. The figures go to docs/reliability.md §3.
+skips. RELAY_CRASH_POINTS=<name>,<name> runs only those points. The figures are in
+docs/reliability.md §3.
 """
 
 import collections
@@ -49,13 +51,14 @@ def source_dir():
 
 
 def catalogue():
-    """Every failpoint name, from the two catalogues in the sources."""
+    """Every failpoint (name, error-capable), from the two catalogues in the sources."""
     names = []
     for rel in ("core/src/util/failpoint.c", "guest/receiver/failpoint.c"):
         with open(os.path.join(source_dir(), rel)) as f:
             text = f.read()
         table = text[text.index("catalogue[] = {"):text.index("};", text.index("catalogue[] = {"))]
-        names += re.findall(r'\{"([a-z.-]+)", (?:true|false|0|1)\}', table)
+        names += [(n, e in ("true", "1")) for n, e in
+                  re.findall(r'\{"([a-z.-]+)",\s*(true|false|0|1)\}', table)]
     return names
 
 
@@ -195,10 +198,10 @@ def recover(life, r):
     return None
 
 
-def run_life(env, point):
-    """Runs the life with `point` set to crash; returns (life, stats)."""
+def run_life(env, point, action="crash"):
+    """Runs the life with `point` set to `action`; returns (life, stats)."""
     life = Life(env, point)
-    fp_env = {"MCP_RELAY_FAILPOINTS": point + "=crash"}
+    fp_env = {"MCP_RELAY_FAILPOINTS": "%s=%s" % (point, action)}
     reached = False
     i = 0
     r = env.relay(**fp_env)
@@ -218,9 +221,18 @@ def run_life(env, point):
                 except subprocess.TimeoutExpired:
                     pass
             died = r.proc.poll() is not None
-            receiver_hit = res is not None and "failpoint %s" % point in json.dumps(res)
+            receiver_hit = res is not None and ("failpoint %s:" % point) in json.dumps(res)
             if died or receiver_hit:
                 assert not restarted, "a second crash at %s in step %s" % (point, name)
+                if action == "error":
+                    # The operation failed as its step's write would have: the relay answers,
+                    # names the failpoint, and keeps the guest.
+                    assert not died, "the relay died at an error failpoint %s:\n%s" % (
+                        point, r.stderr_text()[-3000:])
+                    assert ("failpoint %s: injected error" % point) in json.dumps(res), text_of(res)
+                    if life.guest:
+                        assert guest_status(structured(r.call_tool("relay_status")), life.guest), (
+                            "the guest was not kept after the error at %s" % point)
                 if died:
                     assert r.proc.returncode == CRASH_EXIT, (
                         "the relay ended with %s, not the failpoint's %d, in step %s:\n%s"
@@ -272,8 +284,11 @@ def count(env, life):
         parent = os.path.dirname(evidence)
         print("    evidence %s; beside it: %r; %d files" % (evidence, os.listdir(parent), len(final)))
     have = set(final.values())
+    # host/evidence-downloads/ holds the step downloads' status records, which the relay
+    # updates (pending, then downloaded): such a record must still be there, not unchanged.
     lost = [p for p, h in life.crash_snapshot.items()
-            if os.path.basename(p) not in DERIVED and ".tmp" not in p and h not in have]
+            if os.path.basename(p) not in DERIVED and ".tmp" not in p and h not in have
+            and not (p.startswith("host/evidence-downloads/") and p in final)]
     lost += ["guest receipt " + p for p, h in life.guest_receipts.items() if h not in have]
     stats["lost"] = len(lost)
     stats["lost_files"] = lost
@@ -304,24 +319,25 @@ def prepare_project(env):
         f.write("the workspace the matrix stages\n")
 
 
-def test_crash_matrix(binary):
+def matrix(binary, action):
     if not failpoints_built(binary):
         skip("this build has no failpoints (configure with -DRELAY_FAILPOINTS=ON, as scripts/test does)")
     only = [p for p in os.environ.get("RELAY_CRASH_POINTS", "").split(",") if p]
-    points = [p for p in catalogue() if not only or p in only]
-    assert len(points) >= 20 or only, points
+    points = [p for p, can_error in catalogue()
+              if (not only or p in only) and (action == "crash" or can_error)]
+    assert len(points) >= (20 if action == "crash" else 5) or only, points
     rows, bad = [], []
     for point in points:
         env = DeliveryEnv(binary)
         t0 = time.monotonic()
         try:
             prepare_project(env)
-            life, stats = run_life(env, point)
+            life, stats = run_life(env, point, action)
         finally:
             env.cleanup()
         rows.append((point, life.crashed_at, stats))
-        print("  %-34s crash in %-8s runs %d  replayed %d  lost %d  leases %d  unverified %d  (%.1f s)"
-              % (point, life.crashed_at, stats["executed"], stats["replayed"], stats["lost"],
+        print("  %-34s %s in %-8s runs %d  replayed %d  lost %d  leases %d  unverified %d  (%.1f s)"
+              % (point, action, life.crashed_at, stats["executed"], stats["replayed"], stats["lost"],
                  stats["leases"], stats["unverified"], time.monotonic() - t0), flush=True)
         for root in life.guest_roots:
             shutil.rmtree(root, ignore_errors=True)
@@ -329,9 +345,21 @@ def test_crash_matrix(binary):
             bad.append((point, stats))
             print("    lost: %r; leases left: %r" % (stats["lost_files"], stats["leases_left"]), flush=True)
     total = {k: sum(s[k] for _p, _a, s in rows) for k in ("replayed", "lost", "leases", "unverified")}
-    print("crash matrix: %d failpoints, %d replayed, %d lost, %d leases left, %d unverified"
-          % (len(rows), total["replayed"], total["lost"], total["leases"], total["unverified"]), flush=True)
-    assert not bad, "the crash matrix is not all zero: %r" % bad
+    print("%s matrix: %d failpoints, %d replayed, %d lost, %d leases left, %d unverified"
+          % (action, len(rows), total["replayed"], total["lost"], total["leases"], total["unverified"]),
+          flush=True)
+    assert not bad, "the %s matrix is not all zero: %r" % (action, bad)
+
+
+def test_crash_matrix(binary):
+    """Every failpoint set to crash: the relay (or receiver) ends there, a new relay goes on."""
+    matrix(binary, "crash")
+
+
+def test_error_matrix(binary):
+    """Every error-capable failpoint set to error: the call fails naming it, the guest is kept,
+    and a relay without the failpoint goes on to a verified package."""
+    matrix(binary, "error")
 
 
 if __name__ == "__main__":
