@@ -850,6 +850,10 @@ relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *cal
 	cgroup = make_cgroup(st, vm, record);
 	if (cgroup)
 		json_object_object_add(paths, "cgroup", json_object_new_string(cgroup));
+	/* Durable before the init starts: a relay killed during the launch leaves a record whose
+	 * cgroup a reaper can empty, even before the init's pid is known (issue 17 defect 6). */
+	if (cgroup)
+		lease_write(st, record, true);
 	launch_result lr;
 	status = launch_init(st, lease_dir, image->tree, guest, cgroup, with_helper, &lr, err);
 	if (lr.init_pid > 0) {
@@ -986,6 +990,30 @@ static bool kill_process(pid_t pid, unsigned long long start, int timeout_ms)
 	return gone;
 }
 
+/* Removes a lease folder with its record last: a folder that cannot be removed keeps the
+ * record that names its guest, so the lease is still found (by purpose, by the reaper) and
+ * its release is not answered before the folder is gone (issue 17 defect 6). */
+static int remove_lease_folder(const char *lease_dir)
+{
+	DIR *d = opendir(lease_dir);
+	if (d == NULL)
+		return errno == ENOENT ? 0 : errno;
+	int rc = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    strcmp(de->d_name, "lease.json") == 0)
+			continue;
+		char path[PATH_MAX];
+		snprintf(path, sizeof path, "%s/%s", lease_dir, de->d_name);
+		int e = lu_remove_tree(path);
+		if (e != 0 && rc == 0)
+			rc = e;
+	}
+	closedir(d);
+	return rc != 0 ? rc : lu_remove_tree(lease_dir);
+}
+
 relay_status sandbox_destroy(local_state *st, json_object *record, const char *reason, relay_error *err)
 {
 	(void)reason;
@@ -1012,7 +1040,7 @@ relay_status sandbox_destroy(local_state *st, json_object *record, const char *r
 	int cg_rc = cgroup ? remove_cgroup(cgroup) : 0;
 	int rm_rc = 0;
 	if (init_gone)
-		rm_rc = lu_remove_tree(lease_dir);
+		rm_rc = remove_lease_folder(lease_dir);
 	char detail[512];
 	relay_status vs = sandbox_verify_gone(st, record, detail, sizeof detail);
 	if (vs == RELAY_OK)
