@@ -995,9 +995,14 @@ static bool kill_process(pid_t pid, unsigned long long start, int timeout_ms)
  * its release is not answered before the folder is gone (issue 17 defect 6). */
 static int remove_lease_folder(const char *lease_dir)
 {
-	DIR *d = opendir(lease_dir);
-	if (d == NULL)
-		return errno == ENOENT ? 0 : errno;
+	int fd = open(lease_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (d == NULL) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return e == ENOENT ? 0 : e;
+	}
 	int rc = 0;
 	struct dirent *de;
 	while ((de = readdir(d)) != NULL) {

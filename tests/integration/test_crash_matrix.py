@@ -9,7 +9,8 @@ MCP_RELAY_FAILPOINTS=<point>=crash: the relay (or the receiver) ends with _exit(
 point (test_error_matrix: <point>=error at every error-capable point: the call fails naming
 the failpoint and the guest is kept). The relay is then killed if it still runs, another starts
 with the same MCP_RELAY_SESSION and no failpoint, the interrupted call is made again (a run
-never is: it is a new execution), and the life goes on to a delivered package. Counted, per point, and asserted zero:
+never is: it is a new execution), and the life goes on to a delivered package. Counted, per
+point, and asserted zero:
 
   replayed   a run token the guest's count file holds more than once (a run executed twice)
   lost       a file of the evidence folder at the moment of the crash (derived files aside)

@@ -9,6 +9,12 @@ nothing replayed and nothing written outside the evidence folder.
                                push (stage), exec (run), pull (finish) and release; each failed
                                call is made once more and the session ends in a verified package
                                with every run executed at most once and no machine left
+  test_ssh_dropped_mid_push_and_mid_pull
+                               transfer-ssh to a real sshd on 127.0.0.1 (machine-fake leases):
+                               every connection of the sshd is killed while a 96 MiB file is
+                               part-way written in the guest (relay_stage) and on the host
+                               (relay_extract); each call succeeds or fails keeping the guest
+                               and succeeds when made again, and the copies are whole
   test_guest_disk_full_during_stage
                                the guest's disk (a 1 MiB tmpfs over the fake guest's workspace)
                                too small for the workspace: relay_stage fails, the guest is
@@ -31,20 +37,19 @@ evidence volume is test_delivery_space.py's; a 500 and a dropped connection at a
 test_service_capacity.py's. docs/reliability.md §4 lists them all.
 """
 
-import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
 from service_support import Standin, text  # noqa: E402
 from delivery_support import DeliveryEnv, files_under, structured, text_of  # noqa: E402
-
-COUNT = 'echo "$1" >> count.txt; echo ran'
-
 
 def run_code(token):
     return 'mkdir -p out; echo %s >> out/count.txt; echo %s' % (token, token)
@@ -145,7 +150,8 @@ def service_session(binary, svc, route, kind):
         assert review_ok(binary, evidence[0]), "the package does not verify"
         left = svc.machines()
         assert not left, "machines left at the service: %r" % left
-        outcome.append("runs %d of %d" % (len(ran), len(tokens)))
+        seen = [e for e in svc.requests("POST") if e["path"] == "/" + route or e["path"].endswith("/" + route)]
+        outcome.append("runs %d of %d; %d %s requests" % (len(ran), len(tokens), len(seen), route))
     return "; ".join(outcome)
 
 
@@ -172,6 +178,126 @@ def test_service_faults(binary):
             print("  service  down  acquire refused: %s" % text(res).split("\n")[0][:100], flush=True)
     finally:
         svc.cleanup()
+
+
+# -- SSH dropped mid-push and mid-pull -------------------------------------------------------
+
+def sshd_sessions(v):
+    """The per-connection sshd processes of the test's own sshd (children of its listener)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == v.sshd.pid:
+            out.append(int(pid))
+    return out
+
+
+def partial_file(folders, full_size):
+    """A regular file below `folders` that is being written (more than 1 MiB, not yet whole)."""
+    for folder in folders:
+        for dirpath, _dirs, files in os.walk(folder):
+            for name in files:
+                try:
+                    size = os.lstat(os.path.join(dirpath, name)).st_size
+                except OSError:
+                    continue
+                if (1 << 20) < size < full_size:
+                    return os.path.join(dirpath, name), size
+    return None
+
+
+class DropWhenPartial(threading.Thread):
+    """Kills the sshd's connections once a file below `folders` is part-way written."""
+
+    def __init__(self, v, folders, full_size):
+        super().__init__(daemon=True)
+        self.v, self.folders, self.full_size = v, folders, full_size
+        self.dropped = None
+        self.killed = []
+        self.stop = False
+
+    def run(self):
+        deadline = time.monotonic() + 120
+        while not self.stop and time.monotonic() < deadline:
+            seen = partial_file(self.folders, self.full_size)
+            if seen:
+                self.killed = sshd_sessions(self.v)
+                for pid in self.killed:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                self.dropped = seen
+                return
+            time.sleep(0.001)
+
+
+def test_ssh_dropped_mid_push_and_mid_pull(binary):
+    import runs_support
+    v, why = runs_support.make_variant(binary, "ssh")
+    if v is None:
+        skip(why)
+    big = 96 << 20
+    try:
+        ws = os.path.join(v.project, "ws")
+        os.makedirs(ws)
+        data = os.urandom(big)
+        with open(os.path.join(ws, "big.bin"), "wb") as f:
+            f.write(data)
+        with v.relay() as r:
+            r.initialize()
+            g = v.acquire(r, extractions=[{"name": "big", "path": "out/big.bin"}])
+            name, root, evidence = g["guest"], g["guestRoot"], g["evidencePath"]
+            # Mid-push: the guest's copy of the workspace is part-way written.
+            drop = DropWhenPartial(v, [root], big)
+            drop.start()
+            res = r.call_tool("relay_stage", {"guest": name, "workspace": "ws"}, timeout=600)
+            drop.stop = True
+            drop.join()
+            assert drop.dropped and drop.killed, "the push ended before a part-written file was seen"
+            print("  push: %d ssh connections dropped at %s (%d bytes); relay_stage: %s" % (
+                len(drop.killed), os.path.basename(drop.dropped[0]), drop.dropped[1],
+                ("error " + structured(res)["error"]["code"]) if res["isError"] else "succeeded"))
+            if res["isError"]:
+                assert structured(res)["error"]["code"] == "transfer-failed", text_of(res)
+                assert not r.call_tool("relay_status")["isError"], "the relay stopped answering"
+                res = r.call_tool("relay_stage", {"guest": name, "workspace": "ws"}, timeout=600)
+                assert not res["isError"], "the second stage: " + text_of(res)
+            with open(os.path.join(root, "workspace", "big.bin"), "rb") as f:
+                assert f.read() == data, "the staged copy differs"
+            res = r.call_tool("relay_script", {"guest": name, "language": "shell", "inline": True,
+                                               "code": "mkdir -p out && cp big.bin out/big.bin"}, timeout=300)
+            assert not res["isError"], text_of(res)
+            # Mid-pull: the host's copy of the output is part-way written.
+            drop = DropWhenPartial(v, [v.project, v.state_dir, r.tmpdir], big)
+            drop.start()
+            res = r.call_tool("relay_extract", {"guest": name, "names": ["big"]}, timeout=600)
+            drop.stop = True
+            drop.join()
+            assert drop.dropped and drop.killed, "the pull ended before a part-written file was seen"
+            print("  pull: %d ssh connections dropped at %s (%d bytes); relay_extract: %s" % (
+                len(drop.killed), os.path.basename(drop.dropped[0]), drop.dropped[1],
+                ("error " + structured(res)["error"]["code"]) if res["isError"] else "succeeded"))
+            if res["isError"]:
+                assert os.path.exists(os.path.join(root, "workspace", "out", "big.bin")), "guest changed"
+                res = r.call_tool("relay_extract", {"guest": name, "names": ["big"]}, timeout=600)
+                assert not res["isError"], "the second extract: " + text_of(res)
+            fin = r.call_tool("relay_finish", {"guest": name}, timeout=600)
+            assert not fin["isError"], text_of(fin)
+        pulled = [p for p in files_under(os.path.join(evidence, "extractions")) if p.endswith("big.bin")]
+        assert pulled, files_under(evidence)
+        for p in pulled:
+            with open(os.path.join(evidence, "extractions", p), "rb") as f:
+                assert f.read() == data, "an extracted copy differs: %s" % p
+        assert review_ok(binary, evidence)
+    finally:
+        v.cleanup()
 
 
 # -- the guest's disk ------------------------------------------------------------------------
@@ -299,7 +425,6 @@ def test_state_replaced_with_links(binary):
             assert review_ok(binary, evidence)
     finally:
         env.cleanup()
-        import shutil
         shutil.rmtree(canary_dir, ignore_errors=True)
 
 
