@@ -19,6 +19,10 @@ nothing replayed and nothing written outside the evidence folder.
                                the guest's disk (a 1 MiB tmpfs over the fake guest's workspace)
                                too small for the workspace: relay_stage fails, the guest is
                                kept, and once the disk is larger the same stage succeeds
+  test_sparse_2gib_output_and_state
+                               a 2 GiB sparse file as an output and in the guest's state, the
+                               evidence volume a 64 MiB tmpfs: space-shortfall before a byte is
+                               pulled, the guest kept, then finished without it
   test_receiver_replaced_with_garbage
                                the guest overwrites its receiver with garbage: the run is not
                                counted as run and never replayed, relay_finish fails keeping the
@@ -348,6 +352,49 @@ def test_guest_disk_full_during_stage(binary):
         if disk:
             umount(disk)
         env.cleanup()
+
+
+# -- a 2 GiB sparse file -----------------------------------------------------------------------
+
+def test_sparse_2gib_output_and_state(binary):
+    """A guest's 2 GiB sparse file (a few blocks on its disk) as a declared output and in its
+    state, with the evidence volume a 64 MiB tmpfs: the sizes the guest reports count, so
+    relay_extract and relay_finish refuse with space-shortfall before pulling a byte, the
+    guest is kept, and without the file the same guest finishes on the same volume."""
+    if os.geteuid() != 0:
+        skip("mounting the small evidence volume needs root")
+    volume = tempfile.mkdtemp(prefix="relay-fault-volume-")
+    mount_tmpfs(volume, "64m")
+    try:
+        project = os.path.join(volume, "project")
+        os.mkdir(project, 0o700)
+        env = DeliveryEnv(binary, project=project)
+        try:
+            with env.relay() as r:
+                r.initialize()
+                acq = env.acquire(r, extractions=[{"name": "big", "path": "big.bin"}])
+                g, evidence, root = acq["guest"], acq["evidencePath"], acq["guestRoot"]
+                env.stage(r, g)
+                env.run(r, g, "truncate -s 2G big.bin")
+                x = r.call_tool("relay_extract", {"guest": g, "names": ["big"]}, timeout=300)
+                assert x["isError"] and structured(x)["error"]["code"] == "space-shortfall", text_of(x)
+                print("  relay_extract of 2 GiB sparse: %s" % text_of(x).split("\n")[0][:160])
+                assert not os.path.exists(os.path.join(evidence, "extractions", "big"))
+                env.diag(r, g, "mv %s/workspace/big.bin %s/state/big.bin" % (root, root))
+                fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
+                assert fin["isError"] and structured(fin)["error"]["code"] == "space-shortfall", text_of(fin)
+                print("  relay_finish with 2 GiB sparse in state: %s" % text_of(fin).split("\n")[0][:160])
+                assert not os.path.exists(os.path.join(evidence, "state", "big.bin"))
+                assert env.status_guest(r, g) is not None, "the guest was not kept"
+                env.diag(r, g, "rm %s/state/big.bin" % root)
+                fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
+                assert not fin["isError"], text_of(fin)
+                assert review_ok(binary, evidence)
+        finally:
+            env.cleanup()
+    finally:
+        umount(volume)
+        shutil.rmtree(volume, ignore_errors=True)
 
 
 # -- a guest that breaks its receiver or its state --------------------------------------------
