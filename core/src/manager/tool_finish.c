@@ -275,6 +275,8 @@ tool_result *tool_finish(manager *m, guest *g, json_object *args, relay_call *ca
 	if (delivered || manifest_written(fs.evidence)) {
 		relay_error err;
 		memset(&err, 0, sizeof err);
+		if (!delivered)
+			downloads_close(m, g, "finish", call); /* nothing more goes into the package */
 		if (reverify(m, g, &fs, &err) != RELAY_OK) {
 			result = guest_error(
 			    m, g, NULL, "delivery-failed",
