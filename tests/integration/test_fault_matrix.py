@@ -244,6 +244,26 @@ class DropWhenPartial(threading.Thread):
             time.sleep(0.001)
 
 
+def dropped_call(v, r, folders, big, tool, args):
+    """Calls `tool`, dropping every ssh connection once a file below `folders` is part-way
+    written; a failure must keep the guest and the same call made again must succeed."""
+    drop = DropWhenPartial(v, folders, big)
+    drop.start()
+    res = r.call_tool(tool, args, timeout=600)
+    drop.stop = True
+    drop.join()
+    assert drop.dropped and drop.killed, "%s ended before a part-written file was seen" % tool
+    print("  %s: %d ssh connections dropped at %s (%d bytes); %s" % (
+        tool, len(drop.killed), os.path.basename(drop.dropped[0]), drop.dropped[1],
+        ("error " + structured(res)["error"]["code"]) if res["isError"] else "succeeded"), flush=True)
+    if res["isError"]:
+        assert structured(res)["error"]["code"] == "transfer-failed", text_of(res)
+        s = structured(r.call_tool("relay_status"))
+        assert any(g["guest"] == args["guest"] for g in s["guests"]), "the guest was not kept"
+        res = r.call_tool(tool, args, timeout=600)
+        assert not res["isError"], "the second %s: %s" % (tool, text_of(res))
+
+
 def test_ssh_dropped_mid_push_and_mid_pull(binary):
     import runs_support
     v, why = runs_support.make_variant(binary, "ssh")
@@ -261,39 +281,15 @@ def test_ssh_dropped_mid_push_and_mid_pull(binary):
             g = v.acquire(r, extractions=[{"name": "big", "path": "out/big.bin"}])
             name, root, evidence = g["guest"], g["guestRoot"], g["evidencePath"]
             # Mid-push: the guest's copy of the workspace is part-way written.
-            drop = DropWhenPartial(v, [root], big)
-            drop.start()
-            res = r.call_tool("relay_stage", {"guest": name, "workspace": "ws"}, timeout=600)
-            drop.stop = True
-            drop.join()
-            assert drop.dropped and drop.killed, "the push ended before a part-written file was seen"
-            print("  push: %d ssh connections dropped at %s (%d bytes); relay_stage: %s" % (
-                len(drop.killed), os.path.basename(drop.dropped[0]), drop.dropped[1],
-                ("error " + structured(res)["error"]["code"]) if res["isError"] else "succeeded"))
-            if res["isError"]:
-                assert structured(res)["error"]["code"] == "transfer-failed", text_of(res)
-                assert not r.call_tool("relay_status")["isError"], "the relay stopped answering"
-                res = r.call_tool("relay_stage", {"guest": name, "workspace": "ws"}, timeout=600)
-                assert not res["isError"], "the second stage: " + text_of(res)
+            dropped_call(v, r, [root], big, "relay_stage", {"guest": name, "workspace": "ws"})
             with open(os.path.join(root, "workspace", "big.bin"), "rb") as f:
                 assert f.read() == data, "the staged copy differs"
             res = r.call_tool("relay_script", {"guest": name, "language": "shell", "inline": True,
                                                "code": "mkdir -p out && cp big.bin out/big.bin"}, timeout=300)
             assert not res["isError"], text_of(res)
             # Mid-pull: the host's copy of the output is part-way written.
-            drop = DropWhenPartial(v, [v.project, v.state_dir, r.tmpdir], big)
-            drop.start()
-            res = r.call_tool("relay_extract", {"guest": name, "names": ["big"]}, timeout=600)
-            drop.stop = True
-            drop.join()
-            assert drop.dropped and drop.killed, "the pull ended before a part-written file was seen"
-            print("  pull: %d ssh connections dropped at %s (%d bytes); relay_extract: %s" % (
-                len(drop.killed), os.path.basename(drop.dropped[0]), drop.dropped[1],
-                ("error " + structured(res)["error"]["code"]) if res["isError"] else "succeeded"))
-            if res["isError"]:
-                assert os.path.exists(os.path.join(root, "workspace", "out", "big.bin")), "guest changed"
-                res = r.call_tool("relay_extract", {"guest": name, "names": ["big"]}, timeout=600)
-                assert not res["isError"], "the second extract: " + text_of(res)
+            dropped_call(v, r, [v.project, v.state_dir, r.tmpdir], big, "relay_extract",
+                         {"guest": name, "names": ["big"]})
             fin = r.call_tool("relay_finish", {"guest": name}, timeout=600)
             assert not fin["isError"], text_of(fin)
         pulled = [p for p in files_under(os.path.join(evidence, "extractions")) if p.endswith("big.bin")]
