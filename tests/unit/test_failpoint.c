@@ -7,7 +7,7 @@
  * fails with RELAY_E_IO and a message naming the point, off and unset do
  * nothing, the receiver's names are left to the receiver, and a typo (an
  * unknown name or action, error at a crash-only point) ends the child with
- * exit 2.
+ * exit 2. The built receiver's `init` does the same with the receiver's names.
  *
  * Without it (every user's build): the points do nothing whatever the
  * environment says, and the built mcp-relay holds no failpoint code (its
@@ -27,6 +27,46 @@
 #include <cmocka.h>
 
 #include "util/failpoint.h"
+#include "util/fsutil.h"
+
+/* `receiver init` on a fresh root with the setting `setting`: its exit status,
+ * its frame in `frame`. Skips the test when the receiver is not built. */
+static int receiver_init(const char *setting, char *frame, size_t frame_size)
+{
+	const char *build = getenv("RELAY_BUILD_DIR");
+	char receiver[4096];
+	snprintf(receiver, sizeof receiver, "%s/libexec/mcp-relay/receivers/%s/receiver", build ? build : ".",
+	         RELAY_HOST_PLATFORM);
+	if (access(receiver, X_OK) != 0)
+		skip();
+	char root[] = "/tmp/relay-failpoint-XXXXXX";
+	assert_non_null(mkdtemp(root));
+	int out[2];
+	assert_int_equal(pipe(out), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		setenv("MCP_RELAY_FAILPOINTS", setting, 1);
+		dup2(out[1], 1);
+		execl(receiver, "receiver", "init", "--root", root, "--session", "s1", (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	size_t used = 0;
+	ssize_t n;
+	while (used + 1 < frame_size && (n = read(out[0], frame + used, frame_size - 1 - used)) > 0)
+		used += (size_t)n;
+	frame[used] = '\0';
+	close(out[0]);
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	assert_int_equal(fs_remove_tree(root, &err), RELAY_OK);
+	assert_true(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
 
 #ifdef RELAY_FAILPOINTS
 
@@ -92,10 +132,27 @@ static void test_typos_end_the_process(void **state)
 	assert_int_equal(child_check("release.after-destroy=error", "release.after-destroy", false), 2);
 }
 
+static void test_the_receivers_points(void **state)
+{
+	(void)state;
+	char frame[4096];
+	assert_int_equal(receiver_init("", frame, sizeof frame), 0);
+	assert_non_null(strstr(frame, "\"created\":true"));
+	assert_int_equal(receiver_init("stage.before-push=error", frame, sizeof frame), 0);
+	assert_int_equal(receiver_init("receiver.init.before-write=crash", frame, sizeof frame),
+	                 RELAY_FAILPOINT_EXIT_CODE);
+	assert_string_equal(frame, ""); /* ended before its frame */
+	assert_int_equal(receiver_init("receiver.init.before-write=error", frame, sizeof frame), 3);
+	assert_non_null(strstr(frame, "failpoint receiver.init.before-write: injected error"));
+	assert_int_equal(receiver_init("receiver.init.before-writ=crash", frame, sizeof frame), 2);
+	assert_int_equal(receiver_init("receiver.run.after-started=error", frame, sizeof frame), 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_crash_ends_the_process),
+	    cmocka_unit_test(test_the_receivers_points),
 	    cmocka_unit_test(test_error_fails_naming_the_point),
 	    cmocka_unit_test(test_other_points_do_nothing),
 	    cmocka_unit_test(test_typos_end_the_process),
@@ -142,10 +199,20 @@ static void test_the_server_holds_no_failpoint(void **state)
 	assert_false(found);
 }
 
+/* The receiver has no points either: a setting that would crash it does nothing. */
+static void test_the_receiver_holds_no_failpoint(void **state)
+{
+	(void)state;
+	char frame[4096];
+	assert_int_equal(receiver_init("receiver.init.before-write=crash", frame, sizeof frame), 0);
+	assert_non_null(strstr(frame, "\"created\":true"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_points_do_nothing),
+	    cmocka_unit_test(test_the_receiver_holds_no_failpoint),
 	    cmocka_unit_test(test_the_server_holds_no_failpoint),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
