@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "failpoint.h"
 #include "frame.h"
 #include "fsx.h"
 #include "json.h"
@@ -230,7 +231,8 @@ int cmd_init(int argc, char **argv)
 		status = usage("--session must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,119}$");
 		goto cleanup;
 	}
-	if (state_init(o.root, o.session, &created, &err) != 0) {
+	if (RECEIVER_FAILPOINT_ERROR("receiver.init.before-write", &err) != 0 ||
+	    state_init(o.root, o.session, &created, &err) != 0) {
 		status = frame_error(EXIT_INTERNAL, err.msg);
 		goto cleanup;
 	}

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "failpoint.h"
+
 extern char **environ;
 
 /* ---- process hooks: the lock records every operation's group ------------ */
@@ -537,7 +539,9 @@ int run_command(const char *root, const char *request_path, int from_stdin)
 		jv_set_str(m, "executionId", ctx.execution_id);
 		jv_set_str(m, "requestSha256", ctx.request_sha);
 		jv_set_str(m, "startedAt", ctx.started_at);
-		ok = state_write_json(root, STARTED_DIR, name, m, NULL, NULL, &err);
+		ok = RECEIVER_FAILPOINT_ERROR("receiver.run.before-started", &err);
+		if (ok == 0)
+			ok = state_write_json(root, STARTED_DIR, name, m, NULL, NULL, &err);
 		free(name);
 		jv_free(m);
 		if (ok != 0) {
@@ -546,6 +550,7 @@ int run_command(const char *root, const char *request_path, int from_stdin)
 			goto cleanup;
 		}
 	}
+	RECEIVER_FAILPOINT("receiver.run.after-started");
 	ctx.lock.phase = "started";
 	if (lock_write_owner(&ctx.lock, &err) != 0 || execute(&ctx, sha, &bytes, &err) != 0) {
 		/* An internal failure after the marker: settle the id with an
@@ -568,6 +573,7 @@ int run_command(const char *root, const char *request_path, int from_stdin)
 		free(diag);
 		goto cleanup;
 	}
+	RECEIVER_FAILPOINT("receiver.run.after-receipt");
 	run_emit_receipt_frame(&ctx, sha, bytes, 0, 0);
 cleanup:
 	if (ctx.lock.held) {

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "failpoint.h"
+
 /* ---- records, receipt, refusals ----------------------------------------- */
 
 const char *run_role_name(const run_ctx *ctx)
@@ -106,7 +108,9 @@ int run_write_receipt(run_ctx *ctx, const receipt_info *ri, char sha_out[65], ui
 	jv_set_str(img, "status", ri->image_status);
 	jv_set(img, "snapshots", jv_copy(ctx->descriptors));
 	jv_set(o, "imageEvidence", img);
-	rc = state_write_json(ctx->root, RECEIPTS_DIR, name, o, sha_out, bytes_out, err);
+	rc = RECEIVER_FAILPOINT_ERROR("receiver.run.before-receipt", err);
+	if (rc == 0)
+		rc = state_write_json(ctx->root, RECEIPTS_DIR, name, o, sha_out, bytes_out, err);
 	free(name);
 	jv_free(o);
 	if (rc != 0)

@@ -87,6 +87,36 @@ static bool kill_process(pid_t pid, unsigned long long start, int timeout_ms)
 	return gone;
 }
 
+/* Removes a lease folder with its record last: a folder that cannot be
+ * removed keeps the record that names its guest, so the lease is still
+ * found (by purpose, by the reaper) and its release is not answered before
+ * the folder is gone (issue 17 defect 6). */
+static int remove_lease_folder(const char *lease_dir)
+{
+	int fd = open(lease_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (d == NULL) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return e == ENOENT ? 0 : e;
+	}
+	int rc = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    strcmp(de->d_name, "lease.json") == 0)
+			continue;
+		char path[PATH_MAX];
+		snprintf(path, sizeof path, "%s/%s", lease_dir, de->d_name);
+		int e = lu_remove_tree(path);
+		if (e != 0 && rc == 0)
+			rc = e;
+	}
+	closedir(d);
+	return rc != 0 ? rc : lu_remove_tree(lease_dir);
+}
+
 relay_status sandbox_destroy(local_state *st, json_object *record, const char *reason, relay_error *err)
 {
 	(void)reason;
@@ -112,7 +142,7 @@ relay_status sandbox_destroy(local_state *st, json_object *record, const char *r
 	int cg_rc = cgroup_remove_all(record);
 	int rm_rc = 0;
 	if (init_gone)
-		rm_rc = lu_remove_tree(lease_dir);
+		rm_rc = remove_lease_folder(lease_dir);
 	char detail[512];
 	relay_status vs = sandbox_verify_gone(st, record, detail, sizeof detail);
 	if (vs == RELAY_OK) {

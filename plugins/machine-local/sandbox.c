@@ -270,6 +270,12 @@ static relay_status start_parts(local_state *st, const acquire_req *q, const cha
 	if (status != RELAY_OK)
 		return status;
 	cgroup_make(st, vm, record);
+	/* Durable before the init starts: a relay killed during the launch
+	 * leaves a record whose cgroups a reaper can empty, even before the
+	 * init's pid is known (issue 17 defect 6). */
+	const char *cgroups[8];
+	if (cgroup_paths(record, cgroups, 8) > 0)
+		lease_write(st, record, true);
 	launch_result lr;
 	status = launch_init(st, lease_dir, q->image->tree, q->guest, record, q->with_helper, &lr, err);
 	if (lr.init_pid > 0) {

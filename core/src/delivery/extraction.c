@@ -19,6 +19,7 @@
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
@@ -363,6 +364,8 @@ extraction_failure extraction_pull(guest_io *io, const char *name, const char *p
 	strbuf_printf(&workspace, "%s/workspace", io->root);
 	const char *rel = full_workspace ? "." : path;
 
+	if (RELAY_FAILPOINT_ERROR("extract.before-pull", err) != RELAY_OK)
+		goto cleanup;
 	/* 1. The guest's inventory. */
 	relay_status st = gio_scan(io, strbuf_str(&workspace), rel, false, 0, &facts, err);
 	if (st != RELAY_OK) {
@@ -457,6 +460,7 @@ extraction_failure extraction_pull(guest_io *io, const char *name, const char *p
 	if (failure != EXTRACTION_OK)
 		goto cleanup;
 
+	RELAY_FAILPOINT("extract.after-pull");
 	/* 6. The record. */
 	json_object *entry = json_object_new_object();
 	jsonx_add_str(entry, "name", name);

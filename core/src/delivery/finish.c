@@ -20,6 +20,8 @@
 #include "call/call.h"
 #include "session/events.h"
 #include "util/error.h"
+#include "util/failpoint.h"
+#include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
@@ -105,6 +107,17 @@ json_object *finish_facts(manager *m, guest *g, const finish_report *report, boo
 	jsonx_add(r, "guestsHeld", manager_open_guest_names_json(m));
 	manager_unlock(m);
 	return r;
+}
+
+/* Whether the package already holds its manifest: a finish cut short after
+ * writing it and before recording the delivery (crash matrix:
+ * finish.after-manifest). */
+static bool manifest_written(const char *evidence)
+{
+	char *manifest = evidence ? path_in(evidence, "manifest.json") : NULL;
+	bool present = manifest && fs_exists_nofollow(manifest);
+	free(manifest);
+	return present;
 }
 
 /* Takes the verdicts of a delivered package into the report. */
@@ -215,6 +228,7 @@ static int deliver(manager *m, guest *g, finish_report *r, relay_call *call, rel
 	g->last_error = NULL;
 	guest_save(g);
 	manager_unlock(m);
+	RELAY_FAILPOINT("finish.after-seal");
 	return 0;
 }
 
@@ -229,15 +243,23 @@ int finish_package(manager *m, guest *g, relay_call *call, finish_report *report
 	manager_unlock(m);
 	guest_event(m, g, "finish", "relay_finish", NULL);
 
-	/* 3. An earlier finish delivered and verified: straight to step 8. */
-	if (!delivered)
+	/* 3. An earlier finish delivered and verified: straight to step 8. One
+	 * cut short after its manifest re-verifies that package the same way,
+	 * and seals it. */
+	if (!delivered && !manifest_written(report->evidence))
 		return deliver(m, g, report, call, o);
 	relay_error err;
 	memset(&err, 0, sizeof err);
+	if (!delivered)
+		downloads_close(m, g, "finish", call); /* nothing more goes into the package */
 	if (reverify(m, g, report, &err) != RELAY_OK)
 		return outcome_fail(o, "delivery-failed",
 		                    "the package of %s was delivered earlier but does not verify now: %s; "
 		                    "the guest is kept",
 		                    g->name, err.message);
+	manager_lock(m);
+	g->delivered = true;
+	guest_save(g);
+	manager_unlock(m);
 	return 0;
 }

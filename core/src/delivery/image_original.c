@@ -16,6 +16,7 @@
 #include "delivery/image_guest.h"
 #include "image/image.h"
 #include "util/clock.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"
@@ -163,6 +164,7 @@ bool idl_obtain_original(dctx *c, const original_spec *spec, unsigned char **dat
 		            spec->what, err.message);
 		goto cleanup;
 	}
+	RELAY_FAILPOINT("image.before-pull");
 	if (!idl_guest_pull(c, spec->remote, staging.file, spec->what, IMAGE_MAX_ORIGINAL_BYTES))
 		goto cleanup;
 	ok = publish_staged(c, &staging, spec, data_out, len_out);
@@ -178,6 +180,7 @@ cleanup:
 void idl_present_and_record(dctx *c, const char *image_dir, const unsigned char *data, size_t len,
                             const char *mime)
 {
+	RELAY_FAILPOINT("image.after-publish");
 	image_presentation p;
 	memset(&p, 0, sizeof p);
 	relay_error err;

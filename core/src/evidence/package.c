@@ -22,6 +22,7 @@
 #include "evidence/viewer.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"
@@ -437,10 +438,13 @@ static relay_status write_derived(const char *package_dir, int root, const evide
 		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 		goto done;
 	}
+	if ((status = RELAY_FAILPOINT_ERROR("finish.before-manifest", err)) != RELAY_OK)
+		goto done;
 	status = write_new(root, "manifest.json", text.data, text.len, err);
 	if (status != RELAY_OK)
 		goto done;
 	made[2] = true;
+	RELAY_FAILPOINT("finish.after-manifest");
 done:
 	json_object_put(manifest);
 	strbuf_free(&text);

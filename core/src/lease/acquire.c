@@ -16,6 +16,7 @@
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/jsonx.h"
 #include "util/randx.h"
 #include "util/strbuf.h"
@@ -295,6 +296,7 @@ static int acquire_record(manager *m, guest *g, relay_outcome *o)
 		return -1;
 	}
 	guest_event(m, g, "acquire-intent", "relay_acquire", NULL);
+	RELAY_FAILPOINT("acquire.after-intent");
 	lifecycle_copy_probes(m, g);
 	return 0;
 }
@@ -427,8 +429,10 @@ static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_cal
 			break;
 		}
 		int64_t attempt_started_ms = clock_now_ms();
+		RELAY_FAILPOINT("acquire.before-request");
 		relay_status st = machine->machine.acquire(machine->state, spec, call, 0, &lease_text, &err);
 		if (st == RELAY_OK) {
+			RELAY_FAILPOINT("acquire.after-request");
 			json_object *lease = lifecycle_parse_taken(lease_text);
 			if (lease == NULL || jsonx_get_str(lease, "vm") == NULL) {
 				json_object_put(lease);
@@ -440,6 +444,7 @@ static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_cal
 			g->waited_for_capacity_ms = w->first_ms ? attempt_started_ms - w->first_ms : 0;
 			manager_unlock(m);
 			adopt_lease(m, g, lease);
+			RELAY_FAILPOINT("acquire.after-adopt");
 			rc = 0;
 			break;
 		}

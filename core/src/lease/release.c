@@ -18,6 +18,7 @@
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/jsonx.h"
 #include "util/log.h"
 #include "util/strbuf.h"
@@ -322,6 +323,7 @@ static int release_path(manager *m, guest *g, relay_call *call, bool direct, con
 	}
 
 	/* Steps 5-6: destroy, then verify independently. */
+	RELAY_FAILPOINT("release.before-destroy");
 	close_transport(m, g);
 	relay_call_progress(progress, 2, 3, "destruction", true);
 	char *lease = guest_lease_text(m, g);
@@ -331,6 +333,7 @@ static int release_path(manager *m, guest *g, relay_call *call, bool direct, con
 		return -1;
 	}
 	relay_error err;
+	RELAY_FAILPOINT("release.after-destroy");
 	relay_call_progress(progress, 3, 3, "verification", true);
 	char *check = NULL;
 	memset(&err, 0, sizeof err);
@@ -351,6 +354,8 @@ static int release_path(manager *m, guest *g, relay_call *call, bool direct, con
 		    g->name, err.message[0] ? err.message : relay_status_str(verified));
 	}
 
+	RELAY_FAILPOINT("release.after-verify");
+	RELAY_FAILPOINT("release.after-verify");
 	/* Step 7. */
 	manager_lock(m);
 	g->released = true;

@@ -19,6 +19,7 @@
 #include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
@@ -1166,6 +1167,7 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 
 	run_mark(exec_id, "pushes", &mark_ms);
 	/* Step 4: the receiver runs it, once. */
+	RELAY_FAILPOINT("run.before-dispatch");
 	use_step_id(m, g, jsonx_get_str(step, "id"));
 	strbuf_printf(&sb, "%s/%s", root, request_rel);
 	char *request_remote = strbuf_detach(&sb, NULL);
@@ -1258,6 +1260,7 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 			outcome = outcome_uncertain("the receiver's frame names another execution (%s)",
 			                            fid ? fid : "none");
 		} else if (fr) {
+			RELAY_FAILPOINT("run.before-receipt");
 			relay_error perr;
 			memset(&perr, 0, sizeof perr);
 			relay_status placed = RELAY_E_NOT_FOUND;
@@ -1275,6 +1278,7 @@ tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call)
 			    pull_receipt(&io, fr, exec_id, request_sha, &receipt, receipt_sha, &receipt_bytes,
 			                 &perr) == RELAY_OK) {
 				rs = RECEIPT_HOME;
+				RELAY_FAILPOINT("run.after-receipt");
 				outcome = json_object_get(jsonx_get_obj(receipt, "outcome"));
 			} else {
 				outcome = outcome_uncertain("the receipt could not be brought home: %s",

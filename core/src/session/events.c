@@ -77,6 +77,8 @@ void guest_event(manager *m, guest *g, const char *kind, const char *because, js
 		return;
 	}
 	char dir[4096];
+	snprintf(dir, sizeof dir, "%s/manifest.json", evidence);
+	sealed = sealed || fs_exists_nofollow(dir); /* a finish cut short after its manifest */
 	if (sealed)
 		snprintf(dir, sizeof dir, "%s.lifecycle-events", evidence);
 	else

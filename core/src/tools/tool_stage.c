@@ -24,6 +24,7 @@
 #include "call/call.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
@@ -1245,6 +1246,7 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	}
 	/* Step 7 on: a fresh stage. */
 	phase_mark(&s, "platform probe");
+	RELAY_FAILPOINT("stage.before-receiver");
 	r = stage_receiver(&s);
 	if (r)
 		goto cleanup;
@@ -1309,6 +1311,8 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	}
 	/* Step 10: support files and the workspace. */
 	r = hash_join(&s);
+	if (r == NULL && RELAY_FAILPOINT_ERROR("stage.before-push", &err) != RELAY_OK)
+		r = stage_fail(&s, "transfer-failed", "%s", err.message);
 	if (r)
 		goto cleanup;
 	phase_mark(&s, "host hashes (waited for)");
@@ -1319,6 +1323,7 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	r = stage_workspace(&s);
 	if (r)
 		goto cleanup;
+	RELAY_FAILPOINT("stage.after-push");
 	if (relay_call_is_cancelled(call)) {
 		r = cancelled_result(&s);
 		goto cleanup;
@@ -1338,9 +1343,21 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 		strbuf_free(&sb);
 	}
 	/* Step 12: the recording session. */
+	RELAY_FAILPOINT("stage.before-init");
 	char hex[17], session[24];
 	random_hex(hex, 16);
 	snprintf(session, sizeof session, "rec-%s", hex);
+	/* The session is kept before the receiver's init, so a stage cut short after it (a crash,
+	 * failpoint stage.after-init) is retried with the session the guest's state/ holds. */
+	manager_lock(m);
+	if (g->recording_session_id && strlen(g->recording_session_id) < sizeof session)
+		snprintf(session, sizeof session, "%s", g->recording_session_id);
+	else {
+		free(g->recording_session_id);
+		g->recording_session_id = strdup(session);
+		guest_save(g);
+	}
+	manager_unlock(m);
 	const char *iargs[] = {"init", "--root", s.io.root, "--session", session, NULL};
 	json_object *frame = NULL;
 	st = gio_receiver(&s.io, iargs, GIO_SHORT_TIMEOUT_MS, &frame, &err);
@@ -1353,6 +1370,7 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 		    err.message);
 		goto cleanup;
 	}
+	RELAY_FAILPOINT("stage.after-init");
 	const char *node_given = jsonx_get_str(args, "nodePath");
 	const char *plan_cua = jsonx_get_str(plan, "cuaDriver");
 	manager_lock(m);
