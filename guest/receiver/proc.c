@@ -562,12 +562,102 @@ static int leave_running(const spawn_request *req, pid_t pid, int out_p[2], int 
 	return 0;
 }
 
+/* Lets the child past its handshake and learns whether its exec failed
+ * (then res->spawn_failed and spawn_error say so). */
+static void release_child(const spawn_request *req, int hs[2], int ep[2], spawn_result *res)
+{
+	char go = 'g';
+	int code = 0;
+	ssize_t n;
+	ssize_t ignored = write(hs[1], &go, 1);
+	(void)ignored;
+	close_fd(&hs[1]);
+	while ((n = read(ep[0], &code, sizeof(code))) < 0 && errno == EINTR)
+		;
+	close_fd(&ep[0]);
+	if (n > 0) {
+		res->spawn_failed = 1;
+		text_format(res->spawn_error, sizeof(res->spawn_error), "cannot start %s: %s", req->path,
+		            strerror(code));
+	}
+}
+
+/* Reads the output until the child exits, the output bound is passed,
+ * req->timeout_ms passes or the hooks cancel; res says which. */
+static void wait_for_end(const spawn_request *req, const spawn_hooks *hooks, pid_t pid, int out_p[2],
+                         int err_p[2], size_t *total, spawn_result *res)
+{
+	int64_t deadline = mono_ms() + req->timeout_ms;
+	int64_t idle_ms = 1;
+	while (!res->exited && !res->spawn_failed) {
+		int64_t now = mono_ms();
+		int wait_ms = (int)(deadline - now < CONFIRM_POLL_MS ? deadline - now : CONFIRM_POLL_MS);
+		if (wait_ms < 0)
+			wait_ms = 0;
+		if (!wait_readable(out_p[0], err_p[0], wait_ms)) {
+			/* Both pipes are closed: the end is usually a moment away, so
+			 * look again soon, backing off to the usual poll interval. */
+			sleep_ms(idle_ms < wait_ms ? idle_ms : wait_ms);
+			if (idle_ms < CONFIRM_POLL_MS)
+				idle_ms *= 2;
+		}
+		pump_both(out_p, err_p, total, req->output_budget, res);
+		if (res->output_truncated)
+			break;
+		{
+			int status;
+			pid_t w = waitpid(pid, &status, WNOHANG);
+			if (w == pid) {
+				res->exited = 1;
+				if (WIFEXITED(status))
+					res->exit_code = WEXITSTATUS(status);
+				else if (WIFSIGNALED(status))
+					res->signal_no = WTERMSIG(status);
+				break;
+			}
+		}
+		if (mono_ms() >= deadline) {
+			res->timed_out = 1;
+			break;
+		}
+		if (hooks && hooks->cancelled && hooks->cancelled(hooks->ctx)) {
+			res->cancelled = 1;
+			break;
+		}
+	}
+}
+
+/* Kills the group and the adopted descendants, then waits up to
+ * CONFIRM_WAIT_MS for them to be gone (res->termination_confirmed). */
+static void kill_and_confirm(const spawn_request *req, pid_t pid, spawn_result *res)
+{
+	int64_t confirm_until;
+	kill(-pid, SIGKILL);
+	if (!res->exited)
+		kill(pid, SIGKILL);
+	confirm_until = mono_ms() + CONFIRM_WAIT_MS;
+	for (;;) {
+		int none_left;
+#if defined(__linux__)
+		kill_adopted_children(req);
+#endif
+		kill(-pid, SIGKILL);
+		none_left = reap_all(req, pid, res);
+		if (!group_alive(pid) && none_left) {
+			res->termination_confirmed = 1;
+			break;
+		}
+		if (mono_ms() >= confirm_until)
+			break;
+		sleep_ms(CONFIRM_POLL_MS);
+	}
+}
+
 int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *res, rerr *err)
 {
 	int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, hs[2] = {-1, -1}, ep[2] = {-1, -1};
 	pid_t pid;
 	size_t total = 0;
-	int64_t deadline, confirm_until;
 	int rc = -1;
 	memset(res, 0, sizeof(*res));
 	buf_init(&res->out);
@@ -605,64 +695,10 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 			;
 		goto cleanup;
 	}
-	{
-		char go = 'g';
-		ssize_t ignored = write(hs[1], &go, 1);
-		(void)ignored;
-		close_fd(&hs[1]);
-	}
-	{
-		int code = 0;
-		ssize_t n;
-		while ((n = read(ep[0], &code, sizeof(code))) < 0 && errno == EINTR)
-			;
-		close_fd(&ep[0]);
-		if (n > 0) {
-			res->spawn_failed = 1;
-			text_format(res->spawn_error, sizeof(res->spawn_error), "cannot start %s: %s",
-			            req->path, strerror(code));
-		}
-	}
+	release_child(req, hs, ep, res);
 	set_nonblock(out_p[0]);
 	set_nonblock(err_p[0]);
-	deadline = mono_ms() + req->timeout_ms;
-	int64_t idle_ms = 1;
-	while (!res->exited && !res->spawn_failed) {
-		int64_t now = mono_ms();
-		int wait_ms = (int)(deadline - now < CONFIRM_POLL_MS ? deadline - now : CONFIRM_POLL_MS);
-		if (wait_ms < 0)
-			wait_ms = 0;
-		if (!wait_readable(out_p[0], err_p[0], wait_ms)) {
-			/* Both pipes are closed: the end is usually a moment away, so
-			 * look again soon, backing off to the usual poll interval. */
-			sleep_ms(idle_ms < wait_ms ? idle_ms : wait_ms);
-			if (idle_ms < CONFIRM_POLL_MS)
-				idle_ms *= 2;
-		}
-		pump_both(out_p, err_p, &total, req->output_budget, res);
-		if (res->output_truncated)
-			break;
-		{
-			int status;
-			pid_t w = waitpid(pid, &status, WNOHANG);
-			if (w == pid) {
-				res->exited = 1;
-				if (WIFEXITED(status))
-					res->exit_code = WEXITSTATUS(status);
-				else if (WIFSIGNALED(status))
-					res->signal_no = WTERMSIG(status);
-				break;
-			}
-		}
-		if (mono_ms() >= deadline) {
-			res->timed_out = 1;
-			break;
-		}
-		if (hooks && hooks->cancelled && hooks->cancelled(hooks->ctx)) {
-			res->cancelled = 1;
-			break;
-		}
-	}
+	wait_for_end(req, hooks, pid, out_p, err_p, &total, res);
 	/* A cancellation that killed the group itself (receiver cancel) is
 	 * seen here, after the process ended. */
 	if (!res->cancelled && !res->timed_out && hooks && hooks->cancelled && hooks->cancelled(hooks->ctx))
@@ -680,25 +716,7 @@ int proc_run(const spawn_request *req, const spawn_hooks *hooks, spawn_result *r
 	}
 	/* A timeout, the output bound or a cancellation: kill the group and the
 	 * adopted descendants, then confirm (§12.4). */
-	kill(-pid, SIGKILL);
-	if (!res->exited)
-		kill(pid, SIGKILL);
-	confirm_until = mono_ms() + CONFIRM_WAIT_MS;
-	for (;;) {
-		int none_left;
-#if defined(__linux__)
-		kill_adopted_children(req);
-#endif
-		kill(-pid, SIGKILL);
-		none_left = reap_all(req, pid, res);
-		if (!group_alive(pid) && none_left) {
-			res->termination_confirmed = 1;
-			break;
-		}
-		if (mono_ms() >= confirm_until)
-			break;
-		sleep_ms(CONFIRM_POLL_MS);
-	}
+	kill_and_confirm(req, pid, res);
 	if (!res->output_truncated) {
 		pump_both(out_p, err_p, &total, req->output_budget, res);
 	}

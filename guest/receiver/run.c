@@ -254,6 +254,60 @@ static int record_outcome(run_ctx *ctx, const char *kind, const jv *exit_status,
 	return r;
 }
 
+/* A first event's group opens: it becomes the active group and a used
+ * id, written back, and the action notes it. */
+static int open_group(run_ctx *ctx, jv *groups, rerr *err)
+{
+	jv *active = jv_object();
+	jv *details = jv_object();
+	jv_set_str(active, "groupId", ctx->group_id);
+	jv_set_str(active, "sessionId", ctx->session_id);
+	jv_set_str(active, "attemptId", ctx->attempt_id);
+	jv_set_str(active, "openedBy", ctx->execution_id);
+	jv_set(groups, "active", active);
+	jv_push(jv_get(groups, "used"), jv_str(ctx->group_id));
+	if (run_groups_write(ctx, groups, err) != 0) {
+		jv_free(details);
+		return -1;
+	}
+	jv_set_str(details, "groupId", ctx->group_id);
+	run_group_annotation(ctx, "group-open", details);
+	return 0;
+}
+
+/* A last event's group closes when the event succeeded (with its one
+ * snapshot when capturing); else the action notes it left incomplete. */
+static int close_group(run_ctx *ctx, jv *groups, int success, const char *kind, rerr *err)
+{
+	jv *details = jv_object();
+	jv_set_str(details, "groupId", ctx->group_id);
+	if (success && (!ctx->capture_on || ctx->descriptors->count == 1)) {
+		jv_set(groups, "active", jv_null());
+		if (run_groups_write(ctx, groups, err) != 0) {
+			jv_free(details);
+			return -1;
+		}
+		run_group_annotation(ctx, "group-close", details);
+	} else {
+		jv_set_str(details, "outcome", kind);
+		run_group_annotation(ctx, "group-incomplete", details);
+	}
+	return 0;
+}
+
+/* How many snapshots the event retains: before and after alone, one as
+ * the first or last of a group, none as a member (or without capture). */
+static size_t snapshots_planned(const run_ctx *ctx)
+{
+	if (!ctx->capture_on)
+		return 0;
+	if (!ctx->group_phase)
+		return 2;
+	if (strcmp(ctx->group_phase, "member") == 0)
+		return 0;
+	return 1;
+}
+
 static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 {
 	const char *diag;
@@ -322,20 +376,8 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 		}
 	}
 	/* A first event opens its group once it is admitted. */
-	if (ctx->group_phase && strcmp(ctx->group_phase, "first") == 0) {
-		jv *active = jv_object();
-		jv *details = jv_object();
-		jv_set_str(active, "groupId", ctx->group_id);
-		jv_set_str(active, "sessionId", ctx->session_id);
-		jv_set_str(active, "attemptId", ctx->attempt_id);
-		jv_set_str(active, "openedBy", ctx->execution_id);
-		jv_set(groups, "active", active);
-		jv_push(jv_get(groups, "used"), jv_str(ctx->group_id));
-		if (run_groups_write(ctx, groups, err) != 0)
-			goto cleanup;
-		jv_set_str(details, "groupId", ctx->group_id);
-		run_group_annotation(ctx, "group-open", details);
-	}
+	if (ctx->group_phase && strcmp(ctx->group_phase, "first") == 0 && open_group(ctx, groups, err) != 0)
+		goto cleanup;
 	/* 13-14. the script */
 	if (lock_cancel_requested(&ctx->lock)) {
 		kind = "uncertain";
@@ -363,15 +405,7 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 	run_note_left_running(ctx);
 	/* 16. outcome */
 	{
-		size_t expected = 0;
-		if (ctx->capture_on) {
-			if (!ctx->group_phase)
-				expected = 2;
-			else if (strcmp(ctx->group_phase, "member") == 0)
-				expected = 0;
-			else
-				expected = 1;
-		}
+		size_t expected = snapshots_planned(ctx);
 		if (!uncertain_diag && ctx->descriptors->count != expected) {
 			text_format(diag_buf, sizeof(diag_buf),
 			            "wrong number of snapshots: %zu planned, %zu retained", expected,
@@ -384,21 +418,9 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 	if (record_outcome(ctx, kind, exit_status, outcome, sha, bytes, &success, err) != 0)
 		goto cleanup;
 	/* A successful last closes its group; any other outcome leaves it open. */
-	if (ctx->group_phase && strcmp(ctx->group_phase, "last") == 0) {
-		jv *details = jv_object();
-		jv_set_str(details, "groupId", ctx->group_id);
-		if (success && (!ctx->capture_on || ctx->descriptors->count == 1)) {
-			jv_set(groups, "active", jv_null());
-			if (run_groups_write(ctx, groups, err) != 0) {
-				jv_free(details);
-				goto cleanup;
-			}
-			run_group_annotation(ctx, "group-close", details);
-		} else {
-			jv_set_str(details, "outcome", kind);
-			run_group_annotation(ctx, "group-incomplete", details);
-		}
-	}
+	if (ctx->group_phase && strcmp(ctx->group_phase, "last") == 0 &&
+	    close_group(ctx, groups, success, kind, err) != 0)
+		goto cleanup;
 	rc = 0;
 cleanup:
 	jv_free(groups);
@@ -407,13 +429,106 @@ cleanup:
 	return rc;
 }
 
+/* Step 1: reads the request (from standard input's parts, or a file
+ * below the guest root) into *text and parses it into ctx. -1 after a
+ * refusal frame, which the caller answers with EXIT_USAGE. */
+static int read_request(run_ctx *ctx, const char *request_path, int from_stdin, buf *text)
+{
+	const char *root = ctx->root;
+	const char *req_rel;
+	int too_large = 0;
+	rerr err;
+	if (root_check(root, &err) != 0) {
+		run_emit_outcome_frame("unknown", "refused", err.msg, NULL);
+		return -1;
+	}
+	fsx_defer_syncs(root);
+	if (from_stdin) {
+		ctx->stdio_parts = 1;
+		if (stdin_parts_read(STDIN_FILENO, &ctx->parts, &err) != 0) {
+			run_emit_outcome_frame("unknown", "refused", err.msg, NULL);
+			return -1;
+		}
+		buf_append(text, ctx->parts.request.data ? ctx->parts.request.data : "",
+		           ctx->parts.request.len);
+	} else if (path_below_root(root, request_path, &req_rel) != 0 || !*req_rel ||
+	           path_walk_check(root, req_rel, 0, NULL, &err) != 0) {
+		run_emit_outcome_frame("unknown", "refused", "request must be a file below the guest root",
+		                       NULL);
+		return -1;
+	} else if (read_file_limited(request_path, REQUEST_MAX_BYTES, text, NULL, &too_large, &err) != 0) {
+		run_emit_outcome_frame("unknown", "refused",
+		                       too_large ? "request file exceeds 1 MiB (1048576 bytes)" : err.msg,
+		                       NULL);
+		return -1;
+	}
+	sha256_hex_of(text->data, text->len, ctx->request_sha);
+	ctx->req = jv_parse(text->data, text->len, &err);
+	if (!ctx->req || ctx->req->type != JV_OBJECT) {
+		run_emit_outcome_frame("unknown", "refused",
+		                       ctx->req ? "request is not a JSON object" : err.msg, NULL);
+		return -1;
+	}
+	ctx->execution_id = jv_get_str(ctx->req, "executionId");
+	if (!execution_id_valid(ctx->execution_id)) {
+		ctx->execution_id = NULL;
+		run_emit_outcome_frame("unknown", "refused", "request has no valid executionId", NULL);
+		return -1;
+	}
+	if (ctx->stdio_parts && stdin_parts_match(&ctx->parts, root, ctx->req, &err) != 0) {
+		run_emit_outcome_frame(ctx->execution_id, "refused", err.msg, NULL);
+		return -1;
+	}
+	return 0;
+}
+
+/* Step 5: the started marker; from here the id counts as seen. */
+static int write_started_marker(run_ctx *ctx, rerr *err)
+{
+	jv *m = jv_object();
+	char *name = xasprintf("%s.json", ctx->execution_id);
+	int ok;
+	jv_set_str(m, "executionId", ctx->execution_id);
+	jv_set_str(m, "requestSha256", ctx->request_sha);
+	jv_set_str(m, "startedAt", ctx->started_at);
+	ok = RECEIVER_FAILPOINT_ERROR("receiver.run.before-started", err);
+	if (ok == 0)
+		ok = state_write_json(ctx->root, STARTED_DIR, name, m, NULL, NULL, err);
+	free(name);
+	jv_free(m);
+	return ok;
+}
+
+/* An internal failure (`why`) after the started marker: settles the id
+ * with an uncertain receipt if the disk still allows it, else answers
+ * with an uncertain outcome frame. */
+static void settle_internal_failure(run_ctx *ctx, const char *why)
+{
+	receipt_info ri;
+	rerr err2;
+	char sha[65];
+	uint64_t bytes = 0;
+	char *diag = xasprintf("receiver internal failure: %s", why);
+	memset(&ri, 0, sizeof(ri));
+	ri.outcome =
+	    run_outcome_json("uncertain", diag, ctx->have_proc ? run_exit_status_json(&ctx->proc) : NULL);
+	ri.image_status = ctx->capture_on ? "capture-unknown" : "not-requested";
+	ri.termination_confirmed = ctx->lock.group_count == 0;
+	ri.argv = ctx->argv;
+	if (!run_receipt_exists(ctx) && run_write_receipt(ctx, &ri, sha, &bytes, &err2) == 0)
+		run_emit_receipt_frame(ctx, sha, bytes, 0, 0);
+	else
+		run_emit_outcome_frame(ctx->execution_id, "uncertain", diag, why);
+	jv_free(ri.outcome);
+	free(diag);
+}
+
 int run_command(const char *root, const char *request_path, int from_stdin)
 {
 	run_ctx ctx;
 	rerr err;
 	buf text;
-	const char *req_rel;
-	int too_large = 0, damaged = 0;
+	int damaged = 0;
 	int status = EXIT_DONE;
 	char sha[65];
 	uint64_t bytes = 0;
@@ -427,51 +542,7 @@ int run_command(const char *root, const char *request_path, int from_stdin)
 	ctx.file_names = jv_array();
 	timestamp_now(ctx.started_at);
 	/* 1. read and parse the request */
-	if (root_check(root, &err) != 0) {
-		run_emit_outcome_frame("unknown", "refused", err.msg, NULL);
-		status = EXIT_USAGE;
-		goto cleanup;
-	}
-	fsx_defer_syncs(root);
-	if (from_stdin) {
-		ctx.stdio_parts = 1;
-		if (stdin_parts_read(STDIN_FILENO, &ctx.parts, &err) != 0) {
-			run_emit_outcome_frame("unknown", "refused", err.msg, NULL);
-			status = EXIT_USAGE;
-			goto cleanup;
-		}
-		buf_append(&text, ctx.parts.request.data ? ctx.parts.request.data : "",
-		           ctx.parts.request.len);
-	} else if (path_below_root(root, request_path, &req_rel) != 0 || !*req_rel ||
-	           path_walk_check(root, req_rel, 0, NULL, &err) != 0) {
-		run_emit_outcome_frame("unknown", "refused", "request must be a file below the guest root",
-		                       NULL);
-		status = EXIT_USAGE;
-		goto cleanup;
-	} else if (read_file_limited(request_path, REQUEST_MAX_BYTES, &text, NULL, &too_large, &err) != 0) {
-		run_emit_outcome_frame("unknown", "refused",
-		                       too_large ? "request file exceeds 1 MiB (1048576 bytes)" : err.msg,
-		                       NULL);
-		status = EXIT_USAGE;
-		goto cleanup;
-	}
-	sha256_hex_of(text.data, text.len, ctx.request_sha);
-	ctx.req = jv_parse(text.data, text.len, &err);
-	if (!ctx.req || ctx.req->type != JV_OBJECT) {
-		run_emit_outcome_frame("unknown", "refused",
-		                       ctx.req ? "request is not a JSON object" : err.msg, NULL);
-		status = EXIT_USAGE;
-		goto cleanup;
-	}
-	ctx.execution_id = jv_get_str(ctx.req, "executionId");
-	if (!execution_id_valid(ctx.execution_id)) {
-		ctx.execution_id = NULL;
-		run_emit_outcome_frame("unknown", "refused", "request has no valid executionId", NULL);
-		status = EXIT_USAGE;
-		goto cleanup;
-	}
-	if (ctx.stdio_parts && stdin_parts_match(&ctx.parts, root, ctx.req, &err) != 0) {
-		run_emit_outcome_frame(ctx.execution_id, "refused", err.msg, NULL);
+	if (read_request(&ctx, request_path, from_stdin, &text) != 0) {
 		status = EXIT_USAGE;
 		goto cleanup;
 	}
@@ -532,45 +603,18 @@ int run_command(const char *root, const char *request_path, int from_stdin)
 		goto cleanup;
 	}
 	/* 5. the started marker: from here the id counts as seen */
-	{
-		jv *m = jv_object();
-		char *name = xasprintf("%s.json", ctx.execution_id);
-		int ok;
-		jv_set_str(m, "executionId", ctx.execution_id);
-		jv_set_str(m, "requestSha256", ctx.request_sha);
-		jv_set_str(m, "startedAt", ctx.started_at);
-		ok = RECEIVER_FAILPOINT_ERROR("receiver.run.before-started", &err);
-		if (ok == 0)
-			ok = state_write_json(root, STARTED_DIR, name, m, NULL, NULL, &err);
-		free(name);
-		jv_free(m);
-		if (ok != 0) {
-			run_emit_outcome_frame(ctx.execution_id, "uncertain", err.msg, err.msg);
-			status = EXIT_INTERNAL;
-			goto cleanup;
-		}
+	if (write_started_marker(&ctx, &err) != 0) {
+		run_emit_outcome_frame(ctx.execution_id, "uncertain", err.msg, err.msg);
+		status = EXIT_INTERNAL;
+		goto cleanup;
 	}
 	RECEIVER_FAILPOINT("receiver.run.after-started");
 	ctx.lock.phase = "started";
 	if (lock_write_owner(&ctx.lock, &err) != 0 || execute(&ctx, sha, &bytes, &err) != 0) {
 		/* An internal failure after the marker: settle the id with an
 		 * uncertain receipt if the disk still allows it. */
-		receipt_info ri;
-		rerr err2;
-		char *diag = xasprintf("receiver internal failure: %s", err.msg);
-		memset(&ri, 0, sizeof(ri));
-		ri.outcome = run_outcome_json("uncertain", diag,
-		                              ctx.have_proc ? run_exit_status_json(&ctx.proc) : NULL);
-		ri.image_status = ctx.capture_on ? "capture-unknown" : "not-requested";
-		ri.termination_confirmed = ctx.lock.group_count == 0;
-		ri.argv = ctx.argv;
-		if (!run_receipt_exists(&ctx) && run_write_receipt(&ctx, &ri, sha, &bytes, &err2) == 0)
-			run_emit_receipt_frame(&ctx, sha, bytes, 0, 0);
-		else
-			run_emit_outcome_frame(ctx.execution_id, "uncertain", diag, err.msg);
+		settle_internal_failure(&ctx, err.msg);
 		status = EXIT_INTERNAL;
-		jv_free(ri.outcome);
-		free(diag);
 		goto cleanup;
 	}
 	RECEIVER_FAILPOINT("receiver.run.after-receipt");

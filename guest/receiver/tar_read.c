@@ -363,43 +363,15 @@ cleanup:
 	return rc;
 }
 
-int tar_unpack(const char *root, const char *base_abs, const char *archive_abs, unpack_result *res,
-               int *usage_out, rerr *err)
+/* Reads the first member, the index, into *index_text_out and parses it
+ * into *entries_out (*count_out entries, freed by the caller). */
+static int read_index(in_stream *is, char **index_text_out, index_entry **entries_out, size_t *count_out,
+                      rerr *err)
 {
-	const char *base_rel, *archive_rel;
-	in_stream is;
-	index_entry *entries = NULL;
-	size_t count = 0, i;
 	char *path = NULL;
-	char *staging = NULL;
-	char *index_text = NULL;
-	char rnd[17];
-	uint64_t size, total = 0;
+	uint64_t size;
 	int end = 0, rc = -1;
-	struct stat st;
-	is.fd = -1;
-	is.offset = 0;
-	*usage_out = 0;
-	if (path_below_root(root, archive_abs, &archive_rel) != 0 || !*archive_rel) {
-		err_set(err, "archive %s must lie below the guest root %s", archive_abs, root);
-		*usage_out = 1;
-		goto cleanup;
-	}
-	if (path_below_root(root, base_abs, &base_rel) != 0) {
-		err_set(err, "--base %s must be the guest root or lie below it", base_abs);
-		*usage_out = 1;
-		goto cleanup;
-	}
-	if (path_walk_check(root, archive_rel, 0, NULL, err) != 0 || dir_ensure(root, base_rel, err) != 0)
-		goto cleanup;
-	is.fd = open(archive_abs, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (is.fd < 0 || fstat(is.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		err_set(err, "cannot open archive %s as a regular file: %s", archive_abs,
-		        is.fd < 0 ? strerror(errno) : "not a regular file");
-		goto cleanup;
-	}
-	/* The index. */
-	if (next_member(&is, &path, &size, &end, err) != 0)
+	if (next_member(is, &path, &size, &end, err) != 0)
 		goto cleanup;
 	if (end || strcmp(path, TAR_INDEX_NAME) != 0) {
 		err_set(err, "the first member is not %s", TAR_INDEX_NAME);
@@ -409,31 +381,31 @@ int tar_unpack(const char *root, const char *base_abs, const char *archive_abs, 
 		err_set(err, "%s of %llu bytes is too large", TAR_INDEX_NAME, (unsigned long long)size);
 		goto cleanup;
 	}
-	index_text = xmalloc((size_t)pad512(size) + 1);
-	if (in_read(&is, index_text, (size_t)pad512(size), err) != 0)
+	*index_text_out = xmalloc((size_t)pad512(size) + 1);
+	if (in_read(is, *index_text_out, (size_t)pad512(size), err) != 0)
 		goto cleanup;
-	if (parse_index(index_text, (size_t)size, &entries, &count, err) != 0)
+	if (parse_index(*index_text_out, (size_t)size, entries_out, count_out, err) != 0)
 		goto cleanup;
-	if (paths_conflict(entries, count, err) != 0)
-		goto cleanup;
-	if (random_hex(rnd, 8, err) != 0)
-		goto cleanup;
-	{
-		char *name = xasprintf(".relay-unpack-%s", rnd);
-		staging = path_join(base_abs, name);
-		free(name);
-	}
-	if (mkdir(staging, 0700) != 0) {
-		err_set(err, "cannot create %s: %s", staging, strerror(errno));
-		free(staging);
-		staging = NULL;
-		goto cleanup;
-	}
-	/* The members, in index order. */
+	rc = 0;
+cleanup:
+	free(path);
+	return rc;
+}
+
+/* Stages the members, which must follow in index order with the sizes it
+ * gives, as files in staging; *total_out is their bytes. archive_bytes is
+ * the archive's size, which no member may pass. */
+static int stage_members(in_stream *is, index_entry *entries, size_t count, const char *staging,
+                         uint64_t archive_bytes, uint64_t *total_out, rerr *err)
+{
+	char *path = NULL;
+	uint64_t size, total = 0;
+	int end = 0, rc = -1;
+	size_t i;
 	for (i = 0; i < count; i++) {
 		free(path);
 		path = NULL;
-		if (next_member(&is, &path, &size, &end, err) != 0)
+		if (next_member(is, &path, &size, &end, err) != 0)
 			goto cleanup;
 		if (end) {
 			err_set(err, "the archive ends before index entry '%s'", entries[i].path);
@@ -451,53 +423,75 @@ int tar_unpack(const char *root, const char *base_abs, const char *archive_abs, 
 			        (unsigned long long)size, (unsigned long long)entries[i].bytes);
 			goto cleanup;
 		}
-		if (is.offset + pad512(size) > (uint64_t)st.st_size) {
+		if (is->offset + pad512(size) > archive_bytes) {
 			err_set(err, "truncated archive: member '%s' is larger than the bytes left", path);
 			goto cleanup;
 		}
 		entries[i].staged = xasprintf("%s/%zu", staging, i);
-		if (stage_member(&is, entries[i].staged, &entries[i], err) != 0)
+		if (stage_member(is, entries[i].staged, &entries[i], err) != 0)
 			goto cleanup;
 		total += size;
 	}
+	*total_out = total;
+	rc = 0;
+cleanup:
 	free(path);
-	path = NULL;
-	if (next_member(&is, &path, &size, &end, err) != 0)
+	return rc;
+}
+
+/* After the indexed members: the end of the archive (two zero blocks)
+ * and nothing but zeros after it. */
+static int check_archive_end(in_stream *is, rerr *err)
+{
+	char *path = NULL;
+	uint64_t size;
+	int end = 0, rc = -1, r;
+	unsigned char block[BLOCK];
+	ssize_t n;
+	if (next_member(is, &path, &size, &end, err) != 0)
 		goto cleanup;
 	if (!end) {
 		err_set(err, "member '%s' is not in the index", path);
 		goto cleanup;
 	}
-	{
-		unsigned char block[BLOCK];
-		ssize_t n;
-		int r = in_read(&is, block, BLOCK, err);
-		if (r != 0) {
-			if (r > 0)
-				err_set(err, "truncated archive: only one end-of-archive block");
+	r = in_read(is, block, BLOCK, err);
+	if (r != 0) {
+		if (r > 0)
+			err_set(err, "truncated archive: only one end-of-archive block");
+		goto cleanup;
+	}
+	if (!rs_tar_zero(block, BLOCK)) {
+		err_set(err, "trailing data after the end of the archive");
+		goto cleanup;
+	}
+	while ((n = read(is->fd, block, BLOCK)) != 0) {
+		ssize_t k;
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			err_set(err, "cannot read the archive: %s", strerror(errno));
 			goto cleanup;
 		}
-		if (!rs_tar_zero(block, BLOCK)) {
-			err_set(err, "trailing data after the end of the archive");
-			goto cleanup;
-		}
-		while ((n = read(is.fd, block, BLOCK)) != 0) {
-			ssize_t k;
-			if (n < 0) {
-				if (errno == EINTR)
-					continue;
-				err_set(err, "cannot read the archive: %s", strerror(errno));
+		for (k = 0; k < n; k++) {
+			if (block[k]) {
+				err_set(err, "trailing data after the end of the archive");
 				goto cleanup;
-			}
-			for (k = 0; k < n; k++) {
-				if (block[k]) {
-					err_set(err, "trailing data after the end of the archive");
-					goto cleanup;
-				}
 			}
 		}
 	}
-	/* Check every target before placing anything. */
+	rc = 0;
+cleanup:
+	free(path);
+	return rc;
+}
+
+/* Checks every target below base_rel before anything is placed: a file
+ * already there with the same content is kept (keep_existing); other
+ * content, or an unsafe path, refuses the unpack. */
+static int check_targets(const char *root, const char *base_rel, index_entry *entries, size_t count,
+                         rerr *err)
+{
+	size_t i;
 	for (i = 0; i < count; i++) {
 		char *target_rel =
 		    *base_rel ? xasprintf("%s/%s", base_rel, entries[i].path) : xstrdup(entries[i].path);
@@ -523,57 +517,129 @@ int tar_unpack(const char *root, const char *base_abs, const char *archive_abs, 
 		}
 		free(target_rel);
 		if (ok != 0)
-			goto cleanup;
+			return -1;
 	}
-	/* Place. */
-	{
-		char *last_parent = NULL;
-		for (i = 0; i < count; i++) {
-			char *target_rel, *target, *parent_rel, *slash;
-			int ok = 0;
-			if (entries[i].keep_existing)
-				continue;
-			target_rel = *base_rel ? xasprintf("%s/%s", base_rel, entries[i].path)
-			                       : xstrdup(entries[i].path);
-			target = path_join(root, target_rel);
-			parent_rel = xstrdup(target_rel);
-			slash = strrchr(parent_rel, '/');
-			if (slash)
-				*slash = '\0';
-			else
-				parent_rel[0] = '\0';
-			if (dir_ensure(root, parent_rel, err) != 0) {
+	return 0;
+}
+
+/* Places the staged files at their targets below base_rel (a hard link,
+ * else a rename; never over something), syncing each folder once its
+ * files are in. */
+static int place_members(const char *root, const char *base_rel, const index_entry *entries, size_t count,
+                         rerr *err)
+{
+	char *last_parent = NULL;
+	size_t i;
+	for (i = 0; i < count; i++) {
+		char *target_rel, *target, *parent_rel, *slash;
+		int ok = 0;
+		if (entries[i].keep_existing)
+			continue;
+		target_rel =
+		    *base_rel ? xasprintf("%s/%s", base_rel, entries[i].path) : xstrdup(entries[i].path);
+		target = path_join(root, target_rel);
+		parent_rel = xstrdup(target_rel);
+		slash = strrchr(parent_rel, '/');
+		if (slash)
+			*slash = '\0';
+		else
+			parent_rel[0] = '\0';
+		if (dir_ensure(root, parent_rel, err) != 0) {
+			ok = -1;
+		} else if (link(entries[i].staged, target) != 0) {
+			if (errno == EEXIST || path_exists(target) ||
+			    rename(entries[i].staged, target) != 0) {
+				err_set(err, "cannot place %s: %s", entries[i].path, strerror(errno));
 				ok = -1;
-			} else if (link(entries[i].staged, target) != 0) {
-				if (errno == EEXIST || path_exists(target) ||
-				    rename(entries[i].staged, target) != 0) {
-					err_set(err, "cannot place %s: %s", entries[i].path, strerror(errno));
-					ok = -1;
-				}
-			}
-			if (ok == 0 && last_parent && strcmp(last_parent, parent_rel) != 0) {
-				char *dir = path_join(root, last_parent);
-				ok = fsync_dir(dir, err);
-				free(dir);
-			}
-			free(last_parent);
-			last_parent = parent_rel;
-			free(target_rel);
-			free(target);
-			if (ok != 0) {
-				free(last_parent);
-				goto cleanup;
 			}
 		}
-		if (last_parent) {
+		if (ok == 0 && last_parent && strcmp(last_parent, parent_rel) != 0) {
 			char *dir = path_join(root, last_parent);
-			int ok = fsync_dir(dir, err);
+			ok = fsync_dir(dir, err);
 			free(dir);
+		}
+		free(last_parent);
+		last_parent = parent_rel;
+		free(target_rel);
+		free(target);
+		if (ok != 0) {
 			free(last_parent);
-			if (ok != 0)
-				goto cleanup;
+			return -1;
 		}
 	}
+	if (last_parent) {
+		char *dir = path_join(root, last_parent);
+		int ok = fsync_dir(dir, err);
+		free(dir);
+		free(last_parent);
+		if (ok != 0)
+			return -1;
+	}
+	return 0;
+}
+
+int tar_unpack(const char *root, const char *base_abs, const char *archive_abs, unpack_result *res,
+               int *usage_out, rerr *err)
+{
+	const char *base_rel, *archive_rel;
+	in_stream is;
+	index_entry *entries = NULL;
+	size_t count = 0, i;
+	char *staging = NULL;
+	char *index_text = NULL;
+	char rnd[17];
+	uint64_t total = 0;
+	int rc = -1;
+	struct stat st;
+	is.fd = -1;
+	is.offset = 0;
+	*usage_out = 0;
+	if (path_below_root(root, archive_abs, &archive_rel) != 0 || !*archive_rel) {
+		err_set(err, "archive %s must lie below the guest root %s", archive_abs, root);
+		*usage_out = 1;
+		goto cleanup;
+	}
+	if (path_below_root(root, base_abs, &base_rel) != 0) {
+		err_set(err, "--base %s must be the guest root or lie below it", base_abs);
+		*usage_out = 1;
+		goto cleanup;
+	}
+	if (path_walk_check(root, archive_rel, 0, NULL, err) != 0 || dir_ensure(root, base_rel, err) != 0)
+		goto cleanup;
+	is.fd = open(archive_abs, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (is.fd < 0 || fstat(is.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		err_set(err, "cannot open archive %s as a regular file: %s", archive_abs,
+		        is.fd < 0 ? strerror(errno) : "not a regular file");
+		goto cleanup;
+	}
+	/* The index. */
+	if (read_index(&is, &index_text, &entries, &count, err) != 0)
+		goto cleanup;
+	if (paths_conflict(entries, count, err) != 0)
+		goto cleanup;
+	if (random_hex(rnd, 8, err) != 0)
+		goto cleanup;
+	{
+		char *name = xasprintf(".relay-unpack-%s", rnd);
+		staging = path_join(base_abs, name);
+		free(name);
+	}
+	if (mkdir(staging, 0700) != 0) {
+		err_set(err, "cannot create %s: %s", staging, strerror(errno));
+		free(staging);
+		staging = NULL;
+		goto cleanup;
+	}
+	/* The members, in index order, then the end of the archive. */
+	if (stage_members(&is, entries, count, staging, (uint64_t)st.st_size, &total, err) != 0)
+		goto cleanup;
+	if (check_archive_end(&is, err) != 0)
+		goto cleanup;
+	/* Check every target before placing anything, then place. */
+	if (check_targets(root, base_rel, entries, count, err) != 0)
+		goto cleanup;
+	if (place_members(root, base_rel, entries, count, err) != 0)
+		goto cleanup;
 	res->unpacked = count;
 	res->bytes = total;
 	rc = 0;
@@ -590,7 +656,6 @@ cleanup:
 		free(entries[i].staged);
 	}
 	free(entries);
-	free(path);
 	free(staging);
 	free(index_text);
 	return rc;

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "ms_http.h"
-#include "ms_lease.h"
 #include "ms_plugin.h"
+#include "ms_record.h"
 #include "ms_util.h"
 
 static bool valid_identity(const char *text)

@@ -29,8 +29,8 @@
 #include <time.h>
 
 #include "ms_http.h"
-#include "ms_lease.h"
 #include "ms_plugin.h"
+#include "ms_record.h"
 #include "ms_util.h"
 #include "relay_support/tree.h"
 

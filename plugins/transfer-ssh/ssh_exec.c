@@ -288,6 +288,73 @@ static bool fill_output(const relay_host *host, exec_state *st, bool merge, rela
 
 typedef enum kill_reason { KILL_NONE, KILL_TIMEOUT, KILL_OVERFLOW, KILL_CANCEL } kill_reason;
 
+/* How the session of an exec ended, for exec_attempt to explain. */
+typedef struct exec_outcome {
+	kill_reason killed;  /* why the relay killed it, or KILL_NONE */
+	bool text_sent;      /* the whole command text and EOF reached ssh */
+	bool kill_confirmed; /* a kill was confirmed by the guest */
+} exec_outcome;
+
+/* Runs the session: hands the command text over once the wrapper has
+ * started, reads its output into *st and kills the guest process group on
+ * cancel, timeout or overflow. Fails only when a step of ssh fails. */
+static relay_status exec_pump(const ssh_conn *conn, ssh_child *child, exec_state *st, relay_call *call,
+                              const char *text, size_t text_len, int64_t deadline_ms, exec_outcome *out,
+                              relay_error *err)
+{
+	const relay_host *host = conn->plugin->host;
+	relay_status status = RELAY_OK;
+	ssh_io io = {.on_out = on_out, .on_err = on_err, .ctx = st};
+	int64_t ended_ms = 0, killed_ms = 0;
+	bool text_queued = false;
+	for (;;) {
+		if (st->started && !text_queued && out->killed == KILL_NONE) {
+			io.in_data = text;
+			io.in_len = text_len;
+			text_queued = true;
+		}
+		if (text_queued && !out->text_sent && io.in_len == 0 && !io.in_broken) {
+			ssh_child_close_stdin(child);
+			out->text_sent = true;
+		}
+		if (ssh_child_done(child))
+			break;
+		int64_t now = ssh_now_ms();
+		if (st->ended && ended_ms == 0)
+			ended_ms = now;
+		if (ended_ms && now - ended_ms > EXEC_DRAIN_AFTER_END_MS)
+			break; /* a process outside the group holds the output open */
+		if (out->killed != KILL_NONE && now - killed_ms > EXEC_DRAIN_AFTER_KILL_MS)
+			break;
+		if (out->killed == KILL_NONE && !st->ended) {
+			if (host->call_cancelled(call))
+				out->killed = KILL_CANCEL;
+			else if (now >= deadline_ms)
+				out->killed = KILL_TIMEOUT;
+			else if (st->overflowed && !st->keep_tail)
+				out->killed = KILL_OVERFLOW;
+			if (out->killed != KILL_NONE) {
+				killed_ms = now;
+				if (st->started && out->text_sent) {
+					out->kill_confirmed = kill_group(conn, st->pgid);
+				} else {
+					/* Nothing ran in the guest: the wrapper runs the
+					 * command only after the whole text and EOF. */
+					if (st->started)
+						kill_group(conn, st->pgid);
+					break;
+				}
+				continue;
+			}
+		}
+		int64_t wait = deadline_ms - now;
+		status = ssh_child_step(host, child, &io, wait < 0 ? 50 : wait > 100 ? 100 : (int)wait, err);
+		if (status != RELAY_OK)
+			return status;
+	}
+	return RELAY_OK;
+}
+
 /* One session of an exec. *retry_cold is set (and nothing else happens)
  * when the session ended before the command was handed over and it was a
  * spare (found dead only now) or the guest refused it while spares held
@@ -319,57 +386,13 @@ static relay_status exec_attempt(const ssh_conn *conn, const relay_exec_request 
 	if (status != RELAY_OK)
 		goto cleanup;
 
-	ssh_io io = {.on_out = on_out, .on_err = on_err, .ctx = &st};
-	int64_t ended_ms = 0, killed_ms = 0;
-	bool text_queued = false, text_sent = false;
-	kill_reason killed = KILL_NONE;
-	bool kill_confirmed = false;
-	for (;;) {
-		if (st.started && !text_queued && killed == KILL_NONE) {
-			io.in_data = text;
-			io.in_len = text_len;
-			text_queued = true;
-		}
-		if (text_queued && !text_sent && io.in_len == 0 && !io.in_broken) {
-			ssh_child_close_stdin(&child);
-			text_sent = true;
-		}
-		if (ssh_child_done(&child))
-			break;
-		int64_t now = ssh_now_ms();
-		if (st.ended && ended_ms == 0)
-			ended_ms = now;
-		if (ended_ms && now - ended_ms > EXEC_DRAIN_AFTER_END_MS)
-			break; /* a process outside the group holds the output open */
-		if (killed != KILL_NONE && now - killed_ms > EXEC_DRAIN_AFTER_KILL_MS)
-			break;
-		if (killed == KILL_NONE && !st.ended) {
-			if (host->call_cancelled(call))
-				killed = KILL_CANCEL;
-			else if (now >= deadline_ms)
-				killed = KILL_TIMEOUT;
-			else if (st.overflowed && !st.keep_tail)
-				killed = KILL_OVERFLOW;
-			if (killed != KILL_NONE) {
-				killed_ms = now;
-				if (st.started && text_sent) {
-					kill_confirmed = kill_group(conn, st.pgid);
-				} else {
-					/* Nothing ran in the guest: the wrapper runs the
-					 * command only after the whole text and EOF. */
-					if (st.started)
-						kill_group(conn, st.pgid);
-					break;
-				}
-				continue;
-			}
-		}
-		int64_t wait = deadline_ms - now;
-		status = ssh_child_step(host, &child, &io, wait < 0 ? 50 : wait > 100 ? 100 : (int)wait, err);
-		if (status != RELAY_OK)
-			goto cleanup;
-	}
+	exec_outcome out = {.killed = KILL_NONE};
+	status = exec_pump(conn, &child, &st, call, text, text_len, deadline_ms, &out, err);
+	if (status != RELAY_OK)
+		goto cleanup;
 	ssh_child_destroy(&child);
+	kill_reason killed = out.killed;
+	bool text_sent = out.text_sent, kill_confirmed = out.kill_confirmed;
 
 	if (st.oom) {
 		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM,

@@ -413,6 +413,197 @@ static int rename_noreplace(const char *tmp, const char *dest, bool is_dir)
 	return rename(tmp, dest);
 }
 
+/* The host path must not exist and its folder must: *parent_out is that
+ * folder (allocated), *base_out and *base_len_out the name in local_path. */
+static relay_status pull_check_destination(const relay_host *host, const char *local_path, char **parent_out,
+                                           const char **base_out, size_t *base_len_out, relay_error *err)
+{
+	struct stat st;
+	int lst = lstat(local_path, &st);
+	if (lst == 0 || errno != ENOENT) {
+		int e = lst == 0 ? EEXIST : errno;
+		return host->error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, e,
+		    lst == 0 ? "the host path %.120s already exists; pulls never replace anything"
+		             : "cannot inspect the host path %.120s",
+		    local_path);
+	}
+	size_t llen = strlen(local_path);
+	while (llen > 1 && local_path[llen - 1] == '/')
+		llen--;
+	const char *slash = NULL;
+	for (size_t i = 0; i < llen; i++)
+		if (local_path[i] == '/')
+			slash = local_path + i;
+	char *parent = slash == NULL         ? strdup(".")
+	               : slash == local_path ? strdup("/")
+	                                     : strndup(local_path, (size_t)(slash - local_path));
+	*parent_out = parent;
+	const char *base_start = slash ? slash + 1 : local_path;
+	size_t base_len = (size_t)(local_path + llen - base_start);
+	*base_out = base_start;
+	*base_len_out = base_len;
+	if (parent == NULL || base_len == 0)
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "the host path %.120s has no file name", local_path);
+	if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, errno,
+		                       "the folder of the host path %.120s does not exist", local_path);
+	return RELAY_OK;
+}
+
+/* Reads the session's output up to the stream marker: pc->head holds the
+ * facts block, pc->pending the stream bytes that came with it. */
+static relay_status pull_read_head(pull_ctx *pc, const char *token, const char *remote, const char *what,
+                                   bool was_spare, bool *retry_cold, relay_error *err)
+{
+	const relay_host *host = pc->host;
+	relay_status status = RELAY_OK;
+	size_t search_from = 0, end = 0;
+	int64_t deadline = ssh_now_ms() + PULL_CHECK_TIMEOUT_MS;
+	while ((end = stream_marker_end(&pc->head, token, &search_from)) == 0 &&
+	       !ssh_child_done(&pc->child) && !pc->head_too_big) {
+		if (host->call_cancelled(pc->call))
+			return host->error_set(err, RELAY_E_CANCELLED, 0, "pull of %.150s cancelled", remote);
+		if (ssh_now_ms() > deadline)
+			return host->error_set(err, RELAY_E_TIMEOUT, 0,
+			                       "%s: hashing in the guest took over %u s", what,
+			                       PULL_CHECK_TIMEOUT_MS / 1000);
+		status = ssh_child_step(host, &pc->child, &pc->io, 200, err);
+		if (status != RELAY_OK)
+			return status;
+	}
+	if (end == 0 && pc->head_too_big)
+		return host->error_set(err, RELAY_E_TOO_LARGE, 0, "%s: the guest's file facts passed %zu MiB",
+		                       what, PULL_MAX_FACTS_BYTES >> 20);
+	if (end == 0) {
+		int code = ssh_child_exit_code(&pc->child);
+		bool freed = ssh_spares_note_failure(pc->conn, ssh_buf_str(&pc->err_tail), pc->err_tail.len);
+		*retry_cold = (was_spare || freed) && (code == 255 || code < 0) &&
+		              strstr(ssh_buf_str(&pc->head), "\036relay-") == NULL;
+		if (code != 0)
+			return ssh_failure(pc->conn, what, code, ssh_buf_str(&pc->err_tail), pc->err_tail.len,
+			                   err);
+		return host->error_set(err, RELAY_E_PROTOCOL, 0,
+		                       "%s: the guest ended without sending the stream", what);
+	}
+	pc->head_used = end;
+	pc->pending = pc->head.data + end;
+	pc->pending_len = pc->head.len - end;
+	return RELAY_OK;
+}
+
+/* A fresh temporary sibling of local_path: a folder (*rootfd_out) for a
+ * tree, a file (*file_fd_out) otherwise. *tmp_out is its path, allocated
+ * even when creating it failed; *made_out says whether it exists. */
+static relay_status pull_make_temp(const relay_host *host, const char *parent, const char *base_start,
+                                   size_t base_len, const char *local_path, bool tree, char **tmp_out,
+                                   int *rootfd_out, int *file_fd_out, bool *made_out, relay_error *err)
+{
+	ssh_buf t = SSH_BUF_INIT;
+	ssh_buf_printf(&t, "%s/.%.*s.relay-pull-XXXXXX", parent, (int)base_len, base_start);
+	if (t.failed)
+		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	char *tmp = t.data;
+	*tmp_out = tmp;
+	if (tree) {
+		if (mkdtemp(tmp) == NULL ||
+		    (*rootfd_out = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+			return host->error_set(err, RELAY_E_IO, errno,
+			                       "cannot create a folder beside %.120s: %s", local_path,
+			                       strerror(errno));
+	} else {
+		*file_fd_out = mkstemp(tmp);
+		if (*file_fd_out < 0)
+			return host->error_set(err, RELAY_E_IO, errno,
+			                       "cannot create a file beside %.120s: %s", local_path,
+			                       strerror(errno));
+		fcntl(*file_fd_out, F_SETFD, FD_CLOEXEC);
+	}
+	*made_out = true;
+	return RELAY_OK;
+}
+
+/* Reads on until ssh ends or timeout_ms passes, dropping what arrives;
+ * stops at the first failed step and stores its error in *err. */
+static void pull_drain(pull_ctx *pc, int64_t timeout_ms, int step_ms, relay_error *err)
+{
+	for (int64_t deadline = ssh_now_ms() + timeout_ms;
+	     !ssh_child_done(&pc->child) && ssh_now_ms() < deadline;) {
+		pc->io.out_buf = pc->buf;
+		pc->io.out_cap = PULL_BUF;
+		pc->io.out_got = 0;
+		if (ssh_child_step(pc->host, &pc->child, &pc->io, step_ms, err) != RELAY_OK)
+			break;
+	}
+}
+
+/* Opens the tar stream on the session's standard output. An empty or
+ * broken stream fails here as RELAY_E_IO, so that how ssh ended explains
+ * it. *a_out is the archive to free, even after a failure. */
+static relay_status pull_open_stream(pull_ctx *pc, const char *what, struct archive **a_out, relay_error *err)
+{
+	struct archive *a = archive_read_new();
+	*a_out = a;
+	if (a == NULL || archive_read_support_format_tar(a) != ARCHIVE_OK ||
+	    archive_read_support_filter_none(a) != ARCHIVE_OK ||
+	    archive_read_open(a, pc, NULL, pull_read_cb, NULL) != ARCHIVE_OK) {
+		relay_error open_err;
+		pc->host->error_set(&open_err, RELAY_E_IO, 0, "%s: the guest sent no tar stream (%.120s)",
+		                    what, a ? archive_error_string(a) : "out of memory");
+		*err = open_err;
+		return open_err.code;
+	}
+	return RELAY_OK;
+}
+
+/* Unpacks the stream into the folder rootfd (a tree) or the file
+ * file_fd (named after remote's last part), then drains whatever follows
+ * the archive so that ssh's exit decides. */
+static relay_status pull_unpack_stream(pull_ctx *pc, struct archive *a, const char *remote, bool tree,
+                                       int rootfd, int file_fd, ssh_facts *received, relay_error *err)
+{
+	const char *single = NULL;
+	char single_name[NAME_MAX + 1];
+	if (!tree) {
+		const char *rb = strrchr(remote, '/');
+		snprintf(single_name, sizeof single_name, "%s", rb ? rb + 1 : remote);
+		single = single_name;
+	}
+	relay_status status = unpack(pc, a, rootfd, file_fd, single, received, err);
+	if (status != RELAY_OK)
+		return status;
+	pull_drain(pc, PULL_DRAIN_MS, 200, err);
+	return RELAY_OK;
+}
+
+/* Compares what arrived with what the guest measured (unless it could
+ * not hash), closes the file (*file_fd, set to -1) and moves tmp to
+ * local_path without replacing anything. */
+static relay_status pull_commit(const relay_host *host, const char *what, const ssh_facts *guest,
+                                ssh_facts *received, bool no_hash, const char *tmp, const char *local_path,
+                                bool tree, int *file_fd, relay_error *err)
+{
+	ssh_facts_sort(received);
+	if (!no_hash) {
+		relay_status status = ssh_facts_compare(host, what, guest, received, err);
+		if (status != RELAY_OK)
+			return status;
+	}
+	if (*file_fd >= 0) {
+		int fd = *file_fd;
+		*file_fd = -1;
+		if (close(fd) != 0)
+			return host->error_set(err, RELAY_E_IO, errno, "cannot write %.120s: %s", tmp,
+			                       strerror(errno));
+	}
+	if (rename_noreplace(tmp, local_path, tree) != 0)
+		return host->error_set(err, errno == EEXIST ? RELAY_E_INVALID_ARGUMENT : RELAY_E_IO, errno,
+		                       "cannot move the pulled copy to %.120s: %s", local_path,
+		                       strerror(errno));
+	return RELAY_OK;
+}
+
 /* One pull in one session. *retry_cold is set when the session was a
  * spare found dead only now, or the guest refused it while spares held
  * sessions (they are gone now): ssh failed before the guest said anything
@@ -445,40 +636,11 @@ static relay_status pull_attempt(const ssh_conn *conn, const char *remote_path, 
 		return status;
 	snprintf(what, sizeof what, "pulling %.150s", remote);
 
-	/* The destination must not exist; its folder must. */
-	struct stat st;
-	int lst = lstat(local_path, &st);
-	if (lst == 0 || errno != ENOENT) {
-		int e = lst == 0 ? EEXIST : errno;
-		status = host->error_set(
-		    err, RELAY_E_INVALID_ARGUMENT, e,
-		    lst == 0 ? "the host path %.120s already exists; pulls never replace anything"
-		             : "cannot inspect the host path %.120s",
-		    local_path);
+	const char *base_start = NULL;
+	size_t base_len = 0;
+	status = pull_check_destination(host, local_path, &parent, &base_start, &base_len, err);
+	if (status != RELAY_OK)
 		goto cleanup;
-	}
-	size_t llen = strlen(local_path);
-	while (llen > 1 && local_path[llen - 1] == '/')
-		llen--;
-	const char *slash = NULL;
-	for (size_t i = 0; i < llen; i++)
-		if (local_path[i] == '/')
-			slash = local_path + i;
-	parent = slash == NULL         ? strdup(".")
-	         : slash == local_path ? strdup("/")
-	                               : strndup(local_path, (size_t)(slash - local_path));
-	const char *base_start = slash ? slash + 1 : local_path;
-	size_t base_len = (size_t)(local_path + llen - base_start);
-	if (parent == NULL || base_len == 0) {
-		status = host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                         "the host path %.120s has no file name", local_path);
-		goto cleanup;
-	}
-	if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		status = host->error_set(err, RELAY_E_INVALID_ARGUMENT, errno,
-		                         "the folder of the host path %.120s does not exist", local_path);
-		goto cleanup;
-	}
 
 	/* 1. One session: guest-side refusals, the facts, then the stream. */
 	char token[33];
@@ -497,51 +659,9 @@ static relay_status pull_attempt(const ssh_conn *conn, const char *remote_path, 
 		goto cleanup;
 	ssh_child_close_stdin(&pc.child);
 	pc.io = (ssh_io){.on_out = pull_on_out, .on_err = pull_on_err, .ctx = &pc};
-	{
-		size_t search_from = 0, end = 0;
-		int64_t deadline = ssh_now_ms() + PULL_CHECK_TIMEOUT_MS;
-		while ((end = stream_marker_end(&pc.head, token, &search_from)) == 0 &&
-		       !ssh_child_done(&pc.child) && !pc.head_too_big) {
-			if (host->call_cancelled(call)) {
-				status = host->error_set(err, RELAY_E_CANCELLED, 0,
-				                         "pull of %.150s cancelled", remote);
-				goto cleanup;
-			}
-			if (ssh_now_ms() > deadline) {
-				status = host->error_set(err, RELAY_E_TIMEOUT, 0,
-				                         "%s: hashing in the guest took over %u s", what,
-				                         PULL_CHECK_TIMEOUT_MS / 1000);
-				goto cleanup;
-			}
-			status = ssh_child_step(host, &pc.child, &pc.io, 200, err);
-			if (status != RELAY_OK)
-				goto cleanup;
-		}
-		if (end == 0 && pc.head_too_big) {
-			status = host->error_set(err, RELAY_E_TOO_LARGE, 0,
-			                         "%s: the guest's file facts passed %zu MiB", what,
-			                         PULL_MAX_FACTS_BYTES >> 20);
-			goto cleanup;
-		}
-		if (end == 0) {
-			int code = ssh_child_exit_code(&pc.child);
-			bool freed =
-			    ssh_spares_note_failure(conn, ssh_buf_str(&pc.err_tail), pc.err_tail.len);
-			*retry_cold = (was_spare || freed) && (code == 255 || code < 0) &&
-			              strstr(ssh_buf_str(&pc.head), "\036relay-") == NULL;
-			if (code != 0)
-				status = ssh_failure(conn, what, code, ssh_buf_str(&pc.err_tail),
-				                     pc.err_tail.len, err);
-			else
-				status =
-				    host->error_set(err, RELAY_E_PROTOCOL, 0,
-				                    "%s: the guest ended without sending the stream", what);
-			goto cleanup;
-		}
-		pc.head_used = end;
-		pc.pending = pc.head.data + end;
-		pc.pending_len = pc.head.len - end;
-	}
+	status = pull_read_head(&pc, token, remote, what, was_spare, retry_cold, err);
+	if (status != RELAY_OK)
+		goto cleanup;
 	bool no_hash = false;
 	status = ssh_facts_parse(host, pc.head.data, pc.head_used, !tree, &guest, &no_hash, err);
 	if (status != RELAY_OK)
@@ -555,71 +675,16 @@ static relay_status pull_attempt(const ssh_conn *conn, const char *remote_path, 
 		pc.total_bytes += guest.items[i].bytes;
 
 	/* 2. A fresh temporary sibling of local_path. */
-	{
-		ssh_buf t = SSH_BUF_INIT;
-		ssh_buf_printf(&t, "%s/.%.*s.relay-pull-XXXXXX", parent, (int)base_len, base_start);
-		if (t.failed) {
-			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-			goto cleanup;
-		}
-		tmp = t.data;
-	}
-	if (tree) {
-		if (mkdtemp(tmp) == NULL ||
-		    (rootfd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-			status = host->error_set(err, RELAY_E_IO, errno,
-			                         "cannot create a folder beside %.120s: %s", local_path,
-			                         strerror(errno));
-			goto cleanup;
-		}
-	} else {
-		file_fd = mkstemp(tmp);
-		if (file_fd < 0) {
-			status =
-			    host->error_set(err, RELAY_E_IO, errno, "cannot create a file beside %.120s: %s",
-			                    local_path, strerror(errno));
-			goto cleanup;
-		}
-		fcntl(file_fd, F_SETFD, FD_CLOEXEC);
-	}
-	tmp_made = true;
+	status = pull_make_temp(host, parent, base_start, base_len, local_path, tree, &tmp, &rootfd, &file_fd,
+	                        &tmp_made, err);
+	if (status != RELAY_OK)
+		goto cleanup;
 
 	/* 3. The stream, read on from the same session. */
 	pc.io = (ssh_io){.on_err = pull_on_err, .ctx = &pc};
-	a = archive_read_new();
-	if (a == NULL || archive_read_support_format_tar(a) != ARCHIVE_OK ||
-	    archive_read_support_filter_none(a) != ARCHIVE_OK ||
-	    archive_read_open(a, &pc, NULL, pull_read_cb, NULL) != ARCHIVE_OK) {
-		/* An empty or broken stream fails here: say how ssh ended. */
-		relay_error open_err;
-		host->error_set(&open_err, RELAY_E_IO, 0, "%s: the guest sent no tar stream (%.120s)", what,
-		                a ? archive_error_string(a) : "out of memory");
-		status = open_err.code;
-		*err = open_err;
-		goto stream_failed;
-	}
-	const char *single = NULL;
-	char single_name[NAME_MAX + 1];
-	if (!tree) {
-		const char *rb = strrchr(remote, '/');
-		snprintf(single_name, sizeof single_name, "%s", rb ? rb + 1 : remote);
-		single = single_name;
-	}
-	status = unpack(&pc, a, rootfd, file_fd, single, &received, err);
-	if (status != RELAY_OK)
-		goto stream_failed;
-	/* Whatever follows the archive is drained; ssh's exit decides. */
-	{
-		int64_t deadline = ssh_now_ms() + PULL_DRAIN_MS;
-		pc.io.out_buf = pc.buf;
-		pc.io.out_cap = PULL_BUF;
-		while (!ssh_child_done(&pc.child) && ssh_now_ms() < deadline) {
-			pc.io.out_got = 0;
-			if (ssh_child_step(host, &pc.child, &pc.io, 200, err) != RELAY_OK)
-				break;
-		}
-	}
-stream_failed:
+	status = pull_open_stream(&pc, what, &a, err);
+	if (status == RELAY_OK)
+		status = pull_unpack_stream(&pc, a, remote, tree, rootfd, file_fd, &received, err);
 	if (pc.cancelled) {
 		status = host->error_set(err, RELAY_E_CANCELLED, 0, "pull of %.150s cancelled", remote);
 		goto cleanup;
@@ -632,14 +697,8 @@ stream_failed:
 	if (status != RELAY_OK && status != RELAY_E_IO)
 		goto cleanup; /* a refusal or integrity problem found on the host: its own message */
 	/* Let ssh finish so its exit explains a broken stream. */
-	for (int64_t deadline = ssh_now_ms() + 5000; !ssh_child_done(&pc.child) && ssh_now_ms() < deadline;) {
-		pc.io.out_buf = pc.buf;
-		pc.io.out_cap = PULL_BUF;
-		pc.io.out_got = 0;
-		relay_error ignored;
-		if (ssh_child_step(host, &pc.child, &pc.io, 100, &ignored) != RELAY_OK)
-			break;
-	}
+	relay_error ignored;
+	pull_drain(&pc, 5000, 100, &ignored);
 	if (!pc.child.exited) {
 		if (status == RELAY_OK)
 			status = host->error_set(err, RELAY_E_TIMEOUT, 0,
@@ -655,27 +714,9 @@ stream_failed:
 		goto cleanup;
 
 	/* 4. What arrived must be what the guest measured. */
-	ssh_facts_sort(&received);
-	if (!no_hash) {
-		status = ssh_facts_compare(host, what, &guest, &received, err);
-		if (status != RELAY_OK)
-			goto cleanup;
-	}
-	if (file_fd >= 0) {
-		if (close(file_fd) != 0) {
-			file_fd = -1;
-			status = host->error_set(err, RELAY_E_IO, errno, "cannot write %.120s: %s", tmp,
-			                         strerror(errno));
-			goto cleanup;
-		}
-		file_fd = -1;
-	}
-	if (rename_noreplace(tmp, local_path, tree) != 0) {
-		status =
-		    host->error_set(err, errno == EEXIST ? RELAY_E_INVALID_ARGUMENT : RELAY_E_IO, errno,
-		                    "cannot move the pulled copy to %.120s: %s", local_path, strerror(errno));
+	status = pull_commit(host, what, &guest, &received, no_hash, tmp, local_path, tree, &file_fd, err);
+	if (status != RELAY_OK)
 		goto cleanup;
-	}
 	tmp_made = false;
 	if (facts_json_out && !no_hash) {
 		*facts_json_out = ssh_facts_json(host, &guest);

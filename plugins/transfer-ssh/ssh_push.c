@@ -392,6 +392,138 @@ static void push_abort(const ssh_conn *conn, const char *token, const char *remo
 	}
 }
 
+/* Lists what a push of local_path sends: the folder's walk for a tree,
+ * the one regular file otherwise. */
+static relay_status push_inventory(const relay_host *host, const char *local_path, bool tree, push_list *list,
+                                   relay_error *err)
+{
+	struct stat st;
+	if (lstat(local_path, &st) != 0)
+		return host->error_set(err, errno == ENOENT ? RELAY_E_NOT_FOUND : RELAY_E_IO, errno,
+		                       "cannot read the host path %.120s: %s", local_path, strerror(errno));
+	if (tree) {
+		if (!S_ISDIR(st.st_mode))
+			return host->error_set(
+			    err, S_ISLNK(st.st_mode) ? RELAY_E_UNSAFE_PATH : RELAY_E_INVALID_ARGUMENT, 0,
+			    "the host path %.120s is not a folder", local_path);
+		return walk(host, local_path, "", 0, list, err);
+	}
+	if (!S_ISREG(st.st_mode))
+		return host->error_set(err, RELAY_E_UNSAFE_PATH, 0,
+		                       "the host path %.120s is not a regular file (links and special files "
+		                       "are refused)",
+		                       local_path);
+	if (!push_list_add(list, "f", local_path, false, &st))
+		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	return RELAY_OK;
+}
+
+/* First members: the files in stream order, then a marker that the list
+ * is complete, so the guest can hash each file while tar unpacks the next
+ * ones. */
+static relay_status push_write_order(const relay_host *host, struct archive *a, const push_list *list,
+                                     const char *token, relay_error *err)
+{
+	relay_status status;
+	ssh_buf order = SSH_BUF_INIT;
+	for (size_t i = 0; i < list->count; i++)
+		if (!list->items[i].is_dir)
+			ssh_buf_printf(&order, "./%s\n", list->items[i].rel);
+	char name[64];
+	snprintf(name, sizeof name, ".relay-order-%s", token);
+	if (order.failed)
+		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	else
+		status = push_small_member(host, a, name, order.data, order.len, err);
+	snprintf(name, sizeof name, ".relay-order-%s.done", token);
+	if (status == RELAY_OK)
+		status = push_small_member(host, a, name, "", 0, err);
+	ssh_buf_free(&order);
+	return status;
+}
+
+/* Writes the whole tar stream: first the files in stream order, then
+ * every entry, last what the guest must find; then closes the archive.
+ * What is sent is added to *sent. */
+static relay_status push_write_members(push_ctx *pc, struct archive *a, const push_list *list,
+                                       const char *token, bool tree, ssh_facts *sent, relay_error *err)
+{
+	const relay_host *host = pc->host;
+	relay_status status = push_write_order(host, a, list, token, err);
+	for (size_t i = 0; i < list->count && status == RELAY_OK; i++) {
+		const push_item *it = &list->items[i];
+		if (it->is_dir) {
+			struct archive_entry *e = archive_entry_new();
+			if (e == NULL) {
+				status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+				break;
+			}
+			archive_entry_set_pathname(e, it->rel);
+			archive_entry_set_filetype(e, AE_IFDIR);
+			archive_entry_set_perm(e, 0700);
+			archive_entry_set_mtime(e, it->st.st_mtime, 0);
+			if (archive_write_header(a, e) != ARCHIVE_OK)
+				status = host->error_set(err, RELAY_E_IO, 0,
+				                         "writing the tar stream failed: %.160s",
+				                         archive_error_string(a));
+			archive_entry_free(e);
+		} else {
+			status = push_file(pc, a, it, it->rel, sent, tree ? it->rel : "", err);
+		}
+	}
+	if (status == RELAY_OK) {
+		/* Last member: what the guest must find before it replaces anything. */
+		char name[64];
+		snprintf(name, sizeof name, ".relay-expected-%s", token);
+		status = push_small_member(host, a, name, pc->expected.data, pc->expected.len, err);
+	}
+	if (status == RELAY_OK && archive_write_close(a) != ARCHIVE_OK)
+		status = host->error_set(err, RELAY_E_IO, 0, "finishing the tar stream failed: %.160s",
+		                         archive_error_string(a));
+	return status;
+}
+
+/* Reads the facts the guest reported after its commit into *arrived and
+ * compares them with *sent (the guest compared too; this guards against a
+ * guest that lies). A guest without a sha256 tool sets *no_hash. */
+static relay_status push_check_arrived(push_ctx *pc, const char *what, const char *remote, bool tree,
+                                       ssh_facts *sent, ssh_facts *arrived, bool *no_hash, relay_error *err)
+{
+	const relay_host *host = pc->host;
+	ssh_facts_sort(sent);
+	relay_status status =
+	    ssh_facts_parse(host, ssh_buf_str(&pc->out), pc->out.len, !tree, arrived, no_hash, err);
+	if (status != RELAY_OK)
+		return status;
+	if (*no_hash) {
+		host->log(RELAY_LOG_WARNING, SSH_PLUGIN_NAME,
+		          "the guest %s has no sha256 tool (openssl, sha256sum, shasum); %s is not "
+		          "verified in the guest",
+		          pc->conn->host, remote);
+		return RELAY_OK;
+	}
+	return ssh_facts_compare(host, what, sent, arrived, err);
+}
+
+/* The guest refused to replace anything: names the first difference,
+ * else says how ssh ended. */
+static relay_status push_explain_refusal(push_ctx *pc, const char *what, bool tree, int code, ssh_facts *sent,
+                                         ssh_facts *arrived, relay_error *err)
+{
+	const relay_host *host = pc->host;
+	bool no_hash = false;
+	if (!pc->unchecked &&
+	    ssh_facts_parse(host, ssh_buf_str(&pc->out), pc->out.len, !tree, arrived, &no_hash, err) ==
+	        RELAY_OK &&
+	    !no_hash) {
+		ssh_facts_sort(sent);
+		relay_status status = ssh_facts_compare(host, what, sent, arrived, err);
+		if (status != RELAY_OK)
+			return status;
+	}
+	return ssh_failure(pc->conn, what, code, ssh_buf_str(&pc->err_tail), pc->err_tail.len, err);
+}
+
 /* One push in one session. *retry_cold is set when the session was a
  * spare found dead only now, or the guest refused it while spares held
  * sessions (they are gone now): ssh failed before the guest said anything
@@ -428,36 +560,9 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 	snprintf(what, sizeof what, "pushing to %.150s", remote);
 
 	/* Inventory the host side before anything is sent. */
-	struct stat st;
-	if (lstat(local_path, &st) != 0) {
-		status = host->error_set(err, errno == ENOENT ? RELAY_E_NOT_FOUND : RELAY_E_IO, errno,
-		                         "cannot read the host path %.120s: %s", local_path, strerror(errno));
+	status = push_inventory(host, local_path, tree, &list, err);
+	if (status != RELAY_OK)
 		goto cleanup;
-	}
-	if (tree) {
-		if (!S_ISDIR(st.st_mode)) {
-			status = host->error_set(
-			    err, S_ISLNK(st.st_mode) ? RELAY_E_UNSAFE_PATH : RELAY_E_INVALID_ARGUMENT, 0,
-			    "the host path %.120s is not a folder", local_path);
-			goto cleanup;
-		}
-		status = walk(host, local_path, "", 0, &list, err);
-		if (status != RELAY_OK)
-			goto cleanup;
-	} else {
-		if (!S_ISREG(st.st_mode)) {
-			status = host->error_set(
-			    err, RELAY_E_UNSAFE_PATH, 0,
-			    "the host path %.120s is not a regular file (links and special files "
-			    "are refused)",
-			    local_path);
-			goto cleanup;
-		}
-		if (!push_list_add(&list, "f", local_path, false, &st)) {
-			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-			goto cleanup;
-		}
-	}
 	pc.total_bytes = list.total_bytes;
 	int64_t t_start = ssh_now_ms(), t_streamed = 0, t_verified = 0;
 
@@ -483,55 +588,7 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 		                         a ? archive_error_string(a) : "out of memory");
 		goto cleanup;
 	}
-	{
-		/* First members: the files in stream order, then a marker that the
-		 * list is complete, so the guest can hash each file while tar
-		 * unpacks the next ones. */
-		ssh_buf order = SSH_BUF_INIT;
-		for (size_t i = 0; i < list.count; i++)
-			if (!list.items[i].is_dir)
-				ssh_buf_printf(&order, "./%s\n", list.items[i].rel);
-		char name[64];
-		snprintf(name, sizeof name, ".relay-order-%s", token);
-		if (order.failed)
-			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		else
-			status = push_small_member(host, a, name, order.data, order.len, err);
-		snprintf(name, sizeof name, ".relay-order-%s.done", token);
-		if (status == RELAY_OK)
-			status = push_small_member(host, a, name, "", 0, err);
-		ssh_buf_free(&order);
-	}
-	for (size_t i = 0; i < list.count && status == RELAY_OK; i++) {
-		const push_item *it = &list.items[i];
-		if (it->is_dir) {
-			struct archive_entry *e = archive_entry_new();
-			if (e == NULL) {
-				status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-				break;
-			}
-			archive_entry_set_pathname(e, it->rel);
-			archive_entry_set_filetype(e, AE_IFDIR);
-			archive_entry_set_perm(e, 0700);
-			archive_entry_set_mtime(e, it->st.st_mtime, 0);
-			if (archive_write_header(a, e) != ARCHIVE_OK)
-				status = host->error_set(err, RELAY_E_IO, 0,
-				                         "writing the tar stream failed: %.160s",
-				                         archive_error_string(a));
-			archive_entry_free(e);
-		} else {
-			status = push_file(&pc, a, it, it->rel, &sent, tree ? it->rel : "", err);
-		}
-	}
-	if (status == RELAY_OK) {
-		/* Last member: what the guest must find before it replaces anything. */
-		char name[64];
-		snprintf(name, sizeof name, ".relay-expected-%s", token);
-		status = push_small_member(host, a, name, pc.expected.data, pc.expected.len, err);
-	}
-	if (status == RELAY_OK && archive_write_close(a) != ARCHIVE_OK)
-		status = host->error_set(err, RELAY_E_IO, 0, "finishing the tar stream failed: %.160s",
-		                         archive_error_string(a));
+	status = push_write_members(&pc, a, &list, token, tree, &sent, err);
 	if (pc.cancelled) {
 		status = host->error_set(err, RELAY_E_CANCELLED, 0, "push to %.150s cancelled", remote);
 		goto cleanup;
@@ -557,18 +614,7 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 	int code = ssh_child_exit_code(&pc.child);
 	t_verified = ssh_now_ms();
 	if (code == SSH_SCRIPT_EXIT_INTEGRITY) {
-		/* The guest refused to replace anything; name the first difference. */
-		bool no_hash = false;
-		if (!pc.unchecked &&
-		    ssh_facts_parse(host, ssh_buf_str(&pc.out), pc.out.len, !tree, &arrived, &no_hash, err) ==
-		        RELAY_OK &&
-		    !no_hash) {
-			ssh_facts_sort(&sent);
-			status = ssh_facts_compare(host, what, &sent, &arrived, err);
-			if (status != RELAY_OK)
-				goto cleanup;
-		}
-		status = ssh_failure(conn, what, code, ssh_buf_str(&pc.err_tail), pc.err_tail.len, err);
+		status = push_explain_refusal(&pc, what, tree, code, &sent, &arrived, err);
 		goto cleanup;
 	}
 	if (code != 0) {
@@ -596,22 +642,9 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 	/* Unchecked: no facts either way; the caller scans the copy itself. */
 	bool no_hash = pc.unchecked;
 	if (!pc.unchecked) {
-		ssh_facts_sort(&sent);
-		status =
-		    ssh_facts_parse(host, ssh_buf_str(&pc.out), pc.out.len, !tree, &arrived, &no_hash, err);
+		status = push_check_arrived(&pc, what, remote, tree, &sent, &arrived, &no_hash, err);
 		if (status != RELAY_OK)
 			goto cleanup;
-		if (!no_hash) {
-			/* The guest compared too; this guards against a guest that lies. */
-			status = ssh_facts_compare(host, what, &sent, &arrived, err);
-			if (status != RELAY_OK)
-				goto cleanup;
-		} else {
-			host->log(RELAY_LOG_WARNING, SSH_PLUGIN_NAME,
-			          "the guest %s has no sha256 tool (openssl, sha256sum, shasum); %s is not "
-			          "verified in the guest",
-			          conn->host, remote);
-		}
 	}
 	host->log(RELAY_LOG_DEBUG, SSH_PLUGIN_NAME,
 	          "pushed %zu entries, %llu bytes to %s (%s session): stream %lld ms, then guest unpack, "

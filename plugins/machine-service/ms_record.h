@@ -1,11 +1,10 @@
 /*
- * ms_lease.h — lease records of machine-service (spec/machine-service.md §4)
- * as the core's lease documents (relay/machine.h), and the lease operations:
- * acquire (§3.5), heartbeat (§3.6), inspect and listing (§3.4), release
- * (§3.9), the destruction check (§3.10) and find-by-purpose.
+ * ms_record.h — lease records of machine-service (spec/machine-service.md
+ * §4) as the core's lease documents (relay/machine.h). The lease
+ * operations that use them (ms_lease.c) are declared in ms_plugin.h.
  */
-#ifndef MS_LEASE_H
-#define MS_LEASE_H
+#ifndef MS_RECORD_H
+#define MS_RECORD_H
 
 #include <json-c/json.h>
 
@@ -33,5 +32,9 @@ json_object *ms_lease_document(ms_state *s, json_object *record, char *why, size
 /* The machine name of a record (nameField, falling back to the other of
  * "vm" / "machine"), borrowed, or NULL. */
 const char *ms_record_name(const ms_state *s, const json_object *record);
+
+/* §3.5: the checks of an acquire answer `r`. NULL when sound, else the
+ * rule it breaks (a static string). */
+const char *ms_record_problem(const ms_state *s, const json_object *r);
 
 #endif
