@@ -33,13 +33,14 @@
 #include "util/sha256.h"
 #include "util/strbuf.h"
 #include "util/timefmt.h"
+#include "receiver_protocol.h"
 
 /* The step downloads (downloads.c) may not be linked into every build of
  * the core yet: without them there is nothing to wait for. */
 #pragma weak downloads_expedite
 #pragma weak downloads_guest_reached
 
-#define REQUEST_MAX_BYTES  (1024 * 1024)
+#define REQUEST_MAX_BYTES  RECEIVER_REQUEST_MAX_BYTES /* receiver_protocol.h */
 #define CONFIRM_TIMEOUT_MS 10000
 #define SCAN_TIMEOUT_MS    60000
 #define SNAPSHOT_NAME_MAX  255

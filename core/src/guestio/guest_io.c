@@ -181,31 +181,6 @@ void gio_exec_result_free(relay_exec_result *res)
 	res->out_len = res->err_len = 0;
 }
 
-json_object *gio_parse_frame(const char *out, size_t len)
-{
-	if (out == NULL)
-		return NULL;
-	size_t end = len;
-	while (end > 0) {
-		size_t start = end;
-		while (start > 0 && out[start - 1] != '\n')
-			start--;
-		size_t a = start, b = end;
-		while (a < b && isspace((unsigned char)out[a]))
-			a++;
-		while (b > a && isspace((unsigned char)out[b - 1]))
-			b--;
-		if (b > a && out[a] == '{') {
-			json_object *obj = jsonx_parse(out + a, b - a, NULL, NULL, 0);
-			if (obj && json_object_is_type(obj, json_type_object))
-				return obj;
-			json_object_put(obj);
-		}
-		end = start > 0 ? start - 1 : 0;
-	}
-	return NULL;
-}
-
 /* The last bytes of a stream for a message, as one line. */
 static void tail_line(const char *text, size_t len, char *out, size_t out_len)
 {
@@ -277,9 +252,7 @@ relay_status gio_receiver(guest_io *io, const char *const *args, uint64_t timeou
 	}
 	if (res.exit_code != 0) {
 		const char *why = jsonx_get_str(frame, "error");
-		st = res.exit_code == 2   ? RELAY_E_INVALID_ARGUMENT
-		     : res.exit_code == 3 ? RELAY_E_REFUSED
-		                          : RELAY_E_PROTOCOL;
+		st = gio_frame_exit_status(res.exit_code);
 		if (res.exit_code < 0 && res.signal > 0)
 			relay_error_set(err, st, 0, "receiver %s was killed by signal %d: %s", cmd,
 			                res.signal, why ? why : (tail[0] ? tail : "no diagnostic"));

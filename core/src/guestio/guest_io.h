@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "evidence/fswalk.h"
+#include "guestio/frame.h"
 #include "session/manager_internal.h"
 #include "relay/transport.h"
 
@@ -120,10 +121,6 @@ typedef struct gio_supervision {
 relay_status gio_exec_supervised(guest_io *io, gio_supervision *sv, const char *const *argv, const char *cwd,
                                  uint64_t timeout_ms, size_t max_output_bytes, unsigned flags,
                                  relay_exec_result *res, relay_error *err);
-
-/* The frame of a receiver invocation: the last line of `out` that parses
- * as a JSON object (guest.md §5.1, §15 step 5), or NULL. New reference. */
-json_object *gio_parse_frame(const char *out, size_t len);
 
 /* Runs `R/receiver <args...>` (args NULL-terminated, without the program)
  * and returns its frame in *frame_out (new reference, may be NULL on
