@@ -33,8 +33,8 @@
 
 #include "evidence/fswalk.h"
 #include "guestio/frame.h"
-#include "session/manager_internal.h"
 #include "relay/transport.h"
+#include "session/manager_internal.h"
 
 /* guest.md §3.5: a transient push or pull is tried up to this many times in
  * all, waiting attempt x GIO_RETRY_WAIT_MS between tries. */
@@ -144,6 +144,18 @@ bool gio_transient(relay_status status, const char *message);
  * names the file for messages ("the receiver", a support file). */
 relay_status gio_push(guest_io *io, const char *local, const char *remote, unsigned xfer_flags,
                       const char *what, json_object **facts_out, relay_error *err);
+/* One fact {path, bytes, sha256} (relay/transport.h FACTS); new reference. */
+json_object *gio_fact_new(const char *path, uint64_t bytes, const char *sha256);
+/* Compares the facts a transport returned for a push (`got`) with what the
+ * core sent (`sent`, the same shape; either order): the same paths, sizes
+ * and SHA-256s. RELAY_OK, or RELAY_E_PROTOCOL (gio_tool_code:
+ * transfer-failed) naming the first path that differs: a transport whose
+ * facts contradict the copy is not trusted, whatever a later scan says. */
+relay_status gio_facts_compare(json_object *got, json_object *sent, const char *what, relay_error *err);
+/* gio_push of one file the core hashed (`sha256`, `bytes`), and when the
+ * transport returns guest-side facts, gio_facts_compare against them. */
+relay_status gio_push_checked_facts(guest_io *io, const char *local, const char *remote, const char *sha256,
+                                    uint64_t bytes, const char *what, relay_error *err);
 /* Pulls guest `remote` to host `local` (must not exist) with the retry rule. */
 relay_status gio_pull(guest_io *io, const char *remote, const char *local, unsigned xfer_flags,
                       const char *what, relay_error *err);
