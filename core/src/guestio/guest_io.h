@@ -153,9 +153,11 @@ json_object *gio_fact_new(const char *path, uint64_t bytes, const char *sha256);
  * facts contradict the copy is not trusted, whatever a later scan says. */
 relay_status gio_facts_compare(json_object *got, json_object *sent, const char *what, relay_error *err);
 /* gio_push of one file the core hashed (`sha256`, `bytes`), and when the
- * transport returns guest-side facts, gio_facts_compare against them. */
+ * transport returns guest-side facts, gio_facts_compare against them
+ * (*checked_out true: the facts came and were compared; false: the caller
+ * must verify the copy another way). */
 relay_status gio_push_checked_facts(guest_io *io, const char *local, const char *remote, const char *sha256,
-                                    uint64_t bytes, const char *what, relay_error *err);
+                                    uint64_t bytes, const char *what, bool *checked_out, relay_error *err);
 /* Pulls guest `remote` to host `local` (must not exist) with the retry rule. */
 relay_status gio_pull(guest_io *io, const char *remote, const char *local, unsigned xfer_flags,
                       const char *what, relay_error *err);

@@ -287,8 +287,9 @@ cleanup:
 }
 
 relay_status gio_push_checked_facts(guest_io *io, const char *local, const char *remote, const char *sha256,
-                                    uint64_t bytes, const char *what, relay_error *err)
+                                    uint64_t bytes, const char *what, bool *checked_out, relay_error *err)
 {
+	*checked_out = false;
 	bool want = (io->traits & RELAY_TRANSPORT_GUEST_FACTS) != 0;
 	json_object *facts = NULL;
 	relay_status st = gio_push(io, local, remote, 0, what, want ? &facts : NULL, err);
@@ -297,6 +298,7 @@ relay_status gio_push_checked_facts(guest_io *io, const char *local, const char 
 		json_object_array_add(sent, gio_fact_new("", bytes, sha256));
 		st = gio_facts_compare(facts, sent, what, err);
 		json_object_put(sent);
+		*checked_out = true;
 	}
 	json_object_put(facts);
 	return st;
