@@ -252,10 +252,9 @@ void run_record_end(manager *m, guest *g, const char *evidence, const char *exec
 		guest_event(m, g, "execution-failed", jsonx_get_str(step, "title"), d2);
 	}
 	if (cancelled)
-		lifecycle_record_cancelled(
-		    m, g, "relay_script", true,
-		    "the run was cancelled while the receiver ran it; recorded uncertain, "
-		    "never replayed");
+		runs_record_cancelled(m, g, "relay_script", true,
+		                      "the run was cancelled while the receiver ran it; recorded uncertain, "
+		                      "never replayed");
 }
 
 int run_not_dispatched(manager *m, guest *g, const char *evidence, const char *execution_id, const char *code,
@@ -284,8 +283,8 @@ int run_not_dispatched(manager *m, guest *g, const char *evidence, const char *e
 	json_object_put(rec);
 	guest_set_last_error(m, g, "relay_script %s was not sent: %s", execution_id, strbuf_str(&sb));
 	if (cancelled)
-		lifecycle_record_cancelled(m, g, "relay_script", false,
-		                           "cancelled before the request reached the guest; nothing ran");
+		runs_record_cancelled(m, g, "relay_script", false,
+		                      "cancelled before the request reached the guest; nothing ran");
 	out->is_run_result = false;
 	json_object *s = outcome_facts(&out->base);
 	jsonx_add_str(s, "guest", g->name);
@@ -303,4 +302,9 @@ void run_use_step_id(manager *m, guest *g, const char *id)
 	json_object_array_add(g->used_step_ids, json_object_new_string(id));
 	guest_save(g);
 	manager_unlock(m);
+}
+
+void runs_record_cancelled(manager *m, guest *g, const char *operation, bool uncertain, const char *why)
+{
+	lifecycle_record_cancelled(m, g, operation, uncertain, why);
 }
