@@ -264,14 +264,16 @@ relay_status gio_facts_compare(json_object *got, json_object *sent, const char *
 			st = relay_error_set(
 			    err, RELAY_E_PROTOCOL, 0,
 			    "the transport reports \"%s\" for %s, a file the core did not send "
-			    "(%zu sent, %zu reported); the copy is not trusted",
-			    gp ? gp : "?", what, ns, ng);
+			    "(%zu sent, %zu reported%s%s%s); the copy is not trusted",
+			    gp ? gp : "?", what, ns, ng, sp ? "; next sent: \"" : "", sp ? sp : "",
+			    sp ? "\"" : "");
 		else if (c > 0)
 			st = relay_error_set(
 			    err, RELAY_E_PROTOCOL, 0,
 			    "the transport reports no \"%s\" for %s, which the core sent (%zu "
-			    "sent, %zu reported); the copy is not trusted",
-			    sp ? sp : "?", what, ns, ng);
+			    "sent, %zu reported%s%s%s); the copy is not trusted",
+			    sp ? sp : "?", what, ns, ng, gp ? "; next reported: \"" : "", gp ? gp : "",
+			    gp ? "\"" : "");
 		else if (diff)
 			st = relay_error_set(err, RELAY_E_PROTOCOL, 0,
 			                     "the transport's facts for %s contradict what the core sent: "
