@@ -11,6 +11,7 @@
 
 #include "guestio/gio_internal.h"
 #include "mcp/call.h"
+#include "receiver_protocol.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -93,7 +94,9 @@ typedef struct watch {
 /* Runs `receiver cancel` once; true when it signalled the execution. */
 static bool receiver_cancel(guest_io *io, const char *execution_id)
 {
-	const char *argv[] = {io->receiver, "cancel", "--root", io->root, "--execution", execution_id, NULL};
+	const char *argv[] = {io->receiver, RECEIVER_CMD_CANCEL,    RECEIVER_OPT_ROOT,
+	                      io->root,     RECEIVER_OPT_EXECUTION, execution_id,
+	                      NULL};
 	relay_exec_result res;
 	relay_error err;
 	bool signalled = false;

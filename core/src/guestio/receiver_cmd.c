@@ -11,6 +11,7 @@
 
 #include "guestio/gio_internal.h"
 #include "mcp/call.h"
+#include "receiver_protocol.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -150,8 +151,8 @@ void gio_remove_transients(guest_io *io)
 		const char **args = calloc(n + 4, sizeof *args);
 		if (args == NULL)
 			break;
-		args[0] = "remove";
-		args[1] = "--root";
+		args[0] = RECEIVER_CMD_REMOVE;
+		args[1] = RECEIVER_OPT_ROOT;
 		args[2] = io->root;
 		for (size_t k = 0; k < n; k++)
 			args[3 + k] = io->transients.items[start + k];
@@ -216,13 +217,13 @@ relay_status gio_scan(guest_io *io, const char *base, const char *rel, bool pres
 	*facts_out = NULL;
 	const char *args[9];
 	size_t k = 0;
-	args[k++] = "scan";
-	args[k++] = "--root";
+	args[k++] = RECEIVER_CMD_SCAN;
+	args[k++] = RECEIVER_OPT_ROOT;
 	args[k++] = io->root;
-	args[k++] = "--base";
+	args[k++] = RECEIVER_OPT_BASE;
 	args[k++] = base;
 	if (present)
-		args[k++] = "--present";
+		args[k++] = RECEIVER_OPT_PRESENT;
 	args[k++] = rel;
 	args[k] = NULL;
 	json_object *frame = NULL;
@@ -234,7 +235,7 @@ relay_status gio_scan(guest_io *io, const char *base, const char *rel, bool pres
 	const char *path = jsonx_get_str(frame, "path");
 	const char *sha = jsonx_get_str(frame, "sha256");
 	int64_t bytes = -1;
-	const char *name = transient_name(io, path, ".inventory-");
+	const char *name = transient_name(io, path, RECEIVER_TRANSIENT_INVENTORY);
 	if (name == NULL || sha == NULL || !sha256_hex_valid(sha) || !jsonx_get_int(frame, "bytes", &bytes) ||
 	    bytes < 0) {
 		st = relay_error_set(

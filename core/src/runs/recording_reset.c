@@ -8,8 +8,8 @@
 
 #include "delivery/packaging.h"
 #include "delivery/step_downloads.h"
-#include "session/events.h"
 #include "receiver_protocol.h"
+#include "session/events.h"
 #include "util/error.h"
 #include "util/jsonx.h"
 #include "util/log.h"

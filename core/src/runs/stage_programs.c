@@ -230,8 +230,9 @@ int stage_receiver(stage_ctx *s)
 	const char *name = jsonx_get_str(frame, "receiver");
 	const char *version = jsonx_get_str(frame, "version");
 	const char *platform = jsonx_get_str(frame, "platform");
-	if (!jsonx_get_int(frame, "protocol", &protocol) || protocol != 1 || name == NULL ||
-	    strcmp(name, "mcp-relay-receiver") != 0 || version == NULL ||
+	if (!jsonx_get_int(frame, RECEIVER_FRAME_PROTOCOL, &protocol) ||
+	    protocol != RECEIVER_PROTOCOL_VERSION || name == NULL ||
+	    strcmp(name, RECEIVER_PROGRAM_NAME) != 0 || version == NULL ||
 	    strcmp(version, RELAY_VERSION) != 0 || platform == NULL || strcmp(platform, s->platform) != 0)
 		st = relay_error_set(&err, RELAY_E_INTEGRITY, 0,
 		                     "the staged receiver reports %s %s, protocol %lld, for %s; expected "
@@ -274,7 +275,8 @@ int stage_capture_programs(stage_ctx *s, json_object *plan)
 		const char *local = jsonx_get_str(e, "local"), *remote = jsonx_get_str(e, "remote");
 		char *parent = fs_dirname(remote);
 		if (parent && strcmp(parent, ".") != 0) {
-			const char *args[] = {"prepare", "--root", s->io.root, parent, NULL};
+			const char *args[] = {RECEIVER_CMD_PREPARE, RECEIVER_OPT_ROOT, s->io.root, parent,
+			                      NULL};
 			json_object *frame = NULL;
 			relay_status st = gio_receiver(&s->io, args, GIO_SHORT_TIMEOUT_MS, &frame, &err);
 			json_object_put(frame);
@@ -307,8 +309,17 @@ int stage_capture_wait(stage_ctx *s, json_object *plan, int64_t *after_ms_out)
 	char wait[24], every[24];
 	snprintf(wait, sizeof wait, "%d", CAPTURE_WAIT_MS);
 	snprintf(every, sizeof every, "%d", CAPTURE_EVERY_MS);
-	const char *argv[] = {s->io.receiver, "capture-test", "--root",     s->io.root, "--capture", capture,
-	                      "--wait-ms",    wait,           "--every-ms", every,      NULL};
+	const char *argv[] = {s->io.receiver,
+	                      RECEIVER_CMD_CAPTURE_TEST,
+	                      RECEIVER_OPT_ROOT,
+	                      s->io.root,
+	                      RECEIVER_OPT_CAPTURE,
+	                      capture,
+	                      RECEIVER_OPT_WAIT_MS,
+	                      wait,
+	                      RECEIVER_OPT_EVERY_MS,
+	                      every,
+	                      NULL};
 	gio_supervision sv;
 	memset(&sv, 0, sizeof sv);
 	sv.tick_ms = CAPTURE_PROGRESS_MS;

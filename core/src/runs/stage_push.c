@@ -235,8 +235,8 @@ static int workspace_push(stage_ctx *s, const char *dest, gio_member *members, s
 		st = gio_push(&s->io, s->workspace.path, dest, RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES,
 		              "the workspace", facts_out, &err);
 		if (st == RELAY_OK)
-			gio_note_transfer(&s->io, "push", "workspace", s->workspace.path, dest, s->tree.total_bytes,
-			                  NULL, 1, "tree");
+			gio_note_transfer(&s->io, "push", "workspace", s->workspace.path, dest,
+			                  s->tree.total_bytes, NULL, 1, "tree");
 	} else {
 		open_ctx oc = {s, index};
 		st = gio_push_archive(&s->io, members, nm, open_workspace, &oc, dest, &err);
@@ -261,7 +261,8 @@ static int workspace_compare_facts(stage_ctx *s, json_object *facts)
 	relay_status st = gio_facts_compare(facts, sent, "the workspace", &err);
 	json_object_put(sent);
 	if (st != RELAY_OK)
-		return stage_fail(s, gio_tool_code(st), "the workspace push cannot be trusted: %s", err.message);
+		return stage_fail(s, gio_tool_code(st), "the workspace push cannot be trusted: %s",
+		                  err.message);
 	return 0;
 }
 
