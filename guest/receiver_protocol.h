@@ -20,8 +20,8 @@
 #define RECEIVER_SCRIPT_MAX_BYTES  (8u * 1024u * 1024u) /* a script part on standard input */
 #define RECEIVER_RECEIPT_MAX_BYTES (8u * 1024u * 1024u) /* what the host accepts as a receipt */
 /* Request limits (guest.md §6.1). */
-#define RECEIVER_TIMEOUT_MAX_MS   3600000 /* timeoutMs: 1 to 3,600,000 */
-#define RECEIVER_BECAUSE_MAX_CHARS 16384  /* because: non-blank, at most 16,384 characters */
+#define RECEIVER_TIMEOUT_MAX_MS    3600000 /* timeoutMs: 1 to 3,600,000 */
+#define RECEIVER_BECAUSE_MAX_CHARS 16384   /* because: non-blank, at most 16,384 characters */
 
 /*
  * Subcommands (guest.md §5.2): argv[1] of the receiver. Every invocation
@@ -74,23 +74,23 @@
  * (the outcome only when no receipt exists); `cancel`: {executionId,
  * signalled}.
  */
-#define RECEIVER_FRAME_ERROR          "error"
-#define RECEIVER_FRAME_RECEIVER       "receiver"
-#define RECEIVER_FRAME_VERSION        "version"
-#define RECEIVER_FRAME_PROTOCOL       "protocol"
-#define RECEIVER_FRAME_PLATFORM       "platform"
-#define RECEIVER_FRAME_PATH           "path"
-#define RECEIVER_FRAME_SHA256         "sha256"
-#define RECEIVER_FRAME_BYTES          "bytes"
-#define RECEIVER_FRAME_OK             "ok"
-#define RECEIVER_FRAME_AFTER_MS       "afterMs"
-#define RECEIVER_FRAME_DIAGNOSTIC     "diagnostic"
-#define RECEIVER_FRAME_EXECUTION_ID   "executionId"
-#define RECEIVER_FRAME_RECEIPT        "receipt"
-#define RECEIVER_FRAME_DUPLICATE      "duplicate"
-#define RECEIVER_FRAME_OUTCOME        "outcome"
-#define RECEIVER_FRAME_PARTS          "parts"
-#define RECEIVER_FRAME_SIGNALLED      "signalled"
+#define RECEIVER_FRAME_ERROR        "error"
+#define RECEIVER_FRAME_RECEIVER     "receiver"
+#define RECEIVER_FRAME_VERSION      "version"
+#define RECEIVER_FRAME_PROTOCOL     "protocol"
+#define RECEIVER_FRAME_PLATFORM     "platform"
+#define RECEIVER_FRAME_PATH         "path"
+#define RECEIVER_FRAME_SHA256       "sha256"
+#define RECEIVER_FRAME_BYTES        "bytes"
+#define RECEIVER_FRAME_OK           "ok"
+#define RECEIVER_FRAME_AFTER_MS     "afterMs"
+#define RECEIVER_FRAME_DIAGNOSTIC   "diagnostic"
+#define RECEIVER_FRAME_EXECUTION_ID "executionId"
+#define RECEIVER_FRAME_RECEIPT      "receipt"
+#define RECEIVER_FRAME_DUPLICATE    "duplicate"
+#define RECEIVER_FRAME_OUTCOME      "outcome"
+#define RECEIVER_FRAME_PARTS        "parts"
+#define RECEIVER_FRAME_SIGNALLED    "signalled"
 /* Where the receipt of execution ID lives, relative to R:
  * RECEIVER_RECEIPTS_DIR "/" ID ".json". */
 #define RECEIVER_RECEIPTS_DIR "state/receiver/receipts"
