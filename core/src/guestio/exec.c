@@ -7,21 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "guestio/gio_internal.h"
 #include "mcp/call.h"
 #include "receiver_protocol.h"
-#include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
-#include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
-#include "util/randx.h"
-#include "util/sha256.h"
 #include "util/strbuf.h"
-#include "util/timefmt.h"
 
 /* ---- exec ----------------------------------------------------------------------- */
 

@@ -12,16 +12,13 @@
 #include "guestio/gio_internal.h"
 #include "mcp/call.h"
 #include "receiver_protocol.h"
-#include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
-#include "util/randx.h"
 #include "util/sha256.h"
 #include "util/strbuf.h"
-#include "util/timefmt.h"
 
 #define INVENTORY_MAX_BYTES ((size_t)256 << 20)
 #define STDERR_TAIL_BYTES   600

@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "guestio/gio_internal.h"
 #include "mcp/call.h"
@@ -19,7 +17,6 @@
 #include "util/jsonx.h"
 #include "util/log.h"
 #include "util/randx.h"
-#include "util/sha256.h"
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
