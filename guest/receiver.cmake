@@ -10,7 +10,11 @@
 
 file(GLOB RELAY_RECEIVER_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/receiver/*.c)
 list(PREPEND RELAY_RECEIVER_SOURCES ${CMAKE_CURRENT_LIST_DIR}/receiver.c)
-set(RELAY_RECEIVER_C_FLAGS -std=c99 -O2 -D_GNU_SOURCE ${RELAY_WARNINGS})
+# The support library (support/) is compiled in with the receiver's own flags
+# (static, never sanitized, C99; also by the aarch64 cross compiler).
+list(APPEND RELAY_RECEIVER_SOURCES ${RELAY_SUPPORT_SOURCES})
+set(RELAY_RECEIVER_C_FLAGS -std=c99 -O2 -D_GNU_SOURCE -fvisibility=hidden -I${RELAY_SUPPORT_INCLUDE_DIR}
+  ${RELAY_WARNINGS})
 
 set(_receiver_target receiver-${RELAY_HOST_PLATFORM})
 add_executable(${_receiver_target} ${RELAY_RECEIVER_SOURCES})
@@ -40,6 +44,7 @@ if(NOT _receiver_lopts)
 endif()
 set_target_properties(${_receiver_target} PROPERTIES COMPILE_OPTIONS "${_receiver_copts}" LINK_OPTIONS "${_receiver_lopts}")
 target_compile_options(${_receiver_target} PRIVATE -O2 -fno-pie)
+target_include_directories(${_receiver_target} PRIVATE ${RELAY_SUPPORT_INCLUDE_DIR})
 target_compile_definitions(${_receiver_target} PRIVATE RECEIVER_PLATFORM="${RELAY_HOST_PLATFORM}"
   RECEIVER_VERSION="${PROJECT_VERSION}")
 # clang's -static already implies a non-PIE link (it warns that -no-pie is unused).

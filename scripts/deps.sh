@@ -4,7 +4,7 @@
 #   scripts/deps.sh test    build + everything the tests start (sshd, Xvfb, chromium, the
 #                           container engines of the machine-docker tests, strace, ...)
 #   scripts/deps.sh ci      test + what .ci/run adds (clang, its sanitizer runtimes and ccache for the
-#                           matrix and scripts/fuzz, debootstrap)
+#                           matrix and scripts/fuzz, clang-format for scripts/format, debootstrap)
 set -euo pipefail
 # gcc comes without the C library headers when recommends are off: libc6-dev
 # (also libc.a, for the static guest programs). A fresh Debian 12 has none of
@@ -22,7 +22,7 @@ if [ "$level" != build ]; then
          podman crun runc uidmap fuse-overlayfs docker.io curl)
 fi
 if [ "$level" = ci ]; then
-  need+=(clang libclang-rt-dev ccache debootstrap tar gzip)
+  need+=(clang clang-format libclang-rt-dev ccache debootstrap tar gzip)
 fi
 missing=()
 for p in "${need[@]}"; do

@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #endif
 
+#include "relay_support/tree.h"
 #include "sha256.h"
 
 #define HASH_CHUNK_BYTES (8u * 1024u * 1024u)
@@ -476,37 +477,9 @@ int path_exists(const char *path)
 
 int remove_tree(const char *path, rerr *err)
 {
-	struct stat st;
-	DIR *dir;
-	struct dirent *de;
-	int rc = 0;
-	if (lstat(path, &st) != 0)
-		return errno == ENOENT ? 0 : -1;
-	if (!S_ISDIR(st.st_mode)) {
-		if (unlink(path) != 0) {
-			err_set(err, "cannot remove %s: %s", path, strerror(errno));
-			return -1;
-		}
+	rs_error why;
+	if (rs_remove_tree(path, &why) == 0)
 		return 0;
-	}
-	dir = opendir(path);
-	if (!dir) {
-		err_set(err, "cannot open %s: %s", path, strerror(errno));
-		return -1;
-	}
-	while ((de = readdir(dir)) != NULL) {
-		char *child;
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		child = path_join(path, de->d_name);
-		if (remove_tree(child, err) != 0)
-			rc = -1;
-		free(child);
-	}
-	closedir(dir);
-	if (rmdir(path) != 0) {
-		err_set(err, "cannot remove %s: %s", path, strerror(errno));
-		rc = -1;
-	}
-	return rc;
+	err_set(err, "%s", why.message);
+	return -1;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fsx.h"
+#include "relay_support/utf8.h"
 
 int journal_open(journal *j, const char *root, const char *session_id, int *damaged_out, rerr *err)
 {
@@ -98,7 +99,7 @@ static jv *cut_strings(const jv *v, size_t max_chars)
 	jv *c;
 	size_t i;
 	if (v->type == JV_STRING) {
-		size_t n = utf8_prefix_chars(v->str, v->str_len, max_chars);
+		size_t n = rs_utf8_prefix_bytes(v->str, v->str_len, max_chars);
 		return jv_strn(v->str, n);
 	}
 	if (v->type != JV_ARRAY && v->type != JV_OBJECT)

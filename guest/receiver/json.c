@@ -2,6 +2,7 @@
  * receiver/json.c — see json.h.
  */
 #include "json.h"
+#include "relay_support/utf8.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -98,7 +99,7 @@ static int parse_string_into(parser *ps, buf *b)
 		while (ps->p < ps->end && *ps->p != '"' && *ps->p != '\\' && (unsigned char)*ps->p >= 0x20)
 			ps->p++;
 		if (ps->p > run) {
-			if (!utf8_valid(run, (size_t)(ps->p - run))) {
+			if (!rs_utf8_valid(run, (size_t)(ps->p - run))) {
 				fail(ps, "invalid UTF-8 in string");
 				return -1;
 			}
@@ -569,7 +570,7 @@ void jv_write_string(buf *out, const char *text, size_t len)
 {
 	static const char digits[] = "0123456789abcdef";
 	size_t i, run = 0;
-	if (!utf8_valid(text, len)) {
+	if (!rs_utf8_valid(text, len)) {
 		/* Never write what jv_parse would refuse (a capture program's
 		 * stderr, a file name): invalid sequences become U+FFFD. */
 		buf clean;

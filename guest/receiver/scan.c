@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fsx.h"
+#include "relay_support/utf8.h"
 
 void fact_list_free(fact_list *list)
 {
@@ -149,7 +150,7 @@ static int walk_dir(const char *abs, const char *shown, const char *prefix, fact
 		char *child_shown = *shown ? xasprintf("%s/%s", shown, names[i]) : xstrdup(names[i]);
 		struct stat st;
 		int ok = -1;
-		if (!utf8_valid(names[i], strlen(names[i]))) {
+		if (!rs_utf8_valid(names[i], strlen(names[i]))) {
 			err_set(err, "file name is not UTF-8: %s", child_shown);
 		} else if (lstat(child_abs, &st) != 0) {
 			err_set(err, "source changed during inventory: %s: %s", child_shown, strerror(errno));

@@ -14,6 +14,8 @@
 #include <sys/syscall.h>
 #endif
 
+#include "relay_support/utf8.h"
+
 void text_format(char *dst, size_t dst_len, const char *fmt, ...)
 {
 	va_list ap;
@@ -285,116 +287,13 @@ int random_hex(char *out, size_t nbytes, rerr *err)
 	return 0;
 }
 
-/* Length of the valid UTF-8 sequence at s[0..len), 0 when invalid, -1 when
- * the sequence is a valid prefix cut short by the end of the text. */
-static int utf8_seq(const unsigned char *s, size_t len)
-{
-	unsigned c = s[0];
-	int need;
-	unsigned lo = 0x80, hi = 0xBF;
-	int i;
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xC2 && c <= 0xDF)
-		need = 1;
-	else if (c == 0xE0) {
-		need = 2;
-		lo = 0xA0;
-	} else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF)
-		need = 2;
-	else if (c == 0xED) {
-		need = 2;
-		hi = 0x9F;
-	} else if (c == 0xF0) {
-		need = 3;
-		lo = 0x90;
-	} else if (c >= 0xF1 && c <= 0xF3)
-		need = 3;
-	else if (c == 0xF4) {
-		need = 3;
-		hi = 0x8F;
-	} else
-		return 0;
-	for (i = 1; i <= need; i++) {
-		unsigned b;
-		if ((size_t)i >= len)
-			return -1;
-		b = s[i];
-		if (i == 1) {
-			if (b < lo || b > hi)
-				return 0;
-		} else if (b < 0x80 || b > 0xBF) {
-			return 0;
-		}
-	}
-	return need + 1;
-}
-
-int utf8_valid(const char *text, size_t len)
-{
-	const unsigned char *s = (const unsigned char *)text;
-	size_t i = 0;
-	while (i < len) {
-		int n = utf8_seq(s + i, len - i);
-		if (n <= 0)
-			return 0;
-		i += (size_t)n;
-	}
-	return 1;
-}
-
-size_t utf8_chars(const char *text, size_t len)
-{
-	const unsigned char *s = (const unsigned char *)text;
-	size_t i = 0, count = 0;
-	while (i < len) {
-		int n = utf8_seq(s + i, len - i);
-		i += n > 0 ? (size_t)n : 1;
-		count++;
-	}
-	return count;
-}
-
-size_t utf8_cut_bytes(const char *text, size_t len, size_t max_bytes)
-{
-	size_t n;
-	if (len <= max_bytes)
-		return len;
-	n = max_bytes;
-	while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80)
-		n--;
-	return n;
-}
-
-size_t utf8_prefix_chars(const char *text, size_t len, size_t max_chars)
-{
-	const unsigned char *s = (const unsigned char *)text;
-	size_t i = 0, count = 0;
-	while (i < len && count < max_chars) {
-		int n = utf8_seq(s + i, len - i);
-		i += n > 0 ? (size_t)n : 1;
-		count++;
-	}
-	return i;
-}
-
 void utf8_sanitize(buf *out, const char *text, size_t len, int drop_incomplete_tail)
 {
-	static const char replacement[] = "\xEF\xBF\xBD";
-	const unsigned char *s = (const unsigned char *)text;
-	size_t i = 0;
-	while (i < len) {
-		int n = utf8_seq(s + i, len - i);
-		if (n > 0) {
-			buf_append(out, s + i, (size_t)n);
-			i += (size_t)n;
-		} else if (n < 0 && drop_incomplete_tail) {
-			break;
-		} else {
-			buf_append(out, replacement, 3);
-			i++;
-		}
-	}
+	if (len > ((size_t)-1 - out->len - 2) / 3)
+		out_of_memory();
+	buf_reserve(out, 3 * len); /* + the NUL: RS_UTF8_REPAIR_MAX_BYTES(len) */
+	out->len += rs_utf8_repair_into(out->data + out->len, text, len,
+	                                drop_incomplete_tail ? RS_UTF8_DROP_INCOMPLETE_TAIL : 0);
 }
 
 static int id_pattern(const char *text, size_t max_len)

@@ -77,14 +77,7 @@ void sleep_ms(int64_t ms);
 /* Fills out with 2*nbytes lowercase hex digits of randomness (+ NUL). */
 int random_hex(char *out, size_t nbytes, rerr *err);
 
-/* UTF-8: true when text[0..len) is valid UTF-8 (no surrogates, no overlongs). */
-int utf8_valid(const char *text, size_t len);
-/* Number of code points, counting each invalid byte as one. */
-size_t utf8_chars(const char *text, size_t len);
-/* Returns the largest n <= max_bytes ending on a character boundary of valid text. */
-size_t utf8_cut_bytes(const char *text, size_t len, size_t max_bytes);
-/* Byte length of the first max_chars characters of valid text. */
-size_t utf8_prefix_chars(const char *text, size_t len, size_t max_chars);
+/* UTF-8 (validity, cutting, counting): relay_support/utf8.h. */
 /* Appends text to out with invalid sequences replaced by U+FFFD; an
  * incomplete but valid-looking sequence at the very end is dropped when
  * drop_incomplete_tail is set (output cut in the middle of a character). */

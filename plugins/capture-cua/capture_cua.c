@@ -26,6 +26,7 @@
 
 #include "relay/capture.h"
 #include "relay/plugin.h"
+#include "relay_support/json_get.h"
 
 #define CUA_PLUGIN_NAME  "capture-cua"
 #define CUA_TIMEOUT_MS   60000
@@ -53,22 +54,12 @@ static relay_status cua_init(const relay_host *host, const char *config_json, un
 	return RELAY_OK;
 }
 
-/* A string member, or NULL when absent, null or not a string. */
-static const char *string_member(json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_string))
-		return NULL;
-	return json_object_get_string(v);
-}
-
 /* The catalog id that turns snapshots on, or NULL. */
 static const char *driver_id(json_object *applications)
 {
 	size_t n = applications ? json_object_array_length(applications) : 0;
 	for (size_t i = 0; i < n; i++) {
-		const char *id = string_member(json_object_array_get_idx(applications, i), "id");
+		const char *id = rsj_get_str(json_object_array_get_idx(applications, i), "id");
 		if (id && (strcmp(id, CUA_ID_BUNDLE) == 0 || strcmp(id, CUA_ID_DPKG) == 0))
 			return id;
 	}
@@ -114,8 +105,8 @@ static relay_status cua_plan(relay_plugin_state *state, const char *context_json
 	}
 	if (applications && !json_object_is_type(applications, json_type_array))
 		applications = NULL;
-	const char *platform = string_member(context, "platform");
-	const char *corrected = string_member(context, "cuaDriver");
+	const char *platform = rsj_get_str(context, "platform");
+	const char *corrected = rsj_get_str(context, "cuaDriver");
 	if (corrected && !usable_driver_path(corrected)) {
 		status =
 		    host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,

@@ -28,6 +28,7 @@
 #include "relay/capture.h"
 #include "relay/host.h"
 #include "relay/plugin.h"
+#include "relay_support/json_get.h"
 
 #define PLUGIN_NAME        "capture-x11"
 #define CAPTURE_TIMEOUT_MS 60000
@@ -36,15 +37,6 @@ typedef struct x11_state {
 	const relay_host *host;
 	char *libexec_dir; /* may be NULL */
 } x11_state;
-
-static const char *get_string(json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_string))
-		return NULL;
-	return json_object_get_string(v);
-}
 
 static relay_status x11_init(const relay_host *host, const char *config_json, unsigned flags,
                              relay_plugin_state **state_out, relay_error *err)
@@ -65,7 +57,7 @@ static relay_status x11_init(const relay_host *host, const char *config_json, un
 		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	}
 	st->host = host;
-	const char *dir = get_string(cfg, "libexecDir");
+	const char *dir = rsj_get_str(cfg, "libexecDir");
 	st->libexec_dir = dir ? strdup(dir) : NULL;
 	json_object_put(cfg);
 	*state_out = st;
@@ -91,7 +83,7 @@ static const char *listed_x_server(json_object *apps)
 	for (size_t w = 0; w < sizeof wanted / sizeof wanted[0]; w++) {
 		size_t wl = strlen(wanted[w]);
 		for (size_t i = 0; i < json_object_array_length(apps); i++) {
-			const char *id = get_string(json_object_array_get_idx(apps, i), "id");
+			const char *id = rsj_get_str(json_object_array_get_idx(apps, i), "id");
 			if (id && strncmp(id, wanted[w], wl) == 0 && (id[wl] == '\0' || id[wl] == ':'))
 				return wanted[w];
 		}
@@ -130,9 +122,9 @@ static relay_status x11_plan(relay_plugin_state *state, const char *context_json
 	json_object *lease = NULL, *apps = NULL;
 	json_object_object_get_ex(ctx, "lease", &lease);
 	json_object_object_get_ex(ctx, "applications", &apps);
-	const char *guest_root = get_string(ctx, "guestRoot");
-	const char *platform = get_string(ctx, "platform");
-	const char *display = get_string(lease, "display");
+	const char *guest_root = rsj_get_str(ctx, "guestRoot");
+	const char *platform = rsj_get_str(ctx, "platform");
+	const char *display = rsj_get_str(lease, "display");
 	char because[512];
 	bool enabled = false;
 	if (guest_root == NULL || guest_root[0] != '/' || strlen(guest_root) > 1024) {

@@ -28,6 +28,7 @@
 #include "relay/host.h"
 #include "relay/machine.h"
 #include "relay/plugin.h"
+#include "relay_support/json_get.h"
 
 #define PLUGIN_NAME "console-vnc"
 
@@ -58,23 +59,17 @@ static json_object *get(json_object *o, const char *key)
 	return v;
 }
 
-static const char *get_str(json_object *o, const char *key)
-{
-	json_object *v = get(o, key);
-	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
-}
-
 /* A token field: the value when it is a valid token, else "unknown". */
 static void put_token(json_object *out, json_object *in, const char *key)
 {
-	const char *v = get_str(in, key);
+	const char *v = rsj_get_str(in, key);
 	json_object_object_add(out, key, json_object_new_string(token_ok(v) ? v : "unknown"));
 }
 
 /* A reason: a valid token or null. */
 static void put_reason(json_object *out, json_object *in, const char *key)
 {
-	const char *v = get_str(in, key);
+	const char *v = rsj_get_str(in, key);
 	json_object_object_add(out, key, token_ok(v) ? json_object_new_string(v) : NULL);
 }
 
@@ -91,7 +86,7 @@ static void put_bool_or_unknown(json_object *out, json_object *in, const char *k
 /* An identity (vm, lease_id, console_id...) passes as text or null. */
 static void put_identity(json_object *out, json_object *in, const char *key)
 {
-	const char *v = get_str(in, key);
+	const char *v = rsj_get_str(in, key);
 	json_object_object_add(out, key, v && strlen(v) <= 256 ? json_object_new_string(v) : NULL);
 }
 
@@ -260,7 +255,7 @@ static relay_status call_console(vnc_state *st, const relay_machine_link *machin
 	if (s != RELAY_OK)
 		return s;
 	json_object *lease = lease_json ? json_tokener_parse(lease_json) : NULL;
-	const char *lease_id = get_str(lease, "lease_id");
+	const char *lease_id = rsj_get_str(lease, "lease_id");
 	if (lease_id == NULL) {
 		if (lease)
 			json_object_put(lease);

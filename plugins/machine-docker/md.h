@@ -3,10 +3,18 @@
  * Internal to plugins/machine-docker (nothing here crosses the ABI).
  *
  * Modules:
- *   md_plugin.c     descriptor, init/fini, options, the machine ops
+ *   md_plugin.c     descriptor, init/fini, the machine and transport ops
+ *   md_options.c    the options, checked at init
+ *   md_util.c       small helpers (errors, JSON fields, clocks, durable writes)
  *   md_api.c        the Docker Engine API over libcurl (a unix socket):
  *                   JSON requests, archive streams, the hijacked exec stream
- *   md_lease.c      lease records, acquire, release, verify, find, the reaper
+ *   md_lease.c      acquire, renew, inspect (md_lease.h: what the lease
+ *                   modules share)
+ *   md_record.c     lease records and the lease document
+ *   md_engine.c     small engine requests (inspect, remove, archive puts)
+ *   md_bake.c       the derived image with the guest program, per base image
+ *   md_swarm.c      leases as one-replica Swarm services
+ *   md_release.c    release, verify, find, count, the reaper
  *   md_exec.c       transport exec (demultiplexed stream, stdin, timeouts)
  *   md_xfer.c       transport push and pull (tar through the archive API)
  *   md_inventory.c  images, catalog, doctor
@@ -38,6 +46,16 @@
 #define MD_GUEST_INIT    "/.mcp-relay/init"
 #define MD_GUEST_RUN_DIR "/.mcp-relay/run"
 
+/* The derived images with the guest program (md_bake.c). */
+#define MD_BAKE_REPO "localhost/mcp-relay-guest"
+
+typedef struct md_bake_entry {
+	char ref[160];      /* MD_BAKE_REPO ":<24 hex>", "" = not known yet */
+	bool xvfb;          /* the image has /usr/bin/Xvfb */
+	bool x11vnc;        /* the image has /usr/bin/x11vnc */
+	int64_t checked_ms; /* monotonic time the base image's id was last asked */
+} md_bake_entry;
+
 typedef struct md_image {
 	char *key; /* "ubuntu2404" */
 	char *ref; /* "docker.io/library/ubuntu:24.04" */
@@ -51,7 +69,7 @@ typedef struct md_state {
 	char *libexec_dir;
 	char *session_id;      /* config sessionId, may be NULL */
 	char *default_network; /* config guestNetwork: nat | internet */
-	char endpoint[512];    /* as configured: unix:///path */
+	char endpoint[512];    /* as configured: unix:///path, ssh://user@host[:port], tcp://host:port */
 	char socket_path[256]; /* the unix socket libcurl connects to */
 	md_image images[MD_MAX_IMAGES];
 	size_t image_count;
@@ -64,6 +82,14 @@ typedef struct md_state {
 		char known_hosts[512];   /* options.ssh.knownHostsFile */
 		char remote_socket[256]; /* options.ssh.remoteSocket */
 	} ssh;
+	struct {
+		bool enabled; /* endpoint tcp://host:port, always with TLS client certificates */
+		char host[256];
+		int port;
+		char ca[512];   /* options.tls.caFile: the CA the engine's certificate is checked against */
+		char cert[512]; /* options.tls.certFile: this relay's client certificate */
+		char key[512];  /* options.tls.keyFile */
+	} tls;
 	pid_t ssh_pid; /* the forwarder (guarded by ssh_lock) */
 	pthread_mutex_t ssh_lock;
 
@@ -102,9 +128,20 @@ typedef struct md_state {
 	bool stopping;
 	size_t acquiring;             /* acquisitions in flight (capacity) */
 	struct md_facts_cache *facts; /* md_inventory.c: what each image contains, by image id */
+	char default_runtime[64];     /* the engine's DefaultRuntime (/info), "" until asked (lock) */
+
+	/* derived images (guarded by bake_lock, held across the engine requests of a bake) */
+	pthread_mutex_t bake_lock;
+	md_bake_entry bake[MD_MAX_IMAGES]; /* by index of images[] */
+	char guest_sha256[65];             /* of the embedded guest program, "" until computed */
 } md_state;
 
-/* ---- md_plugin.c helpers ---------------------------------------------------- */
+/* ---- md_options.c ----------------------------------------------------------- */
+
+/* Reads options (a JSON object or NULL) into st; refuses unknown keys and bad values. */
+relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err);
+
+/* ---- md_util.c helpers ---------------------------------------------------- */
 
 relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

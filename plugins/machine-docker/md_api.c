@@ -1,6 +1,7 @@
 /*
  * md_api.c — the Docker Engine API (also Podman's Docker-compatible service)
- * over libcurl on a unix socket. Every request gets its own easy handle, so
+ * over libcurl on a unix socket (or TLS with client certificates for a
+ * tcp:// endpoint). Every request gets its own easy handle, so
  * operations on different leases run concurrently. No `docker` program is
  * involved.
  *
@@ -160,13 +161,41 @@ static int on_progress(void *user, curl_off_t dt, curl_off_t dn, curl_off_t ut, 
 	return c->call && c->st->host->call_cancelled(c->call) ? 1 : 0;
 }
 
+/* The URL of an API path: http://docker<path> over the unix socket, or
+ * https://host:port<path> for a tcp:// endpoint. Returns what snprintf does. */
+static size_t md_base_url(md_state *st, char *out, size_t size, const char *path)
+{
+	int n = st->tls.enabled ? snprintf(out, size, "https://%s:%d%s", st->tls.host, st->tls.port, path)
+	                        : snprintf(out, size, "http://docker%s", path);
+	return n < 0 ? size : (size_t)n;
+}
+
+/* How libcurl reaches the engine: the unix socket (the configured one or
+ * the ssh forwarder's), or TLS with this relay's client certificate,
+ * checking the engine's certificate and name against options.tls.caFile. */
+static void md_curl_endpoint(md_state *st, CURL *h)
+{
+	if (!st->tls.enabled) {
+		curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, st->socket_path);
+		return;
+	}
+	curl_easy_setopt(h, CURLOPT_CAINFO, st->tls.ca);
+	curl_easy_setopt(h, CURLOPT_CAPATH, NULL);
+	curl_easy_setopt(h, CURLOPT_SSLCERT, st->tls.cert);
+	curl_easy_setopt(h, CURLOPT_SSLKEY, st->tls.key);
+	curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+	curl_easy_setopt(h, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
+}
+
 static relay_status api_once(md_state *st, const char *method, const char *path, json_object *body_json,
                              int upload_fd, int download_fd, uint32_t timeout_ms, relay_call *call,
                              md_reply *reply, relay_error *err)
 {
 	memset(reply, 0, sizeof *reply);
 	char url[4096];
-	if (snprintf(url, sizeof url, "http://docker%s", path) >= (int)sizeof url)
+	if (md_base_url(st, url, sizeof url, path) >= sizeof url)
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "the API path %.64s... is too long",
 		              path);
 	CURL *h = curl_easy_init();
@@ -177,7 +206,7 @@ static relay_status api_once(md_state *st, const char *method, const char *path,
 	const char *payload = NULL;
 	relay_status s = RELAY_OK;
 	headers = curl_slist_append(headers, "Expect:");
-	curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, st->socket_path);
+	md_curl_endpoint(st, h);
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_ms ? timeout_ms : 60000));
@@ -277,6 +306,8 @@ relay_status md_api(md_state *st, const char *method, const char *path, json_obj
 struct md_stream {
 	CURL *h;
 	curl_socket_t fd;
+	bool tls;            /* over TLS: decrypted bytes may wait in libcurl past what poll sees */
+	bool maybe_buffered; /* the last receive over TLS brought bytes: ask again before polling */
 	char pending[16384]; /* bytes read past the answer's headers */
 	size_t pending_len, pending_off;
 };
@@ -292,7 +323,7 @@ void md_stream_free(md_stream *s)
 
 int md_stream_wait(md_stream *s, bool want_write, int wait_ms)
 {
-	if (s->pending_off < s->pending_len)
+	if (s->pending_off < s->pending_len || (s->tls && s->maybe_buffered))
 		return 1;
 	struct pollfd p = {.fd = s->fd, .events = (short)(POLLIN | (want_write ? POLLOUT : 0))};
 	int n = poll(&p, 1, wait_ms);
@@ -324,6 +355,7 @@ ssize_t md_stream_recv(md_stream *s, void *buf, size_t len)
 	}
 	size_t got = 0;
 	CURLcode rc = curl_easy_recv(s->h, buf, len, &got);
+	s->maybe_buffered = rc == CURLE_OK && got > 0;
 	if (rc == CURLE_AGAIN)
 		return -2;
 	if (rc != CURLE_OK)
@@ -350,8 +382,11 @@ relay_status md_stream_open(md_state *st, const char *path, const char *body, ui
 		status = md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "cannot create a libcurl handle");
 		goto fail;
 	}
-	curl_easy_setopt(s->h, CURLOPT_UNIX_SOCKET_PATH, st->socket_path);
-	curl_easy_setopt(s->h, CURLOPT_URL, "http://docker/");
+	char url[600];
+	md_base_url(st, url, sizeof url, "/");
+	md_curl_endpoint(st, s->h);
+	s->tls = st->tls.enabled;
+	curl_easy_setopt(s->h, CURLOPT_URL, url);
 	curl_easy_setopt(s->h, CURLOPT_CONNECT_ONLY, 1L);
 	curl_easy_setopt(s->h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(s->h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);

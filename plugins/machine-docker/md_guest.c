@@ -4,11 +4,13 @@
  * shell tool of its own for what the relay must control; this program is
  * three commands in one:
  *
- *   init    the container's entry (PID 1): reaps orphans, and is the
- *           backstop of the lease: every second it reads
+ *   init [EXPIRES_MS GRACE_MS BACKSTOP_MS]
+ *           the container's entry (PID 1): reaps orphans, and is the
+ *           backstop of the lease: it starts with the expiry of its
+ *           arguments (the lease's at create), and every second reads
  *           /.mcp-relay/expires ("<expiresAtMs> <graceMs> <backstopMs>",
- *           written by the relay at create and at every renewal) and exits
- *           once the wall clock passes their sum, which stops the
+ *           written by the relay at every renewal) when it is there; it
+ *           exits once the wall clock passes their sum, which stops the
  *           container and every process in it. SIGTERM ends it at once.
  *   exec PIDFILE ARGV...
  *           runs ARGV in a new session (its own process group), writes the
@@ -23,6 +25,9 @@
  *           SIGKILLs the process group named in PIDFILE and waits up to 5 s
  *           for it to be gone: exit 0 when gone, 1 when not, 2 when
  *           PIDFILE is unreadable.
+ *   wait PATH MS
+ *           waits up to MS milliseconds for PATH to exist: exit 0 when it
+ *           does, 1 when not (the relay waits for Xvfb's socket with it).
  *
  * Every mode first sets no_new_privs for itself and all it starts.
  * Static, C99 + POSIX (and Linux's prctl), no allocation.
@@ -84,7 +89,7 @@ static int read_expiry(long long *stop_at_ms)
 	return 0;
 }
 
-static int run_init(void)
+static int run_init(int argc, char **argv)
 {
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
@@ -94,6 +99,16 @@ static int run_init(void)
 	signal(SIGPIPE, SIG_IGN);
 	long long stop_at = 0;
 	int known = read_expiry(&stop_at) == 0;
+	if (!known && argc == 5) {
+		char *end1 = NULL, *end2 = NULL, *end3 = NULL;
+		long long expires = strtoll(argv[2], &end1, 10);
+		long long grace = strtoll(argv[3], &end2, 10);
+		long long backstop = strtoll(argv[4], &end3, 10);
+		if (*end1 == '\0' && *end2 == '\0' && *end3 == '\0' && expires > 0) {
+			stop_at = expires + grace + backstop;
+			known = 1;
+		}
+	}
 	while (!g_stop) {
 		while (waitpid(-1, NULL, WNOHANG) > 0) {
 		}
@@ -309,6 +324,19 @@ static int run_kill(const char *pidfile)
 	return 1;
 }
 
+static int run_wait(const char *path, const char *ms_text)
+{
+	long ms = strtol(ms_text, NULL, 10);
+	for (long waited = 0;; waited += 20) {
+		struct stat sb;
+		if (lstat(path, &sb) == 0)
+			return 0;
+		if (waited >= ms)
+			return 1;
+		sleep_ms(20);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	/* Whatever the engine was asked (a Swarm service cannot ask for
@@ -316,11 +344,15 @@ int main(int argc, char **argv)
 	 * through set-uid files. */
 	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 	if (argc >= 2 && strcmp(argv[1], "init") == 0)
-		return run_init();
+		return run_init(argc, argv);
 	if (argc >= 4 && strcmp(argv[1], "exec") == 0)
 		return run_exec(argv[2], argv + 3);
 	if (argc == 3 && strcmp(argv[1], "kill") == 0)
 		return run_kill(argv[2]);
-	fprintf(stderr, "usage: init | exec PIDFILE ARGV... | kill PIDFILE\n");
+	if (argc == 4 && strcmp(argv[1], "wait") == 0)
+		return run_wait(argv[2], argv[3]);
+	fprintf(stderr,
+	        "usage: init [EXPIRES_MS GRACE_MS BACKSTOP_MS] | exec PIDFILE ARGV... | kill PIDFILE | "
+	        "wait PATH MS\n");
 	return 2;
 }

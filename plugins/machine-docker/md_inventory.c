@@ -313,6 +313,14 @@ json_object *inventory_images(md_state *st, relay_call *call)
 		bool display = known && st->display_enabled && facts_has(&f, "xvfb");
 		json_object_object_add(o, "display", json_object_new_boolean(display));
 		json_object_object_add(o, "vnc", json_object_new_boolean(false));
+		bool x11vnc = known && facts_has(&f, "x11vnc");
+		json_object_object_add(
+		    o, "console",
+		    json_object_new_string(
+		        !known   ? "off: the image's contents are not known"
+		        : x11vnc ? "off: the image has x11vnc, but machine-docker serves no "
+		                   "console for container guests (acquire with vnc is refused)"
+		                 : "off: the image has no x11vnc (acquire with vnc is refused)"));
 		json_object *rt = json_object_new_object();
 		json_object_object_add(rt, "shell",
 		                       json_object_new_boolean(known && facts_has(&f, "runtime:sh")));
@@ -324,7 +332,9 @@ json_object *inventory_images(md_state *st, relay_call *call)
 		json_object_object_add(
 		    o, "snapshots",
 		    json_object_new_string(display ? "on: Xvfb in the image gives each guest its own display"
-		                                   : "off: the image has no Xvfb"));
+		                           : known && facts_has(&f, "xvfb")
+		                               ? "off: the image has Xvfb, but options.display is off"
+		                               : "off: the image has no Xvfb"));
 		if (!present)
 			json_object_object_add(
 			    o, "diagnostic",

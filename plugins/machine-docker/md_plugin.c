@@ -8,7 +8,9 @@
  *   "endpoint":   "unix:///run/podman/podman.sock"; default the Docker
  *                 socket when it exists, else the user's Podman socket;
  *                 or ssh://user@host[:port] (md_ssh.c) with "ssh":
- *                 {"identityFile", "knownHostsFile", "remoteSocket"}
+ *                 {"identityFile", "knownHostsFile", "remoteSocket"};
+ *                 or tcp://host:port, only with "tls":
+ *                 {"caFile", "certFile", "keyFile"} (client certificates)
  *   "images":     {"<key>": "<image reference>", ...}  the allow-list
  *   "maxGuests":  1..256, default 8
  *   "graceMs", "backstopMs", "reaperIntervalMs", "pullTimeoutMs"
@@ -34,490 +36,6 @@
 
 #include "md.h"
 
-/* ---- helpers ----------------------------------------------------------------- */
-
-relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
-{
-	char text[RELAY_ERROR_MESSAGE_BYTES];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(text, sizeof text, fmt, ap);
-	va_end(ap);
-	return st->host->error_set(err, code, sys_errno, "%s", text);
-}
-
-void md_textf(char *out, size_t size, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(out, size, fmt, ap);
-	va_end(ap);
-}
-
-char *md_json_out(md_state *st, json_object *obj)
-{
-	const char *text =
-	    json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
-	return text ? st->host->strdup(text) : NULL;
-}
-
-const char *md_str(json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_string))
-		return NULL;
-	return json_object_get_string(v);
-}
-
-int64_t md_int(json_object *obj, const char *key, int64_t fallback)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) || !json_object_is_type(v, json_type_int))
-		return fallback;
-	return json_object_get_int64(v);
-}
-
-json_object *md_obj(json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v))
-		return NULL;
-	return v;
-}
-
-int64_t md_monotonic_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void md_sleep_ms(int64_t ms)
-{
-	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-	}
-}
-
-void md_random_hex(md_state *st, char *out, size_t digits)
-{
-	unsigned char raw[64];
-	relay_error e;
-	size_t n = (digits + 1) / 2;
-	if (n > sizeof raw)
-		n = sizeof raw;
-	if (st->host->random_bytes(raw, n, &e) != RELAY_OK)
-		for (size_t i = 0; i < n; i++)
-			raw[i] = (unsigned char)(md_monotonic_ms() >> (i % 8)) ^ (unsigned char)rand();
-	static const char hex[] = "0123456789abcdef";
-	for (size_t i = 0; i < digits && i / 2 < n; i++)
-		out[i] = hex[(raw[i / 2] >> ((i % 2) ? 0 : 4)) & 15];
-	out[digits] = '\0';
-}
-
-static int fsync_parent(const char *path)
-{
-	char dir[4096];
-	snprintf(dir, sizeof dir, "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash == NULL)
-		return 0;
-	*slash = '\0';
-	int fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return errno;
-	int rc = fsync(fd) == 0 ? 0 : errno;
-	close(fd);
-	return rc;
-}
-
-int md_write_durable(const char *path, const void *data, size_t len)
-{
-	char tmp[4200];
-	snprintf(tmp, sizeof tmp, "%s.tmp-%d-%lld", path, (int)getpid(), (long long)md_monotonic_ms());
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return errno;
-	const char *p = data;
-	size_t left = len;
-	int rc = 0;
-	while (left > 0) {
-		ssize_t w = write(fd, p, left);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			rc = errno ? errno : EIO;
-			break;
-		}
-		p += w;
-		left -= (size_t)w;
-	}
-	if (rc == 0 && fsync(fd) != 0)
-		rc = errno;
-	if (close(fd) != 0 && rc == 0)
-		rc = errno;
-	if (rc == 0 && rename(tmp, path) != 0)
-		rc = errno;
-	if (rc != 0) {
-		unlink(tmp);
-		return rc;
-	}
-	return fsync_parent(path);
-}
-
-json_object *md_read_json(const char *path, int *errno_out)
-{
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		if (errno_out)
-			*errno_out = errno;
-		return NULL;
-	}
-	struct stat sb;
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (1 << 20)) {
-		close(fd);
-		if (errno_out)
-			*errno_out = EINVAL;
-		return NULL;
-	}
-	char *buf = malloc((size_t)sb.st_size + 1);
-	ssize_t n = buf ? read(fd, buf, (size_t)sb.st_size) : -1;
-	close(fd);
-	json_object *obj = NULL;
-	if (n >= 0) {
-		buf[n] = '\0';
-		obj = json_tokener_parse(buf);
-	}
-	free(buf);
-	if (obj == NULL && errno_out)
-		*errno_out = EINVAL;
-	return obj;
-}
-
-unsigned long long md_proc_start(pid_t pid)
-{
-	char path[64], buf[2048];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	char *p = strrchr(buf, ')');
-	if (p == NULL || p[1] == '\0' || p[2] == 'Z')
-		return 0;
-	unsigned long long start = 0;
-	int field = 2;
-	for (char *t = p + 1; *t; t++) {
-		if (*t == ' ') {
-			field++;
-			if (field == 22) {
-				start = strtoull(t + 1, NULL, 10);
-				break;
-			}
-		}
-	}
-	return start;
-}
-
-/* ---- options ------------------------------------------------------------------- */
-
-static bool valid_key(const char *k)
-{
-	if (k == NULL || k[0] == '\0' || strlen(k) > 128)
-		return false;
-	for (const char *p = k; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-		      ((*p == '.' || *p == '_' || *p == '-') && p != k)))
-			return false;
-	return true;
-}
-
-static bool valid_ref(const char *r)
-{
-	if (r == NULL || r[0] == '\0' || strlen(r) > 255)
-		return false;
-	for (const char *p = r; *p; p++)
-		if (*p <= ' ' || *p == '"' || *p == '\\' || *p == '?' || *p == '&' || *p == '#')
-			return false;
-	return true;
-}
-
-static relay_status set_endpoint(md_state *st, const char *url, relay_error *err)
-{
-	if (strncmp(url, "unix://", 7) == 0) {
-		const char *p = url + 7;
-		if (p[0] != '/' || strlen(p) >= sizeof st->socket_path)
-			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			              "options.endpoint %s must be unix:///absolute/path/to/the.sock", url);
-		snprintf(st->socket_path, sizeof st->socket_path, "%s", p);
-		snprintf(st->endpoint, sizeof st->endpoint, "%s", url);
-		return RELAY_OK;
-	}
-	if (strncmp(url, "ssh://", 6) == 0) {
-		const char *p = url + 6;
-		const char *at = strchr(p, '@');
-		const char *host = at ? at + 1 : p;
-		const char *colon = strrchr(host, ':');
-		size_t host_len = colon ? (size_t)(colon - host) : strlen(host);
-		int port = colon ? atoi(colon + 1) : 22;
-		size_t user_len = at ? (size_t)(at - p) : 0;
-		bool ok = host_len > 0 && host_len < sizeof st->ssh.host && user_len < sizeof st->ssh.user &&
-		          port > 0 && port < 65536 && strpbrk(url + 6, "/ \t\n") == NULL && host[0] != '-';
-		for (size_t i = 0; ok && i < user_len; i++)
-			ok = p[i] != '-' || i > 0;
-		if (!ok)
-			return md_err(
-			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			    "options.endpoint %s must look like ssh://user@host or ssh://user@host:port",
-			    url);
-		st->ssh.enabled = true;
-		snprintf(st->ssh.user, sizeof st->ssh.user, "%.*s", (int)user_len, p);
-		if (user_len == 0)
-			snprintf(st->ssh.user, sizeof st->ssh.user, "%s", "root");
-		snprintf(st->ssh.host, sizeof st->ssh.host, "%.*s", (int)host_len, host);
-		st->ssh.port = port;
-		snprintf(st->endpoint, sizeof st->endpoint, "%s", url);
-		return RELAY_OK;
-	}
-	if (strncmp(url, "tcp://", 6) == 0)
-		return md_err(
-		    st, err, RELAY_E_UNSUPPORTED, 0,
-		    "options.endpoint %s: tcp:// endpoints are not supported by this build (and never "
-		    "without TLS client certificates); use a unix:// socket",
-		    url);
-	return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.endpoint %s must start with unix://",
-	              url);
-}
-
-static relay_status default_endpoint(md_state *st, relay_error *err)
-{
-	struct stat sb;
-	if (stat("/var/run/docker.sock", &sb) == 0 && S_ISSOCK(sb.st_mode))
-		return set_endpoint(st, "unix:///var/run/docker.sock", err);
-	char path[300];
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	if (geteuid() != 0 && xdg && xdg[0] == '/') {
-		snprintf(path, sizeof path, "unix://%s/podman/podman.sock", xdg);
-		return set_endpoint(st, path, err);
-	}
-	return set_endpoint(st, "unix:///run/podman/podman.sock", err);
-}
-
-static relay_status int_option(md_state *st, json_object *v, const char *name, int64_t lo, int64_t hi,
-                               int64_t *out, relay_error *err)
-{
-	if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < lo ||
-	    json_object_get_int64(v) > hi)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "options.%s must be a whole number from %lld to %lld", name, (long long)lo,
-		              (long long)hi);
-	*out = json_object_get_int64(v);
-	return RELAY_OK;
-}
-
-static relay_status parse_options(md_state *st, json_object *opts, relay_error *err)
-{
-	relay_status s = RELAY_OK;
-	bool have_endpoint = false;
-	const int64_t month = 30LL * 24 * 3600 * 1000;
-	if (opts && !json_object_is_type(opts, json_type_object))
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "machine-docker options must be a JSON object");
-	if (opts == NULL)
-		return default_endpoint(st, err);
-	json_object_object_foreach(opts, key, v)
-	{
-		int64_t n = 0;
-		if (strcmp(key, "endpoint") == 0) {
-			if (!json_object_is_type(v, json_type_string))
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.endpoint must be a URL string");
-			s = set_endpoint(st, json_object_get_string(v), err);
-			have_endpoint = true;
-		} else if (strcmp(key, "images") == 0) {
-			if (!json_object_is_type(v, json_type_object))
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.images must map image keys to image references");
-			json_object_object_foreach(v, ik, iv)
-			{
-				const char *ref = json_object_is_type(iv, json_type_string)
-				                      ? json_object_get_string(iv)
-				                      : NULL;
-				if (!valid_key(ik))
-					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					              "options.images: %s is not a valid image key (A-Z, "
-					              "a-z, 0-9, ., _, -)",
-					              ik);
-				if (!valid_ref(ref))
-					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					              "options.images.%s must be an image reference such as "
-					              "docker.io/library/debian:12",
-					              ik);
-				if (st->image_count >= MD_MAX_IMAGES)
-					return md_err(st, err, RELAY_E_TOO_LARGE, 0,
-					              "options.images: at most %d images", MD_MAX_IMAGES);
-				st->images[st->image_count].key = strdup(ik);
-				st->images[st->image_count].ref = strdup(ref);
-				st->image_count++;
-			}
-		} else if (strcmp(key, "maxGuests") == 0) {
-			s = int_option(st, v, key, 1, 256, &n, err);
-			st->max_guests = (int)n;
-		} else if (strcmp(key, "graceMs") == 0) {
-			s = int_option(st, v, key, 0, month, &st->grace_ms, err);
-		} else if (strcmp(key, "backstopMs") == 0) {
-			s = int_option(st, v, key, 0, month, &st->backstop_ms, err);
-		} else if (strcmp(key, "reaperIntervalMs") == 0) {
-			s = int_option(st, v, key, 100, month, &st->reaper_interval_ms, err);
-		} else if (strcmp(key, "pullTimeoutMs") == 0) {
-			s = int_option(st, v, key, 1000, 3600000, &st->pull_timeout_ms, err);
-		} else if (strcmp(key, "swarm") == 0) {
-			if (!json_object_is_type(v, json_type_boolean))
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.swarm must be true (a service per lease when the "
-				              "endpoint is a Swarm "
-				              "manager) or false");
-			st->swarm = json_object_get_boolean(v);
-		} else if (strcmp(key, "runtime") == 0) {
-			const char *rt =
-			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
-			if (!valid_key(rt) || strlen(rt) >= sizeof st->runtime)
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.runtime must name an OCI runtime of the engine (runc, "
-				              "crun, runsc, kata)");
-			snprintf(st->runtime, sizeof st->runtime, "%s", rt);
-		} else if (strcmp(key, "guestUser") == 0) {
-			if (json_object_is_type(v, json_type_string) &&
-			    strcmp(json_object_get_string(v), "root") == 0) {
-				st->guest_uid = 0;
-				st->guest_gid = 0;
-			} else if (json_object_is_type(v, json_type_object) && md_int(v, "uid", 0) >= 1 &&
-			           md_int(v, "uid", 0) <= 65535 &&
-			           md_int(v, "gid", md_int(v, "uid", 0)) >= 1 &&
-			           md_int(v, "gid", md_int(v, "uid", 0)) <= 65535) {
-				st->guest_uid = (uid_t)md_int(v, "uid", 0);
-				st->guest_gid = (gid_t)md_int(v, "gid", md_int(v, "uid", 0));
-			} else {
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.guestUser must be {\"uid\": 1..65535, \"gid\": "
-				              "1..65535} or \"root\"");
-			}
-		} else if (strcmp(key, "limits") == 0 || strcmp(key, "ulimits") == 0) {
-			bool lim = strcmp(key, "limits") == 0;
-			if (!json_object_is_type(v, json_type_object))
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.%s must be an object", key);
-			json_object_object_foreach(v, lk, lv)
-			{
-				int64_t *dst = NULL;
-				if (lim && strcmp(lk, "memoryBytes") == 0)
-					dst = &st->limit_memory_bytes;
-				else if (lim && strcmp(lk, "pids") == 0)
-					dst = &st->limit_pids;
-				else if (lim && strcmp(lk, "nanoCpus") == 0)
-					dst = &st->limit_nano_cpus;
-				else if (!lim && strcmp(lk, "nofile") == 0)
-					dst = &st->ulimit_nofile;
-				else if (!lim && strcmp(lk, "nproc") == 0)
-					dst = &st->ulimit_nproc;
-				if (dst == NULL)
-					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					              "options.%s.%s is unknown (%s)", key, lk,
-					              lim ? "memoryBytes, pids, nanoCpus" : "nofile, nproc");
-				if (!json_object_is_type(lv, json_type_int) || json_object_get_int64(lv) < 0)
-					return md_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.%s.%s must be a whole number (0 = the engine's default)",
-					    key, lk);
-				*dst = json_object_get_int64(lv);
-			}
-		} else if (strcmp(key, "ssh") == 0) {
-			if (!json_object_is_type(v, json_type_object))
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.ssh must be {\"identityFile\", \"knownHostsFile\", "
-				              "\"remoteSocket\"}");
-			json_object_object_foreach(v, sk, sv)
-			{
-				const char *text = json_object_is_type(sv, json_type_string)
-				                       ? json_object_get_string(sv)
-				                       : NULL;
-				char *dst = strcmp(sk, "identityFile") == 0     ? st->ssh.identity
-				            : strcmp(sk, "knownHostsFile") == 0 ? st->ssh.known_hosts
-				            : strcmp(sk, "remoteSocket") == 0   ? st->ssh.remote_socket
-				                                                : NULL;
-				size_t size = dst == st->ssh.remote_socket ? sizeof st->ssh.remote_socket
-				                                           : sizeof st->ssh.identity;
-				if (dst == NULL)
-					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					              "options.ssh.%s is unknown (identityFile, "
-					              "knownHostsFile, remoteSocket)",
-					              sk);
-				if (text == NULL || text[0] != '/' || strlen(text) >= size ||
-				    strpbrk(text, ": \n"))
-					return md_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.ssh.%s must be an absolute path without ':' or spaces",
-					    sk);
-				snprintf(dst, size, "%s", text);
-			}
-		} else if (strcmp(key, "display") == 0) {
-			const char *d =
-			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
-			if (strcmp(d, "auto") != 0 && strcmp(d, "off") != 0)
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.display must be auto or off");
-			st->display_enabled = strcmp(d, "auto") == 0;
-		} else if (strcmp(key, "screen") == 0) {
-			const char *sc =
-			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
-			unsigned w = 0, h = 0, d = 0;
-			char tail = 0;
-			if (sscanf(sc, "%ux%ux%u%c", &w, &h, &d, &tail) != 3 || w < 64 || h < 64 ||
-			    w > 8192 || h > 8192 || (d != 16 && d != 24 && d != 32))
-				return md_err(
-				    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				    "options.screen must look like 1280x800x24 (depth 16, 24 or 32)");
-			snprintf(st->screen, sizeof st->screen, "%ux%ux%u", w, h, d);
-		} else {
-			return md_err(
-			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			    "unknown machine-docker option %s (known: endpoint, images, maxGuests, graceMs, "
-			    "backstopMs, reaperIntervalMs, pullTimeoutMs, runtime, guestUser, limits, "
-			    "ulimits, "
-			    "display, screen)",
-			    key);
-		}
-		if (s != RELAY_OK)
-			return s;
-	}
-	if (!have_endpoint)
-		s = default_endpoint(st, err);
-	if (s == RELAY_OK && st->ssh.enabled) {
-		if (st->ssh.identity[0] == '\0' || st->ssh.known_hosts[0] == '\0')
-			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			              "an ssh:// endpoint needs options.ssh.identityFile and "
-			              "options.ssh.knownHostsFile "
-			              "(host keys are checked strictly, never learned)");
-		if (access(st->ssh.known_hosts, R_OK) != 0 || access(st->ssh.identity, R_OK) != 0)
-			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, errno,
-			              "options.ssh: %s or %s cannot be read", st->ssh.known_hosts,
-			              st->ssh.identity);
-		if (st->ssh.remote_socket[0] == '\0')
-			snprintf(st->ssh.remote_socket, sizeof st->ssh.remote_socket,
-			         "/run/podman/podman.sock");
-	} else if (s == RELAY_OK &&
-	           (st->ssh.identity[0] || st->ssh.known_hosts[0] || st->ssh.remote_socket[0])) {
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "options.ssh is only for an ssh:// endpoint");
-	}
-	return s;
-}
-
 /* ---- init ----------------------------------------------------------------------- */
 
 static void free_state(md_state *st)
@@ -536,6 +54,7 @@ static void free_state(md_state *st)
 	inventory_free(st);
 	pthread_mutex_destroy(&st->lock);
 	pthread_mutex_destroy(&st->ssh_lock);
+	pthread_mutex_destroy(&st->bake_lock);
 	pthread_cond_destroy(&st->cond);
 	free(st);
 }
@@ -564,6 +83,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	st->host = host;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_mutex_init(&st->ssh_lock, NULL);
+	pthread_mutex_init(&st->bake_lock, NULL);
 	pthread_cond_init(&st->cond, NULL);
 	relay_status s = RELAY_OK;
 	json_object *cfg = NULL;
@@ -610,7 +130,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	st->display_enabled = true;
 	st->swarm = true;
 	snprintf(st->screen, sizeof st->screen, "1280x800x24");
-	s = parse_options(st, md_obj(cfg, "options"), err);
+	s = md_parse_options(st, md_obj(cfg, "options"), err);
 	if (s != RELAY_OK)
 		goto fail;
 	size_t len = strlen(st->state_dir) + 8;
@@ -916,7 +436,13 @@ static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn
                            const relay_exec_request *req, relay_call *call, unsigned flags,
                            relay_exec_result *res, relay_error *err)
 {
-	return exec_run(state, conn, req, call, flags, res, err);
+	/* exec_run fills a whole result; the caller's may be smaller
+	 * (relay/plugin.h R5): copy out within its size, free what did not fit. */
+	md_state *st = state;
+	relay_exec_result full = {.struct_size = sizeof full};
+	relay_status status = exec_run(st, conn, req, call, flags, &full, err);
+	relay_exec_result_deliver(st->host, res, &full);
+	return status;
 }
 
 static relay_status t_push(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
@@ -935,6 +461,47 @@ static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn
 
 /* ---- descriptor ----------------------------------------------------------------------- */
 
+/* The console passthrough: "capabilities" only, saying honestly that no
+ * console is offered for container guests (and why); every other op is
+ * unsupported. The relay then refuses an acquire with vnc before anything
+ * is created, with this reason. */
+static relay_status m_console(relay_plugin_state *state, const char *lease_json, const char *op,
+                              const char *request_json, relay_call *call, unsigned flags, char **out,
+                              relay_error *err)
+{
+	md_state *st = state;
+	(void)lease_json;
+	(void)request_json;
+	(void)call;
+	*out = NULL;
+	if (flags)
+		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown console flags 0x%x", flags);
+	if (op == NULL || strcmp(op, "capabilities") != 0)
+		return md_err(st, err, RELAY_E_UNSUPPORTED, 0,
+		              "machine-docker serves no console for container guests (operation %s)",
+		              op ? op : "none");
+	json_object *backends = json_object_new_object();
+	const char *os[] = {"linux", "macos"};
+	const char *why[] = {"not-offered-by-machine-docker", "not-offered-by-machine-docker"};
+	for (int i = 0; i < 2; i++) {
+		json_object *b = json_object_new_object();
+		json_object_object_add(b, "available", json_object_new_boolean(false));
+		json_object_object_add(b, "status", json_object_new_string("unavailable"));
+		json_object_object_add(b, "reason", json_object_new_string(why[i]));
+		json_object_object_add(backends, os[i], b);
+	}
+	json_object *vnc = json_object_new_object();
+	json_object_object_add(vnc, "default", json_object_new_boolean(false));
+	json_object_object_add(vnc, "backends", backends);
+	json_object *options = json_object_new_object();
+	json_object_object_add(options, "vnc", vnc);
+	json_object *caps = json_object_new_object();
+	json_object_object_add(caps, "schemaVersion", json_object_new_int(1));
+	json_object_object_add(caps, "service", json_object_new_string(MD_PLUGIN_NAME));
+	json_object_object_add(caps, "options", options);
+	return text_out(st, caps, out, err);
+}
+
 static const relay_machine_ops machine_ops = {
     .struct_size = sizeof(relay_machine_ops),
     .acquire = m_acquire,
@@ -947,6 +514,7 @@ static const relay_machine_ops machine_ops = {
     .catalog = m_catalog,
     .find_by_purpose = m_find_by_purpose,
     .binding = m_binding,
+    .console = m_console,
     .doctor = m_doctor,
 };
 

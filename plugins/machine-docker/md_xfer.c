@@ -378,6 +378,27 @@ static relay_status put_stream(push_job *job, const char *path, relay_error *err
 	return s;
 }
 
+/* True when the engine's archive API no longer sees the container's own
+ * files (the guest program every guest image has): the engine lost its
+ * mount of the container's root while the container runs, so whatever it
+ * reads or writes is not the guest's (docs/machine-docker.md, "Known
+ * problems"). */
+static bool view_lost(md_state *st, const char *container)
+{
+	return lease_path_exists(st, container, MD_GUEST_INIT, NULL) == 0;
+}
+
+static relay_status view_lost_error(md_state *st, const char *container, relay_error *err)
+{
+	return md_err(st, err, RELAY_E_UNAVAILABLE, 0,
+	              "the engine at %s no longer sees the files of the running container %s (its mount "
+	              "of the container's root is gone, so its archive API reads and writes an empty "
+	              "folder); on Docker this happens when the daemon's mounts are shared with other "
+	              "mount namespaces: run dockerd in a mount namespace of its own "
+	              "(docs/machine-docker.md, \"Known problems\")",
+	              st->endpoint, container);
+}
+
 relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
 {
@@ -454,22 +475,13 @@ relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, cons
 	if (path == NULL)
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "the guest path is too long");
 	s = put_stream(&job, path, err);
-	/* The engine said 200: the destination must be there now (Docker 20.10
-	 * has been seen to answer 200 for an archive that never landed). */
-	for (int attempt = 0; s == RELAY_OK; attempt++) {
-		int there = lease_path_exists(st, conn->container, remote_path, NULL);
-		if (there == 1)
-			break;
-		if (attempt >= 4) {
-			s = md_err(st, err, RELAY_E_TRANSIENT, 0,
-			           "the engine accepted the push to %s but the guest does not have it",
-			           remote_path);
-			break;
-		}
-		md_sleep_ms(100 << attempt);
-		if (attempt == 1)
-			s = put_stream(&job, path, err);
-	}
+	/* The engine said 200: the destination must be there now. */
+	if (s == RELAY_OK && lease_path_exists(st, conn->container, remote_path, NULL) != 1)
+		s = view_lost(st, conn->container)
+		        ? view_lost_error(st, conn->container, err)
+		        : md_err(st, err, RELAY_E_TRANSIENT, 0,
+		                 "the engine accepted the push to %s but the guest does not have it",
+		                 remote_path);
 	free(path);
 	return s;
 }
@@ -598,26 +610,15 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		           st->state_dir);
 		goto done;
 	}
-	/* Docker 20.10 on some kernels answers 404 for a file the guest wrote a
-	 * moment before (its archive view lags the container's): a 404 is asked
-	 * again a few times before it is believed. */
-	for (int attempt = 0;; attempt++) {
-		s = md_api(st, "GET", path, NULL, -1, tar_fd, XFER_TIMEOUT_MS, call, &r, err);
-		if (s != RELAY_OK || r.status != 404 || attempt >= 4)
-			break;
-		md_reply_free(&r);
-		md_sleep_ms(100 << attempt);
-		if (ftruncate(tar_fd, 0) != 0 || lseek(tar_fd, 0, SEEK_SET) != 0) {
-			s = md_err(st, err, RELAY_E_IO, errno, "cannot reuse the temporary archive");
-			goto done;
-		}
-	}
+	s = md_api(st, "GET", path, NULL, -1, tar_fd, XFER_TIMEOUT_MS, call, &r, err);
 	if (s == RELAY_E_INDETERMINATE || s == RELAY_E_UNAVAILABLE || s == RELAY_E_TIMEOUT)
 		s = md_err(st, err, RELAY_E_TRANSIENT, 0, "%s", err->message);
 	if (s != RELAY_OK)
 		goto done;
 	if (r.status == 404) {
-		s = md_err(st, err, RELAY_E_NOT_FOUND, 0, "%s does not exist in the guest", remote_path);
+		s = view_lost(st, conn->container) ? view_lost_error(st, conn->container, err)
+		                                   : md_err(st, err, RELAY_E_NOT_FOUND, 0,
+		                                            "%s does not exist in the guest", remote_path);
 		goto done;
 	}
 	if (r.status != 200) {

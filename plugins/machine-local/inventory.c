@@ -33,6 +33,48 @@ static bool tree_ok(const char *tree)
 	return stat(tree, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+static json_object *opt_int(bool on, int64_t v)
+{
+	return on && v > 0 ? json_object_new_int64(v) : NULL;
+}
+
+static json_object *cgroup_bound(bool v2, bool v1, const char *key, int64_t v)
+{
+	if (!(v2 || v1) || v <= 0)
+		return NULL;
+	json_object *o = json_object_new_object();
+	json_object_object_add(o, "version", json_object_new_int(v2 ? 2 : 1));
+	json_object_object_add(o, key, json_object_new_int64(v));
+	return o;
+}
+
+/* What every new guest is bounded by (the record's "bounds" says what one
+ * guest got): null = not bounded here. */
+static json_object *guest_bounds(local_state *st)
+{
+	json_object *b = json_object_new_object();
+	json_object *ids = NULL;
+	if (uids_in_use(st)) {
+		ids = json_object_new_object();
+		json_object_object_add(ids, "first", json_object_new_int64(st->user.uid));
+		json_object_object_add(ids, "count", json_object_new_int64(st->user_count));
+	}
+	json_object_object_add(b, "guestUids", ids);
+	json_object_object_add(b, "processes", opt_int(st->user.uid != 0, st->bound_processes));
+	json_object_object_add(b, "dataBytes", opt_int(true, local_data_bound(st)));
+	json_object_object_add(b, "fileBytes", opt_int(true, st->bound_file_bytes));
+	bool v2 = st->cgroup_base != NULL;
+	json_object_object_add(
+	    b, "cgroupPids",
+	    cgroup_bound(v2 && st->cgroup_pids, st->cgroup_v1_pids != NULL, "max", st->limit_pids));
+	json_object_object_add(b, "cgroupMemory",
+	                       cgroup_bound(v2 && st->cgroup_memory, st->cgroup_v1_memory != NULL, "maxBytes",
+	                                    st->limit_memory_bytes));
+	json_object_object_add(b, "cgroupCpu",
+	                       cgroup_bound(v2 && st->cgroup_cpu, false, "percent", st->limit_cpu_percent));
+	return b;
+}
+
 json_object *inventory_images(local_state *st)
 {
 	size_t running = count_active(st);
@@ -75,7 +117,16 @@ json_object *inventory_images(local_state *st)
 	json_object_object_add(cg, "cpu", json_object_new_boolean(st->cgroup_cpu));
 	json_object_object_add(cg, "reason",
 	                       st->cgroup_reason[0] ? json_object_new_string(st->cgroup_reason) : NULL);
+	json_object *v1 = json_object_new_object();
+	json_object_object_add(v1, "pids",
+	                       st->cgroup_v1_pids ? json_object_new_string(st->cgroup_v1_pids) : NULL);
+	json_object_object_add(v1, "memory",
+	                       st->cgroup_v1_memory ? json_object_new_string(st->cgroup_v1_memory) : NULL);
+	json_object_object_add(v1, "reason",
+	                       st->cgroup_v1_reason[0] ? json_object_new_string(st->cgroup_v1_reason) : NULL);
+	json_object_object_add(cg, "v1", v1);
 	json_object_object_add(cap, "cgroups", cg);
+	json_object_object_add(cap, "bounds", guest_bounds(st));
 	json_object *out = json_object_new_object();
 	json_object_object_add(out, "images", images);
 	json_object_object_add(out, "capacity", cap);
@@ -377,11 +428,13 @@ json_object *inventory_doctor(local_state *st)
 	                       : "x11vnc is not installed: a guest's display cannot be watched (no console)",
 	               vnc ? NULL : "apt-get install x11vnc");
 	/* Limits are optional: without them guests run, unbounded. */
-	bool limited = st->cgroup_base != NULL && st->cgroup_memory && st->cgroup_pids;
-	if (st->cgroup_base && limited)
-		snprintf(detail, sizeof detail, "guests get cgroups under %s (memory %s, pids %s, cpu %s)",
-		         st->cgroup_base, st->cgroup_memory ? "limited" : "unlimited",
-		         st->cgroup_pids ? "limited" : "unlimited", st->cgroup_cpu ? "limited" : "unlimited");
+	bool v1 = st->cgroup_v1_memory && st->cgroup_v1_pids;
+	bool limited = cgroup_limits_memory(st) && cgroup_limits_pids(st);
+	if (limited)
+		snprintf(detail, sizeof detail, "guests get cgroups under %s (memory %s, pids %s, cpu %s%s)",
+		         st->cgroup_base && !v1 ? st->cgroup_base : st->cgroup_v1_pids, "limited", "limited",
+		         st->cgroup_cpu ? "limited" : "unlimited",
+		         v1 ? "; memory and pids through cgroup v1" : "");
 	else if (st->cgroup_base)
 		snprintf(detail, sizeof detail,
 		         "guests run, but their %s not limited: the cgroup controllers are not enabled "
@@ -399,6 +452,21 @@ json_object *inventory_doctor(local_state *st)
 	                       : "to limit guests, run on a host with the unified cgroup v2 hierarchy and "
 	                         "its memory and pids controllers enabled (inside a container: its "
 	                         "runtime's cgroup setting, e.g. --cgroupns=private on a v2 host)");
+	if (uids_in_use(st))
+		snprintf(
+		    detail, sizeof detail,
+		    "every guest runs as a uid of its own (%u to %u); guest commands get RLIMIT_NPROC %lld, "
+		    "RLIMIT_DATA %lld, RLIMIT_FSIZE %lld (0 = none)",
+		    (unsigned)st->user.uid, (unsigned)st->user.uid + st->user_count - 1,
+		    (long long)st->bound_processes, (long long)st->bound_data_bytes,
+		    (long long)st->bound_file_bytes);
+	else
+		snprintf(
+		    detail, sizeof detail,
+		    "guest commands run as root of the guest (uid 0, which RLIMIT_NPROC does not bound); "
+		    "they get RLIMIT_DATA %lld, RLIMIT_FSIZE %lld (0 = none)",
+		    (long long)st->bound_data_bytes, (long long)st->bound_file_bytes);
+	check(arr, "bounds", true, detail, NULL);
 	for (size_t i = 0; i < st->image_count; i++) {
 		bool ok = tree_ok(st->images[i].tree);
 		snprintf(detail, sizeof detail, "image %s: %s %s", st->images[i].key, st->images[i].tree,

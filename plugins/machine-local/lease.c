@@ -189,6 +189,8 @@ json_object *lease_document(local_state *st, json_object *record)
 	json_object_object_add(local, "cgroup", copy_or_null(paths, "cgroup"));
 	json_object_object_add(local, "network", copy_or_null(record, "network"));
 	json_object_object_add(local, "guestUser", copy_or_null(record, "guestUser"));
+	json_object_object_add(local, "bounds", copy_or_null(record, "bounds"));
+	json_object_object_add(local, "cgroupsV1", copy_or_null(paths, "cgroupsV1"));
 	json_object_object_add(local, "namespaces", copy_or_null(record, "namespaces"));
 	json_object_object_add(local, "pids", copy_or_null(record, "pids"));
 	json_object_object_add(local, "graceMs", copy_or_null(record, "graceMs"));

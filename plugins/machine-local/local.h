@@ -3,15 +3,24 @@
  * use. Internal to plugins/machine-local (nothing here crosses the ABI).
  *
  * Modules:
- *   plugin.c     descriptor, init/fini, options
  *   lutil.c      JSON, time, random, durable files, /proc facts
  *   lease.c      the lease records on disk (one folder per lease)
- *   sandbox.c    acquire, destroy and verify a guest
+ *   plugin.c     init, fini, the transport ops and the descriptor
+ *   options.c    the options and their defaults
+ *   machine_ops.c  the machine ops
+ *   sandbox.c    acquire a guest (the record, then each part in order)
+ *   upper.c      the new guest's upper layer: private folders, /etc files
+ *   launch.c     the guest init, the network helper and the Xvfb display
+ *   destroy.c    destroy a guest, and verify that nothing of it is left
+ *   cgroup.c     the guests' cgroups (v2, and the v1 pids and memory ones)
+ *   uids.c       one guest uid per guest, claimed durably in the store
  *   ctl.c        the client of the guest init's control socket
  *   net.c        network helpers (slirp4netns, pasta), reject routes,
  *                sockets inside a guest's network namespace
  *   exec.c       transport exec
- *   xfer.c       transport push and pull (tar streams, SHA-256)
+ *   xfer.c       transport push and pull (tar streams, SHA-256); its parts
+ *                xfer_facts.c, xfer_paths.c, xfer_send.c, xfer_receive.c
+ *                share xfer_int.h
  *   inventory.c  images, catalog, doctor, health
  *   console.c    x11vnc console passthrough
  *   reaper.c     the background reaper and the scan at start
@@ -70,10 +79,15 @@ typedef struct local_state {
 	char helper_choice[16];     /* auto | slirp4netns | pasta | none */
 	bool display_enabled;       /* option display: "auto" (true) or "off" */
 	char screen[32];            /* "1280x800x24" */
-	local_user user;            /* the guest user commands run as */
-	int64_t limit_memory_bytes; /* 0 = none */
-	int64_t limit_pids;         /* 0 = none */
+	local_user user;            /* the guest user; uid/gid are the first of the range */
+	unsigned user_count;        /* uids (and gids) in the range, one per guest */
+	int64_t limit_memory_bytes; /* cgroup memory limit, 0 = none */
+	int64_t limit_pids;         /* cgroup pids limit, 0 = none */
 	int limit_cpu_percent;      /* 0 = none */
+	int64_t bound_processes;    /* RLIMIT_NPROC of guest commands, 0 = none */
+	int64_t bound_data_bytes;   /* RLIMIT_DATA of guest commands, 0 = none */
+	bool bound_data_bytes_set;  /* options.bounds.dataBytes was given (else: only without a memory cgroup) */
+	int64_t bound_file_bytes;   /* RLIMIT_FSIZE of guest commands, 0 = none */
 
 	/* facts found at init */
 	bool rootless;     /* the relay is not root: a user namespace is created first */
@@ -84,6 +98,9 @@ typedef struct local_state {
 	char *cgroup_base; /* <cgroup2>/.../mcp-relay-local, NULL when cgroups are unusable */
 	char cgroup_reason[256];
 	bool cgroup_memory, cgroup_pids, cgroup_cpu;
+	char *cgroup_v1_pids;   /* <v1 pids mount><own>/mcp-relay-local, NULL when absent */
+	char *cgroup_v1_memory; /* the same for the v1 memory controller */
+	char cgroup_v1_reason[256];
 	char platform[32]; /* linux-x86_64 */
 	char arch[16];     /* x86_64 | arm64 */
 	char boot_id[64];
@@ -123,6 +140,12 @@ json_object *lu_read_json(const char *path, size_t max_bytes, int *errno_out);
 /* Removes a tree without following links. 0 or errno. */
 int lu_remove_tree(const char *path);
 int lu_mkdir_p(const char *path, mode_t mode);
+/* The first line of a small file, without its newline ("" when unreadable). */
+void lu_read_line(const char *path, char *out, size_t size);
+/* At most `max` bytes of a file, NUL-terminated (malloc'd), or NULL. */
+char *lu_read_small(const char *path, size_t max, size_t *len_out);
+/* <tree>/<rel> ("/<rel>" for the tree "/"), cut to `size`. */
+void lu_tree_path(char *out, size_t size, const char *tree, const char *rel);
 /* Start time of a process (field 22 of /proc/<pid>/stat), 0 when gone. */
 unsigned long long lu_proc_start(pid_t pid);
 /* 1 when pid is alive (not a zombie) and started at `start`. */
@@ -161,10 +184,31 @@ json_object *lease_local_facts(json_object *lease_doc);
 bool lease_owner_alive(local_state *st, json_object *record);
 void lease_set_owner(local_state *st, json_object *record);
 
-/* ---- sandbox.c ------------------------------------------------------------- */
+/* ---- sandbox.c, upper.c, launch.c, destroy.c ------------------------------------ */
 
 relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *call, json_object **record_out,
                              relay_error *err);
+/* Makes <lease_dir>/{upper,work,merged} and fills the upper layer; a
+ * conflict of the guest user with the image's passwd/group is
+ * RELAY_E_REFUSED with the reason. */
+relay_status upper_prepare(local_state *st, const char *tree, const char *lease_dir, const char *guest,
+                           const local_user *user, bool with_helper, relay_error *err);
+
+/* Host pids of a launch (0 = not started). */
+typedef struct launch_result {
+	pid_t launcher;
+	pid_t init_pid;
+	pid_t helper_pid;
+} launch_result;
+
+/* Starts the guest init for `record` (its cgroups and bounds) and, with a
+ * helper, the network helper; waits until the init is ready (20 s). *lr is
+ * set even on failure, for the cleanup. */
+relay_status launch_init(local_state *st, const char *lease_dir, const char *tree, const char *guest,
+                         json_object *record, bool with_helper, launch_result *lr, relay_error *err);
+/* Starts Xvfb in the guest as the guest user; adds "display" and
+ * pids.xvfb to the record. */
+relay_status launch_display(local_state *st, json_object *record, const char *lease_dir, relay_error *err);
 /* Kills every process, unmounts, deletes the upper layer and the lease
  * folder, and verifies. `record` is borrowed. */
 relay_status sandbox_destroy(local_state *st, json_object *record, const char *reason, relay_error *err);
@@ -176,6 +220,36 @@ int sandbox_init_pidfd(json_object *record);
 int sandbox_root_fd(json_object *record);
 bool sandbox_image_has(local_state *st, const char *tree, const char *rel_path);
 const local_image *sandbox_find_image(local_state *st, const char *key);
+
+/* ---- cgroup.c -------------------------------------------------------------- */
+
+/* Finds the cgroup v2 folder and the writable v1 pids and memory ones. */
+void cgroup_detect(local_state *st);
+bool cgroup_limits_pids(const local_state *st);
+bool cgroup_limits_memory(const local_state *st);
+/* Makes the guest's cgroups and sets the limits: adds paths.cgroup,
+ * paths.cgroupsV1, "limits", and the cgroup entries of "bounds" (which
+ * must exist) to the record. What cannot be made is logged and left out. */
+void cgroup_make(local_state *st, const char *vm, json_object *record);
+/* The cgroup folders a record names (borrowed); the count. */
+size_t cgroup_paths(json_object *record, const char **out, size_t max);
+/* Kills what is left in the record's cgroups and removes them; 0 or errno. */
+int cgroup_remove_all(json_object *record);
+/* A cgroup of the record that still exists (borrowed), or NULL. */
+const char *cgroup_left(json_object *record);
+void cgroup_remove_orphans(local_state *st);
+
+/* ---- uids.c ----------------------------------------------------------------- */
+
+/* true when guests get uids from the range (not root, not rootless). */
+bool uids_in_use(const local_state *st);
+/* Claims a free uid of the range for `vm` and sets user->uid and ->gid;
+ * RELAY_E_CAPACITY when every one is in use. No-op without a range. */
+relay_status uids_claim(local_state *st, const char *vm, local_user *user, relay_error *err);
+/* Gives the claim of `uid` back when it is `vm`'s. */
+void uids_release(local_state *st, const char *vm, uid_t uid);
+/* Removes stale claims (lease folder gone, no process of the uid left). */
+void uids_reconcile(local_state *st);
 
 /* ---- ctl.c ----------------------------------------------------------------- */
 
@@ -257,10 +331,23 @@ relay_status console_op(local_state *st, const char *lease_json, const char *op,
 /* Stops whatever console attempt runs (release). */
 void console_stop_all(local_state *st, json_object *record);
 
+/* ---- options.c, machine_ops.c ------------------------------------------------- */
+
+/* Sets every option's default (and the image "local"). */
+void options_defaults(local_state *st);
+/* Applies the config's "options" object; refuses a bad key or value by name. */
+relay_status options_parse(local_state *st, json_object *opts, relay_error *err);
+/* The machine ops of the descriptor (plugin.c). */
+extern const relay_machine_ops local_machine_ops;
+
 /* ---- reaper.c ---------------------------------------------------------------- */
 
 void reaper_scan(local_state *st, bool at_start);
 int reaper_start(local_state *st);
 void reaper_stop(local_state *st);
+
+/* The RLIMIT_DATA a new guest gets (options.c): bounds.dataBytes when it was
+ * given or no memory cgroup bounds the guest, else 0 (none). */
+int64_t local_data_bound(const local_state *st);
 
 #endif

@@ -325,6 +325,22 @@ int lu_mkdir_p(const char *path, mode_t mode)
 	return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
 }
 
+void lu_read_line(const char *path, char *out, size_t size)
+{
+	out[0] = '\0';
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = read(fd, out, size - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	out[n] = '\0';
+	char *nl = strchr(out, '\n');
+	if (nl)
+		*nl = '\0';
+}
+
 /* Reads field 22 (starttime) and field 3 (state) of /proc/<pid>/stat. */
 static int proc_stat(pid_t pid, unsigned long long *start, char *state)
 {
@@ -460,4 +476,33 @@ bool lu_valid_token(const char *text, size_t max)
 			return false;
 	}
 	return true;
+}
+
+void lu_tree_path(char *out, size_t size, const char *tree, const char *rel)
+{
+	if (strcmp(tree, "/") == 0)
+		snprintf(out, size, "/%s", rel);
+	else
+		snprintf(out, size, "%s/%s", tree, rel);
+}
+
+char *lu_read_small(const char *path, size_t max, size_t *len_out)
+{
+	*len_out = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	char *buf = malloc(max + 1);
+	if (buf == NULL) {
+		close(fd);
+		return NULL;
+	}
+	size_t got = 0;
+	ssize_t n;
+	while (got < max && (n = read(fd, buf + got, max - got)) > 0)
+		got += (size_t)n;
+	close(fd);
+	buf[got] = '\0';
+	*len_out = got;
+	return buf;
 }

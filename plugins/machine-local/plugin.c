@@ -5,20 +5,8 @@
  * them). docs/machine-local.md describes what a local guest is, its
  * isolation, options, lease records and reaping.
  *
- * Options (config "options", every key optional; unknown keys are refused):
- *   "images":           {"<key>": "/absolute/base/tree", ...}  extra images;
- *                       "local" (the host root, read-only) always exists
- *   "maxGuests":        1..64, default 8
- *   "graceMs":          grace after the TTL before reaping, default 300000
- *   "backstopMs":       extra time before a guest with no relay kills
- *                       itself, default 60000
- *   "reaperIntervalMs": default 2000
- *   "networkHelper":    "auto" | "slirp4netns" | "pasta" | "none"
- *   "display":          "auto" (Xvfb when installed) | "off"
- *   "screen":           "1280x800x24"
- *   "guestUser":        {"name": "relay", "uid": 61000, "gid": 61000} | "root"
- *   "limits":           {"memoryBytes": n, "pids": n, "cpuPercent": n}
- *   "mask":             ["/absolute/path", ...] hidden inside guests
+ * Options are parsed in options.c, the machine ops are in machine_ops.c;
+ * this file holds init and fini, the transport ops and the descriptor.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -38,307 +26,7 @@
 extern const unsigned char machine_local_init_start[];
 extern const unsigned char machine_local_init_end[];
 
-/* ---- options ---------------------------------------------------------------- */
-
-static bool valid_image_key(const char *key)
-{
-	return lu_valid_token(key, 128);
-}
-
-static relay_status parse_user(local_state *st, json_object *v, relay_error *err)
-{
-	if (json_object_is_type(v, json_type_string)) {
-		if (strcmp(json_object_get_string(v), "root") != 0)
-			return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			              "options.guestUser must be \"root\" or {\"name\", \"uid\", \"gid\"}");
-		snprintf(st->user.name, sizeof st->user.name, "root");
-		st->user.uid = 0;
-		st->user.gid = 0;
-		snprintf(st->user.home, sizeof st->user.home, "/root");
-		return RELAY_OK;
-	}
-	if (!json_object_is_type(v, json_type_object))
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "options.guestUser must be \"root\" or {\"name\", \"uid\", \"gid\"}");
-	const char *name = lu_get_string(v, "name");
-	int64_t uid = lu_get_int(v, "uid", -1);
-	int64_t gid = lu_get_int(v, "gid", uid);
-	bool name_ok = name && name[0] && strlen(name) < 32 && islower((unsigned char)name[0]);
-	for (const char *p = name; name_ok && *p; p++)
-		name_ok = islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '-' || *p == '_';
-	if (!name_ok || uid < 1 || uid > 65535 || gid < 1 || gid > 65535)
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "options.guestUser needs a lowercase name and uid/gid between 1 and 65535");
-	snprintf(st->user.name, sizeof st->user.name, "%s", name);
-	st->user.uid = (uid_t)uid;
-	st->user.gid = (gid_t)gid;
-	snprintf(st->user.home, sizeof st->user.home, "/home/%s", name);
-	return RELAY_OK;
-}
-
-static bool valid_tree_path(const char *path)
-{
-	/* overlayfs option syntax: no ',' ':' or '\\' in a lower path */
-	return path && path[0] == '/' && strpbrk(path, ",:\\\n") == NULL && strlen(path) < 1024;
-}
-
-static relay_status parse_options(local_state *st, json_object *opts, relay_error *err)
-{
-	if (opts == NULL)
-		return RELAY_OK;
-	if (!json_object_is_type(opts, json_type_object))
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "machine-local options must be a JSON object");
-	json_object_object_foreach(opts, key, v)
-	{
-		if (strcmp(key, "images") == 0) {
-			if (!json_object_is_type(v, json_type_object))
-				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.images must map image keys to absolute tree folders");
-			json_object_object_foreach(v, ik, iv)
-			{
-				const char *tree = json_object_is_type(iv, json_type_string)
-				                       ? json_object_get_string(iv)
-				                       : NULL;
-				if (!valid_image_key(ik) || strcmp(ik, "local") == 0)
-					return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					              "options.images: %s is not a valid image key (A-Z, "
-					              "a-z, 0-9, ., _, -; "
-					              "\"local\" is reserved for the host root)",
-					              ik);
-				if (!valid_tree_path(tree))
-					return lu_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.images.%s must be an absolute folder without ',' or ':'",
-					    ik);
-				if (st->image_count >= LOCAL_MAX_IMAGES)
-					return lu_err(st, err, RELAY_E_TOO_LARGE, 0,
-					              "options.images: at most %d images",
-					              LOCAL_MAX_IMAGES - 1);
-				st->images[st->image_count].key = strdup(ik);
-				st->images[st->image_count].tree = strdup(tree);
-				st->image_count++;
-			}
-		} else if (strcmp(key, "maxGuests") == 0) {
-			int64_t n = json_object_get_int64(v);
-			if (!json_object_is_type(v, json_type_int) || n < 1 || n > 64)
-				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.maxGuests must be 1 to 64");
-			st->max_guests = (int)n;
-		} else if (strcmp(key, "graceMs") == 0 || strcmp(key, "backstopMs") == 0 ||
-		           strcmp(key, "reaperIntervalMs") == 0) {
-			int64_t n = json_object_get_int64(v);
-			if (!json_object_is_type(v, json_type_int) || n < 0 || n > 30LL * 24 * 3600 * 1000 ||
-			    (strcmp(key, "reaperIntervalMs") == 0 && n < 100))
-				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.%s must be a whole number of milliseconds "
-				              "(reaperIntervalMs >= 100)",
-				              key);
-			if (strcmp(key, "graceMs") == 0)
-				st->grace_ms = n;
-			else if (strcmp(key, "backstopMs") == 0)
-				st->backstop_ms = n;
-			else
-				st->reaper_interval_ms = n;
-		} else if (strcmp(key, "networkHelper") == 0) {
-			const char *h = json_object_get_string(v);
-			if (!json_object_is_type(v, json_type_string) ||
-			    (strcmp(h, "auto") && strcmp(h, "slirp4netns") && strcmp(h, "pasta") &&
-			     strcmp(h, "none")))
-				return lu_err(
-				    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				    "options.networkHelper must be auto, slirp4netns, pasta or none");
-			snprintf(st->helper_choice, sizeof st->helper_choice, "%s", h);
-		} else if (strcmp(key, "display") == 0) {
-			const char *d = json_object_get_string(v);
-			if (!json_object_is_type(v, json_type_string) ||
-			    (strcmp(d, "auto") && strcmp(d, "off")))
-				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.display must be auto or off");
-			st->display_enabled = strcmp(d, "auto") == 0;
-		} else if (strcmp(key, "screen") == 0) {
-			const char *s = json_object_get_string(v);
-			unsigned w = 0, h = 0, d = 0;
-			char tail = 0;
-			if (!json_object_is_type(v, json_type_string) ||
-			    sscanf(s, "%ux%ux%u%c", &w, &h, &d, &tail) != 3 || w < 64 || h < 64 || w > 8192 ||
-			    h > 8192 || (d != 24 && d != 32 && d != 16))
-				return lu_err(
-				    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				    "options.screen must look like 1280x800x24 (depth 16, 24 or 32)");
-			snprintf(st->screen, sizeof st->screen, "%ux%ux%u", w, h, d);
-		} else if (strcmp(key, "guestUser") == 0) {
-			relay_status s = parse_user(st, v, err);
-			if (s != RELAY_OK)
-				return s;
-		} else if (strcmp(key, "limits") == 0) {
-			if (!json_object_is_type(v, json_type_object))
-				return lu_err(
-				    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				    "options.limits must be {\"memoryBytes\", \"pids\", \"cpuPercent\"}");
-			json_object_object_foreach(v, lk, lv)
-			{
-				int64_t n = json_object_get_int64(lv);
-				if (!json_object_is_type(lv, json_type_int) || n < 0)
-					return lu_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.limits.%s must be a whole number (0 = no limit)", lk);
-				if (strcmp(lk, "memoryBytes") == 0)
-					st->limit_memory_bytes = n;
-				else if (strcmp(lk, "pids") == 0)
-					st->limit_pids = n;
-				else if (strcmp(lk, "cpuPercent") == 0 && n <= 100000)
-					st->limit_cpu_percent = (int)n;
-				else
-					return lu_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.limits.%s is unknown (memoryBytes, pids, cpuPercent)",
-					    lk);
-			}
-		} else if (strcmp(key, "mask") == 0) {
-			if (!json_object_is_type(v, json_type_array))
-				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.mask must be an array of absolute paths");
-			for (size_t i = 0; i < json_object_array_length(v); i++) {
-				const char *p = json_object_get_string(json_object_array_get_idx(v, i));
-				if (p == NULL || p[0] != '/' || strstr(p, "..") ||
-				    st->mask_count >= LOCAL_MAX_MASKS)
-					return lu_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.mask: at most %d absolute paths without \"..\"",
-					    LOCAL_MAX_MASKS);
-				st->masks[st->mask_count++] = strdup(p);
-			}
-		} else {
-			return lu_err(
-			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			    "unknown machine-local option %s (known: images, maxGuests, graceMs, backstopMs, "
-			    "reaperIntervalMs, networkHelper, display, screen, guestUser, limits, mask)",
-			    key);
-		}
-	}
-	return RELAY_OK;
-}
-
 /* ---- facts of the host -------------------------------------------------------- */
-
-static void read_line_file(const char *path, char *out, size_t size)
-{
-	out[0] = '\0';
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	ssize_t n = read(fd, out, size - 1);
-	close(fd);
-	if (n <= 0)
-		return;
-	out[n] = '\0';
-	char *nl = strchr(out, '\n');
-	if (nl)
-		*nl = '\0';
-}
-
-static bool file_has_word(const char *path, const char *word)
-{
-	char buf[1024];
-	read_line_file(path, buf, sizeof buf);
-	char *save = NULL;
-	for (char *t = strtok_r(buf, " \t", &save); t; t = strtok_r(NULL, " \t", &save))
-		if (strcmp(t, word) == 0)
-			return true;
-	return false;
-}
-
-/* Finds a cgroup v2 folder under which guests get their own cgroups. */
-static void detect_cgroups(local_state *st)
-{
-	if (st->rootless) {
-		snprintf(st->cgroup_reason, sizeof st->cgroup_reason,
-		         "the relay is not root, and machine-local does not use delegated cgroups");
-		return;
-	}
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char mount[PATH_MAX] = "";
-	char line[4096];
-	while (f && fgets(line, sizeof line, f)) {
-		char *sep = strstr(line, " - ");
-		if (sep == NULL || strncmp(sep + 3, "cgroup2 ", 8) != 0)
-			continue;
-		char *p = line;
-		for (int i = 0; i < 4 && p; i++) {
-			p = strchr(p, ' ');
-			if (p)
-				p++;
-		}
-		if (p) {
-			char *end = strchr(p, ' ');
-			if (end && (size_t)(end - p) < sizeof mount) {
-				memcpy(mount, p, (size_t)(end - p));
-				mount[end - p] = '\0';
-				break;
-			}
-		}
-	}
-	if (f)
-		fclose(f);
-	if (mount[0] == '\0') {
-		snprintf(st->cgroup_reason, sizeof st->cgroup_reason, "no cgroup v2 hierarchy is mounted");
-		return;
-	}
-	char own[PATH_MAX] = "";
-	f = fopen("/proc/self/cgroup", "re");
-	while (f && fgets(line, sizeof line, f)) {
-		if (strncmp(line, "0::", 3) == 0) {
-			snprintf(own, sizeof own, "%s", line + 3);
-			char *nl = strchr(own, '\n');
-			if (nl)
-				*nl = '\0';
-		}
-	}
-	if (f)
-		fclose(f);
-	char parent[PATH_MAX * 2 + 8], base[PATH_MAX * 2 + 48], path[PATH_MAX * 2 + 96];
-	snprintf(parent, sizeof parent, "%s%s", mount, strcmp(own, "/") == 0 ? "" : own);
-	snprintf(base, sizeof base, "%s/mcp-relay-local", parent);
-	if (mkdir(base, 0755) != 0 && errno != EEXIST) {
-		lu_textf(st->cgroup_reason, sizeof st->cgroup_reason, "cannot create %s: %s", base,
-		         strerror(errno));
-		return;
-	}
-	st->cgroup_base = strdup(base);
-	/* Controllers: enabled for the children of `parent`, then of `base`. */
-	snprintf(path, sizeof path, "%s/cgroup.controllers", parent);
-	bool have_mem = file_has_word(path, "memory"), have_pids = file_has_word(path, "pids"),
-	     have_cpu = file_has_word(path, "cpu");
-	char want[64] = "";
-	if (have_mem)
-		strcat(want, "+memory ");
-	if (have_pids)
-		strcat(want, "+pids ");
-	if (have_cpu)
-		strcat(want, "+cpu ");
-	if (want[0]) {
-		for (int pass = 0; pass < 2; pass++) {
-			snprintf(path, sizeof path, "%s/cgroup.subtree_control", pass == 0 ? parent : base);
-			int fd = open(path, O_WRONLY | O_CLOEXEC);
-			if (fd >= 0) {
-				ssize_t w = write(fd, want, strlen(want));
-				(void)w;
-				close(fd);
-			}
-		}
-	}
-	snprintf(path, sizeof path, "%s/cgroup.subtree_control", base);
-	st->cgroup_memory = file_has_word(path, "memory");
-	st->cgroup_pids = file_has_word(path, "pids");
-	st->cgroup_cpu = file_has_word(path, "cpu");
-	if (!st->cgroup_memory && !st->cgroup_pids && !st->cgroup_cpu)
-		lu_textf(
-		    st->cgroup_reason, sizeof st->cgroup_reason,
-		    "the cgroup v2 hierarchy at %s offers no memory, pids or cpu controller to %s (on hybrid "
-		    "systems they are bound to cgroup v1); guests get cgroups for tracking only",
-		    mount, base);
-}
 
 static void detect_helper(local_state *st)
 {
@@ -410,6 +98,8 @@ static void free_state(local_state *st)
 	free(st->slirp_path);
 	free(st->pasta_path);
 	free(st->cgroup_base);
+	free(st->cgroup_v1_pids);
+	free(st->cgroup_v1_memory);
 	if (st->init_memfd >= 0)
 		close(st->init_memfd);
 	pthread_mutex_destroy(&st->lock);
@@ -453,26 +143,8 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 	st->libexec_dir = libexec ? strdup(libexec) : NULL;
 	const char *net = lu_get_string(cfg, "guestNetwork");
 	st->default_network = strdup(net && strcmp(net, "internet") == 0 ? "internet" : "nat");
-	/* defaults */
-	st->max_guests = 8;
-	st->grace_ms = 300000;
-	st->backstop_ms = 60000;
-	st->reaper_interval_ms = 2000;
-	snprintf(st->helper_choice, sizeof st->helper_choice, "auto");
-	st->display_enabled = true;
-	snprintf(st->screen, sizeof st->screen, "1280x800x24");
-	snprintf(st->user.name, sizeof st->user.name, "relay");
-	st->user.uid = 61000;
-	st->user.gid = 61000;
-	snprintf(st->user.home, sizeof st->user.home, "/home/relay");
-	st->limit_pids = 4096;
-	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-	int64_t half = pages > 0 && page > 0 ? (int64_t)pages * page / 2 : 0;
-	st->limit_memory_bytes = half > 0 && half < (4LL << 30) ? half : (4LL << 30);
-	st->images[0].key = strdup("local");
-	st->images[0].tree = strdup("/");
-	st->image_count = 1;
-	status = parse_options(st, lu_get_object(cfg, "options"), err);
+	options_defaults(st);
+	status = options_parse(st, lu_get_object(cfg, "options"), err);
 	if (status != RELAY_OK)
 		goto fail;
 	st->rootless = geteuid() != 0;
@@ -503,11 +175,11 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 		lu_textf(st->arch, sizeof st->arch, "%s", un.machine);
 		lu_textf(st->platform, sizeof st->platform, "linux-%s", un.machine);
 	}
-	read_line_file("/proc/sys/kernel/random/boot_id", st->boot_id, sizeof st->boot_id);
+	lu_read_line("/proc/sys/kernel/random/boot_id", st->boot_id, sizeof st->boot_id);
 	st->self_pid = getpid();
 	st->self_start = lu_proc_start(st->self_pid);
 	detect_helper(st);
-	detect_cgroups(st);
+	cgroup_detect(st);
 	status = make_init_memfd(st, err);
 	if (status != RELAY_OK)
 		goto fail;
@@ -538,311 +210,6 @@ static void local_fini(relay_plugin_state *state)
 	free_state(st);
 }
 
-/* ---- machine ops ---------------------------------------------------------------- */
-
-static relay_status text_out(local_state *st, json_object *obj, char **out, relay_error *err)
-{
-	*out = lu_json_out(st, obj);
-	json_object_put(obj);
-	return *out ? RELAY_OK : lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-}
-
-static relay_status m_acquire(relay_plugin_state *state, const char *spec_json, relay_call *call,
-                              unsigned flags, char **lease_json_out, relay_error *err)
-{
-	local_state *st = state;
-	*lease_json_out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown acquire flags 0x%x", flags);
-	json_object *spec = spec_json ? json_tokener_parse(spec_json) : NULL;
-	if (spec == NULL || !json_object_is_type(spec, json_type_object)) {
-		if (spec)
-			json_object_put(spec);
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "the acquire spec is not a JSON object");
-	}
-	json_object *record = NULL;
-	relay_status s = sandbox_acquire(st, spec, call, &record, err);
-	json_object_put(spec);
-	if (s != RELAY_OK)
-		return s;
-	json_object *doc = lease_document(st, record);
-	json_object_put(record);
-	return text_out(st, doc, lease_json_out, err);
-}
-
-static const char *doc_vm(json_object *doc)
-{
-	return lu_get_string(doc, "vm");
-}
-
-static relay_status m_renew(relay_plugin_state *state, const char *lease_json, uint64_t ttl_ms,
-                            relay_call *call, unsigned flags, char **lease_json_out, relay_error *err)
-{
-	(void)call;
-	local_state *st = state;
-	if (lease_json_out)
-		*lease_json_out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown renew flags 0x%x", flags);
-	json_object *doc = lease_json ? json_tokener_parse(lease_json) : NULL;
-	const char *vm = doc_vm(doc);
-	relay_status s = RELAY_OK;
-	json_object *rec = NULL;
-	int lock = -1;
-	if (vm == NULL || ttl_ms == 0) {
-		s = lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		           "renew needs a lease document and a positive ttl");
-		goto done;
-	}
-	lock = lease_lock(st, vm, true);
-	int e = 0;
-	rec = lock >= 0 ? lease_read(st, vm, &e) : NULL;
-	if (rec == NULL) {
-		s = lu_err(st, err, RELAY_E_NOT_FOUND, e, "machine-local no longer holds lease %s", vm);
-		goto done;
-	}
-	const char *state_text = lu_get_string(rec, "state");
-	if (state_text == NULL || strcmp(state_text, "running") != 0) {
-		s = lu_err(st, err, RELAY_E_REFUSED, 0, "%s is %s; renewal cannot cancel committed teardown",
-		           vm, state_text ? state_text : "in an unknown state");
-		goto done;
-	}
-	int pidfd = sandbox_init_pidfd(rec);
-	if (pidfd < 0) {
-		s = lu_err(st, err, RELAY_E_REFUSED, 0,
-		           "%s is not running (its guest init is gone); release it and acquire a new lease",
-		           vm);
-		goto done;
-	}
-	close(pidfd);
-	int64_t now = st->host->now_ms();
-	int64_t expires =
-	    now + (int64_t)(ttl_ms > (uint64_t)INT64_MAX / 2 ? (uint64_t)INT64_MAX / 2 : ttl_ms);
-	int64_t deadline = lu_get_int(rec, "deadlineMs", 0);
-	if (deadline > 0 && expires > deadline)
-		expires = deadline;
-	json_object_object_add(rec, "expiresAtMs", json_object_new_int64(expires));
-	json_object_object_add(rec, "renewedAtMs", json_object_new_int64(now));
-	lease_set_owner(st, rec); /* a restarted relay takes the lease back here */
-	e = lease_write(st, rec, true);
-	if (e == 0)
-		e = lease_write_expires(st, rec);
-	if (e != 0) {
-		s = lu_err(st, err, RELAY_E_IO, e, "cannot write the renewed lease %s", vm);
-		goto done;
-	}
-	if (lease_json_out)
-		s = text_out(st, lease_document(st, rec), lease_json_out, err);
-done:
-	if (lock >= 0)
-		lease_unlock(lock);
-	if (rec)
-		json_object_put(rec);
-	if (doc)
-		json_object_put(doc);
-	return s;
-}
-
-static relay_status m_inspect(relay_plugin_state *state, const char *lease_json, relay_call *call,
-                              unsigned flags, char **lease_json_out, relay_error *err)
-{
-	(void)call;
-	local_state *st = state;
-	if (lease_json_out)
-		*lease_json_out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown inspect flags 0x%x", flags);
-	json_object *doc = lease_json ? json_tokener_parse(lease_json) : NULL;
-	const char *vm = doc_vm(doc);
-	relay_status s = RELAY_OK;
-	int e = 0;
-	json_object *rec = vm ? lease_read(st, vm, &e) : NULL;
-	if (vm == NULL)
-		s = lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "inspect needs a lease document");
-	else if (rec == NULL)
-		s = lu_err(st, err, RELAY_E_NOT_FOUND, e, "machine-local no longer holds lease %s", vm);
-	else if (lease_json_out)
-		s = text_out(st, lease_document(st, rec), lease_json_out, err);
-	if (rec)
-		json_object_put(rec);
-	if (doc)
-		json_object_put(doc);
-	return s;
-}
-
-static relay_status m_release(relay_plugin_state *state, const char *lease_json, const char *reason,
-                              relay_call *call, unsigned flags, relay_error *err)
-{
-	(void)call;
-	local_state *st = state;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown release flags 0x%x", flags);
-	json_object *doc = lease_json ? json_tokener_parse(lease_json) : NULL;
-	const char *vm = doc_vm(doc);
-	relay_status s = RELAY_OK;
-	json_object *rec = NULL;
-	int lock = -1;
-	if (vm == NULL || !lu_valid_token(vm, 200)) {
-		s = lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "release needs a lease document");
-		goto done;
-	}
-	lock = lease_lock(st, vm, true);
-	rec = lock >= 0 ? lease_read(st, vm, NULL) : NULL;
-	if (rec == NULL) {
-		/* Not in the store (or its folder is gone). Make sure nothing the
-		 * document describes survives, then say we no longer know it. */
-		json_object *described = lu_get_object(doc, "record");
-		char detail[256];
-		if (described && sandbox_verify_gone(st, described, detail, sizeof detail) != RELAY_OK) {
-			s = sandbox_destroy(st, described, reason ? reason : "released", err);
-			goto done;
-		}
-		s = lu_err(st, err, RELAY_E_NOT_FOUND, ENOENT, "machine-local no longer holds lease %s", vm);
-		goto done;
-	}
-	s = sandbox_destroy(st, rec, reason ? reason : "released", err);
-done:
-	if (lock >= 0) {
-		lease_unlock(lock);
-	}
-	if (rec)
-		json_object_put(rec);
-	if (doc)
-		json_object_put(doc);
-	return s;
-}
-
-static relay_status m_verify_destroyed(relay_plugin_state *state, const char *lease_json, relay_call *call,
-                                       unsigned flags, char **check_name_out, relay_error *err)
-{
-	(void)call;
-	local_state *st = state;
-	if (check_name_out)
-		*check_name_out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown verify flags 0x%x", flags);
-	json_object *doc = lease_json ? json_tokener_parse(lease_json) : NULL;
-	json_object *rec = lu_get_object(doc, "record");
-	relay_status s;
-	char detail[512];
-	if (rec == NULL || lu_get_string(rec, "vm") == NULL)
-		s = lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		           "verify needs a machine-local lease document");
-	else if ((s = sandbox_verify_gone(st, rec, detail, sizeof detail)) != RELAY_OK)
-		s = lu_err(st, err, RELAY_E_UNVERIFIED, 0, "%s: %s", lu_get_string(rec, "vm"), detail);
-	if (s == RELAY_OK && check_name_out)
-		*check_name_out = st->host->strdup("namespace");
-	if (doc)
-		json_object_put(doc);
-	return s;
-}
-
-static relay_status m_images(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                             relay_error *err)
-{
-	(void)call;
-	local_state *st = state;
-	*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown images flags 0x%x", flags);
-	return text_out(st, inventory_images(st), out, err);
-}
-
-static relay_status m_health(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                             relay_error *err)
-{
-	(void)call;
-	local_state *st = state;
-	if (out)
-		*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown health flags 0x%x", flags);
-	if (access(st->leases_dir, W_OK) != 0)
-		return lu_err(st, err, RELAY_E_UNAVAILABLE, errno, "the lease store %s is not writable",
-		              st->leases_dir);
-	if (out == NULL)
-		return RELAY_OK;
-	json_object *o = json_object_new_object();
-	json_object_object_add(o, "ok", json_object_new_boolean(true));
-	json_object_object_add(o, "service", json_object_new_string(LOCAL_PLUGIN_NAME));
-	json_object_object_add(o, "rootless", json_object_new_boolean(st->rootless));
-	json_object_object_add(o, "store", json_object_new_string(st->state_dir));
-	return text_out(st, o, out, err);
-}
-
-static relay_status m_catalog(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                              relay_error *err)
-{
-	(void)call;
-	local_state *st = state;
-	*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown catalog flags 0x%x", flags);
-	json_object *cat = NULL;
-	relay_status s = inventory_catalog(st, &cat, err);
-	if (s != RELAY_OK)
-		return s;
-	return text_out(st, cat, out, err);
-}
-
-static relay_status m_find_by_purpose(relay_plugin_state *state, const char *purpose, relay_call *call,
-                                      unsigned flags, char **out, relay_error *err)
-{
-	(void)call;
-	local_state *st = state;
-	*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown find flags 0x%x", flags);
-	if (purpose == NULL)
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "find_by_purpose needs a purpose");
-	json_object *all = lease_list(st);
-	json_object *found = json_object_new_array();
-	for (size_t i = 0; i < json_object_array_length(all); i++) {
-		json_object *rec = json_object_array_get_idx(all, i);
-		const char *p = lu_get_string(rec, "purpose");
-		if (p && strcmp(p, purpose) == 0)
-			json_object_array_add(found, lease_document(st, rec));
-	}
-	json_object_put(all);
-	return text_out(st, found, out, err);
-}
-
-static relay_status m_binding(relay_plugin_state *state, unsigned flags, char **out, relay_error *err)
-{
-	local_state *st = state;
-	*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown binding flags 0x%x", flags);
-	json_object *o = json_object_new_object();
-	json_object_object_add(o, "machine", json_object_new_string(LOCAL_PLUGIN_NAME));
-	json_object_object_add(o, "endpoint", NULL);
-	json_object_object_add(o, "store", json_object_new_string(st->state_dir));
-	json_object_object_add(o, "environmentFingerprint", NULL);
-	return text_out(st, o, out, err);
-}
-
-static relay_status m_console(relay_plugin_state *state, const char *lease_json, const char *op,
-                              const char *request_json, relay_call *call, unsigned flags, char **out,
-                              relay_error *err)
-{
-	local_state *st = state;
-	*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown console flags 0x%x", flags);
-	return console_op(st, lease_json, op, request_json, call, out, err);
-}
-
-static relay_status m_doctor(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                             relay_error *err)
-{
-	(void)call;
-	local_state *st = state;
-	*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown doctor flags 0x%x", flags);
-	return text_out(st, inventory_doctor(st), out, err);
-}
-
 /* ---- transport ops ------------------------------------------------------------ */
 
 static void conn_free(local_conn *c)
@@ -868,7 +235,7 @@ static relay_status t_open(relay_plugin_state *state, const char *lease_json, re
 	relay_status s = RELAY_OK;
 	json_object *rec = NULL;
 	local_conn *c = NULL;
-	const char *vm = doc_vm(doc);
+	const char *vm = lu_get_string(doc, "vm");
 	if (doc == NULL || lease_local_facts(doc) == NULL || vm == NULL) {
 		s = lu_err(st, err, RELAY_E_UNSUPPORTED, 0,
 		           "machine-local's transport only reaches machine-local leases");
@@ -925,7 +292,13 @@ static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn
                            const relay_exec_request *req, relay_call *call, unsigned flags,
                            relay_exec_result *res, relay_error *err)
 {
-	return exec_run(state, conn, req, call, flags, res, err);
+	/* exec_run fills a whole result; the caller's may be smaller
+	 * (relay/plugin.h R5): copy out within its size, free what did not fit. */
+	local_state *st = state;
+	relay_exec_result full = {.struct_size = sizeof full};
+	relay_status status = exec_run(st, conn, req, call, flags, &full, err);
+	relay_exec_result_deliver(st->host, res, &full);
+	return status;
 }
 
 static relay_status t_push(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
@@ -943,22 +316,6 @@ static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn
 }
 
 /* ---- descriptor ------------------------------------------------------------------ */
-
-static const relay_machine_ops machine_ops = {
-    .struct_size = sizeof(relay_machine_ops),
-    .acquire = m_acquire,
-    .renew = m_renew,
-    .inspect = m_inspect,
-    .release = m_release,
-    .verify_destroyed = m_verify_destroyed,
-    .images = m_images,
-    .health = m_health,
-    .catalog = m_catalog,
-    .find_by_purpose = m_find_by_purpose,
-    .binding = m_binding,
-    .console = m_console,
-    .doctor = m_doctor,
-};
 
 static const relay_transport_ops transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
@@ -980,7 +337,7 @@ static const relay_plugin_descriptor descriptor = {
     .capabilities = 0,
     .init = local_init,
     .fini = local_fini,
-    .machine = &machine_ops,
+    .machine = &local_machine_ops,
     .machine_ops_size = sizeof(relay_machine_ops),
     .transport = &transport_ops,
     .transport_ops_size = sizeof(relay_transport_ops),

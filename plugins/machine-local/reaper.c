@@ -90,43 +90,6 @@ static void remove_orphan_folders(local_state *st)
 	closedir(d);
 }
 
-/* Removes empty guest cgroups left by guests that stopped without a
- * release (a guest that stopped itself, a store that was deleted). A cgroup
- * is only removed when no process is in it and it is older than a minute,
- * so one being set up by an acquisition (of any relay) is never touched. */
-static void remove_orphan_cgroups(local_state *st)
-{
-	if (st->cgroup_base == NULL)
-		return;
-	DIR *d = opendir(st->cgroup_base);
-	if (d == NULL)
-		return;
-	struct dirent *de;
-	time_t now = time(NULL);
-	while ((de = readdir(d)) != NULL) {
-		if (strncmp(de->d_name, "local-", 6) != 0)
-			continue;
-		char path[PATH_MAX], events[PATH_MAX];
-		lu_textf(path, sizeof path, "%s/%s", st->cgroup_base, de->d_name);
-		lu_textf(events, sizeof events, "%s/cgroup.events", path);
-		struct stat sb;
-		if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode) || now - sb.st_mtime < 60)
-			continue;
-		FILE *f = fopen(events, "re");
-		char line[128];
-		bool populated = true;
-		while (f && fgets(line, sizeof line, f))
-			if (strncmp(line, "populated ", 10) == 0)
-				populated = line[10] != '0';
-		if (f)
-			fclose(f);
-		if (!populated && rmdir(path) == 0)
-			st->host->log(RELAY_LOG_DEBUG, LOCAL_PLUGIN_NAME, "removed the empty cgroup %s",
-			              path);
-	}
-	closedir(d);
-}
-
 void reaper_scan(local_state *st, bool at_start)
 {
 	json_object *all = lease_list(st);
@@ -160,7 +123,8 @@ void reaper_scan(local_state *st, bool at_start)
 	}
 	json_object_put(all);
 	remove_orphan_folders(st);
-	remove_orphan_cgroups(st);
+	cgroup_remove_orphans(st);
+	uids_reconcile(st);
 }
 
 static void *reaper_main(void *arg)

@@ -31,20 +31,20 @@ static bool valid_identity(const char *text)
 static bool capabilities_sound(const ms_state *s, json_object *caps)
 {
 	double version = 0;
-	if (!ms_json_num(caps, "schemaVersion", &version) || version != 1)
+	if (!rsj_get_double(caps, "schemaVersion", &version) || version != 1)
 		return false;
-	const char *service = ms_json_str(caps, "service");
+	const char *service = rsj_get_str(caps, "service");
 	json_object *raw = NULL;
 	if (json_object_object_get_ex(caps, "service", &raw) &&
 	    (service == NULL || strcmp(service, s->opt.service_name) != 0))
 		return false;
-	json_object *vnc = ms_json_obj(ms_json_obj(caps, "options"), "vnc");
+	json_object *vnc = rsj_get_obj(rsj_get_obj(caps, "options"), "vnc");
 	bool def = true, linux_ok, macos_ok;
-	if (!ms_json_bool(vnc, "default", &def) || def)
+	if (!rsj_get_bool(vnc, "default", &def) || def)
 		return false;
-	json_object *backends = ms_json_obj(vnc, "backends");
-	return ms_json_bool(ms_json_obj(backends, "linux"), "available", &linux_ok) &&
-	       ms_json_bool(ms_json_obj(backends, "macos"), "available", &macos_ok);
+	json_object *backends = rsj_get_obj(vnc, "backends");
+	return rsj_get_bool(rsj_get_obj(backends, "linux"), "available", &linux_ok) &&
+	       rsj_get_bool(rsj_get_obj(backends, "macos"), "available", &macos_ok);
 }
 
 static relay_status capabilities(ms_state *s, relay_call *call, char **out, relay_error *err)
@@ -112,11 +112,11 @@ relay_status ms_console(relay_plugin_state *state, const char *lease_json, const
 	char *path = NULL;
 	ms_reply reply;
 	memset(&reply, 0, sizeof reply);
-	const char *lease_id = ms_json_str(request, "lease_id");
+	const char *lease_id = rsj_get_str(request, "lease_id");
 	if (lease_id == NULL && ref.lease_id[0])
 		lease_id = ref.lease_id;
-	const char *console_id = ms_json_str(request, "console_id");
-	const char *attempt_id = ms_json_str(request, "attempt_id");
+	const char *console_id = rsj_get_str(request, "console_id");
+	const char *attempt_id = rsj_get_str(request, "attempt_id");
 	if (!valid_identity(lease_id) ||
 	    (!resolve && (!valid_identity(console_id) || !valid_identity(attempt_id)))) {
 		status = host->error_set(

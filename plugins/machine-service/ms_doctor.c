@@ -43,10 +43,10 @@ static void check_capabilities(ms_state *s, relay_call *call, json_object *list)
 	} else {
 		json_object *caps = ms_json_parse(caps_text, strlen(caps_text), NULL, 0);
 		json_object *backends =
-		    ms_json_obj(ms_json_obj(ms_json_obj(caps, "options"), "vnc"), "backends");
+		    rsj_get_obj(rsj_get_obj(rsj_get_obj(caps, "options"), "vnc"), "backends");
 		bool linux_ok = false, macos_ok = false;
-		ms_json_bool(ms_json_obj(backends, "linux"), "available", &linux_ok);
-		ms_json_bool(ms_json_obj(backends, "macos"), "available", &macos_ok);
+		rsj_get_bool(rsj_get_obj(backends, "linux"), "available", &linux_ok);
+		rsj_get_bool(rsj_get_obj(backends, "macos"), "available", &macos_ok);
 		snprintf(detail, sizeof detail, "schemaVersion 1; VNC linux %s, macos %s",
 		         linux_ok ? "available" : "unavailable", macos_ok ? "available" : "unavailable");
 		add_check(list, "acquisition capabilities", true, detail, NULL);
@@ -142,25 +142,25 @@ static void check_machctl(ms_state *s, relay_call *call, json_object *list)
 		goto cleanup;
 	}
 	answer = ms_json_parse(res.out, res.out_len, NULL, 0);
-	json_object *identity = ms_json_obj(answer, "identity");
+	json_object *identity = rsj_get_obj(answer, "identity");
 	bool same = identity != NULL;
 	static const char *const keys[] = {"id",       "fingerprint",     "vmServiceUrl",  "imageRepository",
 	                                   "tartHome", "serviceStateDir", "imageStateDir", "relayStateDir"};
 	for (size_t i = 0; same && i < sizeof keys / sizeof keys[0]; i++) {
-		const char *a = ms_json_str(s->identity, keys[i]);
-		const char *b = ms_json_str(identity, keys[i]);
+		const char *a = rsj_get_str(s->identity, keys[i]);
+		const char *b = rsj_get_str(identity, keys[i]);
 		same = a && b && strcmp(a, b) == 0;
 	}
 	if (same) {
 		add_check(list, "machctl", true,
 		          "machctl environment --json reads the same environment identity", NULL);
 	} else {
-		const char *fp = ms_json_str(identity, "fingerprint");
+		const char *fp = rsj_get_str(identity, "fingerprint");
 		snprintf(detail, sizeof detail,
 		         "machctl reads %s (fingerprint %.8s), the relay %s (fingerprint %.8s)",
-		         identity ? (ms_json_str(identity, "id") ? ms_json_str(identity, "id") : "?")
+		         identity ? (rsj_get_str(identity, "id") ? rsj_get_str(identity, "id") : "?")
 		                  : "no environment",
-		         fp ? fp : "none", ms_json_str(s->identity, "id"), s->fingerprint);
+		         fp ? fp : "none", rsj_get_str(s->identity, "id"), s->fingerprint);
 		add_check(list, "machctl", false, detail,
 		          "point VM_ENVIRONMENT_FILE of machine-service, machctl and the relay at profiles "
 		          "with the "
@@ -209,7 +209,7 @@ relay_status ms_doctor(relay_plugin_state *state, relay_call *call, unsigned fla
 			if (s->identity)
 				snprintf(detail, sizeof detail,
 				         "answers %s for environment %s (fingerprint %.8s)",
-				         s->opt.service_name, ms_json_str(s->identity, "id"), s->fingerprint);
+				         s->opt.service_name, rsj_get_str(s->identity, "id"), s->fingerprint);
 			else
 				snprintf(detail, sizeof detail, "answers %s, no environment selected",
 				         s->opt.service_name);

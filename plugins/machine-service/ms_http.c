@@ -55,7 +55,7 @@ char *ms_machine_path(const ms_state *s, const char *vm, const char *action)
 /* The service's refusal text: the "error" member, else the body itself. */
 static char *error_text(json_object *json, const char *body)
 {
-	const char *e = ms_json_str(json, "error");
+	const char *e = rsj_get_str(json, "error");
 	return ms_cut_utf8(e ? e : (body ? body : ""), MS_MAX_ERROR_BYTES);
 }
 
@@ -158,8 +158,8 @@ relay_status ms_unavailable(ms_state *s, relay_status status, const relay_error 
 /* "<id>, fingerprint <first 8 hex>" of an identity object, or "none". */
 static void describe_identity(const json_object *env, char *out, size_t len)
 {
-	const char *id = ms_json_str(env, "id");
-	const char *fp = ms_json_str(env, "fingerprint");
+	const char *id = rsj_get_str(env, "id");
+	const char *fp = rsj_get_str(env, "fingerprint");
 	if (env == NULL) {
 		snprintf(out, len, "no environment, fingerprint none");
 		return;
@@ -173,8 +173,8 @@ static bool identity_equal(const json_object *ours, const json_object *theirs)
 	    json_object_object_length((json_object *)theirs) != (int)IDENTITY_KEY_COUNT)
 		return false;
 	for (size_t i = 0; i < IDENTITY_KEY_COUNT; i++) {
-		const char *a = ms_json_str(ours, identity_keys[i]);
-		const char *b = ms_json_str(theirs, identity_keys[i]);
+		const char *a = rsj_get_str(ours, identity_keys[i]);
+		const char *b = rsj_get_str(theirs, identity_keys[i]);
 		if (a == NULL || b == NULL || strcmp(a, b) != 0)
 			return false;
 	}
@@ -197,7 +197,7 @@ static relay_status another_environment(ms_state *s, const json_object *theirs, 
 		    err, RELAY_E_UNAVAILABLE, 0,
 		    "The service at %s serves another environment (%s); start it with the "
 		    "environment %s or point the relay at the right service.",
-		    s->origin, who, ms_json_str(s->identity, "id"));
+		    s->origin, who, rsj_get_str(s->identity, "id"));
 	return s->host->error_set(
 	    err, RELAY_E_UNAVAILABLE, 0,
 	    "The service at %s serves another environment (%s); select that environment or "
@@ -237,7 +237,7 @@ relay_status ms_check_health(ms_state *s, uint32_t timeout_ms, relay_call *call,
 		    s->origin, s->opt.service_name);
 		goto cleanup;
 	}
-	const char *service = ms_json_str(reply.json, "service");
+	const char *service = rsj_get_str(reply.json, "service");
 	if (service == NULL || strcmp(service, s->opt.service_name) != 0) {
 		status = host->error_set(
 		    err, RELAY_E_UNAVAILABLE, 0,
@@ -248,7 +248,7 @@ relay_status ms_check_health(ms_state *s, uint32_t timeout_ms, relay_call *call,
 		goto cleanup;
 	}
 	bool ok = false;
-	if (!ms_json_bool(reply.json, "ok", &ok) || !ok) {
+	if (!rsj_get_bool(reply.json, "ok", &ok) || !ok) {
 		status = host->error_set(
 		    err, RELAY_E_UNAVAILABLE, 0,
 		    "The service at %s answers GET /health without \"ok\": true; it is not ready. "
@@ -256,7 +256,7 @@ relay_status ms_check_health(ms_state *s, uint32_t timeout_ms, relay_call *call,
 		    s->origin);
 		goto cleanup;
 	}
-	json_object *env = ms_json_obj(reply.json, "environment");
+	json_object *env = rsj_get_obj(reply.json, "environment");
 	bool env_given = env != NULL;
 	if (!env_given) {
 		json_object *raw = NULL;
@@ -300,7 +300,7 @@ relay_status ms_env_refused(ms_state *s, uint32_t timeout_ms, relay_call *call, 
 	if (host->http_request(&req, call, 0, &resp, &cause) == RELAY_OK && resp.status == 200)
 		health = ms_json_parse(resp.body, resp.body_len, NULL, 0);
 	host->free(resp.body);
-	json_object *theirs = ms_json_obj(health, "environment");
+	json_object *theirs = rsj_get_obj(health, "environment");
 	relay_status status;
 	if (s->identity && theirs && identity_equal(s->identity, theirs))
 		status = host->error_set(

@@ -38,7 +38,7 @@ relay_status ms_images(relay_plugin_state *state, relay_call *call, unsigned fla
 		                         reply.text ? reply.text : "");
 		goto cleanup;
 	}
-	json_object *images = ms_json_obj(reply.json, "images");
+	json_object *images = rsj_get_obj(reply.json, "images");
 	if (images == NULL) {
 		status = host->error_set(
 		    err, RELAY_E_PROTOCOL, 0,
@@ -47,7 +47,7 @@ relay_status ms_images(relay_plugin_state *state, relay_call *call, unsigned fla
 	}
 	out = json_object_new_object();
 	json_object_object_add(out, "images", json_object_get(images));
-	json_object *capacity = ms_json_obj(reply.json, "capacity");
+	json_object *capacity = rsj_get_obj(reply.json, "capacity");
 	json_object_object_add(out, "capacity", capacity ? json_object_get(capacity) : NULL);
 	*images_json_out = ms_json_owned(host, out);
 	if (*images_json_out == NULL)

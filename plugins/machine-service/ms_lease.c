@@ -22,22 +22,22 @@
 
 const char *ms_record_name(const ms_state *s, const json_object *record)
 {
-	const char *name = ms_json_str(record, s->opt.name_field);
+	const char *name = rsj_get_str(record, s->opt.name_field);
 	if (name == NULL)
-		name = ms_json_str(record, strcmp(s->opt.name_field, "vm") == 0 ? "machine" : "vm");
+		name = rsj_get_str(record, strcmp(s->opt.name_field, "vm") == 0 ? "machine" : "vm");
 	return name;
 }
 
 static const char *record_image(const json_object *record)
 {
-	const char *image = ms_json_str(record, "image");
-	return image ? image : ms_json_str(record, "line");
+	const char *image = rsj_get_str(record, "image");
+	return image ? image : rsj_get_str(record, "line");
 }
 
 static const char *record_kind(const json_object *record)
 {
-	const char *kind = ms_json_str(record, "image_kind");
-	return kind ? kind : ms_json_str(record, "line_kind");
+	const char *kind = rsj_get_str(record, "image_kind");
+	return kind ? kind : rsj_get_str(record, "line_kind");
 }
 
 static bool known_state(const char *state)
@@ -49,25 +49,25 @@ static bool known_state(const char *state)
 /* The SSH endpoint of §5 mapped to relay/machine.h's "ssh", or NULL. */
 static json_object *ssh_endpoint(const ms_state *s, const json_object *record)
 {
-	json_object *ssh = ms_json_obj(record, s->opt.ssh_field);
+	json_object *ssh = rsj_get_obj(record, s->opt.ssh_field);
 	if (ssh == NULL)
 		return NULL;
-	const char *host = ms_json_str(ssh, "host");
+	const char *host = rsj_get_str(ssh, "host");
 	if (host == NULL)
-		host = ms_json_str(record, "ip");
-	const char *user = ms_json_str(ssh, "user");
+		host = rsj_get_str(record, "ip");
+	const char *user = rsj_get_str(ssh, "user");
 	if (user == NULL)
-		user = ms_json_str(record, "ssh_user");
+		user = rsj_get_str(record, "ssh_user");
 	if (host == NULL || user == NULL)
 		return NULL;
 	double port = 22;
-	ms_json_num(ssh, "port", &port);
+	rsj_get_double(ssh, "port", &port);
 	json_object *out = json_object_new_object();
 	json_object_object_add(out, "host", json_object_new_string(host));
 	json_object_object_add(out, "port", json_object_new_int((int)port));
 	json_object_object_add(out, "user", json_object_new_string(user));
-	const char *identity = ms_json_str(ssh, "identity_file");
-	const char *known = ms_json_str(ssh, "known_hosts_file");
+	const char *identity = rsj_get_str(ssh, "identity_file");
+	const char *known = rsj_get_str(ssh, "known_hosts_file");
 	json_object_object_add(out, "identityFile", identity ? json_object_new_string(identity) : NULL);
 	json_object_object_add(out, "knownHostsFile", known ? json_object_new_string(known) : NULL);
 	return out;
@@ -76,7 +76,7 @@ static json_object *ssh_endpoint(const ms_state *s, const json_object *record)
 json_object *ms_lease_document(ms_state *s, json_object *record, char *why, size_t why_len)
 {
 	const char *vm = ms_record_name(s, record);
-	const char *purpose = ms_json_str(record, "purpose");
+	const char *purpose = rsj_get_str(record, "purpose");
 	const char *image = record_image(record);
 	if (!ms_valid_machine_name(vm) || purpose == NULL || purpose[0] == '\0' || image == NULL ||
 	    image[0] == '\0') {
@@ -88,17 +88,17 @@ json_object *ms_lease_document(ms_state *s, json_object *record, char *why, size
 	json_object_object_add(doc, "vm", json_object_new_string(vm));
 	json_object_object_add(doc, "purpose", json_object_new_string(purpose));
 	json_object_object_add(doc, "image", json_object_new_string(image));
-	const char *lease_id = ms_json_str(record, "lease_id");
+	const char *lease_id = rsj_get_str(record, "lease_id");
 	json_object_object_add(doc, "lease_id", lease_id ? json_object_new_string(lease_id) : NULL);
-	const char *state = ms_json_str(record, "state");
+	const char *state = rsj_get_str(record, "state");
 	json_object_object_add(doc, "state", json_object_new_string(known_state(state) ? state : "unknown"));
 	double expires_s = 0;
-	if (ms_json_num(record, "ttl_expires_at", &expires_s))
+	if (rsj_get_double(record, "ttl_expires_at", &expires_s))
 		json_object_object_add(doc, "expiresAtMs",
 		                       json_object_new_int64((int64_t)llround(expires_s * 1000.0)));
 	else
 		json_object_object_add(doc, "expiresAtMs", NULL);
-	json_object *console = ms_json_obj(record, "console");
+	json_object *console = rsj_get_obj(record, "console");
 	json_object_object_add(doc, "console", console ? json_object_get(console) : NULL);
 	json_object_object_add(doc, "display", NULL);
 	json_object_object_add(doc, "ssh", ssh_endpoint(s, record));
@@ -115,9 +115,9 @@ relay_status ms_lease_ref_parse(ms_state *s, const char *lease_json, ms_lease_re
 		return s->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "%s: no lease document was given",
 		                          MS_PLUGIN_NAME);
 	ref->doc = ms_json_parse(lease_json, strlen(lease_json), NULL, 0);
-	const char *vm = ms_json_str(ref->doc, "vm");
-	const char *purpose = ms_json_str(ref->doc, "purpose");
-	const char *lease_id = ms_json_str(ref->doc, "lease_id");
+	const char *vm = rsj_get_str(ref->doc, "vm");
+	const char *purpose = rsj_get_str(ref->doc, "purpose");
+	const char *lease_id = rsj_get_str(ref->doc, "lease_id");
 	if (!ms_valid_machine_name(vm) || strlen(vm) >= sizeof ref->vm) {
 		ms_lease_ref_free(ref);
 		return s->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -193,7 +193,7 @@ static const char *record_problem(const ms_state *s, const json_object *r)
 	const char *vm = ms_record_name(s, r);
 	if (vm == NULL || vm[0] == '\0')
 		return "vm is not a non-empty string";
-	const char *purpose = ms_json_str(r, "purpose");
+	const char *purpose = rsj_get_str(r, "purpose");
 	if (purpose == NULL || purpose[0] == '\0')
 		return "purpose is not a non-empty string";
 	const char *image = record_image(r);
@@ -202,16 +202,16 @@ static const char *record_problem(const ms_state *s, const json_object *r)
 	const char *kind = record_kind(r);
 	if (kind == NULL || (strcmp(kind, "macos") != 0 && strcmp(kind, "linux") != 0))
 		return "image_kind is not macos or linux";
-	if (!known_state(ms_json_str(r, "state")))
+	if (!known_state(rsj_get_str(r, "state")))
 		return "state is not pending, provisioning, running or releasing";
 	double d;
-	if (!ms_json_num(r, "created_at", &d) || !ms_json_num(r, "ttl_expires_at", &d))
+	if (!rsj_get_double(r, "created_at", &d) || !rsj_get_double(r, "ttl_expires_at", &d))
 		return "created_at or ttl_expires_at is not a finite number";
 	static const char *const nullable_numbers[] = {"cpu", "memory_mb", "disk_gb", "grace_until"};
 	for (size_t i = 0; i < 4; i++) {
 		json_object *v = NULL;
 		if (json_object_object_get_ex(r, nullable_numbers[i], &v) && v != NULL &&
-		    !ms_json_num(r, nullable_numbers[i], &d))
+		    !rsj_get_double(r, nullable_numbers[i], &d))
 			return "cpu, memory_mb, disk_gb or grace_until is neither null nor a number";
 	}
 	static const char *const nullable_strings[] = {"env", "ip"};
@@ -223,7 +223,7 @@ static const char *record_problem(const ms_state *s, const json_object *r)
 	}
 	bool warned;
 	json_object *w = NULL;
-	if (json_object_object_get_ex(r, "warned", &w) && !ms_json_bool(r, "warned", &warned))
+	if (json_object_object_get_ex(r, "warned", &w) && !rsj_get_bool(r, "warned", &warned))
 		return "warned is not a boolean";
 	return NULL;
 }
@@ -249,14 +249,14 @@ static relay_status boot_refusal_gate(ms_state *s, const char *purpose, const ch
 	memset(&cause, 0, sizeof cause);
 	bool clear = false;
 	if (ms_http(s, "GET", "/images", NULL, MS_LOOKUP_TIMEOUT_MS, call, &reply, &cause) == RELAY_OK) {
-		json_object *entry = ms_json_obj(ms_json_obj(reply.json, "images"), image);
-		json_object *concurrency = ms_json_obj(entry, "concurrency");
-		json_object *capacity = ms_json_obj(reply.json, "capacity");
+		json_object *entry = rsj_get_obj(rsj_get_obj(reply.json, "images"), image);
+		json_object *concurrency = rsj_get_obj(entry, "concurrency");
+		json_object *capacity = rsj_get_obj(reply.json, "capacity");
 		bool acquirable = false;
 		double guests = 0;
-		ms_json_bool(concurrency, "acquirable", &acquirable);
+		rsj_get_bool(concurrency, "acquirable", &acquirable);
 		clear = reply.status == 200 && acquirable &&
-		        (!ms_json_num(capacity, "host_macos_guests", &guests) || guests < 2);
+		        (!rsj_get_double(capacity, "host_macos_guests", &guests) || guests < 2);
 		ms_reply_free(&reply);
 	}
 	relay_status status = RELAY_OK;
@@ -342,14 +342,14 @@ relay_status ms_acquire(relay_plugin_state *state, const char *spec_json, relay_
 		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown acquire flags 0x%x",
 		                       MS_PLUGIN_NAME, flags);
 	json_object *spec = ms_json_parse(spec_json, strlen(spec_json), NULL, 0);
-	const char *purpose = ms_json_str(spec, "purpose");
-	const char *image = ms_json_str(spec, "image");
-	const char *env = ms_json_str(spec, "env");
-	const char *network = ms_json_str(spec, "network");
+	const char *purpose = rsj_get_str(spec, "purpose");
+	const char *image = rsj_get_str(spec, "image");
+	const char *env = rsj_get_str(spec, "env");
+	const char *network = rsj_get_str(spec, "network");
 	double ttl_ms = 0;
 	bool vnc = false;
-	ms_json_bool(spec, "vnc", &vnc);
-	if (purpose == NULL || image == NULL || network == NULL || !ms_json_num(spec, "ttlMs", &ttl_ms) ||
+	rsj_get_bool(spec, "vnc", &vnc);
+	if (purpose == NULL || image == NULL || network == NULL || !rsj_get_double(spec, "ttlMs", &ttl_ms) ||
 	    ttl_ms <= 0) {
 		status = host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                         "%s: the acquisition needs purpose, image, network and ttlMs",
@@ -415,7 +415,7 @@ relay_status ms_acquire(relay_plugin_state *state, const char *spec_json, relay_
 	const char *problem = json_object_is_type(reply.json, json_type_object)
 	                          ? record_problem(s, reply.json)
 	                          : "the answer is not a JSON object";
-	const char *got_purpose = ms_json_str(reply.json, "purpose");
+	const char *got_purpose = rsj_get_str(reply.json, "purpose");
 	if (problem == NULL && strcmp(got_purpose, purpose) != 0)
 		problem = "the record names another purpose";
 	if (problem) {
@@ -540,7 +540,7 @@ relay_status ms_inspect(relay_plugin_state *state, const char *lease_json, relay
 	if (status == RELAY_OK)
 		status = get_record(s, ref.vm, MS_LOOKUP_TIMEOUT_MS, call, &record, err);
 	if (status == RELAY_OK) {
-		const char *fp = ms_json_str(record, "environment_fingerprint");
+		const char *fp = rsj_get_str(record, "environment_fingerprint");
 		if (s->fingerprint[0] && fp && strcmp(fp, s->fingerprint) != 0)
 			status = s->host->error_set(
 			    err, RELAY_E_ENVIRONMENT_MISMATCH, 0,
@@ -585,11 +585,11 @@ relay_status ms_find_by_purpose(relay_plugin_state *state, const char *purpose, 
 		                               reply.status, reply.text ? reply.text : "");
 		goto cleanup;
 	}
-	json_object *map = ms_json_obj(reply.json, s->opt.list_key);
+	json_object *map = rsj_get_obj(reply.json, s->opt.list_key);
 	if (map == NULL)
-		map = ms_json_obj(reply.json, "vms");
+		map = rsj_get_obj(reply.json, "vms");
 	if (map == NULL)
-		map = ms_json_obj(reply.json, "machines");
+		map = rsj_get_obj(reply.json, "machines");
 	if (map == NULL) {
 		status = host->error_set(err, RELAY_E_PROTOCOL, 0,
 		                         "%s answered without a \"%s\" map of leases", what, s->opt.list_key);
@@ -599,7 +599,7 @@ relay_status ms_find_by_purpose(relay_plugin_state *state, const char *purpose, 
 	json_object_object_foreach(map, key, record)
 	{
 		(void)key;
-		const char *p = ms_json_str(record, "purpose");
+		const char *p = rsj_get_str(record, "purpose");
 		if (p == NULL || strcmp(p, purpose) != 0)
 			continue;
 		char why[160];
@@ -662,8 +662,8 @@ relay_status ms_release(relay_plugin_state *state, const char *lease_json, const
 		goto cleanup;
 	}
 	bool released = false;
-	const char *vm = ms_json_str(reply.json, "vm");
-	if (!ms_json_bool(reply.json, "released", &released) || !released || (vm && strcmp(vm, ref.vm) != 0))
+	const char *vm = rsj_get_str(reply.json, "vm");
+	if (!rsj_get_bool(reply.json, "released", &released) || !released || (vm && strcmp(vm, ref.vm) != 0))
 		status = host->error_set(err, RELAY_E_UNVERIFIED, 0,
 		                         "machine-service did not confirm destruction of %s", ref.vm);
 cleanup:
@@ -737,7 +737,7 @@ static relay_status tart_check(ms_state *s, const char *vm, relay_call *call, re
 	for (size_t i = 0; shape && i < json_object_array_length(list); i++) {
 		json_object *entry = json_object_array_get_idx(list, i);
 		const char *name =
-		    json_object_is_type(entry, json_type_object) ? ms_json_str(entry, "Name") : NULL;
+		    json_object_is_type(entry, json_type_object) ? rsj_get_str(entry, "Name") : NULL;
 		if (name == NULL)
 			shape = false;
 		else if (strcmp(name, vm) == 0)
@@ -792,7 +792,7 @@ relay_status ms_verify_destroyed(relay_plugin_state *state, const char *lease_js
 		if (status == RELAY_E_NOT_FOUND) {
 			status = RELAY_OK;
 		} else if (status == RELAY_OK) {
-			const char *st = ms_json_str(record, "state");
+			const char *st = rsj_get_str(record, "state");
 			status = host->error_set(
 			    err, RELAY_E_UNVERIFIED, 0,
 			    "machine-service still lists %s (state %s). Destruction is unverified; "

@@ -17,6 +17,7 @@
 #include "ms_http.h"
 #include "ms_plugin.h"
 #include "ms_util.h"
+#include "relay_support/which.h"
 
 #define DEFAULT_ORIGIN "http://localhost:6240"
 
@@ -236,7 +237,7 @@ static relay_status ms_init(const relay_host *host, const char *config_json, uns
 		                         "%s: the configuration is not a JSON object", MS_PLUGIN_NAME);
 		goto cleanup;
 	}
-	const char *state_dir = ms_json_str(config, "stateDir");
+	const char *state_dir = rsj_get_str(config, "stateDir");
 	if (state_dir == NULL || state_dir[0] != '/') {
 		status = host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                         "%s: the configuration lacks an absolute stateDir", MS_PLUGIN_NAME);
@@ -251,7 +252,7 @@ static relay_status ms_init(const relay_host *host, const char *config_json, uns
 	}
 	snprintf(s->transfer_tmp, tl, "%s/transfer-tmp", state_dir);
 
-	const char *url = ms_json_str(config, "serviceUrl");
+	const char *url = rsj_get_str(config, "serviceUrl");
 	char origin[256];
 	if (!loopback_origin(url ? url : DEFAULT_ORIGIN, origin, sizeof origin)) {
 		status = host->error_set(
@@ -269,9 +270,9 @@ static relay_status ms_init(const relay_host *host, const char *config_json, uns
 	if (status != RELAY_OK)
 		goto cleanup;
 
-	json_object *identity = ms_json_obj(config, "environment");
+	json_object *identity = rsj_get_obj(config, "environment");
 	if (identity) {
-		const char *fp = ms_json_str(identity, "fingerprint");
+		const char *fp = rsj_get_str(identity, "fingerprint");
 		if (fp == NULL || strlen(fp) != 64) {
 			status = host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 			                         "%s: the selected environment has no fingerprint",
@@ -305,7 +306,7 @@ static relay_status ms_init(const relay_host *host, const char *config_json, uns
 	} else if (tart_home) {
 		s->tart_home = strdup(tart_home);
 	}
-	s->tart_path = tart ? ms_which(tart) : NULL;
+	s->tart_path = tart ? rs_which(tart, NULL) : NULL;
 	s->machctl_path = machctl ? strdup(machctl) : NULL;
 	if (!s->opt.destruction_check_given)
 		s->opt.destruction_check = s->tart_path ? MS_CHECK_TART : MS_CHECK_SERVICE;
@@ -383,12 +384,26 @@ static const relay_machine_ops machine_ops = {
     .doctor = ms_doctor,
 };
 
+/* ms_transport_exec fills a whole result; the caller's may be smaller
+ * (relay/plugin.h R5): copy out within its size, free what did not fit. */
+static relay_status ms_t_exec(relay_plugin_state *state, relay_transport_conn *conn,
+                              const relay_exec_request *req, relay_call *call, unsigned flags,
+                              relay_exec_result *res, relay_error *err)
+{
+	relay_exec_result full = {.struct_size = sizeof full};
+	relay_status status = ms_transport_exec(state, conn, req, call, flags, &full, err);
+	relay_exec_result_deliver(((ms_state *)state)->host, res, &full);
+	return status;
+}
+
 static const relay_transport_ops transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
-    .traits = 0, /* one operation per machine at a time; the core verifies hashes */
+    /* One operation per machine at a time; the core verifies hashes; the
+     * service answers stdout and stderr as one "output". */
+    .traits = RELAY_TRANSPORT_MERGED_OUTPUT,
     .open = ms_transport_open,
     .close = ms_transport_close,
-    .exec = ms_transport_exec,
+    .exec = ms_t_exec,
     .push = ms_transport_push,
     .pull = ms_transport_pull,
 };

@@ -32,6 +32,7 @@
 #include "ms_lease.h"
 #include "ms_plugin.h"
 #include "ms_util.h"
+#include "relay_support/tree.h"
 
 #define EXEC_KNOWN_FLAGS (RELAY_EXEC_MERGE_OUTPUT | RELAY_EXEC_KEEP_TAIL)
 #define XFER_KNOWN_FLAGS RELAY_XFER_TREE
@@ -228,8 +229,8 @@ relay_status ms_transport_exec(relay_plugin_state *state, relay_transport_conn *
 		return status;
 	}
 	double rc = 0;
-	const char *output = ms_json_str(reply.json, "output");
-	if (!ms_json_num(reply.json, "rc", &rc) || output == NULL) {
+	const char *output = rsj_get_str(reply.json, "output");
+	if (!rsj_get_double(reply.json, "rc", &rc) || output == NULL) {
 		ms_reply_free(&reply);
 		return host->error_set(err, RELAY_E_INDETERMINATE, 0,
 		                       "exec on %s answered without rc and output; the command may have run",
@@ -311,8 +312,8 @@ static relay_status guest_script(ms_state *s, const ms_conn *conn, const char *s
 		                          "a transfer check on %s got no answer: %s", conn->vm,
 		                          cause.message);
 	double rc = 0;
-	const char *output = ms_json_str(reply.json, "output");
-	if (reply.status != 200 || !ms_json_num(reply.json, "rc", &rc)) {
+	const char *output = rsj_get_str(reply.json, "output");
+	if (reply.status != 200 || !rsj_get_double(reply.json, "rc", &rc)) {
 		status =
 		    reply.status >= 500 || (reply.text && strncmp(reply.text, "ssh failed", 10) == 0)
 		        ? s->host->error_set(err, RELAY_E_TRANSIENT, 0, "a transfer check on %s failed: %s",
@@ -361,7 +362,7 @@ static relay_status transfer(ms_state *s, const ms_conn *conn, const char *route
 				break;
 			}
 			if (cleanup_path)
-				ms_remove_tree(cleanup_path);
+				(void)rs_remove_tree(cleanup_path, NULL); /* best effort */
 		}
 		ms_reply reply;
 		relay_error cause;
@@ -581,7 +582,7 @@ relay_status ms_transport_pull(relay_plugin_state *state, relay_transport_conn *
 		                         "pull: %s changed kind during the transfer", remote_path);
 	if (status == RELAY_OK && ms_move_tree(target, local_path, why, sizeof why) != 0)
 		status = host->error_set(err, RELAY_E_IO, errno, "pull: %s", why);
-	ms_remove_tree(staging);
+	(void)rs_remove_tree(staging, NULL); /* best effort */
 	free(staging);
 	return status;
 }

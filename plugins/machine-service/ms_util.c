@@ -13,6 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "relay_support/tree.h"
+#include "relay_support/utf8.h"
+
 extern char **environ;
 
 /* ---- buffer ------------------------------------------------------------ */
@@ -86,57 +89,6 @@ void ms_buf_free(ms_buf *b)
 
 /* ---- JSON ---------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s[0..left), or 0. */
-static size_t utf8_seq_len(const unsigned char *s, size_t left)
-{
-	size_t need = s[0] < 0x80                    ? 1
-	              : s[0] >= 0xc2 && s[0] <= 0xdf ? 2
-	              : s[0] >= 0xe0 && s[0] <= 0xef ? 3
-	              : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
-	                                             : 0;
-	if (need == 0 || need > left)
-		return 0;
-	for (size_t k = 1; k < need; k++)
-		if ((s[k] & 0xc0) != 0x80)
-			return 0;
-	if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) ||
-	    (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))
-		return 0;
-	return need;
-}
-
-/* text with each invalid UTF-8 byte replaced by U+FFFD (malloc'd, its
- * length in *len_out), or NULL when it is valid UTF-8 already (or on
- * allocation failure: then the strict parse below refuses nothing new). */
-static char *utf8_repaired(const char *text, size_t len, size_t *len_out)
-{
-	const unsigned char *s = (const unsigned char *)text;
-	size_t i = 0;
-	while (i < len && utf8_seq_len(s + i, len - i) > 0)
-		i += utf8_seq_len(s + i, len - i);
-	if (i == len || len > SIZE_MAX / 3)
-		return NULL;
-	char *out = malloc(len * 3 + 1);
-	if (out == NULL)
-		return NULL;
-	size_t o = 0;
-	for (i = 0; i < len;) {
-		size_t n = utf8_seq_len(s + i, len - i);
-		if (n == 0) {
-			memcpy(out + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			i++;
-		} else {
-			memcpy(out + o, s + i, n);
-			o += n;
-			i += n;
-		}
-	}
-	out[o] = '\0';
-	*len_out = o;
-	return out;
-}
-
 json_object *ms_json_parse(const char *text, size_t len, char *why, size_t why_len)
 {
 	if (why && why_len)
@@ -150,7 +102,7 @@ json_object *ms_json_parse(const char *text, size_t len, char *why, size_t why_l
 	 * as strict UTF-8: bytes that are not UTF-8 become U+FFFD here, or the
 	 * core could not read the lease of a machine that was leased. */
 	size_t repaired_len = 0;
-	char *repaired = utf8_repaired(text, len, &repaired_len);
+	char *repaired = rs_utf8_valid(text, len) ? NULL : rs_utf8_repair(text, len, 0, &repaired_len);
 	if (repaired != NULL) {
 		json_object *obj = ms_json_parse(repaired, repaired_len, why, why_len);
 		free(repaired);
@@ -197,48 +149,6 @@ char *ms_json_owned(const relay_host *host, const json_object *obj)
 	return text ? host->strdup(text) : NULL;
 }
 
-const char *ms_json_str(const json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_string))
-		return NULL;
-	return json_object_get_string(v);
-}
-
-bool ms_json_num(const json_object *obj, const char *key, double *out)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v))
-		return false;
-	if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
-		return false;
-	double d = json_object_get_double(v);
-	if (!isfinite(d))
-		return false;
-	*out = d;
-	return true;
-}
-
-bool ms_json_bool(const json_object *obj, const char *key, bool *out)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_boolean))
-		return false;
-	*out = json_object_get_boolean(v);
-	return true;
-}
-
-json_object *ms_json_obj(const json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_object))
-		return NULL;
-	return v;
-}
-
 bool ms_json_is_null(const json_object *obj, const char *key)
 {
 	json_object *v = NULL;
@@ -266,12 +176,7 @@ bool ms_valid_machine_name(const char *text)
 
 char *ms_cut_utf8(const char *text, size_t max)
 {
-	size_t len = strlen(text);
-	if (len > max) {
-		len = max;
-		while (len > 0 && ((unsigned char)text[len] & 0xc0) == 0x80)
-			len--;
-	}
+	size_t len = rs_utf8_cut(text, strlen(text), max);
 	char *copy = malloc(len + 1);
 	if (copy) {
 		memcpy(copy, text, len);
@@ -325,62 +230,11 @@ void ms_env_free(char **env)
 	free(env);
 }
 
-static bool executable_file(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
-}
-
-char *ms_which(const char *program)
-{
-	if (program == NULL || program[0] == '\0')
-		return NULL;
-	if (strchr(program, '/'))
-		return executable_file(program) ? realpath(program, NULL) : NULL;
-	const char *path = getenv("PATH");
-	if (path == NULL)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	const char *p = path;
-	while (*p) {
-		size_t n = strcspn(p, ":");
-		char candidate[PATH_MAX];
-		if (n > 0 && n + strlen(program) + 2 < sizeof candidate) {
-			snprintf(candidate, sizeof candidate, "%.*s/%s", (int)n, p, program);
-			if (candidate[0] == '/' && executable_file(candidate))
-				return strdup(candidate);
-		}
-		p += n;
-		if (*p == ':')
-			p++;
-	}
-	return NULL;
-}
-
 /* ---- local folders ------------------------------------------------------------- */
-
-static int mkdir_parents(const char *path)
-{
-	char work[PATH_MAX];
-	if (snprintf(work, sizeof work, "%s", path) >= (int)sizeof work) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	for (char *p = work + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(work, 0700) != 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
-	if (mkdir(work, 0700) != 0 && errno != EEXIST)
-		return -1;
-	return 0;
-}
 
 char *ms_fresh_dir(const relay_host *host, const char *parent, const char *prefix)
 {
-	if (mkdir_parents(parent) != 0)
+	if (rs_mkdir_p(parent, 0700, 0, NULL) != 0)
 		return NULL;
 	for (int tries = 0; tries < 8; tries++) {
 		unsigned char raw[8];
@@ -400,37 +254,6 @@ char *ms_fresh_dir(const relay_host *host, const char *parent, const char *prefi
 	}
 	errno = EEXIST;
 	return NULL;
-}
-
-static void remove_at(int parent_fd, const char *name, int depth)
-{
-	struct stat st;
-	if (fstatat(parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-		return;
-	if (S_ISDIR(st.st_mode) && depth < 256) {
-		int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd >= 0) {
-			DIR *d = fdopendir(fd);
-			if (d) {
-				struct dirent *de;
-				while ((de = readdir(d)) != NULL)
-					if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-						remove_at(dirfd(d), de->d_name, depth + 1);
-				closedir(d);
-			} else {
-				close(fd);
-			}
-		}
-		unlinkat(parent_fd, name, AT_REMOVEDIR);
-	} else {
-		unlinkat(parent_fd, name, 0);
-	}
-}
-
-void ms_remove_tree(const char *path)
-{
-	if (path && path[0])
-		remove_at(AT_FDCWD, path, 0);
 }
 
 static int check_at(const char *path, int depth, int max_depth, char *why, size_t why_len)
@@ -618,11 +441,11 @@ int ms_move_tree(const char *src, const char *dst, char *why, size_t why_len)
 	}
 	if (copy_tree(src, dst, 0, why, why_len) != 0) {
 		int e = errno;
-		ms_remove_tree(dst);
+		(void)rs_remove_tree(dst, NULL);
 		errno = e;
 		return -1;
 	}
-	ms_remove_tree(src);
+	(void)rs_remove_tree(src, NULL);
 	return 0;
 }
 

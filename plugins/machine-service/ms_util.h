@@ -18,6 +18,8 @@
 
 #include "relay/host.h"
 
+#include "relay_support/json_get.h"
+
 /* A growable NUL-terminated buffer; `failed` is sticky after an allocation
  * failure. */
 typedef struct ms_buf {
@@ -47,11 +49,7 @@ char *ms_json_owned(const relay_host *host, const json_object *obj);
 /* Compact JSON into a malloc'd string (free()), or NULL. */
 char *ms_json_text(const json_object *obj);
 
-/* Typed getters; NULL / false when absent or of another type. */
-const char *ms_json_str(const json_object *obj, const char *key);
-bool ms_json_num(const json_object *obj, const char *key, double *out);
-bool ms_json_bool(const json_object *obj, const char *key, bool *out);
-json_object *ms_json_obj(const json_object *obj, const char *key);
+/* Typed getters: rsj_get_* of relay_support/json_get.h. */
 /* True when the key is present with a JSON null (json-c stores NULL). */
 bool ms_json_is_null(const json_object *obj, const char *key);
 /* A double with a short, stable text form ("0.25", not 0.2500000001). */
@@ -69,16 +67,9 @@ char *ms_cut_utf8(const char *text, size_t max);
 char **ms_env_build(const char *const *overrides);
 void ms_env_free(char **env);
 
-/* Looks `program` up on PATH (or takes it as a path when it holds '/');
- * returns a malloc'd absolute path of an executable regular file, or NULL. */
-char *ms_which(const char *program);
-
 /* Creates a fresh folder "<parent>/<prefix>-<16 hex>" with mode 0700 (the
  * parent is created 0700 when missing). malloc'd path, or NULL with errno. */
 char *ms_fresh_dir(const relay_host *host, const char *parent, const char *prefix);
-
-/* Removes a file or tree without following links. Missing is fine. */
-void ms_remove_tree(const char *path);
 
 /* Checks a tree the service wrote: only regular files and folders, no
  * links or special files, at most `max_depth` levels. 0, or -1 with the

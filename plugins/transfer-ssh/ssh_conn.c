@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "relay_support/json_get.h"
+#include "relay_support/tree.h"
 #include "ssh_buf.h"
 #include "ssh_scripts.h"
 #include "ssh_session.h"
@@ -17,14 +19,6 @@
  * renames it, so a control path may use at most 108 - 1 - 17 = 90 bytes.
  * Ours are "<socket dir>/<16 hex>": the folder may use 73. */
 #define SSH_SOCKET_DIR_MAX 73
-
-static const char *json_string_field(json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (!json_object_object_get_ex(obj, key, &v) || !json_object_is_type(v, json_type_string))
-		return NULL;
-	return json_object_get_string(v);
-}
 
 /* Characters a control socket folder may hold without quoting or ssh's
  * %-token expansion getting in the way. */
@@ -35,33 +29,6 @@ static bool plain_path(const char *p)
 		      *p == '/' || *p == '.' || *p == '_' || *p == '-'))
 			return false;
 	return true;
-}
-
-static int mkdir_p(const char *path, mode_t mode)
-{
-	char tmp[PATH_MAX];
-	if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
-	if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-		return -1;
-	struct stat st;
-	if (lstat(tmp, &st) != 0)
-		return -1;
-	if (!S_ISDIR(st.st_mode)) {
-		errno = ENOTDIR;
-		return -1;
-	}
-	return 0;
 }
 
 /* Where a deployment sets these options (docs/transfer-ssh.md). */
@@ -139,7 +106,7 @@ relay_status ssh_plugin_create(const relay_host *host, const char *config_json, 
 		if (status != RELAY_OK)
 			goto cleanup;
 	}
-	const char *ssh_program = options ? json_string_field(options, "ssh") : NULL;
+	const char *ssh_program = options ? rsj_get_str(options, "ssh") : NULL;
 	plugin->ssh_program = strdup(ssh_program ? ssh_program : "ssh");
 	status =
 	    option_uint(host, options, "connectTimeoutSeconds", 10, 1, 600, &plugin->connect_timeout_s, err);
@@ -157,7 +124,7 @@ relay_status ssh_plugin_create(const relay_host *host, const char *config_json, 
 		goto cleanup;
 	}
 
-	const char *state_dir = json_string_field(config, "stateDir");
+	const char *state_dir = rsj_get_str(config, "stateDir");
 	if (state_dir == NULL || state_dir[0] != '/') {
 		status = host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                         "transfer-ssh: the init config lacks an absolute \"stateDir\"");
@@ -166,7 +133,7 @@ relay_status ssh_plugin_create(const relay_host *host, const char *config_json, 
 	char candidate[PATH_MAX];
 	int n = snprintf(candidate, sizeof candidate, "%s/cm", state_dir);
 	if (n > 0 && (size_t)n <= SSH_SOCKET_DIR_MAX && plain_path(candidate)) {
-		if (mkdir_p(candidate, 0700) != 0) {
+		if (rs_mkdir_p(candidate, 0700, RS_MKDIR_NO_LINK_LEAF, NULL) != 0) {
 			status =
 			    host->error_set(err, RELAY_E_IO, errno,
 			                    "transfer-ssh: cannot create the control socket folder %s: %s",
@@ -290,10 +257,10 @@ relay_status ssh_conn_from_lease(ssh_plugin *plugin, const char *lease_json, ssh
 		    "the lease has no \"ssh\" endpoint, so transfer-ssh cannot reach this guest");
 		goto cleanup;
 	}
-	const char *h = json_string_field(ssh, "host");
-	const char *u = json_string_field(ssh, "user");
-	const char *id = json_string_field(ssh, "identityFile");
-	const char *kh = json_string_field(ssh, "knownHostsFile");
+	const char *h = rsj_get_str(ssh, "host");
+	const char *u = rsj_get_str(ssh, "user");
+	const char *id = rsj_get_str(ssh, "identityFile");
+	const char *kh = rsj_get_str(ssh, "knownHostsFile");
 	int64_t port = 22;
 	json_object *pv = NULL;
 	if (json_object_object_get_ex(ssh, "port", &pv) && !json_object_is_type(pv, json_type_null)) {

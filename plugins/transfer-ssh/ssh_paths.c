@@ -68,32 +68,3 @@ bool ssh_name_ok(const char *name)
 	}
 	return true;
 }
-
-static void remove_in(int parent_fd, const char *name, int depth)
-{
-	if (unlinkat(parent_fd, name, 0) == 0 || errno == ENOENT)
-		return;
-	if (depth > 256)
-		return;
-	int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	DIR *d = fdopendir(fd);
-	if (d == NULL) {
-		close(fd);
-		return;
-	}
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		remove_in(dirfd(d), de->d_name, depth + 1);
-	}
-	closedir(d);
-	unlinkat(parent_fd, name, AT_REMOVEDIR);
-}
-
-void ssh_remove_tree(const char *path)
-{
-	remove_in(AT_FDCWD, path, 0);
-}

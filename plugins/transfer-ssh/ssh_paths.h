@@ -19,8 +19,4 @@ relay_status ssh_guest_path(const relay_host *host, const char *path, char **out
  * format: no control characters, no backslash, not "." or "..". */
 bool ssh_name_ok(const char *name);
 
-/* Removes `path` (a file or a folder tree the plugin created) without
- * following symbolic links. Best effort. */
-void ssh_remove_tree(const char *path);
-
 #endif

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "relay/transport.h"
+#include "relay_support/tree.h"
 #include "ssh_buf.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
@@ -690,7 +691,7 @@ cleanup:
 	if (file_fd >= 0)
 		close(file_fd);
 	if (tmp_made)
-		ssh_remove_tree(tmp);
+		(void)rs_remove_tree(tmp, NULL); /* best effort */
 	free(pc.buf);
 	ssh_buf_free(&pc.head);
 	ssh_buf_free(&pc.err_tail);

@@ -76,8 +76,13 @@ static relay_status ts_exec(relay_plugin_state *state, relay_transport_conn *con
                             const relay_exec_request *req, relay_call *call, unsigned flags,
                             relay_exec_result *res, relay_error *err)
 {
-	(void)state;
-	return ssh_exec(conn, req, call, flags, res, err);
+	/* ssh_exec fills a whole result; the caller's may be smaller
+	 * (relay/plugin.h R5): copy out within its size, free what did not fit. */
+	ssh_plugin *plugin = state;
+	relay_exec_result full = {.struct_size = sizeof full};
+	relay_status status = ssh_exec(conn, req, call, flags, &full, err);
+	relay_exec_result_deliver(plugin->host, res, &full);
+	return status;
 }
 
 static relay_status ts_push(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,

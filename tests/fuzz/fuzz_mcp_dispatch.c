@@ -11,8 +11,7 @@
  * reader thread here).
  *
  * The manager is a stand-in, as in tests/unit/test_mcp_server.c: the server
- * reaches it only through manager_dispatch / manager_end_session /
- * manager_hurry_end, so the linker never pulls the real one in. It answers
+ * reaches it only through its handler table (mcp_handler). It answers
  * every validated call at once with the call's arguments as its structured
  * result, so whatever a client sent comes back through the renderer, plus
  * the input's first bytes raw where a guest's bytes would be (a field, the
@@ -33,10 +32,9 @@
 #include <unistd.h>
 
 #include "contract/contract.h"
-#include "session/manager.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "mcp/server.h"
-#include "mcp/tool_result.h"
+#include "call/tool_result.h"
 #include "mcp/wire.h"
 #include "util/clock.h"
 #include "util/jsonx.h"
@@ -54,9 +52,9 @@ static pthread_mutex_t input_lock = PTHREAD_MUTEX_INITIALIZER;
 static const uint8_t *input_data;
 static size_t input_size;
 
-void manager_dispatch(manager *mgr, relay_tool tool, json_object *args, relay_call *call)
+static void stub_dispatch(void *backend, relay_tool tool, json_object *args, relay_call *call)
 {
-	(void)mgr;
+	(void)backend;
 	pthread_mutex_lock(&input_lock);
 	size_t raw_len = input_size < 64 ? input_size : 64;
 	char raw[64];
@@ -77,17 +75,23 @@ void manager_dispatch(manager *mgr, relay_tool tool, json_object *args, relay_ca
 		                                         (int)raw_len, raw));
 }
 
-int manager_end_session(manager *mgr, const char *reason)
+static int stub_end_session(void *backend, const char *reason)
 {
-	(void)mgr;
+	(void)backend;
 	(void)reason;
 	return 0;
 }
 
-void manager_hurry_end(manager *mgr)
+static void stub_hurry_end(void *backend)
 {
-	(void)mgr;
+	(void)backend;
 }
+
+static const mcp_handler stub_handler = {
+    .dispatch = stub_dispatch,
+    .end_session = stub_end_session,
+    .hurry_end = stub_hurry_end,
+};
 
 /* ---- the session ----------------------------------------------------------- */
 
@@ -124,7 +128,8 @@ static void start_session(void)
 	fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
 	config.in_fd = in_pipe[0];
 	config.out_fd = out_pipe[1];
-	config.mgr = (manager *)&fake_manager; /* never dereferenced by the stand-in */
+	config.handler = &stub_handler;
+	config.backend = &fake_manager; /* never dereferenced by the stand-in */
 	to_server = in_pipe[1];
 	from_server = out_pipe[0];
 	strbuf_init(&pending);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "relay_support/utf8.h"
 
 #include "fuzz.h"
 
@@ -59,9 +60,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *text = jv_to_text(record, 0);
 	jv *back = parse_or_fail(text, "a record");
 	jv *s = jv_get(back, "stderr");
-	if (!jv_is(s, JV_STRING) || !utf8_valid(s->str, s->str_len))
+	if (!jv_is(s, JV_STRING) || !rs_utf8_valid(s->str, s->str_len))
 		fuzz_fail("a record's string did not come back as valid UTF-8");
-	if (utf8_valid((const char *)data, size) && (s->str_len != size || memcmp(s->str, data, size) != 0))
+	if (rs_utf8_valid((const char *)data, size) && (s->str_len != size || memcmp(s->str, data, size) != 0))
 		fuzz_fail("a valid UTF-8 string did not come back unchanged");
 	jv_free(back);
 	free(text);

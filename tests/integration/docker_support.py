@@ -201,7 +201,11 @@ class Engine:
     (kind "podman", the default), or Docker's dockerd with its own data root (kind "docker").
     RELAY_DOCKER_ENGINES=podman,docker names the kinds engines() yields."""
 
-    def __init__(self, kind="podman"):
+    def __init__(self, kind="podman", tls=None, host_mounts=False):
+        """`tls` (kind "docker"): a folder with ca.pem, server-cert.pem and server-key.pem; dockerd
+        then listens on tcp://127.0.0.1:<self.tcp_port> too, with --tlsverify (client
+        certificates signed by that CA only). `host_mounts` (kind "docker"): dockerd in this host's
+        mount namespace instead of one of its own (test_docker_mounts.py shows why not)."""
         why = engine_missing() if kind == "podman" else dockerd_missing()
         if why:
             skip(why)
@@ -213,9 +217,22 @@ class Engine:
         self.runtime = None
         self.log = open(os.path.join(self.dir, "service.log"), "wb")
         if kind == "docker":
-            argv = ["dockerd", "--host", self.endpoint, "--data-root", os.path.join(self.dir, "root"),
+            # dockerd in a mount namespace of its own, private from this host's: in the host's
+            # namespace (where "/" is private here) dockerd makes its data root a shared mount,
+            # so every container root under it is a peer of the copies any other process on
+            # this machine gets when it makes a mount namespace without making it private —
+            # and an unmount there propagates back and takes dockerd's view of a running
+            # container's root away: its archive API then reads and writes an empty folder
+            # (docs/machine-docker.md, "Known problems").
+            argv = ([] if host_mounts else ["unshare", "--mount", "--propagation", "private"]) + [
+                    "dockerd", "--host", self.endpoint, "--data-root", os.path.join(self.dir, "root"),
                     "--exec-root", os.path.join(self.dir, "exec"), "--pidfile", os.path.join(self.dir, "pid"),
                     "--iptables=false", "--ip6tables=false", "--bridge=none"]
+            if tls:
+                self.tcp_port = free_port()
+                argv += ["--host", "tcp://127.0.0.1:%d" % self.tcp_port, "--tlsverify",
+                         "--tlscacert", os.path.join(tls, "ca.pem"), "--tlscert", os.path.join(tls, "server-cert.pem"),
+                         "--tlskey", os.path.join(tls, "server-key.pem")]
             self.cli = ["docker", "-H", self.endpoint]
         else:
             argv = ["podman"]
@@ -365,6 +382,33 @@ class Engine:
         r = Relay(binary, env=e, state_dir=state_dir, project=project)
         self.stores = getattr(self, "stores", []) + [store_of(r)]
         return r
+
+
+def doctor(binary, options):
+    """`mcp-relay doctor` with machine-docker and `options`: (exit code, standard output)."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_RELAY_", "MCP_VM_RELAY_"))}
+    e.pop("VM_ENVIRONMENT_FILE", None)
+    e.update({"MCP_RELAY_BACKEND": "docker", "MCP_RELAY_DOCKER_OPTIONS": json.dumps(options),
+              "MCP_RELAY_STATE_DIR": tempfile.mkdtemp(prefix="docker-doctor-")})
+    p = subprocess.run([binary, "doctor"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=120, cwd=tempfile.gettempdir())
+    return p.returncode, p.stdout
+
+
+def doctor_line(out, check):
+    """The lines of doctor's output for `check`."""
+    found = [ln for ln in out.splitlines() if ln[5:].startswith(check + " ")]
+    assert found, (check, out)
+    return found
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 def _quote(text):

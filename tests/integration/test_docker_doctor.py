@@ -3,31 +3,13 @@
 the endpoint and its API version, rootless or not, the runtimes, the cgroup driver, each
 configured image present or missing with its fix — and, without an engine, the endpoint's
 failure with its fix; bad options are refused by name when the plugin loads."""
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
-from docker_support import Engine, plugin_missing  # noqa: E402
-
-
-def doctor(binary, options):
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_RELAY_", "MCP_VM_RELAY_"))}
-    e.pop("VM_ENVIRONMENT_FILE", None)
-    e.update({"MCP_RELAY_BACKEND": "docker", "MCP_RELAY_DOCKER_OPTIONS": json.dumps(options),
-              "MCP_RELAY_STATE_DIR": tempfile.mkdtemp(prefix="docker-doctor-")})
-    p = subprocess.run([binary, "doctor"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=120, cwd=tempfile.gettempdir())
-    return p.returncode, p.stdout
-
-
-def line(out, check):
-    found = [ln for ln in out.splitlines() if ln[5:].startswith(check + " ")]
-    assert found, (check, out)
-    return found
+from docker_support import Engine, doctor, doctor_line, plugin_missing  # noqa: E402
 
 
 def test_doctor_facts(binary):
@@ -41,14 +23,14 @@ def test_doctor_facts(binary):
             opts["runtime"] = eng.runtime
         code, out = doctor(binary, opts)
         assert code == 1, out  # the absent image fails
-        assert line(out, "machine plugin")[0].startswith("ok") and "machine-docker" in out, out
-        ep = line(out, "endpoint")[0]
+        assert doctor_line(out, "machine plugin")[0].startswith("ok") and "machine-docker" in out, out
+        ep = doctor_line(out, "endpoint")[0]
         assert ep.startswith("ok") and eng.endpoint in ep and "API 1." in ep and "Podman" in ep, ep
-        assert "rootful" in line(out, "rootless")[0] or "rootless" in line(out, "rootless")[0]
-        rt = line(out, "runtimes")[0]
+        assert "rootful" in doctor_line(out, "rootless")[0] or "rootless" in doctor_line(out, "rootless")[0]
+        rt = doctor_line(out, "runtimes")[0]
         assert rt.startswith("ok") and "runc" in rt, rt
-        assert "cgroup driver" in line(out, "cgroups")[0], out
-        images = line(out, "image")
+        assert "cgroup driver" in doctor_line(out, "cgroups")[0], out
+        images = doctor_line(out, "image")
         assert any(ln.startswith("ok") and present in ln for ln in images), images
         missing = [ln for ln in images if "localhost/relay-absent:none" in ln]
         assert missing and missing[0].startswith("FAIL"), images
@@ -59,7 +41,7 @@ def test_doctor_facts(binary):
     gone = "unix://" + os.path.join(tempfile.mkdtemp(prefix="docker-none-"), "absent.sock")
     code, out = doctor(binary, {"endpoint": gone, "images": {}})
     assert code == 1, out
-    ep = line(out, "endpoint")[0]
+    ep = doctor_line(out, "endpoint")[0]
     assert ep.startswith("FAIL") and gone in ep and "cannot be reached" in ep, ep
     assert "podman system service" in out, out
 
@@ -77,7 +59,7 @@ def test_bad_options_are_refused_by_name(binary):
     for options, expected in cases:
         code, out = doctor(binary, options)
         assert code == 1, out
-        assert expected in line(out, "machine plugin")[0] or expected in out, (options, out)
+        assert expected in doctor_line(out, "machine plugin")[0] or expected in out, (options, out)
 
 
 if __name__ == "__main__":

@@ -46,9 +46,15 @@ def kill9(r):
 
 
 def expires_in(eng, vm):
-    """The "<expiresAtMs> <graceMs> <backstopMs>" the container's init reads."""
-    out = eng.exec_cat(vm, "/.mcp-relay/expires")
-    return [int(x) for x in out.split()]
+    """The "<expiresAtMs> <graceMs> <backstopMs>" the container's init goes by: /.mcp-relay/expires
+    once a renewal wrote it, before that the arguments the container was created with
+    (`/.mcp-relay/init init EXPIRES GRACE BACKSTOP`)."""
+    code, _ = eng.api("GET", "/containers/%s/archive?path=%s" % (vm, "%2F.mcp-relay%2Fexpires"))
+    if code == 200:
+        return [int(x) for x in eng.exec_cat(vm, "/.mcp-relay/expires").split()]
+    cmd = eng.inspect(vm)["Config"]["Cmd"]
+    assert cmd[0] == "init" and len(cmd) == 4, cmd
+    return [int(x) for x in cmd[1:]]
 
 
 def run(r, guest, code):

@@ -6,21 +6,12 @@ route out); exec and copy go to the task's container on the node's engine. The r
 acquire, stage, runs, release with the service, its container and its network verified gone —
 and the guest's isolation (no route to this host, no capabilities, no new privileges)."""
 import os
-import socket
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
-from docker_support import Engine, acquire, plugin_missing, sh, structured, text_of  # noqa: E402
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from docker_support import Engine, acquire, free_port, plugin_missing, sh, structured, text_of  # noqa: E402
 
 
 def test_swarm_service_lease(binary):

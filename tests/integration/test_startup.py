@@ -45,8 +45,8 @@ def test_not_linked_at_startup(binary):
     for lib, prefix in LAZY.items():
         linked = [n for n in needed if n.startswith(lib + ".") or n.startswith(lib + "16.")]
         assert not linked, (
-            "%s is linked at startup: a function of it is called that core/src/cli/lazy_libs.c does not "
-            "stub. Find it with `nm -u core/librelay_core.a | grep ' %s'` and add a LAZY line for it."
+            "%s is linked at startup: a function of it is called that the table in core/src/cli/lazy_libs.c "
+            "lacks. Find it with `nm -u core/librelay_core.a | grep ' %s'` and add a LAZY_FN line for it."
             % (linked[0], prefix))
 
 

@@ -3,7 +3,8 @@
  * guest receiver and the host write for each run (guest.md §7-§9, §13;
  * evidence.md §2), with real PNG screenshots made with libpng.
  *
- * Included by tests/unit/test_evidence_*.c only (static helpers).
+ * Included by tests/unit/test_evidence_*.c and test_delivery_*.c only
+ * (static helpers).
  */
 #ifndef RELAY_TEST_EVIDENCE_FIXTURE_H
 #define RELAY_TEST_EVIDENCE_FIXTURE_H

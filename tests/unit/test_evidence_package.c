@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "cli/cli.h"
 #include "evidence/package.h"
 #include "evidence/review.h"
 #include "evidence_fixture.h"
@@ -288,16 +289,16 @@ static void test_verification_failures(void **state)
 	int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	dup2(fd, STDOUT_FILENO);
 	char *argv_ok[] = {"review", p.dir, NULL};
-	int rc_ok = review_cli_main(2, argv_ok);
+	int rc_ok = review_main(2, argv_ok);
 	snprintf(path, sizeof path, "%s/host/notes.txt", p.dir);
 	fs_write_durable(path, "x", 1, 0600, NULL);
-	int rc_bad = review_cli_main(2, argv_ok);
+	int rc_bad = review_main(2, argv_ok);
 	char missing[600];
 	snprintf(missing, sizeof missing, "%s/no-such-package", p.root);
 	char *argv_missing[] = {"review", missing, NULL};
-	int rc_missing = review_cli_main(2, argv_missing);
+	int rc_missing = review_main(2, argv_missing);
 	char *argv_usage[] = {"review", NULL};
-	int rc_usage = review_cli_main(1, argv_usage);
+	int rc_usage = review_main(1, argv_usage);
 	fflush(stdout);
 	dup2(saved_out, STDOUT_FILENO);
 	close(saved_out);

@@ -78,7 +78,7 @@ static void test_options_refused_by_name(void **state)
 {
 	(void)state;
 	expect_refused("{\"colour\":1}", "unknown machine-docker option colour");
-	expect_refused("{\"endpoint\":\"tcp://10.0.0.1:2375\"}", "never without TLS client certificates");
+	expect_refused("{\"endpoint\":\"tcp://10.0.0.1:2375\"}", "needs TLS client certificates");
 	expect_refused("{\"endpoint\":\"unix://relative.sock\"}", "must be unix:///absolute/path");
 	expect_refused("{\"endpoint\":\"ssh://-oProxyCommand=x@h\"}", "must look like ssh://user@host");
 	expect_refused("{\"endpoint\":\"ssh://u@h\"}",
@@ -91,6 +91,14 @@ static void test_options_refused_by_name(void **state)
 	expect_refused("{\"limits\":{\"disk\":1}}", "options.limits.disk is unknown");
 	expect_refused("{\"screen\":\"10x10x24\"}", "options.screen must look like 1280x800x24");
 	expect_refused("{\"swarm\":\"yes\"}", "options.swarm must be true");
+	expect_refused("{\"endpoint\":\"tcp://10.0.0.1\"}", "must look like tcp://host:port");
+	expect_refused("{\"endpoint\":\"tcp://10.0.0.1:2376\",\"tls\":{\"caFile\":\"/nonexistent/ca.pem\"}}",
+	               "needs TLS client certificates");
+	expect_refused("{\"endpoint\":\"tcp://10.0.0.1:2376\",\"tls\":{\"caFile\":\"/nonexistent/ca.pem\","
+	               "\"certFile\":\"/nonexistent/cert.pem\",\"keyFile\":\"/nonexistent/key.pem\"}}",
+	               "options.tls: /nonexistent/ca.pem cannot be read");
+	expect_refused("{\"tls\":{\"caFile\":\"/ca.pem\"}}", "options.tls is only for a tcp:// endpoint");
+	expect_refused("{\"endpoint\":\"tcp://h:1\",\"tls\":{\"pin\":\"/x\"}}", "options.tls.pin is unknown");
 }
 
 static void test_no_engine_and_input_checks(void **state)
@@ -106,8 +114,21 @@ static void test_no_engine_and_input_checks(void **state)
 	assert_true(p->descriptor.kinds & RELAY_KIND_TRANSPORT);
 	assert_true(p->transport.traits & RELAY_TRANSPORT_STDIO_BYTES);
 
-	/* Nothing at the endpoint: unavailable, naming it and how to start one. */
+	/* The console passthrough says, without an engine, that no console is offered. */
 	char *out = NULL;
+	assert_non_null(p->machine.console);
+	assert_int_equal(p->machine.console(p->state, NULL, "capabilities", "{}", NULL, 0, &out, &err),
+	                 RELAY_OK);
+	assert_non_null(strstr(out, "\"available\":false"));
+	assert_non_null(strstr(out, "not-offered-by-machine-docker"));
+	assert_null(strstr(out, "\"available\":true"));
+	free(out);
+	out = NULL;
+	assert_int_equal(p->machine.console(p->state, "{}", "open", "{}", NULL, 0, &out, &err),
+	                 RELAY_E_UNSUPPORTED);
+	assert_null(out);
+
+	/* Nothing at the endpoint: unavailable, naming it and how to start one. */
 	assert_int_equal(p->machine.health(p->state, NULL, 0, &out, &err), RELAY_E_UNAVAILABLE);
 	assert_non_null(strstr(err.message, "absent.sock"));
 	assert_non_null(strstr(err.message, "podman system service"));
@@ -250,12 +271,60 @@ static void test_guest_program_groups_and_kills(void **state)
 	assert_true(WIFEXITED(es) && WEXITSTATUS(es) == 127);
 }
 
+/* Runs the guest program with `argv` (after its path) and returns its exit status, or -1. */
+static int guest_status(const char *const *argv, int timeout_ms)
+{
+	pid_t c = fork();
+	if (c == 0) {
+		const char *full[8] = {guest_program()};
+		for (int i = 0; argv[i] && i < 6; i++)
+			full[i + 1] = argv[i];
+		execv(guest_program(), (char *const *)full);
+		_exit(126);
+	}
+	for (int waited = 0; waited <= timeout_ms; waited += 10) {
+		int es = 0;
+		if (waitpid(c, &es, WNOHANG) == c)
+			return WIFEXITED(es) ? WEXITSTATUS(es) : -1;
+		struct timespec ts = {0, 10000000};
+		nanosleep(&ts, NULL);
+	}
+	kill(c, SIGKILL);
+	waitpid(c, NULL, 0);
+	return -1;
+}
+
+static void test_guest_program_wait_and_backstop_arguments(void **state)
+{
+	(void)state;
+	char path[4200];
+	snprintf(path, sizeof path, "%s/socket-to-be", g_dir);
+	/* wait: 1 when the path does not come in time, 0 when it is there. */
+	const char *absent[] = {"wait", path, "100", NULL};
+	assert_int_equal(guest_status(absent, 5000), 1);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fclose(f);
+	const char *present[] = {"wait", path, "100", NULL};
+	assert_int_equal(guest_status(present, 5000), 0);
+	/* init: with no /.mcp-relay/expires (none on this host), the expiry of
+	 * its arguments; one long past stops it within its one-second look. */
+	if (access("/.mcp-relay/expires", F_OK) == 0)
+		skip();
+	const char *expired[] = {"init", "1000", "0", "0", NULL};
+	assert_int_equal(guest_status(expired, 5000), 0);
+	/* One far ahead keeps it running (killed here after 1.5 s). */
+	const char *ahead[] = {"init", "99999999999999", "0", "0", NULL};
+	assert_int_equal(guest_status(ahead, 1500), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_options_refused_by_name),
 	    cmocka_unit_test(test_no_engine_and_input_checks),
 	    cmocka_unit_test(test_guest_program_groups_and_kills),
+	    cmocka_unit_test(test_guest_program_wait_and_backstop_arguments),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -155,9 +155,10 @@ static void test_screenshot_shows_x_client_pixels(void **state)
 	    ml_sh(&e, c,
 	          "/home/relay/relay-x11-pattern >/tmp/pattern.out 2>&1 </dev/null & "
 	          "for i in $(seq 200); do grep -q ready /tmp/pattern.out && break; sleep 0.05; done; "
-	          "cat /tmp/pattern.out",
+	          "cat /tmp/pattern.out; id; ulimit -a",
 	          &out),
 	    0);
+	if (!strstr(out, "ready")) fprintf(stderr, "PATTERN: %s\n", out);
 	assert_non_null(strstr(out, "ready"));
 	free(out);
 

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "machine_local_fixture.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "util/randx.h"
 #include "util/sha256.h"
 

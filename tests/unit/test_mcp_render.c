@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "mcp/render.h"
-#include "mcp/tool_result.h"
+#include "call/tool_result.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 

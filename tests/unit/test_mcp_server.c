@@ -6,9 +6,8 @@
  * calls that finish later, duplicate in-flight ids, internal calls, and the
  * session-end triggers at the protocol level.
  *
- * The stub replaces manager_dispatch, manager_end_session and
- * manager_hurry_end: the server reaches the manager only through these, so
- * the linker takes the stub and never pulls the real manager in.
+ * The stub is the server's handler table (mcp_handler): the server reaches
+ * what answers tools/call only through it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,8 +28,7 @@
 #include <cmocka.h>
 
 #include "contract/contract.h"
-#include "session/manager.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "mcp/server.h"
 #include "util/clock.h"
 #include "util/jsonx.h"
@@ -51,9 +49,9 @@ static int hurried;
 /* Set by read_line whenever bytes arrive from a server. */
 static atomic_int bytes_seen;
 
-void manager_dispatch(manager *mgr, relay_tool tool, json_object *args, relay_call *call)
+static void stub_dispatch(void *backend, relay_tool tool, json_object *args, relay_call *call)
 {
-	(void)mgr;
+	(void)backend;
 	json_object_put(args);
 	if (tool == TOOL_STATUS) { /* answered at once, like the real one */
 		relay_call_complete(call, tool_result_ok(NULL, "status"));
@@ -65,9 +63,9 @@ void manager_dispatch(manager *mgr, relay_tool tool, json_object *args, relay_ca
 	pthread_mutex_unlock(&stub_lock);
 }
 
-int manager_end_session(manager *mgr, const char *reason)
+static int stub_end_session(void *backend, const char *reason)
 {
-	(void)mgr;
+	(void)backend;
 	pthread_mutex_lock(&stub_lock);
 	snprintf(end_reason, sizeof end_reason, "%s", reason);
 	/* What the real one does with calls still waiting: shutting-down. */
@@ -82,13 +80,19 @@ int manager_end_session(manager *mgr, const char *reason)
 	return status;
 }
 
-void manager_hurry_end(manager *mgr)
+static void stub_hurry_end(void *backend)
 {
-	(void)mgr;
+	(void)backend;
 	pthread_mutex_lock(&stub_lock);
 	hurried++;
 	pthread_mutex_unlock(&stub_lock);
 }
+
+static const mcp_handler stub_handler = {
+    .dispatch = stub_dispatch,
+    .end_session = stub_end_session,
+    .hurry_end = stub_hurry_end,
+};
 
 /* Waits for the n-th held call (0-based) and returns it. */
 static relay_call *wait_held(int n)
@@ -157,7 +161,7 @@ static harness *start(void)
 	h->from_server = out[0];
 	h->config.in_fd = in[0];
 	h->config.out_fd = out[1];
-	h->config.mgr = NULL;
+	h->config.handler = &stub_handler;
 	pthread_mutex_lock(&stub_lock);
 	held_count = 0;
 	end_reason[0] = '\0';
@@ -561,15 +565,15 @@ static void test_end_on_signal(void **state)
 	free(h);
 }
 
-/* ---- the manager started on demand (mcp_server_config.start_manager) ---- */
+/* ---- the manager started on demand (mcp_server_config.start_backend) ---- */
 
 static int started;
 static int unread_when_started = -1;
 
 static int start_out_fd = -1;
-static manager *dummy_manager = (manager *)&started;
+static void *dummy_manager = &started;
 
-static manager *start_ok(void *arg, char *errbuf, size_t errlen)
+static void *start_ok(void *arg, char *errbuf, size_t errlen)
 {
 	(void)arg;
 	(void)errbuf;
@@ -586,7 +590,7 @@ static manager *start_ok(void *arg, char *errbuf, size_t errlen)
 	return dummy_manager;
 }
 
-static manager *start_fails(void *arg, char *errbuf, size_t errlen)
+static void *start_fails(void *arg, char *errbuf, size_t errlen)
 {
 	(void)arg;
 	started++;
@@ -594,7 +598,7 @@ static manager *start_fails(void *arg, char *errbuf, size_t errlen)
 	return NULL;
 }
 
-static harness *start_deferred(manager *(*fn)(void *, char *, size_t))
+static harness *start_deferred(void *(*fn)(void *, char *, size_t))
 {
 	harness *h = calloc(1, sizeof *h);
 	int in[2], out[2];
@@ -604,8 +608,8 @@ static harness *start_deferred(manager *(*fn)(void *, char *, size_t))
 	h->from_server = out[0];
 	h->config.in_fd = in[0];
 	h->config.out_fd = out[1];
-	h->config.mgr = NULL;
-	h->config.start_manager = fn;
+	h->config.handler = &stub_handler;
+	h->config.start_backend = fn;
 	started = 0;
 	unread_when_started = -1;
 	atomic_store(&bytes_seen, 0);

@@ -74,18 +74,37 @@ typedef struct relay_http_response {
 #define RELAY_PROCESS_MERGE_OUTPUT 0x1u /* stderr goes into the stdout buffer, in arrival order */
 #define RELAY_PROCESS_KEEP_TAIL 0x2u    /* on overflow keep the last bytes instead of killing */
 #define RELAY_PROCESS_NEW_SESSION 0x4u  /* setsid() in the child (default: own process group only) */
+/* Since ABI 1.2 (a 1.0 or 1.1 host refuses the bits with
+ * RELAY_E_UNSUPPORTED_FLAGS: check RELAY_ABI_MINOR(host->abi_version) >= 2):
+ * ENV_ADD     envp is added to the relay's environment, an entry whose key
+ *             the environment has replacing it (default: envp replaces the
+ *             whole environment);
+ * SHARED_CAP  max_output_bytes caps stdout and stderr together (default:
+ *             each captured stream has its own cap); with KEEP_TAIL the
+ *             oldest stdout bytes go first, then the oldest stderr bytes.
+ * RELAY_PROCESS_EXEC_RULES is both: exactly the rules of the transport's
+ * exec() (relay/transport.h), for a transport that runs its guest's
+ * commands with process_run. */
+#define RELAY_PROCESS_ENV_ADD    0x8u
+#define RELAY_PROCESS_SHARED_CAP 0x10u
+#define RELAY_PROCESS_EXEC_RULES (RELAY_PROCESS_ENV_ADD | RELAY_PROCESS_SHARED_CAP)
 
 typedef struct relay_process_request {
 	uint32_t struct_size;         /* sizeof(relay_process_request) */
 	const char *const *argv;      /* NULL-terminated, argv[0] looked up on PATH; borrowed */
-	const char *const *envp;      /* NULL-terminated "K=V", or NULL to inherit; borrowed */
+	const char *const *envp;      /* NULL-terminated "K=V", or NULL to inherit the relay's
+	                                 environment unchanged; without RELAY_PROCESS_ENV_ADD it
+	                                 is the whole environment, with it entries added to the
+	                                 relay's; borrowed */
 	const char *cwd;              /* working folder or NULL; borrowed */
 	const void *stdin_data;       /* bytes written to the child's stdin, or NULL for /dev/null; borrowed */
 	size_t stdin_len;             /* bytes of stdin_data */
 	int stdin_fd;                 /* used instead of stdin_data when >= 0 (borrowed, not closed) */
 	int stdout_fd;                /* child's stdout goes to this fd when >= 0 (not captured) */
 	uint64_t timeout_ms;          /* 0 = no limit; at expiry the process group gets SIGKILL */
-	size_t max_output_bytes;      /* cap per captured stream; 0 = 65536 */
+	size_t max_output_bytes;      /* cap per captured stream, or on both together with
+	                                 RELAY_PROCESS_SHARED_CAP; 0 = 65536. Past it the group is
+	                                 killed (unless KEEP_TAIL) and output_truncated set */
 } relay_process_request;
 
 typedef struct relay_process_result {
@@ -93,7 +112,7 @@ typedef struct relay_process_result {
 	int exit_code;             /* exit status, or -1 when killed by a signal or not started */
 	int signal;                /* terminating signal number, 0 if none */
 	int timed_out;             /* 1 when timeout_ms expired */
-	int output_truncated;      /* 1 when a stream passed max_output_bytes */
+	int output_truncated;      /* 1 when output passed max_output_bytes */
 	int termination_confirmed; /* 1 when no member of the process group survives */
 	char *out;                 /* captured stdout (NUL-terminated); owned by caller (host->free) */
 	size_t out_len;
@@ -162,7 +181,11 @@ typedef struct relay_host {
 	 * check that the group is gone. Returns RELAY_OK when the program ran
 	 * (whatever its exit code; read `res`), RELAY_E_NOT_FOUND when argv[0]
 	 * cannot be executed, RELAY_E_CANCELLED when the call was cancelled (the
-	 * group is killed). `res` buffers are owned by the caller. */
+	 * group is killed). `req` is read by its struct_size and `res` written
+	 * within its struct_size (relay/plugin.h R4, R5). `res` buffers are owned
+	 * by the caller and, after a failure, NULL or owned too: free them
+	 * whatever the status. Environment and caps: see envp and
+	 * max_output_bytes; RELAY_PROCESS_EXEC_RULES gives the exec() rules. */
 	relay_status (*process_run)(const relay_process_request *req, relay_call *call, unsigned flags,
 				    relay_process_result *res, relay_error *err);
 

@@ -38,6 +38,16 @@
  *   RELAY_E_NOT_FOUND      the backend no longer knows the lease;
  *   RELAY_E_UNVERIFIED     destruction could not be confirmed;
  *   RELAY_E_CANCELLED, RELAY_E_TIMEOUT, RELAY_E_UNSUPPORTED_FLAGS, ...
+ * After any failure every `char **..._out` is NULL (relay/plugin.h R3):
+ * the core frees it anyway (an acquire that failed leaves nothing to
+ * adopt), and never reads it.
+ *
+ * Lifecycle, as `mcp-relay plugin-test --kind machine` checks it: acquire
+ * answers a lease whose "purpose" is the spec's; inspect and renew answer
+ * the same "vm"; find_by_purpose (when provided) lists it; release
+ * "finished" is RELAY_OK; verify_destroyed is then RELAY_OK; inspect is
+ * then RELAY_E_NOT_FOUND or a lease whose "state" is not "running"; a
+ * second release is RELAY_OK or RELAY_E_NOT_FOUND.
  *
  * Threads: operations may be called concurrently for different leases, and
  * (renew, inspect) concurrently with a long operation on the same lease.

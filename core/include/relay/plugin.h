@@ -32,11 +32,46 @@
  * Compatibility (OBS obs_source_info and SQLite sqlite3_vfs are the models):
  *  - Structs only grow at the end and carry their size. A reader copies
  *    min(struct_size, sizeof) bytes into a zeroed copy, so fields a plugin
- *    does not know read as zero/NULL.
+ *    does not know read as zero/NULL: RELAY_COPY_IN() below.
  *  - A NULL operation slot means "not supported"; the core then answers the
  *    corresponding tool with an error naming the missing capability.
  *  - Every operation takes `unsigned flags` and refuses unknown bits with
  *    RELAY_E_UNSUPPORTED_FLAGS, and a caller-provided relay_error.
+ *
+ * The rules every operation of every kind follows (`mcp-relay plugin-test
+ * --kind KIND plugin.so` checks them, docs/writing-a-plugin.md):
+ *  R1 Flags first. An operation refuses a bit it does not know with
+ *     RELAY_E_UNSUPPORTED_FLAGS before it does anything else.
+ *  R2 Errors. Every failure returns non-zero, sets err->code to the same
+ *     value and err->message to one sentence (host->error_set, or
+ *     relay_error_put() of relay/status.h where no host table is at hand).
+ *  R3 Out-parameters after a failure. The caller sets every `T **x_out` to
+ *     NULL before the call (and may pass x_out itself as NULL where the
+ *     operation says "may be NULL to skip"). On RELAY_OK the callee stores
+ *     an owned value (host->alloc) there; on any failure it leaves NULL there
+ *     and frees what it allocated. The core still frees *x_out after a
+ *     failure (relay/machine.h acquire: a value left there leaks nothing),
+ *     but plugin-test reports it. A result struct the caller sized
+ *     (relay_exec_result, relay_process_result, relay_http_response) is
+ *     reset by the callee with RELAY_RESULT_RESET() once its arguments are
+ *     accepted; after a failure its `out`/`err`/`body` pointers are NULL or
+ *     owned by the caller, who frees them whatever the status.
+ *  R4 Sized structs in. A request (relay_exec_request, ...) is read only
+ *     through RELAY_COPY_IN(): a larger caller's extra fields are ignored, a
+ *     smaller caller's missing fields read as zero.
+ *  R5 Sized structs out. A result is written only within the caller's
+ *     struct_size: RELAY_RESULT_RESET() clears min(caller size, own size)
+ *     bytes, never more, and a field past the caller's size is not written
+ *     (RELAY_SIZED_HAS()); fill a full local copy and RELAY_COPY_OUT() it.
+ *  R6 One size per ops table. An ops table's struct_size, the descriptor's
+ *     <kind>_ops_size and sizeof the table are one number: write
+ *     `.struct_size = sizeof(relay_X_ops)` in the table and
+ *     `.X_ops_size = sizeof(relay_X_ops)` in the descriptor. The loader
+ *     reads the descriptor's size (check 8); plugin-test refuses a table
+ *     whose own struct_size says otherwise.
+ *  R7 Memory. What crosses the boundary is allocated with host->alloc (or
+ *     host->strdup) and released with host->free; a plugin frees at fini()
+ *     everything it allocated (plugin-test counts every block).
  *
  * Output rule: standard output belongs to the MCP stream. A plugin never
  * writes to file descriptor 1 and never lets a child inherit it (use
@@ -47,6 +82,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "relay/status.h"
 
@@ -57,7 +93,7 @@ extern "C" {
 /* ABI version: major in the high 16 bits, minor in the low 16 bits. A major
  * change breaks binary compatibility; a minor change only appends. */
 #define RELAY_ABI_VERSION_MAJOR      1u
-#define RELAY_ABI_VERSION_MINOR      1u /* 1.1: RELAY_TRANSPORT_STDIO_BYTES */
+#define RELAY_ABI_VERSION_MINOR      2u /* 1.1: RELAY_TRANSPORT_STDIO_BYTES; 1.2: RELAY_PROCESS_EXEC_RULES */
 #define RELAY_ABI_MAKE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define RELAY_ABI_VERSION            RELAY_ABI_MAKE(RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR)
 #define RELAY_ABI_MAJOR(v)           ((uint32_t)(v) >> 16)
@@ -128,7 +164,8 @@ typedef struct relay_plugin_descriptor {
 	void (*fini)(relay_plugin_state *state);
 
 	/* Ops tables for each kind in `kinds` (NULL for kinds not provided),
-	 * each with the sizeof() the plugin compiled. Static storage. */
+	 * each with the sizeof() the plugin compiled, the same number as the
+	 * table's own struct_size (rule R6). Static storage. */
 	const struct relay_machine_ops *machine;
 	uint32_t machine_ops_size;
 	const struct relay_transport_ops *transport;
@@ -138,6 +175,49 @@ typedef struct relay_plugin_descriptor {
 	const struct relay_console_ops *console;
 	uint32_t console_ops_size;
 } relay_plugin_descriptor;
+
+/* ---- sized copies (rules R4, R5) ----------------------------------------- */
+
+/* Copies min(src_size, dst_size) bytes of `src` (may be NULL) into `dst`
+ * after zeroing all dst_size bytes of it: a reader's view of a struct that a
+ * writer of another minor version sized. */
+static inline void relay_sized_copy(void *dst, size_t dst_size, const void *src, size_t src_size)
+{
+	memset(dst, 0, dst_size);
+	if (src != NULL)
+		memcpy(dst, src, src_size < dst_size ? src_size : dst_size);
+}
+
+/* `local` (a struct variable) becomes the caller's `*in` as this plugin
+ * knows it; `in` points to a struct whose first member is its struct_size:
+ *     relay_exec_request req;
+ *     RELAY_COPY_IN(req, req_in);   then read req.argv, req.stdin_data, ... */
+#define RELAY_COPY_IN(local, in) relay_sized_copy(&(local), sizeof(local), (in), (in)->struct_size)
+
+/* Clears the caller's result `res` within min(res->struct_size, sizeof
+ * *res) bytes and keeps its struct_size: the first write to any result. */
+#define RELAY_RESULT_RESET(res)                                                                              \
+	do {                                                                                                 \
+		uint32_t relay_caller_size_ = (res)->struct_size;                                            \
+		memset((res), 0, relay_caller_size_ < sizeof *(res) ? relay_caller_size_ : sizeof *(res));   \
+		(res)->struct_size = relay_caller_size_;                                                     \
+	} while (0)
+
+/* 1 when the caller's struct `*ptr` is large enough to hold `field`. */
+#define RELAY_SIZED_HAS(ptr, field)                                                                          \
+	((size_t)((const char *)&(ptr)->field - (const char *)(ptr)) + sizeof((ptr)->field) <=               \
+	 (size_t)(ptr)->struct_size)
+
+/* Copies the full local result `*local` into the caller's `*res` within the
+ * caller's struct_size, keeping it. Owned pointers of `*local` past that
+ * size did not reach the caller: free them (RELAY_SIZED_HAS(res, field) is 0). */
+#define RELAY_COPY_OUT(res, local)                                                                           \
+	do {                                                                                                 \
+		uint32_t relay_caller_size_ = (res)->struct_size;                                            \
+		memcpy((res), (local),                                                                       \
+		       relay_caller_size_ < sizeof *(local) ? relay_caller_size_ : sizeof *(local));         \
+		(res)->struct_size = relay_caller_size_;                                                     \
+	} while (0)
 
 /* Smallest descriptor the 1.x loader accepts (everything up to console_ops_size). */
 #define RELAY_PLUGIN_DESCRIPTOR_MIN_SIZE                                                                     \

@@ -15,6 +15,8 @@
 #ifndef RELAY_STATUS_H
 #define RELAY_STATUS_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -85,10 +87,12 @@ typedef enum relay_status {
 /* The caller-provided error record. `code` repeats the returned status,
  * `sys_errno` is the errno behind RELAY_E_IO (0 otherwise), `message` is one
  * sentence for a person (may be empty): UTF-8, NUL-terminated, a longer text
- * cut at a character boundary. Fill with relay_error_set() or
- * host->error_set(); code that writes `message` itself must stay within
- * sizeof message. About 4 KiB: fine on a thread's stack, not in large
- * arrays. */
+ * cut at a character boundary. A plugin fills it with host->error_set()
+ * (printf-style, relay/host.h) or, where no host table is at hand (the
+ * entry, a helper without state), with relay_error_put() below; the core's
+ * own relay_error_set() is not exported to plugins. Code that writes
+ * `message` itself must stay within sizeof message. About 4 KiB: fine on a
+ * thread's stack, not in large arrays. */
 typedef struct relay_error {
 	relay_status code;
 	int sys_errno;
@@ -126,6 +130,34 @@ static inline const char *relay_status_str(relay_status status)
 	case RELAY_STATUS_COUNT_: break;
 	}
 	return "unknown status";
+}
+
+/* Fills `err` (may be NULL) with `code`, `sys_errno` and a copy of
+ * `message` (may be NULL for none), cut at a UTF-8 character boundary to fit,
+ * and returns `code`: the plugin-side twin of host->error_set without the
+ * formatting, for code that has no host table:
+ *     return relay_error_put(err, RELAY_E_INVALID_ARGUMENT, 0, "argv is empty"); */
+static inline relay_status relay_error_put(relay_error *err, relay_status code, int sys_errno,
+                                           const char *message)
+{
+	if (err == NULL)
+		return code;
+	err->code = code;
+	err->sys_errno = sys_errno;
+	unsigned long n = 0;
+	while (message != NULL && message[n] != '\0' && n < sizeof err->message - 1)
+		n++;
+	if (message != NULL && message[n] != '\0') {
+		/* Cut: step back over an incomplete UTF-8 sequence. */
+		unsigned long lead = n;
+		while (lead > 0 && ((unsigned char)message[lead] & 0xC0) == 0x80)
+			lead--;
+		n = lead;
+	}
+	for (unsigned long i = 0; i < n; i++)
+		err->message[i] = message[i];
+	err->message[n] = '\0';
+	return code;
 }
 
 #ifdef __cplusplus

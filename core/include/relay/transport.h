@@ -13,9 +13,29 @@
  * `receiver cancel` beside a running script); otherwise the core serialises
  * them.
  *
- * Guest paths are absolute. The transport refuses to write outside the
- * folder it was asked to write into and never follows a symbolic link out of
- * the guest when pulling (RELAY_E_UNSAFE_PATH).
+ * PATHS. Guest paths are absolute ("/" first; a relative path or one with a
+ * ".." component is RELAY_E_INVALID_ARGUMENT or RELAY_E_UNSAFE_PATH, and
+ * nothing is done). The transport refuses to write outside the folder it
+ * was asked to write into and never follows a symbolic link out of the
+ * guest when pulling (RELAY_E_UNSAFE_PATH).
+ *
+ * THE GUEST ROOT. The core keeps everything it puts in a guest under one
+ * folder R = /var/tmp/<UTC stamp>-mcp-relay-<purpose> (the lease's purpose,
+ * relay/machine.h; the tool results call it guestRoot). So a guest must give
+ * its user:
+ *   - a writable /var/tmp, where R is made with `/bin/mkdir -p -m 0700 R`
+ *     through exec() (and later folders below R by the receiver);
+ *   - /bin/sh, /bin/mkdir, /bin/rm, `uname -sm`, and the permission to run a
+ *     file the core pushed there (R/receiver, chmod 0700): noexec /var/tmp
+ *     is not a guest;
+ *   - push() into R and its subfolders, pull() from them, exec() with cwd R
+ *     or NULL; files pushed keep their bytes exactly (the receiver checks
+ *     their SHA-256).
+ * The core never writes outside R; a transport may refuse writes outside R
+ * (and the guest user's home) with RELAY_E_UNSAFE_PATH. Release removes R
+ * with the guest: a backend whose guest folders outlive the lease (a guest
+ * that is a folder of this host, plugins/reference-machine/) removes every
+ * /var/tmp/<stamp>-mcp-relay-<purpose> of the lease itself in release().
  *
  * FACTS. push() and pull() can return what arrived as a JSON array (UTF-8,
  * owned by caller, free with host->free) of {"path", "bytes", "sha256"}:
@@ -53,8 +73,18 @@ typedef void relay_transport_conn;
  * with this trait; a 1.0 plugin never sees them (it copies the request by
  * its own size). guest.md §16.2: a run in one round trip. */
 #define RELAY_TRANSPORT_STDIO_BYTES 0x4u
+/* Since ABI 1.2, a statement only: this transport cannot keep standard error
+ * apart. Without RELAY_EXEC_MERGE_OUTPUT res->out holds both streams as the
+ * guest side joined them and res->err is empty (machine-service: the
+ * service's exec answers one "output"). The core reads receiver frames from
+ * standard output either way; plugin-test checks the joined output. */
+#define RELAY_TRANSPORT_MERGED_OUTPUT 0x8u
 
-/* Flags of exec(). */
+/* Flags of exec(). The rules without flags, the same as host->process_run
+ * with RELAY_PROCESS_EXEC_RULES (relay/host.h): envp is added to the guest
+ * user's environment (an entry with a key the environment has replaces
+ * it); max_output_bytes caps stdout and stderr together; past the cap the
+ * command's process group is killed and output_truncated set. */
 #define RELAY_EXEC_MERGE_OUTPUT 0x1u /* stderr is appended to stdout in arrival order */
 #define RELAY_EXEC_KEEP_TAIL    0x2u /* on overflow keep the last max_output_bytes, do not kill */
 /* Since ABI 1.1, only for a transport with RELAY_TRANSPORT_STDIO_BYTES:
@@ -84,7 +114,8 @@ typedef struct relay_exec_request {
 	                            each element passed unchanged (quoted when a remote shell is in
 	                            the way); borrowed */
 	const char *cwd;         /* guest working folder, or NULL for the guest user's default; borrowed */
-	const char *const *envp; /* NULL-terminated "K=V" added to the guest environment, or NULL; borrowed */
+	const char *const *envp; /* NULL-terminated "K=V" added to the guest user's environment (same
+	                            key: replaced), or NULL for that environment unchanged; borrowed */
 	uint64_t timeout_ms;     /* > 0; at expiry the guest process group is killed */
 	size_t max_output_bytes; /* cap on stdout + stderr together; 0 = 65536 */
 	/* ---- ABI 1.1 (read only with RELAY_EXEC_STDIO_BYTES) ---- */
@@ -128,7 +159,10 @@ typedef struct relay_transport_ops {
 	 * transport observed (exit, signal, or the timeout kill): read `res`.
 	 * RELAY_E_TRANSIENT when the transport failed before the command started
 	 * (safe to retry for idempotent commands), RELAY_E_INDETERMINATE when it
-	 * failed after (the command may still be running), RELAY_E_CANCELLED. */
+	 * failed after (the command may still be running), RELAY_E_CANCELLED.
+	 * `req` is read with RELAY_COPY_IN and `res` written
+	 * within its struct_size (relay/plugin.h R4, R5); after a failure
+	 * res->out and res->err are NULL or owned by the caller. */
 	relay_status (*exec)(relay_plugin_state *state, relay_transport_conn *conn,
 	                     const relay_exec_request *req, relay_call *call, unsigned flags,
 	                     relay_exec_result *res, relay_error *err);
@@ -137,7 +171,9 @@ typedef struct relay_transport_ops {
 	 * RELAY_XFER_TREE a folder whose contents are copied) to guest
 	 * `remote_path` (borrowed; the file, or the folder to fill, created with
 	 * its parents, mode 0700). Existing files are replaced. *facts_json_out
-	 * (may be NULL to skip) as described above. */
+	 * (may be NULL to skip) as described above: `path` relative to
+	 * remote_path, the bytes the guest holds after the write. On failure
+	 * *facts_json_out stays NULL (relay/plugin.h R3). */
 	relay_status (*push)(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
 	                     const char *remote_path, relay_call *call, unsigned flags, char **facts_json_out,
 	                     relay_error *err);
@@ -149,6 +185,20 @@ typedef struct relay_transport_ops {
 	                     const char *local_path, relay_call *call, unsigned flags, char **facts_json_out,
 	                     relay_error *err);
 } relay_transport_ops;
+
+/* Hands `*full` (a whole result the transport filled, struct_size its own)
+ * to the caller's `*res` within res->struct_size (relay/plugin.h R5), and
+ * frees with host->free the buffers whose fields lie past the caller's
+ * size: the last line of an exec() that fills a local result. */
+static inline void relay_exec_result_deliver(const relay_host *host, relay_exec_result *res,
+                                             relay_exec_result *full)
+{
+	RELAY_COPY_OUT(res, full);
+	if (!RELAY_SIZED_HAS(res, out))
+		host->free(full->out);
+	if (!RELAY_SIZED_HAS(res, err))
+		host->free(full->err);
+}
 
 /* Smallest transport ops table the 1.x loader accepts (all five operations required). */
 #define RELAY_TRANSPORT_OPS_MIN_SIZE (offsetof(relay_transport_ops, pull) + sizeof(void *))

@@ -115,6 +115,29 @@ static void machine_checks(loaded_plugin *machine)
 	free(images);
 }
 
+/* An empty transport slot: nothing could run a command or move a file in
+ * a guest, so no acquired guest could be staged. A machine plugin that is
+ * itself a transport fills the slot (profile/backends.c); the check only
+ * names the machine plugin when it loaded. */
+static void empty_transport_line(const relay_backends *backends)
+{
+	const loaded_plugin *machine = backends->plugins[SLOT_MACHINE];
+	if (machine && (machine->descriptor.kinds & RELAY_KIND_TRANSPORT))
+		return;
+	char detail[256];
+	if (machine)
+		snprintf(
+		    detail, sizeof detail,
+		    "empty, and machine plugin %s provides no transport: nothing can run commands or move "
+		    "files in its guests",
+		    machine->descriptor.name);
+	else
+		snprintf(detail, sizeof detail, "empty: nothing can run commands or move files in a guest");
+	line(false, "transport plugin", detail,
+	     "name a transport in the environment profile (relayPlugins.transport, e.g. transfer-ssh), or "
+	     "choose a machine plugin that also provides the transport kind");
+}
+
 int doctor_main(int argc, char **argv)
 {
 	(void)argv;
@@ -149,8 +172,11 @@ int doctor_main(int argc, char **argv)
 	backends_select(&backends, &settings);
 	backends_load(&backends, &settings);
 	for (int i = 0; i < SLOT_COUNT; i++) {
-		if (backends.names[i] == NULL)
+		if (backends.names[i] == NULL) {
+			if (i == SLOT_TRANSPORT)
+				empty_transport_line(&backends);
 			continue;
+		}
 		char check[64], detail[512];
 		snprintf(check, sizeof check, "%s plugin", backends_slot_name((backend_slot)i));
 		if (backends.plugins[i]) {

@@ -1,8 +1,8 @@
-# Lazy loading of libcurl, libarchive and libpng on first use (core/src/cli/lazy_libs.h): the
-# stubs are assembly inside lazy_libs.c, switched on by RELAY_LAZY_LIBS.
-# Included by core/CMakeLists.txt after relay_core is defined. x86-64 Linux only; elsewhere,
-# or with -DRELAY_LAZY_LIBS=OFF, the three libraries are linked the ordinary way.
-option(RELAY_LAZY_LIBS "Load libcurl, libarchive and libpng on first use (x86-64 Linux)" ON)
+# Lazy loading of libcurl, libarchive and libpng on first use (core/src/cli/lazy_libs.h): a
+# plain C table in lazy_libs.c resolved with dlopen/dlsym, switched on by RELAY_LAZY_LIBS.
+# Included by core/CMakeLists.txt after relay_core is defined. Linux only; elsewhere, or with
+# -DRELAY_LAZY_LIBS=OFF, the three libraries are linked the ordinary way.
+option(RELAY_LAZY_LIBS "Load libcurl, libarchive and libpng on first use (Linux)" ON)
 
 # The SONAME of the first shared library in `libs` (full paths from pkg-config).
 function(relay_lazy_soname out libs)
@@ -18,8 +18,7 @@ function(relay_lazy_soname out libs)
   set(${out} "" PARENT_SCOPE)
 endfunction()
 
-if(RELAY_LAZY_LIBS AND CMAKE_SYSTEM_NAME STREQUAL "Linux"
-   AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64)$" AND CMAKE_OBJDUMP)
+if(RELAY_LAZY_LIBS AND CMAKE_SYSTEM_NAME STREQUAL "Linux" AND CMAKE_OBJDUMP)
   relay_lazy_soname(RELAY_SONAME_CURL "${CURL_LINK_LIBRARIES}")
   relay_lazy_soname(RELAY_SONAME_ARCHIVE "${ARCHIVE_LINK_LIBRARIES}")
   relay_lazy_soname(RELAY_SONAME_PNG "${PNG_LINK_LIBRARIES}")

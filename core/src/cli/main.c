@@ -19,6 +19,7 @@
 #include "cli/lazy_libs.h"
 #include "contract/contract.h"
 #include "session/manager.h"
+#include "tools/dispatch.h"
 #include "mcp/render.h"
 #include "mcp/server.h"
 #include "profile/backends.h"
@@ -32,6 +33,7 @@ static const char usage_text[] =
     "usage: mcp-relay                     serve MCP on standard input and output\n"
     "       mcp-relay doctor              check plugins, settings and the backend; acquires nothing\n"
     "       mcp-relay review DIR [--html] verify an evidence package and print its steps and verdicts\n"
+    "       mcp-relay plugin-test --kind KIND PLUGIN.so  check a plugin against the ABI's rules\n"
     "       mcp-relay --instructions      print the server instructions\n"
     "       mcp-relay --schema            print the fourteen tool definitions (JSON)\n"
     "       mcp-relay --version           print the version\n"
@@ -60,11 +62,33 @@ typedef struct serve_state {
 	relay_backends backends;
 } serve_state;
 
-static manager *start_manager(void *arg, char *errbuf, size_t errlen)
+/* The session answers the server's tools/call (mcp/server.h). */
+static void session_dispatch(void *backend, relay_tool tool, json_object *args, relay_call *call)
+{
+	manager_dispatch(backend, tool, args, call);
+}
+
+static int session_end(void *backend, const char *reason)
+{
+	return manager_end_session(backend, reason);
+}
+
+static void session_hurry_end(void *backend)
+{
+	manager_hurry_end(backend);
+}
+
+static const mcp_handler session_handler = {
+    .dispatch = session_dispatch,
+    .end_session = session_end,
+    .hurry_end = session_hurry_end,
+};
+
+static void *start_manager(void *arg, char *errbuf, size_t errlen)
 {
 	serve_state *st = arg;
 	backends_select(&st->backends, &st->settings);
-	manager *m = manager_create(&st->settings, &st->backends, errbuf, errlen);
+	manager *m = manager_create(&st->settings, &st->backends, tools_session_hooks(), errbuf, errlen);
 	/* The identity, and so the session folder, may have changed (a fresh
 	 * one when another live process holds the project's). */
 	char *results_dir = m ? fs_path_join(st->settings.session_dir, "results") : NULL;
@@ -88,8 +112,9 @@ static int serve(void)
 		log_error("%s; fix: %s", errbuf, settings_problem_fix(errbuf));
 		mcp_server_config broken = {.in_fd = STDIN_FILENO,
 		                            .out_fd = STDOUT_FILENO,
-		                            .mgr = NULL,
-		                            .start_manager = NULL,
+		                            .handler = NULL,
+		                            .backend = NULL,
+		                            .start_backend = NULL,
 		                            .start_arg = NULL,
 		                            .settings_problem = problem};
 		int status = mcp_serve(&broken);
@@ -104,8 +129,9 @@ static int serve(void)
 	 * first answers are written, so it never delays initialize (mcp.md §1). */
 	mcp_server_config config = {.in_fd = STDIN_FILENO,
 	                            .out_fd = STDOUT_FILENO,
-	                            .mgr = NULL,
-	                            .start_manager = start_manager,
+	                            .handler = &session_handler,
+	                            .backend = NULL,
+	                            .start_backend = start_manager,
 	                            .start_arg = &st};
 	int status = mcp_serve(&config);
 	/* Plugins may still run threads (reapers); the process exits here
@@ -150,6 +176,8 @@ int main(int argc, char **argv)
 	}
 	if (argc >= 2 && strcmp(argv[1], "review") == 0)
 		return review_main(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "plugin-test") == 0)
+		return plugin_test_main(argc - 1, argv + 1);
 	if (argc == 1) {
 		/* No http_global_init() here: libcurl is initialised when it is
 		 * first needed (cli/lazy_libs.h, or on the first request of an

@@ -7,9 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/tools.h"
-#include "session/events.h"
 #include "profile/environment.h"
+#include "session/events.h"
 #include "util/jsonx.h"
 #include "util/timefmt.h"
 
@@ -383,8 +382,8 @@ void console_mark_unknown(manager *m, guest *g)
 	manager_unlock(m);
 }
 
-tool_result *console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
-                                   console_guest_facts *facts_out)
+int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
+                          console_guest_facts *facts_out, relay_outcome *o)
 {
 	*obs_out = NULL;
 	manager_wait_startup(m);
@@ -393,20 +392,18 @@ tool_result *console_resolve_guest(manager *m, guest *g, relay_call *call, json_
 	read_facts(m, g, facts_out);
 	manager_unlock(m);
 	console_guest_facts *f = facts_out;
-	tool_result *refusal = NULL;
 	if (!vnc || f->lease_text == NULL || f->lease_id == NULL || f->console_id == NULL) {
-		refusal = guest_error(
-		    m, g, NULL, "console-unavailable",
+		outcome_fail(
+		    o, "console-unavailable",
 		    "this guest was acquired without a console; console sharing is never added to an "
 		    "existing lease");
 		goto fail;
 	}
 	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
 	if (console == NULL) {
-		refusal = guest_error(m, g, NULL, "console-unavailable", "no console plugin is loaded (%s)",
-		                      m->backends->load_errors[SLOT_CONSOLE]
-		                          ? m->backends->load_errors[SLOT_CONSOLE]
-		                          : "the console slot is empty");
+		outcome_fail(o, "console-unavailable", "no console plugin is loaded (%s)",
+		             m->backends->load_errors[SLOT_CONSOLE] ? m->backends->load_errors[SLOT_CONSOLE]
+		                                                    : "the console slot is empty");
 		goto fail;
 	}
 	char *text = NULL;
@@ -418,17 +415,15 @@ tool_result *console_resolve_guest(manager *m, guest *g, relay_call *call, json_
 	free(text);
 	if (st != RELAY_OK) {
 		console_mark_unknown(m, g);
-		refusal = guest_error(
-		    m, g, NULL, st == RELAY_E_UNSUPPORTED ? "console-unavailable" : "backend-unavailable",
-		    "%s", err.message[0] ? err.message : relay_status_str(st));
+		outcome_fail(o, st == RELAY_E_UNSUPPORTED ? "console-unavailable" : "backend-unavailable",
+		             "%s", err.message[0] ? err.message : relay_status_str(st));
 		goto fail;
 	}
 	json_object *obs = console_observation(report);
 	json_object_put(report);
 	if (obs == NULL) {
 		console_mark_unknown(m, g);
-		refusal = guest_error(m, g, NULL, "backend-unavailable",
-		                      "unsupported or malformed console report schema");
+		outcome_fail(o, "backend-unavailable", "unsupported or malformed console report schema");
 		goto fail;
 	}
 	char why[512];
@@ -438,7 +433,7 @@ tool_result *console_resolve_guest(manager *m, guest *g, relay_call *call, json_
 	                             sizeof why)) {
 		json_object_put(obs);
 		console_mark_unknown(m, g);
-		refusal = guest_error(m, g, NULL, "console-identity-mismatch", "%s", why);
+		outcome_fail(o, "console-identity-mismatch", "%s", why);
 		goto fail;
 	}
 	/* Step 5: store it; the current attempt follows the backend when the
@@ -457,29 +452,42 @@ tool_result *console_resolve_guest(manager *m, guest *g, relay_call *call, json_
 	guest_save(g);
 	manager_unlock(m);
 	*obs_out = obs;
-	return NULL;
+	return 0;
 fail:
 	console_guest_facts_free(f);
-	return refusal;
+	return -1;
 }
 
-tool_result *console_named_check(manager *m, guest *g, const json_object *obs, const char *console_id)
+/* The console the call names must be the one `obs` names. */
+static int console_named_check(const json_object *obs, const char *console_id, relay_outcome *o)
 {
 	const char *resolved_console = jsonx_get_str(obs, "console_id");
 	if (resolved_console != NULL && strcmp(resolved_console, console_id) == 0)
-		return NULL;
-	return guest_error(m, g, NULL, "console-identity-mismatch",
-	                   "Console instance identity mismatch: the call names console %s, the guest's "
-	                   "console is %s",
-	                   console_id, resolved_console ? resolved_console : "unknown");
+		return 0;
+	return outcome_fail(o, "console-identity-mismatch",
+	                    "Console instance identity mismatch: the call names console %s, the guest's "
+	                    "console is %s",
+	                    console_id, resolved_console ? resolved_console : "unknown");
+}
+
+int console_resolve_named(manager *m, guest *g, relay_call *call, const char *console_id,
+                          json_object **obs_out, console_guest_facts *facts_out, relay_outcome *o)
+{
+	if (console_resolve_guest(m, g, call, obs_out, facts_out, o) != 0)
+		return -1;
+	if (console_named_check(*obs_out, console_id, o) == 0)
+		return 0;
+	json_object_put(*obs_out);
+	*obs_out = NULL;
+	console_guest_facts_free(facts_out);
+	return -1;
 }
 
 json_object *console_attempt_request(manager *m, guest *g, relay_call *call, const console_guest_facts *facts,
                                      console_operation operation, const char *console_id,
-                                     const char *attempt_id, tool_result **error_out)
+                                     const char *attempt_id, relay_outcome *o)
 {
 	bool opening = operation == CONSOLE_OPEN;
-	*error_out = NULL;
 	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
 	char *text = NULL;
 	relay_error err;
@@ -512,20 +520,17 @@ json_object *console_attempt_request(manager *m, guest *g, relay_call *call, con
 		guest_event(m, g, opening ? "console-open-uncertain" : "console-cancel-uncertain", problem,
 		            d);
 		console_mark_unknown(m, g);
-		json_object *s = json_object_new_object();
-		jsonx_add_str(s, "attempt_id", attempt_id);
+		jsonx_add_str(outcome_facts(o), "attempt_id", attempt_id);
 		if (opening)
-			*error_out =
-			    guest_error(m, g, s, "outcome-unknown",
-			                "console open outcome unknown; ownership kept; resolve or cancel "
-			                "attempt %s; opening is never replayed automatically (%s)",
-			                attempt_id, problem);
+			outcome_fail(o, "outcome-unknown",
+			             "console open outcome unknown; ownership kept; resolve or cancel "
+			             "attempt %s; opening is never replayed automatically (%s)",
+			             attempt_id, problem);
 		else
-			*error_out =
-			    guest_error(m, g, s, "outcome-unknown",
-			                "console cancel outcome unknown; ownership kept; resolve attempt %s "
-			                "before another open; the guest was not released (%s)",
-			                attempt_id, problem);
+			outcome_fail(o, "outcome-unknown",
+			             "console cancel outcome unknown; ownership kept; resolve attempt %s "
+			             "before another open; the guest was not released (%s)",
+			             attempt_id, problem);
 		json_object_put(obs);
 		return NULL;
 	}
@@ -596,4 +601,62 @@ json_object *console_status_result(const char *guest_name, const json_object *ob
 	jsonx_add_bool(r, "screenshotEvidence", false);
 	jsonx_add_bool(r, "leaseReleased", false);
 	return r;
+}
+
+int console_acquisition_capabilities(manager *m, relay_call *call, relay_outcome *o)
+{
+	manager_wait_startup(m);
+	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
+	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	/* Step 1: a selected environment's identity is checked first. */
+	if (m->settings->environment != NULL) {
+		if (machine == NULL)
+			return outcome_fail(
+			    o, "backend-unavailable", "the machine backend is not available: %s",
+			    m->backends->load_errors[SLOT_MACHINE] ? m->backends->load_errors[SLOT_MACHINE]
+			                                           : "no machine plugin is loaded");
+		if (machine->machine.health) {
+			char *health = NULL;
+			relay_status st = machine->machine.health(machine->state, call, 0, &health, &err);
+			free(health);
+			if (st != RELAY_OK)
+				return outcome_fail(o, "backend-unavailable", "%s",
+				                    err.message[0] ? err.message : relay_status_str(st));
+		}
+	}
+	/* Step 3: no console plugin configured. */
+	if (console == NULL) {
+		outcome_free(o);
+		o->facts = console_capabilities_unconfigured();
+		return 0;
+	}
+	/* Step 2: the console plugin reads the backend's options. */
+	char *text = NULL;
+	memset(&err, 0, sizeof err);
+	relay_status st =
+	    console->console.capabilities(console->state, &m->backends->machine_link, call, 0, &text, &err);
+	if (st != RELAY_OK) {
+		free(text);
+		if (st == RELAY_E_UNSUPPORTED)
+			return outcome_fail(
+			    o, "console-unavailable",
+			    "backend lacks acquisition capabilities; upgrade the machine service for VNC");
+		if (st == RELAY_E_PROTOCOL)
+			return outcome_fail(o, "backend-unavailable",
+			                    "unsupported or malformed acquisition-capabilities schema");
+		return outcome_fail(o, "backend-unavailable", "%s",
+		                    err.message[0] ? err.message : relay_status_str(st));
+	}
+	json_object *raw = text ? jsonx_parse_str(text, NULL, 0) : NULL;
+	free(text);
+	json_object *caps = console_capabilities_normalise(raw);
+	json_object_put(raw);
+	if (caps == NULL)
+		return outcome_fail(o, "backend-unavailable",
+		                    "unsupported or malformed acquisition-capabilities schema");
+	outcome_free(o);
+	o->facts = caps;
+	return 0;
 }

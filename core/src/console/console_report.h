@@ -8,6 +8,10 @@
  * becomes null); Unix-second times become ISO 8601 whole seconds. Nothing a
  * backend says about pixels, authentication or a person's confirmation is
  * ever upgraded by the relay.
+ *
+ * The console room writes these fields of struct guest (session/guest.h):
+ * console, console_attempt and console_attempt_ids. Failures are
+ * relay_outcome (util/outcome.h); the console tools build the results.
  */
 #ifndef RELAY_CONSOLE_CONSOLE_REPORT_H
 #define RELAY_CONSOLE_CONSOLE_REPORT_H
@@ -25,6 +29,12 @@
 json_object *console_capabilities_normalise(const json_object *raw);
 /* Step 3: both OSes unavailable with status "unconfigured". */
 json_object *console_capabilities_unconfigured(void);
+/* relay_acquisition_capabilities (tools.md §3.3 steps 1-3): with a
+ * selected environment the machine backend's identity first, then the
+ * console plugin's report normalised (or "unconfigured" without one). 0
+ * with the capabilities in o->facts; -1 with backend-unavailable or
+ * console-unavailable. Waits for the backends. */
+int console_acquisition_capabilities(manager *m, relay_call *call, relay_outcome *o);
 
 /* machine-service.md §9.4: the allow-listed observation of a console
  * report, a new reference; NULL when schemaVersion is not 1. */
@@ -58,11 +68,13 @@ void console_guest_facts_free(console_guest_facts *facts);
 
 /* tools.md §3.11 steps 1-5 for guest `g`: the console-unavailable check,
  * the console plugin's resolve, the schema and identity checks, and the
- * stored observation (its status becomes "unknown" on any failure). NULL
- * on success with *obs_out (a new reference) and *facts_out filled; else
- * the error result (facts freed). Call without the lock, on g's queue. */
-tool_result *console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
-                                   console_guest_facts *facts_out);
+ * stored observation (its status becomes "unknown" on any failure). 0 on
+ * success with *obs_out (a new reference) and *facts_out filled; else -1
+ * with the failure in `o` (console-unavailable, backend-unavailable,
+ * console-identity-mismatch; facts freed). Call without the lock, on g's
+ * queue. */
+int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
+                          console_guest_facts *facts_out, relay_outcome *o);
 
 /* Marks the stored observation's status "unknown" (a failed console call). */
 void console_mark_unknown(manager *m, guest *g);
@@ -72,10 +84,12 @@ void console_mark_unknown(manager *m, guest *g);
  * replaces the observation's attempt when not NULL (taken). A new object. */
 json_object *console_status_result(const char *guest_name, const json_object *obs, json_object *attempt);
 
-/* The console the call names must be the one the resolved observation
- * `obs` names (tools.md §3.12 step 2, §3.13): NULL when it is, else the
- * console-identity-mismatch error. */
-tool_result *console_named_check(manager *m, guest *g, const json_object *obs, const char *console_id);
+/* console_resolve_guest, then the check that the console the call names
+ * is the one the resolved observation names (tools.md §3.12 step 2,
+ * §3.13; console-identity-mismatch otherwise): 0 with *obs_out and
+ * *facts_out filled, or -1 with the failure in `o` (and nothing to free). */
+int console_resolve_named(manager *m, guest *g, relay_call *call, const char *console_id,
+                          json_object **obs_out, console_guest_facts *facts_out, relay_outcome *o);
 
 typedef enum console_operation { CONSOLE_OPEN, CONSOLE_CANCEL } console_operation;
 
@@ -86,11 +100,11 @@ typedef enum console_operation { CONSOLE_OPEN, CONSOLE_CANCEL } console_operatio
  * new status, records console-open / console-cancel, and returns the
  * observation (a new reference). Otherwise records console-open-uncertain /
  * console-cancel-uncertain, marks the console unknown, and returns NULL
- * with *error_out the outcome-unknown error. Call without the lock, on g's
- * queue. */
+ * with outcome-unknown in `o` (facts: {attempt_id}). Call without the
+ * lock, on g's queue. */
 json_object *console_attempt_request(manager *m, guest *g, relay_call *call, const console_guest_facts *facts,
                                      console_operation operation, const char *console_id,
-                                     const char *attempt_id, tool_result **error_out);
+                                     const char *attempt_id, relay_outcome *o);
 
 /* The relay-side view of an attempt whose backend state is unknown. */
 json_object *console_uncertain_attempt(const char *attempt_id);

@@ -24,16 +24,15 @@
 #define RELAY_DELIVERY_DOWNLOADS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#include "session/manager_internal.h"
 #include "delivery/step_downloads.h"
+#include "session/manager_internal.h"
 
 #define DOWNLOADS_QUEUE_BOUND 64
-#define DOWNLOADS_ATTEMPTS    3
-#define DOWNLOADS_DEADLINE_MS 90000
-#define DOWNLOADS_RETRY_1_MS  1000
-#define DOWNLOADS_RETRY_2_MS  3000
+#define DOWNLOADS_DEADLINE_MS 90000 /* one job, its attempts included */
+/* The attempts of one job and the waits between them: download_job.h. */
 
 typedef struct downloads_queue downloads_queue; /* guest->dl */
 
@@ -76,10 +75,19 @@ void downloads_shutdown(manager *m, guest *g);
  * many were queued. */
 int downloads_resume(manager *m, guest *g);
 
-/* The hooks recording_detach() and recording_reattach() of lifecycle.h are
- * implemented in downloads.c: detach is downloads_shutdown(); reattach
- * queues again the steps whose records still say `queued` (downloads_resume)
- * and always succeeds. */
+/* The recording hooks the lease room calls (lease/lifecycle.h describes
+ * them; their bodies are here, below lease/, so lease includes this header
+ * and delivery never includes lease/):
+ *
+ * recording_detach(): the end of the session in pause mode: the step
+ * download in flight is aborted and writes nothing more; queued steps keep
+ * their `queued` records for the next process (downloads_shutdown).
+ *
+ * recording_reattach(): at restart, for a staged guest not delivered: the
+ * steps whose records still say `queued` are queued again
+ * (downloads_resume). Nothing is replayed. Always 0 (errbuf untouched). */
+void recording_detach(manager *m, guest *g);
+int recording_reattach(manager *m, guest *g, char *errbuf, size_t errlen);
 
 /* For relay_image (images.md §7 step 4). */
 typedef enum downloads_wait_result {

@@ -12,11 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "delivery/evidence_pull.h"
 #include "evidence/fswalk.h"
 #include "evidence/package.h"
+#include "call/call.h"
 #include "session/events.h"
-#include "delivery/evidence_pull.h"
-#include "mcp/call.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -287,12 +287,71 @@ cleanup:
 	return st;
 }
 
+/* Step 5 of a pull: the host files under `dest` equal the guest's
+ * inventory `facts` (a single file `leaf`, or a tree when leaf is NULL),
+ * and a second scan of the guest equals the first. *rel_facts_out receives
+ * the facts relative to the destination. */
+static extraction_failure verify_pull(guest_io *io, const char *name, const char *path, const char *workspace,
+                                      const char *rel, json_object *facts, const char *leaf, const char *dest,
+                                      uint64_t total, json_object **rel_facts_out, relay_error *err)
+{
+	extraction_failure failure = EXTRACTION_OK;
+	json_object *again = NULL, *host = NULL, *rel_facts = NULL;
+	relay_status st = host_facts(dest, &host, err);
+	if (st != RELAY_OK) {
+		failure = failure_of(st);
+		goto cleanup;
+	}
+	if (leaf) {
+		rel_facts = json_object_new_array();
+		json_object *f = json_object_new_object();
+		json_object *g0 = json_object_array_get_idx(facts, 0);
+		jsonx_add_str(f, "path", leaf);
+		jsonx_add_str(f, "sha256", jsonx_get_str(g0, "sha256"));
+		json_object *b = NULL;
+		json_object_object_get_ex(g0, "bytes", &b);
+		jsonx_add(f, "bytes", json_object_get(b));
+		json_object_array_add(rel_facts, f);
+	} else {
+		rel_facts = json_object_get(facts);
+	}
+	if (!epull_facts_equal(host, rel_facts)) {
+		failure = EXTRACTION_INTEGRITY;
+		relay_error_set(
+		    err, RELAY_E_INTEGRITY, 0,
+		    "extraction inventory mismatch: the files brought home for %s differ from the "
+		    "guest's inventory",
+		    name);
+		goto cleanup;
+	}
+	st = gio_scan(io, workspace, rel, false, total, &again, err);
+	if (st != RELAY_OK) {
+		failure = st == RELAY_E_CANCELLED ? EXTRACTION_CANCELLED : EXTRACTION_INTEGRITY;
+		if (failure == EXTRACTION_INTEGRITY)
+			relay_error_set(err, RELAY_E_INTEGRITY, 0,
+			                "source changed during extraction: %s (%s)", path, err->message);
+		goto cleanup;
+	}
+	if (!epull_facts_equal(facts, again)) {
+		failure = EXTRACTION_INTEGRITY;
+		relay_error_set(err, RELAY_E_INTEGRITY, 0, "source changed during extraction: %s", path);
+		goto cleanup;
+	}
+	*rel_facts_out = rel_facts;
+	rel_facts = NULL;
+cleanup:
+	json_object_put(again);
+	json_object_put(host);
+	json_object_put(rel_facts);
+	return failure;
+}
+
 extraction_failure extraction_pull(guest_io *io, const char *name, const char *path, bool full_workspace,
                                    const char *operation, json_object **entry_out, relay_error *err)
 {
 	*entry_out = NULL;
 	extraction_failure failure = EXTRACTION_OK;
-	json_object *facts = NULL, *again = NULL, *host = NULL, *rel_facts = NULL;
+	json_object *facts = NULL, *rel_facts = NULL;
 	strbuf base = STRBUF_INIT, workspace = STRBUF_INIT, dest = STRBUF_INIT, prefix = STRBUF_INIT;
 	bool dest_made = false;
 	char uuid[37];
@@ -393,46 +452,10 @@ extraction_failure extraction_pull(guest_io *io, const char *name, const char *p
 	}
 
 	/* 5. Host equals guest, and the guest did not change. */
-	st = host_facts(strbuf_str(&dest), &host, err);
-	if (st != RELAY_OK) {
-		failure = failure_of(st);
+	failure = verify_pull(io, name, path, strbuf_str(&workspace), rel, facts, single ? leaf : NULL,
+	                      strbuf_str(&dest), total, &rel_facts, err);
+	if (failure != EXTRACTION_OK)
 		goto cleanup;
-	}
-	if (single) {
-		rel_facts = json_object_new_array();
-		json_object *f = json_object_new_object();
-		json_object *g0 = json_object_array_get_idx(facts, 0);
-		jsonx_add_str(f, "path", leaf);
-		jsonx_add_str(f, "sha256", jsonx_get_str(g0, "sha256"));
-		json_object *b = NULL;
-		json_object_object_get_ex(g0, "bytes", &b);
-		jsonx_add(f, "bytes", json_object_get(b));
-		json_object_array_add(rel_facts, f);
-	} else {
-		rel_facts = json_object_get(facts);
-	}
-	if (!epull_facts_equal(host, rel_facts)) {
-		failure = EXTRACTION_INTEGRITY;
-		relay_error_set(
-		    err, RELAY_E_INTEGRITY, 0,
-		    "extraction inventory mismatch: the files brought home for %s differ from the "
-		    "guest's inventory",
-		    name);
-		goto cleanup;
-	}
-	st = gio_scan(io, strbuf_str(&workspace), rel, false, total, &again, err);
-	if (st != RELAY_OK) {
-		failure = st == RELAY_E_CANCELLED ? EXTRACTION_CANCELLED : EXTRACTION_INTEGRITY;
-		if (failure == EXTRACTION_INTEGRITY)
-			relay_error_set(err, RELAY_E_INTEGRITY, 0,
-			                "source changed during extraction: %s (%s)", path, err->message);
-		goto cleanup;
-	}
-	if (!epull_facts_equal(facts, again)) {
-		failure = EXTRACTION_INTEGRITY;
-		relay_error_set(err, RELAY_E_INTEGRITY, 0, "source changed during extraction: %s", path);
-		goto cleanup;
-	}
 
 	/* 6. The record. */
 	json_object *entry = json_object_new_object();
@@ -461,8 +484,6 @@ cleanup:
 	if (failure == EXTRACTION_CANCELLED && err->message[0] == '\0')
 		relay_error_set(err, RELAY_E_CANCELLED, 0, "the extraction of %s was cancelled", name);
 	json_object_put(facts);
-	json_object_put(again);
-	json_object_put(host);
 	json_object_put(rel_facts);
 	strbuf_free(&base);
 	strbuf_free(&workspace);
@@ -546,4 +567,77 @@ extraction_failure extraction_pull_all(guest_io *io, bool strict_other, const ch
 	*done_out = done;
 	*incomplete_out = incomplete;
 	return result;
+}
+
+json_object *extraction_declaration(const json_object *decl, const char *name)
+{
+	size_t n = decl ? json_object_array_length((json_object *)decl) : 0;
+	for (size_t i = 0; name && i < n; i++) {
+		json_object *d = json_object_array_get_idx((json_object *)decl, i);
+		const char *dn = jsonx_get_str(d, "name");
+		if (dn && strcmp(dn, name) == 0)
+			return d;
+	}
+	return NULL;
+}
+
+/* A failed pull of relay_extract: lastError, the operation-failed event,
+ * and the outcome (facts already hold what was pulled). Returns -1. */
+static int extract_failed(manager *m, guest *g, const char *name, const char *path, extraction_failure f,
+                          const relay_error *err, relay_outcome *o)
+{
+	guest_set_last_error(m, g, "relay_extract of %s failed: %s", name, err->message);
+	json_object *details = json_object_new_object();
+	jsonx_add_str(details, "operation", "relay_extract");
+	jsonx_add_str(details, "name", name);
+	jsonx_add_str(details, "error", err->message);
+	guest_event(m, g, "operation-failed", "relay_extract failed; the guest is kept", details);
+	if (f == EXTRACTION_MISSING)
+		return outcome_fail(o, "output-missing",
+		                    "no file or directory at %s for output %s in guest %s; nothing "
+		                    "was pulled for it",
+		                    path, name, g->name);
+	return outcome_fail(o, extraction_failure_code(f), "extraction of %s failed: %s; the guest is kept",
+	                    name, err->message);
+}
+
+int extraction_pull_named(manager *m, guest *g, const json_object *names, const json_object *decl,
+                          relay_call *call, relay_outcome *o)
+{
+	json_object *facts = outcome_facts(o);
+	json_object *pulled = json_object_new_array();
+	if (facts == NULL || pulled == NULL) {
+		json_object_put(pulled);
+		return outcome_fail(o, "internal", "out of memory extracting from guest %s", g->name);
+	}
+	jsonx_add_str(facts, "guest", g->name);
+	jsonx_add(facts, "extractions", pulled); /* borrowed below, owned by the facts */
+	guest_io io;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	if (gio_begin(&io, m, g, call, &err) != RELAY_OK) {
+		json_object_object_del(facts, "guest");
+		json_object_object_del(facts, "extractions");
+		return outcome_fail(o, "transfer-failed", "cannot reach guest %s: %s", g->name, err.message);
+	}
+	io.receiver_ready = true;
+	size_t n = names ? json_object_array_length((json_object *)names) : 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *name = json_object_get_string(json_object_array_get_idx((json_object *)names, i));
+		const char *path = jsonx_get_str(extraction_declaration(decl, name), "path");
+		relay_call_progress(call, (double)i, (double)n, name, true);
+		json_object *entry = NULL;
+		memset(&err, 0, sizeof err);
+		extraction_failure f = extraction_pull(&io, name, path, false, "extract", &entry, &err);
+		if (f != EXTRACTION_OK) {
+			gio_write_transfers(&io, "extract");
+			gio_end(&io);
+			return extract_failed(m, g, name, path, f, &err, o);
+		}
+		json_object_array_add(pulled, entry);
+	}
+	relay_call_progress(call, (double)n, (double)n, "done", true);
+	gio_write_transfers(&io, "extract");
+	gio_end(&io);
+	return 0;
 }

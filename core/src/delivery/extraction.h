@@ -32,6 +32,7 @@
 #include <stdbool.h>
 
 #include "guestio/guest_io.h"
+#include "util/outcome.h"
 
 /* How a failed pull is classified for the tool answer. */
 typedef enum extraction_failure {
@@ -59,6 +60,21 @@ extraction_failure extraction_pull(guest_io *io, const char *name, const char *p
 /* The declared outputs of the guest ([{name, path}], a new reference) and
  * whether the full workspace is declared. */
 json_object *extraction_declarations(manager *m, guest *g, bool *full_workspace_out);
+
+/* The declaration named `name` in `decl` (as extraction_declarations()
+ * returns it), borrowed, or NULL. */
+json_object *extraction_declaration(const json_object *decl, const char *name);
+
+/* relay_extract (tools.md §3.8): pulls the declared outputs `names` (an
+ * array of names, each declared in `decl`: the handler refused the others)
+ * in the order given through one transport session, with progress on
+ * `call`. 0 with the outcome's facts {guest, extractions: [entry, ...]};
+ * -1 with the code ("output-missing", "transfer-failed", ...), the sentence
+ * and the facts {guest, extractions} of the outputs pulled before the
+ * failure (they stay on disk); a failed pull also sets lastError and
+ * records an operation-failed event. The guest is kept in every case. */
+int extraction_pull_named(manager *m, guest *g, const json_object *names, const json_object *decl,
+                          relay_call *call, relay_outcome *o);
 
 /* Pulls every declaration for finish (`strict_other` true) or release
  * (false), in declaration order, then the full workspace when declared:

@@ -11,14 +11,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "evidence/download.h"
-#include "evidence/fswalk.h"
 #include "delivery/downloads.h"
-#include "session/events.h"
 #include "delivery/evidence_pull.h"
 #include "delivery/extraction.h"
-#include "lease/lifecycle.h"
-#include "mcp/call.h"
+#include "evidence/download.h"
+#include "evidence/fswalk.h"
+#include "call/call.h"
+#include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"

@@ -73,10 +73,10 @@ relay_status packaging_deliver(manager *m, guest *g, evidence_delivery_result *r
  * a `delivery-failed` event. */
 void packaging_record_delivery_error(manager *m, guest *g, const char *error_text);
 
-/* relay_release step 3 (declared in lifecycle.h, called through a weak
- * reference by the release path): for a staged guest not delivered, closes
- * the download queue (coalescedBy "release"), pulls every declared output
- * it can (each failure recorded as extraction-incomplete or
+/* relay_release step 3 (the release path, lease/release.c, calls it): for
+ * a staged guest not delivered, closes the download queue (coalescedBy
+ * "release"), pulls every declared output it can (each failure recorded
+ * as extraction-incomplete or
  * workspace-incomplete), pulls and merges the state and delivers the
  * package. A packaging failure (the precheck included) is written to
  * <evidence>.delivery-error.json and returned in deliveryError; it never

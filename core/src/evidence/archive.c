@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "evidence/fswalk.h"
+#include "relay_support/ustar.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -39,277 +40,6 @@ bool evidence_archive_path_ok(const char *path)
 		if (c < 0x20 || c == 0x7f || c == '\\')
 			return false;
 	}
-}
-
-/* ---- writing ------------------------------------------------------------- */
-
-typedef struct write_item {
-	const char *path; /* borrowed from rel_paths */
-	uint64_t bytes;
-	char sha256[SHA256_HEX_LEN + 1];
-	time_t mtime;
-	dev_t dev;
-	ino_t ino;
-} write_item;
-
-static relay_status hash_member(int base_fd, write_item *item, bool present, bool *missing, relay_error *err)
-{
-	*missing = false;
-	int fd = fw_open_file_read_at(base_fd, item->path, err);
-	if (fd < 0) {
-		if (err != NULL && err->code == RELAY_E_NOT_FOUND && present) {
-			*missing = true;
-			return RELAY_OK;
-		}
-		return err ? err->code : RELAY_E_IO;
-	}
-	struct stat st;
-	relay_status status = RELAY_OK;
-	if (fstat(fd, &st) != 0) {
-		status = relay_error_set(err, RELAY_E_IO, errno, "cannot stat %s", item->path);
-		goto cleanup;
-	}
-	status = sha256_fd_hex(fd, item->sha256, &item->bytes, err);
-	if (status != RELAY_OK)
-		goto cleanup;
-	if (item->bytes != (uint64_t)st.st_size) {
-		status = relay_error_set(err, RELAY_E_INTEGRITY, 0, "source changed while hashing: %s",
-		                         item->path);
-		goto cleanup;
-	}
-	item->mtime = st.st_mtim.tv_sec;
-	item->dev = st.st_dev;
-	item->ino = st.st_ino;
-cleanup:
-	close(fd);
-	return status;
-}
-
-static relay_status archive_failure(struct archive *a, relay_error *err, const char *what)
-{
-	const char *msg = archive_error_string(a);
-	int e = archive_errno(a);
-	return relay_error_set(err, e == ENOSPC ? RELAY_E_NO_SPACE : RELAY_E_IO, e > 0 ? e : 0,
-	                       "cannot write evidence archive (%s): %s", what,
-	                       msg ? msg : "unknown libarchive error");
-}
-
-static relay_status write_header(struct archive *a, const char *name, uint64_t bytes, time_t mtime,
-                                 relay_error *err)
-{
-	struct archive_entry *entry = archive_entry_new();
-	if (entry == NULL)
-		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	/* Names are UTF-8 in the package; tell libarchive so it never adds a
-	 * hdrcharset record to the pax header. */
-	archive_entry_update_pathname_utf8(entry, name);
-	archive_entry_set_filetype(entry, AE_IFREG);
-	archive_entry_set_perm(entry, 0600);
-	archive_entry_set_uid(entry, 0);
-	archive_entry_set_gid(entry, 0);
-	archive_entry_set_size(entry, (la_int64_t)bytes);
-	archive_entry_set_mtime(entry, mtime, 0);
-	relay_status status = RELAY_OK;
-	if (archive_write_header(a, entry) != ARCHIVE_OK)
-		status = archive_failure(a, err, name);
-	archive_entry_free(entry);
-	return status;
-}
-
-static relay_status write_member_data(struct archive *a, int base_fd, const write_item *item,
-                                      unsigned char *buf, relay_error *err)
-{
-	int fd = fw_open_file_read_at(base_fd, item->path, err);
-	if (fd < 0)
-		return err ? err->code : RELAY_E_IO;
-	relay_status status = RELAY_OK;
-	sha256_ctx *ctx = sha256_new();
-	struct stat st;
-	if (ctx == NULL) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	if (fstat(fd, &st) != 0 || st.st_dev != item->dev || st.st_ino != item->ino ||
-	    (uint64_t)st.st_size != item->bytes) {
-		status = relay_error_set(err, RELAY_E_INTEGRITY, 0, "source changed while archiving: %s",
-		                         item->path);
-		goto cleanup;
-	}
-	uint64_t total = 0;
-	for (;;) {
-		ssize_t n = read(fd, buf, COPY_CHUNK);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			status = relay_error_set(err, RELAY_E_IO, errno, "cannot read %s: %s", item->path,
-			                         strerror(errno));
-			goto cleanup;
-		}
-		if (n == 0)
-			break;
-		total += (uint64_t)n;
-		if (total > item->bytes) {
-			status = relay_error_set(err, RELAY_E_INTEGRITY, 0,
-			                         "source changed while archiving: %s", item->path);
-			goto cleanup;
-		}
-		sha256_update(ctx, buf, (size_t)n);
-		if (archive_write_data(a, buf, (size_t)n) != n) {
-			status = archive_failure(a, err, item->path);
-			goto cleanup;
-		}
-	}
-	char hex[SHA256_HEX_LEN + 1];
-	sha256_final(ctx, hex);
-	ctx = NULL;
-	if (total != item->bytes || strcmp(hex, item->sha256) != 0)
-		status = relay_error_set(err, RELAY_E_INTEGRITY, 0, "source changed while archiving: %s",
-		                         item->path);
-cleanup:
-	sha256_abort(ctx);
-	close(fd);
-	return status;
-}
-
-relay_status evidence_archive_write(const char *archive_path, const char *base_dir,
-                                    const char *const *rel_paths, unsigned flags, char **index_json_out,
-                                    relay_error *err)
-{
-	relay_status status = RELAY_OK;
-	int base_fd = -1, out_fd = -1;
-	bool created = false;
-	size_t count = 0, kept = 0;
-	write_item *items = NULL;
-	json_object *index = NULL;
-	char *index_text = NULL;
-	struct archive *a = NULL;
-	unsigned char *buf = NULL;
-
-	if (index_json_out)
-		*index_json_out = NULL;
-	if (archive_path == NULL || base_dir == NULL || rel_paths == NULL)
-		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                       "archive_write needs an archive path, a base folder and a path list");
-	if (flags & ~RELAY_ARCHIVE_PRESENT)
-		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "archive_write: unknown flags 0x%x",
-		                       flags & ~RELAY_ARCHIVE_PRESENT);
-	while (rel_paths[count] != NULL)
-		count++;
-	for (size_t i = 0; i < count; i++) {
-		if (!evidence_archive_path_ok(rel_paths[i]) ||
-		    strcmp(rel_paths[i], EVIDENCE_ARCHIVE_INDEX_NAME) == 0)
-			return relay_error_set(err, RELAY_E_UNSAFE_PATH, 0,
-			                       "archive_write: path not allowed in an evidence archive: %s",
-			                       rel_paths[i]);
-		for (size_t j = 0; j < i; j++)
-			if (strcmp(rel_paths[i], rel_paths[j]) == 0)
-				return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-				                       "archive_write: %s is listed twice", rel_paths[i]);
-	}
-
-	base_fd = open(base_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (base_fd < 0) {
-		status = relay_error_set(err, errno == ENOENT ? RELAY_E_NOT_FOUND : RELAY_E_IO, errno,
-		                         "cannot open base folder %s: %s", base_dir, strerror(errno));
-		goto cleanup;
-	}
-	items = calloc(count ? count : 1, sizeof *items);
-	index = json_object_new_array();
-	buf = malloc(COPY_CHUNK);
-	if (items == NULL || index == NULL || buf == NULL) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	for (size_t i = 0; i < count; i++) {
-		write_item *item = &items[kept];
-		item->path = rel_paths[i];
-		bool missing = false;
-		status = hash_member(base_fd, item, (flags & RELAY_ARCHIVE_PRESENT) != 0, &missing, err);
-		if (status != RELAY_OK)
-			goto cleanup;
-		if (missing)
-			continue;
-		json_object *fact = json_object_new_object();
-		if (fact == NULL || json_object_array_add(index, fact) != 0 ||
-		    !jsonx_add_str(fact, "path", item->path) ||
-		    !jsonx_add_int(fact, "bytes", (int64_t)item->bytes) ||
-		    !jsonx_add_str(fact, "sha256", item->sha256)) {
-			status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-			goto cleanup;
-		}
-		kept++;
-	}
-	index_text = jsonx_to_string(index, 0);
-	if (index_text == NULL) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-
-	out_fd = open(archive_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (out_fd < 0) {
-		status = relay_error_set(err, RELAY_E_IO, errno, "cannot create archive %s: %s", archive_path,
-		                         strerror(errno));
-		goto cleanup;
-	}
-	created = true;
-	a = archive_write_new();
-	if (a == NULL) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	/* pax_restricted: ustar headers, plus a pax 'x' header only for what
-	 * ustar cannot hold (here: long names). 512-byte blocks and no padding of
-	 * the last block, so the archive ends right after the two zero blocks. */
-	if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
-	    archive_write_add_filter_none(a) != ARCHIVE_OK ||
-	    archive_write_set_bytes_per_block(a, 10240) != ARCHIVE_OK ||
-	    archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
-	    archive_write_open_fd(a, out_fd) != ARCHIVE_OK) {
-		status = archive_failure(a, err, "setup");
-		goto cleanup;
-	}
-	size_t index_len = strlen(index_text);
-	status = write_header(a, EVIDENCE_ARCHIVE_INDEX_NAME, index_len, time(NULL), err);
-	if (status != RELAY_OK)
-		goto cleanup;
-	if (archive_write_data(a, index_text, index_len) != (la_ssize_t)index_len) {
-		status = archive_failure(a, err, EVIDENCE_ARCHIVE_INDEX_NAME);
-		goto cleanup;
-	}
-	for (size_t i = 0; i < kept; i++) {
-		status = write_header(a, items[i].path, items[i].bytes, items[i].mtime, err);
-		if (status == RELAY_OK)
-			status = write_member_data(a, base_fd, &items[i], buf, err);
-		if (status != RELAY_OK)
-			goto cleanup;
-	}
-	if (archive_write_close(a) != ARCHIVE_OK) {
-		status = archive_failure(a, err, "close");
-		goto cleanup;
-	}
-	if (fsync(out_fd) != 0) {
-		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync archive %s: %s", archive_path,
-		                         strerror(errno));
-		goto cleanup;
-	}
-	if (index_json_out) {
-		*index_json_out = index_text;
-		index_text = NULL;
-	}
-cleanup:
-	if (a != NULL)
-		archive_write_free(a);
-	if (out_fd >= 0)
-		close(out_fd);
-	if (status != RELAY_OK && created)
-		unlink(archive_path);
-	if (base_fd >= 0)
-		close(base_fd);
-	free(index_text);
-	json_object_put(index);
-	free(items);
-	free(buf);
-	return status;
 }
 
 /* ---- reading: the raw header pre-scan --------------------------------------
@@ -339,34 +69,6 @@ static void scan_result_free(scan_result *r)
 	memset(r, 0, sizeof *r);
 }
 
-static bool block_is_zero(const unsigned char *b, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (b[i] != 0)
-			return false;
-	return true;
-}
-
-static bool parse_octal(const unsigned char *field, size_t n, uint64_t *out)
-{
-	uint64_t v = 0;
-	size_t i = 0;
-	while (i < n && field[i] == ' ')
-		i++;
-	bool digits = false;
-	for (; i < n && field[i] >= '0' && field[i] <= '7'; i++) {
-		if (v > (UINT64_MAX >> 3))
-			return false;
-		v = (v << 3) | (uint64_t)(field[i] - '0');
-		digits = true;
-	}
-	for (; i < n; i++)
-		if (field[i] != ' ' && field[i] != '\0')
-			return false;
-	*out = v;
-	return digits;
-}
-
 static relay_status pread_full(int fd, void *buf, size_t len, uint64_t off, relay_error *err)
 {
 	unsigned char *p = buf;
@@ -391,45 +93,22 @@ static relay_status pread_full(int fd, void *buf, size_t len, uint64_t off, rela
 /* Parses pax records "<len> <key>=<value>\n"; only `path` is allowed. */
 static relay_status parse_pax(const char *data, size_t len, char **path_out, relay_error *err)
 {
+	const char *path, *key = NULL;
+	size_t path_len, key_len = 0;
 	*path_out = NULL;
-	size_t pos = 0;
-	while (pos < len) {
-		size_t rec_len = 0, p = pos;
-		while (p < len && data[p] >= '0' && data[p] <= '9') {
-			rec_len = rec_len * 10 + (size_t)(data[p] - '0');
-			if (rec_len > len)
-				break;
-			p++;
-		}
-		if (p == pos || p >= len || data[p] != ' ' || rec_len == 0 || pos + rec_len > len ||
-		    data[pos + rec_len - 1] != '\n')
-			goto bad;
-		const char *key = data + p + 1;
-		const char *end = data + pos + rec_len - 1;
-		const char *eq = memchr(key, '=', (size_t)(end - key));
-		if (eq == NULL)
-			goto bad;
-		if ((size_t)(eq - key) != 4 || memcmp(key, "path", 4) != 0) {
-			free(*path_out);
-			*path_out = NULL;
-			return relay_error_set(
-			    err, RELAY_E_UNSAFE_PATH, 0,
-			    "archive refused: a pax header sets %.*s (only path is allowed)",
-			    (int)((eq - key) > 40 ? 40 : (eq - key)), key);
-		}
-		free(*path_out);
-		*path_out = strndup(eq + 1, (size_t)(end - eq - 1));
-		if (*path_out == NULL)
-			return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		if (strlen(*path_out) != (size_t)(end - eq - 1))
-			goto bad; /* NUL inside */
-		pos += rec_len;
-	}
+	int r = rs_tar_pax_path(data, len, &path, &path_len, &key, &key_len);
+	if (r == RS_TAR_PAX_KEY)
+		return relay_error_set(err, RELAY_E_UNSAFE_PATH, 0,
+		                       "archive refused: a pax header sets %.*s (only path is allowed)",
+		                       (int)(key_len > 40 ? 40 : key_len), key);
+	if (r != RS_TAR_PAX_OK)
+		return relay_error_set(err, RELAY_E_INTEGRITY, 0, "archive refused: malformed pax header");
+	if (path == NULL)
+		return RELAY_OK;
+	*path_out = strndup(path, path_len);
+	if (*path_out == NULL)
+		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	return RELAY_OK;
-bad:
-	free(*path_out);
-	*path_out = NULL;
-	return relay_error_set(err, RELAY_E_INTEGRITY, 0, "archive refused: malformed pax header");
 }
 
 static relay_status scan_structure(int fd, uint64_t file_size, scan_result *out, relay_error *err)
@@ -447,7 +126,7 @@ static relay_status scan_structure(int fd, uint64_t file_size, scan_result *out,
 		status = pread_full(fd, hdr, BLOCK, off, err);
 		if (status != RELAY_OK)
 			goto cleanup;
-		if (block_is_zero(hdr, BLOCK)) {
+		if (rs_tar_zero(hdr, BLOCK)) {
 			if (pending_path != NULL) {
 				status = relay_error_set(err, RELAY_E_INTEGRITY, 0,
 				                         "archive refused: a pax header without its member");
@@ -467,7 +146,7 @@ static relay_status scan_structure(int fd, uint64_t file_size, scan_result *out,
 				status = pread_full(fd, tail, n, p, err);
 				if (status != RELAY_OK)
 					goto cleanup;
-				if (!block_is_zero(tail, n)) {
+				if (!rs_tar_zero(tail, n)) {
 					status = relay_error_set(
 					    err, RELAY_E_INTEGRITY, 0,
 					    "archive refused: trailing data after the end marker");
@@ -478,30 +157,25 @@ static relay_status scan_structure(int fd, uint64_t file_size, scan_result *out,
 			break;
 		}
 		/* Header checksum: the sum of all bytes with the checksum field as spaces. */
-		uint64_t want = 0, sum = 0;
-		if (!parse_octal(hdr + 148, 8, &want)) {
+		uint64_t want = 0;
+		if (rs_tar_octal(hdr + 148, 8, &want) != 0) {
 			status =
 			    relay_error_set(err, RELAY_E_INTEGRITY, 0, "archive refused: damaged header");
 			goto cleanup;
 		}
-		for (size_t i = 0; i < BLOCK; i++)
-			sum += (i >= 148 && i < 156) ? ' ' : hdr[i];
-		if (sum != want) {
+		if (!rs_tar_checksum_ok(hdr)) {
 			status = relay_error_set(err, RELAY_E_INTEGRITY, 0,
 			                         "archive refused: bad header checksum");
 			goto cleanup;
 		}
-		if (memcmp(hdr + 257,
-		           "ustar\0"
-		           "00",
-		           8) != 0) {
+		if (!rs_tar_is_ustar(hdr)) {
 			status =
 			    relay_error_set(err, RELAY_E_UNSAFE_PATH, 0,
 			                    "archive refused: not a POSIX ustar header (GNU or old tar)");
 			goto cleanup;
 		}
 		uint64_t size = 0;
-		if ((hdr[124] & 0x80) || !parse_octal(hdr + 124, 12, &size)) {
+		if (rs_tar_octal(hdr + 124, 12, &size) != 0) {
 			status =
 			    relay_error_set(err, RELAY_E_INTEGRITY, 0, "archive refused: bad size field");
 			goto cleanup;

@@ -10,6 +10,9 @@
  * get a pax extended header carrying only `path`. The archive ends with two
  * zero blocks and no further padding.
  *
+ * Only evidence/archive*.c call libarchive in the core: archive_write.c
+ * writes, archive.c extracts.
+ *
  * evidence_archive_write and evidence_archive_extract have exactly the
  * signatures of relay_host.archive_write / relay_host.archive_extract
  * (relay/host.h), so the host table points at them directly. Strings they
@@ -66,6 +69,43 @@
 relay_status evidence_archive_write(const char *archive_path, const char *base_dir,
                                     const char *const *rel_paths, unsigned flags, char **index_json_out,
                                     relay_error *err);
+
+/* One member of evidence_archive_write_members: its archive name (a strict
+ * relative path, not EVIDENCE_ARCHIVE_INDEX_NAME), its size and SHA-256 as
+ * the index will state them, and its mtime in whole seconds (< 0: now).
+ * Strings borrowed. */
+typedef struct evidence_archive_member {
+	const char *name;
+	uint64_t bytes;
+	const char *sha256;
+	int64_t mtime_s;
+} evidence_archive_member;
+
+/* Opens member `index` for reading from its start: a descriptor the writer
+ * closes, or -1 with err set (RELAY_E_INTEGRITY when the source is no longer
+ * what was hashed). */
+typedef int (*evidence_archive_open_fn)(void *ctx, size_t index, relay_error *err);
+
+/* How evidence_archive_write_members words and finishes its work. */
+typedef struct evidence_archive_write_options {
+	const char *what;           /* the archive in messages: "cannot write <what> (<member>): ..." */
+	const char *changed_reason; /* a member that changed: "<changed_reason>: <name>" */
+	bool sync;                  /* fsync the archive before returning */
+} evidence_archive_write_options;
+
+/* The core's one tar writer. Writes `archive_path` (created O_CREAT|O_EXCL|
+ * O_NOFOLLOW, 0600) in the format above: the index of `members`, then each
+ * member's bytes read from open_fn, hashed while they are copied; more or
+ * fewer bytes than announced or another SHA-256 is RELAY_E_INTEGRITY. opts
+ * NULL: "evidence archive", "source changed while archiving", synced. A
+ * partial archive is removed on failure. *archive_bytes_out (may be NULL):
+ * the archive's size; *index_json_out (may be NULL): the compact index,
+ * owned by the caller (NULL after a failure). */
+relay_status evidence_archive_write_members(const char *archive_path, const evidence_archive_member *members,
+                                            size_t count, evidence_archive_open_fn open_fn, void *open_ctx,
+                                            const evidence_archive_write_options *opts,
+                                            uint64_t *archive_bytes_out, char **index_json_out,
+                                            relay_error *err);
 
 /* relay_host.archive_extract, with the defaults of the host table: snapshot
  * originals (paths under "state/snapshots/") are capped at 64 MiB.

@@ -19,10 +19,10 @@
 #include <stdint.h>
 
 #include "evidence/fswalk.h"
+#include "evidence/merge.h"
 #include "evidence/review.h"
+#include "evidence/verify.h"
 #include "relay/status.h"
-
-#define EVIDENCE_MANIFEST_VERSION 1
 
 /* ---- delivery -------------------------------------------------------------- */
 
@@ -79,33 +79,7 @@ relay_status evidence_package_remove_derived(const char *package_dir, relay_erro
 relay_status evidence_manifest_build(const char *package_dir, const evidence_delivery_options *opts,
                                      json_object **manifest_out, relay_error *err);
 
-/* One file's hash and size. */
-typedef struct evidence_file_hash {
-	const char *path; /* relative to the root; borrowed */
-	uint64_t bytes;
-	char sha256[65];
-	relay_status status; /* RELAY_OK, or why it could not be hashed */
-	char error[256];
-} evidence_file_hash;
-
-/* Hashes `count` files under root_dir with `threads` worker threads (0 = 2),
- * each opened link-safely, read in large blocks with OpenSSL's SHA-256.
- * Per-file failures are reported in items[i].status; the return value is
- * RELAY_OK unless the pool itself failed. */
-relay_status evidence_hash_files(const char *root_dir, evidence_file_hash *items, size_t count,
-                                 unsigned threads, relay_error *err);
-
 /* ---- verification ---------------------------------------------------------- */
-
-/* §11 items 1-7: folders, file kinds, strict paths, the manifest's shape,
- * every listed file's size and SHA-256, nothing unmanifested, attachments and
- * snapshots equal to the files present and agreeing with the journal. Each
- * failure is appended to `errors` as "package verification failed: <file>:
- * <why>". *manifest_out (may be NULL) receives the parsed manifest when it
- * parses. Returns RELAY_OK when the checks ran (read `errors`), another status
- * when they could not (out of memory). */
-relay_status evidence_package_verify_files(const char *package_dir, const char *project_dir,
-                                           fw_strlist *errors, json_object **manifest_out, relay_error *err);
 
 /* Full verification (§11 items 1-8): the file checks plus a derivation
  * without a hard error. RELAY_OK when it passes; RELAY_E_INTEGRITY with the
@@ -113,62 +87,6 @@ relay_status evidence_package_verify_files(const char *package_dir, const char *
  * owned by caller: fw_strlist_free). */
 relay_status evidence_package_verify(const char *package_dir, const char *project_dir, fw_strlist *errors_out,
                                      relay_error *err);
-
-/* True when `rel` obeys §11 item 3: no backslash, control character, ':',
- * '#' or '?', no empty, "." or ".." segment, not absolute. Also the early
- * check of §8.2 for guest file names. */
-bool evidence_package_path_ok(const char *rel);
-
-/* ---- merge of pulled state (§7) -------------------------------------------- */
-
-/* Merges an incoming pulled state tree into <package_dir>/state:
- *   - refused: overlapping roots, unsafe paths, links, hard links, special
- *     files, a sealed package (manifest.json present);
- *   - a snapshot whose incoming bytes differ from the same snapshot already in
- *     the package stops the merge before anything is touched;
- *   - the current state/ is set aside as
- *     <attempts_dir>/previous/attempt-NNNN/state (NNNN the next free number);
- *   - the incoming tree takes its place by rename (copy across volumes);
- *   - a snapshot the old state had and the incoming tree lacks is copied back.
- * `incoming_state` is the folder holding the pulled files (it is consumed);
- * `attempts_dir` is <evidence folder>.finalization-attempts (or
- * .reset-attempts). */
-relay_status evidence_state_merge(const char *package_dir, const char *incoming_state,
-                                  const char *attempts_dir, relay_error *err);
-
-/* ---- space precheck (§6) --------------------------------------------------- */
-
-typedef struct evidence_space {
-	uint64_t needed_bytes;
-	uint64_t free_bytes;  /* f_bavail * f_frsize of the volume */
-	uint64_t short_bytes; /* needed - free when positive, else 0 */
-} evidence_space;
-
-/* Sets needed_bytes against the free space of the volume holding `path`.
- * RELAY_E_NO_SPACE on a shortfall with the message
- * "<operation> needs N bytes; F free; S short; <consequence>", e.g.
- * operation "finish", consequence "the guest is kept". */
-relay_status evidence_space_check(const char *path, uint64_t needed_bytes, const char *operation,
-                                  const char *consequence, evidence_space *out, relay_error *err);
-
-/* ---- sibling records (§1) -------------------------------------------------- */
-
-typedef struct evidence_lifecycle_record {
-	const char *purpose;
-	const char *vm; /* machine/lease name, may be NULL */
-	bool released;
-	const char *reason; /* "released" | "finished" | ... */
-	bool failed;
-	bool delivered;
-	int64_t finished_at_ms;
-} evidence_lifecycle_record;
-
-/* Writes <package_dir>.lifecycle.json durably (0600). */
-relay_status evidence_write_lifecycle(const char *package_dir, const evidence_lifecycle_record *rec,
-                                      relay_error *err);
-/* Writes <package_dir>.delivery-error.json {error, at} durably (0600). */
-relay_status evidence_write_delivery_error(const char *package_dir, const char *error_text, int64_t at_ms,
-                                           relay_error *err);
 
 /* ---- OPENING.txt ----------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
 /*
  * evidence/review.h — the review derivation (spec evidence.md §12,
- * docs/evidence-format.md "Review"), the index.html viewer (§10) and the
- * `mcp-relay review` command.
+ * docs/evidence-format.md "Review"), which the index.html viewer (§10),
+ * OPENING.txt and the `mcp-relay review` command (cli/review.c) show.
  *
  * The derivation reads only the package: the journal, the records, the four
  * kinds of receipts, host/requests/, host/diagnostics/ and the files under
@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "evidence/journal.h"
 #include "relay/status.h"
 #include "util/strbuf.h"
 
@@ -63,22 +64,7 @@ relay_status evidence_review_derive(const char *package_dir, const evidence_revi
 /* verification.ok of review data (false when absent). */
 bool evidence_review_verified(const json_object *review);
 
-/* Reads and parses state/journal/events.jsonl of the package (borrowed path)
- * into a JSON array of line objects (owned by caller). A line that is not a
- * JSON object, or an unterminated last line, leaves *lines_out NULL and gives
- * RELAY_E_INTEGRITY with the line number in err.
- * A missing journal is RELAY_E_NOT_FOUND. */
-relay_status evidence_journal_load(const char *package_dir, json_object **lines_out, relay_error *err);
-
-/* `mcp-relay review [--html] [--output FILE] DIR` (argv[0] is "review").
- *   review DIR               prints the review data as JSON (two-space indent)
- *   review --html DIR        prints a freshly derived viewer page instead
- *   review --html --output FILE DIR
- *                            writes the page to FILE (created, never inside DIR)
- * Never writes into DIR: a sealed package's index.html is covered by its
- * manifest. Exit status: 0 verified and derived; 1 verification failed (the
- * JSON is still printed, verification.ok false); 2 usage error or unreadable
- * folder. Output goes to standard output, diagnostics to standard error. */
-int review_cli_main(int argc, char **argv);
+/* evidence_journal_load() is in journal.h; the `mcp-relay review` command
+ * is cli/review.c. */
 
 #endif

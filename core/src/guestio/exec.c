@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "mcp/call.h"
+#include "call/call.h"
 #include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/error.h"

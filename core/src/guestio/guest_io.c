@@ -3,8 +3,6 @@
  * room: exec.c, receiver_cmd.c, transfer.c, frame.c. */
 #include "guestio/guest_io.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -15,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "call/call.h"
 #include "evidence/archive.h"
-#include "mcp/call.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -27,8 +25,6 @@
 #include "util/sha256.h"
 #include "util/strbuf.h"
 #include "util/timefmt.h"
-
-#define COPY_CHUNK ((size_t)1 << 20)
 
 relay_status gio_begin(guest_io *io, manager *m, guest *g, relay_call *call, relay_error *err)
 {
@@ -125,161 +121,38 @@ char *gio_scratch_path(guest_io *io, const char *prefix, const char *suffix, rel
 
 /* ---- archive pushes ------------------------------------------------------------- */
 
-static relay_status archive_failure(struct archive *a, relay_error *err, const char *what)
-{
-	const char *msg = archive_error_string(a);
-	int e = archive_errno(a);
-	return relay_error_set(err, e == ENOSPC ? RELAY_E_NO_SPACE : RELAY_E_IO, e > 0 ? e : 0,
-	                       "cannot write the staging archive (%s): %s", what,
-	                       msg ? msg : "libarchive error");
-}
+/* The caller's opener, in the form evidence_archive_write_members takes. */
+typedef struct member_opener {
+	gio_member_open_fn open_fn;
+	void *open_ctx;
+} member_opener;
 
-static relay_status archive_header(struct archive *a, const char *name, uint64_t bytes, relay_error *err)
+static int open_member(void *ctx, size_t index, relay_error *err)
 {
-	struct archive_entry *entry = archive_entry_new();
-	if (entry == NULL)
-		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	archive_entry_update_pathname_utf8(entry, name);
-	archive_entry_set_filetype(entry, AE_IFREG);
-	archive_entry_set_perm(entry, 0600);
-	archive_entry_set_uid(entry, 0);
-	archive_entry_set_gid(entry, 0);
-	archive_entry_set_size(entry, (la_int64_t)bytes);
-	archive_entry_set_mtime(entry, time(NULL), 0);
-	relay_status st = RELAY_OK;
-	if (archive_write_header(a, entry) != ARCHIVE_OK)
-		st = archive_failure(a, err, name);
-	archive_entry_free(entry);
-	return st;
-}
-
-/* Copies one member's bytes into the archive, hashing as it goes. */
-static relay_status archive_member(struct archive *a, const gio_member *mb, int fd, unsigned char *buf,
-                                   relay_error *err)
-{
-	sha256_ctx *ctx = sha256_new();
-	if (ctx == NULL)
-		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	relay_status st = RELAY_OK;
-	uint64_t total = 0;
-	for (;;) {
-		ssize_t n = read(fd, buf, COPY_CHUNK);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			st = relay_error_set(err, RELAY_E_IO, errno, "cannot read %s: %s", mb->name,
-			                     strerror(errno));
-			goto cleanup;
-		}
-		if (n == 0)
-			break;
-		total += (uint64_t)n;
-		if (total > mb->bytes) {
-			st = relay_error_set(err, RELAY_E_INTEGRITY, 0, "staging source changed: %s",
-			                     mb->name);
-			goto cleanup;
-		}
-		sha256_update(ctx, buf, (size_t)n);
-		if (archive_write_data(a, buf, (size_t)n) != n) {
-			st = archive_failure(a, err, mb->name);
-			goto cleanup;
-		}
-	}
-	char hex[65];
-	sha256_final(ctx, hex);
-	ctx = NULL;
-	if (total != mb->bytes || strcmp(hex, mb->sha256) != 0)
-		st = relay_error_set(err, RELAY_E_INTEGRITY, 0, "staging source changed: %s", mb->name);
-cleanup:
-	sha256_abort(ctx);
-	return st;
+	const member_opener *o = ctx;
+	bool changed = false;
+	char why[256];
+	int fd = o->open_fn(o->open_ctx, index, &changed, why, sizeof why);
+	if (fd < 0)
+		relay_error_set(err, changed ? RELAY_E_INTEGRITY : RELAY_E_IO, 0, "%s", why);
+	return fd;
 }
 
 static relay_status write_archive(const char *path, const gio_member *members, size_t count,
                                   gio_member_open_fn open_fn, void *open_ctx, uint64_t *archive_bytes,
                                   relay_error *err)
 {
-	relay_status st = RELAY_OK;
-	struct archive *a = NULL;
-	unsigned char *buf = malloc(COPY_CHUNK);
-	json_object *index = json_object_new_array();
-	char *index_text = NULL;
-	int out = -1;
-	bool created = false;
-	if (buf == NULL || index == NULL) {
-		st = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	for (size_t i = 0; i < count; i++) {
-		if (!evidence_archive_path_ok(members[i].name)) {
-			st = relay_error_set(err, RELAY_E_UNSAFE_PATH, 0, "not a safe archive name: %s",
-			                     members[i].name);
-			goto cleanup;
-		}
-		json_object *f = json_object_new_object();
-		jsonx_add_str(f, "path", members[i].name);
-		jsonx_add_int(f, "bytes", (int64_t)members[i].bytes);
-		jsonx_add_str(f, "sha256", members[i].sha256);
-		json_object_array_add(index, f);
-	}
-	index_text = jsonx_to_string(index, 0);
-	out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (index_text == NULL || out < 0) {
-		st = relay_error_set(err, RELAY_E_IO, errno, "cannot create the staging archive %s: %s", path,
-		                     strerror(errno));
-		goto cleanup;
-	}
-	created = true;
-	a = archive_write_new();
-	if (a == NULL || archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
-	    archive_write_add_filter_none(a) != ARCHIVE_OK ||
-	    archive_write_set_bytes_per_block(a, 10240) != ARCHIVE_OK ||
-	    archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
-	    archive_write_open_fd(a, out) != ARCHIVE_OK) {
-		st = a ? archive_failure(a, err, "setup")
-		       : relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	size_t index_len = strlen(index_text);
-	st = archive_header(a, EVIDENCE_ARCHIVE_INDEX_NAME, index_len, err);
-	if (st != RELAY_OK)
-		goto cleanup;
-	if (archive_write_data(a, index_text, index_len) != (la_ssize_t)index_len) {
-		st = archive_failure(a, err, EVIDENCE_ARCHIVE_INDEX_NAME);
-		goto cleanup;
-	}
-	for (size_t i = 0; i < count; i++) {
-		bool changed = false;
-		char why[256];
-		int fd = open_fn(open_ctx, i, &changed, why, sizeof why);
-		if (fd < 0) {
-			st = relay_error_set(err, changed ? RELAY_E_INTEGRITY : RELAY_E_IO, 0, "%s", why);
-			goto cleanup;
-		}
-		st = archive_header(a, members[i].name, members[i].bytes, err);
-		if (st == RELAY_OK)
-			st = archive_member(a, &members[i], fd, buf, err);
-		close(fd);
-		if (st != RELAY_OK)
-			goto cleanup;
-	}
-	if (archive_write_close(a) != ARCHIVE_OK) {
-		st = archive_failure(a, err, "close");
-		goto cleanup;
-	}
-	struct stat sb;
-	if (fstat(out, &sb) == 0)
-		*archive_bytes = (uint64_t)sb.st_size;
-cleanup:
-	if (a)
-		archive_write_free(a);
-	if (out >= 0)
-		close(out);
-	if (st != RELAY_OK && created)
-		unlink(path);
-	free(index_text);
-	json_object_put(index);
-	free(buf);
+	static const evidence_archive_write_options staging = {
+	    .what = "the staging archive", .changed_reason = "staging source changed", .sync = false};
+	evidence_archive_member *list = calloc(count ? count : 1, sizeof *list);
+	if (list == NULL)
+		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	for (size_t i = 0; i < count; i++)
+		list[i] = (evidence_archive_member){members[i].name, members[i].bytes, members[i].sha256, -1};
+	member_opener opener = {open_fn, open_ctx};
+	relay_status st = evidence_archive_write_members(path, list, count, open_member, &opener, &staging,
+	                                                 archive_bytes, NULL, err);
+	free(list);
 	return st;
 }
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "guestio/gio_internal.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/error.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "guestio/gio_internal.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"

@@ -12,16 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/tools.h"
-#include "session/events.h"
 #include "lease/renewal.h"
 #include "profile/environment.h"
+#include "session/events.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
 #include "util/strbuf.h"
 #include "util/timefmt.h"
+
+json_object *lifecycle_parse_taken(char *text)
+{
+	json_object *obj = text ? jsonx_parse_str(text, NULL, 0) : NULL;
+	free(text);
+	return obj;
+}
 
 /* ---- binding ------------------------------------------------------------------ */
 
@@ -86,12 +92,12 @@ static char *machine_cell(manager *m, guest *g)
 	const relay_settings *s = m->settings;
 	const char *plugin = backends_display_name(m->backends, SLOT_MACHINE);
 	strbuf sb = STRBUF_INIT;
-	if (plugin && strcmp(plugin, "machine-service") == 0) {
+	if (backends_uses_service(m->backends, SLOT_MACHINE)) {
 		if (s->environment)
 			strbuf_printf(&sb, "%s (%s; %s)", s->service_url, environment_id(s->environment),
 			              g->purpose);
 		else
-			strbuf_printf(&sb, "127.0.0.1 (machine-service %s)", g->purpose);
+			strbuf_printf(&sb, "127.0.0.1 (%s %s)", plugin ? plugin : "machine", g->purpose);
 	} else {
 		strbuf_printf(&sb, "localhost (%s %s)", plugin ? plugin : "machine", g->purpose);
 	}
@@ -109,7 +115,7 @@ static bool row_from_json(const json_object *cells, registry_row *row)
 	return true;
 }
 
-tool_result *lifecycle_registry_add(manager *m, guest *g)
+int lifecycle_registry_add(manager *m, guest *g, relay_outcome *o)
 {
 	manager_lock(m);
 	char *machine = machine_cell(m, g);
@@ -140,7 +146,7 @@ tool_result *lifecycle_registry_add(manager *m, guest *g)
 	registry_outcome outcome = registry_add(&m->registry, &row, errbuf, sizeof errbuf);
 	json_object_put(cells);
 	if (outcome == REGISTRY_CHANGED || outcome == REGISTRY_UNCHANGED)
-		return NULL;
+		return 0;
 	/* Nothing of ours is in the file: forget the row. */
 	manager_lock(m);
 	json_object_put(g->registry_row);
@@ -148,11 +154,11 @@ tool_result *lifecycle_registry_add(manager *m, guest *g)
 	guest_save(g);
 	manager_unlock(m);
 	if (outcome == REGISTRY_CONFLICT || outcome == REGISTRY_LOCK_TIMEOUT)
-		return guest_error(m, g, NULL, "registry-conflict", "%s (registry %s); nothing was acquired",
-		                   errbuf, m->registry.path);
-	return guest_error(m, g, NULL, "internal",
-	                   "the task registry %s could not be updated: %s; nothing was acquired",
-	                   m->registry.path, errbuf);
+		return outcome_fail(o, "registry-conflict", "%s (registry %s); nothing was acquired", errbuf,
+		                    m->registry.path);
+	return outcome_fail(o, "internal",
+	                    "the task registry %s could not be updated: %s; nothing was acquired",
+	                    m->registry.path, errbuf);
 }
 
 int lifecycle_registry_remove(manager *m, guest *g)
@@ -254,15 +260,6 @@ int lifecycle_wait_until(manager *m, relay_call *call, int64_t deadline_ms)
 }
 
 /* ---- records ---------------------------------------------------------------------------- */
-
-void lifecycle_record_cancelled(manager *m, guest *g, const char *operation, bool uncertain, const char *why)
-{
-	json_object *details = json_object_new_object();
-	jsonx_add_str(details, "operation", operation);
-	jsonx_add_bool(details, "uncertain", uncertain);
-	jsonx_add_str(details, "reason", why);
-	guest_event(m, g, "operation-cancelled", why, details);
-}
 
 void lifecycle_write_record(manager *m, guest *g, const char *reason, bool failed)
 {

@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "delivery/downloads.h"
-#include "tools/tools.h"
-#include "session/events.h"
+#include "delivery/packaging.h"
 #include "lease/lifecycle.h"
 #include "lease/renewal.h"
+#include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/jsonx.h"
@@ -27,17 +27,6 @@
 #define RELEASE_LOOKUP_MS  5000
 #define DIRECT_RELEASE_MS  30000
 #define VERIFY_MS          15000
-
-/* Provided by the evidence/packaging module when linked (lifecycle.h). */
-json_object *release_package(manager *m, guest *g, relay_call *call) __attribute__((weak));
-void recording_detach(manager *m, guest *g) __attribute__((weak));
-
-static json_object *parse_owned(char *text)
-{
-	json_object *obj = text ? jsonx_parse_str(text, NULL, 0) : NULL;
-	free(text);
-	return obj;
-}
 
 /* A call for one backend request: the caller's, bounded by a watcher, or
  * an internal one when there is no caller. The returned call is tracked
@@ -68,7 +57,9 @@ static void request_done(manager *m, request_call *rc)
 	rc->call = NULL;
 }
 
-static tool_result *release_result(manager *m, guest *g, const char *reason, json_object *package)
+/* The relay_release facts and headline of a guest released for `reason`,
+ * into `o`. Returns 0. */
+static int release_result(manager *m, guest *g, const char *reason, json_object *package, relay_outcome *o)
 {
 	manager_lock(m);
 	json_object *r = json_object_new_object();
@@ -104,17 +95,17 @@ static tool_result *release_result(manager *m, guest *g, const char *reason, jso
 	char *name = strdup(g->name);
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
 	manager_unlock(m);
-	tool_result *result;
-	if (strcmp(reason, "not-acquired") == 0)
-		result = tool_result_ok(
-		    r, "Released guest %s: nothing was ever leased for it; evidence kept at %s", name,
-		    evidence ? evidence : "(no evidence folder)");
-	else
-		result = tool_result_ok(r, "Released guest %s: machine destroyed; evidence kept at %s", name,
-		                        evidence ? evidence : "(no evidence folder)");
+	strbuf headline = STRBUF_INIT;
+	strbuf_printf(&headline, "Released guest %s: %s; evidence kept at %s", name,
+	              strcmp(reason, "not-acquired") == 0 ? "nothing was ever leased for it"
+	                                                  : "machine destroyed",
+	              evidence ? evidence : "(no evidence folder)");
+	outcome_free(o);
+	o->facts = r;
+	o->message = strbuf_detach(&headline, NULL);
 	free(name);
 	free(evidence);
-	return result;
+	return 0;
 }
 
 static void close_transport(manager *m, guest *g)
@@ -131,10 +122,10 @@ static void close_transport(manager *m, guest *g)
 }
 
 /* Step 4: an acquisition whose outcome is unknown is looked up by purpose.
- * Returns NULL to go on (g->lease set), or the result that ends the
- * release. */
-static tool_result *settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_call *call,
-                                     guest_phase prior)
+ * Returns 0 to go on (g->lease set); 1 when nothing was leased (the
+ * release is done, `o` filled); -1 with the failure in `o`. */
+static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_call *call, guest_phase prior,
+                            relay_outcome *o)
 {
 	relay_error err;
 	memset(&err, 0, sizeof err);
@@ -147,14 +138,15 @@ static tool_result *settle_uncertain(manager *m, guest *g, loaded_plugin *machin
 	                          "the machine plugin cannot look leases up by purpose");
 	request_done(m, &rc);
 	json_object *found =
-	    st == RELAY_OK ? parse_owned(found_text) : (free(found_text), (json_object *)NULL);
+	    st == RELAY_OK ? lifecycle_parse_taken(found_text) : (free(found_text), (json_object *)NULL);
 	size_t n = json_object_is_type(found, json_type_array) ? json_object_array_length(found) : 0;
 	if (st == RELAY_OK && n == 0) {
 		json_object_put(found);
 		lifecycle_registry_remove(m, g);
 		guest_event(m, g, "release", "nothing was leased for this purpose", NULL);
 		guest_close(m, g, "not-acquired");
-		return release_result(m, g, "not-acquired", NULL);
+		release_result(m, g, "not-acquired", NULL, o);
+		return 1;
 	}
 	if (st != RELAY_OK || n != 1) {
 		json_object_put(found);
@@ -163,13 +155,13 @@ static tool_result *settle_uncertain(manager *m, guest *g, loaded_plugin *machin
 		guest_save(g);
 		manager_unlock(m);
 		if (st == RELAY_OK)
-			return guest_error(
-			    m, g, NULL, "outcome-unknown",
+			return outcome_fail(
+			    o, "outcome-unknown",
 			    "ambiguous acquisition: %zu leases carry purpose %s; the ownership record is "
 			    "kept",
 			    n, g->purpose);
-		return guest_error(
-		    m, g, NULL, "outcome-unknown",
+		return outcome_fail(
+		    o, "outcome-unknown",
 		    "the acquisition of purpose %s cannot be looked up (%s); the ownership record is "
 		    "kept; call relay_release again later",
 		    g->purpose, err.message[0] ? err.message : relay_status_str(st));
@@ -181,87 +173,16 @@ static tool_result *settle_uncertain(manager *m, guest *g, loaded_plugin *machin
 	guest_save(g);
 	manager_unlock(m);
 	json_object_put(found);
-	return NULL;
+	return 0;
 }
 
-static tool_result *release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason);
-
-tool_result *lifecycle_release(manager *m, guest *g, relay_call *call, bool direct)
+/* Step 5: the destroy request, up to RELEASE_ATTEMPTS times (once when
+ * `direct`), with a lookup after each failure. 0 when the backend
+ * destroyed it or no longer knows it; -1 with outcome-unknown (cancelled
+ * after the request) or destruction-unverified in `o`. */
+static int destroy(manager *m, guest *g, loaded_plugin *machine, relay_call *call, const char *lease,
+                   bool direct, relay_outcome *o)
 {
-	return release_path(m, g, call, direct, "released");
-}
-
-tool_result *lifecycle_release_finished(manager *m, guest *g, relay_call *call)
-{
-	return release_path(m, g, call, false, "finished");
-}
-
-/* `reason` is "released", or "finished" for relay_finish's destruction step
- * (the package is delivered, so nothing is packaged). */
-static tool_result *release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason)
-{
-	manager_wait_startup(m);
-	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
-	if (machine == NULL)
-		return guest_error(
-		    m, g, NULL, "backend-unavailable", "the machine backend is not available: %s",
-		    m->backends->load_errors[SLOT_MACHINE] ? m->backends->load_errors[SLOT_MACHINE]
-		                                           : "no machine plugin is configured");
-	manager_lock(m);
-	if (g->phase == PHASE_CLOSED) {
-		manager_unlock(m);
-		return release_result(m, g,
-		                      jsonx_get_str(g->closed, "reason") ? jsonx_get_str(g->closed, "reason")
-		                                                         : "released",
-		                      NULL);
-	}
-	guest_phase prior = g->phase;
-	bool uncertain = prior == PHASE_ACQUISITION_UNCERTAIN || g->lease == NULL;
-	bool package = !direct && g->staged && !g->delivered;
-	g->phase = PHASE_RELEASING;
-	manager_unlock(m);
-	/* Step 2: renewal stops; the lease lapses within its current window if
-	 * the release cannot complete. */
-	renewal_stop(m, g);
-	guest_event(m, g, "release",
-	            direct                            ? "the session ended; direct release"
-	            : strcmp(reason, "finished") == 0 ? "relay_finish: the package is delivered and verified"
-	                                              : "relay_release",
-	            NULL);
-	/* relay_finish reports its own six steps; its destruction is the last. */
-	relay_call *progress = strcmp(reason, "finished") == 0 ? NULL : call;
-	relay_call_progress(progress, 1, 3, "packaging", true);
-
-	/* Step 3: keep what evidence exists. */
-	json_object *packaged = NULL;
-	if (package && release_package != NULL)
-		packaged = release_package(m, g, call);
-
-	/* Step 4. */
-	if (uncertain) {
-		tool_result *settled = settle_uncertain(m, g, machine, call, prior);
-		if (settled) {
-			json_object_put(packaged);
-			return settled;
-		}
-	}
-	if (relay_call_is_cancelled(call)) {
-		lifecycle_record_cancelled(
-		    m, g, "relay_release", false,
-		    "cancelled before the destroy request; the guest stays held with renewal stopped");
-		guest_set_last_error(
-		    m, g,
-		    "the release was cancelled before the destroy request; the guest is still held and "
-		    "its renewal is stopped: call relay_release again");
-		json_object_put(packaged);
-		return guest_error(m, g, NULL, "shutting-down",
-		                   "the release of %s was cancelled before the destroy request", g->name);
-	}
-
-	/* Steps 5-6: destroy, then verify independently. */
-	close_transport(m, g);
-	relay_call_progress(progress, 2, 3, "destruction", true);
-	char *lease = guest_lease_text(m, g);
 	bool released = false, cancelled = false;
 	relay_error err;
 	memset(&err, 0, sizeof err);
@@ -298,8 +219,6 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 		free(snapshot);
 	}
 	if (cancelled) {
-		free(lease);
-		json_object_put(packaged);
 		lifecycle_record_cancelled(
 		    m, g, "relay_release", true,
 		    "cancelled after the destroy request; destruction is uncertain and ownership is "
@@ -309,22 +228,109 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 		    "the release of %s was cancelled after the destroy request; whether the machine "
 		    "is gone is unknown; ownership is kept: call relay_release again",
 		    g->name);
-		return guest_error(
-		    m, g, NULL, "outcome-unknown",
+		return outcome_fail(
+		    o, "outcome-unknown",
 		    "the release of %s was cancelled after the destroy request; ownership is kept until "
 		    "a later relay_release verifies destruction",
 		    g->name);
 	}
 	if (!released) {
-		free(lease);
-		json_object_put(packaged);
 		guest_set_last_error(m, g, "release failed: %s", err.message[0] ? err.message : "no answer");
-		return guest_error(
-		    m, g, NULL, "destruction-unverified",
+		return outcome_fail(
+		    o, "destruction-unverified",
 		    "The backend did not confirm destroying %s (%s); ownership, record and registry row "
 		    "are kept; call relay_release again",
 		    g->name, err.message[0] ? err.message : "no answer");
 	}
+	return 0;
+}
+
+static int release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason,
+                        relay_outcome *o);
+
+int lifecycle_release(manager *m, guest *g, relay_call *call, bool direct, relay_outcome *o)
+{
+	return release_path(m, g, call, direct, "released", o);
+}
+
+int lifecycle_release_finished(manager *m, guest *g, relay_call *call, relay_outcome *o)
+{
+	return release_path(m, g, call, false, "finished", o);
+}
+
+/* `reason` is "released", or "finished" for relay_finish's destruction step
+ * (the package is delivered, so nothing is packaged). */
+static int release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason,
+                        relay_outcome *o)
+{
+	manager_wait_startup(m);
+	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
+	if (machine == NULL)
+		return outcome_fail(o, "backend-unavailable", "the machine backend is not available: %s",
+		                    m->backends->load_errors[SLOT_MACHINE]
+		                        ? m->backends->load_errors[SLOT_MACHINE]
+		                        : "no machine plugin is configured");
+	manager_lock(m);
+	if (g->phase == PHASE_CLOSED) {
+		manager_unlock(m);
+		return release_result(m, g,
+		                      jsonx_get_str(g->closed, "reason") ? jsonx_get_str(g->closed, "reason")
+		                                                         : "released",
+		                      NULL, o);
+	}
+	guest_phase prior = g->phase;
+	bool uncertain = prior == PHASE_ACQUISITION_UNCERTAIN || g->lease == NULL;
+	bool package = !direct && g->staged && !g->delivered;
+	g->phase = PHASE_RELEASING;
+	manager_unlock(m);
+	/* Step 2: renewal stops; the lease lapses within its current window if
+	 * the release cannot complete. */
+	renewal_stop(m, g);
+	guest_event(m, g, "release",
+	            direct                            ? "the session ended; direct release"
+	            : strcmp(reason, "finished") == 0 ? "relay_finish: the package is delivered and verified"
+	                                              : "relay_release",
+	            NULL);
+	/* relay_finish reports its own six steps; its destruction is the last. */
+	relay_call *progress = strcmp(reason, "finished") == 0 ? NULL : call;
+	relay_call_progress(progress, 1, 3, "packaging", true);
+
+	/* Step 3: keep what evidence exists. */
+	json_object *packaged = NULL;
+	if (package)
+		packaged = release_package(m, g, call);
+
+	/* Step 4. */
+	if (uncertain) {
+		int settled = settle_uncertain(m, g, machine, call, prior, o);
+		if (settled != 0) {
+			json_object_put(packaged);
+			return settled < 0 ? -1 : 0;
+		}
+	}
+	if (relay_call_is_cancelled(call)) {
+		lifecycle_record_cancelled(
+		    m, g, "relay_release", false,
+		    "cancelled before the destroy request; the guest stays held with renewal stopped");
+		guest_set_last_error(
+		    m, g,
+		    "the release was cancelled before the destroy request; the guest is still held and "
+		    "its renewal is stopped: call relay_release again");
+		json_object_put(packaged);
+		return outcome_fail(o, "shutting-down",
+		                    "the release of %s was cancelled before the destroy request", g->name);
+	}
+
+	/* Steps 5-6: destroy, then verify independently. */
+	close_transport(m, g);
+	relay_call_progress(progress, 2, 3, "destruction", true);
+	char *lease = guest_lease_text(m, g);
+	if (destroy(m, g, machine, call, lease, direct, o) != 0) {
+		free(lease);
+		json_object_put(packaged);
+		return -1;
+	}
+	relay_error err;
 	relay_call_progress(progress, 3, 3, "verification", true);
 	char *check = NULL;
 	memset(&err, 0, sizeof err);
@@ -338,8 +344,8 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 		json_object_put(packaged);
 		guest_set_last_error(m, g, "destruction unverified: %s",
 		                     err.message[0] ? err.message : relay_status_str(verified));
-		return guest_error(
-		    m, g, NULL, "destruction-unverified",
+		return outcome_fail(
+		    o, "destruction-unverified",
 		    "Destruction of %s could not be verified (%s); ownership, record and registry row "
 		    "are kept; call relay_release again",
 		    g->name, err.message[0] ? err.message : relay_status_str(verified));
@@ -351,10 +357,9 @@ static tool_result *release_path(manager *m, guest *g, relay_call *call, bool di
 	manager_unlock(m);
 	lifecycle_registry_remove(m, g);
 	lifecycle_write_record(m, g, reason, false);
-	if (recording_detach != NULL)
-		recording_detach(m, g);
+	recording_detach(m, g);
 	guest_close(m, g, reason);
-	tool_result *result = release_result(m, g, reason, packaged);
+	release_result(m, g, reason, packaged, o);
 	json_object_put(packaged);
-	return result;
+	return 0;
 }

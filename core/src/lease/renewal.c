@@ -8,13 +8,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "session/events.h"
 #include "lease/lifecycle.h"
+#include "session/events.h"
 #include "util/clock.h"
 #include "util/jsonx.h"
 #include "util/log.h"
 #include "util/strbuf.h"
 #include "util/timefmt.h"
+
+int64_t renewal_ttl_ms(int64_t deadline_ms, int64_t now_ms)
+{
+	int64_t remaining = deadline_ms - now_ms;
+	if (remaining < LIFECYCLE_BACKEND_MIN_RENEWAL_MS)
+		return 0;
+	return remaining < LIFECYCLE_RENEWAL_WINDOW_MS ? remaining : LIFECYCLE_RENEWAL_WINDOW_MS;
+}
+
+int64_t renewal_final_ttl_ms(int64_t deadline_ms, int64_t now_ms)
+{
+	int64_t remaining = deadline_ms - now_ms;
+	return remaining < LIFECYCLE_BACKEND_MIN_RENEWAL_MS ? 0 : remaining;
+}
 
 static bool renewing(const guest *g)
 {
@@ -106,9 +120,9 @@ static void beat(manager *m, guest *g)
 		manager_unlock(m);
 		return;
 	}
-	int64_t remaining = g->deadline_ms - now;
+	int64_t ttl = renewal_ttl_ms(g->deadline_ms, now);
 	g->next_beat_ms = now + LIFECYCLE_BEAT_INTERVAL_MS;
-	if (remaining < LIFECYCLE_BACKEND_MIN_RENEWAL_MS) {
+	if (ttl == 0) {
 		/* Never past the deadline: the lease lapses at its last confirmed
 		 * expiry. Nothing is destroyed. */
 		g->renewal = RENEWAL_STOPPED;
@@ -138,7 +152,6 @@ static void beat(manager *m, guest *g)
 		free(lease);
 		return;
 	}
-	int64_t ttl = remaining < LIFECYCLE_RENEWAL_WINDOW_MS ? remaining : LIFECYCLE_RENEWAL_WINDOW_MS;
 	char *renewed = NULL;
 	relay_error err;
 	memset(&err, 0, sizeof err);
@@ -314,12 +327,12 @@ int renewal_pause(manager *m, guest *g, const char *reason)
 		manager_unlock(m);
 		return 0;
 	}
-	int64_t remaining = g->deadline_ms - clock_now_ms();
+	int64_t remaining = renewal_final_ttl_ms(g->deadline_ms, clock_now_ms());
 	char *lease = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
 	manager_unlock(m);
 	int status = 0;
 	char failure[RELAY_ERROR_MESSAGE_BYTES] = "";
-	if (lease && machine && remaining >= LIFECYCLE_BACKEND_MIN_RENEWAL_MS) {
+	if (lease && machine && remaining > 0) {
 		/* The last renewal carries the lease to its deadline, and no
 		 * further: the backend reclaims it there unless a restarted
 		 * server with this session finishes or releases it first. */

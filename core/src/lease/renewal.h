@@ -14,7 +14,18 @@
 #ifndef RELAY_LEASE_RENEWAL_H
 #define RELAY_LEASE_RENEWAL_H
 
+#include <stdint.h>
+
 #include "session/manager_internal.h"
+
+/* The decisions of a beat, in relay time (pure; tested on their own): the
+ * length of the next renewal of a lease whose deadline is `deadline_ms` at
+ * `now_ms`, min(window, remaining), or 0 when less than the backend
+ * minimum remains (renewal then stops for good: never past the deadline). */
+int64_t renewal_ttl_ms(int64_t deadline_ms, int64_t now_ms);
+/* The final renewal of a pause: the whole remaining time up to the
+ * deadline, or 0 when less than the backend minimum remains. */
+int64_t renewal_final_ttl_ms(int64_t deadline_ms, int64_t now_ms);
 
 /* Starts or resumes renewal: state renewing; the first beat one interval
  * from now, or at once with `beat_now` (a restart). */

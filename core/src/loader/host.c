@@ -1,11 +1,14 @@
 /* The relay_host table lent to plugins (relay/host.h). */
+#include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "evidence/archive.h"
 #include "loader/loader.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/http.h"
@@ -13,6 +16,10 @@
 #include "util/process.h"
 #include "util/randx.h"
 #include "util/sha256.h"
+
+#define PROCESS_HOST_FLAGS                                                                                   \
+	(RELAY_PROCESS_MERGE_OUTPUT | RELAY_PROCESS_KEEP_TAIL | RELAY_PROCESS_NEW_SESSION |                  \
+	 RELAY_PROCESS_ENV_ADD | RELAY_PROCESS_SHARED_CAP)
 
 static void host_log(relay_log_level level, const char *plugin, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -66,7 +73,7 @@ static void host_call_progress(relay_call *call, double progress, double total, 
 }
 
 static relay_status host_http_request(const relay_http_request *req, relay_call *call, unsigned flags,
-				      relay_http_response *resp, relay_error *err)
+                                      relay_http_response *resp, relay_error *err)
 {
 	return http_request_run(req, cancel_adapter, call, flags, resp, err);
 }
@@ -77,37 +84,103 @@ static void host_sha256_buffer(const void *data, size_t len, char hex_out[65])
 }
 
 static relay_status host_sha256_file(const char *path, unsigned flags, char hex_out[65], uint64_t *bytes_out,
-				     relay_error *err)
+                                     relay_error *err)
 {
 	if (flags != 0)
-		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown sha256_file flags 0x%x", flags);
+		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown sha256_file flags 0x%x",
+		                       flags);
 	return sha256_file_hex(path, hex_out, bytes_out, err);
 }
 
-static relay_status host_process_run(const relay_process_request *req, relay_call *call, unsigned flags,
-				     relay_process_result *res, relay_error *err)
+/* The length of the key of "K=V" (the whole entry when it has no '='). */
+static size_t env_key_len(const char *entry)
 {
-	return process_run(req, cancel_adapter, call, flags, res, err);
+	const char *eq = strchr(entry, '=');
+	return eq ? (size_t)(eq - entry) : strlen(entry);
+}
+
+/* RELAY_PROCESS_ENV_ADD: the relay's environment with `added` on top, an
+ * added entry replacing one of the same key. The array is malloc'd, its
+ * strings borrowed. NULL when out of memory. */
+static const char **env_with(const char *const *added)
+{
+	size_t n_env = 0, n_add = 0;
+	while (environ != NULL && environ[n_env] != NULL)
+		n_env++;
+	while (added != NULL && added[n_add] != NULL)
+		n_add++;
+	const char **env = calloc(n_env + n_add + 1, sizeof *env);
+	if (env == NULL)
+		return NULL;
+	size_t n = 0;
+	for (size_t i = 0; i < n_env; i++) {
+		size_t key = env_key_len(environ[i]);
+		bool replaced = false;
+		for (size_t j = 0; j < n_add && !replaced; j++)
+			replaced = env_key_len(added[j]) == key && strncmp(added[j], environ[i], key) == 0;
+		if (!replaced)
+			env[n++] = environ[i];
+	}
+	for (size_t j = 0; j < n_add; j++)
+		env[n++] = added[j];
+	return env;
+}
+
+/* process_run by the rules of relay/host.h: the request read and the result
+ * written by their struct sizes (relay/plugin.h R4, R5), ENV_ADD resolved
+ * here, SHARED_CAP and the rest in util/process.c. */
+static relay_status host_process_run(const relay_process_request *req_in, relay_call *call, unsigned flags,
+                                     relay_process_result *res, relay_error *err)
+{
+	if (flags & ~(PROCESS_HOST_FLAGS))
+		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown process flags 0x%x",
+		                       flags);
+	if (req_in == NULL || res == NULL)
+		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "process_run needs argv and a result");
+	relay_process_request req;
+	RELAY_COPY_IN(req, req_in);
+	const char **env = NULL;
+	if ((flags & RELAY_PROCESS_ENV_ADD) && req.envp != NULL) {
+		env = env_with(req.envp);
+		if (env == NULL)
+			return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM,
+			                       "out of memory building the environment");
+		req.envp = env;
+	}
+	relay_process_result full;
+	memset(&full, 0, sizeof full);
+	full.struct_size = sizeof full;
+	relay_status status =
+	    process_run(&req, cancel_adapter, call, flags & ~(unsigned)RELAY_PROCESS_ENV_ADD, &full, err);
+	free(env);
+	RELAY_COPY_OUT(res, &full);
+	/* Buffers past a smaller caller's struct never reach it. */
+	if (!RELAY_SIZED_HAS(res, out))
+		free(full.out);
+	if (!RELAY_SIZED_HAS(res, err))
+		free(full.err);
+	return status;
 }
 
 static const relay_host host_table = {
-	.abi_version = RELAY_ABI_VERSION,
-	.struct_size = sizeof(relay_host),
-	.log = host_log,
-	.alloc = host_alloc,
-	.free = host_free,
-	.strdup = host_strdup,
-	.error_set = host_error_set,
-	.now_ms = clock_now_ms,
-	.call_cancelled = host_call_cancelled,
-	.call_progress = host_call_progress,
-	.http_request = host_http_request,
-	.sha256_buffer = host_sha256_buffer,
-	.sha256_file = host_sha256_file,
-	.process_run = host_process_run,
-	.archive_write = evidence_archive_write,
-	.archive_extract = evidence_archive_extract,
-	.random_bytes = random_fill,
+    .abi_version = RELAY_ABI_VERSION,
+    .struct_size = sizeof(relay_host),
+    .log = host_log,
+    .alloc = host_alloc,
+    .free = host_free,
+    .strdup = host_strdup,
+    .error_set = host_error_set,
+    .now_ms = clock_now_ms,
+    .call_cancelled = host_call_cancelled,
+    .call_progress = host_call_progress,
+    .http_request = host_http_request,
+    .sha256_buffer = host_sha256_buffer,
+    .sha256_file = host_sha256_file,
+    .process_run = host_process_run,
+    .archive_write = evidence_archive_write,
+    .archive_extract = evidence_archive_extract,
+    .random_bytes = random_fill,
 };
 
 const relay_host *loader_host_table(void)

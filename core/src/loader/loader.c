@@ -145,6 +145,31 @@ static relay_status find_loaded(plugin_registry *registry, const char *path, rel
 	return RELAY_E_NOT_FOUND;
 }
 
+/* Check 2: the entry symbol, or the reason it is missing (a plugin built for
+ * another ABI major exports relay_plugin_entry_v<major>). */
+static relay_status find_entry(void *handle, const char *resolved, relay_plugin_entry_fn *entry_out,
+			       relay_error *err)
+{
+	*entry_out = (relay_plugin_entry_fn)dlsym(handle, RELAY_PLUGIN_ENTRY_SYMBOL);
+	if (*entry_out != NULL)
+		return RELAY_OK;
+	for (unsigned major = 0; major <= 16; major++) {
+		if (major == RELAY_ABI_VERSION_MAJOR)
+			continue;
+		char symbol[64];
+		snprintf(symbol, sizeof symbol, "relay_plugin_entry_v%u", major);
+		if (dlsym(handle, symbol) != NULL)
+			return relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
+					       "plugin %s was built for plugin ABI major %u (it exports %s); "
+					       "this relay speaks major %u: rebuild it against this relay's "
+					       "headers",
+					       resolved, major, symbol, RELAY_ABI_VERSION_MAJOR);
+	}
+	return relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
+			       "plugin %s exports no %s: it is not an mcp-relay plugin", resolved,
+			       RELAY_PLUGIN_ENTRY_SYMBOL);
+}
+
 relay_status loader_load(plugin_registry *registry, const char *path, relay_plugin_kind slot,
 			 const char *config_json, loaded_plugin **out, relay_error *err)
 {
@@ -176,27 +201,10 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 	}
 
 	/* 2. entry found, or built for another major */
-	relay_plugin_entry_fn entry = (relay_plugin_entry_fn)dlsym(p->handle, RELAY_PLUGIN_ENTRY_SYMBOL);
-	if (entry == NULL) {
-		for (unsigned major = 0; major <= 16; major++) {
-			if (major == RELAY_ABI_VERSION_MAJOR)
-				continue;
-			char symbol[64];
-			snprintf(symbol, sizeof symbol, "relay_plugin_entry_v%u", major);
-			if (dlsym(p->handle, symbol) != NULL) {
-				status = relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
-							 "plugin %s was built for plugin ABI major %u (it exports %s); "
-							 "this relay speaks major %u: rebuild it against this relay's "
-							 "headers",
-							 resolved, major, symbol, RELAY_ABI_VERSION_MAJOR);
-				goto fail;
-			}
-		}
-		status = relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
-					 "plugin %s exports no %s: it is not an mcp-relay plugin", resolved,
-					 RELAY_PLUGIN_ENTRY_SYMBOL);
+	relay_plugin_entry_fn entry = NULL;
+	status = find_entry(p->handle, resolved, &entry, err);
+	if (status != RELAY_OK)
 		goto fail;
-	}
 
 	/* 3. the entry accepts this host */
 	const relay_plugin_descriptor *d = entry(RELAY_ABI_VERSION);
@@ -275,7 +283,8 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 		relay_error init_err;
 		relay_error_clear(&init_err);
 		relay_status rc =
-			desc->init(loader_host_table(), config_json ? config_json : "{}", 0, &p->state, &init_err);
+			desc->init(registry->host ? registry->host : loader_host_table(), config_json ? config_json : "{}",
+			           0, &p->state, &init_err);
 		if (rc != RELAY_OK) {
 			status = relay_error_set(err, rc, init_err.sys_errno, "plugin %s (%s) failed to initialise: %s",
 						 name, resolved,

@@ -37,6 +37,9 @@ typedef struct loaded_plugin {
 typedef struct plugin_registry {
 	loaded_plugin *plugins[LOADER_MAX_PLUGINS];
 	size_t count;
+	/* The services table init() receives; NULL = loader_host_table().
+	 * `mcp-relay plugin-test` lends a counting one (cli/plugin_test.c). */
+	const relay_host *host;
 } plugin_registry;
 
 /* Loads the plugin at `path` for profile slot `slot` (one relay_plugin_kind),

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "mcp/tool_result.h"
+#include "call/tool_result.h"
 #include "util/strbuf.h"
 
 #define RENDER_TEXT_MAX_LINES 2000

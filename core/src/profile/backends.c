@@ -1,5 +1,6 @@
 #include "profile/backends.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,16 +56,67 @@ void backends_select(relay_backends *b, const relay_settings *s)
 	}
 }
 
+/* What the settings say about the plugins shipped with the relay, by the
+ * name the loader finds them under: the variable and setting that carry
+ * their options, and whether they work through the machine service at
+ * MCP_RELAY_URL. The settings name plugins, so this table is the one place
+ * a plugin's name is looked up; every other room asks the slot
+ * (backends_options, backends_options_variable, backends_uses_service). */
+typedef struct plugin_settings {
+	const char *plugin;
+	const char *options_variable;
+	size_t options_offset; /* offsetof(relay_settings, <json_object *>) */
+	bool uses_service;
+} plugin_settings;
+
+static const plugin_settings shipped_plugins[] = {
+    {"machine-service", "MCP_RELAY_MACHINE_SERVICE_OPTIONS",
+     offsetof(relay_settings, machine_service_options), true},
+    {"machine-local", "MCP_RELAY_LOCAL_OPTIONS", offsetof(relay_settings, local_options), false},
+    {"machine-docker", "MCP_RELAY_DOCKER_OPTIONS", offsetof(relay_settings, docker_options), false},
+    {"transfer-ssh", "MCP_RELAY_TRANSFER_SSH_OPTIONS", offsetof(relay_settings, transfer_ssh_options), false},
+};
+
+static const plugin_settings *shipped_plugin(const char *plugin_name)
+{
+	for (size_t i = 0; plugin_name && i < sizeof shipped_plugins / sizeof shipped_plugins[0]; i++)
+		if (strcmp(shipped_plugins[i].plugin, plugin_name) == 0)
+			return &shipped_plugins[i];
+	return NULL;
+}
+
+/* The options the settings give `plugin_name` (borrowed), or NULL. */
+static json_object *plugin_options(const relay_settings *s, const char *plugin_name)
+{
+	const plugin_settings *p = shipped_plugin(plugin_name);
+	return p ? *(json_object *const *)(const void *)((const char *)s + p->options_offset) : NULL;
+}
+
 /* The variable that set `plugin_name`'s options, or NULL when none did. */
 static const char *options_variable(const relay_settings *s, const char *plugin_name)
 {
-	if (strcmp(plugin_name, "machine-service") == 0 && s->machine_service_options)
-		return "MCP_RELAY_MACHINE_SERVICE_OPTIONS";
-	if (strcmp(plugin_name, "machine-local") == 0 && s->local_options)
-		return "MCP_RELAY_LOCAL_OPTIONS";
-	if (strcmp(plugin_name, "transfer-ssh") == 0 && s->transfer_ssh_options)
-		return "MCP_RELAY_TRANSFER_SSH_OPTIONS";
-	return NULL;
+	return plugin_options(s, plugin_name) ? shipped_plugin(plugin_name)->options_variable : NULL;
+}
+
+/* The name a plugin is loaded under: the file name without ".so" of a
+ * path, else the name itself. */
+static void plugin_file_name(const char *name_or_path, char *out, size_t len)
+{
+	const char *base = fs_basename(name_or_path);
+	size_t n = strlen(base);
+	if (n > 3 && strcmp(base + n - 3, ".so") == 0)
+		n -= 3;
+	snprintf(out, len, "%.*s", (int)n, base);
+}
+
+bool backends_uses_service(const relay_backends *b, backend_slot slot)
+{
+	if (slot >= SLOT_COUNT || b->names[slot] == NULL)
+		return false;
+	char name[128];
+	plugin_file_name(b->names[slot], name, sizeof name);
+	const plugin_settings *p = shipped_plugin(name);
+	return p != NULL && p->uses_service;
 }
 
 static char *plugin_config(const relay_settings *s, const char *plugin_name, const char *state_dir)
@@ -81,16 +133,8 @@ static char *plugin_config(const relay_settings *s, const char *plugin_name, con
 	/* The exported bundle (machine-service.md §7.7) for the subprocesses a
 	 * plugin starts (Tart, OpenSSH, machctl); null without a profile. */
 	jsonx_add(config, "exportedEnvironment", s->environment ? environment_bundle(s->environment) : NULL);
-	json_object *options = NULL;
-	if (strcmp(plugin_name, "machine-service") == 0 && s->machine_service_options)
-		options = json_object_get(s->machine_service_options);
-	if (strcmp(plugin_name, "machine-local") == 0 && s->local_options)
-		options = json_object_get(s->local_options);
-	if (strcmp(plugin_name, "machine-docker") == 0 && s->docker_options)
-		options = json_object_get(s->docker_options);
-	if (strcmp(plugin_name, "transfer-ssh") == 0 && s->transfer_ssh_options)
-		options = json_object_get(s->transfer_ssh_options);
-	jsonx_add(config, "options", options ? options : json_object_new_object());
+	json_object *options = plugin_options(s, plugin_name);
+	jsonx_add(config, "options", options ? json_object_get(options) : json_object_new_object());
 	char *text = jsonx_to_string(config, 0);
 	json_object_put(config);
 	return text;

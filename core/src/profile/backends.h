@@ -76,6 +76,12 @@ loaded_plugin *backends_transport_for(relay_backends *backends, const char *leas
  * name when it did not load, or NULL for an empty slot. */
 const char *backends_display_name(const relay_backends *backends, backend_slot slot);
 
+/* True when the slot's plugin works through the machine service at the
+ * relay's MCP_RELAY_URL (status names the service; the registry's Machine
+ * cell names the service and environment). A property of the slot known
+ * from the selection, without loading anything. */
+bool backends_uses_service(const relay_backends *backends, backend_slot slot);
+
 void backends_free(relay_backends *backends);
 
 #endif

@@ -330,6 +330,64 @@ static relay_status read_plugins(relay_environment *env, json_object *plugins, r
 	return RELAY_OK;
 }
 
+/* The profile's shape (§7.1): schemaVersion 2, exactly the known keys, each
+ * once, the string ones strings. RELAY_OK, or the refusal naming the fix. */
+static relay_status check_profile_shape(json_object *profile, const char *data, size_t len, const char *real,
+                                        relay_error *err)
+{
+	/* Version 1 and vmctlPath first, so the fix is the first thing seen. */
+	int64_t version = 0;
+	bool has_version = schema_version(profile, &version);
+	if (has_version && version == 1) {
+		return relay_error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "Environment profile %s is schemaVersion 1; machine-service needs schemaVersion "
+		    "2. Fix: set \"schemaVersion\": 2 and rename \"vmctlPath\" to \"machctlPath\".",
+		    real);
+	}
+	if (jsonx_has(profile, "vmctlPath")) {
+		return relay_error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "Environment profile %s has \"vmctlPath\", which machine-service renamed. Fix: "
+		    "rename \"vmctlPath\" to \"machctlPath\" and set \"schemaVersion\": 2.",
+		    real);
+	}
+	if (environment_json_has_duplicate_keys(data, len)) {
+		return fail(err, real,
+		            "profile must contain exactly the supported schema fields (a key is repeated)");
+	}
+	json_object_object_foreach(profile, key, ignored_value)
+	{
+		(void)ignored_value;
+		bool known = strcmp(key, "relayPlugins") == 0;
+		for (size_t i = 0; i < PROFILE_KEY_COUNT && !known; i++)
+			known = strcmp(key, profile_keys[i]) == 0;
+		if (!known) {
+			return fail(err, real,
+			            "profile must contain exactly the supported schema fields (unknown key "
+			            "\"%s\")",
+			            key);
+		}
+	}
+	for (size_t i = 0; i < PROFILE_KEY_COUNT; i++) {
+		if (!jsonx_has(profile, profile_keys[i])) {
+			return fail(err, real,
+			            "profile must contain exactly the supported schema fields (missing "
+			            "\"%s\")",
+			            profile_keys[i]);
+		}
+	}
+	if (!has_version || version != 2) {
+		return fail(err, real, "\"schemaVersion\" must be the integer 2");
+	}
+	for (size_t i = 1; i < PROFILE_KEY_COUNT; i++) {
+		if (jsonx_get_str(profile, profile_keys[i]) == NULL) {
+			return fail(err, real, "\"%s\" must be a string", profile_keys[i]);
+		}
+	}
+	return RELAY_OK;
+}
+
 relay_status environment_load(const char *path, relay_environment **out, relay_error *err)
 {
 	*out = NULL;
@@ -370,63 +428,9 @@ relay_status environment_load(const char *path, relay_environment **out, relay_e
 		              profile ? "found another JSON value" : reason);
 		goto cleanup;
 	}
-	/* Version 1 and vmctlPath first, so the fix is the first thing seen. */
-	int64_t version = 0;
-	bool has_version = schema_version(profile, &version);
-	if (has_version && version == 1) {
-		status = relay_error_set(
-		    err, RELAY_E_INVALID_ARGUMENT, 0,
-		    "Environment profile %s is schemaVersion 1; machine-service needs schemaVersion "
-		    "2. Fix: set \"schemaVersion\": 2 and rename \"vmctlPath\" to \"machctlPath\".",
-		    real);
+	status = check_profile_shape(profile, data, len, real, err);
+	if (status != RELAY_OK)
 		goto cleanup;
-	}
-	if (jsonx_has(profile, "vmctlPath")) {
-		status = relay_error_set(
-		    err, RELAY_E_INVALID_ARGUMENT, 0,
-		    "Environment profile %s has \"vmctlPath\", which machine-service renamed. Fix: "
-		    "rename \"vmctlPath\" to \"machctlPath\" and set \"schemaVersion\": 2.",
-		    real);
-		goto cleanup;
-	}
-	if (environment_json_has_duplicate_keys(data, len)) {
-		status = fail(err, real,
-		              "profile must contain exactly the supported schema fields (a key is repeated)");
-		goto cleanup;
-	}
-	json_object_object_foreach(profile, key, ignored_value)
-	{
-		(void)ignored_value;
-		bool known = strcmp(key, "relayPlugins") == 0;
-		for (size_t i = 0; i < PROFILE_KEY_COUNT && !known; i++)
-			known = strcmp(key, profile_keys[i]) == 0;
-		if (!known) {
-			status = fail(err, real,
-			              "profile must contain exactly the supported schema fields (unknown key "
-			              "\"%s\")",
-			              key);
-			goto cleanup;
-		}
-	}
-	for (size_t i = 0; i < PROFILE_KEY_COUNT; i++) {
-		if (!jsonx_has(profile, profile_keys[i])) {
-			status = fail(err, real,
-			              "profile must contain exactly the supported schema fields (missing "
-			              "\"%s\")",
-			              profile_keys[i]);
-			goto cleanup;
-		}
-	}
-	if (!has_version || version != 2) {
-		status = fail(err, real, "\"schemaVersion\" must be the integer 2");
-		goto cleanup;
-	}
-	for (size_t i = 1; i < PROFILE_KEY_COUNT; i++) {
-		if (jsonx_get_str(profile, profile_keys[i]) == NULL) {
-			status = fail(err, real, "\"%s\" must be a string", profile_keys[i]);
-			goto cleanup;
-		}
-	}
 	const char *id = jsonx_get_str(profile, "id");
 	if (!matches(id, "^[a-z0-9][a-z0-9-]{0,47}$")) {
 		status = fail(err, real, "\"id\" must match ^[a-z0-9][a-z0-9-]{0,47}$");

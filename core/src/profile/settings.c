@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "registry/registry.h"
 #include "profile/environment.h"
+#include "registry/registry.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
@@ -431,22 +431,10 @@ void settings_problem_text(const char *problem, char *out, size_t out_len)
 	         (int)name_len, problem, problem, settings_problem_fix(problem));
 }
 
-static int load_all(relay_settings *s, char *errbuf, size_t errlen)
+/* MCP_RELAY_SESSION, or the project's own identity (lifecycle.md §2). */
+static int load_session_identity(relay_settings *s, char *errbuf, size_t errlen)
 {
 	const char *v;
-
-	/* The old names (MCP_VM_RELAY_*) are no longer read: one notice each. */
-	for (char **e = environ; e && *e; e++) {
-		if (strncmp(*e, "MCP_VM_RELAY_", 13) != 0)
-			continue;
-		size_t name_len = strcspn(*e, "=");
-		log_warning("%.*s is no longer read; it was renamed MCP_RELAY_%.*s", (int)name_len, *e,
-		            (int)(name_len - 13), *e + 13);
-	}
-
-	if (resolve_project(s, errbuf, errlen) != 0)
-		return -1;
-
 	v = getenv("MCP_RELAY_SESSION");
 	if (v != NULL) {
 		if (!matches(v, "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"))
@@ -472,6 +460,14 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 		return fail(errbuf, errlen, "settings could not be read: out of memory");
 	session_key_of(s->session_id, s->session_key);
 
+	return 0;
+}
+
+/* The environment profile, the backend, the service URL and the plugins'
+ * option objects. */
+static int load_backend(relay_settings *s, char *errbuf, size_t errlen)
+{
+	const char *v;
 	v = getenv("VM_ENVIRONMENT_FILE");
 	if (v != NULL) {
 		relay_error err;
@@ -546,6 +542,13 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 	                   &s->transfer_ssh_options, errbuf, errlen) != 0)
 		return -1;
 
+	return 0;
+}
+
+/* The guests' network, the exit mode, the waits and limits, the registry. */
+static int load_limits(relay_settings *s, char *errbuf, size_t errlen)
+{
+	const char *v;
 	v = getenv("MCP_RELAY_GUEST_NETWORK");
 	if (v == NULL || strcmp(v, "nat") == 0)
 		s->guest_network = GUEST_NETWORK_NAT;
@@ -597,6 +600,27 @@ static int load_all(relay_settings *s, char *errbuf, size_t errlen)
 		s->registry_path = strdup(v);
 	}
 
+	return 0;
+}
+
+static int load_all(relay_settings *s, char *errbuf, size_t errlen)
+{
+
+	/* The old names (MCP_VM_RELAY_*) are no longer read: one notice each. */
+	for (char **e = environ; e && *e; e++) {
+		if (strncmp(*e, "MCP_VM_RELAY_", 13) != 0)
+			continue;
+		size_t name_len = strcspn(*e, "=");
+		log_warning("%.*s is no longer read; it was renamed MCP_RELAY_%.*s", (int)name_len, *e,
+		            (int)(name_len - 13), *e + 13);
+	}
+
+	if (resolve_project(s, errbuf, errlen) != 0)
+		return -1;
+
+	if (load_session_identity(s, errbuf, errlen) != 0 || load_backend(s, errbuf, errlen) != 0 ||
+	    load_limits(s, errbuf, errlen) != 0)
+		return -1;
 	if (resolve_state_root(s, errbuf, errlen) != 0)
 		return -1;
 	if (s->environment != NULL) {

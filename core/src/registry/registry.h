@@ -11,8 +11,11 @@
  * lock meanwhile. The full six-cell row is the credential: rows of others
  * are never touched.
  *
- * This module knows nothing of guests or the manager; it is used by
- * lifecycle.c and by settings validation, and tested on its own.
+ * This room knows nothing of guests or the manager (it writes no field of
+ * struct guest); it is used by lease/lifecycle.c and by settings
+ * validation, and tested on its own. registry.c chooses the file and does
+ * the locked read-modify-write; table.c reads, validates and edits the VM
+ * table.
  */
 #ifndef RELAY_REGISTRY_REGISTRY_H
 #define RELAY_REGISTRY_REGISTRY_H
@@ -23,6 +26,7 @@
 #include "util/strbuf.h"
 
 #define REGISTRY_CELLS           6
+#define REGISTRY_MAX_BYTES       (16u << 20) /* the largest registry file read */
 #define REGISTRY_LOCK_TIMEOUT_MS 10000
 #define REGISTRY_LOCK_RETRY_MS   25
 

@@ -198,8 +198,9 @@ int run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call, run_outc
 	jsonx_add(details, "outcome", json_object_get(outcome));
 	guest_event(m, g, "diagnostic", c->reason ? c->reason : "diagnostic shell script", details);
 	if (cancelled)
-		runs_record_cancelled(m, g, "relay_script", true,
-		                      "a diagnostic script was cancelled while it ran; recorded uncertain");
+		lifecycle_record_cancelled(
+		    m, g, "relay_script", true,
+		    "a diagnostic script was cancelled while it ran; recorded uncertain");
 	strbuf_free(&sb);
 	free(output);
 	free(workspace);

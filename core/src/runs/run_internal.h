@@ -124,10 +124,6 @@ int run_not_dispatched(manager *m, guest *g, const char *evidence, const char *e
                        bool cancelled, run_outcome *out, const char *fmt, ...)
     __attribute__((format(printf, 8, 9)));
 
-/* The cancellation record of a run or a stage (lease/lifecycle.h
- * lifecycle_record_cancelled; the one place runs/ reaches it). */
-void runs_record_cancelled(manager *m, guest *g, const char *operation, bool uncertain, const char *why);
-
 /* Marks a step id used once its request is dispatched. */
 void run_use_step_id(manager *m, guest *g, const char *id);
 

@@ -11,7 +11,7 @@
 
 #include "delivery/image_delivery.h"
 #include "delivery/step_downloads.h"
-#include "mcp/call.h"
+#include "call/call.h"
 #include "receiver_protocol.h"
 #include "runs/run_internal.h"
 #include "util/clock.h"

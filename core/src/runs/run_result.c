@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lease/lifecycle.h"
 #include "runs/run_internal.h"
 #include "session/events.h"
 #include "util/clock.h"
@@ -252,9 +251,10 @@ void run_record_end(manager *m, guest *g, const char *evidence, const char *exec
 		guest_event(m, g, "execution-failed", jsonx_get_str(step, "title"), d2);
 	}
 	if (cancelled)
-		runs_record_cancelled(m, g, "relay_script", true,
-		                      "the run was cancelled while the receiver ran it; recorded uncertain, "
-		                      "never replayed");
+		lifecycle_record_cancelled(
+		    m, g, "relay_script", true,
+		    "the run was cancelled while the receiver ran it; recorded uncertain, "
+		    "never replayed");
 }
 
 int run_not_dispatched(manager *m, guest *g, const char *evidence, const char *execution_id, const char *code,
@@ -283,8 +283,8 @@ int run_not_dispatched(manager *m, guest *g, const char *evidence, const char *e
 	json_object_put(rec);
 	guest_set_last_error(m, g, "relay_script %s was not sent: %s", execution_id, strbuf_str(&sb));
 	if (cancelled)
-		runs_record_cancelled(m, g, "relay_script", false,
-		                      "cancelled before the request reached the guest; nothing ran");
+		lifecycle_record_cancelled(m, g, "relay_script", false,
+		                           "cancelled before the request reached the guest; nothing ran");
 	out->is_run_result = false;
 	json_object *s = outcome_facts(&out->base);
 	jsonx_add_str(s, "guest", g->name);
@@ -302,9 +302,4 @@ void run_use_step_id(manager *m, guest *g, const char *id)
 	json_object_array_add(g->used_step_ids, json_object_new_string(id));
 	guest_save(g);
 	manager_unlock(m);
-}
-
-void runs_record_cancelled(manager *m, guest *g, const char *operation, bool uncertain, const char *why)
-{
-	lifecycle_record_cancelled(m, g, operation, uncertain, why);
 }

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mcp/call.h"
+#include "call/call.h"
 #include "receiver_protocol.h"
 #include "runs/capture_plan.h"
 #include "runs/receiver_builds.h"
@@ -51,7 +51,7 @@ int stage_fail(stage_ctx *s, const char *code, const char *fmt, ...)
 
 int stage_cancelled(stage_ctx *s)
 {
-	runs_record_cancelled(
+	lifecycle_record_cancelled(
 	    s->m, s->g, "relay_stage", false,
 	    "staging was cancelled; the guest is not staged and a retry overwrites what arrived");
 	return stage_fail(s, "transfer-failed", "staging was cancelled; the guest is not staged");

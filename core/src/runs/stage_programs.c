@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mcp/call.h"
+#include "call/call.h"
 #include "receiver_protocol.h"
 #include "runs/receiver_builds.h"
 #include "runs/stage_internal.h"

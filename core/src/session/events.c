@@ -105,3 +105,12 @@ void guest_event(manager *m, guest *g, const char *kind, const char *because, js
 	json_object_put(event);
 	free(evidence);
 }
+
+void lifecycle_record_cancelled(manager *m, guest *g, const char *operation, bool uncertain, const char *why)
+{
+	json_object *details = json_object_new_object();
+	jsonx_add_str(details, "operation", operation);
+	jsonx_add_bool(details, "uncertain", uncertain);
+	jsonx_add_str(details, "reason", why);
+	guest_event(m, g, "operation-cancelled", why, details);
+}

@@ -8,6 +8,7 @@
 #define RELAY_SESSION_EVENTS_H
 
 #include <json-c/json.h>
+#include <stdbool.h>
 
 #include "session/manager_internal.h"
 
@@ -18,5 +19,11 @@ void guest_event(manager *m, guest *g, const char *kind, const char *because, js
 /* Creates the evidence folder (0700, no symlinked component below the
  * project folder). 0, or -1 with a reason. */
 int guest_ensure_evidence_dir(manager *m, guest *g, char *errbuf, size_t errlen);
+
+/* Records an `operation-cancelled` event for `operation` ("relay_acquire",
+ * ...). `uncertain` says the operation had started and its effect is not
+ * known (never replayed). Used by every room whose operations can be
+ * cancelled (lease/, runs/, tools/). */
+void lifecycle_record_cancelled(manager *m, guest *g, const char *operation, bool uncertain, const char *why);
 
 #endif

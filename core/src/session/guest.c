@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delivery/downloads.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -110,7 +109,6 @@ void guest_free(guest *g)
 {
 	if (g == NULL)
 		return;
-	downloads_free(g); /* stops its worker first */
 	free_facts(g);
 	queue_destroy(&g->queue);
 	free(g);

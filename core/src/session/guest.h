@@ -7,6 +7,11 @@
  * (manager_lock()/manager_unlock()), except `queue`, which has its own.
  * Long operations never hold the manager's lock: they copy what they need,
  * unlock, work, and lock again to publish results.
+ *
+ * Writers: each group below names the rooms that may write its fields
+ * ("writes: ..."); every room may read them all. session/guest.c itself
+ * loads and frees every field (records), and guest_set_last_error() /
+ * guest_close() (session/) write last_error and closed for any room.
  */
 #ifndef RELAY_SESSION_GUEST_H
 #define RELAY_SESSION_GUEST_H
@@ -16,8 +21,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "session/queue.h"
 #include "relay/transport.h"
+#include "session/queue.h"
 
 typedef enum guest_phase {
 	PHASE_ACQUIRING = 0,
@@ -44,20 +49,24 @@ struct loaded_plugin;
 struct downloads_queue;
 
 typedef struct guest {
-	/* identities */
+	/* identities. writes: session/ (reserve.c: name, task, image),
+	 * lease/ (acquire.c: purpose, binding; reconcile.c: binding) */
 	char *name;           /* login-test-1 */
 	char *task;           /* login-test */
 	char *image;          /* ubuntu2404 */
 	char *purpose;        /* relay-login-test-3f9a1c2e */
 	json_object *binding; /* {machine, endpoint, store, environmentFingerprint} */
 
-	/* folders */
+	/* folders. writes: session/ (reserve.c: dir, owner_lock_fd; guest_close),
+	 * lease/ (acquire.c: evidence_path, guest_root; reconcile.c:
+	 * owner_lock_fd), runs/ (recording_reset.c: evidence_path) */
 	char *dir;           /* <session dir>/guests/<name> */
 	char *evidence_path; /* <project>/relay-evidence/<purpose> (current recording) */
 	char *guest_root;    /* /var/tmp/<stamp>-mcp-relay-<purpose> */
 	int owner_lock_fd;   /* flock on <dir>/owner.lock, held while owned; -1 when not */
 
-	/* acquisition facts */
+	/* acquisition facts. writes: session/ (reserve.c, from the arguments),
+	 * lease/ (acquire.c: acquired_at_ms, deadline_ms) */
 	int64_t acquired_at_ms;
 	int64_t deadline_ms;
 	double ttl_hours;
@@ -67,7 +76,8 @@ typedef struct guest {
 	json_object *extractions; /* [{name, path}] */
 	bool full_workspace;
 
-	/* lease */
+	/* lease. writes: lease/ (acquire, release, reconcile), runs/ and tools/
+	 * (phase: staged and finishing) */
 	json_object *lease;        /* the lease document (relay/machine.h), or NULL */
 	json_object *registry_row; /* the six registry cells, or NULL */
 	guest_phase phase;
@@ -76,14 +86,15 @@ typedef struct guest {
 	int64_t waiting_since_ms; /* 0 when not waiting */
 	char *capacity_reason;
 
-	/* renewal */
+	/* renewal. writes: lease/ (renewal.c, acquire.c, reconcile.c);
+	 * last_error: any room through guest_set_last_error() */
 	renewal_state renewal;
 	int64_t expires_at_ms; /* last confirmed expiry; 0 = unknown */
 	int64_t last_renewed_at_ms;
 	char *guest_state; /* pending | provisioning | running | releasing | unknown */
 	char *last_error;
 
-	/* staging and recording */
+	/* staging and recording. writes: runs/ and tools/tool_stage.c */
 	bool staged;
 	char *platform; /* linux-x86_64 */
 	char *node_path;
@@ -96,26 +107,31 @@ typedef struct guest {
 	json_object *pending_reset;     /* {id, from, fromSession, to} or NULL */
 	json_object *previous_evidence; /* [{path, sessionId, guestState}] */
 
-	/* console */
+	/* console. writes: console/, tools/tool_console_open.c (console_attempt),
+	 * lease/acquire.c (the first observation) */
 	json_object *console;             /* last console observation, or NULL */
 	json_object *console_attempt;     /* {console_id, attempt_id, status} or NULL */
 	json_object *console_attempt_ids; /* [attempt ids used] */
 
-	/* outcomes */
+	/* outcomes. writes: delivery/ and tools/tool_finish.c (delivered),
+	 * lease/ (released), session/ (closed, through guest_close) */
 	bool delivered;
 	bool released;
 	json_object *closed; /* NULL, or {at, reason, evidencePath} */
 
-	/* downloads (evidence.md §5), reported by status */
+	/* downloads (evidence.md §5), reported by status. writes: delivery/ */
 	json_object
 	    *downloads; /* {queued, inFlight, downloaded, failed, cancelled, coalesced, paused, state} */
 
-	/* restart (lifecycle.md §8) */
+	/* restart (lifecycle.md §8). writes: lease/ (reconcile.c) */
 	guest_phase restored_phase;     /* the phase on disk while `phase` is PHASE_RECONCILING */
 	renewal_state restored_renewal; /* the renewal state on disk while reconciling */
 	bool record_readonly; /* never rewrite lease.json (unreadable, foreign or another owner's) */
 
-	/* runtime only */
+	/* runtime only. writes: session/ (queue, transport_* in
+	 * guest_transport(), acquisition_order), lease/ (beat_in_flight,
+	 * lookup_queued, next_beat_ms; reconcile.c: acquisition_order;
+	 * release.c: closes the transport), delivery/ (dl) */
 	guest_queue queue;                      /* the guest's ordered operations */
 	bool beat_in_flight;                    /* a renewal beat is running (one at a time) */
 	bool lookup_queued;                     /* a lease lookup after a failed beat is queued */
@@ -133,6 +149,9 @@ const char *renewal_state_name(renewal_state state);
 
 /* Allocates a guest with empty facts and an initialised queue. */
 guest *guest_new(void);
+/* Frees the guest's facts and queue. What the rooms above keep for it (the
+ * download queue `dl`) must be freed first (manager_hooks's
+ * guest_release_rooms); a guest that never reached them has none. */
 void guest_free(guest *g);
 
 /* The ownership record (lifecycle.md §9) as a new JSON object. */

@@ -1,6 +1,8 @@
 /*
- * The manager: guest table, dispatch into guest queues, session files, and
- * the end of the session. Tool behaviour lives in tool_*.c.
+ * The session (manager.h): guest table, session files and lock, calls being
+ * worked on, internal work on guest queues, and the start and end of the
+ * session. Dispatching tools, taking back guests and ending them belong to
+ * the rooms above, reached through m->hooks.
  */
 #include "session/manager.h"
 
@@ -15,12 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "delivery/downloads.h"
-#include "lease/lifecycle.h"
-#include "tools/tools.h"
-#include "lease/reconcile.h"
-#include "lease/renewal.h"
 #include "profile/environment.h"
+#include "session/manager_internal.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -327,6 +325,21 @@ bool manager_queue_internal(manager *m, guest *g, internal_work_fn work, void *c
 	return true;
 }
 
+guest **manager_snapshot_guests(manager *m, size_t *n_out)
+{
+	manager_lock(m);
+	size_t n = 0;
+	for (guest *g = m->guests; g; g = g->next)
+		n++;
+	guest **list = calloc(n ? n : 1, sizeof *list);
+	size_t i = 0;
+	for (guest *g = m->guests; g && list && i < n; g = g->next)
+		list[i++] = g;
+	manager_unlock(m);
+	*n_out = list ? i : 0;
+	return list;
+}
+
 bool manager_busy(manager *m)
 {
 	manager_lock(m);
@@ -379,8 +392,7 @@ static void *startup_main(void *arg)
 			manager_lock(m);
 			load_session(m);
 			manager_unlock(m);
-			reconcile_migrate_legacy(m);
-			reconcile_scan(m);
+			m->hooks->take_back_guests(m, true);
 		} else {
 			log_error("another mcp-relay process, pid %ld, holds session %s; its guests stay "
 			          "unavailable "
@@ -461,13 +473,26 @@ static int settle_session(manager *m, relay_settings *settings, char *errbuf, si
 	return 0;
 }
 
-manager *manager_create(relay_settings *settings, const relay_backends *backends, char *errbuf, size_t errlen)
+static bool hooks_complete(const manager_hooks *h)
 {
+	return h && h->size >= sizeof *h && h->dispatch && h->take_back_guests && h->end_guests &&
+	       h->guest_reached && h->guest_closing && h->guest_release_rooms;
+}
+
+manager *manager_create(relay_settings *settings, const relay_backends *backends, const manager_hooks *hooks,
+                        char *errbuf, size_t errlen)
+{
+	if (!hooks_complete(hooks)) {
+		snprintf(errbuf, errlen,
+		         "the session was created without a complete hook table (manager_hooks)");
+		return NULL;
+	}
 	manager *m = calloc(1, sizeof *m);
 	if (m == NULL) {
 		snprintf(errbuf, errlen, "out of memory");
 		return NULL;
 	}
+	m->hooks = hooks;
 	m->settings = settings;
 	m->backends = (relay_backends *)backends;
 	m->session_lock_fd = -1;
@@ -493,12 +518,10 @@ manager *manager_create(relay_settings *settings, const relay_backends *backends
 		return NULL;
 	}
 	load_session(m);
-	if (m->session_lock_fd >= 0)
-		reconcile_migrate_legacy(m);
 	/* Guests found on disk are listed at once (phase reconciling) so that
 	 * status shows them and calls on them wait; their reconcile jobs wait
 	 * for the session lock. */
-	reconcile_scan(m);
+	m->hooks->take_back_guests(m, m->session_lock_fd >= 0);
 	pthread_t watcher;
 	if (pthread_create(&watcher, NULL, watcher_main, m) == 0) {
 		pthread_detach(watcher);
@@ -513,221 +536,9 @@ manager *manager_create(relay_settings *settings, const relay_backends *backends
 
 /* ---- dispatch ---------------------------------------------------------------- */
 
-typedef struct tool_job {
-	guest_job base;
-	manager *mgr;
-	relay_tool tool;
-	json_object *args;
-	relay_call *call;
-	guest *g;
-	bool detached; /* counted in detached_running */
-} tool_job;
-
-static tool_handler handler_for(relay_tool tool)
-{
-	switch (tool) {
-	case TOOL_SEARCH: return tool_search;
-	case TOOL_PROBE: return tool_probe;
-	case TOOL_ACQUISITION_CAPABILITIES: return tool_acquisition_capabilities;
-	case TOOL_ACQUIRE: return tool_acquire;
-	case TOOL_STAGE: return tool_stage;
-	case TOOL_SCRIPT: return tool_script;
-	case TOOL_IMAGE: return tool_image;
-	case TOOL_EXTRACT: return tool_extract;
-	case TOOL_FINISH: return tool_finish;
-	case TOOL_RELEASE: return tool_release;
-	case TOOL_CONSOLE_RESOLVE: return tool_console_resolve;
-	case TOOL_CONSOLE_OPEN: return tool_console_open;
-	case TOOL_CONSOLE_CANCEL: return tool_console_cancel;
-	case TOOL_STATUS: return tool_status;
-	case TOOL_COUNT: break;
-	}
-	return NULL;
-}
-
-static void job_free(tool_job *job)
-{
-	json_object_put(job->args);
-	free(job);
-}
-
-static void job_drop(guest_job *base, const char *why);
-
-static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char *name, guest **g_out);
-
-static void job_run(guest_job *base)
-{
-	tool_job *job = (tool_job *)base;
-	manager *m = job->mgr;
-	tool_result *result = NULL;
-	/* A call that waited behind another on its guest is checked again: the
-	 * session may be ending, or the guest closed or found unavailable
-	 * meanwhile (tools.md §2.1, lifecycle.md §11.2 step 1). */
-	if (job->g && job->tool != TOOL_ACQUIRE) {
-		manager_lock(m);
-		bool ending = m->ending;
-		guest *g = NULL;
-		if (!ending)
-			result = refuse_guest_locked(m, job->tool, job->g->name, &g);
-		manager_unlock(m);
-		if (ending) {
-			job_drop(base, m->end_reason[0] ? m->end_reason : "the session is ending");
-			return;
-		}
-	}
-	if (result == NULL) {
-		manager_track_call(m, job->call, 0);
-		result = handler_for(job->tool)(m, job->g, job->args, job->call);
-		manager_untrack_call(m, job->call);
-	}
-	relay_call_complete(job->call, result);
-	if (job->detached) {
-		manager_lock(m);
-		m->detached_running--;
-		pthread_cond_broadcast(&m->changed);
-		manager_unlock(m);
-	}
-	job_free(job);
-}
-
-static void job_drop(guest_job *base, const char *why)
-{
-	tool_job *job = (tool_job *)base;
-	if (relay_call_is_cancelled(job->call)) {
-		relay_call_complete(job->call, NULL);
-	} else {
-		tool_result *r =
-		    job->g ? guest_error(job->mgr, job->g, NULL, "shutting-down",
-		                         "The session is ending (%s); this call on %s did not start and "
-		                         "no new operations are accepted",
-		                         why, job->g->name)
-		           : tool_result_error(NULL, "shutting-down",
-		                               "The session is ending (%s); no new operations are accepted",
-		                               why);
-		relay_call_complete(job->call, r);
-	}
-	job_free(job);
-}
-
-static bool job_cancelled_before_start(const guest_job *base)
-{
-	const tool_job *job = (const tool_job *)base;
-	return relay_call_is_cancelled(job->call);
-}
-
-static tool_job *job_new(manager *m, relay_tool tool, json_object *args, relay_call *call, guest *g)
-{
-	tool_job *job = calloc(1, sizeof *job);
-	if (job == NULL)
-		return NULL;
-	job->base.run = job_run;
-	job->base.drop = job_drop;
-	job->base.cancelled_before_start = job_cancelled_before_start;
-	job->mgr = m;
-	job->tool = tool;
-	job->args = args;
-	job->call = call;
-	job->g = g;
-	return job;
-}
-
-/* The shared refusals of a per-guest tool (tools.md §2.1, §2.7), under lock.
- * Returns NULL when the guest may be operated on. */
-static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char *name, guest **g_out)
-{
-	guest *g = manager_find_guest(m, name);
-	*g_out = g;
-	if (tool == TOOL_RELEASE && manager_open_guest_count(m) == 0) {
-		json_object *s = json_object_new_object();
-		jsonx_add_bool(s, "released", false);
-		jsonx_add(s, "guestsHeld", json_object_new_array());
-		jsonx_add_str(s, "sessionId", m->settings->session_id);
-		return tool_result_error(
-		    s, "nothing-held",
-		    "This session holds no guest, so nothing was released. The session identity belongs to "
-		    "the project folder unless MCP_RELAY_SESSION sets it (a second live process on the same "
-		    "project takes a fresh one; relay_status shows sessionIdentity); to release a guest of "
-		    "another identity, start the server with that identity, or let the backend's lease "
-		    "expiry reclaim it.");
-	}
-	if (g == NULL) {
-		char *held = manager_open_guest_names(m);
-		tool_result *r = tool_result_error(NULL, "unknown-guest",
-		                                   "This session has no guest named %s. Guests held: %s. Use "
-		                                   "the name relay_acquire returned.",
-		                                   name, held && *held ? held : "none");
-		free(held);
-		return r;
-	}
-	if (g->phase == PHASE_CLOSED && tool != TOOL_IMAGE) {
-		const char *at = jsonx_get_str(g->closed, "at");
-		const char *reason = jsonx_get_str(g->closed, "reason");
-		return tool_result_error(
-		    NULL, "guest-closed",
-		    "Guest %s was closed (%s) at %s; its evidence is at %s. Acquire a new guest "
-		    "for more work.",
-		    name, reason ? reason : "closed", at ? at : "an earlier time",
-		    g->evidence_path ? g->evidence_path : "(none)");
-	}
-	if (g->phase == PHASE_UNAVAILABLE) {
-		return tool_result_error(NULL, "guest-unavailable",
-		                         "Guest %s could not be taken over at startup: %s", name,
-		                         g->last_error ? g->last_error : "its record is not usable");
-	}
-	return NULL;
-}
-
 void manager_dispatch(manager *m, relay_tool tool, json_object *args, relay_call *call)
 {
-	if (tool == TOOL_STATUS) {
-		tool_result *r = tool_status(m, NULL, args, call);
-		json_object_put(args);
-		relay_call_complete(call, r);
-		return;
-	}
-	manager_lock(m);
-	if (m->ending) {
-		manager_unlock(m);
-		json_object_put(args);
-		relay_call_complete(
-		    call, tool_result_error(NULL, "shutting-down",
-		                            "The session is ending; no new operations are accepted"));
-		return;
-	}
-	guest *g = NULL;
-	tool_result *refusal = NULL;
-	const char *name = jsonx_get_str(args, "guest");
-	bool queued = contract_tool_is_per_guest(tool) || (tool == TOOL_PROBE && name != NULL);
-	if (tool == TOOL_ACQUIRE) {
-		g = manager_reserve_guest(m, args, &refusal);
-		queued = g != NULL;
-	} else if (queued) {
-		refusal = refuse_guest_locked(m, tool, name, &g);
-	}
-	if (refusal) {
-		manager_unlock(m);
-		json_object_put(args);
-		relay_call_complete(call, refusal);
-		return;
-	}
-	if (!queued)
-		m->detached_running++;
-	manager_unlock(m);
-
-	tool_job *job = job_new(m, tool, args, call, g);
-	if (job == NULL) {
-		json_object_put(args);
-		relay_call_complete(call,
-		                    tool_result_error(NULL, "internal", "out of memory queueing the call"));
-		return;
-	}
-	if (!queued) {
-		job->detached = true;
-		run_detached(&job->base);
-		return;
-	}
-	if (!queue_push(&g->queue, &job->base))
-		job_drop(&job->base, "the guest's queue is closed");
+	m->hooks->dispatch(m, tool, args, call);
 }
 
 /* ---- answers shared by the tools ------------------------------------------------- */
@@ -759,7 +570,7 @@ void guest_persist(manager *m, guest *g)
 
 void guest_close(manager *m, guest *g, const char *reason)
 {
-	downloads_shutdown(m, g); /* nothing more is written for a closed guest */
+	m->hooks->guest_closing(m, g); /* nothing more is written for a closed guest */
 	manager_lock(m);
 	g->phase = PHASE_CLOSED;
 	g->renewal = RENEWAL_NONE;
@@ -791,7 +602,7 @@ relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out,
                              relay_transport_conn **conn_out, relay_error *err)
 {
 	manager_wait_startup(m);
-	downloads_guest_reached(m, g); /* an operation reaches the guest: lifts a download pause */
+	m->hooks->guest_reached(m, g); /* an operation reaches the guest: lifts a download pause */
 	/* A call and a step download may reach a guest without a connection
 	 * at the same moment: one opens, the other waits for it, so a guest
 	 * never holds two connections (the loser's would leak its master). */
@@ -869,9 +680,9 @@ int manager_end_session(manager *m, const char *reason)
 	manager_unlock(m);
 	if (already)
 		return 0;
-	/* shutdown.c: stop taking work, let running work finish within the
+	/* The hook (lease/session_end.c): stop taking work, let running work finish within the
 	 * grace period, then pause or release every guest. */
-	return manager_end_guests(m, reason);
+	return m->hooks->end_guests(m, reason);
 }
 
 void manager_hurry_end(manager *m)
@@ -889,6 +700,7 @@ void manager_destroy(manager *m)
 	for (guest *g = m->guests; g;) {
 		guest *next = g->next;
 		queue_stop(&g->queue, "the relay is exiting");
+		m->hooks->guest_release_rooms(g);
 		guest_free(g);
 		g = next;
 	}

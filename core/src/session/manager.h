@@ -1,41 +1,82 @@
 /*
- * session/manager.h — the relay's state and the tools' behaviour: guests,
- * leases, per-guest queues, renewal, the end of the session.
+ * session/manager.h — the session: its guests, their queues, the session
+ * folder and lock, calls being worked on, and the end of the session.
+ *
+ * The session is the lowest of the back rooms (scripts/layers): it knows
+ * nothing of tools, leases or deliveries. What it needs from the rooms
+ * above (dispatching a tool call, taking back an earlier process's guests,
+ * ending the guests, a guest's download queue) it asks through the
+ * manager_hooks its creator passes to manager_create().
  *
  * The MCP layer hands every validated tools/call to manager_dispatch(); the
- * manager completes it (relay_call_complete) on whatever thread finishes the
- * work. Calls naming the same guest run one after another in arrival order;
- * calls on different guests run concurrently; relay_status answers at once
- * from memory (tools.md §2.5).
+ * hooks' dispatcher completes it (relay_call_complete) on whatever thread
+ * finishes the work. Calls naming the same guest run one after another in
+ * arrival order; calls on different guests run concurrently; relay_status
+ * answers at once from memory (tools.md §2.5).
  */
 #ifndef RELAY_SESSION_MANAGER_H
 #define RELAY_SESSION_MANAGER_H
 
 #include <json-c/json.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "contract/contract.h"
-#include "mcp/call.h"
+#include "call/call.h"
 
 typedef struct manager manager;
 struct relay_settings;
 struct relay_backends;
+struct guest;
 
-/* Creates the manager over loaded settings and backends (both borrowed for
- * the manager's life) and starts its background work (reconciliation of an
- * earlier process's guests, reaping); never blocks on the backend. It may
+/* What the session asks of the rooms above it (tools/dispatch.c fills the
+ * table the relay uses). Every slot must be set; the table is borrowed for
+ * the manager's life. `size` is sizeof(manager_hooks). */
+typedef struct manager_hooks {
+	size_t size;
+	/* Takes a validated call (and `args`, a reference) and completes it,
+	 * at once or later on a guest's queue or a detached thread. Called on
+	 * the reader thread in arrival order; must not block on guest work. */
+	void (*dispatch)(manager *m, relay_tool tool, json_object *args, relay_call *call);
+	/* Lists the guests an earlier process left under guests/ and queues
+	 * their reconciliation; with `migrate_legacy` first moves a record of
+	 * before several guests (the session lock is then held). Without the
+	 * lock; at creation and when the startup takes the session lock late. */
+	void (*take_back_guests)(manager *m, bool migrate_legacy);
+	/* The end of the session for every guest (lifecycle.md §11.2 steps
+	 * 1-5), once the session stopped taking work. Returns 0, or 1 when a
+	 * guest's final renewal or release failed. */
+	int (*end_guests)(manager *m, const char *reason);
+	/* An operation reaches the guest (a transport connection is used): may
+	 * lift a paused background download. Without the lock. */
+	void (*guest_reached)(manager *m, struct guest *g);
+	/* The guest is being closed: background work writing for it stops.
+	 * Without the lock. */
+	void (*guest_closing)(manager *m, struct guest *g);
+	/* Frees what the rooms above keep for a guest (its download queue)
+	 * before the session frees the guest. */
+	void (*guest_release_rooms)(struct guest *g);
+} manager_hooks;
+
+/* Creates the manager over loaded settings and backends and the hooks of
+ * the rooms above (all borrowed for the manager's life) and starts its
+ * background work (reconciliation of an earlier process's guests, reaping);
+ * never blocks on the backend. An incomplete hook table is refused. It may
  * give the settings a fresh session identity (settings_use_fresh_identity,
  * lifecycle.md §2) when another live process holds the project's, waiting
  * up to 2 s to tell a live holder from an ending one; the settings are not
  * changed after it returns. NULL with a reason on failure. */
-manager *manager_create(struct relay_settings *settings, const struct relay_backends *backends, char *errbuf,
-			size_t errlen);
+manager *manager_create(struct relay_settings *settings, const struct relay_backends *backends,
+                        const manager_hooks *hooks, char *errbuf, size_t errlen);
 
-/* Takes a validated call. Takes ownership of `args` (a reference). Called on
- * the reader thread in arrival order; must not block on guest work. */
+/* Takes a validated call: hands it to hooks->dispatch. Takes ownership of
+ * `args` (a reference). Called on the reader thread in arrival order; must
+ * not block on guest work. */
 void manager_dispatch(manager *mgr, relay_tool tool, json_object *args, relay_call *call);
 
-/* Ends the session (lifecycle.md §11): stops taking work, lets running
- * operations finish within the grace period, pauses or releases guests.
+/* Ends the session (lifecycle.md §11): stops taking work, then hands over
+ * to hooks->end_guests, which lets running operations finish within the
+ * grace period and pauses or releases guests.
  * `reason` is "stdin-closed", "stdout-failed", "signal-SIGTERM", ... Blocks
  * until done; returns the process exit status (0 clean, 1 a cleanup step
  * failed). */

@@ -1,7 +1,10 @@
 /*
- * session/manager_internal.h — what the manager's own files share: the
- * manager struct, its lock, guest lookup, and the helpers every tool uses to
- * answer. Used by the rooms above session/ (lease/, runs/, delivery/, console/, catalog/, tools/).
+ * session/manager_internal.h — what the session shares with the rooms above
+ * it (guestio/, delivery/, lease/, runs/, console/, catalog/, tools/): the
+ * manager struct, its lock, guest lookup, the session files, calls being
+ * worked on, internal work on a guest's queue, and the reservation of a new
+ * guest. Nothing here builds an MCP result: failures are relay_outcome
+ * (util/outcome.h).
  */
 #ifndef RELAY_SESSION_MANAGER_INTERNAL_H
 #define RELAY_SESSION_MANAGER_INTERNAL_H
@@ -9,16 +12,17 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "session/guest.h"
-#include "session/manager.h"
-#include "registry/registry.h"
-#include "mcp/tool_result.h"
 #include "profile/backends.h"
 #include "profile/settings.h"
+#include "registry/registry.h"
+#include "session/guest.h"
+#include "session/manager.h"
+#include "util/outcome.h"
 
 struct manager {
 	const relay_settings *settings; /* borrowed */
 	relay_backends *backends;       /* borrowed */
+	const manager_hooks *hooks;     /* borrowed: the rooms above (manager.h) */
 
 	/* `lock` guards the guest list, every guest's fields, the counters and
 	 * the session flags below. Never held across backend or guest I/O. */
@@ -133,16 +137,16 @@ bool manager_queue_internal(manager *m, guest *g, internal_work_fn work, void *c
  * detached. Takes the lock itself. */
 bool manager_busy(manager *m);
 
-/* The end of the session for every guest (lifecycle.md §11.2 steps 1-5):
- * lets running work finish within the grace period, then pauses or
- * releases each guest. Returns 0, or 1 when a guest's final renewal or
- * release failed. */
-int manager_end_guests(manager *m, const char *reason);
+/* The guests of the session, in acquisition order (malloc'd; *n_out of
+ * them). Guests are never freed before manager_destroy(), so the pointers
+ * stay valid. Takes the lock itself. */
+guest **manager_snapshot_guests(manager *m, size_t *n_out);
 
-/* Reserves a new guest for relay_acquire under the lock: checks the limit,
- * takes the next name, creates guests/<name>/ with its owner lock and a
- * record in phase acquiring. Returns the guest, or NULL with an error
- * result in *refusal_out. */
-guest *manager_reserve_guest(manager *m, json_object *args, tool_result **refusal_out);
+/* Reserves a new guest for relay_acquire under the lock (session/reserve.c):
+ * checks the session lock and the limit, takes the next name, creates
+ * guests/<name>/ with its owner lock and a record in phase acquiring.
+ * Returns the guest, or NULL with the refusal in *refusal (session-locked,
+ * guest-limit, internal). `args` are relay_acquire's validated arguments. */
+guest *manager_reserve_guest(manager *m, json_object *args, relay_outcome *refusal);
 
 #endif

@@ -27,9 +27,9 @@ typedef struct guest_queue {
 	pthread_cond_t changed;
 	guest_job *head;
 	guest_job *tail;
-	size_t waiting;   /* jobs not yet started */
-	bool busy;        /* a job is running */
-	bool stopping;    /* no more jobs are taken */
+	size_t waiting; /* jobs not yet started */
+	bool busy;      /* a job is running */
+	bool stopping;  /* no more jobs are taken */
 	bool thread_started;
 	pthread_t thread;
 } guest_queue;

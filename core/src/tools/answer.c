@@ -27,9 +27,14 @@ tool_result *guest_error(manager *m, guest *g, json_object *structured, const ch
 	}
 	return r;
 }
+
 tool_result *tools_failure(manager *m, guest *g, relay_outcome *o)
 {
 	json_object *facts = outcome_take_facts(o);
+	/* A room that closed the guest on failure may have kept its state at
+	 * the failure (lease/acquire.c): that one stands. */
+	if (jsonx_get_obj(facts, "guestState") != NULL)
+		g = NULL;
 	tool_result *r = guest_error(m, g, facts, o->code ? o->code : "internal", "%s",
 	                             o->message ? o->message : "the operation failed");
 	outcome_free(o);

@@ -14,12 +14,10 @@ tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_
 	const char *attempt_id = jsonx_get_str(args, "attempt_id");
 	json_object *obs = NULL;
 	console_guest_facts facts;
-	tool_result *refusal = console_resolve_guest(m, g, call, &obs, &facts);
-	if (refusal)
-		return refusal;
-	tool_result *r = console_named_check(m, g, obs, console_id);
-	if (r)
-		goto done;
+	relay_outcome o = OUTCOME_INIT;
+	if (console_resolve_named(m, g, call, console_id, &obs, &facts, &o) != 0)
+		return tools_failure(m, g, &o);
+	tool_result *r = NULL;
 	if (facts.attempt_id == NULL || strcmp(facts.attempt_id, attempt_id) != 0 ||
 	    console_attempt_terminal(facts.attempt_status)) {
 		r = guest_error(m, g, NULL, "console-attempt-active",
@@ -37,9 +35,11 @@ tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_
 	guest_event(m, g, "console-cancel-intent", "relay_console_cancel", details);
 
 	json_object *cancelled =
-	    console_attempt_request(m, g, call, &facts, CONSOLE_CANCEL, console_id, attempt_id, &r);
-	if (cancelled == NULL)
+	    console_attempt_request(m, g, call, &facts, CONSOLE_CANCEL, console_id, attempt_id, &o);
+	if (cancelled == NULL) {
+		r = tools_failure(m, g, &o);
 		goto done;
+	}
 	const char *attempt_status = jsonx_get_str(jsonx_get_obj(cancelled, "attempt"), "status");
 	json_object *result = console_status_result(g->name, cancelled, NULL);
 	r = tool_result_ok(result, "Console viewing attempt %s on %s: %s", attempt_id, g->name,

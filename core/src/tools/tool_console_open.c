@@ -60,12 +60,10 @@ tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_ca
 	json_object *obs = NULL;
 	console_guest_facts facts;
 	/* Step 2: resolve first. */
-	tool_result *refusal = console_resolve_guest(m, g, call, &obs, &facts);
-	if (refusal)
-		return refusal;
-	tool_result *r = console_named_check(m, g, obs, console_id);
-	if (r)
-		goto done;
+	relay_outcome o = OUTCOME_INIT;
+	if (console_resolve_named(m, g, call, console_id, &obs, &facts, &o) != 0)
+		return tools_failure(m, g, &o);
+	tool_result *r = NULL;
 	const char *report_attempt_id = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "attempt_id");
 	const char *report_attempt_status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
 	/* Step 3: the viewer appears on the service host only. */
@@ -142,9 +140,11 @@ tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_ca
 
 	/* Steps 9-10. */
 	json_object *opened =
-	    console_attempt_request(m, g, call, &facts, CONSOLE_OPEN, console_id, attempt_id, &r);
-	if (opened == NULL)
+	    console_attempt_request(m, g, call, &facts, CONSOLE_OPEN, console_id, attempt_id, &o);
+	if (opened == NULL) {
+		r = tools_failure(m, g, &o);
 		goto done;
+	}
 	r = open_result(g, opened, NULL, false);
 	json_object_put(opened);
 done:

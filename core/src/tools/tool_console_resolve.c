@@ -13,9 +13,9 @@ tool_result *tool_console_resolve(manager *m, guest *g, json_object *args, relay
 	(void)args;
 	json_object *obs = NULL;
 	console_guest_facts facts;
-	tool_result *refusal = console_resolve_guest(m, g, call, &obs, &facts);
-	if (refusal)
-		return refusal;
+	relay_outcome o = OUTCOME_INIT;
+	if (console_resolve_guest(m, g, call, &obs, &facts, &o) != 0)
+		return tools_failure(m, g, &o);
 	/* An attempt the relay holds as uncertain, which the backend's report
 	 * does not speak of, is shown as the relay sees it. */
 	json_object *attempt = NULL;

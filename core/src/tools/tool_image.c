@@ -55,7 +55,7 @@ tool_result *tool_image(manager *m, guest *g, json_object *args, relay_call *cal
 	}
 	result->text_omits_key = "imageDelivery";
 	/* The image block stays beside isError when it was produced (mcp.md §7). */
-	image_delivery_attach(&r, result);
+	image_delivery_take_preview(&r, &result->image_base64, &result->image_mime);
 cleanup:
 	json_object_put(structured);
 	json_object_put(delivery);

@@ -86,7 +86,7 @@ static tool_result *run_answer(manager *m, guest *g, run_outcome *o)
 		tool_result_set_headline(r, "%s", headline ? headline : "{}");
 		set_run_lead(r, r->structured);
 		r->text_omits_key = "imageDelivery";
-		image_delivery_attach(&o->image, r);
+		image_delivery_take_preview(&o->image, &r->image_base64, &r->image_mime);
 	}
 	free(headline);
 	run_outcome_free(o);

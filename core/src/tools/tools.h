@@ -2,12 +2,13 @@
  * tools/tools.h — the fourteen tools' handlers: each maps its arguments,
  * refuses what it must, calls its room once and alone builds the MCP
  * result. The dispatcher (tools/dispatch.c) runs them on the guest's queue
- * or a detached thread.
+ * or a detached thread. Handlers write no field of struct guest themselves
+ * beyond what the room they call documents.
  */
 #ifndef RELAY_TOOLS_TOOLS_H
 #define RELAY_TOOLS_TOOLS_H
 
-#include "mcp/tool_result.h"
+#include "call/tool_result.h"
 #include "session/manager_internal.h"
 #include "util/outcome.h"
 
@@ -19,7 +20,8 @@ tool_result *guest_error(manager *m, guest *g, json_object *structured, const ch
 
 /* The error result of a failed domain outcome (util/outcome.h): its code
  * and sentence, its facts as the structured content, and "guestState" when
- * `g` is not NULL (as guest_error). Frees the outcome. Call without the lock. */
+ * `g` is not NULL (as guest_error) and the facts carry none already. Frees
+ * the outcome. Call without the lock. */
 tool_result *tools_failure(manager *m, guest *g, relay_outcome *o);
 
 /* Tool handlers: run on the guest's queue (per-guest tools and acquire) or a
@@ -30,6 +32,9 @@ typedef tool_result *(*tool_handler)(manager *m, guest *g, json_object *args, re
 tool_result *tool_status(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_release(manager *m, guest *g, json_object *args, relay_call *call);
+/* relay_finish step 8 (tools.md §3.9): lifecycle_release_finished() as a
+ * release-shaped result (success, or the error that kept the guest). */
+tool_result *tools_release_finished(manager *m, guest *g, relay_call *call);
 tool_result *tool_search(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_probe(manager *m, guest *g, json_object *args, relay_call *call);
 /* relay_probe with scope "guest" (tools.md §3.2); tool_probe() hands over. */

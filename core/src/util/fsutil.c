@@ -11,40 +11,20 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "relay_support/tree.h"
 #include "util/error.h"
 #include "util/jsonx.h"
 #include "util/randx.h"
 
 relay_status fs_mkdir_p(const char *path, mode_t mode, relay_error *err)
 {
-	size_t len = strlen(path);
-	if (len == 0)
-		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "empty folder path");
-	char *copy = strdup(path);
-	if (copy == NULL)
-		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	relay_status status = RELAY_OK;
-	for (char *p = copy + 1;; p++) {
-		bool end = *p == '\0';
-		if (*p != '/' && !end)
-			continue;
-		char saved = *p;
-		*p = '\0';
-		if (mkdir(copy, mode) != 0 && errno != EEXIST) {
-			status = relay_error_set(err, RELAY_E_IO, errno, "cannot create folder %s: %s", copy,
-						 strerror(errno));
-			goto cleanup;
-		}
-		*p = saved;
-		if (end)
-			break;
-	}
-	struct stat st;
-	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-		status = relay_error_set(err, RELAY_E_IO, ENOTDIR, "not a folder: %s", path);
-cleanup:
-	free(copy);
-	return status;
+	rs_error why;
+	if (rs_mkdir_p(path, mode, 0, &why) == 0)
+		return RELAY_OK;
+	relay_status code = why.errnum == EINVAL   ? RELAY_E_INVALID_ARGUMENT
+	                    : why.errnum == ENOMEM ? RELAY_E_NO_MEMORY
+	                                           : RELAY_E_IO;
+	return relay_error_set(err, code, why.errnum, "%s", why.message);
 }
 
 relay_status fs_write_all(int fd, const void *data, size_t len, const char *what, relay_error *err)
@@ -56,7 +36,7 @@ relay_status fs_write_all(int fd, const void *data, size_t len, const char *what
 			if (errno == EINTR)
 				continue;
 			return relay_error_set(err, errno == ENOSPC ? RELAY_E_NO_SPACE : RELAY_E_IO, errno,
-					       "cannot write %s: %s", what, strerror(errno));
+			                       "cannot write %s: %s", what, strerror(errno));
 		}
 		p += n;
 		len -= (size_t)n;
@@ -68,10 +48,12 @@ relay_status fs_fsync_dir(const char *path, relay_error *err)
 {
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return relay_error_set(err, RELAY_E_IO, errno, "cannot open folder %s: %s", path, strerror(errno));
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot open folder %s: %s", path,
+		                       strerror(errno));
 	relay_status status = RELAY_OK;
 	if (fsync(fd) != 0 && errno != EINVAL)
-		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync folder %s: %s", path, strerror(errno));
+		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync folder %s: %s", path,
+		                         strerror(errno));
 	close(fd);
 	return status;
 }
@@ -113,7 +95,8 @@ relay_status fs_write_durable(const char *path, const void *data, size_t len, mo
 	if (status != RELAY_OK)
 		goto cleanup;
 	if (rename(tmp, path) != 0) {
-		status = relay_error_set(err, RELAY_E_IO, errno, "cannot replace %s: %s", path, strerror(errno));
+		status =
+		    relay_error_set(err, RELAY_E_IO, errno, "cannot replace %s: %s", path, strerror(errno));
 		unlink(tmp);
 		goto cleanup;
 	}
@@ -137,7 +120,8 @@ relay_status fs_write_json_durable(const char *path, const json_object *obj, rel
 	return status;
 }
 
-relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, size_t *len_out, relay_error *err)
+relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, size_t *len_out,
+                          relay_error *err)
 {
 	*data_out = NULL;
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -160,7 +144,8 @@ relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, s
 		goto cleanup;
 	}
 	if ((uint64_t)st.st_size > max_bytes) {
-		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", path, max_bytes);
+		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", path,
+		                         max_bytes);
 		goto cleanup;
 	}
 	size_t cap = (size_t)st.st_size + 1, len = 0;
@@ -172,8 +157,8 @@ relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, s
 	for (;;) {
 		if (len + 1 == cap) {
 			if (cap - 1 >= max_bytes + 1) {
-				status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s grew past %zu bytes", path,
-							 max_bytes);
+				status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s grew past %zu bytes",
+				                         path, max_bytes);
 				goto cleanup;
 			}
 			char *grown = realloc(buf, cap * 2);
@@ -188,7 +173,8 @@ relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, s
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			status = relay_error_set(err, RELAY_E_IO, errno, "cannot read %s: %s", path, strerror(errno));
+			status = relay_error_set(err, RELAY_E_IO, errno, "cannot read %s: %s", path,
+			                         strerror(errno));
 			goto cleanup;
 		}
 		if (n == 0)
@@ -196,7 +182,8 @@ relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, s
 		len += (size_t)n;
 	}
 	if (len > max_bytes) {
-		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", path, max_bytes);
+		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", path,
+		                         max_bytes);
 		goto cleanup;
 	}
 	buf[len] = '\0';
@@ -228,45 +215,13 @@ relay_status fs_read_json(const char *path, size_t max_bytes, json_object **obj_
 	return RELAY_OK;
 }
 
-static relay_status remove_at(int parent_fd, const char *name, const char *shown, relay_error *err)
-{
-	struct stat st;
-	if (fstatat(parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-		if (errno == ENOENT)
-			return RELAY_OK;
-		return relay_error_set(err, RELAY_E_IO, errno, "cannot stat %s: %s", shown, strerror(errno));
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		if (unlinkat(parent_fd, name, 0) != 0 && errno != ENOENT)
-			return relay_error_set(err, RELAY_E_IO, errno, "cannot remove %s: %s", shown,
-					       strerror(errno));
-		return RELAY_OK;
-	}
-	int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return relay_error_set(err, RELAY_E_IO, errno, "cannot open %s: %s", shown, strerror(errno));
-	DIR *dir = fdopendir(fd);
-	if (dir == NULL) {
-		close(fd);
-		return relay_error_set(err, RELAY_E_IO, errno, "cannot list %s", shown);
-	}
-	relay_status status = RELAY_OK;
-	struct dirent *entry;
-	while (status == RELAY_OK && (entry = readdir(dir)) != NULL) {
-		if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
-			continue;
-		status = remove_at(dirfd(dir), entry->d_name, shown, err);
-	}
-	closedir(dir);
-	if (status == RELAY_OK && unlinkat(parent_fd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
-		status = relay_error_set(err, RELAY_E_IO, errno, "cannot remove folder %s: %s", shown,
-					 strerror(errno));
-	return status;
-}
-
 relay_status fs_remove_tree(const char *path, relay_error *err)
 {
-	return remove_at(AT_FDCWD, path, path, err);
+	rs_error why;
+	if (rs_remove_tree(path, &why) == 0)
+		return RELAY_OK;
+	return relay_error_set(err, why.errnum == EINVAL ? RELAY_E_INVALID_ARGUMENT : RELAY_E_IO, why.errnum,
+	                       "%s", why.message);
 }
 
 char *fs_path_join(const char *a, const char *b)
@@ -322,7 +277,7 @@ relay_status fs_free_bytes(const char *path, uint64_t *free_out, relay_error *er
 	struct statvfs sv;
 	if (statvfs(path, &sv) != 0)
 		return relay_error_set(err, RELAY_E_IO, errno, "cannot read free space of %s: %s", path,
-				       strerror(errno));
+		                       strerror(errno));
 	*free_out = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
 	return RELAY_OK;
 }
@@ -332,7 +287,7 @@ relay_status fs_copy_file(const char *src, const char *dst, mode_t mode, relay_e
 	int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (in < 0)
 		return relay_error_set(err, errno == ENOENT ? RELAY_E_NOT_FOUND : RELAY_E_IO, errno,
-				       "cannot open %s: %s", src, strerror(errno));
+		                       "cannot open %s: %s", src, strerror(errno));
 	relay_status status = RELAY_OK;
 	int out = -1;
 	struct stat st;
@@ -342,7 +297,8 @@ relay_status fs_copy_file(const char *src, const char *dst, mode_t mode, relay_e
 	}
 	out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
 	if (out < 0) {
-		status = relay_error_set(err, RELAY_E_IO, errno, "cannot create %s: %s", dst, strerror(errno));
+		status =
+		    relay_error_set(err, RELAY_E_IO, errno, "cannot create %s: %s", dst, strerror(errno));
 		goto cleanup;
 	}
 	char buf[1 << 16];

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "relay_support/json_get.h"
+#include "relay_support/utf8.h"
+
 json_object *jsonx_parse(const char *text, size_t len, bool *is_null_out, char *errbuf, size_t errlen)
 {
 	if (is_null_out)
@@ -211,69 +214,36 @@ char *jsonx_to_string(const json_object *obj, unsigned flags)
 	return strbuf_detach(&sb, NULL);
 }
 
-static json_object *get_typed(const json_object *obj, const char *key, enum json_type type)
-{
-	json_object *value = NULL;
-	if (obj == NULL || !json_object_is_type(obj, json_type_object))
-		return NULL;
-	if (!json_object_object_get_ex(obj, key, &value))
-		return NULL;
-	if (!json_object_is_type(value, type))
-		return NULL;
-	return value;
-}
-
+/* The getters are the shared family of relay_support/json_get.h, so the
+ * core and the plugins read JSON members by the same rules. */
 const char *jsonx_get_str(const json_object *obj, const char *key)
 {
-	json_object *value = get_typed(obj, key, json_type_string);
-	return value ? json_object_get_string(value) : NULL;
+	return rsj_get_str(obj, key);
 }
 
 bool jsonx_get_int(const json_object *obj, const char *key, int64_t *out)
 {
-	json_object *value = get_typed(obj, key, json_type_int);
-	if (value == NULL) {
-		value = get_typed(obj, key, json_type_double);
-		if (value == NULL)
-			return false;
-		double d = json_object_get_double(value);
-		if (d != floor(d) || fabs(d) > 9007199254740992.0)
-			return false;
-		*out = (int64_t)d;
-		return true;
-	}
-	*out = json_object_get_int64(value);
-	return true;
+	return rsj_get_int(obj, key, out);
 }
 
 bool jsonx_get_double(const json_object *obj, const char *key, double *out)
 {
-	json_object *value = get_typed(obj, key, json_type_double);
-	if (value == NULL)
-		value = get_typed(obj, key, json_type_int);
-	if (value == NULL)
-		return false;
-	*out = json_object_get_double(value);
-	return true;
+	return rsj_get_double(obj, key, out);
 }
 
 bool jsonx_get_bool(const json_object *obj, const char *key, bool *out)
 {
-	json_object *value = get_typed(obj, key, json_type_boolean);
-	if (value == NULL)
-		return false;
-	*out = json_object_get_boolean(value);
-	return true;
+	return rsj_get_bool(obj, key, out);
 }
 
 json_object *jsonx_get_obj(const json_object *obj, const char *key)
 {
-	return get_typed(obj, key, json_type_object);
+	return rsj_get_obj(obj, key);
 }
 
 json_object *jsonx_get_array(const json_object *obj, const char *key)
 {
-	return get_typed(obj, key, json_type_array);
+	return rsj_get_array(obj, key);
 }
 
 bool jsonx_has(const json_object *obj, const char *key)
@@ -324,98 +294,27 @@ bool jsonx_add_null(json_object *obj, const char *key)
 	return jsonx_add(obj, key, NULL);
 }
 
-/* Length of the valid UTF-8 sequence at text[i], or 0 when invalid. */
-static size_t utf8_sequence(const unsigned char *s, size_t len, size_t i)
-{
-	unsigned char c = s[i];
-	if (c < 0x80)
-		return 1;
-	size_t need;
-	unsigned min;
-	unsigned cp;
-	if (c >= 0xc2 && c <= 0xdf) {
-		need = 2;
-		min = 0x80;
-		cp = c & 0x1f;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		need = 3;
-		min = 0x800;
-		cp = c & 0x0f;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		need = 4;
-		min = 0x10000;
-		cp = c & 0x07;
-	} else {
-		return 0;
-	}
-	if (len - i < need)
-		return 0;
-	for (size_t k = 1; k < need; k++) {
-		if ((s[i + k] & 0xc0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (s[i + k] & 0x3f);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return need;
-}
-
 bool utf8_valid(const char *text, size_t len)
 {
-	const unsigned char *s = (const unsigned char *)text;
-	for (size_t i = 0; i < len;) {
-		size_t n = utf8_sequence(s, len, i);
-		if (n == 0)
-			return false;
-		i += n;
-	}
-	return true;
+	return rs_utf8_valid(text, len) != 0;
 }
 
 char *utf8_sanitize(const char *text, size_t len, size_t *len_out)
 {
-	const unsigned char *s = (const unsigned char *)text;
-	strbuf sb = STRBUF_INIT;
-	strbuf_reserve(&sb, len);
-	size_t run = 0;
-	for (size_t i = 0; i < len;) {
-		size_t n = utf8_sequence(s, len, i);
-		if (n) {
-			i += n;
-			continue;
-		}
-		strbuf_append(&sb, text + run, i - run);
-		strbuf_append(&sb, "\xef\xbf\xbd", 3);
-		i++;
-		run = i;
-	}
-	strbuf_append(&sb, text + run, len - run);
-	return strbuf_detach(&sb, len_out);
+	return rs_utf8_repair(text, len, 0, len_out);
 }
 
 size_t utf8_cut(const char *text, size_t len, size_t max_bytes)
 {
-	if (len <= max_bytes)
-		return len;
-	size_t n = max_bytes;
-	while (n > 0 && (((unsigned char)text[n]) & 0xc0) == 0x80)
-		n--;
-	return n;
+	return rs_utf8_cut(text, len, max_bytes);
 }
 
 size_t utf8_cut_forward(const char *text, size_t len, size_t start)
 {
-	size_t n = start;
-	while (n < len && (((unsigned char)text[n]) & 0xc0) == 0x80)
-		n++;
-	return n;
+	return rs_utf8_cut_forward(text, len, start);
 }
 
 size_t utf8_length(const char *text, size_t len)
 {
-	size_t count = 0;
-	for (size_t i = 0; i < len; i++)
-		if ((((unsigned char)text[i]) & 0xc0) != 0x80)
-			count++;
-	return count;
+	return rs_utf8_length(text, len);
 }

@@ -34,7 +34,10 @@ typedef struct relay_outcome {
 	json_object *facts;
 } relay_outcome;
 
-#define OUTCOME_INIT {NULL, NULL, NULL}
+#define OUTCOME_INIT                                                                                         \
+	{                                                                                                    \
+		NULL, NULL, NULL                                                                             \
+	}
 
 /* The facts object, created empty on first use. NULL only when out of memory. */
 json_object *outcome_facts(relay_outcome *o);
@@ -42,7 +45,8 @@ json_object *outcome_facts(relay_outcome *o);
 /* Records a failure: `code` (static), the formatted sentence (replacing an
  * earlier one). Returns -1, so `return outcome_fail(o, ...)` ends a domain
  * function. */
-int outcome_fail(relay_outcome *o, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int outcome_fail(relay_outcome *o, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* True when outcome_fail() was called. */
 bool outcome_failed(const relay_outcome *o);

@@ -15,7 +15,8 @@
 #include "util/error.h"
 #include "util/strbuf.h"
 
-#define PROCESS_KNOWN_FLAGS (RELAY_PROCESS_MERGE_OUTPUT | RELAY_PROCESS_KEEP_TAIL | RELAY_PROCESS_NEW_SESSION)
+#define PROCESS_KNOWN_FLAGS                                                                                  \
+	(RELAY_PROCESS_MERGE_OUTPUT | RELAY_PROCESS_KEEP_TAIL | RELAY_PROCESS_NEW_SESSION | RELAY_PROCESS_SHARED_CAP)
 
 void process_close_from(int lowfd)
 {
@@ -59,12 +60,14 @@ typedef struct capture {
 	size_t cap;
 	int keep_tail;
 	int overflowed;
+	const struct capture *peer; /* RELAY_PROCESS_SHARED_CAP: the other stream, counted against cap */
 } capture;
 
 static void capture_add(capture *c, const char *data, size_t len)
 {
 	if (!c->keep_tail) {
-		size_t room = c->buf.len < c->cap ? c->cap - c->buf.len : 0;
+		size_t used = c->buf.len + (c->peer ? c->peer->buf.len : 0);
+		size_t room = used < c->cap ? c->cap - used : 0;
 		if (len > room) {
 			c->overflowed = 1;
 			len = room;
@@ -93,6 +96,26 @@ static void capture_finish(capture *c)
 	}
 }
 
+/* RELAY_PROCESS_SHARED_CAP with KEEP_TAIL: each stream kept its last `cap`
+ * bytes; drop standard output's oldest bytes first, then standard error's,
+ * until both together fit. */
+static void capture_trim_shared(capture *out, capture *errc)
+{
+	capture *order[2] = {out, errc};
+	for (int i = 0; i < 2; i++) {
+		size_t total = out->buf.len + errc->buf.len;
+		if (total <= out->cap)
+			return;
+		capture *c = order[i];
+		size_t drop = total - out->cap < c->buf.len ? total - out->cap : c->buf.len;
+		memmove(c->buf.data, c->buf.data + drop, c->buf.len - drop);
+		c->buf.len -= drop;
+		if (c->buf.data)
+			c->buf.data[c->buf.len] = '\0';
+		c->overflowed = 1;
+	}
+}
+
 static int set_nonblock(int fd)
 {
 	int fl = fcntl(fd, F_GETFL);
@@ -115,8 +138,12 @@ relay_status process_run(const relay_process_request *req, process_cancel_fn can
 	int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, exec_pipe[2] = {-1, -1};
 	int merge = (flags & RELAY_PROCESS_MERGE_OUTPUT) != 0;
 	size_t cap = req->max_output_bytes ? req->max_output_bytes : 65536;
-	capture out = {-1, STRBUF_INIT, cap, (flags & RELAY_PROCESS_KEEP_TAIL) != 0, 0};
-	capture errc = {-1, STRBUF_INIT, cap, (flags & RELAY_PROCESS_KEEP_TAIL) != 0, 0};
+	capture out = {-1, STRBUF_INIT, cap, (flags & RELAY_PROCESS_KEEP_TAIL) != 0, 0, NULL};
+	capture errc = {-1, STRBUF_INIT, cap, (flags & RELAY_PROCESS_KEEP_TAIL) != 0, 0, NULL};
+	if (flags & RELAY_PROCESS_SHARED_CAP) {
+		out.peer = &errc;
+		errc.peer = &out;
+	}
 	pid_t pid = -1;
 
 	if ((req->stdin_data && req->stdin_fd < 0 && pipe2(in_pipe, O_CLOEXEC) != 0) ||
@@ -311,6 +338,8 @@ relay_status process_run(const relay_process_request *req, process_cancel_fn can
 	pid = -1;
 	capture_finish(&out);
 	capture_finish(&errc);
+	if ((flags & RELAY_PROCESS_SHARED_CAP) && out.keep_tail)
+		capture_trim_shared(&out, &errc);
 	res->output_truncated = out.overflowed || errc.overflowed;
 	if (req->stdout_fd < 0) {
 		res->out = strbuf_detach(&out.buf, &res->out_len);

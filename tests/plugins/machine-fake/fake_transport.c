@@ -32,6 +32,8 @@
 #include <unistd.h>
 
 #include "fake.h"
+#include "relay_support/json_get.h"
+#include "relay_support/tree.h"
 
 extern char **environ;
 
@@ -39,14 +41,6 @@ typedef struct fake_conn {
 	char *vm;
 	char *home;
 } fake_conn;
-
-static const char *str_of(json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj && json_object_object_get_ex(obj, key, &v) && json_object_is_type(v, json_type_string))
-		return json_object_get_string(v);
-	return NULL;
-}
 
 static relay_status fake_open(relay_plugin_state *state, const char *lease_json, relay_call *call,
                               unsigned flags, relay_transport_conn **conn_out, relay_error *err)
@@ -58,10 +52,10 @@ static relay_status fake_open(relay_plugin_state *state, const char *lease_json,
 		return st->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0,
 		                           "machine-fake: unknown open flags 0x%x", flags);
 	json_object *lease = json_tokener_parse(lease_json);
-	const char *vm = str_of(lease, "vm");
+	const char *vm = rsj_get_str(lease, "vm");
 	json_object *fake = NULL;
 	json_object_object_get_ex(lease, "fake", &fake);
-	const char *home = str_of(fake, "home");
+	const char *home = rsj_get_str(fake, "home");
 	struct stat sb;
 	if (vm == NULL || home == NULL || stat(home, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
 		json_object_put(lease);
@@ -173,7 +167,7 @@ static relay_status fake_exec(relay_plugin_state *state, relay_transport_conn *c
 	preq.stdout_fd = -1;
 	preq.timeout_ms = r.timeout_ms;
 	preq.max_output_bytes = r.max_output_bytes;
-	unsigned pflags = 0;
+	unsigned pflags = RELAY_PROCESS_SHARED_CAP; /* exec caps both streams together (relay/transport.h) */
 	if (flags & RELAY_EXEC_MERGE_OUTPUT)
 		pflags |= RELAY_PROCESS_MERGE_OUTPUT;
 	if (flags & RELAY_EXEC_KEEP_TAIL)
@@ -229,7 +223,7 @@ typedef struct fact_list {
 static int fact_cmp(const void *a, const void *b)
 {
 	json_object *const *fa = a, *const *fb = b;
-	return strcmp(str_of(*fa, "path"), str_of(*fb, "path"));
+	return strcmp(rsj_get_str(*fa, "path"), rsj_get_str(*fb, "path"));
 }
 
 static relay_status add_fact(fact_list *facts, const char *abs_path, const char *rel)
@@ -311,26 +305,11 @@ static relay_status collect_facts(fake_state *st, const char *path, int tree, js
 
 static relay_status mkdirs(fake_state *st, const char *path, relay_error *err)
 {
-	char *copy = strdup(path);
-	if (copy == NULL)
-		return st->host->error_set(err, RELAY_E_NO_MEMORY, 0, "machine-fake: out of memory");
-	for (char *p = copy + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char saved = *p;
-		*p = '\0';
-		if (mkdir(copy, 0700) != 0 && errno != EEXIST) {
-			relay_status rc = st->host->error_set(err, RELAY_E_IO, errno,
-			                                      "machine-fake: cannot create %s", copy);
-			free(copy);
-			return rc;
-		}
-		*p = saved;
-		if (saved == '\0')
-			break;
-	}
-	free(copy);
-	return RELAY_OK;
+	rs_error why;
+	if (rs_mkdir_p(path, 0700, 0, &why) == 0)
+		return RELAY_OK;
+	return st->host->error_set(err, why.errnum == ENOMEM ? RELAY_E_NO_MEMORY : RELAY_E_IO, why.errnum,
+	                           "machine-fake: %s", why.message);
 }
 
 /* Copies one regular file; `exclusive` refuses an existing destination. */
@@ -520,7 +499,7 @@ static json_object *take_pull_behaviour(fake_state *st, const char *path)
 		size_t count = json_object_array_length(list);
 		for (size_t i = 0; i < count && entry == NULL; i++) {
 			json_object *item = json_object_array_get_idx(list, i);
-			const char *match = str_of(item, "match");
+			const char *match = rsj_get_str(item, "match");
 			if (match && (path == NULL || strstr(path, match) == NULL))
 				continue;
 			entry = json_object_get(item);
@@ -591,7 +570,7 @@ static relay_status fake_pull(relay_plugin_state *state, relay_transport_conn *c
 		return st->host->error_set(err, RELAY_E_CANCELLED, 0,
 		                           "machine-fake: pulling %s was cancelled", remote_path);
 	}
-	const char *scripted = str_of(behaviour, "result") ? str_of(behaviour, "result") : "ok";
+	const char *scripted = rsj_get_str(behaviour, "result") ? rsj_get_str(behaviour, "result") : "ok";
 	json_object *extra = json_object_new_object();
 	json_object_object_add(extra, "path", json_object_new_string(remote_path ? remote_path : ""));
 	json_object_object_add(extra, "result", json_object_new_string(scripted));

@@ -47,7 +47,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +56,8 @@
 #include <unistd.h>
 
 #include "fake.h"
+#include "relay_support/json_get.h"
+#include "relay_support/tree.h"
 
 #define FAKE_VERSION      "0.1.0"
 #define GUEST_ROOT_PARENT "/var/tmp"
@@ -78,29 +79,16 @@ char *fake_owned_json(fake_state *st, json_object *obj)
 	    json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 }
 
-static const char *get_str(json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj && json_object_object_get_ex(obj, key, &v) && json_object_is_type(v, json_type_string))
-		return json_object_get_string(v);
-	return NULL;
-}
-
 static int64_t get_int(json_object *obj, const char *key, int64_t fallback)
 {
-	json_object *v = NULL;
-	if (obj && json_object_object_get_ex(obj, key, &v) &&
-	    (json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)))
-		return json_object_get_int64(v);
-	return fallback;
+	int64_t value;
+	return rsj_get_int(obj, key, &value) ? value : fallback;
 }
 
 static int get_bool(json_object *obj, const char *key, int fallback)
 {
-	json_object *v = NULL;
-	if (obj && json_object_object_get_ex(obj, key, &v) && json_object_is_type(v, json_type_boolean))
-		return json_object_get_boolean(v);
-	return fallback;
+	bool value;
+	return rsj_get_bool(obj, key, &value) ? value : fallback;
 }
 
 static json_object *read_json_file(const char *path)
@@ -136,18 +124,9 @@ static int write_json_file(const char *path, json_object *obj)
 	return rc;
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 static void remove_tree(const char *path)
 {
-	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	(void)rs_remove_tree(path, NULL); /* best effort: a fake lease's folder */
 }
 
 static void random_hex(fake_state *st, char *out, size_t digits)
@@ -276,13 +255,13 @@ static json_object *take_behaviour(fake_state *st, const char *op)
 
 static const char *result_of(json_object *behaviour)
 {
-	const char *r = get_str(behaviour, "result");
+	const char *r = rsj_get_str(behaviour, "result");
 	return r ? r : "ok";
 }
 
 static const char *reason_of(json_object *behaviour, const char *fallback)
 {
-	const char *r = get_str(behaviour, "reason");
+	const char *r = rsj_get_str(behaviour, "reason");
 	return r ? r : fallback;
 }
 
@@ -319,7 +298,7 @@ static json_object *load_lease(fake_state *st, const char *vm)
 
 static int save_lease(fake_state *st, json_object *record)
 {
-	char *path = lease_path(st, get_str(record, "vm"));
+	char *path = lease_path(st, rsj_get_str(record, "vm"));
 	int rc = path ? write_json_file(path, record) : -1;
 	free(path);
 	return rc;
@@ -331,7 +310,7 @@ static json_object *lease_document(json_object *record)
 	json_object *doc = json_object_new_object();
 	static const char *const copied[] = {"vm", "purpose", "image", "lease_id", "state"};
 	for (size_t i = 0; i < sizeof copied / sizeof copied[0]; i++) {
-		const char *v = get_str(record, copied[i]);
+		const char *v = rsj_get_str(record, copied[i]);
 		json_object_object_add(doc, copied[i], v ? json_object_new_string(v) : NULL);
 	}
 	json_object_object_add(doc, "expiresAtMs", json_object_new_int64(get_int(record, "expiresAtMs", 0)));
@@ -354,7 +333,7 @@ static json_object *lease_document(json_object *record)
 	                           : NULL);
 	json_object_object_add(doc, "record", json_object_get(record));
 	json_object *fake = json_object_new_object();
-	const char *home = get_str(record, "home");
+	const char *home = rsj_get_str(record, "home");
 	json_object_object_add(fake, "home", home ? json_object_new_string(home) : NULL);
 	json_object_object_add(doc, "fake", fake);
 	return doc;
@@ -363,7 +342,7 @@ static json_object *lease_document(json_object *record)
 /* The vm named by a lease document (borrowed from `doc`). */
 static const char *vm_of(json_object *doc)
 {
-	return get_str(doc, "vm");
+	return rsj_get_str(doc, "vm");
 }
 
 /* Removes every trace of a machine: its lease, its home, its guest roots. */
@@ -450,7 +429,7 @@ static void reclaim_expired(fake_state *st)
 		if (record && expires > 0 && now > expires + grace) {
 			char purpose[256];
 			snprintf(purpose, sizeof purpose, "%s",
-			         get_str(record, "purpose") ? get_str(record, "purpose") : "");
+			         rsj_get_str(record, "purpose") ? rsj_get_str(record, "purpose") : "");
 			destroy_machine(st, vm, purpose[0] ? purpose : NULL);
 			json_object *extra = json_object_new_object();
 			json_object_object_add(extra, "purpose", json_object_new_string(purpose));
@@ -486,7 +465,7 @@ static json_object *log_extra(const char *purpose, const char *result)
 /* Creates and stores a lease for a spec. Returns the stored record. */
 static json_object *create_lease(fake_state *st, json_object *spec)
 {
-	const char *purpose = get_str(spec, "purpose");
+	const char *purpose = rsj_get_str(spec, "purpose");
 	char suffix[7], lease_id[33];
 	random_hex(st, suffix, 6);
 	random_hex(st, lease_id, 32);
@@ -498,8 +477,9 @@ static json_object *create_lease(fake_state *st, json_object *spec)
 	json_object *record = json_object_new_object();
 	json_object_object_add(record, "vm", json_object_new_string(vm));
 	json_object_object_add(record, "purpose", json_object_new_string(purpose));
-	json_object_object_add(record, "image",
-	                       json_object_new_string(get_str(spec, "image") ? get_str(spec, "image") : ""));
+	json_object_object_add(
+	    record, "image",
+	    json_object_new_string(rsj_get_str(spec, "image") ? rsj_get_str(spec, "image") : ""));
 	json_object_object_add(record, "lease_id", json_object_new_string(lease_id));
 	json_object_object_add(record, "state", json_object_new_string("running"));
 	json_object_object_add(record, "createdAtMs", json_object_new_int64(now));
@@ -507,9 +487,10 @@ static json_object *create_lease(fake_state *st, json_object *spec)
 	json_object_object_add(record, "deadlineMs", json_object_new_int64(get_int(spec, "deadlineMs", 0)));
 	json_object_object_add(
 	    record, "network",
-	    json_object_new_string(get_str(spec, "network") ? get_str(spec, "network") : "nat"));
-	json_object_object_add(record, "env",
-	                       json_object_new_string(get_str(spec, "env") ? get_str(spec, "env") : "none"));
+	    json_object_new_string(rsj_get_str(spec, "network") ? rsj_get_str(spec, "network") : "nat"));
+	json_object_object_add(
+	    record, "env",
+	    json_object_new_string(rsj_get_str(spec, "env") ? rsj_get_str(spec, "env") : "none"));
 	json_object_object_add(record, "home", home ? json_object_new_string(home) : NULL);
 	json_object *control = read_control(st), *lease_extra = NULL;
 	if (json_object_object_get_ex(control, "leaseExtra", &lease_extra) &&
@@ -544,7 +525,7 @@ static relay_status fake_acquire(relay_plugin_state *state, const char *spec_jso
 	if (check_flags(st, flags, err) != RELAY_OK)
 		return RELAY_E_UNSUPPORTED_FLAGS;
 	json_object *spec = json_tokener_parse(spec_json);
-	const char *purpose = get_str(spec, "purpose");
+	const char *purpose = rsj_get_str(spec, "purpose");
 	if (purpose == NULL) {
 		json_object_put(spec);
 		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -571,7 +552,7 @@ static relay_status fake_acquire(relay_plugin_state *state, const char *spec_jso
 		unlock_files(st, fd);
 	}
 	if (delay > 0 && fake_delay(st, call, delay)) {
-		fake_log(st, "acquire-cancelled", record ? get_str(record, "vm") : NULL,
+		fake_log(st, "acquire-cancelled", record ? rsj_get_str(record, "vm") : NULL,
 		         log_extra(purpose, "cancelled"));
 		rc = st->host->error_set(err, RELAY_E_CANCELLED, 0,
 		                         "machine-fake: the acquisition was cancelled");
@@ -608,7 +589,7 @@ static relay_status fake_acquire(relay_plugin_state *state, const char *spec_jso
 		json_object *doc = lease_document(record);
 		*lease_json_out = fake_owned_json(st, doc);
 		json_object_put(doc);
-		fake_log(st, "acquired", get_str(record, "vm"), log_extra(purpose, "ok"));
+		fake_log(st, "acquired", rsj_get_str(record, "vm"), log_extra(purpose, "ok"));
 	}
 done:
 	json_object_put(record);
@@ -633,9 +614,9 @@ static relay_status lease_op(fake_state *st, const char *op, const char *lease_j
 	reclaim_expired(st);
 	json_object *record = load_lease(st, vm);
 	int64_t now = st->host->now_ms();
-	json_object *extra =
-	    log_extra(get_str(record, "purpose") ? get_str(record, "purpose") : get_str(given, "purpose"),
-	              record ? result : (strcmp(result, "ok") == 0 ? "not-found" : result));
+	json_object *extra = log_extra(rsj_get_str(record, "purpose") ? rsj_get_str(record, "purpose")
+	                                                              : rsj_get_str(given, "purpose"),
+	                               record ? result : (strcmp(result, "ok") == 0 ? "not-found" : result));
 	if (ttl_ms > 0) {
 		json_object_object_add(extra, "ttl_ms", json_object_new_int64(ttl_ms));
 		json_object_object_add(extra, "deadline_ms",
@@ -704,7 +685,7 @@ static relay_status fake_release(relay_plugin_state *state, const char *lease_js
 		return RELAY_E_UNSUPPORTED_FLAGS;
 	json_object *given = json_tokener_parse(lease_json);
 	const char *vm = vm_of(given);
-	const char *purpose = get_str(given, "purpose");
+	const char *purpose = rsj_get_str(given, "purpose");
 	json_object *b = take_behaviour(st, "release");
 	const char *result = result_of(b);
 	int64_t delay = get_int(b, "delayMs", 0);
@@ -778,7 +759,7 @@ static relay_status fake_verify_destroyed(relay_plugin_state *state, const char 
 		return RELAY_E_UNSUPPORTED_FLAGS;
 	json_object *given = json_tokener_parse(lease_json);
 	const char *vm = vm_of(given);
-	const char *purpose = get_str(given, "purpose");
+	const char *purpose = rsj_get_str(given, "purpose");
 	json_object *b = take_behaviour(st, "verify");
 	const char *result = result_of(b);
 	int fd = lock_files(st);
@@ -892,7 +873,7 @@ static relay_status fake_find_by_purpose(relay_plugin_state *state, const char *
 		char vm[256];
 		snprintf(vm, sizeof vm, "%.*s", (int)(n - 5), e->d_name);
 		json_object *record = load_lease(st, vm);
-		const char *p = get_str(record, "purpose");
+		const char *p = rsj_get_str(record, "purpose");
 		if (p && purpose && strcmp(p, purpose) == 0)
 			json_object_array_add(found, lease_document(record));
 		json_object_put(record);
@@ -972,7 +953,7 @@ static relay_status fake_init(const relay_host *host, const char *config_json, u
 		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0,
 		                       "machine-fake: unknown init flags 0x%x", flags);
 	json_object *config = json_tokener_parse(config_json);
-	const char *state_dir = get_str(config, "stateDir");
+	const char *state_dir = rsj_get_str(config, "stateDir");
 	if (state_dir == NULL) {
 		json_object_put(config);
 		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -990,11 +971,11 @@ static relay_status fake_init(const relay_host *host, const char *config_json, u
 	json_object_object_get_ex(config, "options", &options);
 	const char *control = getenv("RELAY_FAKE_MACHINE_CONTROL");
 	if (control == NULL || *control == '\0')
-		control = get_str(options, "control");
+		control = rsj_get_str(options, "control");
 	st->control_path = control ? strdup(control) : join2(st->state_dir, "control.json");
 	const char *log = getenv("RELAY_FAKE_MACHINE_LOG");
 	if (log == NULL || *log == '\0')
-		log = get_str(options, "log");
+		log = rsj_get_str(options, "log");
 	st->log_path = log ? strdup(log) : join2(st->state_dir, "ops.jsonl");
 	const char *store = getenv("RELAY_FAKE_MACHINE_STORE");
 	st->store = strdup(store && *store ? store : st->state_dir);

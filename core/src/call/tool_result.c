@@ -1,4 +1,4 @@
-#include "mcp/tool_result.h"
+#include "call/tool_result.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /*
- * mcp/tool_result.h — what a tool produces, before the MCP layer renders it
+ * call/tool_result.h — what a tool produces, before the MCP layer renders it
  * into a CallToolResult (tools.md §2.3, §5).
  */
-#ifndef RELAY_MCP_TOOL_RESULT_H
-#define RELAY_MCP_TOOL_RESULT_H
+#ifndef RELAY_CALL_TOOL_RESULT_H
+#define RELAY_CALL_TOOL_RESULT_H
 
 #include <json-c/json.h>
 #include <stdbool.h>

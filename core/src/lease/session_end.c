@@ -3,42 +3,23 @@
  * operations finish within MCP_RELAY_SHUTDOWN_GRACE_MS, cancel what still
  * runs, then pause or release every guest still held.
  *
- * The MCP layer calls manager_end_session() once, on the first trigger; it
- * blocks until the guests are dealt with and returns the exit status.
+ * The MCP layer calls manager_end_session() once, on the first trigger; the
+ * session hands over here through its end_guests hook (tools/dispatch.c),
+ * which blocks until the guests are dealt with and returns the exit status.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "session/events.h"
+#include "delivery/downloads.h"
 #include "lease/lifecycle.h"
 #include "lease/renewal.h"
+#include "session/events.h"
 #include "util/clock.h"
 #include "util/jsonx.h"
 #include "util/log.h"
 
 #define CANCEL_WAIT_MS 5000
-
-/* Provided by the recording module when linked (lifecycle.h). */
-void recording_detach(manager *m, guest *g) __attribute__((weak));
-
-/* The guests of the session, in acquisition order (malloc'd; *n_out of
- * them). Guests are never freed before manager_destroy(), so the pointers
- * stay valid. */
-static guest **snapshot_guests(manager *m, size_t *n_out)
-{
-	manager_lock(m);
-	size_t n = 0;
-	for (guest *g = m->guests; g; g = g->next)
-		n++;
-	guest **list = calloc(n ? n : 1, sizeof *list);
-	size_t i = 0;
-	for (guest *g = m->guests; g && list && i < n; g = g->next)
-		list[i++] = g;
-	manager_unlock(m);
-	*n_out = list ? i : 0;
-	return list;
-}
 
 static guest_phase phase_of(manager *m, guest *g)
 {
@@ -62,11 +43,11 @@ static void release_at_end(manager *m, guest *g, relay_call *call, void *ctx)
 	(void)ctx;
 	if (!acted_on(phase_of(m, g)))
 		return;
-	tool_result *r = lifecycle_release(m, g, call, false);
-	if (r && r->is_error)
+	relay_outcome o = OUTCOME_INIT;
+	if (lifecycle_release(m, g, call, false, &o) != 0)
 		log_warning("the release of %s at the end of the session did not complete: %s", g->name,
-		            r->headline ? r->headline : "");
-	tool_result_free(r);
+		            o.message ? o.message : "");
+	outcome_free(&o);
 }
 
 /* Waits until nothing runs or `until_mono_ms` passes (or a second signal
@@ -104,14 +85,14 @@ static void release_failed(manager *m, guest *g, const char *why)
 	          g->name, why);
 }
 
-int manager_end_guests(manager *m, const char *reason)
+int lifecycle_end_guests(manager *m, const char *reason)
 {
 	const relay_settings *s = m->settings;
 	int64_t started = clock_monotonic_ms();
 	int64_t grace_end = started + s->shutdown_grace_ms;
 	const char *why = reason ? reason : "ended";
 	size_t n = 0;
-	guest **list = snapshot_guests(m, &n);
+	guest **list = manager_snapshot_guests(m, &n);
 
 	/* Step 1: no new work; calls queued behind another call are answered
 	 * shutting-down; renewal beats stop being scheduled. */
@@ -154,7 +135,7 @@ int manager_end_guests(manager *m, const char *reason)
 	/* Step 5: each guest still held. */
 	int status = 0;
 	free(list);
-	list = snapshot_guests(m, &n);
+	list = manager_snapshot_guests(m, &n);
 	for (size_t i = 0; i < n; i++) {
 		guest *g = list[i];
 		guest_phase phase = phase_of(m, g);
@@ -165,8 +146,7 @@ int manager_end_guests(manager *m, const char *reason)
 			if (phase == PHASE_ACQUISITION_UNCERTAIN)
 				continue;
 			status |= renewal_pause(m, g, why);
-			if (recording_detach != NULL)
-				recording_detach(m, g);
+			recording_detach(m, g);
 			continue;
 		}
 		if (queue_active(&g->queue)) {
@@ -177,12 +157,12 @@ int manager_end_guests(manager *m, const char *reason)
 			status = 1;
 			continue;
 		}
-		tool_result *r = lifecycle_release(m, g, NULL, true);
-		if (r == NULL || r->is_error) {
-			release_failed(m, g, r && r->headline ? r->headline : "the direct release failed");
+		relay_outcome o = OUTCOME_INIT;
+		if (lifecycle_release(m, g, NULL, true, &o) != 0) {
+			release_failed(m, g, o.message ? o.message : "the direct release failed");
 			status = 1;
 		}
-		tool_result_free(r);
+		outcome_free(&o);
 	}
 	free(list);
 	return status;

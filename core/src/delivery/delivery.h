@@ -1,0 +1,50 @@
+/*
+ * delivery/ — evidence from the guest to the host, and saved images to the
+ * agent. Above session/ and guestio/, below lease/, runs/ and tools/: it
+ * includes neither of those (scripts/layers), builds no MCP result (domain
+ * functions fill a util/outcome.h relay_outcome or a result struct of their
+ * own; the handlers in tools/ turn them into answers), and the rooms above
+ * reach it only through the headers below.
+ *
+ * The files, one job each:
+ *   downloads.h / .c        the per-guest queue of background step
+ *                           downloads, its worker and states (evidence.md §5)
+ *   download_job.h / .c     one step download: its record and attempts
+ *   step_downloads.h        the narrow hooks runs/ calls
+ *   evidence_pull.h / .c    verified pulls of guest files (archive, one by one)
+ *   extraction.h / .c       declared outputs pulled (relay_extract, finish,
+ *                           release)
+ *   packaging.h / .c        the recording pulled and merged, packages
+ *                           delivered (finish, release, recording reset)
+ *   finish.h / .c           relay_finish steps 2-7
+ *   image_delivery.h / .c   relay_image and the imageDelivery of a run; its
+ *                           pieces: image_result (the answer), image_context
+ *                           (one delivery), image_identity (receipts, plans,
+ *                           identities), image_guest (pulls within the
+ *                           budget and deadline), image_original (host first,
+ *                           publication, presentation), image_crosscheck
+ *                           (recordings, §1.1 cross-checks), image_selectors
+ *                           (display, application, reference), image_publish
+ *                           (originals a download or a run brought home)
+ *   image_catalog.h / .c    identities, the private catalog, publication of
+ *                           originals (host files only)
+ * One-way inside the room: image_guest -> downloads -> download_job ->
+ * image_publish -> image_identity -> image_context -> image_result.
+ *
+ * Fields of struct guest (session/guest.h) this room writes, under the
+ * manager's lock: dl and downloads (the queue and its published counters),
+ * phase (FINISHING during relay_finish, back to STAGED when it fails before
+ * delivery), delivered and last_error (a sealed package), and, through the
+ * session's helpers, lastError and the guest's events
+ * (guest_set_last_error, guest_event). Everything else it reads only.
+ */
+#ifndef RELAY_DELIVERY_DELIVERY_H
+#define RELAY_DELIVERY_DELIVERY_H
+
+#include "delivery/downloads.h"
+#include "delivery/extraction.h"
+#include "delivery/finish.h"
+#include "delivery/image_delivery.h"
+#include "delivery/packaging.h"
+
+#endif

@@ -1,0 +1,15 @@
+/*
+ * tools/dispatch.h — the dispatcher of tool calls and the hook table the
+ * relay's creator passes to manager_create() (session/manager.h).
+ */
+#ifndef RELAY_TOOLS_DISPATCH_H
+#define RELAY_TOOLS_DISPATCH_H
+
+#include "session/manager.h"
+
+/* The hooks of the rooms above the session: dispatch (tools/), taking back
+ * and ending guests (lease/), the download queue (delivery/). Static
+ * storage. */
+const manager_hooks *tools_session_hooks(void);
+
+#endif

@@ -1,0 +1,384 @@
+/*
+ * md_options.c — machine-docker's options (MCP_RELAY_DOCKER_OPTIONS or the
+ * profile), checked at init: an unknown key or a bad value refuses the
+ * plugin's start, naming it. The keys are listed in md_plugin.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "md.h"
+
+/* ---- options ------------------------------------------------------------------- */
+
+static bool valid_key(const char *k)
+{
+	if (k == NULL || k[0] == '\0' || strlen(k) > 128)
+		return false;
+	for (const char *p = k; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		      ((*p == '.' || *p == '_' || *p == '-') && p != k)))
+			return false;
+	return true;
+}
+
+static bool valid_ref(const char *r)
+{
+	if (r == NULL || r[0] == '\0' || strlen(r) > 255)
+		return false;
+	for (const char *p = r; *p; p++)
+		if (*p <= ' ' || *p == '"' || *p == '\\' || *p == '?' || *p == '&' || *p == '#')
+			return false;
+	return true;
+}
+
+static relay_status set_endpoint(md_state *st, const char *url, relay_error *err)
+{
+	if (strncmp(url, "unix://", 7) == 0) {
+		const char *p = url + 7;
+		if (p[0] != '/' || strlen(p) >= sizeof st->socket_path)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.endpoint %s must be unix:///absolute/path/to/the.sock", url);
+		snprintf(st->socket_path, sizeof st->socket_path, "%s", p);
+		snprintf(st->endpoint, sizeof st->endpoint, "%s", url);
+		return RELAY_OK;
+	}
+	if (strncmp(url, "ssh://", 6) == 0) {
+		const char *p = url + 6;
+		const char *at = strchr(p, '@');
+		const char *host = at ? at + 1 : p;
+		const char *colon = strrchr(host, ':');
+		size_t host_len = colon ? (size_t)(colon - host) : strlen(host);
+		int port = colon ? atoi(colon + 1) : 22;
+		size_t user_len = at ? (size_t)(at - p) : 0;
+		bool ok = host_len > 0 && host_len < sizeof st->ssh.host && user_len < sizeof st->ssh.user &&
+		          port > 0 && port < 65536 && strpbrk(url + 6, "/ \t\n") == NULL && host[0] != '-';
+		for (size_t i = 0; ok && i < user_len; i++)
+			ok = p[i] != '-' || i > 0;
+		if (!ok)
+			return md_err(
+			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "options.endpoint %s must look like ssh://user@host or ssh://user@host:port",
+			    url);
+		st->ssh.enabled = true;
+		snprintf(st->ssh.user, sizeof st->ssh.user, "%.*s", (int)user_len, p);
+		if (user_len == 0)
+			snprintf(st->ssh.user, sizeof st->ssh.user, "%s", "root");
+		snprintf(st->ssh.host, sizeof st->ssh.host, "%.*s", (int)host_len, host);
+		st->ssh.port = port;
+		snprintf(st->endpoint, sizeof st->endpoint, "%s", url);
+		return RELAY_OK;
+	}
+	if (strncmp(url, "tcp://", 6) == 0) {
+		/* tcp://host:port, TLS with client certificates only (checked after
+		 * all options are read: options.tls must be there). */
+		const char *host = url + 6;
+		const char *colon = strrchr(host, ':');
+		int port = colon ? atoi(colon + 1) : 0;
+		size_t host_len = colon ? (size_t)(colon - host) : 0;
+		bool ok = host_len > 0 && host_len < sizeof st->tls.host && port > 0 && port < 65536 &&
+		          strpbrk(host, "/ \t\n@?#") == NULL;
+		for (const char *c = colon ? colon + 1 : ""; ok && *c; c++)
+			ok = *c >= '0' && *c <= '9';
+		if (!ok)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.endpoint %s must look like tcp://host:port", url);
+		st->tls.enabled = true;
+		snprintf(st->tls.host, sizeof st->tls.host, "%.*s", (int)host_len, host);
+		st->tls.port = port;
+		snprintf(st->endpoint, sizeof st->endpoint, "%s", url);
+		return RELAY_OK;
+	}
+	return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+	              "options.endpoint %s must start with unix://, ssh:// or tcp://", url);
+}
+
+/* options.tls: {"caFile", "certFile", "keyFile"}, absolute paths. */
+static relay_status tls_option(md_state *st, json_object *v, relay_error *err)
+{
+	if (!json_object_is_type(v, json_type_object))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.tls must be {\"caFile\", \"certFile\", \"keyFile\"}");
+	json_object_object_foreach(v, tk, tv)
+	{
+		const char *text =
+		    json_object_is_type(tv, json_type_string) ? json_object_get_string(tv) : NULL;
+		char *dst = strcmp(tk, "caFile") == 0     ? st->tls.ca
+		            : strcmp(tk, "certFile") == 0 ? st->tls.cert
+		            : strcmp(tk, "keyFile") == 0  ? st->tls.key
+		                                          : NULL;
+		if (dst == NULL)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.tls.%s is unknown (caFile, certFile, keyFile)", tk);
+		if (text == NULL || text[0] != '/' || strlen(text) >= sizeof st->tls.ca)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.tls.%s must be an absolute path", tk);
+		snprintf(dst, sizeof st->tls.ca, "%s", text);
+	}
+	return RELAY_OK;
+}
+
+/* A tcp:// endpoint only with TLS client certificates, whose files can be
+ * read and whose key no one else can. */
+static relay_status tls_check(md_state *st, relay_error *err)
+{
+	bool any = st->tls.ca[0] || st->tls.cert[0] || st->tls.key[0];
+	if (!st->tls.enabled)
+		return any ? md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		                    "options.tls is only for a tcp:// endpoint")
+		           : RELAY_OK;
+	if (!st->tls.ca[0] || !st->tls.cert[0] || !st->tls.key[0])
+		return md_err(
+		    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "options.endpoint %s: a tcp:// endpoint needs TLS client certificates "
+		    "(options.tls with caFile, certFile and keyFile): the Engine API without them is "
+		    "root on the engine's host for anyone who can reach the port, so the plugin never "
+		    "speaks plain tcp://",
+		    st->endpoint);
+	const char *files[] = {st->tls.ca, st->tls.cert, st->tls.key};
+	for (int i = 0; i < 3; i++)
+		if (access(files[i], R_OK) != 0)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, errno,
+			              "options.tls: %s cannot be read", files[i]);
+	struct stat sb;
+	if (stat(st->tls.key, &sb) == 0 && (sb.st_mode & 077) != 0)
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.tls.keyFile %s can be read by others (mode %03o); chmod 600 it",
+		              st->tls.key, (unsigned)(sb.st_mode & 0777));
+	return RELAY_OK;
+}
+
+static relay_status default_endpoint(md_state *st, relay_error *err)
+{
+	struct stat sb;
+	if (stat("/var/run/docker.sock", &sb) == 0 && S_ISSOCK(sb.st_mode))
+		return set_endpoint(st, "unix:///var/run/docker.sock", err);
+	char path[300];
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (geteuid() != 0 && xdg && xdg[0] == '/') {
+		snprintf(path, sizeof path, "unix://%s/podman/podman.sock", xdg);
+		return set_endpoint(st, path, err);
+	}
+	return set_endpoint(st, "unix:///run/podman/podman.sock", err);
+}
+
+static relay_status int_option(md_state *st, json_object *v, const char *name, int64_t lo, int64_t hi,
+                               int64_t *out, relay_error *err)
+{
+	if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < lo ||
+	    json_object_get_int64(v) > hi)
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.%s must be a whole number from %lld to %lld", name, (long long)lo,
+		              (long long)hi);
+	*out = json_object_get_int64(v);
+	return RELAY_OK;
+}
+
+relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
+{
+	relay_status s = RELAY_OK;
+	bool have_endpoint = false;
+	const int64_t month = 30LL * 24 * 3600 * 1000;
+	if (opts && !json_object_is_type(opts, json_type_object))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "machine-docker options must be a JSON object");
+	if (opts == NULL)
+		return default_endpoint(st, err);
+	json_object_object_foreach(opts, key, v)
+	{
+		int64_t n = 0;
+		if (strcmp(key, "endpoint") == 0) {
+			if (!json_object_is_type(v, json_type_string))
+				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				              "options.endpoint must be a URL string");
+			s = set_endpoint(st, json_object_get_string(v), err);
+			have_endpoint = true;
+		} else if (strcmp(key, "images") == 0) {
+			if (!json_object_is_type(v, json_type_object))
+				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				              "options.images must map image keys to image references");
+			json_object_object_foreach(v, ik, iv)
+			{
+				const char *ref = json_object_is_type(iv, json_type_string)
+				                      ? json_object_get_string(iv)
+				                      : NULL;
+				if (!valid_key(ik))
+					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+					              "options.images: %s is not a valid image key (A-Z, "
+					              "a-z, 0-9, ., _, -)",
+					              ik);
+				if (!valid_ref(ref))
+					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+					              "options.images.%s must be an image reference such as "
+					              "docker.io/library/debian:12",
+					              ik);
+				if (st->image_count >= MD_MAX_IMAGES)
+					return md_err(st, err, RELAY_E_TOO_LARGE, 0,
+					              "options.images: at most %d images", MD_MAX_IMAGES);
+				st->images[st->image_count].key = strdup(ik);
+				st->images[st->image_count].ref = strdup(ref);
+				st->image_count++;
+			}
+		} else if (strcmp(key, "maxGuests") == 0) {
+			s = int_option(st, v, key, 1, 256, &n, err);
+			st->max_guests = (int)n;
+		} else if (strcmp(key, "graceMs") == 0) {
+			s = int_option(st, v, key, 0, month, &st->grace_ms, err);
+		} else if (strcmp(key, "backstopMs") == 0) {
+			s = int_option(st, v, key, 0, month, &st->backstop_ms, err);
+		} else if (strcmp(key, "reaperIntervalMs") == 0) {
+			s = int_option(st, v, key, 100, month, &st->reaper_interval_ms, err);
+		} else if (strcmp(key, "pullTimeoutMs") == 0) {
+			s = int_option(st, v, key, 1000, 3600000, &st->pull_timeout_ms, err);
+		} else if (strcmp(key, "swarm") == 0) {
+			if (!json_object_is_type(v, json_type_boolean))
+				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				              "options.swarm must be true (a service per lease when the "
+				              "endpoint is a Swarm "
+				              "manager) or false");
+			st->swarm = json_object_get_boolean(v);
+		} else if (strcmp(key, "runtime") == 0) {
+			const char *rt =
+			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+			if (!valid_key(rt) || strlen(rt) >= sizeof st->runtime)
+				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				              "options.runtime must name an OCI runtime of the engine (runc, "
+				              "crun, runsc, kata)");
+			snprintf(st->runtime, sizeof st->runtime, "%s", rt);
+		} else if (strcmp(key, "guestUser") == 0) {
+			if (json_object_is_type(v, json_type_string) &&
+			    strcmp(json_object_get_string(v), "root") == 0) {
+				st->guest_uid = 0;
+				st->guest_gid = 0;
+			} else if (json_object_is_type(v, json_type_object) && md_int(v, "uid", 0) >= 1 &&
+			           md_int(v, "uid", 0) <= 65535 &&
+			           md_int(v, "gid", md_int(v, "uid", 0)) >= 1 &&
+			           md_int(v, "gid", md_int(v, "uid", 0)) <= 65535) {
+				st->guest_uid = (uid_t)md_int(v, "uid", 0);
+				st->guest_gid = (gid_t)md_int(v, "gid", md_int(v, "uid", 0));
+			} else {
+				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				              "options.guestUser must be {\"uid\": 1..65535, \"gid\": "
+				              "1..65535} or \"root\"");
+			}
+		} else if (strcmp(key, "limits") == 0 || strcmp(key, "ulimits") == 0) {
+			bool lim = strcmp(key, "limits") == 0;
+			if (!json_object_is_type(v, json_type_object))
+				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				              "options.%s must be an object", key);
+			json_object_object_foreach(v, lk, lv)
+			{
+				int64_t *dst = NULL;
+				if (lim && strcmp(lk, "memoryBytes") == 0)
+					dst = &st->limit_memory_bytes;
+				else if (lim && strcmp(lk, "pids") == 0)
+					dst = &st->limit_pids;
+				else if (lim && strcmp(lk, "nanoCpus") == 0)
+					dst = &st->limit_nano_cpus;
+				else if (!lim && strcmp(lk, "nofile") == 0)
+					dst = &st->ulimit_nofile;
+				else if (!lim && strcmp(lk, "nproc") == 0)
+					dst = &st->ulimit_nproc;
+				if (dst == NULL)
+					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+					              "options.%s.%s is unknown (%s)", key, lk,
+					              lim ? "memoryBytes, pids, nanoCpus" : "nofile, nproc");
+				if (!json_object_is_type(lv, json_type_int) || json_object_get_int64(lv) < 0)
+					return md_err(
+					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+					    "options.%s.%s must be a whole number (0 = the engine's default)",
+					    key, lk);
+				*dst = json_object_get_int64(lv);
+			}
+		} else if (strcmp(key, "ssh") == 0) {
+			if (!json_object_is_type(v, json_type_object))
+				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				              "options.ssh must be {\"identityFile\", \"knownHostsFile\", "
+				              "\"remoteSocket\"}");
+			json_object_object_foreach(v, sk, sv)
+			{
+				const char *text = json_object_is_type(sv, json_type_string)
+				                       ? json_object_get_string(sv)
+				                       : NULL;
+				char *dst = strcmp(sk, "identityFile") == 0     ? st->ssh.identity
+				            : strcmp(sk, "knownHostsFile") == 0 ? st->ssh.known_hosts
+				            : strcmp(sk, "remoteSocket") == 0   ? st->ssh.remote_socket
+				                                                : NULL;
+				size_t size = dst == st->ssh.remote_socket ? sizeof st->ssh.remote_socket
+				                                           : sizeof st->ssh.identity;
+				if (dst == NULL)
+					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+					              "options.ssh.%s is unknown (identityFile, "
+					              "knownHostsFile, remoteSocket)",
+					              sk);
+				if (text == NULL || text[0] != '/' || strlen(text) >= size ||
+				    strpbrk(text, ": \n"))
+					return md_err(
+					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+					    "options.ssh.%s must be an absolute path without ':' or spaces",
+					    sk);
+				snprintf(dst, size, "%s", text);
+			}
+		} else if (strcmp(key, "tls") == 0) {
+			s = tls_option(st, v, err);
+		} else if (strcmp(key, "display") == 0) {
+			const char *d =
+			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
+			if (strcmp(d, "auto") != 0 && strcmp(d, "off") != 0)
+				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				              "options.display must be auto or off");
+			st->display_enabled = strcmp(d, "auto") == 0;
+		} else if (strcmp(key, "screen") == 0) {
+			const char *sc =
+			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
+			unsigned w = 0, h = 0, d = 0;
+			char tail = 0;
+			if (sscanf(sc, "%ux%ux%u%c", &w, &h, &d, &tail) != 3 || w < 64 || h < 64 ||
+			    w > 8192 || h > 8192 || (d != 16 && d != 24 && d != 32))
+				return md_err(
+				    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+				    "options.screen must look like 1280x800x24 (depth 16, 24 or 32)");
+			snprintf(st->screen, sizeof st->screen, "%ux%ux%u", w, h, d);
+		} else {
+			return md_err(
+			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "unknown machine-docker option %s (known: endpoint, images, maxGuests, graceMs, "
+			    "backstopMs, reaperIntervalMs, pullTimeoutMs, runtime, swarm, guestUser, "
+			    "limits, ulimits, ssh, tls, display, screen)",
+			    key);
+		}
+		if (s != RELAY_OK)
+			return s;
+	}
+	if (!have_endpoint)
+		s = default_endpoint(st, err);
+	if (s == RELAY_OK && st->ssh.enabled) {
+		if (st->ssh.identity[0] == '\0' || st->ssh.known_hosts[0] == '\0')
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "an ssh:// endpoint needs options.ssh.identityFile and "
+			              "options.ssh.knownHostsFile "
+			              "(host keys are checked strictly, never learned)");
+		if (access(st->ssh.known_hosts, R_OK) != 0 || access(st->ssh.identity, R_OK) != 0)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, errno,
+			              "options.ssh: %s or %s cannot be read", st->ssh.known_hosts,
+			              st->ssh.identity);
+		if (st->ssh.remote_socket[0] == '\0')
+			snprintf(st->ssh.remote_socket, sizeof st->ssh.remote_socket,
+			         "/run/podman/podman.sock");
+	} else if (s == RELAY_OK &&
+	           (st->ssh.identity[0] || st->ssh.known_hosts[0] || st->ssh.remote_socket[0])) {
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.ssh is only for an ssh:// endpoint");
+	}
+	if (s == RELAY_OK)
+		s = tls_check(st, err);
+	return s;
+}

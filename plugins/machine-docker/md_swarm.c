@@ -1,0 +1,205 @@
+/*
+ * md_swarm.c — leases as one-replica Swarm services when the endpoint is a
+ * Swarm manager: the service's internal overlay network, the service, and
+ * the wait for its task's container (docs/machine-docker.md, "Swarm").
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "md.h"
+#include "md_lease.h"
+
+/* ---- Swarm ------------------------------------------------------------------------ */
+
+/* True when the endpoint is a Swarm manager (GET /info, asked once per
+ * relay: the answer is kept in st->swarm_known under the lock, with the
+ * engine's default runtime in st->default_runtime). */
+bool md_swarm_manager(md_state *st, relay_call *call)
+{
+	pthread_mutex_lock(&st->lock);
+	int known = st->swarm_known;
+	pthread_mutex_unlock(&st->lock);
+	if (known)
+		return known > 0;
+	md_reply r;
+	relay_error e;
+	if (md_api(st, "GET", MD_API_PREFIX "/info", NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
+		return false;
+	json_object *sw = md_obj(r.json, "Swarm");
+	json_object *ctl = NULL;
+	bool yes =
+	    sw && json_object_object_get_ex(sw, "ControlAvailable", &ctl) && json_object_get_boolean(ctl);
+	pthread_mutex_lock(&st->lock);
+	if (yes && md_str(sw, "NodeID"))
+		snprintf(st->swarm_node, sizeof st->swarm_node, "%s", md_str(sw, "NodeID"));
+	if (md_str(r.json, "DefaultRuntime"))
+		snprintf(st->default_runtime, sizeof st->default_runtime, "%s",
+		         md_str(r.json, "DefaultRuntime"));
+	st->swarm_known = r.status == 200 ? (yes ? 1 : -1) : 0;
+	pthread_mutex_unlock(&st->lock);
+	md_reply_free(&r);
+	return yes;
+}
+
+/* Creates the lease's internal overlay network (no route out of it) and a
+ * one-replica service on it, then waits for its task's container. Fills
+ * rec's "container" and "taskNetwork". *keep_record when the outcome may
+ * have taken effect. */
+relay_status md_create_service(md_state *st, json_object *rec, const md_image *im, const char *image_ref,
+                               const char *user, relay_call *call, bool *keep_record, relay_error *err)
+{
+	const char *vm = md_str(rec, "vm");
+	char net[160];
+	snprintf(net, sizeof net, "%s-net", vm);
+	json_object_object_add(rec, "taskNetwork", json_object_new_string(net));
+	json_object *labels = json_object_new_object();
+	md_make_labels(st, rec, im, labels);
+	md_add_label(labels, "mode", "service");
+	md_add_label(labels, "network", net);
+	json_object *nb = json_object_new_object();
+	json_object_object_add(nb, "Name", json_object_new_string(net));
+	json_object_object_add(nb, "Driver", json_object_new_string("overlay"));
+	json_object_object_add(nb, "Internal", json_object_new_boolean(true));
+	json_object_object_add(nb, "Attachable", json_object_new_boolean(false));
+	json_object_object_add(nb, "CheckDuplicate", json_object_new_boolean(true));
+	json_object *nl = NULL;
+	json_object_deep_copy(labels, &nl, NULL);
+	json_object_object_add(nb, "Labels", nl);
+	md_reply r;
+	relay_status s =
+	    md_api(st, "POST", MD_API_PREFIX "/networks/create", nb, -1, -1, 60000, call, &r, err);
+	json_object_put(nb);
+	if (s != RELAY_OK || r.status != 201) {
+		if (s == RELAY_OK)
+			s = md_err(st, err, RELAY_E_REFUSED, 0,
+			           "the Swarm manager refused the guest network (HTTP %ld): %s", r.status,
+			           md_reply_message(&r));
+		else
+			*keep_record = s != RELAY_E_UNAVAILABLE;
+		md_reply_free(&r);
+		json_object_put(labels);
+		return s == RELAY_E_UNAVAILABLE || s == RELAY_E_REFUSED ? s : RELAY_E_INDETERMINATE;
+	}
+	md_reply_free(&r);
+	*keep_record = true; /* from here on, release or the reaper removes what exists */
+
+	json_object *cs = json_object_new_object();
+	json_object_object_add(cs, "Image", json_object_new_string(image_ref));
+	/* The derived image has the guest program; the backstop starts with the lease's expiry. */
+	md_backstop_text bt;
+	md_backstop_args(st, rec, &bt);
+	static const char *const entry[] = {MD_GUEST_INIT, NULL};
+	const char *const args[] = {"init", bt.expires, bt.grace, bt.backstop, NULL};
+	json_object_object_add(cs, "Command", md_str_array(entry));
+	json_object_object_add(cs, "Args", md_str_array(args));
+	json_object_object_add(cs, "User", json_object_new_string(user));
+	json_object_object_add(cs, "Hostname", json_object_new_string("guest"));
+	json_object *env = json_object_new_array();
+	json_object_array_add(env, json_object_new_string(st->guest_uid == 0 ? "HOME=/root" : "HOME=/tmp"));
+	json_object_array_add(env, json_object_new_string("MCP_RELAY_GUEST=1"));
+	json_object_object_add(cs, "Env", env);
+	json_object *cl = NULL;
+	json_object_deep_copy(labels, &cl, NULL);
+	json_object_object_add(cs, "Labels", cl);
+	static const char *const caps[] = {"ALL", NULL};
+	json_object_object_add(cs, "CapabilityDrop", md_str_array(caps));
+	json_object_object_add(cs, "Ulimits", md_ulimits_json(st));
+	json_object *limits = json_object_new_object();
+	if (st->limit_nano_cpus > 0)
+		json_object_object_add(limits, "NanoCPUs", json_object_new_int64(st->limit_nano_cpus));
+	if (st->limit_memory_bytes > 0)
+		json_object_object_add(limits, "MemoryBytes", json_object_new_int64(st->limit_memory_bytes));
+	if (st->limit_pids > 0)
+		json_object_object_add(limits, "Pids", json_object_new_int64(st->limit_pids));
+	json_object *res = json_object_new_object();
+	json_object_object_add(res, "Limits", limits);
+	json_object *restart = json_object_new_object();
+	json_object_object_add(restart, "Condition", json_object_new_string("none"));
+	json_object *nets = json_object_new_array();
+	json_object *target = json_object_new_object();
+	json_object_object_add(target, "Target", json_object_new_string(net));
+	json_object_array_add(nets, target);
+	json_object *tt = json_object_new_object();
+	json_object_object_add(tt, "ContainerSpec", cs);
+	json_object_object_add(tt, "Resources", res);
+	json_object_object_add(tt, "RestartPolicy", restart);
+	json_object_object_add(tt, "Networks", nets);
+	if (st->runtime[0]) {
+		json_object *rt = json_object_new_object();
+		json_object_object_add(rt, "Runtime", json_object_new_string(st->runtime));
+		(void)rt; /* Swarm has no per-service runtime: the node's default applies */
+		json_object_put(rt);
+	}
+	json_object *replicated = json_object_new_object();
+	json_object_object_add(replicated, "Replicas", json_object_new_int64(1));
+	json_object *mode = json_object_new_object();
+	json_object_object_add(mode, "Replicated", replicated);
+	json_object *sb = json_object_new_object();
+	json_object_object_add(sb, "Name", json_object_new_string(vm));
+	json_object_object_add(sb, "Labels", labels);
+	json_object_object_add(sb, "TaskTemplate", tt);
+	json_object_object_add(sb, "Mode", mode);
+	s = md_api(st, "POST", MD_API_PREFIX "/services/create", sb, -1, -1, 60000, call, &r, err);
+	json_object_put(sb);
+	if (s != RELAY_OK)
+		return s == RELAY_E_UNAVAILABLE ? s : RELAY_E_INDETERMINATE;
+	if (r.status != 201) {
+		s = md_err(st, err, RELAY_E_REFUSED, 0,
+		           "the Swarm manager refused the guest service (HTTP %ld): %s", r.status,
+		           md_reply_message(&r));
+		md_reply_free(&r);
+		return s;
+	}
+	md_reply_free(&r);
+	/* The task the manager placed, and its container. */
+	char filter[256], path[1024] = MD_API_PREFIX "/tasks?filters=";
+	snprintf(filter, sizeof filter, "{\"service\":[\"%s\"]}", vm);
+	md_url_encode(path, sizeof path, filter);
+	int64_t deadline = md_monotonic_ms() + (int64_t)st->pull_timeout_ms;
+	while (md_monotonic_ms() < deadline) {
+		if (call && st->host->call_cancelled(call))
+			return md_err(st, err, RELAY_E_CANCELLED, 0,
+			              "cancelled while the Swarm placed the guest");
+		if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, err) != RELAY_OK)
+			return RELAY_E_INDETERMINATE;
+		json_object *task = r.json && json_object_is_type(r.json, json_type_array)
+		                        ? json_object_array_get_idx(r.json, 0)
+		                        : NULL;
+		json_object *status = md_obj(task, "Status");
+		const char *state = md_str(status, "State");
+		const char *cid = md_str(md_obj(status, "ContainerStatus"), "ContainerID");
+		const char *node = md_str(task, "NodeID");
+		if (state && (strcmp(state, "failed") == 0 || strcmp(state, "rejected") == 0)) {
+			s = md_err(st, err, RELAY_E_REFUSED, 0, "the Swarm task of %s %s: %s", vm, state,
+			           md_str(status, "Err") ? md_str(status, "Err") : "no reason given");
+			md_reply_free(&r);
+			return s;
+		}
+		if (state && strcmp(state, "running") == 0 && cid) {
+			if (node && st->swarm_node[0] && strcmp(node, st->swarm_node) != 0) {
+				s = md_err(st, err, RELAY_E_REFUSED, 0,
+				           "the Swarm placed %s on node %s; exec and copy go to the engine "
+				           "of that node, "
+				           "which this build reaches only for the manager's own node",
+				           vm, node);
+				md_reply_free(&r);
+				return s;
+			}
+			json_object_object_add(rec, "container", json_object_new_string(cid));
+			json_object_object_add(rec, "containerId", json_object_new_string(cid));
+			json_object_object_add(rec, "swarmNode", json_object_new_string(node ? node : ""));
+			md_reply_free(&r);
+			return RELAY_OK;
+		}
+		md_reply_free(&r);
+		md_sleep_ms(200);
+	}
+	return md_err(st, err, RELAY_E_TIMEOUT, 0, "the Swarm did not start the task of %s in time", vm);
+}

@@ -1,0 +1,219 @@
+/*
+ * destroy.c — destroying a machine-local guest and checking, independently,
+ * that nothing of it is left: SIGKILL to the guest init (the kernel then
+ * kills every process of its PID namespace, and the mount namespace with the
+ * overlay goes with the last of them), the helper, the cgroups, then the
+ * folder with the upper layer; then the check.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "local.h"
+#include "local_proto.h"
+
+/* ---- destroy and verify ------------------------------------------------------------ */
+
+int sandbox_init_pidfd(json_object *record)
+{
+	json_object *init = lu_get_object(lu_get_object(record, "pids"), "init");
+	pid_t pid = (pid_t)lu_get_int(init, "pid", 0);
+	unsigned long long start = (unsigned long long)lu_get_int(init, "startTime", 0);
+	return lu_pidfd_checked(pid, start);
+}
+
+int sandbox_root_fd(json_object *record)
+{
+	json_object *init = lu_get_object(lu_get_object(record, "pids"), "init");
+	pid_t pid = (pid_t)lu_get_int(init, "pid", 0);
+	unsigned long long start = (unsigned long long)lu_get_int(init, "startTime", 0);
+	int pidfd = lu_pidfd_checked(pid, start);
+	if (pidfd < 0) {
+		errno = ESRCH;
+		return -1;
+	}
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/root", (int)pid);
+	int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	int e = errno;
+	/* The pid could have been reused between the two opens only if the
+	 * init died; the pidfd tells. */
+	struct pollfd pfd = {pidfd, POLLIN, 0};
+	if (fd >= 0 && poll(&pfd, 1, 0) > 0) {
+		close(fd);
+		fd = -1;
+		e = ESRCH;
+	}
+	close(pidfd);
+	errno = e;
+	return fd;
+}
+
+static bool wait_pidfd_exit(int pidfd, int timeout_ms)
+{
+	struct pollfd pfd = {pidfd, POLLIN, 0};
+	for (;;) {
+		int rc = poll(&pfd, 1, timeout_ms);
+		if (rc < 0 && errno == EINTR)
+			continue;
+		return rc > 0;
+	}
+}
+
+static bool kill_process(pid_t pid, unsigned long long start, int timeout_ms)
+{
+	int pidfd = lu_pidfd_checked(pid, start);
+	if (pidfd < 0)
+		return true;
+	syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+	bool gone = wait_pidfd_exit(pidfd, timeout_ms);
+	close(pidfd);
+	/* Reap it when it happens to be our child (helpers are). */
+	int wst;
+	waitpid(pid, &wst, WNOHANG);
+	return gone;
+}
+
+relay_status sandbox_destroy(local_state *st, json_object *record, const char *reason, relay_error *err)
+{
+	(void)reason;
+	const char *vm = lu_get_string(record, "vm");
+	json_object *paths = lu_get_object(record, "paths");
+	const char *lease_dir = lu_get_string(paths, "leaseDir");
+	if (vm == NULL || lease_dir == NULL)
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "the lease record has no vm or lease folder");
+	struct stat sb;
+	if (stat(lease_dir, &sb) == 0) {
+		json_object_object_add(record, "state", json_object_new_string("releasing"));
+		lease_write(st, record, false);
+	}
+	console_stop_all(st, record);
+	json_object *pids = lu_get_object(record, "pids");
+	json_object *init = lu_get_object(pids, "init");
+	json_object *helper = lu_get_object(pids, "helper");
+	bool init_gone = kill_process((pid_t)lu_get_int(init, "pid", 0),
+	                              (unsigned long long)lu_get_int(init, "startTime", 0), 10000);
+	bool helper_gone = kill_process((pid_t)lu_get_int(helper, "pid", 0),
+	                                (unsigned long long)lu_get_int(helper, "startTime", 0), 5000);
+	int cg_rc = cgroup_remove_all(record);
+	int rm_rc = 0;
+	if (init_gone)
+		rm_rc = lu_remove_tree(lease_dir);
+	char detail[512];
+	relay_status vs = sandbox_verify_gone(st, record, detail, sizeof detail);
+	if (vs == RELAY_OK) {
+		/* Only now is no process of the guest's uid left: the uid is free. */
+		uids_release(st, vm, (uid_t)lu_get_int(lu_get_object(record, "guestUser"), "uid", 0));
+		return RELAY_OK;
+	}
+	return lu_err(st, err, RELAY_E_UNVERIFIED, rm_rc ? rm_rc : cg_rc,
+	              "destruction of %s is not confirmed: %s%s%s", vm, detail,
+	              init_gone ? "" : "; the guest init did not die",
+	              helper_gone ? "" : "; the network helper did not die");
+}
+
+/* Scans /proc for any process still in the guest's PID or mount namespace. */
+static pid_t find_ns_member(unsigned long long pid_ns, unsigned long long mnt_ns)
+{
+	DIR *d = opendir("/proc");
+	if (d == NULL)
+		return 0;
+	pid_t found = 0;
+	struct dirent *de;
+	while (!found && (de = readdir(d)) != NULL) {
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		pid_t pid = (pid_t)atoi(de->d_name);
+		if ((pid_ns && lu_ns_inode(pid, "pid") == pid_ns) ||
+		    (mnt_ns && lu_ns_inode(pid, "mnt") == mnt_ns)) {
+			unsigned long long start = lu_proc_start(pid);
+			if (start && lu_proc_alive(pid, start))
+				found = pid;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+static bool mounted_under(const char *dir)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (f == NULL)
+		return false;
+	char line[4096];
+	size_t dl = strlen(dir);
+	bool found = false;
+	while (!found && fgets(line, sizeof line, f)) {
+		/* field 5 is the mount point */
+		char *p = line;
+		for (int i = 0; i < 4 && p; i++) {
+			p = strchr(p, ' ');
+			if (p)
+				p++;
+		}
+		if (p && strncmp(p, dir, dl) == 0 && (p[dl] == ' ' || p[dl] == '/'))
+			found = true;
+	}
+	fclose(f);
+	return found;
+}
+
+relay_status sandbox_verify_gone(local_state *st, json_object *record, char *detail, size_t detail_size)
+{
+	(void)st;
+	detail[0] = '\0';
+	json_object *pids = lu_get_object(record, "pids");
+	json_object *init = lu_get_object(pids, "init");
+	json_object *helper = lu_get_object(pids, "helper");
+	json_object *ns = lu_get_object(record, "namespaces");
+	json_object *paths = lu_get_object(record, "paths");
+	const char *lease_dir = lu_get_string(paths, "leaseDir");
+	const char *cgroup = cgroup_left(record);
+	pid_t ip = (pid_t)lu_get_int(init, "pid", 0);
+	if (lu_proc_alive(ip, (unsigned long long)lu_get_int(init, "startTime", 0))) {
+		snprintf(detail, detail_size, "the guest init (pid %d) is still running", (int)ip);
+		return RELAY_E_UNVERIFIED;
+	}
+	pid_t hp = (pid_t)lu_get_int(helper, "pid", 0);
+	if (lu_proc_alive(hp, (unsigned long long)lu_get_int(helper, "startTime", 0))) {
+		snprintf(detail, detail_size, "the network helper (pid %d) is still running", (int)hp);
+		return RELAY_E_UNVERIFIED;
+	}
+	pid_t member = find_ns_member((unsigned long long)lu_get_int(ns, "pid", 0),
+	                              (unsigned long long)lu_get_int(ns, "mnt", 0));
+	if (member) {
+		snprintf(detail, detail_size, "process %d is still in the guest's namespaces", (int)member);
+		return RELAY_E_UNVERIFIED;
+	}
+	struct stat sb;
+	if (lease_dir && lstat(lease_dir, &sb) == 0) {
+		snprintf(detail, detail_size, "the lease folder %s (with the upper layer) still exists",
+		         lease_dir);
+		return RELAY_E_UNVERIFIED;
+	}
+	if (lease_dir && mounted_under(lease_dir)) {
+		snprintf(detail, detail_size, "something is still mounted under %s", lease_dir);
+		return RELAY_E_UNVERIFIED;
+	}
+	if (cgroup) {
+		snprintf(detail, detail_size, "the cgroup %s still exists", cgroup);
+		return RELAY_E_UNVERIFIED;
+	}
+	snprintf(detail, detail_size,
+	         "no process, namespace member, mount, folder or cgroup of the guest is left");
+	return RELAY_OK;
+}

@@ -1,0 +1,73 @@
+/*
+ * init.h — what the parts of machine-local's guest init program share
+ * (local_init.c: the launcher, the guest init, the arguments; init_util.c,
+ * init_setup.c, init_serve.c). The program is static (libc only) and
+ * single-threaded.
+ */
+#ifndef MACHINE_LOCAL_INIT_H
+#define MACHINE_LOCAL_INIT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+#define STATUS_FD   3
+#define MAX_LIST    64
+#define MAX_CONNS   256
+#define MAX_TRACKED 1024
+
+typedef struct launch_options {
+	const char *lease_dir;
+	const char *lower;
+	const char *hostname;
+	const char *id_map;
+	const char *cgroups[8];
+	int cgroup_count;
+	const char *masks[MAX_LIST];
+	int mask_count;
+	const char *rejects[MAX_LIST];
+	int reject_count;
+	int rootless;
+	int userxattr;
+	long long backstop_ms;
+	int hold_fd;
+} launch_options;
+
+/* The resource bounds of every command the init starts (0 = none): set by
+ * main() before anything runs (defined in init_serve.c); single-threaded
+ * program, plain globals. */
+typedef struct init_bounds {
+	long long nproc;
+	long long data_bytes;
+	long long fsize_bytes;
+} init_bounds;
+extern init_bounds g_bounds;
+
+/* init_util.c: small helpers. */
+/* Writes one line (cut to 1 KiB) to the log (stderr). */
+void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Writes one line to the plugin (the status pipe, fd 3). */
+void status_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Reports a setup failure to the plugin and the log, then exits. */
+void die(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+int write_text(const char *path, const char *text); /* 0, or -1 with errno */
+long long realtime_ms(void);
+long long monotonic_ms(void);
+void sleep_ms(long ms);
+void join_path(char *out, size_t size, const char *a, const char *b); /* dies when too long */
+
+/* init_setup.c: the guest's mounts and network. */
+/* Mounts the overlay root at `merged` and the guest's /proc, /dev, /sys,
+ * /run and masks; dies on failure. */
+void setup_root(const launch_options *o, const char *merged);
+/* Brings loopback up and adds the reject routes; dies on failure. */
+void setup_network(const launch_options *o);
+
+/* init_serve.c: the control server. */
+/* Serves the control protocol (local_proto.h) until the guest stops. */
+void serve(const launch_options *o, int listen_fd, int dir_fd) __attribute__((noreturn));
+
+#endif

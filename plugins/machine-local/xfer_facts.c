@@ -1,0 +1,147 @@
+/*
+ * xfer_facts.c — the {path, bytes, sha256} facts of a transfer and the SHA-256 of a file.
+ * Part of the transfers of xfer.c (see there).
+ */
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "local.h"
+#include "xfer_int.h"
+
+/* ---- facts ---------------------------------------------------------------- */
+
+int facts_add(fact_list *l, const char *path, uint64_t bytes, const char *sha)
+{
+	if (l->count == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		fact *p = realloc(l->items, cap * sizeof *p);
+		if (p == NULL)
+			return -1;
+		l->items = p;
+		l->cap = cap;
+	}
+	fact *f = &l->items[l->count];
+	f->path = strdup(path);
+	if (f->path == NULL)
+		return -1;
+	f->bytes = bytes;
+	memcpy(f->sha256, sha, 65);
+	l->count++;
+	return 0;
+}
+
+void facts_free(fact_list *l)
+{
+	for (size_t i = 0; i < l->count; i++)
+		free(l->items[i].path);
+	free(l->items);
+	memset(l, 0, sizeof *l);
+}
+
+static int fact_cmp(const void *a, const void *b)
+{
+	return strcmp(((const fact *)a)->path, ((const fact *)b)->path);
+}
+
+void facts_sort(fact_list *l)
+{
+	if (l->count > 1)
+		qsort(l->items, l->count, sizeof *l->items, fact_cmp);
+}
+
+/* Compares two sorted lists; on a difference writes the first one to why. */
+bool facts_equal(const fact_list *a, const fact_list *b, char *why, size_t why_size)
+{
+	size_t i = 0;
+	for (; i < a->count && i < b->count; i++) {
+		const fact *x = &a->items[i], *y = &b->items[i];
+		if (strcmp(x->path, y->path) != 0) {
+			snprintf(why, why_size, "file lists differ at %s / %s", x->path, y->path);
+			return false;
+		}
+		if (x->bytes != y->bytes || strcmp(x->sha256, y->sha256) != 0) {
+			snprintf(why, why_size,
+			         "%s: %llu bytes sha256 %.12s... against %llu bytes sha256 %.12s...",
+			         x->path[0] ? x->path : "(the file)", (unsigned long long)x->bytes, x->sha256,
+			         (unsigned long long)y->bytes, y->sha256);
+			return false;
+		}
+	}
+	if (a->count != b->count) {
+		snprintf(why, why_size, "%zu files against %zu", a->count, b->count);
+		return false;
+	}
+	return true;
+}
+
+char *facts_json(local_state *st, const fact_list *l)
+{
+	json_object *arr = json_object_new_array();
+	for (size_t i = 0; i < l->count; i++) {
+		json_object *o = json_object_new_object();
+		json_object_object_add(o, "path", json_object_new_string(l->items[i].path));
+		json_object_object_add(o, "bytes", json_object_new_int64((int64_t)l->items[i].bytes));
+		json_object_object_add(o, "sha256", json_object_new_string(l->items[i].sha256));
+		json_object_array_add(arr, o);
+	}
+	char *text = lu_json_out(st, arr);
+	json_object_put(arr);
+	return text;
+}
+
+void hex_digest(EVP_MD_CTX *ctx, char out[65])
+{
+	unsigned char md[32];
+	unsigned int len = 0;
+	EVP_DigestFinal_ex(ctx, md, &len);
+	static const char digits[] = "0123456789abcdef";
+	for (int i = 0; i < 32; i++) {
+		out[2 * i] = digits[md[i] >> 4];
+		out[2 * i + 1] = digits[md[i] & 15];
+	}
+	out[64] = '\0';
+}
+
+/* SHA-256 of what remains readable from fd (from offset 0). */
+int hash_fd(int fd, char *buf, size_t bufsize, char out[65], uint64_t *bytes)
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	if (ctx == NULL)
+		return ENOMEM;
+	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	uint64_t total = 0;
+	off_t off = 0;
+	int rc = 0;
+	for (;;) {
+		ssize_t n = pread(fd, buf, bufsize, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		total += (uint64_t)n;
+		off += n;
+	}
+	if (rc == 0)
+		hex_digest(ctx, out);
+	EVP_MD_CTX_free(ctx);
+	*bytes = total;
+	return rc;
+}

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""`mcp-relay plugin-test --kind KIND plugin.so` (issue 15 point 5): every shipped plugin passes
+every check that can run here (machine-local, reference-machine, machine-fake, transfer-ssh
+against a real sshd, machine-service against its stand-in, machine-docker against Podman,
+the capture and console plugins), and each broken backend of tests/abi/broken_backend.c fails
+exactly the check of the rule it breaks, with that check's message."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from relay_client import run_tests, skip  # noqa: E402
+from support_common import build_dir, fake_so, namespaces_missing, plugin_so  # noqa: E402
+
+
+def plugin_test(binary, kind, path, *extra, timeout=600):
+    p = subprocess.run([binary, "plugin-test", "--kind", kind] + list(extra) + [path], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=timeout, cwd=tempfile.gettempdir())
+    return p.returncode, p.stdout, p.stderr
+
+
+def results(out):
+    """{check number: (status, message or None)} from the runner's lines."""
+    found, last = {}, None
+    for line in out.splitlines():
+        m = re.match(r"check +(\d+) (ok  |FAIL|skip) (.*)$", line)
+        if m:
+            last = int(m.group(1))
+            found[last] = [m.group(2).strip(), None]
+        elif line.startswith("     ") and last is not None:
+            found[last][1] = line.strip()
+    return found
+
+
+def passes(binary, kind, path, *extra, need=()):
+    """The plugin passes: exit 0, no FAIL, and the checks `need` ran."""
+    code, out, err = plugin_test(binary, kind, path, *extra)
+    assert code == 0 and "FAIL" not in out, (path, kind, out, err)
+    r = results(out)
+    for n in need:
+        assert r.get(n, ["missing"])[0] == "ok", (n, path, out)
+    assert out.rstrip().endswith("0 failed, %d skipped." % sum(1 for v in r.values() if v[0] == "skip")), out
+    print("  %s --kind %s: %s" % (os.path.basename(path), kind, out.splitlines()[-1]), flush=True)
+    return r
+
+
+LEASE = list(range(10, 19))
+TRANSPORT = [20, 21, 22, 23, 24, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36]
+
+
+def test_capture_and_console_plugins(binary):
+    for kind, name in (("capture", "capture-x11"), ("capture", "capture-cua"), ("capture", "capture-reference"),
+                       ("console", "console-vnc")):
+        path = plugin_so(binary, name)
+        if not os.path.exists(path):
+            skip("%s is not built" % path)
+        passes(binary, kind, path, need=[1, 2, 3, 4, 5, 6, 40 if kind == "capture" else 45])
+
+
+def test_reference_machine(binary):
+    path = plugin_so(binary, "reference-machine")
+    passes(binary, "machine", path, need=[1, 2, 3, 4, 5, 6] + LEASE)
+    passes(binary, "transport", path, need=TRANSPORT)
+    # Its options name the guests' folder.
+    root = tempfile.mkdtemp(prefix="relay-pt-root-")
+    passes(binary, "machine", path, "--options", json.dumps({"root": root}), need=LEASE)
+    assert os.listdir(root) == [], os.listdir(root)  # released guests leave nothing
+
+
+def test_machine_fake(binary):
+    if not os.path.exists(fake_so(binary)):
+        skip("machine-fake.so is not built")
+    passes(binary, "machine", fake_so(binary), need=LEASE[:-1])
+    passes(binary, "transport", fake_so(binary), need=TRANSPORT)
+
+
+def test_machine_local(binary):
+    why = namespaces_missing()
+    if why:
+        skip(why)
+    path = plugin_so(binary, "machine-local")
+    passes(binary, "machine", path, need=LEASE[:4] + LEASE[5:])
+    passes(binary, "transport", path, need=TRANSPORT)
+
+
+def test_transfer_ssh_against_sshd(binary):
+    import runs_support
+    v, why = runs_support.make_variant(binary, "ssh")
+    if v is None:
+        skip(why)
+    with v:
+        ssh = json.load(open(v.control))["leaseExtra"]["ssh"]
+        lease = os.path.join(v.root, "lease.json")
+        with open(lease, "w") as f:
+            json.dump({"vm": "sshd-fixture", "purpose": "relay-plugin-test-ssh", "image": "none", "state": "running",
+                       "lease_id": None, "expiresAtMs": None, "console": None, "display": None, "ssh": ssh,
+                       "record": {}}, f)
+        passes(binary, "transport", plugin_so(binary, "transfer-ssh"), "--lease", lease, need=TRANSPORT)
+
+
+def test_machine_service_against_standin(binary):
+    import service_support
+    s = service_support.Standin(binary)
+    try:
+        opts = json.dumps({"destructionCheck": "service"})
+        path = plugin_so(binary, "machine-service")
+        passes(binary, "machine", path, "--service-url", s.url, "--options", opts, need=[10, 11, 12, 13, 15, 16])
+        # Its transport: the service joins stdout and stderr (RELAY_TRANSPORT_MERGED_OUTPUT).
+        passes(binary, "transport", path, "--service-url", s.url, "--options", opts, need=TRANSPORT)
+    finally:
+        s.stop()
+
+
+def test_machine_docker_against_podman(binary):
+    import docker_support
+    why = docker_support.plugin_missing(binary) or docker_support.engine_missing()
+    if why:
+        skip(why)
+    with docker_support.Engine() as eng:
+        opts = {"endpoint": eng.endpoint, "images": {"minimal": eng.image("minimal")}}
+        if eng.runtime:
+            opts["runtime"] = eng.runtime
+        path = plugin_so(binary, "machine-docker")
+        passes(binary, "machine", path, "--options", json.dumps(opts), "--image", "minimal", need=[10, 11, 12, 15])
+        passes(binary, "transport", path, "--options", json.dumps(opts), "--image", "minimal", need=[20, 21, 30])
+
+
+# Each broken backend: the checks that must fail, and the first words of the message.
+BROKEN = {
+    "table-size": {2: "the transport ops table says struct_size 56 but the descriptor says transport_ops_size 48"},
+    "flags": {3: "transport exec answered RELAY_OK to the unknown flag bit 0x40000000"},
+    "error": {4: "machine inspect failed with RELAY_E_UNSUPPORTED_FLAGS but its error record holds code 0"},
+    "out-param": {5: "machine images failed but left a value in its out-parameter"},
+    "leak": {6: "1 blocks allocated with host->alloc were not freed with host->free by the end of fini()"},
+    "release": {16: "verify_destroyed after release answered RELAY_E_UNVERIFIED",
+                17: "inspect after release answered a lease still \"running\""},
+    "exec-rules": {22: "exec with envp {RELAY_PT_ADDED=yes} did not run with that entry added",
+                   24: "exec of 3000 bytes on stdout and 3000 on stderr under max_output_bytes 4096 kept 3000 + 3000"},
+    "result-size": {27: "exec with a relay_exec_result of struct_size 40 failed (it wrote past the size)"},
+    "facts": {32: "push of a tree: a fact's path is not the file's path relative to the transferred root"},
+    "links": {34: "pull of a path holding a symbolic link answered RELAY_OK"},
+}
+
+
+def test_each_broken_backend_fails_its_check(binary):
+    abi = os.path.join(build_dir(binary), "tests", "abi")
+    for name, want in BROKEN.items():
+        path = os.path.join(abi, "broken-backend-%s.so" % name)
+        code, out, err = plugin_test(binary, "transport", path)
+        assert code == 1, (name, code, out, err)
+        r = results(out)
+        failed = {n for n, v in r.items() if v[0] == "FAIL"}
+        assert failed == set(want), (name, failed, out)
+        for n, words in want.items():
+            assert r[n][1].startswith(words), (name, n, r[n][1])
+        print("  broken-backend-%s: fails %s" % (name, sorted(failed)), flush=True)
+
+
+def test_loader_refusal_is_check_1(binary):
+    path = os.path.join(build_dir(binary), "tests", "abi", "abi-missing-op.so")
+    code, out, _ = plugin_test(binary, "machine", path)
+    assert code == 1, out
+    r = results(out)
+    assert r[1][0] == "FAIL" and r[1][1].startswith("the loader refused the plugin: plugin abi-broken"), out
+    assert "lacks the required machine operation release" in r[1][1], out
+    assert set(r) == {1}, out
+
+
+def test_usage_errors(binary):
+    for args in ([], ["--kind", "machine"], ["--kind", "nonsense", "x.so"], ["--kind"]):
+        p = subprocess.run([binary, "plugin-test"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.returncode == 2 and p.stdout == "", (args, p.returncode, p.stdout)
+        assert "plugin-test" in p.stderr, p.stderr
+
+
+if __name__ == "__main__":
+    run_tests(globals())
