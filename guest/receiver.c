@@ -22,10 +22,18 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"version", cmd_version}, {"hash", cmd_hash},     {"prepare", cmd_prepare},
-    {"init", cmd_init},       {"scan", cmd_scan},     {"archive", cmd_archive},
-    {"unpack", cmd_unpack},   {"remove", cmd_remove}, {"capture-test", cmd_capture_test},
-    {"run", cmd_run},         {"cancel", cmd_cancel}, {"reset", cmd_reset},
+    {RECEIVER_CMD_VERSION, cmd_version},
+    {RECEIVER_CMD_HASH, cmd_hash},
+    {RECEIVER_CMD_PREPARE, cmd_prepare},
+    {RECEIVER_CMD_INIT, cmd_init},
+    {RECEIVER_CMD_SCAN, cmd_scan},
+    {RECEIVER_CMD_ARCHIVE, cmd_archive},
+    {RECEIVER_CMD_UNPACK, cmd_unpack},
+    {RECEIVER_CMD_REMOVE, cmd_remove},
+    {RECEIVER_CMD_CAPTURE_TEST, cmd_capture_test},
+    {RECEIVER_CMD_RUN, cmd_run},
+    {RECEIVER_CMD_CANCEL, cmd_cancel},
+    {RECEIVER_CMD_RESET, cmd_reset},
 };
 
 int main(int argc, char **argv)

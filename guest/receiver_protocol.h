@@ -12,11 +12,134 @@
 
 /* `receiver version` reports it; the request's "protocol" key carries it. */
 #define RECEIVER_PROTOCOL_VERSION 1
+/* The name `receiver version` reports (guest.md §5.2). */
+#define RECEIVER_PROGRAM_NAME "mcp-relay-receiver"
 
 /* Size limits (bytes). */
 #define RECEIVER_REQUEST_MAX_BYTES (1024u * 1024u)      /* guest.md §6 */
 #define RECEIVER_SCRIPT_MAX_BYTES  (8u * 1024u * 1024u) /* a script part on standard input */
 #define RECEIVER_RECEIPT_MAX_BYTES (8u * 1024u * 1024u) /* what the host accepts as a receipt */
+/* Request limits (guest.md §6.1). */
+#define RECEIVER_TIMEOUT_MAX_MS    3600000 /* timeoutMs: 1 to 3,600,000 */
+#define RECEIVER_BECAUSE_MAX_CHARS 16384   /* because: non-blank, at most 16,384 characters */
+
+/*
+ * Subcommands (guest.md §5.2): argv[1] of the receiver. Every invocation
+ * prints exactly one JSON line on standard output, its frame (§5.1);
+ * `run --stdin` may follow it with the parts it names (below).
+ */
+#define RECEIVER_CMD_VERSION      "version"
+#define RECEIVER_CMD_HASH         "hash"
+#define RECEIVER_CMD_PREPARE      "prepare"
+#define RECEIVER_CMD_INIT         "init"
+#define RECEIVER_CMD_SCAN         "scan"
+#define RECEIVER_CMD_ARCHIVE      "archive"
+#define RECEIVER_CMD_UNPACK       "unpack"
+#define RECEIVER_CMD_REMOVE       "remove"
+#define RECEIVER_CMD_CAPTURE_TEST "capture-test"
+#define RECEIVER_CMD_RUN          "run"
+#define RECEIVER_CMD_CANCEL       "cancel"
+#define RECEIVER_CMD_RESET        "reset"
+
+/* Options of the subcommands (guest.md §5.2). */
+#define RECEIVER_OPT_ROOT      "--root"
+#define RECEIVER_OPT_BASE      "--base"
+#define RECEIVER_OPT_SESSION   "--session"
+#define RECEIVER_OPT_PRESENT   "--present"
+#define RECEIVER_OPT_IMAGE     "--image"
+#define RECEIVER_OPT_OUT       "--out"
+#define RECEIVER_OPT_CAPTURE   "--capture"
+#define RECEIVER_OPT_WAIT_MS   "--wait-ms"
+#define RECEIVER_OPT_EVERY_MS  "--every-ms"
+#define RECEIVER_OPT_EXECUTION "--execution"
+#define RECEIVER_OPT_ID        "--id"
+
+/* Exit statuses (guest.md §5.3). */
+#define RECEIVER_EXIT_DONE     0 /* the command did its job (run: a receipt or a frame outcome) */
+#define RECEIVER_EXIT_USAGE    2 /* usage or request-parse error; nothing was started */
+#define RECEIVER_EXIT_INTERNAL 3 /* internal failure; the frame's "error" says what */
+
+/* Transient names directly in R that `receiver remove` accepts (§5.2). */
+#define RECEIVER_TRANSIENT_INVENTORY     ".inventory-"
+#define RECEIVER_TRANSIENT_ARCHIVE       ".archive-"
+#define RECEIVER_TRANSIENT_PUSH          ".push-"
+#define RECEIVER_TRANSIENT_CAPTURE_PROBE ".capture-probe-"
+
+/*
+ * Frame keys (guest.md §5.2, §5.4). A failed command's frame is
+ * {"error": message}. `version`: {receiver, version, protocol, platform};
+ * `hash` and `scan`: {path, sha256, bytes}; `capture-test`: {ok, afterMs}
+ * or {ok: false, tries, diagnostic}; `run`: {executionId, receipt:
+ * {path, sha256, bytes} | null, duplicate, requestMatches?, outcome?}
+ * (the outcome only when no receipt exists); `cancel`: {executionId,
+ * signalled}.
+ */
+#define RECEIVER_FRAME_ERROR        "error"
+#define RECEIVER_FRAME_RECEIVER     "receiver"
+#define RECEIVER_FRAME_VERSION      "version"
+#define RECEIVER_FRAME_PROTOCOL     "protocol"
+#define RECEIVER_FRAME_PLATFORM     "platform"
+#define RECEIVER_FRAME_PATH         "path"
+#define RECEIVER_FRAME_SHA256       "sha256"
+#define RECEIVER_FRAME_BYTES        "bytes"
+#define RECEIVER_FRAME_OK           "ok"
+#define RECEIVER_FRAME_AFTER_MS     "afterMs"
+#define RECEIVER_FRAME_DIAGNOSTIC   "diagnostic"
+#define RECEIVER_FRAME_EXECUTION_ID "executionId"
+#define RECEIVER_FRAME_RECEIPT      "receipt"
+#define RECEIVER_FRAME_DUPLICATE    "duplicate"
+#define RECEIVER_FRAME_OUTCOME      "outcome"
+#define RECEIVER_FRAME_PARTS        "parts"
+#define RECEIVER_FRAME_SIGNALLED    "signalled"
+/* Where the receipt of execution ID lives, relative to R:
+ * RECEIVER_RECEIPTS_DIR "/" ID ".json". */
+#define RECEIVER_RECEIPTS_DIR "state/receiver/receipts"
+
+/*
+ * Request keys (guest.md §6.1): every one is required (optional values are
+ * null), unknown keys are refused.
+ */
+#define RECEIVER_REQ_PROTOCOL      "protocol"
+#define RECEIVER_REQ_EXECUTION_ID  "executionId"
+#define RECEIVER_REQ_SESSION_ID    "sessionId"
+#define RECEIVER_REQ_ATTEMPT_ID    "attemptId"
+#define RECEIVER_REQ_GUEST         "guest"
+#define RECEIVER_REQ_BECAUSE       "because"
+#define RECEIVER_REQ_EVIDENCE_MODE "evidenceMode" /* always "recorded" */
+#define RECEIVER_REQ_LANGUAGE      "language"     /* shell | javascript | typescript | python */
+#define RECEIVER_REQ_SCRIPT        "script"       /* {path, sha256, bytes, origin, localName} */
+#define RECEIVER_REQ_RUNTIME       "runtime"      /* {nodePath} */
+#define RECEIVER_REQ_CWD           "cwd"
+#define RECEIVER_REQ_TIMEOUT_MS    "timeoutMs"
+#define RECEIVER_REQ_STEP          "step"      /* {id, title, expected, inputMode} */
+#define RECEIVER_REQ_SNAPSHOTS     "snapshots" /* {afterIntervalMs, group} */
+#define RECEIVER_REQ_CAPTURE       "capture"   /* the capture command, or null */
+#define RECEIVER_SCRIPT_PATH       "path"
+#define RECEIVER_SCRIPT_SHA256     "sha256"
+#define RECEIVER_SCRIPT_BYTES      "bytes"
+#define RECEIVER_SCRIPT_ORIGIN     "origin" /* "inline" | "file" */
+#define RECEIVER_SCRIPT_LOCAL_NAME "localName"
+#define RECEIVER_RUNTIME_NODE_PATH "nodePath"
+#define RECEIVER_EVIDENCE_RECORDED "recorded"
+/* Where the request and the script go, relative to R (guest.md §6). */
+#define RECEIVER_REQUESTS_DIR "requests"
+#define RECEIVER_STREAMED_DIR "streamed" /* inline code: streamed/<executionId>.<ext> */
+#define RECEIVER_SCRIPTS_DIR  "scripts"  /* a localPath file: scripts/<random>.<ext> */
+
+/*
+ * Receipt keys (guest.md §7.5, §15 step 5) the host checks and copies.
+ */
+#define RECEIVER_RCPT_EXECUTION_ID   "executionId"
+#define RECEIVER_RCPT_REQUEST_SHA256 "requestSha256"
+#define RECEIVER_RCPT_OUTCOME        "outcome"
+#define RECEIVER_RCPT_IMAGE_EVIDENCE "imageEvidence"
+#define RECEIVER_RCPT_SNAPSHOTS      "snapshots"
+#define RECEIVER_OUTCOME_KIND        "kind"
+#define RECEIVER_OUTCOME_DIAGNOSTIC  "diagnostic"
+#define RECEIVER_OUTCOME_EXIT_STATUS "exitStatus" /* {code: int|null, signal: string|null} */
+#define RECEIVER_KIND_COMPLETED      "completed"
+#define RECEIVER_KIND_REFUSED        "refused"
+#define RECEIVER_KIND_UNCERTAIN      "uncertain"
 
 /*
  * A run in one round trip (guest.md §16.2): `receiver run --root R --stdin`.
@@ -49,5 +172,10 @@
 #define RECEIVER_PART_RECEIPT           "receipt"
 #define RECEIVER_PART_AFTER_IMAGE       "after-image"
 #define RECEIVER_ATTACH_IMAGE_MAX_BYTES (8u * 1024u * 1024u)
+/* Keys of the standard-input header and of each part. */
+#define RECEIVER_PART_KEY_NAME   "name"
+#define RECEIVER_PART_KEY_PATH   "path"
+#define RECEIVER_PART_KEY_BYTES  "bytes"
+#define RECEIVER_PART_KEY_SHA256 "sha256"
 
 #endif

@@ -144,9 +144,9 @@ int cmd_version(int argc, char **argv)
 		jv_free(f);
 		return usage("usage: receiver version");
 	}
-	jv_set_str(f, "receiver", RECEIVER_NAME);
-	jv_set_str(f, "version", RECEIVER_VERSION);
-	jv_set_int(f, "protocol", RECEIVER_PROTOCOL);
+	jv_set_str(f, RECEIVER_FRAME_RECEIVER, RECEIVER_NAME);
+	jv_set_str(f, RECEIVER_FRAME_VERSION, RECEIVER_VERSION);
+	jv_set_int(f, RECEIVER_FRAME_PROTOCOL, RECEIVER_PROTOCOL);
 	jv_set_str(f, "platform", RECEIVER_PLATFORM);
 	frame_emit(f);
 	return EXIT_DONE;
@@ -369,7 +369,8 @@ cleanup:
 
 static int transient_name_ok(const char *name)
 {
-	static const char *const prefixes[] = {".inventory-", ".archive-", ".push-", ".capture-probe-"};
+	static const char *const prefixes[] = {RECEIVER_TRANSIENT_INVENTORY, RECEIVER_TRANSIENT_ARCHIVE,
+	                                       RECEIVER_TRANSIENT_PUSH, RECEIVER_TRANSIENT_CAPTURE_PROBE};
 	size_t i;
 	if (strchr(name, '/') || !rel_path_ok(name))
 		return 0;

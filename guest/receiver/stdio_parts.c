@@ -52,9 +52,9 @@ static int read_to_end(int fd, buf *b, size_t max_bytes, rerr *err)
 static int header_part(const jv *part, const char *name, const char *const *prefixes, size_t max_bytes,
                        char **rel_out, int64_t *bytes_out, const char **sha_out, rerr *err)
 {
-	const char *pname = jv_get_str(part, "name");
-	const char *path = jv_get_str(part, "path");
-	const char *sha = jv_get_str(part, "sha256");
+	const char *pname = jv_get_str(part, RECEIVER_PART_KEY_NAME);
+	const char *path = jv_get_str(part, RECEIVER_PART_KEY_PATH);
+	const char *sha = jv_get_str(part, RECEIVER_PART_KEY_SHA256);
 	int64_t bytes = -1;
 	int prefix_ok = 0;
 	size_t i;
@@ -70,7 +70,7 @@ static int header_part(const jv *part, const char *name, const char *const *pref
 		        prefixes[0]);
 		return -1;
 	}
-	if (!jv_get_int(part, "bytes", &bytes) || bytes < 0 || (uint64_t)bytes > max_bytes ||
+	if (!jv_get_int(part, RECEIVER_PART_KEY_BYTES, &bytes) || bytes < 0 || (uint64_t)bytes > max_bytes ||
 	    !sha_hex_ok(sha)) {
 		err_set(err,
 		        "standard input header: the %s part needs bytes (0 to %zu) and a lowercase sha256",
@@ -117,8 +117,8 @@ int stdin_parts_read(int fd, stdin_parts *out, rerr *err)
 	}
 	{
 		int64_t protocol = 0;
-		jv *parts = jv_get(header, "parts");
-		if (!jv_is(header, JV_OBJECT) || !jv_get_int(header, "protocol", &protocol) ||
+		jv *parts = jv_get(header, RECEIVER_FRAME_PARTS);
+		if (!jv_is(header, JV_OBJECT) || !jv_get_int(header, RECEIVER_FRAME_PROTOCOL, &protocol) ||
 		    protocol != RECEIVER_PROTOCOL_VERSION || !jv_is(parts, JV_ARRAY) || parts->count != 2) {
 			err_set(err,
 			        "standard input header: needs protocol %d and exactly two parts (request, "
@@ -162,7 +162,7 @@ cleanup:
 int stdin_parts_match(const stdin_parts *parts, const char *root, const jv *request, rerr *err)
 {
 	const char *id = jv_get_str(request, "executionId");
-	const char *script_path = jv_get_str(jv_get(request, "script"), "path");
+	const char *script_path = jv_get_str(jv_get(request, RECEIVER_REQ_SCRIPT), RECEIVER_SCRIPT_PATH);
 	char *want_request = xasprintf("requests/%s.json", id ? id : "");
 	char *want_script = path_join(root, parts->script_rel);
 	int rc = -1;
@@ -213,11 +213,11 @@ static jv *part_fact(const char *name, const char *rel, const buf *data)
 	jv *o = jv_object();
 	char hex[65];
 	sha256_hex_of(data->data ? data->data : "", data->len, hex);
-	jv_set_str(o, "name", name);
+	jv_set_str(o, RECEIVER_PART_KEY_NAME, name);
 	if (rel)
-		jv_set_str(o, "path", rel);
-	jv_set_int(o, "bytes", (int64_t)data->len);
-	jv_set_str(o, "sha256", hex);
+		jv_set_str(o, RECEIVER_PART_KEY_PATH, rel);
+	jv_set_int(o, RECEIVER_PART_KEY_BYTES, (int64_t)data->len);
+	jv_set_str(o, RECEIVER_PART_KEY_SHA256, hex);
 	return o;
 }
 
@@ -284,7 +284,7 @@ void stdout_parts_emit(const char *root, jv *frame, const char *receipt_rel)
 	} else {
 		fprintf(stderr, "receiver: the receipt is not sent on standard output: %s\n", err.msg);
 	}
-	jv_set(frame, "parts", parts);
+	jv_set(frame, RECEIVER_FRAME_PARTS, parts);
 	frame_emit(frame);
 	if (receipt_text.len) {
 		write_all(STDOUT_FILENO, receipt_text.data, receipt_text.len);

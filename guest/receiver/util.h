@@ -10,21 +10,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RECEIVER_NAME "mcp-relay-receiver"
+#include "../receiver_protocol.h"
+
+#define RECEIVER_NAME RECEIVER_PROGRAM_NAME
 /* The build passes the project's version (guest/receiver.cmake), so the
  * receiver and the relay that stages it cannot drift apart. */
 #ifndef RECEIVER_VERSION
 #define RECEIVER_VERSION "0.1.0"
 #endif
-#define RECEIVER_PROTOCOL 1
+#define RECEIVER_PROTOCOL RECEIVER_PROTOCOL_VERSION
 #ifndef RECEIVER_PLATFORM
 #define RECEIVER_PLATFORM "linux-unknown"
 #endif
 
 /* Exit statuses (guest.md §5.3). */
-#define EXIT_DONE     0
-#define EXIT_USAGE    2
-#define EXIT_INTERNAL 3
+#define EXIT_DONE     RECEIVER_EXIT_DONE
+#define EXIT_USAGE    RECEIVER_EXIT_USAGE
+#define EXIT_INTERNAL RECEIVER_EXIT_INTERNAL
 
 /* One failure description, filled by the function that failed. */
 typedef struct rerr {

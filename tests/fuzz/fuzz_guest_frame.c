@@ -1,5 +1,5 @@
 /*
- * The host's reading of a receiver's standard output (guestio/guest_io.c
+ * The host's reading of a receiver's standard output (guestio/frame.c
  * gio_parse_frame, guest.md §5.1 and §15 step 5): the last line that
  * parses as a JSON object is the frame, whatever a hostile guest printed
  * before or around it.
@@ -13,7 +13,7 @@
 
 #include <json-c/json.h>
 
-#include "guestio/guest_io.h"
+#include "guestio/frame.h"
 #include "util/jsonx.h"
 
 #include "fuzz.h"

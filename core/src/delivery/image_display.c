@@ -24,8 +24,9 @@
 #include "util/sha256.h"
 #include "util/strbuf.h"
 #include "util/timefmt.h"
+#include "receiver_protocol.h"
 
-#define REQUEST_MAX_BYTES (1024 * 1024) /* a run's request record */
+#define REQUEST_MAX_BYTES RECEIVER_REQUEST_MAX_BYTES /* a run's request record (receiver_protocol.h) */
 
 /* ---- display ------------------------------------------------------------------------- */
 

@@ -32,8 +32,9 @@
 #include <stdint.h>
 
 #include "evidence/fswalk.h"
-#include "session/manager_internal.h"
+#include "guestio/frame.h"
 #include "relay/transport.h"
+#include "session/manager_internal.h"
 
 /* guest.md §3.5: a transient push or pull is tried up to this many times in
  * all, waiting attempt x GIO_RETRY_WAIT_MS between tries. */
@@ -121,10 +122,6 @@ relay_status gio_exec_supervised(guest_io *io, gio_supervision *sv, const char *
                                  uint64_t timeout_ms, size_t max_output_bytes, unsigned flags,
                                  relay_exec_result *res, relay_error *err);
 
-/* The frame of a receiver invocation: the last line of `out` that parses
- * as a JSON object (guest.md §5.1, §15 step 5), or NULL. New reference. */
-json_object *gio_parse_frame(const char *out, size_t len);
-
 /* Runs `R/receiver <args...>` (args NULL-terminated, without the program)
  * and returns its frame in *frame_out (new reference, may be NULL on
  * failure). A transient transport failure before the command started is
@@ -147,6 +144,20 @@ bool gio_transient(relay_status status, const char *message);
  * names the file for messages ("the receiver", a support file). */
 relay_status gio_push(guest_io *io, const char *local, const char *remote, unsigned xfer_flags,
                       const char *what, json_object **facts_out, relay_error *err);
+/* One fact {path, bytes, sha256} (relay/transport.h FACTS); new reference. */
+json_object *gio_fact_new(const char *path, uint64_t bytes, const char *sha256);
+/* Compares the facts a transport returned for a push (`got`) with what the
+ * core sent (`sent`, the same shape; either order): the same paths, sizes
+ * and SHA-256s. RELAY_OK, or RELAY_E_PROTOCOL (gio_tool_code:
+ * transfer-failed) naming the first path that differs: a transport whose
+ * facts contradict the copy is not trusted, whatever a later scan says. */
+relay_status gio_facts_compare(json_object *got, json_object *sent, const char *what, relay_error *err);
+/* gio_push of one file the core hashed (`sha256`, `bytes`), and when the
+ * transport returns guest-side facts, gio_facts_compare against them
+ * (*checked_out true: the facts came and were compared; false: the caller
+ * must verify the copy another way). */
+relay_status gio_push_checked_facts(guest_io *io, const char *local, const char *remote, const char *sha256,
+                                    uint64_t bytes, const char *what, bool *checked_out, relay_error *err);
 /* Pulls guest `remote` to host `local` (must not exist) with the retry rule. */
 relay_status gio_pull(guest_io *io, const char *remote, const char *local, unsigned xfer_flags,
                       const char *what, relay_error *err);

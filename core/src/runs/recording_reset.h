@@ -31,12 +31,17 @@
 
 #include "guestio/guest_io.h"
 #include "session/manager_internal.h"
+#include "util/outcome.h"
 
 /* Runs or completes the reset on the guest's queue through `io` (begun on
- * the guest). NULL on success with *reset_out = {"archivedTo": <from>,
- * "recording": "<R>/recordings/<id>"} (new reference); otherwise the error
- * result (not-staged, space-shortfall, integrity-failed, transfer-failed,
- * receiver-locked, reset-pending), the pending reset kept for a retry. */
-tool_result *recording_reset(manager *m, guest *g, guest_io *io, json_object **reset_out);
+ * the guest). 0 on success with *reset_out = {"archivedTo": <from>,
+ * "recording": "<R>/recordings/<id>"} (new reference); otherwise -1 with
+ * `o` failed (not-staged, space-shortfall, integrity-failed,
+ * transfer-failed, receiver-locked, reset-pending), the pending reset kept
+ * for a retry.
+ *
+ * Guest fields written (session/guest.h): pending_reset, previous_evidence,
+ * evidence_path, staged, phase, recording_session_id, last_error. */
+int recording_reset(manager *m, guest *g, guest_io *io, json_object **reset_out, relay_outcome *o);
 
 #endif

@@ -1,6 +1,17 @@
 /*
  * runs/run_request.h — the host side of relay_script (tools.md §3.6,
- * guest.md §6, §13-§15).
+ * guest.md §6, §13-§15), the room's one header for tools/. Files of the
+ * job: run_request.c (the call checked and the receiver request built next
+ * to it), run_step.c (step derivation), run_push.c (the run's files
+ * pushed), run_receipt.c (the receipt pulled and validated), run_result.c
+ * (host files, the result's facts, what a run records), run_recorded.c (a
+ * recorded run), run_diagnostic.c (a diagnostic script); run_internal.h is
+ * what they share.
+ *
+ * Guest fields written (session/guest.h): used_step_ids, run_seq (under the
+ * lock, saved); last_error through guest_set_last_error(). Everything else
+ * is read. The answer is a run_outcome (util/outcome.h embedded): only
+ * tools/tool_script.c turns it into the MCP result.
  *
  *   run_call_parse()    the call's semantic checks the contract layer
  *                       cannot make: localPath under the project-folder
@@ -32,7 +43,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "delivery/image_delivery.h"
 #include "session/manager_internal.h"
+#include "util/outcome.h"
 
 #define RUN_SCRIPT_FILE_MAX_BYTES  (8u << 20) /* localPath: 8 MiB (tools.md §5.4) */
 #define RUN_DIAGNOSTIC_MAX_BYTES   98304u     /* a diagnostic script: 96 KiB */
@@ -62,10 +75,11 @@ typedef struct run_call {
 	json_object *args;      /* the call as validated; a reference */
 } run_call;
 
-/* Checks what the schema cannot and reads the script. NULL on success (the
- * caller frees *out with run_call_free), else the error result
- * (invalid-input or path-refused), with nothing sent anywhere. */
-tool_result *run_call_parse(manager *m, guest *g, json_object *args, run_call *out);
+/* Checks what the schema cannot and reads the script. 0 on success (the
+ * caller frees *out with run_call_free), else -1 with `o` failed
+ * (invalid-input or path-refused), with nothing sent anywhere. *out is
+ * filled as far as it got in both cases. */
+int run_call_parse(manager *m, guest *g, json_object *args, run_call *out, relay_outcome *o);
 void run_call_free(run_call *c);
 
 /* The derived step title (guest.md §14), malloc'd. */
@@ -73,11 +87,31 @@ char *run_derive_title(const run_call *c);
 /* `reason`, else "Relay <title> (no reason given)", cut to 4,000 characters. */
 char *run_derive_because(const run_call *c, const char *title);
 
-/* A recorded run, from step derivation to the result (the caller made the
- * shared refusals and sealed / reset-pending / not-staged). */
-tool_result *run_recorded(manager *m, guest *g, run_call *c, relay_call *call);
+/* What a run answers. `base.facts` is the result's structured content
+ * (tools.md §3.6: outcome, step, imageDelivery, executionFailed, ...);
+ * `base.code`/`base.message` are set when the result is an error (a failed
+ * execution, an after-image that cannot be delivered, a run not sent).
+ * `image` holds the after-image preview the result attaches. */
+typedef struct run_outcome {
+	relay_outcome base;
+	image_delivery_result image;
+	/* true: the facts are a run's result (headline {imageDelivery,
+	 * executionFailed}, the lead sentence); false: a run that was not sent
+	 * (the error alone). */
+	bool is_run_result;
+} run_outcome;
 
-/* A diagnostic shell script (guest.md §13). */
-tool_result *run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call);
+/* Frees what the outcome owns and clears it (a zeroed run_outcome is empty). */
+void run_outcome_free(run_outcome *o);
+
+/* A recorded run, from step derivation to the result (the caller made the
+ * shared refusals and sealed / reset-pending / not-staged). Fills `out`
+ * (zeroed by the caller); 0 when the result is a success, -1 when it is an
+ * error. What the run recorded (host/receipts, events, the step download)
+ * is done either way. */
+int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcome *out);
+
+/* A diagnostic shell script (guest.md §13); as run_recorded. */
+int run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call, run_outcome *out);
 
 #endif

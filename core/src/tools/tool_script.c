@@ -3,11 +3,95 @@
  * run or a diagnostic script (run_request.c does the work).
  */
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "delivery/image_delivery.h"
+#include "receiver_protocol.h"
+#include "runs/run_request.h"
 #include "session/manager_internal.h"
 #include "tools/tools.h"
-#include "runs/run_request.h"
 #include "util/jsonx.h"
+#include "util/strbuf.h"
+
+/* How the run ended, for the lead sentence: "exited with status 3",
+ * "was ended by SIGKILL", "was refused before it started: …". */
+static void outcome_phrase(strbuf *sb, const json_object *outcome)
+{
+	const char *kind = jsonx_get_str(outcome, "kind");
+	const char *diag = jsonx_get_str(outcome, "diagnostic");
+	json_object *status = jsonx_get_obj(outcome, "exitStatus");
+	const char *signal_text = jsonx_get_str(status, "signal");
+	int64_t code = 0;
+	if (kind && strcmp(kind, RECEIVER_KIND_COMPLETED) == 0 && signal_text)
+		strbuf_printf(sb, "was ended by %s", signal_text);
+	else if (kind && strcmp(kind, RECEIVER_KIND_COMPLETED) == 0 && jsonx_get_int(status, "code", &code))
+		strbuf_printf(sb, "exited with status %lld", (long long)code);
+	else if (kind && strcmp(kind, RECEIVER_KIND_REFUSED) == 0)
+		strbuf_printf(sb, "was refused before it started: %.80s", diag ? diag : "no diagnostic");
+	else
+		strbuf_printf(sb, "ended uncertain: %.80s", diag ? diag : "no diagnostic");
+}
+
+/* The lead sentence of a run's result (tools.md §2.3): the step, how it
+ * ended, what it left running, that the guest is kept, the after-image. */
+static void set_run_lead(tool_result *r, const json_object *structured)
+{
+	strbuf sb = STRBUF_INIT;
+	const char *mode = jsonx_get_str(structured, "evidenceMode");
+	bool diagnostic = mode && strcmp(mode, "diagnostic") == 0;
+	if (diagnostic)
+		strbuf_puts(&sb, "Diagnostic script ");
+	else
+		strbuf_printf(&sb, "Step %s ", jsonx_get_str(jsonx_get_obj(structured, "step"), "id"));
+	outcome_phrase(&sb, jsonx_get_obj(structured, "outcome"));
+	json_object *left = jsonx_get_obj(structured, "leftRunning");
+	int64_t count = 0;
+	if (jsonx_get_int(left, "count", &count) && count > 0) {
+		json_object *procs = jsonx_get_array(left, "processes");
+		const char *first =
+		    procs ? jsonx_get_str(json_object_array_get_idx(procs, 0), "command") : NULL;
+		strbuf_printf(&sb, ", leaving %lld process%s running (%.32s%s)", (long long)count,
+		              count == 1 ? "" : "es", first ? first : "?", count > 1 ? ", …" : "");
+	}
+	char *phrase = diagnostic
+	                   ? strdup("no screenshot (diagnostic)")
+	                   : image_delivery_phrase(jsonx_get_obj(structured, "imageDelivery"), "after-image");
+	strbuf_printf(&sb, "; the guest is kept; %s.", phrase ? phrase : "after-image unknown");
+	free(phrase);
+	if (strbuf_ok(&sb))
+		tool_result_set_lead(r, "%s", strbuf_str(&sb));
+	strbuf_free(&sb);
+}
+
+/* The result of a run (tools.md §2.3, §3.6): the error or the success of
+ * its facts, the compact headline {imageDelivery, executionFailed}, the
+ * lead sentence, the text without imageDelivery, the after-image's
+ * preview. A run that was not sent is its error alone. Frees `o`. */
+static tool_result *run_answer(manager *m, guest *g, run_outcome *o)
+{
+	if (!o->is_run_result) {
+		tool_result *r = tools_failure(m, g, &o->base);
+		run_outcome_free(o);
+		return r;
+	}
+	json_object *facts = outcome_take_facts(&o->base);
+	bool failed = false;
+	jsonx_get_bool(facts, "executionFailed", &failed);
+	char *headline = image_delivery_headline(jsonx_get_obj(facts, "imageDelivery"), failed);
+	tool_result *r = o->base.code ? guest_error(m, g, facts, o->base.code, "%s",
+	                                            o->base.message ? o->base.message : "the run failed")
+	                              : tool_result_ok(facts, "%s", headline ? headline : "{}");
+	if (r) {
+		tool_result_set_headline(r, "%s", headline ? headline : "{}");
+		set_run_lead(r, r->structured);
+		r->text_omits_key = "imageDelivery";
+		image_delivery_take_preview(&o->image, &r->image_base64, &r->image_mime);
+	}
+	free(headline);
+	run_outcome_free(o);
+	return r;
+}
 
 tool_result *tool_script(manager *m, guest *g, json_object *args, relay_call *call)
 {
@@ -42,12 +126,16 @@ tool_result *tool_script(manager *m, guest *g, json_object *args, relay_call *ca
 		    "for setup diagnosis and repair",
 		    g->name);
 	run_call c;
-	tool_result *refusal = run_call_parse(m, g, args, &c);
-	if (refusal) {
+	run_outcome o;
+	memset(&o, 0, sizeof o);
+	if (run_call_parse(m, g, args, &c, &o.base) != 0) {
 		run_call_free(&c);
-		return refusal;
+		return tools_failure(m, g, &o.base);
 	}
-	tool_result *r = diagnostic ? run_diagnostic(m, g, &c, call) : run_recorded(m, g, &c, call);
+	if (diagnostic)
+		run_diagnostic(m, g, &c, call, &o);
+	else
+		run_recorded(m, g, &c, call, &o);
 	run_call_free(&c);
-	return r;
+	return run_answer(m, g, &o);
 }
