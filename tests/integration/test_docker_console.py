@@ -11,8 +11,9 @@
     security type (the one-time password is required); the password file x11vnc read is gone
     from the guest;
   - relay_console_cancel stops x11vnc (the port closes), and release removes the guest;
-  - an image without x11vnc is refused with the reason; a remote endpoint (tcp:// with TLS)
-    gets "linux unavailable" and relay_acquire with vnc is refused before anything is made.
+  - an image without x11vnc is refused with the reason; a remote endpoint (tcp:// with TLS, to
+    dockerd) gets "linux unavailable", relay_probe says why, and relay_acquire with vnc is
+    refused before anything is made.
 """
 import hashlib
 import json
@@ -24,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay_client import Relay, run_tests, skip  # noqa: E402
+from relay_client import run_tests, skip  # noqa: E402
 import docker_support  # noqa: E402
 from docker_support import Engine, acquire, plugin_missing, sh, structured, text_of  # noqa: E402
 
@@ -64,8 +65,8 @@ def console_image(eng):
                     shutil.copy2(os.path.realpath(p), dst)
         with open(os.path.join(ctx, "Containerfile"), "w") as f:
             f.write("FROM %s\nCOPY root/ /\n" % base)
-        r = subprocess.run(eng.cli + ["build", "--network", "none", "-t", tag, ctx], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+        argv = ["build", "--network", "none", "-f", os.path.join(ctx, "Containerfile"), "-t", tag, ctx]
+        r = subprocess.run(eng.cli + argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert r.returncode == 0, r.stdout
     finally:
         shutil.rmtree(ctx, ignore_errors=True)
@@ -165,27 +166,31 @@ def test_console_on_a_local_engine(binary):
 
 
 def test_remote_endpoint_refuses_vnc(binary):
-    """A tcp:// engine is on another host: no console, said before anything is asked of it."""
-    why = plugin_missing(binary)
+    """A tcp:// engine (dockerd with TLS client certificates, as test_docker_tls.py) counts as on
+    another host: linux VNC unavailable, relay_probe says why for an image that has x11vnc, and
+    relay_acquire with vnc is refused before anything is made."""
+    why = plugin_missing(binary) or docker_support.dockerd_missing()
     if why:
         skip(why)
-    d = tempfile.mkdtemp(prefix="relay-console-tls-")
+    if not shutil.which("openssl"):
+        skip("openssl is not installed (apt-get install openssl)")
+    import test_docker_tls
+    d = test_docker_tls.certificates()
     try:
-        tls = {}
-        for key in ("caFile", "certFile", "keyFile"):
-            tls[key] = os.path.join(d, key + ".pem")
-            open(tls[key], "w").close()
-        opts = {"endpoint": "tcp://127.0.0.1:1", "tls": tls, "images": {"img": "localhost/none:1"}}
-        env = {"MCP_RELAY_BACKEND": "docker", "MCP_RELAY_DOCKER_OPTIONS": json.dumps(opts)}
-        with Relay(binary, env=env) as r:
-            r.initialize()
-            caps = r.call_tool("relay_acquisition_capabilities", {}, timeout=60)
-            assert caps["isError"] is False, text_of(caps)
-            linux = structured(caps)["options"]["vnc"]["backends"]["linux"]
-            assert linux["available"] is False and linux["status"] == "unavailable", linux
-            bad = r.call_tool("relay_acquire", {"task": "vnc", "image": "img", "extractions": [], "vnc": True},
-                              timeout=120)
-            assert bad["isError"] and "console-unavailable" in text_of(bad), text_of(bad)
+        with Engine("docker", tls=d) as eng:
+            images = {"console": console_image(eng)}
+            with eng.relay(binary, images, extra_options=test_docker_tls.tls_options(d, eng)) as r:
+                r.initialize()
+                caps = r.call_tool("relay_acquisition_capabilities", {}, timeout=60)
+                assert caps["isError"] is False, text_of(caps)
+                linux = structured(caps)["options"]["vnc"]["backends"]["linux"]
+                assert linux["available"] is False and linux["status"] == "unavailable", linux
+                probe = json.dumps(structured(r.call_tool("relay_probe", {"scope": "host"}, timeout=120)))
+                assert "off: the image has x11vnc, but the engine is on another host" in probe, probe
+                bad = r.call_tool("relay_acquire", {"task": "vnc", "image": "console", "extractions": [],
+                                                    "vnc": True}, timeout=300)
+                assert bad["isError"] and "console-unavailable" in text_of(bad), text_of(bad)
+                assert eng.containers(store=docker_support.store_of(r)) == []
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
