@@ -11,6 +11,8 @@
     security type (the one-time password is required); the password file x11vnc read is gone
     from the guest;
   - relay_console_cancel stops x11vnc (the port closes), and release removes the guest;
+  - with MCP_RELAY_VNC_VIEWER, the viewer runs on this host in the container's namespace with
+    the one-time password, and release stops it and removes its password file;
   - an image without x11vnc is refused with the reason; a remote endpoint (tcp:// with TLS, to
     dockerd) gets "linux unavailable", relay_probe says why, and relay_acquire with vnc is
     refused before anything is made.
@@ -163,6 +165,71 @@ def test_console_on_a_local_engine(binary):
             rel = r.call_tool("relay_release", {"guest": g}, timeout=120)
             assert rel["isError"] is False and structured(rel)["destructionVerified"] is True, text_of(rel)
             assert eng.inspect(vm) is None
+
+
+VIEWER = r"""#!%s
+import json, os, socket, sys, time
+out = os.environ["RELAY_TEST_VIEWER_OUT"]
+s = socket.create_connection(("127.0.0.1", 5900), timeout=5)
+pw, pwfile = os.environ.get("VNC_PASSWORD", ""), os.environ.get("MCP_RELAY_VNC_PASSWORD_FILE")
+with open(pwfile) as f:
+    in_file = f.read().strip()
+with open(out + ".tmp", "w") as f:
+    json.dump({"argv": sys.argv[1:], "banner": s.recv(12).decode(), "pwlen": len(pw), "pwfile": pwfile,
+               "same": in_file == pw, "mode": oct(os.stat(pwfile).st_mode & 0o777)}, f)
+os.replace(out + ".tmp", out)
+time.sleep(600)
+"""
+
+
+def proc_state(pid):
+    """The state letter of process `pid` on this host, or None when there is none."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return None
+
+
+def test_console_viewer(binary):
+    """MCP_RELAY_VNC_VIEWER: the viewer runs on this host in the container's network namespace,
+    reaches x11vnc at 127.0.0.1:5900 there and gets the one-time password; release stops it and
+    removes its password file."""
+    why = plugin_missing(binary)
+    if why:
+        skip(why)
+    d = tempfile.mkdtemp(prefix="relay-console-viewer-")
+    try:
+        viewer, out = os.path.join(d, "viewer"), os.path.join(d, "viewer.json")
+        with open(viewer, "w") as f:
+            f.write(VIEWER % sys.executable)
+        os.chmod(viewer, 0o755)
+        with Engine() as eng:
+            with eng.relay(binary, {"console": console_image(eng)}, MCP_RELAY_VNC_VIEWER=viewer,
+                           RELAY_TEST_VIEWER_OUT=out) as r:
+                r.initialize()
+                acq = acquire(r, "console", task="vnc", vnc=True)
+                g, vm = acq["guest"], acq["vm"]
+                opened = r.call_tool("relay_console_open", open_args(g, acq["console"]["console_id"], "v1"),
+                                     timeout=120)
+                assert opened["isError"] is False, text_of(opened)
+                assert structured(opened)["attempt"]["status"] == "launched", structured(opened)
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and not os.path.exists(out):
+                    time.sleep(0.1)
+                with open(out) as f:
+                    seen = json.load(f)
+                assert seen["argv"] == ["127.0.0.1::5900"] and seen["banner"].startswith("RFB 003.00"), seen
+                assert seen["pwlen"] == 8 and seen["same"] is True and seen["mode"] == "0o600", seen
+                with open(os.path.join(docker_support.store_of(r), "leases", vm + ".json")) as f:
+                    vpid = json.load(f)["consolePrivate"]["attempts"]["v1"]["viewerPid"]
+                assert proc_state(vpid) not in (None, "Z"), "the viewer is not running"
+                rel = r.call_tool("relay_release", {"guest": g}, timeout=120)
+                assert rel["isError"] is False and structured(rel)["destructionVerified"] is True, text_of(rel)
+                assert not os.path.exists(seen["pwfile"]), "the viewer's password file outlived the lease"
+                assert proc_state(vpid) in (None, "Z"), "the viewer outlived the release"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_remote_endpoint_refuses_vnc(binary):
