@@ -646,6 +646,7 @@ static relay_status op_open(md_state *st, json_object *rec, const char *attempt_
 	json_object_array_add(order, json_object_new_string(attempt_id));
 	put_text(priv, "current", attempt_id);
 	relay_status s = open_attempt(st, rec, attempt, pid, call, err);
+	json_object_object_add(rec, "console", report(st, rec, NULL, pid > 0));
 	if (md_record_write(st, rec) != 0 && s == RELAY_OK)
 		s = md_err(st, err, RELAY_E_INDETERMINATE, errno,
 		           "the console attempt could not be recorded");
@@ -671,6 +672,7 @@ static relay_status op_cancel(md_state *st, json_object *rec, const char *attemp
 		set_state(existing, "cancelled", "cancelled");
 	}
 	put_text(priv, "current", attempt_id);
+	json_object_object_add(rec, "console", report(st, rec, NULL, pid > 0));
 	if (md_record_write(st, rec) != 0)
 		return md_err(st, err, RELAY_E_INDETERMINATE, errno,
 		              "the console cancel could not be recorded");

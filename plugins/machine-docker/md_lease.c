@@ -19,7 +19,8 @@
  *      is the guest program's backstop with the lease's expiry as
  *      arguments; then start (Swarm: a one-replica service, md_swarm.c);
  *   4. with Xvfb in the image, a display :0 of its own (each container has
- *      its own /tmp and network namespace);
+ *      its own /tmp and network namespace); with vnc, its console report
+ *      (md_console.c; x11vnc starts when a viewing attempt opens);
  *   5. the record becomes "running".
  * That is two engine requests (create, start) and two durable writes for a
  * guest without a display.
