@@ -297,7 +297,7 @@ static void *netns_thread(void *arg)
 		job->err_no = errno;
 	} else if (job->argv == NULL) {
 		job->result = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		job->err_no = errno;
+		job->err_no = job->result < 0 ? errno : 0;
 	} else {
 		posix_spawn_file_actions_t fa;
 		posix_spawnattr_t attr;
@@ -306,7 +306,8 @@ static void *netns_thread(void *arg)
 		posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
 		posix_spawnattr_setpgroup(&attr, 0);
 		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-		posix_spawn_file_actions_adddup2(&fa, 2, 1);
+		posix_spawn_file_actions_adddup2(&fa, 2, 1); /* never the MCP stream */
+		posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 		pid_t pid = -1;
 		int rc = posix_spawnp(&pid, job->argv[0], &fa, &attr, (char *const *)job->argv,
 		                      (char *const *)job->envp);
@@ -484,6 +485,8 @@ static pid_t start_viewer(md_state *st, json_object *rec, json_object *a, const 
 	return vpid;
 }
 
+static void stop_attempt(md_state *st, json_object *rec, json_object *a, bool in_guest);
+
 static relay_status open_attempt(md_state *st, json_object *rec, json_object *a, pid_t pid, relay_call *call,
                                  relay_error *err)
 {
@@ -524,6 +527,7 @@ static relay_status open_attempt(md_state *st, json_object *rec, json_object *a,
 	char banner[16];
 	int e = 0;
 	if (!rfb_banner(pid, banner, 15000, &e)) {
+		stop_attempt(st, rec, a, true);
 		set_state(a, "failed", "worker-failed");
 		return md_err(st, err, RELAY_E_REFUSED, e,
 		              "x11vnc did not answer on 127.0.0.1:5900 in the network namespace of guest %s "

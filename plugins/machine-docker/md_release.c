@@ -413,6 +413,8 @@ void md_reap_once(md_state *st)
 				}
 				what = fallback;
 			}
+			if (rec)
+				md_console_stop_all(st, rec); /* a dead relay's viewers, password files */
 			int removed = md_remove_guest(st, what, NULL, &e2);
 			json_object_put(fallback);
 			if (removed == 1) {
