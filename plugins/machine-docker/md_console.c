@@ -458,16 +458,18 @@ static pid_t start_viewer(md_state *st, json_object *rec, json_object *a, const 
 	snprintf(pwfile, sizeof pwfile, "%s/%s.vnc-%s.passwd", st->leases_dir, md_str(rec, "vm"),
 	         md_str(a, "token"));
 	int n = snprintf(line, sizeof line, "%s\n", password);
-	if (md_write_durable(pwfile, line, (size_t)n) != 0)
-		return *err_no = errno, -1;
-	chmod(pwfile, 0600);
+	*err_no = md_write_durable(pwfile, line, (size_t)n); /* 0600 */
+	if (*err_no != 0)
+		return -1;
 	put_text(a, "passwordFile", pwfile);
 	size_t envc = 0;
 	while (environ[envc])
 		envc++;
 	const char **venv = calloc(envc + 3, sizeof *venv);
-	if (venv == NULL)
-		return *err_no = ENOMEM, -1;
+	if (venv == NULL) {
+		*err_no = ENOMEM;
+		return -1;
+	}
 	char pw_env[64], pwf_env[PATH_MAX + 32];
 	snprintf(pw_env, sizeof pw_env, "VNC_PASSWORD=%s", password);
 	snprintf(pwf_env, sizeof pwf_env, "MCP_RELAY_VNC_PASSWORD_FILE=%s", pwfile);
