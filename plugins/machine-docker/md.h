@@ -18,6 +18,8 @@
  *   md_exec.c       transport exec (demultiplexed stream, stdin, timeouts)
  *   md_xfer.c       transport push and pull (tar through the archive API)
  *   md_inventory.c  images, catalog, doctor
+ *   md_console.c    the console: x11vnc in the guest, reached in the
+ *                   container's network namespace (md_console.h)
  *   md_guest.c      the static program put into each container (not linked
  *                   here; embedded by md_blob.c)
  */

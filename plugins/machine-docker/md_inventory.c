@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "md.h"
+#include "md_console.h"
 
 const md_image *inventory_find(md_state *st, const char *key)
 {
@@ -312,15 +313,11 @@ json_object *inventory_images(md_state *st, relay_call *call)
 		bool known = f.apps != NULL;
 		bool display = known && st->display_enabled && facts_has(&f, "xvfb");
 		json_object_object_add(o, "display", json_object_new_boolean(display));
-		json_object_object_add(o, "vnc", json_object_new_boolean(false));
-		bool x11vnc = known && facts_has(&f, "x11vnc");
-		json_object_object_add(
-		    o, "console",
-		    json_object_new_string(
-		        !known   ? "off: the image's contents are not known"
-		        : x11vnc ? "off: the image has x11vnc, but machine-docker serves no "
-		                   "console for container guests (acquire with vnc is refused)"
-		                 : "off: the image has no x11vnc (acquire with vnc is refused)"));
+		bool vnc = false;
+		const char *console = md_console_probe_text(st, known, known && facts_has(&f, "xvfb"),
+		                                            known && facts_has(&f, "x11vnc"), &vnc);
+		json_object_object_add(o, "vnc", json_object_new_boolean(vnc && display));
+		json_object_object_add(o, "console", json_object_new_string(console));
 		json_object *rt = json_object_new_object();
 		json_object_object_add(rt, "shell",
 		                       json_object_new_boolean(known && facts_has(&f, "runtime:sh")));

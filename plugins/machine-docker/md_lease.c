@@ -19,7 +19,8 @@
  *      is the guest program's backstop with the lease's expiry as
  *      arguments; then start (Swarm: a one-replica service, md_swarm.c);
  *   4. with Xvfb in the image, a display :0 of its own (each container has
- *      its own /tmp and network namespace);
+ *      its own /tmp and network namespace); with vnc, its console report
+ *      (md_console.c; x11vnc starts when a viewing attempt opens);
  *   5. the record becomes "running".
  * That is two engine requests (create, start) and two durable writes for a
  * guest without a display.
@@ -43,6 +44,7 @@
 #include <unistd.h>
 
 #include "md.h"
+#include "md_console.h"
 #include "md_lease.h"
 
 /* ---- acquire ---------------------------------------------------------------------- */
@@ -110,42 +112,15 @@ static json_object *create_body(md_state *st, json_object *rec, const md_image *
  * archive API of Docker 20.10 may not see a file a guest process made). */
 static bool start_display(md_state *st, const char *vm, const char *user, relay_call *call)
 {
-	json_object *body = json_object_new_object();
 	const char *argv[] = {"Xvfb", ":0", "-screen", "0", st->screen, "-nolisten", "tcp", NULL};
-	json_object_object_add(body, "Cmd", md_str_array(argv));
-	json_object_object_add(body, "User", json_object_new_string(user));
-	json_object_object_add(body, "AttachStdout", json_object_new_boolean(false));
-	json_object_object_add(body, "AttachStderr", json_object_new_boolean(false));
-	char *path = md_container_path(vm, "/exec");
-	md_reply r;
+	if (!md_exec_detached(st, vm, user, argv, call))
+		return false;
 	relay_error e;
-	relay_status s =
-	    path ? md_api(st, "POST", path, body, -1, -1, 20000, call, &r, &e) : RELAY_E_NO_MEMORY;
-	free(path);
-	json_object_put(body);
-	if (s != RELAY_OK)
-		return false;
-	char start[256] = "";
-	const char *id = md_str(r.json, "Id");
-	if (r.status == 201 && id)
-		snprintf(start, sizeof start, MD_API_PREFIX "/exec/%s/start", id);
-	md_reply_free(&r);
-	if (start[0] == '\0')
-		return false;
-	json_object *sb = json_object_new_object();
-	json_object_object_add(sb, "Detach", json_object_new_boolean(true));
-	json_object_object_add(sb, "Tty", json_object_new_boolean(false));
-	s = md_api(st, "POST", start, sb, -1, -1, 20000, call, &r, &e);
-	json_object_put(sb);
-	bool started = s == RELAY_OK && (r.status == 200 || r.status == 204);
-	md_reply_free(&r);
-	if (!started)
-		return false;
 	static const char *const wait_argv[] = {MD_GUEST_INIT, "wait", "/tmp/.X11-unix/X0", "10000", NULL};
 	relay_exec_result res;
 	memset(&res, 0, sizeof res);
 	res.struct_size = sizeof res;
-	s = exec_simple(st, vm, user, wait_argv, 20000, call, &res, &e);
+	relay_status s = exec_simple(st, vm, user, wait_argv, 20000, call, &res, &e);
 	bool up = s == RELAY_OK && res.exit_code == 0;
 	exec_result_free(st, &res);
 	return up;
@@ -330,17 +305,11 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	if (s != RELAY_OK)
 		goto done;
 	json_object *vnc = NULL;
-	if (json_object_object_get_ex(spec, "vnc", &vnc) && json_object_get_boolean(vnc)) {
-		s = md_err(
-		    st, err, RELAY_E_REFUSED, 0,
-		    baked.xvfb && baked.x11vnc
-		        ? "machine-docker does not serve a console for container guests: image %s has "
-		          "Xvfb and x11vnc, but nothing here runs x11vnc in the guest or lets a viewer "
-		          "reach the container's own loopback; acquire without vnc (snapshots work)"
-		        : "image %s cannot give a console: a console needs Xvfb and x11vnc in the image "
-		          "(%s); acquire without vnc, or use an image with both",
-		    im->key, baked.xvfb ? "it has Xvfb but no /usr/bin/x11vnc" : "it has neither");
-		goto done;
+	bool want_vnc = json_object_object_get_ex(spec, "vnc", &vnc) && json_object_get_boolean(vnc);
+	if (want_vnc) {
+		s = md_console_check(st, im->key, baked.xvfb, baked.x11vnc, err);
+		if (s != RELAY_OK)
+			goto done;
 	}
 	/* 2. The intent, durable before the engine hears of the guest. */
 	rec = new_record(st, spec, im, &baked, user);
@@ -376,6 +345,17 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 			              "%s: Xvfb is in the image but did not start; the guest has no display",
 			              purpose);
 	}
+	/* With vnc, the console of that display (x11vnc starts at open). */
+	if (want_vnc && md_str(rec, "display") == NULL) {
+		s = md_err(st, err, RELAY_E_REFUSED, 0,
+		           "%s: vnc needs the guest's display, and Xvfb did not start", purpose);
+		relay_error e2;
+		if (md_remove_guest(st, rec, NULL, &e2) != 1)
+			keep_record = true;
+		goto done;
+	}
+	if (want_vnc)
+		md_console_prepare(st, rec);
 	/* 5. Running. */
 	json_object_object_add(rec, "state", json_object_new_string("running"));
 	e = md_record_write(st, rec);

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "md.h"
+#include "md_console.h"
 
 /* ---- init ----------------------------------------------------------------------- */
 
@@ -461,45 +462,17 @@ static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn
 
 /* ---- descriptor ----------------------------------------------------------------------- */
 
-/* The console passthrough: "capabilities" only, saying honestly that no
- * console is offered for container guests (and why); every other op is
- * unsupported. The relay then refuses an acquire with vnc before anything
- * is created, with this reason. */
+/* The console passthrough (md_console.c): x11vnc on the guest's display in
+ * the container's network namespace, for an engine on this host. */
 static relay_status m_console(relay_plugin_state *state, const char *lease_json, const char *op,
                               const char *request_json, relay_call *call, unsigned flags, char **out,
                               relay_error *err)
 {
 	md_state *st = state;
-	(void)lease_json;
-	(void)request_json;
-	(void)call;
 	*out = NULL;
 	if (flags)
 		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown console flags 0x%x", flags);
-	if (op == NULL || strcmp(op, "capabilities") != 0)
-		return md_err(st, err, RELAY_E_UNSUPPORTED, 0,
-		              "machine-docker serves no console for container guests (operation %s)",
-		              op ? op : "none");
-	json_object *backends = json_object_new_object();
-	const char *os[] = {"linux", "macos"};
-	const char *why[] = {"not-offered-by-machine-docker", "not-offered-by-machine-docker"};
-	for (int i = 0; i < 2; i++) {
-		json_object *b = json_object_new_object();
-		json_object_object_add(b, "available", json_object_new_boolean(false));
-		json_object_object_add(b, "status", json_object_new_string("unavailable"));
-		json_object_object_add(b, "reason", json_object_new_string(why[i]));
-		json_object_object_add(backends, os[i], b);
-	}
-	json_object *vnc = json_object_new_object();
-	json_object_object_add(vnc, "default", json_object_new_boolean(false));
-	json_object_object_add(vnc, "backends", backends);
-	json_object *options = json_object_new_object();
-	json_object_object_add(options, "vnc", vnc);
-	json_object *caps = json_object_new_object();
-	json_object_object_add(caps, "schemaVersion", json_object_new_int(1));
-	json_object_object_add(caps, "service", json_object_new_string(MD_PLUGIN_NAME));
-	json_object_object_add(caps, "options", options);
-	return text_out(st, caps, out, err);
+	return md_console_op(st, lease_json, op, request_json, call, out, err);
 }
 
 static const relay_machine_ops machine_ops = {

@@ -132,11 +132,12 @@ json_object *md_document(md_state *st, json_object *rec, const char *state)
 	json_object_object_add(doc, "lease_id", md_copy_of(rec, "lease_id"));
 	json_object_object_add(doc, "state", json_object_new_string(state ? state : "unknown"));
 	json_object_object_add(doc, "expiresAtMs", md_copy_of(rec, "expiresAtMs"));
-	json_object_object_add(doc, "console", NULL);
+	json_object_object_add(doc, "console", md_copy_of(rec, "console"));
 	json_object_object_add(doc, "display", md_copy_of(rec, "display"));
 	json_object_object_add(doc, "ssh", NULL);
 	json_object *r = NULL;
 	json_object_deep_copy(rec, &r, NULL);
+	json_object_object_del(r, "consolePrivate"); /* the console's bookkeeping stays here */
 	json_object_object_add(doc, "record", r);
 	json_object *d = json_object_new_object();
 	json_object_object_add(d, "container",

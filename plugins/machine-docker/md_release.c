@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "md.h"
+#include "md_console.h"
 #include "md_lease.h"
 
 /* ---- release, verify ------------------------------------------------------------------ */
@@ -193,6 +194,7 @@ relay_status lease_release(md_state *st, json_object *doc, relay_call *call, rel
 		}
 	} else {
 		json_object_object_add(rec, "state", json_object_new_string("releasing"));
+		md_console_stop_all(st, rec);
 		md_record_write(st, rec);
 	}
 	json_object *info = NULL;
@@ -411,6 +413,8 @@ void md_reap_once(md_state *st)
 				}
 				what = fallback;
 			}
+			if (rec)
+				md_console_stop_all(st, rec); /* a dead relay's viewers, password files */
 			int removed = md_remove_guest(st, what, NULL, &e2);
 			json_object_put(fallback);
 			if (removed == 1) {
