@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "md.h"
+#include "relay_support/tree.h"
 
 #define PUSH_FLAGS      (RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES)
 #define PULL_FLAGS      RELAY_XFER_TREE
@@ -514,29 +515,6 @@ char *md_b64_decode(const char *in)
 	return out;
 }
 
-static void remove_tree(const char *path)
-{
-	struct stat sb;
-	if (lstat(path, &sb) != 0)
-		return;
-	if (S_ISDIR(sb.st_mode)) {
-		DIR *d = opendir(path);
-		struct dirent *de;
-		while (d && (de = readdir(d)) != NULL) {
-			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-				continue;
-			char sub[PATH_MAX];
-			if (snprintf(sub, sizeof sub, "%s/%s", path, de->d_name) < (int)sizeof sub)
-				remove_tree(sub);
-		}
-		if (d)
-			closedir(d);
-		rmdir(path);
-	} else {
-		unlink(path);
-	}
-}
-
 static bool safe_rel(const char *rel)
 {
 	if (rel[0] == '/' || rel[0] == '\0')
@@ -750,7 +728,7 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		           remote_path);
 done:
 	if (s != RELAY_OK && created)
-		remove_tree(local_path);
+		rs_remove_tree(local_path, NULL);
 	if (a)
 		archive_read_free(a);
 	if (tar_fd >= 0)
