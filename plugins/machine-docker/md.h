@@ -150,6 +150,9 @@ relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_e
 /* snprintf for messages whose truncation is acceptable. */
 void md_textf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 char *md_json_out(md_state *st, json_object *obj); /* host-allocated text or NULL */
+/* rsj_get_str, rsj_get_int (with a fallback) and rsj_get_obj of
+ * relay_support/json_get.h under machine-docker's names: a member of
+ * another type is absent (an array member: rsj_get_array). */
 const char *md_str(json_object *obj, const char *key);
 int64_t md_int(json_object *obj, const char *key, int64_t fallback);
 json_object *md_obj(json_object *obj, const char *key);

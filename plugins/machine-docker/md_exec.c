@@ -181,6 +181,125 @@ static int kill_group(md_state *st, const exec_plan *p, const char *pidfile)
 	return gone;
 }
 
+/* The demultiplexing of the engine's exec stream (8-byte frame headers:
+ * kind, 3 zero bytes, big-endian length) into stdout and stderr. */
+typedef struct exec_demux {
+	outbuf out, errb;
+	unsigned char hdr[8];
+	size_t hdr_have, frame_left;
+	int frame_kind;
+	bool overflow; /* the output went over its cap */
+} exec_demux;
+
+/* Takes buf[0..got) of the stream, within the caps of p. */
+static void demux_feed(exec_demux *d, const exec_plan *p, relay_exec_result *res, const char *buf, size_t got,
+                       bool killed)
+{
+	size_t off = 0;
+	while (off < got) {
+		if (d->frame_left == 0) {
+			size_t take = 8 - d->hdr_have;
+			if (take > got - off)
+				take = got - off;
+			memcpy(d->hdr + d->hdr_have, buf + off, take);
+			d->hdr_have += take;
+			off += take;
+			if (d->hdr_have == 8) {
+				d->frame_kind = d->hdr[0];
+				d->frame_left = ((size_t)d->hdr[4] << 24) | ((size_t)d->hdr[5] << 16) |
+				                ((size_t)d->hdr[6] << 8) | (size_t)d->hdr[7];
+				d->hdr_have = 0;
+			}
+			continue;
+		}
+		size_t n = d->frame_left < got - off ? d->frame_left : got - off;
+		const char *data = buf + off;
+		off += n;
+		d->frame_left -= n;
+		if (killed && !p->keep_tail)
+			continue;
+		bool to_err = d->frame_kind == 2 && !p->merge;
+		outbuf *dst = to_err ? &d->errb : &d->out;
+		size_t cap, used;
+		if (p->stdio_bytes) {
+			cap = to_err ? p->max_output : p->max_stdout;
+			used = dst->len;
+		} else {
+			cap = p->max_output;
+			used = d->out.len + d->errb.len;
+		}
+		if (used + n > cap) {
+			res->output_truncated = 1;
+			d->overflow = true;
+			if (p->keep_tail && !p->stdio_bytes) {
+				ob_add(dst, data, n);
+				ob_keep_tail(dst, cap > (to_err ? d->out.len : d->errb.len)
+				                      ? cap - (to_err ? d->out.len : d->errb.len)
+				                      : 0);
+			} else if (cap > used) {
+				ob_add(dst, data, cap - used);
+			}
+			continue;
+		}
+		ob_add(dst, data, n);
+	}
+}
+
+/* After the stream: waits for the engine to say the exec ended and fills in
+ * the result from what d collected. */
+static relay_status exec_conclude(md_state *st, const exec_plan *p, const char *id, exec_demux *d,
+                                  bool killed, bool eof, bool cancelled, relay_exec_result *res,
+                                  relay_error *err)
+{
+	relay_status s = RELAY_OK;
+	int code = -1;
+	int state = -1;
+	for (int i = 0; i < 100; i++) {
+		state = exec_state(st, id, &code);
+		if (state != 1)
+			break;
+		if (!killed && !eof)
+			break;
+		md_sleep_ms(50);
+	}
+	if (d->out.failed || d->errb.failed) {
+		s = md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory collecting the output");
+		goto done;
+	}
+	if (cancelled) {
+		s = md_err(st, err, RELAY_E_CANCELLED, 0,
+		           "cancelled; the command's process group was killed");
+		goto done;
+	}
+	if (state != 0 && !killed) {
+		s = md_err(
+		    st, err, RELAY_E_INDETERMINATE, 0,
+		    "the exec stream of container %s ended but the engine does not say the command ended",
+		    p->container);
+		goto done;
+	}
+	if (killed) {
+		res->exit_code = -1;
+		res->signal = 9;
+		res->termination_confirmed = state == 0 ? 1 : 0;
+	} else {
+		res->exit_code = code;
+		res->signal = 0;
+		res->termination_confirmed = 1;
+	}
+	res->out = host_copy(st, &d->out, &res->out_len);
+	if (!p->merge)
+		res->err = host_copy(st, &d->errb, &res->err_len);
+	if (res->out == NULL || (!p->merge && res->err == NULL)) {
+		exec_result_free(st, res);
+		s = md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	}
+done:
+	free(d->out.data);
+	free(d->errb.data);
+	return s;
+}
+
 static relay_status exec_core(md_state *st, const exec_plan *p, relay_call *call, relay_exec_result *res,
                               relay_error *err)
 {
@@ -197,21 +316,18 @@ static relay_status exec_core(md_state *st, const exec_plan *p, relay_call *call
 	if (s != RELAY_OK)
 		return s == RELAY_E_NOT_FOUND ? RELAY_E_TRANSIENT : s;
 
-	outbuf out = {0}, errb = {0};
+	exec_demux d = {0};
 	size_t in_off = 0;
 	bool in_done = !p->attach_stdin;
 	if (in_done == false && p->stdin_len == 0) {
 		md_stream_close_write(stream);
 		in_done = true;
 	}
-	unsigned char hdr[8];
-	size_t hdr_have = 0, frame_left = 0;
-	int frame_kind = 0;
 	char buf[65536];
 	int64_t start = md_monotonic_ms();
 	int64_t deadline = start + (int64_t)(p->timeout_ms > (uint64_t)INT32_MAX ? INT32_MAX : p->timeout_ms);
 	int64_t drain_until = 0, next_check = start + 50;
-	bool eof = false, killed = false, overflow = false, cancelled = false, kill_sent = false;
+	bool eof = false, killed = false, cancelled = false, kill_sent = false;
 	while (!eof) {
 		int64_t now = md_monotonic_ms();
 		if (!killed && now >= deadline) {
@@ -220,7 +336,7 @@ static relay_status exec_core(md_state *st, const exec_plan *p, relay_call *call
 		} else if (!killed && call && st->host->call_cancelled(call)) {
 			cancelled = true;
 			killed = true;
-		} else if (!killed && overflow && !p->keep_tail) {
+		} else if (!killed && d.overflow && !p->keep_tail) {
 			killed = true;
 		}
 		if (killed && !kill_sent) {
@@ -262,102 +378,10 @@ static relay_status exec_core(md_state *st, const exec_plan *p, relay_call *call
 		}
 		if (got == -2)
 			continue;
-		size_t off = 0;
-		while (off < (size_t)got) {
-			if (frame_left == 0) {
-				size_t take = 8 - hdr_have;
-				if (take > (size_t)got - off)
-					take = (size_t)got - off;
-				memcpy(hdr + hdr_have, buf + off, take);
-				hdr_have += take;
-				off += take;
-				if (hdr_have == 8) {
-					frame_kind = hdr[0];
-					frame_left = ((size_t)hdr[4] << 24) | ((size_t)hdr[5] << 16) |
-					             ((size_t)hdr[6] << 8) | (size_t)hdr[7];
-					hdr_have = 0;
-				}
-				continue;
-			}
-			size_t n = frame_left < (size_t)got - off ? frame_left : (size_t)got - off;
-			const char *data = buf + off;
-			off += n;
-			frame_left -= n;
-			if (killed && !p->keep_tail)
-				continue;
-			bool to_err = frame_kind == 2 && !p->merge;
-			outbuf *dst = to_err ? &errb : &out;
-			size_t cap, used;
-			if (p->stdio_bytes) {
-				cap = to_err ? p->max_output : p->max_stdout;
-				used = dst->len;
-			} else {
-				cap = p->max_output;
-				used = out.len + errb.len;
-			}
-			if (used + n > cap) {
-				res->output_truncated = 1;
-				overflow = true;
-				if (p->keep_tail && !p->stdio_bytes) {
-					ob_add(dst, data, n);
-					ob_keep_tail(dst, cap > (to_err ? out.len : errb.len)
-					                      ? cap - (to_err ? out.len : errb.len)
-					                      : 0);
-				} else if (cap > used) {
-					ob_add(dst, data, cap - used);
-				}
-				continue;
-			}
-			ob_add(dst, data, n);
-		}
+		demux_feed(&d, p, res, buf, (size_t)got, killed);
 	}
 	md_stream_free(stream);
-	int code = -1;
-	int state = -1;
-	for (int i = 0; i < 100; i++) {
-		state = exec_state(st, id, &code);
-		if (state != 1)
-			break;
-		if (!killed && !eof)
-			break;
-		md_sleep_ms(50);
-	}
-	if (out.failed || errb.failed) {
-		s = md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory collecting the output");
-		goto done;
-	}
-	if (cancelled) {
-		s = md_err(st, err, RELAY_E_CANCELLED, 0,
-		           "cancelled; the command's process group was killed");
-		goto done;
-	}
-	if (state != 0 && !killed) {
-		s = md_err(
-		    st, err, RELAY_E_INDETERMINATE, 0,
-		    "the exec stream of container %s ended but the engine does not say the command ended",
-		    p->container);
-		goto done;
-	}
-	if (killed) {
-		res->exit_code = -1;
-		res->signal = 9;
-		res->termination_confirmed = state == 0 ? 1 : 0;
-	} else {
-		res->exit_code = code;
-		res->signal = 0;
-		res->termination_confirmed = 1;
-	}
-	res->out = host_copy(st, &out, &res->out_len);
-	if (!p->merge)
-		res->err = host_copy(st, &errb, &res->err_len);
-	if (res->out == NULL || (!p->merge && res->err == NULL)) {
-		exec_result_free(st, res);
-		s = md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	}
-done:
-	free(out.data);
-	free(errb.data);
-	return s;
+	return exec_conclude(st, p, id, &d, killed, eof, cancelled, res, err);
 }
 
 relay_status exec_simple(md_state *st, const char *container, const char *user, const char *const *argv,

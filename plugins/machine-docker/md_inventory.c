@@ -23,6 +23,7 @@
 
 #include "md.h"
 #include "md_console.h"
+#include "relay_support/json_get.h"
 
 const md_image *inventory_find(md_state *st, const char *key)
 {
@@ -407,7 +408,7 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 	bool up = s == RELAY_OK && r.status == 200 && r.json;
 	if (up) {
 		const char *ver = md_str(r.json, "Version"), *api = md_str(r.json, "ApiVersion");
-		json_object *comps = md_obj(r.json, "Components");
+		json_object *comps = rsj_get_array(r.json, "Components");
 		const char *engine = comps ? md_str(json_object_array_get_idx(comps, 0), "Name") : NULL;
 		md_textf(detail, sizeof detail, "%s answers: %s %s, API %s", st->endpoint,
 		         engine ? engine : "engine", ver ? ver : "?", api ? api : "?");
@@ -439,7 +440,7 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 			}
 		}
 		bool rootless = false;
-		json_object *so = md_obj(r.json, "SecurityOptions");
+		json_object *so = rsj_get_array(r.json, "SecurityOptions");
 		for (size_t i = 0; so && i < json_object_array_length(so); i++)
 			if (strstr(json_object_get_string(json_object_array_get_idx(so, i)), "rootless"))
 				rootless = true;

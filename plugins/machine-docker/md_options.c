@@ -101,29 +101,57 @@ static relay_status set_endpoint(md_state *st, const char *url, relay_error *err
 	              "options.endpoint %s must start with unix://, ssh:// or tcp://", url);
 }
 
+/* One member of an object of absolute paths (options.tls, options.ssh). */
+typedef struct path_member {
+	const char *name;
+	char *dst;
+	size_t size; /* of dst */
+} path_member;
+
+/* Sets members[0..count) from options.<section>, an object of absolute
+ * paths; with no_colon_space a path holding ':', a space or a newline is
+ * refused. */
+static relay_status path_members(md_state *st, json_object *v, const char *section,
+                                 const path_member *members, size_t count, bool no_colon_space,
+                                 relay_error *err)
+{
+	char known[128] = "", shape[160] = "{";
+	for (size_t i = 0; i < count; i++) {
+		size_t kl = strlen(known), sl = strlen(shape);
+		snprintf(known + kl, sizeof known - kl, "%s%s", i ? ", " : "", members[i].name);
+		snprintf(shape + sl, sizeof shape - sl, "%s\"%s\"%s", i ? ", " : "", members[i].name,
+		         i + 1 == count ? "}" : "");
+	}
+	if (!json_object_is_type(v, json_type_object))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.%s must be %s", section, shape);
+	json_object_object_foreach(v, key, value)
+	{
+		const char *text =
+		    json_object_is_type(value, json_type_string) ? json_object_get_string(value) : NULL;
+		const path_member *m = NULL;
+		for (size_t i = 0; i < count && m == NULL; i++)
+			if (strcmp(key, members[i].name) == 0)
+				m = &members[i];
+		if (m == NULL)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.%s.%s is unknown (%s)",
+			              section, key, known);
+		if (text == NULL || text[0] != '/' || strlen(text) >= m->size ||
+		    (no_colon_space && strpbrk(text, ": \n")))
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.%s.%s must be an absolute path%s", section, key,
+			              no_colon_space ? " without ':' or spaces" : "");
+		snprintf(m->dst, m->size, "%s", text);
+	}
+	return RELAY_OK;
+}
+
 /* options.tls: {"caFile", "certFile", "keyFile"}, absolute paths. */
 static relay_status tls_option(md_state *st, json_object *v, relay_error *err)
 {
-	if (!json_object_is_type(v, json_type_object))
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "options.tls must be {\"caFile\", \"certFile\", \"keyFile\"}");
-	json_object_object_foreach(v, tk, tv)
-	{
-		const char *text =
-		    json_object_is_type(tv, json_type_string) ? json_object_get_string(tv) : NULL;
-		char *dst = strcmp(tk, "caFile") == 0     ? st->tls.ca
-		            : strcmp(tk, "certFile") == 0 ? st->tls.cert
-		            : strcmp(tk, "keyFile") == 0  ? st->tls.key
-		                                          : NULL;
-		if (dst == NULL)
-			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			              "options.tls.%s is unknown (caFile, certFile, keyFile)", tk);
-		if (text == NULL || text[0] != '/' || strlen(text) >= sizeof st->tls.ca)
-			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			              "options.tls.%s must be an absolute path", tk);
-		snprintf(dst, sizeof st->tls.ca, "%s", text);
-	}
-	return RELAY_OK;
+	const path_member members[] = {{"caFile", st->tls.ca, sizeof st->tls.ca},
+	                               {"certFile", st->tls.cert, sizeof st->tls.cert},
+	                               {"keyFile", st->tls.key, sizeof st->tls.key}};
+	return path_members(st, v, "tls", members, 3, false, err);
 }
 
 /* A tcp:// endpoint only with TLS client certificates, whose files can be
@@ -182,6 +210,132 @@ static relay_status int_option(md_state *st, json_object *v, const char *name, i
 	return RELAY_OK;
 }
 
+/* options.images: image keys to image references. */
+static relay_status images_option(md_state *st, json_object *v, relay_error *err)
+{
+	if (!json_object_is_type(v, json_type_object))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.images must map image keys to image references");
+	json_object_object_foreach(v, ik, iv)
+	{
+		const char *ref =
+		    json_object_is_type(iv, json_type_string) ? json_object_get_string(iv) : NULL;
+		if (!valid_key(ik))
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.images: %s is not a valid image key (A-Z, "
+			              "a-z, 0-9, ., _, -)",
+			              ik);
+		if (!valid_ref(ref))
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.images.%s must be an image reference such as "
+			              "docker.io/library/debian:12",
+			              ik);
+		if (st->image_count >= MD_MAX_IMAGES)
+			return md_err(st, err, RELAY_E_TOO_LARGE, 0, "options.images: at most %d images",
+			              MD_MAX_IMAGES);
+		st->images[st->image_count].key = strdup(ik);
+		st->images[st->image_count].ref = strdup(ref);
+		st->image_count++;
+	}
+	return RELAY_OK;
+}
+
+/* options.guestUser: "root" or {uid, gid}. */
+static relay_status guest_user_option(md_state *st, json_object *v, relay_error *err)
+{
+	if (json_object_is_type(v, json_type_string) && strcmp(json_object_get_string(v), "root") == 0) {
+		st->guest_uid = 0;
+		st->guest_gid = 0;
+	} else if (json_object_is_type(v, json_type_object) && md_int(v, "uid", 0) >= 1 &&
+	           md_int(v, "uid", 0) <= 65535 && md_int(v, "gid", md_int(v, "uid", 0)) >= 1 &&
+	           md_int(v, "gid", md_int(v, "uid", 0)) <= 65535) {
+		st->guest_uid = (uid_t)md_int(v, "uid", 0);
+		st->guest_gid = (gid_t)md_int(v, "gid", md_int(v, "uid", 0));
+	} else {
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.guestUser must be {\"uid\": 1..65535, \"gid\": "
+		              "1..65535} or \"root\"");
+	}
+	return RELAY_OK;
+}
+
+/* options.limits and options.ulimits (key names which). */
+static relay_status limits_option(md_state *st, const char *key, json_object *v, relay_error *err)
+{
+	bool lim = strcmp(key, "limits") == 0;
+	if (!json_object_is_type(v, json_type_object))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.%s must be an object", key);
+	json_object_object_foreach(v, lk, lv)
+	{
+		int64_t *dst = NULL;
+		if (lim && strcmp(lk, "memoryBytes") == 0)
+			dst = &st->limit_memory_bytes;
+		else if (lim && strcmp(lk, "pids") == 0)
+			dst = &st->limit_pids;
+		else if (lim && strcmp(lk, "nanoCpus") == 0)
+			dst = &st->limit_nano_cpus;
+		else if (!lim && strcmp(lk, "nofile") == 0)
+			dst = &st->ulimit_nofile;
+		else if (!lim && strcmp(lk, "nproc") == 0)
+			dst = &st->ulimit_nproc;
+		if (dst == NULL)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.%s.%s is unknown (%s)",
+			              key, lk, lim ? "memoryBytes, pids, nanoCpus" : "nofile, nproc");
+		if (!json_object_is_type(lv, json_type_int) || json_object_get_int64(lv) < 0)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.%s.%s must be a whole number (0 = the engine's default)", key,
+			              lk);
+		*dst = json_object_get_int64(lv);
+	}
+	return RELAY_OK;
+}
+
+/* options.ssh: the files of an ssh:// endpoint. */
+static relay_status ssh_option(md_state *st, json_object *v, relay_error *err)
+{
+	const path_member members[] = {{"identityFile", st->ssh.identity, sizeof st->ssh.identity},
+	                               {"knownHostsFile", st->ssh.known_hosts, sizeof st->ssh.known_hosts},
+	                               {"remoteSocket", st->ssh.remote_socket, sizeof st->ssh.remote_socket}};
+	return path_members(st, v, "ssh", members, 3, true, err);
+}
+
+/* options.screen: WIDTHxHEIGHTxDEPTH. */
+static relay_status screen_option(md_state *st, json_object *v, relay_error *err)
+{
+	const char *sc = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
+	unsigned w = 0, h = 0, d = 0;
+	char tail = 0;
+	if (sscanf(sc, "%ux%ux%u%c", &w, &h, &d, &tail) != 3 || w < 64 || h < 64 || w > 8192 || h > 8192 ||
+	    (d != 16 && d != 24 && d != 32))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.screen must look like 1280x800x24 (depth 16, 24 or 32)");
+	snprintf(st->screen, sizeof st->screen, "%ux%ux%u", w, h, d);
+	return RELAY_OK;
+}
+
+/* The ssh:// endpoint has its files, and only it has options.ssh. */
+static relay_status ssh_check(md_state *st, relay_error *err)
+{
+	if (st->ssh.enabled) {
+		if (st->ssh.identity[0] == '\0' || st->ssh.known_hosts[0] == '\0')
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "an ssh:// endpoint needs options.ssh.identityFile and "
+			              "options.ssh.knownHostsFile "
+			              "(host keys are checked strictly, never learned)");
+		if (access(st->ssh.known_hosts, R_OK) != 0 || access(st->ssh.identity, R_OK) != 0)
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, errno,
+			              "options.ssh: %s or %s cannot be read", st->ssh.known_hosts,
+			              st->ssh.identity);
+		if (st->ssh.remote_socket[0] == '\0')
+			snprintf(st->ssh.remote_socket, sizeof st->ssh.remote_socket,
+			         "/run/podman/podman.sock");
+	} else if (st->ssh.identity[0] || st->ssh.known_hosts[0] || st->ssh.remote_socket[0]) {
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.ssh is only for an ssh:// endpoint");
+	}
+	return RELAY_OK;
+}
+
 relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 {
 	relay_status s = RELAY_OK;
@@ -202,31 +356,7 @@ relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 			s = set_endpoint(st, json_object_get_string(v), err);
 			have_endpoint = true;
 		} else if (strcmp(key, "images") == 0) {
-			if (!json_object_is_type(v, json_type_object))
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.images must map image keys to image references");
-			json_object_object_foreach(v, ik, iv)
-			{
-				const char *ref = json_object_is_type(iv, json_type_string)
-				                      ? json_object_get_string(iv)
-				                      : NULL;
-				if (!valid_key(ik))
-					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					              "options.images: %s is not a valid image key (A-Z, "
-					              "a-z, 0-9, ., _, -)",
-					              ik);
-				if (!valid_ref(ref))
-					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					              "options.images.%s must be an image reference such as "
-					              "docker.io/library/debian:12",
-					              ik);
-				if (st->image_count >= MD_MAX_IMAGES)
-					return md_err(st, err, RELAY_E_TOO_LARGE, 0,
-					              "options.images: at most %d images", MD_MAX_IMAGES);
-				st->images[st->image_count].key = strdup(ik);
-				st->images[st->image_count].ref = strdup(ref);
-				st->image_count++;
-			}
+			s = images_option(st, v, err);
 		} else if (strcmp(key, "maxGuests") == 0) {
 			s = int_option(st, v, key, 1, 256, &n, err);
 			st->max_guests = (int)n;
@@ -254,79 +384,11 @@ relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 				              "crun, runsc, kata)");
 			snprintf(st->runtime, sizeof st->runtime, "%s", rt);
 		} else if (strcmp(key, "guestUser") == 0) {
-			if (json_object_is_type(v, json_type_string) &&
-			    strcmp(json_object_get_string(v), "root") == 0) {
-				st->guest_uid = 0;
-				st->guest_gid = 0;
-			} else if (json_object_is_type(v, json_type_object) && md_int(v, "uid", 0) >= 1 &&
-			           md_int(v, "uid", 0) <= 65535 &&
-			           md_int(v, "gid", md_int(v, "uid", 0)) >= 1 &&
-			           md_int(v, "gid", md_int(v, "uid", 0)) <= 65535) {
-				st->guest_uid = (uid_t)md_int(v, "uid", 0);
-				st->guest_gid = (gid_t)md_int(v, "gid", md_int(v, "uid", 0));
-			} else {
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.guestUser must be {\"uid\": 1..65535, \"gid\": "
-				              "1..65535} or \"root\"");
-			}
+			s = guest_user_option(st, v, err);
 		} else if (strcmp(key, "limits") == 0 || strcmp(key, "ulimits") == 0) {
-			bool lim = strcmp(key, "limits") == 0;
-			if (!json_object_is_type(v, json_type_object))
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.%s must be an object", key);
-			json_object_object_foreach(v, lk, lv)
-			{
-				int64_t *dst = NULL;
-				if (lim && strcmp(lk, "memoryBytes") == 0)
-					dst = &st->limit_memory_bytes;
-				else if (lim && strcmp(lk, "pids") == 0)
-					dst = &st->limit_pids;
-				else if (lim && strcmp(lk, "nanoCpus") == 0)
-					dst = &st->limit_nano_cpus;
-				else if (!lim && strcmp(lk, "nofile") == 0)
-					dst = &st->ulimit_nofile;
-				else if (!lim && strcmp(lk, "nproc") == 0)
-					dst = &st->ulimit_nproc;
-				if (dst == NULL)
-					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					              "options.%s.%s is unknown (%s)", key, lk,
-					              lim ? "memoryBytes, pids, nanoCpus" : "nofile, nproc");
-				if (!json_object_is_type(lv, json_type_int) || json_object_get_int64(lv) < 0)
-					return md_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.%s.%s must be a whole number (0 = the engine's default)",
-					    key, lk);
-				*dst = json_object_get_int64(lv);
-			}
+			s = limits_option(st, key, v, err);
 		} else if (strcmp(key, "ssh") == 0) {
-			if (!json_object_is_type(v, json_type_object))
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.ssh must be {\"identityFile\", \"knownHostsFile\", "
-				              "\"remoteSocket\"}");
-			json_object_object_foreach(v, sk, sv)
-			{
-				const char *text = json_object_is_type(sv, json_type_string)
-				                       ? json_object_get_string(sv)
-				                       : NULL;
-				char *dst = strcmp(sk, "identityFile") == 0     ? st->ssh.identity
-				            : strcmp(sk, "knownHostsFile") == 0 ? st->ssh.known_hosts
-				            : strcmp(sk, "remoteSocket") == 0   ? st->ssh.remote_socket
-				                                                : NULL;
-				size_t size = dst == st->ssh.remote_socket ? sizeof st->ssh.remote_socket
-				                                           : sizeof st->ssh.identity;
-				if (dst == NULL)
-					return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					              "options.ssh.%s is unknown (identityFile, "
-					              "knownHostsFile, remoteSocket)",
-					              sk);
-				if (text == NULL || text[0] != '/' || strlen(text) >= size ||
-				    strpbrk(text, ": \n"))
-					return md_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.ssh.%s must be an absolute path without ':' or spaces",
-					    sk);
-				snprintf(dst, size, "%s", text);
-			}
+			s = ssh_option(st, v, err);
 		} else if (strcmp(key, "tls") == 0) {
 			s = tls_option(st, v, err);
 		} else if (strcmp(key, "display") == 0) {
@@ -337,16 +399,7 @@ relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 				              "options.display must be auto or off");
 			st->display_enabled = strcmp(d, "auto") == 0;
 		} else if (strcmp(key, "screen") == 0) {
-			const char *sc =
-			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
-			unsigned w = 0, h = 0, d = 0;
-			char tail = 0;
-			if (sscanf(sc, "%ux%ux%u%c", &w, &h, &d, &tail) != 3 || w < 64 || h < 64 ||
-			    w > 8192 || h > 8192 || (d != 16 && d != 24 && d != 32))
-				return md_err(
-				    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				    "options.screen must look like 1280x800x24 (depth 16, 24 or 32)");
-			snprintf(st->screen, sizeof st->screen, "%ux%ux%u", w, h, d);
+			s = screen_option(st, v, err);
 		} else {
 			return md_err(
 			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -360,24 +413,8 @@ relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 	}
 	if (!have_endpoint)
 		s = default_endpoint(st, err);
-	if (s == RELAY_OK && st->ssh.enabled) {
-		if (st->ssh.identity[0] == '\0' || st->ssh.known_hosts[0] == '\0')
-			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			              "an ssh:// endpoint needs options.ssh.identityFile and "
-			              "options.ssh.knownHostsFile "
-			              "(host keys are checked strictly, never learned)");
-		if (access(st->ssh.known_hosts, R_OK) != 0 || access(st->ssh.identity, R_OK) != 0)
-			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, errno,
-			              "options.ssh: %s or %s cannot be read", st->ssh.known_hosts,
-			              st->ssh.identity);
-		if (st->ssh.remote_socket[0] == '\0')
-			snprintf(st->ssh.remote_socket, sizeof st->ssh.remote_socket,
-			         "/run/podman/podman.sock");
-	} else if (s == RELAY_OK &&
-	           (st->ssh.identity[0] || st->ssh.known_hosts[0] || st->ssh.remote_socket[0])) {
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "options.ssh is only for an ssh:// endpoint");
-	}
+	if (s == RELAY_OK)
+		s = ssh_check(st, err);
 	if (s == RELAY_OK)
 		s = tls_check(st, err);
 	return s;

@@ -131,7 +131,9 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	st->display_enabled = true;
 	st->swarm = true;
 	snprintf(st->screen, sizeof st->screen, "1280x800x24");
-	s = md_parse_options(st, md_obj(cfg, "options"), err);
+	json_object *opts = NULL; /* any type: md_parse_options refuses a non-object */
+	json_object_object_get_ex(cfg, "options", &opts);
+	s = md_parse_options(st, opts, err);
 	if (s != RELAY_OK)
 		goto fail;
 	size_t len = strlen(st->state_dir) + 8;

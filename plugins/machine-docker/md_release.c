@@ -17,6 +17,7 @@
 #include "md.h"
 #include "md_console.h"
 #include "md_lease.h"
+#include "relay_support/json_get.h"
 
 /* ---- release, verify ------------------------------------------------------------------ */
 
@@ -82,7 +83,7 @@ static long volume_request(md_state *st, const char *method, const char *name, r
 /* Removes the record's volumes by name (those v=1 did not take). */
 static void remove_volumes(md_state *st, json_object *rec, relay_call *call)
 {
-	json_object *vols = md_obj(rec, "volumes");
+	json_object *vols = rsj_get_array(rec, "volumes");
 	for (size_t i = 0; vols && i < json_object_array_length(vols); i++)
 		volume_request(st, "DELETE", json_object_get_string(json_object_array_get_idx(vols, i)),
 		               call);
@@ -123,7 +124,7 @@ static relay_status md_verify_gone(md_state *st, const char *vm, json_object *re
 			}
 		}
 	}
-	json_object *vols = md_obj(rec, "volumes");
+	json_object *vols = rsj_get_array(rec, "volumes");
 	for (size_t i = 0; vols && i < json_object_array_length(vols); i++) {
 		const char *name = json_object_get_string(json_object_array_get_idx(vols, i));
 		if (volume_request(st, "GET", name, call) != 404) {
@@ -156,12 +157,12 @@ static relay_status md_verify_gone(md_state *st, const char *vm, json_object *re
  * verifies each by name. */
 static void note_volumes(json_object *rec, json_object *info)
 {
-	json_object *vols = md_obj(rec, "volumes");
+	json_object *vols = rsj_get_array(rec, "volumes");
 	if (vols == NULL || !json_object_is_type(vols, json_type_array)) {
 		vols = json_object_new_array();
 		json_object_object_add(rec, "volumes", vols);
 	}
-	json_object *mounts = md_obj(info, "Mounts");
+	json_object *mounts = rsj_get_array(info, "Mounts");
 	for (size_t i = 0; mounts && i < json_object_array_length(mounts); i++) {
 		json_object *m = json_object_array_get_idx(mounts, i);
 		const char *type = md_str(m, "Type");

@@ -48,6 +48,58 @@ bool md_swarm_manager(md_state *st, relay_call *call)
 	return yes;
 }
 
+/* Waits for the task the manager placed for service vm, and fills rec's
+ * container from it. */
+static relay_status wait_for_task(md_state *st, json_object *rec, const char *vm, relay_call *call,
+                                  relay_error *err)
+{
+	md_reply r;
+	relay_status s;
+	char filter[256], path[1024] = MD_API_PREFIX "/tasks?filters=";
+	snprintf(filter, sizeof filter, "{\"service\":[\"%s\"]}", vm);
+	md_url_encode(path, sizeof path, filter);
+	int64_t deadline = md_monotonic_ms() + (int64_t)st->pull_timeout_ms;
+	while (md_monotonic_ms() < deadline) {
+		if (call && st->host->call_cancelled(call))
+			return md_err(st, err, RELAY_E_CANCELLED, 0,
+			              "cancelled while the Swarm placed the guest");
+		if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, err) != RELAY_OK)
+			return RELAY_E_INDETERMINATE;
+		json_object *task = r.json && json_object_is_type(r.json, json_type_array)
+		                        ? json_object_array_get_idx(r.json, 0)
+		                        : NULL;
+		json_object *status = md_obj(task, "Status");
+		const char *state = md_str(status, "State");
+		const char *cid = md_str(md_obj(status, "ContainerStatus"), "ContainerID");
+		const char *node = md_str(task, "NodeID");
+		if (state && (strcmp(state, "failed") == 0 || strcmp(state, "rejected") == 0)) {
+			s = md_err(st, err, RELAY_E_REFUSED, 0, "the Swarm task of %s %s: %s", vm, state,
+			           md_str(status, "Err") ? md_str(status, "Err") : "no reason given");
+			md_reply_free(&r);
+			return s;
+		}
+		if (state && strcmp(state, "running") == 0 && cid) {
+			if (node && st->swarm_node[0] && strcmp(node, st->swarm_node) != 0) {
+				s = md_err(st, err, RELAY_E_REFUSED, 0,
+				           "the Swarm placed %s on node %s; exec and copy go to the engine "
+				           "of that node, "
+				           "which this build reaches only for the manager's own node",
+				           vm, node);
+				md_reply_free(&r);
+				return s;
+			}
+			json_object_object_add(rec, "container", json_object_new_string(cid));
+			json_object_object_add(rec, "containerId", json_object_new_string(cid));
+			json_object_object_add(rec, "swarmNode", json_object_new_string(node ? node : ""));
+			md_reply_free(&r);
+			return RELAY_OK;
+		}
+		md_reply_free(&r);
+		md_sleep_ms(200);
+	}
+	return md_err(st, err, RELAY_E_TIMEOUT, 0, "the Swarm did not start the task of %s in time", vm);
+}
+
 /* Creates the lease's internal overlay network (no route out of it) and a
  * one-replica service on it, then waits for its task's container. Fills
  * rec's "container" and "taskNetwork". *keep_record when the outcome may
@@ -158,48 +210,5 @@ relay_status md_create_service(md_state *st, json_object *rec, const md_image *i
 		return s;
 	}
 	md_reply_free(&r);
-	/* The task the manager placed, and its container. */
-	char filter[256], path[1024] = MD_API_PREFIX "/tasks?filters=";
-	snprintf(filter, sizeof filter, "{\"service\":[\"%s\"]}", vm);
-	md_url_encode(path, sizeof path, filter);
-	int64_t deadline = md_monotonic_ms() + (int64_t)st->pull_timeout_ms;
-	while (md_monotonic_ms() < deadline) {
-		if (call && st->host->call_cancelled(call))
-			return md_err(st, err, RELAY_E_CANCELLED, 0,
-			              "cancelled while the Swarm placed the guest");
-		if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, err) != RELAY_OK)
-			return RELAY_E_INDETERMINATE;
-		json_object *task = r.json && json_object_is_type(r.json, json_type_array)
-		                        ? json_object_array_get_idx(r.json, 0)
-		                        : NULL;
-		json_object *status = md_obj(task, "Status");
-		const char *state = md_str(status, "State");
-		const char *cid = md_str(md_obj(status, "ContainerStatus"), "ContainerID");
-		const char *node = md_str(task, "NodeID");
-		if (state && (strcmp(state, "failed") == 0 || strcmp(state, "rejected") == 0)) {
-			s = md_err(st, err, RELAY_E_REFUSED, 0, "the Swarm task of %s %s: %s", vm, state,
-			           md_str(status, "Err") ? md_str(status, "Err") : "no reason given");
-			md_reply_free(&r);
-			return s;
-		}
-		if (state && strcmp(state, "running") == 0 && cid) {
-			if (node && st->swarm_node[0] && strcmp(node, st->swarm_node) != 0) {
-				s = md_err(st, err, RELAY_E_REFUSED, 0,
-				           "the Swarm placed %s on node %s; exec and copy go to the engine "
-				           "of that node, "
-				           "which this build reaches only for the manager's own node",
-				           vm, node);
-				md_reply_free(&r);
-				return s;
-			}
-			json_object_object_add(rec, "container", json_object_new_string(cid));
-			json_object_object_add(rec, "containerId", json_object_new_string(cid));
-			json_object_object_add(rec, "swarmNode", json_object_new_string(node ? node : ""));
-			md_reply_free(&r);
-			return RELAY_OK;
-		}
-		md_reply_free(&r);
-		md_sleep_ms(200);
-	}
-	return md_err(st, err, RELAY_E_TIMEOUT, 0, "the Swarm did not start the task of %s in time", vm);
+	return wait_for_task(st, rec, vm, call, err);
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "md.h"
+#include "relay_support/json_get.h"
 
 /* ---- helpers ----------------------------------------------------------------- */
 
@@ -45,27 +46,18 @@ char *md_json_out(md_state *st, json_object *obj)
 
 const char *md_str(json_object *obj, const char *key)
 {
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_string))
-		return NULL;
-	return json_object_get_string(v);
+	return rsj_get_str(obj, key);
 }
 
 int64_t md_int(json_object *obj, const char *key, int64_t fallback)
 {
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) || !json_object_is_type(v, json_type_int))
-		return fallback;
-	return json_object_get_int64(v);
+	int64_t value;
+	return rsj_get_int(obj, key, &value) ? value : fallback;
 }
 
 json_object *md_obj(json_object *obj, const char *key)
 {
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v))
-		return NULL;
-	return v;
+	return rsj_get_obj(obj, key);
 }
 
 int64_t md_monotonic_ms(void)

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "md.h"
+#include "relay_support/tree.h"
 
 #define PUSH_FLAGS      (RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES)
 #define PULL_FLAGS      RELAY_XFER_TREE
@@ -514,29 +515,6 @@ char *md_b64_decode(const char *in)
 	return out;
 }
 
-static void remove_tree(const char *path)
-{
-	struct stat sb;
-	if (lstat(path, &sb) != 0)
-		return;
-	if (S_ISDIR(sb.st_mode)) {
-		DIR *d = opendir(path);
-		struct dirent *de;
-		while (d && (de = readdir(d)) != NULL) {
-			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-				continue;
-			char sub[PATH_MAX];
-			if (snprintf(sub, sizeof sub, "%s/%s", path, de->d_name) < (int)sizeof sub)
-				remove_tree(sub);
-		}
-		if (d)
-			closedir(d);
-		rmdir(path);
-	} else {
-		unlink(path);
-	}
-}
-
 static bool safe_rel(const char *rel)
 {
 	if (rel[0] == '/' || rel[0] == '\0')
@@ -580,6 +558,64 @@ static relay_status write_entry_file(md_state *st, struct archive *a, const char
 	return s;
 }
 
+/* Checks the engine's stat of the pulled path (X-Docker-Container-Path-Stat,
+ * base64 JSON): no link, and a folder exactly when tree. */
+static relay_status check_pulled_stat(md_state *st, const char *path_stat, const char *remote_path, bool tree,
+                                      relay_error *err)
+{
+	relay_status s = RELAY_OK;
+	char *stat_json = path_stat ? md_b64_decode(path_stat) : NULL;
+	json_object *stat_obj = stat_json ? json_tokener_parse(stat_json) : NULL;
+	/* Go's FileMode bits (ModeDir 1<<31, ModeSymlink 1<<27). Podman fills
+	 * linkTarget with the path itself for every file, so only the mode bit
+	 * says "link"; the tar entry's type is checked again below. */
+	uint32_t mode = (uint32_t)md_int(stat_obj, "mode", 0);
+	if (stat_obj == NULL) {
+		s = md_err(st, err, RELAY_E_PROTOCOL, 0, "the engine sent no stat of %s", remote_path);
+		goto cleanup;
+	}
+	if (mode & 0x08000000u) {
+		s = md_err(st, err, RELAY_E_UNSAFE_PATH, 0,
+		           "%s is a symbolic link in the guest; it is not pulled", remote_path);
+		goto cleanup;
+	}
+	bool is_dir = (mode & 0x80000000u) != 0;
+	if (is_dir != tree) {
+		s = md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "%s is a %s in the guest; pull it %s",
+		           remote_path, is_dir ? "folder" : "file",
+		           is_dir ? "with RELAY_XFER_TREE" : "without RELAY_XFER_TREE");
+		goto cleanup;
+	}
+cleanup:
+	json_object_put(stat_obj);
+	free(stat_json);
+	return s;
+}
+
+/* Writes one entry (rel below the pulled folder, shown as `shown`) of the
+ * engine's archive under local_path: a folder or a regular file. */
+static relay_status write_tree_entry(md_state *st, struct archive *a, const char *local_path, const char *rel,
+                                     const char *shown, mode_t type, relay_error *err)
+{
+	if (!safe_rel(rel))
+		return md_err(st, err, RELAY_E_UNSAFE_PATH, 0, "the archive names %s, outside the folder",
+		              shown);
+	char dest[PATH_MAX];
+	if (snprintf(dest, sizeof dest, "%s/%s", local_path, rel) >= (int)sizeof dest)
+		return md_err(st, err, RELAY_E_TOO_LARGE, 0, "%s is too long a path here", shown);
+	size_t dl = strlen(dest);
+	while (dl > 1 && dest[dl - 1] == '/')
+		dest[--dl] = '\0';
+	if (type != AE_IFDIR)
+		return write_entry_file(st, a, dest, err);
+	if (mkdir(dest, 0700) != 0 && errno != EEXIST)
+		return md_err(st, err, RELAY_E_IO, errno, "cannot create %s", dest);
+	struct stat dsb;
+	if (lstat(dest, &dsb) != 0 || !S_ISDIR(dsb.st_mode))
+		return md_err(st, err, RELAY_E_UNSAFE_PATH, 0, "%s is not a folder here", dest);
+	return RELAY_OK;
+}
+
 relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, const char *local_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
 {
@@ -601,8 +637,6 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 	relay_status s = RELAY_OK;
 	struct archive *a = NULL;
 	bool created = false;
-	char *stat_json = NULL;
-	json_object *stat_obj = NULL;
 	int tar_fd = md_tmp_file(st);
 	md_reply r = {0};
 	if (tar_fd < 0) {
@@ -626,28 +660,9 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		           remote_path, r.status);
 		goto done;
 	}
-	stat_json = r.path_stat ? md_b64_decode(r.path_stat) : NULL;
-	stat_obj = stat_json ? json_tokener_parse(stat_json) : NULL;
-	/* Go's FileMode bits (ModeDir 1<<31, ModeSymlink 1<<27). Podman fills
-	 * linkTarget with the path itself for every file, so only the mode bit
-	 * says "link"; the tar entry's type is checked again below. */
-	uint32_t mode = (uint32_t)md_int(stat_obj, "mode", 0);
-	if (stat_obj == NULL) {
-		s = md_err(st, err, RELAY_E_PROTOCOL, 0, "the engine sent no stat of %s", remote_path);
+	s = check_pulled_stat(st, r.path_stat, remote_path, tree, err);
+	if (s != RELAY_OK)
 		goto done;
-	}
-	if (mode & 0x08000000u) {
-		s = md_err(st, err, RELAY_E_UNSAFE_PATH, 0,
-		           "%s is a symbolic link in the guest; it is not pulled", remote_path);
-		goto done;
-	}
-	bool is_dir = (mode & 0x80000000u) != 0;
-	if (is_dir != tree) {
-		s = md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "%s is a %s in the guest; pull it %s",
-		           remote_path, is_dir ? "folder" : "file",
-		           is_dir ? "with RELAY_XFER_TREE" : "without RELAY_XFER_TREE");
-		goto done;
-	}
 	lseek(tar_fd, 0, SEEK_SET);
 	a = archive_read_new();
 	archive_read_support_format_tar(a);
@@ -713,34 +728,9 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		}
 		if (rel[0] == '\0')
 			continue; /* the folder itself */
-		if (!safe_rel(rel)) {
-			s = md_err(st, err, RELAY_E_UNSAFE_PATH, 0,
-			           "the archive names %s, outside the folder", shown);
+		s = write_tree_entry(st, a, local_path, rel, shown, type, err);
+		if (s != RELAY_OK)
 			break;
-		}
-		char dest[PATH_MAX];
-		if (snprintf(dest, sizeof dest, "%s/%s", local_path, rel) >= (int)sizeof dest) {
-			s = md_err(st, err, RELAY_E_TOO_LARGE, 0, "%s is too long a path here", shown);
-			break;
-		}
-		size_t dl = strlen(dest);
-		while (dl > 1 && dest[dl - 1] == '/')
-			dest[--dl] = '\0';
-		if (type == AE_IFDIR) {
-			if (mkdir(dest, 0700) != 0 && errno != EEXIST) {
-				s = md_err(st, err, RELAY_E_IO, errno, "cannot create %s", dest);
-				break;
-			}
-			struct stat dsb;
-			if (lstat(dest, &dsb) != 0 || !S_ISDIR(dsb.st_mode)) {
-				s = md_err(st, err, RELAY_E_UNSAFE_PATH, 0, "%s is not a folder here", dest);
-				break;
-			}
-		} else {
-			s = write_entry_file(st, a, dest, err);
-			if (s != RELAY_OK)
-				break;
-		}
 	}
 	if (s == RELAY_OK && rc != ARCHIVE_EOF)
 		s = md_err(st, err, RELAY_E_TRANSIENT, 0, "the engine's archive of %s broke off: %s",
@@ -750,13 +740,11 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		           remote_path);
 done:
 	if (s != RELAY_OK && created)
-		remove_tree(local_path);
+		rs_remove_tree(local_path, NULL);
 	if (a)
 		archive_read_free(a);
 	if (tar_fd >= 0)
 		close(tar_fd);
-	json_object_put(stat_obj);
-	free(stat_json);
 	md_reply_free(&r);
 	free(path);
 	return s;

@@ -86,7 +86,8 @@ typedef struct local_state {
 	int limit_cpu_percent;      /* 0 = none */
 	int64_t bound_processes;    /* RLIMIT_NPROC of guest commands, 0 = none */
 	int64_t bound_data_bytes;   /* RLIMIT_DATA of guest commands, 0 = none */
-	bool bound_data_bytes_set;  /* options.bounds.dataBytes was given (else: only without a memory cgroup) */
+	bool bound_data_bytes_set;  /* options.bounds.dataBytes was given (else: only without a memory cgroup)
+	                             */
 	int64_t bound_file_bytes;   /* RLIMIT_FSIZE of guest commands, 0 = none */
 
 	/* facts found at init */
@@ -126,6 +127,8 @@ relay_status lu_err(local_state *st, relay_error *err, relay_status code, int sy
 /* snprintf for messages and paths whose truncation is acceptable. */
 void lu_textf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 char *lu_json_out(local_state *st, json_object *obj); /* host-allocated text; NULL on failure */
+/* The typed getters of relay_support/json_get.h (rsj_get_*) under
+ * machine-local's names, with a fallback for an absent or mistyped member. */
 const char *lu_get_string(json_object *obj, const char *key);
 int64_t lu_get_int(json_object *obj, const char *key, int64_t fallback);
 bool lu_get_bool(json_object *obj, const char *key, bool fallback);
@@ -137,7 +140,8 @@ void lu_sleep_ms(int64_t ms);
 int lu_write_durable(const char *path, const void *data, size_t len, mode_t mode, bool sync);
 int lu_write_json_durable(const char *path, json_object *obj, bool sync);
 json_object *lu_read_json(const char *path, size_t max_bytes, int *errno_out);
-/* Removes a tree without following links. 0 or errno. */
+/* rs_remove_tree and rs_mkdir_p (relay_support/tree.h) returning 0 or errno:
+ * removes a tree without following links; creates a folder and its parents. */
 int lu_remove_tree(const char *path);
 int lu_mkdir_p(const char *path, mode_t mode);
 /* The first line of a small file, without its newline ("" when unreadable). */
@@ -154,7 +158,7 @@ bool lu_proc_alive(pid_t pid, unsigned long long start);
 int lu_pidfd_checked(pid_t pid, unsigned long long start);
 /* Inode of /proc/<pid>/ns/<name>, 0 when unreadable. */
 unsigned long long lu_ns_inode(pid_t pid, const char *name);
-char *lu_find_program(const char *name); /* on PATH; malloc'd or NULL */
+char *lu_find_program(const char *name); /* rs_which on PATH (or sbin and bin); malloc'd or NULL */
 /* Starts a spawn of a helper detached from the relay: a new session, every
  * signal default and unblocked, stdin from /dev/null, stdout and stderr to
  * `log_fd` (never the relay's standard output). The caller adds its own

@@ -1,6 +1,5 @@
 /* lutil.c — small helpers of machine-local (local.h). */
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -16,6 +15,12 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_support/json_get.h"
+#include "relay_support/tree.h"
+#include "relay_support/which.h"
+
+/* The search path of lu_find_program when PATH is unset or empty. */
+#define LU_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 relay_status lu_err(local_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
 {
@@ -55,41 +60,24 @@ char *lu_json_out(local_state *st, json_object *obj)
 
 const char *lu_get_string(json_object *obj, const char *key)
 {
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_string))
-		return NULL;
-	return json_object_get_string(v);
+	return rsj_get_str(obj, key);
 }
 
 int64_t lu_get_int(json_object *obj, const char *key, int64_t fallback)
 {
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v))
-		return fallback;
-	if (json_object_is_type(v, json_type_int))
-		return json_object_get_int64(v);
-	if (json_object_is_type(v, json_type_double))
-		return (int64_t)json_object_get_double(v);
-	return fallback;
+	int64_t value;
+	return rsj_get_int(obj, key, &value) ? value : fallback;
 }
 
 bool lu_get_bool(json_object *obj, const char *key, bool fallback)
 {
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_boolean))
-		return fallback;
-	return json_object_get_boolean(v);
+	bool value;
+	return rsj_get_bool(obj, key, &value) ? value : fallback;
 }
 
 json_object *lu_get_object(json_object *obj, const char *key)
 {
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) ||
-	    !json_object_is_type(v, json_type_object))
-		return NULL;
-	return v;
+	return rsj_get_obj(obj, key);
 }
 
 void lu_random_hex(local_state *st, char *out, size_t hex_digits)
@@ -240,89 +228,14 @@ json_object *lu_read_json(const char *path, size_t max_bytes, int *errno_out)
 	return obj;
 }
 
-static int remove_at(int dirfd, const char *name);
-
-static int remove_dir_contents(int fd)
-{
-	DIR *d = fdopendir(fd);
-	if (d == NULL) {
-		int e = errno;
-		close(fd);
-		return e;
-	}
-	int rc = 0;
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		int e = remove_at(dirfd(d), de->d_name);
-		if (e != 0 && rc == 0)
-			rc = e;
-	}
-	closedir(d);
-	return rc;
-}
-
-static int remove_at(int dirfd, const char *name)
-{
-	if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
-		return 0;
-	if (errno != EISDIR && errno != EPERM)
-		return errno;
-	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 && errno == EACCES) {
-		/* overlayfs leaves work/work as d---------: make it readable. */
-		fchmodat(dirfd, name, 0700, 0);
-		fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	}
-	if (fd < 0)
-		return errno == ENOENT ? 0 : errno;
-	int rc = remove_dir_contents(fd);
-	if (unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && rc == 0)
-		rc = errno;
-	return rc;
-}
-
 int lu_remove_tree(const char *path)
 {
-	char parent[PATH_MAX];
-	snprintf(parent, sizeof parent, "%s", path);
-	char *slash = strrchr(parent, '/');
-	if (slash == NULL || slash[1] == '\0')
-		return EINVAL;
-	const char *name = path + (slash - parent) + 1;
-	if (slash == parent)
-		parent[1] = '\0';
-	else
-		*slash = '\0';
-	int dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return errno == ENOENT ? 0 : errno;
-	int rc = remove_at(dfd, name);
-	close(dfd);
-	return rc;
+	return rs_remove_tree(path, NULL) == 0 ? 0 : errno;
 }
 
 int lu_mkdir_p(const char *path, mode_t mode)
 {
-	char buf[PATH_MAX];
-	int n = snprintf(buf, sizeof buf, "%s", path);
-	if (n < 0 || (size_t)n >= sizeof buf)
-		return ENAMETOOLONG;
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, mode) != 0 && errno != EEXIST)
-			return errno;
-		*p = '/';
-	}
-	if (mkdir(buf, mode) != 0 && errno != EEXIST)
-		return errno;
-	struct stat sb;
-	if (stat(buf, &sb) != 0)
-		return errno;
-	return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+	return rs_mkdir_p(path, mode, 0, NULL) == 0 ? 0 : errno;
 }
 
 void lu_read_line(const char *path, char *out, size_t size)
@@ -431,21 +344,7 @@ void lu_spawn_detached_init(posix_spawn_file_actions_t *fa, posix_spawnattr_t *a
 char *lu_find_program(const char *name)
 {
 	const char *path = getenv("PATH");
-	if (path == NULL || *path == '\0')
-		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-	char *copy = strdup(path);
-	if (copy == NULL)
-		return NULL;
-	char *found = NULL, *save = NULL;
-	for (char *dir = strtok_r(copy, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {
-		char full[PATH_MAX];
-		snprintf(full, sizeof full, "%s/%s", dir, name);
-		struct stat sb;
-		if (stat(full, &sb) == 0 && S_ISREG(sb.st_mode) && access(full, X_OK) == 0)
-			found = strdup(full);
-	}
-	free(copy);
-	return found;
+	return rs_which(name, path != NULL && *path != '\0' ? path : LU_DEFAULT_PATH);
 }
 
 bool lu_valid_guest_name(const char *name)

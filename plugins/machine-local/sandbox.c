@@ -316,7 +316,7 @@ relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *cal
                              relay_error *err)
 {
 	*record_out = NULL;
-	acquire_req q;
+	acquire_req q = {0};
 	relay_status status = check_spec(st, spec, &q, err);
 	if (status != RELAY_OK)
 		return status;

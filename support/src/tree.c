@@ -71,6 +71,14 @@ static void remove_entry(tree_walk *w, int parent_fd, const char *name, unsigned
 		return;
 	}
 	fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == EACCES) {
+		/* A folder its owner may not read (overlayfs leaves work/work as
+		 * d---------): it is being removed, so open it up first. */
+		if (fchmodat(parent_fd, name, 0700, AT_SYMLINK_NOFOLLOW) == 0)
+			fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		else
+			errno = EACCES;
+	}
 	if (fd < 0) {
 		if (errno != ENOENT)
 			walk_fail(w, errno, "open", name);

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "relay_support/tree.h"
@@ -101,6 +102,45 @@ static void remove_tree_is_bounded(void **state)
 	assert_int_equal(rs_remove_tree(deep, &err), 0);
 	assert_int_equal(rs_remove_tree(top, &err), 0);
 	free(deep);
+}
+
+/* A folder its owner may not read (overlayfs leaves work/work as d---------)
+ * is opened up and removed. As root (which reads it anyway) the removal runs
+ * as nobody, who owns the tree. */
+static void remove_tree_opens_unreadable_folders(void **state)
+{
+	(void)state;
+	char top[] = "/tmp/rs-closed-XXXXXX";
+	assert_non_null(mkdtemp(top));
+	char *root = path_of(top, "tree");
+	char *closed = path_of(top, "tree/work");
+	char *file = path_of(top, "tree/work/f");
+	assert_int_equal(rs_mkdir_p(closed, 0700, 0, NULL), 0);
+	touch(file);
+	const uid_t nobody = 65534;
+	if (geteuid() == 0) {
+		const char *const owned[] = {top, root, closed, file};
+		for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+			assert_int_equal(chown(owned[i], nobody, nobody), 0);
+	}
+	assert_int_equal(chmod(closed, 0), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (geteuid() == 0 && (setgid(nobody) != 0 || setuid(nobody) != 0))
+			_exit(2);
+		struct stat st;
+		_exit(rs_remove_tree(root, NULL) == 0 && lstat(root, &st) != 0 ? 0 : 1);
+	}
+	int wstatus = 0;
+	assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+	assert_true(WIFEXITED(wstatus));
+	assert_int_equal(WEXITSTATUS(wstatus), 0);
+	chmod(closed, 0700); /* when it failed, so that the rest can go */
+	assert_int_equal(rs_remove_tree(top, NULL), 0);
+	free(root);
+	free(closed);
+	free(file);
 }
 
 static void mkdir_p_refuses_files_and_links(void **state)
@@ -250,9 +290,13 @@ static void ustar_fields_are_strict(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(remove_tree_keeps_link_targets),  cmocka_unit_test(remove_tree_is_bounded),
-	    cmocka_unit_test(mkdir_p_refuses_files_and_links), cmocka_unit_test(which_finds_executables_only),
-	    cmocka_unit_test(utf8_validates_and_repairs),      cmocka_unit_test(ustar_fields_are_strict),
+	    cmocka_unit_test(remove_tree_keeps_link_targets),
+	    cmocka_unit_test(remove_tree_is_bounded),
+	    cmocka_unit_test(remove_tree_opens_unreadable_folders),
+	    cmocka_unit_test(mkdir_p_refuses_files_and_links),
+	    cmocka_unit_test(which_finds_executables_only),
+	    cmocka_unit_test(utf8_validates_and_repairs),
+	    cmocka_unit_test(ustar_fields_are_strict),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
