@@ -210,8 +210,9 @@ int main(int argc, char **argv)
 	if (getenv("MD_BENCH_ACQUIRE_ONLY")) {
 		print_samples("acquire->ready", acq, n1, 1000, "ms");
 		print_samples("cli run -d", run, n1, 1000, "ms");
-		printf("\n| acquire -> ready against `run -d` (%d each) | %.1f ms | %.1f ms | %.2fx | <= 1.0x |\n", n1,
-		       median(acq, n1) * 1000, median(run, n1) * 1000, median(acq, n1) / median(run, n1));
+		printf("\n| acquire -> ready against `run -d` (%d each) | %.1f ms | %.1f ms | %.2fx | <= "
+		       "1.0x |\n",
+		       n1, median(acq, n1) * 1000, median(run, n1) * 1000, median(acq, n1) / median(run, n1));
 		loader_shutdown(&reg);
 		return 0;
 	}

@@ -52,7 +52,8 @@ int main(int argc, char **argv)
 		}
 		bytes += items[i].bytes;
 	}
-	printf("%.3f s %zu files %llu bytes %.1f MiB/s\n", t1 - t0, n, bytes, (double)bytes / (1 << 20) / (t1 - t0));
+	printf("%.3f s %zu files %llu bytes %.1f MiB/s\n", t1 - t0, n, bytes,
+	       (double)bytes / (1 << 20) / (t1 - t0));
 	free(items);
 	fw_tree_free(&tree);
 	return 0;

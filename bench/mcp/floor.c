@@ -53,9 +53,9 @@ int main(int argc, char **argv)
 			continue; /* a notification */
 		long n = strtol(id + 5, NULL, 10);
 		const char *rest = strstr(line, "\"initialize\"") ? init
-				   : strstr(line, "tools/list")   ? list
-				   : strstr(line, "relay_script") ? invalid
-								  : status;
+		                   : strstr(line, "tools/list")   ? list
+		                   : strstr(line, "relay_script") ? invalid
+		                                                  : status;
 		int len = snprintf(out, sizeof out, "{\"jsonrpc\":\"2.0\",\"id\":%ld,%s", n, rest);
 		if (len < 0 || (size_t)len >= sizeof out)
 			return 1;

@@ -36,8 +36,8 @@ static bool socket_answers(const char *path)
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	/* A path longer than sun_path cannot be connected to: no answer. */
 	int n = snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-	bool ok = n > 0 && (size_t)n < sizeof sa.sun_path &&
-	          connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+	bool ok =
+	    n > 0 && (size_t)n < sizeof sa.sun_path && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
 	close(fd);
 	return ok;
 }

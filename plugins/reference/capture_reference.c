@@ -29,8 +29,8 @@
 #include "relay/host.h"
 #include "relay/plugin.h"
 
-#define PLUGIN_NAME "capture-reference"
-#define PLUGIN_VERSION "0.1.0"
+#define PLUGIN_NAME        "capture-reference"
+#define PLUGIN_VERSION     "0.1.0"
 #define CAPTURE_TIMEOUT_MS 60000 /* the receiver's largest accepted limit (guest.md §11) */
 
 /* Flags this plugin understands for plan(). None yet: any bit is refused,
@@ -54,17 +54,20 @@ typedef struct reference_state {
  * host->free, never with a different allocator. */
 static char *owned_json(const relay_host *host, json_object *obj)
 {
-	const char *text = json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	const char *text =
+	    json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 	return host->strdup(text);
 }
 
 /* True when the image's catalog lists the application id. */
 static int lists_application(json_object *applications, const char *id)
 {
-	size_t n = json_object_is_type(applications, json_type_array) ? json_object_array_length(applications) : 0;
+	size_t n =
+	    json_object_is_type(applications, json_type_array) ? json_object_array_length(applications) : 0;
 	for (size_t i = 0; i < n; i++) {
 		json_object *app = json_object_array_get_idx(applications, i), *app_id = NULL;
-		if (json_object_object_get_ex(app, "id", &app_id) && json_object_is_type(app_id, json_type_string) &&
+		if (json_object_object_get_ex(app, "id", &app_id) &&
+		    json_object_is_type(app_id, json_type_string) &&
 		    strcmp(json_object_get_string(app_id), id) == 0)
 			return 1;
 	}
@@ -84,7 +87,7 @@ static int lists_application(json_object *applications, const char *id)
  *     expects (the receiver replaces the single @OUT@ with the output path).
  */
 static relay_status reference_plan(relay_plugin_state *state, const char *context_json, unsigned flags,
-				   char **plan_json_out, relay_error *err)
+                                   char **plan_json_out, relay_error *err)
 {
 	reference_state *self = state;
 	const relay_host *host = self->host;
@@ -93,12 +96,12 @@ static relay_status reference_plan(relay_plugin_state *state, const char *contex
 
 	*plan_json_out = NULL;
 	if (flags & ~PLAN_KNOWN_FLAGS)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown plan flags 0x%x", PLUGIN_NAME,
-				       flags & ~PLAN_KNOWN_FLAGS);
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown plan flags 0x%x",
+		                       PLUGIN_NAME, flags & ~PLAN_KNOWN_FLAGS);
 	context = json_tokener_parse(context_json);
 	if (context == NULL || !json_object_is_type(context, json_type_object)) {
-		status = host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "%s: the plan context is not a JSON object",
-					 PLUGIN_NAME);
+		status = host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                         "%s: the plan context is not a JSON object", PLUGIN_NAME);
 		goto cleanup;
 	}
 
@@ -106,8 +109,8 @@ static relay_status reference_plan(relay_plugin_state *state, const char *contex
 	json_object_object_get_ex(context, "lease", &lease);
 	json_object_object_get_ex(lease, "display", &display);
 	json_object_object_get_ex(context, "applications", &applications);
-	const char *display_name = json_object_is_type(display, json_type_string) ? json_object_get_string(display)
-										   : NULL;
+	const char *display_name =
+	    json_object_is_type(display, json_type_string) ? json_object_get_string(display) : NULL;
 	int has_import = lists_application(applications, "dpkg:imagemagick");
 
 	plan = json_object_new_object();
@@ -119,15 +122,17 @@ static relay_status reference_plan(relay_plugin_state *state, const char *contex
 		/* Snapshots off: say why in one phrase; "capture" must be null. */
 		json_object_object_add(plan, "enabled", json_object_new_boolean(0));
 		json_object_object_add(plan, "because",
-				       json_object_new_string(!has_import ? "the image does not list dpkg:imagemagick"
-									  : "the lease names no X display"));
+		                       json_object_new_string(!has_import
+		                                                  ? "the image does not list dpkg:imagemagick"
+		                                                  : "the lease names no X display"));
 		json_object_object_add(plan, "capture", NULL);
 	} else {
 		json_object *capture = json_object_new_object(), *argv = json_object_new_array();
 		char script[256];
 		snprintf(script, sizeof script,
-			 "DISPLAY=%s import -window root \"png:$1\" && printf '{\"screenshot_file_path\":\"%%s\"}\\n' \"$1\"",
-			 display_name);
+		         "DISPLAY=%s import -window root \"png:$1\" && printf "
+		         "'{\"screenshot_file_path\":\"%%s\"}\\n' \"$1\"",
+		         display_name);
 		json_object_array_add(argv, json_object_new_string("/bin/sh"));
 		json_object_array_add(argv, json_object_new_string("-c"));
 		json_object_array_add(argv, json_object_new_string(script));
@@ -138,8 +143,9 @@ static relay_status reference_plan(relay_plugin_state *state, const char *contex
 		json_object_object_add(capture, "check", json_object_new_string("png-file"));
 		json_object_object_add(capture, "timeoutMs", json_object_new_int(CAPTURE_TIMEOUT_MS));
 		json_object_object_add(plan, "enabled", json_object_new_boolean(1));
-		json_object_object_add(plan, "because",
-				       json_object_new_string("the image lists dpkg:imagemagick and the lease has a display"));
+		json_object_object_add(
+		    plan, "because",
+		    json_object_new_string("the image lists dpkg:imagemagick and the lease has a display"));
 		json_object_object_add(plan, "capture", capture);
 	}
 	json_object_object_add(plan, "stage", json_object_new_array()); /* nothing to push into the guest */
@@ -157,19 +163,19 @@ cleanup:
 /* --- 2. the ops table ------------------------------------------------------- */
 
 static const relay_capture_ops reference_capture_ops = {
-	.struct_size = sizeof(relay_capture_ops),
-	.plan = reference_plan,
+    .struct_size = sizeof(relay_capture_ops),
+    .plan = reference_plan,
 };
 
 /* --- 3. init and fini ---------------------------------------------------- */
 
 static relay_status reference_init(const relay_host *host, const char *config_json, unsigned flags,
-				   relay_plugin_state **state_out, relay_error *err)
+                                   relay_plugin_state **state_out, relay_error *err)
 {
 	(void)config_json; /* {"stateDir", "libexecDir", "options", ...}: unused here */
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown init flags 0x%x", PLUGIN_NAME,
-				       flags);
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown init flags 0x%x",
+		                       PLUGIN_NAME, flags);
 	reference_state *self = host->alloc(sizeof *self);
 	if (self == NULL)
 		return host->error_set(err, RELAY_E_NO_MEMORY, 0, "%s: out of memory", PLUGIN_NAME);
@@ -188,17 +194,17 @@ static void reference_fini(relay_plugin_state *state)
 /* --- 4. the descriptor and the entry ----------------------------------------- */
 
 static const relay_plugin_descriptor reference_descriptor = {
-	.abi_version = RELAY_ABI_VERSION,
-	.struct_size = sizeof(relay_plugin_descriptor),
-	.name = PLUGIN_NAME,
-	.version = PLUGIN_VERSION,
-	.description = "reference capture plugin: ImageMagick import on the guest's X display",
-	.kinds = RELAY_KIND_CAPTURE,
-	.capabilities = 0,
-	.init = reference_init,
-	.fini = reference_fini,
-	.capture = &reference_capture_ops,
-	.capture_ops_size = sizeof reference_capture_ops,
+    .abi_version = RELAY_ABI_VERSION,
+    .struct_size = sizeof(relay_plugin_descriptor),
+    .name = PLUGIN_NAME,
+    .version = PLUGIN_VERSION,
+    .description = "reference capture plugin: ImageMagick import on the guest's X display",
+    .kinds = RELAY_KIND_CAPTURE,
+    .capabilities = 0,
+    .init = reference_init,
+    .fini = reference_fini,
+    .capture = &reference_capture_ops,
+    .capture_ops_size = sizeof reference_capture_ops,
 };
 
 /* The only exported symbol (everything else is hidden by

@@ -16,26 +16,27 @@
 #define PLUGIN_NAME "abi-broken"
 #endif
 
-static relay_status stub_acquire(relay_plugin_state *s, const char *spec, relay_call *c, unsigned f, char **out,
-				 relay_error *e)
+static relay_status stub_acquire(relay_plugin_state *s, const char *spec, relay_call *c, unsigned f,
+                                 char **out, relay_error *e)
 {
 	(void)s, (void)spec, (void)c, (void)f, (void)out, (void)e;
 	return RELAY_E_UNSUPPORTED;
 }
-static relay_status stub_lease_op(relay_plugin_state *s, const char *lease, relay_call *c, unsigned f, char **out,
-				  relay_error *e)
+static relay_status stub_lease_op(relay_plugin_state *s, const char *lease, relay_call *c, unsigned f,
+                                  char **out, relay_error *e)
 {
 	(void)s, (void)lease, (void)c, (void)f, (void)out, (void)e;
 	return RELAY_E_UNSUPPORTED;
 }
-static relay_status stub_renew(relay_plugin_state *s, const char *lease, uint64_t ttl, relay_call *c, unsigned f,
-			       char **out, relay_error *e)
+static relay_status stub_renew(relay_plugin_state *s, const char *lease, uint64_t ttl, relay_call *c,
+                               unsigned f, char **out, relay_error *e)
 {
 	(void)s, (void)lease, (void)ttl, (void)c, (void)f, (void)out, (void)e;
 	return RELAY_E_UNSUPPORTED;
 }
-__attribute__((unused)) static relay_status stub_release(relay_plugin_state *s, const char *lease, const char *reason, relay_call *c,
-				 unsigned f, relay_error *e)
+__attribute__((unused)) static relay_status stub_release(relay_plugin_state *s, const char *lease,
+                                                         const char *reason, relay_call *c, unsigned f,
+                                                         relay_error *e)
 {
 	(void)s, (void)lease, (void)reason, (void)c, (void)f, (void)e;
 	return RELAY_E_UNSUPPORTED;
@@ -52,7 +53,7 @@ static relay_status stub_plan(relay_plugin_state *s, const char *ctx, unsigned f
 }
 
 static relay_status plugin_init(const relay_host *host, const char *config, unsigned flags,
-				relay_plugin_state **state_out, relay_error *err)
+                                relay_plugin_state **state_out, relay_error *err)
 {
 	(void)config;
 	(void)flags;
@@ -67,46 +68,46 @@ static relay_status plugin_init(const relay_host *host, const char *config, unsi
 }
 
 static const relay_machine_ops machine_ops = {
-	.struct_size = sizeof(relay_machine_ops),
-	.acquire = stub_acquire,
-	.renew = stub_renew,
-	.inspect = stub_lease_op,
+    .struct_size = sizeof(relay_machine_ops),
+    .acquire = stub_acquire,
+    .renew = stub_renew,
+    .inspect = stub_lease_op,
 #ifndef BREAK_MISSING_OP
-	.release = stub_release,
+    .release = stub_release,
 #endif
-	.verify_destroyed = stub_lease_op,
-	.images = stub_images,
+    .verify_destroyed = stub_lease_op,
+    .images = stub_images,
 };
 
 static const relay_capture_ops capture_ops = {
-	.struct_size = sizeof(relay_capture_ops),
-	.plan = stub_plan,
+    .struct_size = sizeof(relay_capture_ops),
+    .plan = stub_plan,
 };
 
 static const relay_plugin_descriptor descriptor = {
 #ifdef BREAK_MAJOR
-	.abi_version = RELAY_ABI_MAKE(2, 0),
+    .abi_version = RELAY_ABI_MAKE(2, 0),
 #else
-	.abi_version = RELAY_ABI_VERSION,
+    .abi_version = RELAY_ABI_VERSION,
 #endif
 #ifdef BREAK_SIZE
-	.struct_size = 16,
+    .struct_size = 16,
 #else
-	.struct_size = sizeof(relay_plugin_descriptor),
+    .struct_size = sizeof(relay_plugin_descriptor),
 #endif
-	.name = PLUGIN_NAME,
-	.version = "0.0.1",
-	.description = "a deliberately broken plugin for the loader tests",
+    .name = PLUGIN_NAME,
+    .version = "0.0.1",
+    .description = "a deliberately broken plugin for the loader tests",
 #ifdef BREAK_KIND
-	.kinds = RELAY_KIND_CAPTURE,
+    .kinds = RELAY_KIND_CAPTURE,
 #else
-	.kinds = RELAY_KIND_MACHINE,
+    .kinds = RELAY_KIND_MACHINE,
 #endif
-	.init = plugin_init,
-	.machine = &machine_ops,
-	.machine_ops_size = sizeof machine_ops,
-	.capture = &capture_ops,
-	.capture_ops_size = sizeof capture_ops,
+    .init = plugin_init,
+    .machine = &machine_ops,
+    .machine_ops_size = sizeof machine_ops,
+    .capture = &capture_ops,
+    .capture_ops_size = sizeof capture_ops,
 };
 
 #if defined(BREAK_NO_ENTRY)

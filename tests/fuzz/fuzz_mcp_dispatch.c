@@ -31,10 +31,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "contract/contract.h"
 #include "call/call.h"
-#include "mcp/server.h"
 #include "call/tool_result.h"
+#include "contract/contract.h"
+#include "mcp/server.h"
 #include "mcp/wire.h"
 #include "util/clock.h"
 #include "util/jsonx.h"

@@ -62,7 +62,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	jv *s = jv_get(back, "stderr");
 	if (!jv_is(s, JV_STRING) || !rs_utf8_valid(s->str, s->str_len))
 		fuzz_fail("a record's string did not come back as valid UTF-8");
-	if (rs_utf8_valid((const char *)data, size) && (s->str_len != size || memcmp(s->str, data, size) != 0))
+	if (rs_utf8_valid((const char *)data, size) &&
+	    (s->str_len != size || memcmp(s->str, data, size) != 0))
 		fuzz_fail("a valid UTF-8 string did not come back unchanged");
 	jv_free(back);
 	free(text);

@@ -40,8 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		stdin_parts_free(&parts);
 		return 0;
 	}
-	if (!parts.request_rel || strncmp(parts.request_rel, "requests/", 9) != 0 || !rel_path_ok(parts.request_rel))
-		fuzz_fail("accepted a request path outside requests/: %s", parts.request_rel ? parts.request_rel : "");
+	if (!parts.request_rel || strncmp(parts.request_rel, "requests/", 9) != 0 ||
+	    !rel_path_ok(parts.request_rel))
+		fuzz_fail("accepted a request path outside requests/: %s",
+		          parts.request_rel ? parts.request_rel : "");
 	if (!parts.script_rel || !rel_path_ok(parts.script_rel) ||
 	    (strncmp(parts.script_rel, "streamed/", 9) != 0 && strncmp(parts.script_rel, "scripts/", 8) != 0))
 		fuzz_fail("accepted a script path outside streamed/ and scripts/: %s",
@@ -51,7 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!nl || parts.request.len + parts.script.len != body)
 		fuzz_fail("the parts do not hold exactly the bytes after the header");
 	if ((parts.request.len && memcmp(parts.request.data, nl + 1, parts.request.len) != 0) ||
-	    (parts.script.len && memcmp(parts.script.data, nl + 1 + parts.request.len, parts.script.len) != 0))
+	    (parts.script.len &&
+	     memcmp(parts.script.data, nl + 1 + parts.request.len, parts.script.len) != 0))
 		fuzz_fail("the parts are not the input's bytes in order");
 	stdin_parts_free(&parts);
 	return 0;

@@ -25,7 +25,7 @@
 
 #define VALID_LF                                                                                             \
 	"# Agents\n\n## Using VMs\n\n| Machine | OS | Task Name | Agent | Project | Start Date |\n"          \
-	"| --- | :-- | --: | :--: | --- | --- |\n"                                                            \
+	"| --- | :-- | --: | :--: | --- | --- |\n"                                                           \
 	"| mini | macos26 | other-task | codex | /p | 2026-01-01 |\n\n## Next\n"
 
 typedef struct fixture {

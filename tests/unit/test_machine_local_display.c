@@ -158,7 +158,8 @@ static void test_screenshot_shows_x_client_pixels(void **state)
 	          "cat /tmp/pattern.out; id; ulimit -a",
 	          &out),
 	    0);
-	if (!strstr(out, "ready")) fprintf(stderr, "PATTERN: %s\n", out);
+	if (!strstr(out, "ready"))
+		fprintf(stderr, "PATTERN: %s\n", out);
 	assert_non_null(strstr(out, "ready"));
 	free(out);
 

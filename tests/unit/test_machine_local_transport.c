@@ -11,8 +11,8 @@
 #include <signal.h>
 #include <time.h>
 
-#include "machine_local_fixture.h"
 #include "call/call.h"
+#include "machine_local_fixture.h"
 #include "util/randx.h"
 #include "util/sha256.h"
 

@@ -18,8 +18,8 @@
 
 #include <cmocka.h>
 
-#include "mcp/render.h"
 #include "call/tool_result.h"
+#include "mcp/render.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 

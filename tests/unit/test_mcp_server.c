@@ -27,8 +27,8 @@
 
 #include <cmocka.h>
 
-#include "contract/contract.h"
 #include "call/call.h"
+#include "contract/contract.h"
 #include "mcp/server.h"
 #include "util/clock.h"
 #include "util/jsonx.h"

@@ -46,11 +46,12 @@ static void test_plan(void **state)
 	plugin_registry registry = {0};
 	loaded_plugin *p = load_reference(&registry);
 
-	json_object *on = plan(p,
-			       "{\"lease\":{\"display\":\":7\"},\"applications\":[{\"id\":\"dpkg:imagemagick\","
-			       "\"name\":\"imagemagick\",\"version\":\"8\"}],\"platform\":null,\"guestRoot\":\"/var/tmp/r\","
-			       "\"cuaDriver\":null}",
-			       RELAY_OK);
+	json_object *on = plan(
+	    p,
+	    "{\"lease\":{\"display\":\":7\"},\"applications\":[{\"id\":\"dpkg:imagemagick\","
+	    "\"name\":\"imagemagick\",\"version\":\"8\"}],\"platform\":null,\"guestRoot\":\"/var/tmp/r\","
+	    "\"cuaDriver\":null}",
+	    RELAY_OK);
 	bool enabled = false;
 	assert_true(jsonx_get_bool(on, "enabled", &enabled) && enabled);
 	json_object *capture = jsonx_get_obj(on, "capture");
@@ -69,7 +70,8 @@ static void test_plan(void **state)
 	assert_string_equal(jsonx_get_str(off, "because"), "the image does not list dpkg:imagemagick");
 	json_object_put(off);
 
-	json_object *no_display = plan(p, "{\"lease\":{},\"applications\":[{\"id\":\"dpkg:imagemagick\"}]}", RELAY_OK);
+	json_object *no_display =
+	    plan(p, "{\"lease\":{},\"applications\":[{\"id\":\"dpkg:imagemagick\"}]}", RELAY_OK);
 	assert_string_equal(jsonx_get_str(no_display, "because"), "the lease names no X display");
 	json_object_put(no_display);
 

@@ -44,7 +44,7 @@ typedef struct relay_capture_ops {
 	 * "capture" is null exactly when "enabled" is false.
 	 */
 	relay_status (*plan)(relay_plugin_state *state, const char *context_json, unsigned flags,
-			     char **plan_json_out, relay_error *err);
+	                     char **plan_json_out, relay_error *err);
 } relay_capture_ops;
 
 #define RELAY_CAPTURE_OPS_MIN_SIZE (offsetof(relay_capture_ops, plan) + sizeof(void *))

@@ -28,10 +28,10 @@ extern "C" {
 
 /* The machine plugin of the same profile, lent to the console plugin. */
 typedef struct relay_machine_link {
-	uint32_t struct_size;          /* sizeof(relay_machine_link) */
-	const char *name;              /* machine plugin name; borrowed */
-	const relay_machine_ops *ops;  /* borrowed; ops->console may be NULL */
-	relay_plugin_state *state;     /* the machine plugin's state; borrowed */
+	uint32_t struct_size;         /* sizeof(relay_machine_link) */
+	const char *name;             /* machine plugin name; borrowed */
+	const relay_machine_ops *ops; /* borrowed; ops->console may be NULL */
+	relay_plugin_state *state;    /* the machine plugin's state; borrowed */
 } relay_machine_link;
 
 typedef struct relay_console_ops {
@@ -39,25 +39,27 @@ typedef struct relay_console_ops {
 
 	/* Acquisition capabilities: {"schemaVersion": 1, "options": {"vnc":
 	 * {"default": false, "backends": {"linux": {...}, "macos": {...}}}}}. */
-	relay_status (*capabilities)(relay_plugin_state *state, const relay_machine_link *machine, relay_call *call,
-				     unsigned flags, char **capabilities_json_out, relay_error *err);
+	relay_status (*capabilities)(relay_plugin_state *state, const relay_machine_link *machine,
+	                             relay_call *call, unsigned flags, char **capabilities_json_out,
+	                             relay_error *err);
 
 	/* The console report of a lease (`lease_json` borrowed). No side effect. */
-	relay_status (*resolve)(relay_plugin_state *state, const relay_machine_link *machine, const char *lease_json,
-				relay_call *call, unsigned flags, char **report_json_out, relay_error *err);
+	relay_status (*resolve)(relay_plugin_state *state, const relay_machine_link *machine,
+	                        const char *lease_json, relay_call *call, unsigned flags,
+	                        char **report_json_out, relay_error *err);
 
 	/* Opens viewing for attempt `attempt_id` of console `console_id` (both
 	 * borrowed). Called only on an explicit user request. An attempt id seen
 	 * before answers its existing report and launches nothing.
 	 * RELAY_E_INDETERMINATE when the outcome is unknown. */
-	relay_status (*open)(relay_plugin_state *state, const relay_machine_link *machine, const char *lease_json,
-			     const char *console_id, const char *attempt_id, relay_call *call, unsigned flags,
-			     char **report_json_out, relay_error *err);
+	relay_status (*open)(relay_plugin_state *state, const relay_machine_link *machine,
+	                     const char *lease_json, const char *console_id, const char *attempt_id,
+	                     relay_call *call, unsigned flags, char **report_json_out, relay_error *err);
 
 	/* Stops what attempt `attempt_id` started. Never releases the guest. */
-	relay_status (*cancel)(relay_plugin_state *state, const relay_machine_link *machine, const char *lease_json,
-			       const char *console_id, const char *attempt_id, relay_call *call, unsigned flags,
-			       char **report_json_out, relay_error *err);
+	relay_status (*cancel)(relay_plugin_state *state, const relay_machine_link *machine,
+	                       const char *lease_json, const char *console_id, const char *attempt_id,
+	                       relay_call *call, unsigned flags, char **report_json_out, relay_error *err);
 } relay_console_ops;
 
 #define RELAY_CONSOLE_OPS_MIN_SIZE (offsetof(relay_console_ops, cancel) + sizeof(void *))

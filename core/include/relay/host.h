@@ -48,16 +48,16 @@ typedef enum relay_log_level {
 #define RELAY_HTTP_ALLOW_REDIRECT 0x1u /* follow redirects; default is to fail with RELAY_E_PROTOCOL */
 
 typedef struct relay_http_request {
-	uint32_t struct_size;       /* sizeof(relay_http_request) */
-	const char *method;         /* "GET" or "POST"; borrowed */
-	const char *url;            /* absolute http URL; borrowed */
-	const char *const *headers; /* NULL-terminated "Name: value" lines, or NULL; borrowed */
-	const char *body;           /* request body or NULL; sent with Content-Length; borrowed */
-	size_t body_len;            /* bytes of body */
-	uint32_t timeout_ms;        /* whole-request limit in milliseconds; 0 = 660000 */
+	uint32_t struct_size;        /* sizeof(relay_http_request) */
+	const char *method;          /* "GET" or "POST"; borrowed */
+	const char *url;             /* absolute http URL; borrowed */
+	const char *const *headers;  /* NULL-terminated "Name: value" lines, or NULL; borrowed */
+	const char *body;            /* request body or NULL; sent with Content-Length; borrowed */
+	size_t body_len;             /* bytes of body */
+	uint32_t timeout_ms;         /* whole-request limit in milliseconds; 0 = 660000 */
 	uint32_t connect_timeout_ms; /* 0 = min(timeout_ms, 10000) */
-	size_t max_body_bytes;      /* cap on a 2xx body; larger is RELAY_E_TOO_LARGE; 0 = 4 MiB */
-	size_t max_error_bytes;     /* bytes kept of a non-2xx body; 0 = 4096 */
+	size_t max_body_bytes;       /* cap on a 2xx body; larger is RELAY_E_TOO_LARGE; 0 = 4 MiB */
+	size_t max_error_bytes;      /* bytes kept of a non-2xx body; 0 = 4096 */
 } relay_http_request;
 
 typedef struct relay_http_response {
@@ -72,8 +72,8 @@ typedef struct relay_http_response {
 
 /* Flags of relay_host.process_run. */
 #define RELAY_PROCESS_MERGE_OUTPUT 0x1u /* stderr goes into the stdout buffer, in arrival order */
-#define RELAY_PROCESS_KEEP_TAIL 0x2u    /* on overflow keep the last bytes instead of killing */
-#define RELAY_PROCESS_NEW_SESSION 0x4u  /* setsid() in the child (default: own process group only) */
+#define RELAY_PROCESS_KEEP_TAIL    0x2u /* on overflow keep the last bytes instead of killing */
+#define RELAY_PROCESS_NEW_SESSION  0x4u /* setsid() in the child (default: own process group only) */
 /* Since ABI 1.2 (a 1.0 or 1.1 host refuses the bits with
  * RELAY_E_UNSUPPORTED_FLAGS: check RELAY_ABI_MINOR(host->abi_version) >= 2):
  * ENV_ADD     envp is added to the relay's environment, an entry whose key
@@ -90,21 +90,21 @@ typedef struct relay_http_response {
 #define RELAY_PROCESS_EXEC_RULES (RELAY_PROCESS_ENV_ADD | RELAY_PROCESS_SHARED_CAP)
 
 typedef struct relay_process_request {
-	uint32_t struct_size;         /* sizeof(relay_process_request) */
-	const char *const *argv;      /* NULL-terminated, argv[0] looked up on PATH; borrowed */
-	const char *const *envp;      /* NULL-terminated "K=V", or NULL to inherit the relay's
-	                                 environment unchanged; without RELAY_PROCESS_ENV_ADD it
-	                                 is the whole environment, with it entries added to the
-	                                 relay's; borrowed */
-	const char *cwd;              /* working folder or NULL; borrowed */
-	const void *stdin_data;       /* bytes written to the child's stdin, or NULL for /dev/null; borrowed */
-	size_t stdin_len;             /* bytes of stdin_data */
-	int stdin_fd;                 /* used instead of stdin_data when >= 0 (borrowed, not closed) */
-	int stdout_fd;                /* child's stdout goes to this fd when >= 0 (not captured) */
-	uint64_t timeout_ms;          /* 0 = no limit; at expiry the process group gets SIGKILL */
-	size_t max_output_bytes;      /* cap per captured stream, or on both together with
-	                                 RELAY_PROCESS_SHARED_CAP; 0 = 65536. Past it the group is
-	                                 killed (unless KEEP_TAIL) and output_truncated set */
+	uint32_t struct_size;    /* sizeof(relay_process_request) */
+	const char *const *argv; /* NULL-terminated, argv[0] looked up on PATH; borrowed */
+	const char *const *envp; /* NULL-terminated "K=V", or NULL to inherit the relay's
+	                            environment unchanged; without RELAY_PROCESS_ENV_ADD it
+	                            is the whole environment, with it entries added to the
+	                            relay's; borrowed */
+	const char *cwd;         /* working folder or NULL; borrowed */
+	const void *stdin_data;  /* bytes written to the child's stdin, or NULL for /dev/null; borrowed */
+	size_t stdin_len;        /* bytes of stdin_data */
+	int stdin_fd;            /* used instead of stdin_data when >= 0 (borrowed, not closed) */
+	int stdout_fd;           /* child's stdout goes to this fd when >= 0 (not captured) */
+	uint64_t timeout_ms;     /* 0 = no limit; at expiry the process group gets SIGKILL */
+	size_t max_output_bytes; /* cap per captured stream, or on both together with
+	                            RELAY_PROCESS_SHARED_CAP; 0 = 65536. Past it the group is
+	                            killed (unless KEEP_TAIL) and output_truncated set */
 } relay_process_request;
 
 typedef struct relay_process_result {
@@ -116,7 +116,7 @@ typedef struct relay_process_result {
 	int termination_confirmed; /* 1 when no member of the process group survives */
 	char *out;                 /* captured stdout (NUL-terminated); owned by caller (host->free) */
 	size_t out_len;
-	char *err;                 /* captured stderr, or NULL with MERGE_OUTPUT; owned by caller */
+	char *err; /* captured stderr, or NULL with MERGE_OUTPUT; owned by caller */
 	size_t err_len;
 } relay_process_result;
 
@@ -134,7 +134,7 @@ typedef struct relay_host {
 	/* Writes one line "mcp-relay: <plugin>: <message>" to standard error.
 	 * `plugin` and `fmt` are borrowed. Never writes to standard output. */
 	void (*log)(relay_log_level level, const char *plugin, const char *fmt, ...)
-		__attribute__((format(printf, 3, 4)));
+	    __attribute__((format(printf, 3, 4)));
 
 	/* Allocation shared by core and plugins. alloc() returns NULL on
 	 * failure; free(NULL) is a no-op. strdup() returns an owned copy or NULL. */
@@ -145,7 +145,7 @@ typedef struct relay_host {
 	/* Fills `err` (may be NULL) and returns `code`, for one-line failures:
 	 *     return host->error_set(err, RELAY_E_IO, errno, "cannot open %s", p); */
 	relay_status (*error_set)(relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
-		__attribute__((format(printf, 4, 5)));
+	    __attribute__((format(printf, 4, 5)));
 
 	/* The relay's clock, in milliseconds since the Unix epoch. Tests drive
 	 * it; plugins that keep lease deadlines must read time here. */
@@ -166,14 +166,14 @@ typedef struct relay_host {
 	 * or reset), RELAY_E_TOO_LARGE, RELAY_E_PROTOCOL (a redirect without
 	 * RELAY_HTTP_ALLOW_REDIRECT), RELAY_E_CANCELLED otherwise. */
 	relay_status (*http_request)(const relay_http_request *req, relay_call *call, unsigned flags,
-				     relay_http_response *resp, relay_error *err);
+	                             relay_http_response *resp, relay_error *err);
 
 	/* SHA-256 of a buffer as 64 lowercase hex digits plus NUL in hex_out. */
 	void (*sha256_buffer)(const void *data, size_t len, char hex_out[65]);
 	/* SHA-256 and size of a regular file (opened O_NOFOLLOW; a symbolic
 	 * link or special file is RELAY_E_UNSAFE_PATH). `path` borrowed. */
 	relay_status (*sha256_file)(const char *path, unsigned flags, char hex_out[65], uint64_t *bytes_out,
-				    relay_error *err);
+	                            relay_error *err);
 
 	/* Runs a program to completion: its own process group, stdin from
 	 * stdin_data / stdin_fd / /dev/null, stdout and stderr captured (never
@@ -187,7 +187,7 @@ typedef struct relay_host {
 	 * whatever the status. Environment and caps: see envp and
 	 * max_output_bytes; RELAY_PROCESS_EXEC_RULES gives the exec() rules. */
 	relay_status (*process_run)(const relay_process_request *req, relay_call *call, unsigned flags,
-				    relay_process_result *res, relay_error *err);
+	                            relay_process_result *res, relay_error *err);
 
 	/* Writes an evidence archive (docs/evidence-format.md: uncompressed
 	 * POSIX tar whose first member .relay-index.json lists {path, bytes,
@@ -197,8 +197,9 @@ typedef struct relay_host {
 	 * (RELAY_E_UNSAFE_PATH). With RELAY_ARCHIVE_PRESENT missing files are
 	 * skipped. On success *index_json_out (owned by caller, may be NULL to
 	 * skip) is the index array. */
-	relay_status (*archive_write)(const char *archive_path, const char *base_dir, const char *const *rel_paths,
-				      unsigned flags, char **index_json_out, relay_error *err);
+	relay_status (*archive_write)(const char *archive_path, const char *base_dir,
+	                              const char *const *rel_paths, unsigned flags, char **index_json_out,
+	                              relay_error *err);
 
 	/* Unpacks an evidence archive written by an untrusted peer into
 	 * `dest_dir` (an existing folder). Refuses absolute names, "..", links,
@@ -210,8 +211,9 @@ typedef struct relay_host {
 	 * outside dest_dir. On failure every file this call created is removed.
 	 * On success *facts_json_out (owned by caller, may be NULL to skip) is
 	 * the array of {path, bytes, sha256} written. */
-	relay_status (*archive_extract)(const char *archive_path, const char *dest_dir, const char *expected_json,
-					unsigned flags, char **facts_json_out, relay_error *err);
+	relay_status (*archive_extract)(const char *archive_path, const char *dest_dir,
+	                                const char *expected_json, unsigned flags, char **facts_json_out,
+	                                relay_error *err);
 
 	/* Fills `out` with `len` cryptographically random bytes. */
 	relay_status (*random_bytes)(void *out, size_t len, relay_error *err);

@@ -82,26 +82,26 @@ typedef struct relay_machine_ops {
 	 * RELAY_E_REFUSED and RELAY_E_IMAGE_UNAVAILABLE mean nothing was leased;
 	 * RELAY_E_INDETERMINATE means the core must reconcile by purpose.
 	 */
-	relay_status (*acquire)(relay_plugin_state *state, const char *spec_json, relay_call *call, unsigned flags,
-				char **lease_json_out, relay_error *err);
+	relay_status (*acquire)(relay_plugin_state *state, const char *spec_json, relay_call *call,
+	                        unsigned flags, char **lease_json_out, relay_error *err);
 
 	/* Extends the lease to now + ttl_ms (never asked past the deadline given
 	 * at acquire). On RELAY_OK *lease_json_out (may be NULL to skip) is the
 	 * refreshed lease document with the confirmed "expiresAtMs". */
-	relay_status (*renew)(relay_plugin_state *state, const char *lease_json, uint64_t ttl_ms, relay_call *call,
-			      unsigned flags, char **lease_json_out, relay_error *err);
+	relay_status (*renew)(relay_plugin_state *state, const char *lease_json, uint64_t ttl_ms,
+	                      relay_call *call, unsigned flags, char **lease_json_out, relay_error *err);
 
 	/* Reads the lease's current state from the backend. RELAY_E_NOT_FOUND
 	 * when the backend no longer knows it. *lease_json_out as for renew. */
-	relay_status (*inspect)(relay_plugin_state *state, const char *lease_json, relay_call *call, unsigned flags,
-				char **lease_json_out, relay_error *err);
+	relay_status (*inspect)(relay_plugin_state *state, const char *lease_json, relay_call *call,
+	                        unsigned flags, char **lease_json_out, relay_error *err);
 
 	/* Asks the backend to destroy the guest. `reason` (borrowed) is
 	 * "finished", "released" or "failed". RELAY_OK when the backend confirmed,
 	 * RELAY_E_NOT_FOUND when it no longer knew the lease (counts as
 	 * released), otherwise a failure; the core then inspects and retries. */
 	relay_status (*release)(relay_plugin_state *state, const char *lease_json, const char *reason,
-				relay_call *call, unsigned flags, relay_error *err);
+	                        relay_call *call, unsigned flags, relay_error *err);
 
 	/* Checks, independently of release()'s answer, that the guest is gone
 	 * (machine-local: no process left, overlay removed; machine-service: the
@@ -109,40 +109,41 @@ typedef struct relay_machine_ops {
 	 * *check_name_out (owned by caller, may be NULL to skip) names the check
 	 * used, e.g. "tart" or "namespace". */
 	relay_status (*verify_destroyed)(relay_plugin_state *state, const char *lease_json, relay_call *call,
-					 unsigned flags, char **check_name_out, relay_error *err);
+	                                 unsigned flags, char **check_name_out, relay_error *err);
 
 	/* The image inventory: {"images": {"<key>": {"kind": "linux"|"macos",
 	 * "base_available": bool, ...}}, "capacity": {...} | null}. The core
 	 * passes both objects through to relay_probe unchanged. */
-	relay_status (*images)(relay_plugin_state *state, relay_call *call, unsigned flags, char **images_json_out,
-			       relay_error *err);
+	relay_status (*images)(relay_plugin_state *state, relay_call *call, unsigned flags,
+	                       char **images_json_out, relay_error *err);
 
 	/* --- optional (NULL = unsupported) ---------------------------------- */
 
 	/* Backend identity check before lease operations. RELAY_OK with
 	 * *health_json_out (owned, may be NULL to skip) the backend's answer;
 	 * RELAY_E_UNAVAILABLE naming what was expected and found. */
-	relay_status (*health)(relay_plugin_state *state, relay_call *call, unsigned flags, char **health_json_out,
-			       relay_error *err);
+	relay_status (*health)(relay_plugin_state *state, relay_call *call, unsigned flags,
+	                       char **health_json_out, relay_error *err);
 
 	/* The application catalog, schemaVersion 1 (docs/plugin-abi.md):
 	 * {"schemaVersion": 1, "images": [{"image", "os", "architecture",
 	 * "applications": [{"id", "name", "aliases", "version"}]}]}. The core
 	 * validates it before use. */
-	relay_status (*catalog)(relay_plugin_state *state, relay_call *call, unsigned flags, char **catalog_json_out,
-				relay_error *err);
+	relay_status (*catalog)(relay_plugin_state *state, relay_call *call, unsigned flags,
+	                        char **catalog_json_out, relay_error *err);
 
 	/* Every lease the backend holds for `purpose` (borrowed), as a JSON
 	 * array of lease documents (owned by caller). Used to reconcile an
 	 * indeterminate acquire and at restart. */
 	relay_status (*find_by_purpose)(relay_plugin_state *state, const char *purpose, relay_call *call,
-					unsigned flags, char **leases_json_out, relay_error *err);
+	                                unsigned flags, char **leases_json_out, relay_error *err);
 
 	/* What leases of this plugin are bound to, for the ownership record:
 	 * {"machine": "<plugin name>", "endpoint": "<origin>"|null,
 	 *  "store": "<path>"|null, "environmentFingerprint": "<hex>"|null}.
 	 * Owned by caller. When NULL the core records {"machine": name, ...null}. */
-	relay_status (*binding)(relay_plugin_state *state, unsigned flags, char **binding_json_out, relay_error *err);
+	relay_status (*binding)(relay_plugin_state *state, unsigned flags, char **binding_json_out,
+	                        relay_error *err);
 
 	/* Console passthrough for console plugins (relay/console.h). `op`
 	 * (borrowed) is "capabilities", "resolve", "open" or "cancel";
@@ -150,16 +151,16 @@ typedef struct relay_machine_ops {
 	 * the operation's body ({"lease_id", "console_id", "attempt_id"}).
 	 * *response_json_out (owned) is the backend's report, unnormalised. */
 	relay_status (*console)(relay_plugin_state *state, const char *lease_json, const char *op,
-				const char *request_json, relay_call *call, unsigned flags, char **response_json_out,
-				relay_error *err);
+	                        const char *request_json, relay_call *call, unsigned flags,
+	                        char **response_json_out, relay_error *err);
 
 	/* Readiness checks for `mcp-relay doctor`, without acquiring anything:
 	 * a JSON array of {"check", "ok": bool, "detail", "fix"|null}, each
 	 * optionally with "level": "warning" for an optional capability the
 	 * machine works without ("detail" then says what its absence costs;
 	 * doctor prints WARN and still passes). */
-	relay_status (*doctor)(relay_plugin_state *state, relay_call *call, unsigned flags, char **checks_json_out,
-			       relay_error *err);
+	relay_status (*doctor)(relay_plugin_state *state, relay_call *call, unsigned flags,
+	                       char **checks_json_out, relay_error *err);
 } relay_machine_ops;
 
 /* Smallest machine ops table the 1.x loader accepts. */

@@ -11,10 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "call/call.h"
 #include "delivery/evidence_pull.h"
 #include "delivery/image_publish.h"
 #include "evidence/download.h"
-#include "call/call.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"

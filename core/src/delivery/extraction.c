@@ -12,10 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "call/call.h"
 #include "delivery/evidence_pull.h"
 #include "evidence/fswalk.h"
 #include "evidence/package.h"
-#include "call/call.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"

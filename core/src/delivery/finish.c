@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "call/call.h"
 #include "delivery/downloads.h"
 #include "delivery/extraction.h"
 #include "delivery/packaging.h"
 #include "evidence/package.h"
-#include "call/call.h"
 #include "session/events.h"
 #include "util/error.h"
 #include "util/failpoint.h"

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "delivery/image_catalog.h"
 #include "call/call.h"
+#include "delivery/image_catalog.h"
 #include "util/clock.h"
 #include "util/jsonx.h"
 #include "util/strbuf.h"

@@ -13,13 +13,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "call/call.h"
 #include "delivery/image_catalog.h"
 #include "delivery/image_context.h"
 #include "delivery/image_identity.h"
 #include "delivery/image_original.h"
 #include "delivery/image_selectors.h"
 #include "image/image.h"
-#include "call/call.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"

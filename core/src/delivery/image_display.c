@@ -17,6 +17,7 @@
 #include "delivery/image_identity.h"
 #include "delivery/image_original.h"
 #include "image/image.h"
+#include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -24,7 +25,6 @@
 #include "util/sha256.h"
 #include "util/strbuf.h"
 #include "util/timefmt.h"
-#include "receiver_protocol.h"
 
 #define REQUEST_MAX_BYTES RECEIVER_REQUEST_MAX_BYTES /* a run's request record (receiver_protocol.h) */
 

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "delivery/downloads.h"
 #include "call/call.h"
+#include "delivery/downloads.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"

@@ -11,12 +11,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "call/call.h"
 #include "delivery/downloads.h"
 #include "delivery/evidence_pull.h"
 #include "delivery/extraction.h"
 #include "evidence/download.h"
 #include "evidence/fswalk.h"
-#include "call/call.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"

@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "guestio/gio_internal.h"
 #include "call/call.h"
+#include "guestio/gio_internal.h"
 #include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/error.h"

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guestio/gio_internal.h"
 #include "call/call.h"
+#include "guestio/gio_internal.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"

@@ -17,10 +17,10 @@
 
 #include "lease/probe.h"
 #include "profile/environment.h"
+#include "relay_support/which.h"
 #include "session/manager_internal.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
-#include "relay_support/which.h"
 #include "util/jsonx.h"
 #include "util/log.h"
 #include "util/process.h"

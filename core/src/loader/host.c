@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "call/call.h"
 #include "evidence/archive.h"
 #include "loader/loader.h"
-#include "call/call.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/http.h"

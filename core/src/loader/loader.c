@@ -28,13 +28,14 @@ const char *loader_kind_name(relay_plugin_kind kind)
 static void kinds_text(uint32_t kinds, char *out, size_t out_len)
 {
 	static const relay_plugin_kind all[] = {RELAY_KIND_MACHINE, RELAY_KIND_TRANSPORT, RELAY_KIND_CAPTURE,
-						RELAY_KIND_CONSOLE};
+	                                        RELAY_KIND_CONSOLE};
 	out[0] = '\0';
 	size_t used = 0;
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
 		if (!(kinds & all[i]))
 			continue;
-		int n = snprintf(out + used, out_len - used, "%s%s", used ? ", " : "", loader_kind_name(all[i]));
+		int n =
+		    snprintf(out + used, out_len - used, "%s%s", used ? ", " : "", loader_kind_name(all[i]));
 		if (n < 0 || (size_t)n >= out_len - used)
 			break;
 		used += (size_t)n;
@@ -54,7 +55,7 @@ static void copy_sized(void *dst, size_t dst_size, const void *src, size_t src_s
 /* Check 8: the ops table of each kind provided is present, large enough, and
  * has every required operation. Returns the message of the first miss. */
 static relay_status check_required_ops(const loaded_plugin *p, const relay_plugin_descriptor *d,
-				       relay_error *err)
+                                       relay_error *err)
 {
 	const char *name = d->name;
 	struct table {
@@ -63,10 +64,10 @@ static relay_status check_required_ops(const loaded_plugin *p, const relay_plugi
 		uint32_t size;
 		size_t min_size;
 	} tables[] = {
-		{RELAY_KIND_MACHINE, d->machine, d->machine_ops_size, RELAY_MACHINE_OPS_MIN_SIZE},
-		{RELAY_KIND_TRANSPORT, d->transport, d->transport_ops_size, RELAY_TRANSPORT_OPS_MIN_SIZE},
-		{RELAY_KIND_CAPTURE, d->capture, d->capture_ops_size, RELAY_CAPTURE_OPS_MIN_SIZE},
-		{RELAY_KIND_CONSOLE, d->console, d->console_ops_size, RELAY_CONSOLE_OPS_MIN_SIZE},
+	    {RELAY_KIND_MACHINE, d->machine, d->machine_ops_size, RELAY_MACHINE_OPS_MIN_SIZE},
+	    {RELAY_KIND_TRANSPORT, d->transport, d->transport_ops_size, RELAY_TRANSPORT_OPS_MIN_SIZE},
+	    {RELAY_KIND_CAPTURE, d->capture, d->capture_ops_size, RELAY_CAPTURE_OPS_MIN_SIZE},
+	    {RELAY_KIND_CONSOLE, d->console, d->console_ops_size, RELAY_CONSOLE_OPS_MIN_SIZE},
 	};
 	for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
 		if (!(d->kinds & tables[i].kind))
@@ -74,42 +75,43 @@ static relay_status check_required_ops(const loaded_plugin *p, const relay_plugi
 		const char *kind = loader_kind_name(tables[i].kind);
 		if (tables[i].ops == NULL)
 			return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-					       "plugin %s (%s) lacks the required %s operation table", name, p->path,
-					       kind);
+			                       "plugin %s (%s) lacks the required %s operation table", name,
+			                       p->path, kind);
 		if (tables[i].size < tables[i].min_size)
-			return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-					       "plugin %s (%s) lacks the required %s operation table: it is %u bytes, "
-					       "ABI 1.0 needs at least %zu",
-					       name, p->path, kind, tables[i].size, tables[i].min_size);
+			return relay_error_set(
+			    err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "plugin %s (%s) lacks the required %s operation table: it is %u bytes, "
+			    "ABI 1.0 needs at least %zu",
+			    name, p->path, kind, tables[i].size, tables[i].min_size);
 	}
 	struct required {
 		relay_plugin_kind kind;
 		const char *op;
 		const void *fn;
 	} required[] = {
-		{RELAY_KIND_MACHINE, "acquire", (const void *)p->machine.acquire},
-		{RELAY_KIND_MACHINE, "renew", (const void *)p->machine.renew},
-		{RELAY_KIND_MACHINE, "inspect", (const void *)p->machine.inspect},
-		{RELAY_KIND_MACHINE, "release", (const void *)p->machine.release},
-		{RELAY_KIND_MACHINE, "verify_destroyed", (const void *)p->machine.verify_destroyed},
-		{RELAY_KIND_MACHINE, "images", (const void *)p->machine.images},
-		{RELAY_KIND_TRANSPORT, "open", (const void *)p->transport.open},
-		{RELAY_KIND_TRANSPORT, "close", (const void *)p->transport.close},
-		{RELAY_KIND_TRANSPORT, "exec", (const void *)p->transport.exec},
-		{RELAY_KIND_TRANSPORT, "push", (const void *)p->transport.push},
-		{RELAY_KIND_TRANSPORT, "pull", (const void *)p->transport.pull},
-		{RELAY_KIND_CAPTURE, "plan", (const void *)p->capture.plan},
-		{RELAY_KIND_CONSOLE, "capabilities", (const void *)p->console.capabilities},
-		{RELAY_KIND_CONSOLE, "resolve", (const void *)p->console.resolve},
-		{RELAY_KIND_CONSOLE, "open", (const void *)p->console.open},
-		{RELAY_KIND_CONSOLE, "cancel", (const void *)p->console.cancel},
+	    {RELAY_KIND_MACHINE, "acquire", (const void *)p->machine.acquire},
+	    {RELAY_KIND_MACHINE, "renew", (const void *)p->machine.renew},
+	    {RELAY_KIND_MACHINE, "inspect", (const void *)p->machine.inspect},
+	    {RELAY_KIND_MACHINE, "release", (const void *)p->machine.release},
+	    {RELAY_KIND_MACHINE, "verify_destroyed", (const void *)p->machine.verify_destroyed},
+	    {RELAY_KIND_MACHINE, "images", (const void *)p->machine.images},
+	    {RELAY_KIND_TRANSPORT, "open", (const void *)p->transport.open},
+	    {RELAY_KIND_TRANSPORT, "close", (const void *)p->transport.close},
+	    {RELAY_KIND_TRANSPORT, "exec", (const void *)p->transport.exec},
+	    {RELAY_KIND_TRANSPORT, "push", (const void *)p->transport.push},
+	    {RELAY_KIND_TRANSPORT, "pull", (const void *)p->transport.pull},
+	    {RELAY_KIND_CAPTURE, "plan", (const void *)p->capture.plan},
+	    {RELAY_KIND_CONSOLE, "capabilities", (const void *)p->console.capabilities},
+	    {RELAY_KIND_CONSOLE, "resolve", (const void *)p->console.resolve},
+	    {RELAY_KIND_CONSOLE, "open", (const void *)p->console.open},
+	    {RELAY_KIND_CONSOLE, "cancel", (const void *)p->console.cancel},
 	};
 	for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
 		if (!(d->kinds & required[i].kind) || required[i].fn != NULL)
 			continue;
 		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-				       "plugin %s (%s) lacks the required %s operation %s", name, p->path,
-				       loader_kind_name(required[i].kind), required[i].op);
+		                       "plugin %s (%s) lacks the required %s operation %s", name, p->path,
+		                       loader_kind_name(required[i].kind), required[i].op);
 	}
 	return RELAY_OK;
 }
@@ -125,7 +127,7 @@ static bool valid_plugin_name(const char *name)
 }
 
 static relay_status find_loaded(plugin_registry *registry, const char *path, relay_plugin_kind slot,
-				loaded_plugin **out, relay_error *err)
+                                loaded_plugin **out, relay_error *err)
 {
 	for (size_t i = 0; i < registry->count; i++) {
 		loaded_plugin *p = registry->plugins[i];
@@ -134,10 +136,11 @@ static relay_status find_loaded(plugin_registry *registry, const char *path, rel
 		if (!(p->descriptor.kinds & slot)) {
 			char kinds[96];
 			kinds_text(p->descriptor.kinds, kinds, sizeof kinds);
-			return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-					       "plugin %s (%s) does not provide the %s kind this profile slot needs "
-					       "(it provides: %s)",
-					       p->descriptor.name, path, loader_kind_name(slot), kinds);
+			return relay_error_set(
+			    err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "plugin %s (%s) does not provide the %s kind this profile slot needs "
+			    "(it provides: %s)",
+			    p->descriptor.name, path, loader_kind_name(slot), kinds);
 		}
 		*out = p;
 		return RELAY_OK;
@@ -148,7 +151,7 @@ static relay_status find_loaded(plugin_registry *registry, const char *path, rel
 /* Check 2: the entry symbol, or the reason it is missing (a plugin built for
  * another ABI major exports relay_plugin_entry_v<major>). */
 static relay_status find_entry(void *handle, const char *resolved, relay_plugin_entry_fn *entry_out,
-			       relay_error *err)
+                               relay_error *err)
 {
 	*entry_out = (relay_plugin_entry_fn)dlsym(handle, RELAY_PLUGIN_ENTRY_SYMBOL);
 	if (*entry_out != NULL)
@@ -160,18 +163,18 @@ static relay_status find_entry(void *handle, const char *resolved, relay_plugin_
 		snprintf(symbol, sizeof symbol, "relay_plugin_entry_v%u", major);
 		if (dlsym(handle, symbol) != NULL)
 			return relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
-					       "plugin %s was built for plugin ABI major %u (it exports %s); "
-					       "this relay speaks major %u: rebuild it against this relay's "
-					       "headers",
-					       resolved, major, symbol, RELAY_ABI_VERSION_MAJOR);
+			                       "plugin %s was built for plugin ABI major %u (it exports %s); "
+			                       "this relay speaks major %u: rebuild it against this relay's "
+			                       "headers",
+			                       resolved, major, symbol, RELAY_ABI_VERSION_MAJOR);
 	}
 	return relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
-			       "plugin %s exports no %s: it is not an mcp-relay plugin", resolved,
-			       RELAY_PLUGIN_ENTRY_SYMBOL);
+	                       "plugin %s exports no %s: it is not an mcp-relay plugin", resolved,
+	                       RELAY_PLUGIN_ENTRY_SYMBOL);
 }
 
 relay_status loader_load(plugin_registry *registry, const char *path, relay_plugin_kind slot,
-			 const char *config_json, loaded_plugin **out, relay_error *err)
+                         const char *config_json, loaded_plugin **out, relay_error *err)
 {
 	*out = NULL;
 	char resolved[PATH_MAX];
@@ -181,8 +184,9 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 	if (status != RELAY_E_NOT_FOUND)
 		return status;
 	if (registry->count >= LOADER_MAX_PLUGINS)
-		return relay_error_set(err, RELAY_E_TOO_LARGE, 0, "cannot load plugin %s: more than %d plugins",
-				       resolved, LOADER_MAX_PLUGINS);
+		return relay_error_set(err, RELAY_E_TOO_LARGE, 0,
+		                       "cannot load plugin %s: more than %d plugins", resolved,
+		                       LOADER_MAX_PLUGINS);
 
 	loaded_plugin *p = calloc(1, sizeof *p);
 	if (p == NULL || (p->path = strdup(resolved)) == NULL) {
@@ -196,7 +200,7 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 	if (p->handle == NULL) {
 		const char *why = dlerror();
 		status = relay_error_set(err, RELAY_E_IO, 0, "cannot load plugin %s: %s", resolved,
-					 why ? why : "unknown dlopen error");
+		                         why ? why : "unknown dlopen error");
 		goto fail;
 	}
 
@@ -209,37 +213,40 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 	/* 3. the entry accepts this host */
 	const relay_plugin_descriptor *d = entry(RELAY_ABI_VERSION);
 	if (d == NULL) {
-		status = relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
-					 "plugin %s refused this host (plugin ABI %u.%u): its entry returned no "
-					 "descriptor",
-					 resolved, RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR);
+		status =
+		    relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
+		                    "plugin %s refused this host (plugin ABI %u.%u): its entry returned no "
+		                    "descriptor",
+		                    resolved, RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR);
 		goto fail;
 	}
 
 	/* 4. major matches */
 	if (RELAY_ABI_MAJOR(d->abi_version) != RELAY_ABI_VERSION_MAJOR) {
-		status = relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
-					 "plugin %s speaks plugin ABI major %u, this relay speaks major %u: rebuild "
-					 "it against this relay's headers",
-					 resolved, RELAY_ABI_MAJOR(d->abi_version), RELAY_ABI_VERSION_MAJOR);
+		status = relay_error_set(
+		    err, RELAY_E_UNSUPPORTED, 0,
+		    "plugin %s speaks plugin ABI major %u, this relay speaks major %u: rebuild "
+		    "it against this relay's headers",
+		    resolved, RELAY_ABI_MAJOR(d->abi_version), RELAY_ABI_VERSION_MAJOR);
 		goto fail;
 	}
 
 	/* 5. descriptor size */
 	if (d->struct_size < RELAY_PLUGIN_DESCRIPTOR_MIN_SIZE) {
-		status = relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
-					 "plugin %s has a descriptor of %u bytes, smaller than the %zu bytes of "
-					 "plugin ABI 1.0",
-					 resolved, d->struct_size, (size_t)RELAY_PLUGIN_DESCRIPTOR_MIN_SIZE);
+		status =
+		    relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
+		                    "plugin %s has a descriptor of %u bytes, smaller than the %zu bytes of "
+		                    "plugin ABI 1.0",
+		                    resolved, d->struct_size, (size_t)RELAY_PLUGIN_DESCRIPTOR_MIN_SIZE);
 		goto fail;
 	}
 	copy_sized(&p->descriptor, sizeof p->descriptor, d, d->struct_size);
 	const relay_plugin_descriptor *desc = &p->descriptor;
 	const char *name = valid_plugin_name(desc->name) ? desc->name : NULL;
 	if (name == NULL) {
-		status = relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-					 "plugin %s has an invalid name: it must be 1 to 63 of a-z, 0-9 and '-'",
-					 resolved);
+		status = relay_error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "plugin %s has an invalid name: it must be 1 to 63 of a-z, 0-9 and '-'", resolved);
 		goto fail;
 	}
 
@@ -247,20 +254,22 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 	if (!(desc->kinds & slot)) {
 		char kinds[96];
 		kinds_text(desc->kinds, kinds, sizeof kinds);
-		status = relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-					 "plugin %s (%s) does not provide the %s kind this profile slot needs (it "
-					 "provides: %s)",
-					 name, resolved, loader_kind_name(slot), kinds);
+		status =
+		    relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                    "plugin %s (%s) does not provide the %s kind this profile slot needs (it "
+		                    "provides: %s)",
+		                    name, resolved, loader_kind_name(slot), kinds);
 		goto fail;
 	}
 
 	/* 7. name unique */
 	for (size_t i = 0; i < registry->count; i++) {
 		if (strcmp(registry->plugins[i]->descriptor.name, name) == 0) {
-			status = relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-						 "plugin %s (%s) has the same name as the plugin already loaded from "
-						 "%s",
-						 name, resolved, registry->plugins[i]->path);
+			status = relay_error_set(
+			    err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "plugin %s (%s) has the same name as the plugin already loaded from "
+			    "%s",
+			    name, resolved, registry->plugins[i]->path);
 			goto fail;
 		}
 	}
@@ -282,13 +291,12 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 	if (desc->init != NULL) {
 		relay_error init_err;
 		relay_error_clear(&init_err);
-		relay_status rc =
-			desc->init(registry->host ? registry->host : loader_host_table(), config_json ? config_json : "{}",
-			           0, &p->state, &init_err);
+		relay_status rc = desc->init(registry->host ? registry->host : loader_host_table(),
+		                             config_json ? config_json : "{}", 0, &p->state, &init_err);
 		if (rc != RELAY_OK) {
-			status = relay_error_set(err, rc, init_err.sys_errno, "plugin %s (%s) failed to initialise: %s",
-						 name, resolved,
-						 init_err.message[0] ? init_err.message : relay_status_str(rc));
+			status = relay_error_set(
+			    err, rc, init_err.sys_errno, "plugin %s (%s) failed to initialise: %s", name,
+			    resolved, init_err.message[0] ? init_err.message : relay_status_str(rc));
 			goto fail;
 		}
 	}
@@ -386,7 +394,8 @@ char *loader_find_plugin(const char *name, relay_error *err)
 		for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir && !found;
 		     dir = strtok_r(NULL, ":", &save)) {
 			found = existing_file(dir, name);
-			int n = snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dir);
+			int n =
+			    snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dir);
 			if (n > 0 && (size_t)n < sizeof searched - used)
 				used += (size_t)n;
 		}
@@ -411,10 +420,11 @@ char *loader_find_plugin(const char *name, relay_error *err)
 	}
 	free(exe_dir);
 	if (!found)
-		relay_error_set(err, RELAY_E_NOT_FOUND, 0,
-				"no plugin named %s (looked for %s.so in: %s); build it, or add its folder to "
-				"MCP_RELAY_PLUGIN_PATH",
-				name, name, searched);
+		relay_error_set(
+		    err, RELAY_E_NOT_FOUND, 0,
+		    "no plugin named %s (looked for %s.so in: %s); build it, or add its folder to "
+		    "MCP_RELAY_PLUGIN_PATH",
+		    name, name, searched);
 	return found;
 }
 

@@ -48,7 +48,7 @@ typedef struct plugin_registry {
  * *out is borrowed from the registry. On failure err->message is the exact
  * loader message. */
 relay_status loader_load(plugin_registry *registry, const char *path, relay_plugin_kind slot,
-			 const char *config_json, loaded_plugin **out, relay_error *err);
+                         const char *config_json, loaded_plugin **out, relay_error *err);
 
 /* Calls fini() of every initialised plugin, in reverse load order, and frees
  * the registry's records (handles stay open). */

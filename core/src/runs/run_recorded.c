@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "call/call.h"
 #include "delivery/image_delivery.h"
 #include "delivery/step_downloads.h"
-#include "call/call.h"
 #include "receiver_protocol.h"
 #include "runs/run_internal.h"
 #include "util/clock.h"

@@ -21,8 +21,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "contract/contract.h"
 #include "call/call.h"
+#include "contract/contract.h"
 
 typedef struct manager manager;
 struct relay_settings;

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delivery/extraction.h"
 #include "call/call.h"
+#include "delivery/extraction.h"
 #include "session/events.h"
 #include "session/manager_internal.h"
 #include "tools/tools.h"

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "call/call.h"
 #include "delivery/finish.h"
 #include "lease/lifecycle.h"
-#include "call/call.h"
 #include "session/manager_internal.h"
 #include "tools/tools.h"
 #include "util/jsonx.h"

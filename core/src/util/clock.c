@@ -84,7 +84,7 @@ void clock_set_offset_ms(int64_t offset_ms)
 }
 
 bool clock_wait_until_ms(pthread_cond_t *cond, pthread_mutex_t *mutex, int64_t deadline_ms,
-			 int64_t max_real_wait_ms)
+                         int64_t max_real_wait_ms)
 {
 	int64_t now = clock_now_ms();
 	if (now >= deadline_ms)

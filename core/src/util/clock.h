@@ -33,6 +33,6 @@ void clock_set_offset_ms(int64_t offset_ms);
  * real time passes (so offset changes are noticed). Returns true when the
  * deadline has been reached. */
 bool clock_wait_until_ms(pthread_cond_t *cond, pthread_mutex_t *mutex, int64_t deadline_ms,
-			 int64_t max_real_wait_ms);
+                         int64_t max_real_wait_ms);
 
 #endif

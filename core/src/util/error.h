@@ -11,7 +11,7 @@
 /* Fills `err` (may be NULL) with code, errno and a formatted message
  * (truncated to fit); returns `code`. */
 relay_status relay_error_set(relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 relay_status relay_error_setv(relay_error *err, relay_status code, int sys_errno, const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
 

@@ -27,12 +27,14 @@ relay_status fs_write_durable(const char *path, const void *data, size_t len, mo
 relay_status fs_write_json_durable(const char *path, const json_object *obj, relay_error *err);
 /* Creates `path` exclusively (O_CREAT|O_EXCL|O_NOFOLLOW, `mode`) with data,
  * then fsyncs it. RELAY_E_IO with EEXIST when it exists. */
-relay_status fs_write_exclusive(const char *path, const void *data, size_t len, mode_t mode, relay_error *err);
+relay_status fs_write_exclusive(const char *path, const void *data, size_t len, mode_t mode,
+                                relay_error *err);
 
 /* Reads a whole regular file (O_NOFOLLOW) of at most max_bytes into a
  * malloc'd NUL-terminated buffer. RELAY_E_NOT_FOUND, RELAY_E_TOO_LARGE,
  * RELAY_E_UNSAFE_PATH (symlink or not a regular file), RELAY_E_IO. */
-relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, size_t *len_out, relay_error *err);
+relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, size_t *len_out,
+                          relay_error *err);
 /* Reads and parses a JSON file (at most max_bytes). */
 relay_status fs_read_json(const char *path, size_t max_bytes, json_object **obj_out, relay_error *err);
 

@@ -51,12 +51,13 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
 }
 
 relay_status http_request_run(const relay_http_request *req, http_cancel_fn cancelled, const void *cancel_ctx,
-			      unsigned flags, relay_http_response *resp, relay_error *err)
+                              unsigned flags, relay_http_response *resp, relay_error *err)
 {
 	if (flags & ~HTTP_KNOWN_FLAGS)
 		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown HTTP flags 0x%x", flags);
 	if (req == NULL || req->url == NULL || req->method == NULL || resp == NULL)
-		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "an HTTP request needs a method and a URL");
+		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "an HTTP request needs a method and a URL");
 	uint32_t resp_size = resp->struct_size;
 	memset(resp, 0, resp_size < sizeof *resp ? resp_size : sizeof *resp);
 	resp->struct_size = resp_size;
@@ -71,7 +72,8 @@ relay_status http_request_run(const relay_http_request *req, http_cancel_fn canc
 		goto cleanup;
 	}
 	uint32_t timeout_ms = req->timeout_ms ? req->timeout_ms : 660000;
-	uint32_t connect_ms = req->connect_timeout_ms ? req->connect_timeout_ms : (timeout_ms < 10000 ? timeout_ms : 10000);
+	uint32_t connect_ms =
+	    req->connect_timeout_ms ? req->connect_timeout_ms : (timeout_ms < 10000 ? timeout_ms : 10000);
 	curl_easy_setopt(curl, CURLOPT_URL, req->url);
 	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
@@ -89,7 +91,8 @@ relay_status http_request_run(const relay_http_request *req, http_cancel_fn canc
 	} else {
 		curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, req->method);
 		curl_easy_setopt(curl, CURLOPT_POSTFIELDS, req->body ? req->body : "");
-		curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(req->body ? req->body_len : 0));
+		curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
+		                 (curl_off_t)(req->body ? req->body_len : 0));
 	}
 	/* Never send "Expect: 100-continue"; the service reads Content-Length strictly. */
 	headers = curl_slist_append(headers, "Expect:");
@@ -106,19 +109,20 @@ relay_status http_request_run(const relay_http_request *req, http_cancel_fn canc
 		goto cleanup;
 	}
 	if (rc == CURLE_WRITE_ERROR && sink.overflow && code >= 200 && code < 300) {
-		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "the answer of %s is larger than %zu bytes",
-					 req->url, max_body);
+		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0,
+		                         "the answer of %s is larger than %zu bytes", req->url, max_body);
 		goto cleanup;
 	}
 	if (rc != CURLE_OK && !(rc == CURLE_WRITE_ERROR && sink.overflow)) {
 		relay_status kind = rc == CURLE_OPERATION_TIMEDOUT ? RELAY_E_TIMEOUT : RELAY_E_TRANSIENT;
 		status = relay_error_set(err, kind, 0, "HTTP request to %s failed: %s", req->url,
-					 curl_easy_strerror(rc));
+		                         curl_easy_strerror(rc));
 		goto cleanup;
 	}
 	if (code >= 300 && code < 400 && !(flags & RELAY_HTTP_ALLOW_REDIRECT)) {
-		status = relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s answered with a redirect (HTTP %ld); redirects are refused",
-					 req->url, code);
+		status = relay_error_set(err, RELAY_E_PROTOCOL, 0,
+		                         "%s answered with a redirect (HTTP %ld); redirects are refused",
+		                         req->url, code);
 		goto cleanup;
 	}
 	resp->answered = 1;
@@ -131,7 +135,8 @@ relay_status http_request_run(const relay_http_request *req, http_cancel_fn canc
 	}
 	resp->body = strbuf_detach(&sink.body, &resp->body_len);
 	if (resp->body == NULL)
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory reading %s", req->url);
+		status =
+		    relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory reading %s", req->url);
 cleanup:
 	strbuf_free(&sink.body);
 	curl_slist_free_all(headers);

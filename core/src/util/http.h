@@ -12,6 +12,6 @@ typedef int (*http_cancel_fn)(const void *ctx);
 
 void http_global_init(void);
 relay_status http_request_run(const relay_http_request *req, http_cancel_fn cancelled, const void *cancel_ctx,
-			      unsigned flags, relay_http_response *resp, relay_error *err);
+                              unsigned flags, relay_http_response *resp, relay_error *err);
 
 #endif

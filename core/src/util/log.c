@@ -10,7 +10,8 @@ void log_linev(relay_log_level level, const char *component, const char *fmt, va
 	if (level == RELAY_LOG_DEBUG && getenv("MCP_RELAY_DEBUG") == NULL)
 		return;
 	char line[2048];
-	int used = snprintf(line, sizeof line, "mcp-relay: %s%s", component ? component : "", component ? ": " : "");
+	int used =
+	    snprintf(line, sizeof line, "mcp-relay: %s%s", component ? component : "", component ? ": " : "");
 	if (used < 0)
 		return;
 	if ((size_t)used < sizeof line) {

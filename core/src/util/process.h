@@ -12,8 +12,8 @@
  * kills the group and makes process_run return RELAY_E_CANCELLED. */
 typedef int (*process_cancel_fn)(const void *ctx);
 
-relay_status process_run(const relay_process_request *req, process_cancel_fn cancelled, const void *cancel_ctx,
-			 unsigned flags, relay_process_result *res, relay_error *err);
+relay_status process_run(const relay_process_request *req, process_cancel_fn cancelled,
+                         const void *cancel_ctx, unsigned flags, relay_process_result *res, relay_error *err);
 
 /* Frees the buffers of a result filled by process_run (not the struct). */
 void process_result_release(relay_process_result *res);

@@ -16,7 +16,8 @@ relay_status random_fill(void *out, size_t len, relay_error *err)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return relay_error_set(err, RELAY_E_IO, errno, "getrandom failed: %s", strerror(errno));
+			return relay_error_set(err, RELAY_E_IO, errno, "getrandom failed: %s",
+			                       strerror(errno));
 		}
 		p += n;
 		len -= (size_t)n;

@@ -85,7 +85,7 @@ relay_status sha256_fd_hex(int fd, char hex_out[SHA256_HEX_LEN + 1], uint64_t *b
 			if (errno == EINTR)
 				continue;
 			status = relay_error_set(err, RELAY_E_IO, errno, "read failed while hashing: %s",
-						 strerror(errno));
+			                         strerror(errno));
 			goto cleanup;
 		}
 		if (n == 0)
@@ -104,14 +104,14 @@ cleanup:
 }
 
 relay_status sha256_file_hex(const char *path, char hex_out[SHA256_HEX_LEN + 1], uint64_t *bytes_out,
-			     relay_error *err)
+                             relay_error *err)
 {
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		if (errno == ELOOP)
 			return relay_error_set(err, RELAY_E_UNSAFE_PATH, errno, "symlink %s", path);
 		return relay_error_set(err, errno == ENOENT ? RELAY_E_NOT_FOUND : RELAY_E_IO, errno,
-				       "cannot open %s: %s", path, strerror(errno));
+		                       "cannot open %s: %s", path, strerror(errno));
 	}
 	relay_status status;
 	struct stat before, after;
@@ -128,7 +128,8 @@ relay_status sha256_file_hex(const char *path, char hex_out[SHA256_HEX_LEN + 1],
 	if (status != RELAY_OK)
 		goto cleanup;
 	if (fstat(fd, &after) != 0 || after.st_size != before.st_size || (uint64_t)after.st_size != bytes ||
-	    after.st_mtim.tv_sec != before.st_mtim.tv_sec || after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) {
+	    after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
+	    after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) {
 		status = relay_error_set(err, RELAY_E_INTEGRITY, 0, "source changed while hashing: %s", path);
 		goto cleanup;
 	}

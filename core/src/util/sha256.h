@@ -26,7 +26,7 @@ void sha256_buffer_hex(const void *data, size_t len, char hex_out[SHA256_HEX_LEN
  * link or special file is RELAY_E_UNSAFE_PATH; a file whose size changes
  * while it is read is RELAY_E_INTEGRITY. */
 relay_status sha256_file_hex(const char *path, char hex_out[SHA256_HEX_LEN + 1], uint64_t *bytes_out,
-			     relay_error *err);
+                             relay_error *err);
 /* The same for an open descriptor (read from its current offset to EOF). */
 relay_status sha256_fd_hex(int fd, char hex_out[SHA256_HEX_LEN + 1], uint64_t *bytes_out, relay_error *err);
 

@@ -18,7 +18,10 @@ typedef struct strbuf {
 	bool failed;     /* an allocation failed */
 } strbuf;
 
-#define STRBUF_INIT {NULL, 0, 0, false}
+#define STRBUF_INIT                                                                                          \
+	{                                                                                                    \
+		NULL, 0, 0, false                                                                            \
+	}
 
 void strbuf_init(strbuf *sb);
 void strbuf_free(strbuf *sb);

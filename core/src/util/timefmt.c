@@ -23,8 +23,8 @@ void time_format_iso_seconds(int64_t unix_ms, char out[21])
 	int ms;
 	split(unix_ms, &tm, &ms);
 	char tmp[64];
-	snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02dZ", (tm.tm_year + 1900) % 10000, tm.tm_mon + 1,
-		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+	snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02dZ", (tm.tm_year + 1900) % 10000,
+	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 	memcpy(out, tmp, 20);
 	out[20] = 0;
 }
@@ -35,8 +35,8 @@ void time_format_iso_millis(int64_t unix_ms, char out[25])
 	int ms;
 	split(unix_ms, &tm, &ms);
 	char tmp[64];
-	snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (tm.tm_year + 1900) % 10000, tm.tm_mon + 1,
-		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+	snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (tm.tm_year + 1900) % 10000,
+	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
 	memcpy(out, tmp, 24);
 	out[24] = 0;
 }
@@ -47,8 +47,8 @@ void time_format_stamp(int64_t unix_ms, char out[22])
 	int ms;
 	split(unix_ms, &tm, &ms);
 	char tmp[64];
-	snprintf(tmp, sizeof tmp, "%04d-%02d-%02d-%02d-%02d-%02d-Z", (tm.tm_year + 1900) % 10000, tm.tm_mon + 1,
-		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+	snprintf(tmp, sizeof tmp, "%04d-%02d-%02d-%02d-%02d-%02d-Z", (tm.tm_year + 1900) % 10000,
+	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 	memcpy(out, tmp, 21);
 	out[21] = 0;
 }
@@ -63,12 +63,14 @@ bool time_parse_iso(const char *text, int64_t *unix_ms_out)
 	size_t len = strlen(text);
 	int consumed = 0;
 	if (len == 20) {
-		if (sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-			   &tm.tm_min, &tm.tm_sec, &consumed) != 6 || consumed != 20)
+		if (sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+		           &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6 ||
+		    consumed != 20)
 			return false;
 	} else if (len == 24) {
 		if (sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-			   &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms, &consumed) != 7 || consumed != 24)
+		           &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms, &consumed) != 7 ||
+		    consumed != 24)
 			return false;
 	} else {
 		return false;
