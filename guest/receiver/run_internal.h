@@ -33,9 +33,9 @@
 
 #define REQUEST_MAX_BYTES       RECEIVER_REQUEST_MAX_BYTES
 #define SCRIPT_MAX_BYTES        ((unsigned long long)RECEIVER_SCRIPT_MAX_BYTES)
-#define TIMEOUT_MAX_MS          3600000
+#define TIMEOUT_MAX_MS          RECEIVER_TIMEOUT_MAX_MS
 #define AFTER_INTERVAL_MAX_MS   300000
-#define BECAUSE_MAX_CHARS       16384
+#define BECAUSE_MAX_CHARS       RECEIVER_BECAUSE_MAX_CHARS
 #define NODE_VERSION_TIMEOUT_MS 10000
 
 #define DIAG_IN_PROGRESS "execution is in progress; it will not be replayed"

@@ -76,11 +76,18 @@ static int chars_between(const char *s, size_t lo, size_t hi)
 /* Structure and types: "unsupported request: <field>". */
 static int check_structure(run_ctx *ctx)
 {
-	static const char *const top[] = {"protocol", "executionId",  "sessionId", "attemptId", "guest",
-	                                  "because",  "evidenceMode", "language",  "script",    "runtime",
-	                                  "cwd",      "timeoutMs",    "step",      "snapshots", "capture"};
-	static const char *const script_keys[] = {"path", "sha256", "bytes", "origin", "localName"};
-	static const char *const runtime_keys[] = {"nodePath"};
+	/* The request's keys (guest.md §6.1), named by the protocol header the
+	 * host builds the request with. */
+	static const char *const top[] = {
+	    RECEIVER_REQ_PROTOCOL,      RECEIVER_REQ_EXECUTION_ID, RECEIVER_REQ_SESSION_ID,
+	    RECEIVER_REQ_ATTEMPT_ID,    RECEIVER_REQ_GUEST,        RECEIVER_REQ_BECAUSE,
+	    RECEIVER_REQ_EVIDENCE_MODE, RECEIVER_REQ_LANGUAGE,     RECEIVER_REQ_SCRIPT,
+	    RECEIVER_REQ_RUNTIME,       RECEIVER_REQ_CWD,          RECEIVER_REQ_TIMEOUT_MS,
+	    RECEIVER_REQ_STEP,          RECEIVER_REQ_SNAPSHOTS,    RECEIVER_REQ_CAPTURE};
+	static const char *const script_keys[] = {RECEIVER_SCRIPT_PATH, RECEIVER_SCRIPT_SHA256,
+	                                          RECEIVER_SCRIPT_BYTES, RECEIVER_SCRIPT_ORIGIN,
+	                                          RECEIVER_SCRIPT_LOCAL_NAME};
+	static const char *const runtime_keys[] = {RECEIVER_RUNTIME_NODE_PATH};
 	static const char *const step_keys[] = {"id", "title", "expected", "inputMode"};
 	static const char *const snap_keys[] = {"afterIntervalMs", "group"};
 	const jv *r = ctx->req;
@@ -97,17 +104,19 @@ static int check_structure(run_ctx *ctx)
 		text_format(d, dl, "unsupported request: %s", field);                                        \
 		return -1;                                                                                   \
 	} while (0)
-	if (!jv_get_int(r, "protocol", &protocol) || protocol != RECEIVER_PROTOCOL)
-		BAD("protocol");
+	if (!jv_get_int(r, RECEIVER_REQ_PROTOCOL, &protocol) || protocol != RECEIVER_PROTOCOL)
+		BAD(RECEIVER_REQ_PROTOCOL);
 	{
-		static const char *const strings[] = {"executionId", "sessionId",    "attemptId", "guest",
-		                                      "because",     "evidenceMode", "language",  "cwd"};
+		static const char *const strings[] = {RECEIVER_REQ_EXECUTION_ID, RECEIVER_REQ_SESSION_ID,
+		                                      RECEIVER_REQ_ATTEMPT_ID,   RECEIVER_REQ_GUEST,
+		                                      RECEIVER_REQ_BECAUSE,      RECEIVER_REQ_EVIDENCE_MODE,
+		                                      RECEIVER_REQ_LANGUAGE,     RECEIVER_REQ_CWD};
 		for (i = 0; i < sizeof(strings) / sizeof(strings[0]); i++)
 			if (!is_str(jv_get(r, strings[i])))
 				BAD(strings[i]);
 	}
-	if (strcmp(jv_get_str(r, "evidenceMode"), "recorded") != 0)
-		BAD("evidenceMode");
+	if (strcmp(jv_get_str(r, RECEIVER_REQ_EVIDENCE_MODE), RECEIVER_EVIDENCE_RECORDED) != 0)
+		BAD(RECEIVER_REQ_EVIDENCE_MODE);
 	v = jv_get(r, "script");
 	if (!jv_is(v, JV_OBJECT))
 		BAD("script");

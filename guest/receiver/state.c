@@ -124,7 +124,7 @@ cleanup:
 int state_init(const char *root, const char *session_id, int *created_out, rerr *err)
 {
 	static const char *dirs[] = {"state/journal", "state/records/execution", "state/records/action",
-	                             "state/receiver/started", "state/receiver/receipts"};
+	                             "state/receiver/started", RECEIVER_RECEIPTS_DIR};
 	int missing = 0, has_start = 0, rc = -1;
 	jv *session = NULL;
 	fact_list facts = {0};

@@ -184,8 +184,9 @@ typedef struct arch_item {
 static int archive_name_ok(const char *name)
 {
 	size_t len = strlen(name), i;
-	const size_t pre = strlen(".archive-");
-	if (len <= pre + 4 || strncmp(name, ".archive-", pre) != 0 || strcmp(name + len - 4, ".tar") != 0)
+	const size_t pre = strlen(RECEIVER_TRANSIENT_ARCHIVE);
+	if (len <= pre + 4 || strncmp(name, RECEIVER_TRANSIENT_ARCHIVE, pre) != 0 ||
+	    strcmp(name + len - 4, ".tar") != 0)
 		return 0;
 	for (i = pre; i < len - 4; i++) {
 		char c = name[i];
