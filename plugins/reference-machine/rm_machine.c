@@ -90,9 +90,12 @@ static relay_status answer_lease(const rm_state *st, json_object *lease, char **
 /* Writes the lease document durably enough for a reference: temp + rename. */
 static relay_status write_lease(const rm_state *st, const char *dir, json_object *lease, relay_error *err)
 {
-	char path[RM_PATH_MAX], tmp[RM_PATH_MAX + 8];
-	snprintf(path, sizeof path, "%s/lease.json", dir);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	char path[RM_PATH_MAX + 16], tmp[RM_PATH_MAX + 24];
+	/* A path that does not fit is refused, never cut (a cut path names
+	 * another file). */
+	if (snprintf(path, sizeof path, "%s/lease.json", dir) >= (int)sizeof path ||
+	    snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+		return rm_err(st, err, RELAY_E_TOO_LARGE, 0, "the guest folder %s is too long", dir);
 	if (json_object_to_file_ext(tmp, lease, JSON_C_TO_STRING_PLAIN) != 0 || rename(tmp, path) != 0)
 		return rm_err(st, err, RELAY_E_IO, errno, "cannot write %s", path);
 	return RELAY_OK;
