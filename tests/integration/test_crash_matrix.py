@@ -106,9 +106,10 @@ class Life:
         self.tokens_seen = []
         self.guest_receipts = {}
 
-    def look_at_guest(self):
+    def look_at_guest(self, r, step):
         """The guest's count file and receipts, read before each step (the finish's release
-        removes the fake guest's folder)."""
+        removes the fake guest's folder). `r`, `step`: the relay and the step about to run
+        (a guest not on this host reads through them)."""
         if not self.got:
             return
         root = self.got["guestRoot"]
@@ -179,12 +180,12 @@ def guest_status(s, name):
     return None
 
 
-def recover(life, r):
+def recover(life, r, steps=STEPS):
     """After the restart: where the life goes on from. Returns the index of the step to do."""
     s = wait_settled(r)
     g = guest_status(s, life.guest) if life.guest else None
     if g is None and life.got and os.path.exists(os.path.join(life.got["evidencePath"], "manifest.json")):
-        return len(STEPS)  # the crash came after the package was delivered: the life is over
+        return len(steps)  # the crash came after the package was delivered: the life is over
     if g is None or g["phase"] in ("acquisition-uncertain", "acquiring", "not-acquired"):
         if g is not None:  # settle an uncertain acquisition, then acquire afresh
             res = r.call_tool("relay_release", {"guest": life.guest}, timeout=240)
@@ -195,13 +196,19 @@ def recover(life, r):
                 res = r.call_tool("relay_release", {"guest": h["guest"]}, timeout=240)
                 assert not res["isError"], "release of %s: %s" % (h["guest"], text_of(res))
         life.guest = None
-        return STEPS.index("acquire")
+        return steps.index("acquire")
     return None
 
 
-def run_life(env, point, action="crash"):
-    """Runs the life with `point` set to `action`; returns (life, stats)."""
-    life = Life(env, point)
+    def leases_left(self, env):
+        """Leases the backend still holds (machine-fake's lease files)."""
+        leases_dir = os.path.join(env.state_dir, "plugins", "machine-fake", "leases")
+        return [n for n in os.listdir(leases_dir)] if os.path.isdir(leases_dir) else []
+
+
+def run_life(env, point, action="crash", make_life=Life, steps=STEPS):
+    """Runs the life of `steps` with `point` set to `action`; returns (life, stats)."""
+    life = make_life(env, point)
     fp_env = {"MCP_RELAY_FAILPOINTS": "%s=%s" % (point, action)}
     reached = False
     i = 0
@@ -209,9 +216,9 @@ def run_life(env, point, action="crash"):
     r.initialize()
     restarted = False
     try:
-        while i < len(STEPS):
-            name = STEPS[i]
-            life.look_at_guest()
+        while i < len(steps):
+            name = steps[i]
+            life.look_at_guest(r, name)
             failure = None
             try:
                 res = life.step(r, name)
@@ -249,7 +256,7 @@ def run_life(env, point, action="crash"):
                 r = env.relay()
                 r.initialize()
                 restarted = True
-                back = recover(life, r)
+                back = recover(life, r, steps)
                 if back is not None:
                     i = back
                     continue
@@ -269,7 +276,7 @@ def run_life(env, point, action="crash"):
             assert not res["isError"], "release of %s: %s" % (g["guest"], text_of(res))
     finally:
         r.close()
-    assert reached, "failpoint %s was never reached in the life %s" % (point, "/".join(STEPS))
+    assert reached, "failpoint %s was never reached in the life %s" % (point, "/".join(steps))
     return life, count(env, life)
 
 
@@ -293,9 +300,8 @@ def count(env, life):
     lost += ["guest receipt " + p for p, h in life.guest_receipts.items() if h not in have]
     stats["lost"] = len(lost)
     stats["lost_files"] = lost
-    # leases: what the fake backend still holds, and registry rows
-    leases_dir = os.path.join(env.state_dir, "plugins", "machine-fake", "leases")
-    left = [n for n in os.listdir(leases_dir)] if os.path.isdir(leases_dir) else []
+    # leases: what the backend still holds, and registry rows
+    left = life.leases_left(env)
     reg = os.path.join(env.state_dir, "registry.md")
     rows = registry_rows(open(reg).read()) if os.path.exists(reg) else []
     stats["leases"] = len(left) + len(rows)

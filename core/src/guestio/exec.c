@@ -18,6 +18,34 @@
 
 /* ---- exec ----------------------------------------------------------------------- */
 
+#ifdef RELAY_FAILPOINTS
+/* "MCP_RELAY_FAILPOINTS=<the receiver entries of the relay's own setting>" for a
+ * receiver command, or NULL when it names none: machine-local and ssh guests
+ * start the receiver with a clean environment (docs/reliability.md §2). Test
+ * builds only; the caller frees. */
+static char *receiver_failpoints_env(void)
+{
+	const char *text = getenv("MCP_RELAY_FAILPOINTS");
+	strbuf sb;
+	strbuf_init(&sb);
+	strbuf_puts(&sb, "MCP_RELAY_FAILPOINTS=");
+	size_t prefix_len = sb.len;
+	while (text && *text) {
+		const char *end = strchr(text, ',');
+		size_t len = end ? (size_t)(end - text) : strlen(text);
+		if (len > 9 && strncmp(text, "receiver.", 9) == 0) {
+			if (sb.len > prefix_len)
+				strbuf_putc(&sb, ',');
+			strbuf_append(&sb, text, len);
+		}
+		text = end ? end + 1 : NULL;
+	}
+	char *out = strbuf_ok(&sb) && sb.len > prefix_len ? strbuf_detach(&sb, NULL) : NULL;
+	strbuf_free(&sb);
+	return out;
+}
+#endif
+
 /* gio_exec_call with the standard input of `sv` (NULL: none). */
 static relay_status exec_with_input(guest_io *io, relay_call *call, const char *const *argv, const char *cwd,
                                     uint64_t timeout_ms, size_t max_output_bytes, unsigned flags,
@@ -42,8 +70,16 @@ static relay_status exec_with_input(guest_io *io, relay_call *call, const char *
 		req.stdin_len = sv ? sv->stdin_len : 0;
 		req.max_stdout_bytes = sv ? sv->max_stdout_bytes : 0;
 	}
+#ifdef RELAY_FAILPOINTS
+	char *fp_env = io->receiver && strcmp(argv[0], io->receiver) == 0 ? receiver_failpoints_env() : NULL;
+	const char *fp_envp[] = {fp_env, NULL};
+	req.envp = fp_env ? fp_envp : NULL;
+#endif
 	relay_status st =
 	    io->plugin->transport.exec(io->plugin->state, io->conn, &req, call, flags, res, err);
+#ifdef RELAY_FAILPOINTS
+	free(fp_env);
+#endif
 	if (st != RELAY_OK && err->message[0] == '\0')
 		relay_error_set(err, st, 0, "the transport could not run %s: %s", argv[0],
 		                relay_status_str(st));
