@@ -93,6 +93,8 @@ def tree_hashes(root):
 class Life:
     """One guest's life across relays, with what the counts need."""
 
+    acquire_args = {"task": "matrix", "image": "ubuntu2404", "extractions": DECLARED}
+
     def __init__(self, env, point):
         self.env, self.point = env, point
         self.guest = None
@@ -126,8 +128,7 @@ class Life:
 
     def step(self, r, name):
         if name == "acquire":
-            res = self.call(r, "relay_acquire", {"task": "matrix", "image": "ubuntu2404",
-                                                 "extractions": DECLARED})
+            res = self.call(r, "relay_acquire", self.acquire_args)
             if not res["isError"]:
                 self.got = structured(res)
                 self.packages.append(self.got["evidencePath"])
@@ -155,6 +156,11 @@ class Life:
         if name == "finish":
             return self.call(r, "relay_finish", {"guest": self.guest}, timeout=300)
         raise AssertionError(name)
+
+    def leases_left(self, env):
+        """Leases the backend still holds (machine-fake's lease files)."""
+        leases_dir = os.path.join(env.state_dir, "plugins", "machine-fake", "leases")
+        return [n for n in os.listdir(leases_dir)] if os.path.isdir(leases_dir) else []
 
     def snapshot(self):
         if self.got:
@@ -199,11 +205,6 @@ def recover(life, r, steps=STEPS):
         return steps.index("acquire")
     return None
 
-
-    def leases_left(self, env):
-        """Leases the backend still holds (machine-fake's lease files)."""
-        leases_dir = os.path.join(env.state_dir, "plugins", "machine-fake", "leases")
-        return [n for n in os.listdir(leases_dir)] if os.path.isdir(leases_dir) else []
 
 
 def run_life(env, point, action="crash", make_life=Life, steps=STEPS):

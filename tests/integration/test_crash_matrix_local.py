@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
 from delivery_support import DeliveryEnv, structured  # noqa: E402
 from runs_support import diag  # noqa: E402
-from test_crash_matrix import Life, catalogue, failpoints_built, prepare_project, run_life  # noqa: E402
+from test_crash_matrix import CRASH_EXIT, Life, catalogue, failpoints_built, prepare_project, run_life  # noqa: E402
 
 LOCAL_STEPS = ("acquire", "stage", "run1", "run2", "finish")
 LOCAL_OPTIONS = {"display": "off", "maxGuests": 2}
@@ -38,16 +38,7 @@ LOCAL_OPTIONS = {"display": "off", "maxGuests": 2}
 class LocalLife(Life):
     """The life on machine-local: no declared outputs, the guest read through the relay."""
 
-    def step(self, r, name):
-        if name == "acquire":
-            res = self.call(r, "relay_acquire", {"task": "matrix", "image": "local", "extractions": []})
-            if not res["isError"]:
-                self.got = structured(res)
-                self.packages.append(self.got["evidencePath"])
-                self.guest = self.got["guest"]
-                self.guest_roots.append(self.got["guestRoot"])
-            return res
-        return Life.step(self, r, name)
+    acquire_args = {"task": "matrix", "image": "local", "extractions": []}
 
     def look_at_guest(self, r, step):
         """Before the finish (which ends the guest): its count file and its receipts."""
@@ -109,6 +100,132 @@ def test_receiver_crash_matrix_local(binary):
     print("local receiver crash matrix: %d failpoints, %d replayed, %d lost, %d leases left, %d unverified"
           % (len(rows), total["replayed"], total["lost"], total["leases"], total["unverified"]), flush=True)
     assert not bad, "the local receiver crash matrix is not all zero: %r" % (bad,)
+
+
+# -- a lease that lapses with no relay (docs/reliability.md §3, "Leases after a TTL") --------
+
+LAPSE_POINT = "run.before-receipt"
+LAPSE_TTL_HOURS = 0.1  # the schema's minimum (tools.md): 6 minutes
+LAPSE_OPTIONS = {"display": "off", "maxGuests": 2, "graceMs": 0, "backstopMs": 0, "reaperIntervalMs": 100}
+
+
+def lease_records(env):
+    out = []
+    for p in glob.glob(os.path.join(env.state_dir, "**", "leases", "*", "lease.json"), recursive=True):
+        with open(p) as f:
+            out.append(json.load(f))
+    return out
+
+
+def proc_stat(pid):
+    """(state, start time) of a process, or None when there is none."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def guest_processes(records):
+    """Processes of the guests of `records` still on this host: the init and helper (same pid and
+    start time, not a zombie) and anything in a guest's pid namespace. (Not by uid: guests of
+    other stores on this host may have the same uids.)"""
+    namespaces, found = set(), []
+    for rec in records:
+        ns = (rec.get("namespaces") or {}).get("pid")
+        if isinstance(ns, int) and ns > 0:
+            namespaces.add(ns)
+        for name, p in (rec.get("pids") or {}).items():
+            if isinstance(p, dict) and isinstance(p.get("pid"), int) and p["pid"] > 0:
+                st = proc_stat(p["pid"])
+                if st and st[0] != "Z" and st[1] == p.get("startTime"):
+                    found.append("%s %d" % (name, p["pid"]))
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            ns = int(os.readlink("/proc/%s/ns/pid" % d).split("[", 1)[1].rstrip("]"))
+        except (OSError, IndexError, ValueError):
+            continue
+        st = proc_stat(int(d))
+        if ns in namespaces and st and st[0] != "Z":
+            found.append("pid %s in the guest's pid namespace" % d)
+    return sorted(set(found))
+
+
+def test_lease_lapses_without_a_relay(binary):
+    """The relay dies at a failpoint mid-run and no relay comes back for its session: the guest's
+    own backstop stops it once the lease's TTL has passed, and the next relay on the store (another
+    session) reaps the expired lease of the dead relay. Leases and guest processes left: zero.
+    It waits the shortest TTL the contract allows (ttlHours 0.1, 6 minutes) with graceMs and
+    backstopMs 0, so it runs only with RELAY_LEASE_LAPSE=1."""
+    if not failpoints_built(binary):
+        skip("this build has no failpoints (configure with -DRELAY_FAILPOINTS=ON, as scripts/test does)")
+    if os.environ.get("RELAY_LEASE_LAPSE") != "1":
+        skip("waits the shortest lease TTL (ttlHours 0.1 = 6 minutes): RELAY_LEASE_LAPSE=1 runs it")
+    if os.geteuid() != 0:
+        skip("machine-local guests need the relay to run as root here")
+    env = DeliveryEnv(binary, local=True)
+    env.extra_env["MCP_RELAY_LOCAL_OPTIONS"] = json.dumps(LAPSE_OPTIONS)
+    t0 = time.monotonic()
+    try:
+        prepare_project(env)
+        r = env.relay(MCP_RELAY_FAILPOINTS="%s=crash" % LAPSE_POINT)
+        r.initialize()
+        try:
+            res = r.call_tool("relay_acquire", {"task": "lapse", "image": "local", "extractions": [],
+                                                "ttlHours": LAPSE_TTL_HOURS}, timeout=120)
+            assert not res["isError"], res
+            guest = structured(res)["guest"]
+            res = r.call_tool("relay_stage", {"guest": guest, "workspace": "ws"}, timeout=300)
+            assert not res["isError"], res
+            try:
+                r.call_tool("relay_script", {"guest": guest, "language": "shell", "inline": True,
+                                             "code": "echo lapse >> count.txt"}, timeout=120)
+            except Exception:  # noqa: BLE001 (the relay dies under the call)
+                pass
+            r.proc.wait(timeout=30)
+            assert r.proc.returncode == CRASH_EXIT, (r.proc.returncode, r.stderr_text()[-3000:])
+        finally:
+            r.close()
+        records = lease_records(env)
+        assert len(records) == 1, records
+        held = guest_processes(records)
+        assert held, "the guest was not running after its relay died: %r" % records
+        lapse_at_ms = records[0]["expiresAtMs"]
+        print("  relay died at %s; guest processes %d; lease expires in %.0f s"
+              % (LAPSE_POINT, len(held), lapse_at_ms / 1000 - time.time()), flush=True)
+        # No relay at all: the guest's init stops it once expiresAtMs + grace + backstop passed.
+        deadline = lapse_at_ms / 1000 + 60
+        while guest_processes(records) and time.time() < deadline:
+            time.sleep(1)
+        left = guest_processes(records)
+        lapsed_after = time.monotonic() - t0
+        # The next relay on the store, of another session, reaps the dead relay's expired lease.
+        r2 = env.relay(MCP_RELAY_SESSION="lapse-other")
+        r2.initialize()
+        try:
+            # A call that starts the backend (its start-up scan), then its reaper's next looks.
+            res = r2.call_tool("relay_probe", {"scope": "host"}, timeout=60)
+            assert not res["isError"], res
+            until = time.monotonic() + 30
+            while True:
+                leases = [rec["vm"] for rec in lease_records(env)]
+                folders = [p for p in glob.glob(os.path.join(env.state_dir, "**", "leases", "*"),
+                                                recursive=True) if os.path.isdir(p)]
+                if not (leases or folders) or time.monotonic() > until:
+                    break
+                time.sleep(0.5)
+        finally:
+            r2.close()
+        print("lease lapse: relay killed at %s, not restarted; after %.0f s: %d guest processes, "
+              "%d leases, %d lease folders left" % (LAPSE_POINT, lapsed_after, len(left), len(leases),
+                                                     len(folders)), flush=True)
+        assert not left, "guest processes left after the lease lapsed: %r" % left
+        assert not leases and not folders, "leases left after the lapse: %r %r" % (leases, folders)
+    finally:
+        env.cleanup()
 
 
 if __name__ == "__main__":
