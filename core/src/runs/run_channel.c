@@ -1,0 +1,90 @@
+/*
+ * A recorded run on the guest's resident channel (guest.md §17 items 3, 4):
+ * the framed request sent on `receiver serve`'s stream, the answer read as
+ * the one-shot exec's standard output would be, and the guest's own record
+ * asked when the channel broke after the request went in whole.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "guestio/resident.h"
+#include "receiver_protocol.h"
+#include "runs/run_internal.h"
+#include "util/jsonx.h"
+#include "util/log.h"
+#include "util/strbuf.h"
+
+run_channel_end run_channel_send(guest_io *io, const char *execution_id, const char *text, size_t len,
+                                 uint64_t limit_ms, gio_supervision *sv, relay_status *st_out,
+                                 relay_exec_result *res, relay_error *err)
+{
+	memset(res, 0, sizeof *res);
+	res->struct_size = sizeof *res;
+	*st_out = RELAY_OK;
+	/* A channel that is gone, or that takes no byte, is opened once more
+	 * before the run falls back (§17 item 3). */
+	for (int attempt = 0; attempt < 2; attempt++) {
+		relay_error oerr;
+		relay_error_clear(&oerr);
+		if (gio_resident_ensure(io, &oerr) != RELAY_OK) {
+			log_warning("relay_script %s: no channel to receiver serve (%s); the run goes one-shot",
+			            execution_id, oerr.message);
+			return RUN_CHANNEL_UNSENT;
+		}
+		char *answer = NULL;
+		size_t answer_len = 0;
+		relay_error_clear(err);
+		gio_resident_end end = gio_resident_request(io, sv, text, len, limit_ms, &answer, &answer_len, err);
+		switch (end) {
+		case GIO_RESIDENT_NOT_SENT:
+			log_warning("relay_script %s: the request did not go into the channel (%s)", execution_id,
+			            err->message);
+			continue;
+		case GIO_RESIDENT_ANSWERED:
+			res->exit_code = 0;
+			res->termination_confirmed = 1;
+			res->out = answer;
+			res->out_len = answer_len;
+			return RUN_CHANNEL_ANSWERED;
+		case GIO_RESIDENT_TIMED_OUT:
+			res->timed_out = 1;
+			return RUN_CHANNEL_ANSWERED;
+		case GIO_RESIDENT_CANCELLED:
+			*st_out = RELAY_E_CANCELLED;
+			return RUN_CHANNEL_ANSWERED;
+		case GIO_RESIDENT_BROKEN:
+			*st_out = RELAY_E_INDETERMINATE;
+			return RUN_CHANNEL_BROKEN;
+		}
+	}
+	return RUN_CHANNEL_UNSENT;
+}
+
+json_object *run_channel_ask(guest_io *io, const char *execution_id, bool *asked_out)
+{
+	strbuf rel = STRBUF_INIT, path = STRBUF_INIT;
+	strbuf_printf(&rel, "%s/%s.json", RECEIVER_RECEIPTS_DIR, execution_id);
+	strbuf_printf(&path, "%s/%s", io->root, strbuf_str(&rel));
+	const char *args[] = {RECEIVER_CMD_HASH, strbuf_str(&path), NULL};
+	json_object *frame = NULL, *fact = NULL;
+	relay_error err;
+	relay_error_clear(&err);
+	relay_status st = gio_receiver(io, args, GIO_SHORT_TIMEOUT_MS, &frame, &err);
+	/* exit 3: the receiver looked and found no receipt file */
+	*asked_out = st == RELAY_OK || st == RELAY_E_REFUSED;
+	if (st == RELAY_OK && frame) {
+		fact = json_object_new_object();
+		jsonx_add_str(fact, RECEIVER_FRAME_PATH, strbuf_str(&rel));
+		int64_t bytes = -1;
+		jsonx_add_str(fact, RECEIVER_FRAME_SHA256, jsonx_get_str(frame, RECEIVER_FRAME_SHA256));
+		if (jsonx_get_int(frame, RECEIVER_FRAME_BYTES, &bytes))
+			jsonx_add_int(fact, RECEIVER_FRAME_BYTES, bytes);
+	} else if (!*asked_out) {
+		log_warning("relay_script %s: the guest's record could not be asked: %s", execution_id, err.message);
+	}
+	json_object_put(frame);
+	strbuf_free(&rel);
+	strbuf_free(&path);
+	return fact;
+}
