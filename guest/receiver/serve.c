@@ -71,10 +71,12 @@ static int wait_for_request(const char *root, int64_t idle_ms)
 		int r;
 		rerr err;
 		if (left <= 0) {
-			fprintf(stderr, "receiver serve: no request for %lld ms; ending\n", (long long)idle_ms);
+			fprintf(stderr, "receiver serve: no request for %lld ms; ending\n",
+			        (long long)idle_ms);
 			return 0;
 		}
-		r = poll(&p, 1, (int)(left < RECEIVER_SERVE_ROOT_POLL_MS ? left : RECEIVER_SERVE_ROOT_POLL_MS));
+		r = poll(&p, 1,
+		         (int)(left < RECEIVER_SERVE_ROOT_POLL_MS ? left : RECEIVER_SERVE_ROOT_POLL_MS));
 		if (r > 0)
 			return 1;
 		if (r < 0 && errno != EINTR)

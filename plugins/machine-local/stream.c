@@ -38,8 +38,8 @@ static void stream_free(local_stream *s)
 	free(s);
 }
 
-relay_status stream_open(local_state *st, local_conn *conn, const relay_exec_request *req_in, relay_call *call,
-                         unsigned flags, relay_transport_stream **out, relay_error *err)
+relay_status stream_open(local_state *st, local_conn *conn, const relay_exec_request *req_in,
+                         relay_call *call, unsigned flags, relay_transport_stream **out, relay_error *err)
 {
 	(void)call;
 	*out = NULL;
@@ -75,20 +75,27 @@ relay_status stream_open(local_state *st, local_conn *conn, const relay_exec_req
 		                conn->vm, strerror(errno));
 		goto done;
 	}
-	ctl_spawn sp = {req.argv, (const char *const *)env, req.cwd && req.cwd[0] ? req.cwd : conn->home,
-	                conn->uid, conn->gid,  LP_SPAWN_NO_NEW_PRIVS,
-	                out_pipe[1], -1,       in_pipe[0]};
+	ctl_spawn sp = {req.argv,
+	                (const char *const *)env,
+	                req.cwd && req.cwd[0] ? req.cwd : conn->home,
+	                conn->uid,
+	                conn->gid,
+	                LP_SPAWN_NO_NEW_PRIVS,
+	                out_pipe[1],
+	                -1,
+	                in_pipe[0]};
 	int e = 0;
 	char why[256];
 	int rc = ctl_spawn_cmd(s->cfd, &sp, &s->pid, &e, why, sizeof why);
 	if (rc == -2) {
-		status = lu_err(st, err, RELAY_E_INDETERMINATE, e,
-		                "the init of guest %s did not confirm the start of %s", conn->vm, req.argv[0]);
+		status =
+		    lu_err(st, err, RELAY_E_INDETERMINATE, e,
+		           "the init of guest %s did not confirm the start of %s", conn->vm, req.argv[0]);
 		goto done;
 	}
 	if (rc != 0) {
-		status = lu_err(st, err, RELAY_E_TRANSIENT, e, "guest %s could not start %s: %s: %s", conn->vm,
-		                req.argv[0], why, strerror(e));
+		status = lu_err(st, err, RELAY_E_TRANSIENT, e, "guest %s could not start %s: %s: %s",
+		                conn->vm, req.argv[0], why, strerror(e));
 		goto done;
 	}
 	s->in_fd = in_pipe[1];
@@ -115,7 +122,8 @@ relay_status stream_write(local_state *st, relay_transport_stream *stream, const
 {
 	local_stream *s = stream;
 	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x", flags);
+		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x",
+		              flags);
 	if (s == NULL || s->in_fd < 0 || (data == NULL && len) || timeout_ms == 0)
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 		              "stream_write needs an open stream, data and a positive timeout");
@@ -137,7 +145,8 @@ relay_status stream_read(local_state *st, relay_transport_stream *stream, void *
 	if (flags)
 		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_read flags 0x%x", flags);
 	if (s == NULL || buf == NULL || cap == 0)
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_read needs an open stream and a buffer");
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "stream_read needs an open stream and a buffer");
 	ssize_t n = rs_fd_read_wait(s->out_fd, buf, cap, (int64_t)timeout_ms);
 	if (n >= 0) {
 		*got_out = (size_t)n;

@@ -68,7 +68,8 @@ static bool resident_alive(gio_resident *r)
 	char byte;
 	size_t got = 0;
 	relay_error err;
-	relay_status st = r->plugin->transport.stream_read(r->plugin->state, r->stream, &byte, 1, 0, 0, &got, &err);
+	relay_status st =
+	    r->plugin->transport.stream_read(r->plugin->state, r->stream, &byte, 1, 0, 0, &got, &err);
 	return st == RELAY_E_TIMEOUT;
 }
 
@@ -106,7 +107,8 @@ relay_status gio_resident_ensure(guest_io *io, relay_error *err)
 	}
 	resident_free(r);
 	if (!gio_resident_possible(io))
-		return relay_error_set(err, RELAY_E_UNSUPPORTED, 0, "the transport %s has no long-lived stream",
+		return relay_error_set(err, RELAY_E_UNSUPPORTED, 0,
+		                       "the transport %s has no long-lived stream",
 		                       io->plugin->descriptor.name);
 	const char *argv[] = {io->receiver, RECEIVER_CMD_SERVE, RECEIVER_OPT_ROOT, io->root, NULL};
 	const char *envp[3];
@@ -140,7 +142,8 @@ relay_status gio_resident_ensure(guest_io *io, relay_error *err)
 	manager_lock(io->m);
 	io->g->resident = r;
 	manager_unlock(io->m);
-	log_debug("guest %s: receiver serve started on a %s stream", io->g->name, io->plugin->descriptor.name);
+	log_debug("guest %s: receiver serve started on a %s stream", io->g->name,
+	          io->plugin->descriptor.name);
 	return RELAY_OK;
 }
 
@@ -164,7 +167,8 @@ static size_t answer_size(const strbuf *b)
 	for (size_t i = 0; i < n; i++) {
 		int64_t bytes = -1;
 		if (!jsonx_get_int(json_object_array_get_idx(parts, i), RECEIVER_PART_KEY_BYTES, &bytes) ||
-		    bytes < 0 || (uint64_t)bytes > RECEIVER_RECEIPT_MAX_BYTES + RECEIVER_ATTACH_IMAGE_MAX_BYTES) {
+		    bytes < 0 ||
+		    (uint64_t)bytes > RECEIVER_RECEIPT_MAX_BYTES + RECEIVER_ATTACH_IMAGE_MAX_BYTES) {
 			need = (size_t)-1;
 			break;
 		}
@@ -184,8 +188,8 @@ static bool resident_watch(guest_io *io, gio_supervision *sv, int64_t start, int
 		char msg[200];
 		snprintf(msg, sizeof msg, "%s running for %lld s of its %lld s limit", sv->tick_what,
 		         (long long)((now - start) / 1000), (long long)((sv->limit_ms + 999) / 1000));
-		relay_call_progress(io->call, (double)(now - start) / 1000.0, (double)sv->limit_ms / 1000.0, msg,
-		                    true);
+		relay_call_progress(io->call, (double)(now - start) / 1000.0, (double)sv->limit_ms / 1000.0,
+		                    msg, true);
 		*next_tick += sv->tick_ms;
 	}
 	if (!sv->cancelled && relay_call_is_cancelled(io->call)) {
@@ -216,30 +220,34 @@ static gio_resident_end resident_read_answer(guest_io *io, gio_resident *r, gio_
 		if (need == 0)
 			need = answer_size(b);
 		if (need == (size_t)-1) {
-			relay_error_set(err, RELAY_E_PROTOCOL, 0, "receiver serve answered something that is no frame");
+			relay_error_set(err, RELAY_E_PROTOCOL, 0,
+			                "receiver serve answered something that is no frame");
 			return GIO_RESIDENT_BROKEN;
 		}
 		if (need && b->len >= need) {
 			*extra_out = b->len > need;
 			b->len = need;
 			if (*extra_out)
-				log_warning("guest %s: receiver serve wrote %zu bytes past its answer; the channel is "
+				log_warning("guest %s: receiver serve wrote %zu bytes past its answer; the "
+				            "channel is "
 				            "closed",
 				            io->g->name, b->len - need);
 			return GIO_RESIDENT_ANSWERED;
 		}
 		if (!resident_watch(io, sv, start, &next_tick, &abort_at, &next_cancel_try)) {
-			relay_error_set(err, RELAY_E_CANCELLED, 0, "cancelled; receiver serve did not answer in the grace");
+			relay_error_set(err, RELAY_E_CANCELLED, 0,
+			                "cancelled; receiver serve did not answer in the grace");
 			return GIO_RESIDENT_CANCELLED;
 		}
 		if (clock_monotonic_ms() >= deadline) {
-			relay_error_set(err, RELAY_E_TIMEOUT, 0, "receiver serve did not answer within %llu ms",
+			relay_error_set(err, RELAY_E_TIMEOUT, 0,
+			                "receiver serve did not answer within %llu ms",
 			                (unsigned long long)limit_ms);
 			return GIO_RESIDENT_TIMED_OUT;
 		}
 		size_t got = 0;
-		relay_status st = r->plugin->transport.stream_read(r->plugin->state, r->stream, chunk, sizeof chunk,
-		                                                   RESIDENT_READ_SLICE_MS, 0, &got, err);
+		relay_status st = r->plugin->transport.stream_read(
+		    r->plugin->state, r->stream, chunk, sizeof chunk, RESIDENT_READ_SLICE_MS, 0, &got, err);
 		if (st == RELAY_E_TIMEOUT)
 			continue;
 		if (st != RELAY_OK || got == 0) {
@@ -270,8 +278,8 @@ gio_resident_end gio_resident_request(guest_io *io, gio_supervision *sv, const v
 		return GIO_RESIDENT_NOT_SENT;
 	}
 	RELAY_FAILPOINT("run.resident.before-send");
-	relay_status st =
-	    r->plugin->transport.stream_write(r->plugin->state, r->stream, request, len, GIO_RESIDENT_WRITE_MS, 0, err);
+	relay_status st = r->plugin->transport.stream_write(r->plugin->state, r->stream, request, len,
+	                                                    GIO_RESIDENT_WRITE_MS, 0, err);
 	if (st != RELAY_OK) {
 		resident_free(r);
 		return GIO_RESIDENT_NOT_SENT;

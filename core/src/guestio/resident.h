@@ -45,10 +45,11 @@ relay_status gio_resident_ensure(guest_io *io, relay_error *err);
 
 /* How a request on the channel ended. */
 typedef enum gio_resident_end {
-	GIO_RESIDENT_ANSWERED, /* *answer holds the whole answer */
-	GIO_RESIDENT_NOT_SENT, /* not every byte went in: no receiver can have run it; the channel is closed */
-	GIO_RESIDENT_BROKEN,   /* sent whole, then the channel broke or spoke out of step before a whole
-	                          answer: the run may have happened; the channel is closed */
+	GIO_RESIDENT_ANSWERED,  /* *answer holds the whole answer */
+	GIO_RESIDENT_NOT_SENT,  /* not every byte went in: no receiver can have run it; the channel is closed
+	                         */
+	GIO_RESIDENT_BROKEN,    /* sent whole, then the channel broke or spoke out of step before a whole
+	                           answer: the run may have happened; the channel is closed */
 	GIO_RESIDENT_TIMED_OUT, /* sent whole, no answer within limit_ms; the channel is closed */
 	GIO_RESIDENT_CANCELLED, /* the call was cancelled and no answer came in the grace; closed */
 } gio_resident_end;

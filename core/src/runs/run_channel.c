@@ -28,18 +28,20 @@ run_channel_end run_channel_send(guest_io *io, const char *execution_id, const c
 		relay_error oerr;
 		relay_error_clear(&oerr);
 		if (gio_resident_ensure(io, &oerr) != RELAY_OK) {
-			log_warning("relay_script %s: no channel to receiver serve (%s); the run goes one-shot",
-			            execution_id, oerr.message);
+			log_warning(
+			    "relay_script %s: no channel to receiver serve (%s); the run goes one-shot",
+			    execution_id, oerr.message);
 			return RUN_CHANNEL_UNSENT;
 		}
 		char *answer = NULL;
 		size_t answer_len = 0;
 		relay_error_clear(err);
-		gio_resident_end end = gio_resident_request(io, sv, text, len, limit_ms, &answer, &answer_len, err);
+		gio_resident_end end =
+		    gio_resident_request(io, sv, text, len, limit_ms, &answer, &answer_len, err);
 		switch (end) {
 		case GIO_RESIDENT_NOT_SENT:
-			log_warning("relay_script %s: the request did not go into the channel (%s)", execution_id,
-			            err->message);
+			log_warning("relay_script %s: the request did not go into the channel (%s)",
+			            execution_id, err->message);
 			continue;
 		case GIO_RESIDENT_ANSWERED:
 			res->exit_code = 0;
@@ -47,15 +49,9 @@ run_channel_end run_channel_send(guest_io *io, const char *execution_id, const c
 			res->out = answer;
 			res->out_len = answer_len;
 			return RUN_CHANNEL_ANSWERED;
-		case GIO_RESIDENT_TIMED_OUT:
-			res->timed_out = 1;
-			return RUN_CHANNEL_ANSWERED;
-		case GIO_RESIDENT_CANCELLED:
-			*st_out = RELAY_E_CANCELLED;
-			return RUN_CHANNEL_ANSWERED;
-		case GIO_RESIDENT_BROKEN:
-			*st_out = RELAY_E_INDETERMINATE;
-			return RUN_CHANNEL_BROKEN;
+		case GIO_RESIDENT_TIMED_OUT: res->timed_out = 1; return RUN_CHANNEL_ANSWERED;
+		case GIO_RESIDENT_CANCELLED: *st_out = RELAY_E_CANCELLED; return RUN_CHANNEL_ANSWERED;
+		case GIO_RESIDENT_BROKEN: *st_out = RELAY_E_INDETERMINATE; return RUN_CHANNEL_BROKEN;
 		}
 	}
 	return RUN_CHANNEL_UNSENT;
@@ -81,7 +77,8 @@ json_object *run_channel_ask(guest_io *io, const char *execution_id, bool *asked
 		if (jsonx_get_int(frame, RECEIVER_FRAME_BYTES, &bytes))
 			jsonx_add_int(fact, RECEIVER_FRAME_BYTES, bytes);
 	} else if (!*asked_out) {
-		log_warning("relay_script %s: the guest's record could not be asked: %s", execution_id, err.message);
+		log_warning("relay_script %s: the guest's record could not be asked: %s", execution_id,
+		            err.message);
 	}
 	json_object_put(frame);
 	strbuf_free(&rel);
