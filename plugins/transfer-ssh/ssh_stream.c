@@ -56,20 +56,23 @@ relay_status ssh_stream_open(const ssh_conn *conn, const relay_exec_request *req
 	const relay_host *host = conn->plugin->host;
 	*out = NULL;
 	if (flags)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_open flags 0x%x", flags);
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_open flags 0x%x",
+		                       flags);
 	relay_exec_request req;
 	memset(&req, 0, sizeof req);
 	if (req_in == NULL || req_in->struct_size < RELAY_EXEC_REQUEST_V1_0_SIZE)
 		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a request");
 	memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
 	if (req.argv == NULL || req.argv[0] == NULL || req.argv[0][0] == '\0')
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a non-empty argv");
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "stream_open needs a non-empty argv");
 	ssh_stream *s = calloc(1, sizeof *s);
 	char *command = stream_command(&req);
 	char **argv = command ? ssh_argv(conn, SSH_MODE_SESSION, command) : NULL;
 	relay_status status = RELAY_OK;
 	if (s == NULL || argv == NULL) {
-		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory building the stream's ssh");
+		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM,
+		                         "out of memory building the stream's ssh");
 		goto done;
 	}
 	s->host = host;
@@ -115,13 +118,14 @@ static void drain_stderr(ssh_stream *s)
 	}
 }
 
-relay_status ssh_stream_write(ssh_plugin *plugin, relay_transport_stream *stream, const void *data, size_t len,
-                              uint64_t timeout_ms, unsigned flags, relay_error *err)
+relay_status ssh_stream_write(ssh_plugin *plugin, relay_transport_stream *stream, const void *data,
+                              size_t len, uint64_t timeout_ms, unsigned flags, relay_error *err)
 {
 	const relay_host *host = plugin->host;
 	ssh_stream *s = stream;
 	if (flags)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x", flags);
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x",
+		                       flags);
 	if (s == NULL || s->child.in_fd < 0 || (data == NULL && len) || timeout_ms == 0)
 		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                       "stream_write needs an open stream, data and a positive timeout");
@@ -129,10 +133,11 @@ relay_status ssh_stream_write(ssh_plugin *plugin, relay_transport_stream *stream
 	if (rs_fd_write_all(s->child.in_fd, data, len, (int64_t)timeout_ms) == 0)
 		return RELAY_OK;
 	if (errno == ETIMEDOUT)
-		return host->error_set(err, RELAY_E_TIMEOUT, errno, "ssh did not take %zu bytes within %llu ms", len,
+		return host->error_set(err, RELAY_E_TIMEOUT, errno,
+		                       "ssh did not take %zu bytes within %llu ms", len,
 		                       (unsigned long long)timeout_ms);
-	return host->error_set(err, RELAY_E_INDETERMINATE, errno, "the ssh session's standard input broke: %s",
-	                       strerror(errno));
+	return host->error_set(err, RELAY_E_INDETERMINATE, errno,
+	                       "the ssh session's standard input broke: %s", strerror(errno));
 }
 
 relay_status ssh_stream_read(ssh_plugin *plugin, relay_transport_stream *stream, void *buf, size_t cap,
@@ -142,9 +147,11 @@ relay_status ssh_stream_read(ssh_plugin *plugin, relay_transport_stream *stream,
 	ssh_stream *s = stream;
 	*got_out = 0;
 	if (flags)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_read flags 0x%x", flags);
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_read flags 0x%x",
+		                       flags);
 	if (s == NULL || buf == NULL || cap == 0)
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "stream_read needs an open stream and a buffer");
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "stream_read needs an open stream and a buffer");
 	drain_stderr(s);
 	if (s->child.out_fd < 0)
 		return RELAY_OK; /* end of file seen before */
@@ -154,10 +161,11 @@ relay_status ssh_stream_read(ssh_plugin *plugin, relay_transport_stream *stream,
 		return RELAY_OK;
 	}
 	if (errno == ETIMEDOUT)
-		return host->error_set(err, RELAY_E_TIMEOUT, errno, "nothing arrived on the stream within %llu ms",
+		return host->error_set(err, RELAY_E_TIMEOUT, errno,
+		                       "nothing arrived on the stream within %llu ms",
 		                       (unsigned long long)timeout_ms);
-	return host->error_set(err, RELAY_E_INDETERMINATE, errno, "the ssh session's standard output broke: %s",
-	                       strerror(errno));
+	return host->error_set(err, RELAY_E_INDETERMINATE, errno,
+	                       "the ssh session's standard output broke: %s", strerror(errno));
 }
 
 void ssh_stream_close(relay_transport_stream *stream)

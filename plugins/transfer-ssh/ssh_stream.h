@@ -15,8 +15,8 @@
 
 relay_status ssh_stream_open(const ssh_conn *conn, const relay_exec_request *req, unsigned flags,
                              relay_transport_stream **out, relay_error *err);
-relay_status ssh_stream_write(ssh_plugin *plugin, relay_transport_stream *stream, const void *data, size_t len,
-                              uint64_t timeout_ms, unsigned flags, relay_error *err);
+relay_status ssh_stream_write(ssh_plugin *plugin, relay_transport_stream *stream, const void *data,
+                              size_t len, uint64_t timeout_ms, unsigned flags, relay_error *err);
 relay_status ssh_stream_read(ssh_plugin *plugin, relay_transport_stream *stream, void *buf, size_t cap,
                              uint64_t timeout_ms, unsigned flags, size_t *got_out, relay_error *err);
 void ssh_stream_close(relay_transport_stream *stream);

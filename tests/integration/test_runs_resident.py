@@ -35,9 +35,11 @@ def out_of(s):
 
 def serves(r, guest, root):
     """The pids of this guest's `receiver serve` processes (by its root: an ssh guest of the
-    fixture is this host, where other guests' receivers run too)."""
-    s = diag(r, guest, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | "
-                       "grep -qx '%s/receiver serve --root %s ' && echo ${p#/proc/}; done; true" % (root, root))
+    fixture is this host, where other guests' receivers run too). Plain sh and tr only (the
+    minimal container image has no grep)."""
+    s = diag(r, guest, "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
+                       "case \"$c\" in '%s/receiver serve --root %s ') echo ${p#/proc/};; esac; done; true"
+             % (root, root))
     assert s["outcome"]["kind"] == "completed", s
     return [int(x) for x in out_of(s).split() if x.isdigit()]
 
@@ -138,6 +140,28 @@ def test_broken_after_send_is_uncertain_never_resent(binary):
             assert "No such file" in out, out  # it never ran: it was not sent a second time
     finally:
         v.cleanup()
+
+
+def test_docker_runs_go_over_one_attached_exec(binary):
+    import docker_support
+    why = docker_support.plugin_missing(binary)
+    if why:
+        skip(why)
+    with docker_support.Engine() as eng:
+        img = eng.image("minimal")
+        with eng.relay(binary, {"minimal": img}, MCP_RELAY_SESSION="docker-resident") as r:
+            r.initialize()
+            acq = docker_support.acquire(r, "minimal")
+            g, root = acq["guest"], acq["guestRoot"]
+            st = r.call_tool("relay_stage", {"guest": g}, timeout=300)
+            assert st["isError"] is False, text_of(st)
+            for i in range(5):
+                res = run(r, g, "echo d%d\necho %d >> count\n" % (i, i))
+                s = structured(res)
+                assert res["isError"] is False and s["channel"] == "resident" and s["stdout"] == "d%d\n" % i, s
+            assert len(serves(r, g, root)) == 1
+            out = out_of(diag(r, g, "cat %s/workspace/count" % root))
+            assert out.split() == ["0", "1", "2", "3", "4"], out
 
 
 if __name__ == "__main__":
