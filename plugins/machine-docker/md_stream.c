@@ -42,7 +42,8 @@ relay_status md_tstream_open(md_state *st, md_conn *conn, const relay_exec_reque
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a request");
 	memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
 	if (req.argv == NULL || req.argv[0] == NULL || (req.cwd && req.cwd[0] && req.cwd[0] != '/'))
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs argv and an absolute cwd");
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "stream_open needs argv and an absolute cwd");
 	exec_plan p = {.container = conn->container,
 	               .user = conn->user,
 	               .argv = req.argv,
@@ -71,7 +72,8 @@ relay_status md_tstream_write(md_state *st, relay_transport_stream *stream, cons
 {
 	md_tstream *t = stream;
 	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x", flags);
+		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x",
+		              flags);
 	if (t == NULL || (data == NULL && len) || timeout_ms == 0)
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 		              "stream_write needs an open stream, data and a positive timeout");
@@ -80,7 +82,8 @@ relay_status md_tstream_write(md_state *st, relay_transport_stream *stream, cons
 	while (off < len) {
 		ssize_t w = md_stream_send(t->s, (const char *)data + off, len - off);
 		if (w == -1)
-			return md_err(st, err, RELAY_E_INDETERMINATE, 0, "the exec stream broke while sending");
+			return md_err(st, err, RELAY_E_INDETERMINATE, 0,
+			              "the exec stream broke while sending");
 		if (w > 0) {
 			off += (size_t)w;
 			continue;
@@ -150,7 +153,8 @@ relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void 
 	if (flags)
 		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_read flags 0x%x", flags);
 	if (t == NULL || buf == NULL || cap == 0)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_read needs an open stream and a buffer");
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "stream_read needs an open stream and a buffer");
 	if (t->eof)
 		return RELAY_OK;
 	int64_t deadline = md_monotonic_ms() + (int64_t)timeout_ms;
@@ -165,7 +169,8 @@ relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void 
 			return RELAY_OK;
 		}
 		if (n == -1)
-			return md_err(st, err, RELAY_E_INDETERMINATE, 0, "the exec stream broke while reading");
+			return md_err(st, err, RELAY_E_INDETERMINATE, 0,
+			              "the exec stream broke while reading");
 		if (n > 0) {
 			size_t got = demux(st, t, raw, (size_t)n, buf);
 			if (got) {
@@ -177,9 +182,11 @@ relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void 
 		int64_t left = deadline - md_monotonic_ms();
 		if (left <= 0)
 			return md_err(st, err, RELAY_E_TIMEOUT, ETIMEDOUT,
-			              "nothing arrived on the stream within %llu ms", (unsigned long long)timeout_ms);
+			              "nothing arrived on the stream within %llu ms",
+			              (unsigned long long)timeout_ms);
 		if (md_stream_wait(t->s, false, (int)(left < 1000 ? left : 1000)) < 0)
-			return md_err(st, err, RELAY_E_INDETERMINATE, errno, "the exec stream broke while waiting");
+			return md_err(st, err, RELAY_E_INDETERMINATE, errno,
+			              "the exec stream broke while waiting");
 	}
 }
 

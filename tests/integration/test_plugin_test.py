@@ -130,7 +130,7 @@ def test_machine_docker_against_podman(binary):
 
 # Each broken backend: the checks that must fail, and the first words of the message.
 BROKEN = {
-    "table-size": {2: "the transport ops table says struct_size 56 but the descriptor says transport_ops_size 48"},
+    "table-size": {2: "the transport ops table says struct_size 88 but the descriptor says transport_ops_size 80"},
     "flags": {3: "transport exec answered RELAY_OK to the unknown flag bit 0x40000000"},
     "error": {4: "machine inspect failed with RELAY_E_UNSUPPORTED_FLAGS but its error record holds code 0"},
     "out-param": {5: "machine images failed but left a value in its out-parameter"},
