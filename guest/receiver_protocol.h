@@ -188,7 +188,17 @@
  * 0 at end of input, when R is gone, or after RECEIVER_SERVE_IDLE_MS
  * without a request.
  */
-#define RECEIVER_SERVE_IDLE_MS      (15 * 60 * 1000)
+#define RECEIVER_SERVE_IDLE_MS (15 * 60 * 1000)
+/* A worker that ended without its answer (a signal, a crash) is answered
+ * for by serve, which goes on: {"executionId", "receipt": null,
+ * "workerExit": {"code": int|null, "signal": int|null}, "stderr": the
+ * worker's last RECEIVER_SERVE_STDERR_TAIL bytes of standard error}. The
+ * host reads it as the one-shot path reads a receiver's nonzero exit. */
+#define RECEIVER_FRAME_WORKER_EXIT  "workerExit"
+#define RECEIVER_FRAME_CODE         "code"
+#define RECEIVER_FRAME_SIGNAL       "signal"
+#define RECEIVER_FRAME_STDERR       "stderr"
+#define RECEIVER_SERVE_STDERR_TAIL  600
 #define RECEIVER_SERVE_IDLE_ENV     "RELAY_RECEIVER_SERVE_IDLE_MS"
 #define RECEIVER_SERVE_ROOT_POLL_MS 5000 /* how often an idle serve checks that R still exists */
 

@@ -88,34 +88,95 @@ static int wait_for_request(const char *root, int64_t idle_ms)
 	}
 }
 
-/* Reads fd to its end into b. */
-static void read_all(int fd, buf *b)
+/* Reads the worker's standard output (its answer) into `answer` and its
+ * standard error through to serve's own, keeping the last
+ * RECEIVER_SERVE_STDERR_TAIL bytes in `tail`, until both end. */
+static void collect(int out_fd, int err_fd, buf *answer, buf *tail)
 {
 	char chunk[65536];
-	for (;;) {
-		ssize_t n = read(fd, chunk, sizeof(chunk));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
+	struct pollfd p[2];
+	p[0].fd = out_fd;
+	p[1].fd = err_fd;
+	while (p[0].fd >= 0 || p[1].fd >= 0) {
+		int i;
+		p[0].events = p[1].events = POLLIN;
+		p[0].revents = p[1].revents = 0;
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
 			return;
-		buf_append(b, chunk, (size_t)n);
+		}
+		for (i = 0; i < 2; i++) {
+			ssize_t n;
+			if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			n = read(p[i].fd, chunk, sizeof(chunk));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				close(p[i].fd);
+				p[i].fd = -1;
+				continue;
+			}
+			if (i == 0) {
+				buf_append(answer, chunk, (size_t)n);
+				continue;
+			}
+			write_all(STDERR_FILENO, chunk, (size_t)n);
+			buf_append(tail, chunk, (size_t)n);
+			if (tail->len > RECEIVER_SERVE_STDERR_TAIL) {
+				size_t drop = tail->len - RECEIVER_SERVE_STDERR_TAIL;
+				memmove(tail->data, tail->data + drop, RECEIVER_SERVE_STDERR_TAIL);
+				tail->len = RECEIVER_SERVE_STDERR_TAIL;
+			}
+		}
 	}
 }
 
-/* Runs one request in a worker (a fork) whose standard output is a pipe
- * to serve: the answer goes on the channel only once the worker has
- * exited, so its lock is released by then, and only whole. 0 when the
- * worker answered, -1 when it ended without (a signal, a crash, a
- * failpoint): serve then stops. */
-static int run_in_worker(const char *root, stdin_parts *parts)
+/* The answer for a worker that ended without its own (serve.h). */
+static void answer_worker_exit(const stdin_parts *parts, int status, const buf *tail)
+{
+	rerr err;
+	jv *req = jv_parse(parts->request.data ? parts->request.data : "", parts->request.len, &err);
+	const char *id = req ? jv_get_str(req, "executionId") : NULL;
+	jv *f = jv_object();
+	jv *ex = jv_object();
+	buf text;
+	buf_init(&text);
+	utf8_sanitize(&text, tail->data ? tail->data : "", tail->len, 1);
+	jv_set_str(f, "executionId", id ? id : "unknown");
+	jv_set_null(f, "receipt");
+	if (WIFEXITED(status))
+		jv_set_int(ex, RECEIVER_FRAME_CODE, WEXITSTATUS(status));
+	else
+		jv_set_null(ex, RECEIVER_FRAME_CODE);
+	if (WIFSIGNALED(status))
+		jv_set_int(ex, RECEIVER_FRAME_SIGNAL, WTERMSIG(status));
+	else
+		jv_set_null(ex, RECEIVER_FRAME_SIGNAL);
+	jv_set(f, RECEIVER_FRAME_WORKER_EXIT, ex);
+	jv_set(f, RECEIVER_FRAME_STDERR, jv_strn(text.data ? text.data : "", text.len));
+	fprintf(stderr, "receiver serve: the worker of %s ended without its answer (status %d)\n",
+	        id ? id : "?", status);
+	frame_emit(f);
+	buf_free(&text);
+	jv_free(req);
+}
+
+/* Runs one request in a worker (a fork) whose standard output and error
+ * are pipes to serve: the answer goes on the channel only once the worker
+ * has exited, so its lock is released by then, and only whole; a worker
+ * that ended without it (a signal, a crash, a failpoint) is answered for
+ * (answer_worker_exit). */
+static void run_in_worker(const char *root, stdin_parts *parts)
 {
 	pid_t pid;
-	int status = 0, fds[2];
-	buf answer;
+	int status = 0, out[2] = {-1, -1}, errp[2] = {-1, -1};
+	buf answer, tail;
 	fflush(NULL);
-	if (pipe(fds) != 0 || (pid = fork()) < 0) {
+	if (pipe(out) != 0 || pipe(errp) != 0 || (pid = fork()) < 0) {
 		answer_refused("cannot start a worker for the request (pipe or fork failed); nothing ran");
-		return 0;
+		return;
 	}
 	if (pid == 0) {
 		/* The worker never reads the channel: the next request is
@@ -126,19 +187,23 @@ static int run_in_worker(const char *root, stdin_parts *parts)
 			dup2(devnull, STDIN_FILENO);
 			close(devnull);
 		}
-		dup2(fds[1], STDOUT_FILENO);
-		close(fds[0]);
-		close(fds[1]);
+		dup2(out[1], STDOUT_FILENO);
+		dup2(errp[1], STDERR_FILENO);
+		close(out[0]);
+		close(out[1]);
+		close(errp[0]);
+		close(errp[1]);
 		signal(SIGHUP, SIG_IGN);
 		proc_become_subreaper();
 		status = run_command_parts(root, parts);
 		fflush(NULL);
 		_exit(status);
 	}
-	close(fds[1]);
+	close(out[1]);
+	close(errp[1]);
 	buf_init(&answer);
-	read_all(fds[0], &answer);
-	close(fds[0]);
+	buf_init(&tail);
+	collect(out[0], errp[0], &answer, &tail);
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR) {
 			status = -1;
@@ -146,18 +211,13 @@ static int run_in_worker(const char *root, stdin_parts *parts)
 		}
 	if (status != -1 && WIFEXITED(status) &&
 	    (WEXITSTATUS(status) == EXIT_DONE || WEXITSTATUS(status) == EXIT_USAGE ||
-	     WEXITSTATUS(status) == EXIT_INTERNAL)) {
-		write_all(STDOUT_FILENO, answer.data ? answer.data : "", answer.len);
-		buf_free(&answer);
-		return 0;
-	}
-	buf_free(&answer);
-	if (status != -1 && WIFSIGNALED(status))
-		fprintf(stderr, "receiver serve: the worker ended by signal %d; ending\n", WTERMSIG(status));
+	     WEXITSTATUS(status) == EXIT_INTERNAL) &&
+	    answer.len > 0)
+		write_all(STDOUT_FILENO, answer.data, answer.len);
 	else
-		fprintf(stderr, "receiver serve: the worker ended without its answer (status %d); ending\n",
-		        status);
-	return -1;
+		answer_worker_exit(parts, status, &tail);
+	buf_free(&answer);
+	buf_free(&tail);
 }
 
 int cmd_serve(int argc, char **argv)
@@ -196,13 +256,8 @@ int cmd_serve(int argc, char **argv)
 			continue;
 		}
 		RECEIVER_FAILPOINT("receiver.serve.after-read");
-		r = run_in_worker(root, &parts);
+		run_in_worker(root, &parts);
 		stdin_parts_free(&parts);
-		if (r != 0) {
-			status = EXIT_INTERNAL;
-			break;
-		}
-		RECEIVER_FAILPOINT("receiver.serve.after-answer");
 	}
 	buf_free(&reader.pending);
 	return status;

@@ -95,6 +95,10 @@ class Life:
 
     acquire_args = {"task": "matrix", "image": "ubuntu2404", "extractions": DECLARED}
 
+    def hit(self, res):
+        """True when the step's answer shows the failpoint fired in the guest."""
+        return ("failpoint %s:" % self.point) in json.dumps(res)
+
     def __init__(self, env, point):
         self.env, self.point = env, point
         self.guest = None
@@ -230,7 +234,7 @@ def run_life(env, point, action="crash", make_life=Life, steps=STEPS):
                 except subprocess.TimeoutExpired:
                     pass
             died = r.proc.poll() is not None
-            receiver_hit = res is not None and ("failpoint %s:" % point) in json.dumps(res)
+            receiver_hit = res is not None and life.hit(res)
             if died or receiver_hit:
                 assert not restarted, "a second crash at %s in step %s" % (point, name)
                 if action == "error":

@@ -4,7 +4,8 @@ build made: `receiver serve --root R` takes requests framed as `run --stdin` tak
 another on one standard input, and answers each framed as `run --stdin` answers, in order; the
 replay rule holds across the stream; a request whose part fails its hash is refused and the next
 one runs; no lock is held between runs; killing serve kills no survivor of a run; it exits at end
-of input, when R is gone, and after its idle limit; at most 6 fsync-family calls per run."""
+of input, when R is gone, and after its idle limit; a worker that crashes is answered for
+(`workerExit`) and serve goes on; at most 6 fsync-family calls per run."""
 import json
 import os
 import shutil
@@ -143,6 +144,27 @@ def test_killing_serve_kills_no_survivor(binary):
         time.sleep(0.3)
         os.kill(bg, 0)  # still alive
         os.kill(bg, signal.SIGKILL)
+    finally:
+        g.close()
+
+
+def test_a_worker_that_crashes_is_answered_for_and_serve_goes_on(binary):
+    if os.environ.get("RELAY_FAILPOINTS", "").upper() not in ("ON", "1", "TRUE", "YES"):
+        raise Skip("needs a failpoint build (RELAY_FAILPOINTS=ON)")
+    g = Guest(binary)
+    try:
+        s = Serve(g, env={"MCP_RELAY_FAILPOINTS": "receiver.run.after-started=crash"})
+        frame, parts = s.ask(g.request("run-c1", "echo x >> count\n"))
+        assert frame["executionId"] == "run-c1" and frame["receipt"] is None, frame
+        assert frame["workerExit"] == {"code": 86, "signal": None}, frame
+        assert "failpoint receiver.run.after-started: crash" in frame["stderr"], frame
+        assert parts == {}
+        assert s.p.poll() is None, "serve ended with its worker"
+        frame, parts = s.ask(g.request("run-c2", "echo y >> count\n"))
+        assert frame["executionId"] == "run-c2" and frame["workerExit"]["code"] == 86, frame
+        assert not os.path.exists(g.path("workspace/count")), "a crashed run ran its script"
+        rc, err = s.close()
+        assert rc == 0, err
     finally:
         g.close()
 

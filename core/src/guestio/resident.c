@@ -31,6 +31,10 @@ struct gio_resident {
 bool gio_resident_possible(const guest_io *io)
 {
 	const relay_transport_ops *t = &io->plugin->transport;
+	/* MCP_RELAY_RESIDENT=off keeps runs one-shot (benchmarks compare the paths). */
+	const char *knob = getenv(GIO_RESIDENT_ENV);
+	if (knob && strcmp(knob, "off") == 0)
+		return false;
 	return (io->traits & RELAY_TRANSPORT_STREAM) && t->stream_open && t->stream_write && t->stream_read &&
 	       t->stream_close;
 }

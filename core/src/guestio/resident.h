@@ -33,7 +33,12 @@ typedef struct gio_resident gio_resident;
 /* How long a request's bytes may take to go into the channel. */
 #define GIO_RESIDENT_WRITE_MS 30000
 
-/* True when the guest's transport offers the stream trait. */
+/* In the relay's environment, "off" keeps every run off the channel
+ * (one-shot or pushed), for benchmarks that compare the paths. */
+#define GIO_RESIDENT_ENV "MCP_RELAY_RESIDENT"
+
+/* True when the guest's transport offers the stream trait (and
+ * GIO_RESIDENT_ENV is not "off"). */
 bool gio_resident_possible(const guest_io *io);
 
 /* Makes sure the guest has a live channel: keeps the open one when it is

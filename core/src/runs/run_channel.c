@@ -15,6 +15,31 @@
 #include "util/log.h"
 #include "util/strbuf.h"
 
+/* serve's answer for a worker that ended without its own (a crash, a
+ * signal; guest/receiver_protocol.h RECEIVER_FRAME_WORKER_EXIT) becomes
+ * what the one-shot exec of that receiver would have returned: its exit
+ * status and its standard error's tail, no standard output. */
+static void take_worker_exit(relay_exec_result *res)
+{
+	json_object *frame = gio_parse_frame(res->out, res->out_len);
+	json_object *ex = jsonx_get_obj(frame, RECEIVER_FRAME_WORKER_EXIT);
+	if (ex == NULL) {
+		json_object_put(frame);
+		return;
+	}
+	int64_t code = -1, sig = 0;
+	jsonx_get_int(ex, RECEIVER_FRAME_CODE, &code);
+	jsonx_get_int(ex, RECEIVER_FRAME_SIGNAL, &sig);
+	const char *tail = jsonx_get_str(frame, RECEIVER_FRAME_STDERR);
+	gio_exec_result_free(res);
+	res->exit_code = sig > 0 ? -1 : (int)code;
+	res->signal = (int)sig;
+	res->termination_confirmed = 0;
+	res->err = strdup(tail ? tail : "");
+	res->err_len = res->err ? strlen(res->err) : 0;
+	json_object_put(frame);
+}
+
 run_channel_end run_channel_send(guest_io *io, const char *execution_id, const char *text, size_t len,
                                  uint64_t limit_ms, gio_supervision *sv, relay_status *st_out,
                                  relay_exec_result *res, relay_error *err)
@@ -48,6 +73,7 @@ run_channel_end run_channel_send(guest_io *io, const char *execution_id, const c
 			res->termination_confirmed = 1;
 			res->out = answer;
 			res->out_len = answer_len;
+			take_worker_exit(res);
 			return RUN_CHANNEL_ANSWERED;
 		case GIO_RESIDENT_TIMED_OUT: res->timed_out = 1; return RUN_CHANNEL_ANSWERED;
 		case GIO_RESIDENT_CANCELLED: *st_out = RELAY_E_CANCELLED; return RUN_CHANNEL_ANSWERED;
