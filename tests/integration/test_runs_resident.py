@@ -142,6 +142,33 @@ def test_broken_after_send_is_uncertain_never_resent(binary):
         v.cleanup()
 
 
+def test_a_receiver_without_serve_falls_back_to_one_shot(binary):
+    """A guest whose receiver cannot serve (one staged by an older relay answers serve with its
+    usage error): the run goes one-shot, runs once, and the record says so."""
+    v = local_variant(binary)
+    try:
+        with v.relay() as r:
+            r.initialize()
+            g = v.acquire(r)
+            guest, root = g["guest"], g["guestRoot"]
+            res = stage(r, guest)
+            assert res["isError"] is False, text_of(res)
+            pids = serves(r, guest, root)
+            assert len(pids) == 1, pids
+            wrapper = ("#!/bin/sh\nif [ \"$1\" = serve ]; then echo '{\"error\":\"usage: receiver version | run\"}'; "
+                       "exit 2; fi\nexec %s/receiver.real \"$@\"\n" % root)
+            diag(r, guest, "mv %s/receiver %s/receiver.real && printf '%%s' '%s' > %s/receiver && chmod 700 %s/receiver "
+                           "&& kill -9 %d" % (root, root, wrapper.replace("'", "'\\''"), root, root, pids[0]))
+            for i in range(2):
+                res = run(r, guest, "echo old-%d\necho %d >> count\n" % (i, i))
+                s = structured(res)
+                assert res["isError"] is False and s["channel"] == "one-shot" and s["stdout"] == "old-%d\n" % i, s
+            count = out_of(diag(r, guest, "cat %s/workspace/count" % root))
+            assert count.split() == ["0", "1"], count
+    finally:
+        v.cleanup()
+
+
 def test_docker_runs_go_over_one_attached_exec(binary):
     import docker_support
     why = docker_support.plugin_missing(binary)

@@ -225,9 +225,10 @@ typedef struct relay_transport_ops {
 	 * input, waiting at most timeout_ms (> 0) for the pipe to take them.
 	 * RELAY_OK: every byte was handed to the transport (not a proof the
 	 * command read them). RELAY_E_TIMEOUT or RELAY_E_INDETERMINATE (the
-	 * command ended, or the connection broke): some of the bytes may
-	 * have reached the command; the stream is broken and may only be
-	 * closed. Never raises SIGPIPE in the relay. */
+	 * command ended, or the connection broke): not every byte was handed
+	 * over (some may have reached the command, never all of them: the
+	 * core relies on it, a request cut short never runs); the stream is
+	 * broken and may only be closed. Never raises SIGPIPE in the relay. */
 	relay_status (*stream_write)(relay_plugin_state *state, relay_transport_stream *stream,
 	                             const void *data, size_t len, uint64_t timeout_ms, unsigned flags,
 	                             relay_error *err);

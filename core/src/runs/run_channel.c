@@ -15,13 +15,26 @@
 #include "util/log.h"
 #include "util/strbuf.h"
 
+/* The frame line an answer begins with (guest/receiver_protocol.h), or
+ * NULL. New reference. */
+static json_object *first_frame(const char *answer, size_t len)
+{
+	const char *nl = answer && len ? memchr(answer, '\n', len) : NULL;
+	json_object *frame = nl ? jsonx_parse(answer, (size_t)(nl - answer), NULL, NULL, 0) : NULL;
+	if (frame && !json_object_is_type(frame, json_type_object)) {
+		json_object_put(frame);
+		frame = NULL;
+	}
+	return frame;
+}
+
 /* serve's answer for a worker that ended without its own (a crash, a
  * signal; guest/receiver_protocol.h RECEIVER_FRAME_WORKER_EXIT) becomes
  * what the one-shot exec of that receiver would have returned: its exit
  * status and its standard error's tail, no standard output. */
 static void take_worker_exit(relay_exec_result *res)
 {
-	json_object *frame = gio_parse_frame(res->out, res->out_len);
+	json_object *frame = first_frame(res->out, res->out_len);
 	json_object *ex = jsonx_get_obj(frame, RECEIVER_FRAME_WORKER_EXIT);
 	if (ex == NULL) {
 		json_object_put(frame);
@@ -38,6 +51,17 @@ static void take_worker_exit(relay_exec_result *res)
 	res->err = strdup(tail ? tail : "");
 	res->err_len = res->err ? strlen(res->err) : 0;
 	json_object_put(frame);
+}
+
+/* True for the {"error"} frame of a receiver that could not start serve
+ * (no such subcommand, an unusable root): it names no execution. */
+static bool serve_unusable(const char *answer, size_t len)
+{
+	json_object *frame = first_frame(answer, len);
+	bool unusable = frame && jsonx_get_str(frame, RECEIVER_FRAME_ERROR) &&
+	                !jsonx_get_str(frame, RECEIVER_FRAME_EXECUTION_ID);
+	json_object_put(frame);
+	return unusable;
 }
 
 run_channel_end run_channel_send(guest_io *io, const char *execution_id, const char *text, size_t len,
@@ -69,6 +93,17 @@ run_channel_end run_channel_send(guest_io *io, const char *execution_id, const c
 			            execution_id, err->message);
 			continue;
 		case GIO_RESIDENT_ANSWERED:
+			if (serve_unusable(answer, answer_len)) {
+				/* A receiver that has no serve (staged by an older relay)
+				 * or cannot use R answers {"error"} at once: nothing ran. */
+				log_warning(
+				    "relay_script %s: receiver serve is not usable in this guest (%.*s); the "
+				    "run goes one-shot",
+				    execution_id, (int)(answer_len > 200 ? 200 : answer_len), answer);
+				free(answer);
+				gio_resident_close(io->m, io->g);
+				return RUN_CHANNEL_UNSENT;
+			}
 			res->exit_code = 0;
 			res->termination_confirmed = 1;
 			res->out = answer;
