@@ -252,7 +252,9 @@ static void task_answer(void *arg, const tool_result *result)
 	if (t->status == TASK_WORKING) {
 		if (result && strbuf_ok(&body) && (t->result_json = strdup(strbuf_str(&body))) != NULL) {
 			t->status = TASK_COMPLETED;
-			set_message(t, result->headline);
+			/* Its summary: relay_script's lead sentence, else the headline
+			 * (relay_script's carries imageDelivery). */
+			set_message(t, result->lead ? result->lead : result->headline);
 		} else {
 			t->status = TASK_FAILED;
 			set_message(t, "The result could not be formed (out of memory); see the relay's stderr");
