@@ -99,11 +99,12 @@ static void handle_initialize(mcp_server *srv, batch *b, const char *id_text, js
 	srv->legacy_tasks = tasks;
 	pthread_mutex_unlock(&srv->lock);
 	strbuf sb = STRBUF_INIT;
-	strbuf_printf(&sb,
-	              "{\"protocolVersion\":\"%s\",\"capabilities\":{\"tools\":{}%s},\"serverInfo\":{\"name\":"
-	              "\"relay\",\"version\":\"" RELAY_VERSION "\"},\"instructions\":",
-	              answer,
-	              tasks ? ",\"tasks\":{\"list\":{},\"cancel\":{},\"requests\":{\"tools\":{\"call\":{}}}}" : "");
+	strbuf_printf(
+	    &sb,
+	    "{\"protocolVersion\":\"%s\",\"capabilities\":{\"tools\":{}%s},\"serverInfo\":{\"name\":"
+	    "\"relay\",\"version\":\"" RELAY_VERSION "\"},\"instructions\":",
+	    answer,
+	    tasks ? ",\"tasks\":{\"list\":{},\"cancel\":{},\"requests\":{\"tools\":{\"call\":{}}}}" : "");
 	const char *instructions = contract_instructions();
 	jsonx_write_string(&sb, instructions, strlen(instructions));
 	strbuf_putc(&sb, '}');
@@ -204,7 +205,8 @@ static void request_free(mcp_request *req)
 	free(req);
 }
 
-bool send_progress(mcp_server *srv, const char *token_text, double progress, double total, const char *message)
+bool send_progress(mcp_server *srv, const char *token_text, double progress, double total,
+                   const char *message)
 {
 	if (token_text == NULL || atomic_load(&srv->out_failed))
 		return false;
@@ -468,7 +470,8 @@ static void handle_listen(mcp_server *srv, batch *b, const char *id_text, const 
 	if (filter && json_object_object_get_ex(filter, "taskIds", &task_ids)) {
 		if (!tasks_declared(params)) {
 			send_error(srv, b, id_text, -32021, "Missing required client capability",
-			           "{\"requiredCapabilities\":{\"extensions\":{\"" TASKS_EXTENSION "\":{}}}}");
+			           "{\"requiredCapabilities\":{\"extensions\":{\"" TASKS_EXTENSION
+			           "\":{}}}}");
 			return;
 		}
 		if (!json_object_is_type(task_ids, json_type_array)) {
@@ -502,8 +505,9 @@ static void handle_listen(mcp_server *srv, batch *b, const char *id_text, const 
 	 * once, even when the request came in a batch. The subscription's own
 	 * answer comes at the end of the session. */
 	strbuf sb = STRBUF_INIT;
-	strbuf_puts(&sb, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\"params\":"
-	                 "{\"notifications\":{");
+	strbuf_puts(&sb,
+	            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\"params\":"
+	            "{\"notifications\":{");
 	if (task_ids) {
 		strbuf_puts(&sb, "\"taskIds\":");
 		tasks_watch(srv, id_text, id_key, task_ids, &sb);

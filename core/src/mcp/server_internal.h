@@ -34,12 +34,13 @@
 #define WAKE_END_DONE      'e'
 #define WAKE_OUTPUT_FAILED 'o'
 
-#define TASKS_EXTENSION          "io.modelcontextprotocol/tasks"
-#define CLIENT_CAPABILITIES_KEY  "io.modelcontextprotocol/clientCapabilities"
+#define TASKS_EXTENSION         "io.modelcontextprotocol/tasks"
+#define CLIENT_CAPABILITIES_KEY "io.modelcontextprotocol/clientCapabilities"
 
 /* The modern-era fields of a result, without a leading comma. */
 #define MODERN_META                                                                                          \
-	"\"_meta\":{\"io.modelcontextprotocol/serverInfo\":{\"name\":\"relay\",\"version\":\"" RELAY_VERSION "\"}}"
+	"\"_meta\":{\"io.modelcontextprotocol/serverInfo\":{\"name\":\"relay\",\"version\":\"" RELAY_VERSION \
+	"\"}}"
 #define MODERN_FIELDS "\"resultType\":\"complete\"," MODERN_META
 
 typedef struct batch batch;
@@ -150,7 +151,8 @@ void batch_release(mcp_server *srv, batch *b);
 bool id_in_flight_locked(mcp_server *srv, const char *id_key);
 /* Writes notifications/progress for `token_text` now; false when nothing
  * could be written. */
-bool send_progress(mcp_server *srv, const char *token_text, double progress, double total, const char *message);
+bool send_progress(mcp_server *srv, const char *token_text, double progress, double total,
+                   const char *message);
 
 /* Answers one request by method (initialize, tools/call, ...). */
 void handle_request(mcp_server *srv, batch *b, const char *method, json_object *id, json_object *params);

@@ -56,16 +56,16 @@ struct mcp_task {
 	mcp_server *srv;
 	char id[37];
 	char tool[40];
-	bool modern;             /* an io.modelcontextprotocol/tasks task, else 2025-11-25 */
-	char *token_text;        /* 2025-11-25: the request's progressToken, or NULL */
-	relay_call *call;        /* under srv->lock; NULL once the call completes */
-	task_status status;      /* the rest under srv->task_lock */
-	char *status_message;    /* owned, may be NULL */
+	bool modern;          /* an io.modelcontextprotocol/tasks task, else 2025-11-25 */
+	char *token_text;     /* 2025-11-25: the request's progressToken, or NULL */
+	relay_call *call;     /* under srv->lock; NULL once the call completes */
+	task_status status;   /* the rest under srv->task_lock */
+	char *status_message; /* owned, may be NULL */
 	int64_t created_ms;
 	int64_t updated_ms;
-	char *result_json;       /* completed: the rendered result */
-	task_waiter *waiters;    /* 2025-11-25 tasks/result requests */
-	mcp_task *next;          /* srv->tasks, under srv->lock */
+	char *result_json;    /* completed: the rendered result */
+	task_waiter *waiters; /* 2025-11-25 tasks/result requests */
+	mcp_task *next;       /* srv->tasks, under srv->lock */
 };
 
 /* The six tools whose duration depends on the backend, the bytes moved or
@@ -112,7 +112,8 @@ static void write_task_fields(strbuf *sb, const mcp_task *t)
 	strbuf_printf(sb, ",\"createdAt\":\"%s\",\"lastUpdatedAt\":\"%s\",\"%s\":null", created, updated,
 	              t->modern ? "ttlMs" : "ttl");
 	if (t->status == TASK_WORKING)
-		strbuf_printf(sb, ",\"%s\":%d", t->modern ? "pollIntervalMs" : "pollInterval", TASK_POLL_INTERVAL_MS);
+		strbuf_printf(sb, ",\"%s\":%d", t->modern ? "pollIntervalMs" : "pollInterval",
+		              TASK_POLL_INTERVAL_MS);
 }
 
 /* A modern DetailedTask's fields: the Task, and the result or error of a
@@ -138,7 +139,8 @@ static void notify_status_locked(mcp_task *t)
 	mcp_server *srv = t->srv;
 	strbuf sb = STRBUF_INIT;
 	if (!t->modern) {
-		strbuf_puts(&sb, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tasks/status\",\"params\":{");
+		strbuf_puts(&sb,
+		            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tasks/status\",\"params\":{");
 		write_task_fields(&sb, t);
 		strbuf_puts(&sb, "}}");
 		if (strbuf_ok(&sb))
@@ -175,8 +177,8 @@ static void answer_result_locked(mcp_task *t, batch *b, const char *id_text)
 		/* A legacy result has no _meta (render.c): add one before its
 		 * closing brace. */
 		strbuf_append(&sb, t->result_json, len - 1);
-		strbuf_printf(&sb, ",\"_meta\":{\"io.modelcontextprotocol/related-task\":{\"taskId\":\"%s\"}}}",
-		              t->id);
+		strbuf_printf(
+		    &sb, ",\"_meta\":{\"io.modelcontextprotocol/related-task\":{\"taskId\":\"%s\"}}}", t->id);
 		if (strbuf_ok(&sb))
 			send_result(srv, b, id_text, sb.data, sb.len);
 		else
@@ -184,7 +186,8 @@ static void answer_result_locked(mcp_task *t, batch *b, const char *id_text)
 		strbuf_free(&sb);
 	} else if (t->status == TASK_CANCELLED) {
 		char msg[200];
-		snprintf(msg, sizeof msg, "Task %s was cancelled: %s has no result, and nothing of it is replayed", t->id,
+		snprintf(msg, sizeof msg,
+		         "Task %s was cancelled: %s has no result, and nothing of it is replayed", t->id,
 		         t->tool);
 		send_error(srv, b, id_text, -32602, msg, NULL);
 	} else {
@@ -257,7 +260,8 @@ static void task_answer(void *arg, const tool_result *result)
 			set_message(t, result->lead ? result->lead : result->headline);
 		} else {
 			t->status = TASK_FAILED;
-			set_message(t, "The result could not be formed (out of memory); see the relay's stderr");
+			set_message(t,
+			            "The result could not be formed (out of memory); see the relay's stderr");
 		}
 		task_ended_locked(t);
 	}
@@ -301,8 +305,9 @@ static void write_create_result(strbuf *sb, const mcp_task *t)
 	write_task_fields(sb, t);
 	strbuf_puts(sb, "},\"_meta\":{\"io.modelcontextprotocol/model-immediate-response\":");
 	char text[200];
-	snprintf(text, sizeof text, "%s runs in the background as task %s; its result arrives when the task ends.",
-	         t->tool, t->id);
+	snprintf(text, sizeof text,
+	         "%s runs in the background as task %s; its result arrives when the task ends.", t->tool,
+	         t->id);
 	jsonx_write_string(sb, text, strlen(text));
 	strbuf_puts(sb, "}}");
 }
@@ -321,8 +326,9 @@ static task_start wants_task(mcp_server *srv, batch *b, const char *id_text, jso
 	if (!negotiated || !json_object_object_get_ex(params, "task", &task))
 		return TASK_NOT;
 	if (!json_object_is_type(task, json_type_object)) {
-		send_error_reason(srv, b, id_text, -32602, "Invalid params",
-		                  "tools/call params.task must be an object: {} or {\"ttl\": <milliseconds>}");
+		send_error_reason(
+		    srv, b, id_text, -32602, "Invalid params",
+		    "tools/call params.task must be an object: {} or {\"ttl\": <milliseconds>}");
 		return TASK_ANSWERED;
 	}
 	if (!tool_may_take_long(name)) {
@@ -357,7 +363,8 @@ task_start tasks_maybe_start(mcp_server *srv, batch *b, const char *id_text, con
 	    wire_is_id(token) && (t->token_text = wire_id_text(token)) == NULL)
 		goto oom;
 	char message[120];
-	snprintf(message, sizeof message, "%s accepted: it waits for its guest's earlier calls, then runs", t->tool);
+	snprintf(message, sizeof message, "%s accepted: it waits for its guest's earlier calls, then runs",
+	         t->tool);
 	if ((t->status_message = strdup(message)) == NULL)
 		goto oom;
 	t->call = relay_call_new(&task_sink, t, true);
@@ -417,17 +424,20 @@ static mcp_task *find_task_locked(mcp_server *srv, batch *b, const char *id_text
 		if (t->modern == modern)
 			return t;
 		char msg[300];
-		snprintf(msg, sizeof msg,
-		         "Failed to retrieve task: task %s was created by a %s request; ask for it the same way", t->id,
-		         t->modern ? "2026-07-28 (io.modelcontextprotocol/tasks)" : "2025-11-25 (initialize era)");
+		snprintf(
+		    msg, sizeof msg,
+		    "Failed to retrieve task: task %s was created by a %s request; ask for it the same way",
+		    t->id,
+		    t->modern ? "2026-07-28 (io.modelcontextprotocol/tasks)" : "2025-11-25 (initialize era)");
 		send_error(srv, b, id_text, -32602, msg, NULL);
 		return NULL;
 	}
 	strbuf msg = STRBUF_INIT;
 	strbuf_puts(&msg, "Failed to retrieve task: Task not found: ");
 	strbuf_append(&msg, task_id, strlen(task_id) > 80 ? 80 : strlen(task_id));
-	strbuf_puts(&msg, " is no task of this server process (tasks live as long as the server; after a restart, "
-	                  "relay_status shows each guest's state)");
+	strbuf_puts(&msg,
+	            " is no task of this server process (tasks live as long as the server; after a restart, "
+	            "relay_status shows each guest's state)");
 	send_error(srv, b, id_text, -32602, strbuf_ok(&msg) ? strbuf_str(&msg) : "Task not found", NULL);
 	strbuf_free(&msg);
 	return NULL;
@@ -452,7 +462,8 @@ static void send_task(mcp_server *srv, batch *b, const char *id_text, const mcp_
 	strbuf_free(&sb);
 }
 
-static void handle_result_request(mcp_server *srv, batch *b, const char *id_text, const char *id_key, mcp_task *t)
+static void handle_result_request(mcp_server *srv, batch *b, const char *id_text, const char *id_key,
+                                  mcp_task *t)
 {
 	pthread_mutex_lock(&srv->task_lock);
 	if (t->status != TASK_WORKING) {
@@ -491,8 +502,8 @@ static void handle_cancel_locked(mcp_server *srv, batch *b, const char *id_text,
 			return;
 		}
 		char msg[200];
-		snprintf(msg, sizeof msg, "Cannot cancel task %s: it is already %s (a terminal status)", t->id,
-		         status_names[status]);
+		snprintf(msg, sizeof msg, "Cannot cancel task %s: it is already %s (a terminal status)",
+		         t->id, status_names[status]);
 		send_error(srv, b, id_text, -32602, msg, NULL);
 		return;
 	}
@@ -503,8 +514,10 @@ static void handle_cancel_locked(mcp_server *srv, batch *b, const char *id_text,
 	if (t->status == TASK_WORKING) {
 		t->status = TASK_CANCELLED;
 		char msg[160];
-		snprintf(msg, sizeof msg, "Cancelled by tasks/cancel: %s stops as after notifications/cancelled; "
-		                          "nothing is replayed", t->tool);
+		snprintf(msg, sizeof msg,
+		         "Cancelled by tasks/cancel: %s stops as after notifications/cancelled; "
+		         "nothing is replayed",
+		         t->tool);
 		set_message(t, msg);
 		task_ended_locked(t);
 	}
@@ -551,14 +564,16 @@ static bool method_allowed(mcp_server *srv, batch *b, const char *id_text, const
 {
 	if (modern) {
 		if (strcmp(method, "tasks/result") == 0 || strcmp(method, "tasks/list") == 0) {
-			send_error_reason(srv, b, id_text, -32601, "Method not found",
-			                  "io.modelcontextprotocol/tasks has tasks/get, tasks/update and tasks/cancel; a "
-			                  "finished task's result comes with tasks/get");
+			send_error_reason(
+			    srv, b, id_text, -32601, "Method not found",
+			    "io.modelcontextprotocol/tasks has tasks/get, tasks/update and tasks/cancel; a "
+			    "finished task's result comes with tasks/get");
 			return false;
 		}
 		if (!tasks_declared(params)) {
 			send_error(srv, b, id_text, -32021, "Missing required client capability",
-			           "{\"requiredCapabilities\":{\"extensions\":{\"" TASKS_EXTENSION "\":{}}}}");
+			           "{\"requiredCapabilities\":{\"extensions\":{\"" TASKS_EXTENSION
+			           "\":{}}}}");
 			return false;
 		}
 		return true;
@@ -566,13 +581,14 @@ static bool method_allowed(mcp_server *srv, batch *b, const char *id_text, const
 	pthread_mutex_lock(&srv->lock);
 	bool negotiated = srv->legacy_tasks;
 	pthread_mutex_unlock(&srv->lock);
-	if (!negotiated || strcmp(method, "tasks/update") == 0) {
+	if (!negotiated) {
+		/* A client that did not declare tasks sees what it always saw. */
+		send_error(srv, b, id_text, -32601, "Method not found", NULL);
+		return false;
+	}
+	if (strcmp(method, "tasks/update") == 0) {
 		send_error_reason(srv, b, id_text, -32601, "Method not found",
-		                  negotiated ? "tasks/update belongs to the 2026-07-28 io.modelcontextprotocol/tasks "
-		                               "extension"
-		                             : "tasks/* answer a client that declared capabilities.tasks in initialize "
-		                               "(2025-11-25), or 2026-07-28 requests that declare the "
-		                               "io.modelcontextprotocol/tasks extension");
+		                  "tasks/update belongs to the 2026-07-28 io.modelcontextprotocol/tasks extension");
 		return false;
 	}
 	return true;
@@ -601,8 +617,9 @@ bool tasks_handle_request(mcp_server *srv, batch *b, const char *method, const c
 	if (task_id == NULL || (strcmp(method, "tasks/update") == 0 && responses == NULL)) {
 		pthread_mutex_unlock(&srv->lock);
 		char reason[200];
-		snprintf(reason, sizeof reason, "%s needs params.taskId, a string (the taskId of the task handle)%s",
-		         method, task_id ? " and params.inputResponses, an object" : "");
+		snprintf(reason, sizeof reason,
+		         "%s needs params.taskId, a string (the taskId of the task handle)%s", method,
+		         task_id ? " and params.inputResponses, an object" : "");
 		send_error_reason(srv, b, id_text, -32602, "Invalid params", reason);
 		return true;
 	}
@@ -736,7 +753,8 @@ void tasks_close(mcp_server *srv)
 		for (task_waiter *w = t->waiters; w;) {
 			task_waiter *next = w->next;
 			send_error(srv, w->batch, w->id_text, -32603,
-			           "The session ended before the task finished; nothing of it is replayed", NULL);
+			           "The session ended before the task finished; nothing of it is replayed",
+			           NULL);
 			if (w->batch)
 				batch_release(srv, w->batch);
 			free(w->id_text);
