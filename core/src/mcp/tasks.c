@@ -587,8 +587,9 @@ static bool method_allowed(mcp_server *srv, batch *b, const char *id_text, const
 		return false;
 	}
 	if (strcmp(method, "tasks/update") == 0) {
-		send_error_reason(srv, b, id_text, -32601, "Method not found",
-		                  "tasks/update belongs to the 2026-07-28 io.modelcontextprotocol/tasks extension");
+		send_error_reason(
+		    srv, b, id_text, -32601, "Method not found",
+		    "tasks/update belongs to the 2026-07-28 io.modelcontextprotocol/tasks extension");
 		return false;
 	}
 	return true;

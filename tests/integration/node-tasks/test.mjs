@@ -273,9 +273,16 @@ async function generation(gen) {
         check(`${gen}: tasks/get of the running script is working`, p.status === 'working', polled);
         check(`${gen}: ... with a status message and a poll interval`, typeof p.statusMessage === 'string' && p.statusMessage.length > 0 &&
             (gen === 'v1' ? p.pollInterval : p.pollIntervalMs) > 0, p);
+        // After the run's first progress (15 s in), the status message is that progress text.
+        const midPoll = SCRIPT_SECONDS >= 20 ? new Promise((res) => setTimeout(() => res(raw('tasks/get', { taskId: longId })), 16000)) : undefined;
         // A plain call for the same guest waits for the task (per-guest order).
         const plain = await plainCall('relay_script', { guest, language: 'shell', inline: true, code: 'echo plain' });
         const plainAt = Date.now();
+        if (midPoll) {
+            const mid = (await midPoll).result || {};
+            check(`${gen}: the status message follows the run's progress`, mid.status === 'working' &&
+                /limit/.test(mid.statusMessage || '') && mid.statusMessage !== p.statusMessage, { first: p.statusMessage, mid });
+        }
         const longSettled = await longRun.settle();
         const longResult = resultFromTaskOutcome(longSettled.outcome);
         check(`${gen}: the ${SCRIPT_SECONDS} s script ran to its end as a task`, longResult.isError === false &&
