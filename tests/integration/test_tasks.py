@@ -208,5 +208,30 @@ def test_a_task_run_keeps_guest_order_waits_and_cancels(binary):
         v.cleanup()
 
 
+def test_a_waiting_tasks_result_is_answered_before_the_session_ends(binary):
+    v, why = make_variant(binary, "fake")
+    if v is None:
+        from relay_client import skip
+        skip(why)
+    try:
+        with v.relay() as r:
+            legacy_with_tasks(r)
+            name = v.acquire(r)["guest"]
+            assert stage(r, name)["isError"] is False
+            created = r.request("tools/call", {"name": "relay_script", "task": {}, "arguments": {
+                "guest": name, "language": "shell", "inline": True, "code": "sleep 3; echo ended"}}, timeout=30)
+            tid = created["result"]["task"]["taskId"]
+            r.send({"jsonrpc": "2.0", "id": "wait", "method": "tasks/result", "params": {"taskId": tid}})
+            time.sleep(1)
+            r.close_stdin()
+            lines = [json.loads(x) for x in r.read_until_eof(120)]
+            answers = [m for m in lines if m.get("id") == "wait"]
+            # The end of the session lets a running call end (lifecycle.md §11), so the waiter
+            # gets the task's result, once, before the process exits.
+            assert len(answers) == 1 and structured(answers[0]["result"])["stdout"] == "ended\n", lines
+    finally:
+        v.cleanup()
+
+
 if __name__ == "__main__":
     run_tests(globals())
