@@ -477,6 +477,7 @@ static bool drop_header(const char *h)
 static void bad_request(conn *c, const char *why)
 {
 	snprintf(c->error, sizeof c->error, "%s", why);
+	snprintf(c->v.reason, sizeof c->v.reason, "not a proxy request the relay serves");
 	fail_reply(c, 400, "Bad Request", 1);
 	write_record(c, "end");
 }

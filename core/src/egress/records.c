@@ -118,7 +118,10 @@ void egress_tally_of(const json_object *doc, const char *execution_id, egress_ta
 			jsonx_get_int(c, "port", &port);
 			const char *name = jsonx_get_str(c, "name");
 			strbuf sb = STRBUF_INIT;
-			strbuf_printf(&sb, "%s:%lld", name ? name : "?", (long long)port);
+			if (name)
+				strbuf_printf(&sb, "%s:%lld", name, (long long)port);
+			else
+				strbuf_puts(&sb, "an unreadable request");
 			out->dests[out->dest_count++] = strbuf_detach(&sb, NULL);
 		}
 	}
