@@ -242,6 +242,35 @@ def test_proxy_killed_mid_download(binary):
         c.close()
 
 
+def test_relay_restart_brings_the_way_out_back(binary):
+    c = Case(binary)
+    try:
+        with c.v.relay() as r:
+            r.initialize()
+            name = c.v.acquire(r)["guest"]
+            assert stage(r, name)["isError"] is False
+            res, s = step(r, name, curl("http://allowed.test/"))
+            assert "hello from" in s["stdout"], s["stdout"]
+        # The relay is gone (the guest is paused, kept): nothing listens in the guest now.
+        with c.v.relay() as r:
+            r.initialize()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                st = structured(r.call_tool("relay_status"))
+                if any(g["guest"] == name and g["phase"] in ("staged", "ready") for g in st["guests"]):
+                    break
+                time.sleep(0.2)
+            res, s = step(r, name, curl("http://allowed.test/") + " ; " + curl("http://other.test/"))
+            assert "hello from 192.0.2.10" in s["stdout"], s["stdout"]
+            assert s["network"]["allowed"] == 1 and s["network"]["refused"] == 1, s["network"]
+            fin = r.call_tool("relay_finish", {"guest": name}, timeout=300)
+            assert fin["isError"] is False, text_of(fin)
+            doc = json.load(open(os.path.join(structured(fin)["evidencePath"], "network.json")))
+            assert doc["totals"]["allowed"] == 2 and doc["totals"]["refused"] == 1, doc["totals"]
+    finally:
+        c.close()
+
+
 def test_internet_means_every_public_destination(binary):
     c = Case(binary, network="internet", rules="")
     try:
