@@ -192,8 +192,11 @@ def test_allow_policy_cases(binary):
             assert ok["bytesIn"] > 1000 and ok["bytesOut"] > 100, ok
             rb = [cn for cn in conns if cn["name"] == "rebind.test"][0]
             assert rb["decision"] == "refused" and "loopback" in rb["reason"], rb
-            review = json.dumps(structured(fin).get("review", {}))
-            assert review is not None
+            # The viewer shows each step's connections.
+            html = open(os.path.join(ev, "index.html")).read()
+            assert "<dd>4 allowed, 0 refused</dd>" in html, html[:2000]
+            assert "<dd>1 allowed, 9 refused (other.test:80, sub.test:80, rebind.test:80" in html
+            assert "<dd>500 allowed, 0 refused</dd>" in html
     finally:
         c.close()
 
