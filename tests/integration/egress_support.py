@@ -76,7 +76,10 @@ threading.Event().wait()
 
 
 def run(*argv, check=True):
-    return subprocess.run(list(argv), check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(list(argv), check=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s" % (" ".join(argv), r.returncode, r.stderr.strip()))
+    return r
 
 
 class World:
@@ -93,17 +96,26 @@ class World:
         self.root = tempfile.mkdtemp(prefix="relay-%s-" % tag)
         os.chmod(self.root, 0o755)
         self.procs = []
-        try:
-            self._namespaces()
-            self._dns()
-            self._servers()
-        except Exception:
-            self.close()
-            raise
+        # Other jobs on this machine add and delete namespaces at the same time; `ip netns
+        # add` racing another one can leave a name that no longer enters a namespace
+        # ("setting the network namespace ... failed: Invalid argument"). Build again then.
+        for attempt in range(4):
+            try:
+                self._namespaces()
+                self._dns()
+                self._servers()
+                return
+            except Exception:
+                self._stop()
+                if attempt == 3:
+                    shutil.rmtree(self.root, ignore_errors=True)
+                    raise
+                time.sleep(0.5)
 
     def _namespaces(self):
         for ns in (self.ns_r, self.ns_w):
             run("ip", "netns", "add", ns)
+            run("ip", "netns", "exec", ns, "true")  # it enters (see __init__)
             run("ip", "-n", ns, "link", "set", "lo", "up")
         veth_r, veth_w = "egr%dr" % (os.getpid() % 100000), "egr%dw" % (os.getpid() % 100000)
         run("ip", "link", "add", veth_r, "netns", self.ns_r, "type", "veth", "peer", "name", veth_w, "netns",
@@ -139,11 +151,13 @@ class World:
             f.write(WORLD_SERVER)
         specs = ["192.0.2.10:80:plain", "192.0.2.10:8080:plain", "192.0.2.10:443:tls", "203.0.113.9:80:plain",
                  "203.0.113.9:22:plain"]
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns_w, "/usr/bin/python3", script, self.root] + specs,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        err_path = os.path.join(self.root, "world_server.err")
+        with open(err_path, "w") as err:
+            p = subprocess.Popen(["ip", "netns", "exec", self.ns_w, "/usr/bin/python3", script, self.root] + specs,
+                                 stdout=subprocess.PIPE, stderr=err, text=True)
         self.procs.append(p)
         if p.stdout.readline().strip() != "ready":
-            raise RuntimeError("the world's HTTP servers did not start")
+            raise RuntimeError("the world's HTTP servers did not start: %s" % open(err_path).read()[-2000:])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             r = self.in_relay_ns("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://allowed.test/",
@@ -167,15 +181,19 @@ class World:
         os.chmod(wrapper, 0o755)
         return wrapper
 
-    def close(self):
+    def _stop(self):
         for p in self.procs:
             p.terminate()
             try:
                 p.wait(timeout=5)
             except Exception:
                 p.kill()
+        self.procs = []
         for ns in (self.ns_r, self.ns_w):
             run("ip", "netns", "del", ns, check=False)
+
+    def close(self):
+        self._stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self):

@@ -25,6 +25,7 @@
 
 #define HEAD_MAX_BYTES   16384
 #define PUMP_BUF_BYTES   (256 * 1024)
+#define PIPE_BYTES       (1024 * 1024)
 #define CLIENT_WAIT_MS   30000
 #define CONNECT_WAIT_MS  10000
 
@@ -75,12 +76,24 @@ static void write_record(conn *c, const char *phase)
 	json_object_put(r);
 }
 
+/* Waits until `fd` takes more bytes (a non-blocking socket that is full). */
+static bool wait_writable(int fd)
+{
+	struct pollfd p = {fd, POLLOUT, 0};
+	while (poll(&p, 1, -1) < 0)
+		if (errno != EINTR)
+			return false;
+	return (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0 || (p.revents & POLLOUT);
+}
+
 static bool send_all(int fd, const void *data, size_t len)
 {
 	const char *p = data;
 	while (len > 0) {
 		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
 		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN && wait_writable(fd))
 			continue;
 		if (n <= 0)
 			return false;
@@ -349,15 +362,95 @@ static int client_hello_sni(const unsigned char *b, size_t len, char *out, size_
 
 /* ---- the bytes both ways ---------------------------------------------------------- */
 
-/* Copies both ways until both ends are done. The guest's first bytes are
- * checked: a TLS ClientHello naming another server than the one asked for
- * is a refusal. */
+/* The guest's first bytes of a tunnel: a TLS ClientHello naming another
+ * server than the one asked for is a refusal (false). Else they go
+ * upstream (false when that fails too). */
+static bool first_client_bytes(conn *c, char *buf)
+{
+	ssize_t n = recv(c->client, buf, PUMP_BUF_BYTES, 0);
+	if (n <= 0) {
+		shutdown(c->upstream, SHUT_WR);
+		return n == 0;
+	}
+	size_t have = (size_t)n;
+	char sni[EGRESS_NAME_MAX + 1];
+	int found;
+	while ((found = client_hello_sni((unsigned char *)buf, have, sni, sizeof sni)) < 0 && have < PUMP_BUF_BYTES) {
+		ssize_t more = recv(c->client, buf + have, PUMP_BUF_BYTES - have, 0);
+		if (more <= 0)
+			break;
+		have += (size_t)more;
+	}
+	if (found == 1 && strcasecmp(sni, c->name) != 0) {
+		c->v.allowed = false;
+		c->v.rule[0] = '\0';
+		snprintf(c->v.reason, sizeof c->v.reason, "the TLS server name %.80s differs from the name asked for",
+		         sni);
+		return false;
+	}
+	if (!send_all(c->upstream, buf, have))
+		return false;
+	c->bytes_out += have;
+	return true;
+}
+
+/* Moves what `from` has to `to`: through a pipe with splice() (the bytes
+ * never enter the proxy; the sockets are non-blocking then, so one wake-up
+ * moves up to 16 pipefuls), else through `buf`. Bytes moved, 0 at the end,
+ * -1 on an error, -2 when there was nothing after all. */
+static ssize_t move_bytes(int from, int to, const int pipe_fds[2], char *buf)
+{
+	if (pipe_fds[0] < 0) {
+		ssize_t n = recv(from, buf, PUMP_BUF_BYTES, 0);
+		return n > 0 && !send_all(to, buf, (size_t)n) ? -1 : n;
+	}
+	ssize_t total = 0;
+	for (int round = 0; round < 16; round++) {
+		ssize_t in = splice(from, NULL, pipe_fds[1], NULL, PIPE_BYTES, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (in == 0)
+			return total;
+		if (in < 0)
+			return errno == EAGAIN ? (total ? total : -2) : -1;
+		for (ssize_t left = in; left > 0;) {
+			ssize_t out = splice(pipe_fds[0], NULL, to, NULL, (size_t)left, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+			if (out < 0 && errno == EAGAIN && wait_writable(to))
+				continue;
+			if (out <= 0)
+				return -1;
+			left -= out;
+		}
+		total += in;
+	}
+	return total;
+}
+
+static void set_nonblocking(int fd)
+{
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* Copies both ways until both ends are done (see first_client_bytes). */
 static void pump(conn *c, bool check_sni)
 {
 	char *buf = malloc(PUMP_BUF_BYTES);
+	int up[2] = {-1, -1}, down[2] = {-1, -1};
 	if (buf == NULL)
 		return;
+	if (pipe2(up, O_CLOEXEC) == 0 && pipe2(down, O_CLOEXEC) == 0) {
+		fcntl(up[1], F_SETPIPE_SZ, PIPE_BYTES);
+		fcntl(down[1], F_SETPIPE_SZ, PIPE_BYTES);
+	} else {
+		for (int i = 0; i < 2; i++) {
+			if (up[i] >= 0)
+				close(up[i]);
+			up[i] = -1;
+		}
+	}
 	bool first = check_sni, client_open = true, upstream_open = true;
+	if (!first && up[0] >= 0) {
+		set_nonblocking(c->client);
+		set_nonblocking(c->upstream);
+	}
 	while (client_open || upstream_open) {
 		struct pollfd p[2] = {{client_open ? c->client : -1, POLLIN, 0},
 		                      {upstream_open ? c->upstream : -1, POLLIN, 0}};
@@ -366,49 +459,42 @@ static void pump(conn *c, bool check_sni)
 				continue;
 			break;
 		}
-		if (p[0].revents) {
-			ssize_t n = recv(c->client, buf, PUMP_BUF_BYTES, 0);
-			if (n > 0 && first) {
-				first = false;
-				size_t have = (size_t)n;
-				char sni[EGRESS_NAME_MAX + 1];
-				int found;
-				while ((found = client_hello_sni((unsigned char *)buf, have, sni, sizeof sni)) < 0 &&
-				       have < PUMP_BUF_BYTES) {
-					ssize_t more = recv(c->client, buf + have, PUMP_BUF_BYTES - have, 0);
-					if (more <= 0)
-						break;
-					have += (size_t)more;
-				}
-				n = (ssize_t)have;
-				if (found == 1 && strcasecmp(sni, c->name) != 0) {
-					c->v.allowed = false;
-					c->v.rule[0] = '\0';
-					snprintf(c->v.reason, sizeof c->v.reason,
-					         "the TLS server name %.80s differs from the name asked for", sni);
-					break;
-				}
+		if (p[0].revents && first) {
+			first = false;
+			if (!first_client_bytes(c, buf))
+				break;
+			if (up[0] >= 0) {
+				set_nonblocking(c->client);
+				set_nonblocking(c->upstream);
 			}
-			if (n <= 0) {
+		} else if (p[0].revents) {
+			ssize_t n = move_bytes(c->client, c->upstream, up, buf);
+			if (n == 0) {
 				client_open = false;
 				shutdown(c->upstream, SHUT_WR);
-			} else if (!send_all(c->upstream, buf, (size_t)n)) {
+			} else if (n == -1) {
 				break;
-			} else {
+			} else if (n > 0) {
 				c->bytes_out += (uint64_t)n;
 			}
 		}
 		if (p[1].revents) {
-			ssize_t n = recv(c->upstream, buf, PUMP_BUF_BYTES, 0);
-			if (n <= 0) {
+			ssize_t n = move_bytes(c->upstream, c->client, down, buf);
+			if (n == 0) {
 				upstream_open = false;
 				shutdown(c->client, SHUT_WR);
-			} else if (!send_all(c->client, buf, (size_t)n)) {
+			} else if (n == -1) {
 				break;
-			} else {
+			} else if (n > 0) {
 				c->bytes_in += (uint64_t)n;
 			}
 		}
+	}
+	for (int i = 0; i < 2; i++) {
+		if (up[i] >= 0)
+			close(up[i]);
+		if (down[i] >= 0)
+			close(down[i]);
 	}
 	free(buf);
 }
