@@ -10,6 +10,8 @@ import sys
 import time
 
 binary, rounds, connects, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+server_pid = int(sys.argv[5])
+import resource
 log = "/tmp/egress-bench-%d.jsonl" % os.getpid()
 
 lst = socket.socket(); lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -60,10 +62,17 @@ def cpu_s(pid):
 
 
 proxy_cpu = []
+path_cpu = {"direct": [], "proxy": []}  # curl + the server, per download
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def download(via_proxy):
     before = cpu_s(proxy.pid)
+    before_path = children_cpu() + cpu_s(server_pid)
     argv = ["curl", "-s", "-o", "/dev/null", "-w", "%{size_download} %{time_total}",
             "http://allowed.test/big/%d" % size]
     if via_proxy:
@@ -74,6 +83,7 @@ def download(via_proxy):
     assert int(out[0]) == size, out
     if via_proxy:
         proxy_cpu.append(cpu_s(proxy.pid) - before)
+    path_cpu["proxy" if via_proxy else "direct"].append(children_cpu() + cpu_s(server_pid) - before_path)
     return float(out[1])
 
 
@@ -101,6 +111,8 @@ summary = {
     "throughput_ratio": med["download_direct_s"] / med["download_proxy_s"],
     "records": sum(1 for _ in open(log)),
     "proxy_cpu_s_per_GiB": statistics.median(proxy_cpu) * (1 << 30) / size,
+    "curl_and_server_cpu_s_per_GiB_direct": statistics.median(path_cpu["direct"]) * (1 << 30) / size,
+    "curl_and_server_cpu_s_per_GiB_via_proxy": statistics.median(path_cpu["proxy"]) * (1 << 30) / size,
     "samples": result,
 }
 os.unlink(log)

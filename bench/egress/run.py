@@ -19,7 +19,7 @@ connects = sys.argv[3] if len(sys.argv) > 3 else "300"
 binary = os.path.abspath(os.path.join(build, "mcp-relay"))
 with egress_support.World("egress-bench") as w:
     out = w.in_relay_ns("/usr/bin/python3", os.path.join(here, "inside.py"), binary, rounds, connects,
-                        str(1 << 30)).stdout
+                        str(1 << 30), str(w.server_pid)).stdout
 s = json.loads(out)
 print(json.dumps({k: v for k, v in s.items() if k != "samples"}, indent=1))
 print("samples:", json.dumps(s["samples"]["download_direct_s"]), json.dumps(s["samples"]["download_proxy_s"]))

@@ -156,6 +156,7 @@ class World:
             p = subprocess.Popen(["ip", "netns", "exec", self.ns_w, "/usr/bin/python3", script, self.root] + specs,
                                  stdout=subprocess.PIPE, stderr=err, text=True)
         self.procs.append(p)
+        self.server_pid = p.pid  # `ip netns exec` execs the server: the same process
         if p.stdout.readline().strip() != "ready":
             raise RuntimeError("the world's HTTP servers did not start: %s" % open(err_path).read()[-2000:])
         deadline = time.monotonic() + 10
