@@ -88,17 +88,14 @@ class World:
     def __init__(self, tag="egress"):
         if os.geteuid() != 0:
             skip("the egress world needs root (network namespaces, veth)")
-        for tool in ("ip", "dnsmasq", "openssl", "curl", "unshare"):
+        for tool in ("ip", "dnsmasq", "openssl", "curl", "unshare", "nsenter"):
             if not shutil.which(tool) and not os.path.exists("/usr/sbin/" + tool):
                 skip("%s is missing (scripts/deps.sh test installs dnsmasq-base)" % tool)
-        self.ns_r = "egr-r-%d" % os.getpid()
-        self.ns_w = "egr-w-%d" % os.getpid()
         self.root = tempfile.mkdtemp(prefix="relay-%s-" % tag)
         os.chmod(self.root, 0o755)
         self.procs = []
-        # Other jobs on this machine add and delete namespaces at the same time; `ip netns
-        # add` racing another one can leave a name that no longer enters a namespace
-        # ("setting the network namespace ... failed: Invalid argument"). Build again then.
+        # A world that fails to come up (a server that did not start on a loaded machine) is
+        # built again, up to four times.
         for attempt in range(4):
             try:
                 self._namespaces()
@@ -113,28 +110,48 @@ class World:
                 time.sleep(0.5)
 
     def _namespaces(self):
+        # Each namespace is held by a process of the test (`unshare --net sleep`) and entered by
+        # its pid (`nsenter`), not by a name under /run/netns: other jobs on this machine run
+        # `ip netns add` at the same time, and a racing one can stack a new /run/netns mount
+        # over the names made before it ("setting the network namespace ... failed").
+        self.holders = {}
+        for role in ("r", "w"):
+            p = subprocess.Popen(["unshare", "--net", "sleep", "infinity"], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.procs.append(p)
+            deadline = time.monotonic() + 5
+            while os.readlink("/proc/%d/ns/net" % p.pid) == os.readlink("/proc/self/ns/net"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("unshare --net did not make a namespace")
+                time.sleep(0.01)
+            self.holders[role] = p.pid
+        self.ns_r, self.ns_w = str(self.holders["r"]), str(self.holders["w"])
         for ns in (self.ns_r, self.ns_w):
-            run("ip", "netns", "add", ns)
-            run("ip", "netns", "exec", ns, "true")  # it enters (see __init__)
-            run("ip", "-n", ns, "link", "set", "lo", "up")
+            self.ip(ns, "link", "set", "lo", "up")
         veth_r, veth_w = "egr%dr" % (os.getpid() % 100000), "egr%dw" % (os.getpid() % 100000)
         run("ip", "link", "add", veth_r, "netns", self.ns_r, "type", "veth", "peer", "name", veth_w, "netns",
             self.ns_w)
-        run("ip", "-n", self.ns_r, "addr", "add", "198.51.100.1/24", "dev", veth_r)
-        run("ip", "-n", self.ns_w, "addr", "add", "198.51.100.2/24", "dev", veth_w)
+        self.ip(self.ns_r, "addr", "add", "198.51.100.1/24", "dev", veth_r)
+        self.ip(self.ns_w, "addr", "add", "198.51.100.2/24", "dev", veth_w)
         for ns, dev in ((self.ns_r, veth_r), (self.ns_w, veth_w)):
-            run("ip", "-n", ns, "link", "set", dev, "up")
+            self.ip(ns, "link", "set", dev, "up")
         for addr in ("192.0.2.10/32", "203.0.113.9/32"):
-            run("ip", "-n", self.ns_w, "addr", "add", addr, "dev", "lo")
+            self.ip(self.ns_w, "addr", "add", addr, "dev", "lo")
         for net in ("192.0.2.0/24", "203.0.113.0/24"):
-            run("ip", "-n", self.ns_r, "route", "add", net, "via", "198.51.100.2")
+            self.ip(self.ns_r, "route", "add", net, "via", "198.51.100.2")
         self.resolv = os.path.join(self.root, "resolv.conf")
         with open(self.resolv, "w") as f:
             f.write("nameserver 198.51.100.2\noptions timeout:1 attempts:2\n")
 
+    def ip(self, ns, *argv):
+        return run("nsenter", "-t", ns, "-n", "ip", *argv)
+
+    def enter(self, ns):
+        return ["nsenter", "-t", ns, "-n"]
+
     def _dns(self):
         pid_file = os.path.join(self.root, "dnsmasq.pid")
-        argv = ["ip", "netns", "exec", self.ns_w, "dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts",
+        argv = self.enter(self.ns_w) + ["dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts",
                 "--listen-address=198.51.100.2", "--bind-interfaces", "--port=53", "--pid-file=" + pid_file,
                 "--user=root", "--log-facility=" + os.path.join(self.root, "dnsmasq.log")]
         for name, addr in (("allowed.test", "192.0.2.10"), ("sub.test", "192.0.2.10"), ("other.test", "192.0.2.10"),
@@ -153,10 +170,10 @@ class World:
                  "203.0.113.9:22:plain"]
         err_path = os.path.join(self.root, "world_server.err")
         with open(err_path, "w") as err:
-            p = subprocess.Popen(["ip", "netns", "exec", self.ns_w, "/usr/bin/python3", script, self.root] + specs,
+            p = subprocess.Popen(self.enter(self.ns_w) + ["/usr/bin/python3", script, self.root] + specs,
                                  stdout=subprocess.PIPE, stderr=err, text=True)
         self.procs.append(p)
-        self.server_pid = p.pid  # `ip netns exec` execs the server: the same process
+        self.server_pid = p.pid  # nsenter execs the server: the same process
         if p.stdout.readline().strip() != "ready":
             raise RuntimeError("the world's HTTP servers did not start: %s" % open(err_path).read()[-2000:])
         deadline = time.monotonic() + 10
@@ -170,14 +187,14 @@ class World:
 
     def in_relay_ns(self, *argv, check=True):
         """A command in the relay's namespace, with the world's resolver."""
-        return run("ip", "netns", "exec", self.ns_r, "unshare", "-m", "sh", "-c",
+        return run(*self.enter(self.ns_r), "unshare", "-m", "sh", "-c",
                    'mount --bind "$0" /etc/resolv.conf && exec "$@"', self.resolv, *argv, check=check)
 
     def relay_command(self, binary):
         """A wrapper that starts `binary` inside the relay's namespace."""
         wrapper = os.path.join(self.root, "mcp-relay-in-ns")
         with open(wrapper, "w") as f:
-            f.write('#!/bin/sh\nexec ip netns exec %s unshare -m sh -c \'mount --bind %s /etc/resolv.conf && '
+            f.write('#!/bin/sh\nexec nsenter -t %s -n unshare -m sh -c \'mount --bind %s /etc/resolv.conf && '
                     'exec "$0" "$@"\' %s "$@"\n' % (self.ns_r, self.resolv, binary))
         os.chmod(wrapper, 0o755)
         return wrapper
@@ -189,9 +206,7 @@ class World:
                 p.wait(timeout=5)
             except Exception:
                 p.kill()
-        self.procs = []
-        for ns in (self.ns_r, self.ns_w):
-            run("ip", "netns", "del", ns, check=False)
+        self.procs = []  # the namespaces (and the veth pair) go with their holders
 
     def close(self):
         self._stop()
