@@ -30,7 +30,8 @@ static int bound_in(pid_t init_pid, int type, int port, int *err_no)
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || (type == SOCK_STREAM && listen(fd, 1024) != 0)) {
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+	    (type == SOCK_STREAM && listen(fd, 1024) != 0)) {
 		*err_no = errno;
 		close(fd);
 		return -1;
@@ -44,7 +45,8 @@ relay_status local_egress_listeners(relay_plugin_state *state, const char *lease
 	local_state *st = (local_state *)state;
 	fds_out[0] = fds_out[1] = fds_out[2] = -1;
 	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown egress_listeners flags 0x%x", flags);
+		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown egress_listeners flags 0x%x",
+		              flags);
 	json_object *doc = lease_json ? json_tokener_parse(lease_json) : NULL;
 	const char *vm = lu_get_string(doc, "vm");
 	relay_status s = RELAY_OK;
@@ -55,11 +57,13 @@ relay_status local_egress_listeners(relay_plugin_state *state, const char *lease
 	unsigned long long start = (unsigned long long)lu_get_int(init, "startTime", 0);
 	const char *access = lu_get_string(lu_get_object(rec, "network"), "access");
 	if (rec == NULL) {
-		s = lu_err(st, err, RELAY_E_NOT_FOUND, e, "machine-local holds no lease %s", vm ? vm : "(none)");
+		s = lu_err(st, err, RELAY_E_NOT_FOUND, e, "machine-local holds no lease %s",
+		           vm ? vm : "(none)");
 		goto done;
 	}
 	if (access == NULL || strcmp(access, "egress") != 0) {
-		s = lu_err(st, err, RELAY_E_REFUSED, 0, "lease %s was not made for egress (its network is %s)", vm,
+		s = lu_err(st, err, RELAY_E_REFUSED, 0,
+		           "lease %s was not made for egress (its network is %s)", vm,
 		           lu_get_string(lu_get_object(rec, "network"), "mode"));
 		goto done;
 	}
@@ -73,9 +77,12 @@ relay_status local_egress_listeners(relay_plugin_state *state, const char *lease
 		fds_out[i] = bound_in(pid, types[i], ports[i], &e);
 		if (fds_out[i] < 0) {
 			s = lu_err(st, err, RELAY_E_IO, e,
-			           "cannot make the egress socket 127.0.0.1:%d in the network namespace of lease %s%s",
+			           "cannot make the egress socket 127.0.0.1:%d in the network namespace of "
+			           "lease %s%s",
 			           ports[i], vm,
-			           st->rootless ? " (without root the relay cannot enter the guest's namespace)" : "");
+			           st->rootless
+			               ? " (without root the relay cannot enter the guest's namespace)"
+			               : "");
 			for (int j = 0; j < i; j++) {
 				close(fds_out[j]);
 				fds_out[j] = -1;

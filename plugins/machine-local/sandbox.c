@@ -160,15 +160,16 @@ static relay_status check_spec(local_state *st, json_object *spec, acquire_req *
 		network = st->default_network;
 	q->network = network;
 	if (strcmp(network, "nat") != 0 && strcmp(network, "internet") != 0 && strcmp(network, "allow") != 0)
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "network must be nat, internet or allow, not %s",
-		              network);
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "network must be nat, internet or allow, not %s", network);
 	q->egress = strcmp(network, "nat") != 0;
 	if (q->egress && st->rootless)
-		return lu_err(st, err, RELAY_E_REFUSED, 0,
-		              "network %s needs the relay's egress proxy sockets in the guest's network "
-		              "namespace, and a relay that is not root cannot make them there yet (docs/egress.md); "
-		              "run the relay as root, or use nat",
-		              network);
+		return lu_err(
+		    st, err, RELAY_E_REFUSED, 0,
+		    "network %s needs the relay's egress proxy sockets in the guest's network "
+		    "namespace, and a relay that is not root cannot make them there yet (docs/egress.md); "
+		    "run the relay as root, or use nat",
+		    network);
 	const local_image *image = q->image = sandbox_find_image(st, image_key);
 	if (image == NULL) {
 		char keys[512] = "";
@@ -238,7 +239,9 @@ static json_object *new_record(local_state *st, const acquire_req *q, const char
 	json_object_object_add(net, "helper",
 	                       q->with_helper ? json_object_new_string(st->helper_name) : NULL);
 	json_object_object_add(net, "access",
-	                       json_object_new_string(q->with_helper ? "outbound" : q->egress ? "egress" : "loopback"));
+	                       json_object_new_string(q->with_helper ? "outbound"
+	                                              : q->egress    ? "egress"
+	                                                             : "loopback"));
 	json_object_object_add(record, "network", net);
 	json_object_object_add(record, "vnc", json_object_new_boolean(q->vnc));
 	json_object_object_add(record, "display", NULL);

@@ -227,8 +227,9 @@ relay_status upper_prepare(local_state *st, const char *tree, const char *lease_
 		snprintf(line, sizeof line,
 		         "# machine-local: DNS through the network helper\nnameserver 10.0.2.3\n");
 	else if (egress)
-		snprintf(line, sizeof line,
-		         "# machine-local: the relay's egress resolver (docs/egress.md)\nnameserver 127.0.0.1\n");
+		snprintf(
+		    line, sizeof line,
+		    "# machine-local: the relay's egress resolver (docs/egress.md)\nnameserver 127.0.0.1\n");
 	else
 		snprintf(line, sizeof line, "# machine-local: this guest has loopback networking only\n");
 	STEP("/etc/resolv.conf", upper_file(&u, "etc/resolv.conf", line, strlen(line)));

@@ -163,6 +163,7 @@ def test_allow_policy_cases(binary):
             p = json.loads(s["stdout"])
             for k in ("direct_tcp", "direct_tcp_dns_server", "direct_udp", "direct_ipv6"):
                 assert p[k]["ok"] is False and p[k]["errno"] in ("ENETUNREACH", "EADDRNOTAVAIL"), (k, p)
+            print("    direct attempts failed after (ms):", {k: p[k]["ms"] for k in p if k.startswith("direct")})
             assert p["resolve_allowed"] == {"ok": True, "value": "192.0.2.10", "ms": p["resolve_allowed"]["ms"]}, p
             assert p["resolve_unlisted"]["ok"] is False, p
             assert p["sni_mismatch"]["ok"] is False or "hello" not in p["sni_mismatch"].get("value", ""), p

@@ -103,15 +103,17 @@ static void test_addresses(void **state)
 	(void)state;
 	egress_policy p = parsed("example.org,10.9.0.0/16:5432,203.0.113.9/32:22", false);
 	egress_verdict v;
-	static const char *const special[] = {"127.0.0.1", "10.1.2.3",   "172.16.5.5",  "192.168.1.1",
+	static const char *const special[] = {"127.0.0.1",       "10.1.2.3",   "172.16.5.5",  "192.168.1.1",
 	                                      "169.254.169.254", "100.64.0.1", "224.0.0.251", "0.0.0.0",
-	                                      "255.255.255.255", "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1"};
+	                                      "255.255.255.255", "::1",        "fe80::1",     "fd00::1",
+	                                      "::ffff:127.0.0.1"};
 	for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) {
 		address(&p, special[i], 443, false, &v);
 		assert_false(v.allowed);
 		assert_non_null(strstr(v.reason, " is "));
 	}
-	static const char *const documentation[] = {"192.0.2.10", "198.51.100.2", "203.0.113.200", "2001:db8::1"};
+	static const char *const documentation[] = {"192.0.2.10", "198.51.100.2", "203.0.113.200",
+	                                            "2001:db8::1"};
 	for (size_t i = 0; i < sizeof documentation / sizeof documentation[0]; i++) {
 		address(&p, documentation[i], 443, false, &v);
 		assert_true(v.allowed);

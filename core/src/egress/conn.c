@@ -23,11 +23,11 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
-#define HEAD_MAX_BYTES   16384
-#define PUMP_BUF_BYTES   (256 * 1024)
-#define PIPE_BYTES       (1024 * 1024)
-#define CLIENT_WAIT_MS   30000
-#define CONNECT_WAIT_MS  10000
+#define HEAD_MAX_BYTES  16384
+#define PUMP_BUF_BYTES  (256 * 1024)
+#define PIPE_BYTES      (1024 * 1024)
+#define CLIENT_WAIT_MS  30000
+#define CONNECT_WAIT_MS 10000
 
 typedef enum proto { PROTO_HTTP, PROTO_CONNECT, PROTO_SOCKS5 } proto;
 static const char *const proto_names[] = {"http", "connect", "socks5"};
@@ -141,15 +141,16 @@ static void refusal_text(const conn *c, char *out, size_t size)
 	if (strstr(c->v.reason, "Host header"))
 		snprintf(fix, sizeof fix, "send a Host header naming %s:%d", c->name, c->port);
 	else if (c->address[0] && !v6)
-		snprintf(fix, sizeof fix, "the rule %s/32:%d in MCP_RELAY_EGRESS_ALLOW would allow it", c->address,
-		         c->port);
+		snprintf(fix, sizeof fix, "the rule %s/32:%d in MCP_RELAY_EGRESS_ALLOW would allow it",
+		         c->address, c->port);
 	else if (!v6)
 		snprintf(fix, sizeof fix, "the rule %s:%d in MCP_RELAY_EGRESS_ALLOW would allow it", c->name,
 		         c->port);
 	else
 		snprintf(fix, sizeof fix, "IPv6 destinations are not served");
-	snprintf(out, size, "egress refused %s: %s; %s (MCP_RELAY_GUEST_NETWORK=%s, set by the deployment)", dest,
-	         c->v.reason[0] ? c->v.reason : "not allowed", fix, c->ctx->policy.internet ? "internet" : "allow");
+	snprintf(out, size, "egress refused %s: %s; %s (MCP_RELAY_GUEST_NETWORK=%s, set by the deployment)",
+	         dest, c->v.reason[0] ? c->v.reason : "not allowed", fix,
+	         c->ctx->policy.internet ? "internet" : "allow");
 }
 
 static void refuse(conn *c)
@@ -222,8 +223,9 @@ fail:;
 
 static void set_address_text(conn *c, const struct sockaddr *sa)
 {
-	const void *raw = sa->sa_family == AF_INET ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
-	                                           : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+	const void *raw = sa->sa_family == AF_INET
+	                      ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+	                      : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
 	inet_ntop(sa->sa_family, raw, c->address, sizeof c->address);
 }
 
@@ -248,8 +250,8 @@ static bool decide_and_connect(conn *c)
 		                                                      ? sizeof(struct sockaddr_in)
 		                                                      : sizeof(struct sockaddr_in6));
 		if (c->upstream < 0) {
-			snprintf(c->error, sizeof c->error, "cannot connect to %s:%d: %s", c->address, c->port,
-			         strerror(errno));
+			snprintf(c->error, sizeof c->error, "cannot connect to %s:%d: %s", c->address,
+			         c->port, strerror(errno));
 			fail_reply(c, 502, "Bad Gateway", 5);
 			write_record(c, "end");
 			return false;
@@ -375,7 +377,8 @@ static bool first_client_bytes(conn *c, char *buf)
 	size_t have = (size_t)n;
 	char sni[EGRESS_NAME_MAX + 1];
 	int found;
-	while ((found = client_hello_sni((unsigned char *)buf, have, sni, sizeof sni)) < 0 && have < PUMP_BUF_BYTES) {
+	while ((found = client_hello_sni((unsigned char *)buf, have, sni, sizeof sni)) < 0 &&
+	       have < PUMP_BUF_BYTES) {
 		ssize_t more = recv(c->client, buf + have, PUMP_BUF_BYTES - have, 0);
 		if (more <= 0)
 			break;
@@ -384,8 +387,8 @@ static bool first_client_bytes(conn *c, char *buf)
 	if (found == 1 && strcasecmp(sni, c->name) != 0) {
 		c->v.allowed = false;
 		c->v.rule[0] = '\0';
-		snprintf(c->v.reason, sizeof c->v.reason, "the TLS server name %.80s differs from the name asked for",
-		         sni);
+		snprintf(c->v.reason, sizeof c->v.reason,
+		         "the TLS server name %.80s differs from the name asked for", sni);
 		return false;
 	}
 	if (!send_all(c->upstream, buf, have))
@@ -406,13 +409,15 @@ static ssize_t move_bytes(int from, int to, const int pipe_fds[2], char *buf)
 	}
 	ssize_t total = 0;
 	for (int round = 0; round < 16; round++) {
-		ssize_t in = splice(from, NULL, pipe_fds[1], NULL, PIPE_BYTES, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		ssize_t in =
+		    splice(from, NULL, pipe_fds[1], NULL, PIPE_BYTES, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 		if (in == 0)
 			return total;
 		if (in < 0)
 			return errno == EAGAIN ? (total ? total : -2) : -1;
 		for (ssize_t left = in; left > 0;) {
-			ssize_t out = splice(pipe_fds[0], NULL, to, NULL, (size_t)left, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+			ssize_t out = splice(pipe_fds[0], NULL, to, NULL, (size_t)left,
+			                     SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 			if (out < 0 && errno == EAGAIN && wait_writable(to))
 				continue;
 			if (out <= 0)
@@ -502,7 +507,8 @@ static void pump(conn *c, bool check_sni)
 /* ---- HTTP ------------------------------------------------------------------------- */
 
 /* "host[:port]" into name and port (default_port when absent). */
-static bool split_host_port(const char *text, size_t len, int default_port, char *name, size_t size, int *port)
+static bool split_host_port(const char *text, size_t len, int default_port, char *name, size_t size,
+                            int *port)
 {
 	char tmp[EGRESS_NAME_MAX + 16];
 	if (len == 0 || len >= sizeof tmp)
@@ -534,7 +540,8 @@ static bool split_host_port(const char *text, size_t len, int default_port, char
 static const char *header_value(const char *head, const char *key, size_t *len)
 {
 	size_t kl = strlen(key);
-	for (const char *line = strstr(head, "\r\n"); line && line[2] != '\r'; line = strstr(line + 2, "\r\n")) {
+	for (const char *line = strstr(head, "\r\n"); line && line[2] != '\r';
+	     line = strstr(line + 2, "\r\n")) {
 		const char *h = line + 2;
 		if (strncasecmp(h, key, kl) == 0 && h[kl] == ':') {
 			const char *v = h + kl + 1;
@@ -552,8 +559,8 @@ static const char *header_value(const char *head, const char *key, size_t *len)
 
 static bool drop_header(const char *h)
 {
-	static const char *const dropped[] = {"proxy-connection:", "proxy-authorization:", "connection:",
-	                                      "keep-alive:"};
+	static const char *const dropped[] = {
+	    "proxy-connection:", "proxy-authorization:", "connection:", "keep-alive:"};
 	for (size_t i = 0; i < sizeof dropped / sizeof dropped[0]; i++)
 		if (strncasecmp(h, dropped[i], strlen(dropped[i])) == 0)
 			return true;
@@ -584,7 +591,8 @@ static void serve_http(conn *c)
 	}
 	if (strcmp(method, "CONNECT") == 0) {
 		c->kind = PROTO_CONNECT;
-		if (!split_host_port(target, strlen(target), 0, c->name, sizeof c->name, &c->port) || c->port == 0) {
+		if (!split_host_port(target, strlen(target), 0, c->name, sizeof c->name, &c->port) ||
+		    c->port == 0) {
 			bad_request(c, "CONNECT needs host:port");
 			return;
 		}
@@ -597,14 +605,16 @@ static void serve_http(conn *c)
 			send_all(c->upstream, c->head + c->head_end, c->head_len - c->head_end);
 			c->bytes_out += c->head_len - c->head_end;
 		}
-		pump(c, c->head_len == c->head_end && !egress_parse_literal(c->name, &(struct sockaddr_storage){0}));
+		pump(c, c->head_len == c->head_end &&
+		            !egress_parse_literal(c->name, &(struct sockaddr_storage){0}));
 		write_record(c, "end");
 		return;
 	}
 	c->kind = PROTO_HTTP;
 	if (strncasecmp(target, "http://", 7) != 0) {
-		bad_request(c, "the egress proxy takes absolute http:// requests and CONNECT; use HTTPS_PROXY "
-		               "for https");
+		bad_request(c,
+		            "the egress proxy takes absolute http:// requests and CONNECT; use HTTPS_PROXY "
+		            "for https");
 		return;
 	}
 	const char *authority = target + 7;
@@ -620,7 +630,8 @@ static void serve_http(conn *c)
 	int hport = 0;
 	if (host && (!split_host_port(host, hlen, 80, hname, sizeof hname, &hport) ||
 	             strcasecmp(hname, c->name) != 0 || hport != c->port)) {
-		snprintf(c->v.reason, sizeof c->v.reason, "the Host header %.*s differs from the request's %.80s:%d",
+		snprintf(c->v.reason, sizeof c->v.reason,
+		         "the Host header %.*s differs from the request's %.80s:%d",
 		         (int)(hlen > 80 ? 80 : hlen), host, c->name, c->port);
 		refuse(c);
 		return;
@@ -633,7 +644,8 @@ static void serve_http(conn *c)
 	const char *eol = strstr(c->head, "\r\n");
 	strbuf_printf(&sb, "%s %s%.*s\r\n", method, path ? path : "/",
 	              version && version < eol ? (int)(eol - version) : 0, version ? version : "");
-	for (const char *line = eol; line && line + 2 < c->head + c->head_end - 2; line = strstr(line + 2, "\r\n")) {
+	for (const char *line = eol; line && line + 2 < c->head + c->head_end - 2;
+	     line = strstr(line + 2, "\r\n")) {
 		const char *h = line + 2, *e = strstr(h, "\r\n");
 		if (!drop_header(h))
 			strbuf_append(&sb, h, (size_t)(e - h) + 2);

@@ -126,7 +126,8 @@ static size_t answer(egress_ctx *ctx, const unsigned char *q, size_t len, unsign
 	size_t out = qend;
 	unsigned count = 0;
 	for (struct addrinfo *ai = res; ai && out + 16 <= cap && count < 16; ai = ai->ai_next) {
-		const unsigned char *ip = (const unsigned char *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+		const unsigned char *ip =
+		    (const unsigned char *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
 		unsigned char rr[16] = {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, DNS_TTL_S, 0, 4};
 		memcpy(rr + 12, ip, 4);
 		memcpy(a + out, rr, 16);

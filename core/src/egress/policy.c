@@ -69,7 +69,8 @@ static int parse_rule(const char *text, size_t len, egress_rule *r, const char *
 	memset(r, 0, sizeof *r);
 	lower_copy(r->text, sizeof r->text, text, len);
 	if (len == 0 || len >= sizeof r->text) {
-		*why = len == 0 ? "an empty rule (two commas, or a comma at an end)" : "longer than 253 characters";
+		*why = len == 0 ? "an empty rule (two commas, or a comma at an end)"
+		                : "longer than 253 characters";
 		return -1;
 	}
 	char body[EGRESS_RULE_TEXT_MAX];
@@ -124,8 +125,9 @@ static int parse_rule(const char *text, size_t len, egress_rule *r, const char *
 		nlen--;
 	lower_copy(r->name, sizeof r->name, name, nlen);
 	if (strchr(r->name, '*') || !valid_name(r->name)) {
-		*why = "not a host name (letters, digits, '-' in dot-separated labels; '*.' only as the whole "
-		       "first label)";
+		*why =
+		    "not a host name (letters, digits, '-' in dot-separated labels; '*.' only as the whole "
+		    "first label)";
 		return -1;
 	}
 	return 0;
@@ -160,7 +162,8 @@ int egress_policy_parse(const char *text, bool internet, egress_policy *out, cha
 			len--;
 		const char *why = NULL;
 		if (parse_rule(p, len, &out->rules[out->count], &why) != 0) {
-			snprintf(problem, problem_len, "rule \"%.*s\": %s", (int)(len > 200 ? 200 : len), p, why);
+			snprintf(problem, problem_len, "rule \"%.*s\": %s", (int)(len > 200 ? 200 : len), p,
+			         why);
 			egress_policy_free(out);
 			return -1;
 		}
@@ -212,7 +215,8 @@ void egress_check_name(const egress_policy *policy, const char *name, int port, 
 			match = strcmp(lower, r->name) == 0;
 		else if (r->kind == EGRESS_RULE_SUBDOMAINS) {
 			size_t rl = strlen(r->name), nl = strlen(lower);
-			match = nl > rl + 1 && lower[nl - rl - 1] == '.' && strcmp(lower + nl - rl, r->name) == 0;
+			match =
+			    nl > rl + 1 && lower[nl - rl - 1] == '.' && strcmp(lower + nl - rl, r->name) == 0;
 		}
 		if (!match)
 			continue;
@@ -227,7 +231,8 @@ void egress_check_name(const egress_policy *policy, const char *name, int port, 
 		return;
 	}
 	char why[200];
-	snprintf(why, sizeof why, name_listed ? "the name's rules do not allow port %d" : "no rule names it", port);
+	snprintf(why, sizeof why, name_listed ? "the name's rules do not allow port %d" : "no rule names it",
+	         port);
 	verdict(out, false, NULL, why);
 }
 
@@ -287,16 +292,17 @@ static bool same_address(const struct sockaddr *a, const struct sockaddr_storage
 	if (a->sa_family == AF_INET)
 		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
 		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-	return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
-	              16) == 0;
+	return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+	              &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
 }
 
 void egress_check_address(const egress_policy *policy, const struct sockaddr *addr, int port, bool literal,
                           const struct sockaddr_storage *own, size_t own_count, egress_verdict *out)
 {
 	char text[INET6_ADDRSTRLEN] = "?";
-	const void *raw = addr->sa_family == AF_INET ? (const void *)&((const struct sockaddr_in *)addr)->sin_addr
-	                                             : (const void *)&((const struct sockaddr_in6 *)addr)->sin6_addr;
+	const void *raw = addr->sa_family == AF_INET
+	                      ? (const void *)&((const struct sockaddr_in *)addr)->sin_addr
+	                      : (const void *)&((const struct sockaddr_in6 *)addr)->sin6_addr;
 	inet_ntop(addr->sa_family, raw, text, sizeof text);
 	if (addr->sa_family == AF_INET) {
 		uint32_t a = ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr);

@@ -28,17 +28,17 @@
 #define EGRESS_NAME_MAX      253
 
 typedef enum egress_rule_kind {
-	EGRESS_RULE_NAME = 0,     /* example.org */
-	EGRESS_RULE_SUBDOMAINS,   /* *.example.org: name holds "example.org" */
-	EGRESS_RULE_CIDR,         /* 203.0.113.0/24 */
+	EGRESS_RULE_NAME = 0,   /* example.org */
+	EGRESS_RULE_SUBDOMAINS, /* *.example.org: name holds "example.org" */
+	EGRESS_RULE_CIDR,       /* 203.0.113.0/24 */
 } egress_rule_kind;
 
 typedef struct egress_rule {
 	egress_rule_kind kind;
-	char name[EGRESS_NAME_MAX + 1]; /* lower case, no trailing dot */
-	uint32_t network;               /* CIDR: host order, masked */
-	int prefix_bits;                /* CIDR: 0..32 */
-	int port;                       /* 0 = 80 and 443 */
+	char name[EGRESS_NAME_MAX + 1];  /* lower case, no trailing dot */
+	uint32_t network;                /* CIDR: host order, masked */
+	int prefix_bits;                 /* CIDR: 0..32 */
+	int port;                        /* 0 = 80 and 443 */
 	char text[EGRESS_RULE_TEXT_MAX]; /* the rule as written, for messages */
 } egress_rule;
 

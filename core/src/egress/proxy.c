@@ -41,9 +41,10 @@ static bool control_message(egress_ctx *ctx, int fd)
 
 static int usage(const char *why)
 {
-	fprintf(stderr, "mcp-relay egress-proxy: %s\n"
-	                "usage: mcp-relay egress-proxy --mode allow|internet --rules TEXT --log FILE "
-	                "(started by the relay with descriptors 3 to 6, docs/egress.md)\n",
+	fprintf(stderr,
+	        "mcp-relay egress-proxy: %s\n"
+	        "usage: mcp-relay egress-proxy --mode allow|internet --rules TEXT --log FILE "
+	        "(started by the relay with descriptors 3 to 6, docs/egress.md)\n",
 	        why);
 	return 2;
 }
@@ -66,7 +67,8 @@ int egress_proxy_main(int argc, char **argv)
 	static egress_ctx ctx; /* the process's one context, shared by its threads under ctx.lock */
 	pthread_mutex_init(&ctx.lock, NULL);
 	char problem[400];
-	if (egress_policy_parse(rules, strcmp(mode, "internet") == 0, &ctx.policy, problem, sizeof problem) != 0)
+	if (egress_policy_parse(rules, strcmp(mode, "internet") == 0, &ctx.policy, problem, sizeof problem) !=
+	    0)
 		return usage(problem);
 	ctx.own_count = egress_own_addresses(ctx.own, EGRESS_OWN_MAX);
 	ctx.log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -24,21 +24,21 @@
 
 #include "egress/policy.h"
 
-#define EGRESS_FD_PROXY       3
-#define EGRESS_FD_DNS_UDP     4
-#define EGRESS_FD_DNS_TCP     5
-#define EGRESS_FD_CONTROL     6
-#define EGRESS_PROXY_PORT     3128
-#define EGRESS_OWN_MAX        64
-#define EGRESS_STEP_MAX       128
+#define EGRESS_FD_PROXY   3
+#define EGRESS_FD_DNS_UDP 4
+#define EGRESS_FD_DNS_TCP 5
+#define EGRESS_FD_CONTROL 6
+#define EGRESS_PROXY_PORT 3128
+#define EGRESS_OWN_MAX    64
+#define EGRESS_STEP_MAX   128
 
 /* The proxy's shared state: immutable after start except where marked. */
 typedef struct egress_ctx {
 	egress_policy policy;
 	struct sockaddr_storage own[EGRESS_OWN_MAX]; /* this host's addresses */
 	size_t own_count;
-	int log_fd; /* O_APPEND; one write() per record */
-	pthread_mutex_t lock; /* guards step, next_id and the writes to log_fd */
+	int log_fd;                 /* O_APPEND; one write() per record */
+	pthread_mutex_t lock;       /* guards step, next_id and the writes to log_fd */
 	char step[EGRESS_STEP_MAX]; /* the current execution id, "" outside a step */
 	uint64_t next_id;
 } egress_ctx;

@@ -23,9 +23,9 @@ int egress_record_append(int fd, json_object *record)
 	return rc;
 }
 
-static const char *const kept[] = {"id",     "executionId", "time",     "protocol", "name",
-                                   "port",   "address",     "decision", "rule",     "reason",
-                                   "bytesOut", "bytesIn",   "durationMs", "error"};
+static const char *const kept[] = {"id",       "executionId", "time",       "protocol", "name",
+                                   "port",     "address",     "decision",   "rule",     "reason",
+                                   "bytesOut", "bytesIn",     "durationMs", "error"};
 
 static void copy_fields(json_object *to, json_object *from)
 {
@@ -64,7 +64,9 @@ json_object *egress_records_load(const char *path)
 				jsonx_add(by_id, jsonx_get_str(r, "id"), json_object_get(c));
 			}
 			copy_fields(c, r);
-			jsonx_add_bool(c, "ended", strcmp(jsonx_get_str(r, "phase") ? jsonx_get_str(r, "phase") : "", "end") == 0);
+			jsonx_add_bool(
+			    c, "ended",
+			    strcmp(jsonx_get_str(r, "phase") ? jsonx_get_str(r, "phase") : "", "end") == 0);
 		}
 		json_object_put(r);
 	}
@@ -77,7 +79,8 @@ json_object *egress_records_load(const char *path)
 		bool ended = false;
 		jsonx_get_bool(c, "ended", &ended);
 		if (!ended && jsonx_get_str(c, "error") == NULL)
-			jsonx_add_str(c, "error", "cut: the egress proxy stopped before the connection ended");
+			jsonx_add_str(c, "error",
+			              "cut: the egress proxy stopped before the connection ended");
 		json_object_object_del(c, "ended");
 	}
 	json_object_put(by_id);

@@ -65,8 +65,8 @@ static int spawn_proxy(egress_proxy *p)
 	for (int i = 0; i < 4; i++)
 		posix_spawn_file_actions_adddup2(&fa, high[i], EGRESS_FD_PROXY + i);
 	posix_spawn_file_actions_addclosefrom_np(&fa, EGRESS_FD_CONTROL + 1);
-	char *argv[] = {"mcp-relay", "egress-proxy", "--mode", p->mode, "--rules", p->rules, "--log",
-	                p->log_path, NULL};
+	char *argv[] = {"mcp-relay", "egress-proxy", "--mode",    p->mode, "--rules",
+	                p->rules,    "--log",        p->log_path, NULL};
 	pid_t pid = -1;
 	int e = posix_spawn(&pid, "/proc/self/exe", &fa, &attr, argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
@@ -168,8 +168,9 @@ static void *watch_proxy(void *arg)
 			send_step(p);
 		pthread_mutex_unlock(&p->lock);
 		if (!ok) {
-			log_warning("cannot start the egress proxy again: %s; the guest's connections are refused",
-			            strerror(errno));
+			log_warning(
+			    "cannot start the egress proxy again: %s; the guest's connections are refused",
+			    strerror(errno));
 			return NULL;
 		}
 	}
@@ -183,7 +184,8 @@ relay_status egress_proxy_start(const char *mode, const char *rules, const char 
 	if (p == NULL) {
 		for (int i = 0; i < 3; i++)
 			close(listeners[i]);
-		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory starting the egress proxy");
+		return relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM,
+		                       "out of memory starting the egress proxy");
 	}
 	pthread_mutex_init(&p->lock, NULL);
 	p->control = -1;
@@ -204,7 +206,8 @@ relay_status egress_proxy_start(const char *mode, const char *rules, const char 
 	pthread_mutex_unlock(&p->lock);
 	if (rc != 0) {
 		egress_proxy_stop(p);
-		return relay_error_set(err, RELAY_E_IO, e, "cannot start the egress proxy (mcp-relay egress-proxy)");
+		return relay_error_set(err, RELAY_E_IO, e,
+		                       "cannot start the egress proxy (mcp-relay egress-proxy)");
 	}
 	if (pthread_create(&p->watcher, NULL, watch_proxy, p) != 0) {
 		egress_proxy_stop(p);

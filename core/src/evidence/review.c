@@ -107,7 +107,8 @@ static relay_status review_open(rv *r, const char *package_dir, const evidence_r
 	}
 	char *net_text = NULL;
 	size_t net_len = 0;
-	if (evidence_read_rel(r->root, "network.json", MAX_JSON_FILE_BYTES, &net_text, &net_len, NULL) == RELAY_OK)
+	if (evidence_read_rel(r->root, "network.json", MAX_JSON_FILE_BYTES, &net_text, &net_len, NULL) ==
+	    RELAY_OK)
 		r->network = jsonx_parse(net_text, net_len, NULL, NULL, 0);
 	free(net_text);
 	status = fw_walk(package_dir, false, NULL, &r->files, err);

@@ -47,7 +47,8 @@ void lease_egress_start(manager *m, guest *g, loaded_plugin *machine)
 	                      : machine->machine.egress_listeners(machine->state, lease, 0, fds, &err);
 	egress_proxy *proxy = NULL;
 	if (st == RELAY_OK)
-		st = egress_proxy_start(mode, m->settings->egress_allow, strbuf_str(&log_path), fds, &proxy, &err);
+		st = egress_proxy_start(mode, m->settings->egress_allow, strbuf_str(&log_path), fds, &proxy,
+		                        &err);
 	if (st != RELAY_OK) {
 		log_warning("guest %s: no egress proxy: %s", g->name, err.message);
 		guest_set_last_error(m, g,

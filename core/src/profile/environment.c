@@ -338,12 +338,15 @@ static relay_status read_plugins(relay_environment *env, json_object *plugins, r
 static relay_status read_network(relay_environment *env, json_object *network, relay_error *err)
 {
 	if (!json_object_is_type(network, json_type_object))
-		return fail(err, env->file, "\"relayNetwork\" must be an object {\"guestNetwork\", \"egressAllow\"}");
+		return fail(err, env->file,
+		            "\"relayNetwork\" must be an object {\"guestNetwork\", \"egressAllow\"}");
 	json_object_object_foreach(network, key, value)
 	{
-		const char *text = json_object_is_type(value, json_type_string) ? json_object_get_string(value) : NULL;
+		const char *text =
+		    json_object_is_type(value, json_type_string) ? json_object_get_string(value) : NULL;
 		if (strcmp(key, "guestNetwork") == 0 && text &&
-		    (strcmp(text, "nat") == 0 || strcmp(text, "internet") == 0 || strcmp(text, "allow") == 0)) {
+		    (strcmp(text, "nat") == 0 || strcmp(text, "internet") == 0 ||
+		     strcmp(text, "allow") == 0)) {
 			env->guest_network = strdup(text);
 			continue;
 		}
@@ -351,15 +354,17 @@ static relay_status read_network(relay_environment *env, json_object *network, r
 			egress_policy policy;
 			char problem[400];
 			if (egress_policy_parse(text, false, &policy, problem, sizeof problem) != 0)
-				return fail(err, env->file, "\"relayNetwork\".\"egressAllow\" has a bad %s", problem);
+				return fail(err, env->file, "\"relayNetwork\".\"egressAllow\" has a bad %s",
+				            problem);
 			egress_policy_free(&policy);
 			env->egress_allow = strdup(text);
 			continue;
 		}
-		return fail(err, env->file,
-		            "\"relayNetwork\".\"%s\" is not known: it takes \"guestNetwork\" (nat, internet or "
-		            "allow) and \"egressAllow\" (a string of rules)",
-		            key);
+		return fail(
+		    err, env->file,
+		    "\"relayNetwork\".\"%s\" is not known: it takes \"guestNetwork\" (nat, internet or "
+		    "allow) and \"egressAllow\" (a string of rules)",
+		    key);
 	}
 	return RELAY_OK;
 }

@@ -56,7 +56,9 @@ static int object_setting(const char *name, const char *what, json_object **out,
 
 const char *settings_guest_network_name(guest_network network)
 {
-	return network == GUEST_NETWORK_INTERNET ? "internet" : network == GUEST_NETWORK_ALLOW ? "allow" : "nat";
+	return network == GUEST_NETWORK_INTERNET ? "internet"
+	       : network == GUEST_NETWORK_ALLOW  ? "allow"
+	                                         : "nat";
 }
 
 const char *settings_on_exit_name(on_exit_mode mode)
@@ -577,8 +579,10 @@ static int load_limits(relay_settings *s, char *errbuf, size_t errlen)
 	else if (strcmp(v, "allow") == 0)
 		s->guest_network = GUEST_NETWORK_ALLOW;
 	else
-		return fail(errbuf, errlen, "MCP_RELAY_GUEST_NETWORK must be nat, internet or allow (got %s)", v);
-	if (load_egress_allow(s, profile_allow ? profile_allow : getenv("MCP_RELAY_EGRESS_ALLOW"), errbuf, errlen) != 0)
+		return fail(errbuf, errlen, "MCP_RELAY_GUEST_NETWORK must be nat, internet or allow (got %s)",
+		            v);
+	if (load_egress_allow(s, profile_allow ? profile_allow : getenv("MCP_RELAY_EGRESS_ALLOW"), errbuf,
+	                      errlen) != 0)
 		return -1;
 
 	v = getenv("MCP_RELAY_ON_EXIT");

@@ -42,7 +42,8 @@ json_object *run_network_facts(manager *m, guest *g, const char *execution_id)
 		json_object_array_add(dests, json_object_new_string(t.dests[i]));
 	jsonx_add(out, "refusedDestinations", dests);
 	jsonx_add_int(out, "lookupsRefused", t.lookups_refused);
-	jsonx_add_str(out, "proxyStopped", t.stops ? (t.stop_detail ? t.stop_detail : "the egress proxy stopped") : NULL);
+	jsonx_add_str(out, "proxyStopped",
+	              t.stops ? (t.stop_detail ? t.stop_detail : "the egress proxy stopped") : NULL);
 	jsonx_add_int(out, "cut", t.cut);
 	egress_tally_free(&t);
 cleanup:

@@ -53,8 +53,8 @@ static void network_phrase(strbuf *sb, const json_object *network)
 	}
 	const char *stopped = jsonx_get_str(network, "proxyStopped");
 	if (stopped)
-		strbuf_printf(sb, "; %s during the step (%lld connection%s cut; it was started again)", stopped,
-		              (long long)cut, cut == 1 ? "" : "s");
+		strbuf_printf(sb, "; %s during the step (%lld connection%s cut; it was started again)",
+		              stopped, (long long)cut, cut == 1 ? "" : "s");
 }
 
 /* The lead sentence of a run's result (tools.md §2.3): the step, how it
