@@ -311,6 +311,15 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	snprintf(user, sizeof user, "%u:%u", (unsigned)st->guest_uid, (unsigned)st->guest_gid);
 	/* 1. The derived image with the guest program (made once per base image). */
 	bool service = md_swarm_manager(st, call) && st->swarm;
+	const char *network = md_str(spec, "network") ? md_str(spec, "network") : st->default_network;
+	if (service && strcmp(network, "nat") != 0) {
+		s = md_err(st, err, RELAY_E_REFUSED, 0,
+		           "machine-docker cannot give network %s to a Swarm service: its task may run on another "
+		           "node, where the relay's egress proxy cannot reach the container's namespace "
+		           "(docs/egress.md); use nat",
+		           network);
+		goto done;
+	}
 	md_baked baked;
 	s = md_bake(st, im, false, call, &baked, err);
 	if (s != RELAY_OK)
