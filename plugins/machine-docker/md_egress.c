@@ -40,9 +40,9 @@ bool md_egress_reachable(md_state *st, char *why, size_t size)
 void md_egress_env(json_object *env)
 {
 	static const char *const vars[] = {
-	    "HTTP_PROXY=http://127.0.0.1:3128",  "HTTPS_PROXY=http://127.0.0.1:3128",
+	    "HTTP_PROXY=http://127.0.0.1:3128",   "HTTPS_PROXY=http://127.0.0.1:3128",
 	    "ALL_PROXY=socks5h://127.0.0.1:3128", "NO_PROXY=localhost,127.0.0.1,::1",
-	    "http_proxy=http://127.0.0.1:3128",  "https_proxy=http://127.0.0.1:3128",
+	    "http_proxy=http://127.0.0.1:3128",   "https_proxy=http://127.0.0.1:3128",
 	    "all_proxy=socks5h://127.0.0.1:3128", "no_proxy=localhost,127.0.0.1,::1"};
 	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
 		json_object_array_add(env, json_object_new_string(vars[i]));
@@ -122,7 +122,8 @@ relay_status md_egress_listeners(relay_plugin_state *state, const char *lease_js
 	md_state *st = (md_state *)state;
 	fds_out[0] = fds_out[1] = fds_out[2] = -1;
 	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown egress_listeners flags 0x%x", flags);
+		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown egress_listeners flags 0x%x",
+		              flags);
 	json_object *lease = lease_json ? json_tokener_parse(lease_json) : NULL;
 	json_object *rec = NULL, *info = NULL;
 	relay_status s = RELAY_OK;
@@ -130,7 +131,8 @@ relay_status md_egress_listeners(relay_plugin_state *state, const char *lease_js
 	int e = 0;
 	char why[600];
 	if (!md_valid_name(vm) || (rec = md_record_read(st, vm, &e)) == NULL) {
-		s = md_err(st, err, RELAY_E_NOT_FOUND, e, "machine-docker holds no lease %s", vm ? vm : "(none)");
+		s = md_err(st, err, RELAY_E_NOT_FOUND, e, "machine-docker holds no lease %s",
+		           vm ? vm : "(none)");
 		goto done;
 	}
 	if (md_str(rec, "egress") == NULL) {
@@ -155,9 +157,10 @@ relay_status md_egress_listeners(relay_plugin_state *state, const char *lease_js
 	for (int i = 0; i < 3; i++) {
 		fds_out[i] = socket_in(pid, types[i], ports[i], &e);
 		if (fds_out[i] < 0) {
-			s = md_err(st, err, RELAY_E_IO, e,
-			           "cannot make the egress socket 127.0.0.1:%d in the network namespace of %s",
-			           ports[i], vm);
+			s = md_err(
+			    st, err, RELAY_E_IO, e,
+			    "cannot make the egress socket 127.0.0.1:%d in the network namespace of %s",
+			    ports[i], vm);
 			for (int j = 0; j < i; j++) {
 				close(fds_out[j]);
 				fds_out[j] = -1;

@@ -162,8 +162,8 @@ static relay_status check_spec(md_state *st, json_object *spec, const md_image *
 	if (strcmp(network, "nat") != 0) {
 		char why[600];
 		if (!md_egress_reachable(st, why, sizeof why))
-			return md_err(st, err, RELAY_E_REFUSED, 0, "machine-docker cannot give network %s here: %s",
-			              network, why);
+			return md_err(st, err, RELAY_E_REFUSED, 0,
+			              "machine-docker cannot give network %s here: %s", network, why);
 	}
 	return RELAY_OK;
 }
@@ -201,7 +201,8 @@ static json_object *new_record(md_state *st, json_object *spec, const md_image *
 	json_object_object_add(rec, "user", json_object_new_string(user));
 	json_object_object_add(rec, "network", json_object_new_string("none"));
 	const char *egress = md_str(spec, "network") ? md_str(spec, "network") : st->default_network;
-	json_object_object_add(rec, "egress", strcmp(egress, "nat") != 0 ? json_object_new_string(egress) : NULL);
+	json_object_object_add(rec, "egress",
+	                       strcmp(egress, "nat") != 0 ? json_object_new_string(egress) : NULL);
 	json_object_object_add(rec, "endpoint", json_object_new_string(st->endpoint));
 	json_object_object_add(rec, "runtime", rt);
 	json_object_object_add(rec, "volumes", json_object_new_array());
@@ -313,11 +314,12 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	bool service = md_swarm_manager(st, call) && st->swarm;
 	const char *network = md_str(spec, "network") ? md_str(spec, "network") : st->default_network;
 	if (service && strcmp(network, "nat") != 0) {
-		s = md_err(st, err, RELAY_E_REFUSED, 0,
-		           "machine-docker cannot give network %s to a Swarm service: its task may run on another "
-		           "node, where the relay's egress proxy cannot reach the container's namespace "
-		           "(docs/egress.md); use nat",
-		           network);
+		s = md_err(
+		    st, err, RELAY_E_REFUSED, 0,
+		    "machine-docker cannot give network %s to a Swarm service: its task may run on another "
+		    "node, where the relay's egress proxy cannot reach the container's namespace "
+		    "(docs/egress.md); use nat",
+		    network);
 		goto done;
 	}
 	md_baked baked;
