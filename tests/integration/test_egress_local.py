@@ -45,6 +45,24 @@ def sni_mismatch():
     t = ctx.wrap_socket(s, server_hostname="other.test")
     t.sendall(b"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
     return head.decode().split("\r\n")[0] + " / " + t.recv(100).decode()
+def sni_pipelined():
+    # The ClientHello sent with the CONNECT request, in one write: it is checked all the same.
+    inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
+    ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+    obj = ctx.wrap_bio(inc, outg, server_hostname="other.test")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n" + outg.read())
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    return data[:200].decode(errors="replace")
 attempt("direct_tcp", lambda: tcp("192.0.2.10", 80))
 attempt("direct_tcp_dns_server", lambda: tcp("198.51.100.2", 53))
 attempt("direct_udp", lambda: udp("198.51.100.2", 53))
@@ -52,6 +70,7 @@ attempt("direct_ipv6", lambda: tcp("2001:db8::10", 80, socket.AF_INET6))
 attempt("resolve_allowed", lambda: resolve("allowed.test"))
 attempt("resolve_unlisted", lambda: resolve("other.test"))
 attempt("sni_mismatch", sni_mismatch)
+attempt("sni_pipelined", sni_pipelined)
 print(json.dumps(out))
 '''
 
@@ -168,7 +187,9 @@ def test_allow_policy_cases(binary):
             assert p["resolve_unlisted"]["ok"] is False, p
             assert p["sni_mismatch"]["ok"] is False or "hello" not in p["sni_mismatch"].get("value", ""), p
             assert s["network"]["lookupsRefused"] >= 1, s["network"]
-            assert s["network"]["refused"] == 1, s["network"]   # the TLS name mismatch
+            assert p["sni_pipelined"]["ok"] is True, p
+            assert p["sni_pipelined"]["value"] == "HTTP/1.1 200 Connection established\r\n\r\n", p
+            assert s["network"]["refused"] == 2, s["network"]   # the two TLS name mismatches
             # 4. 500 parallel connections through the proxy.
             res, s = step(r, name, PARALLEL, language="python")
             assert s["stdout"].strip() == "500 of 500", s["stdout"]
@@ -182,7 +203,7 @@ def test_allow_policy_cases(binary):
             assert "network.json" in json.dumps(manifest), manifest.keys()
             assert doc["policy"] == {"guestNetwork": "allow", "rules": RULES.split(",")}, doc["policy"]
             conns = doc["connections"]
-            assert doc["totals"]["allowed"] == 505 and doc["totals"]["refused"] == 10, doc["totals"]
+            assert doc["totals"]["allowed"] == 505 and doc["totals"]["refused"] == 11, doc["totals"]
             keys = {"id", "executionId", "time", "name", "port", "address", "decision", "rule", "reason",
                     "bytesOut", "bytesIn", "durationMs", "protocol", "error"}
             for cn in conns:

@@ -367,9 +367,11 @@ static int client_hello_sni(const unsigned char *b, size_t len, char *out, size_
 /* The guest's first bytes of a tunnel: a TLS ClientHello naming another
  * server than the one asked for is a refusal (false). Else they go
  * upstream (false when that fails too). */
-static bool first_client_bytes(conn *c, char *buf)
+static bool first_client_bytes(conn *c, char *buf, const char *early, size_t early_len)
 {
-	ssize_t n = recv(c->client, buf, PUMP_BUF_BYTES, 0);
+	if (early_len > 0)
+		memcpy(buf, early, early_len); /* came with the request head (at most HEAD_MAX_BYTES) */
+	ssize_t n = early_len ? (ssize_t)early_len : recv(c->client, buf, PUMP_BUF_BYTES, 0);
 	if (n <= 0) {
 		shutdown(c->upstream, SHUT_WR);
 		return n == 0;
@@ -434,8 +436,9 @@ static void set_nonblocking(int fd)
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-/* Copies both ways until both ends are done (see first_client_bytes). */
-static void pump(conn *c, bool check_sni)
+/* Copies both ways until both ends are done, starting with the `early`
+ * bytes the guest sent with its request (see first_client_bytes). */
+static void pump(conn *c, bool check_sni, const char *early, size_t early_len)
 {
 	char *buf = malloc(PUMP_BUF_BYTES);
 	int up[2] = {-1, -1}, down[2] = {-1, -1};
@@ -452,6 +455,15 @@ static void pump(conn *c, bool check_sni)
 		}
 	}
 	bool first = check_sni, client_open = true, upstream_open = true;
+	if (early_len > 0 && !first) {
+		if (!send_all(c->upstream, early, early_len))
+			client_open = upstream_open = false;
+		c->bytes_out += early_len;
+	} else if (early_len > 0) {
+		first = false;
+		if (!first_client_bytes(c, buf, early, early_len))
+			client_open = upstream_open = false;
+	}
 	if (!first && up[0] >= 0) {
 		set_nonblocking(c->client);
 		set_nonblocking(c->upstream);
@@ -466,7 +478,7 @@ static void pump(conn *c, bool check_sni)
 		}
 		if (p[0].revents && first) {
 			first = false;
-			if (!first_client_bytes(c, buf))
+			if (!first_client_bytes(c, buf, NULL, 0))
 				break;
 			if (up[0] >= 0) {
 				set_nonblocking(c->client);
@@ -601,12 +613,8 @@ static void serve_http(conn *c)
 		static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 		send_all(c->client, ok, sizeof ok - 1);
 		write_record(c, "start");
-		if (c->head_len > c->head_end) {
-			send_all(c->upstream, c->head + c->head_end, c->head_len - c->head_end);
-			c->bytes_out += c->head_len - c->head_end;
-		}
-		pump(c, c->head_len == c->head_end &&
-		            !egress_parse_literal(c->name, &(struct sockaddr_storage){0}));
+		pump(c, !egress_parse_literal(c->name, &(struct sockaddr_storage){0}), c->head + c->head_end,
+		     c->head_len - c->head_end);
 		write_record(c, "end");
 		return;
 	}
@@ -655,7 +663,7 @@ static void serve_http(conn *c)
 	if (strbuf_ok(&sb) && send_all(c->upstream, strbuf_str(&sb), sb.len))
 		c->bytes_out += sb.len;
 	strbuf_free(&sb);
-	pump(c, false);
+	pump(c, false, NULL, 0);
 	write_record(c, "end");
 }
 
@@ -696,11 +704,7 @@ static void serve_socks5(conn *c)
 	static const unsigned char ok[10] = {5, 0, 0, 1, 0, 0, 0, 0, 0, 0};
 	send_all(c->client, ok, sizeof ok);
 	write_record(c, "start");
-	if (c->head_len > used) {
-		send_all(c->upstream, c->head + used, c->head_len - used);
-		c->bytes_out += c->head_len - used;
-	}
-	pump(c, c->head_len == used && r[3] == 3);
+	pump(c, r[3] == 3, c->head + used, c->head_len - used);
 	write_record(c, "end");
 }
 
