@@ -248,20 +248,25 @@ void egress_proxy_stop(egress_proxy *proxy)
 	if (proxy->control >= 0)
 		shutdown(proxy->control, SHUT_RDWR); /* the proxy exits when its control socket closes */
 	pthread_mutex_unlock(&proxy->lock);
-	if (pid > 0) {
-		int64_t until = clock_monotonic_ms() + 2000;
-		while (egress_proxy_pid(proxy) != 0 && clock_monotonic_ms() < until && proxy->watcher_started)
+	/* The watcher reaps it (it clears pid); a proxy that does not exit within
+	 * 2 s is killed. */
+	int64_t until = clock_monotonic_ms() + 2000;
+	while (proxy->watcher_started && pid > 0 && egress_proxy_pid(proxy) != 0 &&
+	       clock_monotonic_ms() < until)
+		usleep(5000);
+	if (pid > 0 && egress_proxy_pid(proxy) != 0) {
+		kill(pid, SIGKILL);
+		until = clock_monotonic_ms() + 1000;
+		while (proxy->watcher_started && egress_proxy_pid(proxy) != 0 && clock_monotonic_ms() < until)
 			usleep(5000);
-		if (egress_proxy_pid(proxy) != 0)
-			kill(pid, SIGKILL);
 	}
 	if (proxy->watcher_started) {
-		if (proxy->wake[1] >= 0 && egress_proxy_pid(proxy) == 0)
+		if (proxy->wake[1] >= 0)
 			(void)write(proxy->wake[1], "x", 1);
 		pthread_join(proxy->watcher, NULL);
-	} else if (pid > 0) {
-		waitpid(pid, NULL, 0);
 	}
+	if (egress_proxy_pid(proxy) != 0)
+		waitpid(pid, NULL, 0); /* killed above; not reaped by a watcher */
 	for (int i = 0; i < 3; i++)
 		if (proxy->listeners[i] >= 0)
 			close(proxy->listeners[i]);
