@@ -200,7 +200,11 @@ def test_allow_policy_cases(binary):
             ev = structured(fin)["evidencePath"]
             doc = json.load(open(os.path.join(ev, "network.json")))
             manifest = json.load(open(os.path.join(ev, "manifest.json")))
-            assert "network.json" in json.dumps(manifest), manifest.keys()
+            import hashlib
+            entry = [e for e in manifest["records"] if e["path"] == "network.json"]
+            raw = open(os.path.join(ev, "network.json"), "rb").read()
+            assert entry and entry[0]["sha256"] == hashlib.sha256(raw).hexdigest() and entry[0]["bytes"] == len(raw), \
+                manifest["records"]
             assert doc["policy"] == {"guestNetwork": "allow", "rules": RULES.split(",")}, doc["policy"]
             conns = doc["connections"]
             assert doc["totals"]["allowed"] == 505 and doc["totals"]["refused"] == 11, doc["totals"]
