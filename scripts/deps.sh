@@ -19,7 +19,8 @@ esac
 if [ "$level" != build ]; then
   need+=(libcmocka-dev libx11-dev openssh-server openssh-client x11-apps x11-xserver-utils imagemagick
          chromium python3 e2fsprogs util-linux xdotool netcat-openbsd procps ca-certificates strace
-         podman crun runc uidmap fuse-overlayfs docker.io curl)
+         podman crun runc uidmap fuse-overlayfs docker.io curl
+         dnsmasq-base)
 fi
 if [ "$level" = ci ]; then
   need+=(clang clang-format libclang-rt-dev ccache debootstrap tar gzip)
