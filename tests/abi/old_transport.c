@@ -3,7 +3,7 @@
  * ends at pull (no stream slots) and its descriptor says 1.1, while it
  * states the traits of its time. tests/unit/test_loader_abi.c loads it
  * through the real loader: it loads, and the four stream slots read as
- * NULL (relay/transport.h, ABI 1.3), so the core keeps it on the one-shot
+ * NULL (relay/transport.h, ABI 1.4), so the core keeps it on the one-shot
  * path.
  */
 #include <stddef.h>

@@ -176,7 +176,7 @@ static void test_duplicate_name_and_no_dlclose(void **state)
 }
 
 /* A transport built against ABI 1.1 (its table ends at pull) loads, and the
- * stream slots of ABI 1.3 read as NULL: the core keeps it off the resident
+ * stream slots of ABI 1.4 read as NULL: the core keeps it off the resident
  * channel (guest.md §17) on the one-shot path. */
 static void test_older_transport_loads_without_stream(void **state)
 {

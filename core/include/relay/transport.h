@@ -61,7 +61,7 @@ extern "C" {
 
 /* Opaque per-guest connection of a transport. */
 typedef void relay_transport_conn;
-/* Opaque long-lived byte stream to one guest command (ABI 1.3). */
+/* Opaque long-lived byte stream to one guest command (ABI 1.4). */
 typedef void relay_transport_stream;
 
 /* Bits of relay_transport_ops.traits. */
@@ -81,11 +81,11 @@ typedef void relay_transport_stream;
  * service's exec answers one "output"). The core reads receiver frames from
  * standard output either way; plugin-test checks the joined output. */
 #define RELAY_TRANSPORT_MERGED_OUTPUT 0x8u
-/* Since ABI 1.3: stream_open/stream_write/stream_read/stream_close (below)
+/* Since ABI 1.4: stream_open/stream_write/stream_read/stream_close (below)
  * keep one guest command running with a long-lived byte stream: bytes
  * written go to its standard input, bytes read come from its standard
  * output, exactly as sent, until either side closes. The core sets nothing
- * new for a transport without it (a 1.0-1.2 ops table is shorter, so the
+ * new for a transport without it (a 1.0-1.3 ops table is shorter, so the
  * four slots read as NULL). guest.md §17: the resident receiver. */
 #define RELAY_TRANSPORT_STREAM 0x10u
 
@@ -194,7 +194,7 @@ typedef struct relay_transport_ops {
 	                     const char *local_path, relay_call *call, unsigned flags, char **facts_json_out,
 	                     relay_error *err);
 
-	/* ---- ABI 1.3, with RELAY_TRANSPORT_STREAM (NULL slots otherwise) ----
+	/* ---- ABI 1.4, with RELAY_TRANSPORT_STREAM (NULL slots otherwise) ----
 	 *
 	 * A stream is one guest command whose standard input and standard
 	 * output are a byte pipe to the core for as long as it runs. Its

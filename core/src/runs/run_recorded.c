@@ -15,6 +15,7 @@
 #include "guestio/resident.h"
 #include "receiver_protocol.h"
 #include "runs/run_internal.h"
+#include "runs/run_network.h"
 #include "util/clock.h"
 #include "util/failpoint.h"
 #include "util/fsutil.h"
@@ -228,8 +229,10 @@ static bool run_dispatch_resident(run_ctx *x, relay_status *st, gio_supervision 
 {
 	*rc = 0;
 	run_supervision(x, sv, true);
+	run_network_step(x->m, x->g, x->exec_id);
 	run_channel_end end =
 	    run_channel_send(&x->io, x->exec_id, x->stdin_text, x->stdin_len, x->limit_ms, sv, st, res, err);
+	run_network_step(x->m, x->g, NULL);
 	bool refused = end == RUN_CHANNEL_ANSWERED && *st == RELAY_OK && !res->timed_out &&
 	               gio_run_answer_refused(res->out, res->out_len);
 	if (end != RUN_CHANNEL_UNSENT && !refused) {
@@ -291,8 +294,10 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 		                      x->one_trip ? RECEIVER_RUN_STDIN_OPTION : request_remote,
 		                      NULL};
 		run_supervision(x, sv, x->one_trip);
+		run_network_step(x->m, x->g, x->exec_id);
 		st = gio_exec_supervised(&x->io, sv, argv, NULL, x->limit_ms, RUN_FRAME_MAX_OUTPUT_BYTES,
 		                         x->one_trip ? RELAY_EXEC_STDIO_BYTES : 0, res, err);
+		run_network_step(x->m, x->g, NULL);
 		bool refused = st == RELAY_OK && !sv->cancelled && !res->timed_out &&
 		               res->exit_code == RECEIVER_EXIT_USAGE &&
 		               gio_run_answer_refused(res->out, res->out_len);
@@ -494,6 +499,9 @@ static int run_result_facts(run_ctx *x)
 		jsonx_add_bool(out, "terminationConfirmed", x->rs == RECEIPT_NONE);
 	}
 	jsonx_add_int(out, "timeoutMs", c->timeout_ms);
+	json_object *network = run_network_facts(x->m, x->g, x->exec_id);
+	if (network)
+		jsonx_add(out, "network", network);
 	json_object *ev = x->receipt ? jsonx_get_obj(x->receipt, RECEIVER_RCPT_IMAGE_EVIDENCE) : NULL;
 	jsonx_add(out, "imageEvidence", ev ? json_object_get(ev) : NULL);
 	if (x->rs == RECEIPT_NONE && x->snapshots_on) {
