@@ -271,10 +271,12 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 	run_use_step_id(x->m, x->g, jsonx_get_str(x->step, "id"));
 	/* The first commit point (docs/runs.md, "Durability"): host/submissions,
 	 * host/scripts, host/requests and the guest record with the used step
-	 * id are durable, with one syncfs, before any byte of the request can
-	 * reach a receiver (guest.md §16.2 item 1): the durable record that the
-	 * run may have started, on which "uncertain, never replayed" rests. A
-	 * run whose files cannot be made durable is not sent. */
+	 * id are durable, with one syncfs, before the request can reach a
+	 * receiver (guest.md §16.2 item 1; the three-step path's push only
+	 * placed the file, which nothing runs before `receiver run`): the
+	 * durable record that the run may have started, on which "uncertain,
+	 * never replayed" rests. A run whose files cannot be made durable is
+	 * not sent. */
 	relay_error serr;
 	if (fs_sync_group_commit(&serr) != RELAY_OK)
 		return run_not_dispatched(x->m, x->g, x->evidence, x->exec_id, "internal", false, x->out,
