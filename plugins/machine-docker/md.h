@@ -17,6 +17,7 @@
  *   md_release.c    release, verify, find, count, the reaper
  *   md_exec.c       transport exec (demultiplexed stream, stdin, timeouts)
  *   md_xfer.c       transport push and pull (tar through the archive API)
+ *   md_guestpath.c  the engine's stat header, and no linked folder above a pull
  *   md_inventory.c  images, catalog, doctor
  *   md_console.c    the console: x11vnc in the guest, reached in the
  *                   container's network namespace (md_console.h)
@@ -249,8 +250,14 @@ int md_tmp_file(md_state *st);
 /* libarchive's write callback into the file descriptor at *(int *)user. */
 struct archive;
 ssize_t md_tar_write_cb(struct archive *a, void *user, const void *buf, size_t len);
-/* Decodes base64 text (malloc'd, NUL-terminated) or NULL. */
+/* Decodes base64 text of either alphabet, padded or not (malloc'd,
+ * NUL-terminated) or NULL (md_guestpath.c). */
 char *md_b64_decode(const char *in);
+/* RELAY_OK when every folder above `remote_path` in the container is a
+ * folder and no link (the engine's own stat of each); else
+ * RELAY_E_UNSAFE_PATH, RELAY_E_NOT_FOUND or RELAY_E_TRANSIENT naming it. */
+relay_status md_check_no_linked_folder(md_state *st, const char *container, const char *remote_path,
+                                       relay_error *err);
 relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err);
 relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, const char *local_path,
