@@ -137,6 +137,11 @@ typedef struct md_state {
 	pthread_mutex_t bake_lock;
 	md_bake_entry bake[MD_MAX_IMAGES]; /* by index of images[] */
 	char guest_sha256[65];             /* of the embedded guest program, "" until computed */
+
+	/* the engine's /version, asked once (health then pings /_ping: Podman
+	 * answers /version in ~0.6 s, /_ping in under 1 ms); guarded by lock */
+	char engine_version[64]; /* "" until asked */
+	char api_version[32];    /* "" until asked */
 } md_state;
 
 /* ---- md_options.c ----------------------------------------------------------- */
@@ -250,6 +255,11 @@ int md_tmp_file(md_state *st);
 /* libarchive's write callback into the file descriptor at *(int *)user. */
 struct archive;
 ssize_t md_tar_write_cb(struct archive *a, void *user, const void *buf, size_t len);
+/* Adds the guest's environment to the array `env` (every command inherits
+ * it): HOME, LANG=C.UTF-8, MCP_RELAY_GUEST=1 and, when the guest gets its
+ * Xvfb :0, DISPLAY=:0 (machine.h: the contract of every backend with a
+ * display; the same as machine-local's). */
+void md_guest_env(const md_state *st, json_object *env, bool display);
 /* Decodes base64 text of either alphabet, padded or not (malloc'd,
  * NUL-terminated) or NULL (md_guestpath.c). */
 char *md_b64_decode(const char *in);

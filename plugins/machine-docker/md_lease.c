@@ -70,8 +70,7 @@ static json_object *create_body(md_state *st, json_object *rec, const md_image *
 	json_object_object_add(b, "OpenStdin", json_object_new_boolean(false));
 	json_object_object_add(b, "Tty", json_object_new_boolean(false));
 	json_object *env = json_object_new_array();
-	json_object_array_add(env, json_object_new_string(st->guest_uid == 0 ? "HOME=/root" : "HOME=/tmp"));
-	json_object_array_add(env, json_object_new_string("MCP_RELAY_GUEST=1"));
+	md_guest_env(st, env, st->display_enabled && baked->xvfb);
 	json_object_object_add(b, "Env", env);
 	json_object *labels = json_object_new_object();
 	md_make_labels(st, rec, im, labels);
@@ -195,6 +194,7 @@ static json_object *new_record(md_state *st, json_object *spec, const md_image *
 	json_object_object_add(rec, "runtime", rt);
 	json_object_object_add(rec, "volumes", json_object_new_array());
 	json_object_object_add(rec, "display", NULL);
+	json_object_object_add(rec, "xvfb", json_object_new_boolean(baked->xvfb)); /* the image has it */
 	md_set_owner(st, rec);
 	return rec;
 }
@@ -345,6 +345,8 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 			              "%s: Xvfb is in the image but did not start; the guest has no display",
 			              purpose);
 	}
+	if (md_str(rec, "display") == NULL) /* known: no display (machine.h) */
+		json_object_object_add(rec, "display", json_object_new_boolean(false));
 	/* With vnc, the console of that display (x11vnc starts at open). */
 	if (want_vnc && md_str(rec, "display") == NULL) {
 		s = md_err(st, err, RELAY_E_REFUSED, 0,
