@@ -17,6 +17,7 @@
  *   md_release.c    release, verify, find, count, the reaper
  *   md_exec.c       transport exec (demultiplexed stream, stdin, timeouts)
  *   md_xfer.c       transport push and pull (tar through the archive API)
+ *   md_applied.c    what the engine really applied (runtime, limits)
  *   md_guestpath.c  the engine's stat header, and no linked folder above a pull
  *   md_inventory.c  images, catalog, doctor
  *   md_console.c    the console: x11vnc in the guest, reached in the
@@ -142,6 +143,13 @@ typedef struct md_state {
 	 * answers /version in ~0.6 s, /_ping in under 1 ms); guarded by lock */
 	char engine_version[64]; /* "" until asked */
 	char api_version[32];    /* "" until asked */
+
+	/* md_applied.c: the engine's kind and cgroups (/version, /info), asked
+	 * once; guarded by lock */
+	bool engine_facts_known;
+	bool engine_podman;    /* Podman's compatible API (it ignores HostConfig.Runtime) */
+	bool engine_rootless;  /* SecurityOptions name=rootless */
+	bool engine_cgroup_v1; /* CgroupVersion "1" (v1 or hybrid) */
 } md_state;
 
 /* ---- md_options.c ----------------------------------------------------------- */
@@ -255,6 +263,18 @@ int md_tmp_file(md_state *st);
 /* libarchive's write callback into the file descriptor at *(int *)user. */
 struct archive;
 ssize_t md_tar_write_cb(struct archive *a, void *user, const void *buf, size_t len);
+/* md_applied.c. The reason the engine cannot apply the guests' pids, memory
+ * and CPU limits (static text), or NULL when it applies them. */
+const char *md_limits_not_applied(md_state *st, relay_call *call);
+/* The remedy for a host whose cgroups crun refuses, as the engine in use
+ * takes it (static text). */
+const char *md_runtime_remedy(md_state *st, relay_call *call);
+/* After create: records the runtime the engine gave container `vm` in
+ * rec["runtime"] and the limits it cannot apply in rec["limitsNotApplied"];
+ * RELAY_E_REFUSED naming both runtimes when options.runtime asks for
+ * another one, or when it cannot be verified. */
+relay_status md_verify_applied(md_state *st, json_object *rec, const char *vm, relay_call *call,
+                               relay_error *err);
 /* Adds the guest's environment to the array `env` (every command inherits
  * it): HOME, LANG=C.UTF-8, MCP_RELAY_GUEST=1 and, when the guest gets its
  * Xvfb :0, DISPLAY=:0 (machine.h: the contract of every backend with a

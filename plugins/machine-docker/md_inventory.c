@@ -309,6 +309,8 @@ json_object *inventory_images(md_state *st, relay_call *call)
 		json_object *o = json_object_new_object();
 		json_object_object_add(o, "kind", json_object_new_string("linux"));
 		json_object_object_add(o, "base_available", json_object_new_boolean(present));
+		/* Not on the engine: acquire asks the engine to pull it (machine.h). */
+		json_object_object_add(o, "base_fetchable", json_object_new_boolean(!present));
 		json_object_object_add(o, "reference", json_object_new_string(im->ref));
 		json_object_object_add(o, "imageId", f.image_id ? json_object_new_string(f.image_id) : NULL);
 		bool known = f.apps != NULL;
@@ -431,10 +433,20 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 		const char *def_rt = md_str(r.json, "DefaultRuntime");
 		json_object *rts = md_obj(r.json, "Runtimes");
 		char names[512] = "";
+		/* An engine on this host lists the runtimes it is configured with,
+		 * installed or not (Podman lists kata, krun, runsc...): only those
+		 * whose program exists are named. */
+		bool local = strncmp(st->endpoint, "unix://", 7) == 0;
+		bool wanted_installed = st->runtime[0] == '\0';
 		if (rts && json_object_is_type(rts, json_type_object)) {
 			json_object_object_foreach(rts, k, v)
 			{
-				(void)v;
+				const char *prog = md_str(v, "path");
+				bool installed = !local || prog == NULL || access(prog, X_OK) == 0;
+				if (!installed)
+					continue;
+				if (strcmp(k, st->runtime) == 0)
+					wanted_installed = true;
 				snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
 				         names[0] ? ", " : "", k);
 			}
@@ -447,8 +459,7 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 		md_textf(detail, sizeof detail, "the engine runs %s",
 		         rootless ? "rootless" : "as root (rootful)");
 		check(arr, "rootless", true, detail, NULL);
-		bool rt_ok =
-		    st->runtime[0] == '\0' || (rts && json_object_object_get_ex(rts, st->runtime, NULL));
+		bool rt_ok = wanted_installed;
 		md_textf(detail, sizeof detail, "runtimes: %s; default %s; guests use %s",
 		         names[0] ? names : "none listed", def_rt ? def_rt : "?",
 		         st->runtime[0] ? st->runtime : "the default");
@@ -459,11 +470,17 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 		         "cgroup driver %s, cgroup v%s: the engine enforces the guests' pids, memory "
 		         "and CPU limits",
 		         driver ? driver : "?", cgv ? cgv : "?");
-		check(arr, "cgroups", driver != NULL, detail,
-		      hybrid ? "on a cgroup v1 or hybrid host crun cannot start containers; use runc (podman "
-		               "--runtime "
-		               "runc system service, or options.runtime)"
-		             : NULL);
+		md_textf(fix, sizeof fix, "on a cgroup v1 or hybrid host crun cannot start containers: %s",
+		         md_runtime_remedy(st, call));
+		const char *unapplied = md_limits_not_applied(st, call);
+		if (unapplied)
+			md_textf(detail, sizeof detail, "cgroup driver %s, cgroup v%s: %s",
+			         driver ? driver : "?", cgv ? cgv : "?", unapplied);
+		check(arr, "cgroups", driver != NULL && unapplied == NULL, detail, hybrid ? fix : NULL);
+		if (unapplied) /* a warning: guests still work, bounded by their rlimits only */
+			json_object_object_add(
+			    json_object_array_get_idx(arr, json_object_array_length(arr) - 1), "level",
+			    json_object_new_string("warning"));
 		json_object *swarm = md_obj(r.json, "Swarm");
 		const char *ls = md_str(swarm, "LocalNodeState");
 		md_textf(detail, sizeof detail, "swarm: %s; machine-docker places each guest on this engine",

@@ -261,13 +261,11 @@ static relay_status start_container(md_state *st, const char *vm, relay_call *ca
 	free(start);
 	if (s == RELAY_OK && r.status != 204 && r.status != 304)
 		s = md_err(st, err, RELAY_E_REFUSED, 0,
-		           "the engine could not start the guest container (HTTP %ld): %.600s%s", r.status,
+		           "the engine could not start the guest container (HTTP %ld): %.600s%s%s", r.status,
 		           md_reply_message(&r),
-		           strstr(md_reply_message(&r), "hybrid")
-		               ? "; this host mixes cgroup v1 and v2: start "
-		                 "Podman with --runtime runc, or set "
-		                 "options.runtime to runc"
-		               : "");
+		           strstr(md_reply_message(&r), "hybrid") ? "; this host mixes cgroup v1 and v2: "
+		                                                  : "",
+		           strstr(md_reply_message(&r), "hybrid") ? md_runtime_remedy(st, call) : "");
 	md_reply_free(&r);
 	return s;
 }
@@ -325,10 +323,11 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 		s = md_create_service(st, rec, im, baked.ref, user, call, &keep_record, err);
 	} else {
 		s = create_container(st, rec, im, &baked, user, call, &keep_record, err);
+		if (s != RELAY_OK)
+			goto done; /* nothing was created, or keep_record says it may have been */
+		s = md_verify_applied(st, rec, purpose, call, err);
 		if (s == RELAY_OK)
 			s = start_container(st, purpose, call, err);
-		else
-			goto done; /* nothing was created, or keep_record says it may have been */
 	}
 	if (s != RELAY_OK) {
 		relay_error e2;

@@ -118,8 +118,12 @@ typedef struct relay_machine_ops {
 	                                 unsigned flags, char **check_name_out, relay_error *err);
 
 	/* The image inventory: {"images": {"<key>": {"kind": "linux"|"macos",
-	 * "base_available": bool, ...}}, "capacity": {...} | null}. The core
-	 * passes both objects through to relay_probe unchanged. */
+	 * "base_available": bool, "base_fetchable": bool (optional), ...}},
+	 * "capacity": {...} | null}. "base_fetchable": the base is not here,
+	 * and acquire fetches it (an engine's pull), failing with the reason
+	 * the source gives; the core then does not refuse the acquisition
+	 * before asking. The core passes both objects through to relay_probe
+	 * unchanged. */
 	relay_status (*images)(relay_plugin_state *state, relay_call *call, unsigned flags,
 	                       char **images_json_out, relay_error *err);
 

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""What the engine really applies, and what it cannot (issue 22, defects 6 and 8).
+
+- options.runtime is verified after create: Podman's compatible API ignores HostConfig.Runtime
+  (its inspect says "oci"; its own API says which runtime the container got), so a guest asked
+  with "runsc" ran on runc while the record said runsc. Now acquire refuses, naming both
+  runtimes and the remedy that works for Podman (start the service with that runtime), and
+  leaves no container; without the option the record names the runtime the guest really got.
+- A missing image is asked of the engine (/images/create) instead of being refused by the
+  core before the plugin saw it; there is no registry here, so the engine's pull fails, and
+  acquire says so with the engine's own reason.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from relay_client import run_tests, skip  # noqa: E402
+from docker_support import Engine, acquire, plugin_missing, store_of, structured, text_of  # noqa: E402
+
+
+def setup(binary):
+    why = plugin_missing(binary)
+    if why:
+        skip(why)
+
+
+def lease_records(r):
+    folder = os.path.join(store_of(r), "leases")
+    out = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".json"):
+            with open(os.path.join(folder, name)) as f:
+                out.append(json.load(f))
+    return out
+
+
+def engine_runtime(eng):
+    code, info = eng.api("GET", "/info")
+    assert code == 200, info
+    return info["DefaultRuntime"]
+
+
+def test_runtime_the_engine_ignores_is_refused(binary):
+    setup(binary)
+    with Engine() as eng:
+        real = engine_runtime(eng)
+        other = "runsc" if real != "runsc" else "runc"
+        with eng.relay(binary, {"minimal": eng.image("minimal")}, extra_options={"runtime": other}) as r:
+            r.initialize()
+            res = r.call_tool("relay_acquire", {"task": "rt", "image": "minimal", "extractions": []}, timeout=300)
+            text = text_of(res)
+            assert res["isError"] is True, text
+            assert 'options.runtime is "%s", but the engine runs the guest with %s' % (other, real) in text, text
+            assert "podman --runtime" in text, text
+            assert eng.containers(store=store_of(r)) == [], eng.containers(store=store_of(r))
+
+
+def test_runtime_recorded_is_the_one_used(binary):
+    setup(binary)
+    with Engine() as eng:
+        real = engine_runtime(eng)
+        with eng.relay(binary, {"minimal": eng.image("minimal")}) as r:
+            r.initialize()
+            g = acquire(r, "minimal")
+            recs = [x for x in lease_records(r) if x.get("vm") == g["vm"]]
+            assert len(recs) == 1 and recs[0]["runtime"] == real, recs
+            assert r.call_tool("relay_release", {"guest": g["guest"]}, timeout=300)["isError"] is False
+
+
+def test_missing_image_is_pulled_and_the_engine_says_why_not(binary):
+    setup(binary)
+    with Engine() as eng:
+        ref = "localhost:5/mcp-relay-test-missing:nope"
+        with eng.relay(binary, {"gone": ref}) as r:
+            r.initialize()
+            res = r.call_tool("relay_acquire", {"task": "pull", "image": "gone", "extractions": []}, timeout=300)
+            text = text_of(res)
+            assert res["isError"] is True, text
+            err = structured(res)["error"]
+            assert err["code"] == "image-unavailable", err
+            assert "cannot be pulled" in err["message"] or "pulling it failed" in err["message"], err
+            # The engine's own reason (it tried the registry at localhost:5).
+            assert "localhost:5" in err["message"] and ("connect" in err["message"] or "refused" in err["message"]), err
+            assert structured(r.call_tool("relay_status"))["guests"] == []
+
+
+if __name__ == "__main__":
+    run_tests(globals())
