@@ -42,8 +42,11 @@ static void learn_engine(md_state *st, relay_call *call)
 		for (size_t i = 0; so && i < json_object_array_length(so); i++) {
 			const char *opt = json_object_get_string(json_object_array_get_idx(so, i));
 			if (opt && strstr(opt, "rootless"))
-				rootless = true;
+				rootless = true; /* Docker: name=rootless */
 		}
+		json_object *flag = NULL; /* Podman: "Rootless": true (its SecurityOptions do not say) */
+		if (json_object_object_get_ex(r.json, "Rootless", &flag) && json_object_get_boolean(flag))
+			rootless = true;
 		md_reply_free(&r);
 	}
 	pthread_mutex_lock(&st->lock);

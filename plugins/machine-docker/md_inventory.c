@@ -455,7 +455,10 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 		json_object *so = rsj_get_array(r.json, "SecurityOptions");
 		for (size_t i = 0; so && i < json_object_array_length(so); i++)
 			if (strstr(json_object_get_string(json_object_array_get_idx(so, i)), "rootless"))
-				rootless = true;
+				rootless = true; /* Docker: name=rootless */
+		json_object *flag = NULL; /* Podman: "Rootless": true (its SecurityOptions do not say) */
+		if (json_object_object_get_ex(r.json, "Rootless", &flag) && json_object_get_boolean(flag))
+			rootless = true;
 		md_textf(detail, sizeof detail, "the engine runs %s",
 		         rootless ? "rootless" : "as root (rootful)");
 		check(arr, "rootless", true, detail, NULL);
