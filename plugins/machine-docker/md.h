@@ -263,7 +263,9 @@ int md_tmp_file(md_state *st);
 /* libarchive's write callback into the file descriptor at *(int *)user. */
 struct archive;
 ssize_t md_tar_write_cb(struct archive *a, void *user, const void *buf, size_t len);
-/* md_applied.c. The reason the engine cannot apply the guests' pids, memory
+/* md_applied.c. True when the engine is Podman's compatible API (asked once). */
+bool md_engine_is_podman(md_state *st, relay_call *call);
+/* The reason the engine cannot apply the guests' pids, memory
  * and CPU limits (static text), or NULL when it applies them. */
 const char *md_limits_not_applied(md_state *st, relay_call *call);
 /* The remedy for a host whose cgroups crun refuses, as the engine in use

@@ -57,6 +57,15 @@ static void learn_engine(md_state *st, relay_call *call)
 	pthread_mutex_unlock(&st->lock);
 }
 
+bool md_engine_is_podman(md_state *st, relay_call *call)
+{
+	learn_engine(st, call);
+	pthread_mutex_lock(&st->lock);
+	bool podman = st->engine_podman;
+	pthread_mutex_unlock(&st->lock);
+	return podman;
+}
+
 const char *md_limits_not_applied(md_state *st, relay_call *call)
 {
 	learn_engine(st, call);
@@ -144,16 +153,16 @@ relay_status md_verify_applied(md_state *st, json_object *rec, const char *vm, r
 		pthread_mutex_lock(&st->lock);
 		bool podman = st->engine_podman;
 		pthread_mutex_unlock(&st->lock);
-		return md_err(st, err, RELAY_E_REFUSED, 0,
-		              "options.runtime is \"%s\", but the engine runs the guest with %s%s; the "
-		              "guest was removed: %s",
-		              wanted, actual,
-		              podman ? " (Podman's compatible API ignores the runtime a container asks for)"
-		                     : "",
-		              podman ? "start the Podman service with that runtime: podman --runtime <name> "
-		                       "system service --time=0 <socket>, or remove options.runtime"
-		                     : "install that runtime in the engine (dockerd --add-runtime), or remove "
-		                       "options.runtime");
+		return md_err(
+		    st, err, RELAY_E_REFUSED, 0,
+		    "options.runtime is \"%s\", but the engine runs the guest with %s%s; the "
+		    "guest was removed: %s",
+		    wanted, actual,
+		    podman ? " (Podman's compatible API ignores the runtime a container asks for)" : "",
+		    podman ? "start the Podman service with that runtime: podman --runtime <name> "
+		             "system service --time=0 <socket>, or remove options.runtime"
+		           : "install that runtime in the engine (dockerd --add-runtime), or remove "
+		             "options.runtime");
 	}
 	return RELAY_OK;
 }

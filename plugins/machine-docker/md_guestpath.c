@@ -63,6 +63,13 @@ char *md_b64_decode(const char *in)
 relay_status md_check_no_linked_folder(md_state *st, const char *container, const char *remote_path,
                                        relay_error *err)
 {
+	/* Podman expands [ ] * ? in an archive path (a glob), so such a name
+	 * would pull another file or none: refused with the reason. */
+	if (md_engine_is_podman(st, NULL) && strpbrk(remote_path, "[]*?") != NULL)
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "%s has one of [ ] * ? in its name, which Podman's archive API expands as a "
+		              "pattern: rename it in the guest (a diagnostic shell script) and try again",
+		              remote_path);
 	char prefix[1024];
 	size_t n = strlen(remote_path);
 	if (n >= sizeof prefix)

@@ -505,6 +505,15 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 	if (st->image_count == 0)
 		check(arr, "image", false, "no image is configured",
 		      "add \"images\": {\"<key>\": \"<reference>\"} to MCP_RELAY_DOCKER_OPTIONS");
+	/* acquire refuses "internet" (md_lease.c check_spec): doctor says so too. */
+	bool internet = strcmp(st->default_network, "internet") == 0;
+	md_textf(detail, sizeof detail, "guest network %s%s", st->default_network,
+	         internet ? ": machine-docker refuses it (it cannot verify that an engine network keeps "
+	                    "the guest from this host and private networks)"
+	                  : ": the guest's own loopback only");
+	check(arr, "network", !internet, detail,
+	      internet ? "set MCP_RELAY_GUEST_NETWORK=nat, or use an image that has what the guest needs"
+	               : NULL);
 	bool writable = access(st->leases_dir, W_OK) == 0;
 	md_textf(detail, sizeof detail, "lease records go to %s", st->leases_dir);
 	check(arr, "state folder", writable, detail,

@@ -418,12 +418,14 @@ class Engine:
         return r
 
 
-def doctor(binary, options):
-    """`mcp-relay doctor` with machine-docker and `options`: (exit code, standard output)."""
+def doctor(binary, options, **env):
+    """`mcp-relay doctor` with machine-docker and `options` (and `env`, such as
+    MCP_RELAY_GUEST_NETWORK): (exit code, standard output)."""
     e = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_RELAY_", "MCP_VM_RELAY_"))}
     e.pop("VM_ENVIRONMENT_FILE", None)
     e.update({"MCP_RELAY_BACKEND": "docker", "MCP_RELAY_DOCKER_OPTIONS": json.dumps(options),
               "MCP_RELAY_STATE_DIR": tempfile.mkdtemp(prefix="docker-doctor-")})
+    e.update(env)
     p = subprocess.run([binary, "doctor"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=120, cwd=tempfile.gettempdir())
     return p.returncode, p.stdout

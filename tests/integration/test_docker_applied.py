@@ -16,7 +16,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
-from docker_support import Engine, acquire, plugin_missing, store_of, structured, text_of  # noqa: E402
+from docker_support import (Engine, acquire, diag, doctor, doctor_line, plugin_missing, store_of,  # noqa: E402
+                            structured, text_of)
 
 
 def setup(binary):
@@ -83,6 +84,34 @@ def test_missing_image_is_pulled_and_the_engine_says_why_not(binary):
             # The engine's own reason (it tried the registry at localhost:5).
             assert "localhost:5" in err["message"] and ("connect" in err["message"] or "refused" in err["message"]), err
             assert structured(r.call_tool("relay_status"))["guests"] == []
+
+
+def test_glob_names_are_refused_with_the_reason(binary):
+    """Rough edge: Podman expands [ ] * ? in an archive path; such a name is refused, named."""
+    setup(binary)
+    with Engine() as eng:
+        with eng.relay(binary, {"minimal": eng.image("minimal")}) as r:
+            r.initialize()
+            g = acquire(r, "minimal", extractions=[{"name": "glob", "path": "out/a[1].txt"}])
+            assert r.call_tool("relay_stage", {"guest": g["guest"]}, timeout=300)["isError"] is False
+            s = diag(r, g["guest"], "mkdir -p %s/out && echo x > '%s/out/a[1].txt' && echo y > %s/out/a1.txt"
+                     % ((g["workspace"],) * 3))
+            assert s["outcome"]["exitStatus"]["code"] == 0, s
+            res = r.call_tool("relay_extract", {"guest": g["guest"], "names": ["glob"]}, timeout=300)
+            text = text_of(res)
+            assert res["isError"] is True and "expands as a pattern" in text and "a[1].txt" in text, text
+
+
+def test_doctor_refuses_network_internet(binary):
+    """Rough edge: doctor said Ready with MCP_RELAY_GUEST_NETWORK=internet, which acquire refuses."""
+    setup(binary)
+    with Engine() as eng:
+        opts = {"endpoint": eng.endpoint, "images": {"minimal": eng.image("minimal")}}
+        if eng.runtime:
+            opts["runtime"] = eng.runtime
+        rc, out = doctor(binary, opts, MCP_RELAY_GUEST_NETWORK="internet")
+        line = doctor_line(out, "network")[0]
+        assert line.startswith("FAIL") and "refuses" in line, out
 
 
 if __name__ == "__main__":
