@@ -285,11 +285,13 @@ void md_guest_env(const md_state *st, json_object *env, bool display);
 /* Decodes base64 text of either alphabet, padded or not (malloc'd,
  * NUL-terminated) or NULL (md_guestpath.c). */
 char *md_b64_decode(const char *in);
-/* RELAY_OK when every folder above `remote_path` in the container is a
- * folder and no link (the engine's own stat of each); else
- * RELAY_E_UNSAFE_PATH, RELAY_E_NOT_FOUND or RELAY_E_TRANSIENT naming it. */
-relay_status md_check_no_linked_folder(md_state *st, const char *container, const char *remote_path,
-                                       relay_error *err);
+/* RELAY_OK when `remote_path` can be pulled as named: every folder above it
+ * in the container is a folder and no link (the engine's own stat of
+ * each), and on Podman it has none of [ ] * ? (which Podman expands); else
+ * RELAY_E_UNSAFE_PATH, RELAY_E_INVALID_ARGUMENT, RELAY_E_NOT_FOUND or
+ * RELAY_E_TRANSIENT naming it. */
+relay_status md_check_pull_path(md_state *st, const char *container, const char *remote_path,
+                                relay_error *err);
 relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err);
 relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, const char *local_path,

@@ -60,8 +60,8 @@ char *md_b64_decode(const char *in)
  * said. Called before the GET and again after it, so that a link swapped
  * in meanwhile fails the pull too (a guest that swaps a folder and back
  * between the two checks and the GET is not detected; docs/reliability.md). */
-relay_status md_check_no_linked_folder(md_state *st, const char *container, const char *remote_path,
-                                       relay_error *err)
+relay_status md_check_pull_path(md_state *st, const char *container, const char *remote_path,
+                                relay_error *err)
 {
 	/* Podman expands [ ] * ? in an archive path (a glob), so such a name
 	 * would pull another file or none: refused with the reason. */

@@ -623,7 +623,10 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		           st->state_dir);
 		goto done;
 	}
-	s = md_check_no_linked_folder(st, conn->container, remote_path, err);
+	s = md_check_pull_path(st, conn->container, remote_path, err);
+	if (s == RELAY_E_NOT_FOUND && view_lost(st, conn->container))
+		s = view_lost_error(st, conn->container,
+		                    err); /* a folder "missing": the engine's view is gone */
 	if (s != RELAY_OK)
 		goto done;
 	s = md_api(st, "GET", path, NULL, -1, tar_fd, XFER_TIMEOUT_MS, call, &r, err);
@@ -644,7 +647,7 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 	}
 	s = check_pulled_stat(st, r.path_stat, remote_path, tree, err);
 	if (s == RELAY_OK)
-		s = md_check_no_linked_folder(st, conn->container, remote_path, err);
+		s = md_check_pull_path(st, conn->container, remote_path, err);
 	if (s != RELAY_OK)
 		goto done;
 	lseek(tar_fd, 0, SEEK_SET);
