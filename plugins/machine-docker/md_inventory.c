@@ -364,7 +364,25 @@ json_object *inventory_images(md_state *st, relay_call *call)
 
 relay_status inventory_catalog(md_state *st, relay_call *call, json_object **out, relay_error *err)
 {
-	(void)err;
+	*out = NULL;
+	/* An engine that does not answer is said, not an empty catalog ("no
+	 * application matches" would blame the query). */
+	md_reply ping;
+	relay_status s = md_api(st, "GET", "/_ping", NULL, -1, -1, 10000, call, &ping, err);
+	long code = s == RELAY_OK ? ping.status : 0;
+	if (s == RELAY_OK)
+		md_reply_free(&ping);
+	if (s == RELAY_E_CANCELLED)
+		return s;
+	if (s != RELAY_OK || code != 200) {
+		char why[RELAY_ERROR_MESSAGE_BYTES];
+		snprintf(why, sizeof why, "%s", s != RELAY_OK ? err->message : "an HTTP error on /_ping");
+		return md_err(
+		    st, err, RELAY_E_UNAVAILABLE, 0,
+		    "the container engine at %s does not answer (%s), so its images' applications "
+		    "are unknown: start the engine, or set \"endpoint\" in MCP_RELAY_DOCKER_OPTIONS",
+		    st->endpoint, why);
+	}
 	json_object *images = json_object_new_array();
 	for (size_t i = 0; i < st->image_count; i++) {
 		image_facts f;

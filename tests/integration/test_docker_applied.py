@@ -114,5 +114,18 @@ def test_doctor_refuses_network_internet(binary):
         assert line.startswith("FAIL") and "refuses" in line, out
 
 
+def test_search_names_an_engine_that_does_not_answer(binary):
+    """Rough edge: with the engine down relay_search said "no application matches"."""
+    setup(binary)
+    with Engine() as eng:
+        nothing = "unix://" + os.path.join(eng.dir, "nothing.sock")
+        with eng.relay(binary, {"minimal": eng.image("minimal")}, extra_options={"endpoint": nothing}) as r:
+            r.initialize()
+            res = r.call_tool("relay_search", {"name": "sleep"}, timeout=120)
+            text = text_of(res)
+            assert res["isError"] is True, text
+            assert "does not answer" in text and "nothing.sock" in text, text
+
+
 if __name__ == "__main__":
     run_tests(globals())
