@@ -18,6 +18,7 @@
  *   md_exec.c       transport exec (demultiplexed stream, stdin, timeouts)
  *   md_xfer.c       transport push and pull (tar through the archive API)
  *   md_applied.c    what the engine really applied (runtime, limits)
+ *   md_commands.c   the commands each dpkg package installs (catalog aliases)
  *   md_guestpath.c  the engine's stat header, and no linked folder above a pull
  *   md_inventory.c  images, catalog, doctor
  *   md_console.c    the console: x11vnc in the guest, reached in the
@@ -263,6 +264,10 @@ int md_tmp_file(md_state *st);
 /* libarchive's write callback into the file descriptor at *(int *)user. */
 struct archive;
 ssize_t md_tar_write_cb(struct archive *a, void *user, const void *buf, size_t len);
+/* md_commands.c. Adds to each dpkg application of `apps` (read from the
+ * probe container `container`) the commands its package installs, as
+ * aliases (at most 16). Nothing on failure: the catalog keeps the names. */
+void md_add_package_commands(md_state *st, const char *container, json_object *apps, relay_call *call);
 /* md_applied.c. True when the engine is Podman's compatible API (asked once). */
 bool md_engine_is_podman(md_state *st, relay_call *call);
 /* The reason the engine cannot apply the guests' pids, memory

@@ -217,6 +217,7 @@ static bool probe_image(md_state *st, const md_image *im, const char *id, relay_
 	if (dpkg)
 		parse_dpkg(dpkg, f->apps);
 	free(dpkg);
+	md_add_package_commands(st, name, f->apps, call);
 	for (size_t i = 0; i < PROBE_COUNT; i++)
 		f->has[i] = lease_path_exists(st, name, probes[i].path, NULL) == 1;
 	for (size_t i = 0; i < PROBE_COUNT; i++) {

@@ -127,5 +127,43 @@ def test_search_names_an_engine_that_does_not_answer(binary):
             assert "does not answer" in text and "nothing.sock" in text, text
 
 
+def dpkg_image(eng, base, package):
+    """`base` with this host's own dpkg status stanza and file list of `package`."""
+    import subprocess
+    import tempfile
+    with open("/var/lib/dpkg/status") as f:
+        stanza = [b for b in f.read().split("\n\n") if b.startswith("Package: %s\n" % package)]
+    listing = "/var/lib/dpkg/info/%s.list" % package
+    if not stanza or not os.path.exists(listing):
+        skip("this host's dpkg has no %s" % package)
+    d = tempfile.mkdtemp(prefix="relay-docker-dpkg-")
+    os.makedirs(os.path.join(d, "info"))
+    with open(os.path.join(d, "status"), "w") as f:
+        f.write(stanza[0] + "\n\n")
+    with open(listing) as src, open(os.path.join(d, "info", package + ".list"), "w") as dst:
+        dst.write(src.read())
+    with open(os.path.join(d, "Containerfile"), "w") as f:
+        f.write("FROM %s\nCOPY status /var/lib/dpkg/status\nCOPY info /var/lib/dpkg/info\n" % base)
+    tag = "localhost/mcp-relay-test-dpkg-%s:%s" % (package, base.rsplit(":", 1)[1])
+    p = subprocess.run(eng.cli + ["build", "--pull=never", "-t", tag, d], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0, p.stderr
+    return tag
+
+
+def test_search_finds_a_command_of_a_package(binary):
+    """Rough edge: relay_search matched package names only (xclock is in x11-apps)."""
+    setup(binary)
+    with Engine() as eng:
+        img = dpkg_image(eng, eng.image("minimal"), "xvfb")  # installs Xvfb and xvfb-run
+        with eng.relay(binary, {"xvfb": img}) as r:
+            r.initialize()
+            res = r.call_tool("relay_search", {"name": "xvfb-run"}, timeout=300)
+            text = text_of(res)
+            assert res["isError"] is False, text
+            names = [a["name"] for a in structured(res)["applications"]]
+            assert "xvfb" in names, text
+
+
 if __name__ == "__main__":
     run_tests(globals())
