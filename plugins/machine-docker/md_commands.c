@@ -17,9 +17,9 @@
 #include "md.h"
 #include "relay_support/utf8_locale.h"
 
-#define MAX_ALIASES     16               /* core/src/catalog/catalog.c CATALOG_MAX_ALIASES */
-#define MAX_LIST_BYTES  (4u << 20)       /* one package's file list */
-#define MAX_INFO_BYTES  (512u << 20)     /* the whole folder's archive */
+#define MAX_ALIASES      16           /* core/src/catalog/catalog.c CATALOG_MAX_ALIASES */
+#define MAX_LIST_BYTES   (4u << 20)   /* one package's file list */
+#define MAX_INFO_BYTES   (512u << 20) /* the whole folder's archive */
 #define COMMAND_NAME_MAX 128
 
 /* The package a <package>[:<arch>].list entry names, or false. */
@@ -75,7 +75,8 @@ static int by_name(const void *a, const void *b)
 static void add_commands(json_object *app, char *text)
 {
 	json_object *aliases = NULL;
-	if (!json_object_object_get_ex(app, "aliases", &aliases) || !json_object_is_type(aliases, json_type_array))
+	if (!json_object_object_get_ex(app, "aliases", &aliases) ||
+	    !json_object_is_type(aliases, json_type_array))
 		return;
 	const char *name = md_str(app, "name");
 	const char **cmds = NULL;
