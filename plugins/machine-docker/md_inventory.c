@@ -23,6 +23,7 @@
 
 #include "md.h"
 #include "md_console.h"
+#include "md_egress.h"
 #include "relay_support/json_get.h"
 
 const md_image *inventory_find(md_state *st, const char *key)
@@ -524,15 +525,18 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 	if (st->image_count == 0)
 		check(arr, "image", false, "no image is configured",
 		      "add \"images\": {\"<key>\": \"<reference>\"} to MCP_RELAY_DOCKER_OPTIONS");
-	/* acquire refuses "internet" (md_lease.c check_spec): doctor says so too. */
-	bool internet = strcmp(st->default_network, "internet") == 0;
-	md_textf(detail, sizeof detail, "guest network %s%s", st->default_network,
-	         internet ? ": machine-docker refuses it (it cannot verify that an engine network keeps "
-	                    "the guest from this host and private networks)"
-	                  : ": the guest's own loopback only");
-	check(arr, "network", !internet, detail,
-	      internet ? "set MCP_RELAY_GUEST_NETWORK=nat, or use an image that has what the guest needs"
-	               : NULL);
+	/* The guest network as acquire takes it (md_lease.c check_spec): allow
+	 * and internet need the egress proxy in the container's namespace. */
+	char why[600] = "";
+	bool nat = strcmp(st->default_network, "nat") == 0;
+	bool net_ok = nat || md_egress_reachable(st, why, sizeof why);
+	md_textf(detail, sizeof detail, "guest network %s: %s", st->default_network,
+	         nat      ? "the guest's own loopback only"
+	         : net_ok ? "through the relay's egress proxy in the guest's namespace"
+	                  : why);
+	check(arr, "network", net_ok, detail,
+	      net_ok ? NULL
+	             : "set MCP_RELAY_GUEST_NETWORK=nat, or use an engine on this host the relay can enter");
 	bool writable = access(st->leases_dir, W_OK) == 0;
 	md_textf(detail, sizeof detail, "lease records go to %s", st->leases_dir);
 	check(arr, "state folder", writable, detail,

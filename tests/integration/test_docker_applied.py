@@ -102,16 +102,23 @@ def test_glob_names_are_refused_with_the_reason(binary):
             assert res["isError"] is True and "expands as a pattern" in text and "a[1].txt" in text, text
 
 
-def test_doctor_refuses_network_internet(binary):
-    """Rough edge: doctor said Ready with MCP_RELAY_GUEST_NETWORK=internet, which acquire refuses."""
+def test_doctor_network_matches_acquire(binary):
+    """Rough edge: doctor said Ready with MCP_RELAY_GUEST_NETWORK=internet while acquire refused
+    it; doctor's network line now says what acquire does (egress: issue 23)."""
     setup(binary)
     with Engine() as eng:
-        opts = {"endpoint": eng.endpoint, "images": {"minimal": eng.image("minimal")}}
+        images = {"minimal": eng.image("minimal")}
+        opts = {"endpoint": eng.endpoint, "images": images}
         if eng.runtime:
             opts["runtime"] = eng.runtime
         rc, out = doctor(binary, opts, MCP_RELAY_GUEST_NETWORK="internet")
         line = doctor_line(out, "network")[0]
-        assert line.startswith("FAIL") and "refuses" in line, out
+        with eng.relay(binary, images, MCP_RELAY_GUEST_NETWORK="internet") as r:
+            r.initialize()
+            res = r.call_tool("relay_acquire", {"task": "net", "image": "minimal", "extractions": []}, timeout=300)
+            if res["isError"] is False:
+                r.call_tool("relay_release", {"guest": structured(res)["guest"]}, timeout=300)
+        assert line.startswith("ok") == (res["isError"] is False), (line, text_of(res))
 
 
 def test_search_names_an_engine_that_does_not_answer(binary):
