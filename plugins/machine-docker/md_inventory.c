@@ -183,9 +183,42 @@ static char *read_container_file(md_state *st, const char *container, const char
 	return out;
 }
 
+/* Probe containers older than this were left by a relay that ended during
+ * its probe (a probe takes seconds): removed before the next probe. */
+#define STALE_PROBE_S 600
+
+static void remove_stale_probes(md_state *st, relay_call *call)
+{
+	char path[1024] = MD_API_PREFIX "/containers/json?all=1&filters=";
+	md_url_encode(path, sizeof path, "{\"label\":[\"" MD_LABEL "probe=1\"]}");
+	md_reply r;
+	relay_error e;
+	if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
+		return;
+	int64_t now_s = st->host->now_ms() / 1000;
+	for (size_t i = 0; r.status == 200 && r.json && json_object_is_type(r.json, json_type_array) &&
+	                   i < json_object_array_length(r.json);
+	     i++) {
+		json_object *c = json_object_array_get_idx(r.json, i);
+		const char *plugin = md_str(md_obj(c, "Labels"), MD_LABEL "plugin");
+		int64_t created = md_int(c, "Created", now_s);
+		if (plugin == NULL || strcmp(plugin, MD_PLUGIN_NAME) != 0 ||
+		    now_s - created < STALE_PROBE_S || md_str(c, "Id") == NULL)
+			continue;
+		char del[512] = MD_API_PREFIX "/containers/";
+		md_url_encode(del, sizeof del, md_str(c, "Id"));
+		strncat(del, "?force=1&v=1", sizeof del - strlen(del) - 1);
+		md_reply d;
+		if (md_api(st, "DELETE", del, NULL, -1, -1, 60000, NULL, &d, &e) == RELAY_OK)
+			md_reply_free(&d);
+	}
+	md_reply_free(&r);
+}
+
 /* Looks inside the image through a created, never started, container. */
 static bool probe_image(md_state *st, const md_image *im, const char *id, relay_call *call, image_facts *f)
 {
+	remove_stale_probes(st, call);
 	char name[64] = "mcp-relay-probe-";
 	md_random_hex(st, name + strlen(name), 16);
 	json_object *body = json_object_new_object();
