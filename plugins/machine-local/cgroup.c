@@ -158,11 +158,9 @@ static void detect_v1(local_state *st)
 
 void cgroup_detect(local_state *st)
 {
-	if (st->rootless) {
-		snprintf(st->cgroup_reason, sizeof st->cgroup_reason,
-		         "the relay is not root, and machine-local does not use delegated cgroups");
-		return;
-	}
+	/* Without root the same search finds what is delegated to the relay's
+	 * user (its own cgroup writable, e.g. systemd's user@.service with
+	 * Delegate=yes), and says why nothing is where nothing is. */
 	detect_v1(st);
 	char mount[PATH_MAX] = "", own[PATH_MAX];
 	if (!find_mount(false, NULL, mount, sizeof mount)) {

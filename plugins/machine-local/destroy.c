@@ -91,7 +91,7 @@ static bool kill_process(pid_t pid, unsigned long long start, int timeout_ms)
  * removed keeps the record that names its guest, so the lease is still
  * found (by purpose, by the reaper) and its release is not answered before
  * the folder is gone (issue 17 defect 6). */
-static int remove_lease_folder(const char *lease_dir)
+static int remove_lease_folder(local_state *st, const char *lease_dir)
 {
 	int fd = open(lease_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -109,7 +109,10 @@ static int remove_lease_folder(const char *lease_dir)
 			continue;
 		char path[PATH_MAX];
 		snprintf(path, sizeof path, "%s/%s", lease_dir, de->d_name);
-		int e = lu_remove_tree(path);
+		/* The upper layer holds files of the guest user's subordinate
+		 * id without root: removed in a namespace that maps it. */
+		bool layer = strcmp(de->d_name, "upper") == 0 || strcmp(de->d_name, "work") == 0;
+		int e = layer ? subids_remove_tree(st, path) : lu_remove_tree(path);
 		if (e != 0 && rc == 0)
 			rc = e;
 	}
@@ -142,7 +145,7 @@ relay_status sandbox_destroy(local_state *st, json_object *record, const char *r
 	int cg_rc = cgroup_remove_all(record);
 	int rm_rc = 0;
 	if (init_gone)
-		rm_rc = remove_lease_folder(lease_dir);
+		rm_rc = remove_lease_folder(st, lease_dir);
 	char detail[512];
 	relay_status vs = sandbox_verify_gone(st, record, detail, sizeof detail);
 	if (vs == RELAY_OK) {
