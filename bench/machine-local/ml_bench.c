@@ -177,6 +177,29 @@ int main(int argc, char **argv)
 		release(p, lease);
 	}
 
+	/* ML_BENCH_ACQUIRE_ONLY=1 (rootless.sh): the two acquire figures only,
+	 * so a root and an ordinary user's run can alternate in one sitting. */
+	bool acquire_only =
+	    getenv("ML_BENCH_ACQUIRE_ONLY") && strcmp(getenv("ML_BENCH_ACQUIRE_ONLY"), "1") == 0;
+	if (acquire_only) {
+		loader_shutdown(&r1);
+		plugin_registry rx;
+		p = load(&rx, plugin, state_dir, "{\"display\":\"auto\"}");
+		int nx = rounds * 2;
+		double *ax = calloc((size_t)nx, sizeof *ax);
+		for (int i = 0; i < nx; i++) {
+			snprintf(guest, sizeof guest, "bench-x%d", i);
+			char *l = acquire(p, guest, &ax[i]);
+			release(p, l);
+		}
+		loader_shutdown(&rx);
+		print_samples("acquire->ready, no display", acq, n1, 1000, "ms");
+		print_samples("acquire->ready, Xvfb", ax, nx, 1000, "ms");
+		free(acq);
+		free(ax);
+		return 0;
+	}
+
 	/* 3. exec of true */
 	double ignored;
 	char *lease = acquire(p, "bench-exec", &ignored);

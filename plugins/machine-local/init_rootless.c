@@ -271,8 +271,8 @@ static void compose_dir(compose_ctx *c, const char *rel, int depth)
 	if (depth + 1 >= COMPOSE_DEPTH) {
 		/* The last level: the host's folder, read-only. */
 		if (mount(host, target, NULL, MS_BIND | MS_REC, NULL) != 0 ||
-		    mount(NULL, target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) !=
-		        0)
+		    mount(NULL, target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+		          NULL) != 0)
 			die(errno, "cannot bind %s read-only into the guest (its overlay failed: %s)", host,
 			    strerror(e));
 		say("machine-local init: %s is read-only in the guest (overlay refused: %s)", host,
@@ -324,7 +324,8 @@ void compose_root(const char *lease_dir, const char *merged)
 		compose_entry(&c, de->d_name, 0);
 	}
 	closedir(d);
-	say("machine-local init: the guest root is composed of %d overlays and %d binds", c.overlays, c.binds);
+	say("machine-local init: the guest root is composed of %d overlays and %d binds", c.overlays,
+	    c.binds);
 }
 
 /* ---- rmtree ---------------------------------------------------------------- */
@@ -338,8 +339,8 @@ static int remove_one(const char *path, const struct stat *sb, int type, struct 
 	return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
 }
 
-int remove_tree_mapped(const char *newuidmap, const char *newgidmap, const char *uid_map,
-                       const char *gid_map, const char *path)
+int remove_tree_mapped(const char *newuidmap, const char *newgidmap, const char *uid_map, const char *gid_map,
+                       const char *path)
 {
 	if (enter_mapped_userns(newuidmap, newgidmap, uid_map, gid_map) != 0) {
 		say("machine-local init: cannot enter the relay user's id map: %s", strerror(errno));

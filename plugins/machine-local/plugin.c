@@ -33,13 +33,13 @@ static void detect_helper(local_state *st)
 	st->slirp_path = lu_find_program("slirp4netns");
 	st->pasta_path = lu_find_program("pasta");
 	const char *c = st->helper_choice;
-	if (strcmp(c, "none") == 0)
-		return;
-	/* Without root auto prefers pasta: it joins a namespace newuidmap
-	 * mapped with its full sandbox, slirp4netns without its seccomp filter
-	 * (net.c). */
-	if (st->rootless && strcmp(c, "auto") == 0 && st->pasta_path) {
+	if (strcmp(c, "none") == 0) {
+		/* loopback only, by choice */
+	} else if (st->rootless && strcmp(c, "auto") == 0 && st->pasta_path) {
 		st->helper_path = st->pasta_path;
+		/* Without root auto prefers pasta: it joins a namespace newuidmap
+		 * mapped with its full sandbox, slirp4netns without its seccomp
+		 * filter (net.c). */
 		snprintf(st->helper_name, sizeof st->helper_name, "pasta");
 	} else if ((strcmp(c, "auto") == 0 || strcmp(c, "slirp4netns") == 0) && st->slirp_path) {
 		st->helper_path = st->slirp_path;
@@ -51,7 +51,8 @@ static void detect_helper(local_state *st)
 	if (st->helper_path == NULL) {
 		lu_textf(
 		    st->helper_reason, sizeof st->helper_reason, "%s",
-		    strcmp(c, "none") == 0 ? "options.networkHelper is none (fix: set it to auto)"
+		    strcmp(c, "none") == 0
+		        ? "options.networkHelper is none (fix: set it to auto, to use slirp4netns or pasta)"
 		    : strcmp(c, "auto") == 0
 		        ? "neither slirp4netns nor pasta is installed (fix: sudo apt-get install slirp4netns)"
 		        : "the chosen helper is not installed (fix: sudo apt-get install slirp4netns "

@@ -137,8 +137,8 @@ int subids_remove_tree(local_state *st, const char *path)
 	         st->subuid_count);
 	lu_textf(gmap, sizeof gmap, "0 %u 1 1 %u %lu", (unsigned)st->relay_gid, (unsigned)st->subgid_first,
 	         st->subgid_count);
-	const char *argv[] = {"machine-local-init", "rmtree", st->newuidmap_path, st->newgidmap_path,
-	                      umap, gmap, path, NULL};
+	const char *argv[] = {
+	    "machine-local-init", "rmtree", st->newuidmap_path, st->newgidmap_path, umap, gmap, path, NULL};
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	lu_spawn_detached_init(&fa, &attr, STDERR_FILENO);
@@ -279,8 +279,9 @@ relay_status subids_run_in_guest_userns(local_state *st, pid_t init_pid, relay_c
 	if (rc == 1)
 		status = lu_err(st, err, RELAY_E_CANCELLED, 0, "cancelled; the transfer was stopped");
 	else if (rc != 0)
-		status = lu_err(st, err, RELAY_E_INDETERMINATE, 0,
-		                "the transfer's process in the guest's user namespace ended without an answer");
+		status =
+		    lu_err(st, err, RELAY_E_INDETERMINATE, 0,
+		           "the transfer's process in the guest's user namespace ended without an answer");
 	else {
 		status = (relay_status)code;
 		if (status != RELAY_OK && err)
