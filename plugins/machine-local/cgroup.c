@@ -137,6 +137,11 @@ static char *make_base(const char *mount, const char *own, char *reason, size_t 
 		lu_textf(reason, reason_size, "cannot create %s: %s", base, strerror(errno));
 		return NULL;
 	}
+	/* Made earlier by someone else (root), it may not be this user's. */
+	if (access(base, W_OK | X_OK) != 0) {
+		lu_textf(reason, reason_size, "%s is not writable by this user: %s", base, strerror(errno));
+		return NULL;
+	}
 	return strdup(base);
 }
 

@@ -38,8 +38,8 @@
 
 /* ---- the mapped user namespace ---------------------------------------------- */
 
-/* Runs `prog pid <map words>` and waits; 0 when it exited 0. */
-static int run_map_helper(const char *prog, pid_t target, const char *map)
+/* Starts `prog pid <map words>`; its pid, or -1. */
+static pid_t start_map_helper(const char *prog, pid_t target, const char *map)
 {
 	char words[512];
 	snprintf(words, sizeof words, "%s", map);
@@ -54,17 +54,23 @@ static int run_map_helper(const char *prog, pid_t target, const char *map)
 		argv[ac++] = t;
 	argv[ac] = NULL;
 	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
 	if (pid == 0) {
 		execv(prog, (char *const *)argv);
 		say("machine-local init: cannot run %s: %s", prog, strerror(errno));
 		_exit(127);
 	}
+	return pid;
+}
+
+/* 1 when the helper `pid` exited 0. */
+static int map_helper_ok(pid_t pid)
+{
 	int wst = 0;
+	if (pid < 0)
+		return 0;
 	while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
 	}
-	return WIFEXITED(wst) && WEXITSTATUS(wst) == 0 ? 0 : -1;
+	return WIFEXITED(wst) && WEXITSTATUS(wst) == 0;
 }
 
 int enter_mapped_userns(const char *newuidmap, const char *newgidmap, const char *uid_map,
@@ -84,8 +90,11 @@ int enter_mapped_userns(const char *newuidmap, const char *newgidmap, const char
 		char c;
 		if (read(go[0], &c, 1) != 1)
 			_exit(1);
-		int ok = run_map_helper(newuidmap, self, uid_map) == 0 &&
-		         run_map_helper(newgidmap, self, gid_map) == 0;
+		/* Both at once: each is a set-uid program that takes a few ms. */
+		pid_t u = start_map_helper(newuidmap, self, uid_map);
+		pid_t g = start_map_helper(newgidmap, self, gid_map);
+		int ok = map_helper_ok(u);
+		ok = map_helper_ok(g) && ok;
 		_exit(ok ? 0 : 1);
 	}
 	close(go[0]);
@@ -170,13 +179,63 @@ static void layer_path(char *out, size_t size, const char *lease_dir, const char
 	join_path(out, size, base, rel);
 }
 
-#define COMPOSE_DEPTH 3
+#define COMPOSE_DEPTH 2
 
 typedef struct compose_ctx {
 	const char *lease_dir;
 	const char *merged;
 	int overlays, binds;
+	char *mounts; /* the mount points of this namespace, one per line (heap) */
+	size_t mounts_len;
 } compose_ctx;
+
+/* Every mount point of this mount namespace (/proc/self/mountinfo field 5),
+ * one per line, so a folder with mounts below it (which an unprivileged
+ * overlay refuses) is known before a mount is tried. */
+static void read_mount_points(compose_ctx *c)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[4096];
+	size_t cap = 0;
+	while (f && fgets(line, sizeof line, f)) {
+		char *save = NULL, *field = strtok_r(line, " ", &save);
+		for (int i = 1; field && i < 5; i++)
+			field = strtok_r(NULL, " ", &save);
+		if (field == NULL)
+			continue;
+		size_t n = strlen(field);
+		if (c->mounts_len + n + 2 > cap) {
+			size_t grown = cap ? cap * 2 : 16384;
+			while (grown < c->mounts_len + n + 2)
+				grown *= 2;
+			char *p = realloc(c->mounts, grown);
+			if (p == NULL)
+				break;
+			c->mounts = p;
+			cap = grown;
+		}
+		memcpy(c->mounts + c->mounts_len, field, n);
+		c->mounts_len += n;
+		c->mounts[c->mounts_len++] = '\n';
+		c->mounts[c->mounts_len] = '\0';
+	}
+	if (f)
+		fclose(f);
+}
+
+/* 1 when a mount point lies strictly below `dir` (absolute, no trailing /). */
+static int has_mounts_below(const compose_ctx *c, const char *dir)
+{
+	size_t n = strlen(dir);
+	for (const char *p = c->mounts; p && *p;) {
+		const char *end = strchr(p, '\n');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		if (len > n + 1 && strncmp(p, dir, n) == 0 && p[n] == '/')
+			return 1;
+		p = end ? end + 1 : p + len;
+	}
+	return 0;
+}
 
 static void compose_dir(compose_ctx *c, const char *rel, int depth);
 
@@ -263,20 +322,24 @@ static void compose_dir(compose_ctx *c, const char *rel, int depth)
 		chmod(upper, sb.st_mode & 07777);
 	}
 	mkdir_p(work, 0700);
-	if (mount_overlay(host, upper, work, target) == 0) {
+	/* The kernel refuses an unprivileged overlay whose lower folder has
+	 * mounts below it; such a folder is composed a level deeper. */
+	int below = has_mounts_below(c, host);
+	if (!below && mount_overlay(host, upper, work, target) == 0) {
 		c->overlays++;
 		return;
 	}
-	int e = errno;
+	int e = below ? EBUSY : errno;
 	if (depth + 1 >= COMPOSE_DEPTH) {
-		/* The last level: the host's folder, read-only. */
+		/* The last level: the host's folder with what is mounted below
+		 * it, read-only (the guest's private folders go on top). */
 		if (mount(host, target, NULL, MS_BIND | MS_REC, NULL) != 0 ||
 		    mount(NULL, target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
 		          NULL) != 0)
-			die(errno, "cannot bind %s read-only into the guest (its overlay failed: %s)", host,
+			die(errno, "cannot bind %s read-only into the guest (no overlay: %s)", host,
 			    strerror(e));
-		say("machine-local init: %s is read-only in the guest (overlay refused: %s)", host,
-		    strerror(e));
+		say("machine-local init: %s is read-only in the guest (%s)", host,
+		    below ? "it has mounts below it" : strerror(e));
 		c->binds++;
 		return;
 	}
@@ -309,23 +372,52 @@ static void compose_dir(compose_ctx *c, const char *rel, int depth)
 		closedir(d);
 }
 
+#define COMPOSE_WORKERS 3
+#define COMPOSE_MAX     512
+
 void compose_root(const char *lease_dir, const char *merged)
 {
-	compose_ctx c = {lease_dir, merged, 0, 0};
+	compose_ctx c = {lease_dir, merged, 0, 0, NULL, 0};
+	read_mount_points(&c);
 	if (mount("tmpfs", merged, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m") != 0)
 		die(errno, "cannot mount the guest's root tmpfs on %s", merged);
 	DIR *d = opendir("/");
 	if (d == NULL)
 		die(errno, "cannot read the host root");
+	static char names[COMPOSE_MAX][256];
+	int count = 0;
 	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
+	while ((de = readdir(d)) != NULL && count < COMPOSE_MAX) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		compose_entry(&c, de->d_name, 0);
+		snprintf(names[count++], sizeof names[0], "%s", de->d_name);
 	}
 	closedir(d);
-	say("machine-local init: the guest root is composed of %d overlays and %d binds", c.overlays,
-	    c.binds);
+	/* The overlays are made by a few processes at once (they share this
+	 * mount namespace): each mount waits on the disk for its work folder,
+	 * so doing them one by one leaves the CPUs idle. */
+	pid_t workers[COMPOSE_WORKERS];
+	for (int w = 0; w < COMPOSE_WORKERS; w++) {
+		workers[w] = fork();
+		if (workers[w] < 0)
+			die(errno, "cannot start a process to compose the guest root");
+		if (workers[w] == 0) {
+			for (int i = w; i < count; i += COMPOSE_WORKERS)
+				compose_entry(&c, names[i], 0);
+			_exit(0);
+		}
+	}
+	int failed = 0;
+	for (int w = 0; w < COMPOSE_WORKERS; w++) {
+		int wst = 0;
+		while (waitpid(workers[w], &wst, 0) < 0 && errno == EINTR) {
+		}
+		failed |= !WIFEXITED(wst) || WEXITSTATUS(wst) != 0;
+	}
+	free(c.mounts);
+	if (failed)
+		die(EIO, "the guest root could not be composed (see init.log)");
+	say("machine-local init: the guest root is composed of the %d entries of /", count);
 }
 
 /* ---- rmtree ---------------------------------------------------------------- */
