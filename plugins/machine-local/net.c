@@ -144,25 +144,28 @@ static relay_status start_slirp(local_state *st, pid_t init_pid, const char *lea
 	 * which slirp4netns joins too (the launcher holds the init there until
 	 * the helper is ready, launch.c). */
 	snprintf(userns, sizeof userns, "--userns-path=/proc/%d/ns/user", (int)init_pid);
-	const char *argv[] = {st->helper_path,
-	                      "--configure",
-	                      "--mtu=65520",
-	                      "--disable-host-loopback",
-	                      "--enable-sandbox",
-	                      "--enable-seccomp",
-	                      "--exit-fd=3",
-	                      "--ready-fd=4",
-	                      "--netns-type=path",
-	                      pid_text,
-	                      "tap0",
-	                      NULL,
-	                      NULL};
+	const char *argv[16];
+	size_t ac = 0;
+	argv[ac++] = st->helper_path;
+	argv[ac++] = "--configure";
+	argv[ac++] = "--mtu=65520";
+	argv[ac++] = "--disable-host-loopback";
 	if (st->rootless) {
-		/* slirp4netns 1.2's seccomp filter refuses its own setegid(0) in
-		 * a namespace that newuidmap mapped ("setegid(0) parent
-		 * failed"): the sandbox stays, the filter goes. */
-		argv[5] = userns;
+		/* slirp4netns 1.2 cannot build its sandbox in a user namespace it
+		 * joins by path ("setegid(0) parent failed"): without root it
+		 * runs unsandboxed, which is why auto prefers pasta then
+		 * (plugin.c). */
+		argv[ac++] = userns;
+	} else {
+		argv[ac++] = "--enable-sandbox";
+		argv[ac++] = "--enable-seccomp";
 	}
+	argv[ac++] = "--exit-fd=3";
+	argv[ac++] = "--ready-fd=4";
+	argv[ac++] = "--netns-type=path";
+	argv[ac++] = pid_text;
+	argv[ac++] = "tap0";
+	argv[ac] = NULL;
 	int keep[2] = {hi_exit, hi_ready}, as[2] = {3, 4};
 	int e = 0;
 	pid_t pid = spawn_helper(argv, log_fd, keep, as, 2, &e);

@@ -37,9 +37,8 @@ static void detect_helper(local_state *st)
 		/* loopback only, by choice */
 	} else if (st->rootless && strcmp(c, "auto") == 0 && st->pasta_path) {
 		st->helper_path = st->pasta_path;
-		/* Without root auto prefers pasta: it joins a namespace newuidmap
-		 * mapped with its full sandbox, slirp4netns without its seccomp
-		 * filter (net.c). */
+		/* Without root auto prefers pasta: it joins the guest's user
+		 * namespace with its sandbox, slirp4netns only without (net.c). */
 		snprintf(st->helper_name, sizeof st->helper_name, "pasta");
 	} else if ((strcmp(c, "auto") == 0 || strcmp(c, "slirp4netns") == 0) && st->slirp_path) {
 		st->helper_path = st->slirp_path;
