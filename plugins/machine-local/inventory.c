@@ -441,15 +441,23 @@ static void cgroup_check(local_state *st, json_object *arr)
 		         uids_in_use(st) ? "their processes are bounded by RLIMIT_NPROC on each guest's own "
 		                           "uid and each process by RLIMIT_DATA and RLIMIT_FSIZE, but"
 		                         : "only RLIMIT_DATA and RLIMIT_FSIZE bound each process;");
-	const char *fix =
-	    st->rootless
-	        ? "start the relay in a cgroup its user owns: with systemd, systemd-run --user --scope -p "
-	          "Delegate=yes mcp-relay ...; without it (cgroup v1, like here), as root: mkdir "
-	          "/sys/fs/cgroup/pids/USER && chown -R USER /sys/fs/cgroup/pids/USER, and the same "
-	          "for memory, then put the relay's pid in their cgroup.procs"
-	        : "to limit guests, run on a host with the unified cgroup v2 hierarchy and its memory and "
-	          "pids controllers enabled (inside a container: its runtime's cgroup setting, e.g. "
-	          "--cgroupns=private on a v2 host)";
+	char fix[600];
+	if (st->rootless)
+		lu_textf(
+		    fix, sizeof fix,
+		    "start the relay in cgroups its user owns: with systemd, systemd-run --user --scope -p "
+		    "Delegate=yes mcp-relay ...; with cgroup v1 (like here), as root: mkdir "
+		    "/sys/fs/cgroup/pids/%s /sys/fs/cgroup/memory/%s && chown -R %s "
+		    "/sys/fs/cgroup/pids/%s /sys/fs/cgroup/memory/%s, then, as %s, echo $$ into both "
+		    "cgroup.procs before starting the relay from that shell",
+		    st->relay_user, st->relay_user, st->relay_user, st->relay_user, st->relay_user,
+		    st->relay_user);
+	else
+		snprintf(
+		    fix, sizeof fix, "%s",
+		    "to limit guests, run on a host with the unified cgroup v2 hierarchy and its memory and "
+		    "pids controllers enabled (inside a container: its runtime's cgroup setting, e.g. "
+		    "--cgroupns=private on a v2 host)");
 	optional_check(arr, "cgroups", limited, detail, limited ? NULL : fix);
 }
 
