@@ -397,19 +397,22 @@ static void split_fix(const char *reason, char *cause, size_t cause_size, char *
 
 static void network_check(local_state *st, json_object *arr)
 {
-	char detail[512], cause[400], fix[400];
+	char detail[768], cause[400], fix[400];
 	if (st->helper_path) {
-		snprintf(detail, sizeof detail,
-		         "%s gives guests outbound access (no host, no private ranges)%s", st->helper_name,
-		         st->rootless ? ", started by the relay for each guest's namespaces" : "");
+		snprintf(
+		    detail, sizeof detail,
+		    "%s gives nat guests outbound access (no host, no private ranges)%s; internet and allow "
+		    "go through the relay's egress proxy%s",
+		    st->helper_name, st->rootless ? ", started by the relay for each guest's namespaces" : "",
+		    st->rootless ? ", which needs a relay that is root" : "");
 		optional_check(arr, "network helper", true, detail, NULL);
 		return;
 	}
 	split_fix(st->helper_reason, cause, sizeof cause, fix, sizeof fix);
 	snprintf(detail, sizeof detail,
-	         "no usable network helper: %s; nat gives loopback only and internet is "
-	         "refused",
-	         cause);
+	         "no usable network helper: %s; nat gives loopback only; internet and allow go through the "
+	         "relay's egress proxy%s",
+	         cause, st->rootless ? ", which needs a relay that is root" : "");
 	optional_check(arr, "network helper", false, detail, fix[0] ? fix : NULL);
 }
 
@@ -526,7 +529,7 @@ static void image_checks(local_state *st, relay_call *call, json_object *arr)
 		const local_image *im = &st->images[i];
 		relay_error err;
 		memset(&err, 0, sizeof err);
-		relay_status status = sandbox_precondition(st, im, st->default_network, &err);
+		relay_status status = sandbox_precondition(st, im, &err);
 		int64_t t0 = lu_monotonic_ms();
 		if (status == RELAY_OK) {
 			char guest[48], hex[7];
