@@ -438,23 +438,24 @@ static void cgroup_check(local_state *st, json_object *arr)
 		                         : "");
 	else
 		snprintf(detail, sizeof detail,
-		         "guests run without a cgroup (%s): %s, their memory in all and their CPU are not "
-		         "bounded",
+		         "guests run, but their memory in all and their CPU are not limited: no cgroup (%s); "
+		         "%s",
 		         st->cgroup_reason[0] ? st->cgroup_reason : st->cgroup_v1_reason,
-		         uids_in_use(st) ? "their processes are bounded by RLIMIT_NPROC on each guest's own "
-		                           "uid and each process by RLIMIT_DATA and RLIMIT_FSIZE, but"
-		                         : "only RLIMIT_DATA and RLIMIT_FSIZE bound each process;");
+		         uids_in_use(st)
+		             ? "each guest's processes are bounded by RLIMIT_NPROC on its own uid, "
+		               "each process by RLIMIT_DATA and RLIMIT_FSIZE"
+		             : "only RLIMIT_DATA and RLIMIT_FSIZE bound each process");
 	char fix[600];
 	if (st->rootless)
-		lu_textf(
-		    fix, sizeof fix,
-		    "start the relay in cgroups its user owns: with systemd, systemd-run --user --scope -p "
-		    "Delegate=yes mcp-relay ...; with cgroup v1 (like here), as root: mkdir "
-		    "/sys/fs/cgroup/pids/%s /sys/fs/cgroup/memory/%s && chown -R %s "
-		    "/sys/fs/cgroup/pids/%s /sys/fs/cgroup/memory/%s, then, as %s, echo $$ into both "
-		    "cgroup.procs before starting the relay from that shell",
-		    st->relay_user, st->relay_user, st->relay_user, st->relay_user, st->relay_user,
-		    st->relay_user);
+		lu_textf(fix, sizeof fix,
+		         "to limit guests, start the relay in cgroups its user owns: with systemd, "
+		         "systemd-run --user --scope -p "
+		         "Delegate=yes mcp-relay ...; with cgroup v1 (like here), as root: mkdir "
+		         "/sys/fs/cgroup/pids/%s /sys/fs/cgroup/memory/%s && chown -R %s "
+		         "/sys/fs/cgroup/pids/%s /sys/fs/cgroup/memory/%s, then, as %s, echo $$ into both "
+		         "cgroup.procs before starting the relay from that shell",
+		         st->relay_user, st->relay_user, st->relay_user, st->relay_user, st->relay_user,
+		         st->relay_user);
 	else
 		snprintf(
 		    fix, sizeof fix, "%s",

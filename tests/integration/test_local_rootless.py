@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from relay_client import run_tests, skip  # noqa: E402
+from relay_client import NotSelected, run_tests, skip  # noqa: E402
 from rootless_support import as_ordinary_user  # noqa: E402
 from runs_support import diag, make_variant, run, stage, structured, text_of  # noqa: E402
 
@@ -279,7 +279,7 @@ NOSUB_USER = "relay-nosubid"
 def test_doctor_matches_acquire_without_subids(binary):
     """The same as a user without a subordinate range: run (as root) by the parent below."""
     if os.environ.get("RELAY_ROOTLESS_NOSUB") != "1":
-        skip("run by the root parent as the user %s (made for the test)" % NOSUB_USER)
+        raise NotSelected("run by the root parent as the user %s (made for the test)" % NOSUB_USER)
     assert sub_range("/etc/subuid", me()) is None, "%s has a subordinate range" % me().pw_name
     test_doctor_matches_acquire(binary)
 
