@@ -366,6 +366,14 @@ typedef struct local_conn {
 
 relay_status exec_run(local_state *st, local_conn *conn, const relay_exec_request *req, relay_call *call,
                       unsigned flags, relay_exec_result *res, relay_error *err);
+/* stream.c: the long-lived stream of relay/transport.h (RELAY_TRANSPORT_STREAM). */
+relay_status stream_open(local_state *st, local_conn *conn, const relay_exec_request *req, relay_call *call,
+                         unsigned flags, relay_transport_stream **out, relay_error *err);
+relay_status stream_write(local_state *st, relay_transport_stream *stream, const void *data, size_t len,
+                          uint64_t timeout_ms, unsigned flags, relay_error *err);
+relay_status stream_read(local_state *st, relay_transport_stream *stream, void *buf, size_t cap,
+                         uint64_t timeout_ms, unsigned flags, size_t *got_out, relay_error *err);
+void stream_close(local_state *st, relay_transport_stream *stream, unsigned flags);
 relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err);
 relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_path, const char *local_path,

@@ -390,16 +390,47 @@ static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn
 	return xfer_dispatch(&j, facts_out, err);
 }
 
+static relay_status t_stream_open(relay_plugin_state *state, relay_transport_conn *conn,
+                                  const relay_exec_request *req, relay_call *call, unsigned flags,
+                                  relay_transport_stream **out, relay_error *err)
+{
+	return stream_open(state, conn, req, call, flags, out, err);
+}
+
+static relay_status t_stream_write(relay_plugin_state *state, relay_transport_stream *stream,
+                                   const void *data, size_t len, uint64_t timeout_ms, unsigned flags,
+                                   relay_error *err)
+{
+	return stream_write(state, stream, data, len, timeout_ms, flags, err);
+}
+
+static relay_status t_stream_read(relay_plugin_state *state, relay_transport_stream *stream, void *buf,
+                                  size_t cap, uint64_t timeout_ms, unsigned flags, size_t *got_out,
+                                  relay_error *err)
+{
+	return stream_read(state, stream, buf, cap, timeout_ms, flags, got_out, err);
+}
+
+static void t_stream_close(relay_plugin_state *state, relay_transport_stream *stream, unsigned flags)
+{
+	stream_close(state, stream, flags);
+}
+
 /* ---- descriptor ------------------------------------------------------------------ */
 
 static const relay_transport_ops transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
-    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS | RELAY_TRANSPORT_STDIO_BYTES,
+    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS | RELAY_TRANSPORT_STDIO_BYTES |
+              RELAY_TRANSPORT_STREAM,
     .open = t_open,
     .close = t_close,
     .exec = t_exec,
     .push = t_push,
     .pull = t_pull,
+    .stream_open = t_stream_open,
+    .stream_write = t_stream_write,
+    .stream_read = t_stream_read,
+    .stream_close = t_stream_close,
 };
 
 static const relay_plugin_descriptor descriptor = {
