@@ -281,6 +281,7 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 	if (fs_sync_group_commit(&serr) != RELAY_OK)
 		return run_not_dispatched(x->m, x->g, x->evidence, x->exec_id, "internal", false, x->out,
 		                          "the run's files could not be made durable: %s", serr.message);
+	run_mark(x, "commit before the send");
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "%s/%s", x->root, x->request_rel);
 	char *request_remote = strbuf_detach(&sb, NULL);
@@ -613,5 +614,6 @@ cleanup:
 	if (fs_sync_group_end(group, &cerr) != RELAY_OK)
 		log_error("relay_script %s: the run's records were not made durable: %s", x.exec_id,
 		          cerr.message);
+	run_mark(&x, "commit before the answer");
 	return rc;
 }
