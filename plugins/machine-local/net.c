@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -217,6 +218,31 @@ cleanup:
 	return status;
 }
 
+/* waitpid(pid) until the monotonic time `until` (ms): woken by the child's
+ * pidfd the moment it exits rather than by polling with sleeps. Returns
+ * pid, or 0 when it is still running at `until`. */
+static pid_t wait_child_until(pid_t pid, int64_t until, int *wst)
+{
+	/* Not reaped yet, so the pid cannot have been reused. */
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	pid_t w = 0;
+	while ((w = waitpid(pid, wst, WNOHANG)) == 0) {
+		int left = (int)(until - lu_monotonic_ms());
+		if (left <= 0)
+			break;
+		if (pidfd < 0) {
+			lu_sleep_ms(2);
+			continue;
+		}
+		struct pollfd pfd = {pidfd, POLLIN, 0};
+		if (poll(&pfd, 1, left) < 0 && errno != EINTR)
+			lu_sleep_ms(2);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	return w;
+}
+
 static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lease_dir, pid_t *helper_pid_out,
                                 relay_error *err)
 {
@@ -291,10 +317,7 @@ static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lea
 		return lu_err(st, err, RELAY_E_IO, e, "cannot start %s", st->helper_path);
 	/* pasta configures the namespace, then forks into the background. */
 	int wst = 0;
-	int64_t until = lu_monotonic_ms() + 10000;
-	pid_t w = 0;
-	while ((w = waitpid(pid, &wst, WNOHANG)) == 0 && lu_monotonic_ms() < until)
-		lu_sleep_ms(2);
+	pid_t w = wait_child_until(pid, lu_monotonic_ms() + 10000, &wst);
 	if (w != pid) {
 		kill(pid, SIGKILL);
 		waitpid(pid, &wst, 0);
