@@ -100,7 +100,8 @@ class Node:
         return _run(self.cli + list(args), check=check, timeout=timeout, **kw)
 
     def api(self, method, path, body=None):
-        argv = ["curl", "-s", "-X", method, "--unix-socket", self.socket, "-w", "\n%{http_code}", "--max-time", "30"]
+        argv = ["curl", "-s", "--unix-socket", self.socket, "-w", "\n%{http_code}", "--max-time", "30"]
+        argv += ["-o", "/dev/null", "-I"] if method == "HEAD" else ["-X", method]
         if body is not None:
             argv += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
         r = _run(argv + ["http://d/v1.41" + path])
@@ -243,8 +244,10 @@ class Swarm:
 
     # -- the end -----------------------------------------------------------------------------
     def close(self):
+        t0 = time.monotonic()
         for n in reversed(self.nodes):
             n.stop()
+        print("  swarm stopped in %.1f s" % (time.monotonic() - t0), flush=True)
         for ns in reversed(self.namespaces):
             _run(["ip", "netns", "del", ns])
         keep = os.environ.get("RELAY_DOCKER_KEEP_LOG")
