@@ -103,9 +103,10 @@ static relay_status md_verify_gone(md_state *st, const char *vm, json_object *re
 	json_object_put(info);
 	if (found != 0) {
 		md_textf(why, why_size,
-		         found == 1 ? "container %s of %s still exists"
-		                    : "the engine cannot say whether %s of %s exists",
-		         ref, vm);
+		         found == 1 ? "container %s of %s still exists%s%s"
+		                    : "the engine cannot say whether %s of %s exists%s%s",
+		         ref, vm, eng != st ? " on the engine of its node, " : "",
+		         eng != st ? eng->endpoint : "");
 		return RELAY_E_UNVERIFIED;
 	}
 	if (md_is_service(rec)) {

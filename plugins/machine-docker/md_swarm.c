@@ -283,19 +283,15 @@ int md_swarm_task_check(md_state *st, json_object *rec, relay_call *call, char *
 		const char *node = md_str(ours, "NodeID") ?: "";
 		char host[64] = "", nstate[64] = "", avail[64] = "";
 		bool known = node_status(st, node, call, host, nstate, avail);
-		if (strcmp(state, "running") != 0 || strcmp(desired, "running") != 0) {
-			md_textf(why, why_size, "Swarm task %s on node %s is %s (desired %s)%s%s%s", task_id,
-			         known ? host : node, state, desired,
-			         md_str(status, "Err") ? ": " : "", md_str(status, "Err") ?: "",
-			         known && strcmp(avail, "drain") == 0 ? "; the node is drained" : "");
-			verdict = 0;
-		} else if (known && strcmp(nstate, "ready") != 0) {
-			md_textf(why, why_size, "node %s is %s (Swarm task %s: %s, desired %s)", host, nstate,
-			         task_id, state, desired);
-			verdict = 0;
-		} else if (known && strcmp(avail, "drain") == 0) {
-			md_textf(why, why_size, "node %s is drained (Swarm task %s: %s, desired %s)", host,
-			         task_id, state, desired);
+		const char *why_node = !known                       ? NULL
+		                       : strcmp(nstate, "ready") != 0 ? nstate
+		                       : strcmp(avail, "drain") == 0  ? "drained"
+		                                                      : NULL;
+		if (why_node || strcmp(state, "running") != 0 || strcmp(desired, "running") != 0) {
+			md_textf(why, why_size, "node %s %s, Swarm task %s (desired %s)%s%s [task %s]",
+			         known ? host : node, why_node ? why_node : known ? nstate : "not known", state,
+			         desired, md_str(status, "Err") ? ": " : "", md_str(status, "Err") ?: "",
+			         task_id);
 			verdict = 0;
 		}
 	}
@@ -316,9 +312,9 @@ void md_swarm_note_lost(md_state *st, const char *vm, relay_call *call, relay_er
 		char was[RELAY_ERROR_MESSAGE_BYTES];
 		snprintf(was, sizeof was, "%s", err->message);
 		md_err(st, err, err->code ? err->code : RELAY_E_UNAVAILABLE, 0,
-		       "guest %s is lost: %s. The relay does not re-create it elsewhere; release it (its "
+		       "lost: %s. The relay does not re-create guest %s elsewhere; release it (its "
 		       "evidence so far is kept). The engine said: %s",
-		       vm, why, was);
+		       why, vm, was);
 	}
 	json_object_put(rec);
 }

@@ -61,10 +61,10 @@ class Node:
         # mounts (v1 here), which dockerd needs. In the node's own private mount namespace a sysfs
         # of its network namespace goes on /sys, with the cgroup tree bound back beneath it.
         cg = os.path.join(self.dir, "cgroup")
-        os.makedirs(cg)
+        os.makedirs(cg, exist_ok=True)
         script = ('hostname "$0" && mount --rbind /sys/fs/cgroup "$1" && mount -t sysfs sysfs /sys && '
                   'mount --rbind "$1" /sys/fs/cgroup && shift && exec "$@"')
-        argv = ["nsenter", "--net=/run/netns/" + self.name, "unshare", "--mount", "--uts", "--propagation",
+        argv = ["nsenter", "--net=/proc/%d/fd/%d" % (os.getpid(), self.swarm.ns_fd[self.name]), "unshare", "--mount", "--uts", "--propagation",
                 "private", "sh", "-c", script, self.name, cg,
                 "dockerd", "--host", self.endpoint, "--data-root", os.path.join(self.dir, "root"),
                 "--exec-root", os.path.join(self.dir, "exec"), "--pidfile", os.path.join(self.dir, "pid"),
@@ -132,6 +132,7 @@ class Swarm:
         self.hub = self.tag + "-hub"
         self.nodes = []
         self.namespaces = []
+        self.ns_fd = {}
         try:
             self._network(managers + workers)
             for i in range(managers + workers):
@@ -147,6 +148,9 @@ class Swarm:
     def _ns(self, name):
         _run(["ip", "netns", "add", name], check=True)
         self.namespaces.append(name)
+        # Held open for the run: a node's dockerd is started (again) through this descriptor, which
+        # stays the namespace even if the bind mount under /run/netns is unmounted meanwhile.
+        self.ns_fd[name] = os.open("/run/netns/" + name, os.O_RDONLY)
         _run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
 
     def _network(self, count):
@@ -250,6 +254,8 @@ class Swarm:
         print("  swarm stopped in %.1f s" % (time.monotonic() - t0), flush=True)
         for ns in reversed(self.namespaces):
             _run(["ip", "netns", "del", ns])
+        for fd in self.ns_fd.values():
+            os.close(fd)
         keep = os.environ.get("RELAY_DOCKER_KEEP_LOG")
         if keep:
             os.makedirs(keep, exist_ok=True)
