@@ -56,7 +56,7 @@ int md_remove_guest(md_state *st, json_object *rec, relay_call *call, relay_erro
 	}
 	json_object_put(info);
 	const char *net = md_str(rec, "taskNetwork");
-	for (int i = 0; net && i < 50; i++) {
+	for (int i = 0; net && i < 150; i++) {
 		char np[512] = MD_API_PREFIX "/networks/";
 		md_url_encode(np, sizeof np, net);
 		if (md_api(st, "DELETE", np, NULL, -1, -1, 30000, call, &r, err) != RELAY_OK)
