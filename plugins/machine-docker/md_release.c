@@ -65,6 +65,10 @@ int md_remove_guest(md_state *st, json_object *rec, relay_call *call, relay_erro
 		md_reply_free(&r);
 		if (code == 204 || code == 200 || code == 404)
 			break;
+		if (i == 149)
+			st->host->log(RELAY_LOG_WARNING, MD_PLUGIN_NAME,
+			              "the manager still refuses to remove the network %s (HTTP %ld)", net,
+			              code);
 		md_sleep_ms(200); /* still in use by the task being torn down */
 	}
 	return 1;
@@ -120,9 +124,16 @@ static relay_status md_verify_gone(md_state *st, const char *vm, json_object *re
 			md_url_encode(path, sizeof path, names[i]);
 			md_reply r;
 			relay_error e;
-			bool gone = md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) == RELAY_OK &&
-			            r.status == 404;
-			md_reply_free(&r);
+			bool gone = false;
+			/* The managers' store catches up with a removal within moments. */
+			for (int k = 0; !gone && k < 50; k++) {
+				if (k > 0)
+					md_sleep_ms(200);
+				gone = md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) ==
+				           RELAY_OK &&
+				       r.status == 404;
+				md_reply_free(&r);
+			}
 			if (!gone) {
 				md_textf(why, why_size, "the %s %s of %s is still there",
 				         i == 0 ? "service" : "network", names[i], vm);
