@@ -470,7 +470,8 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 	int e = 0;
 	json_object *rec = md_record_read(st, vm, &e);
 	json_object *info = NULL;
-	int found = rec ? md_container_get(md_engine_of(st, rec, call), md_container_of(rec), call, &info) : 0;
+	int found =
+	    rec ? md_container_get(md_engine_of(st, rec, call), md_container_of(rec), call, &info) : 0;
 	relay_status s = RELAY_OK;
 	char lost[800] = "";
 	if (rec && md_str(rec, "lost"))
@@ -502,11 +503,11 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 			    "container %s carries another lease id than lease %s; it is not this lease", vm,
 			    want);
 		else if (doc_out)
-			*doc_out = md_document(
-			    st, rec,
-			    state && strcmp(state, "running") == 0 && (!md_container_running(info) || lost[0])
-			        ? "failed"
-			        : state);
+			*doc_out = md_document(st, rec,
+			                       state && strcmp(state, "running") == 0 &&
+			                               (!md_container_running(info) || lost[0])
+			                           ? "failed"
+			                           : state);
 	}
 	json_object_put(rec);
 	json_object_put(info);

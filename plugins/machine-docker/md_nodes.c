@@ -36,14 +36,14 @@ typedef struct md_node {
 } md_node;
 
 struct md_nodes {
-	pthread_mutex_t lock; /* guards everything below except the options (set before init) */
+	pthread_mutex_t lock;       /* guards everything below except the options (set before init) */
 	pthread_mutex_t image_lock; /* one image distribution at a time */
 	json_object *nodes_opt, *managers_opt, *discovery_opt, *placement_opt; /* owned, as given */
 	md_node node[MD_MAX_NODES];
 	size_t node_count;
 	md_state *manager[MD_MAX_MANAGERS]; /* options.managers, in order */
 	size_t manager_count;
-	size_t preferred; /* 0: the plugin's own endpoint, k: manager[k - 1] */
+	size_t preferred;     /* 0: the plugin's own endpoint, k: manager[k - 1] */
 	unsigned next_socket; /* for the ssh forwarders' socket names */
 };
 
@@ -63,8 +63,8 @@ static struct md_nodes *nodes_of(md_state *st)
 
 bool md_nodes_key(const char *key)
 {
-	return strcmp(key, "nodes") == 0 || strcmp(key, "managers") == 0 ||
-	       strcmp(key, "discovery") == 0 || strcmp(key, "placement") == 0;
+	return strcmp(key, "nodes") == 0 || strcmp(key, "managers") == 0 || strcmp(key, "discovery") == 0 ||
+	       strcmp(key, "placement") == 0;
 }
 
 static relay_status placement_check(md_state *st, json_object *v, relay_error *err)
@@ -98,10 +98,10 @@ relay_status md_nodes_set_option(md_state *st, const char *key, json_object *v, 
 	struct md_nodes *ns = nodes_of(st);
 	if (ns == NULL)
 		return md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	json_object **slot = strcmp(key, "nodes") == 0      ? &ns->nodes_opt
-	                     : strcmp(key, "managers") == 0 ? &ns->managers_opt
+	json_object **slot = strcmp(key, "nodes") == 0       ? &ns->nodes_opt
+	                     : strcmp(key, "managers") == 0  ? &ns->managers_opt
 	                     : strcmp(key, "discovery") == 0 ? &ns->discovery_opt
-	                                                      : &ns->placement_opt;
+	                                                     : &ns->placement_opt;
 	bool shape = strcmp(key, "managers") == 0 ? json_object_is_type(v, json_type_array)
 	                                          : json_object_is_type(v, json_type_object);
 	if (!shape)
@@ -215,8 +215,8 @@ relay_status md_nodes_init(md_state *st, relay_error *err)
 	}
 	for (size_t i = 0; ns->managers_opt && i < json_object_array_length(ns->managers_opt); i++) {
 		if (i >= MD_MAX_MANAGERS)
-			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			              "options.managers: at most %d", MD_MAX_MANAGERS);
+			return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.managers: at most %d",
+			              MD_MAX_MANAGERS);
 		md_textf(where, sizeof where, "options.managers[%zu]", i);
 		md_state *eng = engine_new(st, json_object_array_get_idx(ns->managers_opt, i), where, err);
 		if (eng == NULL)
@@ -433,8 +433,8 @@ static int engine_has_image(md_state *eng, const char *ref, relay_call *call)
 
 /* Copies image `ref` from the manager's engine to `eng`: GET /images/{ref}/get
  * into *saved_fd once (a temporary file), then POST /images/load. */
-static relay_status copy_image(md_state *st, md_state *eng, const char *ref, int *saved_fd,
-                               relay_call *call, relay_error *err)
+static relay_status copy_image(md_state *st, md_state *eng, const char *ref, int *saved_fd, relay_call *call,
+                               relay_error *err)
 {
 	md_reply r;
 	relay_status s;
@@ -446,7 +446,8 @@ static relay_status copy_image(md_state *st, md_state *eng, const char *ref, int
 		char path[512] = MD_API_PREFIX "/images/";
 		md_url_encode(path, sizeof path, ref);
 		strncat(path, "/get", sizeof path - strlen(path) - 1);
-		s = md_api(st, "GET", path, NULL, -1, *saved_fd, (uint32_t)st->pull_timeout_ms, call, &r, err);
+		s = md_api(st, "GET", path, NULL, -1, *saved_fd, (uint32_t)st->pull_timeout_ms, call, &r,
+		           err);
 		long code = r.status;
 		if (s == RELAY_OK)
 			md_reply_free(&r);
@@ -468,7 +469,8 @@ static relay_status copy_image(md_state *st, md_state *eng, const char *ref, int
 		return s;
 	bool ok = r.status == 200 && (r.body == NULL || strstr(r.body, "\"error") == NULL);
 	if (!ok)
-		s = md_err(st, err, RELAY_E_UNAVAILABLE, 0, "the engine at %s could not load the image %s "
+		s = md_err(st, err, RELAY_E_UNAVAILABLE, 0,
+		           "the engine at %s could not load the image %s "
 		           "(HTTP %ld): %.300s",
 		           eng->endpoint, ref, r.status, r.body ? r.body : "");
 	md_reply_free(&r);
@@ -563,10 +565,11 @@ json_object *md_nodes_report(md_state *st, relay_call *call)
 	char path[256] = MD_API_PREFIX "/tasks?filters=";
 	md_url_encode(path, sizeof path, "{\"desired-state\":[\"running\"]}");
 	bool have_tasks = md_api(st, "GET", path, NULL, -1, -1, 5000, call, &t, &e) == RELAY_OK;
-	json_object *tasks = have_tasks && t.json && json_object_is_type(t.json, json_type_array) ? t.json : NULL;
+	json_object *tasks =
+	    have_tasks && t.json && json_object_is_type(t.json, json_type_array) ? t.json : NULL;
 	json_object *out = json_object_new_array();
-	for (size_t i = 0; r.json && json_object_is_type(r.json, json_type_array) &&
-	                   i < json_object_array_length(r.json);
+	for (size_t i = 0;
+	     r.json && json_object_is_type(r.json, json_type_array) && i < json_object_array_length(r.json);
 	     i++) {
 		json_object *node = json_object_array_get_idx(r.json, i);
 		json_object *status = md_obj(node, "Status"), *spec = md_obj(node, "Spec");
@@ -580,11 +583,14 @@ json_object *md_nodes_report(md_state *st, relay_call *call)
 		json_object_object_add(o, "role", json_object_new_string(md_str(spec, "Role") ?: ""));
 		json_object_object_add(o, "address", json_object_new_string(md_str(status, "Addr") ?: ""));
 		json_object_object_add(o, "ready", json_object_new_boolean(state && !strcmp(state, "ready")));
-		json_object_object_add(o, "drained", json_object_new_boolean(avail && !strcmp(avail, "drain")));
+		json_object_object_add(o, "drained",
+		                       json_object_new_boolean(avail && !strcmp(avail, "drain")));
 		json_object_object_add(o, "availability", json_object_new_string(avail ? avail : ""));
-		json_object_object_add(o, "guests", json_object_new_int64(guests_on(st, tasks, id ? id : "")));
+		json_object_object_add(o, "guests",
+		                       json_object_new_int64(guests_on(st, tasks, id ? id : "")));
 		/* What the manager reports: the node's memory, less what tasks reserved. */
-		json_object_object_add(o, "memoryBytes", json_object_new_int64(md_int(res, "MemoryBytes", 0)));
+		json_object_object_add(o, "memoryBytes",
+		                       json_object_new_int64(md_int(res, "MemoryBytes", 0)));
 		json_object_object_add(o, "nanoCpus", json_object_new_int64(md_int(res, "NanoCPUs", 0)));
 		char why[512];
 		bool reach = id && known_engine(nodes_of(st), id) != NULL;

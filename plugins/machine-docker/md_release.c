@@ -129,9 +129,9 @@ static relay_status md_verify_gone(md_state *st, const char *vm, json_object *re
 			for (int k = 0; !gone && k < 50; k++) {
 				if (k > 0)
 					md_sleep_ms(200);
-				gone = md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) ==
-				           RELAY_OK &&
-				       r.status == 404;
+				gone =
+				    md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) == RELAY_OK &&
+				    r.status == 404;
 				md_reply_free(&r);
 			}
 			if (!gone) {

@@ -83,12 +83,14 @@ static relay_status wait_for_task(md_state *st, json_object *rec, const char *vm
 			char why[700];
 			md_state *eng = md_node_engine(st, node, call, why, sizeof why);
 			json_object_object_add(rec, "swarmNode", json_object_new_string(node ? node : ""));
-			json_object_object_add(rec, "taskId", json_object_new_string(md_str(task, "ID") ?: ""));
+			json_object_object_add(rec, "taskId",
+			                       json_object_new_string(md_str(task, "ID") ?: ""));
 			if (eng == NULL) {
-				s = md_err(st, err, RELAY_E_REFUSED, 0,
-				           "the Swarm placed %s on a node the relay cannot reach, so its service "
-				           "is removed: %s",
-				           vm, why);
+				s = md_err(
+				    st, err, RELAY_E_REFUSED, 0,
+				    "the Swarm placed %s on a node the relay cannot reach, so its service "
+				    "is removed: %s",
+				    vm, why);
 				md_reply_free(&r);
 				return s;
 			}
@@ -225,8 +227,7 @@ relay_status md_create_service(md_state *st, json_object *rec, const md_image *i
 
 /* What the manager says of node `id`: its hostname, state and availability
  * into the buffers (64 bytes each); false when it cannot say. */
-static bool node_status(md_state *st, const char *id, relay_call *call, char *host, char *state,
-                        char *avail)
+static bool node_status(md_state *st, const char *id, relay_call *call, char *host, char *state, char *avail)
 {
 	char path[256];
 	md_textf(path, sizeof path, MD_API_PREFIX "/nodes/%s", id);
@@ -283,15 +284,18 @@ int md_swarm_task_check(md_state *st, json_object *rec, relay_call *call, char *
 		const char *node = md_str(ours, "NodeID") ?: "";
 		char host[64] = "", nstate[64] = "", avail[64] = "";
 		bool known = node_status(st, node, call, host, nstate, avail);
-		const char *why_node = !known                       ? NULL
+		const char *why_node = !known                         ? NULL
 		                       : strcmp(nstate, "ready") != 0 ? nstate
 		                       : strcmp(avail, "drain") == 0  ? "drained"
 		                                                      : NULL;
 		if (why_node || strcmp(state, "running") != 0 || strcmp(desired, "running") != 0) {
 			md_textf(why, why_size, "node %s %s, Swarm task %s (desired %s)%s%s [task %s]",
-			         known ? host : node, why_node ? why_node : known ? nstate : "not known", state,
-			         desired, md_str(status, "Err") ? ": " : "", md_str(status, "Err") ?: "",
-			         task_id);
+			         known ? host : node,
+			         why_node ? why_node
+			         : known  ? nstate
+			                  : "not known",
+			         state, desired, md_str(status, "Err") ? ": " : "",
+			         md_str(status, "Err") ?: "", task_id);
 			verdict = 0;
 		}
 	}
