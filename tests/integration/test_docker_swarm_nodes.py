@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import Relay, run_tests, skip  # noqa: E402
-from docker_support import acquire, plugin_missing, sh, structured, text_of  # noqa: E402
+from docker_support import acquire, doctor, plugin_missing, sh, structured, text_of  # noqa: E402
 from swarm_support import Swarm  # noqa: E402
 
 
@@ -67,6 +67,21 @@ def wait_gone(sw, nodes=None):
         except AssertionError:
             return False
     Swarm.wait("every service, container and network gone", gone, timeout=60)
+
+
+def test_bad_node_options_are_refused(binary):
+    """Each node's endpoint is checked as the plugin's own; the start is refused naming it."""
+    why = plugin_missing(binary)
+    if why:
+        skip(why)
+    base = {"endpoint": "unix:///nonexistent/docker.sock"}
+    for extra, words in (({"nodes": {"w1": {"endpoint": "tcp://w1:2376"}}}, ["options.nodes.w1", "TLS client"]),
+                         ({"nodes": {"w1": {"endpoint": "ssh://relay@w1"}}}, ["options.nodes.w1", "identityFile"]),
+                         ({"managers": [{"endpoint": "unix:///a.sock", "bogus": 1}]}, ["options.managers[0]", "bogus"]),
+                         ({"placement": {"constraints": "node.role==worker"}}, ["options.placement.constraints"]),
+                         ({"discovery": {"ssh": {"user": "relay"}}}, ["options.discovery", "identityFile"])):
+        code, out = doctor(binary, dict(base, **extra))
+        assert code != 0 and all(w in out for w in words), (extra, out)
 
 
 def test_guests_spread_over_every_node(binary):
