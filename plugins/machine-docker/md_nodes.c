@@ -49,6 +49,8 @@ struct md_nodes {
 
 /* ---- options ------------------------------------------------------------------------- */
 
+/* st->nodes, made on first use: while the options are read (one thread) or
+ * by md_nodes_init; afterwards it only returns it. */
 static struct md_nodes *nodes_of(md_state *st)
 {
 	if (st->nodes == NULL) {
@@ -192,9 +194,11 @@ static md_state *engine_new(md_state *st, json_object *spec, const char *where, 
 
 relay_status md_nodes_init(md_state *st, relay_error *err)
 {
-	struct md_nodes *ns = st->nodes;
+	/* Made here, single-threaded, even without the options: node engines
+	 * are added later, under its lock, when tasks land on nodes. */
+	struct md_nodes *ns = nodes_of(st);
 	if (ns == NULL)
-		return RELAY_OK;
+		return md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	char where[256];
 	if (ns->nodes_opt) {
 		json_object_object_foreach(ns->nodes_opt, key, spec)

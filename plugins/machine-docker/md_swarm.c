@@ -73,8 +73,12 @@ static relay_status wait_for_task(md_state *st, json_object *rec, const char *vm
 		const char *cid = md_str(md_obj(status, "ContainerStatus"), "ContainerID");
 		const char *node = md_str(task, "NodeID");
 		if (state && (strcmp(state, "failed") == 0 || strcmp(state, "rejected") == 0)) {
-			s = md_err(st, err, RELAY_E_REFUSED, 0, "the Swarm task of %s %s: %s", vm, state,
-			           md_str(status, "Err") ? md_str(status, "Err") : "no reason given");
+			/* On a node the relay cannot reach, the image could not be put there either. */
+			char why[700] = "";
+			bool unreachable = md_node_engine(st, node, call, why, sizeof why) == NULL;
+			s = md_err(st, err, RELAY_E_REFUSED, 0, "the Swarm task of %s %s: %s%s%s", vm, state,
+			           md_str(status, "Err") ? md_str(status, "Err") : "no reason given",
+			           unreachable ? "; " : "", unreachable ? why : "");
 			md_reply_free(&r);
 			return s;
 		}

@@ -190,10 +190,21 @@ def test_a_drained_and_a_stopped_node(binary):
         skip(why)
     with Swarm(managers=3, workers=1) as sw:
         images = {"minimal": sw.load_image("minimal")}
+        worker = next(n for n in sw.nodes if n.role == "worker")
+        # A task on a node the relay has no endpoint for: refused at acquire, naming the node and
+        # the option, and its service and network removed.
+        nodes = {n.name: {"endpoint": n.endpoint} for n in sw.nodes if n is not worker}
+        with relay_for(binary, sw, images, nodes=nodes, placement={"constraints": ["node.role==worker"]}) as r:
+            r.initialize()
+            bad = r.call_tool("relay_acquire", {"task": "nowhere", "image": "minimal", "extractions": []},
+                              timeout=300)
+            text = text_of(bad)
+            assert bad["isError"] and worker.name in text and "options.nodes" in text, text
+            assert sw.manager().api("GET", "/services")[1] == [], "the refused guest's service is left"
+            wait_gone(sw)
         with relay_for(binary, sw, images) as r:
             r.initialize()
             got = guests_on_every_node(r, sw, "minimal", 12, "fault")
-            worker = next(n for n in sw.nodes if n.role == "worker")
             drained = sw.nodes[2]
             victim_stop, victim_drain = got[worker.name][0], got[drained.name][0]
             for a in (victim_stop, victim_drain):
