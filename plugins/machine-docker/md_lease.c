@@ -484,11 +484,7 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 		/* Its node is down or drained: the record answers, as lost. */
 		if (doc_out)
 			*doc_out = md_document(st, rec, "failed");
-		json_object_put(rec);
-		json_object_put(info);
-		return RELAY_OK;
-	}
-	if (found < 0) {
+	} else if (found < 0) {
 		s = md_err(st, err, RELAY_E_UNAVAILABLE, 0, "the container engine at %s does not answer",
 		           st->endpoint);
 	} else if (found == 0 || rec == NULL) {
