@@ -387,7 +387,7 @@ md_state *md_node_engine(md_state *st, const char *node_id, relay_call *call, ch
 	md_state *made = NULL;
 	relay_error me;
 	memset(&me, 0, sizeof me);
-	if (strcmp(node_id, st->swarm_node) == 0) {
+	if (md_swarm_manager(st, call) && strcmp(node_id, st->swarm_node) == 0) {
 		made = engine_new(st, NULL, "the manager's own node", &me); /* the plugin's own endpoint */
 	} else if (ns->discovery_opt && addr[0] && strcmp(addr, "0.0.0.0") != 0) {
 		json_object *spec = md_discovery_spec(st, addr);
