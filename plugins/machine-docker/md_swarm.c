@@ -309,14 +309,14 @@ int md_swarm_task_check(md_state *st, json_object *rec, relay_call *call, char *
 
 void md_swarm_note_lost(md_state *st, const char *vm, relay_call *call, relay_error *err)
 {
-	json_object *rec = md_valid_name(vm) ? md_record_read(st, vm, NULL) : NULL;
+	if (!md_valid_name(vm))
+		return;
+	int lock = md_record_lock(st, vm); /* read, note and write under the record's lock */
+	json_object *rec = md_record_read(st, vm, NULL);
 	char why[800];
 	if (rec && md_swarm_task_check(st, rec, call, why, sizeof why) == 0) {
-		int lock = md_record_lock(st, vm);
 		json_object_object_add(rec, "lost", json_object_new_string(why));
 		md_record_write(st, rec);
-		if (lock >= 0)
-			close(lock);
 		char was[RELAY_ERROR_MESSAGE_BYTES];
 		snprintf(was, sizeof was, "%s", err->message);
 		md_err(st, err, err->code ? err->code : RELAY_E_UNAVAILABLE, 0,
@@ -324,5 +324,7 @@ void md_swarm_note_lost(md_state *st, const char *vm, relay_call *call, relay_er
 		       "evidence so far is kept). The engine said: %s",
 		       why, vm, was);
 	}
+	if (lock >= 0)
+		close(lock);
 	json_object_put(rec);
 }
