@@ -7,9 +7,11 @@ endpoint, the other two as managers to fail over to, and every node's engine in 
 - spread: relay_probe reports the four nodes; 12 guests are acquired and the Swarm spreads them
   over every node (the test reads each task's node at the manager); a run on each guest lands on
   the engine of its own node (the test reads the file it wrote through that engine); two guests
-  of an image with Xvfb on two different nodes do real runs whose after-images are delivered;
+  of an image with Xvfb on two different nodes do real runs that draw on their displays, and the
+  delivered after-images show it (the test reads the pixels);
   finish leaves no service, container or network on any node.
-- faults: a node drained and a node stopped while they hold guests — each guest is reported lost
+- faults: a task on a node the relay has no endpoint for is refused naming the node and the
+  option, nothing left; a node drained and a node stopped while they hold guests — each guest is reported lost
   with Swarm's task state, Swarm starts no task in its place, release removes the service; the
   other guests keep working.
 - failover: the relay's own manager stopped — every lease on the other nodes stays reachable
@@ -26,7 +28,46 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import Relay, run_tests, skip  # noqa: E402
 from docker_support import acquire, doctor, plugin_missing, sh, structured, text_of  # noqa: E402
+from gui_support import decode_png, share  # noqa: E402
 from swarm_support import Swarm  # noqa: E402
+
+
+# A run that draws on the guest's X display with the X11 protocol itself (the test image has
+# Xvfb and Python, no X client): a white rectangle at (100, 100), 600x300, on the root window.
+# The run's after-image (capture-x11) must show it.
+DRAW = r"""
+import os, socket, struct
+s = socket.socket(socket.AF_UNIX)
+s.connect("/tmp/.X11-unix/X" + os.environ.get("DISPLAY", ":0").lstrip(":").split(".")[0])
+s.sendall(struct.pack("<BxHHHHxx", 0x6C, 11, 0, 0, 0))
+def read(n):
+    b = b""
+    while len(b) < n:
+        b += s.recv(n - len(b))
+    return b
+status, _, _, _, words = struct.unpack("<BBHHH", read(8))
+assert status == 1, "the X server refused the connection"
+setup = read(words * 4)
+id_base = struct.unpack("<I", setup[4:8])[0]
+vendor_len, _, _, formats = struct.unpack("<HHBB", setup[16:22])
+screen = 32 + ((vendor_len + 3) & ~3) + 8 * formats
+root, _, white = struct.unpack("<III", setup[screen:screen + 12])
+gc = id_base | 1
+s.sendall(struct.pack("<BxHIIII", 55, 5, gc, root, 4, white))               # CreateGC, foreground
+s.sendall(struct.pack("<BxHIIhhHH", 70, 5, root, gc, 100, 100, 600, 300))  # PolyFillRectangle
+s.sendall(struct.pack("<BxH", 43, 1))                                       # GetInputFocus: a round trip
+assert read(32)[0] == 1
+print("drew", os.getuid(), flush=True)
+# An X server resets (clearing the root window) when its last client leaves: a child holds the
+# connection while the after-image is taken (what a step starts keeps running).
+if os.fork() == 0:
+    os.setsid()
+    for fd in (0, 1, 2):
+        os.close(fd)
+    import time
+    time.sleep(60)
+    os._exit(0)
+"""
 
 
 def relay_for(binary, sw, images, **extra):
@@ -138,9 +179,8 @@ def test_guests_spread_over_every_node(binary):
                 st = r.call_tool("relay_stage", {"guest": a["guest"]}, timeout=300)
                 assert st["isError"] is False, text_of(st)
                 assert structured(st)["capabilities"]["snapshots"]["enabled"] is True, structured(st)
-                res = run(r, a["guest"], "import os\nprint('display', os.environ.get('DISPLAY'), os.getuid())",
-                          language="python")
-                assert res["isError"] is False and structured(res)["stdout"].split()[-1] == "61000", structured(res)["stdout"]
+                res = run(r, a["guest"], DRAW, language="python")
+                assert res["isError"] is False and structured(res)["stdout"] == "drew 61000\n", text_of(res)
                 fin = r.call_tool("relay_finish", {"guest": a["guest"]}, timeout=300)
                 assert fin["isError"] is False, text_of(fin)
                 f = structured(fin)
@@ -150,6 +190,11 @@ def test_guests_spread_over_every_node(binary):
                 assert pngs, "no after-image in %s" % a["evidencePath"]
                 if os.environ.get("RELAY_DOCKER_KEEP_LOG"):  # to look at
                     shutil.copy(pngs[0], os.path.join(os.environ["RELAY_DOCKER_KEEP_LOG"], a["guest"] + ".png"))
+                with open(pngs[0], "rb") as fh:
+                    _, _, rows = decode_png(fh.read())
+                # The white rectangle the run drew on the guest's own display (black elsewhere).
+                assert share(rows, (255, 255, 255), (120, 120, 680, 380)) > 0.95, pngs[0]
+                assert share(rows, (0, 0, 0), (800, 500, 1200, 760)) > 0.95, pngs[0]
                 print("  after-image of %s: %s" % (a["guest"], pngs[0]), flush=True)
 
             for a in guests:
