@@ -64,7 +64,7 @@ class Node:
         os.makedirs(cg, exist_ok=True)
         script = ('hostname "$0" && mount --rbind /sys/fs/cgroup "$1" && mount -t sysfs sysfs /sys && '
                   'mount --rbind "$1" /sys/fs/cgroup && shift && exec "$@"')
-        argv = ["nsenter", "--net=/proc/%d/fd/%d" % (os.getpid(), self.swarm.ns_fd[self.name]), "unshare", "--mount", "--uts", "--propagation",
+        argv = ["nsenter", "--net=" + self.swarm.ns_path(self.name), "unshare", "--mount", "--uts", "--propagation",
                 "private", "sh", "-c", script, self.name, cg,
                 "dockerd", "--host", self.endpoint, "--data-root", os.path.join(self.dir, "root"),
                 "--exec-root", os.path.join(self.dir, "exec"), "--pidfile", os.path.join(self.dir, "pid"),
@@ -120,13 +120,16 @@ class Node:
 
 
 class Swarm:
+    made = 0
+
     def __init__(self, managers=3, workers=1):
         why = dockerd_missing()
         if why:
             skip(why)
         if not shutil.which("ip"):
             skip("ip (iproute2) is not installed")
-        self.tag = "rsw%d" % (os.getpid() % 100000)  # names of this run: netns, bridge, hostnames
+        Swarm.made += 1  # names of this instance: netns, hostnames (never reused within a run)
+        self.tag = "rsw%d-%d" % (os.getpid() % 100000, Swarm.made)
         self.dir = tempfile.mkdtemp(prefix="relay-swarm-", dir="/tmp")
         os.chmod(self.dir, 0o755)
         self.hub = self.tag + "-hub"
@@ -145,13 +148,21 @@ class Swarm:
             raise
 
     # -- the network: a bridge in a hub namespace, a veth into each node's namespace ---------
+    # Each namespace is held by a descriptor from the moment it is made, and every command after
+    # `ip netns add` enters it through that descriptor, never through /run/netns/<name>: that
+    # bind mount is shared, and was seen to vanish under a running test on this shared machine
+    # (an unmount elsewhere propagating to it). The descriptor stays the namespace regardless.
     def _ns(self, name):
         _run(["ip", "netns", "add", name], check=True)
         self.namespaces.append(name)
-        # Held open for the run: a node's dockerd is started (again) through this descriptor, which
-        # stays the namespace even if the bind mount under /run/netns is unmounted meanwhile.
         self.ns_fd[name] = os.open("/run/netns/" + name, os.O_RDONLY)
-        _run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        self.ns_in(name, "ip", "link", "set", "lo", "up")
+
+    def ns_path(self, name):
+        return "/proc/%d/fd/%d" % (os.getpid(), self.ns_fd[name])
+
+    def ns_in(self, name, *argv):
+        return _run(["nsenter", "--net=" + self.ns_path(name)] + list(argv), check=True)
 
     def _network(self, count):
         r = _run(["ip", "netns", "add", self.hub])
@@ -159,17 +170,19 @@ class Swarm:
             shutil.rmtree(self.dir, ignore_errors=True)
             skip("cannot make a network namespace here: %s" % r.stderr.strip())
         self.namespaces.append(self.hub)
-        _run(["ip", "-n", self.hub, "link", "add", "br0", "type", "bridge"], check=True)
-        _run(["ip", "-n", self.hub, "link", "set", "br0", "up"], check=True)
+        self.ns_fd[self.hub] = os.open("/run/netns/" + self.hub, os.O_RDONLY)
+        self.ns_in(self.hub, "ip", "link", "add", "br0", "type", "bridge")
+        self.ns_in(self.hub, "ip", "link", "set", "br0", "up")
         for i in range(1, count + 1):
             ns = "%s-n%d" % (self.tag, i)
             self._ns(ns)
             # Made in the hub, one end moved into the node's namespace: nothing in this host's.
-            _run(["ip", "-n", self.hub, "link", "add", "h%d" % i, "type", "veth", "peer", "name", "eth0",
-                  "netns", ns], check=True)
-            _run(["ip", "-n", self.hub, "link", "set", "h%d" % i, "master", "br0", "up"], check=True)
-            _run(["ip", "-n", ns, "addr", "add", "%s%d/24" % (SUBNET, i), "dev", "eth0"], check=True)
-            _run(["ip", "-n", ns, "link", "set", "eth0", "up"], check=True)
+            self.ns_in(self.hub, "ip", "link", "add", "h%d" % i, "type", "veth", "peer", "name", "p%d" % i)
+            self.ns_in(self.hub, "ip", "link", "set", "p%d" % i, "netns", self.ns_path(ns))
+            self.ns_in(self.hub, "ip", "link", "set", "h%d" % i, "master", "br0", "up")
+            self.ns_in(ns, "ip", "link", "set", "p%d" % i, "name", "eth0")
+            self.ns_in(ns, "ip", "addr", "add", "%s%d/24" % (SUBNET, i), "dev", "eth0")
+            self.ns_in(ns, "ip", "link", "set", "eth0", "up")
 
     def _join(self):
         first = self.nodes[0]
