@@ -163,6 +163,8 @@ static md_state *engine_new(md_state *st, json_object *spec, const char *where, 
 	eng->reaper_started = false;
 	eng->acquiring = 0;
 	eng->swarm_known = -1; /* a node's engine is never asked to place services */
+	eng->engine_version[0] = eng->api_version[0] = '\0'; /* its own engine's, asked anew */
+	eng->engine_facts_known = false;
 	memset(eng->bake, 0, sizeof eng->bake);
 	if (spec) {
 		memset(&eng->ssh, 0, sizeof eng->ssh);

@@ -14,6 +14,7 @@
 
 #include "evidence/fswalk.h"
 #include "relay_support/ustar.h"
+#include "relay_support/utf8_locale.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -644,7 +645,7 @@ static relay_status extract_member(extraction *x, const char *name, uint64_t siz
 	if (strcmp(hex, f->sha256) != 0)
 		return relay_error_set(err, RELAY_E_INTEGRITY, 0,
 		                       "archive refused: the SHA-256 of %s differs from its index", name);
-	if (fsync(x->out_fd) != 0)
+	if (fs_fsync_fd(x->out_fd) != 0)
 		return relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s: %s", name, strerror(errno));
 	close(x->out_fd);
 	x->out_fd = -1;
@@ -691,7 +692,7 @@ static relay_status extract_finish(const extraction *x, char **facts_json_out, r
 	if (!x->opts.skip_structure_scan && x->member != x->scan.count)
 		return relay_error_set(err, RELAY_E_INTEGRITY, 0,
 		                       "archive refused: its headers do not read the same in two parsers");
-	if (fsync(x->dest_fd) != 0 && errno != EINVAL)
+	if (fs_fsync_fd(x->dest_fd) != 0 && errno != EINVAL)
 		return relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s: %s", x->dest_dir,
 		                       strerror(errno));
 	if (facts_json_out) {
@@ -755,11 +756,14 @@ relay_status evidence_archive_extract_ex(const char *archive_path, const char *d
 	if (opts_in != NULL)
 		x.opts = *opts_in;
 	x.snap_prefix = x.opts.snapshot_prefix ? x.opts.snapshot_prefix : "state/snapshots/";
+	rs_utf8_locale_scope utf8; /* member names are UTF-8 whatever the relay's locale */
+	rs_utf8_locale_enter(&utf8);
 	relay_status status = extract_open(&x, archive_path, err);
 	if (status == RELAY_OK)
 		status = extract_members(&x, err);
 	if (status == RELAY_OK)
 		status = extract_finish(&x, facts_json_out, err);
 	extract_release(&x, status);
+	rs_utf8_locale_leave(&utf8);
 	return status;
 }
