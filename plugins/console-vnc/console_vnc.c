@@ -217,6 +217,21 @@ static relay_status normalise_report(vnc_state *st, const char *text, char **out
 		put_identity(ep, endpoint, "networkNamespace");
 		json_object_object_add(o, "endpoint", ep);
 	}
+	/* the browser live view (MCP_RELAY_VNC_VIEWER=browser): its origin and
+	 * whether a browser was started, never its one-time URL */
+	json_object *live = get(in, "live_view");
+	if (live && json_object_is_type(live, json_type_object)) {
+		json_object *lv = json_object_new_object();
+		put_identity(lv, live, "origin");
+		put_identity(lv, live, "launcher");
+		put_identity(lv, live, "browser_reason");
+		put_identity(lv, live, "control");
+		put_identity(lv, live, "token");
+		json_object *opened = get(live, "browser_opened");
+		json_object_object_add(lv, "browser_opened",
+		                       json_object_new_boolean(opened && json_object_get_boolean(opened)));
+		json_object_object_add(o, "live_view", lv);
+	}
 	json_object *launched = get(in, "viewer_launched");
 	if (launched && json_object_is_type(launched, json_type_boolean))
 		json_object_object_add(o, "viewer_launched",

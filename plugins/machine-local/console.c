@@ -188,6 +188,12 @@ static json_object *report(local_state *st, json_object *record, const char *att
 	if (a)
 		json_object_object_add(r, "viewer_launched",
 		                       json_object_new_boolean(lu_get_int(a, "viewerPid", 0) > 0));
+	json_object *live = a ? lu_get_object(a, "liveView") : NULL;
+	if (live) {
+		json_object *copy = NULL;
+		json_object_deep_copy(live, &copy, NULL);
+		json_object_object_add(r, "live_view", copy);
+	}
 	return r;
 }
 
@@ -305,9 +311,11 @@ static relay_status open_attempt(local_state *st, json_object *record, const cha
 	snprintf(log_path, sizeof log_path, "%s/console.log", lease_dir);
 	int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	const char *display = lu_get_string(record, "display");
+	/* With a take-over offered, the bridge holds input back until the person
+	 * takes control (console_web.c); x11vnc must accept it then. */
 	const char *argv[] = {"x11vnc",      "-display",  display ? display : ":0",
 	                      "-localhost",  "-rfbport",  "5900",
-	                      "-viewonly",   "-forever",  "-shared",
+	                      console_web_control() ? "-nolookup" : "-viewonly",   "-forever",  "-shared",
 	                      "-passwdfile", passarg,     "-norc",
 	                      "-nocmds",     "-noremote", "-noxdamage",
 	                      NULL};
@@ -357,7 +365,20 @@ static relay_status open_attempt(local_state *st, json_object *record, const cha
 	json_object_object_add(endpoint, "banner", json_object_new_string("RFB 003.008"));
 	json_object_object_add(attempt, "endpoint", endpoint);
 	const char *viewer = getenv("MCP_RELAY_VNC_VIEWER");
-	if (viewer && *viewer) {
+	if (viewer && strcmp(viewer, "browser") == 0) {
+		status = console_web_start(st, record, attempt_id, attempt, init_pid, password, log_fd, err);
+		if (status != RELAY_OK) {
+			json_object_object_add(attempt, "status", json_object_new_string("failed"));
+			json_object_object_add(attempt, "reason", json_object_new_string("worker-launch-failed"));
+			json_object_object_add(attempt, "viewer_cleanup", json_object_new_string("not-started"));
+			ctl_killpid(lease_dir, vnc_pid);
+			goto done;
+		}
+		json_object_object_add(attempt, "status", json_object_new_string("launched"));
+		json_object_object_add(attempt, "reason", NULL);
+		json_object_object_add(attempt, "transport_connected", json_object_new_string("unknown"));
+		json_object_object_add(attempt, "viewer_cleanup", json_object_new_string("pending"));
+	} else if (viewer && *viewer) {
 		char pwfile[PATH_MAX];
 		snprintf(pwfile, sizeof pwfile, "%s/console-%s.passwd", lease_dir, attempt_id);
 		char line[16];

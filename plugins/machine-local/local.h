@@ -335,6 +335,12 @@ relay_status console_op(local_state *st, const char *lease_json, const char *op,
 /* Stops whatever console attempt runs (release). */
 void console_stop_all(local_state *st, json_object *record);
 
+/* console_web.c: the browser live view (MCP_RELAY_VNC_VIEWER=browser). */
+bool console_web_control(void);
+relay_status console_web_start(local_state *st, json_object *record, const char *attempt_id,
+                               json_object *attempt, pid_t init_pid, const char *password, int log_fd,
+                               relay_error *err);
+
 /* ---- options.c, machine_ops.c ------------------------------------------------- */
 
 /* Sets every option's default (and the image "local"). */
