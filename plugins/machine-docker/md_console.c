@@ -257,6 +257,13 @@ static json_object *report(md_state *st, json_object *rec, const char *attempt_i
 	if (a)
 		json_object_object_add(r, "viewer_launched",
 		                       json_object_new_boolean(md_int(a, "viewerPid", 0) > 0));
+	json_object *live = a ? md_obj(a, "liveView") : NULL;
+	if (live) {
+		json_object *copy = NULL;
+		json_object_deep_copy(live, &copy, NULL);
+		json_object_object_del(copy, "events");
+		json_object_object_add(r, "live_view", copy);
+	}
 	return r;
 }
 
@@ -518,7 +525,9 @@ static relay_status open_attempt(md_state *st, json_object *rec, json_object *a,
 	const char *display = md_str(rec, "display");
 	const char *argv[] = {
 	    MD_GUEST_INIT, "exec",     pidfile, "x11vnc",    "-display",  display ? display : ":0",
-	    "-localhost",  "-rfbport", "5900",  "-viewonly", "-forever",  "-shared",
+	    "-localhost",  "-rfbport", "5900",
+	    /* a take-over needs x11vnc to accept input; the bridge holds it back until then */
+	    md_console_web_control() ? "-nolookup" : "-viewonly", "-forever",  "-shared",
 	    "-passwdfile", passarg,    "-norc", "-nocmds",   "-noremote", "-noxdamage",
 	    "-o",          logarg,     NULL};
 	if (!md_exec_detached(st, container, user, argv, call)) {
@@ -554,6 +563,19 @@ static relay_status open_attempt(md_state *st, json_object *rec, json_object *a,
 		              "inside the container's network namespace %s; no viewer was launched because "
 		              "MCP_RELAY_VNC_VIEWER is not set",
 		              vm, VNC_PORT, nspath);
+		return RELAY_OK;
+	}
+	if (strcmp(viewer, "browser") == 0) {
+		relay_status ws = md_console_web_start(st, rec, a, pid, password, err);
+		if (ws != RELAY_OK) {
+			stop_attempt(st, rec, a, true);
+			set_state(a, "failed", "worker-launch-failed");
+			put_text(a, "viewer_cleanup", "not-started");
+			return ws;
+		}
+		set_state(a, "launched", NULL);
+		put_text(a, "transport_connected", "unknown");
+		put_text(a, "viewer_cleanup", "pending");
 		return RELAY_OK;
 	}
 	pid_t vpid = start_viewer(st, rec, a, viewer, pid, password, &e);

@@ -39,4 +39,9 @@ bool md_exec_detached(md_state *st, const char *vm, const char *user, const char
 relay_status md_console_op(md_state *st, const char *lease_json, const char *op, const char *request_json,
                            relay_call *call, char **response_out, relay_error *err);
 
+/* md_console_web.c: the browser live view (MCP_RELAY_VNC_VIEWER=browser). */
+bool md_console_web_control(void);
+relay_status md_console_web_start(md_state *st, json_object *rec, json_object *a, pid_t pid,
+                                  const char *password, relay_error *err);
+
 #endif

@@ -272,5 +272,58 @@ def take_over_events(v, g, attempt):
     raise AssertionError("no take-over events recorded")
 
 
+def test_live_view_of_a_docker_guest(binary):
+    """machine-docker on a local engine: the same bridge, through the container's namespace. The
+    test paints the container's display from this host with a full-screen xclock connected
+    through the container's network namespace (X's abstract socket)."""
+    needs()
+    import docker_support
+    from test_docker_console import console_image
+    why = docker_support.plugin_missing(binary)
+    if why:
+        raise Skip(why)
+    if not shutil.which("xclock") or not shutil.which("nsenter"):
+        raise Skip("xclock or nsenter is missing (x11-apps, util-linux)")
+    folder, urls, env = live_session(binary, control=False)
+    painter = None
+    with docker_support.Engine() as eng:
+        with eng.relay(binary, {"console": console_image(eng)}, **env) as r:
+            r.initialize()
+            acq = docker_support.acquire(r, "console", task="live", vnc=True)
+            name, vm = acq["guest"], acq["vm"]
+            pid = eng.inspect(vm)["State"]["Pid"]
+            c = "#%02x%02x%02x" % PAINT
+            painter = subprocess.Popen(["nsenter", "--net=/proc/%d/ns/net" % pid, "xclock", "-display", ":0", "-bg", c,
+                                        "-fg", c, "-hd", c, "-hl", c, "-geometry", "1280x800+0+0"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                opened = r.call_tool("relay_console_open", open_args(name, acq["console"]["console_id"], "d1"),
+                                     timeout=120)
+                assert opened["isError"] is False, text_of(opened)
+                live = structured(opened)["live_view"]
+                assert live["browser_opened"] is True, live
+                url = url_of(urls)
+                port = int(live["origin"].rsplit(":", 1)[1])
+                assert listening(port) == ["127.0.0.1:%d" % port], listening(port)
+                page = Page()
+                try:
+                    page(op="open", url=url)
+                    seen = page(op="colour", rgb=list(PAINT), timeoutMs=5000)
+                    assert seen["ms"] is not None, ("the canvas did not show the container's display", seen)
+                finally:
+                    page.close()
+                can = r.call_tool("relay_console_cancel", {"guest": name, "console_id": acq["console"]["console_id"],
+                                                           "attempt_id": "d1"}, timeout=60)
+                assert can["isError"] is False, text_of(can)
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and listening(port):
+                    time.sleep(0.1)
+                assert not listening(port), "the bridge still listens after cancel"
+            finally:
+                painter.kill()
+                painter.wait()
+            r.call_tool("relay_release", {"guest": name}, timeout=300)
+
+
 if __name__ == "__main__":
     run_tests(globals())
