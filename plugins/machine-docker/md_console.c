@@ -43,6 +43,7 @@
 #include "md.h"
 #include "md_console.h"
 #include "md_lease.h"
+#include "relay_support/liveview.h"
 
 extern char **environ;
 
@@ -261,6 +262,10 @@ static json_object *report(md_state *st, json_object *rec, const char *attempt_i
 	if (live) {
 		json_object *copy = NULL;
 		json_object_deep_copy(live, &copy, NULL);
+		char *text = rs_liveview_take_overs(md_str(live, "events"));
+		json_object *list = text ? json_tokener_parse(text) : NULL;
+		free(text);
+		json_object_object_add(copy, "take_overs", list ? list : json_object_new_array());
 		json_object_object_del(copy, "events");
 		json_object_object_add(r, "live_view", copy);
 	}

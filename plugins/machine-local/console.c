@@ -192,6 +192,7 @@ static json_object *report(local_state *st, json_object *record, const char *att
 	if (live) {
 		json_object *copy = NULL;
 		json_object_deep_copy(live, &copy, NULL);
+		json_object_object_add(copy, "take_overs", console_web_take_overs(record, attempt_id));
 		json_object_object_add(r, "live_view", copy);
 	}
 	return r;

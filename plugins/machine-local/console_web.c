@@ -24,14 +24,29 @@ bool console_web_control(void)
 	return rs_liveview_wanted(getenv("MCP_RELAY_VNC_VIEWER")) && v && strcmp(v, "allow") == 0;
 }
 
+static void events_path(json_object *record, const char *attempt_id, char *out, size_t size)
+{
+	snprintf(out, size, "%s/console-%s.events.jsonl", lu_get_string(lu_get_object(record, "paths"), "leaseDir"),
+	         attempt_id);
+}
+
+json_object *console_web_take_overs(json_object *record, const char *attempt_id)
+{
+	char path[PATH_MAX];
+	events_path(record, attempt_id, path, sizeof path);
+	char *text = rs_liveview_take_overs(path);
+	json_object *list = text ? json_tokener_parse(text) : NULL;
+	free(text);
+	return list ? list : json_object_new_array();
+}
+
 relay_status console_web_start(local_state *st, json_object *record, const char *attempt_id,
                                json_object *attempt, pid_t init_pid, const char *password, int log_fd,
                                relay_error *err)
 {
-	const char *lease_dir = lu_get_string(lu_get_object(record, "paths"), "leaseDir");
 	char netns[64], events[PATH_MAX];
 	snprintf(netns, sizeof netns, "/proc/%d/ns/net", (int)init_pid);
-	snprintf(events, sizeof events, "%s/console-%s.events.jsonl", lease_dir, attempt_id);
+	events_path(record, attempt_id, events, sizeof events);
 	rs_liveview_request req = {st->libexec_dir, netns, 5900, password, console_web_control(), events, log_fd};
 	rs_liveview lv;
 	rs_error e;

@@ -337,6 +337,7 @@ void console_stop_all(local_state *st, json_object *record);
 
 /* console_web.c: the browser live view (MCP_RELAY_VNC_VIEWER=browser). */
 bool console_web_control(void);
+json_object *console_web_take_overs(json_object *record, const char *attempt_id);
 relay_status console_web_start(local_state *st, json_object *record, const char *attempt_id,
                                json_object *attempt, pid_t init_pid, const char *password, int log_fd,
                                relay_error *err);

@@ -200,3 +200,65 @@ cleanup:
 	}
 	return rc;
 }
+
+/* One line the bridge wrote: {"event":"<name>","at":"<time>"}. */
+static int event_line(const char *line, char *event, size_t esize, char *at, size_t asize)
+{
+	return sscanf(line, "{\"event\":\"%31[a-z-]\",\"at\":\"%39[0-9TZ:.-]\"}", event, at) == 2 && esize >= 32 &&
+	       asize >= 40;
+}
+
+char *rs_liveview_take_overs(const char *events_path)
+{
+	size_t cap = 256, len = 0;
+	char *out = malloc(cap), line[256], open_at[40] = "";
+	FILE *f = events_path ? fopen(events_path, "re") : NULL;
+	if (out == NULL) {
+		if (f)
+			fclose(f);
+		return NULL;
+	}
+	out[len++] = '[';
+	out[len] = '\0';
+	while (f && fgets(line, sizeof line, f)) {
+		char event[32], at[40], item[128];
+		if (!event_line(line, event, sizeof event, at, sizeof at))
+			continue;
+		item[0] = '\0';
+		if (strcmp(event, "control-start") == 0 && open_at[0] == '\0')
+			snprintf(open_at, sizeof open_at, "%s", at);
+		else if (strcmp(event, "control-end") == 0 && open_at[0]) {
+			snprintf(item, sizeof item, "%s{\"start\":\"%s\",\"end\":\"%s\"}", len > 1 ? "," : "", open_at, at);
+			open_at[0] = '\0';
+		}
+		if (item[0]) {
+			size_t n = strlen(item);
+			if (len + n + 64 > cap) {
+				char *bigger = realloc(out, cap * 2 + n);
+				if (bigger == NULL)
+					break;
+				out = bigger;
+				cap = cap * 2 + n;
+			}
+			memcpy(out + len, item, n + 1);
+			len += n;
+		}
+	}
+	if (open_at[0] && len + 80 < cap) {
+		len += (size_t)snprintf(out + len, cap - len, "%s{\"start\":\"%s\",\"end\":null}", len > 1 ? "," : "",
+		                        open_at);
+	}
+	if (f)
+		fclose(f);
+	if (len + 2 > cap) {
+		char *bigger = realloc(out, len + 2);
+		if (bigger == NULL) {
+			free(out);
+			return NULL;
+		}
+		out = bigger;
+	}
+	out[len++] = ']';
+	out[len] = '\0';
+	return out;
+}

@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import Skip, run_tests  # noqa: E402
+from runs_support import events as guest_events  # noqa: E402
 from runs_support import namespaces_missing, run, stage, structured, text_of, variants  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -260,6 +261,15 @@ def test_take_over_only_after_the_click(binary):
             events = take_over_events(v, g, "ctl1")
             assert [e["event"] for e in events] == ["viewer-admitted", "control-start", "control-end"], events
             assert events[1]["at"] < events[2]["at"], events
+            # Cancel reports the take-over, and the guest's event journal in the evidence keeps it.
+            can = r.call_tool("relay_console_cancel", {"guest": name, "console_id": g["console"]["console_id"],
+                                                       "attempt_id": "ctl1"}, timeout=60)
+            assert can["isError"] is False, text_of(can)
+            takes = structured(can)["live_view"]["take_overs"]
+            assert takes == [{"start": events[1]["at"], "end": events[2]["at"]}], takes
+            journal = [e for e in guest_events(g["evidencePath"]) if e.get("kind") == "console-take-over"]
+            assert len(journal) == 1 and journal[0]["details"]["start"] == events[1]["at"] and \
+                journal[0]["details"]["end"] == events[2]["at"], journal
             r.call_tool("relay_release", {"guest": name}, timeout=300)
 
 

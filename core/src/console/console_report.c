@@ -179,6 +179,17 @@ static json_object *live_view_observation(const json_object *report)
 		const char *v = jsonx_get_str(live, texts[i]);
 		jsonx_add_str(o, texts[i], v && strlen(v) <= 200 && !strchr(v, '#') ? v : NULL);
 	}
+	json_object *takes = jsonx_get_array(live, "take_overs");
+	json_object *tl = json_object_new_array();
+	size_t nt = takes ? json_object_array_length(takes) : 0;
+	for (size_t i = 0; i < nt && i < 64; i++) {
+		json_object *t = json_object_array_get_idx(takes, i), *one = json_object_new_object();
+		const char *start = jsonx_get_str(t, "start"), *end = jsonx_get_str(t, "end");
+		jsonx_add_str(one, "start", start && strlen(start) <= 40 ? start : NULL);
+		jsonx_add_str(one, "end", end && strlen(end) <= 40 ? end : NULL);
+		json_object_array_add(tl, one);
+	}
+	jsonx_add(o, "take_overs", tl);
 	bool opened = false;
 	jsonx_get_bool(live, "browser_opened", &opened);
 	jsonx_add_bool(o, "browser_opened", opened);

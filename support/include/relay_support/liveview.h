@@ -46,4 +46,10 @@ int rs_liveview_check(const char *libexec_dir, char *path, size_t size, rs_error
  * a browser that cannot be started is not a failure (browser_reason). */
 int rs_liveview_start(const rs_liveview_request *req, rs_liveview *out, rs_error *err);
 
+/* The take-overs the bridge recorded in `events_path`, as a JSON array
+ * [{"start": "<ISO time>", "end": "<ISO time>"|null}, ...] (an end of null:
+ * control still held, or the bridge stopped while it was). malloc'd, NULL
+ * when out of memory; "[]" when the file is missing. */
+char *rs_liveview_take_overs(const char *events_path);
+
 #endif
