@@ -122,10 +122,10 @@
  * sha256, bytes, mimeType, startedAt, stoppedAt, durationMs, fps} or
  * {status: "off", reason}; absent when the request asked for none. The file
  * is RECEIVER_VIDEOS_DIR "/" sessionId "/" fileName. */
-#define RECEIVER_RECEIPT_VIDEO  "videoEvidence"
-#define RECEIVER_VIDEOS_DIR     "state/videos"
-#define RECEIVER_VIDEO_FPS_MAX  30
-#define RECEIVER_VIDEO_MAX_BYTES (512u * 1024u * 1024u)
+#define RECEIVER_RECEIPT_VIDEO     "videoEvidence"
+#define RECEIVER_VIDEOS_DIR        "state/videos"
+#define RECEIVER_VIDEO_FPS_MAX     30
+#define RECEIVER_VIDEO_MAX_BYTES   (512u * 1024u * 1024u)
 #define RECEIVER_SCRIPT_PATH       "path"
 #define RECEIVER_SCRIPT_SHA256     "sha256"
 #define RECEIVER_SCRIPT_BYTES      "bytes"

@@ -41,7 +41,7 @@ const char *record_parse(run_ctx *ctx)
 	return NULL;
 }
 
-#define off(v, ...) text_format((v)->reason, sizeof (v)->reason, __VA_ARGS__)
+#define off(v, ...) text_format((v)->reason, sizeof(v)->reason, __VA_ARGS__)
 
 /* The last non-empty line of ffmpeg's log, for an "off" reason. */
 static void log_tail(const char *log_path, char *out, size_t size)
@@ -88,16 +88,50 @@ static pid_t spawn_ffmpeg(run_ctx *ctx, const char *ffmpeg, const char *display,
 	 * look-ahead and every packet flushed: the first frame is on disk as
 	 * soon as it is grabbed (record_start waits for it), and "q" ends the
 	 * file within about 0.1 s. */
-	char *argv[] = {(char *)"ffmpeg", (char *)"-hide_banner", (char *)"-nostats", (char *)"-loglevel",
-	                (char *)"error", (char *)"-f", (char *)"x11grab", (char *)"-draw_mouse", (char *)"0",
-	                (char *)"-framerate", fps, (char *)"-i", (char *)display, (char *)"-c:v",
-	                (char *)"libvpx-vp9", (char *)"-deadline", (char *)"realtime", (char *)"-cpu-used",
-	                (char *)"8", (char *)"-row-mt", (char *)"1", (char *)"-threads", (char *)"1",
-	                (char *)"-crf", (char *)"40", (char *)"-b:v", (char *)"256k", (char *)"-maxrate",
-	                (char *)"280k", (char *)"-bufsize", (char *)"560k", (char *)"-g", (char *)"80",
-	                (char *)"-lag-in-frames", (char *)"0", (char *)"-auto-alt-ref", (char *)"0",
-	                (char *)"-pix_fmt", (char *)"yuv420p", (char *)"-flush_packets", (char *)"1", (char *)"-f",
-	                (char *)"webm", v->partial_path,
+	char *argv[] = {(char *)"ffmpeg",
+	                (char *)"-hide_banner",
+	                (char *)"-nostats",
+	                (char *)"-loglevel",
+	                (char *)"error",
+	                (char *)"-f",
+	                (char *)"x11grab",
+	                (char *)"-draw_mouse",
+	                (char *)"0",
+	                (char *)"-framerate",
+	                fps,
+	                (char *)"-i",
+	                (char *)display,
+	                (char *)"-c:v",
+	                (char *)"libvpx-vp9",
+	                (char *)"-deadline",
+	                (char *)"realtime",
+	                (char *)"-cpu-used",
+	                (char *)"8",
+	                (char *)"-row-mt",
+	                (char *)"1",
+	                (char *)"-threads",
+	                (char *)"1",
+	                (char *)"-crf",
+	                (char *)"40",
+	                (char *)"-b:v",
+	                (char *)"256k",
+	                (char *)"-maxrate",
+	                (char *)"280k",
+	                (char *)"-bufsize",
+	                (char *)"560k",
+	                (char *)"-g",
+	                (char *)"80",
+	                (char *)"-lag-in-frames",
+	                (char *)"0",
+	                (char *)"-auto-alt-ref",
+	                (char *)"0",
+	                (char *)"-pix_fmt",
+	                (char *)"yuv420p",
+	                (char *)"-flush_packets",
+	                (char *)"1",
+	                (char *)"-f",
+	                (char *)"webm",
+	                v->partial_path,
 	                NULL};
 	if (pipe(in) != 0)
 		return -1;
@@ -295,7 +329,8 @@ jv *record_receipt_json(const run_ctx *ctx)
 	o = jv_object();
 	if (!v->recorded) {
 		jv_set_str(o, "status", "off");
-		jv_set_str(o, "reason", v->reason[0] ? v->reason : "the run ended before the recording began");
+		jv_set_str(o, "reason",
+		           v->reason[0] ? v->reason : "the run ended before the recording began");
 		return o;
 	}
 	jv_set_str(o, "status", "recorded");

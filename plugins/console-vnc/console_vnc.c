@@ -229,7 +229,9 @@ static relay_status normalise_report(vnc_state *st, const char *text, char **out
 		put_identity(lv, live, "token");
 		json_object *takes = get(live, "take_overs");
 		json_object *tl = json_object_new_array();
-		size_t nt = takes && json_object_is_type(takes, json_type_array) ? json_object_array_length(takes) : 0;
+		size_t nt = takes && json_object_is_type(takes, json_type_array)
+		                ? json_object_array_length(takes)
+		                : 0;
 		for (size_t i = 0; i < nt && i < 64; i++) {
 			json_object *t = json_object_array_get_idx(takes, i), *one = json_object_new_object();
 			put_identity(one, t, "start");

@@ -312,11 +312,10 @@ static relay_status open_attempt(local_state *st, json_object *record, const cha
 	snprintf(log_path, sizeof log_path, "%s/console.log", lease_dir);
 	int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	const char *display = lu_get_string(record, "display");
-	/* With a take-over offered, the bridge holds input back until the person
-	 * takes control (console_web.c); x11vnc must accept it then. */
+	const char *input = console_web_control() ? "-nolookup" : "-viewonly"; /* take-over: console_web.c */
 	const char *argv[] = {"x11vnc",      "-display",  display ? display : ":0",
 	                      "-localhost",  "-rfbport",  "5900",
-	                      console_web_control() ? "-nolookup" : "-viewonly",   "-forever",  "-shared",
+	                      input,         "-forever",  "-shared",
 	                      "-passwdfile", passarg,     "-norc",
 	                      "-nocmds",     "-noremote", "-noxdamage",
 	                      NULL};
@@ -367,18 +366,8 @@ static relay_status open_attempt(local_state *st, json_object *record, const cha
 	json_object_object_add(attempt, "endpoint", endpoint);
 	const char *viewer = getenv("MCP_RELAY_VNC_VIEWER");
 	if (viewer && strcmp(viewer, "browser") == 0) {
-		status = console_web_start(st, record, attempt_id, attempt, init_pid, password, log_fd, err);
-		if (status != RELAY_OK) {
-			json_object_object_add(attempt, "status", json_object_new_string("failed"));
-			json_object_object_add(attempt, "reason", json_object_new_string("worker-launch-failed"));
-			json_object_object_add(attempt, "viewer_cleanup", json_object_new_string("not-started"));
-			ctl_killpid(lease_dir, vnc_pid);
-			goto done;
-		}
-		json_object_object_add(attempt, "status", json_object_new_string("launched"));
-		json_object_object_add(attempt, "reason", NULL);
-		json_object_object_add(attempt, "transport_connected", json_object_new_string("unknown"));
-		json_object_object_add(attempt, "viewer_cleanup", json_object_new_string("pending"));
+		status = console_web_open(st, record, attempt_id, attempt, init_pid, password, vnc_pid,
+		                          log_fd, err);
 	} else if (viewer && *viewer) {
 		char pwfile[PATH_MAX];
 		snprintf(pwfile, sizeof pwfile, "%s/console-%s.passwd", lease_dir, attempt_id);
@@ -428,13 +417,11 @@ static relay_status open_attempt(local_state *st, json_object *record, const cha
 		json_object_object_add(attempt, "reason", json_object_new_string("worker-unavailable"));
 		json_object_object_add(attempt, "transport_connected", json_object_new_boolean(false));
 		json_object_object_add(attempt, "viewer_cleanup", json_object_new_string("not-started"));
-		st->host->log(
-		    RELAY_LOG_INFO, LOCAL_PLUGIN_NAME,
-		    "console of %s: x11vnc (view-only, one-time password) listens on 127.0.0.1:%d inside the "
-		    "guest's network namespace %s; no viewer was launched because MCP_RELAY_VNC_VIEWER is "
-		    "not "
-		    "set",
-		    lu_get_string(record, "vm"), VNC_PORT, nspath);
+		st->host->log(RELAY_LOG_INFO, LOCAL_PLUGIN_NAME,
+		              "console of %s: x11vnc (view-only, one-time password) listens on 127.0.0.1:%d "
+		              "inside the guest's network namespace %s; no viewer was launched because "
+		              "MCP_RELAY_VNC_VIEWER is not set",
+		              lu_get_string(record, "vm"), VNC_PORT, nspath);
 	}
 done:
 	ctl_env_free(env);

@@ -24,7 +24,7 @@
 
 extern char **environ;
 
-#define LIVEVIEW_NOVNC_DIR "/usr/share/novnc"
+#define LIVEVIEW_NOVNC_DIR   "/usr/share/novnc"
 #define LIVEVIEW_URL_WAIT_MS 10000
 
 int rs_liveview_wanted(const char *viewer)
@@ -43,17 +43,20 @@ int rs_liveview_check(const char *libexec_dir, char *path, size_t size, rs_error
 	struct stat st;
 	char rfb[PATH_MAX];
 	if (libexec_dir == NULL)
-		return rs_error_set(err, ENOENT, "the live view needs the relay's libexec folder, and none is known");
+		return rs_error_set(err, ENOENT,
+		                    "the live view needs the relay's libexec folder, and none is known");
 	snprintf(path, size, "%s/../relay-vncweb", libexec_dir);
 	if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || access(path, X_OK) != 0)
-		return rs_error_set(err, ENOENT, "the live view's bridge %s is missing; rebuild or reinstall mcp-relay",
+		return rs_error_set(err, ENOENT,
+		                    "the live view's bridge %s is missing; rebuild or reinstall mcp-relay",
 		                    path);
 	snprintf(rfb, sizeof rfb, "%s/core/rfb.js", novnc_dir());
 	if (stat(rfb, &st) != 0)
-		return rs_error_set(err, ENOENT,
-		                    "MCP_RELAY_VNC_VIEWER=browser needs noVNC (%s is missing): apt-get install "
-		                    "novnc, or set MCP_RELAY_NOVNC_DIR",
-		                    rfb);
+		return rs_error_set(
+		    err, ENOENT,
+		    "MCP_RELAY_VNC_VIEWER=browser needs noVNC (%s is missing): apt-get install "
+		    "novnc, or set MCP_RELAY_NOVNC_DIR",
+		    rfb);
 	return 0;
 }
 
@@ -132,8 +135,8 @@ static void open_browser(const rs_liveview_request *req, rs_liveview *out)
 	const char *argv[] = {cmd, out->url, NULL};
 	pid_t pid = spawn(argv, -1, -1, req->log_fd, 1, &e);
 	if (pid <= 0)
-		snprintf(out->browser_reason, sizeof out->browser_reason, "%.80s could not be started: %.40s", cmd,
-		         strerror(e));
+		snprintf(out->browser_reason, sizeof out->browser_reason, "%.80s could not be started: %.40s",
+		         cmd, strerror(e));
 	else
 		out->browser_pid = pid;
 }
@@ -174,7 +177,8 @@ int rs_liveview_start(const rs_liveview_request *req, rs_liveview *out, rs_error
 	in[0] = url[1] = -1;
 	if (out->bridge_pid <= 0) {
 		out->bridge_pid = 0;
-		rs_error_set(err, e, "the live view's bridge %s could not be started: %s", bridge, strerror(e));
+		rs_error_set(err, e, "the live view's bridge %s could not be started: %s", bridge,
+		             strerror(e));
 		goto cleanup;
 	}
 	signal(SIGPIPE, SIG_IGN);
@@ -184,7 +188,8 @@ int rs_liveview_start(const rs_liveview_request *req, rs_liveview *out, rs_error
 		kill(-out->bridge_pid, SIGKILL);
 		waitpid(out->bridge_pid, NULL, 0);
 		out->bridge_pid = 0;
-		rs_error_set(err, EIO, "the live view's bridge did not start (its messages are in the console log)");
+		rs_error_set(err, EIO,
+		             "the live view's bridge did not start (its messages are in the console log)");
 		goto cleanup;
 	}
 	const char *hash = strchr(out->url, '#');
@@ -204,8 +209,8 @@ cleanup:
 /* One line the bridge wrote: {"event":"<name>","at":"<time>"}. */
 static int event_line(const char *line, char *event, size_t esize, char *at, size_t asize)
 {
-	return sscanf(line, "{\"event\":\"%31[a-z-]\",\"at\":\"%39[0-9TZ:.-]\"}", event, at) == 2 && esize >= 32 &&
-	       asize >= 40;
+	return sscanf(line, "{\"event\":\"%31[a-z-]\",\"at\":\"%39[0-9TZ:.-]\"}", event, at) == 2 &&
+	       esize >= 32 && asize >= 40;
 }
 
 char *rs_liveview_take_overs(const char *events_path)
@@ -228,7 +233,8 @@ char *rs_liveview_take_overs(const char *events_path)
 		if (strcmp(event, "control-start") == 0 && open_at[0] == '\0')
 			snprintf(open_at, sizeof open_at, "%s", at);
 		else if (strcmp(event, "control-end") == 0 && open_at[0]) {
-			snprintf(item, sizeof item, "%s{\"start\":\"%s\",\"end\":\"%s\"}", len > 1 ? "," : "", open_at, at);
+			snprintf(item, sizeof item, "%s{\"start\":\"%s\",\"end\":\"%s\"}", len > 1 ? "," : "",
+			         open_at, at);
 			open_at[0] = '\0';
 		}
 		if (item[0]) {
@@ -245,8 +251,8 @@ char *rs_liveview_take_overs(const char *events_path)
 		}
 	}
 	if (open_at[0] && len + 80 < cap) {
-		len += (size_t)snprintf(out + len, cap - len, "%s{\"start\":\"%s\",\"end\":null}", len > 1 ? "," : "",
-		                        open_at);
+		len += (size_t)snprintf(out + len, cap - len, "%s{\"start\":\"%s\",\"end\":null}",
+		                        len > 1 ? "," : "", open_at);
 	}
 	if (f)
 		fclose(f);

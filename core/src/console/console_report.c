@@ -171,7 +171,8 @@ static json_object *attempt_observation(const json_object *in)
 static json_object *live_view_observation(const json_object *report)
 {
 	json_object *live = NULL;
-	if (!json_object_object_get_ex(report, "live_view", &live) || !json_object_is_type(live, json_type_object))
+	if (!json_object_object_get_ex(report, "live_view", &live) ||
+	    !json_object_is_type(live, json_type_object))
 		return NULL;
 	json_object *o = json_object_new_object();
 	static const char *const texts[] = {"origin", "launcher", "browser_reason", "control", "token"};

@@ -11,11 +11,11 @@
 
 #include "evidence/archive.h"
 #include "evidence/fswalk.h"
+#include "receiver_protocol.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"
-#include "receiver_protocol.h"
 
 static bool id_ok(const char *id)
 {

@@ -56,8 +56,9 @@ json_object *rv_recording(rv *r, const json_object *receipt)
 		rv_hard(r, "%s: named by the receipt's videoEvidence but %s", rel,
 		        err.code == RELAY_E_NOT_FOUND ? "missing from the package" : err.message);
 	else if ((int64_t)got != bytes || !rv_str_eq(hex, sha))
-		rv_hard(r, "%s: size or SHA-256 differs from the receipt's videoEvidence (the recording was "
-		           "changed)",
+		rv_hard(r,
+		        "%s: size or SHA-256 differs from the receipt's videoEvidence (the recording was "
+		        "changed)",
 		        rel);
 	jsonx_add_str(out, "status", "recorded");
 	jsonx_add_str(out, "path", rel);

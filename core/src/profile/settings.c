@@ -444,9 +444,9 @@ static int record_settings(relay_settings *s, char *errbuf, size_t errlen)
 		int64_t fps = 8;
 		const char *f = getenv("MCP_RELAY_RECORD_FPS");
 		if (f != NULL && !parse_decimal(f, 1, 30, &fps))
-			return fail(errbuf, errlen,
-			            "MCP_RELAY_RECORD_FPS must be whole frames per second from 1 to 30 (got %s)",
-			            f);
+			return fail(
+			    errbuf, errlen,
+			    "MCP_RELAY_RECORD_FPS must be whole frames per second from 1 to 30 (got %s)", f);
 		s->record_video_fps = (int)fps;
 	}
 	v = getenv("MCP_RELAY_CONSOLE_CONTROL");

@@ -139,10 +139,14 @@ static int run_write_inputs(run_ctx *x)
 		return run_not_dispatched(x->m, x->g, x->evidence, x->exec_id, "internal", false, x->out,
 		                          "the evidence folder could not be written: %s", err.message);
 	}
-	run_request_in in = {x->exec_id, x->attempt_id,    x->session,    x->g->name,   x->because,
-	                     x->c,       x->script_remote, x->script_sha, x->node_path, x->root,
-	                     x->step,    x->snaps,         x->capture,
-	                     run_video_request(x->m->settings->record_video_fps, x->capture)};
+	run_request_in in = {
+	    x->exec_id,       x->attempt_id,
+	    x->session,       x->g->name,
+	    x->because,       x->c,
+	    x->script_remote, x->script_sha,
+	    x->node_path,     x->root,
+	    x->step,          x->snaps,
+	    x->capture,       run_video_request(x->m->settings->record_video_fps, x->capture)};
 	x->request = run_request_build(&in);
 	json_object_put(in.video);
 	x->request_text = jsonx_to_string(x->request, 0);

@@ -184,7 +184,8 @@ json_object *run_recording_fact(const json_object *receipt, const json_object *r
 	} else {
 		const char *reason = jsonx_get_str(v, "reason");
 		jsonx_add_str(fact, "status", "off");
-		jsonx_add_str(fact, "reason", reason ? reason : "the receiver recorded no video for this run");
+		jsonx_add_str(fact, "reason",
+		              reason ? reason : "the receiver recorded no video for this run");
 	}
 	return fact;
 }

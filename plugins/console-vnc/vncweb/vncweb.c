@@ -55,8 +55,8 @@ void vncweb_now(char out[64])
 	struct tm tm;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	snprintf(out, 64, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-	         tm.tm_hour, tm.tm_min, tm.tm_sec, (ts.tv_nsec / 1000000) % 1000);
+	snprintf(out, 64, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+	         tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (ts.tv_nsec / 1000000) % 1000);
 }
 
 static int random_hex(char *out, size_t hex_chars)
@@ -112,9 +112,11 @@ static void respond(int fd, int code, const char *reason, const char *type, cons
 
 static void refuse(int fd, int code)
 {
-	static const char forbidden[] = "403 forbidden: open the link mcp-relay logged; each link works once\n";
+	static const char forbidden[] =
+	    "403 forbidden: open the link mcp-relay logged; each link works once\n";
 	if (code == 403)
-		respond(fd, 403, "Forbidden", "text/plain; charset=utf-8", NULL, forbidden, sizeof forbidden - 1);
+		respond(fd, 403, "Forbidden", "text/plain; charset=utf-8", NULL, forbidden,
+		        sizeof forbidden - 1);
 	else
 		respond(fd, code, code == 404 ? "Not Found" : "Bad Request", "text/plain", NULL, "", 0);
 }
@@ -231,7 +233,8 @@ static void post_session(vncweb *w, int fd, const char *head, const char *body)
 		return;
 	}
 	if (w->token_used || !same_secret(body, w->token)) {
-		fprintf(stderr, "relay-vncweb: refused a %s token\n", w->token_used ? "used or wrong" : "wrong");
+		fprintf(stderr, "relay-vncweb: refused a %s token\n",
+		        w->token_used ? "used or wrong" : "wrong");
 		refuse(fd, 403);
 		return;
 	}
@@ -241,8 +244,8 @@ static void post_session(vncweb *w, int fd, const char *head, const char *body)
 		refuse(fd, 403);
 		return;
 	}
-	snprintf(cookie, sizeof cookie, "Set-Cookie: %s=%s; Path=/; HttpOnly; SameSite=Strict\r\n", VNCWEB_COOKIE,
-	         w->session);
+	snprintf(cookie, sizeof cookie, "Set-Cookie: %s=%s; Path=/; HttpOnly; SameSite=Strict\r\n",
+	         VNCWEB_COOKIE, w->session);
 	respond(fd, 204, "No Content", NULL, cookie, "", 0);
 	note_event(w, "viewer-admitted");
 }
@@ -343,13 +346,15 @@ static void handle(vncweb *w, int fd)
 	else if (get && strcmp(target, "/websockify") == 0) {
 		char key[64], origin[128], upgrade[32], proto[128], want_origin[80];
 		snprintf(want_origin, sizeof want_origin, "http://%s", want_host);
-		if (!header(buf, "Upgrade", upgrade, sizeof upgrade) || strcasecmp(upgrade, "websocket") != 0 ||
+		if (!header(buf, "Upgrade", upgrade, sizeof upgrade) ||
+		    strcasecmp(upgrade, "websocket") != 0 ||
 		    !header(buf, "Sec-WebSocket-Key", key, sizeof key) ||
 		    !header(buf, "Origin", origin, sizeof origin) || strcmp(origin, want_origin) != 0) {
 			refuse(fd, 403);
 			return;
 		}
-		bool binary = header(buf, "Sec-WebSocket-Protocol", proto, sizeof proto) && strstr(proto, "binary");
+		bool binary =
+		    header(buf, "Sec-WebSocket-Protocol", proto, sizeof proto) && strstr(proto, "binary");
 		pid_t pid = fork();
 		if (pid == 0) {
 			close(w->listen_fd);
@@ -428,8 +433,8 @@ int main(int argc, char **argv)
 	if (netns) {
 		int ns = open(netns, O_RDONLY | O_CLOEXEC);
 		if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
-			fprintf(stderr, "relay-vncweb: cannot enter the guest's network namespace %s: %s\n", netns,
-			        strerror(errno));
+			fprintf(stderr, "relay-vncweb: cannot enter the guest's network namespace %s: %s\n",
+			        netns, strerror(errno));
 			return 1;
 		}
 		close(ns);

@@ -27,13 +27,13 @@ typedef struct vncweb_shared {
 typedef struct vncweb {
 	int listen_fd;
 	int port;
-	char token[65];       /* one-time, cleared once used */
+	char token[65]; /* one-time, cleared once used */
 	bool token_used;
-	char session[65];     /* the cookie's value once the token is exchanged */
-	char password[64];    /* x11vnc's one-time password (given to the page with the cookie) */
-	int vnc_port;         /* in the guest's network namespace */
-	const char *web_dir;  /* /usr/share/novnc */
-	bool control_allowed; /* MCP_RELAY_CONSOLE_CONTROL=allow */
+	char session[65];        /* the cookie's value once the token is exchanged */
+	char password[64];       /* x11vnc's one-time password (given to the page with the cookie) */
+	int vnc_port;            /* in the guest's network namespace */
+	const char *web_dir;     /* /usr/share/novnc */
+	bool control_allowed;    /* MCP_RELAY_CONSOLE_CONTROL=allow */
 	const char *events_path; /* take-over events, JSON lines; or NULL */
 	vncweb_shared *shared;
 } vncweb;

@@ -24,10 +24,10 @@
 
 #include "vncweb.h"
 
-#define WS_FRAME_MAX   (1u << 20)
-#define RFB_PREAMBLE   30 /* version 12, security type 1, VNC response 16, ClientInit 1 */
-#define RFB_MSG_MAX    (1u << 20)
-#define GUID           "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+#define WS_FRAME_MAX (1u << 20)
+#define RFB_PREAMBLE 30 /* version 12, security type 1, VNC response 16, ClientInit 1 */
+#define RFB_MSG_MAX  (1u << 20)
+#define GUID         "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 static int send_all(int fd, const void *data, size_t len)
 {
@@ -108,18 +108,11 @@ static long message_length(const unsigned char *p, size_t n, int *input)
 {
 	*input = 0;
 	switch (p[0]) {
-	case 0: /* SetPixelFormat */
-		return 20;
-	case 2: /* SetEncodings */
-		return n < 4 ? 0 : 4 + 4 * (long)be16(p + 2);
-	case 3: /* FramebufferUpdateRequest */
-		return 10;
-	case 4: /* KeyEvent */
-		*input = 1;
-		return 8;
-	case 5: /* PointerEvent */
-		*input = 1;
-		return 6;
+	case 0: /* SetPixelFormat */ return 20;
+	case 2: /* SetEncodings */ return n < 4 ? 0 : 4 + 4 * (long)be16(p + 2);
+	case 3: /* FramebufferUpdateRequest */ return 10;
+	case 4: /* KeyEvent */ *input = 1; return 8;
+	case 5: /* PointerEvent */ *input = 1; return 6;
 	case 6: /* ClientCutText (extended when the length's high bit is set) */
 		*input = 1;
 		if (n < 8)
@@ -130,20 +123,12 @@ static long message_length(const unsigned char *p, size_t n, int *input)
 				len = (uint32_t)(-(int32_t)len);
 			return len > RFB_MSG_MAX ? -1 : 8 + (long)len;
 		}
-	case 150: /* EnableContinuousUpdates */
-		return 10;
-	case 248: /* ClientFence */
-		return n < 9 ? 0 : 9 + (long)p[8];
-	case 250: /* xvp */
-		*input = 1;
-		return 4;
-	case 251: /* SetDesktopSize */
-		return n < 8 ? 0 : 8 + 16 * (long)p[6];
-	case 255: /* QEMU extended key event */
-		*input = 1;
-		return 12;
-	default:
-		return -1;
+	case 150: /* EnableContinuousUpdates */ return 10;
+	case 248: /* ClientFence */ return n < 9 ? 0 : 9 + (long)p[8];
+	case 250: /* xvp */ *input = 1; return 4;
+	case 251: /* SetDesktopSize */ return n < 8 ? 0 : 8 + 16 * (long)p[6];
+	case 255: /* QEMU extended key event */ *input = 1; return 12;
+	default: return -1;
 	}
 }
 
