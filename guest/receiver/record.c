@@ -210,8 +210,6 @@ void record_start(run_ctx *ctx)
 	v->partial_path = xasprintf("%s/.partial-%s", dir_abs, v->file_name);
 	unlink(v->partial_path);
 	log_path = log_path_of(ctx);
-	timestamp_now(v->started_at);
-	v->started_mono_ms = mono_ms();
 	v->pid = spawn_ffmpeg(ctx, ffmpeg, display, &v->stdin_fd, log_path);
 	if (v->pid <= 0) {
 		v->pid = 0;
@@ -228,6 +226,9 @@ void record_start(run_ctx *ctx)
 		off(v, "ffmpeg ended at once: %s", tail[0] ? tail : "no message");
 		goto cleanup;
 	}
+	/* the recording's clock starts at its first frame */
+	timestamp_now(v->started_at);
+	v->started_mono_ms = mono_ms();
 	ctx->spared = xrealloc(ctx->spared, (ctx->spared_count + 1) * sizeof(pid_t));
 	ctx->spared[ctx->spared_count++] = v->pid;
 cleanup:

@@ -181,7 +181,8 @@ int rs_liveview_start(const rs_liveview_request *req, rs_liveview *out, rs_error
 		             strerror(e));
 		goto cleanup;
 	}
-	signal(SIGPIPE, SIG_IGN);
+	/* The relay ignores SIGPIPE (mcp/server.c): a bridge that died early
+	 * makes this write fail, not the relay. */
 	if (write(in[1], req->password, strlen(req->password)) < 0 || write(in[1], "\n", 1) != 1 ||
 	    read_line(url[0], out->url, sizeof out->url, LIVEVIEW_URL_WAIT_MS) != 0 ||
 	    strncmp(out->url, "http://127.0.0.1:", 17) != 0) {
