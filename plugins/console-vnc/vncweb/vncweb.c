@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/nsfs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -36,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -432,7 +434,18 @@ int main(int argc, char **argv)
 	}
 	if (netns) {
 		int ns = open(netns, O_RDONLY | O_CLOEXEC);
-		if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
+		bool entered = ns >= 0 && setns(ns, CLONE_NEWNET) == 0;
+		if (!entered && ns >= 0 && errno == EPERM) {
+			/* Without root (a guest whose namespaces belong to this user's own
+			 * user namespace): join the user namespace that owns the network
+			 * namespace first, where this user holds the capabilities. */
+			int owner = ioctl(ns, NS_GET_USERNS);
+			entered =
+			    owner >= 0 && setns(owner, CLONE_NEWUSER) == 0 && setns(ns, CLONE_NEWNET) == 0;
+			if (owner >= 0)
+				close(owner);
+		}
+		if (!entered) {
 			fprintf(stderr, "relay-vncweb: cannot enter the guest's network namespace %s: %s\n",
 			        netns, strerror(errno));
 			return 1;
