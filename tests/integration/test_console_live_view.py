@@ -147,6 +147,7 @@ def test_live_view_shows_the_guest_to_the_token_only(binary):
             live = rep["live_view"]
             assert live["browser_opened"] is True and live["launcher"] == "$BROWSER", live
             assert live["control"] == "view-only", live
+            assert "the live view %s was opened with $BROWSER" % live["origin"] in text_of(opened), text_of(opened)
             url = url_of(urls)
             assert url.split("#")[0].rstrip("/") == live["origin"], (url, live)
             assert url.split("#")[1] not in json.dumps(rep), "the token is in the report"
