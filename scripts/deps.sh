@@ -20,7 +20,8 @@ esac
 if [ "$level" != build ]; then
   need+=(libcmocka-dev libx11-dev openssh-server openssh-client x11-apps x11-xserver-utils imagemagick
          chromium python3 e2fsprogs util-linux xdotool netcat-openbsd procps ca-certificates strace
-         podman crun runc uidmap fuse-overlayfs docker.io curl)
+         podman crun runc uidmap fuse-overlayfs docker.io curl
+         dnsmasq-base)
 fi
 if [ "$level" = ci ]; then
   need+=(clang clang-format libclang-rt-dev ccache debootstrap tar gzip)
@@ -31,11 +32,14 @@ for p in "${need[@]}"; do
 done
 if ! command -v node >/dev/null 2>&1 && [ "$level" != build ]; then missing+=(nodejs npm); fi
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing: ${missing[*]}" >&2
-  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
-  # Standard output may be an MCP stream (README: scripts/build && build/mcp-relay).
-  $sudo_cmd apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}" >&2
+  # Not root: sudo, only here (packages are missing), and said before it asks for a password.
+  # sudo resets the environment, so DEBIAN_FRONTEND goes on its command line.
+  sudo_cmd=(); [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo DEBIAN_FRONTEND=noninteractive)
+  echo "installing with ${sudo_cmd[0]:+sudo }apt-get: ${missing[*]}" >&2
+  # Standard output and input may be an MCP stream (README: scripts/build && build/mcp-relay).
+  "${sudo_cmd[@]}" apt-get update -qq </dev/null >&2
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get -o DPkg::Lock::Timeout=900 install -y -qq \
+    --no-install-recommends "${missing[@]}" </dev/null >&2
 fi
 
 # TypeScript runs use tsx when the guest has it (Node 20 here lacks type stripping).

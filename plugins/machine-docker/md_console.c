@@ -373,7 +373,7 @@ static bool rfb_banner(pid_t pid, char banner[16], int timeout_ms, int *err_no)
 
 /* The host pid of the container's init, when the engine's State.Pid is a
  * process of this host running the guest program; else 0. */
-static pid_t container_init_pid(json_object *info)
+pid_t md_container_init_pid(json_object *info)
 {
 	pid_t pid = (pid_t)md_int(md_obj(info, "State"), "Pid", 0);
 	if (pid <= 0)
@@ -745,7 +745,7 @@ relay_status md_console_op(md_state *st, const char *lease_json, const char *op,
 		goto done;
 	/* The container's init on this host: 0 when it no longer runs. */
 	int found = md_container_get(st, md_container_of(rec), call, &info);
-	pid_t pid = found == 1 && md_container_running(info) ? container_init_pid(info) : 0;
+	pid_t pid = found == 1 && md_container_running(info) ? md_container_init_pid(info) : 0;
 	if (found == 1 && md_container_running(info) && pid == 0 && strcmp(op, "open") == 0) {
 		s = md_err(st, err, RELAY_E_REFUSED, 0,
 		           "the engine names process %lld as the init of %s, and it is not a guest of this "

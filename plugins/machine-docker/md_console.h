@@ -15,6 +15,10 @@
  * else a reason token (static), with a sentence for people in `why`. */
 const char *md_console_unreachable(md_state *st, char *why, size_t size);
 
+/* The host pid of the container's init, when the engine's State.Pid is a
+ * process of this host running the guest program; else 0. */
+pid_t md_container_init_pid(json_object *info);
+
 /* The acquire-time check of a spec with vnc for image `key` with what the
  * image has: RELAY_OK, or RELAY_E_REFUSED saying what is missing. */
 relay_status md_console_check(md_state *st, const char *key, bool xvfb, bool x11vnc, relay_error *err);

@@ -45,6 +45,7 @@
 
 #include "md.h"
 #include "md_console.h"
+#include "md_egress.h"
 #include "md_lease.h"
 
 /* ---- acquire ---------------------------------------------------------------------- */
@@ -72,6 +73,8 @@ static json_object *create_body(md_state *st, json_object *rec, const md_image *
 	json_object *env = json_object_new_array();
 	json_object_array_add(env, json_object_new_string(st->guest_uid == 0 ? "HOME=/root" : "HOME=/tmp"));
 	json_object_array_add(env, json_object_new_string("MCP_RELAY_GUEST=1"));
+	if (md_str(rec, "egress"))
+		md_egress_env(env); /* every exec inherits them */
 	json_object_object_add(b, "Env", env);
 	json_object *labels = json_object_new_object();
 	md_make_labels(st, rec, im, labels);
@@ -79,7 +82,10 @@ static json_object *create_body(md_state *st, json_object *rec, const md_image *
 
 	json_object *hc = json_object_new_object();
 	json_object_object_add(hc, "NetworkMode", json_object_new_string("none"));
-	json_object_object_add(hc, "Binds", json_object_new_array());
+	json_object *binds = json_object_new_array();
+	if (md_str(rec, "egress"))
+		md_egress_binds(st, binds);
+	json_object_object_add(hc, "Binds", binds);
 	json_object_object_add(hc, "Mounts", json_object_new_array());
 	static const char *const caps[] = {"ALL", NULL};
 	json_object_object_add(hc, "CapDrop", md_str_array(caps));
@@ -150,12 +156,15 @@ static relay_status check_spec(md_state *st, json_object *spec, const md_image *
 	}
 	if (network == NULL)
 		network = st->default_network;
-	if (strcmp(network, "internet") == 0)
-		return md_err(
-		    st, err, RELAY_E_REFUSED, 0,
-		    "machine-docker refuses network \"internet\": it cannot verify that an engine network "
-		    "keeps the guest from this host and from private networks, so guests get no network "
-		    "but their own loopback (use MCP_RELAY_GUEST_NETWORK=nat)");
+	/* allow and internet: the container keeps NetworkMode none, and the
+	 * relay's egress proxy listens in its loopback (md_egress.c). That needs
+	 * its network namespace on this host. */
+	if (strcmp(network, "nat") != 0) {
+		char why[600];
+		if (!md_egress_reachable(st, why, sizeof why))
+			return md_err(st, err, RELAY_E_REFUSED, 0,
+			              "machine-docker cannot give network %s here: %s", network, why);
+	}
 	return RELAY_OK;
 }
 
@@ -191,6 +200,9 @@ static json_object *new_record(md_state *st, json_object *spec, const md_image *
 	json_object_object_add(rec, "graceMs", json_object_new_int64(st->grace_ms));
 	json_object_object_add(rec, "user", json_object_new_string(user));
 	json_object_object_add(rec, "network", json_object_new_string("none"));
+	const char *egress = md_str(spec, "network") ? md_str(spec, "network") : st->default_network;
+	json_object_object_add(rec, "egress",
+	                       strcmp(egress, "nat") != 0 ? json_object_new_string(egress) : NULL);
 	json_object_object_add(rec, "endpoint", json_object_new_string(st->endpoint));
 	json_object_object_add(rec, "runtime", rt);
 	json_object_object_add(rec, "volumes", json_object_new_array());
@@ -300,6 +312,16 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	snprintf(user, sizeof user, "%u:%u", (unsigned)st->guest_uid, (unsigned)st->guest_gid);
 	/* 1. The derived image with the guest program (made once per base image). */
 	bool service = md_swarm_manager(st, call) && st->swarm;
+	const char *network = md_str(spec, "network") ? md_str(spec, "network") : st->default_network;
+	if (service && strcmp(network, "nat") != 0) {
+		s = md_err(
+		    st, err, RELAY_E_REFUSED, 0,
+		    "machine-docker cannot give network %s to a Swarm service: its task may run on another "
+		    "node, where the relay's egress proxy cannot reach the container's namespace "
+		    "(docs/egress.md); use nat",
+		    network);
+		goto done;
+	}
 	md_baked baked;
 	s = md_bake(st, im, false, call, &baked, err);
 	if (s != RELAY_OK)

@@ -36,6 +36,7 @@
 
 #include "md.h"
 #include "md_console.h"
+#include "md_egress.h"
 
 /* ---- init ----------------------------------------------------------------------- */
 
@@ -109,7 +110,8 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	const char *session = md_str(cfg, "sessionId");
 	st->session_id = session ? strdup(session) : NULL;
 	const char *net = md_str(cfg, "guestNetwork");
-	st->default_network = strdup(net && strcmp(net, "internet") == 0 ? "internet" : "nat");
+	st->default_network =
+	    strdup(net && (strcmp(net, "internet") == 0 || strcmp(net, "allow") == 0) ? net : "nat");
 	st->max_guests = 8;
 	st->grace_ms = 300000;
 	st->backstop_ms = 60000;
@@ -491,6 +493,7 @@ static const relay_machine_ops machine_ops = {
     .binding = m_binding,
     .console = m_console,
     .doctor = m_doctor,
+    .egress_listeners = md_egress_listeners,
 };
 
 static const relay_transport_ops transport_ops = {

@@ -292,7 +292,7 @@ char **ctl_guest_env(local_state *st, json_object *record, const char *const *ex
 	const char *name = lu_get_string(user, "name");
 	const char *home = lu_get_string(user, "home");
 	const char *display = lu_get_string(record, "display");
-	char base[8][320];
+	char base[20][320];
 	size_t nb = 0;
 	snprintf(base[nb++], sizeof base[0],
 	         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
@@ -303,6 +303,18 @@ char **ctl_guest_env(local_state *st, json_object *record, const char *const *ex
 	snprintf(base[nb++], sizeof base[0], "LANG=C.UTF-8");
 	if (display)
 		snprintf(base[nb++], sizeof base[0], "DISPLAY=%s", display);
+	/* Under allow and internet, the relay's egress proxy in the guest's own
+	 * loopback is the only way out (docs/egress.md). */
+	const char *access = lu_get_string(lu_get_object(record, "network"), "access");
+	if (access && strcmp(access, "egress") == 0) {
+		static const char *const proxy_env[] = {
+		    "HTTP_PROXY=http://127.0.0.1:3128",   "HTTPS_PROXY=http://127.0.0.1:3128",
+		    "ALL_PROXY=socks5h://127.0.0.1:3128", "NO_PROXY=localhost,127.0.0.1,::1",
+		    "http_proxy=http://127.0.0.1:3128",   "https_proxy=http://127.0.0.1:3128",
+		    "all_proxy=socks5h://127.0.0.1:3128", "no_proxy=localhost,127.0.0.1,::1"};
+		for (size_t i = 0; i < sizeof proxy_env / sizeof proxy_env[0]; i++)
+			snprintf(base[nb++], sizeof base[0], "%s", proxy_env[i]);
+	}
 	size_t ne = 0;
 	while (extra && extra[ne])
 		ne++;

@@ -405,11 +405,17 @@ json_object *inventory_doctor(local_state *st)
 	check(arr, "state folder", writable, detail,
 	      writable ? NULL : "make the relay's state folder writable");
 	if (st->helper_path)
-		snprintf(detail, sizeof detail,
-		         "%s gives guests outbound access (no host, no private ranges)", st->helper_name);
+		snprintf(
+		    detail, sizeof detail,
+		    "%s gives nat guests outbound access (no host, no private ranges); internet and allow "
+		    "go through the relay's egress proxy",
+		    st->helper_name);
 	else
-		snprintf(detail, sizeof detail,
-		         "no network helper: nat gives loopback only and internet is refused");
+		snprintf(
+		    detail, sizeof detail,
+		    "no network helper: nat gives loopback only; internet and allow go through the relay's "
+		    "egress proxy%s",
+		    st->rootless ? ", which needs a relay that is root" : "");
 	optional_check(arr, "network helper", st->helper_path != NULL, detail,
 	               st->helper_path ? NULL : "apt-get install slirp4netns (or passt)");
 	const local_image *local = sandbox_find_image(st, "local");

@@ -15,6 +15,7 @@
  *   cgroup.c     the guests' cgroups (v2, and the v1 pids and memory ones)
  *   uids.c       one guest uid per guest, claimed durably in the store
  *   ctl.c        the client of the guest init's control socket
+ *   egress.c     the relay's egress proxy sockets in a guest's namespace
  *   net.c        network helpers (slirp4netns, pasta), reject routes,
  *                sockets inside a guest's network namespace
  *   exec.c       transport exec
@@ -196,7 +197,7 @@ relay_status sandbox_acquire(local_state *st, json_object *spec, relay_call *cal
  * conflict of the guest user with the image's passwd/group is
  * RELAY_E_REFUSED with the reason. */
 relay_status upper_prepare(local_state *st, const char *tree, const char *lease_dir, const char *guest,
-                           const local_user *user, bool with_helper, relay_error *err);
+                           const local_user *user, bool with_helper, bool egress, relay_error *err);
 
 /* Host pids of a launch (0 = not started). */
 typedef struct launch_result {
@@ -293,6 +294,12 @@ size_t net_reject_list(char out[][24], size_t max);
  * `exit_fd` (slirp4netns --exit-fd) is borrowed. */
 relay_status net_start_helper(local_state *st, pid_t init_pid, const char *lease_dir, int exit_fd,
                               pid_t *helper_pid_out, relay_error *err);
+/* ---- egress.c ---------------------------------------------------------------- */
+
+/* relay/machine.h egress_listeners. */
+relay_status local_egress_listeners(relay_plugin_state *state, const char *lease_json, unsigned flags,
+                                    int fds_out[3], relay_error *err);
+
 /* A socket created in the network namespace of `init_pid`. */
 int net_socket_in(pid_t init_pid, int domain, int type, int *err_no);
 /* Spawns argv (host side) with its network namespace switched to the

@@ -329,4 +329,5 @@ const relay_machine_ops local_machine_ops = {
     .binding = m_binding,
     .console = m_console,
     .doctor = m_doctor,
+    .egress_listeners = local_egress_listeners,
 };

@@ -142,7 +142,8 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 	const char *libexec = lu_get_string(cfg, "libexecDir");
 	st->libexec_dir = libexec ? strdup(libexec) : NULL;
 	const char *net = lu_get_string(cfg, "guestNetwork");
-	st->default_network = strdup(net && strcmp(net, "internet") == 0 ? "internet" : "nat");
+	st->default_network =
+	    strdup(net && (strcmp(net, "internet") == 0 || strcmp(net, "allow") == 0) ? net : "nat");
 	options_defaults(st);
 	status = options_parse(st, lu_get_object(cfg, "options"), err);
 	if (status != RELAY_OK)

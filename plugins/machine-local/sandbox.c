@@ -133,6 +133,7 @@ static json_object *bounds_record(local_state *st, const local_user *user)
 typedef struct acquire_req {
 	const char *guest, *purpose, *task, *network;
 	bool vnc, with_helper, display;
+	bool egress; /* allow or internet: loopback only, the relay's egress proxy the one way out */
 	int64_t ttl_ms, deadline_ms;
 	const local_image *image;
 } acquire_req;
@@ -158,9 +159,17 @@ static relay_status check_spec(local_state *st, json_object *spec, acquire_req *
 	if (network == NULL)
 		network = st->default_network;
 	q->network = network;
-	if (strcmp(network, "nat") != 0 && strcmp(network, "internet") != 0)
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "network must be nat or internet, not %s",
-		              network);
+	if (strcmp(network, "nat") != 0 && strcmp(network, "internet") != 0 && strcmp(network, "allow") != 0)
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "network must be nat, internet or allow, not %s", network);
+	q->egress = strcmp(network, "nat") != 0;
+	if (q->egress && st->rootless)
+		return lu_err(
+		    st, err, RELAY_E_REFUSED, 0,
+		    "network %s needs the relay's egress proxy sockets in the guest's network "
+		    "namespace, and a relay that is not root cannot make them there yet (docs/egress.md); "
+		    "run the relay as root, or use nat",
+		    network);
 	const local_image *image = q->image = sandbox_find_image(st, image_key);
 	if (image == NULL) {
 		char keys[512] = "";
@@ -184,8 +193,10 @@ static relay_status check_spec(local_state *st, json_object *spec, acquire_req *
 		    "let an overlay use / (it has mounts below it); configure a base tree in options.images "
 		    "instead",
 		    image->key);
-	bool with_helper = q->with_helper = st->helper_path != NULL;
-	if (strcmp(network, "internet") == 0 && !with_helper)
+	/* Under allow and internet the guest gets no helper: its namespace has
+	 * loopback only, and the relay's egress proxy listens there. */
+	bool with_helper = q->with_helper = st->helper_path != NULL && !q->egress;
+	if (strcmp(network, "internet") == 0 && !with_helper && !q->egress)
 		return lu_err(
 		    st, err, RELAY_E_REFUSED, 0,
 		    "network internet needs a user-mode network helper and none is usable (%s); install "
@@ -228,7 +239,9 @@ static json_object *new_record(local_state *st, const acquire_req *q, const char
 	json_object_object_add(net, "helper",
 	                       q->with_helper ? json_object_new_string(st->helper_name) : NULL);
 	json_object_object_add(net, "access",
-	                       json_object_new_string(q->with_helper ? "outbound" : "loopback"));
+	                       json_object_new_string(q->with_helper ? "outbound"
+	                                              : q->egress    ? "egress"
+	                                                             : "loopback"));
 	json_object_object_add(record, "network", net);
 	json_object_object_add(record, "vnc", json_object_new_boolean(q->vnc));
 	json_object_object_add(record, "display", NULL);
@@ -266,7 +279,7 @@ static relay_status start_parts(local_state *st, const acquire_req *q, const cha
 {
 	json_object *pids = lu_get_object(record, "pids");
 	relay_status status;
-	status = upper_prepare(st, q->image->tree, lease_dir, q->guest, user, q->with_helper, err);
+	status = upper_prepare(st, q->image->tree, lease_dir, q->guest, user, q->with_helper, q->egress, err);
 	if (status != RELAY_OK)
 		return status;
 	cgroup_make(st, vm, record);

@@ -168,7 +168,7 @@ static int append_id_file(upper_ctx *u, const char *rel, const char *line, const
 }
 
 relay_status upper_prepare(local_state *st, const char *tree, const char *lease_dir, const char *guest,
-                           const local_user *user, bool with_helper, relay_error *err)
+                           const local_user *user, bool with_helper, bool egress, relay_error *err)
 {
 	upper_ctx u = {st, tree, "", err};
 	snprintf(u.upper, sizeof u.upper, "%s/upper", lease_dir);
@@ -226,6 +226,10 @@ relay_status upper_prepare(local_state *st, const char *tree, const char *lease_
 	if (with_helper)
 		snprintf(line, sizeof line,
 		         "# machine-local: DNS through the network helper\nnameserver 10.0.2.3\n");
+	else if (egress)
+		snprintf(
+		    line, sizeof line,
+		    "# machine-local: the relay's egress resolver (docs/egress.md)\nnameserver 127.0.0.1\n");
 	else
 		snprintf(line, sizeof line, "# machine-local: this guest has loopback networking only\n");
 	STEP("/etc/resolv.conf", upper_file(&u, "etc/resolv.conf", line, strlen(line)));

@@ -88,6 +88,11 @@ class Skip(Exception):
     """Raised by skip(): the test cannot run here (the reason is printed)."""
 
 
+class NotSelected(Skip):
+    """Raised when none of a test's variants is in RELAY_RUNS_VARIANTS: the test is not part
+    of this selection, so even RELAY_TESTS_STRICT=1 counts it as a skip."""
+
+
 def skip(reason):
     raise Skip(reason)
 
@@ -332,6 +337,12 @@ def parse_args(argv=None):
     return args
 
 
+def strict_skips():
+    """RELAY_TESTS_STRICT=1 (CI's ordinary-user lane): a test that skips has failed, so a lane
+    chosen because its tests must run here cannot pass by skipping them all."""
+    return os.environ.get("RELAY_TESTS_STRICT") == "1"
+
+
 def run_tests(namespace, argv=None):
     """Runs every test_* function of `namespace` (a module's globals()) with the binary path;
     prints one line per test; exits 0 when none failed."""
@@ -346,6 +357,11 @@ def run_tests(namespace, argv=None):
         try:
             fn(args.binary)
         except Skip as e:
+            if strict_skips() and not isinstance(e, NotSelected):
+                failed += 1
+                print("FAIL %s: skipped (%s), and RELAY_TESTS_STRICT=1 counts a skip as a failure"
+                      % (name, e), flush=True)
+                continue
             print("SKIP %s: %s" % (name, e), flush=True)
             continue
         except Exception:

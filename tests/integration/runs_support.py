@@ -40,7 +40,7 @@ import subprocess
 import tempfile
 import time
 
-from relay_client import Relay, skip
+from relay_client import NotSelected, Relay, skip, strict_skips
 from support_common import build_dir, events, fake_so, full, lead_headline_rest, namespaces_missing, plugin_so, sha256_hex, structured, text_of  # noqa: F401 (re-exported)
 
 ACQUIRE = {"task": "runs", "image": "ubuntu2404", "extractions": []}
@@ -339,6 +339,9 @@ def variants(binary, kinds=("fake", "local", "ssh", "service")):
             reasons.append("%s: not selected" % kind)
             continue
         v, why = make_variant(binary, kind)
+        if v is None and only and strict_skips():
+            raise AssertionError("[%s] was selected (RELAY_RUNS_VARIANTS=%s) and cannot run here: %s"
+                                 % (kind, only, why))
         if v is None:
             print("  [%s] skipped: %s" % (kind, why), flush=True)
             reasons.append("%s: %s" % (kind, why))
@@ -349,6 +352,8 @@ def variants(binary, kinds=("fake", "local", "ssh", "service")):
             ran += 1
         finally:
             v.cleanup()
+    if ran == 0 and only and all(r.endswith(": not selected") for r in reasons):
+        raise NotSelected("none of its variants (%s) is in RELAY_RUNS_VARIANTS=%s" % (", ".join(kinds), only))
     if ran == 0:
         skip("no backend variant can run here (%s)" % "; ".join(reasons))
 

@@ -42,7 +42,8 @@ def test_optional_capabilities_warn_and_doctor_passes(binary):
         warn = lines_of(out, "WARN")
         assert "no display" in warn["display"] and "no snapshots" in warn["display"], out
         assert "no console" in warn["console"], out
-        assert "loopback only" in warn["network"] and "internet is refused" in warn["network"], out
+        assert "loopback only" in warn["network"] and "internet and allow go through the relay's egress proxy" \
+            in warn["network"], out
         assert out.rstrip().endswith("what each warning costs is said above."), out
         assert out.rstrip().splitlines()[-1].startswith("Ready, with %d warning" % len(warn)), out
 

@@ -337,16 +337,20 @@ def test_acquire_refusals_pass_through(binary):
     try:
         with svc.relay(binary, MCP_RELAY_GUEST_NETWORK="internet") as r:
             r.initialize()
-            # internet is refused by this service, with its own text; never a nat lease.
+            # internet needs the relay's egress proxy (docs/egress.md), which machine-service
+            # cannot serve: refused by the relay with the reason, before any request; never a
+            # nat lease.
             res = r.call_tool("relay_acquire", ACQUIRE)
             assert error_code(res) == "backend-refused", text(res)
-            assert "network must be nat or control-only" in text(res)
-            assert json.loads(svc.requests("POST", "/acquire")[0]["body"])["network"] == "internet"
+            assert "cannot give a guest network internet (it has no egress_listeners" in text(res)
+            assert svc.requests("POST", "/acquire") == []
             assert svc.machines() == {}
+        with svc.relay(binary) as r:
+            r.initialize()
             # An image the service does not offer never reaches POST /acquire.
             res = r.call_tool("relay_acquire", dict(ACQUIRE, image="nope"))
             assert error_code(res) == "image-unavailable", text(res)
-            assert len(svc.requests("POST", "/acquire")) == 1
+            assert len(svc.requests("POST", "/acquire")) == 0
     finally:
         svc.cleanup()
 

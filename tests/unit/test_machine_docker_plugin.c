@@ -153,12 +153,16 @@ static void test_no_engine_and_input_checks(void **state)
 	                       NULL, 0, &out, &err),
 	    RELAY_E_IMAGE_UNAVAILABLE);
 	assert_non_null(strstr(err.message, "configured: deb"));
+	/* internet (and allow): NetworkMode none with the relay's egress proxy;
+	 * an engine on this host and a root relay pass the checks and reach
+	 * the engine (here: none). */
 	assert_int_equal(p->machine.acquire(p->state,
 	                                    "{\"guest\":\"g-1\",\"purpose\":\"relay-g-2\",\"image\":\"deb\","
 	                                    "\"network\":\"internet\"}",
 	                                    NULL, 0, &out, &err),
-	                 RELAY_E_REFUSED);
-	assert_non_null(strstr(err.message, "refuses network \"internet\""));
+	                 geteuid() == 0 ? RELAY_E_UNAVAILABLE : RELAY_E_REFUSED);
+	if (geteuid() != 0)
+		assert_non_null(strstr(err.message, "a relay that is not root cannot make the egress proxy"));
 	assert_int_equal(p->machine.acquire(p->state, "{}", NULL, 1, &out, &err), RELAY_E_UNSUPPORTED_FLAGS);
 	assert_int_equal(p->machine.acquire(p->state, "[1]", NULL, 0, &out, &err), RELAY_E_INVALID_ARGUMENT);
 

@@ -1,8 +1,12 @@
 /*
  * test_machine_local_network — a machine-local guest's network (root):
  *   - without a helper (options.networkHelper "none"): loopback only, no
- *     route anywhere, and "internet" refused with the reason;
- *   - with the user-mode helper (slirp4netns or pasta): outbound access,
+ *     route anywhere;
+ *   - "internet" (and "allow"): loopback only with no helper either, and
+ *     the relay's egress sockets made in the guest's namespace
+ *     (egress_listeners, docs/egress.md): the guest reaches them on its own
+ *     127.0.0.1:3128, and nothing else;
+ *   - nat with the user-mode helper (slirp4netns or pasta): outbound access,
  *     but none of the host's loopback services (through the helper's
  *     gateway), none of the host's own addresses, no private range. The
  *     host's listeners must never see a connection.
@@ -80,11 +84,10 @@ static void test_loopback_only_without_helper(void **state)
 	ml_load(&e, "{\"networkHelper\":\"none\"}");
 	relay_error err;
 	relay_status s;
-	char *lease = ml_acquire_ex(&e, "net-int", "local", "\"network\":\"internet\"", &s, &err);
-	assert_null(lease);
-	assert_int_equal(s, RELAY_E_REFUSED);
-	assert_non_null(strstr(err.message, "helper"));
-	assert_non_null(strstr(err.message, "slirp4netns"));
+	char *lease = ml_acquire_ex(&e, "net-int", "local", "\"network\":\"nat\"", &s, &err);
+	assert_non_null(lease);
+	ml_release(&e, lease);
+	free(lease);
 
 	lease = ml_acquire(&e, "net-lo", NULL);
 	json_object *doc = ml_parse(lease);
@@ -116,6 +119,53 @@ static void test_loopback_only_without_helper(void **state)
 	ml_unload(&e, true);
 }
 
+static void test_internet_is_the_egress_sockets_only(void **state)
+{
+	(void)state;
+	ML_SKIP_UNLESS_READY();
+	ml_env e;
+	ml_load(&e, "{}"); /* whatever helper is installed: internet uses none */
+	char *lease = ml_acquire(&e, "net-egress", "\"network\":\"internet\"");
+	json_object *doc = ml_parse(lease);
+	json_object *net = jsonx_get_obj(jsonx_get_obj(doc, "local"), "network");
+	assert_string_equal(jsonx_get_str(net, "access"), "egress");
+	assert_string_equal(jsonx_get_str(net, "mode"), "internet");
+	assert_null(jsonx_get_str(net, "helper"));
+	json_object_put(doc);
+	relay_transport_conn *c = ml_open(&e, lease);
+	char *out = NULL;
+	assert_int_equal(
+	    ml_sh(&e, c,
+	          "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; tail -n +2 /proc/net/route | wc -l; "
+	          "grep -c '^nameserver 127.0.0.1$' /etc/resolv.conf; env | grep -c "
+	          "'^HTTPS_PROXY=http://127.0.0.1:3128$'",
+	          &out),
+	    0);
+	assert_string_equal(out, "lo\n0\n1\n1\n");
+	free(out);
+	assert_false(guest_connects(&e, c, "127.0.0.1", 3128)); /* nothing listens yet */
+	int fds[3] = {-2, -2, -2};
+	relay_error err;
+	assert_int_equal(e.p->machine.egress_listeners(e.p->state, lease, 0, fds, &err), RELAY_OK);
+	for (int i = 0; i < 3; i++)
+		assert_true(fds[i] >= 0);
+	assert_true(guest_connects(&e, c, "127.0.0.1", 3128)); /* the relay's socket, in its loopback */
+	int port = 0;
+	int lfd = listen_on("0.0.0.0", &port);
+	assert_false(guest_connects(&e, c, "10.0.2.2", port));
+	char addr[64];
+	if (host_address(addr, sizeof addr))
+		assert_false(guest_connects(&e, c, addr, port));
+	assert_false(accepted_anything(lfd));
+	close(lfd);
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
+	e.p->transport.close(e.p->state, c, 0);
+	ml_release(&e, lease);
+	free(lease);
+	ml_unload(&e, true);
+}
+
 static void check_outbound_but_not_host(const char *helper)
 {
 	char program[64], options[128];
@@ -127,11 +177,11 @@ static void check_outbound_but_not_host(const char *helper)
 	snprintf(options, sizeof options, "{\"networkHelper\":\"%s\"}", helper);
 	ml_env e;
 	ml_load(&e, options);
-	char *lease = ml_acquire(&e, "net-out", "\"network\":\"internet\"");
+	char *lease = ml_acquire(&e, "net-out", "\"network\":\"nat\"");
 	json_object *doc = ml_parse(lease);
 	json_object *net = jsonx_get_obj(jsonx_get_obj(doc, "local"), "network");
 	assert_string_equal(jsonx_get_str(net, "access"), "outbound");
-	assert_string_equal(jsonx_get_str(net, "mode"), "internet");
+	assert_string_equal(jsonx_get_str(net, "mode"), "nat");
 	assert_string_equal(jsonx_get_str(net, "helper"), helper);
 	json_object_put(doc);
 	relay_transport_conn *c = ml_open(&e, lease);
@@ -232,6 +282,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_teardown(test_loopback_only_without_helper, ml_teardown),
+	    cmocka_unit_test_teardown(test_internet_is_the_egress_sockets_only, ml_teardown),
 	    cmocka_unit_test_teardown(test_slirp4netns_outbound_but_not_host, ml_teardown),
 	    cmocka_unit_test_teardown(test_pasta_outbound_but_not_host, ml_teardown),
 	};

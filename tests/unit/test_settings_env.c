@@ -400,8 +400,9 @@ static void test_enumerations(void **state)
 	expect_load("MCP_RELAY_GUEST_NETWORK", "nat", NULL);
 	expect_load("MCP_RELAY_GUEST_NETWORK", "internet", NULL);
 	expect_load("MCP_RELAY_GUEST_NETWORK", "NAT",
-	            "MCP_RELAY_GUEST_NETWORK must be nat or internet (got NAT)");
-	expect_load("MCP_RELAY_GUEST_NETWORK", "", "MCP_RELAY_GUEST_NETWORK must be nat or internet (got )");
+	            "MCP_RELAY_GUEST_NETWORK must be nat, internet or allow (got NAT)");
+	expect_load("MCP_RELAY_GUEST_NETWORK", "",
+	            "MCP_RELAY_GUEST_NETWORK must be nat, internet or allow (got )");
 	expect_load("MCP_RELAY_ON_EXIT", "pause", NULL);
 	expect_load("MCP_RELAY_ON_EXIT", "release", NULL);
 	expect_load("MCP_RELAY_ON_EXIT", "bogus", "MCP_RELAY_ON_EXIT must be pause or release (got bogus)");

@@ -161,6 +161,18 @@ typedef struct relay_machine_ops {
 	 * doctor prints WARN and still passes). */
 	relay_status (*doctor)(relay_plugin_state *state, relay_call *call, unsigned flags,
 	                       char **checks_json_out, relay_error *err);
+
+	/* ABI 1.3. The sockets of the relay's egress proxy (docs/egress.md) for a
+	 * lease whose network is "allow" or "internet", made in the guest's own
+	 * network namespace, where they are the guest's only way out:
+	 * fds_out[0] a TCP listener on the guest's 127.0.0.1:3128 (the proxy),
+	 * fds_out[1] a UDP socket bound to its 127.0.0.1:53 and fds_out[2] a TCP
+	 * listener on its 127.0.0.1:53 (the resolver). Owned by the caller, who
+	 * serves them from the relay's namespace and closes them. On failure
+	 * every fds_out[i] is -1. NULL = the plugin cannot give a guest egress;
+	 * it then refuses "allow" and "internet" at acquire. */
+	relay_status (*egress_listeners)(relay_plugin_state *state, const char *lease_json, unsigned flags,
+	                                 int fds_out[3], relay_error *err);
 } relay_machine_ops;
 
 /* Smallest machine ops table the 1.x loader accepts. */

@@ -92,8 +92,10 @@ extern "C" {
 
 /* ABI version: major in the high 16 bits, minor in the low 16 bits. A major
  * change breaks binary compatibility; a minor change only appends. */
-#define RELAY_ABI_VERSION_MAJOR      1u
-#define RELAY_ABI_VERSION_MINOR      2u /* 1.1: RELAY_TRANSPORT_STDIO_BYTES; 1.2: RELAY_PROCESS_EXEC_RULES */
+#define RELAY_ABI_VERSION_MAJOR 1u
+#define RELAY_ABI_VERSION_MINOR                                                                              \
+	3u /* 1.1: RELAY_TRANSPORT_STDIO_BYTES; 1.2: RELAY_PROCESS_EXEC_RULES; 1.3: machine egress_listeners \
+	    */
 #define RELAY_ABI_MAKE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define RELAY_ABI_VERSION            RELAY_ABI_MAKE(RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR)
 #define RELAY_ABI_MAJOR(v)           ((uint32_t)(v) >> 16)
@@ -150,7 +152,9 @@ typedef struct relay_plugin_descriptor {
 	 * carries the relay's settings for plugins:
 	 *   {"stateDir": "<absolute folder owned by this plugin>",
 	 *    "libexecDir": "<folder with receiver builds and guest programs>",
-	 *    "guestNetwork": "nat"|"internet",
+	 *    "guestNetwork": "nat"|"internet"|"allow" (1.3: "allow"; outside
+	 *        "nat" the guest's only way out is the relay's egress proxy,
+	 *        reached through machine egress_listeners),
 	 *    "serviceUrl": "<origin>"|null,
 	 *    "environment": {...}|null,
 	 *    "options": {...}   (plugin-specific, from the profile or settings)}

@@ -18,6 +18,7 @@
 #include "cli/cli.h"
 #include "cli/lazy_libs.h"
 #include "contract/contract.h"
+#include "egress/proxy.h"
 #include "mcp/render.h"
 #include "mcp/server.h"
 #include "profile/backends.h"
@@ -178,6 +179,8 @@ int main(int argc, char **argv)
 		return review_main(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "plugin-test") == 0)
 		return plugin_test_main(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "egress-proxy") == 0)
+		return egress_proxy_main(argc, argv); /* started by the relay (docs/egress.md) */
 	if (argc == 1) {
 		/* No http_global_init() here: libcurl is initialised when it is
 		 * first needed (cli/lazy_libs.h, or on the first request of an

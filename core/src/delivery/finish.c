@@ -16,6 +16,7 @@
 #include "call/call.h"
 #include "delivery/downloads.h"
 #include "delivery/extraction.h"
+#include "delivery/network_evidence.h"
 #include "delivery/packaging.h"
 #include "evidence/package.h"
 #include "session/events.h"
@@ -198,6 +199,8 @@ static int deliver(manager *m, guest *g, finish_report *r, relay_call *call, rel
 	/* 7. Earlier recordings, then this package, written and verified. */
 	progress(call, 4, "package");
 	relay_status st = packaging_deliver_previous(m, g, &err);
+	if (st == RELAY_OK)
+		st = network_evidence_write(m, g, r->evidence, &err);
 	if (st == RELAY_OK) {
 		evidence_delivery_result res;
 		st = packaging_deliver(m, g, &res, &err);

@@ -36,7 +36,7 @@ static void rv_free(rv *r)
 	                       r->action_records, r->exec_records,  r->guest_receipts, r->pulled_receipts,
 	                       r->host_receipts,  r->diag_receipts, r->diag_requests,  r->requests,
 	                       r->submissions,    r->closed_groups, r->reasons_snap,   r->reasons_exec,
-	                       r->reasons_def};
+	                       r->reasons_def,    r->network};
 	for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
 		json_object_put(objs[i]);
 	fw_strlist_free(&r->hard);
@@ -105,6 +105,12 @@ static relay_status review_open(rv *r, const char *package_dir, const evidence_r
 		free(text);
 		r->manifest = m;
 	}
+	char *net_text = NULL;
+	size_t net_len = 0;
+	if (evidence_read_rel(r->root, "network.json", MAX_JSON_FILE_BYTES, &net_text, &net_len, NULL) ==
+	    RELAY_OK)
+		r->network = jsonx_parse(net_text, net_len, NULL, NULL, 0);
+	free(net_text);
 	status = fw_walk(package_dir, false, NULL, &r->files, err);
 	if (status != RELAY_OK)
 		return status;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "egress/records.h"
 #include "evidence/journal.h"
 #include "evidence/review_state.h"
 #include "evidence/verify.h"
@@ -20,6 +21,7 @@
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"
+#include "util/strbuf.h"
 #include "util/timefmt.h"
 
 #define NO_SCREENSHOT_DIAGNOSTIC                                                                             \
@@ -170,6 +172,30 @@ static char *shell_title(const char *script)
 }
 
 /* One recorded action's step and its details. */
+/* The step's connections through the egress proxy (network.json):
+ * {"allowed", "refused", "summary": "3 allowed, 1 refused (pypi.org:443)"}. */
+static json_object *step_network(const json_object *network, const char *execution_id)
+{
+	egress_tally t;
+	egress_tally_of(network, execution_id, &t);
+	json_object *n = json_object_new_object();
+	jsonx_add_int(n, "allowed", t.allowed);
+	jsonx_add_int(n, "refused", t.refused);
+	jsonx_add_int(n, "cut", t.cut);
+	strbuf sb = STRBUF_INIT;
+	strbuf_printf(&sb, "%lld allowed, %lld refused", (long long)t.allowed, (long long)t.refused);
+	for (size_t i = 0; i < t.dest_count; i++)
+		strbuf_printf(&sb, "%s%s", i ? ", " : " (", t.dests[i]);
+	if (t.dest_count)
+		strbuf_puts(&sb, (int64_t)t.dest_count < t.refused ? ", …)" : ")");
+	if (t.cut)
+		strbuf_printf(&sb, "; %lld cut when the egress proxy stopped", (long long)t.cut);
+	jsonx_add_str(n, "summary", strbuf_str(&sb));
+	strbuf_free(&sb);
+	egress_tally_free(&t);
+	return n;
+}
+
 static step_out action_step(rv *r, rv_action *a)
 {
 	const char *sid = step_id_of(a);
@@ -261,6 +287,8 @@ static step_out action_step(rv *r, rv_action *a)
 		jsonx_add(d, "recording", recording);
 	if (a->why)
 		jsonx_add_str(d, "diagnostic", a->why);
+	if (r->network && a->execution_id)
+		jsonx_add(d, "network", step_network(r->network, a->execution_id));
 	int64_t ms = 0;
 	time_parse_iso(at, &ms);
 	step_out out = {step, d, sid, ms, a->first_idx, false};

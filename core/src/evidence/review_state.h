@@ -60,6 +60,7 @@ typedef struct rv {
 	fw_strlist failure_exec_ids; /* evidence-failure / resource-stop */
 	bool evidence_failure, partial_files;
 	fw_tree files;
+	json_object *network; /* network.json at the package root, NULL when absent (docs/egress.md) */
 } rv;
 
 /* review_video.c: the receipt's videoEvidence as the review shows it

@@ -257,6 +257,8 @@ static void step_section(strbuf *out, json_object *step, json_object *detail)
 		dl_row(out, "Group", jsonx_get_str(snaps, "groupId"));
 	if (jsonx_get_str(detail, "diagnostic"))
 		dl_row(out, "Diagnostic", jsonx_get_str(detail, "diagnostic"));
+	if (jsonx_get_obj(detail, "network"))
+		dl_row(out, "Network", jsonx_get_str(jsonx_get_obj(detail, "network"), "summary"));
 	strbuf_puts(out, "</dl>");
 	if (jsonx_get_str(step, "observed")) {
 		strbuf_puts(out, "<p class=\"muted\">");

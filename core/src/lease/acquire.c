@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lease/egress.h"
 #include "lease/lifecycle.h"
 #include "session/events.h"
 #include "util/clock.h"
@@ -264,6 +265,11 @@ static int acquire_checks(manager *m, guest *g, loaded_plugin *machine, relay_ca
 			                                                       : "backend-unavailable",
 			                    err.message[0] ? err.message : relay_status_str(st));
 	}
+	/* The network: a plugin that cannot serve the egress proxy cannot give
+	 * allow or internet (lifecycle.md §14: never a fallback to nat). */
+	char egress_msg[512];
+	if (lease_egress_check(machine, g->network, egress_msg, sizeof egress_msg) != 0)
+		return not_acquired(m, g, o, "backend-refused", egress_msg);
 	/* Step 5: the image. */
 	if (check_image(m, g, machine, call, o) != 0)
 		return -1;
@@ -494,7 +500,10 @@ int lease_acquire(manager *m, guest *g, relay_call *call, const acquire_console 
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	capacity_wait wait = {0, 0};
 	if (acquire_checks(m, g, machine, call, console, o) != 0 || acquire_record(m, g, o) != 0 ||
-	    request_lease(m, g, machine, call, &wait, o) != 0 || check_console(m, g, console, o) != 0)
+	    request_lease(m, g, machine, call, &wait, o) != 0)
+		return -1;
+	lease_egress_start(m, g, machine);
+	if (check_console(m, g, console, o) != 0)
 		return -1;
 	relay_call_progress(call, ++wait.progress, -1, "lease granted", true);
 	if (relay_call_is_cancelled(call))

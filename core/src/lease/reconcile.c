@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "delivery/downloads.h"
+#include "lease/egress.h"
 #include "lease/lifecycle.h"
 #include "lease/renewal.h"
 #include "session/events.h"
@@ -634,5 +635,6 @@ static void reconcile_work(manager *m, guest *g, relay_call *call, void *ctx)
 	}
 	if (settle_acquisition(m, g, machine, call, &r) || look_up_lease(m, g, machine, call, r.phase))
 		return;
+	lease_egress_start(m, g, machine); /* the guest's way out came back with the relay */
 	resume_guest(m, g, &r);
 }

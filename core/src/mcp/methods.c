@@ -27,9 +27,7 @@ static bool is_legacy_version(const char *v)
 	return false;
 }
 
-/* Is an id (by key) in flight: a tools/call not yet answered, or an open
- * subscription? Under srv->lock. */
-static bool id_in_flight_locked(mcp_server *srv, const char *id_key)
+bool id_in_flight_locked(mcp_server *srv, const char *id_key)
 {
 	for (mcp_request *r = srv->inflight; r; r = r->next)
 		if (strcmp(r->id_key, id_key) == 0)
@@ -37,7 +35,7 @@ static bool id_in_flight_locked(mcp_server *srv, const char *id_key)
 	for (subscription *s = srv->subscriptions; s; s = s->next)
 		if (strcmp(s->id_key, id_key) == 0)
 			return true;
-	return false;
+	return tasks_id_waiting_locked(srv, id_key);
 }
 
 typedef enum era_outcome { ERA_OK, ERA_UNSUPPORTED, ERA_BAD_META } era_outcome;
@@ -82,11 +80,6 @@ static void send_unsupported_version(mcp_server *srv, batch *b, const char *id_t
 	strbuf_free(&data);
 }
 
-/* The modern-era fields of a result, without a leading comma. */
-#define MODERN_FIELDS                                                                                        \
-	"\"resultType\":\"complete\",\"_meta\":{\"io.modelcontextprotocol/serverInfo\":{\"name\":\"relay\"," \
-	"\"version\":\"" RELAY_VERSION "\"}}"
-
 /* ---- methods ------------------------------------------------------------------ */
 
 static void handle_initialize(mcp_server *srv, batch *b, const char *id_text, json_object *params)
@@ -98,15 +91,20 @@ static void handle_initialize(mcp_server *srv, batch *b, const char *id_text, js
 		return;
 	}
 	const char *answer = is_legacy_version(requested) ? requested : PROTOCOL_NEWEST_LEGACY;
+	/* A client that declares the 2025-11-25 tasks capability gets the
+	 * server's (mcp.md, Tasks); the others see nothing of tasks. */
+	bool tasks = jsonx_get_obj(jsonx_get_obj(params, "capabilities"), "tasks") != NULL;
 	pthread_mutex_lock(&srv->lock);
 	snprintf(srv->negotiated, sizeof srv->negotiated, "%s", answer);
+	srv->legacy_tasks = tasks;
 	pthread_mutex_unlock(&srv->lock);
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(
 	    &sb,
-	    "{\"protocolVersion\":\"%s\",\"capabilities\":{\"tools\":{}},\"serverInfo\":{\"name\":\"relay\","
-	    "\"version\":\"" RELAY_VERSION "\"},\"instructions\":",
-	    answer);
+	    "{\"protocolVersion\":\"%s\",\"capabilities\":{\"tools\":{}%s},\"serverInfo\":{\"name\":"
+	    "\"relay\",\"version\":\"" RELAY_VERSION "\"},\"instructions\":",
+	    answer,
+	    tasks ? ",\"tasks\":{\"list\":{},\"cancel\":{},\"requests\":{\"tools\":{\"call\":{}}}}" : "");
 	const char *instructions = contract_instructions();
 	jsonx_write_string(&sb, instructions, strlen(instructions));
 	strbuf_putc(&sb, '}');
@@ -117,11 +115,14 @@ static void handle_initialize(mcp_server *srv, batch *b, const char *id_text, js
 	strbuf_free(&sb);
 }
 
-static void handle_discover(mcp_server *srv, batch *b, const char *id_text)
+static void handle_discover(mcp_server *srv, batch *b, const char *id_text, json_object *params)
 {
 	strbuf sb = STRBUF_INIT;
-	strbuf_puts(&sb, "{\"supportedVersions\":" SUPPORTED_VERSIONS_JSON ",\"capabilities\":{\"tools\":{}},"
-	                 "\"instructions\":");
+	strbuf_puts(&sb, "{\"supportedVersions\":" SUPPORTED_VERSIONS_JSON ",\"capabilities\":{\"tools\":{}");
+	/* The extension is declared to the clients that declare it. */
+	if (tasks_declared(params))
+		strbuf_puts(&sb, ",\"extensions\":{\"" TASKS_EXTENSION "\":{}}");
+	strbuf_puts(&sb, "},\"instructions\":");
 	const char *instructions = contract_instructions();
 	jsonx_write_string(&sb, instructions, strlen(instructions));
 	strbuf_puts(&sb, ",\"ttlMs\":3600000,\"cacheScope\":\"public\"," MODERN_FIELDS "}");
@@ -141,7 +142,14 @@ static void handle_tools_list(mcp_server *srv, batch *b, const char *id_text, js
 		return;
 	}
 	size_t len = 0;
-	const char *tools = contract_tools_json(&len);
+	pthread_mutex_lock(&srv->lock);
+	bool tasks = srv->legacy_tasks && !modern;
+	pthread_mutex_unlock(&srv->lock);
+	const char *tools = tasks ? tasks_tools_json(&len) : contract_tools_json(&len);
+	if (tools == NULL) {
+		send_internal_error(srv, b, id_text);
+		return;
+	}
 	strbuf sb = STRBUF_INIT;
 	strbuf_reserve(&sb, len + 256);
 	strbuf_puts(&sb, "{\"tools\":");
@@ -197,16 +205,15 @@ static void request_free(mcp_request *req)
 	free(req);
 }
 
-static bool request_progress(void *arg, double progress, double total, const char *message)
+bool send_progress(mcp_server *srv, const char *token_text, double progress, double total,
+                   const char *message)
 {
-	mcp_request *req = arg;
-	mcp_server *srv = req->srv;
-	if (req->token_text == NULL || atomic_load(&srv->out_failed))
+	if (token_text == NULL || atomic_load(&srv->out_failed))
 		return false;
 	strbuf sb = STRBUF_INIT;
 	strbuf_puts(
 	    &sb, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":");
-	strbuf_puts(&sb, req->token_text);
+	strbuf_puts(&sb, token_text);
 	strbuf_puts(&sb, ",\"progress\":");
 	jsonx_write_number(&sb, progress);
 	if (total >= 0) {
@@ -225,6 +232,12 @@ static bool request_progress(void *arg, double progress, double total, const cha
 		send_message(srv, sb.data, sb.len, false);
 	strbuf_free(&sb);
 	return sent;
+}
+
+static bool request_progress(void *arg, double progress, double total, const char *message)
+{
+	mcp_request *req = arg;
+	return send_progress(req->srv, req->token_text, progress, total, message);
 }
 
 /* Removes the request from the in-flight table if it is still there (a
@@ -303,6 +316,35 @@ fail:
 	return NULL;
 }
 
+/* The call of a tools/call answered when it completes, registered in
+ * flight; NULL when it was answered already (an error). */
+static relay_call *plain_call(mcp_server *srv, batch *b, const char *id_text, const char *id_key,
+                              json_object *params, bool modern)
+{
+	mcp_request *req = request_new(srv, id_text, id_key, params, modern);
+	if (req == NULL) {
+		send_internal_error(srv, b, id_text);
+		return NULL;
+	}
+	relay_call *call = req->call;
+	pthread_mutex_lock(&srv->lock);
+	if (id_in_flight_locked(srv, id_key)) {
+		pthread_mutex_unlock(&srv->lock);
+		relay_call_cancel(call); /* never in flight: completing it writes nothing */
+		relay_call_complete(call, NULL);
+		send_error(srv, b, id_text, -32600, "Duplicate request id", NULL);
+		return NULL;
+	}
+	req->next = srv->inflight;
+	srv->inflight = req;
+	if (b) {
+		batch_hold(b);
+		req->batch = b;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return call;
+}
+
 static void handle_tools_call(mcp_server *srv, batch *b, const char *id_text, const char *id_key,
                               json_object *params, bool modern)
 {
@@ -321,28 +363,13 @@ static void handle_tools_call(mcp_server *srv, batch *b, const char *id_text, co
 	}
 	const char *name = json_object_get_string(name_obj);
 
-	mcp_request *req = request_new(srv, id_text, id_key, params, modern);
-	if (req == NULL) {
-		send_internal_error(srv, b, id_text);
+	/* A task answers the request at once; its call goes on the same way. */
+	relay_call *call = NULL;
+	task_start as_task = tasks_maybe_start(srv, b, id_text, id_key, params, modern, name, &call);
+	if (as_task == TASK_ANSWERED)
 		return;
-	}
-	relay_call *call = req->call;
-
-	pthread_mutex_lock(&srv->lock);
-	if (id_in_flight_locked(srv, id_key)) {
-		pthread_mutex_unlock(&srv->lock);
-		relay_call_cancel(call); /* never in flight: completing it writes nothing */
-		relay_call_complete(call, NULL);
-		send_error(srv, b, id_text, -32600, "Duplicate request id", NULL);
+	if (as_task == TASK_NOT && (call = plain_call(srv, b, id_text, id_key, params, modern)) == NULL)
 		return;
-	}
-	req->next = srv->inflight;
-	srv->inflight = req;
-	if (b) {
-		batch_hold(b);
-		req->batch = b;
-	}
-	pthread_mutex_unlock(&srv->lock);
 
 	/* A name with U+0000 names no tool (strcmp would stop at it). */
 	if (memchr(name, '\0', (size_t)json_object_get_string_len(name_obj)) != NULL) {
@@ -419,6 +446,7 @@ static void handle_cancelled(mcp_server *srv, json_object *params)
 			continue;
 		/* A cancelled subscription is dropped silently (mcp.md §5). */
 		*p = s->next;
+		tasks_unwatch(srv, s->id_key);
 		free(s->id_text);
 		free(s->id_key);
 		free(s);
@@ -430,11 +458,27 @@ static void handle_cancelled(mcp_server *srv, json_object *params)
 		batch_release(srv, b);
 }
 
-static void handle_listen(mcp_server *srv, batch *b, const char *id_text, const char *id_key, bool modern)
+static void handle_listen(mcp_server *srv, batch *b, const char *id_text, const char *id_key,
+                          json_object *params, bool modern)
 {
 	if (!modern) {
 		send_error(srv, b, id_text, -32601, "Method not found", NULL);
 		return;
+	}
+	json_object *task_ids = NULL;
+	json_object *filter = jsonx_get_obj(params, "notifications");
+	if (filter && json_object_object_get_ex(filter, "taskIds", &task_ids)) {
+		if (!tasks_declared(params)) {
+			send_error(srv, b, id_text, -32021, "Missing required client capability",
+			           "{\"requiredCapabilities\":{\"extensions\":{\"" TASKS_EXTENSION
+			           "\":{}}}}");
+			return;
+		}
+		if (!json_object_is_type(task_ids, json_type_array)) {
+			send_error_reason(srv, b, id_text, -32602, "Invalid params",
+			                  "notifications.taskIds must be an array of task ids (strings)");
+			return;
+		}
 	}
 	subscription *s = calloc(1, sizeof *s);
 	if (s == NULL || (s->id_text = strdup(id_text)) == NULL || (s->id_key = strdup(id_key)) == NULL) {
@@ -463,7 +507,12 @@ static void handle_listen(mcp_server *srv, batch *b, const char *id_text, const 
 	strbuf sb = STRBUF_INIT;
 	strbuf_puts(&sb,
 	            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\"params\":"
-	            "{\"notifications\":{},\"_meta\":{\"io.modelcontextprotocol/subscriptionId\":");
+	            "{\"notifications\":{");
+	if (task_ids) {
+		strbuf_puts(&sb, "\"taskIds\":");
+		tasks_watch(srv, id_text, id_key, task_ids, &sb);
+	}
+	strbuf_puts(&sb, "},\"_meta\":{\"io.modelcontextprotocol/subscriptionId\":");
 	strbuf_puts(&sb, id_text);
 	strbuf_puts(&sb, "}}}");
 	if (strbuf_ok(&sb))
@@ -481,6 +530,7 @@ void close_subscriptions(mcp_server *srv)
 	while (list) {
 		subscription *s = list;
 		list = s->next;
+		tasks_unwatch(srv, s->id_key);
 		strbuf sb = STRBUF_INIT;
 		strbuf_puts(
 		    &sb,
@@ -532,6 +582,8 @@ void handle_request(mcp_server *srv, batch *b, const char *method, json_object *
 		send_unsupported_version(srv, b, id_text, requested);
 		goto cleanup;
 	}
+	if (tasks_handle_request(srv, b, method, id_text, id_key, params, modern))
+		goto cleanup;
 	if (strcmp(method, "tools/call") == 0)
 		handle_tools_call(srv, b, id_text, id_key, params, modern);
 	else if (strcmp(method, "tools/list") == 0)
@@ -539,9 +591,9 @@ void handle_request(mcp_server *srv, batch *b, const char *method, json_object *
 	else if (strcmp(method, "ping") == 0)
 		handle_ping(srv, b, id_text, modern);
 	else if (strcmp(method, "server/discover") == 0)
-		handle_discover(srv, b, id_text);
+		handle_discover(srv, b, id_text, params);
 	else if (strcmp(method, "subscriptions/listen") == 0)
-		handle_listen(srv, b, id_text, id_key, modern);
+		handle_listen(srv, b, id_text, id_key, params, modern);
 	else
 		send_error(srv, b, id_text, -32601, "Method not found", NULL);
 cleanup:

@@ -320,6 +320,7 @@ static mcp_server *server_new(const mcp_server_config *config)
 	srv->settings_problem = config->settings_problem;
 	pthread_mutex_init(&srv->out_lock, NULL);
 	pthread_mutex_init(&srv->lock, NULL);
+	pthread_mutex_init(&srv->task_lock, NULL);
 	strbuf_init(&srv->out);
 	atomic_init(&srv->out_failed, false);
 	snprintf(srv->negotiated, sizeof srv->negotiated, "%s", PROTOCOL_NEWEST_LEGACY);
@@ -458,6 +459,7 @@ int mcp_serve(const mcp_server_config *config)
 		backend_start_ms = now;
 	}
 	strbuf_free(&in);
+	tasks_close(srv);
 	close_subscriptions(srv);
 	flush_output(srv);
 	int status = srv->exit_status;

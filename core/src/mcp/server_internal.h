@@ -34,9 +34,20 @@
 #define WAKE_END_DONE      'e'
 #define WAKE_OUTPUT_FAILED 'o'
 
+#define TASKS_EXTENSION         "io.modelcontextprotocol/tasks"
+#define CLIENT_CAPABILITIES_KEY "io.modelcontextprotocol/clientCapabilities"
+
+/* The modern-era fields of a result, without a leading comma. */
+#define MODERN_META                                                                                          \
+	"\"_meta\":{\"io.modelcontextprotocol/serverInfo\":{\"name\":\"relay\",\"version\":\"" RELAY_VERSION \
+	"\"}}"
+#define MODERN_FIELDS "\"resultType\":\"complete\"," MODERN_META
+
 typedef struct batch batch;
 typedef struct subscription subscription;
 typedef struct mcp_request mcp_request;
+typedef struct mcp_task mcp_task;
+typedef struct task_watch task_watch;
 
 typedef struct mcp_server {
 	int in_fd;
@@ -54,9 +65,16 @@ typedef struct mcp_server {
 	char negotiated[16];
 	mcp_request *inflight;       /* tools/call requests not yet answered */
 	subscription *subscriptions; /* open subscriptions/listen requests */
+	mcp_task *tasks;             /* every task of the process (mcp/tasks.c); fields under task_lock */
+	bool legacy_tasks;           /* initialize declared capabilities.tasks (2025-11-25 tasks) */
 	bool ending;                 /* the session end has begun */
 	bool ending_done;            /* the handler's end_session returned */
 	int exit_status;
+
+	/* A leaf lock (taken under srv->lock or a call's lock, never before
+	 * them): the state of every task and the task watches. */
+	pthread_mutex_t task_lock;
+	task_watch *watches; /* subscriptions/listen task filters, under task_lock */
 
 	pthread_t reader;
 	pid_t initial_ppid;
@@ -128,6 +146,14 @@ void batch_release(mcp_server *srv, batch *b);
 
 /* ---- requests (mcp/methods.c) ---- */
 
+/* Is an id (by key) in flight: a tools/call not yet answered, an open
+ * subscription, a tasks/result waiting? Under srv->lock. */
+bool id_in_flight_locked(mcp_server *srv, const char *id_key);
+/* Writes notifications/progress for `token_text` now; false when nothing
+ * could be written. */
+bool send_progress(mcp_server *srv, const char *token_text, double progress, double total,
+                   const char *message);
+
 /* Answers one request by method (initialize, tools/call, ...). */
 void handle_request(mcp_server *srv, batch *b, const char *method, json_object *id, json_object *params);
 /* notifications/cancelled and the other notifications. */
@@ -137,5 +163,39 @@ void handle_notification(mcp_server *srv, const char *method, json_object *param
 bool ensure_backend(mcp_server *srv);
 /* Answers every open subscription with its closing result (session end). */
 void close_subscriptions(mcp_server *srv);
+
+/* ---- tasks (mcp/tasks.c): 2025-11-25 tasks and io.modelcontextprotocol/tasks ---- */
+
+typedef enum task_start {
+	TASK_NOT,      /* a plain call */
+	TASK_STARTED,  /* the CreateTaskResult is sent; *call_out runs the task */
+	TASK_ANSWERED, /* an error was sent */
+} task_start;
+
+/* Does the request's _meta declare the io.modelcontextprotocol/tasks
+ * extension in its client capabilities? */
+bool tasks_declared(json_object *params);
+/* A tools/call of tool `name`: answered with a task when the client supports
+ * tasks and the tool is one that may take long (mcp.md, Tasks). */
+task_start tasks_maybe_start(mcp_server *srv, batch *b, const char *id_text, const char *id_key,
+                             json_object *params, bool modern, const char *name, relay_call **call_out);
+/* tasks/get, tasks/result, tasks/list, tasks/cancel, tasks/update: false
+ * when `method` is none of them. */
+bool tasks_handle_request(mcp_server *srv, batch *b, const char *method, const char *id_text,
+                          const char *id_key, json_object *params, bool modern);
+/* tools/list for a legacy client that declared tasks: the tools with
+ * execution.taskSupport (made once). NULL when out of memory. */
+const char *tasks_tools_json(size_t *len_out);
+/* Is a tasks/result of `id_key` waiting? Under srv->lock. */
+bool tasks_id_waiting_locked(mcp_server *srv, const char *id_key);
+/* subscriptions/listen with notifications.taskIds: watches the known
+ * modern tasks among `task_ids` for the subscription `sub_id_text`; writes
+ * the accepted ids as a JSON array to `accepted`. */
+void tasks_watch(mcp_server *srv, const char *sub_id_text, const char *sub_id_key, json_object *task_ids,
+                 strbuf *accepted);
+/* The subscription `sub_id_key` ended: its watches go. */
+void tasks_unwatch(mcp_server *srv, const char *sub_id_key);
+/* Session end: every tasks/result still waiting is answered with an error. */
+void tasks_close(mcp_server *srv);
 
 #endif

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "egress/policy.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -44,6 +45,8 @@ struct relay_environment {
 	json_object *canonical; /* the ten keys, canonical values */
 	char fingerprint[65];
 	char *plugins[SLOT_COUNT_];
+	char *guest_network; /* relayNetwork.guestNetwork, NULL when not named */
+	char *egress_allow;  /* relayNetwork.egressAllow, NULL when not named */
 };
 
 static bool matches(const char *text, const char *pattern)
@@ -330,6 +333,52 @@ static relay_status read_plugins(relay_environment *env, json_object *plugins, r
 	return RELAY_OK;
 }
 
+/* relayNetwork (relay only, docs/egress.md): {"guestNetwork": nat|internet|
+ * allow, "egressAllow": "<rules>"}, the deployment's network for its guests. */
+static relay_status read_network(relay_environment *env, json_object *network, relay_error *err)
+{
+	if (!json_object_is_type(network, json_type_object))
+		return fail(err, env->file,
+		            "\"relayNetwork\" must be an object {\"guestNetwork\", \"egressAllow\"}");
+	json_object_object_foreach(network, key, value)
+	{
+		const char *text =
+		    json_object_is_type(value, json_type_string) ? json_object_get_string(value) : NULL;
+		if (strcmp(key, "guestNetwork") == 0 && text &&
+		    (strcmp(text, "nat") == 0 || strcmp(text, "internet") == 0 ||
+		     strcmp(text, "allow") == 0)) {
+			env->guest_network = strdup(text);
+			continue;
+		}
+		if (strcmp(key, "egressAllow") == 0 && text) {
+			egress_policy policy;
+			char problem[400];
+			if (egress_policy_parse(text, false, &policy, problem, sizeof problem) != 0)
+				return fail(err, env->file, "\"relayNetwork\".\"egressAllow\" has a bad %s",
+				            problem);
+			egress_policy_free(&policy);
+			env->egress_allow = strdup(text);
+			continue;
+		}
+		return fail(
+		    err, env->file,
+		    "\"relayNetwork\".\"%s\" is not known: it takes \"guestNetwork\" (nat, internet or "
+		    "allow) and \"egressAllow\" (a string of rules)",
+		    key);
+	}
+	return RELAY_OK;
+}
+
+const char *environment_guest_network(const relay_environment *env)
+{
+	return env ? env->guest_network : NULL;
+}
+
+const char *environment_egress_allow(const relay_environment *env)
+{
+	return env ? env->egress_allow : NULL;
+}
+
 /* The profile's shape (§7.1): schemaVersion 2, exactly the known keys, each
  * once, the string ones strings. RELAY_OK, or the refusal naming the fix. */
 static relay_status check_profile_shape(json_object *profile, const char *data, size_t len, const char *real,
@@ -359,7 +408,7 @@ static relay_status check_profile_shape(json_object *profile, const char *data, 
 	json_object_object_foreach(profile, key, ignored_value)
 	{
 		(void)ignored_value;
-		bool known = strcmp(key, "relayPlugins") == 0;
+		bool known = strcmp(key, "relayPlugins") == 0 || strcmp(key, "relayNetwork") == 0;
 		for (size_t i = 0; i < PROFILE_KEY_COUNT && !known; i++)
 			known = strcmp(key, profile_keys[i]) == 0;
 		if (!known) {
@@ -490,6 +539,12 @@ relay_status environment_load(const char *path, relay_environment **out, relay_e
 		if (status != RELAY_OK)
 			goto cleanup;
 	}
+	json_object *network = NULL;
+	if (json_object_object_get_ex(profile, "relayNetwork", &network)) {
+		status = read_network(env, network, err);
+		if (status != RELAY_OK)
+			goto cleanup;
+	}
 	/* §7.4: SHA-256 of the canonical profile, keys sorted, compact, Unicode
 	 * unescaped. relayPlugins is not part of it. */
 	json_object *sorted = environment_canonical(env);
@@ -518,6 +573,8 @@ void environment_free(relay_environment *env)
 	json_object_put(env->canonical);
 	for (size_t i = 0; i < SLOT_COUNT_; i++)
 		free(env->plugins[i]);
+	free(env->guest_network);
+	free(env->egress_allow);
 	free(env);
 }
 

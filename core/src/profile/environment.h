@@ -45,6 +45,10 @@ json_object *environment_canonical(const relay_environment *env);
 /* The exported bundle of §7.7 as {"VM_ENVIRONMENT_FILE": ..., ...} (a new
  * reference): the variables subprocesses (Tart, OpenSSH, machctl) get. */
 json_object *environment_bundle(const relay_environment *env);
+/* relayNetwork's guestNetwork and egressAllow (validated), or NULL when
+ * the profile does not name them (docs/egress.md). */
+const char *environment_guest_network(const relay_environment *env);
+const char *environment_egress_allow(const relay_environment *env);
 /* relayPlugins slot value ("machine", ...), or NULL when not named. */
 const char *environment_plugin_for(const relay_environment *env, const char *slot);
 

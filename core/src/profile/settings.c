@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "egress/policy.h"
 #include "profile/environment.h"
 #include "registry/registry.h"
 #include "util/fsutil.h"
@@ -55,7 +56,9 @@ static int object_setting(const char *name, const char *what, json_object **out,
 
 const char *settings_guest_network_name(guest_network network)
 {
-	return network == GUEST_NETWORK_INTERNET ? "internet" : "nat";
+	return network == GUEST_NETWORK_INTERNET ? "internet"
+	       : network == GUEST_NETWORK_ALLOW  ? "allow"
+	                                         : "nat";
 }
 
 const char *settings_on_exit_name(on_exit_mode mode)
@@ -569,17 +572,42 @@ static int load_backend(relay_settings *s, char *errbuf, size_t errlen)
 	return 0;
 }
 
+/* MCP_RELAY_EGRESS_ALLOW (docs/egress.md): every rule checked, a bad one
+ * named. Rules without `allow` are kept (a profile may set both) but unused. */
+static int load_egress_allow(relay_settings *s, const char *text, char *errbuf, size_t errlen)
+{
+	egress_policy policy;
+	char problem[400];
+	if (egress_policy_parse(text, false, &policy, problem, sizeof problem) != 0)
+		return fail(errbuf, errlen, "MCP_RELAY_EGRESS_ALLOW has a bad %s", problem);
+	egress_policy_free(&policy);
+	free(s->egress_allow);
+	s->egress_allow = strdup(text ? text : "");
+	if (s->egress_allow == NULL)
+		return fail(errbuf, errlen, "MCP_RELAY_EGRESS_ALLOW cannot be kept: out of memory");
+	return 0;
+}
+
 /* The guests' network, the exit mode, the waits and limits, the registry. */
 static int load_limits(relay_settings *s, char *errbuf, size_t errlen)
 {
 	const char *v;
-	v = getenv("MCP_RELAY_GUEST_NETWORK");
+	/* A selected profile's relayNetwork is the deployment's: it wins. */
+	const char *profile_network = environment_guest_network(s->environment);
+	const char *profile_allow = environment_egress_allow(s->environment);
+	v = profile_network ? profile_network : getenv("MCP_RELAY_GUEST_NETWORK");
 	if (v == NULL || strcmp(v, "nat") == 0)
 		s->guest_network = GUEST_NETWORK_NAT;
 	else if (strcmp(v, "internet") == 0)
 		s->guest_network = GUEST_NETWORK_INTERNET;
+	else if (strcmp(v, "allow") == 0)
+		s->guest_network = GUEST_NETWORK_ALLOW;
 	else
-		return fail(errbuf, errlen, "MCP_RELAY_GUEST_NETWORK must be nat or internet (got %s)", v);
+		return fail(errbuf, errlen, "MCP_RELAY_GUEST_NETWORK must be nat, internet or allow (got %s)",
+		            v);
+	if (load_egress_allow(s, profile_allow ? profile_allow : getenv("MCP_RELAY_EGRESS_ALLOW"), errbuf,
+	                      errlen) != 0)
+		return -1;
 
 	v = getenv("MCP_RELAY_ON_EXIT");
 	if (v == NULL || strcmp(v, "pause") == 0)
@@ -671,6 +699,7 @@ int settings_load(relay_settings *s, char *errbuf, size_t errlen)
 void settings_free(relay_settings *s)
 {
 	free(s->project);
+	free(s->egress_allow);
 	free(s->project_given);
 	free(s->session_id);
 	free(s->backend);

@@ -10,7 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum guest_network { GUEST_NETWORK_NAT = 0, GUEST_NETWORK_INTERNET = 1 } guest_network;
+typedef enum guest_network {
+	GUEST_NETWORK_NAT = 0,
+	GUEST_NETWORK_INTERNET = 1,
+	GUEST_NETWORK_ALLOW = 2, /* MCP_RELAY_EGRESS_ALLOW only (docs/egress.md) */
+} guest_network;
 typedef enum on_exit_mode { ON_EXIT_PAUSE = 0, ON_EXIT_RELEASE = 1 } on_exit_mode;
 
 /* Where the session identity came from (lifecycle.md §2). */
@@ -35,6 +39,7 @@ typedef struct relay_settings {
 	json_object *transfer_ssh_options; /* parsed MCP_RELAY_TRANSFER_SSH_OPTIONS or NULL */
 	json_object *docker_options; /* parsed MCP_RELAY_DOCKER_OPTIONS (machine-docker's options) or NULL */
 	guest_network guest_network;
+	char *egress_allow; /* MCP_RELAY_EGRESS_ALLOW as given (validated), "" when unset */
 	on_exit_mode on_exit;
 	int64_t capacity_wait_s;               /* 0..86400 */
 	int max_guests;                        /* 1..64 */

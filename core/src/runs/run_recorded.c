@@ -14,6 +14,7 @@
 #include "delivery/step_downloads.h"
 #include "receiver_protocol.h"
 #include "runs/run_internal.h"
+#include "runs/run_network.h"
 #include "util/clock.h"
 #include "util/failpoint.h"
 #include "util/fsutil.h"
@@ -237,8 +238,10 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 		sv->stdin_len = x->one_trip ? x->stdin_len : 0;
 		sv->max_stdout_bytes =
 		    RUN_FRAME_MAX_OUTPUT_BYTES + RECEIVER_RECEIPT_MAX_BYTES + RECEIVER_ATTACH_IMAGE_MAX_BYTES;
+		run_network_step(x->m, x->g, x->exec_id);
 		st = gio_exec_supervised(&x->io, sv, argv, NULL, x->limit_ms, RUN_FRAME_MAX_OUTPUT_BYTES,
 		                         x->one_trip ? RELAY_EXEC_STDIO_BYTES : 0, res, err);
+		run_network_step(x->m, x->g, NULL);
 		bool refused = st == RELAY_OK && !sv->cancelled && !res->timed_out &&
 		               res->exit_code == RECEIVER_EXIT_USAGE &&
 		               gio_run_answer_refused(res->out, res->out_len);
@@ -415,6 +418,9 @@ static int run_result_facts(run_ctx *x)
 		jsonx_add_bool(out, "terminationConfirmed", x->rs == RECEIPT_NONE);
 	}
 	jsonx_add_int(out, "timeoutMs", c->timeout_ms);
+	json_object *network = run_network_facts(x->m, x->g, x->exec_id);
+	if (network)
+		jsonx_add(out, "network", network);
 	json_object *ev = x->receipt ? jsonx_get_obj(x->receipt, RECEIVER_RCPT_IMAGE_EVIDENCE) : NULL;
 	jsonx_add(out, "imageEvidence", ev ? json_object_get(ev) : NULL);
 	json_object *recording = run_recording_fact(x->receipt, x->request);

@@ -47,6 +47,7 @@ typedef enum renewal_state {
 
 struct loaded_plugin;
 struct downloads_queue;
+struct egress_proxy;
 
 typedef struct guest {
 	/* identities. writes: session/ (reserve.c: name, task, image),
@@ -70,7 +71,7 @@ typedef struct guest {
 	int64_t acquired_at_ms;
 	int64_t deadline_ms;
 	double ttl_hours;
-	char *network;  /* nat | internet */
+	char *network;  /* nat | internet | allow */
 	char *env_pack; /* credential pack name, or "none" */
 	bool vnc;
 	json_object *extractions; /* [{name, path}] */
@@ -142,6 +143,9 @@ typedef struct guest {
 	uint64_t acquisition_order; /* for status ordering */
 	int64_t next_beat_ms;       /* relay time of the next renewal beat */
 	struct guest *next;
+	/* egress (docs/egress.md). writes: lease/ (egress.c: started after the
+	 * lease, under `allow` or `internet`), session/ (guest_close stops it) */
+	struct egress_proxy *egress;
 } guest;
 
 const char *guest_phase_name(guest_phase phase);

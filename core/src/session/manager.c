@@ -6,6 +6,8 @@
  */
 #include "session/manager.h"
 
+#include "egress/supervisor.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -586,8 +588,11 @@ void guest_close(manager *m, guest *g, const char *reason)
 		close(g->owner_lock_fd);
 		g->owner_lock_fd = -1;
 	}
+	struct egress_proxy *egress = g->egress;
+	g->egress = NULL;
 	pthread_cond_broadcast(&m->changed);
 	manager_unlock(m);
+	egress_proxy_stop(egress); /* the guest's 127.0.0.1:3128 and :53 close with it */
 }
 
 char *guest_lease_text(manager *m, guest *g)

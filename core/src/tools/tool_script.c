@@ -33,6 +33,30 @@ static void outcome_phrase(strbuf *sb, const json_object *outcome)
 		strbuf_printf(sb, "ended uncertain: %.80s", diag ? diag : "no diagnostic");
 }
 
+/* What the egress policy did during the run (docs/egress.md): "; 2
+ * connections refused by the egress policy (pypi.org:443, 203.0.113.9:22)",
+ * and a proxy that stopped. Nothing under nat or without connections. */
+static void network_phrase(strbuf *sb, const json_object *network)
+{
+	int64_t refused = 0, cut = 0;
+	jsonx_get_int(network, "refused", &refused);
+	jsonx_get_int(network, "cut", &cut);
+	if (refused > 0) {
+		strbuf_printf(sb, "; %lld connection%s refused by the egress policy (", (long long)refused,
+		              refused == 1 ? "" : "s");
+		json_object *dests = jsonx_get_array(network, "refusedDestinations");
+		size_t n = dests ? json_object_array_length(dests) : 0;
+		for (size_t i = 0; i < n; i++)
+			strbuf_printf(sb, "%s%s", i ? ", " : "",
+			              json_object_get_string(json_object_array_get_idx(dests, i)));
+		strbuf_puts(sb, (int64_t)n < refused ? ", …)" : ")");
+	}
+	const char *stopped = jsonx_get_str(network, "proxyStopped");
+	if (stopped)
+		strbuf_printf(sb, "; %s during the step (%lld connection%s cut; it was started again)",
+		              stopped, (long long)cut, cut == 1 ? "" : "s");
+}
+
 /* The lead sentence of a run's result (tools.md §2.3): the step, how it
  * ended, what it left running, that the guest is kept, the after-image. */
 static void set_run_lead(tool_result *r, const json_object *structured)
@@ -54,6 +78,7 @@ static void set_run_lead(tool_result *r, const json_object *structured)
 		strbuf_printf(&sb, ", leaving %lld process%s running (%.32s%s)", (long long)count,
 		              count == 1 ? "" : "es", first ? first : "?", count > 1 ? ", …" : "");
 	}
+	network_phrase(&sb, jsonx_get_obj(structured, "network"));
 	char *phrase = diagnostic
 	                   ? strdup("no screenshot (diagnostic)")
 	                   : image_delivery_phrase(jsonx_get_obj(structured, "imageDelivery"), "after-image");

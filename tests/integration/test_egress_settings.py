@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""The egress policy as a setting (issue 23, lifecycle.md §14, docs/egress.md): a bad rule of
+MCP_RELAY_EGRESS_ALLOW (or of a profile's relayNetwork) is an invalid setting naming the rule;
+a profile's relayNetwork is the deployment's and wins over the variables; a machine plugin
+without egress_listeners refuses allow at acquire with the reason (never a fallback to nat)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from relay_client import Relay, run_tests  # noqa: E402
+from runs_support import _write_profile, make_variant, structured, text_of  # noqa: E402
+
+
+def test_bad_rule_is_an_invalid_setting_naming_it(binary):
+    env = {"MCP_RELAY_GUEST_NETWORK": "allow", "MCP_RELAY_EGRESS_ALLOW": "pypi.org,files.pythonhosted.org:99999"}
+    with Relay(binary, env=env) as r:
+        r.initialize()
+        res = r.call_tool("relay_status")
+        text = text_of(res)
+        assert res["isError"] is True, text
+        assert 'MCP_RELAY_EGRESS_ALLOW has a bad rule "files.pythonhosted.org:99999": the port must be a whole ' \
+               'number 1 to 65535' in text, text
+    with Relay(binary, env={"MCP_RELAY_GUEST_NETWORK": "allowed"}) as r:
+        r.initialize()
+        text = text_of(r.call_tool("relay_status"))
+        assert "MCP_RELAY_GUEST_NETWORK must be nat, internet or allow (got allowed)" in text, text
+
+
+def test_profile_network_wins_and_a_plugin_without_egress_refuses(binary):
+    v, why = make_variant(binary, "fake")
+    assert v is not None, why
+    try:
+        from support_common import fake_so
+        path = _write_profile(v, {"machine": fake_so(binary)})
+        import json
+        profile = json.load(open(path))
+        profile["relayNetwork"] = {"guestNetwork": "allow", "egressAllow": "pypi.org,*.pythonhosted.org"}
+        json.dump(profile, open(path, "w"))
+        env = v.env(VM_ENVIRONMENT_FILE=path, MCP_RELAY_GUEST_NETWORK="nat", MCP_RELAY_BACKEND=None)
+        with Relay(binary, env=env, state_dir=v.state_dir, project=v.project) as r:
+            r.initialize()
+            st = r.call_tool("relay_status")
+            assert st["isError"] is False, text_of(st)
+            assert structured(st)["guestNetwork"] == "allow", structured(st)
+            res = r.call_tool("relay_acquire", {"task": "egress", "image": "ubuntu2404", "extractions": []},
+                              timeout=120)
+            text = text_of(res)
+            assert res["isError"] is True, text
+            assert "cannot give a guest network allow (it has no egress_listeners" in text, text
+            assert structured(res)["error"]["code"] == "backend-refused", structured(res)
+        profile["relayNetwork"] = {"guestNetwork": "allow", "egressAllow": "pypi.org,*.*.org"}
+        json.dump(profile, open(path, "w"))
+        with Relay(binary, env=env, state_dir=v.state_dir, project=v.project) as r:
+            r.initialize()
+            text = text_of(r.call_tool("relay_status"))
+            assert '"relayNetwork"."egressAllow" has a bad rule "*.*.org"' in text, text
+    finally:
+        v.cleanup()
+
+
+def test_machine_local_without_root_refuses_allow_at_acquire(binary):
+    import pwd
+    import shutil
+    import tempfile
+    from runs_support import namespaces_missing, plugin_so
+    from relay_client import skip
+    if os.geteuid() != 0:
+        skip("needs root to start the relay as the ordinary user relayci")
+    try:
+        user = pwd.getpwnam("relayci")
+    except KeyError:
+        skip("the ordinary user relayci does not exist here")
+    if namespaces_missing() or not os.path.exists(plugin_so(binary, "machine-local")):
+        skip("machine-local cannot run here")
+    root = tempfile.mkdtemp(prefix="relay-egress-rootless-")
+    try:
+        for d in ("state", "project", "home"):
+            os.makedirs(os.path.join(root, d), mode=0o700)
+        for dirpath, dirs, files in os.walk(root):
+            os.chown(dirpath, user.pw_uid, user.pw_gid)
+        os.chmod(root, 0o755)
+
+        def as_relayci():
+            os.setgroups([])
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+        env = {"MCP_RELAY_BACKEND": "local", "MCP_RELAY_GUEST_NETWORK": "allow",
+               "MCP_RELAY_EGRESS_ALLOW": "pypi.org", "HOME": os.path.join(root, "home"),
+               "MCP_RELAY_LOCAL_OPTIONS": '{"display":"off"}'}
+        with Relay(binary, env=env, state_dir=os.path.join(root, "state"), project=os.path.join(root, "project"),
+                   tmpdir=os.path.join(root, "home"), preexec_fn=as_relayci) as r:
+            r.initialize()
+            res = r.call_tool("relay_acquire", {"task": "egress", "image": "local", "extractions": []},
+                              timeout=120)
+            text = text_of(res)
+            assert res["isError"] is True, text
+            assert "a relay that is not root cannot make them there yet" in text, text
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_tests(globals())
