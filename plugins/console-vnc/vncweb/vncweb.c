@@ -395,6 +395,8 @@ int main(int argc, char **argv)
 {
 	static vncweb w;
 	const char *netns = NULL;
+	ino_t joined_ino = 0;
+	dev_t joined_dev = 0;
 	w.web_dir = "/usr/share/novnc";
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--vnc-port") == 0 && i + 1 < argc)
@@ -434,6 +436,11 @@ int main(int argc, char **argv)
 	}
 	if (netns) {
 		int ns = open(netns, O_RDONLY | O_CLOEXEC);
+		struct stat joined;
+		if (ns >= 0 && fstat(ns, &joined) == 0) {
+			joined_ino = joined.st_ino;
+			joined_dev = joined.st_dev;
+		}
 		bool entered = ns >= 0 && setns(ns, CLONE_NEWNET) == 0;
 		if (!entered && ns >= 0 && errno == EPERM) {
 			/* Without root (a guest whose namespaces belong to this user's own
@@ -458,6 +465,20 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	fclose(stdout);
 	for (;;) {
+		/* The guest gone (its namespace no longer at --netns, or another
+		 * one there: the pid was reused), the bridge ends with it, whether
+		 * or not the relay got to cancel it. */
+		struct pollfd lp = {w.listen_fd, POLLIN, 0};
+		if (poll(&lp, 1, 1000) == 0) {
+			struct stat now;
+			if (netns && (stat(netns, &now) != 0 || now.st_ino != joined_ino ||
+			              now.st_dev != joined_dev)) {
+				fprintf(stderr,
+				        "relay-vncweb: the guest's network namespace is gone; stopping\n");
+				return 0;
+			}
+			continue;
+		}
 		int fd = accept4(w.listen_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
