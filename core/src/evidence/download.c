@@ -263,7 +263,7 @@ relay_status evidence_step_place(const char *package_dir, const char *execution_
 		if (status != RELAY_OK)
 			goto cleanup;
 	}
-	if (fsync(dst) != 0 && errno != EINVAL)
+	if (fs_fsync_fd(dst) != 0 && errno != EINVAL)
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync host/steps/%s", execution_id);
 cleanup:
 	if (pkg >= 0)
@@ -339,7 +339,7 @@ static relay_status try_candidate(int src_root, const char *src_rel, int in_root
 	char hex[65];
 	sha256_final(ctx, hex);
 	ctx = NULL;
-	if (fsync(out) != 0) {
+	if (fs_fsync_fd(out) != 0) {
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s", rel);
 		goto cleanup;
 	}

@@ -275,6 +275,19 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 {
 	RELAY_FAILPOINT("run.before-dispatch");
 	run_use_step_id(x->m, x->g, jsonx_get_str(x->step, "id"));
+	/* The first commit point (docs/runs.md, "Durability"): host/submissions,
+	 * host/scripts, host/requests and the guest record with the used step
+	 * id are durable, with one syncfs, before the request can reach a
+	 * receiver (guest.md §16.2 item 1; the three-step path's push only
+	 * placed the file, which nothing runs before `receiver run`): the
+	 * durable record that the run may have started, on which "uncertain,
+	 * never replayed" rests. A run whose files cannot be made durable is
+	 * not sent. */
+	relay_error serr;
+	if (fs_sync_group_commit(&serr) != RELAY_OK)
+		return run_not_dispatched(x->m, x->g, x->evidence, x->exec_id, "internal", false, x->out,
+		                          "the run's files could not be made durable: %s", serr.message);
+	run_mark(x, "commit before the send");
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "%s/%s", x->root, x->request_rel);
 	char *request_remote = strbuf_detach(&sb, NULL);
@@ -566,6 +579,9 @@ int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcom
 	x.receipt_bytes = -1;
 	x.rs = RECEIPT_LOST;
 	int rc = -1;
+	/* The run's host writes share two commit points instead of two fsyncs
+	 * per file: one before the send (run_dispatch), one at the end below. */
+	bool group = fs_sync_group_begin();
 	run_prepare(&x);
 	if (run_write_inputs(&x) != 0)
 		goto cleanup;
@@ -598,5 +614,15 @@ int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcom
 		                       x.rs == RECEIPT_HOME ? x.receipt_bytes : -1);
 cleanup:
 	run_ctx_free(&x);
+	/* The second commit point, before the call is answered: the receiver's
+	 * receipt (guest.md §16.2 item 1), the host receipt, the events, the
+	 * step download's record, host/transfers and the guest record. A crash
+	 * before it leaves the run as the restart finds it after the first
+	 * point: sent, maybe run, its receipt in the guest (§17 item 4). */
+	relay_error cerr;
+	if (fs_sync_group_end(group, &cerr) != RELAY_OK)
+		log_error("relay_script %s: the run's records were not made durable: %s", x.exec_id,
+		          cerr.message);
+	run_mark(&x, "commit before the answer");
 	return rc;
 }
