@@ -144,10 +144,16 @@ static int run_write_inputs(run_ctx *x)
 		return run_not_dispatched(x->m, x->g, x->evidence, x->exec_id, "internal", false, x->out,
 		                          "the evidence folder could not be written: %s", err.message);
 	}
-	run_request_in in = {x->exec_id, x->attempt_id,    x->session,    x->g->name,   x->because,
-	                     x->c,       x->script_remote, x->script_sha, x->node_path, x->root,
-	                     x->step,    x->snaps,         x->capture};
+	run_request_in in = {
+	    x->exec_id,       x->attempt_id,
+	    x->session,       x->g->name,
+	    x->because,       x->c,
+	    x->script_remote, x->script_sha,
+	    x->node_path,     x->root,
+	    x->step,          x->snaps,
+	    x->capture,       run_video_request(x->m->settings->record_video_fps, x->capture)};
 	x->request = run_request_build(&in);
+	json_object_put(in.video);
 	x->request_text = jsonx_to_string(x->request, 0);
 	x->request_len = x->request_text ? strlen(x->request_text) : 0;
 	if (x->request_text == NULL) {
@@ -517,6 +523,9 @@ static int run_result_facts(run_ctx *x)
 		jsonx_add(out, "network", network);
 	json_object *ev = x->receipt ? jsonx_get_obj(x->receipt, RECEIVER_RCPT_IMAGE_EVIDENCE) : NULL;
 	jsonx_add(out, "imageEvidence", ev ? json_object_get(ev) : NULL);
+	json_object *recording = run_recording_fact(x->receipt, x->request);
+	if (recording)
+		jsonx_add(out, "recording", recording);
 	if (x->rs == RECEIPT_NONE && x->snapshots_on) {
 		/* The receiver recorded nothing for this id: no image will come. */
 		json_object *d = json_object_new_object();
