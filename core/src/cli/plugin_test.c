@@ -2,11 +2,13 @@
  * of the checks and their output (cli/plugin_test.h). */
 #include "cli/plugin_test.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -116,6 +118,14 @@ static const struct {
     {36, "push refuses a relative guest path"},
     {40, "plan answers a plan by the rules"},
     {45, "console operations answer cleanly"},
+    {60, "exec: a cancelled call ends the command"},
+    {61, "push: a cancelled call stops it"},
+    {62, "pull: a cancelled call stops it"},
+    {63, "inspect and renew answer during a long exec"},
+    {64, "two execs at once on one connection"},
+    {65, "a restarted plugin adopts its lease"},
+    {66, "a failed release is retried until it confirms"},
+    {67, "an indeterminate acquire is reconciled by purpose"},
 };
 
 void pt_fail(pt_run *run, int n, const char *fmt, ...)
@@ -141,6 +151,13 @@ void pt_skip(pt_run *run, int n, const char *why)
 		return;
 	run->skipped[n] = true;
 	snprintf(run->skip_why[n], sizeof run->skip_why[n], "%s", why);
+}
+
+void pt_sleep_ms(uint64_t ms)
+{
+	struct timespec left = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+	}
 }
 
 const char *pt_status(relay_status status)
@@ -283,12 +300,15 @@ static void run_checks(pt_run *run)
 	    (run->kind == RELAY_KIND_TRANSPORT && !run->lease_json && machine))
 		pt_machine_acquire(run);
 	pt_check_flags(run);
-	if (run->kind == RELAY_KIND_MACHINE)
+	if (run->kind == RELAY_KIND_MACHINE) {
 		pt_machine_lifecycle(run);
+		pt_machine_recover(run);
+	}
 	if (run->kind == RELAY_KIND_TRANSPORT) {
 		if (pt_transport_open(run)) {
 			pt_transport_exec(run);
 			pt_transport_xfer(run);
+			pt_transport_hard(run);
 		}
 		pt_transport_close(run);
 	}
@@ -317,6 +337,7 @@ static int run_plugin(const pt_args *a, pt_run *run, const char *state_dir)
 			return 2;
 		}
 	}
+	run->config = config;
 	plugin_registry registry;
 	memset(&registry, 0, sizeof registry);
 	registry.host = &counting_host;
