@@ -45,8 +45,8 @@ static void *exec_thread(void *arg)
 	memset(&job->res, 0, sizeof job->res);
 	job->res.struct_size = sizeof job->res;
 	memset(&job->err, 0, sizeof job->err);
-	job->status = job->run->plugin->transport.exec(job->run->plugin->state, job->run->conn, &req, job->call,
-	                                               0, &job->res, &job->err);
+	job->status = job->run->plugin->transport.exec(job->run->plugin->state, job->run->conn, &req,
+	                                               job->call, 0, &job->res, &job->err);
 	job->done_ms = clock_now_ms();
 	atomic_store(&job->done, true);
 	return NULL;
@@ -77,8 +77,8 @@ static bool sh_prints(pt_run *run, const char *script, const char *want)
 static void cancel_exec(pt_run *run)
 {
 	char script[900], probe[900];
-	snprintf(script, sizeof script, "sleep %d; echo survived > '%s/pt-cancel-marker'", PT_CANCELLED_SLEEP_S,
-	         run->guest_root);
+	snprintf(script, sizeof script, "sleep %d; echo survived > '%s/pt-cancel-marker'",
+	         PT_CANCELLED_SLEEP_S, run->guest_root);
 	snprintf(probe, sizeof probe, "test -e '%s/pt-cancel-marker' && echo survived || echo gone",
 	         run->guest_root);
 	pt_exec_job job = {.run = run, .script = script, .call = relay_call_new_internal()};
@@ -109,8 +109,9 @@ static void cancel_exec(pt_run *run)
 		        PT_CANCELLED_SLEEP_S, PT_CANCEL_AFTER_MS, pt_status(job.status),
 		        job.status == RELAY_OK ? "it ran to its end" : job.err.message);
 	else if (answer_ms > PT_CANCEL_PROMPT_MS)
-		pt_fail(run, 60, "exec answered RELAY_E_CANCELLED %lld ms after its call was cancelled: answer "
-		                 "within %d ms",
+		pt_fail(run, 60,
+		        "exec answered RELAY_E_CANCELLED %lld ms after its call was cancelled: answer "
+		        "within %d ms",
 		        (long long)answer_ms, PT_CANCEL_PROMPT_MS);
 	else if (!sh_prints(run, probe, "gone\n"))
 		pt_fail(run, 60,
@@ -185,8 +186,9 @@ static void cancel_xfer(pt_run *run)
 		        "(relay/host.h)",
 		        pt_status(st));
 	else if (left || fs_exists_nofollow(back))
-		pt_fail(run, 62, "a cancelled pull left %s: on failure nothing is left at local_path and no "
-		                 "facts (relay/transport.h)",
+		pt_fail(run, 62,
+		        "a cancelled pull left %s: on failure nothing is left at local_path and no "
+		        "facts (relay/transport.h)",
 		        left ? "facts" : back);
 	fs_remove_tree(back, &err);
 	st = t->pull(run->plugin->state, run->conn, remote, back, NULL, 0, &facts, &err);
@@ -203,7 +205,8 @@ static void lease_during_exec(pt_run *run)
 {
 	const relay_machine_ops *m = &run->plugin->machine;
 	if (!(run->plugin->descriptor.kinds & RELAY_KIND_MACHINE) || m->inspect == NULL) {
-		pt_skip(run, 63, "the plugin is not also a machine: inspect and renew belong to another plugin");
+		pt_skip(run, 63,
+		        "the plugin is not also a machine: inspect and renew belong to another plugin");
 		return;
 	}
 	pt_exec_job job = {.run = run, .script = "sleep 3"};
@@ -222,7 +225,8 @@ static void lease_during_exec(pt_run *run)
 	text = NULL;
 	relay_error renew_err;
 	memset(&renew_err, 0, sizeof renew_err);
-	relay_status renewed = m->renew(run->plugin->state, run->lease_json, 600000, NULL, 0, &text, &renew_err);
+	relay_status renewed =
+	    m->renew(run->plugin->state, run->lease_json, 600000, NULL, 0, &text, &renew_err);
 	pt_host()->free(text);
 	bool exec_still_running = !atomic_load(&job.done);
 	pthread_join(thread, NULL);
@@ -233,8 +237,9 @@ static void lease_during_exec(pt_run *run)
 		pt_fail(run, 63, "renew during a running exec answered %s: %s", pt_status(renewed),
 		        renew_err.message);
 	else if (!exec_still_running)
-		pt_fail(run, 63, "inspect and renew answered only after an exec of sleep 3 of the same guest "
-		                 "ended: they must not wait for a long operation (relay/machine.h Threads)");
+		pt_fail(run, 63,
+		        "inspect and renew answered only after an exec of sleep 3 of the same guest "
+		        "ended: they must not wait for a long operation (relay/machine.h Threads)");
 	else if (job.status != RELAY_OK || job.res.exit_code != 0)
 		pt_fail(run, 63, "exec of sleep 3 beside inspect and renew answered %s, exit %d",
 		        pt_status(job.status), job.res.exit_code);
@@ -248,8 +253,9 @@ static void lease_during_exec(pt_run *run)
 static void two_execs(pt_run *run)
 {
 	if (!(run->plugin->transport.traits & RELAY_TRANSPORT_CONCURRENT)) {
-		pt_skip(run, 64, "the transport does not set RELAY_TRANSPORT_CONCURRENT (the core serialises "
-		                 "its operations)");
+		pt_skip(run, 64,
+		        "the transport does not set RELAY_TRANSPORT_CONCURRENT (the core serialises "
+		        "its operations)");
 		return;
 	}
 	char scripts[2][2400];
@@ -280,9 +286,11 @@ static void two_execs(pt_run *run)
 			pt_fail(run, 64, "one of two execs at once on one connection answered %s: %s",
 			        pt_status(jobs[i].status), jobs[i].err.message);
 		else if (jobs[i].res.exit_code != 0)
-			pt_fail(run, 64,
-			        "two execs on one connection did not run at the same time (each waited 10 s for "
-			        "the other's file): RELAY_TRANSPORT_CONCURRENT promises they do (relay/transport.h)");
+			pt_fail(
+			    run, 64,
+			    "two execs on one connection did not run at the same time (each waited 10 s for "
+			    "the other's file): RELAY_TRANSPORT_CONCURRENT promises they do "
+			    "(relay/transport.h)");
 		job_free(&jobs[i]);
 	}
 	pt_ran(run, 64);

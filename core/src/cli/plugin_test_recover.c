@@ -24,12 +24,13 @@ static bool released(relay_status st)
 /* How many leases find_by_purpose lists for `purpose`, and whether one of
  * them has the "vm" `vm` (may be NULL); -1 when it failed (err says why).
  * *leases_out (may be NULL to skip) receives the parsed array. */
-static int find_count(pt_run *run, const char *purpose, const char *vm, bool *listed, json_object **leases_out,
-                      relay_error *err)
+static int find_count(pt_run *run, const char *purpose, const char *vm, bool *listed,
+                      json_object **leases_out, relay_error *err)
 {
 	char *text = NULL;
 	memset(err, 0, sizeof *err);
-	relay_status st = run->plugin->machine.find_by_purpose(run->plugin->state, purpose, NULL, 0, &text, err);
+	relay_status st =
+	    run->plugin->machine.find_by_purpose(run->plugin->state, purpose, NULL, 0, &text, err);
 	json_object *found = st == RELAY_OK && text ? jsonx_parse_str(text, NULL, 0) : NULL;
 	pt_host()->free(text);
 	if (!json_object_is_type(found, json_type_array)) {
@@ -91,8 +92,8 @@ static void restart_adopts(pt_run *run)
 	if (st != RELAY_OK) {
 		p->initialised = false; /* nothing for loader_shutdown to fini */
 		run->lease_acquired = false;
-		pt_fail(run, 65, "init after fini, with the same configuration, answered %s: %s", pt_status(st),
-		        err.message);
+		pt_fail(run, 65, "init after fini, with the same configuration, answered %s: %s",
+		        pt_status(st), err.message);
 		return;
 	}
 	json_object *lease = jsonx_parse_str(run->lease_json, NULL, 0);
@@ -103,8 +104,9 @@ static void restart_adopts(pt_run *run)
 	if (count < 0)
 		pt_fail(run, 65, "after fini and init, find_by_purpose answered: %s", err.message);
 	else if (p->machine.find_by_purpose && !listed)
-		pt_fail(run, 65, "after fini and init, find_by_purpose does not list the lease acquired before: "
-		                 "the backend's leases outlive the plugin's state (relay/machine.h)");
+		pt_fail(run, 65,
+		        "after fini and init, find_by_purpose does not list the lease acquired before: "
+		        "the backend's leases outlive the plugin's state (relay/machine.h)");
 	else if ((st = p->machine.renew(p->state, run->lease_json, 600000, NULL, 0, &text, &err)) != RELAY_OK)
 		pt_fail(run, 65, "after fini and init, renew of the lease acquired before answered %s: %s",
 		        pt_status(st), err.message);
@@ -163,7 +165,8 @@ static bool destroyed(pt_run *run, const char *lease, relay_error *err)
 {
 	char *text = NULL;
 	memset(err, 0, sizeof *err);
-	relay_status st = run->plugin->machine.verify_destroyed(run->plugin->state, lease, NULL, 0, &text, err);
+	relay_status st =
+	    run->plugin->machine.verify_destroyed(run->plugin->state, lease, NULL, 0, &text, err);
 	pt_host()->free(text);
 	return st == RELAY_OK;
 }
@@ -184,13 +187,15 @@ static void release_after_failure(pt_run *run)
 		return;
 	}
 	memset(&err, 0, sizeof err);
-	relay_status first = run->plugin->machine.release(run->plugin->state, lease, "finished", NULL, 0, &err);
+	relay_status first =
+	    run->plugin->machine.release(run->plugin->state, lease, "finished", NULL, 0, &err);
 	char first_why[300];
 	snprintf(first_why, sizeof first_why, "%.250s", err.message);
 	st = release_retrying(run, lease, first, &err);
 	if (released(first))
-		pt_skip(run, 66, "the first release confirmed, so there was nothing to retry (run the plugin under "
-		                 "tests/plugins/machine-faultshim with a fault for \"-retry-\")");
+		pt_skip(run, 66,
+		        "the first release confirmed, so there was nothing to retry (run the plugin under "
+		        "tests/plugins/machine-faultshim with a fault for \"-retry-\")");
 	else if (!released(st))
 		pt_fail(run, 66,
 		        "release after a failed release (%s: %s) answered %s %d times: a retried release "
@@ -210,7 +215,8 @@ static bool release_found(pt_run *run, json_object *found, relay_error *err)
 	for (size_t i = 0; i < json_object_array_length(found); i++) {
 		const char *text = json_object_to_json_string_ext(json_object_array_get_idx(found, i), 0);
 		memset(err, 0, sizeof *err);
-		relay_status st = run->plugin->machine.release(run->plugin->state, text, "failed", NULL, 0, err);
+		relay_status st =
+		    run->plugin->machine.release(run->plugin->state, text, "failed", NULL, 0, err);
 		if (!released(release_retrying(run, text, st, err)) || !destroyed(run, text, err))
 			return false;
 	}
@@ -223,8 +229,9 @@ static bool release_found(pt_run *run, json_object *found, relay_error *err)
 static void indeterminate_acquire(pt_run *run)
 {
 	if (run->plugin->machine.find_by_purpose == NULL) {
-		pt_skip(run, 67, "the plugin does not provide find_by_purpose, so the core cannot reconcile an "
-		                 "indeterminate acquire (it then never retries one)");
+		pt_skip(run, 67,
+		        "the plugin does not provide find_by_purpose, so the core cannot reconcile an "
+		        "indeterminate acquire (it then never retries one)");
 		return;
 	}
 	char purpose[64];
@@ -235,29 +242,36 @@ static void indeterminate_acquire(pt_run *run)
 	json_object *found = NULL;
 	int count = 0;
 	if (st == RELAY_OK) {
-		pt_skip(run, 67, "acquire answered RELAY_OK (run the plugin under tests/plugins/machine-faultshim "
-		                 "with a fault for \"-indeterminate-\")");
-		relay_status rs = run->plugin->machine.release(run->plugin->state, lease, "released", NULL, 0, &err);
+		pt_skip(run, 67,
+		        "acquire answered RELAY_OK (run the plugin under tests/plugins/machine-faultshim "
+		        "with a fault for \"-indeterminate-\")");
+		relay_status rs =
+		    run->plugin->machine.release(run->plugin->state, lease, "released", NULL, 0, &err);
 		if (!released(release_retrying(run, lease, rs, &err)))
-			pt_fail(run, 67, "release of the lease acquired for %s answered: %s", purpose, err.message);
+			pt_fail(run, 67, "release of the lease acquired for %s answered: %s", purpose,
+			        err.message);
 	} else if (st != RELAY_E_INDETERMINATE) {
 		pt_skip(run, 67, "acquire answered a definite failure, not RELAY_E_INDETERMINATE");
 	} else if (lease != NULL) {
-		pt_fail(run, 67, "acquire answered RELAY_E_INDETERMINATE but left a value in *lease_json_out "
-		                 "(relay/plugin.h R3)");
+		pt_fail(run, 67,
+		        "acquire answered RELAY_E_INDETERMINATE but left a value in *lease_json_out "
+		        "(relay/plugin.h R3)");
 	} else if ((count = find_count(run, purpose, NULL, NULL, &found, &err)) < 0) {
 		pt_fail(run, 67, "find_by_purpose after an indeterminate acquire answered: %s", err.message);
 	} else if (count > 1) {
-		pt_fail(run, 67, "find_by_purpose lists %d leases for the purpose of one indeterminate acquire: "
-		                 "acquire makes at most one",
+		pt_fail(run, 67,
+		        "find_by_purpose lists %d leases for the purpose of one indeterminate acquire: "
+		        "acquire makes at most one",
 		        count);
 	} else if (!release_found(run, found, &err)) {
-		pt_fail(run, 67, "release of the lease find_by_purpose found after an indeterminate acquire did "
-		                 "not confirm: %s",
+		pt_fail(run, 67,
+		        "release of the lease find_by_purpose found after an indeterminate acquire did "
+		        "not confirm: %s",
 		        err.message);
 	} else if (find_count(run, purpose, NULL, NULL, NULL, &err) != 0) {
-		pt_fail(run, 67, "find_by_purpose still lists a lease of the indeterminate acquire after its "
-		                 "release");
+		pt_fail(run, 67,
+		        "find_by_purpose still lists a lease of the indeterminate acquire after its "
+		        "release");
 	} else {
 		pt_ran(run, 67);
 	}

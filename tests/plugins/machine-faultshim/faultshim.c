@@ -117,13 +117,15 @@ static relay_status parse_rule(fs_state *st, json_object *r, relay_error *err)
 		rule->fault = FS_DELAY;
 	else
 		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                           "%s: unknown fault %s; accepted: fail, drop, delay", FS_NAME, fault);
+		                           "%s: unknown fault %s; accepted: fail, drop, delay", FS_NAME,
+		                           fault);
 	const char *code = json_str(r, "code");
 	if (code && status_named(code, &rule->code) != RELAY_OK)
-		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                           "%s: unknown code %s; give a name relay_status_str answers, such as "
-		                           "\"unavailable\"",
-		                           FS_NAME, code);
+		return st->host->error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "%s: unknown code %s; give a name relay_status_str answers, such as "
+		    "\"unavailable\"",
+		    FS_NAME, code);
 	st->rule_count++;
 	return RELAY_OK;
 }
@@ -133,8 +135,8 @@ static relay_status parse_faults(fs_state *st, json_object *faults, relay_error 
 	if (faults == NULL)
 		return RELAY_OK;
 	if (!json_object_is_type(faults, json_type_array))
-		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "%s: \"faults\" must be an array",
-		                           FS_NAME);
+		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                           "%s: \"faults\" must be an array", FS_NAME);
 	for (size_t i = 0; i < json_object_array_length(faults); i++) {
 		relay_status s = parse_rule(st, json_object_array_get_idx(faults, i), err);
 		if (s != RELAY_OK)
@@ -193,20 +195,22 @@ static relay_status fs_after(fs_state *st, const fs_rule *r, const char *op, rel
 		*out = NULL;
 	}
 	return st->host->error_set(err, RELAY_E_INDETERMINATE, 0,
-	                           "%s: the answer of %s was lost after it succeeded (fault script)", FS_NAME, op);
+	                           "%s: the answer of %s was lost after it succeeded (fault script)", FS_NAME,
+	                           op);
 }
 
 static relay_status fs_missing(fs_state *st, const char *op, unsigned flags, relay_error *err)
 {
 	if (flags != 0)
-		return st->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown %s flags 0x%x", FS_NAME,
-		                           op, flags);
-	return st->host->error_set(err, RELAY_E_UNSUPPORTED, 0, "%s: the wrapped plugin has no %s", FS_NAME, op);
+		return st->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown %s flags 0x%x",
+		                           FS_NAME, op, flags);
+	return st->host->error_set(err, RELAY_E_UNSUPPORTED, 0, "%s: the wrapped plugin has no %s", FS_NAME,
+	                           op);
 }
 
 /* One forwarded operation with an out-parameter: `call_expr` calls the
  * real plugin and assigns `status`. */
-#define FS_FORWARD(st, opname, arg, out, err, present, call_expr)                                             \
+#define FS_FORWARD(st, opname, arg, out, err, present, call_expr)                                            \
 	do {                                                                                                 \
 		if (out)                                                                                     \
 			*(out) = NULL;                                                                       \
@@ -246,8 +250,8 @@ static relay_status fs_inspect(relay_plugin_state *s, const char *lease, relay_c
 	           st->machine.inspect(st->inner_state, lease, call, flags, out, err));
 }
 
-static relay_status fs_release(relay_plugin_state *s, const char *lease, const char *reason,
-                               relay_call *call, unsigned flags, relay_error *err)
+static relay_status fs_release(relay_plugin_state *s, const char *lease, const char *reason, relay_call *call,
+                               unsigned flags, relay_error *err)
 {
 	fs_state *st = s;
 	char **none = NULL;
@@ -267,7 +271,8 @@ static relay_status fs_images(relay_plugin_state *s, relay_call *call, unsigned 
                               relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "images", NULL, out, err, 1, st->machine.images(st->inner_state, call, flags, out, err));
+	FS_FORWARD(st, "images", NULL, out, err, 1,
+	           st->machine.images(st->inner_state, call, flags, out, err));
 }
 
 static relay_status fs_health(relay_plugin_state *s, relay_call *call, unsigned flags, char **out,
@@ -324,7 +329,8 @@ static relay_status fs_binding(relay_plugin_state *s, unsigned flags, char **out
 	         "{\"machine\":\"%s\",\"endpoint\":null,\"store\":null,\"environmentFingerprint\":null}",
 	         st->inner->name);
 	*out = st->host->strdup(text);
-	return *out ? RELAY_OK : st->host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "%s: out of memory", FS_NAME);
+	return *out ? RELAY_OK
+	            : st->host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "%s: out of memory", FS_NAME);
 }
 
 static const relay_machine_ops fs_machine_ops = {
@@ -378,8 +384,8 @@ static relay_status fs_exec(relay_plugin_state *s, relay_transport_conn *conn, c
                             relay_call *call, unsigned flags, relay_exec_result *res, relay_error *err)
 {
 	fs_state *st = s;
-	const char *arg = req && req->argv ? req->argv[req->argv[0] && req->argv[1] && req->argv[2] ? 2 : 0]
-	                                   : NULL;
+	const char *arg =
+	    req && req->argv ? req->argv[req->argv[0] && req->argv[1] && req->argv[2] ? 2 : 0] : NULL;
 	const fs_rule *rule = fs_match(st, "exec", arg);
 	relay_status status = fs_before(st, rule, "exec", err);
 	if (status != RELAY_OK)
@@ -395,7 +401,8 @@ static relay_status fs_exec(relay_plugin_state *s, relay_transport_conn *conn, c
 }
 
 static relay_status fs_push(relay_plugin_state *s, relay_transport_conn *conn, const char *local,
-                            const char *remote, relay_call *call, unsigned flags, char **out, relay_error *err)
+                            const char *remote, relay_call *call, unsigned flags, char **out,
+                            relay_error *err)
 {
 	fs_state *st = s;
 	FS_FORWARD(st, "push", remote, out, err, 1,
@@ -498,8 +505,8 @@ static relay_status fs_init(const relay_host *host, const char *config_json, uns
 {
 	*state_out = NULL;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown init flags 0x%x", FS_NAME,
-		                       flags);
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown init flags 0x%x",
+		                       FS_NAME, flags);
 	fs_state *st = host->alloc(sizeof *st);
 	if (st == NULL)
 		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "%s: out of memory", FS_NAME);
