@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""`mcp-relay plugin-test --kind KIND plugin.so` (issue 15 point 5): every shipped plugin passes
-every check that can run here (machine-local, reference-machine, machine-fake, transfer-ssh
+"""`mcp-relay plugin-test --kind KIND plugin.so` (issue 15 point 5, the hard half checks 60-67 of
+issue 26.4 with tests/plugins/machine-faultshim): every shipped plugin passes every check that can
+run here (machine-local, reference-machine, machine-fake, transfer-ssh
 against a real sshd, machine-service against its stand-in, machine-docker against Podman,
 the capture and console plugins), and each broken backend of tests/abi/broken_backend.c fails
 exactly the check of the rule it breaks, with that check's message."""
@@ -143,6 +144,9 @@ def test_machine_docker_against_podman(binary):
         path = plugin_so(binary, "machine-docker")
         passes(binary, "machine", path, "--options", json.dumps(opts), "--image", "minimal", need=[10, 11, 12, 15])
         passes(binary, "transport", path, "--options", json.dumps(opts), "--image", "minimal", need=[20, 21, 30])
+        # The same fault script as over reference-machine and machine-local (issue 26.4).
+        if os.path.exists(faultshim_so(binary)):
+            one_fault_script(binary, path, opts, "--image", "minimal")
 
 
 # Each broken backend: the checks that must fail, and the first words of the message.
@@ -173,11 +177,11 @@ def shim_options(inner, faults, inner_options=None):
     return json.dumps({"plugin": inner, "faults": faults, "options": inner_options or {}})
 
 
-def one_fault_script(binary, inner, inner_options=None):
+def one_fault_script(binary, inner, inner_options=None, *extra):
     """FAULTS over `inner`: the retried release (66) and the reconciled indeterminate acquire (67)
     run and pass, and so does everything else; without faults both say why they were skipped."""
     shim = faultshim_so(binary)
-    r = passes(binary, "machine", shim, "--options", shim_options(inner, FAULTS, inner_options),
+    r = passes(binary, "machine", shim, "--options", shim_options(inner, FAULTS, inner_options), *extra,
                need=LEASE[:4] + RESTART + [66, 67])
     assert r[16][0] == "ok", r
     # The other way to lose an outcome: acquire fails as "may have happened" before the backend
@@ -185,8 +189,9 @@ def one_fault_script(binary, inner, inner_options=None):
     # guest (the retry meets a lease already gone).
     other = [{"op": "acquire", "match": "-indeterminate-", "fault": "fail", "code": "outcome indeterminate"},
              {"op": "release", "match": "-retry-", "nth": 1, "fault": "drop"}]
-    passes(binary, "machine", shim, "--options", shim_options(inner, other, inner_options), need=[66, 67])
-    r = passes(binary, "machine", inner, *(["--options", json.dumps(inner_options)] if inner_options else []))
+    passes(binary, "machine", shim, "--options", shim_options(inner, other, inner_options), *extra, need=[66, 67])
+    r = passes(binary, "machine", inner, *(["--options", json.dumps(inner_options)] if inner_options else []),
+               *extra)
     assert r[66][0] == "skip" and r[67][0] == "skip", r
 
 
@@ -210,6 +215,29 @@ def test_faultshim_over_machine_local(binary):
     if not os.path.exists(faultshim_so(binary)):
         skip("machine-faultshim.so is not built")
     one_fault_script(binary, plugin_so(binary, "machine-local"))
+
+
+def test_core_adopts_an_indeterminate_acquire_through_the_shim(binary):
+    """The shim as the relay's backend over reference-machine (MCP_RELAY_BACKEND): the answer of
+    the session's acquire is lost after the guest was made; relay_acquire still answers the guest,
+    reconciled by purpose, and relay_release releases it (its folder is gone)."""
+    from relay_client import Relay
+    if not os.path.exists(faultshim_so(binary)):
+        skip("machine-faultshim.so is not built")
+    env = {"MCP_RELAY_BACKEND": faultshim_so(binary),
+           "MCP_RELAY_FAULTSHIM_PLUGIN": plugin_so(binary, "reference-machine"),
+           "MCP_RELAY_FAULTSHIM_FAULTS": json.dumps([{"op": "acquire", "nth": 1, "fault": "drop"}])}
+    with Relay(binary, env=env) as r:
+        r.initialize()
+        acq = r.call_tool("relay_acquire", {"task": "shim", "image": "folder", "extractions": []}, timeout=120)
+        got = acq.get("structuredContent") or {}
+        assert got.get("vm", "").startswith("ref-"), acq
+        assert "fault script: the answer of acquire is dropped" in r.stderr_text(), r.stderr_text()
+        store = r.call_tool("relay_status", {}, timeout=60)["structuredContent"]["guests"][0]["binding"]["store"]
+        assert os.listdir(store) == [got["vm"]], os.listdir(store)  # one guest, the adopted one
+        fin = r.call_tool("relay_release", {"guest": got["guest"]}, timeout=300)
+        assert not fin.get("isError"), fin
+        assert os.listdir(store) == [], os.listdir(store)
 
 
 def test_checks_66_and_67_fail_when_recovery_does(binary):

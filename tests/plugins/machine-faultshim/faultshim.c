@@ -26,7 +26,8 @@
  *                                                   MCP_RELAY_FAULTSHIM_FAULTS
  * The real plugin gets the same configuration with its own "options". An
  * optional operation it lacks answers RELAY_E_UNSUPPORTED (the shim's table
- * is fixed before init); a real plugin without a transport answers
+ * is fixed before init), except health, which then answers RELAY_OK with
+ * no document (nothing to check, as the NULL slot means); a real plugin without a transport answers
  * RELAY_E_UNSUPPORTED at open. `mcp-relay plugin-test` checks 66 and 67 use
  * purposes with "-retry-" and "-indeterminate-" for their faults
  * (docs/development.md, "The conformance runner").
@@ -179,6 +180,8 @@ static relay_status fs_before(fs_state *st, const fs_rule *r, const char *op, re
 		sleep_ms(r->delay_ms);
 	if (r->fault != FS_FAIL)
 		return RELAY_OK;
+	st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: %s fails with %s", op,
+	              relay_status_str(r->code));
 	return st->host->error_set(err, r->code, 0, "%s: %s failed by the fault script (%s)", FS_NAME, op,
 	                           relay_status_str(r->code));
 }
@@ -194,6 +197,7 @@ static relay_status fs_after(fs_state *st, const fs_rule *r, const char *op, rel
 		st->host->free(*out);
 		*out = NULL;
 	}
+	st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: the answer of %s is dropped", op);
 	return st->host->error_set(err, RELAY_E_INDETERMINATE, 0,
 	                           "%s: the answer of %s was lost after it succeeded (fault script)", FS_NAME,
 	                           op);
@@ -275,10 +279,17 @@ static relay_status fs_images(relay_plugin_state *s, relay_call *call, unsigned 
 	           st->machine.images(st->inner_state, call, flags, out, err));
 }
 
+/* Without the real plugin's health there is no identity to check: the
+ * answer a NULL slot stands for (the core then skips the check). */
 static relay_status fs_health(relay_plugin_state *s, relay_call *call, unsigned flags, char **out,
                               relay_error *err)
 {
 	fs_state *st = s;
+	if (st->machine.health == NULL && flags == 0) {
+		if (out)
+			*out = NULL;
+		return RELAY_OK;
+	}
 	FS_FORWARD(st, "health", NULL, out, err, st->machine.health != NULL,
 	           st->machine.health(st->inner_state, call, flags, out, err));
 }
