@@ -14,6 +14,7 @@
 
 #include "receiver/cmds.h"
 #include "receiver/frame.h"
+#include "receiver/serve.h"
 #include "receiver/util.h"
 
 typedef struct command {
@@ -34,6 +35,7 @@ static const command commands[] = {
     {RECEIVER_CMD_RUN, cmd_run},
     {RECEIVER_CMD_CANCEL, cmd_cancel},
     {RECEIVER_CMD_RESET, cmd_reset},
+    {RECEIVER_CMD_SERVE, cmd_serve},
 };
 
 int main(int argc, char **argv)
@@ -48,5 +50,5 @@ int main(int argc, char **argv)
 	}
 	return frame_error(EXIT_USAGE,
 	                   "usage: receiver version | hash | prepare | init | scan | archive | unpack | "
-	                   "remove | capture-test | run | cancel | reset (see docs/receiver.md)");
+	                   "remove | capture-test | run | cancel | reset | serve (see docs/receiver.md)");
 }

@@ -40,6 +40,7 @@
 #define RECEIVER_CMD_RUN          "run"
 #define RECEIVER_CMD_CANCEL       "cancel"
 #define RECEIVER_CMD_RESET        "reset"
+#define RECEIVER_CMD_SERVE        "serve" /* guest.md §17: the resident receiver */
 
 /* Options of the subcommands (guest.md §5.2). */
 #define RECEIVER_OPT_ROOT      "--root"
@@ -177,5 +178,28 @@
 #define RECEIVER_PART_KEY_PATH   "path"
 #define RECEIVER_PART_KEY_BYTES  "bytes"
 #define RECEIVER_PART_KEY_SHA256 "sha256"
+
+/*
+ * The resident receiver (guest.md §17): `receiver serve --root R` reads
+ * requests framed as `run --stdin` reads one, one after another, and
+ * answers each framed as `run --stdin` answers, in order. A header it
+ * cannot parse is answered with a refused outcome frame of executionId
+ * "unknown", after which it exits 2 (the stream is out of step). It exits
+ * 0 at end of input, when R is gone, or after RECEIVER_SERVE_IDLE_MS
+ * without a request.
+ */
+#define RECEIVER_SERVE_IDLE_MS (15 * 60 * 1000)
+/* A worker that ended without its answer (a signal, a crash) is answered
+ * for by serve, which goes on: {"executionId", "receipt": null,
+ * "workerExit": {"code": int|null, "signal": int|null}, "stderr": the
+ * worker's last RECEIVER_SERVE_STDERR_TAIL bytes of standard error}. The
+ * host reads it as the one-shot path reads a receiver's nonzero exit. */
+#define RECEIVER_FRAME_WORKER_EXIT  "workerExit"
+#define RECEIVER_FRAME_CODE         "code"
+#define RECEIVER_FRAME_SIGNAL       "signal"
+#define RECEIVER_FRAME_STDERR       "stderr"
+#define RECEIVER_SERVE_STDERR_TAIL  600
+#define RECEIVER_SERVE_IDLE_ENV     "RELAY_RECEIVER_SERVE_IDLE_MS"
+#define RECEIVER_SERVE_ROOT_POLL_MS 5000 /* how often an idle serve checks that R still exists */
 
 #endif

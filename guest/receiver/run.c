@@ -432,7 +432,8 @@ cleanup:
 /* Step 1: reads the request (from standard input's parts, or a file
  * below the guest root) into *text and parses it into ctx. -1 after a
  * refusal frame, which the caller answers with EXIT_USAGE. */
-static int read_request(run_ctx *ctx, const char *request_path, int from_stdin, buf *text)
+static int read_request(run_ctx *ctx, const char *request_path, int from_stdin, stdin_parts *preread,
+                        buf *text)
 {
 	const char *root = ctx->root;
 	const char *req_rel;
@@ -443,7 +444,13 @@ static int read_request(run_ctx *ctx, const char *request_path, int from_stdin, 
 		return -1;
 	}
 	fsx_defer_syncs(root);
-	if (from_stdin) {
+	if (preread) {
+		ctx->stdio_parts = 1;
+		ctx->parts = *preread; /* taken */
+		memset(preread, 0, sizeof(*preread));
+		buf_append(text, ctx->parts.request.data ? ctx->parts.request.data : "",
+		           ctx->parts.request.len);
+	} else if (from_stdin) {
 		ctx->stdio_parts = 1;
 		if (stdin_parts_read(STDIN_FILENO, &ctx->parts, &err) != 0) {
 			run_emit_outcome_frame("unknown", "refused", err.msg, NULL);
@@ -523,7 +530,7 @@ static void settle_internal_failure(run_ctx *ctx, const char *why)
 	free(diag);
 }
 
-int run_command(const char *root, const char *request_path, int from_stdin)
+static int run_with(const char *root, const char *request_path, int from_stdin, stdin_parts *preread)
 {
 	run_ctx ctx;
 	rerr err;
@@ -542,7 +549,7 @@ int run_command(const char *root, const char *request_path, int from_stdin)
 	ctx.file_names = jv_array();
 	timestamp_now(ctx.started_at);
 	/* 1. read and parse the request */
-	if (read_request(&ctx, request_path, from_stdin, &text) != 0) {
+	if (read_request(&ctx, request_path, from_stdin, preread, &text) != 0) {
 		status = EXIT_USAGE;
 		goto cleanup;
 	}
@@ -645,4 +652,14 @@ cleanup:
 	jv_free(ctx.file_names);
 	buf_free(&text);
 	return status;
+}
+
+int run_command(const char *root, const char *request_path, int from_stdin)
+{
+	return run_with(root, request_path, from_stdin, NULL);
+}
+
+int run_command_parts(const char *root, stdin_parts *parts)
+{
+	return run_with(root, NULL, 1, parts);
 }

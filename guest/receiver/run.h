@@ -12,4 +12,10 @@
  * request_path is then unused. */
 int run_command(const char *root, const char *request_path, int from_stdin);
 
+struct stdin_parts;
+/* The same for a request `receiver serve` already read and checked
+ * (guest.md §17 item 2): `parts` is taken (left cleared); the answer is
+ * framed as with from_stdin. */
+int run_command_parts(const char *root, struct stdin_parts *parts);
+
 #endif

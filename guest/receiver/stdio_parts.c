@@ -83,20 +83,81 @@ static int header_part(const jv *part, const char *name, const char *const *pref
 	return 0;
 }
 
-int stdin_parts_read(int fd, stdin_parts *out, rerr *err)
+/* The header line (without its newline): both parts' paths, sizes and
+ * hashes. The hashes are copied into sha_request/sha_script. */
+static int parse_header(const char *line, size_t len, stdin_parts *out, int64_t *n_request, int64_t *n_script,
+                        char sha_request[65], char sha_script[65], rerr *err)
 {
 	static const char *const request_prefixes[] = {"requests/", NULL};
 	static const char *const script_prefixes[] = {"streamed/", "scripts/", NULL};
-	buf all;
-	jv *header = NULL;
-	const char *nl, *sha_request = NULL, *sha_script = NULL;
-	int64_t n_request = 0, n_script = 0;
-	size_t header_len;
-	char hex[65];
+	const char *sr = NULL, *ss = NULL;
+	int64_t protocol = 0;
+	jv *parts;
 	int rc = -1;
+	jv *header = jv_parse(line, len, err);
+	if (!header) {
+		err_prefix(err, "standard input header");
+		return -1;
+	}
+	parts = jv_get(header, RECEIVER_FRAME_PARTS);
+	if (!jv_is(header, JV_OBJECT) || !jv_get_int(header, RECEIVER_FRAME_PROTOCOL, &protocol) ||
+	    protocol != RECEIVER_PROTOCOL_VERSION || !jv_is(parts, JV_ARRAY) || parts->count != 2) {
+		err_set(err,
+		        "standard input header: needs protocol %d and exactly two parts (request, "
+		        "script)",
+		        RECEIVER_PROTOCOL_VERSION);
+		goto cleanup;
+	}
+	if (header_part(parts->items[0], RECEIVER_PART_REQUEST, request_prefixes, RECEIVER_REQUEST_MAX_BYTES,
+	                &out->request_rel, n_request, &sr, err) != 0 ||
+	    header_part(parts->items[1], RECEIVER_PART_SCRIPT, script_prefixes, RECEIVER_SCRIPT_MAX_BYTES,
+	                &out->script_rel, n_script, &ss, err) != 0)
+		goto cleanup;
+	memcpy(sha_request, sr, 65);
+	memcpy(sha_script, ss, 65);
+	rc = 0;
+cleanup:
+	jv_free(header);
+	return rc;
+}
+
+/* Both parts' bytes (exactly n_request + n_script at `data`) checked
+ * against their hashes. */
+static int take_parts(const char *data, int64_t n_request, int64_t n_script, const char *sha_request,
+                      const char *sha_script, stdin_parts *out, rerr *err)
+{
+	char hex[65];
+	buf_append(&out->request, data, (size_t)n_request);
+	buf_append(&out->script, data + n_request, (size_t)n_script);
+	sha256_hex_of(out->request.data, out->request.len, hex);
+	if (strcmp(hex, sha_request) != 0) {
+		err_set(err, "the request part does not match its sha256 (corrupted on the way)");
+		return -1;
+	}
+	sha256_hex_of(out->script.data, out->script.len, hex);
+	if (strcmp(hex, sha_script) != 0) {
+		err_set(err, "the script part does not match its sha256 (corrupted on the way)");
+		return -1;
+	}
+	return 0;
+}
+
+static void parts_init(stdin_parts *out)
+{
 	memset(out, 0, sizeof(*out));
 	buf_init(&out->request);
 	buf_init(&out->script);
+}
+
+int stdin_parts_read(int fd, stdin_parts *out, rerr *err)
+{
+	buf all;
+	const char *nl;
+	char sha_request[65], sha_script[65];
+	int64_t n_request = 0, n_script = 0;
+	size_t header_len;
+	int rc = -1;
+	parts_init(out);
 	buf_init(&all);
 	if (read_to_end(fd, &all,
 	                RECEIVER_STDIN_HEADER_MAX_BYTES + RECEIVER_REQUEST_MAX_BYTES +
@@ -110,53 +171,87 @@ int stdin_parts_read(int fd, stdin_parts *out, rerr *err)
 		goto cleanup;
 	}
 	header_len = (size_t)(nl - all.data) + 1;
-	header = jv_parse(all.data, header_len - 1, err);
-	if (!header) {
-		err_prefix(err, "standard input header");
+	if (parse_header(all.data, header_len - 1, out, &n_request, &n_script, sha_request, sha_script,
+	                 err) != 0)
 		goto cleanup;
-	}
-	{
-		int64_t protocol = 0;
-		jv *parts = jv_get(header, RECEIVER_FRAME_PARTS);
-		if (!jv_is(header, JV_OBJECT) || !jv_get_int(header, RECEIVER_FRAME_PROTOCOL, &protocol) ||
-		    protocol != RECEIVER_PROTOCOL_VERSION || !jv_is(parts, JV_ARRAY) || parts->count != 2) {
-			err_set(err,
-			        "standard input header: needs protocol %d and exactly two parts (request, "
-			        "script)",
-			        RECEIVER_PROTOCOL_VERSION);
-			goto cleanup;
-		}
-		if (header_part(parts->items[0], RECEIVER_PART_REQUEST, request_prefixes,
-		                RECEIVER_REQUEST_MAX_BYTES, &out->request_rel, &n_request, &sha_request,
-		                err) != 0 ||
-		    header_part(parts->items[1], RECEIVER_PART_SCRIPT, script_prefixes,
-		                RECEIVER_SCRIPT_MAX_BYTES, &out->script_rel, &n_script, &sha_script,
-		                err) != 0)
-			goto cleanup;
-	}
 	if (all.len - header_len != (size_t)(n_request + n_script)) {
 		err_set(err,
 		        "standard input holds %zu bytes after its header, not the %lld its parts announce",
 		        all.len - header_len, (long long)(n_request + n_script));
 		goto cleanup;
 	}
-	buf_append(&out->request, all.data + header_len, (size_t)n_request);
-	buf_append(&out->script, all.data + header_len + n_request, (size_t)n_script);
-	sha256_hex_of(out->request.data, out->request.len, hex);
-	if (strcmp(hex, sha_request) != 0) {
-		err_set(err, "the request part does not match its sha256 (corrupted on the way)");
-		goto cleanup;
-	}
-	sha256_hex_of(out->script.data, out->script.len, hex);
-	if (strcmp(hex, sha_script) != 0) {
-		err_set(err, "the script part does not match its sha256 (corrupted on the way)");
-		goto cleanup;
-	}
-	rc = 0;
+	rc = take_parts(all.data + header_len, n_request, n_script, sha_request, sha_script, out, err);
 cleanup:
-	jv_free(header);
 	buf_free(&all);
 	return rc;
+}
+
+/* Fills `b` from the reader until it holds `want` bytes. 0, 1 at end of
+ * file (nothing or a part of it read), -1 on a read error. */
+static int reader_fill(stdin_reader *r, size_t want, rerr *err)
+{
+	char chunk[65536];
+	while (r->pending.len < want) {
+		ssize_t n = read(r->fd, chunk, sizeof(chunk));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			err_set(err, "cannot read standard input: %s", strerror(errno));
+			return -1;
+		}
+		if (n == 0)
+			return 1;
+		buf_append(&r->pending, chunk, (size_t)n);
+	}
+	return 0;
+}
+
+static void reader_consume(stdin_reader *r, size_t n)
+{
+	memmove(r->pending.data, r->pending.data + n, r->pending.len - n);
+	r->pending.len -= n;
+}
+
+int stdin_parts_next(stdin_reader *r, stdin_parts *out, rerr *err)
+{
+	char sha_request[65], sha_script[65];
+	int64_t n_request = 0, n_script = 0;
+	const char *nl = NULL;
+	size_t header_len;
+	int f;
+	parts_init(out);
+	while (!(nl = r->pending.len ? memchr(r->pending.data, '\n', r->pending.len) : NULL)) {
+		if (r->pending.len >= RECEIVER_STDIN_HEADER_MAX_BYTES)
+			break;
+		f = reader_fill(r, r->pending.len + 1, err);
+		if (f < 0)
+			return -1;
+		if (f > 0 && r->pending.len == 0)
+			return 1;
+		if (f > 0) {
+			err_set(err, "standard input ended inside a request's header line");
+			return -1;
+		}
+	}
+	if (!nl || (size_t)(nl - r->pending.data) + 1 > RECEIVER_STDIN_HEADER_MAX_BYTES) {
+		err_set(err, "a request has no header line (at most %u bytes)",
+		        RECEIVER_STDIN_HEADER_MAX_BYTES);
+		return -1;
+	}
+	header_len = (size_t)(nl - r->pending.data) + 1;
+	if (parse_header(r->pending.data, header_len - 1, out, &n_request, &n_script, sha_request, sha_script,
+	                 err) != 0)
+		return -1;
+	f = reader_fill(r, header_len + (size_t)(n_request + n_script), err);
+	if (f != 0) {
+		if (f > 0)
+			err_set(err, "standard input ended inside a request (%lld bytes announced)",
+			        (long long)(n_request + n_script));
+		return -1;
+	}
+	f = take_parts(r->pending.data + header_len, n_request, n_script, sha_request, sha_script, out, err);
+	reader_consume(r, header_len + (size_t)(n_request + n_script));
+	return f == 0 ? 0 : -2;
 }
 
 int stdin_parts_match(const stdin_parts *parts, const char *root, const jv *request, rerr *err)

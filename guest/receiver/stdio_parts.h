@@ -20,6 +20,22 @@ typedef struct stdin_parts {
  * in err (nothing was written anywhere). */
 int stdin_parts_read(int fd, stdin_parts *out, rerr *err);
 
+/* The requests of `receiver serve` (guest.md §17 item 2): each framed as
+ * above, one after another on one descriptor, each ending where its
+ * header's sizes say. */
+typedef struct stdin_reader {
+	int fd;
+	buf pending; /* read, not yet taken */
+} stdin_reader;
+
+/* Reads the next request from r into *out (cleared first) and checks its
+ * sizes and SHA-256. 0 with a request; 1 at end of file before a request
+ * began; -1 with the refusal's diagnostic in err when a header cannot be
+ * parsed or the stream ends inside a request (the reader is out of step:
+ * the caller stops); -2 with it when a part fails its hash (the request
+ * was consumed whole; the next one may follow). */
+int stdin_parts_next(stdin_reader *r, stdin_parts *out, rerr *err);
+
 /* Checks the parts against the parsed request: the request part's path is
  * requests/<executionId>.json and the script part's path is the request's
  * script.path below root. -1 with the refusal's diagnostic. */

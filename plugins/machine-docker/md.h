@@ -238,12 +238,45 @@ typedef struct md_conn {
 	char user[32];       /* "uid:gid" the commands run as */
 } md_conn;
 
+/* What one exec runs and how (md_exec.c; md_stream.c's stream too). */
+typedef struct exec_plan {
+	const char *container;
+	const char *user;
+	const char *const *argv;
+	const char *const *envp;
+	const char *cwd;
+	uint64_t timeout_ms;
+	const void *stdin_data;
+	size_t stdin_len;
+	bool attach_stdin;
+	bool wrap; /* run under the guest program (group kill on timeout) */
+	bool merge, keep_tail, stdio_bytes;
+	size_t max_output; /* stdout+stderr (stderr only with stdio_bytes) */
+	size_t max_stdout; /* stdio_bytes only */
+} exec_plan;
+/* POST /containers/{id}/exec for plan `p` (wrapped: under the guest
+ * program with `pidfile`); the exec's id in id_out. RELAY_E_TRANSIENT
+ * when nothing was created, RELAY_E_NOT_FOUND for a container that
+ * cannot run commands. */
+relay_status exec_create(md_state *st, const exec_plan *p, const char *pidfile, relay_call *call,
+                         char *id_out, size_t id_size, relay_error *err);
 relay_status exec_run(md_state *st, md_conn *conn, const relay_exec_request *req, relay_call *call,
                       unsigned flags, relay_exec_result *res, relay_error *err);
 /* A short command as root-less guest user with no stdin; output capped at 64 KiB. */
 relay_status exec_simple(md_state *st, const char *container, const char *user, const char *const *argv,
                          uint64_t timeout_ms, relay_call *call, relay_exec_result *res, relay_error *err);
 void exec_result_free(md_state *st, relay_exec_result *res);
+
+/* ---- md_stream.c: the long-lived stream (relay/transport.h RELAY_TRANSPORT_STREAM) ---- */
+
+relay_status md_tstream_open(md_state *st, md_conn *conn, const relay_exec_request *req, relay_call *call,
+                             unsigned flags, relay_transport_stream **out, relay_error *err);
+relay_status md_tstream_write(md_state *st, relay_transport_stream *stream, const void *data, size_t len,
+                              uint64_t timeout_ms, unsigned flags, relay_error *err);
+relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void *buf, size_t cap,
+                             uint64_t timeout_ms, unsigned flags, size_t *got_out, relay_error *err);
+void md_tstream_close(md_state *st, relay_transport_stream *stream, unsigned flags);
+
 /* An unlinked temporary file under <stateDir>/tmp (O_TMPFILE), or -1 with errno. */
 int md_tmp_file(md_state *st);
 /* libarchive's write callback into the file descriptor at *(int *)user. */

@@ -81,24 +81,8 @@ void exec_result_free(md_state *st, relay_exec_result *res)
 	res->out_len = res->err_len = 0;
 }
 
-typedef struct exec_plan {
-	const char *container;
-	const char *user;
-	const char *const *argv;
-	const char *const *envp;
-	const char *cwd;
-	uint64_t timeout_ms;
-	const void *stdin_data;
-	size_t stdin_len;
-	bool attach_stdin;
-	bool wrap; /* run under the guest program (group kill on timeout) */
-	bool merge, keep_tail, stdio_bytes;
-	size_t max_output; /* stdout+stderr (stderr only with stdio_bytes) */
-	size_t max_stdout; /* stdio_bytes only */
-} exec_plan;
-
-static relay_status exec_create(md_state *st, const exec_plan *p, const char *pidfile, relay_call *call,
-                                char *id_out, size_t id_size, relay_error *err)
+relay_status exec_create(md_state *st, const exec_plan *p, const char *pidfile, relay_call *call,
+                         char *id_out, size_t id_size, relay_error *err)
 {
 	json_object *body = json_object_new_object();
 	json_object *cmd = json_object_new_array();

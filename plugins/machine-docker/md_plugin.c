@@ -464,6 +464,32 @@ static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn
 	return xfer_pull(state, conn, remote_path, local_path, call, flags, facts_out, err);
 }
 
+static relay_status t_stream_open(relay_plugin_state *state, relay_transport_conn *conn,
+                                  const relay_exec_request *req, relay_call *call, unsigned flags,
+                                  relay_transport_stream **out, relay_error *err)
+{
+	return md_tstream_open(state, conn, req, call, flags, out, err);
+}
+
+static relay_status t_stream_write(relay_plugin_state *state, relay_transport_stream *stream,
+                                   const void *data, size_t len, uint64_t timeout_ms, unsigned flags,
+                                   relay_error *err)
+{
+	return md_tstream_write(state, stream, data, len, timeout_ms, flags, err);
+}
+
+static relay_status t_stream_read(relay_plugin_state *state, relay_transport_stream *stream, void *buf,
+                                  size_t cap, uint64_t timeout_ms, unsigned flags, size_t *got_out,
+                                  relay_error *err)
+{
+	return md_tstream_read(state, stream, buf, cap, timeout_ms, flags, got_out, err);
+}
+
+static void t_stream_close(relay_plugin_state *state, relay_transport_stream *stream, unsigned flags)
+{
+	md_tstream_close(state, stream, flags);
+}
+
 /* ---- descriptor ----------------------------------------------------------------------- */
 
 /* The console passthrough (md_console.c): x11vnc on the guest's display in
@@ -498,10 +524,14 @@ static const relay_machine_ops machine_ops = {
 
 static const relay_transport_ops transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
-    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_STDIO_BYTES,
+    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_STDIO_BYTES | RELAY_TRANSPORT_STREAM,
     .open = t_open,
     .close = t_close,
     .exec = t_exec,
+    .stream_open = t_stream_open,
+    .stream_write = t_stream_write,
+    .stream_read = t_stream_read,
+    .stream_close = t_stream_close,
     .push = t_push,
     .pull = t_pull,
 };

@@ -137,6 +137,11 @@ static char *make_base(const char *mount, const char *own, char *reason, size_t 
 		lu_textf(reason, reason_size, "cannot create %s: %s", base, strerror(errno));
 		return NULL;
 	}
+	/* Made earlier by someone else (root), it may not be this user's. */
+	if (access(base, W_OK | X_OK) != 0) {
+		lu_textf(reason, reason_size, "%s is not writable by this user: %s", base, strerror(errno));
+		return NULL;
+	}
 	return strdup(base);
 }
 
@@ -158,11 +163,9 @@ static void detect_v1(local_state *st)
 
 void cgroup_detect(local_state *st)
 {
-	if (st->rootless) {
-		snprintf(st->cgroup_reason, sizeof st->cgroup_reason,
-		         "the relay is not root, and machine-local does not use delegated cgroups");
-		return;
-	}
+	/* Without root the same search finds what is delegated to the relay's
+	 * user (its own cgroup writable, e.g. systemd's user@.service with
+	 * Delegate=yes), and says why nothing is where nothing is. */
 	detect_v1(st);
 	char mount[PATH_MAX] = "", own[PATH_MAX];
 	if (!find_mount(false, NULL, mount, sizeof mount)) {

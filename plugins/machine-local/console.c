@@ -234,6 +234,43 @@ static int write_guest_secret(json_object *record, const char *rel_name, const c
 	return e;
 }
 
+/* write_guest_secret where the guest user can read it: without root the
+ * guest user is a subordinate id, which only a process in the guest's
+ * user namespace can give a file to (subids.c). */
+typedef struct secret_job {
+	json_object *record;
+	const char *name, *secret;
+	uid_t uid;
+	gid_t gid;
+} secret_job;
+
+static relay_status secret_job_run(void *arg, char **text_out, relay_error *err)
+{
+	(void)text_out;
+	secret_job *j = arg;
+	int e = write_guest_secret(j->record, j->name, j->secret, j->uid, j->gid, true);
+	if (e != 0 && err) {
+		err->code = RELAY_E_IO;
+		err->sys_errno = e;
+		snprintf(err->message, sizeof err->message, "%s", strerror(e));
+	}
+	return e != 0 ? RELAY_E_IO : RELAY_OK;
+}
+
+static int give_secret(local_state *st, json_object *record, const char *name, const char *secret, uid_t uid,
+                       gid_t gid)
+{
+	if (!subids_guest_mapped(st, record))
+		return write_guest_secret(record, name, secret, uid, gid, !st->rootless);
+	secret_job j = {record, name, secret, uid, gid};
+	relay_error xe;
+	memset(&xe, 0, sizeof xe);
+	pid_t init_pid = (pid_t)lu_get_int(lu_get_object(lu_get_object(record, "pids"), "init"), "pid", 0);
+	if (subids_run_in_guest_userns(st, init_pid, NULL, secret_job_run, &j, NULL, &xe) == RELAY_OK)
+		return 0;
+	return xe.sys_errno ? xe.sys_errno : EIO;
+}
+
 /* Connects to the guest's 127.0.0.1:5900 and reads the RFB banner. */
 static bool rfb_banner(pid_t init_pid, char *banner, size_t size, int timeout_ms)
 {
@@ -296,7 +333,7 @@ static relay_status open_attempt(local_state *st, json_object *record, const cha
 	random_password(st, password);
 	lu_random_hex(st, rnd, 16);
 	snprintf(name, sizeof name, ".relay-vnc-%s", rnd);
-	int e = write_guest_secret(record, name, password, uid, gid, !st->rootless);
+	int e = give_secret(st, record, name, password, uid, gid);
 	if (e != 0)
 		return lu_err(st, err, RELAY_E_IO, e, "cannot give x11vnc its one-time password in guest %s",
 		              lu_get_string(record, "vm"));

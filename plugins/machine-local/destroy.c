@@ -87,11 +87,67 @@ static bool kill_process(pid_t pid, unsigned long long start, int timeout_ms)
 	return gone;
 }
 
+/* A process of the guest's init program (launcher, init, or a process it
+ * forked) started for `lease_dir`: its argv is "machine-local-init launch
+ * ... --lease-dir <lease_dir> ...". Such a process can run before the
+ * record names the init (a relay killed during the launch), and without
+ * root no cgroup holds it. */
+static bool is_launch_of(pid_t pid, const char *lease_dir)
+{
+	char path[64], buf[4096];
+	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	static const char head[] = "machine-local-init\0launch\0";
+	if ((size_t)n < sizeof head - 1 || memcmp(buf, head, sizeof head - 1) != 0)
+		return false;
+	char want[PATH_MAX + 16];
+	int wl = snprintf(want, sizeof want, "--lease-dir%c%s%c", 0, lease_dir, 0);
+	for (ssize_t i = 0; wl > 0 && i + wl <= n; i++)
+		if (memcmp(buf + i, want, (size_t)wl) == 0)
+			return true;
+	return false;
+}
+
+/* The first live process launched for `lease_dir`, or 0. */
+static pid_t find_launch_of(const char *lease_dir)
+{
+	DIR *d = opendir("/proc");
+	pid_t found = 0;
+	struct dirent *de;
+	while (d && !found && (de = readdir(d)) != NULL) {
+		pid_t pid = (pid_t)atoi(de->d_name);
+		unsigned long long start = pid > 0 ? lu_proc_start(pid) : 0;
+		if (start && is_launch_of(pid, lease_dir) && lu_proc_alive(pid, start))
+			found = pid;
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* Kills every process launched for `lease_dir` (at most a few rounds). */
+static void kill_launches_of(const char *lease_dir)
+{
+	for (int round = 0; round < 8; round++) {
+		pid_t pid = find_launch_of(lease_dir);
+		if (pid == 0)
+			return;
+		kill_process(pid, lu_proc_start(pid), 2000);
+	}
+}
+
 /* Removes a lease folder with its record last: a folder that cannot be
  * removed keeps the record that names its guest, so the lease is still
  * found (by purpose, by the reaper) and its release is not answered before
  * the folder is gone (issue 17 defect 6). */
-static int remove_lease_folder(const char *lease_dir)
+static int remove_lease_folder(local_state *st, const char *lease_dir)
 {
 	int fd = open(lease_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -109,7 +165,10 @@ static int remove_lease_folder(const char *lease_dir)
 			continue;
 		char path[PATH_MAX];
 		snprintf(path, sizeof path, "%s/%s", lease_dir, de->d_name);
-		int e = lu_remove_tree(path);
+		/* The upper layer holds files of the guest user's subordinate
+		 * id without root: removed in a namespace that maps it. */
+		bool layer = strcmp(de->d_name, "upper") == 0 || strcmp(de->d_name, "work") == 0;
+		int e = layer ? subids_remove_tree(st, path) : lu_remove_tree(path);
 		if (e != 0 && rc == 0)
 			rc = e;
 	}
@@ -140,9 +199,11 @@ relay_status sandbox_destroy(local_state *st, json_object *record, const char *r
 	bool helper_gone = kill_process((pid_t)lu_get_int(helper, "pid", 0),
 	                                (unsigned long long)lu_get_int(helper, "startTime", 0), 5000);
 	int cg_rc = cgroup_remove_all(record);
+	if (lease_dir)
+		kill_launches_of(lease_dir);
 	int rm_rc = 0;
 	if (init_gone)
-		rm_rc = remove_lease_folder(lease_dir);
+		rm_rc = remove_lease_folder(st, lease_dir);
 	char detail[512];
 	relay_status vs = sandbox_verify_gone(st, record, detail, sizeof detail);
 	if (vs == RELAY_OK) {
@@ -227,6 +288,12 @@ relay_status sandbox_verify_gone(local_state *st, json_object *record, char *det
 	                              (unsigned long long)lu_get_int(ns, "mnt", 0));
 	if (member) {
 		snprintf(detail, detail_size, "process %d is still in the guest's namespaces", (int)member);
+		return RELAY_E_UNVERIFIED;
+	}
+	pid_t launched = lease_dir ? find_launch_of(lease_dir) : 0;
+	if (launched) {
+		snprintf(detail, detail_size, "process %d of the guest's launch is still running",
+		         (int)launched);
 		return RELAY_E_UNVERIFIED;
 	}
 	struct stat sb;

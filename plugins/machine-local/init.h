@@ -32,8 +32,16 @@ typedef struct launch_options {
 	int reject_count;
 	int rootless;
 	int userxattr;
+	int compose_root; /* the lower is the host root: compose it (init_rootless.c) */
+	const char *newuidmap, *newgidmap;
+	const char *outer_uid_map; /* "0 <relay uid> 1 <guest uid> <subordinate uid> 1" for newuidmap */
+	const char *outer_gid_map;
+	const char *id_map_gid; /* the nested namespace's gid map (default: id_map) */
+	const char *guest_home; /* made the guest user's (guest_uid, guest_gid) after the mounts */
+	unsigned guest_uid, guest_gid;
 	long long backstop_ms;
 	int hold_fd;
+	int gate_fd; /* the launcher waits for a byte (or EOF) here before the nested maps */
 } launch_options;
 
 /* The resource bounds of every command the init starts (0 = none): set by
@@ -65,6 +73,22 @@ void join_path(char *out, size_t size, const char *a, const char *b); /* dies wh
 void setup_root(const launch_options *o, const char *merged);
 /* Brings loopback up and adds the reject routes; dies on failure. */
 void setup_network(const launch_options *o);
+
+/* init_rootless.c: without root. */
+/* Creates a user namespace and has newuidmap/newgidmap (set-uid helpers)
+ * write its maps ("inside outside count ..." words); then becomes root of
+ * it without supplementary groups. 0, or -1 with errno. */
+int enter_mapped_userns(const char *newuidmap, const char *newgidmap, const char *uid_map,
+                        const char *gid_map);
+/* Mounts at `merged` a tmpfs root with one overlay per top-level folder of
+ * the host root (upper and work below lease_dir), the private folders
+ * bound from the upper layer; leaves proc, sys, dev and run empty for
+ * setup_root. Dies on failure. */
+void compose_root(const char *lease_dir, const char *merged);
+/* The rmtree command: deletes `path` inside a namespace with those maps.
+ * The exit status (0 = removed). */
+int remove_tree_mapped(const char *newuidmap, const char *newgidmap, const char *uid_map, const char *gid_map,
+                       const char *path);
 
 /* init_serve.c: the control server. */
 /* Serves the control protocol (local_proto.h) until the guest stops. */

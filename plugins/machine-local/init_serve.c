@@ -393,6 +393,13 @@ static int read_expiry(int dir_fd, long long backstop_ms, long long *kill_at_ms)
 		struct stat st;
 		if (errno == ENOENT && fstatat(dir_fd, "", &st, AT_EMPTY_PATH) == 0 && st.st_nlink == 0)
 			return 1;
+		/* Both files are only ever replaced by a rename, never missing
+		 * while the lease lives: gone together, the folder is being
+		 * deleted (without root a plain rm -r leaves the upper layer's
+		 * files of subordinate ids behind, and the folder with them). */
+		if (errno == ENOENT && fstatat(dir_fd, "lease.json", &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+		    errno == ENOENT)
+			return 1;
 		return -1;
 	}
 	char buf[128];

@@ -154,6 +154,10 @@ void setup_root(const launch_options *o, const char *merged)
 
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
 		die(errno, "cannot make the guest's mounts private");
+	if (o->compose_root) {
+		compose_root(o->lease_dir, merged);
+		goto mounted;
+	}
 	/* volatile: the upper layer is thrown away at release, so nothing in
 	 * it is ever synced (without it, the unmount at release would write
 	 * every dirty page of the guest to disk before the folder is deleted).
@@ -172,6 +176,14 @@ void setup_root(const launch_options *o, const char *merged)
 		snprintf(data, sizeof data, "lowerdir=%s,upperdir=%s,workdir=%s%s", o->lower, upper, work,
 		         o->userxattr ? ",userxattr" : "");
 		mount_or_die("overlay", merged, "overlay", MS_NOSUID | MS_NODEV, data);
+	}
+mounted:
+	if (o->guest_home) {
+		/* The relay user cannot give a file to a subordinate id; root of
+		 * the namespace can. */
+		join_path(path, sizeof path, merged, o->guest_home);
+		if (chown(path, o->guest_uid, o->guest_gid) != 0)
+			die(errno, "cannot give %s to the guest user", o->guest_home);
 	}
 
 	join_path(path, sizeof path, merged, "proc");

@@ -377,17 +377,213 @@ static int try_namespaces(local_state *st)
 	return WIFEXITED(wst) ? WEXITSTATUS(wst) : EIO;
 }
 
-json_object *inventory_doctor(local_state *st)
+/* "cause (fix: remedy) rest" -> "cause rest", "remedy" ("" when there is
+ * none); the remedy may hold parentheses of its own. */
+static void split_fix(const char *reason, char *cause, size_t cause_size, char *fix, size_t fix_size)
+{
+	const char *at = strstr(reason, " (fix: ");
+	fix[0] = '\0';
+	if (at == NULL) {
+		lu_textf(cause, cause_size, "%s", reason);
+		return;
+	}
+	const char *from = at + 7, *p = from;
+	int depth = 0;
+	for (; *p && !(*p == ')' && depth == 0); p++)
+		depth += *p == '(' ? 1 : *p == ')' ? -1 : 0;
+	lu_textf(fix, fix_size, "%.*s", (int)(p - from), from);
+	lu_textf(cause, cause_size, "%.*s%s", (int)(at - reason), reason, *p ? p + 1 : "");
+}
+
+static void network_check(local_state *st, json_object *arr)
+{
+	char detail[768], cause[400], fix[400];
+	if (st->helper_path) {
+		snprintf(
+		    detail, sizeof detail,
+		    "%s gives nat guests outbound access (no host, no private ranges)%s; internet and allow "
+		    "go through the relay's egress proxy%s",
+		    st->helper_name, st->rootless ? ", started by the relay for each guest's namespaces" : "",
+		    st->rootless ? ", which needs a relay that is root" : "");
+		optional_check(arr, "network helper", true, detail, NULL);
+		return;
+	}
+	split_fix(st->helper_reason, cause, sizeof cause, fix, sizeof fix);
+	snprintf(detail, sizeof detail,
+	         "no usable network helper: %s; nat gives loopback only; internet and allow go through the "
+	         "relay's egress proxy%s",
+	         cause, st->rootless ? ", which needs a relay that is root" : "");
+	optional_check(arr, "network helper", false, detail, fix[0] ? fix : NULL);
+}
+
+static void cgroup_check(local_state *st, json_object *arr)
+{
+	char detail[512];
+	bool v1 = st->cgroup_v1_memory && st->cgroup_v1_pids;
+	bool limited = cgroup_limits_memory(st) && cgroup_limits_pids(st);
+	if (limited)
+		snprintf(detail, sizeof detail, "guests get cgroups under %s (memory %s, pids %s, cpu %s%s)",
+		         st->cgroup_base && !v1 ? st->cgroup_base : st->cgroup_v1_pids, "limited", "limited",
+		         st->cgroup_cpu ? "limited" : "unlimited",
+		         v1 ? "; memory and pids through cgroup v1" : "");
+	else if (st->cgroup_base)
+		snprintf(detail, sizeof detail,
+		         "guests run, but their %s not limited by a cgroup: the controllers are not enabled "
+		         "under %s (bound to cgroup v1 on this host)%s",
+		         !st->cgroup_memory && !st->cgroup_pids ? "memory and process count are"
+		         : st->cgroup_memory                    ? "process count is"
+		                                                : "memory is",
+		         st->cgroup_base,
+		         uids_in_use(st) ? "; RLIMIT_NPROC on each guest's own uid still bounds its processes"
+		                         : "");
+	else
+		snprintf(detail, sizeof detail,
+		         "guests run, but their memory in all and their CPU are not limited: no cgroup (%s); "
+		         "%s",
+		         st->cgroup_reason[0] ? st->cgroup_reason : st->cgroup_v1_reason,
+		         uids_in_use(st)
+		             ? "each guest's processes are bounded by RLIMIT_NPROC on its own uid, "
+		               "each process by RLIMIT_DATA and RLIMIT_FSIZE"
+		             : "only RLIMIT_DATA and RLIMIT_FSIZE bound each process");
+	char fix[600];
+	if (st->rootless)
+		lu_textf(fix, sizeof fix,
+		         "to limit guests, start the relay in cgroups its user owns: with systemd, "
+		         "systemd-run --user --scope -p "
+		         "Delegate=yes mcp-relay ...; with cgroup v1 (like here), as root: mkdir "
+		         "/sys/fs/cgroup/pids/%s /sys/fs/cgroup/memory/%s && chown -R %s "
+		         "/sys/fs/cgroup/pids/%s /sys/fs/cgroup/memory/%s, then, as %s, echo $$ into both "
+		         "cgroup.procs before starting the relay from that shell",
+		         st->relay_user, st->relay_user, st->relay_user, st->relay_user, st->relay_user,
+		         st->relay_user);
+	else
+		snprintf(
+		    fix, sizeof fix, "%s",
+		    "to limit guests, run on a host with the unified cgroup v2 hierarchy and its memory and "
+		    "pids controllers enabled (inside a container: its runtime's cgroup setting, e.g. "
+		    "--cgroupns=private on a v2 host)");
+	optional_check(arr, "cgroups", limited, detail, limited ? NULL : fix);
+}
+
+static void bounds_check(local_state *st, json_object *arr)
+{
+	char detail[512];
+	if (uids_in_use(st))
+		snprintf(detail, sizeof detail,
+		         "every guest runs as a uid of its own (%u to %u, on the host %u to %u%s); guest "
+		         "commands get RLIMIT_NPROC %lld, RLIMIT_DATA %lld, RLIMIT_FSIZE %lld (0 = none)",
+		         (unsigned)st->user.uid, (unsigned)st->user.uid + st->user_count - 1,
+		         (unsigned)subids_host_uid(st, st->user.uid),
+		         (unsigned)subids_host_uid(st, st->user.uid) + st->user_count - 1,
+		         st->rootless ? ": subordinate ids of the relay's user" : "",
+		         (long long)st->bound_processes, (long long)local_data_bound(st),
+		         (long long)st->bound_file_bytes);
+	else
+		snprintf(detail, sizeof detail,
+		         "guest commands run as root of the guest (%s, which RLIMIT_NPROC does not bound); "
+		         "they get RLIMIT_DATA %lld, RLIMIT_FSIZE %lld (0 = none)",
+		         st->rootless ? "the relay's own user" : "uid 0", (long long)local_data_bound(st),
+		         (long long)st->bound_file_bytes);
+	check(arr, "bounds", true, detail, NULL);
+}
+
+/* Without root: who the guests are. */
+static void subids_check(local_state *st, json_object *arr)
+{
+	if (!st->rootless)
+		return;
+	char detail[600], cause[400], fix[400];
+	if (st->subids) {
+		snprintf(detail, sizeof detail,
+		         "guests run as subordinate ids of %s (uids %u+%lu, gids %u+%lu in /etc/subuid and "
+		         "/etc/subgid, mapped by %s)",
+		         st->relay_user, (unsigned)st->subuid_first, st->subuid_count,
+		         (unsigned)st->subgid_first, st->subgid_count, st->newuidmap_path);
+		check(arr, "subordinate ids", true, detail, NULL);
+		return;
+	}
+	split_fix(st->subids_reason, cause, sizeof cause, fix, sizeof fix);
+	if (st->rootless_map_user) {
+		snprintf(detail, sizeof detail,
+		         "%s: guests run as the relay's own user (options.rootless.withoutSubids map-user), "
+		         "so they can signal, ptrace and write that user's processes and files",
+		         cause);
+		optional_check(arr, "subordinate ids", false, detail, fix[0] ? fix : NULL);
+		return;
+	}
+	snprintf(detail, sizeof detail, "%s: acquire refuses guests", cause);
+	char fixes[600];
+	snprintf(fixes, sizeof fixes,
+	         "%s; or allow guests as the relay's own user: MCP_RELAY_LOCAL_OPTIONS "
+	         "{\"rootless\": {\"withoutSubids\": \"map-user\"}}",
+	         fix);
+	check(arr, "subordinate ids", false, detail, fixes);
+}
+
+/* Each image: what acquire checks first (sandbox_precondition), then a real
+ * acquisition of a throwaway guest, released at once: "Ready" only when an
+ * acquire would succeed now. */
+static void image_checks(local_state *st, relay_call *call, json_object *arr)
+{
+	char detail[1200];
+	for (size_t i = 0; i < st->image_count; i++) {
+		const local_image *im = &st->images[i];
+		relay_error err;
+		memset(&err, 0, sizeof err);
+		relay_status status = sandbox_precondition(st, im, &err);
+		int64_t t0 = lu_monotonic_ms();
+		if (status == RELAY_OK) {
+			char guest[48], hex[7];
+			lu_random_hex(st, hex, 6);
+			snprintf(guest, sizeof guest, "doctor-probe-%s", hex);
+			json_object *spec = json_object_new_object();
+			json_object_object_add(spec, "guest", json_object_new_string(guest));
+			json_object_object_add(spec, "purpose", json_object_new_string("mcp-relay-doctor"));
+			json_object_object_add(spec, "image", json_object_new_string(im->key));
+			json_object_object_add(spec, "ttlMs", json_object_new_int64(120000));
+			json_object *record = NULL;
+			status = sandbox_acquire(st, spec, call, &record, &err);
+			json_object_put(spec);
+			if (status == RELAY_OK) {
+				relay_error derr;
+				memset(&derr, 0, sizeof derr);
+				if (sandbox_destroy(st, record, "doctor", &derr) != RELAY_OK)
+					st->host->log(RELAY_LOG_WARNING, LOCAL_PLUGIN_NAME,
+					              "doctor's probe guest of image %s was not removed: %s",
+					              im->key, derr.message);
+				json_object_put(record);
+			}
+		}
+		char cause[1000], fix[400];
+		if (status == RELAY_OK) {
+			snprintf(
+			    detail, sizeof detail,
+			    "image %s: %s exists, and a guest of it was acquired and released now (%lld ms)",
+			    im->key, im->tree, (long long)(lu_monotonic_ms() - t0));
+			check(arr, "image", true, detail, NULL);
+			continue;
+		}
+		split_fix(err.message, cause, sizeof cause, fix, sizeof fix);
+		snprintf(detail, sizeof detail, "image %s: acquire fails now: %s", im->key, cause);
+		check(arr, "image", false, detail, fix[0] ? fix : "the message names what is missing");
+	}
+}
+
+json_object *inventory_doctor(local_state *st, relay_call *call)
 {
 	json_object *arr = json_object_new_array();
 	char detail[512];
 	int e = try_namespaces(st);
 	snprintf(detail, sizeof detail, "%s",
-	         e == 0 ? "mount, PID, network, UTS and IPC namespaces can be created" : strerror(e));
+	         e == 0 ? (st->rootless ? "user, mount, PID, network, UTS and IPC namespaces can be created"
+	                                : "mount, PID, network, UTS and IPC namespaces can be created")
+	                : strerror(e));
 	check(arr, "namespaces", e == 0, detail,
 	      e == 0 ? NULL
-	             : (st->rootless ? "run the relay as root, or enable unprivileged user namespaces "
-	                               "(sysctl kernel.unprivileged_userns_clone=1)"
+	             : (st->rootless ? "enable unprivileged user namespaces (sudo sysctl -w "
+	                               "kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also "
+	                               "kernel.apparmor_restrict_unprivileged_userns=0), or run the relay "
+	                               "as root"
 	                             : "this kernel or container does not allow new namespaces"));
 	FILE *f = fopen("/proc/filesystems", "re");
 	bool overlay = false;
@@ -399,25 +595,13 @@ json_object *inventory_doctor(local_state *st)
 		fclose(f);
 	check(arr, "overlayfs", overlay,
 	      overlay ? "overlayfs is available" : "overlayfs is not in /proc/filesystems",
-	      overlay ? NULL : "load the overlay module (modprobe overlay)");
+	      overlay ? NULL : "load the overlay module (sudo modprobe overlay)");
 	bool writable = access(st->leases_dir, W_OK) == 0;
 	snprintf(detail, sizeof detail, "lease records go to %s", st->leases_dir);
 	check(arr, "state folder", writable, detail,
 	      writable ? NULL : "make the relay's state folder writable");
-	if (st->helper_path)
-		snprintf(
-		    detail, sizeof detail,
-		    "%s gives nat guests outbound access (no host, no private ranges); internet and allow "
-		    "go through the relay's egress proxy",
-		    st->helper_name);
-	else
-		snprintf(
-		    detail, sizeof detail,
-		    "no network helper: nat gives loopback only; internet and allow go through the relay's "
-		    "egress proxy%s",
-		    st->rootless ? ", which needs a relay that is root" : "");
-	optional_check(arr, "network helper", st->helper_path != NULL, detail,
-	               st->helper_path ? NULL : "apt-get install slirp4netns (or passt)");
+	subids_check(st, arr);
+	network_check(st, arr);
 	const local_image *local = sandbox_find_image(st, "local");
 	bool xvfb = local && sandbox_image_has(st, local->tree, "usr/bin/Xvfb");
 	optional_check(arr, "display", xvfb && st->display_enabled,
@@ -425,60 +609,16 @@ json_object *inventory_doctor(local_state *st)
 	                                           : "displays are off by option (display \"off\"): "
 	                                             "guests have no display and runs take no snapshots")
 	                    : "Xvfb is not installed: guests have no display and runs take no snapshots",
-	               xvfb ? NULL : "apt-get install xvfb");
+	               xvfb ? NULL : "sudo apt-get install xvfb");
 	bool vnc = local && sandbox_image_has(st, local->tree, "usr/bin/x11vnc");
 	bool console = vnc && xvfb && st->display_enabled;
 	optional_check(arr, "console", console,
 	               console ? "x11vnc serves the guest display on the guest's loopback"
 	               : vnc   ? "no guest display, so no console to watch"
 	                       : "x11vnc is not installed: a guest's display cannot be watched (no console)",
-	               vnc ? NULL : "apt-get install x11vnc");
-	/* Limits are optional: without them guests run, unbounded. */
-	bool v1 = st->cgroup_v1_memory && st->cgroup_v1_pids;
-	bool limited = cgroup_limits_memory(st) && cgroup_limits_pids(st);
-	if (limited)
-		snprintf(detail, sizeof detail, "guests get cgroups under %s (memory %s, pids %s, cpu %s%s)",
-		         st->cgroup_base && !v1 ? st->cgroup_base : st->cgroup_v1_pids, "limited", "limited",
-		         st->cgroup_cpu ? "limited" : "unlimited",
-		         v1 ? "; memory and pids through cgroup v1" : "");
-	else if (st->cgroup_base)
-		snprintf(detail, sizeof detail,
-		         "guests run, but their %s not limited: the cgroup controllers are not enabled "
-		         "under %s (bound to cgroup v1 on this host)",
-		         !st->cgroup_memory && !st->cgroup_pids ? "memory and process count are"
-		         : st->cgroup_memory                    ? "process count is"
-		                                                : "memory is",
-		         st->cgroup_base);
-	else
-		snprintf(detail, sizeof detail,
-		         "guests run, but their memory, process count and CPU are not limited: %s",
-		         st->cgroup_reason);
-	optional_check(arr, "cgroups", limited, detail,
-	               limited ? NULL
-	                       : "to limit guests, run on a host with the unified cgroup v2 hierarchy and "
-	                         "its memory and pids controllers enabled (inside a container: its "
-	                         "runtime's cgroup setting, e.g. --cgroupns=private on a v2 host)");
-	if (uids_in_use(st))
-		snprintf(
-		    detail, sizeof detail,
-		    "every guest runs as a uid of its own (%u to %u); guest commands get RLIMIT_NPROC %lld, "
-		    "RLIMIT_DATA %lld, RLIMIT_FSIZE %lld (0 = none)",
-		    (unsigned)st->user.uid, (unsigned)st->user.uid + st->user_count - 1,
-		    (long long)st->bound_processes, (long long)st->bound_data_bytes,
-		    (long long)st->bound_file_bytes);
-	else
-		snprintf(
-		    detail, sizeof detail,
-		    "guest commands run as root of the guest (uid 0, which RLIMIT_NPROC does not bound); "
-		    "they get RLIMIT_DATA %lld, RLIMIT_FSIZE %lld (0 = none)",
-		    (long long)st->bound_data_bytes, (long long)st->bound_file_bytes);
-	check(arr, "bounds", true, detail, NULL);
-	for (size_t i = 0; i < st->image_count; i++) {
-		bool ok = tree_ok(st->images[i].tree);
-		snprintf(detail, sizeof detail, "image %s: %s %s", st->images[i].key, st->images[i].tree,
-		         ok ? "exists" : "is missing");
-		check(arr, "image", ok, detail,
-		      ok ? NULL : "create the tree (e.g. debootstrap) or remove it from options.images");
-	}
+	               vnc ? NULL : "sudo apt-get install x11vnc");
+	cgroup_check(st, arr);
+	bounds_check(st, arr);
+	image_checks(st, call, arr);
 	return arr;
 }

@@ -59,10 +59,11 @@ static int read_status_line(int fd, char *line, size_t size, int64_t until)
 
 /* The launcher's argv and the texts it points to. */
 typedef struct init_args {
-	const char *argv[48 + 2 * LOCAL_MAX_MASKS + 2 * 128];
+	const char *argv[80 + 2 * LOCAL_MAX_MASKS + 2 * 128];
 	char reject[128][24];
 	char backstop[32];
 	char rlimits[3][24];
+	char outer_uid[128], outer_gid[128], nested_uid[64], nested_gid[64], guest_ids[32];
 } init_args;
 
 /* machine-local-init launch ... for this guest (local_init.c, usage). */
@@ -81,6 +82,10 @@ static void init_argv(local_state *st, const char *lease_dir, const char *tree, 
 	argv[ac++] = tree;
 	argv[ac++] = "--hostname";
 	argv[ac++] = guest;
+	json_object *user = lu_get_object(record, "guestUser");
+	uid_t uid = (uid_t)lu_get_int(user, "uid", 0);
+	gid_t gid = (gid_t)lu_get_int(user, "gid", 0);
+	bool mapped = st->rootless && st->subids && uid != 0;
 	argv[ac++] = "--id-map";
 	argv[ac++] = st->rootless ? "0 0 1" : "0 0 65536";
 	argv[ac++] = "--backstop-ms";
@@ -89,6 +94,26 @@ static void init_argv(local_state *st, const char *lease_dir, const char *tree, 
 		argv[ac++] = "--rootless";
 		argv[ac++] = "--userxattr";
 	}
+	if (mapped) {
+		/* The guest user is a subordinate id (subids.c); the init gives it
+		 * its home, which the relay's user cannot. */
+		subids_maps(st, uid, gid, a->outer_uid, a->outer_gid, a->nested_uid, a->nested_gid);
+		snprintf(a->guest_ids, sizeof a->guest_ids, "%u:%u", (unsigned)uid, (unsigned)gid);
+		const char *const extra[] = {"--newuidmap",     st->newuidmap_path,
+		                             "--newgidmap",     st->newgidmap_path,
+		                             "--outer-uid-map", a->outer_uid,
+		                             "--outer-gid-map", a->outer_gid,
+		                             "--id-map",        a->nested_uid,
+		                             "--id-map-gid",    a->nested_gid,
+		                             "--guest-home",    lu_get_string(user, "home"),
+		                             "--guest-ids",     a->guest_ids};
+		for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+			argv[ac++] = extra[i];
+	}
+	/* Without root the kernel refuses an overlay of "/" (it has mounts
+	 * below it): the init composes the view instead (init_rootless.c). */
+	if (st->rootless && strcmp(tree, "/") == 0)
+		argv[ac++] = "--compose-root";
 	const char *cgroups[8];
 	size_t ncgroups = cgroup_paths(record, cgroups, 8);
 	for (size_t i = 0; i < ncgroups; i++) {
@@ -120,6 +145,10 @@ static void init_argv(local_state *st, const char *lease_dir, const char *tree, 
 		argv[ac++] = "--hold-fd";
 		argv[ac++] = "4";
 	}
+	if (with_helper && st->rootless) {
+		argv[ac++] = "--gate-fd";
+		argv[ac++] = "5";
+	}
 	argv[ac] = NULL;
 }
 
@@ -127,7 +156,8 @@ relay_status launch_init(local_state *st, const char *lease_dir, const char *tre
                          json_object *record, bool with_helper, launch_result *lr, relay_error *err)
 {
 	relay_status status = RELAY_OK;
-	int status_pipe[2] = {-1, -1}, hold[2] = {-1, -1};
+	int status_pipe[2] = {-1, -1}, hold[2] = {-1, -1}, gate[2] = {-1, -1};
+	const bool gated = with_helper && st->rootless;
 	int log_fd = -1;
 	lr->launcher = lr->init_pid = lr->helper_pid = 0;
 	init_args args;
@@ -137,7 +167,7 @@ relay_status launch_init(local_state *st, const char *lease_dir, const char *tre
 	snprintf(log_path, sizeof log_path, "%s/init.log", lease_dir);
 	log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (log_fd < 0 || pipe2(status_pipe, O_CLOEXEC) != 0 ||
-	    (with_helper && pipe2(hold, O_CLOEXEC) != 0)) {
+	    (with_helper && pipe2(hold, O_CLOEXEC) != 0) || (gated && pipe2(gate, O_CLOEXEC) != 0)) {
 		status = lu_err(st, err, RELAY_E_IO, errno,
 		                "cannot prepare the guest init's descriptors in %s", lease_dir);
 		goto cleanup;
@@ -146,12 +176,15 @@ relay_status launch_init(local_state *st, const char *lease_dir, const char *tre
 	int hi_status = fcntl(status_pipe[1], F_DUPFD_CLOEXEC, 100);
 	int hi_hold = with_helper ? fcntl(hold[1], F_DUPFD_CLOEXEC, 100) : -1;
 	int hi_log = fcntl(log_fd, F_DUPFD_CLOEXEC, 100);
+	int hi_gate = gated ? fcntl(gate[0], F_DUPFD_CLOEXEC, 100) : -1;
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	lu_spawn_detached_init(&fa, &attr, hi_log);
 	posix_spawn_file_actions_adddup2(&fa, hi_status, 3);
 	if (with_helper)
 		posix_spawn_file_actions_adddup2(&fa, hi_hold, 4);
+	if (gated)
+		posix_spawn_file_actions_adddup2(&fa, hi_gate, 5);
 	/* The init program runs from its memfd, lent as fd 9; nothing else of
 	 * the relay is passed on. */
 	posix_spawn_file_actions_adddup2(&fa, st->init_memfd, 9);
@@ -165,6 +198,12 @@ relay_status launch_init(local_state *st, const char *lease_dir, const char *tre
 	close(hi_log);
 	if (hi_hold >= 0)
 		close(hi_hold);
+	if (hi_gate >= 0)
+		close(hi_gate);
+	if (gate[0] >= 0) {
+		close(gate[0]);
+		gate[0] = -1;
+	}
 	close(status_pipe[1]);
 	status_pipe[1] = -1;
 	if (hold[1] >= 0) {
@@ -208,6 +247,13 @@ relay_status launch_init(local_state *st, const char *lease_dir, const char *tre
 				hold[0] = -1;
 				if (status != RELAY_OK)
 					goto cleanup;
+				if (gate[1] >= 0) {
+					if (write(gate[1], "g", 1) != 1) {
+						/* EOF below opens the gate as well. */
+					}
+					close(gate[1]);
+					gate[1] = -1;
+				}
 			}
 		} else if (strcmp(line, "ready") == 0) {
 			ready = true;
@@ -240,6 +286,8 @@ cleanup:
 		close(hold[0]);
 	if (hold[1] >= 0)
 		close(hold[1]);
+	if (gate[1] >= 0)
+		close(gate[1]);
 	if (log_fd >= 0)
 		close(log_fd);
 	return status;

@@ -14,6 +14,7 @@
  *   destroy.c    destroy a guest, and verify that nothing of it is left
  *   cgroup.c     the guests' cgroups (v2, and the v1 pids and memory ones)
  *   uids.c       one guest uid per guest, claimed durably in the store
+ *   subids.c     without root: the relay user's subordinate ids
  *   ctl.c        the client of the guest init's control socket
  *   egress.c     the relay's egress proxy sockets in a guest's namespace
  *   net.c        network helpers (slirp4netns, pasta), reject routes,
@@ -91,13 +92,27 @@ typedef struct local_state {
 	                             */
 	int64_t bound_file_bytes;   /* RLIMIT_FSIZE of guest commands, 0 = none */
 
+	bool rootless_map_user; /* options.rootless.withoutSubids "map-user" */
+
 	/* facts found at init */
-	bool rootless;     /* the relay is not root: a user namespace is created first */
-	char *slirp_path;  /* NULL when not installed */
-	char *pasta_path;  /* NULL when not installed */
-	char *helper_path; /* the helper in use, NULL for loopback only */
+	bool rootless; /* the relay is not root: a user namespace is created first */
+	/* Without root (subids.c): the relay user's subordinate ids. */
+	bool subids;     /* a usable range for uids and gids, and newuidmap/newgidmap */
+	uid_t relay_uid; /* the relay's own uid and gid */
+	gid_t relay_gid;
+	char relay_user[64]; /* its name ("" when it has none) */
+	uid_t subuid_first;  /* /etc/subuid */
+	unsigned long subuid_count;
+	gid_t subgid_first; /* /etc/subgid */
+	unsigned long subgid_count;
+	char *newuidmap_path, *newgidmap_path;
+	char subids_reason[400]; /* why subids is false, with the fix */
+	char *slirp_path;        /* NULL when not installed */
+	char *pasta_path;        /* NULL when not installed */
+	char *helper_path;       /* the helper in use, NULL for loopback only */
 	char helper_name[16];
-	char *cgroup_base; /* <cgroup2>/.../mcp-relay-local, NULL when cgroups are unusable */
+	char helper_reason[400]; /* why helper_path is NULL, with the fix */
+	char *cgroup_base;       /* <cgroup2>/.../mcp-relay-local, NULL when cgroups are unusable */
 	char cgroup_reason[256];
 	bool cgroup_memory, cgroup_pids, cgroup_cpu;
 	char *cgroup_v1_pids;   /* <v1 pids mount><own>/mcp-relay-local, NULL when absent */
@@ -224,6 +239,10 @@ int sandbox_init_pidfd(json_object *record);
 /* O_PATH fd of the guest's root (via /proc/<init>/root), verified; -1 with errno. */
 int sandbox_root_fd(json_object *record);
 bool sandbox_image_has(local_state *st, const char *tree, const char *rel_path);
+/* What acquire checks of an image before it makes anything, and doctor
+ * shows: the image's tree and, without root, the subordinate ids (or the
+ * option that allows going without). RELAY_OK or the refusal with its fix. */
+relay_status sandbox_precondition(local_state *st, const local_image *image, relay_error *err);
 const local_image *sandbox_find_image(local_state *st, const char *key);
 
 /* ---- cgroup.c -------------------------------------------------------------- */
@@ -255,6 +274,32 @@ relay_status uids_claim(local_state *st, const char *vm, local_user *user, relay
 void uids_release(local_state *st, const char *vm, uid_t uid);
 /* Removes stale claims (lease folder gone, no process of the uid left). */
 void uids_reconcile(local_state *st);
+
+/* ---- subids.c ------------------------------------------------------------- */
+
+/* Finds the relay user's subordinate ids and newuidmap/newgidmap (rootless). */
+void subids_detect(local_state *st);
+/* The host uid (gid) of guest uid `uid` (gid): the relay's own for 0, a
+ * subordinate id for the guest user's range; the id itself with root. */
+uid_t subids_host_uid(const local_state *st, uid_t uid);
+gid_t subids_host_gid(const local_state *st, gid_t gid);
+/* Fills the launcher's maps for a guest whose user is uid/gid: the outer
+ * namespace (newuidmap words) and the nested one (uid_map lines). */
+void subids_maps(const local_state *st, uid_t uid, gid_t gid, char outer_uid[128], char outer_gid[128],
+                 char nested_uid[64], char nested_gid[64]);
+/* Deletes `path` (a lease's upper or work folder) in a user namespace where
+ * the relay user and its subordinate ids are mapped; 0 or errno. */
+int subids_remove_tree(local_state *st, const char *path);
+/* Runs fn(arg) in a child process that joined the user namespace of the
+ * guest init `init_pid`, so files of the guest user's subordinate id can be
+ * made and read; the child's result (status, *err, an optional text in
+ * *text_out, host-allocated) comes back through a pipe. Polls `call` for
+ * cancellation (the child is then killed). */
+typedef relay_status (*subids_fn)(void *arg, char **text_out, relay_error *err);
+relay_status subids_run_in_guest_userns(local_state *st, pid_t init_pid, relay_call *call, subids_fn fn,
+                                        void *arg, char **text_out, relay_error *err);
+/* true when transfers into this guest must run in its user namespace. */
+bool subids_guest_mapped(const local_state *st, json_object *record);
 
 /* ---- ctl.c ----------------------------------------------------------------- */
 
@@ -321,6 +366,14 @@ typedef struct local_conn {
 
 relay_status exec_run(local_state *st, local_conn *conn, const relay_exec_request *req, relay_call *call,
                       unsigned flags, relay_exec_result *res, relay_error *err);
+/* stream.c: the long-lived stream of relay/transport.h (RELAY_TRANSPORT_STREAM). */
+relay_status stream_open(local_state *st, local_conn *conn, const relay_exec_request *req, relay_call *call,
+                         unsigned flags, relay_transport_stream **out, relay_error *err);
+relay_status stream_write(local_state *st, relay_transport_stream *stream, const void *data, size_t len,
+                          uint64_t timeout_ms, unsigned flags, relay_error *err);
+relay_status stream_read(local_state *st, relay_transport_stream *stream, void *buf, size_t cap,
+                         uint64_t timeout_ms, unsigned flags, size_t *got_out, relay_error *err);
+void stream_close(local_state *st, relay_transport_stream *stream, unsigned flags);
 relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err);
 relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_path, const char *local_path,
@@ -330,7 +383,8 @@ relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_pat
 
 json_object *inventory_images(local_state *st);
 relay_status inventory_catalog(local_state *st, json_object **out, relay_error *err);
-json_object *inventory_doctor(local_state *st);
+/* The doctor's checks; each image is acquired and released for real. */
+json_object *inventory_doctor(local_state *st, relay_call *call);
 
 /* ---- console.c --------------------------------------------------------------- */
 

@@ -8,12 +8,18 @@
  *       [--id-map "IN OUT COUNT"] [--rootless] [--userxattr] [--cgroup DIR]...
  *       [--mask PATH]... [--reject A.B.C.D/N]... [--backstop-ms N] [--hold-fd N]
  *       [--rlimit-nproc N] [--rlimit-data BYTES] [--rlimit-fsize BYTES]
+ *       [--compose-root] [--newuidmap PATH --newgidmap PATH --outer-uid-map MAP
+ *        --outer-gid-map MAP] [--id-map-gid MAP] [--guest-home PATH --guest-ids UID:GID]
+ *       [--gate-fd N]
+ *   machine-local-init rmtree NEWUIDMAP NEWGIDMAP UIDMAP GIDMAP PATH
  *
  * fd 3 is the status pipe to the plugin; stdout and stderr go to the lease's
  * init.log. The launcher
  *   1. joins the guest's cgroups (--cgroup: the v2 one and the v1 pids and
  *      memory ones), so everything below is counted;
- *   2. rootless only: creates a user namespace mapping its own uid to 0;
+ *   2. rootless only: creates a user namespace mapping its own uid to 0 and,
+ *      with --outer-uid-map, the guest user's uid to a subordinate id of the
+ *      relay user (written by newuidmap/newgidmap, init_rootless.c);
  *   3. creates mount, UTS, IPC, network, PID and cgroup namespaces;
  *   4. forks the guest init (PID 1 of the new PID namespace), reports
  *      "pid <host pid>" on fd 3, writes the init's user-namespace maps when
@@ -90,6 +96,8 @@ static void guest_init(const launch_options *o, int to_launcher, int from_launch
 	setsid();
 	if (o->hold_fd >= 0)
 		fcntl(o->hold_fd, F_SETFD, FD_CLOEXEC);
+	if (o->gate_fd >= 0)
+		close(o->gate_fd);
 	if (unshare(CLONE_NEWNS) != 0)
 		die(errno, "cannot create the guest's mount namespace");
 
@@ -163,14 +171,19 @@ static void launch(const launch_options *o)
 	/* Nothing of the relay but fds 0-3 (and the held fd 4) reaches the
 	 * guest: a descriptor it forgot to mark close-on-exec would otherwise
 	 * live as long as the guest. */
-	syscall(SYS_close_range, o->hold_fd >= 0 ? 5u : 4u, ~0u, 0u);
+	syscall(SYS_close_range, o->gate_fd >= 0 ? 6u : o->hold_fd >= 0 ? 5u : 4u, ~0u, 0u);
 	for (int i = 0; i < o->cgroup_count; i++) {
 		char path[PATH_MAX];
 		join_path(path, sizeof path, o->cgroups[i], "cgroup.procs");
 		if (write_text(path, "0\n") != 0)
 			die(errno, "cannot join the guest cgroup %s", o->cgroups[i]);
 	}
-	if (o->rootless) {
+	if (o->outer_uid_map) {
+		if (enter_mapped_userns(o->newuidmap, o->newgidmap, o->outer_uid_map, o->outer_gid_map) != 0)
+			die(errno,
+			    "cannot create the guest's user namespace with the subordinate ids %s (%s)",
+			    o->outer_uid_map, o->newuidmap);
+	} else if (o->rootless) {
 		uid_t uid = geteuid();
 		gid_t gid = getegid();
 		if (unshare(CLONE_NEWUSER) != 0)
@@ -207,6 +220,8 @@ static void launch(const launch_options *o)
 	status_line("pid %d", (int)child);
 	if (o->hold_fd >= 0)
 		close(o->hold_fd);
+	if (o->gate_fd >= 0)
+		fcntl(o->gate_fd, F_SETFD, FD_CLOEXEC);
 	for (;;) {
 		char msg[16];
 		ssize_t n = read(up[0], msg, sizeof msg);
@@ -215,9 +230,18 @@ static void launch(const launch_options *o)
 		if (n <= 0)
 			break;
 		if (strncmp(msg, "userns", 6) == 0) {
+			/* The network helper joins the namespaces the init is in
+			 * now: they stay until the plugin says it is ready. */
+			if (o->gate_fd >= 0) {
+				char go;
+				while (read(o->gate_fd, &go, 1) < 0 && errno == EINTR) {
+				}
+				close(o->gate_fd);
+			}
 			const char *map = o->id_map;
+			const char *gmap = o->id_map_gid ? o->id_map_gid : map;
 			int ok =
-			    write_map(child, "uid_map", map) == 0 && write_map(child, "gid_map", map) == 0;
+			    write_map(child, "uid_map", map) == 0 && write_map(child, "gid_map", gmap) == 0;
 			if (!ok)
 				say("machine-local init: cannot write the guest's user namespace maps: %s",
 				    strerror(errno));
@@ -246,7 +270,10 @@ int main(int argc, char **argv)
 	launch_options o;
 	memset(&o, 0, sizeof o);
 	o.hold_fd = -1;
+	o.gate_fd = -1;
 	o.backstop_ms = 60000;
+	if (argc == 7 && strcmp(argv[1], "rmtree") == 0)
+		return remove_tree_mapped(argv[2], argv[3], argv[4], argv[5], argv[6]);
 	if (argc < 2 || strcmp(argv[1], "launch") != 0)
 		usage();
 	for (int i = 2; i < argc; i++) {
@@ -258,6 +285,10 @@ int main(int argc, char **argv)
 		}
 		if (strcmp(k, "--userxattr") == 0) {
 			o.userxattr = 1;
+			continue;
+		}
+		if (strcmp(k, "--compose-root") == 0) {
+			o.compose_root = 1;
 			continue;
 		}
 		if (v == NULL)
@@ -287,10 +318,27 @@ int main(int argc, char **argv)
 			o.backstop_ms = atoll(v);
 		else if (strcmp(k, "--hold-fd") == 0)
 			o.hold_fd = atoi(v);
+		else if (strcmp(k, "--gate-fd") == 0)
+			o.gate_fd = atoi(v);
+		else if (strcmp(k, "--newuidmap") == 0)
+			o.newuidmap = v;
+		else if (strcmp(k, "--newgidmap") == 0)
+			o.newgidmap = v;
+		else if (strcmp(k, "--outer-uid-map") == 0)
+			o.outer_uid_map = v;
+		else if (strcmp(k, "--outer-gid-map") == 0)
+			o.outer_gid_map = v;
+		else if (strcmp(k, "--id-map-gid") == 0)
+			o.id_map_gid = v;
+		else if (strcmp(k, "--guest-home") == 0)
+			o.guest_home = v;
+		else if (strcmp(k, "--guest-ids") == 0 && sscanf(v, "%u:%u", &o.guest_uid, &o.guest_gid) == 2)
+			continue;
 		else
 			usage();
 	}
-	if (!o.lease_dir || !o.lower || !o.hostname || o.lease_dir[0] != '/' || o.lower[0] != '/')
+	if (!o.lease_dir || !o.lower || !o.hostname || o.lease_dir[0] != '/' || o.lower[0] != '/' ||
+	    (o.outer_uid_map && (!o.outer_gid_map || !o.newuidmap || !o.newgidmap)))
 		usage();
 	launch(&o);
 }

@@ -307,12 +307,11 @@ static relay_status m_console(relay_plugin_state *state, const char *lease_json,
 static relay_status m_doctor(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
                              relay_error *err)
 {
-	(void)call;
 	local_state *st = state;
 	*out = NULL;
 	if (flags)
 		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown doctor flags 0x%x", flags);
-	return text_out(st, inventory_doctor(st), out, err);
+	return text_out(st, inventory_doctor(st, call), out, err);
 }
 
 const relay_machine_ops local_machine_ops = {

@@ -138,12 +138,34 @@ static relay_status start_slirp(local_state *st, pid_t init_pid, const char *lea
 	/* Path mode: slirp4netns joins only the network namespace (pid mode
 	 * would also join the init's user namespace, where it has no power
 	 * over a network namespace owned by the host's). */
-	char pid_text[64];
+	char pid_text[64], userns[96];
 	snprintf(pid_text, sizeof pid_text, "/proc/%d/ns/net", (int)init_pid);
-	const char *argv[] = {
-	    st->helper_path,     "--configure",      "--mtu=65520", "--disable-host-loopback",
-	    "--enable-sandbox",  "--enable-seccomp", "--exit-fd=3", "--ready-fd=4",
-	    "--netns-type=path", pid_text,           "tap0",        NULL};
+	/* Without root the namespace belongs to the guest's user namespace,
+	 * which slirp4netns joins too (the launcher holds the init there until
+	 * the helper is ready, launch.c). */
+	snprintf(userns, sizeof userns, "--userns-path=/proc/%d/ns/user", (int)init_pid);
+	const char *argv[16];
+	size_t ac = 0;
+	argv[ac++] = st->helper_path;
+	argv[ac++] = "--configure";
+	argv[ac++] = "--mtu=65520";
+	argv[ac++] = "--disable-host-loopback";
+	if (st->rootless) {
+		/* slirp4netns 1.2 cannot build its sandbox in a user namespace it
+		 * joins by path ("setegid(0) parent failed"): without root it
+		 * runs unsandboxed, which is why auto prefers pasta then
+		 * (plugin.c). */
+		argv[ac++] = userns;
+	} else {
+		argv[ac++] = "--enable-sandbox";
+		argv[ac++] = "--enable-seccomp";
+	}
+	argv[ac++] = "--exit-fd=3";
+	argv[ac++] = "--ready-fd=4";
+	argv[ac++] = "--netns-type=path";
+	argv[ac++] = pid_text;
+	argv[ac++] = "tap0";
+	argv[ac] = NULL;
 	int keep[2] = {hi_exit, hi_ready}, as[2] = {3, 4};
 	int e = 0;
 	pid_t pid = spawn_helper(argv, log_fd, keep, as, 2, &e);
@@ -212,6 +234,8 @@ static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lea
 	if (hi_ns < 0)
 		return lu_err(st, err, RELAY_E_IO, errno, "cannot open the guest's network namespace %s",
 		              netpath);
+	char userns[64];
+	snprintf(userns, sizeof userns, "/proc/%d/ns/user", (int)init_pid);
 	const char *argv[] = {st->helper_path,
 	                      "--runas",
 	                      "0",
@@ -243,7 +267,16 @@ static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lea
 	                      logfile,
 	                      "--netns",
 	                      "/proc/self/fd/3",
+	                      NULL,
+	                      NULL,
 	                      NULL};
+	if (st->rootless) {
+		/* Without root: the namespace belongs to the guest's user
+		 * namespace, which pasta joins (held there by the launcher until
+		 * pasta is done, launch.c); there is no uid to change to. */
+		argv[1] = "--userns";
+		argv[2] = userns;
+	}
 	int log_fd = open_log(lease_dir, "network.log");
 	if (log_fd < 0) {
 		close(hi_ns);

@@ -19,6 +19,9 @@
  *   "bounds":           {"processes": n, "dataBytes": n, "fileBytes": n}  rlimits of
  *                       every guest command (RLIMIT_NPROC, RLIMIT_DATA, RLIMIT_FSIZE)
  *   "mask":             ["/absolute/path", ...] hidden inside guests
+ *   "rootless":         {"withoutSubids": "refuse" | "map-user"}  a relay that is
+ *                       not root and has no subordinate ids: refuse guests (default)
+ *                       or run them as the relay's user mapped to guest root
  */
 #include <ctype.h>
 #include <errno.h>
@@ -32,6 +35,19 @@
 static bool valid_image_key(const char *key)
 {
 	return lu_valid_token(key, 128);
+}
+
+/* {"withoutSubids": "refuse" | "map-user"} (subids.c, sandbox.c). */
+static relay_status parse_rootless(local_state *st, json_object *v, relay_error *err)
+{
+	const char *w = json_object_is_type(v, json_type_object) ? lu_get_string(v, "withoutSubids") : NULL;
+	bool only_key = json_object_is_type(v, json_type_object) && json_object_object_length(v) == 1;
+	if (!only_key || w == NULL || (strcmp(w, "refuse") != 0 && strcmp(w, "map-user") != 0))
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.rootless must be {\"withoutSubids\": \"refuse\"} (the default) or "
+		              "{\"withoutSubids\": \"map-user\"}");
+	st->rootless_map_user = strcmp(w, "map-user") == 0;
+	return RELAY_OK;
 }
 
 static relay_status parse_user(local_state *st, json_object *v, relay_error *err)
@@ -232,6 +248,10 @@ relay_status options_parse(local_state *st, json_object *opts, relay_error *err)
 					    "options.limits.%s is unknown (memoryBytes, pids, cpuPercent)",
 					    lk);
 			}
+		} else if (strcmp(key, "rootless") == 0) {
+			relay_status r = parse_rootless(st, v, err);
+			if (r != RELAY_OK)
+				return r;
 		} else if (strcmp(key, "bounds") == 0) {
 			relay_status s = parse_bounds(st, v, err);
 			if (s != RELAY_OK)
@@ -255,7 +275,7 @@ relay_status options_parse(local_state *st, json_object *opts, relay_error *err)
 			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
 			    "unknown machine-local option %s (known: images, maxGuests, graceMs, backstopMs, "
 			    "reaperIntervalMs, networkHelper, display, screen, guestUser, limits, bounds, "
-			    "mask)",
+			    "mask, rootless)",
 			    key);
 		}
 	}

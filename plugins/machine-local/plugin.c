@@ -33,15 +33,52 @@ static void detect_helper(local_state *st)
 	st->slirp_path = lu_find_program("slirp4netns");
 	st->pasta_path = lu_find_program("pasta");
 	const char *c = st->helper_choice;
-	if (st->rootless || strcmp(c, "none") == 0)
-		return;
-	if ((strcmp(c, "auto") == 0 || strcmp(c, "slirp4netns") == 0) && st->slirp_path) {
+	if (strcmp(c, "none") == 0) {
+		/* loopback only, by choice */
+	} else if (st->rootless && strcmp(c, "auto") == 0 && st->pasta_path) {
+		st->helper_path = st->pasta_path;
+		/* Without root auto prefers pasta: it joins the guest's user
+		 * namespace with its sandbox, slirp4netns only without (net.c). */
+		snprintf(st->helper_name, sizeof st->helper_name, "pasta");
+	} else if ((strcmp(c, "auto") == 0 || strcmp(c, "slirp4netns") == 0) && st->slirp_path) {
 		st->helper_path = st->slirp_path;
 		snprintf(st->helper_name, sizeof st->helper_name, "slirp4netns");
 	} else if ((strcmp(c, "auto") == 0 || strcmp(c, "pasta") == 0) && st->pasta_path) {
 		st->helper_path = st->pasta_path;
 		snprintf(st->helper_name, sizeof st->helper_name, "pasta");
 	}
+	if (st->helper_path == NULL) {
+		lu_textf(
+		    st->helper_reason, sizeof st->helper_reason, "%s",
+		    strcmp(c, "none") == 0
+		        ? "options.networkHelper is none (fix: set it to auto, to use slirp4netns or pasta)"
+		    : strcmp(c, "auto") == 0
+		        ? "neither slirp4netns nor pasta is installed (fix: sudo apt-get install slirp4netns)"
+		        : "the chosen helper is not installed (fix: sudo apt-get install slirp4netns "
+		          "passt, or set options.networkHelper to auto)");
+		return;
+	}
+	/* Both helpers make the guest's tap0 through /dev/net/tun, which a
+	 * user may open only where it is 0666 (the default; some containers
+	 * make it root's). */
+	int tun = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+	if (tun >= 0) {
+		close(tun);
+		return;
+	}
+	struct stat sb;
+	bool exists = stat("/dev/net/tun", &sb) == 0;
+	lu_textf(st->helper_reason, sizeof st->helper_reason,
+	         "%s is installed, but /dev/net/tun %s (fix: %s)", st->helper_name,
+	         exists ? "cannot be opened by the relay's user" : "does not exist",
+	         exists ? "sudo chmod 0666 /dev/net/tun, the kernel's default mode; a udev rule "
+	                  "KERNEL==\"tun\", MODE=\"0666\" keeps it"
+	                : "sudo modprobe tun");
+	if (exists)
+		lu_textf(st->helper_reason + strlen(st->helper_reason),
+		         sizeof st->helper_reason - strlen(st->helper_reason), "; it is mode %04o",
+		         (unsigned)(sb.st_mode & 07777));
+	st->helper_path = NULL;
 }
 
 static relay_status make_init_memfd(local_state *st, relay_error *err)
@@ -97,6 +134,8 @@ static void free_state(local_state *st)
 	free(st->default_network);
 	free(st->slirp_path);
 	free(st->pasta_path);
+	free(st->newuidmap_path);
+	free(st->newgidmap_path);
 	free(st->cgroup_base);
 	free(st->cgroup_v1_pids);
 	free(st->cgroup_v1_memory);
@@ -149,7 +188,12 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 	if (status != RELAY_OK)
 		goto fail;
 	st->rootless = geteuid() != 0;
-	if (st->rootless) {
+	if (st->rootless)
+		subids_detect(st);
+	if (st->rootless && !st->subids) {
+		/* Without subordinate ids the only id a guest can have is the
+		 * relay user's own, as root of the guest; acquire refuses that
+		 * unless options.rootless allows it (sandbox.c). */
 		snprintf(st->user.name, sizeof st->user.name, "root");
 		st->user.uid = 0;
 		st->user.gid = 0;
@@ -302,30 +346,91 @@ static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn
 	return status;
 }
 
+/* A push or pull, run where the guest user's files can be reached: here,
+ * or in a child in the guest's user namespace when the guest user is a
+ * subordinate id of the relay's user (subids.c). */
+typedef struct xfer_job {
+	local_state *st;
+	local_conn *conn;
+	bool push;
+	const char *local_path, *remote_path;
+	relay_call *call;
+	unsigned flags;
+} xfer_job;
+
+static relay_status xfer_job_run(void *arg, char **text_out, relay_error *err)
+{
+	xfer_job *j = arg;
+	if (j->push)
+		return xfer_push(j->st, j->conn, j->local_path, j->remote_path, j->call, j->flags, text_out,
+		                 err);
+	return xfer_pull(j->st, j->conn, j->remote_path, j->local_path, j->call, j->flags, text_out, err);
+}
+
+static relay_status xfer_dispatch(xfer_job *j, char **facts_out, relay_error *err)
+{
+	if (!subids_guest_mapped(j->st, j->conn->record))
+		return xfer_job_run(j, facts_out, err);
+	return subids_run_in_guest_userns(j->st, j->conn->init_pid, j->call, xfer_job_run, j, facts_out, err);
+}
+
 static relay_status t_push(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
                            const char *remote_path, relay_call *call, unsigned flags, char **facts_out,
                            relay_error *err)
 {
-	return xfer_push(state, conn, local_path, remote_path, call, flags, facts_out, err);
+	xfer_job j = {state, (local_conn *)conn, true, local_path, remote_path, call, flags};
+	return xfer_dispatch(&j, facts_out, err);
 }
 
 static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn, const char *remote_path,
                            const char *local_path, relay_call *call, unsigned flags, char **facts_out,
                            relay_error *err)
 {
-	return xfer_pull(state, conn, remote_path, local_path, call, flags, facts_out, err);
+	xfer_job j = {state, (local_conn *)conn, false, local_path, remote_path, call, flags};
+	return xfer_dispatch(&j, facts_out, err);
+}
+
+static relay_status t_stream_open(relay_plugin_state *state, relay_transport_conn *conn,
+                                  const relay_exec_request *req, relay_call *call, unsigned flags,
+                                  relay_transport_stream **out, relay_error *err)
+{
+	return stream_open(state, conn, req, call, flags, out, err);
+}
+
+static relay_status t_stream_write(relay_plugin_state *state, relay_transport_stream *stream,
+                                   const void *data, size_t len, uint64_t timeout_ms, unsigned flags,
+                                   relay_error *err)
+{
+	return stream_write(state, stream, data, len, timeout_ms, flags, err);
+}
+
+static relay_status t_stream_read(relay_plugin_state *state, relay_transport_stream *stream, void *buf,
+                                  size_t cap, uint64_t timeout_ms, unsigned flags, size_t *got_out,
+                                  relay_error *err)
+{
+	return stream_read(state, stream, buf, cap, timeout_ms, flags, got_out, err);
+}
+
+static void t_stream_close(relay_plugin_state *state, relay_transport_stream *stream, unsigned flags)
+{
+	stream_close(state, stream, flags);
 }
 
 /* ---- descriptor ------------------------------------------------------------------ */
 
 static const relay_transport_ops transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
-    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS | RELAY_TRANSPORT_STDIO_BYTES,
+    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS | RELAY_TRANSPORT_STDIO_BYTES |
+              RELAY_TRANSPORT_STREAM,
     .open = t_open,
     .close = t_close,
     .exec = t_exec,
     .push = t_push,
     .pull = t_pull,
+    .stream_open = t_stream_open,
+    .stream_write = t_stream_write,
+    .stream_read = t_stream_read,
+    .stream_close = t_stream_close,
 };
 
 static const relay_plugin_descriptor descriptor = {

@@ -83,7 +83,7 @@ static void remove_orphan_folders(local_state *st)
 		if (access(rec, F_OK) != 0) {
 			st->host->log(RELAY_LOG_INFO, LOCAL_PLUGIN_NAME,
 			              "removing %s: a lease folder without a record", path);
-			lu_remove_tree(path);
+			subids_remove_tree(st, path);
 		}
 		lease_unlock(lock);
 	}

@@ -129,6 +129,24 @@ static json_object *bounds_record(local_state *st, const local_user *user)
 	return b;
 }
 
+relay_status sandbox_precondition(local_state *st, const local_image *image, relay_error *err)
+{
+	struct stat sb;
+	if (stat(image->tree, &sb) != 0 || !S_ISDIR(sb.st_mode))
+		return lu_err(st, err, RELAY_E_IMAGE_UNAVAILABLE, errno,
+		              "image %s is not available: its tree %s is missing (fix: create the tree, e.g. "
+		              "with debootstrap, or remove it from options.images)",
+		              image->key, image->tree);
+	if (st->rootless && !st->subids && !st->rootless_map_user)
+		return lu_err(st, err, RELAY_E_REFUSED, 0,
+		              "without root a guest runs as a subordinate id of the relay's user, and %s; or "
+		              "let guests run as the relay's own user (mapped to guest root, so they can "
+		              "reach that user's processes and files) with MCP_RELAY_LOCAL_OPTIONS "
+		              "{\"rootless\": {\"withoutSubids\": \"map-user\"}}",
+		              st->subids_reason);
+	return RELAY_OK;
+}
+
 /* An acquire spec, checked. */
 typedef struct acquire_req {
 	const char *guest, *purpose, *task, *network;
@@ -181,29 +199,12 @@ static relay_status check_spec(local_state *st, json_object *spec, acquire_req *
 		              "unknown image %s; machine-local offers: %s", image_key ? image_key : "(none)",
 		              keys);
 	}
-	struct stat sb;
-	if (stat(image->tree, &sb) != 0 || !S_ISDIR(sb.st_mode))
-		return lu_err(st, err, RELAY_E_IMAGE_UNAVAILABLE, errno,
-		              "image %s is not available: its tree %s is missing", image->key, image->tree);
-	if (st->rootless && strcmp(image->tree, "/") == 0)
-		return lu_err(
-		    st, err, RELAY_E_IMAGE_UNAVAILABLE, 0,
-		    "image %s (the host root) needs a relay running as root: without root the kernel does "
-		    "not "
-		    "let an overlay use / (it has mounts below it); configure a base tree in options.images "
-		    "instead",
-		    image->key);
+	relay_status ready = sandbox_precondition(st, image, err);
+	if (ready != RELAY_OK)
+		return ready;
 	/* Under allow and internet the guest gets no helper: its namespace has
 	 * loopback only, and the relay's egress proxy listens there. */
-	bool with_helper = q->with_helper = st->helper_path != NULL && !q->egress;
-	if (strcmp(network, "internet") == 0 && !with_helper && !q->egress)
-		return lu_err(
-		    st, err, RELAY_E_REFUSED, 0,
-		    "network internet needs a user-mode network helper and none is usable (%s); install "
-		    "slirp4netns or passt (pasta), or use nat for loopback only",
-		    st->rootless
-		        ? "the relay is not root, and helpers are only used when it is"
-		        : "neither slirp4netns nor pasta is on PATH, or options.networkHelper is none");
+	q->with_helper = st->helper_path != NULL && !q->egress;
 	bool display = q->display = st->display_enabled && sandbox_image_has(st, image->tree, "usr/bin/Xvfb");
 	if (vnc && !(display && sandbox_image_has(st, image->tree, "usr/bin/x11vnc")))
 		return lu_err(st, err, RELAY_E_REFUSED, 0,
@@ -251,6 +252,9 @@ static json_object *new_record(local_state *st, const acquire_req *q, const char
 	json_object_object_add(ju, "uid", int_obj(user->uid));
 	json_object_object_add(ju, "gid", int_obj(user->gid));
 	json_object_object_add(ju, "home", json_object_new_string(user->home));
+	/* Who the guest user is on the host (a subordinate id without root). */
+	json_object_object_add(ju, "hostUid", int_obj(subids_host_uid(st, user->uid)));
+	json_object_object_add(ju, "hostGid", int_obj(subids_host_gid(st, user->gid)));
 	json_object_object_add(record, "guestUser", ju);
 	json_object_object_add(record, "bounds", bounds_record(st, user));
 	lease_set_owner(st, record);

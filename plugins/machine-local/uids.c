@@ -5,7 +5,9 @@
  * uid .. uid + count - 1 (gid likewise): every guest gets one of its own, so
  * what the kernel counts per user (RLIMIT_NPROC, and per-user limits such as
  * inotify instances or message queues) is counted per guest. The guest's
- * user namespace maps ids 1:1, so the guest sees the same uid as the host.
+ * user namespace maps ids 1:1, so the guest sees the same uid as the host;
+ * without root it maps the uid to a subordinate id of the relay's user
+ * (subids.c), and "a host process runs as it" means that subordinate id.
  *
  * A uid is claimed durably before the lease record names it: the claim is a
  * symbolic link <stateDir>/uids/<uid> -> <vm>, made and removed only under
@@ -123,7 +125,7 @@ static void drop_stale(local_state *st, int dir, bool *busy, bool *scanned)
 		if (vm[0] == '\0' || lease_folder_exists(st, vm))
 			continue;
 		if (!*scanned) {
-			uids_running(st->user.uid, st->user_count, busy);
+			uids_running(subids_host_uid(st, st->user.uid), st->user_count, busy);
 			*scanned = true;
 		}
 		if (busy[k])
@@ -150,7 +152,7 @@ relay_status uids_claim(local_state *st, const char *vm, local_user *user, relay
 		goto cleanup;
 	}
 	bool scanned = true;
-	uids_running(st->user.uid, st->user_count, busy);
+	uids_running(subids_host_uid(st, st->user.uid), st->user_count, busy);
 	drop_stale(st, dir, busy, &scanned);
 	for (unsigned k = 0; k < st->user_count; k++) {
 		char name[16];

@@ -143,7 +143,7 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 		return lu_err(st, err, RELAY_E_CANCELLED, 0, "push cancelled before it began");
 	const bool tree = (flags & RELAY_XFER_TREE) != 0;
 	relay_status status = RELAY_OK;
-	guest_ctx g = {st, conn, -1, !st->rootless};
+	guest_ctx g = {st, conn, -1, !st->rootless || subids_guest_mapped(st, conn->record)};
 	sender s;
 	receiver r;
 	memset(&s, 0, sizeof s);

@@ -10,6 +10,9 @@
  *   pull   ssh_pull.c: guest-side refusals and facts, tar stream out;
  *   close  stops the master.
  *
+ *   stream ssh_stream.c: one session running a long-lived command (the
+ *          resident receiver, guest.md §17);
+ *
  * Traits: RELAY_TRANSPORT_CONCURRENT (every operation is its own ssh
  * session over the shared master; the connection is immutable after open)
  * and RELAY_TRANSPORT_GUEST_FACTS.
@@ -21,6 +24,7 @@
 #include "ssh_pull.h"
 #include "ssh_push.h"
 #include "ssh_session.h"
+#include "ssh_stream.h"
 
 static relay_status ts_init(const relay_host *host, const char *config_json, unsigned flags,
                             relay_plugin_state **state_out, relay_error *err)
@@ -101,14 +105,49 @@ static relay_status ts_pull(relay_plugin_state *state, relay_transport_conn *con
 	return ssh_pull(conn, remote_path, local_path, call, flags, facts_json_out, err);
 }
 
+static relay_status ts_stream_open(relay_plugin_state *state, relay_transport_conn *conn,
+                                   const relay_exec_request *req, relay_call *call, unsigned flags,
+                                   relay_transport_stream **out, relay_error *err)
+{
+	(void)state;
+	(void)call;
+	return ssh_stream_open(conn, req, flags, out, err);
+}
+
+static relay_status ts_stream_write(relay_plugin_state *state, relay_transport_stream *stream,
+                                    const void *data, size_t len, uint64_t timeout_ms, unsigned flags,
+                                    relay_error *err)
+{
+	return ssh_stream_write(state, stream, data, len, timeout_ms, flags, err);
+}
+
+static relay_status ts_stream_read(relay_plugin_state *state, relay_transport_stream *stream, void *buf,
+                                   size_t cap, uint64_t timeout_ms, unsigned flags, size_t *got_out,
+                                   relay_error *err)
+{
+	return ssh_stream_read(state, stream, buf, cap, timeout_ms, flags, got_out, err);
+}
+
+static void ts_stream_close(relay_plugin_state *state, relay_transport_stream *stream, unsigned flags)
+{
+	(void)state;
+	(void)flags;
+	ssh_stream_close(stream);
+}
+
 static const relay_transport_ops transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
-    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS | RELAY_TRANSPORT_STDIO_BYTES,
+    .traits = RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS | RELAY_TRANSPORT_STDIO_BYTES |
+              RELAY_TRANSPORT_STREAM,
     .open = ts_open,
     .close = ts_close,
     .exec = ts_exec,
     .push = ts_push,
     .pull = ts_pull,
+    .stream_open = ts_stream_open,
+    .stream_write = ts_stream_write,
+    .stream_read = ts_stream_read,
+    .stream_close = ts_stream_close,
 };
 
 static const relay_plugin_descriptor descriptor = {

@@ -52,9 +52,9 @@ def sha256_hex(data):
 
 def namespaces_missing():
     """Why machine-local cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "machine-local needs root"
-    rc = subprocess.run(["unshare", "--mount", "--pid", "--net", "--uts", "--ipc", "--fork", "true"],
+    # Without root machine-local makes a user namespace first (issue 21).
+    userns = ["--user", "--map-root-user"] if os.geteuid() != 0 else []
+    rc = subprocess.run(["unshare"] + userns + ["--mount", "--pid", "--net", "--uts", "--ipc", "--fork", "true"],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
     if rc != 0:
         return "this kernel or container does not allow new namespaces"

@@ -95,6 +95,10 @@ class Life:
 
     acquire_args = {"task": "matrix", "image": "ubuntu2404", "extractions": DECLARED}
 
+    def hit(self, res):
+        """True when the step's answer shows the failpoint fired in the guest."""
+        return ("failpoint %s:" % self.point) in json.dumps(res)
+
     def __init__(self, env, point):
         self.env, self.point = env, point
         self.guest = None
@@ -230,7 +234,7 @@ def run_life(env, point, action="crash", make_life=Life, steps=STEPS):
                 except subprocess.TimeoutExpired:
                     pass
             died = r.proc.poll() is not None
-            receiver_hit = res is not None and ("failpoint %s:" % point) in json.dumps(res)
+            receiver_hit = res is not None and life.hit(res)
             if died or receiver_hit:
                 assert not restarted, "a second crash at %s in step %s" % (point, name)
                 if action == "error":
@@ -331,8 +335,11 @@ def matrix(binary, action):
     if not failpoints_built(binary):
         skip("this build has no failpoints (configure with -DRELAY_FAILPOINTS=ON, as scripts/test does)")
     only = [p for p in os.environ.get("RELAY_CRASH_POINTS", "").split(",") if p]
+    # The resident channel's points (run.resident.*, receiver.serve.*) need a transport with the
+    # stream trait, which machine-fake's lacks: test_crash_matrix_local.py runs them.
     points = [p for p, can_error in catalogue()
-              if (not only or p in only) and (action == "crash" or can_error)]
+              if (not only or p in only) and (action == "crash" or can_error)
+              and not p.startswith(("run.resident.", "receiver.serve."))]
     assert len(points) >= (20 if action == "crash" else 5) or only, points
     rows, bad = [], []
     for point in points:

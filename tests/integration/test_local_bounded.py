@@ -14,6 +14,9 @@ memory.limit_in_bytes. Through the real binary and real guests:
   - in guest A a fork bomb (background processes until fork fails) is stopped at the process
     bound, while the host still forks and guest B's recorded relay_script succeeds, during the
     bomb and after it; the bomb's cgroup (v1 pids, where it exists) stays within pids.max.
+
+Also as an ordinary user (issue 21): the guest uids are then subordinate ids of the user's
+and no cgroup is writable on this project's machines, so the rlimits are the bounds.
 """
 import glob
 import json
@@ -35,8 +38,6 @@ OPTIONS = {
 
 
 def local_variant(binary):
-    if os.geteuid() != 0:
-        skip("bounded guests need the relay to run as root (guest uids, rlimits, cgroups)")
     v, why = make_variant(binary, "local")
     if v is None:
         skip(why)

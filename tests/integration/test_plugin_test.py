@@ -50,6 +50,7 @@ def passes(binary, kind, path, *extra, need=()):
 
 LEASE = list(range(10, 19))
 TRANSPORT = [20, 21, 22, 23, 24, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36]
+STREAM = [50, 51, 52, 53, 54]  # the long-lived stream (RELAY_TRANSPORT_STREAM, guest.md §17)
 # The hard half (issue 26.4): cancellation of exec, push and pull through a real call, inspect and
 # renew beside a long exec, two execs at once; a restart adopting the lease.
 HARD = [60, 61, 62, 63, 64]
@@ -92,7 +93,7 @@ def test_machine_local(binary):
         skip(why)
     path = plugin_so(binary, "machine-local")
     passes(binary, "machine", path, need=LEASE[:4] + LEASE[5:] + RESTART)
-    passes(binary, "transport", path, need=TRANSPORT + HARD)
+    passes(binary, "transport", path, need=TRANSPORT + STREAM + HARD)
 
 
 def test_transfer_ssh_against_sshd(binary):
@@ -107,7 +108,7 @@ def test_transfer_ssh_against_sshd(binary):
             json.dump({"vm": "sshd-fixture", "purpose": "relay-plugin-test-ssh", "image": "none", "state": "running",
                        "lease_id": None, "expiresAtMs": None, "console": None, "display": None, "ssh": ssh,
                        "record": {}}, f)
-        passes(binary, "transport", plugin_so(binary, "transfer-ssh"), "--lease", lease, need=TRANSPORT)
+        passes(binary, "transport", plugin_so(binary, "transfer-ssh"), "--lease", lease, need=TRANSPORT + STREAM)
 
 
 def test_machine_service_against_standin(binary):
@@ -143,7 +144,8 @@ def test_machine_docker_against_podman(binary):
             opts["runtime"] = eng.runtime
         path = plugin_so(binary, "machine-docker")
         passes(binary, "machine", path, "--options", json.dumps(opts), "--image", "minimal", need=[10, 11, 12, 15])
-        passes(binary, "transport", path, "--options", json.dumps(opts), "--image", "minimal", need=[20, 21, 30])
+        passes(binary, "transport", path, "--options", json.dumps(opts), "--image", "minimal",
+               need=[20, 21, 30] + STREAM)
         # The same fault script as over reference-machine and machine-local (issue 26.4).
         if os.path.exists(faultshim_so(binary)):
             one_fault_script(binary, path, opts, "--image", "minimal")
@@ -151,7 +153,7 @@ def test_machine_docker_against_podman(binary):
 
 # Each broken backend: the checks that must fail, and the first words of the message.
 BROKEN = {
-    "table-size": {2: "the transport ops table says struct_size 56 but the descriptor says transport_ops_size 48"},
+    "table-size": {2: "the transport ops table says struct_size 88 but the descriptor says transport_ops_size 80"},
     "flags": {3: "transport exec answered RELAY_OK to the unknown flag bit 0x40000000"},
     "error": {4: "machine inspect failed with RELAY_E_UNSUPPORTED_FLAGS but its error record holds code 0"},
     "out-param": {5: "machine images failed but left a value in its out-parameter"},

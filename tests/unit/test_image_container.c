@@ -878,13 +878,18 @@ static void test_imagemagick_files(void **state)
 	/* An animated PNG (APNG) as ImageMagick writes it. */
 	const char *apng[] = {"-delay", "10", "-size", "20x20", "xc:red", "xc:blue", NULL};
 	snprintf(out, sizeof out, "%s/anim.png", g_dir);
-	if (convert_to(apng, "APNG", out, &b)) {
+	b = (fx_buf){0};
+	int wrote_apng = convert_to(apng, "APNG", out, &b);
+	if (wrote_apng && memmem(b.data, b.len, "acTL", 4)) {
 		expect_refused(&b, IMAGE_MIME_PNG, RELAY_E_UNSUPPORTED, "animated");
-		free(b.data);
 	} else {
-		print_message(
-		    "note: this ImageMagick cannot write APNG; the hand-built acTL case covers it\n");
+		/* ImageMagick 6 writes APNG through ffmpeg when ffmpeg is installed,
+		 * and ffmpeg 5 makes a single-frame PNG of it (no acTL chunk): there
+		 * is nothing animated to refuse then. */
+		print_message("note: this ImageMagick cannot write an animated PNG; the hand-built "
+		              "acTL case covers it\n");
 	}
+	free(b.data);
 	/* An animated WebP. */
 	const char *awebp[] = {"-delay", "10", "-size", "20x20", "xc:red", "xc:blue", NULL};
 	snprintf(out, sizeof out, "%s/anim.webp", g_dir);

@@ -175,6 +175,30 @@ static void test_duplicate_name_and_no_dlclose(void **state)
 	dlclose(still); /* drops only the reference this check took */
 }
 
+/* A transport built against ABI 1.1 (its table ends at pull) loads, and the
+ * stream slots of ABI 1.4 read as NULL: the core keeps it off the resident
+ * channel (guest.md §17) on the one-shot path. */
+static void test_older_transport_loads_without_stream(void **state)
+{
+	(void)state;
+	char path[PATH_MAX];
+	plugin_path("abi-old-transport", path, sizeof path);
+	plugin_registry registry = {0};
+	loaded_plugin *p = NULL;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	assert_int_equal(loader_load(&registry, path, RELAY_KIND_TRANSPORT, "{}", &p, &err), RELAY_OK);
+	assert_non_null(p->transport.exec);
+	assert_non_null(p->transport.pull);
+	assert_null(p->transport.stream_open);
+	assert_null(p->transport.stream_write);
+	assert_null(p->transport.stream_read);
+	assert_null(p->transport.stream_close);
+	assert_int_equal(p->transport.traits & RELAY_TRANSPORT_STREAM, 0);
+	assert_int_equal(p->transport.struct_size, RELAY_TRANSPORT_OPS_MIN_SIZE);
+	loader_shutdown(&registry);
+}
+
 static void test_find_plugin_search_path(void **state)
 {
 	(void)state;
@@ -206,6 +230,7 @@ int main(void)
 	    cmocka_unit_test(test_missing_required_op),
 	    cmocka_unit_test(test_init_failed),
 	    cmocka_unit_test(test_duplicate_name_and_no_dlclose),
+	    cmocka_unit_test(test_older_transport_loads_without_stream),
 	    cmocka_unit_test(test_find_plugin_search_path),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -93,9 +93,9 @@ extern "C" {
 /* ABI version: major in the high 16 bits, minor in the low 16 bits. A major
  * change breaks binary compatibility; a minor change only appends. */
 #define RELAY_ABI_VERSION_MAJOR 1u
-#define RELAY_ABI_VERSION_MINOR                                                                              \
-	3u /* 1.1: RELAY_TRANSPORT_STDIO_BYTES; 1.2: RELAY_PROCESS_EXEC_RULES; 1.3: machine egress_listeners \
-	    */
+/* 1.1: RELAY_TRANSPORT_STDIO_BYTES; 1.2: RELAY_PROCESS_EXEC_RULES; 1.3: machine
+ * egress_listeners; 1.4: RELAY_TRANSPORT_STREAM (docs/plugin-abi.md) */
+#define RELAY_ABI_VERSION_MINOR      4u
 #define RELAY_ABI_MAKE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define RELAY_ABI_VERSION            RELAY_ABI_MAKE(RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR)
 #define RELAY_ABI_MAJOR(v)           ((uint32_t)(v) >> 16)

@@ -61,6 +61,8 @@ extern "C" {
 
 /* Opaque per-guest connection of a transport. */
 typedef void relay_transport_conn;
+/* Opaque long-lived byte stream to one guest command (ABI 1.4). */
+typedef void relay_transport_stream;
 
 /* Bits of relay_transport_ops.traits. */
 #define RELAY_TRANSPORT_CONCURRENT  0x1u /* exec/push/pull may run concurrently on one conn */
@@ -79,6 +81,13 @@ typedef void relay_transport_conn;
  * service's exec answers one "output"). The core reads receiver frames from
  * standard output either way; plugin-test checks the joined output. */
 #define RELAY_TRANSPORT_MERGED_OUTPUT 0x8u
+/* Since ABI 1.4: stream_open/stream_write/stream_read/stream_close (below)
+ * keep one guest command running with a long-lived byte stream: bytes
+ * written go to its standard input, bytes read come from its standard
+ * output, exactly as sent, until either side closes. The core sets nothing
+ * new for a transport without it (a 1.0-1.3 ops table is shorter, so the
+ * four slots read as NULL). guest.md §17: the resident receiver. */
+#define RELAY_TRANSPORT_STREAM 0x10u
 
 /* Flags of exec(). The rules without flags, the same as host->process_run
  * with RELAY_PROCESS_EXEC_RULES (relay/host.h): envp is added to the guest
@@ -184,6 +193,63 @@ typedef struct relay_transport_ops {
 	relay_status (*pull)(relay_plugin_state *state, relay_transport_conn *conn, const char *remote_path,
 	                     const char *local_path, relay_call *call, unsigned flags, char **facts_json_out,
 	                     relay_error *err);
+
+	/* ---- ABI 1.4, with RELAY_TRANSPORT_STREAM (NULL slots otherwise) ----
+	 *
+	 * A stream is one guest command whose standard input and standard
+	 * output are a byte pipe to the core for as long as it runs. Its
+	 * standard error is the transport's (logged through host->log, at
+	 * most one line per read, or discarded); it is never mixed into the
+	 * stream. The command runs as exec() would run it (argv, cwd, envp
+	 * of `req`; timeout_ms bounds only the start), but outlives every
+	 * call: nothing kills it except stream_close or its own exit. What the
+	 * command starts in its own session is never tied to the stream:
+	 * closing the stream ends the command's input, not its descendants.
+	 * Operations on one stream are called by one thread at a time; other
+	 * operations of the same connection (exec of `receiver cancel`) may
+	 * run beside them when RELAY_TRANSPORT_CONCURRENT is set. */
+
+	/* Starts req->argv with the stream as its standard input and output.
+	 * RELAY_OK with *stream_out (released with stream_close; the conn
+	 * must outlive it). RELAY_E_TRANSIENT when nothing was started (safe
+	 * to try again), RELAY_E_INDETERMINATE when the command may have
+	 * started but the stream could not be set up (the command then sees
+	 * end of file on its input). req is read with RELAY_COPY_IN;
+	 * req->stdin_data and the output caps are ignored. *stream_out stays
+	 * NULL after a failure. */
+	relay_status (*stream_open)(relay_plugin_state *state, relay_transport_conn *conn,
+	                            const relay_exec_request *req, relay_call *call, unsigned flags,
+	                            relay_transport_stream **stream_out, relay_error *err);
+
+	/* Writes all `len` bytes of `data` (borrowed) to the command's standard
+	 * input, waiting at most timeout_ms (> 0) for the pipe to take them.
+	 * RELAY_OK: every byte was handed to the transport (not a proof the
+	 * command read them). RELAY_E_TIMEOUT or RELAY_E_INDETERMINATE (the
+	 * command ended, or the connection broke): not every byte was handed
+	 * over (some may have reached the command, never all of them: the
+	 * core relies on it, a request cut short never runs); the stream is
+	 * broken and may only be closed. Never raises SIGPIPE in the relay. */
+	relay_status (*stream_write)(relay_plugin_state *state, relay_transport_stream *stream,
+	                             const void *data, size_t len, uint64_t timeout_ms, unsigned flags,
+	                             relay_error *err);
+
+	/* Reads what the command wrote to its standard output: waits up to
+	 * timeout_ms (0 = do not wait) for at least one byte, then stores
+	 * 1 to `cap` bytes in `buf` (caller-owned) and their count in *got_out.
+	 * RELAY_OK with *got_out 0 is end of file: the command closed its
+	 * output or ended; the stream may only be closed. RELAY_E_TIMEOUT:
+	 * nothing arrived in time; the stream stays usable. RELAY_E_INDETERMINATE:
+	 * the transport broke; only close. *got_out is 0 after every failure. */
+	relay_status (*stream_read)(relay_plugin_state *state, relay_transport_stream *stream, void *buf,
+	                            size_t cap, uint64_t timeout_ms, unsigned flags, size_t *got_out,
+	                            relay_error *err);
+
+	/* Ends the stream: closes the command's standard input (it sees end of
+	 * file), waits at most 2 s for it to end on its own, then stops the
+	 * transport's side of it (the local client process, the exec) and
+	 * frees the stream. Kills nothing the command started in a session of
+	 * its own. Safe on a broken stream; `stream` is invalid afterwards. */
+	void (*stream_close)(relay_plugin_state *state, relay_transport_stream *stream, unsigned flags);
 } relay_transport_ops;
 
 /* Hands `*full` (a whole result the transport filled, struct_size its own)

@@ -117,6 +117,11 @@ static const struct {
     {35, "pull refuses an existing host path"},
     {36, "push refuses a relative guest path"},
     {40, "plan answers a plan by the rules"},
+    {50, "stream: open starts a command"},
+    {51, "stream: many requests, in order"},
+    {52, "stream: a read with nothing written times out"},
+    {53, "stream: close ends the command's input"},
+    {54, "stream: a broken stream says so"},
     {45, "console operations answer cleanly"},
     {60, "exec: a cancelled call ends the command"},
     {61, "push: a cancelled call stops it"},
@@ -308,6 +313,7 @@ static void run_checks(pt_run *run)
 		if (pt_transport_open(run)) {
 			pt_transport_exec(run);
 			pt_transport_xfer(run);
+			pt_transport_stream(run);
 			pt_transport_hard(run);
 		}
 		pt_transport_close(run);

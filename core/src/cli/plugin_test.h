@@ -15,6 +15,7 @@
  *   plugin_test_machine.c    checks 10-19: the lease lifecycle
  *   plugin_test_transport.c  checks 20-29: exec
  *   plugin_test_xfer.c       checks 30-39: push and pull, paths and facts
+ *   plugin_test_stream.c     checks 50-54: the long-lived stream
  *   plugin_test_kinds.c      checks 2-5 (tables, flags, errors,
  *                            out-parameters) and 40-49 (capture, console)
  *   plugin_test_hard.c       checks 60-64: cancellation of exec, push and
@@ -101,6 +102,9 @@ relay_status pt_sh(pt_run *run, const char *script, uint64_t timeout_ms, relay_e
 
 /* ---- plugin_test_xfer.c ---- */
 void pt_transport_xfer(pt_run *run); /* checks 30-36 */
+
+/* ---- plugin_test_stream.c ---- */
+void pt_transport_stream(pt_run *run); /* checks 50-54 (skipped without RELAY_TRANSPORT_STREAM) */
 
 /* ---- plugin_test_hard.c, plugin_test_recover.c ---- */
 void pt_transport_hard(pt_run *run);  /* checks 60-64, on an open connection */

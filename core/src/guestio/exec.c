@@ -23,7 +23,7 @@
  * receiver command, or NULL when it names none: machine-local and ssh guests
  * start the receiver with a clean environment (docs/reliability.md §2). Test
  * builds only; the caller frees. */
-static char *receiver_failpoints_env(void)
+char *gio_receiver_failpoints_env(void)
 {
 	const char *text = getenv("MCP_RELAY_FAILPOINTS");
 	strbuf sb;
@@ -71,7 +71,8 @@ static relay_status exec_with_input(guest_io *io, relay_call *call, const char *
 		req.max_stdout_bytes = sv ? sv->max_stdout_bytes : 0;
 	}
 #ifdef RELAY_FAILPOINTS
-	char *fp_env = io->receiver && strcmp(argv[0], io->receiver) == 0 ? receiver_failpoints_env() : NULL;
+	char *fp_env =
+	    io->receiver && strcmp(argv[0], io->receiver) == 0 ? gio_receiver_failpoints_env() : NULL;
 	const char *fp_envp[] = {fp_env, NULL};
 	req.envp = fp_env ? fp_envp : NULL;
 #endif
@@ -120,8 +121,7 @@ typedef struct watch {
 	bool done;
 } watch;
 
-/* Runs `receiver cancel` once; true when it signalled the execution. */
-static bool receiver_cancel(guest_io *io, const char *execution_id)
+bool gio_receiver_cancel(guest_io *io, const char *execution_id)
 {
 	const char *argv[] = {io->receiver, RECEIVER_CMD_CANCEL,    RECEIVER_OPT_ROOT,
 	                      io->root,     RECEIVER_OPT_EXECUTION, execution_id,
@@ -183,7 +183,8 @@ static void *watch_main(void *arg)
 		}
 		if (sv->cancelled && abort_at) {
 			if (!sv->receiver_cancel_signalled && now >= next_cancel_try) {
-				sv->receiver_cancel_signalled = receiver_cancel(w->io, sv->cancel_execution);
+				sv->receiver_cancel_signalled =
+				    gio_receiver_cancel(w->io, sv->cancel_execution);
 				next_cancel_try = clock_monotonic_ms() + 500;
 			}
 			if (clock_monotonic_ms() >= abort_at) {

@@ -113,6 +113,17 @@ typedef struct gio_supervision {
 	bool receiver_cancel_signalled; /* `receiver cancel` answered signalled: true */
 } gio_supervision;
 
+#ifdef RELAY_FAILPOINTS
+/* "MCP_RELAY_FAILPOINTS=<the receiver entries of the relay's own setting>"
+ * for a receiver command's environment, or NULL when it names none (test
+ * builds only; docs/reliability.md §2). malloc'd. */
+char *gio_receiver_failpoints_env(void);
+#endif
+
+/* Runs `receiver cancel --root R --execution <id>` once (15 s limit);
+ * true when it answered signalled: true. */
+bool gio_receiver_cancel(guest_io *io, const char *execution_id);
+
 /* gio_exec, supervised: the exec runs under an internal call of its own
  * (tracked by the manager, so the session's grace deadline still stops
  * it), progress goes to io->call every sv->tick_ms, and a cancellation of

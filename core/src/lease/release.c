@@ -13,6 +13,7 @@
 
 #include "delivery/downloads.h"
 #include "delivery/packaging.h"
+#include "guestio/resident.h"
 #include "lease/lifecycle.h"
 #include "lease/renewal.h"
 #include "session/events.h"
@@ -112,6 +113,7 @@ static int release_result(manager *m, guest *g, const char *reason, json_object 
 static void close_transport(manager *m, guest *g)
 {
 	downloads_shutdown(m, g); /* no step download may use the connection any more */
+	gio_resident_close(m, g); /* `receiver serve` sees end of input and exits */
 	manager_lock(m);
 	loaded_plugin *plugin = g->transport_plugin;
 	relay_transport_conn *conn = g->transport_conn;

@@ -63,6 +63,32 @@ relay_status run_push_files(guest_io *io, const char *script_rel, const char *sc
                             const char *script_sha, const char *request_rel, const char *request,
                             size_t request_len, const char *request_sha, relay_error *err);
 
+/* ---- the resident channel (run_channel.c, guest.md §17) ---- */
+
+typedef enum run_channel_end {
+	RUN_CHANNEL_UNSENT,   /* no receiver can have the request: take the one-shot path */
+	RUN_CHANNEL_ANSWERED, /* *st_out and *res hold what the one-shot exec would have (the answer,
+	                         a timeout, a cancellation) */
+	RUN_CHANNEL_BROKEN,   /* the request went in whole and the channel broke before a whole
+	                         answer: the run may have happened; ask (run_channel_ask), never resend */
+} run_channel_end;
+
+/* Sends the framed request `text` (len bytes) of execution_id on the
+ * guest's channel, opening it (again, once, when it takes no byte) as
+ * needed, and reads its answer within limit_ms under `sv` (progress,
+ * cancellation: gio_resident_request). *res is filled as
+ * gio_exec_supervised fills it for `receiver run --stdin` (res->out the
+ * answer, owned by the caller: gio_exec_result_free). */
+run_channel_end run_channel_send(guest_io *io, const char *execution_id, const char *text, size_t len,
+                                 uint64_t limit_ms, gio_supervision *sv, relay_status *st_out,
+                                 relay_exec_result *res, relay_error *err);
+
+/* Asks the guest's own record for execution_id's receipt (`receiver hash`
+ * of R/state/receiver/receipts/<id>.json, §17 item 4): the frame's receipt
+ * fact {path, sha256, bytes} (new reference) to pull, or NULL when the
+ * guest holds none (*asked_out true) or could not be asked (false). */
+json_object *run_channel_ask(guest_io *io, const char *execution_id, bool *asked_out);
+
 /* ---- the receipt (run_receipt.c, guest.md §15 step 5) ---- */
 
 /* NULL when the receipt is well formed for this run, else the reason. */

@@ -12,6 +12,7 @@
 #include "call/call.h"
 #include "delivery/image_delivery.h"
 #include "delivery/step_downloads.h"
+#include "guestio/resident.h"
 #include "receiver_protocol.h"
 #include "runs/run_internal.h"
 #include "runs/run_network.h"
@@ -51,7 +52,10 @@ typedef struct run_ctx {
 	char *request_text, *stdin_text;
 	size_t request_len, stdin_len;
 	guest_io io;
-	bool io_open, one_trip, cancelled;
+	/* one_trip: the request goes framed on standard input (§16.2) and the
+	 * answer comes framed; resident: on the guest's channel (§17) */
+	bool io_open, one_trip, resident, channel_broken, cancelled;
+	const char *channel; /* the execution record's `channel`: resident, one-shot or pushed */
 	uint64_t limit_ms;
 	json_object *frame, *receipt, *outcome;
 	int64_t receipt_bytes;
@@ -179,14 +183,15 @@ static int run_send(run_ctx *x)
 	 * script ride on the receiver's standard input and the receipt comes
 	 * back on its output: one round trip. */
 	x->one_trip = (x->io.traits & RELAY_TRANSPORT_STDIO_BYTES) != 0;
-	if (x->one_trip)
+	x->resident = gio_resident_possible(&x->io);
+	if (x->one_trip || x->resident)
 		x->stdin_text = run_stdin_parts_text(x->request_rel, x->request_text, x->request_len,
 		                                     x->request_sha, x->script_rel, x->c->script,
 		                                     x->c->script_len, x->script_sha, &x->stdin_len);
-	if (x->one_trip && x->stdin_text == NULL)
+	if ((x->one_trip || x->resident) && x->stdin_text == NULL)
 		return run_not_dispatched(x->m, x->g, x->evidence, x->exec_id, "internal", false, x->out,
 		                          "out of memory building the receiver's standard input");
-	st = x->one_trip
+	st = x->one_trip || x->resident
 	         ? RELAY_OK
 	         : run_push_files(&x->io, x->script_rel, x->c->script, x->c->script_len, x->script_sha,
 	                          x->request_rel, x->request_text, x->request_len, x->request_sha, &err);
@@ -198,6 +203,61 @@ static int run_send(run_ctx *x)
 		    was_cancelled ? "the call was cancelled while the script was being sent" : err.message);
 	}
 	return 0;
+}
+
+/* The supervision of the run's receiver (progress, cancellation, caps). */
+static void run_supervision(run_ctx *x, gio_supervision *sv, bool framed)
+{
+	memset(sv, 0, sizeof *sv);
+	sv->tick_ms = RUN_PROGRESS_MS;
+	sv->tick_what = "script";
+	sv->limit_ms = x->c->timeout_ms;
+	sv->cancel_execution = x->exec_id;
+	sv->cancel_grace_ms = RUN_CANCEL_GRACE_MS;
+	sv->stdin_data = framed ? x->stdin_text : NULL;
+	sv->stdin_len = framed ? x->stdin_len : 0;
+	sv->max_stdout_bytes =
+	    RUN_FRAME_MAX_OUTPUT_BYTES + RECEIVER_RECEIPT_MAX_BYTES + RECEIVER_ATTACH_IMAGE_MAX_BYTES;
+}
+
+/* The run on the guest's resident channel (guest.md §17). True when it
+ * went there (answered, or broke after the request went in whole: never
+ * resent); false when the run takes the one-shot or push path, with the
+ * files pushed when only the push is left (-1 in *rc: not dispatched). */
+static bool run_dispatch_resident(run_ctx *x, relay_status *st, gio_supervision *sv, relay_exec_result *res,
+                                  relay_error *err, int *rc)
+{
+	*rc = 0;
+	run_supervision(x, sv, true);
+	run_network_step(x->m, x->g, x->exec_id);
+	run_channel_end end =
+	    run_channel_send(&x->io, x->exec_id, x->stdin_text, x->stdin_len, x->limit_ms, sv, st, res, err);
+	run_network_step(x->m, x->g, NULL);
+	bool refused = end == RUN_CHANNEL_ANSWERED && *st == RELAY_OK && !res->timed_out &&
+	               gio_run_answer_refused(res->out, res->out_len);
+	if (end != RUN_CHANNEL_UNSENT && !refused) {
+		x->channel = "resident";
+		x->channel_broken = end == RUN_CHANNEL_BROKEN;
+		x->one_trip = true; /* the answer is framed as the one round trip's */
+		return true;
+	}
+	if (refused) {
+		/* A refusal of the framing: nothing ran (§16.2 item 2); sent by push. */
+		log_warning(
+		    "relay_script %s: receiver serve refused the request; sending the run by push instead",
+		    x->exec_id);
+		x->one_trip = false;
+	}
+	gio_exec_result_free(res);
+	if (!x->one_trip) {
+		relay_status pst =
+		    run_push_files(&x->io, x->script_rel, x->c->script, x->c->script_len, x->script_sha,
+		                   x->request_rel, x->request_text, x->request_len, x->request_sha, err);
+		if (pst != RELAY_OK)
+			*rc = run_not_dispatched(x->m, x->g, x->evidence, x->exec_id, gio_tool_code(pst),
+			                         false, x->out, "%s", err->message);
+	}
+	return false;
 }
 
 /* Step 4: `receiver run`, once; with one round trip, a refusal of its
@@ -214,7 +274,18 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 	char *request_remote = strbuf_detach(&sb, NULL);
 	x->limit_ms = (uint64_t)x->c->timeout_ms + RUN_CAPTURE_ALLOWANCE_MS + (uint64_t)x->after_ms;
 	x->limit_ms = (x->limit_ms + 999) / 1000 * 1000;
-	relay_status st;
+	relay_status st = RELAY_OK;
+	int rc = 0;
+	if (x->resident && run_dispatch_resident(x, &st, sv, res, err, &rc)) {
+		free(request_remote);
+		x->cancelled = sv->cancelled;
+		*st_out = st;
+		return 0;
+	}
+	if (rc != 0) {
+		free(request_remote);
+		return rc;
+	}
 	for (;;) {
 		const char *argv[] = {x->io.receiver,
 		                      RECEIVER_CMD_RUN,
@@ -222,16 +293,7 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 		                      x->root,
 		                      x->one_trip ? RECEIVER_RUN_STDIN_OPTION : request_remote,
 		                      NULL};
-		memset(sv, 0, sizeof *sv);
-		sv->tick_ms = RUN_PROGRESS_MS;
-		sv->tick_what = "script";
-		sv->limit_ms = x->c->timeout_ms;
-		sv->cancel_execution = x->exec_id;
-		sv->cancel_grace_ms = RUN_CANCEL_GRACE_MS;
-		sv->stdin_data = x->one_trip ? x->stdin_text : NULL;
-		sv->stdin_len = x->one_trip ? x->stdin_len : 0;
-		sv->max_stdout_bytes =
-		    RUN_FRAME_MAX_OUTPUT_BYTES + RECEIVER_RECEIPT_MAX_BYTES + RECEIVER_ATTACH_IMAGE_MAX_BYTES;
+		run_supervision(x, sv, x->one_trip);
 		run_network_step(x->m, x->g, x->exec_id);
 		st = gio_exec_supervised(&x->io, sv, argv, NULL, x->limit_ms, RUN_FRAME_MAX_OUTPUT_BYTES,
 		                         x->one_trip ? RELAY_EXEC_STDIO_BYTES : 0, res, err);
@@ -256,6 +318,7 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 		}
 	}
 	free(request_remote);
+	x->channel = x->one_trip ? "one-shot" : "pushed";
 	x->cancelled = sv->cancelled;
 	*st_out = st;
 	return 0;
@@ -370,6 +433,29 @@ static void run_read_answer(run_ctx *x, relay_status st, const gio_supervision *
 	}
 }
 
+/* A channel that broke after the request went in whole (§17 item 4): the
+ * guest's own record for the id answers, or the run stays uncertain; it is
+ * never sent again. */
+static void run_ask_record(run_ctx *x)
+{
+	bool asked = false;
+	json_object *fact = run_channel_ask(&x->io, x->exec_id, &asked);
+	if (fact) {
+		gio_run_answer none;
+		memset(&none, 0, sizeof none);
+		json_object_put(x->outcome);
+		x->outcome = NULL;
+		run_take_receipt(x, fact, &none);
+		json_object_put(fact);
+		return;
+	}
+	json_object_put(x->outcome);
+	x->outcome = run_outcome_uncertain(
+	    "the channel to receiver serve broke after the request was sent and %s; the run is never sent "
+	    "again",
+	    asked ? "the guest holds no receipt for it (yet)" : "the guest's record could not be asked");
+}
+
 /* Step 7: the result's facts (tools.md §3.6) and its imageDelivery. */
 static int run_result_facts(run_ctx *x)
 {
@@ -396,6 +482,7 @@ static int run_result_facts(run_ctx *x)
 		jsonx_add(rsnap, "group", json_object_get(grp));
 	jsonx_add(out, "snapshots", rsnap);
 	jsonx_add(out, "outcome", json_object_get(x->outcome));
+	jsonx_add_str(out, "channel", x->channel);
 	if (x->receipt) {
 		static const char *const copied[] = {
 		    "stdout", "stderr", "timedOut", "outputTruncated", "terminationConfirmed", "leftRunning"};
@@ -488,6 +575,8 @@ int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcom
 	run_mark(&x, "receiver run");
 	run_read_answer(&x, st, &sv, &res, &err);
 	gio_exec_result_free(&res);
+	if (x.channel_broken)
+		run_ask_record(&x);
 	run_mark(&x, "receipt pull");
 	rc = run_result_facts(&x);
 	run_record_end(m, g, x.evidence, x.exec_id, out, x.step, x.cancelled);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "call/call.h"
+#include "guestio/resident.h"
 #include "receiver_protocol.h"
 #include "runs/capture_plan.h"
 #include "runs/receiver_builds.h"
@@ -234,6 +235,7 @@ static int stage_fresh(stage_ctx *s, json_object *reset)
 {
 	json_object *plan = NULL, *apps = NULL, *files = NULL;
 	RELAY_FAILPOINT("stage.before-receiver");
+	gio_resident_close(s->m, s->g); /* a channel of an earlier stage runs the receiver being replaced */
 	int r = stage_receiver(s);
 	if (r)
 		goto cleanup;
@@ -284,6 +286,14 @@ static int stage_fresh(stage_ctx *s, json_object *reset)
 	r = stage_start_recording(s, plan, enabled);
 	if (r)
 		goto cleanup;
+	/* The resident receiver's channel (guest.md §17 item 3); without it
+	 * the runs go one-shot, so a failure here fails nothing. */
+	relay_error ch_err;
+	relay_error_clear(&ch_err);
+	if (gio_resident_possible(&s->io) && gio_resident_ensure(&s->io, &ch_err) != RELAY_OK)
+		log_warning("guest %s: receiver serve did not start (%s); runs go one-shot", s->g->name,
+		            ch_err.message);
+	stage_phase_mark(s, "resident channel");
 	relay_call_progress(s->call, (double)s->total_bytes + 2,
 	                    s->total_bytes ? (double)s->total_bytes + 2 : -1, "staged", true);
 	r = stage_result(s, files, json_object_new_array(), reset);

@@ -139,9 +139,10 @@ typedef struct guest {
 	struct loaded_plugin *transport_plugin; /* chosen at first use */
 	relay_transport_conn *transport_conn;   /* open connection, or NULL */
 	bool transport_opening; /* a thread is in transport.open for this guest; others wait on m->changed */
-	struct downloads_queue *dl; /* background step downloads (downloads.h), or NULL */
-	uint64_t acquisition_order; /* for status ordering */
-	int64_t next_beat_ms;       /* relay time of the next renewal beat */
+	struct downloads_queue *dl;    /* background step downloads (downloads.h), or NULL */
+	struct gio_resident *resident; /* the resident receiver's channel (guestio/resident.h), or NULL */
+	uint64_t acquisition_order;    /* for status ordering */
+	int64_t next_beat_ms;          /* relay time of the next renewal beat */
 	struct guest *next;
 	/* egress (docs/egress.md). writes: lease/ (egress.c: started after the
 	 * lease, under `allow` or `internet`), session/ (guest_close stops it) */

@@ -26,13 +26,18 @@ typedef struct fp_point {
 /* Every point of the core, in the order of a guest's life. Keep in step
  * with docs/reliability.md §2 (which says where each one is). */
 static const fp_point catalogue[] = {
-    {"acquire.after-intent", false}, {"acquire.before-request", false}, {"acquire.after-request", false},
-    {"acquire.after-adopt", false},  {"stage.before-receiver", false},  {"stage.before-push", true},
-    {"stage.after-push", false},     {"stage.before-init", false},      {"stage.after-init", false},
-    {"run.before-dispatch", false},  {"run.before-receipt", false},     {"run.after-receipt", false},
-    {"image.before-pull", false},    {"image.after-publish", false},    {"extract.before-pull", true},
-    {"extract.after-pull", false},   {"finish.before-manifest", true},  {"finish.after-manifest", false},
-    {"finish.after-seal", false},    {"release.before-destroy", false}, {"release.after-destroy", false},
+    {"acquire.after-intent", false},      {"acquire.before-request", false},
+    {"acquire.after-request", false},     {"acquire.after-adopt", false},
+    {"stage.before-receiver", false},     {"stage.before-push", true},
+    {"stage.after-push", false},          {"stage.before-init", false},
+    {"stage.after-init", false},          {"run.before-dispatch", false},
+    {"run.resident.before-send", false},  {"run.resident.after-send", false},
+    {"run.resident.after-answer", false}, {"run.before-receipt", false},
+    {"run.after-receipt", false},         {"image.before-pull", false},
+    {"image.after-publish", false},       {"extract.before-pull", true},
+    {"extract.after-pull", false},        {"finish.before-manifest", true},
+    {"finish.after-manifest", false},     {"finish.after-seal", false},
+    {"release.before-destroy", false},    {"release.after-destroy", false},
     {"release.after-verify", false},
 };
 #define FP_COUNT (sizeof catalogue / sizeof catalogue[0])

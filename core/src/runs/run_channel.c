@@ -1,0 +1,148 @@
+/*
+ * A recorded run on the guest's resident channel (guest.md §17 items 3, 4):
+ * the framed request sent on `receiver serve`'s stream, the answer read as
+ * the one-shot exec's standard output would be, and the guest's own record
+ * asked when the channel broke after the request went in whole.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "guestio/resident.h"
+#include "receiver_protocol.h"
+#include "runs/run_internal.h"
+#include "util/jsonx.h"
+#include "util/log.h"
+#include "util/strbuf.h"
+
+/* The frame line an answer begins with (guest/receiver_protocol.h), or
+ * NULL. New reference. */
+static json_object *first_frame(const char *answer, size_t len)
+{
+	const char *nl = answer && len ? memchr(answer, '\n', len) : NULL;
+	json_object *frame = nl ? jsonx_parse(answer, (size_t)(nl - answer), NULL, NULL, 0) : NULL;
+	if (frame && !json_object_is_type(frame, json_type_object)) {
+		json_object_put(frame);
+		frame = NULL;
+	}
+	return frame;
+}
+
+/* serve's answer for a worker that ended without its own (a crash, a
+ * signal; guest/receiver_protocol.h RECEIVER_FRAME_WORKER_EXIT) becomes
+ * what the one-shot exec of that receiver would have returned: its exit
+ * status and its standard error's tail, no standard output. */
+static void take_worker_exit(relay_exec_result *res)
+{
+	json_object *frame = first_frame(res->out, res->out_len);
+	json_object *ex = jsonx_get_obj(frame, RECEIVER_FRAME_WORKER_EXIT);
+	if (ex == NULL) {
+		json_object_put(frame);
+		return;
+	}
+	int64_t code = -1, sig = 0;
+	jsonx_get_int(ex, RECEIVER_FRAME_CODE, &code);
+	jsonx_get_int(ex, RECEIVER_FRAME_SIGNAL, &sig);
+	const char *tail = jsonx_get_str(frame, RECEIVER_FRAME_STDERR);
+	gio_exec_result_free(res);
+	res->exit_code = sig > 0 ? -1 : (int)code;
+	res->signal = (int)sig;
+	res->termination_confirmed = 0;
+	res->err = strdup(tail ? tail : "");
+	res->err_len = res->err ? strlen(res->err) : 0;
+	json_object_put(frame);
+}
+
+/* True for the {"error"} frame of a receiver that could not start serve
+ * (no such subcommand, an unusable root): it names no execution. */
+static bool serve_unusable(const char *answer, size_t len)
+{
+	json_object *frame = first_frame(answer, len);
+	bool unusable = frame && jsonx_get_str(frame, RECEIVER_FRAME_ERROR) &&
+	                !jsonx_get_str(frame, RECEIVER_FRAME_EXECUTION_ID);
+	json_object_put(frame);
+	return unusable;
+}
+
+run_channel_end run_channel_send(guest_io *io, const char *execution_id, const char *text, size_t len,
+                                 uint64_t limit_ms, gio_supervision *sv, relay_status *st_out,
+                                 relay_exec_result *res, relay_error *err)
+{
+	memset(res, 0, sizeof *res);
+	res->struct_size = sizeof *res;
+	*st_out = RELAY_OK;
+	/* A channel that is gone, or that takes no byte, is opened once more
+	 * before the run falls back (§17 item 3). */
+	for (int attempt = 0; attempt < 2; attempt++) {
+		relay_error oerr;
+		relay_error_clear(&oerr);
+		if (gio_resident_ensure(io, &oerr) != RELAY_OK) {
+			log_warning(
+			    "relay_script %s: no channel to receiver serve (%s); the run goes one-shot",
+			    execution_id, oerr.message);
+			return RUN_CHANNEL_UNSENT;
+		}
+		char *answer = NULL;
+		size_t answer_len = 0;
+		relay_error_clear(err);
+		gio_resident_end end =
+		    gio_resident_request(io, sv, text, len, limit_ms, &answer, &answer_len, err);
+		switch (end) {
+		case GIO_RESIDENT_NOT_SENT:
+			log_warning("relay_script %s: the request did not go into the channel (%s)",
+			            execution_id, err->message);
+			continue;
+		case GIO_RESIDENT_ANSWERED:
+			if (serve_unusable(answer, answer_len)) {
+				/* A receiver that has no serve (staged by an older relay)
+				 * or cannot use R answers {"error"} at once: nothing ran. */
+				log_warning(
+				    "relay_script %s: receiver serve is not usable in this guest (%.*s); the "
+				    "run goes one-shot",
+				    execution_id, (int)(answer_len > 200 ? 200 : answer_len), answer);
+				free(answer);
+				gio_resident_close(io->m, io->g);
+				return RUN_CHANNEL_UNSENT;
+			}
+			res->exit_code = 0;
+			res->termination_confirmed = 1;
+			res->out = answer;
+			res->out_len = answer_len;
+			take_worker_exit(res);
+			return RUN_CHANNEL_ANSWERED;
+		case GIO_RESIDENT_TIMED_OUT: res->timed_out = 1; return RUN_CHANNEL_ANSWERED;
+		case GIO_RESIDENT_CANCELLED: *st_out = RELAY_E_CANCELLED; return RUN_CHANNEL_ANSWERED;
+		case GIO_RESIDENT_BROKEN: *st_out = RELAY_E_INDETERMINATE; return RUN_CHANNEL_BROKEN;
+		}
+	}
+	return RUN_CHANNEL_UNSENT;
+}
+
+json_object *run_channel_ask(guest_io *io, const char *execution_id, bool *asked_out)
+{
+	strbuf rel = STRBUF_INIT, path = STRBUF_INIT;
+	strbuf_printf(&rel, "%s/%s.json", RECEIVER_RECEIPTS_DIR, execution_id);
+	strbuf_printf(&path, "%s/%s", io->root, strbuf_str(&rel));
+	const char *args[] = {RECEIVER_CMD_HASH, strbuf_str(&path), NULL};
+	json_object *frame = NULL, *fact = NULL;
+	relay_error err;
+	relay_error_clear(&err);
+	relay_status st = gio_receiver(io, args, GIO_SHORT_TIMEOUT_MS, &frame, &err);
+	/* exit 3: the receiver looked and found no receipt file */
+	*asked_out = st == RELAY_OK || st == RELAY_E_REFUSED;
+	if (st == RELAY_OK && frame) {
+		fact = json_object_new_object();
+		jsonx_add_str(fact, RECEIVER_FRAME_PATH, strbuf_str(&rel));
+		int64_t bytes = -1;
+		jsonx_add_str(fact, RECEIVER_FRAME_SHA256, jsonx_get_str(frame, RECEIVER_FRAME_SHA256));
+		if (jsonx_get_int(frame, RECEIVER_FRAME_BYTES, &bytes))
+			jsonx_add_int(fact, RECEIVER_FRAME_BYTES, bytes);
+	} else if (!*asked_out) {
+		log_warning("relay_script %s: the guest's record could not be asked: %s", execution_id,
+		            err.message);
+	}
+	json_object_put(frame);
+	strbuf_free(&rel);
+	strbuf_free(&path);
+	return fact;
+}

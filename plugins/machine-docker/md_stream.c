@@ -1,0 +1,211 @@
+/*
+ * md_stream.c — the transport's long-lived stream (relay/transport.h,
+ * RELAY_TRANSPORT_STREAM; guest.md §17): one attached exec through the
+ * exec API (POST /containers/{id}/exec with AttachStdin, then the hijacked
+ * POST /exec/{id}/start), kept open. Bytes written go up the connection;
+ * what comes down is demultiplexed (8-byte headers: stream, 0, 0, 0, size
+ * big-endian): stream 1 is the command's standard output, handed to the
+ * caller; stream 2 its standard error, logged a line at a time. Closing
+ * half-closes the connection (end of input), waits for the command to end
+ * and frees the connection; nothing is killed.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "md.h"
+
+#define STREAM_OPEN_MS       30000
+#define STREAM_CLOSE_WAIT_MS 2000
+
+typedef struct md_tstream {
+	md_stream *s;
+	unsigned char hdr[8];
+	size_t hdr_have;
+	size_t frame_left; /* bytes of the current frame still to come */
+	int frame_kind;    /* 1 stdout, 2 stderr */
+	char err_line[512];
+	size_t err_len;
+	bool eof;
+} md_tstream;
+
+relay_status md_tstream_open(md_state *st, md_conn *conn, const relay_exec_request *req_in, relay_call *call,
+                             unsigned flags, relay_transport_stream **out, relay_error *err)
+{
+	*out = NULL;
+	if (flags)
+		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_open flags 0x%x", flags);
+	relay_exec_request req;
+	memset(&req, 0, sizeof req);
+	if (req_in == NULL || req_in->struct_size < RELAY_EXEC_REQUEST_V1_0_SIZE)
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a request");
+	memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
+	if (req.argv == NULL || req.argv[0] == NULL || (req.cwd && req.cwd[0] && req.cwd[0] != '/'))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "stream_open needs argv and an absolute cwd");
+	exec_plan p = {.container = conn->container,
+	               .user = conn->user,
+	               .argv = req.argv,
+	               .envp = req.envp,
+	               .cwd = req.cwd,
+	               .attach_stdin = true};
+	char id[128], path[256];
+	relay_status s = exec_create(st, &p, NULL, call, id, sizeof id, err);
+	if (s != RELAY_OK)
+		return s;
+	md_tstream *t = calloc(1, sizeof *t);
+	if (t == NULL)
+		return md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	snprintf(path, sizeof path, MD_API_PREFIX "/exec/%s/start", id);
+	s = md_stream_open(st, path, "{\"Detach\":false,\"Tty\":false}", STREAM_OPEN_MS, &t->s, err);
+	if (s != RELAY_OK) {
+		free(t);
+		return s == RELAY_E_NOT_FOUND ? RELAY_E_TRANSIENT : s;
+	}
+	*out = t;
+	return RELAY_OK;
+}
+
+relay_status md_tstream_write(md_state *st, relay_transport_stream *stream, const void *data, size_t len,
+                              uint64_t timeout_ms, unsigned flags, relay_error *err)
+{
+	md_tstream *t = stream;
+	if (flags)
+		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x",
+		              flags);
+	if (t == NULL || (data == NULL && len) || timeout_ms == 0)
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "stream_write needs an open stream, data and a positive timeout");
+	int64_t deadline = md_monotonic_ms() + (int64_t)timeout_ms;
+	size_t off = 0;
+	while (off < len) {
+		ssize_t w = md_stream_send(t->s, (const char *)data + off, len - off);
+		if (w == -1)
+			return md_err(st, err, RELAY_E_INDETERMINATE, 0,
+			              "the exec stream broke while sending");
+		if (w > 0) {
+			off += (size_t)w;
+			continue;
+		}
+		if (md_monotonic_ms() >= deadline)
+			return md_err(st, err, RELAY_E_TIMEOUT, ETIMEDOUT,
+			              "the exec stream did not take %zu bytes within %llu ms", len,
+			              (unsigned long long)timeout_ms);
+		md_stream_wait(t->s, true, 50);
+	}
+	return RELAY_OK;
+}
+
+/* Standard error of the command: logged a line at a time. */
+static void stderr_bytes(md_state *st, md_tstream *t, const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		bool end = p[i] == '\n' || t->err_len + 1 >= sizeof t->err_line;
+		if (p[i] != '\n')
+			t->err_line[t->err_len++] = p[i];
+		if (end && t->err_len) {
+			t->err_line[t->err_len] = '\0';
+			st->host->log(RELAY_LOG_DEBUG, MD_PLUGIN_NAME, "stream: %s", t->err_line);
+			t->err_len = 0;
+		}
+	}
+}
+
+/* Takes raw[0..n) of the connection (n at most the caller's room in
+ * `out`): the standard output bytes into out, standard error to the log.
+ * Returns the standard output bytes stored. */
+static size_t demux(md_state *st, md_tstream *t, const char *raw, size_t n, char *out)
+{
+	size_t off = 0, got = 0;
+	while (off < n) {
+		if (t->frame_left == 0) {
+			size_t take = 8 - t->hdr_have < n - off ? 8 - t->hdr_have : n - off;
+			memcpy(t->hdr + t->hdr_have, raw + off, take);
+			t->hdr_have += take;
+			off += take;
+			if (t->hdr_have == 8) {
+				t->frame_kind = t->hdr[0];
+				t->frame_left = ((size_t)t->hdr[4] << 24) | ((size_t)t->hdr[5] << 16) |
+				                ((size_t)t->hdr[6] << 8) | (size_t)t->hdr[7];
+				t->hdr_have = 0;
+			}
+			continue;
+		}
+		size_t m = t->frame_left < n - off ? t->frame_left : n - off;
+		if (t->frame_kind == 1) {
+			memcpy(out + got, raw + off, m);
+			got += m;
+		} else {
+			stderr_bytes(st, t, raw + off, m);
+		}
+		off += m;
+		t->frame_left -= m;
+	}
+	return got;
+}
+
+relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void *buf, size_t cap,
+                             uint64_t timeout_ms, unsigned flags, size_t *got_out, relay_error *err)
+{
+	md_tstream *t = stream;
+	*got_out = 0;
+	if (flags)
+		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_read flags 0x%x", flags);
+	if (t == NULL || buf == NULL || cap == 0)
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "stream_read needs an open stream and a buffer");
+	if (t->eof)
+		return RELAY_OK;
+	int64_t deadline = md_monotonic_ms() + (int64_t)timeout_ms;
+	for (;;) {
+		/* Never more than fits: a frame's payload goes to `buf` whole,
+		 * so at most cap bytes are asked of the connection. */
+		char raw[65536];
+		size_t ask = cap < sizeof raw ? cap : sizeof raw;
+		ssize_t n = md_stream_recv(t->s, raw, ask);
+		if (n == 0) {
+			t->eof = true;
+			return RELAY_OK;
+		}
+		if (n == -1)
+			return md_err(st, err, RELAY_E_INDETERMINATE, 0,
+			              "the exec stream broke while reading");
+		if (n > 0) {
+			size_t got = demux(st, t, raw, (size_t)n, buf);
+			if (got) {
+				*got_out = got;
+				return RELAY_OK;
+			}
+			continue;
+		}
+		int64_t left = deadline - md_monotonic_ms();
+		if (left <= 0)
+			return md_err(st, err, RELAY_E_TIMEOUT, ETIMEDOUT,
+			              "nothing arrived on the stream within %llu ms",
+			              (unsigned long long)timeout_ms);
+		if (md_stream_wait(t->s, false, (int)(left < 1000 ? left : 1000)) < 0)
+			return md_err(st, err, RELAY_E_INDETERMINATE, errno,
+			              "the exec stream broke while waiting");
+	}
+}
+
+void md_tstream_close(md_state *st, relay_transport_stream *stream, unsigned flags)
+{
+	(void)flags;
+	md_tstream *t = stream;
+	if (t == NULL)
+		return;
+	md_stream_close_write(t->s);
+	int64_t deadline = md_monotonic_ms() + STREAM_CLOSE_WAIT_MS;
+	char sink[4096];
+	while (!t->eof && md_monotonic_ms() < deadline) {
+		size_t got = 0;
+		relay_error e;
+		if (md_tstream_read(st, t, sink, sizeof sink, 200, 0, &got, &e) != RELAY_OK &&
+		    e.code != RELAY_E_TIMEOUT)
+			break;
+	}
+	md_stream_free(t->s);
+	free(t);
+}
