@@ -133,7 +133,17 @@ static relay_status x11_plan(relay_plugin_state *state, const char *context_json
 		goto done;
 	}
 	const char *listed = listed_x_server(apps);
-	if (display && valid_display(display)) {
+	json_object *display_field = NULL;
+	bool display_none = json_object_object_get_ex(lease, "display", &display_field) &&
+	                    json_object_is_type(display_field, json_type_boolean) &&
+	                    !json_object_get_boolean(display_field);
+	if (display_none) {
+		/* The backend knows the guest has no X server: none is guessed
+		 * from the image's packages (a stage would wait for it in vain). */
+		snprintf(because, sizeof because,
+		         "the lease says the guest has no X display (its backend started none: the "
+		         "display is off, or the image has no X server the backend can start)");
+	} else if (display && valid_display(display)) {
 		enabled = true;
 		snprintf(because, sizeof because, "the lease has the X display %s", display);
 	} else if (listed) {

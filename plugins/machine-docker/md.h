@@ -17,6 +17,9 @@
  *   md_release.c    release, verify, find, count, the reaper
  *   md_exec.c       transport exec (demultiplexed stream, stdin, timeouts)
  *   md_xfer.c       transport push and pull (tar through the archive API)
+ *   md_applied.c    what the engine really applied (runtime, limits)
+ *   md_commands.c   the commands each dpkg package installs (catalog aliases)
+ *   md_guestpath.c  the engine's stat header, and no linked folder above a pull
  *   md_inventory.c  images, catalog, doctor
  *   md_console.c    the console: x11vnc in the guest, reached in the
  *                   container's network namespace (md_console.h)
@@ -136,6 +139,18 @@ typedef struct md_state {
 	pthread_mutex_t bake_lock;
 	md_bake_entry bake[MD_MAX_IMAGES]; /* by index of images[] */
 	char guest_sha256[65];             /* of the embedded guest program, "" until computed */
+
+	/* the engine's /version, asked once (health then pings /_ping: Podman
+	 * answers /version in ~0.6 s, /_ping in under 1 ms); guarded by lock */
+	char engine_version[64]; /* "" until asked */
+	char api_version[32];    /* "" until asked */
+
+	/* md_applied.c: the engine's kind and cgroups (/version, /info), asked
+	 * once; guarded by lock */
+	bool engine_facts_known;
+	bool engine_podman;    /* Podman's compatible API (it ignores HostConfig.Runtime) */
+	bool engine_rootless;  /* SecurityOptions name=rootless */
+	bool engine_cgroup_v1; /* CgroupVersion "1" (v1 or hybrid) */
 } md_state;
 
 /* ---- md_options.c ----------------------------------------------------------- */
@@ -282,8 +297,39 @@ int md_tmp_file(md_state *st);
 /* libarchive's write callback into the file descriptor at *(int *)user. */
 struct archive;
 ssize_t md_tar_write_cb(struct archive *a, void *user, const void *buf, size_t len);
-/* Decodes base64 text (malloc'd, NUL-terminated) or NULL. */
+/* md_commands.c. Adds to each dpkg application of `apps` (read from the
+ * probe container `container`) the commands its package installs, as
+ * aliases (at most 16). Nothing on failure: the catalog keeps the names. */
+void md_add_package_commands(md_state *st, const char *container, json_object *apps, relay_call *call);
+/* md_applied.c. True when the engine is Podman's compatible API (asked once). */
+bool md_engine_is_podman(md_state *st, relay_call *call);
+/* The reason the engine cannot apply the guests' pids, memory
+ * and CPU limits (static text), or NULL when it applies them. */
+const char *md_limits_not_applied(md_state *st, relay_call *call);
+/* The remedy for a host whose cgroups crun refuses, as the engine in use
+ * takes it (static text). */
+const char *md_runtime_remedy(md_state *st, relay_call *call);
+/* After create: records the runtime the engine gave container `vm` in
+ * rec["runtime"] and the limits it cannot apply in rec["limitsNotApplied"];
+ * RELAY_E_REFUSED naming both runtimes when options.runtime asks for
+ * another one, or when it cannot be verified. */
+relay_status md_verify_applied(md_state *st, json_object *rec, const char *vm, relay_call *call,
+                               relay_error *err);
+/* Adds the guest's environment to the array `env` (every command inherits
+ * it): HOME, LANG=C.UTF-8, MCP_RELAY_GUEST=1 and, when the guest gets its
+ * Xvfb :0, DISPLAY=:0 (machine.h: the contract of every backend with a
+ * display; the same as machine-local's). */
+void md_guest_env(const md_state *st, json_object *env, bool display);
+/* Decodes base64 text of either alphabet, padded or not (malloc'd,
+ * NUL-terminated) or NULL (md_guestpath.c). */
 char *md_b64_decode(const char *in);
+/* RELAY_OK when `remote_path` can be pulled as named: every folder above it
+ * in the container is a folder and no link (the engine's own stat of
+ * each), and on Podman it has none of [ ] * ? (which Podman expands); else
+ * RELAY_E_UNSAFE_PATH, RELAY_E_INVALID_ARGUMENT, RELAY_E_NOT_FOUND or
+ * RELAY_E_TRANSIENT naming it. */
+relay_status md_check_pull_path(md_state *st, const char *container, const char *remote_path,
+                                relay_error *err);
 relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err);
 relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, const char *local_path,

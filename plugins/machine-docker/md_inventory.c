@@ -23,6 +23,7 @@
 
 #include "md.h"
 #include "md_console.h"
+#include "md_egress.h"
 #include "relay_support/json_get.h"
 
 const md_image *inventory_find(md_state *st, const char *key)
@@ -182,9 +183,42 @@ static char *read_container_file(md_state *st, const char *container, const char
 	return out;
 }
 
+/* Probe containers older than this were left by a relay that ended during
+ * its probe (a probe takes seconds): removed before the next probe. */
+#define STALE_PROBE_S 600
+
+static void remove_stale_probes(md_state *st, relay_call *call)
+{
+	char path[1024] = MD_API_PREFIX "/containers/json?all=1&filters=";
+	md_url_encode(path, sizeof path, "{\"label\":[\"" MD_LABEL "probe=1\"]}");
+	md_reply r;
+	relay_error e;
+	if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
+		return;
+	int64_t now_s = st->host->now_ms() / 1000;
+	for (size_t i = 0; r.status == 200 && r.json && json_object_is_type(r.json, json_type_array) &&
+	                   i < json_object_array_length(r.json);
+	     i++) {
+		json_object *c = json_object_array_get_idx(r.json, i);
+		const char *plugin = md_str(md_obj(c, "Labels"), MD_LABEL "plugin");
+		int64_t created = md_int(c, "Created", now_s);
+		if (plugin == NULL || strcmp(plugin, MD_PLUGIN_NAME) != 0 ||
+		    now_s - created < STALE_PROBE_S || md_str(c, "Id") == NULL)
+			continue;
+		char del[512] = MD_API_PREFIX "/containers/";
+		md_url_encode(del, sizeof del, md_str(c, "Id"));
+		strncat(del, "?force=1&v=1", sizeof del - strlen(del) - 1);
+		md_reply d;
+		if (md_api(st, "DELETE", del, NULL, -1, -1, 60000, NULL, &d, &e) == RELAY_OK)
+			md_reply_free(&d);
+	}
+	md_reply_free(&r);
+}
+
 /* Looks inside the image through a created, never started, container. */
 static bool probe_image(md_state *st, const md_image *im, const char *id, relay_call *call, image_facts *f)
 {
+	remove_stale_probes(st, call);
 	char name[64] = "mcp-relay-probe-";
 	md_random_hex(st, name + strlen(name), 16);
 	json_object *body = json_object_new_object();
@@ -217,6 +251,7 @@ static bool probe_image(md_state *st, const md_image *im, const char *id, relay_
 	if (dpkg)
 		parse_dpkg(dpkg, f->apps);
 	free(dpkg);
+	md_add_package_commands(st, name, f->apps, call);
 	for (size_t i = 0; i < PROBE_COUNT; i++)
 		f->has[i] = lease_path_exists(st, name, probes[i].path, NULL) == 1;
 	for (size_t i = 0; i < PROBE_COUNT; i++) {
@@ -309,6 +344,8 @@ json_object *inventory_images(md_state *st, relay_call *call)
 		json_object *o = json_object_new_object();
 		json_object_object_add(o, "kind", json_object_new_string("linux"));
 		json_object_object_add(o, "base_available", json_object_new_boolean(present));
+		/* Not on the engine: acquire asks the engine to pull it (machine.h). */
+		json_object_object_add(o, "base_fetchable", json_object_new_boolean(!present));
 		json_object_object_add(o, "reference", json_object_new_string(im->ref));
 		json_object_object_add(o, "imageId", f.image_id ? json_object_new_string(f.image_id) : NULL);
 		bool known = f.apps != NULL;
@@ -362,7 +399,25 @@ json_object *inventory_images(md_state *st, relay_call *call)
 
 relay_status inventory_catalog(md_state *st, relay_call *call, json_object **out, relay_error *err)
 {
-	(void)err;
+	*out = NULL;
+	/* An engine that does not answer is said, not an empty catalog ("no
+	 * application matches" would blame the query). */
+	md_reply ping;
+	relay_status s = md_api(st, "GET", "/_ping", NULL, -1, -1, 10000, call, &ping, err);
+	long code = s == RELAY_OK ? ping.status : 0;
+	if (s == RELAY_OK)
+		md_reply_free(&ping);
+	if (s == RELAY_E_CANCELLED)
+		return s;
+	if (s != RELAY_OK || code != 200) {
+		char why[RELAY_ERROR_MESSAGE_BYTES];
+		snprintf(why, sizeof why, "%s", s != RELAY_OK ? err->message : "an HTTP error on /_ping");
+		return md_err(
+		    st, err, RELAY_E_UNAVAILABLE, 0,
+		    "the container engine at %s does not answer (%s), so its images' applications "
+		    "are unknown: start the engine, or set \"endpoint\" in MCP_RELAY_DOCKER_OPTIONS",
+		    st->endpoint, why);
+	}
 	json_object *images = json_object_new_array();
 	for (size_t i = 0; i < st->image_count; i++) {
 		image_facts f;
@@ -431,10 +486,20 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 		const char *def_rt = md_str(r.json, "DefaultRuntime");
 		json_object *rts = md_obj(r.json, "Runtimes");
 		char names[512] = "";
+		/* An engine on this host lists the runtimes it is configured with,
+		 * installed or not (Podman lists kata, krun, runsc...): only those
+		 * whose program exists are named. */
+		bool local = strncmp(st->endpoint, "unix://", 7) == 0;
+		bool wanted_installed = st->runtime[0] == '\0';
 		if (rts && json_object_is_type(rts, json_type_object)) {
 			json_object_object_foreach(rts, k, v)
 			{
-				(void)v;
+				const char *prog = md_str(v, "path");
+				bool installed = !local || prog == NULL || access(prog, X_OK) == 0;
+				if (!installed)
+					continue;
+				if (strcmp(k, st->runtime) == 0)
+					wanted_installed = true;
 				snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
 				         names[0] ? ", " : "", k);
 			}
@@ -443,12 +508,14 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 		json_object *so = rsj_get_array(r.json, "SecurityOptions");
 		for (size_t i = 0; so && i < json_object_array_length(so); i++)
 			if (strstr(json_object_get_string(json_object_array_get_idx(so, i)), "rootless"))
-				rootless = true;
+				rootless = true; /* Docker: name=rootless */
+		json_object *flag = NULL; /* Podman: "Rootless": true (its SecurityOptions do not say) */
+		if (json_object_object_get_ex(r.json, "Rootless", &flag) && json_object_get_boolean(flag))
+			rootless = true;
 		md_textf(detail, sizeof detail, "the engine runs %s",
 		         rootless ? "rootless" : "as root (rootful)");
 		check(arr, "rootless", true, detail, NULL);
-		bool rt_ok =
-		    st->runtime[0] == '\0' || (rts && json_object_object_get_ex(rts, st->runtime, NULL));
+		bool rt_ok = wanted_installed;
 		md_textf(detail, sizeof detail, "runtimes: %s; default %s; guests use %s",
 		         names[0] ? names : "none listed", def_rt ? def_rt : "?",
 		         st->runtime[0] ? st->runtime : "the default");
@@ -459,11 +526,17 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 		         "cgroup driver %s, cgroup v%s: the engine enforces the guests' pids, memory "
 		         "and CPU limits",
 		         driver ? driver : "?", cgv ? cgv : "?");
-		check(arr, "cgroups", driver != NULL, detail,
-		      hybrid ? "on a cgroup v1 or hybrid host crun cannot start containers; use runc (podman "
-		               "--runtime "
-		               "runc system service, or options.runtime)"
-		             : NULL);
+		md_textf(fix, sizeof fix, "on a cgroup v1 or hybrid host crun cannot start containers: %s",
+		         md_runtime_remedy(st, call));
+		const char *unapplied = md_limits_not_applied(st, call);
+		if (unapplied)
+			md_textf(detail, sizeof detail, "cgroup driver %s, cgroup v%s: %s",
+			         driver ? driver : "?", cgv ? cgv : "?", unapplied);
+		check(arr, "cgroups", driver != NULL && unapplied == NULL, detail, hybrid ? fix : NULL);
+		if (unapplied) /* a warning: guests still work, bounded by their rlimits only */
+			json_object_object_add(
+			    json_object_array_get_idx(arr, json_object_array_length(arr) - 1), "level",
+			    json_object_new_string("warning"));
 		json_object *swarm = md_obj(r.json, "Swarm");
 		const char *ls = md_str(swarm, "LocalNodeState");
 		md_textf(detail, sizeof detail, "swarm: %s; machine-docker places each guest on this engine",
@@ -485,6 +558,18 @@ json_object *inventory_doctor(md_state *st, relay_call *call)
 	if (st->image_count == 0)
 		check(arr, "image", false, "no image is configured",
 		      "add \"images\": {\"<key>\": \"<reference>\"} to MCP_RELAY_DOCKER_OPTIONS");
+	/* The guest network as acquire takes it (md_lease.c check_spec): allow
+	 * and internet need the egress proxy in the container's namespace. */
+	char why[600] = "";
+	bool nat = strcmp(st->default_network, "nat") == 0;
+	bool net_ok = nat || md_egress_reachable(st, why, sizeof why);
+	md_textf(detail, sizeof detail, "guest network %s: %s", st->default_network,
+	         nat      ? "the guest's own loopback only"
+	         : net_ok ? "through the relay's egress proxy in the guest's namespace"
+	                  : why);
+	check(arr, "network", net_ok, detail,
+	      net_ok ? NULL
+	             : "set MCP_RELAY_GUEST_NETWORK=nat, or use an engine on this host the relay can enter");
 	bool writable = access(st->leases_dir, W_OK) == 0;
 	md_textf(detail, sizeof detail, "lease records go to %s", st->leases_dir);
 	check(arr, "state folder", writable, detail,

@@ -71,8 +71,7 @@ static json_object *create_body(md_state *st, json_object *rec, const md_image *
 	json_object_object_add(b, "OpenStdin", json_object_new_boolean(false));
 	json_object_object_add(b, "Tty", json_object_new_boolean(false));
 	json_object *env = json_object_new_array();
-	json_object_array_add(env, json_object_new_string(st->guest_uid == 0 ? "HOME=/root" : "HOME=/tmp"));
-	json_object_array_add(env, json_object_new_string("MCP_RELAY_GUEST=1"));
+	md_guest_env(st, env, st->display_enabled && baked->xvfb);
 	if (md_str(rec, "egress"))
 		md_egress_env(env); /* every exec inherits them */
 	json_object_object_add(b, "Env", env);
@@ -207,6 +206,7 @@ static json_object *new_record(md_state *st, json_object *spec, const md_image *
 	json_object_object_add(rec, "runtime", rt);
 	json_object_object_add(rec, "volumes", json_object_new_array());
 	json_object_object_add(rec, "display", NULL);
+	json_object_object_add(rec, "xvfb", json_object_new_boolean(baked->xvfb)); /* the image has it */
 	md_set_owner(st, rec);
 	return rec;
 }
@@ -273,13 +273,11 @@ static relay_status start_container(md_state *st, const char *vm, relay_call *ca
 	free(start);
 	if (s == RELAY_OK && r.status != 204 && r.status != 304)
 		s = md_err(st, err, RELAY_E_REFUSED, 0,
-		           "the engine could not start the guest container (HTTP %ld): %.600s%s", r.status,
+		           "the engine could not start the guest container (HTTP %ld): %.600s%s%s", r.status,
 		           md_reply_message(&r),
-		           strstr(md_reply_message(&r), "hybrid")
-		               ? "; this host mixes cgroup v1 and v2: start "
-		                 "Podman with --runtime runc, or set "
-		                 "options.runtime to runc"
-		               : "");
+		           strstr(md_reply_message(&r), "hybrid") ? "; this host mixes cgroup v1 and v2: "
+		                                                  : "",
+		           strstr(md_reply_message(&r), "hybrid") ? md_runtime_remedy(st, call) : "");
 	md_reply_free(&r);
 	return s;
 }
@@ -347,10 +345,11 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 		s = md_create_service(st, rec, im, baked.ref, user, call, &keep_record, err);
 	} else {
 		s = create_container(st, rec, im, &baked, user, call, &keep_record, err);
+		if (s != RELAY_OK)
+			goto done; /* nothing was created, or keep_record says it may have been */
+		s = md_verify_applied(st, rec, purpose, call, err);
 		if (s == RELAY_OK)
 			s = start_container(st, purpose, call, err);
-		else
-			goto done; /* nothing was created, or keep_record says it may have been */
 	}
 	if (s != RELAY_OK) {
 		relay_error e2;
@@ -367,6 +366,8 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 			              "%s: Xvfb is in the image but did not start; the guest has no display",
 			              purpose);
 	}
+	if (md_str(rec, "display") == NULL) /* known: no display (machine.h) */
+		json_object_object_add(rec, "display", json_object_new_boolean(false));
 	/* With vnc, the console of that display (x11vnc starts at open). */
 	if (want_vnc && md_str(rec, "display") == NULL) {
 		s = md_err(st, err, RELAY_E_REFUSED, 0,

@@ -305,6 +305,41 @@ static relay_status m_images(relay_plugin_state *state, relay_call *call, unsign
 	return text_out(st, inventory_images(st, call), out, err);
 }
 
+/* The engine's version and API version, asked once (/version) and kept. */
+static relay_status engine_version(md_state *st, relay_call *call, char *version, size_t vlen, char *api,
+                                   size_t alen, relay_error *err)
+{
+	pthread_mutex_lock(&st->lock);
+	snprintf(version, vlen, "%s", st->engine_version);
+	snprintf(api, alen, "%s", st->api_version);
+	pthread_mutex_unlock(&st->lock);
+	if (api[0])
+		return RELAY_OK;
+	md_reply r;
+	relay_status s = md_api(st, "GET", MD_API_PREFIX "/version", NULL, -1, -1, 10000, call, &r, err);
+	if (s != RELAY_OK)
+		return s == RELAY_E_CANCELLED ? s
+		                              : md_err(st, err, RELAY_E_UNAVAILABLE, 0, "%s", err->message);
+	long code = r.status;
+	const char *a = r.status == 200 ? md_str(r.json, "ApiVersion") : NULL;
+	if (a)
+		snprintf(api, alen, "%s", a);
+	snprintf(version, vlen, "%s", md_str(r.json, "Version") ? md_str(r.json, "Version") : "");
+	md_reply_free(&r);
+	if (api[0] == '\0')
+		return md_err(
+		    st, err, RELAY_E_UNAVAILABLE, 0,
+		    "%s answered /version with HTTP %ld and no ApiVersion: it is not a Docker Engine API",
+		    st->endpoint, code);
+	pthread_mutex_lock(&st->lock);
+	snprintf(st->engine_version, sizeof st->engine_version, "%s", version);
+	snprintf(st->api_version, sizeof st->api_version, "%s", api);
+	pthread_mutex_unlock(&st->lock);
+	return RELAY_OK;
+}
+
+/* The engine answers /_ping now (every call: acquire step 4); its version
+ * is the one asked once. */
 static relay_status m_health(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
                              relay_error *err)
 {
@@ -314,34 +349,26 @@ static relay_status m_health(relay_plugin_state *state, relay_call *call, unsign
 	if (flags)
 		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown health flags 0x%x", flags);
 	md_reply r;
-	relay_status s = md_api(st, "GET", MD_API_PREFIX "/version", NULL, -1, -1, 10000, call, &r, err);
+	relay_status s = md_api(st, "GET", "/_ping", NULL, -1, -1, 10000, call, &r, err);
 	if (s != RELAY_OK)
 		return s == RELAY_E_CANCELLED ? s
 		                              : md_err(st, err, RELAY_E_UNAVAILABLE, 0, "%s", err->message);
-	bool ok = r.status == 200 && r.json && md_str(r.json, "ApiVersion");
-	json_object *o = json_object_new_object();
-	json_object_object_add(o, "ok", json_object_new_boolean(ok));
-	json_object_object_add(o, "service", json_object_new_string(MD_PLUGIN_NAME));
-	json_object_object_add(o, "endpoint", json_object_new_string(st->endpoint));
-	json_object_object_add(o, "engineVersion",
-	                       md_str(r.json, "Version") ? json_object_new_string(md_str(r.json, "Version"))
-	                                                 : NULL);
-	json_object_object_add(
-	    o, "apiVersion",
-	    md_str(r.json, "ApiVersion") ? json_object_new_string(md_str(r.json, "ApiVersion")) : NULL);
 	long code = r.status;
 	md_reply_free(&r);
-	if (!ok) {
-		json_object_put(o);
-		return md_err(
-		    st, err, RELAY_E_UNAVAILABLE, 0,
-		    "%s answered /version with HTTP %ld and no ApiVersion: it is not a Docker Engine API",
-		    st->endpoint, code);
-	}
-	if (out == NULL) {
-		json_object_put(o);
-		return RELAY_OK;
-	}
+	if (code != 200)
+		return md_err(st, err, RELAY_E_UNAVAILABLE, 0,
+		              "%s answered /_ping with HTTP %ld: the engine is not ready", st->endpoint,
+		              code);
+	char version[64], api[32];
+	s = engine_version(st, call, version, sizeof version, api, sizeof api, err);
+	if (s != RELAY_OK || out == NULL)
+		return s;
+	json_object *o = json_object_new_object();
+	json_object_object_add(o, "ok", json_object_new_boolean(true));
+	json_object_object_add(o, "service", json_object_new_string(MD_PLUGIN_NAME));
+	json_object_object_add(o, "endpoint", json_object_new_string(st->endpoint));
+	json_object_object_add(o, "engineVersion", version[0] ? json_object_new_string(version) : NULL);
+	json_object_object_add(o, "apiVersion", json_object_new_string(api));
 	return text_out(st, o, out, err);
 }
 

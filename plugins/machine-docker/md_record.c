@@ -148,6 +148,7 @@ json_object *md_document(md_state *st, json_object *rec, const char *state)
 	json_object_object_add(d, "user", md_copy_of(rec, "user"));
 	json_object_object_add(d, "endpoint", json_object_new_string(st->endpoint));
 	json_object_object_add(d, "runtime", md_copy_of(rec, "runtime"));
+	json_object_object_add(d, "limitsNotApplied", md_copy_of(rec, "limitsNotApplied"));
 	json_object_object_add(d, "network", md_copy_of(rec, "network"));
 	json_object_object_add(doc, "docker", d);
 	return doc;

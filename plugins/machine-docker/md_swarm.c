@@ -154,8 +154,10 @@ relay_status md_create_service(md_state *st, json_object *rec, const md_image *i
 	json_object_object_add(cs, "User", json_object_new_string(user));
 	json_object_object_add(cs, "Hostname", json_object_new_string("guest"));
 	json_object *env = json_object_new_array();
-	json_object_array_add(env, json_object_new_string(st->guest_uid == 0 ? "HOME=/root" : "HOME=/tmp"));
-	json_object_array_add(env, json_object_new_string("MCP_RELAY_GUEST=1"));
+	json_object *xvfb = NULL;
+	md_guest_env(st, env,
+	             st->display_enabled && json_object_object_get_ex(rec, "xvfb", &xvfb) &&
+	                 json_object_get_boolean(xvfb));
 	json_object_object_add(cs, "Env", env);
 	json_object *cl = NULL;
 	json_object_deep_copy(labels, &cl, NULL);

@@ -197,3 +197,12 @@ unsigned long long md_proc_start(pid_t pid)
 	}
 	return start;
 }
+
+void md_guest_env(const md_state *st, json_object *env, bool display)
+{
+	json_object_array_add(env, json_object_new_string(st->guest_uid == 0 ? "HOME=/root" : "HOME=/tmp"));
+	json_object_array_add(env, json_object_new_string("LANG=C.UTF-8"));
+	json_object_array_add(env, json_object_new_string("MCP_RELAY_GUEST=1"));
+	if (display)
+		json_object_array_add(env, json_object_new_string("DISPLAY=:0"));
+}

@@ -33,6 +33,7 @@
 
 #include "md.h"
 #include "relay_support/tree.h"
+#include "relay_support/utf8_locale.h"
 
 #define PUSH_FLAGS      (RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES)
 #define PULL_FLAGS      RELAY_XFER_TREE
@@ -342,7 +343,10 @@ static void *push_writer(void *arg)
 	sigaddset(&set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	memset(&job->err, 0, sizeof job->err);
+	rs_utf8_locale_scope utf8; /* names are UTF-8 whatever the relay's locale */
+	rs_utf8_locale_enter(&utf8);
 	job->status = write_push_tar(job, job->fd, &job->err);
+	rs_utf8_locale_leave(&utf8);
 	close(job->fd);
 	return NULL;
 }
@@ -489,32 +493,6 @@ relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, cons
 
 /* ---- pull ------------------------------------------------------------------- */
 
-static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-char *md_b64_decode(const char *in)
-{
-	size_t n = strlen(in);
-	char *out = malloc(n + 1);
-	if (out == NULL)
-		return NULL;
-	size_t o = 0;
-	unsigned acc = 0;
-	int bits = 0;
-	for (size_t i = 0; i < n; i++) {
-		const char *p = strchr(b64_chars, in[i]);
-		if (in[i] == '=' || p == NULL || in[i] == '\0')
-			continue;
-		acc = (acc << 6) | (unsigned)(p - b64_chars);
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			out[o++] = (char)((acc >> bits) & 0xff);
-		}
-	}
-	out[o] = '\0';
-	return out;
-}
-
 static bool safe_rel(const char *rel)
 {
 	if (rel[0] == '/' || rel[0] == '\0')
@@ -636,6 +614,7 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "the guest path is too long");
 	relay_status s = RELAY_OK;
 	struct archive *a = NULL;
+	rs_utf8_locale_scope utf8 = {0}; /* names are UTF-8 whatever the relay's locale */
 	bool created = false;
 	int tar_fd = md_tmp_file(st);
 	md_reply r = {0};
@@ -644,6 +623,12 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		           st->state_dir);
 		goto done;
 	}
+	s = md_check_pull_path(st, conn->container, remote_path, err);
+	if (s == RELAY_E_NOT_FOUND && view_lost(st, conn->container))
+		s = view_lost_error(st, conn->container,
+		                    err); /* a folder "missing": the engine's view is gone */
+	if (s != RELAY_OK)
+		goto done;
 	s = md_api(st, "GET", path, NULL, -1, tar_fd, XFER_TIMEOUT_MS, call, &r, err);
 	if (s == RELAY_E_INDETERMINATE || s == RELAY_E_UNAVAILABLE || s == RELAY_E_TIMEOUT)
 		s = md_err(st, err, RELAY_E_TRANSIENT, 0, "%s", err->message);
@@ -661,9 +646,12 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 		goto done;
 	}
 	s = check_pulled_stat(st, r.path_stat, remote_path, tree, err);
+	if (s == RELAY_OK)
+		s = md_check_pull_path(st, conn->container, remote_path, err);
 	if (s != RELAY_OK)
 		goto done;
 	lseek(tar_fd, 0, SEEK_SET);
+	rs_utf8_locale_enter(&utf8);
 	a = archive_read_new();
 	archive_read_support_format_tar(a);
 	if (archive_read_open_fd(a, tar_fd, 1 << 16) != ARCHIVE_OK) {
@@ -743,6 +731,7 @@ done:
 		rs_remove_tree(local_path, NULL);
 	if (a)
 		archive_read_free(a);
+	rs_utf8_locale_leave(&utf8);
 	if (tar_fd >= 0)
 		close(tar_fd);
 	md_reply_free(&r);

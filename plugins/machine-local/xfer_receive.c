@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_support/utf8_locale.h"
 #include "xfer_int.h"
 
 /* ---- receiving ------------------------------------------------------------------- */
@@ -435,7 +436,10 @@ relay_status run_transfer(sender *s, receiver *r, relay_error *err)
 	}
 	relay_error rerr;
 	memset(&rerr, 0, sizeof rerr);
+	rs_utf8_locale_scope utf8; /* names are UTF-8 whatever the relay's locale */
+	rs_utf8_locale_enter(&utf8);
 	relay_status rs = receive_stream(r, q, &rerr);
+	rs_utf8_locale_leave(&utf8);
 	queue_abort(q); /* a sender still sending stops */
 	pthread_join(t, NULL);
 	/* The cause is the receiver's failure when the sender only stopped

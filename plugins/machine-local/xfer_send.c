@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_support/utf8_locale.h"
 #include "xfer_int.h"
 
 /* ---- the tar stream -------------------------------------------------------------- */
@@ -359,6 +360,8 @@ static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefi
 void *sender_main(void *arg)
 {
 	sender *s = arg;
+	rs_utf8_locale_scope utf8; /* names are UTF-8 whatever the relay's locale */
+	rs_utf8_locale_enter(&utf8);
 	struct archive *a = new_writer(s->q);
 	if (a == NULL) {
 		sender_fail(s, RELAY_E_NO_MEMORY, "cannot start the archive stream");
@@ -377,5 +380,6 @@ void *sender_main(void *arg)
 		pthread_mutex_unlock(&s->q->lock);
 	}
 	queue_close(s->q);
+	rs_utf8_locale_leave(&utf8);
 	return NULL;
 }

@@ -13,6 +13,7 @@
 
 #include "relay/transport.h"
 #include "relay_support/tree.h"
+#include "relay_support/utf8_locale.h"
 #include "ssh_buf.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
@@ -748,10 +749,13 @@ relay_status ssh_pull(const ssh_conn *conn, const char *remote_path, const char 
                       unsigned flags, char **facts_json_out, relay_error *err)
 {
 	bool retry_cold = false;
+	rs_utf8_locale_scope utf8; /* names are UTF-8 whatever the relay's locale */
+	rs_utf8_locale_enter(&utf8);
 	relay_status status =
 	    pull_attempt(conn, remote_path, local_path, call, flags, true, &retry_cold, facts_json_out, err);
 	if (retry_cold)
 		status = pull_attempt(conn, remote_path, local_path, call, flags, false, &retry_cold,
 		                      facts_json_out, err);
+	rs_utf8_locale_leave(&utf8);
 	return status;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "relay/transport.h"
+#include "relay_support/utf8_locale.h"
 #include "ssh_buf.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
@@ -678,10 +679,13 @@ relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *
                       unsigned flags, char **facts_json_out, relay_error *err)
 {
 	bool retry_cold = false;
+	rs_utf8_locale_scope utf8; /* names are UTF-8 whatever the relay's locale */
+	rs_utf8_locale_enter(&utf8);
 	relay_status status =
 	    push_attempt(conn, local_path, remote_path, call, flags, true, &retry_cold, facts_json_out, err);
 	if (retry_cold)
 		status = push_attempt(conn, local_path, remote_path, call, flags, false, &retry_cold,
 		                      facts_json_out, err);
+	rs_utf8_locale_leave(&utf8);
 	return status;
 }

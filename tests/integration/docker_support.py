@@ -59,6 +59,22 @@ def engine_missing():
     return None
 
 
+def rootless_missing():
+    """Why a rootless Podman service of this (ordinary) user cannot run here, or None."""
+    if os.geteuid() == 0:
+        return "a rootless engine runs as an ordinary user (run the test as root: it re-runs itself as relayci)"
+    for prog in ("podman", "newuidmap", "newgidmap", "curl"):
+        if not shutil.which(prog):
+            return "%s is not installed (apt-get install podman uidmap curl)" % prog
+    import pwd
+    name = pwd.getpwuid(os.geteuid()).pw_name
+    with open("/etc/subuid") as f:
+        if not any(line.split(":")[0] == name for line in f):
+            return "%s has no subordinate id range (usermod --add-subuids 100000-165535 --add-subgids " \
+                   "100000-165535 %s)" % (name, name)
+    return None
+
+
 def dockerd_missing():
     if os.geteuid() != 0:
         return "the dockerd fixture needs root"
@@ -201,16 +217,20 @@ class Engine:
     (kind "podman", the default), or Docker's dockerd with its own data root (kind "docker").
     RELAY_DOCKER_ENGINES=podman,docker names the kinds engines() yields."""
 
-    def __init__(self, kind="podman", tls=None, host_mounts=False):
+    def __init__(self, kind="podman", tls=None, host_mounts=False, rootless_dir=None):
         """`tls` (kind "docker"): a folder with ca.pem, server-cert.pem and server-key.pem; dockerd
         then listens on tcp://127.0.0.1:<self.tcp_port> too, with --tlsverify (client
         certificates signed by that CA only). `host_mounts` (kind "docker"): dockerd in this host's
-        mount namespace instead of one of its own (test_docker_mounts.py shows why not)."""
-        why = engine_missing() if kind == "podman" else dockerd_missing()
+        mount namespace instead of one of its own (test_docker_mounts.py shows why not).
+        `rootless_dir` (kind "podman", run as an ordinary user): the user's own rootless Podman
+        service, with its storage, run root and XDG_RUNTIME_DIR in that folder (never the
+        user's default storage, which other runs may share)."""
+        why = (rootless_missing() if rootless_dir else engine_missing()) if kind == "podman" else dockerd_missing()
         if why:
             skip(why)
         self.kind = kind
-        self.dir = tempfile.mkdtemp(prefix="relay-docker-")
+        self.rootless_dir = rootless_dir
+        self.dir = tempfile.mkdtemp(prefix="relay-docker-", dir=rootless_dir)
         os.chmod(self.dir, 0o700)
         self.socket = os.path.join(self.dir, kind + ".sock")
         self.endpoint = "unix://" + self.socket
@@ -236,6 +256,12 @@ class Engine:
             self.cli = ["docker", "-H", self.endpoint]
         else:
             argv = ["podman"]
+            if rootless_dir:
+                run = os.path.join(rootless_dir, "run")
+                os.makedirs(run, mode=0o700, exist_ok=True)
+                os.environ["XDG_RUNTIME_DIR"] = run
+                argv += ["--root", os.path.join(rootless_dir, "storage"),
+                         "--runroot", os.path.join(rootless_dir, "rr")]  # Podman refuses one over 50 bytes
             if _hybrid_cgroups():
                 if not shutil.which("runc"):
                     shutil.rmtree(self.dir, ignore_errors=True)
@@ -247,7 +273,8 @@ class Engine:
             argv = argv + ["system", "service", "--time=0", self.endpoint]
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
-        if not _wait_socket(self.socket, self.proc):
+        # A rootless service's first start makes its storage: slower.
+        if not _wait_socket(self.socket, self.proc, seconds=120 if rootless_dir else 30):
             self.close()
             skip("the %s API service did not start (see its log)" % kind)
         self.podman = self.cli
@@ -272,6 +299,13 @@ class Engine:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.log.close()
+        if self.rootless_dir:
+            # Rootless Podman keeps a pause process holding its user namespace: ours goes too.
+            try:
+                with open(os.path.join(self.rootless_dir, "run", "libpod", "tmp", "pause.pid")) as f:
+                    os.kill(int(f.read().strip()), signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
         keep = os.environ.get("RELAY_DOCKER_KEEP_LOG")  # a folder to copy the engine's log into
         if keep:
             os.makedirs(keep, exist_ok=True)
@@ -384,12 +418,14 @@ class Engine:
         return r
 
 
-def doctor(binary, options):
-    """`mcp-relay doctor` with machine-docker and `options`: (exit code, standard output)."""
+def doctor(binary, options, **env):
+    """`mcp-relay doctor` with machine-docker and `options` (and `env`, such as
+    MCP_RELAY_GUEST_NETWORK): (exit code, standard output)."""
     e = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_RELAY_", "MCP_VM_RELAY_"))}
     e.pop("VM_ENVIRONMENT_FILE", None)
     e.update({"MCP_RELAY_BACKEND": "docker", "MCP_RELAY_DOCKER_OPTIONS": json.dumps(options),
               "MCP_RELAY_STATE_DIR": tempfile.mkdtemp(prefix="docker-doctor-")})
+    e.update(env)
     p = subprocess.run([binary, "doctor"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=120, cwd=tempfile.gettempdir())
     return p.returncode, p.stdout

@@ -145,10 +145,10 @@ def test_minimal_image_is_honest(binary):
         images = {"minimal": eng.image("minimal"), "absent": "localhost/mcp-relay-test-absent:none"}
         with eng.relay(binary, images) as r:
             r.initialize()
-            # An image the engine does not have (and no registry here to pull it from): refused
-            # (relay_probe says base_available false), nothing left.
+            # An image the engine does not have (and no registry here to pull it from): the engine
+            # is asked to pull it and refuses, with its reason; nothing left.
             bad = r.call_tool("relay_acquire", {"task": "x", "image": "absent", "extractions": []}, timeout=300)
-            assert bad["isError"] and "absent" in text_of(bad) and "not available" in text_of(bad), text_of(bad)
+            assert bad["isError"] and "absent" in text_of(bad) and "cannot be pulled" in text_of(bad), text_of(bad)
             assert eng.containers(store=store_of(r)) == []
             assert os.listdir(os.path.join(store_of(r), "leases")) == [], "an intent was left behind"
             acq = acquire(r, "minimal")

@@ -145,6 +145,13 @@ static void test_display_from_catalog(void **state)
 	assert_true(enabled_of(o));
 	assert_string_equal(jsonx_get_str(o, "because"), "the image lists dpkg:xserver-xorg-core");
 	json_object_put(o);
+	/* the lease says the guest has no display ("display": false): the image's
+	 * package list is not taken for one (issue 22 defect 7) */
+	o = plan(p, "{\"lease\":{\"display\":false},\"applications\":[{\"id\":\"dpkg:xvfb\"}],"
+	            "\"platform\":null,\"guestRoot\":\"/r\"}");
+	assert_false(enabled_of(o));
+	assert_non_null(strstr(jsonx_get_str(o, "because"), "the lease says the guest has no X display"));
+	json_object_put(o);
 	/* a name that only starts like it does not count */
 	o = plan(p, "{\"lease\":{},\"applications\":[{\"id\":\"dpkg:xvfb-run-helper\"}],\"platform\":null,"
 	            "\"guestRoot\":\"/r\"}");

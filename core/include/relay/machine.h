@@ -21,7 +21,13 @@
  *   "expiresAtMs" integer or null: the backend's confirmed expiry, Unix ms.
  *   "console"     object or null: the backend's console record
  *                 ({"console_id", "status", ...}) when acquired with vnc.
- *   "display"     string or null: the guest's X display (":0"), when known.
+ *   "display"     string, false or null: the guest's X display (":0");
+ *                 false when the backend knows the guest has none (its
+ *                 display is off, or the image has no X server it can
+ *                 start): a capture plugin then guesses none; null when
+ *                 the backend does not know. With a display, every
+ *                 command's environment has DISPLAY set to it (the
+ *                 environment contract of every backend with a display).
  *   "ssh"         object or null: {"host", "port", "user", "identityFile",
  *                 "knownHostsFile"} when the guest is reachable over SSH.
  *   "record"      object: the backend's own record, unchanged.
@@ -112,8 +118,12 @@ typedef struct relay_machine_ops {
 	                                 unsigned flags, char **check_name_out, relay_error *err);
 
 	/* The image inventory: {"images": {"<key>": {"kind": "linux"|"macos",
-	 * "base_available": bool, ...}}, "capacity": {...} | null}. The core
-	 * passes both objects through to relay_probe unchanged. */
+	 * "base_available": bool, "base_fetchable": bool (optional), ...}},
+	 * "capacity": {...} | null}. "base_fetchable": the base is not here,
+	 * and acquire fetches it (an engine's pull), failing with the reason
+	 * the source gives; the core then does not refuse the acquisition
+	 * before asking. The core passes both objects through to relay_probe
+	 * unchanged. */
 	relay_status (*images)(relay_plugin_state *state, relay_call *call, unsigned flags,
 	                       char **images_json_out, relay_error *err);
 

@@ -14,6 +14,7 @@
 
 #include "evidence/fswalk.h"
 #include "relay_support/ustar.h"
+#include "relay_support/utf8_locale.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -755,11 +756,14 @@ relay_status evidence_archive_extract_ex(const char *archive_path, const char *d
 	if (opts_in != NULL)
 		x.opts = *opts_in;
 	x.snap_prefix = x.opts.snapshot_prefix ? x.opts.snapshot_prefix : "state/snapshots/";
+	rs_utf8_locale_scope utf8; /* member names are UTF-8 whatever the relay's locale */
+	rs_utf8_locale_enter(&utf8);
 	relay_status status = extract_open(&x, archive_path, err);
 	if (status == RELAY_OK)
 		status = extract_members(&x, err);
 	if (status == RELAY_OK)
 		status = extract_finish(&x, facts_json_out, err);
 	extract_release(&x, status);
+	rs_utf8_locale_leave(&utf8);
 	return status;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "evidence/fswalk.h"
+#include "relay_support/utf8_locale.h"
 #include "util/error.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"
@@ -207,6 +208,8 @@ relay_status evidence_archive_write_members(const char *archive_path, const evid
 	char *index_text = NULL;
 	int out_fd = -1;
 	bool created = false;
+	rs_utf8_locale_scope utf8; /* member names are UTF-8 whatever the relay's locale */
+	rs_utf8_locale_enter(&utf8);
 	if (index_json_out)
 		*index_json_out = NULL;
 	if (opts == NULL)
@@ -246,6 +249,7 @@ cleanup:
 	if (status != RELAY_OK && created)
 		unlink(archive_path);
 	free(index_text);
+	rs_utf8_locale_leave(&utf8);
 	return status;
 }
 

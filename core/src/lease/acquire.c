@@ -78,9 +78,14 @@ static int check_image(manager *m, guest *g, loaded_plugin *machine, relay_call 
 	json_object *inventory = lifecycle_parse_taken(images_text);
 	json_object *images = jsonx_get_obj(inventory, "images");
 	json_object *entry = jsonx_get_obj(images, g->image);
-	bool available = false;
-	if (entry)
+	bool available = false, fetchable = false;
+	if (entry) {
 		jsonx_get_bool(entry, "base_available", &available);
+		/* A base the backend fetches at acquire (an engine's pull) is
+		 * asked for: the backend's refusal then says why it is missing. */
+		jsonx_get_bool(entry, "base_fetchable", &fetchable);
+		available = available || fetchable;
+	}
 	int rc = 0;
 	if (!available) {
 		strbuf keys = STRBUF_INIT;

@@ -621,11 +621,29 @@ static void resume_guest(manager *m, guest *g, const restored_facts *r)
 	         resume ? "resumed" : renewal_state_name(r->renewal));
 }
 
+/* A reservation the earlier process left before the acquisition got its
+ * purpose (acquire.c step 7): no lease request was ever sent, so nothing
+ * can exist at the backend and the binding was never fixed. Closed; true
+ * when it was. */
+static bool settle_reservation(manager *m, guest *g)
+{
+	manager_lock(m);
+	bool reserved_only = g->purpose == NULL;
+	manager_unlock(m);
+	if (!reserved_only)
+		return false;
+	guest_close(m, g, "not-acquired");
+	log_info("guest %s was only reserved (the earlier process ended before its acquisition had a "
+	         "purpose); closed",
+	         g->name);
+	return true;
+}
+
 static void reconcile_work(manager *m, guest *g, relay_call *call, void *ctx)
 {
 	(void)ctx;
 	manager_wait_startup(m);
-	if (!take_ownership(m, g) || !check_binding(m, g))
+	if (!take_ownership(m, g) || settle_reservation(m, g) || !check_binding(m, g))
 		return;
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	restored_facts r = read_restored(m, g);

@@ -217,9 +217,17 @@ static bool record_usable(const json_object *r, char *errbuf, size_t errlen)
 		         RECORD_SCHEMA_VERSION);
 		return false;
 	}
-	if (jsonx_get_str(r, "guest") == NULL || jsonx_get_str(r, "purpose") == NULL ||
-	    phase_from_name(jsonx_get_str(r, "phase")) < 0) {
-		snprintf(errbuf, errlen, "the ownership record lacks guest, purpose or a known phase");
+	int phase = phase_from_name(jsonx_get_str(r, "phase"));
+	if (jsonx_get_str(r, "guest") == NULL || phase < 0) {
+		snprintf(errbuf, errlen, "the ownership record lacks guest or a known phase");
+		return false;
+	}
+	/* A purpose is fixed before any lease request (acquire.c step 7): a
+	 * record without one is a reservation that never got that far, or an
+	 * acquisition refused before it (closed). Anything else needs it. */
+	if (jsonx_get_str(r, "purpose") == NULL && phase != PHASE_CLOSED && phase != PHASE_ACQUIRING) {
+		snprintf(errbuf, errlen, "the ownership record of a %s guest lacks its purpose",
+		         jsonx_get_str(r, "phase"));
 		return false;
 	}
 	return true;
@@ -235,7 +243,7 @@ static void fill_from_record(guest *g, const json_object *r)
 	g->name = strdup(jsonx_get_str(r, "guest"));
 	g->task = dup_str(r, "task");
 	g->image = dup_str(r, "image");
-	g->purpose = strdup(jsonx_get_str(r, "purpose"));
+	g->purpose = dup_str(r, "purpose");
 	g->binding = dup_ref(r, "binding");
 	g->evidence_path = dup_str(r, "evidencePath");
 	g->guest_root = dup_str(r, "guestRoot");
