@@ -115,6 +115,18 @@
 #define RECEIVER_REQ_STEP          "step"      /* {id, title, expected, inputMode} */
 #define RECEIVER_REQ_SNAPSHOTS     "snapshots" /* {afterIntervalMs, group} */
 #define RECEIVER_REQ_CAPTURE       "capture"   /* the capture command, or null */
+/* Optional (MCP_RELAY_RECORD=video): {fps, display} asks for a screen
+ * recording of the run, from just before the script until the after-image
+ * (guest/receiver/record.h); absent or null: none. */
+#define RECEIVER_REQ_VIDEO "video"
+/* The receipt's key for it: {status: "recorded", sessionId, fileName,
+ * sha256, bytes, mimeType, startedAt, stoppedAt, durationMs, fps} or
+ * {status: "off", reason}; absent when the request asked for none. The file
+ * is RECEIVER_VIDEOS_DIR "/" sessionId "/" fileName. */
+#define RECEIVER_RECEIPT_VIDEO     "videoEvidence"
+#define RECEIVER_VIDEOS_DIR        "state/videos"
+#define RECEIVER_VIDEO_FPS_MAX     30
+#define RECEIVER_VIDEO_MAX_BYTES   (512u * 1024u * 1024u)
 #define RECEIVER_SCRIPT_PATH       "path"
 #define RECEIVER_SCRIPT_SHA256     "sha256"
 #define RECEIVER_SCRIPT_BYTES      "bytes"

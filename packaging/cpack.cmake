@@ -31,6 +31,8 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS
     "libc6 (>= 2.34), libjson-c5 (>= 0.15), libcurl4 (>= 7.16.2), libarchive13 (>= 3.3), libpng16-16 (>= 1.6.2), libssl3 (>= 3.0)")
 # What local guests use when present (docs/machine-local.md): Xvfb and xauth
 # for guest displays and snapshots, x11vnc for the console, slirp4netns or
-# pasta (passt) for guest networking; openssh-client for transfer-ssh.
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "xvfb, xauth, x11vnc, slirp4netns | passt, openssh-client")
+# pasta (passt) for guest networking; openssh-client for transfer-ssh; novnc for
+# the browser live view (MCP_RELAY_VNC_VIEWER=browser); ffmpeg for step
+# recordings in local guests (MCP_RELAY_RECORD=video).
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "xvfb, xauth, x11vnc, slirp4netns | passt, openssh-client, novnc, ffmpeg")
 include(CPack)

@@ -10,7 +10,8 @@ set -euo pipefail
 # (also libc.a, for the static guest programs). A fresh Debian 12 has none of
 # these; tests/fresh-machine/run checks that this list is enough.
 need=(cmake make gcc libc6-dev pkg-config libjson-c-dev libcurl4-openssl-dev libarchive-dev libpng-dev libssl-dev
-      xvfb x11vnc xauth slirp4netns passt iproute2)
+      xvfb x11vnc xauth slirp4netns passt iproute2
+      novnc ffmpeg)  # the browser live view (noVNC's client) and step recordings (ffmpeg in local guests)
 level=${1:-build}
 case $level in
   build|test|ci) ;;

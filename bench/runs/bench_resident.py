@@ -251,11 +251,12 @@ def bench_local(args):
             serve = serve_pids(gs[0]["guestRoot"])
             assert len(serve) == 1, serve
             host_out, guest_out = os.path.join(v.root, "host.strace"), os.path.join(v.root, "guest.strace")
+            time.sleep(3.0)  # the step downloads of the rounds above end before the count starts
             th, tg = strace_counts(ra.proc.pid, host_out), strace_counts(serve[0], guest_out)
             time.sleep(1.0)
             n = 20
             traced = script_true(ra, gs[0]["guest"], n)[0]
-            time.sleep(0.5)
+            time.sleep(3.0)  # the traced runs' step downloads end (each makes one commit)
             for t in (th, tg):
                 t.send_signal(signal.SIGINT)
                 t.wait(timeout=10)

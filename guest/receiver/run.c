@@ -378,7 +378,9 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 	/* A first event opens its group once it is admitted. */
 	if (ctx->group_phase && strcmp(ctx->group_phase, "first") == 0 && open_group(ctx, groups, err) != 0)
 		goto cleanup;
-	/* 13-14. the script */
+	/* 13-14. the script, recorded from just before it (record.h) */
+	if (ctx->capture_on)
+		record_start(ctx);
 	if (lock_cancel_requested(&ctx->lock)) {
 		kind = "uncertain";
 		uncertain_diag = DIAG_CANCELLED;
@@ -402,6 +404,7 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 			uncertain_diag = diag_buf;
 		}
 	}
+	record_stop(ctx);
 	run_note_left_running(ctx);
 	/* 16. outcome */
 	{
@@ -642,6 +645,7 @@ cleanup:
 	jv_free(ctx.left_running);
 	stdin_parts_free(&ctx.parts);
 	capture_spec_free(&ctx.capture);
+	record_free(&ctx);
 	run_free_argv(ctx.argv);
 	free(ctx.script_id);
 	free(ctx.action_id);

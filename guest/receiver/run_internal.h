@@ -23,6 +23,7 @@
 #include "journal.h"
 #include "lock.h"
 #include "proc.h"
+#include "record.h"
 #include "relay_support/utf8.h"
 #include "run.h"
 #include "scan.h"
@@ -93,6 +94,8 @@ typedef struct run_ctx {
 	 * standard input; the receipt and after-image go out on standard output */
 	int stdio_parts;
 	stdin_parts parts;
+	/* the run's screen recording (record.h), never NULL after validation */
+	run_video *video;
 } run_ctx;
 
 typedef struct receipt_info {

@@ -108,6 +108,12 @@ int run_write_receipt(run_ctx *ctx, const receipt_info *ri, char sha_out[65], ui
 	jv_set_str(img, "status", ri->image_status);
 	jv_set(img, "snapshots", jv_copy(ctx->descriptors));
 	jv_set(o, "imageEvidence", img);
+	record_finish(ctx);
+	{
+		jv *video = record_receipt_json(ctx);
+		if (video)
+			jv_set(o, RECEIVER_RECEIPT_VIDEO, video);
+	}
 	rc = RECEIVER_FAILPOINT_ERROR("receiver.run.before-receipt", err);
 	if (rc == 0)
 		rc = state_write_json(ctx->root, RECEIPTS_DIR, name, o, sha_out, bytes_out, err);

@@ -334,7 +334,11 @@ void run_note_left_running(run_ctx *ctx)
 		jv_set(ctx->left_running, "processes", jv_array());
 		return;
 	}
-	ctx->left_running = survivors_list(p->pgid, &ctx->drainer_pid, ctx->drainer_pid > 0 ? 1 : 0);
+	{
+		/* neither the drainer nor the screen recording is the step's */
+		pid_t excluded[2] = {ctx->drainer_pid, record_pid(ctx)};
+		ctx->left_running = survivors_list(p->pgid, excluded, 2);
+	}
 	if (jv_get(ctx->left_running, "count")->number_int > 0) {
 		jv *f = jv_object();
 		jv_set_str(f, "name", "background-processes");
@@ -358,6 +362,8 @@ int run_dispatch(run_ctx *ctx, rerr *err)
 	req.timeout_ms = ctx->timeout_ms;
 	req.output_budget = OUTPUT_BUDGET_BYTES;
 	req.leave_survivors = 1;
+	req.spared = ctx->spared; /* the screen recording, when one runs (record.h) */
+	req.spared_count = ctx->spared_count;
 	run_make_hooks(ctx, &hooks, 1);
 	ctx->phase_name = "script";
 	timestamp_now(ctx->dispatch_at);

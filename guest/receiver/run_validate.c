@@ -17,7 +17,8 @@ static int keys_exactly(const jv *obj, const char *const *keys, size_t n, const 
 {
 	size_t i, k;
 	for (i = 0; i < obj->count; i++) {
-		int known = 0;
+		/* the one optional key: the screen recording (record.h) */
+		int known = prefix[0] == '\0' && strcmp(obj->keys[i], RECEIVER_REQ_VIDEO) == 0;
 		for (k = 0; k < n; k++)
 			if (strcmp(obj->keys[i], keys[k]) == 0)
 				known = 1;
@@ -338,5 +339,5 @@ const char *run_validate_request(run_ctx *ctx)
 			ctx->capture_on = 1;
 		}
 	}
-	return NULL;
+	return record_parse(ctx);
 }

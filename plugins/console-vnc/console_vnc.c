@@ -217,6 +217,33 @@ static relay_status normalise_report(vnc_state *st, const char *text, char **out
 		put_identity(ep, endpoint, "networkNamespace");
 		json_object_object_add(o, "endpoint", ep);
 	}
+	/* the browser live view (MCP_RELAY_VNC_VIEWER=browser): its origin and
+	 * whether a browser was started, never its one-time URL */
+	json_object *live = get(in, "live_view");
+	if (live && json_object_is_type(live, json_type_object)) {
+		json_object *lv = json_object_new_object();
+		put_identity(lv, live, "origin");
+		put_identity(lv, live, "launcher");
+		put_identity(lv, live, "browser_reason");
+		put_identity(lv, live, "control");
+		put_identity(lv, live, "token");
+		json_object *takes = get(live, "take_overs");
+		json_object *tl = json_object_new_array();
+		size_t nt = takes && json_object_is_type(takes, json_type_array)
+		                ? json_object_array_length(takes)
+		                : 0;
+		for (size_t i = 0; i < nt && i < 64; i++) {
+			json_object *t = json_object_array_get_idx(takes, i), *one = json_object_new_object();
+			put_identity(one, t, "start");
+			put_identity(one, t, "end");
+			json_object_array_add(tl, one);
+		}
+		json_object_object_add(lv, "take_overs", tl);
+		json_object *opened = get(live, "browser_opened");
+		json_object_object_add(lv, "browser_opened",
+		                       json_object_new_boolean(opened && json_object_get_boolean(opened)));
+		json_object_object_add(o, "live_view", lv);
+	}
 	json_object *launched = get(in, "viewer_launched");
 	if (launched && json_object_is_type(launched, json_type_boolean))
 		json_object_object_add(o, "viewer_launched",

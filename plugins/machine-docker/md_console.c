@@ -257,6 +257,7 @@ static json_object *report(md_state *st, json_object *rec, const char *attempt_i
 	if (a)
 		json_object_object_add(r, "viewer_launched",
 		                       json_object_new_boolean(md_int(a, "viewerPid", 0) > 0));
+	md_console_web_report(r, a);
 	return r;
 }
 
@@ -396,40 +397,6 @@ pid_t md_container_init_pid(json_object *info)
 
 /* ---- attempts ----------------------------------------------------------------------------- */
 
-bool md_exec_detached(md_state *st, const char *vm, const char *user, const char *const *argv,
-                      relay_call *call)
-{
-	json_object *body = json_object_new_object();
-	json_object_object_add(body, "Cmd", md_str_array(argv));
-	json_object_object_add(body, "User", json_object_new_string(user));
-	json_object_object_add(body, "AttachStdout", json_object_new_boolean(false));
-	json_object_object_add(body, "AttachStderr", json_object_new_boolean(false));
-	char *path = md_container_path(vm, "/exec");
-	md_reply r;
-	relay_error e;
-	relay_status s =
-	    path ? md_api(st, "POST", path, body, -1, -1, 20000, call, &r, &e) : RELAY_E_NO_MEMORY;
-	free(path);
-	json_object_put(body);
-	if (s != RELAY_OK)
-		return false;
-	char start[256] = "";
-	const char *id = md_str(r.json, "Id");
-	if (r.status == 201 && id && strlen(id) < 128)
-		snprintf(start, sizeof start, MD_API_PREFIX "/exec/%s/start", id);
-	md_reply_free(&r);
-	if (start[0] == '\0')
-		return false;
-	json_object *sb = json_object_new_object();
-	json_object_object_add(sb, "Detach", json_object_new_boolean(true));
-	json_object_object_add(sb, "Tty", json_object_new_boolean(false));
-	s = md_api(st, "POST", start, sb, -1, -1, 20000, call, &r, &e);
-	json_object_put(sb);
-	bool started = s == RELAY_OK && (r.status == 200 || r.status == 204);
-	md_reply_free(&r);
-	return started;
-}
-
 static void random_password(md_state *st, char out[9])
 {
 	static const char alphabet[] = "ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
@@ -516,11 +483,17 @@ static relay_status open_attempt(md_state *st, json_object *rec, json_object *a,
 	snprintf(logarg, sizeof logarg, "/tmp/%s.log", name);
 	snprintf(pidfile, sizeof pidfile, MD_GUEST_RUN_DIR "/vnc-%s", token);
 	const char *display = md_str(rec, "display");
-	const char *argv[] = {
-	    MD_GUEST_INIT, "exec",     pidfile, "x11vnc",    "-display",  display ? display : ":0",
-	    "-localhost",  "-rfbport", "5900",  "-viewonly", "-forever",  "-shared",
-	    "-passwdfile", passarg,    "-norc", "-nocmds",   "-noremote", "-noxdamage",
-	    "-o",          logarg,     NULL};
+	const char *argv[] = {MD_GUEST_INIT, "exec",
+	                      pidfile,       "x11vnc",
+	                      "-display",    display ? display : ":0",
+	                      "-localhost",  "-rfbport",
+	                      "5900",        md_console_web_control() ? "-nolookup" : "-viewonly",
+	                      "-forever",    "-shared",
+	                      "-passwdfile", passarg,
+	                      "-norc",       "-nocmds",
+	                      "-noremote",   "-noxdamage",
+	                      "-o",          logarg,
+	                      NULL};
 	if (!md_exec_detached(st, container, user, argv, call)) {
 		set_state(a, "failed", "worker-launch-failed");
 		return md_err(st, err, RELAY_E_REFUSED, 0, "x11vnc could not be started in guest %s", vm);
@@ -555,6 +528,16 @@ static relay_status open_attempt(md_state *st, json_object *rec, json_object *a,
 		              "MCP_RELAY_VNC_VIEWER is not set",
 		              vm, VNC_PORT, nspath);
 		return RELAY_OK;
+	}
+	if (strcmp(viewer, "browser") == 0) {
+		relay_status ws = md_console_web_start(st, rec, a, pid, password, err);
+		if (ws != RELAY_OK)
+			stop_attempt(st, rec, a, true);
+		set_state(a, ws == RELAY_OK ? "launched" : "failed",
+		          ws == RELAY_OK ? NULL : "worker-launch-failed");
+		put_text(a, "transport_connected", ws == RELAY_OK ? "unknown" : NULL);
+		put_text(a, "viewer_cleanup", ws == RELAY_OK ? "pending" : "not-started");
+		return ws;
 	}
 	pid_t vpid = start_viewer(st, rec, a, viewer, pid, password, &e);
 	if (vpid <= 0) {

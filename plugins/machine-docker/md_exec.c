@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "md.h"
+#include "md_console.h"
+#include "md_lease.h"
 
 #define EXEC_KNOWN_FLAGS (RELAY_EXEC_MERGE_OUTPUT | RELAY_EXEC_KEEP_TAIL | RELAY_EXEC_STDIO_BYTES)
 #define DRAIN_MS         250
@@ -421,4 +423,40 @@ relay_status exec_run(md_state *st, md_conn *conn, const relay_exec_request *req
 		p.max_stdout = req.max_stdout_bytes ? req.max_stdout_bytes : (64u << 20);
 	}
 	return exec_core(st, &p, call, res, err);
+}
+
+/* A program started in the container through the exec API, detached (the
+ * console's x11vnc; md_console.h). */
+bool md_exec_detached(md_state *st, const char *vm, const char *user, const char *const *argv,
+                      relay_call *call)
+{
+	json_object *body = json_object_new_object();
+	json_object_object_add(body, "Cmd", md_str_array(argv));
+	json_object_object_add(body, "User", json_object_new_string(user));
+	json_object_object_add(body, "AttachStdout", json_object_new_boolean(false));
+	json_object_object_add(body, "AttachStderr", json_object_new_boolean(false));
+	char *path = md_container_path(vm, "/exec");
+	md_reply r;
+	relay_error e;
+	relay_status s =
+	    path ? md_api(st, "POST", path, body, -1, -1, 20000, call, &r, &e) : RELAY_E_NO_MEMORY;
+	free(path);
+	json_object_put(body);
+	if (s != RELAY_OK)
+		return false;
+	char start[256] = "";
+	const char *id = md_str(r.json, "Id");
+	if (r.status == 201 && id && strlen(id) < 128)
+		snprintf(start, sizeof start, MD_API_PREFIX "/exec/%s/start", id);
+	md_reply_free(&r);
+	if (start[0] == '\0')
+		return false;
+	json_object *sb = json_object_new_object();
+	json_object_object_add(sb, "Detach", json_object_new_boolean(true));
+	json_object_object_add(sb, "Tty", json_object_new_boolean(false));
+	s = md_api(st, "POST", start, sb, -1, -1, 20000, call, &r, &e);
+	json_object_put(sb);
+	bool started = s == RELAY_OK && (r.status == 200 || r.status == 204);
+	md_reply_free(&r);
+	return started;
 }

@@ -188,6 +188,13 @@ static json_object *report(local_state *st, json_object *record, const char *att
 	if (a)
 		json_object_object_add(r, "viewer_launched",
 		                       json_object_new_boolean(lu_get_int(a, "viewerPid", 0) > 0));
+	json_object *live = a ? lu_get_object(a, "liveView") : NULL;
+	if (live) {
+		json_object *copy = NULL;
+		json_object_deep_copy(live, &copy, NULL);
+		json_object_object_add(copy, "take_overs", console_web_take_overs(record, attempt_id));
+		json_object_object_add(r, "live_view", copy);
+	}
 	return r;
 }
 
@@ -342,9 +349,10 @@ static relay_status open_attempt(local_state *st, json_object *record, const cha
 	snprintf(log_path, sizeof log_path, "%s/console.log", lease_dir);
 	int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	const char *display = lu_get_string(record, "display");
+	const char *input = console_web_control() ? "-nolookup" : "-viewonly"; /* take-over: console_web.c */
 	const char *argv[] = {"x11vnc",      "-display",  display ? display : ":0",
 	                      "-localhost",  "-rfbport",  "5900",
-	                      "-viewonly",   "-forever",  "-shared",
+	                      input,         "-forever",  "-shared",
 	                      "-passwdfile", passarg,     "-norc",
 	                      "-nocmds",     "-noremote", "-noxdamage",
 	                      NULL};
@@ -394,7 +402,10 @@ static relay_status open_attempt(local_state *st, json_object *record, const cha
 	json_object_object_add(endpoint, "banner", json_object_new_string("RFB 003.008"));
 	json_object_object_add(attempt, "endpoint", endpoint);
 	const char *viewer = getenv("MCP_RELAY_VNC_VIEWER");
-	if (viewer && *viewer) {
+	if (viewer && strcmp(viewer, "browser") == 0) {
+		status = console_web_open(st, record, attempt_id, attempt, init_pid, password, vnc_pid,
+		                          log_fd, err);
+	} else if (viewer && *viewer) {
 		char pwfile[PATH_MAX];
 		snprintf(pwfile, sizeof pwfile, "%s/console-%s.passwd", lease_dir, attempt_id);
 		char line[16];
@@ -443,13 +454,11 @@ static relay_status open_attempt(local_state *st, json_object *record, const cha
 		json_object_object_add(attempt, "reason", json_object_new_string("worker-unavailable"));
 		json_object_object_add(attempt, "transport_connected", json_object_new_boolean(false));
 		json_object_object_add(attempt, "viewer_cleanup", json_object_new_string("not-started"));
-		st->host->log(
-		    RELAY_LOG_INFO, LOCAL_PLUGIN_NAME,
-		    "console of %s: x11vnc (view-only, one-time password) listens on 127.0.0.1:%d inside the "
-		    "guest's network namespace %s; no viewer was launched because MCP_RELAY_VNC_VIEWER is "
-		    "not "
-		    "set",
-		    lu_get_string(record, "vm"), VNC_PORT, nspath);
+		st->host->log(RELAY_LOG_INFO, LOCAL_PLUGIN_NAME,
+		              "console of %s: x11vnc (view-only, one-time password) listens on 127.0.0.1:%d "
+		              "inside the guest's network namespace %s; no viewer was launched because "
+		              "MCP_RELAY_VNC_VIEWER is not set",
+		              lu_get_string(record, "vm"), VNC_PORT, nspath);
 	}
 done:
 	ctl_env_free(env);

@@ -396,6 +396,17 @@ relay_status console_op(local_state *st, const char *lease_json, const char *op,
 /* Stops whatever console attempt runs (release). */
 void console_stop_all(local_state *st, json_object *record);
 
+/* console_web.c: the browser live view (MCP_RELAY_VNC_VIEWER=browser). */
+bool console_web_control(void);
+json_object *console_web_take_overs(json_object *record, const char *attempt_id);
+/* Starts the bridge as the attempt's viewer and sets the attempt's state
+ * (launched, or failed with x11vnc `vnc_pid` stopped). x11vnc accepts input
+ * only when console_web_control(): the bridge holds it back until the
+ * person takes control. */
+relay_status console_web_open(local_state *st, json_object *record, const char *attempt_id,
+                              json_object *attempt, pid_t init_pid, const char *password, pid_t vnc_pid,
+                              int log_fd, relay_error *err);
+
 /* ---- options.c, machine_ops.c ------------------------------------------------- */
 
 /* Sets every option's default (and the image "local"). */

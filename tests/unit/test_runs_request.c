@@ -120,8 +120,8 @@ static void the_request_has_every_key_of_the_protocol(void **state)
 	                    "with status 0\",\"inputMode\":\"ordinary\"}",
 	                    NULL, 0);
 	json_object *snaps = jsonx_parse_str("{\"afterIntervalMs\":500,\"group\":null}", NULL, 0);
-	run_request_in in = {"run-1", "att-1", "rec-1", "g1", "because", &c,  "/R/streamed/run-1.sh",
-	                     "0123",  NULL,    "/R",    step, snaps,     NULL};
+	run_request_in in = {"run-1", "att-1", "rec-1", "g1", "because", &c,   "/R/streamed/run-1.sh",
+	                     "0123",  NULL,    "/R",    step, snaps,     NULL, NULL};
 	json_object *r = run_request_build(&in);
 	static const char *const keys[] = {
 	    RECEIVER_REQ_PROTOCOL,      RECEIVER_REQ_EXECUTION_ID, RECEIVER_REQ_SESSION_ID,

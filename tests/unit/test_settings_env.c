@@ -50,6 +50,9 @@ static void clean_env(void)
 	    "MCP_RELAY_TRANSFER_SSH_OPTIONS",
 	    "MCP_RELAY_GUEST_NETWORK",
 	    "MCP_RELAY_ON_EXIT",
+	    "MCP_RELAY_RECORD",
+	    "MCP_RELAY_RECORD_FPS",
+	    "MCP_RELAY_CONSOLE_CONTROL",
 	    "MCP_RELAY_CAPACITY_WAIT",
 	    "MCP_RELAY_MAX_GUESTS",
 	    "MCP_RELAY_STATE_DIR",
@@ -404,6 +407,30 @@ static void test_enumerations(void **state)
 	expect_load("MCP_RELAY_ON_EXIT", "release", NULL);
 	expect_load("MCP_RELAY_ON_EXIT", "bogus", "MCP_RELAY_ON_EXIT must be pause or release (got bogus)");
 	expect_load("MCP_RELAY_ON_EXIT", "", "MCP_RELAY_ON_EXIT must be pause or release (got )");
+	expect_load("MCP_RELAY_RECORD", "off", NULL);
+	expect_load("MCP_RELAY_RECORD", "video", NULL);
+	expect_load("MCP_RELAY_RECORD", "audio", "MCP_RELAY_RECORD must be off or video (got audio)");
+	expect_load("MCP_RELAY_CONSOLE_CONTROL", "allow", NULL);
+	expect_load("MCP_RELAY_CONSOLE_CONTROL", "yes",
+	            "MCP_RELAY_CONSOLE_CONTROL must be allow or deny (got yes)");
+	clean_env();
+	setenv("MCP_RELAY_RECORD", "video", 1);
+	setenv("MCP_RELAY_RECORD_FPS", "31", 1);
+	{
+		relay_settings bad;
+		char err[256] = "";
+		assert_int_equal(settings_load(&bad, err, sizeof err), -1);
+		assert_string_equal(
+		    err, "MCP_RELAY_RECORD_FPS must be whole frames per second from 1 to 30 (got 31)");
+	}
+	setenv("MCP_RELAY_RECORD_FPS", "4", 1);
+	{
+		relay_settings rec = load_ok();
+		assert_int_equal(rec.record_video_fps, 4);
+		settings_free(&rec);
+	}
+	unsetenv("MCP_RELAY_RECORD");
+	unsetenv("MCP_RELAY_RECORD_FPS");
 	clean_env();
 	setenv("MCP_RELAY_ON_EXIT", "release", 1);
 	setenv("MCP_RELAY_GUEST_NETWORK", "internet", 1);

@@ -165,6 +165,38 @@ static json_object *attempt_observation(const json_object *in)
 	return a;
 }
 
+/* MCP_RELAY_VNC_VIEWER=browser: the live view's non-secret facts (its
+ * loopback origin, whether and how a browser was opened, the control mode),
+ * short strings only; NULL when the report has none. */
+static json_object *live_view_observation(const json_object *report)
+{
+	json_object *live = NULL;
+	if (!json_object_object_get_ex(report, "live_view", &live) ||
+	    !json_object_is_type(live, json_type_object))
+		return NULL;
+	json_object *o = json_object_new_object();
+	static const char *const texts[] = {"origin", "launcher", "browser_reason", "control", "token"};
+	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+		const char *v = jsonx_get_str(live, texts[i]);
+		jsonx_add_str(o, texts[i], v && strlen(v) <= 200 && !strchr(v, '#') ? v : NULL);
+	}
+	json_object *takes = jsonx_get_array(live, "take_overs");
+	json_object *tl = json_object_new_array();
+	size_t nt = takes ? json_object_array_length(takes) : 0;
+	for (size_t i = 0; i < nt && i < 64; i++) {
+		json_object *t = json_object_array_get_idx(takes, i), *one = json_object_new_object();
+		const char *start = jsonx_get_str(t, "start"), *end = jsonx_get_str(t, "end");
+		jsonx_add_str(one, "start", start && strlen(start) <= 40 ? start : NULL);
+		jsonx_add_str(one, "end", end && strlen(end) <= 40 ? end : NULL);
+		json_object_array_add(tl, one);
+	}
+	jsonx_add(o, "take_overs", tl);
+	bool opened = false;
+	jsonx_get_bool(live, "browser_opened", &opened);
+	jsonx_add_bool(o, "browser_opened", opened);
+	return o;
+}
+
 json_object *console_observation(const json_object *report)
 {
 	int64_t version = 0;
@@ -194,6 +226,9 @@ json_object *console_observation(const json_object *report)
 	json_object *attempt = NULL;
 	json_object_object_get_ex(report, "attempt", &attempt);
 	jsonx_add(o, "attempt", attempt_observation(attempt));
+	json_object *live = live_view_observation(report);
+	if (live)
+		jsonx_add(o, "live_view", live);
 	return o;
 }
 
@@ -598,6 +633,11 @@ json_object *console_status_result(const char *guest_name, const json_object *ob
 		json_object_object_get_ex(obs, "attempt", &v);
 		jsonx_add(r, "attempt", json_object_get(v));
 	}
+	/* MCP_RELAY_VNC_VIEWER=browser: the live view's origin and whether the
+	 * browser was opened (the one-time URL is only on standard error). */
+	json_object *live = NULL;
+	if (json_object_object_get_ex(obs, "live_view", &live) && json_object_is_type(live, json_type_object))
+		jsonx_add(r, "live_view", json_object_get(live));
 	jsonx_add_bool(r, "screenshotEvidence", false);
 	jsonx_add_bool(r, "leaseReleased", false);
 	return r;

@@ -188,7 +188,17 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&q->lock);
 
 		bool transient = false;
+		/* One commit point per step download (docs/runs.md, "Durability"):
+		 * its pulled records, host/steps/<id> and its download record are
+		 * made durable together with one syncfs when it ends; until then a
+		 * loss of power only costs a download the restarted relay does again
+		 * (its record is not durable either). */
+		bool group = fs_sync_group_begin();
 		const char *status = download_job_run(q->m, q->g, job, call, queue_aborting, q, &transient);
+		relay_error serr;
+		if (fs_sync_group_end(group, &serr) != RELAY_OK)
+			log_error("guest %s: the step download of %s was not made durable: %s", q->g->name,
+			          job->execution_id, serr.message);
 
 		pthread_mutex_lock(&q->lock);
 		q->running_call = NULL;

@@ -645,7 +645,7 @@ static relay_status extract_member(extraction *x, const char *name, uint64_t siz
 	if (strcmp(hex, f->sha256) != 0)
 		return relay_error_set(err, RELAY_E_INTEGRITY, 0,
 		                       "archive refused: the SHA-256 of %s differs from its index", name);
-	if (fsync(x->out_fd) != 0)
+	if (fs_fsync_fd(x->out_fd) != 0)
 		return relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s: %s", name, strerror(errno));
 	close(x->out_fd);
 	x->out_fd = -1;
@@ -692,7 +692,7 @@ static relay_status extract_finish(const extraction *x, char **facts_json_out, r
 	if (!x->opts.skip_structure_scan && x->member != x->scan.count)
 		return relay_error_set(err, RELAY_E_INTEGRITY, 0,
 		                       "archive refused: its headers do not read the same in two parsers");
-	if (fsync(x->dest_fd) != 0 && errno != EINVAL)
+	if (fs_fsync_fd(x->dest_fd) != 0 && errno != EINVAL)
 		return relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s: %s", x->dest_dir,
 		                       strerror(errno));
 	if (facts_json_out) {

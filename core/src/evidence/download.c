@@ -11,6 +11,7 @@
 
 #include "evidence/archive.h"
 #include "evidence/fswalk.h"
+#include "receiver_protocol.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -41,6 +42,34 @@ static bool add_expected(json_object *arr, const char *path, int64_t bytes, cons
 		jsonx_add_int(o, "bytes", bytes);
 	if (sha != NULL)
 		jsonx_add_str(o, "sha256", sha);
+	return true;
+}
+
+/* The step's screen recording (receipt key videoEvidence), pinned to the
+ * receipt's size and SHA-256. false with err set on a malformed one. */
+static bool add_video_expected(json_object *arr, const char *execution_id, const json_object *receipt,
+                               relay_error *err)
+{
+	json_object *v = jsonx_get_obj(receipt, RECEIVER_RECEIPT_VIDEO);
+	const char *status = jsonx_get_str(v, "status");
+	if (status == NULL || strcmp(status, "recorded") != 0)
+		return true;
+	const char *sid = jsonx_get_str(v, "sessionId");
+	const char *name = jsonx_get_str(v, "fileName");
+	const char *sha = jsonx_get_str(v, "sha256");
+	int64_t bytes = -1;
+	if (!id_ok(sid) || !id_ok(name) || !sha256_hex_valid(sha) || !jsonx_get_int(v, "bytes", &bytes) ||
+	    bytes < 1 || (uint64_t)bytes > RECEIVER_VIDEO_MAX_BYTES) {
+		relay_error_set(err, RELAY_E_PROTOCOL, 0, "the receipt of %s has a malformed videoEvidence",
+		                execution_id);
+		return false;
+	}
+	char path[512];
+	snprintf(path, sizeof path, "%s/%s/%s", RECEIVER_VIDEOS_DIR, sid, name);
+	if (!add_expected(arr, path, bytes, sha)) {
+		relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		return false;
+	}
 	return true;
 }
 
@@ -113,6 +142,10 @@ json_object *evidence_step_expected(const char *execution_id, const json_object 
 		snprintf(path, sizeof path, "state/snapshots/%s/%s", sid, name);
 		if (!add_expected(arr, path, bytes, sha))
 			goto nomem;
+	}
+	if (!add_video_expected(arr, execution_id, receipt, err)) {
+		json_object_put(arr);
+		return NULL;
 	}
 	return arr;
 nomem:
@@ -230,7 +263,7 @@ relay_status evidence_step_place(const char *package_dir, const char *execution_
 		if (status != RELAY_OK)
 			goto cleanup;
 	}
-	if (fsync(dst) != 0 && errno != EINVAL)
+	if (fs_fsync_fd(dst) != 0 && errno != EINVAL)
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync host/steps/%s", execution_id);
 cleanup:
 	if (pkg >= 0)
@@ -306,7 +339,7 @@ static relay_status try_candidate(int src_root, const char *src_rel, int in_root
 	char hex[65];
 	sha256_final(ctx, hex);
 	ctx = NULL;
-	if (fsync(out) != 0) {
+	if (fs_fsync_fd(out) != 0) {
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s", rel);
 		goto cleanup;
 	}

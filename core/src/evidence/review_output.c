@@ -282,6 +282,9 @@ static step_out action_step(rv *r, rv_action *a)
 		argv = jsonx_get_array(rc, "argv");
 	jsonx_add(d, "argv", argv ? json_object_get(argv) : json_object_new_array());
 	jsonx_add(d, "output", rc ? output_of(rc, false) : NULL);
+	json_object *recording = rc ? rv_recording(r, rc) : NULL;
+	if (recording)
+		jsonx_add(d, "recording", recording);
 	if (a->why)
 		jsonx_add_str(d, "diagnostic", a->why);
 	if (r->network && a->execution_id)

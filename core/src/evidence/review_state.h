@@ -63,6 +63,12 @@ typedef struct rv {
 	json_object *network; /* network.json at the package root, NULL when absent (docs/egress.md) */
 } rv;
 
+/* review_video.c: the receipt's videoEvidence as the review shows it
+ * ({status, path, durationMs, bytes, sha256, ...} or {status: "off",
+ * reason}), checked against the package's file (a hard error when it is
+ * missing or differs); NULL when the receipt names none. New reference. */
+json_object *rv_recording(rv *r, const json_object *receipt);
+
 /* review_scan.c */
 bool rv_str_eq(const char *a, const char *b);
 

@@ -156,6 +156,36 @@ static void figure(strbuf *out, const char *caption, const char *path, const cha
 	strbuf_puts(out, "</figure>");
 }
 
+/* The step's screen recording (MCP_RELAY_RECORD=video): a plain <video>
+ * element on the package's file, no script, nothing fetched. */
+static void recording(strbuf *out, const json_object *rec, const char *step_id)
+{
+	const char *status = jsonx_get_str(rec, "status");
+	if (status == NULL)
+		return;
+	strbuf_puts(out, "<figure class=\"recording\"><figcaption>Screen recording");
+	if (strcmp(status, "recorded") != 0) {
+		strbuf_puts(out, "</figcaption><div class=\"none\">Recording off: ");
+		esc(out, jsonx_get_str(rec, "reason") ? jsonx_get_str(rec, "reason") : "no reason given");
+		strbuf_puts(out, "</div></figure>");
+		return;
+	}
+	int64_t ms = 0;
+	jsonx_get_int(rec, "durationMs", &ms);
+	strbuf_printf(out, " <span class=\"muted\">%lld.%01lld s</span></figcaption>", (long long)(ms / 1000),
+	              (long long)(ms % 1000 / 100));
+	const char *path = jsonx_get_str(rec, "path");
+	strbuf_puts(out, "<video controls preload=\"metadata\" width=\"640\" src=\"");
+	evidence_url_encode_path(out, path);
+	strbuf_puts(out, "\" title=\"screen recording of step ");
+	esc(out, step_id);
+	strbuf_puts(out, "\"></video><div class=\"muted\"><a href=\"");
+	evidence_url_encode_path(out, path);
+	strbuf_puts(out, "\">");
+	esc(out, path);
+	strbuf_puts(out, "</a></div></figure>");
+}
+
 /* "left running: chromium, xeyes" under a step's output (guest.md §16.1
  * item 8): the names of what the step started and left running, each once. */
 static void left_running(strbuf *out, const json_object *left)
@@ -239,6 +269,7 @@ static void step_section(strbuf *out, json_object *step, json_object *detail)
 	figure(out, "Before", jsonx_get_str(snaps, "before"), jsonx_get_str(detail, "beforeAt"), id);
 	figure(out, "After", jsonx_get_str(snaps, "after"), jsonx_get_str(detail, "afterAt"), id);
 	strbuf_puts(out, "</div>");
+	recording(out, jsonx_get_obj(detail, "recording"), id);
 	json_object *o = jsonx_get_obj(detail, "output");
 	strbuf_puts(out, "<h3>Output</h3>");
 	if (o == NULL) {
@@ -298,7 +329,7 @@ void evidence_viewer_render(const json_object *review, strbuf *out)
 	    out,
 	    "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
 	    "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-	    "style-src 'unsafe-inline'; img-src 'self' file: data:\">\n"
+	    "style-src 'unsafe-inline'; img-src 'self' file: data:; media-src 'self' file:\">\n"
 	    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>Evidence: ");
 	esc(out, task);
 	strbuf_printf(

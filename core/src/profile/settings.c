@@ -434,6 +434,30 @@ void settings_problem_text(const char *problem, char *out, size_t out_len)
 	         (int)name_len, problem, problem, settings_problem_fix(problem));
 }
 
+/* MCP_RELAY_RECORD, MCP_RELAY_RECORD_FPS, and the console's
+ * MCP_RELAY_CONSOLE_CONTROL (read by the console plugins themselves; checked
+ * here so that a bad value stops the server, lifecycle.md §14). */
+static int record_settings(relay_settings *s, char *errbuf, size_t errlen)
+{
+	const char *v = getenv("MCP_RELAY_RECORD");
+	s->record_video_fps = 0;
+	if (v != NULL && strcmp(v, "off") != 0 && strcmp(v, "video") != 0)
+		return fail(errbuf, errlen, "MCP_RELAY_RECORD must be off or video (got %s)", v);
+	if (v != NULL && strcmp(v, "video") == 0) {
+		int64_t fps = 8;
+		const char *f = getenv("MCP_RELAY_RECORD_FPS");
+		if (f != NULL && !parse_decimal(f, 1, 30, &fps))
+			return fail(
+			    errbuf, errlen,
+			    "MCP_RELAY_RECORD_FPS must be whole frames per second from 1 to 30 (got %s)", f);
+		s->record_video_fps = (int)fps;
+	}
+	v = getenv("MCP_RELAY_CONSOLE_CONTROL");
+	if (v != NULL && strcmp(v, "allow") != 0 && strcmp(v, "deny") != 0)
+		return fail(errbuf, errlen, "MCP_RELAY_CONSOLE_CONTROL must be allow or deny (got %s)", v);
+	return 0;
+}
+
 /* MCP_RELAY_SESSION, or the project's own identity (lifecycle.md §2). */
 static int load_session_identity(relay_settings *s, char *errbuf, size_t errlen)
 {
@@ -592,6 +616,9 @@ static int load_limits(relay_settings *s, char *errbuf, size_t errlen)
 		s->on_exit = ON_EXIT_RELEASE;
 	else
 		return fail(errbuf, errlen, "MCP_RELAY_ON_EXIT must be pause or release (got %s)", v);
+
+	if (record_settings(s, errbuf, errlen) != 0)
+		return -1;
 
 	s->capacity_wait_s = 1800;
 	v = getenv("MCP_RELAY_CAPACITY_WAIT");

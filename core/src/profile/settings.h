@@ -50,6 +50,9 @@ typedef struct relay_settings {
 	struct relay_environment *environment; /* selected profile or NULL */
 	session_source session_source;
 	char *session_note; /* why the identity is fresh (SESSION_FRESH), else NULL */
+	/* MCP_RELAY_RECORD=video: frames per second of each run's screen
+	 * recording (MCP_RELAY_RECORD_FPS, default 8); 0 when off */
+	int record_video_fps;
 } relay_settings;
 
 /* Reads and validates every setting. On failure returns -1 and writes

@@ -41,7 +41,19 @@ typedef struct run_request_in {
 	const char *node_path;                   /* or NULL */
 	const char *root;                        /* R */
 	json_object *step, *snapshots, *capture; /* capture may be NULL */
+	json_object *video;                      /* {fps, display} or NULL (MCP_RELAY_RECORD) */
 } run_request_in;
+
+/* The request's "video" object for a run with snapshots when the deployment
+ * records video (MCP_RELAY_RECORD=video), else NULL; new reference. The
+ * display is the capture command's --display, when it names one. */
+json_object *run_video_request(int fps, const json_object *capture);
+
+/* The result's "recording" fact (run_request.c): {status: "recorded",
+ * path (in the evidence package), durationMs, bytes, sha256} or {status:
+ * "off", reason} when the request asked for a recording, else NULL; new
+ * reference. */
+json_object *run_recording_fact(const json_object *receipt, const json_object *request);
 
 /* The request object (guest.md §6.1), every key of receiver_protocol.h;
  * new reference. */

@@ -144,10 +144,16 @@ static int run_write_inputs(run_ctx *x)
 		return run_not_dispatched(x->m, x->g, x->evidence, x->exec_id, "internal", false, x->out,
 		                          "the evidence folder could not be written: %s", err.message);
 	}
-	run_request_in in = {x->exec_id, x->attempt_id,    x->session,    x->g->name,   x->because,
-	                     x->c,       x->script_remote, x->script_sha, x->node_path, x->root,
-	                     x->step,    x->snaps,         x->capture};
+	run_request_in in = {
+	    x->exec_id,       x->attempt_id,
+	    x->session,       x->g->name,
+	    x->because,       x->c,
+	    x->script_remote, x->script_sha,
+	    x->node_path,     x->root,
+	    x->step,          x->snaps,
+	    x->capture,       run_video_request(x->m->settings->record_video_fps, x->capture)};
 	x->request = run_request_build(&in);
+	json_object_put(in.video);
 	x->request_text = jsonx_to_string(x->request, 0);
 	x->request_len = x->request_text ? strlen(x->request_text) : 0;
 	if (x->request_text == NULL) {
@@ -269,6 +275,19 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 {
 	RELAY_FAILPOINT("run.before-dispatch");
 	run_use_step_id(x->m, x->g, jsonx_get_str(x->step, "id"));
+	/* The first commit point (docs/runs.md, "Durability"): host/submissions,
+	 * host/scripts, host/requests and the guest record with the used step
+	 * id are durable, with one syncfs, before the request can reach a
+	 * receiver (guest.md §16.2 item 1; the three-step path's push only
+	 * placed the file, which nothing runs before `receiver run`): the
+	 * durable record that the run may have started, on which "uncertain,
+	 * never replayed" rests. A run whose files cannot be made durable is
+	 * not sent. */
+	relay_error serr;
+	if (fs_sync_group_commit(&serr) != RELAY_OK)
+		return run_not_dispatched(x->m, x->g, x->evidence, x->exec_id, "internal", false, x->out,
+		                          "the run's files could not be made durable: %s", serr.message);
+	run_mark(x, "commit before the send");
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "%s/%s", x->root, x->request_rel);
 	char *request_remote = strbuf_detach(&sb, NULL);
@@ -504,6 +523,9 @@ static int run_result_facts(run_ctx *x)
 		jsonx_add(out, "network", network);
 	json_object *ev = x->receipt ? jsonx_get_obj(x->receipt, RECEIVER_RCPT_IMAGE_EVIDENCE) : NULL;
 	jsonx_add(out, "imageEvidence", ev ? json_object_get(ev) : NULL);
+	json_object *recording = run_recording_fact(x->receipt, x->request);
+	if (recording)
+		jsonx_add(out, "recording", recording);
 	if (x->rs == RECEIPT_NONE && x->snapshots_on) {
 		/* The receiver recorded nothing for this id: no image will come. */
 		json_object *d = json_object_new_object();
@@ -557,6 +579,9 @@ int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcom
 	x.receipt_bytes = -1;
 	x.rs = RECEIPT_LOST;
 	int rc = -1;
+	/* The run's host writes share two commit points instead of two fsyncs
+	 * per file: one before the send (run_dispatch), one at the end below. */
+	bool group = fs_sync_group_begin();
 	run_prepare(&x);
 	if (run_write_inputs(&x) != 0)
 		goto cleanup;
@@ -589,5 +614,15 @@ int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcom
 		                       x.rs == RECEIPT_HOME ? x.receipt_bytes : -1);
 cleanup:
 	run_ctx_free(&x);
+	/* The second commit point, before the call is answered: the receiver's
+	 * receipt (guest.md §16.2 item 1), the host receipt, the events, the
+	 * step download's record, host/transfers and the guest record. A crash
+	 * before it leaves the run as the restart finds it after the first
+	 * point: sent, maybe run, its receipt in the guest (§17 item 4). */
+	relay_error cerr;
+	if (fs_sync_group_end(group, &cerr) != RELAY_OK)
+		log_error("relay_script %s: the run's records were not made durable: %s", x.exec_id,
+		          cerr.message);
+	run_mark(&x, "commit before the answer");
 	return rc;
 }

@@ -156,7 +156,57 @@ json_object *run_request_build(const run_request_in *in)
 	jsonx_add(request, RECEIVER_REQ_STEP, json_object_get(in->step));
 	jsonx_add(request, RECEIVER_REQ_SNAPSHOTS, json_object_get(in->snapshots));
 	jsonx_add(request, RECEIVER_REQ_CAPTURE, in->capture ? json_object_get(in->capture) : NULL);
+	if (in->video)
+		jsonx_add(request, RECEIVER_REQ_VIDEO, json_object_get(in->video));
 	return request;
+}
+
+json_object *run_recording_fact(const json_object *receipt, const json_object *request)
+{
+	if (jsonx_get_obj(request, RECEIVER_REQ_VIDEO) == NULL)
+		return NULL;
+	json_object *v = receipt ? jsonx_get_obj(receipt, RECEIVER_RECEIPT_VIDEO) : NULL;
+	json_object *fact = json_object_new_object();
+	const char *status = jsonx_get_str(v, "status");
+	if (status && strcmp(status, "recorded") == 0) {
+		int64_t ms = 0, bytes = 0;
+		strbuf sb = STRBUF_INIT;
+		strbuf_printf(&sb, "%s/%s/%s", RECEIVER_VIDEOS_DIR, jsonx_get_str(v, "sessionId"),
+		              jsonx_get_str(v, "fileName"));
+		jsonx_get_int(v, "durationMs", &ms);
+		jsonx_get_int(v, "bytes", &bytes);
+		jsonx_add_str(fact, "status", "recorded");
+		jsonx_add_str(fact, "path", strbuf_str(&sb));
+		jsonx_add_int(fact, "durationMs", ms);
+		jsonx_add_int(fact, "bytes", bytes);
+		jsonx_add_str(fact, "sha256", jsonx_get_str(v, "sha256"));
+		strbuf_free(&sb);
+	} else {
+		const char *reason = jsonx_get_str(v, "reason");
+		jsonx_add_str(fact, "status", "off");
+		jsonx_add_str(fact, "reason",
+		              reason ? reason : "the receiver recorded no video for this run");
+	}
+	return fact;
+}
+
+json_object *run_video_request(int fps, const json_object *capture)
+{
+	if (fps <= 0 || capture == NULL)
+		return NULL;
+	json_object *video = json_object_new_object();
+	jsonx_add_int(video, "fps", fps);
+	json_object *argv = jsonx_get_array(capture, "argv");
+	size_t n = argv ? json_object_array_length(argv) : 0;
+	for (size_t i = 0; i + 1 < n; i++) {
+		const char *a = json_object_get_string(json_object_array_get_idx(argv, i));
+		if (a && strcmp(a, "--display") == 0) {
+			jsonx_add_str(video, "display",
+			              json_object_get_string(json_object_array_get_idx(argv, i + 1)));
+			break;
+		}
+	}
+	return video;
 }
 
 /* ---- a run in one round trip (guest.md §16.2) --------------------------------------- */

@@ -1,6 +1,7 @@
 /* relay_console_open (tools.md §3.12): starts console viewing on the
  * service host, only on an explicit user request. A failed or uncertain
  * open keeps the attempt as uncertain and is never replayed. */
+#include <stdio.h>
 #include <string.h>
 
 #include "console/console_report.h"
@@ -45,10 +46,27 @@ static tool_result *open_result(guest *g, json_object *obs, json_object *attempt
 		jsonx_add_bool(result, "replayed", false);
 	json_object *shown = jsonx_get_obj(result, "attempt");
 	const char *status = jsonx_get_str(shown, "status");
-	return tool_result_ok(result, "Console viewing attempt %s on %s: %s",
+	/* MCP_RELAY_VNC_VIEWER=browser: say whether the person's browser got the link. */
+	json_object *live = jsonx_get_obj(result, "live_view");
+	bool opened = false;
+	jsonx_get_bool(live, "browser_opened", &opened);
+	const char *origin = jsonx_get_str(live, "origin");
+	char live_text[400] = "";
+	if (live && opened)
+		snprintf(live_text, sizeof live_text, "; the live view %s was opened with %s (one-time link)",
+		         origin ? origin : "",
+		         jsonx_get_str(live, "launcher") ? jsonx_get_str(live, "launcher") : "the browser");
+	else if (live)
+		snprintf(live_text, sizeof live_text,
+		         "; the live view %s was not opened (%s): its one-time link is on the relay's "
+		         "standard error",
+		         origin ? origin : "",
+		         jsonx_get_str(live, "browser_reason") ? jsonx_get_str(live, "browser_reason")
+		                                               : "no browser");
+	return tool_result_ok(result, "Console viewing attempt %s on %s: %s%s",
 	                      jsonx_get_str(shown, "attempt_id") ? jsonx_get_str(shown, "attempt_id")
 	                                                         : "unknown",
-	                      g->name, status ? status : "unknown");
+	                      g->name, status ? status : "unknown", live_text);
 }
 
 tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_call *call)

@@ -82,8 +82,17 @@ static void set_run_lead(tool_result *r, const json_object *structured)
 	char *phrase = diagnostic
 	                   ? strdup("no screenshot (diagnostic)")
 	                   : image_delivery_phrase(jsonx_get_obj(structured, "imageDelivery"), "after-image");
-	strbuf_printf(&sb, "; the guest is kept; %s.", phrase ? phrase : "after-image unknown");
+	strbuf_printf(&sb, "; the guest is kept; %s", phrase ? phrase : "after-image unknown");
 	free(phrase);
+	json_object *rec = jsonx_get_obj(structured, "recording");
+	const char *rec_status = jsonx_get_str(rec, "status");
+	int64_t rec_ms = 0;
+	if (rec_status && strcmp(rec_status, "recorded") == 0 && jsonx_get_int(rec, "durationMs", &rec_ms))
+		strbuf_printf(&sb, "; screen recording %lld.%01lld s (%s)", (long long)(rec_ms / 1000),
+		              (long long)(rec_ms % 1000 / 100), jsonx_get_str(rec, "path"));
+	else if (rec_status)
+		strbuf_printf(&sb, "; recording off: %.160s", jsonx_get_str(rec, "reason"));
+	strbuf_putc(&sb, '.');
 	if (strbuf_ok(&sb))
 		tool_result_set_lead(r, "%s", strbuf_str(&sb));
 	strbuf_free(&sb);

@@ -44,6 +44,77 @@ relay_status fs_write_all(int fd, const void *data, size_t len, const char *what
 	return RELAY_OK;
 }
 
+/* The open sync group of this thread (fsutil.h). Thread-local rather than
+ * global: each thread (a run, a background step download) has its own
+ * commit points, so no lock is needed and one thread's group never delays
+ * another's. `fds` hold one descriptor per file system noted, for syncfs. */
+#define SYNC_GROUP_MAX_FS 4
+typedef struct sync_group {
+	bool open;
+	int count;
+	dev_t devs[SYNC_GROUP_MAX_FS];
+	int fds[SYNC_GROUP_MAX_FS];
+} sync_group;
+static _Thread_local sync_group tl_group;
+
+bool fs_sync_group_begin(void)
+{
+	if (tl_group.open)
+		return false;
+	memset(&tl_group, 0, sizeof tl_group);
+	tl_group.open = true;
+	return true;
+}
+
+relay_status fs_sync_group_commit(relay_error *err)
+{
+	relay_status status = RELAY_OK;
+	for (int i = 0; i < tl_group.count; i++) {
+		if (syncfs(tl_group.fds[i]) != 0 && status == RELAY_OK)
+			status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync the file system: %s",
+			                         strerror(errno));
+		close(tl_group.fds[i]);
+	}
+	tl_group.count = 0;
+	return status;
+}
+
+relay_status fs_sync_group_end(bool opened, relay_error *err)
+{
+	if (!opened)
+		return RELAY_OK;
+	relay_status status = fs_sync_group_commit(err);
+	tl_group.open = false;
+	return status;
+}
+
+/* Notes fd's file system in the open group. False when no group is open or
+ * it cannot take another file system: the caller then syncs at once. */
+static bool group_note(int fd)
+{
+	if (!tl_group.open)
+		return false;
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return false;
+	for (int i = 0; i < tl_group.count; i++)
+		if (tl_group.devs[i] == st.st_dev)
+			return true;
+	if (tl_group.count == SYNC_GROUP_MAX_FS)
+		return false;
+	int keep = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (keep < 0)
+		return false;
+	tl_group.devs[tl_group.count] = st.st_dev;
+	tl_group.fds[tl_group.count++] = keep;
+	return true;
+}
+
+int fs_fsync_fd(int fd)
+{
+	return group_note(fd) ? 0 : fsync(fd);
+}
+
 relay_status fs_fsync_dir(const char *path, relay_error *err)
 {
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -51,7 +122,7 @@ relay_status fs_fsync_dir(const char *path, relay_error *err)
 		return relay_error_set(err, RELAY_E_IO, errno, "cannot open folder %s: %s", path,
 		                       strerror(errno));
 	relay_status status = RELAY_OK;
-	if (fsync(fd) != 0 && errno != EINVAL)
+	if (fs_fsync_fd(fd) != 0 && errno != EINVAL)
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync folder %s: %s", path,
 		                         strerror(errno));
 	close(fd);
@@ -74,7 +145,7 @@ relay_status fs_write_exclusive(const char *path, const void *data, size_t len, 
 	if (fd < 0)
 		return relay_error_set(err, RELAY_E_IO, errno, "cannot create %s: %s", path, strerror(errno));
 	relay_status status = fs_write_all(fd, data, len, path, err);
-	if (status == RELAY_OK && fsync(fd) != 0)
+	if (status == RELAY_OK && fs_fsync_fd(fd) != 0)
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s: %s", path, strerror(errno));
 	close(fd);
 	if (status != RELAY_OK)
@@ -316,7 +387,7 @@ relay_status fs_copy_file(const char *src, const char *dst, mode_t mode, relay_e
 		if (status != RELAY_OK)
 			goto cleanup;
 	}
-	if (fsync(out) != 0)
+	if (fs_fsync_fd(out) != 0)
 		status = relay_error_set(err, RELAY_E_IO, errno, "cannot sync %s", dst);
 cleanup:
 	if (out >= 0) {

@@ -38,6 +38,33 @@ relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, s
 /* Reads and parses a JSON file (at most max_bytes). */
 relay_status fs_read_json(const char *path, size_t max_bytes, json_object **obj_out, relay_error *err);
 
+/* Sync groups: the host's commit points (docs/runs.md, "Durability"; the
+ * host side of guest.md §16.2 item 4). While a group is open on the
+ * calling thread, every fsync this file makes (fs_write_durable,
+ * fs_write_exclusive, fs_copy_file, fs_fsync_dir, fs_fsync_fd) only notes
+ * the file system it touched; fs_sync_group_commit() makes all of it
+ * durable with one syncfs(2) per file system noted (one on a host whose
+ * state and project folders share a disk). Files are still written to a
+ * temporary name and renamed, so a crash of the process leaves every file
+ * whole or absent; a loss of power before the commit point may leave a file
+ * written since the last point empty (a new name) or old (a replaced one),
+ * which is why the caller commits before it acts on those files (sends a
+ * request, answers a call). Per thread: each thread's writes have their own
+ * commit point. */
+/* Opens a group on this thread: true when this call opened it (then the
+ * caller ends it), false when one was open already (a nested writer joins
+ * the outer group and must not end it). */
+bool fs_sync_group_begin(void);
+/* The commit point: one syncfs per file system noted since the last point.
+ * The group stays open. RELAY_OK at once when no group is open or nothing
+ * is pending. */
+relay_status fs_sync_group_commit(relay_error *err);
+/* Commits and closes the group when `opened` (fs_sync_group_begin's
+ * answer); a no-op otherwise. */
+relay_status fs_sync_group_end(bool opened, relay_error *err);
+/* fsync(fd), or noted in the open group; 0 or -1 with errno, as fsync. */
+int fs_fsync_fd(int fd);
+
 /* fsync() of a folder. */
 relay_status fs_fsync_dir(const char *path, relay_error *err);
 /* fsync() of the folder that holds `path`. */

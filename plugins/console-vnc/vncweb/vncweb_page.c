@@ -1,0 +1,51 @@
+/*
+ * vncweb_page.c — the page at "/" (vncweb.h). Nothing of the guest is in
+ * it: it reads the one-time token from the URL's fragment (never sent to
+ * any server), exchanges it for a cookie (POST /session), removes it from
+ * the address bar, and only then loads noVNC and connects, view-only.
+ */
+#include "vncweb.h"
+
+const char vncweb_page_html[] =
+    "<!doctype html><html><head><meta charset=\"utf-8\"><title>mcp-relay live view</title>\n"
+    "<meta name=\"referrer\" content=\"no-referrer\">\n"
+    "<style>html,body{margin:0;height:100%;background:#202020;color:#eee;font:14px sans-serif}\n"
+    "#bar{height:32px;display:flex;align-items:center;gap:8px;padding:0 8px}\n"
+    "#screen{position:absolute;top:32px;left:0;right:0;bottom:0}</style></head>\n"
+    "<body data-state=\"starting\"><div id=\"bar\"><b>mcp-relay live view</b>"
+    "<span id=\"status\">starting</span>"
+    "<button id=\"take\" hidden>take control</button>"
+    "<button id=\"give\" hidden>give back control</button></div><div id=\"screen\"></div>\n"
+    "<script type=\"module\">\n"
+    "const status = document.getElementById('status');\n"
+    "const take = document.getElementById('take'), give = document.getElementById('give');\n"
+    "const say = (state, text) => { document.body.dataset.state = state; status.textContent = text; };\n"
+    "const m = /^#token=([0-9a-f]{64})$/.exec(location.hash);\n"
+    "history.replaceState(null, '', '/');\n"
+    "async function main() {\n"
+    "  const r = await fetch('/session', {method: 'POST', body: m ? m[1] : '', cache: 'no-store'});\n"
+    "  if (r.status !== 204) { say('refused', 'refused (' + r.status + '): open the link mcp-relay "
+    "logged; each link works once'); return; }\n"
+    "  const cfg = await (await fetch('/config', {cache: 'no-store'})).json();\n"
+    "  const {default: RFB} = await import('/novnc/core/rfb.js');\n"
+    "  const rfb = new RFB(document.getElementById('screen'), 'ws://' + location.host + '/websockify',\n"
+    "                      {credentials: {password: cfg.password}, shared: true});\n"
+    "  rfb.viewOnly = true; rfb.scaleViewport = true; window.relayRfb = rfb;\n"
+    "  rfb.addEventListener('connect', () => say('connected', 'connected, view only'));\n"
+    "  rfb.addEventListener('disconnect', () => say('disconnected', 'disconnected'));\n"
+    "  if (!cfg.control) return;\n"
+    "  take.hidden = false;\n"
+    "  take.onclick = async () => {\n"
+    "    const t = await fetch('/control', {method: 'POST', body: 'take'});\n"
+    "    if (t.status !== 204) return;\n"
+    "    rfb.viewOnly = false; take.hidden = true; give.hidden = false;\n"
+    "    say('control', 'you have control: your input reaches the guest');\n"
+    "  };\n"
+    "  give.onclick = async () => {\n"
+    "    await fetch('/control', {method: 'POST', body: 'give'});\n"
+    "    rfb.viewOnly = true; give.hidden = true; take.hidden = false;\n"
+    "    say('connected', 'connected, view only');\n"
+    "  };\n"
+    "}\n"
+    "main().catch((e) => say('failed', 'failed: ' + e));\n"
+    "</script></body></html>\n";
