@@ -14,6 +14,8 @@
  *   md_engine.c     small engine requests (inspect, remove, archive puts)
  *   md_bake.c       the derived image with the guest program, per base image
  *   md_swarm.c      leases as one-replica Swarm services
+ *   md_nodes.c      a Swarm of several hosts: each node's engine, the other
+ *                   managers (failover), the image on every node, placement
  *   md_release.c    release, verify, find, count, the reaper
  *   md_exec.c       transport exec (demultiplexed stream, stdin, timeouts)
  *   md_xfer.c       transport push and pull (tar through the archive API)
@@ -151,12 +153,21 @@ typedef struct md_state {
 	bool engine_podman;    /* Podman's compatible API (it ignores HostConfig.Runtime) */
 	bool engine_rootless;  /* SecurityOptions name=rootless */
 	bool engine_cgroup_v1; /* CgroupVersion "1" (v1 or hybrid) */
+
+	/* A Swarm of several hosts (md_nodes.c): options.nodes, managers,
+	 * discovery, placement and the engines made from them; NULL without
+	 * those options. Node engines are copies of this state with this
+	 * pointer NULL. */
+	struct md_nodes *nodes;
 } md_state;
 
 /* ---- md_options.c ----------------------------------------------------------- */
 
 /* Reads options (a JSON object or NULL) into st; refuses unknown keys and bad values. */
 relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err);
+/* Sets st's endpoint from `spec` ({"endpoint", "ssh", "tls"}, checked as the
+ * plugin's own options are); errors start with `where`. */
+relay_status md_parse_endpoint(md_state *st, json_object *spec, const char *where, relay_error *err);
 
 /* ---- md_util.c helpers ---------------------------------------------------- */
 
@@ -251,6 +262,9 @@ void md_reap_once(md_state *st);
 typedef struct md_conn {
 	char container[128]; /* the container name (the lease's vm) */
 	char user[32];       /* "uid:gid" the commands run as */
+	md_state *engine;    /* the engine of the node the container runs on (borrowed) */
+	bool service;        /* a Swarm service's task: a failure asks the manager why */
+	char vm[128];        /* the lease's vm (the service's name) */
 } md_conn;
 
 /* What one exec runs and how (md_exec.c; md_stream.c's stream too). */
@@ -342,5 +356,37 @@ json_object *inventory_images(md_state *st, relay_call *call);
 relay_status inventory_catalog(md_state *st, relay_call *call, json_object **out, relay_error *err);
 json_object *inventory_doctor(md_state *st, relay_call *call);
 void inventory_free(md_state *st);
+
+/* ---- md_nodes.c ---------------------------------------------------------------- */
+
+/* options.nodes, .managers, .discovery, .placement (kept until md_nodes_init). */
+bool md_nodes_key(const char *key);
+relay_status md_nodes_set_option(md_state *st, const char *key, json_object *v, relay_error *err);
+/* After all options: makes the configured node and manager engines. */
+relay_status md_nodes_init(md_state *st, relay_error *err);
+void md_nodes_free(md_state *st);
+/* The endpoint spec of a node found at `addr` by options.discovery (owned), or NULL. */
+json_object *md_discovery_spec(md_state *st, const char *addr);
+/* The manager engine requests go to (st itself unless a failover moved on). */
+md_state *md_manager_pick(md_state *st);
+/* After `failed` could not be reached: the next manager to try, or NULL when
+ * every one was tried (*tried counts, start it at 0). */
+md_state *md_manager_next(md_state *st, md_state *failed, size_t *tried);
+/* The engine of Swarm node `node_id` (borrowed, lives until fini), or NULL
+ * with `why` naming the node and the option that would reach it. */
+md_state *md_node_engine(md_state *st, const char *node_id, relay_call *call, char *why, size_t why_size);
+/* The engine a lease record's container is on: its node's for a service
+ * task, else st (and st when its node cannot be reached). */
+md_state *md_engine_of(md_state *st, json_object *rec, relay_call *call);
+/* Image `ref` (on the manager's engine) copied to every ready, active node
+ * that lacks it, engine to engine (save, then load): no registry needed. */
+relay_status md_nodes_spread_image(md_state *st, const char *ref, relay_call *call, relay_error *err);
+/* After a failed transport operation on lease `vm`: when the manager says
+ * its task is gone (md_swarm.c), the record notes it "lost" and err says why. */
+void md_swarm_note_lost(md_state *st, const char *vm, relay_call *call, relay_error *err);
+/* options.placement into a service's TaskTemplate. */
+void md_nodes_placement(md_state *st, json_object *task_template);
+/* The Swarm's nodes as the manager reports them (owned array) or NULL. */
+json_object *md_nodes_report(md_state *st, relay_call *call);
 
 #endif

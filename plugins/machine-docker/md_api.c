@@ -284,8 +284,9 @@ done:
 	return s;
 }
 
-relay_status md_api(md_state *st, const char *method, const char *path, json_object *body_json, int upload_fd,
-                    int download_fd, uint32_t timeout_ms, relay_call *call, md_reply *reply, relay_error *err)
+static relay_status api_engine(md_state *st, const char *method, const char *path, json_object *body_json,
+                               int upload_fd, int download_fd, uint32_t timeout_ms, relay_call *call,
+                               md_reply *reply, relay_error *err)
 {
 	relay_status s =
 	    api_once(st, method, path, body_json, upload_fd, download_fd, timeout_ms, call, reply, err);
@@ -298,6 +299,22 @@ relay_status md_api(md_state *st, const char *method, const char *path, json_obj
 		s = api_once(st, method, path, body_json, upload_fd, download_fd, timeout_ms, call, reply,
 		             err);
 	}
+	return s;
+}
+
+/* With options.managers, a manager that cannot be reached (nothing was
+ * sent) passes the request to the next one (md_nodes.c). */
+relay_status md_api(md_state *st, const char *method, const char *path, json_object *body_json, int upload_fd,
+                    int download_fd, uint32_t timeout_ms, relay_call *call, md_reply *reply, relay_error *err)
+{
+	md_state *eng = md_manager_pick(st);
+	relay_status s =
+	    api_engine(eng, method, path, body_json, upload_fd, download_fd, timeout_ms, call, reply, err);
+	size_t tried = 0;
+	while (s == RELAY_E_UNAVAILABLE && (upload_fd < 0 || lseek(upload_fd, 0, SEEK_SET) == 0) &&
+	       (eng = md_manager_next(st, eng, &tried)) != NULL)
+		s = api_engine(eng, method, path, body_json, upload_fd, download_fd, timeout_ms, call, reply,
+		               err);
 	return s;
 }
 

@@ -24,6 +24,7 @@
 #include "md.h"
 #include "md_console.h"
 #include "md_egress.h"
+#include "md_lease.h"
 #include "relay_support/json_get.h"
 
 const md_image *inventory_find(md_state *st, const char *key)
@@ -391,6 +392,10 @@ json_object *inventory_images(md_state *st, relay_call *call)
 	json_object_object_add(net, "nat", json_object_new_string("loopback only (network none)"));
 	json_object_object_add(net, "internet", json_object_new_boolean(false));
 	json_object_object_add(cap, "network", net);
+	/* A Swarm: its nodes as the manager reports them (md_nodes.c). */
+	json_object *nodes = st->swarm && md_swarm_manager(st, call) ? md_nodes_report(st, call) : NULL;
+	if (nodes)
+		json_object_object_add(cap, "swarmNodes", nodes);
 	json_object *out = json_object_new_object();
 	json_object_object_add(out, "images", images);
 	json_object_object_add(out, "capacity", cap);

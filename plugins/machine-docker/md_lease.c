@@ -359,7 +359,7 @@ relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, js
 	}
 	/* 4. The display. */
 	if (st->display_enabled && baked.xvfb) {
-		if (start_display(st, md_container_of(rec), user, call))
+		if (start_display(md_engine_of(st, rec, call), md_container_of(rec), user, call))
 			json_object_object_add(rec, "display", json_object_new_string(":0"));
 		else
 			st->host->log(RELAY_LOG_WARNING, MD_PLUGIN_NAME,
@@ -425,7 +425,18 @@ relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_o
 		           vm, state ? state : "in an unknown state");
 		goto done;
 	}
-	int found = md_container_get(st, md_container_of(rec), NULL, &info);
+	/* A Swarm task: on its node's engine, and only while the task runs there. */
+	md_state *eng = md_engine_of(st, rec, NULL);
+	char lost[800];
+	if (md_swarm_task_check(st, rec, NULL, lost, sizeof lost) == 0) {
+		json_object_object_add(rec, "lost", json_object_new_string(lost));
+		md_record_write(st, rec);
+		s = md_err(st, err, RELAY_E_REFUSED, 0,
+		           "guest %s is lost: %s. The relay does not re-create it elsewhere; release it", vm,
+		           lost);
+		goto done;
+	}
+	int found = md_container_get(eng, md_container_of(rec), NULL, &info);
 	if (found == 0) {
 		s = md_err(st, err, RELAY_E_NOT_FOUND, 0, "the container of %s is gone", vm);
 		goto done;
@@ -454,7 +465,7 @@ relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_o
 	md_set_owner(st, rec);
 	char line[96];
 	int n = md_expires_text(st, rec, line, sizeof line);
-	s = lease_put_file(st, md_container_of(rec), MD_GUEST_DIR, "expires", line, (size_t)n, 0644, 0, 0,
+	s = lease_put_file(eng, md_container_of(rec), MD_GUEST_DIR, "expires", line, (size_t)n, 0644, 0, 0,
 	                   NULL, err);
 	if (s != RELAY_OK)
 		goto done;
@@ -482,9 +493,21 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 	int e = 0;
 	json_object *rec = md_record_read(st, vm, &e);
 	json_object *info = NULL;
-	int found = rec ? md_container_get(st, md_container_of(rec), call, &info) : 0;
+	int found =
+	    rec ? md_container_get(md_engine_of(st, rec, call), md_container_of(rec), call, &info) : 0;
 	relay_status s = RELAY_OK;
-	if (found < 0) {
+	char lost[800] = "";
+	if (rec && md_str(rec, "lost"))
+		md_textf(lost, sizeof lost, "%s", md_str(rec, "lost"));
+	else if (rec && md_swarm_task_check(st, rec, call, lost, sizeof lost) == 0)
+		json_object_object_add(rec, "lost", json_object_new_string(lost));
+	else
+		lost[0] = '\0';
+	if (lost[0] && found != 1 && rec) {
+		/* Its node is down or drained: the record answers, as lost. */
+		if (doc_out)
+			*doc_out = md_document(st, rec, "failed");
+	} else if (found < 0) {
 		s = md_err(st, err, RELAY_E_UNAVAILABLE, 0, "the container engine at %s does not answer",
 		           st->endpoint);
 	} else if (found == 0 || rec == NULL) {
@@ -499,10 +522,11 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 			    "container %s carries another lease id than lease %s; it is not this lease", vm,
 			    want);
 		else if (doc_out)
-			*doc_out = md_document(
-			    st, rec,
-			    state && strcmp(state, "running") == 0 && !md_container_running(info) ? "failed"
-			                                                                          : state);
+			*doc_out = md_document(st, rec,
+			                       state && strcmp(state, "running") == 0 &&
+			                               (!md_container_running(info) || lost[0])
+			                           ? "failed"
+			                           : state);
 	}
 	json_object_put(rec);
 	json_object_put(info);

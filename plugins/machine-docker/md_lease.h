@@ -82,6 +82,11 @@ bool md_swarm_manager(md_state *st, relay_call *call);
 relay_status md_create_service(md_state *st, json_object *rec, const md_image *im, const char *image_ref,
                                const char *user, relay_call *call, bool *keep_record, relay_error *err);
 
+/* Whether a service record's task still runs where it was placed: 1 yes,
+ * 0 lost (`why` gives Swarm's task state, the node's state, or the other
+ * task Swarm started), -1 the manager cannot tell. 1 for a plain container. */
+int md_swarm_task_check(md_state *st, json_object *rec, relay_call *call, char *why, size_t why_size);
+
 /* ---- md_bake.c ------------------------------------------------------------------- */
 
 typedef struct md_baked {

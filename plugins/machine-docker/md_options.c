@@ -400,12 +400,15 @@ relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 			st->display_enabled = strcmp(d, "auto") == 0;
 		} else if (strcmp(key, "screen") == 0) {
 			s = screen_option(st, v, err);
+		} else if (md_nodes_key(key)) {
+			s = md_nodes_set_option(st, key, v, err);
 		} else {
 			return md_err(
 			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
 			    "unknown machine-docker option %s (known: endpoint, images, maxGuests, graceMs, "
 			    "backstopMs, reaperIntervalMs, pullTimeoutMs, runtime, swarm, guestUser, "
-			    "limits, ulimits, ssh, tls, display, screen)",
+			    "limits, ulimits, ssh, tls, display, screen, nodes, managers, discovery, "
+			    "placement)",
 			    key);
 		}
 		if (s != RELAY_OK)
@@ -417,5 +420,42 @@ relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 		s = ssh_check(st, err);
 	if (s == RELAY_OK)
 		s = tls_check(st, err);
+	return s;
+}
+
+relay_status md_parse_endpoint(md_state *st, json_object *spec, const char *where, relay_error *err)
+{
+	relay_status s = RELAY_OK;
+	bool have_endpoint = false;
+	if (!json_object_is_type(spec, json_type_object))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "%s must be {\"endpoint\": ..., \"ssh\": {...}, \"tls\": {...}}", where);
+	json_object_object_foreach(spec, key, v)
+	{
+		if (strcmp(key, "endpoint") == 0 && json_object_is_type(v, json_type_string)) {
+			s = set_endpoint(st, json_object_get_string(v), err);
+			have_endpoint = true;
+		} else if (strcmp(key, "ssh") == 0) {
+			s = ssh_option(st, v, err);
+		} else if (strcmp(key, "tls") == 0) {
+			s = tls_option(st, v, err);
+		} else {
+			s = md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			           "%s is unknown or not a string (endpoint, ssh, tls)", key);
+		}
+		if (s != RELAY_OK)
+			break;
+	}
+	if (s == RELAY_OK && !have_endpoint)
+		s = md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "it needs an \"endpoint\"");
+	if (s == RELAY_OK)
+		s = ssh_check(st, err);
+	if (s == RELAY_OK)
+		s = tls_check(st, err);
+	if (s != RELAY_OK) {
+		char text[RELAY_ERROR_MESSAGE_BYTES];
+		snprintf(text, sizeof text, "%s", err->message);
+		s = md_err(st, err, s, 0, "%s: %s", where, text);
+	}
 	return s;
 }

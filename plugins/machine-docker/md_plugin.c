@@ -20,6 +20,11 @@
  *   "ulimits":    {"nofile", "nproc"}
  *   "display":    "auto" (Xvfb when the image has it) | "off"
  *   "screen":     "1280x800x24"
+ *   "nodes":      {"<node hostname or id>": {"endpoint", "ssh", "tls"}}  each Swarm
+ *                 node's engine (md_nodes.c); "managers": [{"endpoint", ...}]
+ *                 to fail over to; "discovery": {"ssh": {"user", "port",
+ *                 "identityFile", "knownHostsFile", "remoteSocket"}};
+ *                 "placement": {"constraints": [...], "preferences": [...]}
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -54,6 +59,7 @@ static void free_state(md_state *st)
 	free(st->session_id);
 	free(st->default_network);
 	inventory_free(st);
+	md_nodes_free(st);
 	pthread_mutex_destroy(&st->lock);
 	pthread_mutex_destroy(&st->ssh_lock);
 	pthread_mutex_destroy(&st->bake_lock);
@@ -136,6 +142,8 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	json_object *opts = NULL; /* any type: md_parse_options refuses a non-object */
 	json_object_object_get_ex(cfg, "options", &opts);
 	s = md_parse_options(st, opts, err);
+	if (s == RELAY_OK)
+		s = md_nodes_init(st, err);
 	if (s != RELAY_OK)
 		goto fail;
 	size_t len = strlen(st->state_dir) + 8;
@@ -194,7 +202,7 @@ static void md_fini(relay_plugin_state *state)
 	/* Guests outlive the relay until released or reaped (the pause rule). */
 	md_reaper_stop(st);
 	md_ssh_stop(st);
-	free_state(st);
+	free_state(st); /* with the node engines and their forwarders */
 }
 
 /* ---- machine ops ------------------------------------------------------------------ */
@@ -427,7 +435,6 @@ static relay_status m_doctor(relay_plugin_state *state, relay_call *call, unsign
 static relay_status t_open(relay_plugin_state *state, const char *lease_json, relay_call *call,
                            unsigned flags, relay_transport_conn **conn_out, relay_error *err)
 {
-	(void)call;
 	md_state *st = state;
 	*conn_out = NULL;
 	if (flags)
@@ -451,6 +458,11 @@ static relay_status t_open(relay_plugin_state *state, const char *lease_json, re
 	}
 	snprintf(c->container, sizeof c->container, "%s", container);
 	snprintf(c->user, sizeof c->user, "%s", user);
+	/* A Swarm task's container is on the engine of its node. */
+	json_object *rec = md_obj(doc, "record");
+	c->engine = rec ? md_engine_of(st, rec, call) : st;
+	c->service = rec && md_str(rec, "mode") && strcmp(md_str(rec, "mode"), "service") == 0;
+	snprintf(c->vm, sizeof c->vm, "%s", md_str(doc, "vm") ? md_str(doc, "vm") : "");
 	*conn_out = c;
 done:
 	json_object_put(doc);
@@ -464,6 +476,15 @@ static void t_close(relay_plugin_state *state, relay_transport_conn *conn, unsig
 	free(conn);
 }
 
+/* A failed operation on a Swarm task asks the manager whether the task is
+ * gone (its node down or drained): then the error says the guest is lost. */
+static relay_status lost_or(md_state *st, md_conn *c, relay_status s, relay_call *call, relay_error *err)
+{
+	if (s != RELAY_OK && s != RELAY_E_CANCELLED && c->service)
+		md_swarm_note_lost(st, c->vm, call, err);
+	return s;
+}
+
 static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn,
                            const relay_exec_request *req, relay_call *call, unsigned flags,
                            relay_exec_result *res, relay_error *err)
@@ -471,31 +492,38 @@ static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn
 	/* exec_run fills a whole result; the caller's may be smaller
 	 * (relay/plugin.h R5): copy out within its size, free what did not fit. */
 	md_state *st = state;
+	md_conn *c = conn;
 	relay_exec_result full = {.struct_size = sizeof full};
-	relay_status status = exec_run(st, conn, req, call, flags, &full, err);
+	relay_status status = exec_run(c->engine, c, req, call, flags, &full, err);
 	relay_exec_result_deliver(st->host, res, &full);
-	return status;
+	return lost_or(st, c, status, call, err);
 }
 
 static relay_status t_push(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
                            const char *remote_path, relay_call *call, unsigned flags, char **facts_out,
                            relay_error *err)
 {
-	return xfer_push(state, conn, local_path, remote_path, call, flags, facts_out, err);
+	md_conn *c = conn;
+	relay_status s = xfer_push(c->engine, c, local_path, remote_path, call, flags, facts_out, err);
+	return lost_or(state, c, s, call, err);
 }
 
 static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn, const char *remote_path,
                            const char *local_path, relay_call *call, unsigned flags, char **facts_out,
                            relay_error *err)
 {
-	return xfer_pull(state, conn, remote_path, local_path, call, flags, facts_out, err);
+	md_conn *c = conn;
+	relay_status s = xfer_pull(c->engine, c, remote_path, local_path, call, flags, facts_out, err);
+	return lost_or(state, c, s, call, err);
 }
 
 static relay_status t_stream_open(relay_plugin_state *state, relay_transport_conn *conn,
                                   const relay_exec_request *req, relay_call *call, unsigned flags,
                                   relay_transport_stream **out, relay_error *err)
 {
-	return md_tstream_open(state, conn, req, call, flags, out, err);
+	(void)state;
+	md_conn *c = conn; /* a Swarm task's exec goes to its node's engine */
+	return md_tstream_open(c->engine, c, req, call, flags, out, err);
 }
 
 static relay_status t_stream_write(relay_plugin_state *state, relay_transport_stream *stream,
@@ -529,7 +557,11 @@ static relay_status m_console(relay_plugin_state *state, const char *lease_json,
 	*out = NULL;
 	if (flags)
 		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown console flags 0x%x", flags);
-	return md_console_op(st, lease_json, op, request_json, call, out, err);
+	/* A Swarm task's display is on the engine of its node. */
+	json_object *doc = parse_doc(lease_json);
+	md_state *eng = doc && md_obj(doc, "record") ? md_engine_of(st, md_obj(doc, "record"), call) : st;
+	json_object_put(doc);
+	return md_console_op(eng, lease_json, op, request_json, call, out, err);
 }
 
 static const relay_machine_ops machine_ops = {

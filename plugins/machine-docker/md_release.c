@@ -41,18 +41,22 @@ int md_remove_guest(md_state *st, json_object *rec, relay_call *call, relay_erro
 		       vm, code);
 		return 0;
 	}
-	/* Swarm stops the task's container on its own time; then it is removed. */
+	/* Swarm stops the task's container on its own time (on its node's
+	 * engine); then it is removed. */
+	md_state *eng = md_engine_of(st, rec, call);
 	json_object *info = NULL;
-	for (int i = 0; i < 150 && md_container_get(st, md_container_of(rec), call, &info) == 1; i++) {
+	for (int i = 0; i < 150 && md_container_get(eng, md_container_of(rec), call, &info) == 1; i++) {
 		json_object_put(info);
 		info = NULL;
-		if (i == 20)
-			md_container_remove(st, md_container_of(rec), call, err);
+		/* Swarm's own stop waits out the task's grace period; the guest
+		 * keeps nothing worth it. */
+		if (i == 0 || i == 20)
+			md_container_remove(eng, md_container_of(rec), call, err);
 		md_sleep_ms(200);
 	}
 	json_object_put(info);
 	const char *net = md_str(rec, "taskNetwork");
-	for (int i = 0; net && i < 50; i++) {
+	for (int i = 0; net && i < 150; i++) {
 		char np[512] = MD_API_PREFIX "/networks/";
 		md_url_encode(np, sizeof np, net);
 		if (md_api(st, "DELETE", np, NULL, -1, -1, 30000, call, &r, err) != RELAY_OK)
@@ -61,6 +65,10 @@ int md_remove_guest(md_state *st, json_object *rec, relay_call *call, relay_erro
 		md_reply_free(&r);
 		if (code == 204 || code == 200 || code == 404)
 			break;
+		if (i == 149)
+			st->host->log(RELAY_LOG_WARNING, MD_PLUGIN_NAME,
+			              "the manager still refuses to remove the network %s (HTTP %ld)", net,
+			              code);
 		md_sleep_ms(200); /* still in use by the task being torn down */
 	}
 	return 1;
@@ -94,13 +102,15 @@ static relay_status md_verify_gone(md_state *st, const char *vm, json_object *re
 {
 	json_object *info = NULL;
 	const char *ref = md_container_of(rec) ? md_container_of(rec) : vm;
-	int found = md_container_get(st, ref, call, &info);
+	md_state *eng = md_engine_of(st, rec, call); /* a Swarm task's node */
+	int found = md_container_get(eng, ref, call, &info);
 	json_object_put(info);
 	if (found != 0) {
 		md_textf(why, why_size,
-		         found == 1 ? "container %s of %s still exists"
-		                    : "the engine cannot say whether %s of %s exists",
-		         ref, vm);
+		         found == 1 ? "container %s of %s still exists%s%s"
+		                    : "the engine cannot say whether %s of %s exists%s%s",
+		         ref, vm, eng != st ? " on the engine of its node, " : "",
+		         eng != st ? eng->endpoint : "");
 		return RELAY_E_UNVERIFIED;
 	}
 	if (md_is_service(rec)) {
@@ -114,9 +124,16 @@ static relay_status md_verify_gone(md_state *st, const char *vm, json_object *re
 			md_url_encode(path, sizeof path, names[i]);
 			md_reply r;
 			relay_error e;
-			bool gone = md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) == RELAY_OK &&
-			            r.status == 404;
-			md_reply_free(&r);
+			bool gone = false;
+			/* The managers' store catches up with a removal within moments. */
+			for (int k = 0; !gone && k < 50; k++) {
+				if (k > 0)
+					md_sleep_ms(200);
+				gone =
+				    md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) == RELAY_OK &&
+				    r.status == 404;
+				md_reply_free(&r);
+			}
 			if (!gone) {
 				md_textf(why, why_size, "the %s %s of %s is still there",
 				         i == 0 ? "service" : "network", names[i], vm);
@@ -127,7 +144,7 @@ static relay_status md_verify_gone(md_state *st, const char *vm, json_object *re
 	json_object *vols = rsj_get_array(rec, "volumes");
 	for (size_t i = 0; vols && i < json_object_array_length(vols); i++) {
 		const char *name = json_object_get_string(json_object_array_get_idx(vols, i));
-		if (volume_request(st, "GET", name, call) != 404) {
+		if (volume_request(eng, "GET", name, call) != 404) {
 			md_textf(why, why_size, "volume %s of %s is still there", name ? name : "?", vm);
 			return RELAY_E_UNVERIFIED;
 		}
@@ -140,7 +157,7 @@ static relay_status md_verify_gone(md_state *st, const char *vm, json_object *re
 		md_url_encode(path, sizeof path, filter);
 		md_reply r;
 		relay_error e;
-		bool ok = md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) == RELAY_OK &&
+		bool ok = md_api(eng, "GET", path, NULL, -1, -1, 20000, call, &r, &e) == RELAY_OK &&
 		          r.status == 200 && r.json && json_object_is_type(r.json, json_type_array) &&
 		          json_object_array_length(r.json) == 0;
 		md_reply_free(&r);
@@ -199,9 +216,9 @@ relay_status lease_release(md_state *st, json_object *doc, relay_call *call, rel
 		md_record_write(st, rec);
 	}
 	json_object *info = NULL;
-	int found = md_container_get(st, md_container_of(rec), call, &info);
-	if (found == 0 && md_is_service(rec))
-		found = 1; /* the service and its network may still be there */
+	int found = md_container_get(md_engine_of(st, rec, call), md_container_of(rec), call, &info);
+	if (found != 1 && md_is_service(rec))
+		found = 1; /* the service and its network may still be there, its node down or not */
 	if (found == 1 && info) {
 		const char *lid = md_label_of(info, "lease-id");
 		const char *want = md_str(rec, "lease_id");
@@ -227,7 +244,7 @@ relay_status lease_release(md_state *st, json_object *doc, relay_call *call, rel
 		goto done;
 	}
 	/* Anonymous volumes go with v=1; any left are removed by name. */
-	remove_volumes(st, rec, call);
+	remove_volumes(md_engine_of(st, rec, call), rec, call);
 	char why[512];
 	if (md_verify_gone(st, vm, rec, call, why, sizeof why) != RELAY_OK) {
 		s = md_err(st, err, RELAY_E_UNVERIFIED, 0, "%s", why);
@@ -259,6 +276,22 @@ relay_status lease_verify_gone(md_state *st, json_object *doc, relay_call *call,
 
 /* ---- find, count ---------------------------------------------------------------------- */
 
+/* Services listed as the containers the callers read: Id (the service's
+ * name, which its records use), Labels, State "running". */
+static json_object *services_as_containers(json_object *list)
+{
+	json_object *out = json_object_new_array();
+	for (size_t i = 0; i < json_object_array_length(list); i++) {
+		json_object *spec = md_obj(json_object_array_get_idx(list, i), "Spec");
+		json_object *item = json_object_new_object();
+		json_object_object_add(item, "Id", json_object_new_string(md_str(spec, "Name") ?: ""));
+		json_object_object_add(item, "Labels", json_object_get(md_obj(spec, "Labels")));
+		json_object_object_add(item, "State", json_object_new_string("running"));
+		json_object_array_add(out, item);
+	}
+	return out;
+}
+
 /* Containers of this store, optionally of one purpose (array, owned). */
 static json_object *md_list_ours(md_state *st, const char *purpose, relay_call *call, relay_error *err)
 {
@@ -272,7 +305,11 @@ static json_object *md_list_ours(md_state *st, const char *purpose, relay_call *
 		json_object_array_add(labels, json_object_new_string(text));
 	}
 	json_object_object_add(filters, "label", labels);
-	char path[4096] = MD_API_PREFIX "/containers/json?all=1&filters=";
+	/* On a Swarm manager the leases are services, whose tasks run on any node. */
+	bool services = st->swarm && md_swarm_manager(st, call);
+	char path[4096];
+	snprintf(path, sizeof path, MD_API_PREFIX "%s",
+	         services ? "/services?filters=" : "/containers/json?all=1&filters=");
 	md_url_encode(path, sizeof path, json_object_to_json_string_ext(filters, JSON_C_TO_STRING_PLAIN));
 	json_object_put(filters);
 	md_reply r;
@@ -280,8 +317,7 @@ static json_object *md_list_ours(md_state *st, const char *purpose, relay_call *
 		return NULL;
 	json_object *out = NULL;
 	if (r.status == 200 && r.json && json_object_is_type(r.json, json_type_array)) {
-		out = r.json;
-		r.json = NULL;
+		out = services ? services_as_containers(r.json) : json_object_get(r.json);
 	} else {
 		md_err(st, err, RELAY_E_UNAVAILABLE, 0, "the engine did not list containers (HTTP %ld)",
 		       r.status);
@@ -419,7 +455,7 @@ void md_reap_once(md_state *st)
 			int removed = md_remove_guest(st, what, NULL, &e2);
 			json_object_put(fallback);
 			if (removed == 1) {
-				remove_volumes(st, rec, NULL);
+				remove_volumes(rec ? md_engine_of(st, rec, NULL) : st, rec, NULL);
 				if (rec)
 					md_record_remove(st, name);
 			}

@@ -73,24 +73,34 @@ static relay_status wait_for_task(md_state *st, json_object *rec, const char *vm
 		const char *cid = md_str(md_obj(status, "ContainerStatus"), "ContainerID");
 		const char *node = md_str(task, "NodeID");
 		if (state && (strcmp(state, "failed") == 0 || strcmp(state, "rejected") == 0)) {
-			s = md_err(st, err, RELAY_E_REFUSED, 0, "the Swarm task of %s %s: %s", vm, state,
-			           md_str(status, "Err") ? md_str(status, "Err") : "no reason given");
+			/* On a node the relay cannot reach, the image could not be put there either. */
+			char why[700] = "";
+			bool unreachable = md_node_engine(st, node, call, why, sizeof why) == NULL;
+			s = md_err(st, err, RELAY_E_REFUSED, 0, "the Swarm task of %s %s: %s%s%s", vm, state,
+			           md_str(status, "Err") ? md_str(status, "Err") : "no reason given",
+			           unreachable ? "; " : "", unreachable ? why : "");
 			md_reply_free(&r);
 			return s;
 		}
 		if (state && strcmp(state, "running") == 0 && cid) {
-			if (node && st->swarm_node[0] && strcmp(node, st->swarm_node) != 0) {
-				s = md_err(st, err, RELAY_E_REFUSED, 0,
-				           "the Swarm placed %s on node %s; exec and copy go to the engine "
-				           "of that node, "
-				           "which this build reaches only for the manager's own node",
-				           vm, node);
+			/* Exec and copy go to the engine of the node the task runs on. */
+			char why[700];
+			md_state *eng = md_node_engine(st, node, call, why, sizeof why);
+			json_object_object_add(rec, "swarmNode", json_object_new_string(node ? node : ""));
+			json_object_object_add(rec, "taskId",
+			                       json_object_new_string(md_str(task, "ID") ?: ""));
+			if (eng == NULL) {
+				s = md_err(
+				    st, err, RELAY_E_REFUSED, 0,
+				    "the Swarm placed %s on a node the relay cannot reach, so its service "
+				    "is removed: %s",
+				    vm, why);
 				md_reply_free(&r);
 				return s;
 			}
 			json_object_object_add(rec, "container", json_object_new_string(cid));
 			json_object_object_add(rec, "containerId", json_object_new_string(cid));
-			json_object_object_add(rec, "swarmNode", json_object_new_string(node ? node : ""));
+			json_object_object_add(rec, "engine", json_object_new_string(eng->endpoint));
 			md_reply_free(&r);
 			return RELAY_OK;
 		}
@@ -108,6 +118,10 @@ relay_status md_create_service(md_state *st, json_object *rec, const md_image *i
                                const char *user, relay_call *call, bool *keep_record, relay_error *err)
 {
 	const char *vm = md_str(rec, "vm");
+	/* The derived image on every node a task may land on (no registry). */
+	relay_status s = md_nodes_spread_image(st, image_ref, call, err);
+	if (s != RELAY_OK)
+		return s;
 	char net[160];
 	snprintf(net, sizeof net, "%s-net", vm);
 	json_object_object_add(rec, "taskNetwork", json_object_new_string(net));
@@ -125,8 +139,7 @@ relay_status md_create_service(md_state *st, json_object *rec, const md_image *i
 	json_object_deep_copy(labels, &nl, NULL);
 	json_object_object_add(nb, "Labels", nl);
 	md_reply r;
-	relay_status s =
-	    md_api(st, "POST", MD_API_PREFIX "/networks/create", nb, -1, -1, 60000, call, &r, err);
+	s = md_api(st, "POST", MD_API_PREFIX "/networks/create", nb, -1, -1, 60000, call, &r, err);
 	json_object_put(nb);
 	if (s != RELAY_OK || r.status != 201) {
 		if (s == RELAY_OK)
@@ -185,6 +198,7 @@ relay_status md_create_service(md_state *st, json_object *rec, const md_image *i
 	json_object_object_add(tt, "Resources", res);
 	json_object_object_add(tt, "RestartPolicy", restart);
 	json_object_object_add(tt, "Networks", nets);
+	md_nodes_placement(st, tt);
 	if (st->runtime[0]) {
 		json_object *rt = json_object_new_object();
 		json_object_object_add(rt, "Runtime", json_object_new_string(st->runtime));
@@ -213,4 +227,106 @@ relay_status md_create_service(md_state *st, json_object *rec, const md_image *i
 	}
 	md_reply_free(&r);
 	return wait_for_task(st, rec, vm, call, err);
+}
+
+/* ---- a task that is gone ------------------------------------------------------------ */
+
+/* What the manager says of node `id`: its hostname, state and availability
+ * into the buffers (64 bytes each); false when it cannot say. */
+static bool node_status(md_state *st, const char *id, relay_call *call, char *host, char *state, char *avail)
+{
+	char path[256];
+	md_textf(path, sizeof path, MD_API_PREFIX "/nodes/%s", id);
+	md_reply r;
+	relay_error e;
+	if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK || r.status != 200) {
+		if (r.status)
+			md_reply_free(&r);
+		return false;
+	}
+	md_textf(host, 64, "%s", md_str(md_obj(r.json, "Description"), "Hostname") ?: id);
+	md_textf(state, 64, "%s", md_str(md_obj(r.json, "Status"), "State") ?: "unknown");
+	md_textf(avail, 64, "%s", md_str(md_obj(r.json, "Spec"), "Availability") ?: "unknown");
+	md_reply_free(&r);
+	return true;
+}
+
+int md_swarm_task_check(md_state *st, json_object *rec, relay_call *call, char *why, size_t why_size)
+{
+	const char *vm = md_str(rec, "vm"), *task_id = md_str(rec, "taskId");
+	if (!md_is_service(rec) || vm == NULL || task_id == NULL)
+		return 1;
+	char filter[256], path[1024] = MD_API_PREFIX "/tasks?filters=";
+	snprintf(filter, sizeof filter, "{\"service\":[\"%s\"]}", vm);
+	md_url_encode(path, sizeof path, filter);
+	md_reply r;
+	relay_error e;
+	if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
+		return -1;
+	int verdict = r.status == 200 && r.json && json_object_is_type(r.json, json_type_array) ? 1 : -1;
+	json_object *ours = NULL;
+	for (size_t i = 0; verdict == 1 && i < json_object_array_length(r.json); i++) {
+		json_object *task = json_object_array_get_idx(r.json, i);
+		const char *id = md_str(task, "ID");
+		if (id && strcmp(id, task_id) == 0) {
+			ours = task;
+		} else if (id && md_str(task, "DesiredState") &&
+		           strcmp(md_str(task, "DesiredState"), "running") == 0) {
+			md_textf(why, why_size,
+			         "the Swarm started another task (%s) for %s: a new container is a different "
+			         "machine, so the relay does not use it",
+			         id, vm);
+			verdict = 0;
+		}
+	}
+	if (verdict == 1 && ours == NULL) {
+		md_textf(why, why_size, "the Swarm no longer lists the task %s of %s", task_id, vm);
+		verdict = 0;
+	}
+	if (verdict == 1) {
+		json_object *status = md_obj(ours, "Status");
+		const char *state = md_str(status, "State") ?: "unknown";
+		const char *desired = md_str(ours, "DesiredState") ?: "unknown";
+		const char *node = md_str(ours, "NodeID") ?: "";
+		char host[64] = "", nstate[64] = "", avail[64] = "";
+		bool known = node_status(st, node, call, host, nstate, avail);
+		const char *why_node = !known                         ? NULL
+		                       : strcmp(nstate, "ready") != 0 ? nstate
+		                       : strcmp(avail, "drain") == 0  ? "drained"
+		                                                      : NULL;
+		if (why_node || strcmp(state, "running") != 0 || strcmp(desired, "running") != 0) {
+			md_textf(why, why_size, "node %s %s, Swarm task %s (desired %s)%s%s [task %s]",
+			         known ? host : node,
+			         why_node ? why_node
+			         : known  ? nstate
+			                  : "not known",
+			         state, desired, md_str(status, "Err") ? ": " : "",
+			         md_str(status, "Err") ?: "", task_id);
+			verdict = 0;
+		}
+	}
+	md_reply_free(&r);
+	return verdict;
+}
+
+void md_swarm_note_lost(md_state *st, const char *vm, relay_call *call, relay_error *err)
+{
+	if (!md_valid_name(vm))
+		return;
+	int lock = md_record_lock(st, vm); /* read, note and write under the record's lock */
+	json_object *rec = md_record_read(st, vm, NULL);
+	char why[800];
+	if (rec && md_swarm_task_check(st, rec, call, why, sizeof why) == 0) {
+		json_object_object_add(rec, "lost", json_object_new_string(why));
+		md_record_write(st, rec);
+		char was[RELAY_ERROR_MESSAGE_BYTES];
+		snprintf(was, sizeof was, "%s", err->message);
+		md_err(st, err, err->code ? err->code : RELAY_E_UNAVAILABLE, 0,
+		       "lost: %s. The relay does not re-create guest %s elsewhere; release it (its "
+		       "evidence so far is kept). The engine said: %s",
+		       why, vm, was);
+	}
+	if (lock >= 0)
+		close(lock);
+	json_object_put(rec);
 }
