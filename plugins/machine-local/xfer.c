@@ -137,6 +137,10 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown push flags 0x%x", flags);
 	if (local_path == NULL || remote_path == NULL)
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "push needs a local and a remote path");
+	/* A call cancelled before the first byte moves (the walks below only
+	 * ask between tree entries; plugin-test check 61). */
+	if (st->host->call_cancelled(call))
+		return lu_err(st, err, RELAY_E_CANCELLED, 0, "push cancelled before it began");
 	const bool tree = (flags & RELAY_XFER_TREE) != 0;
 	relay_status status = RELAY_OK;
 	guest_ctx g = {st, conn, -1, !st->rootless || subids_guest_mapped(st, conn->record)};
@@ -322,6 +326,8 @@ relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_pat
 		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown pull flags 0x%x", flags);
 	if (local_path == NULL || remote_path == NULL || local_path[0] == '\0')
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "pull needs a remote and a local path");
+	if (st->host->call_cancelled(call)) /* as push (plugin-test check 62) */
+		return lu_err(st, err, RELAY_E_CANCELLED, 0, "pull cancelled before it began");
 	const bool tree = (flags & RELAY_XFER_TREE) != 0;
 	relay_status status = RELAY_OK;
 	guest_ctx g = {st, conn, -1, false};

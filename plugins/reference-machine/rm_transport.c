@@ -140,6 +140,17 @@ static relay_status rm_exec(relay_plugin_state *state, relay_transport_conn *con
 	return status;
 }
 
+/* RELAY_E_CANCELLED once the call was cancelled (notifications/cancelled):
+ * push and pull ask before they move bytes and after the walk
+ * (`mcp-relay plugin-test` checks 61 and 62). exec leaves it to
+ * host->process_run, which kills the command's group. */
+static relay_status check_cancelled(const rm_state *st, relay_call *call, const char *op, relay_error *err)
+{
+	if (call != NULL && st->host->call_cancelled(call))
+		return rm_err(st, err, RELAY_E_CANCELLED, 0, "%s was cancelled", op);
+	return RELAY_OK;
+}
+
 /* Copies `list` from `from` to `to` and, unless the caller verifies, the
  * facts of what `facts_root` holds afterwards. */
 static relay_status copy_with_facts(const rm_state *st, const char *from, const char *to, rm_list *list,
@@ -160,13 +171,15 @@ static relay_status rm_push(relay_plugin_state *state, relay_transport_conn *con
                             relay_error *err)
 {
 	rm_state *st = state;
-	(void)conn, (void)call;
+	(void)conn;
 	if (facts_json_out)
 		*facts_json_out = NULL;
 	if (flags & ~XFER_KNOWN_FLAGS)
 		return rm_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown push flags 0x%x",
 		              flags & ~XFER_KNOWN_FLAGS);
 	relay_status status = rm_check_path(st, remote_path, "guest path", err);
+	if (status == RELAY_OK)
+		status = check_cancelled(st, call, "push", err);
 	if (status != RELAY_OK)
 		return status;
 	const int tree = (flags & RELAY_XFER_TREE) != 0;
@@ -174,6 +187,8 @@ static relay_status rm_push(relay_plugin_state *state, relay_transport_conn *con
 	char parent[RM_PATH_MAX];
 	snprintf(parent, sizeof parent, "%s", remote_path);
 	if ((status = rm_walk(st, local_path, tree, &list, err)) == RELAY_OK)
+		status = check_cancelled(st, call, "push", err);
+	if (status == RELAY_OK)
 		status = rm_mkdir_p(st, tree ? remote_path : dirname(parent), err);
 	if (status == RELAY_OK)
 		status = copy_with_facts(st, local_path, remote_path, &list, 0, remote_path,
@@ -206,13 +221,15 @@ static relay_status rm_pull(relay_plugin_state *state, relay_transport_conn *con
                             relay_error *err)
 {
 	rm_state *st = state;
-	(void)conn, (void)call;
+	(void)conn;
 	if (facts_json_out)
 		*facts_json_out = NULL;
 	if (flags & ~RELAY_XFER_TREE)
 		return rm_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown pull flags 0x%x",
 		              flags & ~RELAY_XFER_TREE);
 	relay_status status = rm_check_path(st, remote_path, "guest path", err);
+	if (status == RELAY_OK)
+		status = check_cancelled(st, call, "pull", err);
 	if (status != RELAY_OK)
 		return status;
 	struct stat sb;
@@ -224,6 +241,8 @@ static relay_status rm_pull(relay_plugin_state *state, relay_transport_conn *con
 	/* The guest side first: what it holds, hashed before sending. */
 	if ((status = rm_walk(st, remote_path, tree, &list, err)) == RELAY_OK)
 		status = rm_hash(st, remote_path, &list, err);
+	if (status == RELAY_OK)
+		status = check_cancelled(st, call, "pull", err);
 	if (status == RELAY_OK && tree && mkdir(local_path, 0700) != 0)
 		status =
 		    rm_err(st, err, RELAY_E_IO, errno, "cannot create %s: %s", local_path, strerror(errno));

@@ -133,6 +133,31 @@ static relay_status broken_push(relay_plugin_state *s, relay_transport_conn *c, 
 }
 #endif
 
+#ifdef BREAK_CANCEL /* checks 60-62: the call is never asked whether it was cancelled */
+static relay_status broken_exec(relay_plugin_state *s, relay_transport_conn *c, const relay_exec_request *req,
+                                relay_call *call, unsigned flags, relay_exec_result *res, relay_error *err)
+{
+	(void)call;
+	return rm_transport_ops.exec(s, c, req, NULL, flags, res, err);
+}
+
+static relay_status broken_push(relay_plugin_state *s, relay_transport_conn *c, const char *local,
+                                const char *remote, relay_call *call, unsigned flags, char **facts,
+                                relay_error *err)
+{
+	(void)call;
+	return rm_transport_ops.push(s, c, local, remote, NULL, flags, facts, err);
+}
+
+static relay_status broken_pull(relay_plugin_state *s, relay_transport_conn *c, const char *remote,
+                                const char *local, relay_call *call, unsigned flags, char **facts,
+                                relay_error *err)
+{
+	(void)call;
+	return rm_transport_ops.pull(s, c, remote, local, NULL, flags, facts, err);
+}
+#endif
+
 #ifdef BREAK_LINKS /* check 34: pull follows a symbolic link to its target */
 static relay_status broken_pull(relay_plugin_state *s, relay_transport_conn *c, const char *remote,
                                 const char *local, relay_call *call, unsigned flags, char **facts,
@@ -165,13 +190,13 @@ static relay_machine_ops broken_machine_ops(void)
 static relay_transport_ops broken_transport_ops(void)
 {
 	relay_transport_ops ops = rm_transport_ops;
-#if defined(BREAK_FLAGS) || defined(BREAK_EXEC_RULES) || defined(BREAK_RESULT_SIZE)
+#if defined(BREAK_FLAGS) || defined(BREAK_EXEC_RULES) || defined(BREAK_RESULT_SIZE) || defined(BREAK_CANCEL)
 	ops.exec = broken_exec;
 #endif
-#ifdef BREAK_FACTS
+#if defined(BREAK_FACTS) || defined(BREAK_CANCEL)
 	ops.push = broken_push;
 #endif
-#ifdef BREAK_LINKS
+#if defined(BREAK_LINKS) || defined(BREAK_CANCEL)
 	ops.pull = broken_pull;
 #endif
 #ifdef BREAK_TABLE_SIZE /* check 2: the table's own size disagrees with the descriptor's */

@@ -2,11 +2,13 @@
  * of the checks and their output (cli/plugin_test.h). */
 #include "cli/plugin_test.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -121,6 +123,14 @@ static const struct {
     {53, "stream: close ends the command's input"},
     {54, "stream: a broken stream says so"},
     {45, "console operations answer cleanly"},
+    {60, "exec: a cancelled call ends the command"},
+    {61, "push: a cancelled call stops it"},
+    {62, "pull: a cancelled call stops it"},
+    {63, "inspect and renew answer during a long exec"},
+    {64, "two execs at once on one connection"},
+    {65, "a restarted plugin adopts its lease"},
+    {66, "a failed release is retried until it confirms"},
+    {67, "an indeterminate acquire is reconciled by purpose"},
 };
 
 void pt_fail(pt_run *run, int n, const char *fmt, ...)
@@ -146,6 +156,13 @@ void pt_skip(pt_run *run, int n, const char *why)
 		return;
 	run->skipped[n] = true;
 	snprintf(run->skip_why[n], sizeof run->skip_why[n], "%s", why);
+}
+
+void pt_sleep_ms(uint64_t ms)
+{
+	struct timespec left = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+	}
 }
 
 const char *pt_status(relay_status status)
@@ -288,13 +305,16 @@ static void run_checks(pt_run *run)
 	    (run->kind == RELAY_KIND_TRANSPORT && !run->lease_json && machine))
 		pt_machine_acquire(run);
 	pt_check_flags(run);
-	if (run->kind == RELAY_KIND_MACHINE)
+	if (run->kind == RELAY_KIND_MACHINE) {
 		pt_machine_lifecycle(run);
+		pt_machine_recover(run);
+	}
 	if (run->kind == RELAY_KIND_TRANSPORT) {
 		if (pt_transport_open(run)) {
 			pt_transport_exec(run);
 			pt_transport_xfer(run);
 			pt_transport_stream(run);
+			pt_transport_hard(run);
 		}
 		pt_transport_close(run);
 	}
@@ -323,6 +343,7 @@ static int run_plugin(const pt_args *a, pt_run *run, const char *state_dir)
 			return 2;
 		}
 	}
+	run->config = config;
 	plugin_registry registry;
 	memset(&registry, 0, sizeof registry);
 	registry.host = &counting_host;

@@ -18,6 +18,10 @@
  *   plugin_test_stream.c     checks 50-54: the long-lived stream
  *   plugin_test_kinds.c      checks 2-5 (tables, flags, errors,
  *                            out-parameters) and 40-49 (capture, console)
+ *   plugin_test_hard.c       checks 60-64: cancellation of exec, push and
+ *                            pull; operations at the same time
+ *   plugin_test_recover.c    checks 65-67: restart adoption, release
+ *                            retries, the indeterminate acquire
  */
 #ifndef RELAY_CLI_PLUGIN_TEST_H
 #define RELAY_CLI_PLUGIN_TEST_H
@@ -35,6 +39,8 @@ typedef struct pt_run {
 	relay_plugin_kind kind; /* --kind */
 	const char *image;      /* --image, or NULL: the first image with a base */
 	char *lease_json;       /* a live lease (acquired or --lease); malloc'd */
+	const char *config;     /* the init configuration (restart, check 65); borrowed */
+	char image_key[128];    /* the image check 11 leased, "" before */
 	bool lease_acquired;    /* we acquired it: release it at the end */
 	char guest_root[512];   /* R of the transport checks, "" before it exists */
 	char scratch[512];      /* a host folder of ours for pushes and pulls */
@@ -57,6 +63,9 @@ void pt_skip(pt_run *run, int n, const char *why);
  * returns with pt_host()->free. */
 const relay_host *pt_host(void);
 
+/* Sleeps `ms` milliseconds (restarted after a signal). */
+void pt_sleep_ms(uint64_t ms);
+
 /* The status name for messages: "RELAY_E_NOT_FOUND (not found)". */
 const char *pt_status(relay_status status);
 
@@ -75,6 +84,11 @@ void pt_check_console(pt_run *run); /* check 45 */
 void pt_machine_acquire(pt_run *run);   /* checks 10, 11 */
 void pt_machine_lifecycle(pt_run *run); /* checks 12-14 */
 void pt_machine_release(pt_run *run);   /* checks 15-18 */
+/* The spec of an acquire of `image` for guest name `guest` and `purpose`
+ * (relay/machine.h); malloc'd JSON text. */
+char *pt_acquire_spec(const char *guest, const char *image, const char *purpose);
+/* A fresh purpose "relay-plugin-test-<what>-<16 hex>" into out. */
+void pt_purpose(const char *what, char *out, size_t out_len);
 
 /* ---- plugin_test_transport.c ---- */
 bool pt_transport_open(pt_run *run);  /* check 20 and the guest root */
@@ -91,5 +105,9 @@ void pt_transport_xfer(pt_run *run); /* checks 30-36 */
 
 /* ---- plugin_test_stream.c ---- */
 void pt_transport_stream(pt_run *run); /* checks 50-54 (skipped without RELAY_TRANSPORT_STREAM) */
+
+/* ---- plugin_test_hard.c, plugin_test_recover.c ---- */
+void pt_transport_hard(pt_run *run);  /* checks 60-64, on an open connection */
+void pt_machine_recover(pt_run *run); /* checks 65-67, with the lease of check 11 */
 
 #endif

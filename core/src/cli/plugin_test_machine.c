@@ -84,18 +84,17 @@ static bool lease_ok(pt_run *run, json_object *lease, const char *purpose)
 	return true;
 }
 
-void pt_machine_acquire(pt_run *run)
+void pt_purpose(const char *what, char *out, size_t out_len)
 {
-	char *image = pick_image(run);
-	if (image == NULL) {
-		pt_skip(run, 11, "no image to acquire");
-		return;
-	}
-	char hex[17], purpose[64];
+	char hex[17];
 	random_hex(hex, 16);
-	snprintf(purpose, sizeof purpose, "relay-plugin-test-%s", hex);
+	snprintf(out, out_len, "relay-plugin-test-%s-%s", what, hex);
+}
+
+char *pt_acquire_spec(const char *guest, const char *image, const char *purpose)
+{
 	json_object *spec = json_object_new_object();
-	jsonx_add_str(spec, "guest", "plugin-test");
+	jsonx_add_str(spec, "guest", guest);
 	jsonx_add_str(spec, "task", "plugin-test");
 	jsonx_add_str(spec, "purpose", purpose);
 	jsonx_add_str(spec, "image", image);
@@ -104,8 +103,22 @@ void pt_machine_acquire(pt_run *run)
 	jsonx_add_bool(spec, "vnc", false);
 	jsonx_add_int(spec, "ttlMs", PT_TTL_MS);
 	jsonx_add_int(spec, "deadlineMs", clock_now_ms() + 3600000);
-	char *spec_text = jsonx_to_string(spec, 0);
+	char *text = jsonx_to_string(spec, 0);
 	json_object_put(spec);
+	return text;
+}
+
+void pt_machine_acquire(pt_run *run)
+{
+	char *image = pick_image(run);
+	if (image == NULL) {
+		pt_skip(run, 11, "no image to acquire");
+		return;
+	}
+	char purpose[64];
+	pt_purpose("lease", purpose, sizeof purpose);
+	snprintf(run->image_key, sizeof run->image_key, "%s", image);
+	char *spec_text = pt_acquire_spec("plugin-test", image, purpose);
 	free(image);
 	relay_error err;
 	memset(&err, 0, sizeof err);

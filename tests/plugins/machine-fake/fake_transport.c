@@ -422,7 +422,6 @@ static relay_status fake_push(relay_plugin_state *state, relay_transport_conn *c
 {
 	fake_state *st = state;
 	fake_conn *conn = c;
-	(void)call;
 	if (facts_json_out)
 		*facts_json_out = NULL;
 	/* Like a transport built before RELAY_XFER_CALLER_VERIFIES, the fake
@@ -441,6 +440,8 @@ static relay_status fake_push(relay_plugin_state *state, relay_transport_conn *c
 	if (remote_path == NULL || remote_path[0] != '/')
 		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                           "machine-fake: guest paths are absolute");
+	if (st->host->call_cancelled(call)) /* plugin-test check 61 */
+		return st->host->error_set(err, RELAY_E_CANCELLED, 0, "machine-fake: push cancelled");
 	int tree = (flags & RELAY_XFER_TREE) != 0;
 	json_object *extra = json_object_new_object();
 	json_object_object_add(extra, "path", json_object_new_string(remote_path));
@@ -561,6 +562,8 @@ static relay_status fake_pull(relay_plugin_state *state, relay_transport_conn *c
 	if (flags & ~RELAY_XFER_TREE)
 		return st->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0,
 		                           "machine-fake: unknown pull flags 0x%x", flags);
+	if (st->host->call_cancelled(call)) /* plugin-test check 62 */
+		return st->host->error_set(err, RELAY_E_CANCELLED, 0, "machine-fake: pull cancelled");
 	int tree = (flags & RELAY_XFER_TREE) != 0;
 	json_object *behaviour = take_pull_behaviour(st, remote_path);
 	json_object *delay_obj = NULL;
