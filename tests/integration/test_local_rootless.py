@@ -309,6 +309,35 @@ def nosub_parent():
             subprocess.run(["userdel", NOSUB_USER])
 
 
+def test_console_answers_rfb(binary):
+    """relay_console_open without root: x11vnc on the guest's display answers on the guest's
+    127.0.0.1:5900 (the relay's probe reaches the guest's network namespace through the user
+    namespace that owns it), and a client inside that namespace reads the RFB banner."""
+    need_subids()
+    for tool in ("Xvfb", "x11vnc"):
+        if not shutil.which(tool):
+            skip("%s is missing (apt-get install xvfb x11vnc)" % tool)
+    v = local_variant(binary, {"maxGuests": 3, "bounds": {"processes": 256}})
+    try:
+        with v.relay() as r:
+            r.initialize()
+            acq = v.acquire(r, vnc=True)
+            g = acq["guest"]
+            res = r.call_tool("relay_console_open", {
+                "guest": g, "console_id": acq["console"]["console_id"], "attempt_id": "rootless1",
+                "userRequested": True, "reason": "the user asked to watch the guest",
+                "expected": "the guest's screen"}, timeout=120)
+            assert res["isError"] is False, text_of(res)
+            opened = structured(res)
+            assert opened["status"] == "ready" and opened["backend"] == "x11vnc", opened
+            out = shell(r, g, "bash -c 'exec 3<>/dev/tcp/127.0.0.1/5900 && head -c 12 <&3'; echo; echo rc=$?")
+            assert out.startswith("RFB 003.008"), out
+            print("  console: %s read in the guest's namespace" % out.split()[0:2])
+            assert r.call_tool("relay_release", {"guest": g}, timeout=120)["isError"] is False
+    finally:
+        v.cleanup()
+
+
 if __name__ == "__main__":
     nosub_parent()
     as_ordinary_user(__file__)
