@@ -148,9 +148,13 @@ static void refusal_text(const conn *c, char *out, size_t size)
 		         c->port);
 	else
 		snprintf(fix, sizeof fix, "IPv6 destinations are not served");
-	snprintf(out, size, "egress refused %s: %s; %s (MCP_RELAY_GUEST_NETWORK=%s, set by the deployment)",
-	         dest, c->v.reason[0] ? c->v.reason : "not allowed", fix,
-	         c->ctx->policy.internet ? "internet" : "allow");
+	int written = snprintf(
+	    out, size, "egress refused %s: %s; %s (MCP_RELAY_GUEST_NETWORK=%s, set by the deployment)", dest,
+	    c->v.reason[0] ? c->v.reason : "not allowed", fix,
+	    c->ctx->policy.internet ? "internet" : "allow");
+	/* A sentence longer than the line it goes into is cut, and says so. */
+	if ((written < 0 || (size_t)written >= size) && size > 4)
+		memcpy(out + size - 4, "...", 4);
 }
 
 static void refuse(conn *c)
@@ -544,8 +548,9 @@ static bool split_host_port(const char *text, size_t len, int default_port, char
 		memmove(tmp, tmp + 1, n - 2);
 		tmp[n - 2] = '\0';
 	}
-	snprintf(name, size, "%s", tmp);
-	return name[0] != '\0';
+	/* A name that does not fit is refused, never cut into another name. */
+	int written = snprintf(name, size, "%s", tmp);
+	return written > 0 && (size_t)written < size;
 }
 
 /* The value of header `key` in the head (first line excluded), or NULL. */
