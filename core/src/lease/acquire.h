@@ -19,9 +19,12 @@ typedef struct acquire_console {
 	 * available; -1 with the refusal's code and message. */
 	int (*vnc_check)(manager *m, const char *image, relay_call *call, const char **code_out, char *msg,
 	                 size_t len);
-	/* Step 14: the relay's observation of the lease's console report (a
-	 * new reference), or NULL when its schema is not known. */
-	json_object *(*observation)(const json_object *report);
+	/* Step 14: stores the relay's observation of the lease's console
+	 * report as the guest's (the console room's slice). Under the lock. */
+	void (*store_observation)(guest *g, const json_object *report);
+	/* The guest's console observation (a new reference), or NULL. Under
+	 * the lock. */
+	json_object *(*observation_of)(const guest *g);
 } acquire_console;
 
 /* Leases the guest manager_reserve_guest() reserved. 0 with relay_acquire's

@@ -30,6 +30,7 @@
 #ifndef RELAY_LEASE_LIFECYCLE_H
 #define RELAY_LEASE_LIFECYCLE_H
 
+#include "lease/lease_state.h"
 #include "session/manager_internal.h"
 
 /* Constants of lifecycle.md §6. */

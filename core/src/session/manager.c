@@ -478,7 +478,8 @@ static int settle_session(manager *m, relay_settings *settings, char *errbuf, si
 static bool hooks_complete(const manager_hooks *h)
 {
 	return h && h->size >= sizeof *h && h->dispatch && h->take_back_guests && h->end_guests &&
-	       h->guest_reached && h->guest_closing && h->guest_release_rooms;
+	       h->guest_reached && h->guest_closing && h->guest_release_rooms && h->rooms &&
+	       h->rooms->size == sizeof(guest_rooms);
 }
 
 manager *manager_create(relay_settings *settings, const relay_backends *backends, const manager_hooks *hooks,
@@ -575,7 +576,7 @@ void guest_close(manager *m, guest *g, const char *reason)
 	m->hooks->guest_closing(m, g); /* nothing more is written for a closed guest */
 	manager_lock(m);
 	g->phase = PHASE_CLOSED;
-	g->renewal = RENEWAL_NONE;
+	guest_slices_close(g);
 	json_object_put(g->closed);
 	g->closed = json_object_new_object();
 	char at[21];
@@ -598,7 +599,7 @@ void guest_close(manager *m, guest *g, const char *reason)
 char *guest_lease_text(manager *m, guest *g)
 {
 	manager_lock(m);
-	char *text = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
+	char *text = g->lease_document ? jsonx_to_string(g->lease_document, 0) : NULL;
 	manager_unlock(m);
 	return text;
 }
@@ -621,7 +622,7 @@ relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out,
 		return RELAY_OK;
 	}
 	g->transport_opening = true;
-	char *lease = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
+	char *lease = g->lease_document ? jsonx_to_string(g->lease_document, 0) : NULL;
 	manager_unlock(m);
 	relay_status status = RELAY_OK;
 	relay_transport_conn *conn = NULL;

@@ -56,6 +56,8 @@ typedef struct manager_hooks {
 	/* Frees what the rooms above keep for a guest (its download queue)
 	 * before the session frees the guest. */
 	void (*guest_release_rooms)(struct guest *g);
+	/* The rooms' slices of every guest (session/guest.h). */
+	const struct guest_rooms *rooms;
 } manager_hooks;
 
 /* Creates the manager over loaded settings and backends and the hooks of

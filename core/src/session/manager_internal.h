@@ -29,8 +29,7 @@ struct manager {
 	pthread_mutex_t lock;
 	pthread_cond_t changed; /* signalled when guests or detached work change */
 	guest *guests;          /* every guest of the session, acquisition order */
-	uint64_t next_order;
-	json_object *counters; /* {"<task>": next n} (session.json) */
+	json_object *counters;  /* {"<task>": next n} (session.json) */
 	int64_t session_created_at_ms;
 
 	int session_lock_fd; /* flock on session.lock, -1 when not held */
