@@ -49,9 +49,9 @@ typedef struct lease_state {
 	renewal_state restored_renewal; /* the renewal state on disk while reconciling */
 
 	/* runtime only (renewal.c): not in the record */
-	bool beat_in_flight;   /* a renewal beat is running (one at a time) */
-	bool lookup_queued;    /* a lease lookup after a failed beat is queued */
-	int64_t next_beat_ms;  /* relay time of the next renewal beat */
+	bool beat_in_flight;  /* a renewal beat is running (one at a time) */
+	bool lookup_queued;   /* a lease lookup after a failed beat is queued */
+	int64_t next_beat_ms; /* relay time of the next renewal beat */
 } lease_state;
 
 /* The slice operations the session calls (tools/dispatch.c puts them in

@@ -29,27 +29,14 @@ int guest_phase_from_name(const char *name)
 	return -1;
 }
 
-static json_object *new_downloads(void)
-{
-	json_object *d = json_object_new_object();
-	jsonx_add_int(d, "queued", 0);
-	jsonx_add_int(d, "inFlight", 0);
-	jsonx_add_int(d, "downloaded", 0);
-	jsonx_add_int(d, "failed", 0);
-	jsonx_add_int(d, "cancelled", 0);
-	jsonx_add_int(d, "coalesced", 0);
-	jsonx_add_bool(d, "paused", false);
-	jsonx_add_str(d, "state", "open");
-	return d;
-}
-
 /* The rooms' slice operations, in the table's order (guest.h). */
-#define SLICES 3
+#define SLICES 4
 static void slice_ops(const guest *g, const guest_slice_ops *ops[SLICES])
 {
 	ops[0] = g->rooms->lease;
 	ops[1] = g->rooms->run;
 	ops[2] = g->rooms->console;
+	ops[3] = g->rooms->downloads;
 }
 
 /* Creates the rooms' empty slices; false when out of memory. */
@@ -61,6 +48,8 @@ static bool create_slices(guest *g)
 	if (r->run->create && (g->run = r->run->create()) == NULL)
 		return false;
 	if (r->console->create && (g->console = r->console->create()) == NULL)
+		return false;
+	if (r->downloads->create && (g->downloads = r->downloads->create()) == NULL)
 		return false;
 	return true;
 }
@@ -77,6 +66,9 @@ static void destroy_slices(guest *g)
 	if (r->console->destroy)
 		r->console->destroy(g->console);
 	g->console = NULL;
+	if (r->downloads->destroy)
+		r->downloads->destroy(g->downloads);
+	g->downloads = NULL;
 }
 
 guest *guest_new(const guest_rooms *rooms)
@@ -93,7 +85,6 @@ guest *guest_new(const guest_rooms *rooms)
 	g->owner_lock_fd = -1;
 	g->extractions = json_object_new_array();
 	g->previous_evidence = json_object_new_array();
-	g->downloads = new_downloads();
 	queue_init(&g->queue);
 	return g;
 }
@@ -127,8 +118,8 @@ static void free_facts(guest *g)
 		free(*strings[i]);
 		*strings[i] = NULL;
 	}
-	json_object **objects[] = {&g->binding,           &g->extractions, &g->lease_document,
-	                           &g->previous_evidence, &g->closed,      &g->downloads};
+	json_object **objects[] = {&g->binding, &g->extractions, &g->lease_document, &g->previous_evidence,
+	                           &g->closed};
 	for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
 		json_object_put(*objects[i]);
 		*objects[i] = NULL;
@@ -187,7 +178,6 @@ json_object *guest_record_json(const guest *g)
 	jsonx_add_bool(r, "delivered", g->delivered);
 	jsonx_add_bool(r, "released", g->released);
 	jsonx_add(r, "closed", ref(g->closed));
-	jsonx_add(r, "downloads", ref(g->downloads));
 	const guest_slice_ops *ops[SLICES];
 	slice_ops(g, ops);
 	for (size_t i = 0; i < SLICES; i++)
@@ -277,9 +267,6 @@ static void fill_from_record(guest *g, const json_object *r)
 	g->released = false;
 	jsonx_get_bool(r, "released", &g->released);
 	g->closed = dup_ref(r, "closed");
-	g->downloads = dup_ref(r, "downloads");
-	if (g->downloads == NULL)
-		g->downloads = new_downloads();
 	const guest_slice_ops *ops[SLICES];
 	slice_ops(g, ops);
 	for (size_t i = 0; i < SLICES; i++)
@@ -359,7 +346,6 @@ json_object *guest_status_json(const guest *g)
 	jsonx_add_str(s, "guestRoot", g->guest_root);
 	jsonx_add(s, "declarations", ref(g->extractions));
 	jsonx_add_bool(s, "fullWorkspace", g->full_workspace);
-	jsonx_add(s, "downloads", ref(g->downloads));
 	const guest_slice_ops *ops[SLICES];
 	slice_ops(g, ops);
 	for (size_t i = 0; i < SLICES; i++)

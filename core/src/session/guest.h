@@ -38,7 +38,7 @@ typedef enum guest_phase {
 } guest_phase;
 
 struct loaded_plugin;
-struct downloads_queue;
+struct downloads_slice;
 struct egress_proxy;
 struct lease_state;
 struct run_state;
@@ -72,9 +72,10 @@ typedef struct guest_slice_ops {
  * `size` is sizeof(guest_rooms). */
 typedef struct guest_rooms {
 	size_t size;
-	const guest_slice_ops *lease;   /* lease/lease_state.h */
-	const guest_slice_ops *run;     /* runs/run_state.h */
-	const guest_slice_ops *console; /* console/console_state.h */
+	const guest_slice_ops *lease;     /* lease/lease_state.h */
+	const guest_slice_ops *run;       /* runs/run_state.h */
+	const guest_slice_ops *console;   /* console/console_state.h */
+	const guest_slice_ops *downloads; /* delivery/downloads.h */
 } guest_rooms;
 
 typedef struct guest {
@@ -121,21 +122,15 @@ typedef struct guest {
 	bool released;
 	json_object *closed; /* NULL, or {at, reason, evidencePath} */
 
-	/* downloads (evidence.md §5), reported by status. writes: delivery/ */
-	json_object
-	    *downloads; /* {queued, inFlight, downloaded, failed, cancelled, coalesced, paused, state} */
-
 	/* restart (lifecycle.md §8). writes: lease/ (reconcile.c) */
 	bool record_readonly; /* never rewrite lease.json (unreadable, foreign or another owner's) */
 
 	/* runtime only. writes: session/ (queue, transport_* in
-	 * guest_transport()), lease/ (release.c: closes the transport),
-	 * delivery/ (dl) */
+	 * guest_transport()), lease/ (release.c: closes the transport) */
 	guest_queue queue;                      /* the guest's ordered operations */
 	struct loaded_plugin *transport_plugin; /* chosen at first use */
 	relay_transport_conn *transport_conn;   /* open connection, or NULL */
 	bool transport_opening; /* a thread is in transport.open for this guest; others wait on m->changed */
-	struct downloads_queue *dl;    /* background step downloads (downloads.h), or NULL */
 	struct gio_resident *resident; /* the resident receiver's channel (guestio/resident.h), or NULL */
 	struct guest *next;
 	/* egress (docs/egress.md). writes: lease/ (egress.c: started after the
@@ -144,10 +139,11 @@ typedef struct guest {
 
 	/* the rooms' slices (guest_slice_ops): the session holds them and never
 	 * looks inside; each room's header says who may touch its fields. */
-	const guest_rooms *rooms;      /* borrowed: static storage */
-	struct lease_state *lease;     /* lease/lease_state.h: acquisition, renewal, restart */
-	struct run_state *run;         /* runs/run_state.h: staging facts, the recording's runs */
-	struct console_state *console; /* console/console_state.h: observation, attempts */
+	const guest_rooms *rooms;          /* borrowed: static storage */
+	struct lease_state *lease;         /* lease/lease_state.h: acquisition, renewal, restart */
+	struct run_state *run;             /* runs/run_state.h: staging facts, the recording's runs */
+	struct console_state *console;     /* console/console_state.h: observation, attempts */
+	struct downloads_slice *downloads; /* delivery/downloads.h: the step downloads (evidence.md §5) */
 } guest;
 
 const char *guest_phase_name(guest_phase phase);
@@ -157,9 +153,9 @@ int guest_phase_from_name(const char *name);
 /* Allocates a guest with empty facts, the rooms' empty slices and an
  * initialised queue; NULL when out of memory. */
 guest *guest_new(const guest_rooms *rooms);
-/* Frees the guest's facts and queue. What the rooms above keep for it (the
- * download queue `dl`) must be freed first (manager_hooks's
- * guest_release_rooms); a guest that never reached them has none. */
+/* Frees the guest's facts, slices and queue. The download queue's worker
+ * must be stopped first (manager_hooks's guest_release_rooms); a guest that
+ * never queued a download has none. */
 void guest_free(guest *g);
 
 /* Hands relay_acquire's validated arguments to the rooms' slices (reserve). */

@@ -256,6 +256,7 @@ static const guest_rooms rooms = {
     .lease = &lease_slice_ops,
     .run = &run_slice_ops,
     .console = &console_slice_ops,
+    .downloads = &downloads_slice_ops,
 };
 
 const guest_rooms *tools_guest_rooms(void)
