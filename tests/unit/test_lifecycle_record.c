@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "delivery/delivery_state.h"
 #include "lease/lease_state.h"
 #include "runs/run_state.h"
 #include "session/guest.h"
@@ -41,8 +42,9 @@ static guest *sample_guest(void)
 	g->lease->ttl_hours = 4;
 	g->network = strdup("nat");
 	g->lease->env_pack = strdup("none");
-	json_object_put(g->extractions);
-	g->extractions = jsonx_parse_str("[{\"name\":\"screens\",\"path\":\"out/screens\"}]", NULL, 0);
+	json_object_put(g->delivery->extractions);
+	g->delivery->extractions =
+	    jsonx_parse_str("[{\"name\":\"screens\",\"path\":\"out/screens\"}]", NULL, 0);
 	g->lease_document = jsonx_parse_str(
 	    "{\"vm\":\"fake-1\",\"purpose\":\"relay-login-test-3f9a1c2e\",\"lease_id\":\"abc\","
 	    "\"expiresAtMs\":1790000900000,\"fake\":{\"home\":\"/h\"}}",

@@ -425,7 +425,7 @@ int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **
 	*obs_out = NULL;
 	manager_wait_startup(m);
 	manager_lock(m);
-	bool vnc = g->vnc;
+	bool vnc = g->console->vnc;
 	read_facts(m, g, facts_out);
 	manager_unlock(m);
 	console_guest_facts *f = facts_out;

@@ -48,9 +48,15 @@ static json_object *dup_ref(const json_object *obj, const char *key)
 	return json_object_get(value);
 }
 
+static void slice_reserve(guest *g, const json_object *args)
+{
+	jsonx_get_bool(args, "vnc", &g->console->vnc);
+}
+
 static void slice_to_record(const guest *g, json_object *r)
 {
 	const console_state *c = g->console;
+	jsonx_add_bool(r, "vnc", c->vnc);
 	jsonx_add(r, "console", ref(c->observation));
 	jsonx_add(r, "consoleAttempt", ref(c->attempt));
 	jsonx_add(r, "consoleAttemptIds", ref(c->attempt_ids));
@@ -60,6 +66,8 @@ static void slice_from_record(guest *g, const json_object *r)
 {
 	console_state *c = g->console;
 	clear(c);
+	c->vnc = false;
+	jsonx_get_bool(r, "vnc", &c->vnc);
 	c->observation = dup_ref(r, "console");
 	c->attempt = dup_ref(r, "consoleAttempt");
 	c->attempt_ids = dup_ref(r, "consoleAttemptIds");
@@ -77,10 +85,16 @@ static void slice_to_status(const guest *g, json_object *s)
 const guest_slice_ops console_slice_ops = {
     .create = slice_create,
     .destroy = slice_destroy,
+    .reserve = slice_reserve,
     .to_record = slice_to_record,
     .from_record = slice_from_record,
     .to_status = slice_to_status,
 };
+
+bool console_vnc_wanted(const guest *g)
+{
+	return g->console->vnc;
+}
 
 void console_store_acquired(guest *g, const json_object *report)
 {

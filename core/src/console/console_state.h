@@ -21,12 +21,15 @@ typedef struct console_state {
 	json_object *observation; /* the last console observation, or NULL */
 	json_object *attempt;     /* {console_id, attempt_id, status} or NULL */
 	json_object *attempt_ids; /* [attempt ids used] */
+	bool vnc; /* relay_acquire asked for a console; fixed at reserve (read without the lock) */
 } console_state;
 
 /* The slice operations the session calls (tools/dispatch.c puts them in
  * the relay's guest_rooms). */
 extern const guest_slice_ops console_slice_ops;
 
+/* Whether relay_acquire asked for a console (acquire_console.vnc_wanted). */
+bool console_vnc_wanted(const guest *g);
 /* relay_acquire step 14: stores the relay's observation of the lease's
  * console report (console_observation(), or a copy of the report when its
  * schema is not known) as the guest's. Under the manager's lock. */

@@ -18,7 +18,8 @@
  * it the job archives the step's first four files in present mode.
  *
  * Counters are published in the delivery room's slice of the guest
- * (guest->downloads, below: status, lease.json) under the manager's lock.
+ * (guest->delivery, delivery_state.h: status, lease.json) under the
+ * manager's lock.
  * Every function is called WITHOUT the manager's lock.
  */
 #ifndef RELAY_DELIVERY_DOWNLOADS_H
@@ -28,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "delivery/delivery_state.h"
 #include "delivery/step_downloads.h"
 #include "session/manager_internal.h"
 
@@ -35,21 +37,7 @@
 #define DOWNLOADS_DEADLINE_MS 90000 /* one job, its attempts included */
 /* The attempts of one job and the waits between them: download_job.h. */
 
-typedef struct downloads_queue downloads_queue; /* guest->downloads->queue */
-
-/* The delivery room's slice of a guest (session/guest.h, guest_slice_ops):
- * the counters status and the record show, and the queue. The session
- * holds the pointer (guest->downloads) and never looks inside. Under the
- * manager's lock; only delivery/ writes it (downloads.c). */
-typedef struct downloads_slice {
-	json_object
-	    *counters; /* {queued, inFlight, downloaded, failed, cancelled, coalesced, paused, state} */
-	downloads_queue *queue; /* created with the first job, or NULL */
-} downloads_slice;
-
-/* The slice operations the session calls (tools/dispatch.c puts them in
- * the relay's guest_rooms). The queue is freed by downloads_free() first. */
-extern const guest_slice_ops downloads_slice_ops;
+typedef struct downloads_queue downloads_queue; /* guest->delivery->queue (delivery_state.h) */
 
 /* downloads_enqueue_step(), downloads_close_for_reset() and
  * downloads_reopen() are declared in step_downloads.h (the hooks runs and

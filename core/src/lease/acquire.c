@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "delivery/delivery_state.h"
 #include "lease/egress.h"
 #include "lease/lifecycle.h"
 #include "session/events.h"
@@ -109,7 +110,7 @@ static int check_image(manager *m, guest *g, loaded_plugin *machine, relay_call 
 	return rc;
 }
 
-static char *acquire_spec(manager *m, guest *g)
+static char *acquire_spec(manager *m, guest *g, bool vnc)
 {
 	manager_lock(m);
 	json_object *spec = json_object_new_object();
@@ -119,7 +120,7 @@ static char *acquire_spec(manager *m, guest *g)
 	jsonx_add_str(spec, "image", g->image);
 	jsonx_add_str(spec, "env", g->lease->env_pack);
 	jsonx_add_str(spec, "network", g->network);
-	jsonx_add_bool(spec, "vnc", g->vnc);
+	jsonx_add_bool(spec, "vnc", vnc);
 	int64_t ttl_ms = (int64_t)llround(g->lease->ttl_hours * 3600000.0);
 	jsonx_add_int(spec, "ttlMs",
 	              ttl_ms < LIFECYCLE_RENEWAL_WINDOW_MS ? ttl_ms : LIFECYCLE_RENEWAL_WINDOW_MS);
@@ -226,8 +227,8 @@ static json_object *acquire_result(manager *m, guest *g, const acquire_console *
 	strbuf_printf(&sb, "%s/workspace", g->guest_root);
 	jsonx_add_str(r, "workspace", strbuf_str(&sb));
 	strbuf_free(&sb);
-	jsonx_add(r, "declarations", json_object_get(g->extractions));
-	jsonx_add_bool(r, "fullWorkspace", g->full_workspace);
+	jsonx_add(r, "declarations", json_object_get(g->delivery->extractions));
+	jsonx_add_bool(r, "fullWorkspace", g->delivery->full_workspace);
 	jsonx_add(r, "console", console_room->observation_of(g));
 	jsonx_add_str(r, "evidencePath", g->evidence_path);
 	jsonx_add(r, "guestsHeld", manager_open_guest_names_json(m));
@@ -281,7 +282,7 @@ static int acquire_checks(manager *m, guest *g, loaded_plugin *machine, relay_ca
 	/* Step 6: with vnc, the console backend of the image's OS must be
 	 * available (the console room reads the acquisition capabilities
 	 * through the console plugin). */
-	if (g->vnc) {
+	if (console->vnc_wanted(g)) {
 		const char *vnc_code = NULL;
 		char vnc_message[512];
 		if (console->vnc_check(m, g->image, call, &vnc_code, vnc_message, sizeof vnc_message) != 0)
@@ -413,10 +414,10 @@ static int request_failed(manager *m, guest *g, loaded_plugin *machine, relay_st
 
 /* Steps 9-13: the lease request, waiting for capacity. 0 with the lease
  * adopted (renewal started); else -1. */
-static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_call *call, capacity_wait *w,
-                         relay_outcome *o)
+static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_call *call, bool vnc,
+                         capacity_wait *w, relay_outcome *o)
 {
-	char *spec = acquire_spec(m, g);
+	char *spec = acquire_spec(m, g, vnc);
 	int rc = -1;
 	relay_call_progress(call, ++w->progress, -1, "lease requested", true);
 	for (;;) {
@@ -478,7 +479,7 @@ static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_cal
  * with outcome-unknown (ownership kept). */
 static int check_console(manager *m, guest *g, const acquire_console *console_room, relay_outcome *o)
 {
-	if (!g->vnc)
+	if (!console_room->vnc_wanted(g))
 		return 0;
 	manager_lock(m);
 	json_object *console = jsonx_get_obj(g->lease_document, "console");
@@ -502,7 +503,7 @@ int lease_acquire(manager *m, guest *g, relay_call *call, const acquire_console 
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	capacity_wait wait = {0, 0};
 	if (acquire_checks(m, g, machine, call, console, o) != 0 || acquire_record(m, g, o) != 0 ||
-	    request_lease(m, g, machine, call, &wait, o) != 0)
+	    request_lease(m, g, machine, call, console->vnc_wanted(g), &wait, o) != 0)
 		return -1;
 	lease_egress_start(m, g, machine);
 	if (check_console(m, g, console, o) != 0)

@@ -13,6 +13,7 @@
 
 #include "delivery/downloads.h"
 #include "delivery/packaging.h"
+#include "guestio/link.h"
 #include "guestio/resident.h"
 #include "lease/lifecycle.h"
 #include "lease/renewal.h"
@@ -114,14 +115,7 @@ static void close_transport(manager *m, guest *g)
 {
 	downloads_shutdown(m, g); /* no step download may use the connection any more */
 	gio_resident_close(m, g); /* `receiver serve` sees end of input and exits */
-	manager_lock(m);
-	loaded_plugin *plugin = g->transport_plugin;
-	relay_transport_conn *conn = g->transport_conn;
-	g->transport_conn = NULL;
-	g->transport_plugin = NULL;
-	manager_unlock(m);
-	if (plugin && conn)
-		plugin->transport.close(plugin->state, conn, 0);
+	gio_link_close(m, g);
 }
 
 /* Step 4: an acquisition whose outcome is unknown is looked up by purpose.

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "delivery/delivery_state.h"
 #include "delivery/image_delivery.h"
 #include "receiver_protocol.h"
 #include "runs/capture_plan.h"
@@ -67,7 +68,7 @@ int stage_result(stage_ctx *s, json_object *files, json_object *updated, json_ob
 	jsonx_add_str(r, "recordingSessionId", g->recording_session_id);
 	jsonx_add(r, "reset", reset);
 	jsonx_add_str(r, "evidencePath", g->evidence_path);
-	jsonx_add(r, "extractions", json_object_get(g->extractions));
+	jsonx_add(r, "extractions", json_object_get(g->delivery->extractions));
 	json_object *caps = json_object_new_object();
 	jsonx_add(caps, "image", image_delivery_capability_json());
 	json_object *snap = json_object_new_object();

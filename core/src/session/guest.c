@@ -30,13 +30,14 @@ int guest_phase_from_name(const char *name)
 }
 
 /* The rooms' slice operations, in the table's order (guest.h). */
-#define SLICES 4
+#define SLICES 5
 static void slice_ops(const guest *g, const guest_slice_ops *ops[SLICES])
 {
 	ops[0] = g->rooms->lease;
 	ops[1] = g->rooms->run;
 	ops[2] = g->rooms->console;
-	ops[3] = g->rooms->downloads;
+	ops[3] = g->rooms->delivery;
+	ops[4] = g->rooms->link;
 }
 
 /* Creates the rooms' empty slices; false when out of memory. */
@@ -49,7 +50,9 @@ static bool create_slices(guest *g)
 		return false;
 	if (r->console->create && (g->console = r->console->create()) == NULL)
 		return false;
-	if (r->downloads->create && (g->downloads = r->downloads->create()) == NULL)
+	if (r->delivery->create && (g->delivery = r->delivery->create()) == NULL)
+		return false;
+	if (r->link->create && (g->link = r->link->create()) == NULL)
 		return false;
 	return true;
 }
@@ -66,9 +69,12 @@ static void destroy_slices(guest *g)
 	if (r->console->destroy)
 		r->console->destroy(g->console);
 	g->console = NULL;
-	if (r->downloads->destroy)
-		r->downloads->destroy(g->downloads);
-	g->downloads = NULL;
+	if (r->delivery->destroy)
+		r->delivery->destroy(g->delivery);
+	g->delivery = NULL;
+	if (r->link->destroy)
+		r->link->destroy(g->link);
+	g->link = NULL;
 }
 
 guest *guest_new(const guest_rooms *rooms)
@@ -83,7 +89,6 @@ guest *guest_new(const guest_rooms *rooms)
 		return NULL;
 	}
 	g->owner_lock_fd = -1;
-	g->extractions = json_object_new_array();
 	g->previous_evidence = json_object_new_array();
 	queue_init(&g->queue);
 	return g;
@@ -118,8 +123,7 @@ static void free_facts(guest *g)
 		free(*strings[i]);
 		*strings[i] = NULL;
 	}
-	json_object **objects[] = {&g->binding, &g->extractions, &g->lease_document, &g->previous_evidence,
-	                           &g->closed};
+	json_object **objects[] = {&g->binding, &g->lease_document, &g->previous_evidence, &g->closed};
 	for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
 		json_object_put(*objects[i]);
 		*objects[i] = NULL;
@@ -166,9 +170,6 @@ json_object *guest_record_json(const guest *g)
 	add_time(r, "acquiredAt", g->acquired_at_ms);
 	jsonx_add_int(r, "acquiredAtMs", g->acquired_at_ms);
 	jsonx_add_str(r, "network", g->network);
-	jsonx_add_bool(r, "vnc", g->vnc);
-	jsonx_add(r, "extractions", ref(g->extractions));
-	jsonx_add_bool(r, "fullWorkspace", g->full_workspace);
 	jsonx_add(r, "lease", ref(g->lease_document));
 	jsonx_add_str(r, "phase", guest_phase_name(g->phase));
 	jsonx_add_str(r, "lastError", g->last_error);
@@ -230,7 +231,6 @@ static bool record_usable(const json_object *r, char *errbuf, size_t errlen)
 /* Fills the facts of `g` (all NULL) from a usable record. */
 static void fill_from_record(guest *g, const json_object *r)
 {
-	g->extractions = json_object_new_array();
 	g->previous_evidence = json_object_new_array();
 	g->name = strdup(jsonx_get_str(r, "guest"));
 	g->task = dup_str(r, "task");
@@ -242,15 +242,6 @@ static void fill_from_record(guest *g, const json_object *r)
 	g->acquired_at_ms = 0;
 	jsonx_get_int(r, "acquiredAtMs", &g->acquired_at_ms);
 	g->network = dup_str(r, "network");
-	g->vnc = false;
-	jsonx_get_bool(r, "vnc", &g->vnc);
-	json_object *extractions = dup_ref(r, "extractions");
-	if (extractions) {
-		json_object_put(g->extractions);
-		g->extractions = extractions;
-	}
-	g->full_workspace = false;
-	jsonx_get_bool(r, "fullWorkspace", &g->full_workspace);
 	g->lease_document = dup_ref(r, "lease");
 	g->phase = (guest_phase)guest_phase_from_name(jsonx_get_str(r, "phase"));
 	g->last_error = dup_str(r, "lastError");
@@ -344,8 +335,6 @@ json_object *guest_status_json(const guest *g)
 	jsonx_add_str(s, "evidencePath", g->evidence_path);
 	jsonx_add(s, "previousEvidence", ref(g->previous_evidence));
 	jsonx_add_str(s, "guestRoot", g->guest_root);
-	jsonx_add(s, "declarations", ref(g->extractions));
-	jsonx_add_bool(s, "fullWorkspace", g->full_workspace);
 	const guest_slice_ops *ops[SLICES];
 	slice_ops(g, ops);
 	for (size_t i = 0; i < SLICES; i++)

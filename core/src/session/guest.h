@@ -1,17 +1,20 @@
 /*
- * session/guest.h — one guest of the session: its identities, phase, lease,
- * staging and recording facts, and its ownership record on disk
- * (lifecycle.md §3, §7, §9).
+ * session/guest.h — one guest of the session: its identities, folders,
+ * phase and outcomes, its queue, one opaque slice per room above the
+ * session (guest_slice_ops: lease/, runs/, console/, delivery/, guestio/),
+ * and its ownership record on disk (lifecycle.md §3, §7, §9).
  *
- * Locking: every field is read and written under the manager's lock
- * (manager_lock()/manager_unlock()), except `queue`, which has its own.
- * Long operations never hold the manager's lock: they copy what they need,
- * unlock, work, and lock again to publish results.
+ * Locking: every field, and every slice's, is read and written under the
+ * manager's lock (manager_lock()/manager_unlock()), except `queue`, which
+ * has its own. Long operations never hold the manager's lock: they copy
+ * what they need, unlock, work, and lock again to publish results.
  *
  * Writers: each group below names the rooms that may write its fields
- * ("writes: ..."); every room may read them all. session/guest.c itself
- * loads and frees every field (records), and guest_set_last_error() /
- * guest_close() (session/) write last_error and closed for any room.
+ * ("writes: ..."); every room may read them all. A slice's fields are its
+ * room's: its header says who else reads them. session/guest.c itself
+ * loads and frees every field (records) and calls the slices' operations,
+ * and guest_set_last_error() / guest_close() (session/) write last_error
+ * and closed for any room.
  */
 #ifndef RELAY_SESSION_GUEST_H
 #define RELAY_SESSION_GUEST_H
@@ -38,11 +41,12 @@ typedef enum guest_phase {
 } guest_phase;
 
 struct loaded_plugin;
-struct downloads_slice;
+struct delivery_state;
 struct egress_proxy;
 struct lease_state;
 struct run_state;
 struct console_state;
+struct gio_link;
 struct guest;
 
 /* One room's slice of a guest, after libvirt's per-object private data: the
@@ -72,10 +76,11 @@ typedef struct guest_slice_ops {
  * `size` is sizeof(guest_rooms). */
 typedef struct guest_rooms {
 	size_t size;
-	const guest_slice_ops *lease;     /* lease/lease_state.h */
-	const guest_slice_ops *run;       /* runs/run_state.h */
-	const guest_slice_ops *console;   /* console/console_state.h */
-	const guest_slice_ops *downloads; /* delivery/downloads.h */
+	const guest_slice_ops *lease;    /* lease/lease_state.h */
+	const guest_slice_ops *run;      /* runs/run_state.h */
+	const guest_slice_ops *console;  /* console/console_state.h */
+	const guest_slice_ops *delivery; /* delivery/delivery_state.h */
+	const guest_slice_ops *link;     /* guestio/link.h */
 } guest_rooms;
 
 typedef struct guest {
@@ -99,9 +104,6 @@ typedef struct guest {
 	 * lease/ (acquire.c: acquired_at_ms) */
 	int64_t acquired_at_ms;
 	char *network; /* nat | internet | allow */
-	bool vnc;
-	json_object *extractions; /* [{name, path}] */
-	bool full_workspace;
 
 	/* the lease as the backend answered it and the phase. writes: lease/
 	 * (acquire, release, reconcile), runs/ and tools/ (phase: staged and
@@ -125,13 +127,8 @@ typedef struct guest {
 	/* restart (lifecycle.md §8). writes: lease/ (reconcile.c) */
 	bool record_readonly; /* never rewrite lease.json (unreadable, foreign or another owner's) */
 
-	/* runtime only. writes: session/ (queue, transport_* in
-	 * guest_transport()), lease/ (release.c: closes the transport) */
-	guest_queue queue;                      /* the guest's ordered operations */
-	struct loaded_plugin *transport_plugin; /* chosen at first use */
-	relay_transport_conn *transport_conn;   /* open connection, or NULL */
-	bool transport_opening; /* a thread is in transport.open for this guest; others wait on m->changed */
-	struct gio_resident *resident; /* the resident receiver's channel (guestio/resident.h), or NULL */
+	/* runtime only. writes: session/ */
+	guest_queue queue; /* the guest's ordered operations */
 	struct guest *next;
 	/* egress (docs/egress.md). writes: lease/ (egress.c: started after the
 	 * lease, under `allow` or `internet`), session/ (guest_close stops it) */
@@ -139,11 +136,12 @@ typedef struct guest {
 
 	/* the rooms' slices (guest_slice_ops): the session holds them and never
 	 * looks inside; each room's header says who may touch its fields. */
-	const guest_rooms *rooms;          /* borrowed: static storage */
-	struct lease_state *lease;         /* lease/lease_state.h: acquisition, renewal, restart */
-	struct run_state *run;             /* runs/run_state.h: staging facts, the recording's runs */
-	struct console_state *console;     /* console/console_state.h: observation, attempts */
-	struct downloads_slice *downloads; /* delivery/downloads.h: the step downloads (evidence.md §5) */
+	const guest_rooms *rooms;        /* borrowed: static storage */
+	struct lease_state *lease;       /* lease/lease_state.h: acquisition, renewal, restart */
+	struct run_state *run;           /* runs/run_state.h: staging facts, the recording's runs */
+	struct console_state *console;   /* console/console_state.h: observation, attempts */
+	struct delivery_state *delivery; /* delivery/delivery_state.h: declarations, step downloads */
+	struct gio_link *link;           /* guestio/link.h: the transport connection, the resident channel */
 } guest;
 
 const char *guest_phase_name(guest_phase phase);

@@ -93,12 +93,6 @@ void guest_persist(manager *m, guest *g);
  * lock released, the record saved. Call without the lock. */
 void guest_close(manager *m, guest *g, const char *reason);
 
-/* The transport connection of a guest, opened on first use with the plugin
- * backends_transport_for() picks. RELAY_OK with *plugin_out and *conn_out
- * borrowed from the guest. Call without the lock (from the guest's queue). */
-relay_status guest_transport(manager *m, guest *g, struct loaded_plugin **plugin_out,
-                             relay_transport_conn **conn_out, relay_error *err);
-
 /* The lease document of a guest as compact JSON text (malloc'd), or NULL. */
 char *guest_lease_text(manager *m, guest *g);
 

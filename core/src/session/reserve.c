@@ -61,13 +61,6 @@ guest *manager_reserve_guest(manager *m, json_object *args, relay_outcome *refus
 	g->task = strdup(task);
 	g->image = strdup(jsonx_get_str(args, "image"));
 	g->network = strdup(settings_guest_network_name(s->guest_network));
-	jsonx_get_bool(args, "vnc", &g->vnc);
-	jsonx_get_bool(args, "fullWorkspace", &g->full_workspace);
-	json_object *extractions = jsonx_get_array(args, "extractions");
-	if (extractions) {
-		json_object_put(g->extractions);
-		g->extractions = json_object_get(extractions);
-	}
 	g->phase = PHASE_ACQUIRING;
 	guest_slices_reserve(g, args);
 

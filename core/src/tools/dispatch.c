@@ -13,7 +13,9 @@
 #include <stdlib.h>
 
 #include "console/console_state.h"
+#include "delivery/delivery_state.h"
 #include "delivery/downloads.h"
+#include "guestio/link.h"
 #include "lease/lease_state.h"
 #include "lease/lifecycle.h"
 #include "lease/reconcile.h"
@@ -256,7 +258,8 @@ static const guest_rooms rooms = {
     .lease = &lease_slice_ops,
     .run = &run_slice_ops,
     .console = &console_slice_ops,
-    .downloads = &downloads_slice_ops,
+    .delivery = &delivery_slice_ops,
+    .link = &gio_link_ops,
 };
 
 const guest_rooms *tools_guest_rooms(void)

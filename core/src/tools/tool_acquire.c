@@ -8,6 +8,7 @@
 #include "util/jsonx.h"
 
 static const acquire_console console_room = {
+    .vnc_wanted = console_vnc_wanted,
     .vnc_check = console_vnc_check,
     .store_observation = console_store_acquired,
     .observation_of = console_observation_of,
