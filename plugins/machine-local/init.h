@@ -75,7 +75,7 @@ void setup_root(const launch_options *o, const char *merged);
 void setup_network(const launch_options *o);
 
 /* init_keep.c: `keep-helper PIDFILE PROGRAM ARG...` (fd 3 the init's hold
- * pipe, fd 4 the status pipe, fds 5-8 the helper's): starts the network
+ * pipe, fd 4 the status pipe, fds 5-8 the helper's: namespaces, lock): starts the network
  * helper and ends it once the init has exited. Returns the exit status. */
 int keep_helper(int argc, char **argv);
 

@@ -20,7 +20,10 @@
  *              "pid <helper pid>"   the helper is configured and running
  *              "exit <status>"      it exited before (its log says why)
  *              "error <errno> <what>"
- *   fd 5..8  passed on to the helper (the namespaces it joins);
+ *   fd 5, 6  the namespaces the helper joins, passed on to it;
+ *   fd 7     <lease>/helper.lock, locked by the relay: the keeper keeps it
+ *            and passes it on, so it is free only once neither the keeper
+ *            nor any pasta process lives (destroy.c waits for that);
  *   the rest is closed for the helper.
  * PROGRAM's first process must configure, write its daemon's pid to
  * PIDFILE and exit 0 (pasta --pid, without --foreground). The keeper waits
@@ -36,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +49,8 @@
 enum {
 	KEEP_HOLD_FD = 3,
 	KEEP_STATUS_FD = 4,
+	KEEP_NET_NS_FD = 5,
+	KEEP_USER_NS_FD = 6,
 	KEEP_FIRST_UNPASSED_FD = 9,
 	KEEP_START_MS = 10000,
 	KEEP_TERM_GRACE_MS = 2000
@@ -113,12 +119,44 @@ static int wait_exit_or_init(int pidfd, long timeout_ms)
 	}
 }
 
+/* Kills and reaps every child of the keeper: as the subreaper it is the
+ * parent of a daemon pasta forked, also one forked just before its first
+ * process was killed (before its pid reached the pidfile). */
+static void end_children(void)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
+	for (int round = 0; round < 8; round++) {
+		char text[512];
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			break;
+		text[n] = '\0';
+		char *p = text;
+		for (;;) {
+			char *end = NULL;
+			long child = strtol(p, &end, 10);
+			if (end == p || child <= 0)
+				break;
+			kill((pid_t)child, SIGKILL);
+			waitpid((pid_t)child, NULL, 0);
+			p = end;
+		}
+	}
+	while (waitpid(-1, NULL, WNOHANG) > 0) {
+	}
+}
+
 /* Ends the process of `pidfd`: SIGTERM, then SIGKILL after the grace. */
 static void end_process(int pidfd)
 {
 	if (send_signal(pidfd, SIGTERM) != 0) {
 		if (errno != ESRCH)
-			say("machine-local keep-helper: cannot signal the network helper: %s", strerror(errno));
+			say("machine-local keep-helper: cannot signal the network helper: %s",
+			    strerror(errno));
 		return;
 	}
 	struct pollfd pfd = {pidfd, POLLIN, 0};
@@ -176,6 +214,7 @@ static int start_helper(const char *pidfile, char **argv)
 	if (why != 1) {
 		kill(first, SIGKILL);
 		waitpid(first, NULL, 0);
+		end_children();
 		report(why == 0 ? "error %d the helper did not configure within 10 s"
 		                : "error %d the guest's init exited while its helper started",
 		       why == 0 ? ETIMEDOUT : ESRCH);
@@ -183,12 +222,14 @@ static int start_helper(const char *pidfile, char **argv)
 	}
 	int wst = 0;
 	if (waitpid(first, &wst, 0) != first || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+		end_children();
 		report("exit %d", WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst));
 		return -1;
 	}
 	pid_t daemon_pid = read_pidfile(pidfile);
 	int daemon_fd = daemon_pid > 0 ? pidfd_of(daemon_pid) : -1;
 	if (daemon_fd < 0) {
+		end_children();
 		report("error %d the helper wrote no running pid to %s", daemon_pid > 0 ? errno : ENOENT,
 		       pidfile);
 		return -1;
@@ -211,21 +252,25 @@ int keep_helper(int argc, char **argv)
 	}
 	if (keeper > 0)
 		_exit(0);
+	/* The daemon pasta forks becomes the keeper's child, not init's. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	fcntl(KEEP_HOLD_FD, F_SETFD, FD_CLOEXEC);
 	fcntl(KEEP_STATUS_FD, F_SETFD, FD_CLOEXEC);
 	syscall(SYS_close_range, (unsigned)KEEP_FIRST_UNPASSED_FD, ~0u, CLOSE_RANGE_CLOEXEC);
 	int first_fd = start_helper(argv[2], argv + 3);
 	if (first_fd < 0)
 		return 1;
-	/* The helper's namespaces are its own now: keep none of 5..8. */
+	/* The helper's namespaces are its own now; the lock (fd 7) stays. */
 	int helper_fd = fcntl(first_fd, F_DUPFD_CLOEXEC, KEEP_FIRST_UNPASSED_FD);
+	close(first_fd);
 	if (helper_fd < 0) {
 		say("machine-local keep-helper: cannot keep the helper's pidfd: %s", strerror(errno));
 		return 1;
 	}
-	for (int fd = KEEP_STATUS_FD + 1; fd < KEEP_FIRST_UNPASSED_FD; fd++)
-		close(fd);
+	close(KEEP_NET_NS_FD);
+	close(KEEP_USER_NS_FD);
 	if (wait_exit_or_init(helper_fd, -1) == 2)
 		end_process(helper_fd);
+	end_children();
 	return 0;
 }

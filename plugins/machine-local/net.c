@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -236,7 +237,7 @@ static relay_status start_pasta(local_state *st, pid_t init_pid, pid_t launcher_
                                 int exit_fd, pid_t *helper_pid_out, relay_error *err)
 {
 	relay_status status = RELAY_OK;
-	int log_fd = -1, user_fd = -1, hi_exit = -1, report[2] = {-1, -1}, hi_report = -1;
+	int log_fd = -1, user_fd = -1, hi_exit = -1, report[2] = {-1, -1}, hi_report = -1, lock_fd = -1;
 	/* pasta drops its privileges before it opens a namespace path, so it
 	 * gets the namespaces as inherited descriptors (fd 5 the network, fd 6
 	 * the user namespace), and keeps the relay's uid (--runas 0) so it may
@@ -256,10 +257,18 @@ static relay_status start_pasta(local_state *st, pid_t init_pid, pid_t launcher_
 		                "cannot open the guest's user namespace (/proc/%d/ns/user)", (int)ns_pid);
 		goto cleanup;
 	}
+	/* Held from here by the keeper and pasta as long as either lives:
+	 * destroy.c waits for it to be free. */
+	char lock_path[PATH_MAX];
+	lu_textf(lock_path, sizeof lock_path, "%s/helper.lock", lease_dir);
+	int lock_low = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	lock_fd = lock_low >= 0 ? fcntl(lock_low, F_DUPFD_CLOEXEC, 100) : -1;
+	if (lock_low >= 0)
+		close(lock_low);
 	log_fd = open_log(lease_dir, "network.log");
 	hi_exit = fcntl(exit_fd, F_DUPFD_CLOEXEC, 100);
-	if (log_fd < 0 || hi_exit < 0 || pipe2(report, O_CLOEXEC) != 0 ||
-	    (hi_report = fcntl(report[1], F_DUPFD_CLOEXEC, 100)) < 0) {
+	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0 || log_fd < 0 || hi_exit < 0 ||
+	    pipe2(report, O_CLOEXEC) != 0 || (hi_report = fcntl(report[1], F_DUPFD_CLOEXEC, 100)) < 0) {
 		status = lu_err(st, err, RELAY_E_IO, errno, "cannot prepare the descriptors of pasta in %s",
 		                lease_dir);
 		goto cleanup;
@@ -310,9 +319,10 @@ static relay_status start_pasta(local_state *st, pid_t init_pid, pid_t launcher_
 		argv[4] = "--userns";
 		argv[5] = "/proc/self/fd/6";
 	}
-	int keep[5] = {hi_exit, hi_report, net_fd, st->init_memfd, user_fd}, as[5] = {3, 4, 5, 9, 6};
+	int keep[6] = {hi_exit, hi_report, net_fd, lock_fd, st->init_memfd, user_fd},
+	    as[6] = {3, 4, 5, 7, 9, 6};
 	int e = 0;
-	pid_t pid = spawn_helper(argv, log_fd, keep, as, st->rootless ? 5 : 4, &e);
+	pid_t pid = spawn_helper(argv, log_fd, keep, as, st->rootless ? 6 : 5, &e);
 	close(hi_report);
 	hi_report = -1;
 	close(report[1]);
@@ -353,6 +363,8 @@ cleanup:
 	close(net_fd);
 	if (user_fd >= 0)
 		close(user_fd);
+	if (lock_fd >= 0)
+		close(lock_fd);
 	if (hi_exit >= 0)
 		close(hi_exit);
 	if (hi_report >= 0)
