@@ -74,6 +74,11 @@ void setup_root(const launch_options *o, const char *merged);
 /* Brings loopback up and adds the reject routes; dies on failure. */
 void setup_network(const launch_options *o);
 
+/* init_keep.c: `keep-helper PIDFILE PROGRAM ARG...` (fd 3 the init's hold
+ * pipe, fd 4 the status pipe, fds 5-8 the helper's: namespaces, lock): starts the network
+ * helper and ends it once the init has exited. Returns the exit status. */
+int keep_helper(int argc, char **argv);
+
 /* init_rootless.c: without root. */
 /* Creates a user namespace and has newuidmap/newgidmap (set-uid helpers)
  * write its maps ("inside outside count ..." words); then becomes root of

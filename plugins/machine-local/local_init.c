@@ -274,6 +274,8 @@ int main(int argc, char **argv)
 	o.backstop_ms = 60000;
 	if (argc == 7 && strcmp(argv[1], "rmtree") == 0)
 		return remove_tree_mapped(argv[2], argv[3], argv[4], argv[5], argv[6]);
+	if (argc >= 4 && strcmp(argv[1], "keep-helper") == 0)
+		return keep_helper(argc, argv);
 	if (argc < 2 || strcmp(argv[1], "launch") != 0)
 		usage();
 	for (int i = 2; i < argc; i++) {

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -220,51 +221,68 @@ cleanup:
 	return status;
 }
 
-/* waitpid(pid) until the monotonic time `until` (ms): woken by the child's
- * pidfd the moment it exits rather than by polling with sleeps. Returns
- * pid, or 0 when it is still running at `until`. */
-static pid_t wait_child_until(pid_t pid, int64_t until, int *wst)
+/* Opens /proc/<pid>/ns/<name> at a descriptor of 100 or more: >= 0, or -1. */
+static int open_ns_high(pid_t pid, const char *name)
 {
-	/* Not reaped yet, so the pid cannot have been reused. */
-	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	pid_t w = 0;
-	while ((w = waitpid(pid, wst, WNOHANG)) == 0) {
-		int left = (int)(until - lu_monotonic_ms());
-		if (left <= 0)
-			break;
-		if (pidfd < 0) {
-			lu_sleep_ms(2);
-			continue;
-		}
-		struct pollfd pfd = {pidfd, POLLIN, 0};
-		if (poll(&pfd, 1, left) < 0 && errno != EINTR)
-			lu_sleep_ms(2);
-	}
-	if (pidfd >= 0)
-		close(pidfd);
-	return w;
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/ns/%s", (int)pid, name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int hi = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 100) : -1;
+	if (fd >= 0)
+		close(fd);
+	return hi;
 }
 
-static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lease_dir, pid_t *helper_pid_out,
-                                relay_error *err)
+static relay_status start_pasta(local_state *st, pid_t init_pid, pid_t launcher_pid, const char *lease_dir,
+                                int exit_fd, pid_t *helper_pid_out, relay_error *err)
 {
+	relay_status status = RELAY_OK;
+	int log_fd = -1, user_fd = -1, hi_exit = -1, report[2] = {-1, -1}, hi_report = -1, lock_fd = -1;
 	/* pasta drops its privileges before it opens a namespace path, so it
-	 * gets the namespace as an inherited descriptor (fd 3), and keeps the
-	 * relay's uid (--runas 0) so it may join a namespace the host owns. */
-	char netpath[64], pidfile[PATH_MAX], logfile[PATH_MAX];
-	snprintf(netpath, sizeof netpath, "/proc/%d/ns/net", (int)init_pid);
+	 * gets the namespaces as inherited descriptors (fd 5 the network, fd 6
+	 * the user namespace), and keeps the relay's uid (--runas 0) so it may
+	 * join a network namespace the host owns. Without root both come from
+	 * the launcher, which stays in the guest's outer user namespace until
+	 * pasta is done (the gate, launch.c): the init itself moves on into a
+	 * nested user namespace of its own, and pasta opening the init's
+	 * namespace by path lost that race under load ("Couldn't switch to
+	 * pasta namespaces"). */
+	pid_t ns_pid = st->rootless && launcher_pid > 0 ? launcher_pid : init_pid;
+	int net_fd = open_ns_high(ns_pid, "net");
+	if (net_fd < 0)
+		return lu_err(st, err, RELAY_E_IO, errno,
+		              "cannot open the guest's network namespace (/proc/%d/ns/net)", (int)ns_pid);
+	if (st->rootless && (user_fd = open_ns_high(ns_pid, "user")) < 0) {
+		status = lu_err(st, err, RELAY_E_IO, errno,
+		                "cannot open the guest's user namespace (/proc/%d/ns/user)", (int)ns_pid);
+		goto cleanup;
+	}
+	/* Held from here by the keeper and pasta as long as either lives:
+	 * destroy.c waits for it to be free. */
+	char lock_path[PATH_MAX];
+	lu_textf(lock_path, sizeof lock_path, "%s/helper.lock", lease_dir);
+	int lock_low = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	lock_fd = lock_low >= 0 ? fcntl(lock_low, F_DUPFD_CLOEXEC, 100) : -1;
+	if (lock_low >= 0)
+		close(lock_low);
+	log_fd = open_log(lease_dir, "network.log");
+	hi_exit = fcntl(exit_fd, F_DUPFD_CLOEXEC, 100);
+	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0 || log_fd < 0 || hi_exit < 0 ||
+	    pipe2(report, O_CLOEXEC) != 0 || (hi_report = fcntl(report[1], F_DUPFD_CLOEXEC, 100)) < 0) {
+		status = lu_err(st, err, RELAY_E_IO, errno, "cannot prepare the descriptors of pasta in %s",
+		                lease_dir);
+		goto cleanup;
+	}
+	char pidfile[PATH_MAX], logfile[PATH_MAX];
 	lu_textf(pidfile, sizeof pidfile, "%s/pasta.pid", lease_dir);
 	lu_textf(logfile, sizeof logfile, "%s/network.log", lease_dir);
-	int ns_fd = open(netpath, O_RDONLY | O_CLOEXEC);
-	int hi_ns = ns_fd >= 0 ? fcntl(ns_fd, F_DUPFD_CLOEXEC, 100) : -1;
-	if (ns_fd >= 0)
-		close(ns_fd);
-	if (hi_ns < 0)
-		return lu_err(st, err, RELAY_E_IO, errno, "cannot open the guest's network namespace %s",
-		              netpath);
-	char userns[64];
-	snprintf(userns, sizeof userns, "/proc/%d/ns/user", (int)init_pid);
-	const char *argv[] = {st->helper_path,
+	/* pasta runs under its keeper (init_keep.c), which ends it once the
+	 * guest's init has exited: pasta holds the namespace by descriptor and
+	 * would never see the guest go. */
+	const char *argv[] = {"/proc/self/fd/9",
+	                      "keep-helper",
+	                      pidfile,
+	                      st->helper_path,
 	                      "--runas",
 	                      "0",
 	                      "--config-net",
@@ -294,67 +312,81 @@ static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lea
 	                      "--log-file",
 	                      logfile,
 	                      "--netns",
-	                      "/proc/self/fd/3",
-	                      NULL,
-	                      NULL,
+	                      "/proc/self/fd/5",
 	                      NULL};
 	if (st->rootless) {
-		/* Without root: the namespace belongs to the guest's user
-		 * namespace, which pasta joins (held there by the launcher until
-		 * pasta is done, launch.c); there is no uid to change to. */
-		argv[1] = "--userns";
-		argv[2] = userns;
+		/* Without root there is no uid to change to. */
+		argv[4] = "--userns";
+		argv[5] = "/proc/self/fd/6";
 	}
-	int log_fd = open_log(lease_dir, "network.log");
-	if (log_fd < 0) {
-		close(hi_ns);
-		return lu_err(st, err, RELAY_E_IO, errno, "cannot open the network log in %s", lease_dir);
-	}
-	int keep[1] = {hi_ns}, as[1] = {3};
+	int keep[6] = {hi_exit, hi_report, net_fd, lock_fd, st->init_memfd, user_fd},
+	    as[6] = {3, 4, 5, 7, 9, 6};
 	int e = 0;
-	pid_t pid = spawn_helper(argv, log_fd, keep, as, 1, &e);
-	close(log_fd);
-	close(hi_ns);
-	if (pid < 0)
-		return lu_err(st, err, RELAY_E_IO, e, "cannot start %s", st->helper_path);
-	/* pasta configures the namespace, then forks into the background. */
+	pid_t pid = spawn_helper(argv, log_fd, keep, as, st->rootless ? 6 : 5, &e);
+	close(hi_report);
+	hi_report = -1;
+	close(report[1]);
+	report[1] = -1;
+	if (pid < 0) {
+		status = lu_err(st, err, RELAY_E_IO, e, "cannot start %s", st->helper_path);
+		goto cleanup;
+	}
+	/* The keeper's first process forks the keeper and exits at once. */
 	int wst = 0;
-	pid_t w = wait_child_until(pid, lu_monotonic_ms() + 10000, &wst);
-	if (w != pid) {
-		kill(pid, SIGKILL);
-		waitpid(pid, &wst, 0);
-		return lu_err(st, err, RELAY_E_TIMEOUT, 0,
-		              "pasta did not configure the guest network within 10 s");
+	waitpid(pid, &wst, 0);
+	char line[256];
+	if (lu_read_line_until(report[0], line, sizeof line, lu_monotonic_ms() + 15000) != 0) {
+		status =
+		    lu_err(st, err, errno == ETIMEDOUT ? RELAY_E_TIMEOUT : RELAY_E_IO, 0, "pasta's keeper %s",
+		           errno == ETIMEDOUT ? "did not answer within 15 s" : "exited without an answer");
+		goto cleanup;
+	}
+	if (strncmp(line, "pid ", 4) == 0 && atoi(line + 4) > 0) {
+		*helper_pid_out = (pid_t)atoi(line + 4);
+		goto cleanup;
 	}
 	char tail[200];
-	if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
-		log_tail(lease_dir, "network.log", tail, sizeof tail);
-		return lu_err(st, err, RELAY_E_IO, 0, "pasta failed to configure the guest network: %s",
-		              tail[0] ? tail : "no output");
+	log_tail(lease_dir, "network.log", tail, sizeof tail);
+	if (strncmp(line, "exit ", 5) == 0)
+		status = lu_err(st, err, RELAY_E_IO, 0,
+		                "pasta failed to configure the guest network (exit %s): %s", line + 5,
+		                tail[0] ? tail : "no output");
+	else {
+		int keeper_errno = strncmp(line, "error ", 6) == 0 ? atoi(line + 6) : 0;
+		const char *what =
+		    keeper_errno > 0 && strchr(line + 6, ' ') ? strchr(line + 6, ' ') + 1 : line;
+		status =
+		    lu_err(st, err, keeper_errno == ETIMEDOUT ? RELAY_E_TIMEOUT : RELAY_E_IO, keeper_errno,
+		           "pasta did not start: %s (log: %s)", what, tail[0] ? tail : "no output");
 	}
-	char text[32] = "";
-	int fd = open(pidfile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd >= 0) {
-		ssize_t n = read(fd, text, sizeof text - 1);
-		if (n > 0)
-			text[n] = '\0';
-		close(fd);
-	}
-	*helper_pid_out = (pid_t)atoi(text);
-	if (*helper_pid_out <= 0)
-		return lu_err(st, err, RELAY_E_IO, 0, "pasta did not write its pid to %s", pidfile);
-	return RELAY_OK;
+cleanup:
+	close(net_fd);
+	if (user_fd >= 0)
+		close(user_fd);
+	if (lock_fd >= 0)
+		close(lock_fd);
+	if (hi_exit >= 0)
+		close(hi_exit);
+	if (hi_report >= 0)
+		close(hi_report);
+	if (report[0] >= 0)
+		close(report[0]);
+	if (report[1] >= 0)
+		close(report[1]);
+	if (log_fd >= 0)
+		close(log_fd);
+	return status;
 }
 
-relay_status net_start_helper(local_state *st, pid_t init_pid, const char *lease_dir, int exit_fd,
-                              pid_t *helper_pid_out, relay_error *err)
+relay_status net_start_helper(local_state *st, pid_t init_pid, pid_t launcher_pid, const char *lease_dir,
+                              int exit_fd, pid_t *helper_pid_out, relay_error *err)
 {
 	*helper_pid_out = 0;
 	if (st->helper_path == NULL)
 		return RELAY_OK;
 	if (strcmp(st->helper_name, "slirp4netns") == 0)
 		return start_slirp(st, init_pid, lease_dir, exit_fd, helper_pid_out, err);
-	return start_pasta(st, init_pid, lease_dir, helper_pid_out, err);
+	return start_pasta(st, init_pid, launcher_pid, lease_dir, exit_fd, helper_pid_out, err);
 }
 
 /* ---- work inside a guest's network namespace --------------------------------- */

@@ -204,6 +204,71 @@ def test_nat_network_and_reject_routes(binary):
             v.cleanup()
 
 
+def lease_record(v):
+    """The lease record of the only guest in v's state (machine-local's lease.json)."""
+    leases = os.path.join(v.state_dir, "plugins", "machine-local", "leases")
+    names = [n for n in os.listdir(leases) if os.path.exists(os.path.join(leases, n, "lease.json"))]
+    assert len(names) == 1, names
+    with open(os.path.join(leases, names[0], "lease.json")) as f:
+        return os.path.join(leases, names[0]), json.load(f)
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_pasta_goes_with_its_guest(binary):
+    """A guest that dies without a release (its relay killed, then its init) takes its pasta
+    with it: pasta holds the guest's namespaces by descriptor and would never see them go, so a
+    keeper ends it (issue 21; found by CI's user lane, where ten pastas outlived their guests).
+    Also: pasta joins the launcher's namespaces, not the init's, which move on (the intermittent
+    "Couldn't switch to pasta namespaces" of doctor): ten acquisitions in a row all get a network."""
+    need_subids()
+    if not tun_usable() or not shutil.which("pasta"):
+        skip("pasta is not installed or /dev/net/tun cannot be opened by %s; run as root, which "
+             "makes it 0666 for the test" % me().pw_name)
+    v = local_variant(binary, dict(OPTIONS, networkHelper="pasta"))
+    try:
+        with v.relay() as r:
+            r.initialize()
+            for i in range(10):
+                g = v.acquire(r)["guest"]
+                res = r.call_tool("relay_release", {"guest": g}, timeout=120)
+                assert res["isError"] is False, "acquisition %d: %s" % (i, text_of(res))
+            v.acquire(r)
+            lease_dir, record = lease_record(v)
+            helper = record["pids"]["helper"]["pid"]
+            init = record["pids"]["init"]["pid"]
+            assert record["pids"]["helper"]["name"] == "pasta" and alive(helper), record["pids"]
+            keepers = host_procs(lease_dir + "/pasta.pid")
+            assert helper in keepers and len(keepers) == 2, keepers  # pasta and its keeper
+            r.proc.kill()
+            r.proc.wait(timeout=10)
+        os.kill(init, 9)
+        deadline = time.monotonic() + 10
+        while (alive(helper) or host_procs(lease_dir + "/pasta.pid")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = host_procs(lease_dir + "/pasta.pid")
+        assert not alive(helper) and not left, "pasta (pid %d) outlived its guest's init: %r" % (helper, left)
+        print("  pasta %d and its keeper ended %.1f s after the init" % (helper, 10 - (deadline - time.monotonic())),
+              flush=True)
+        with v.relay() as r:  # the next relay settles the dead guest: nothing of it is left
+            r.initialize()
+            for g in structured(r.call_tool("relay_status"))["guests"]:
+                res = r.call_tool("relay_release", {"guest": g["guest"]}, timeout=120)
+                assert res["isError"] is False or structured(res)["error"]["code"] == "nothing-held", text_of(res)
+            deadline = time.monotonic() + 30
+            while os.path.exists(lease_dir) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not os.path.exists(lease_dir), "the dead guest's lease folder %s was never removed" % lease_dir
+    finally:
+        v.cleanup()
+
+
 def test_fork_bomb_is_bounded(binary):
     need_subids()
     v = local_variant(binary)
