@@ -76,7 +76,8 @@ int net_socket_in_userns(pid_t init_pid, int domain, int type, int *err_no)
 	if (child == 0) {
 		int e = 0;
 		int s = -1;
-		if (join_guest_namespaces(net, owner) != 0 || (s = socket(domain, type | SOCK_CLOEXEC, 0)) < 0)
+		if (join_guest_namespaces(net, owner) != 0 ||
+		    (s = socket(domain, type | SOCK_CLOEXEC, 0)) < 0)
 			e = errno;
 		char data = (char)e;
 		struct iovec iov = {&data, 1};
