@@ -320,6 +320,14 @@ def test_take_over_recorded_at_release_and_finish(binary):
                 with open(os.path.join(g["evidencePath"], "manifest.json")) as f:
                     listed = json.dumps(json.load(f))
                 assert journal and "host/events/" in listed, "the events are not in the package's manifest"
+                # The review the person reads lists it, and the package's page shows it.
+                out = subprocess.run([binary, "review", g["evidencePath"]], capture_output=True, timeout=120)
+                assert out.returncode == 0, out.stderr.decode()[-2000:]
+                takes = json.loads(out.stdout)["takeOvers"]
+                assert takes == [{"attemptId": attempt, "start": d["start"], "end": d["end"]}], takes
+                with open(os.path.join(g["evidencePath"], "index.html")) as f:
+                    page_html = f.read()
+                assert "<h2>Take-overs</h2>" in page_html and d["start"] in page_html, "the viewer page omits it"
 
 
 def take_over_events(v, g, attempt):

@@ -62,8 +62,8 @@ void console_end_with_guest(manager *m, guest *g, relay_call *call, const char *
 	}
 	jsonx_add_str(d, "console_id", facts.console_id);
 	guest_event(m, g, "console-cancel-intent", why, d);
-	json_object *cancelled = console_attempt_request(m, g, own, &facts, CONSOLE_CANCEL, facts.console_id,
-	                                                 attempt_id, &o);
+	json_object *cancelled =
+	    console_attempt_request(m, g, own, &facts, CONSOLE_CANCEL, facts.console_id, attempt_id, &o);
 	if (cancelled)
 		console_record_take_overs(m, g, cancelled, facts.console_id, attempt_id);
 	json_object_put(cancelled);
