@@ -359,6 +359,12 @@ int net_socket_in(pid_t init_pid, int domain, int type, int *err_no);
 /* Spawns argv (host side) with its network namespace switched to the
  * guest's; stdout/stderr to log_fd. pid or -1. */
 pid_t net_spawn_in(pid_t init_pid, const char *const *argv, const char *const *envp, int log_fd, int *err_no);
+/* userns.c: the same from a forked child that joins the user namespace
+ * owning the guest's network namespace first (a relay that is not root,
+ * whose threads setns() refuses). */
+int net_socket_in_userns(pid_t init_pid, int domain, int type, int *err_no);
+pid_t net_spawn_in_userns(pid_t init_pid, const char *const *argv, const char *const *envp, int log_fd,
+                          int *err_no);
 
 /* ---- exec.c, xfer.c ---------------------------------------------------------- */
 

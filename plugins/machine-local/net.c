@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <limits.h>
-#include <linux/nsfs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -25,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -466,93 +464,13 @@ static int run_netns_job(netns_job *job)
 	return job->result;
 }
 
-/* A socket in the guest's network namespace for a relay that is not root:
- * that namespace belongs to the guest's user namespace, which setns() only
- * lets a single-threaded process join. A child joins the namespace that
- * owns the network namespace (NS_GET_USERNS: the init itself has moved on
- * into a nested one), then the network namespace, makes the socket and
- * hands it back over a socket pair; the socket stays in the guest's
- * namespace. Only syscalls run in the child (the relay has threads). */
-static int socket_in_userns(pid_t init_pid, int domain, int type, int *err_no)
-{
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/ns/net", (int)init_pid);
-	int pair[2] = {-1, -1}, fd = -1;
-	int net = open(path, O_RDONLY | O_CLOEXEC);
-	int owner = net >= 0 ? ioctl(net, NS_GET_USERNS) : -1;
-	if (owner < 0 || socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair) != 0) {
-		*err_no = errno;
-		goto done;
-	}
-	pid_t child = fork();
-	if (child < 0) {
-		*err_no = errno;
-		goto done;
-	}
-	if (child == 0) {
-		int e = 0;
-		int s = -1;
-		if (setns(owner, CLONE_NEWUSER) != 0 || setns(net, CLONE_NEWNET) != 0 ||
-		    (s = socket(domain, type | SOCK_CLOEXEC, 0)) < 0)
-			e = errno;
-		char data = (char)e;
-		struct iovec iov = {&data, 1};
-		union {
-			struct cmsghdr h;
-			char buf[CMSG_SPACE(sizeof(int))];
-		} control;
-		memset(&control, 0, sizeof control);
-		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-		if (s >= 0) {
-			msg.msg_control = control.buf;
-			msg.msg_controllen = sizeof control.buf;
-			struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-			c->cmsg_level = SOL_SOCKET;
-			c->cmsg_type = SCM_RIGHTS;
-			c->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(c), &s, sizeof s);
-		}
-		_exit(sendmsg(pair[1], &msg, 0) == 1 ? 0 : 1);
-	}
-	close(pair[1]);
-	pair[1] = -1;
-	char data = 0;
-	struct iovec iov = {&data, 1};
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} control;
-	struct msghdr msg = {.msg_iov = &iov,
-	                     .msg_iovlen = 1,
-	                     .msg_control = control.buf,
-	                     .msg_controllen = sizeof control.buf};
-	ssize_t n = recvmsg(pair[0], &msg, MSG_CMSG_CLOEXEC);
-	struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&msg) : NULL;
-	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-		memcpy(&fd, CMSG_DATA(c), sizeof fd);
-	else
-		*err_no = n == 1 && data ? data : EIO;
-	while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
-	}
-done:
-	if (net >= 0)
-		close(net);
-	if (owner >= 0)
-		close(owner);
-	if (pair[0] >= 0)
-		close(pair[0]);
-	if (pair[1] >= 0)
-		close(pair[1]);
-	return fd;
-}
-
 int net_socket_in(pid_t init_pid, int domain, int type, int *err_no)
 {
 	netns_job job = {init_pid, domain, type, NULL, NULL, -1, -1, 0};
 	int fd = run_netns_job(&job);
 	*err_no = job.err_no;
 	if (fd < 0 && job.err_no == EPERM && geteuid() != 0)
-		fd = socket_in_userns(init_pid, domain, type, err_no);
+		fd = net_socket_in_userns(init_pid, domain, type, err_no); /* userns.c */
 	return fd;
 }
 
@@ -561,5 +479,7 @@ pid_t net_spawn_in(pid_t init_pid, const char *const *argv, const char *const *e
 	netns_job job = {init_pid, 0, 0, argv, envp, log_fd, -1, 0};
 	int pid = run_netns_job(&job);
 	*err_no = job.err_no;
+	if (pid < 0 && job.err_no == EPERM && geteuid() != 0)
+		pid = net_spawn_in_userns(init_pid, argv, envp, log_fd, err_no); /* userns.c */
 	return (pid_t)pid;
 }

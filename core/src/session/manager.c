@@ -478,7 +478,7 @@ static int settle_session(manager *m, relay_settings *settings, char *errbuf, si
 static bool hooks_complete(const manager_hooks *h)
 {
 	return h && h->size >= sizeof *h && h->dispatch && h->take_back_guests && h->end_guests &&
-	       h->guest_reached && h->guest_closing && h->guest_release_rooms;
+	       h->guest_reached && h->guest_closing && h->guest_release_rooms && h->guest_ending;
 }
 
 manager *manager_create(relay_settings *settings, const relay_backends *backends, const manager_hooks *hooks,
