@@ -50,7 +50,8 @@
  *
  * This file: the launcher, the guest init's start and the arguments. The
  * parts (init.h): init_util.c (helpers), init_setup.c (mounts, network),
- * init_serve.c (the control server).
+ * init_serve.c (the control server), init_egress.c (the egress proxy's
+ * sockets), init_rootless.c (without root).
  */
 #include <arpa/inet.h>
 #include <errno.h>
