@@ -164,6 +164,7 @@ def test_allow_policy_cases(binary):
             nobody = pwd.getpwnam("nobody")
             assert st["Uid"] == [str(nobody.pw_uid)] * 4 and st["Gid"] == [str(nobody.pw_gid)] * 4, st
             assert st["Groups"] == [] and st["NoNewPrivs"] == ["1"] and st["CapEff"] == ["0000000000000000"], st
+            assert st["Seccomp"] == ["2"], st   # the filter of egress/confine.c
             # 2. refusals, each in words at once.
             res, s = step(r, name, " ; ".join([
                 curl("http://other.test/"),                      # unlisted name

@@ -95,6 +95,7 @@ def test_allow_without_root(binary):
             st = proxy_status(pids.pop())
             assert st["Uid"] == [str(os.getuid())] * 4 and st["NoNewPrivs"] == ["1"], st
             assert st["CapEff"] == ["0000000000000000"], st
+            assert st["Seccomp"] == ["2"], st   # the filter of egress/confine.c
             fin = r.call_tool("relay_finish", {"guest": name}, timeout=300)
             assert fin["isError"] is False, text_of(fin)
             ev = structured(fin)["evidencePath"]

@@ -4,16 +4,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "egress/confine.h"
 
 void egress_ctx_claim(egress_ctx *ctx, char *id, size_t id_len, char *step, size_t step_len)
 {
@@ -40,47 +39,6 @@ static bool control_message(egress_ctx *ctx, int fd)
 	}
 	send(fd, "ok", 2, MSG_NOSIGNAL);
 	return true;
-}
-
-/* What a guest sends is parsed here, so the process holds as little as it
- * can once its sockets and log are open: no new privileges (no set-uid or
- * file capabilities through exec), not dumpable (no other process of its
- * user can ptrace it), and, started by a relay that is root, the user
- * nobody (EGRESS_PROXY_USER) without supplementary groups. A root whose
- * user namespace maps no such id keeps its namespaced root, with a warning.
- * 0, or -1 with the reason in `why`. */
-static int drop_privileges(char *why, size_t size)
-{
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-		snprintf(why, size, "cannot set no_new_privs: %s", strerror(errno));
-		return -1;
-	}
-	if (geteuid() == 0) {
-		const struct passwd *pw = getpwnam(EGRESS_PROXY_USER);
-		uid_t uid = pw ? pw->pw_uid : EGRESS_PROXY_FALLBACK_ID;
-		gid_t gid = pw ? pw->pw_gid : EGRESS_PROXY_FALLBACK_ID;
-		int rc = setgroups(0, NULL);
-		if (rc == 0)
-			rc = setresgid(gid, gid, gid);
-		if (rc == 0)
-			rc = setresuid(uid, uid, uid);
-		if (rc != 0 && errno == EINVAL) {
-			fprintf(
-			    stderr,
-			    "mcp-relay egress-proxy: warning: this user namespace maps no uid %u or gid %u "
-			    "(%s): the proxy keeps the namespace's root\n",
-			    (unsigned)uid, (unsigned)gid, EGRESS_PROXY_USER);
-		} else if (rc != 0 || getuid() == 0 || geteuid() == 0 || getegid() == 0) {
-			snprintf(why, size, "cannot become %s (uid %u, gid %u): %s", EGRESS_PROXY_USER,
-			         (unsigned)uid, (unsigned)gid, rc != 0 ? strerror(errno) : "still root");
-			return -1;
-		}
-	}
-	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
-		snprintf(why, size, "cannot make the process not dumpable: %s", strerror(errno));
-		return -1;
-	}
-	return 0;
 }
 
 static int usage(const char *why)
@@ -120,7 +78,7 @@ int egress_proxy_main(int argc, char **argv)
 		fprintf(stderr, "mcp-relay egress-proxy: cannot open %s: %s\n", log_path, strerror(errno));
 		return 1;
 	}
-	if (drop_privileges(problem, sizeof problem) != 0) {
+	if (egress_confine(problem, sizeof problem) != 0) {
 		fprintf(stderr, "mcp-relay egress-proxy: %s\n", problem);
 		return 1;
 	}

@@ -15,8 +15,7 @@
  * Arguments: --mode allow|internet --rules <MCP_RELAY_EGRESS_ALLOW>
  * --log <file>: every connection is appended to <file> as JSON lines
  * (egress/records.h).
- * Once the log is open it sets no_new_privs and not-dumpable and, started
- * as root, becomes EGRESS_PROXY_USER (nobody) without groups (proxy.c).
+ * Once the log is open it confines itself (egress/confine.h).
  */
 #ifndef RELAY_EGRESS_PROXY_H
 #define RELAY_EGRESS_PROXY_H
@@ -33,9 +32,6 @@
 #define EGRESS_PROXY_PORT 3128
 #define EGRESS_OWN_MAX    64
 #define EGRESS_STEP_MAX   128
-/* The user a proxy started as root runs as; its ids when the name is unknown. */
-#define EGRESS_PROXY_USER        "nobody"
-#define EGRESS_PROXY_FALLBACK_ID 65534u
 
 /* The proxy's shared state: immutable after start except where marked. */
 typedef struct egress_ctx {
