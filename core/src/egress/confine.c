@@ -50,7 +50,14 @@ static int drop_root(char *why, size_t size)
 #ifdef CONFINE_ARCH
 /* LeakSanitizer stops the process's threads with ptrace at exit: a sanitizer
  * build keeps it (tests only; release builds refuse it). */
-#ifdef __SANITIZE_ADDRESS__
+#if defined(__SANITIZE_ADDRESS__) /* gcc */
+#define CONFINE_SANITIZED 1
+#elif defined(__has_feature) /* clang */
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define CONFINE_SANITIZED 1
+#endif
+#endif
+#ifdef CONFINE_SANITIZED
 #define CONFINE_PTRACE
 #else
 #define CONFINE_PTRACE __NR_ptrace,
