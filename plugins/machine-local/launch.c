@@ -82,6 +82,10 @@ static void init_argv(local_state *st, const char *lease_dir, const char *tree, 
 	 * below it): the init composes the view instead (init_rootless.c). */
 	if (st->rootless && strcmp(tree, "/") == 0)
 		argv[ac++] = "--compose-root";
+	/* allow and internet: the init makes the egress proxy's sockets (init_egress.c). */
+	const char *access = lu_get_string(lu_get_object(record, "network"), "access");
+	if (access && strcmp(access, "egress") == 0)
+		argv[ac++] = "--egress";
 	const char *cgroups[8];
 	size_t ncgroups = cgroup_paths(record, cgroups, 8);
 	for (size_t i = 0; i < ncgroups; i++) {

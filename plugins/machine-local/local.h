@@ -327,6 +327,11 @@ int ctl_spawn_cmd(int conn, const ctl_spawn *req, pid_t *pid_out, int *err_no, c
 int ctl_send(int conn, uint32_t op, uint32_t a);
 /* Reads one reply; 0, or -1 on EOF/error. */
 int ctl_recv(int conn, uint32_t *op, uint32_t *a, int32_t *c, char *text, size_t text_size, int timeout_ms);
+/* Sends `op` and reads its FDS reply (local_proto.h): 0 with up to `max`
+ * descriptors in fds (owned by the caller) and their count in *nfds; or -1
+ * with *err_no and the init's message in why. */
+int ctl_request_fds(int conn, uint32_t op, int *fds, int max, int *nfds, int *err_no, char *why,
+                    size_t why_size);
 /* Kills a detached command's group; 1 when confirmed gone. */
 int ctl_killpid(const char *lease_dir, pid_t pid);
 /* The default environment of guest commands (NULL-terminated, malloc'd
