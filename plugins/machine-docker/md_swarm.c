@@ -324,7 +324,8 @@ static bool mark_lost(md_state *st, const char *vm, relay_call *call, char *why,
 	if (rec && md_str(rec, "lost")) {
 		md_textf(why, why_size, "%s", md_str(rec, "lost"));
 		lost = true;
-	} else if (rec && md_swarm_task_check(st, rec, call, why, why_size) == 0) {
+	} else if (rec && md_str(rec, "state") && strcmp(md_str(rec, "state"), "running") == 0 &&
+	           md_swarm_task_check(st, rec, call, why, why_size) == 0) {
 		json_object_object_add(rec, "lost", json_object_new_string(why));
 		json_object_object_add(rec, "lostAtMs", json_object_new_int64(st->host->now_ms()));
 		md_record_write(st, rec);
