@@ -83,7 +83,8 @@ static void ssh_verdict(const char *log_path, char *out, size_t size)
 	close(fd);
 	tail[n > 0 ? n : 0] = '\0';
 	char *lines[2] = {NULL, NULL};
-	for (char *save = NULL, *line = strtok_r(tail, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+	for (char *save = NULL, *line = strtok_r(tail, "\r\n", &save); line;
+	     line = strtok_r(NULL, "\r\n", &save)) {
 		lines[0] = lines[1];
 		lines[1] = line;
 	}

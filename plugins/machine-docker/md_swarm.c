@@ -292,11 +292,17 @@ int md_swarm_task_check(md_state *st, json_object *rec, relay_call *call, char *
 		const char *node = md_str(ours, "NodeID") ?: "";
 		char host[64] = "", nstate[64] = "", avail[64] = "";
 		bool known = node_status(st, node, call, host, nstate, avail);
-		const char *why_node = !known                         ? NULL
-		                       : strcmp(nstate, "ready") != 0 ? nstate
-		                       : strcmp(avail, "drain") == 0  ? "drained"
-		                                                      : NULL;
-		if (why_node || strcmp(state, "running") != 0 || strcmp(desired, "running") != 0) {
+		/* Only "down" or a drain says the node lost its task: a manager that
+		 * was just elected reads every node "unknown" (and a node can read
+		 * "disconnected") for a while, which proves nothing. */
+		const char *why_node = !known                        ? NULL
+		                       : strcmp(nstate, "down") == 0 ? "down"
+		                       : strcmp(avail, "drain") == 0 ? "drained"
+		                                                     : NULL;
+		bool task_gone = strcmp(state, "running") != 0 || strcmp(desired, "running") != 0;
+		if (!why_node && !task_gone && known && strcmp(nstate, "ready") != 0)
+			verdict = -1;
+		else if (why_node || task_gone) {
 			md_textf(why, why_size, "node %s %s, Swarm task %s (desired %s)%s%s [task %s]",
 			         known ? host : node,
 			         why_node ? why_node

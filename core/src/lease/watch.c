@@ -21,7 +21,8 @@ static void on_lease_changed(void *ctx, const char *vm)
 	manager_lock(m);
 	for (guest *g = m->guests; g && found == NULL; g = g->next) {
 		const char *held = jsonx_get_str(g->lease, "vm");
-		if (g->phase != PHASE_CLOSED && g->phase != PHASE_UNAVAILABLE && held && strcmp(held, vm) == 0)
+		if (g->phase != PHASE_CLOSED && g->phase != PHASE_UNAVAILABLE && held &&
+		    strcmp(held, vm) == 0)
 			found = g;
 	}
 	manager_unlock(m);
