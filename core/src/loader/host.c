@@ -179,6 +179,16 @@ void loader_set_lease_changed(loader_lease_changed_fn fn, void *ctx)
 	pthread_mutex_unlock(&lease_changed_lock);
 }
 
+void loader_forget_lease_changed(void *ctx)
+{
+	pthread_mutex_lock(&lease_changed_lock);
+	if (lease_changed_ctx == ctx) {
+		lease_changed_fn = NULL;
+		lease_changed_ctx = NULL;
+	}
+	pthread_mutex_unlock(&lease_changed_lock);
+}
+
 static void host_lease_changed(const char *vm, unsigned flags)
 {
 	if (vm == NULL || vm[0] == '\0' || flags != 0)

@@ -83,5 +83,7 @@ const relay_host *loader_host_table(void);
  * old `ctx`. Never set it while holding a lock `fn` takes. */
 typedef void (*loader_lease_changed_fn)(void *ctx, const char *vm);
 void loader_set_lease_changed(loader_lease_changed_fn fn, void *ctx);
+/* Drops the receiver when its ctx is `ctx` (a manager being destroyed). */
+void loader_forget_lease_changed(void *ctx);
 
 #endif
