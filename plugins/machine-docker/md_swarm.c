@@ -345,6 +345,17 @@ static bool mark_lost(md_state *st, const char *vm, relay_call *call, char *why,
 	return lost;
 }
 
+/* The error of an operation on lost guest `vm`: why, and what to do;
+ * `engine_said` (may be "") what the failed request got. */
+static relay_status lost_error(md_state *st, relay_error *err, relay_status code, const char *vm,
+                               const char *why, const char *engine_said)
+{
+	return md_err(st, err, code, 0,
+	              "lost: %s. The relay does not re-create guest %s elsewhere; release it (its "
+	              "evidence so far is kept)%s%s",
+	              why, vm, engine_said[0] ? ". The engine said: " : "", engine_said);
+}
+
 void md_swarm_note_lost(md_state *st, const char *vm, relay_call *call, relay_error *err)
 {
 	char why[800];
@@ -352,22 +363,14 @@ void md_swarm_note_lost(md_state *st, const char *vm, relay_call *call, relay_er
 		return;
 	char was[RELAY_ERROR_MESSAGE_BYTES];
 	snprintf(was, sizeof was, "%s", err->message);
-	md_err(st, err, err->code ? err->code : RELAY_E_UNAVAILABLE, 0,
-	       "lost: %s. The relay does not re-create guest %s elsewhere; release it (its "
-	       "evidence so far is kept)%s%s",
-	       why, vm, was[0] ? ". The engine said: " : "", was);
+	lost_error(st, err, err->code ? err->code : RELAY_E_UNAVAILABLE, vm, why, was);
 }
 
 relay_status md_swarm_refuse_lost(md_state *st, const char *vm, relay_error *err)
 {
 	json_object *rec = md_valid_name(vm) ? md_record_read(st, vm, NULL) : NULL;
 	const char *why = md_str(rec, "lost");
-	relay_status s = RELAY_OK;
-	if (why)
-		s = md_err(st, err, RELAY_E_REFUSED, 0,
-		           "lost: %s. The relay does not re-create guest %s elsewhere; release it (its "
-		           "evidence so far is kept)",
-		           why, vm);
+	relay_status s = why ? lost_error(st, err, RELAY_E_REFUSED, vm, why, "") : RELAY_OK;
 	json_object_put(rec);
 	return s;
 }
