@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loader/loader.h"
 #include "profile/environment.h"
 #include "session/manager_internal.h"
 #include "util/clock.h"
@@ -702,6 +703,7 @@ void manager_destroy(manager *m)
 {
 	if (m == NULL)
 		return;
+	loader_forget_lease_changed(m); /* no host->lease_changed reaches it from here on */
 	for (guest *g = m->guests; g;) {
 		guest *next = g->next;
 		queue_stop(&g->queue, "the relay is exiting");
