@@ -22,7 +22,8 @@ struct downloads_queue;
 typedef struct delivery_state {
 	json_object *extractions; /* [{name, path}], from relay_acquire */
 	bool full_workspace;      /* relay_acquire's fullWorkspace */
-	json_object *counters; /* {queued, inFlight, downloaded, failed, cancelled, coalesced, paused, state} */
+	json_object
+	    *counters; /* {queued, inFlight, downloaded, failed, cancelled, coalesced, paused, state} */
 	struct downloads_queue *queue; /* created with the first job, or NULL */
 } delivery_state;
 

@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 
+#include "console/console_end.h"
 #include "console/console_state.h"
 #include "delivery/delivery_state.h"
 #include "delivery/downloads.h"
@@ -275,6 +276,7 @@ static const manager_hooks session_hooks = {
     .guest_reached = downloads_guest_reached,
     .guest_closing = downloads_shutdown,
     .guest_release_rooms = downloads_free,
+    .guest_ending = console_end_with_guest,
     .rooms = &rooms,
 };
 
