@@ -230,9 +230,10 @@
  *     {"executionId":…,"diagnosticExit":{"code":int|null,"signal":int|null,
  *      "timedOut":bool,"outputTruncated":bool},
  *      "parts":[{"name":"output","bytes":K,"sha256":H}]}
- * then the output's last K <= RECEIVER_DIAG_OUTPUT_KEEP bytes. A header
- * whose diagnostic is malformed, or a script that fails its hash, is
- * answered with the refused frame (nothing ran) and serve goes on.
+ * then the output's last K <= RECEIVER_DIAG_OUTPUT_KEEP bytes. A script
+ * that fails its hash is answered with the refused frame (nothing ran) and
+ * serve goes on; a diagnostic header it cannot read leaves the stream out
+ * of step, as any header (the refusal, exit 2).
  */
 #define RECEIVER_REQ_DIAGNOSTIC         "diagnostic"
 #define RECEIVER_DIAG_ARGV              "argv"
