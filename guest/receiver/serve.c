@@ -246,7 +246,10 @@ int cmd_serve(int argc, char **argv)
 		if (r == 1)
 			break;
 		if (r == STDIN_NEXT_DIAGNOSTIC) {
-			if (serve_diagnostic(&reader) != 0) {
+			int d = serve_diagnostic(&reader, &err);
+			if (d != SERVE_DIAG_DONE)
+				answer_refused(err.msg);
+			if (d == SERVE_DIAG_OUT_OF_STEP) {
 				status = EXIT_USAGE;
 				break;
 			}

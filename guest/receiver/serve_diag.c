@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "../receiver_protocol.h"
-#include "frame.h"
 #include "fsx.h"
 #include "sha256.h"
 
@@ -176,42 +175,25 @@ static void diag_answer(const diag_request *d, const diag_end *e)
 	jv_free(f);
 }
 
-/* The refusal frame of a diagnostic that did not come through. */
-static void diag_refused(const char *diagnostic)
-{
-	jv *f = jv_object();
-	jv *out = jv_object();
-	fprintf(stderr, "receiver serve: %s\n", diagnostic);
-	jv_set_str(out, "kind", RECEIVER_KIND_REFUSED);
-	jv_set_str(out, "diagnostic", diagnostic);
-	jv_set_str(f, RECEIVER_FRAME_EXECUTION_ID, "unknown");
-	jv_set_null(f, RECEIVER_FRAME_RECEIPT);
-	jv_set(f, RECEIVER_FRAME_OUTCOME, out);
-	frame_emit(f);
-}
-
-int serve_diagnostic(stdin_reader *reader)
+int serve_diagnostic(stdin_reader *reader, rerr *err)
 {
 	diag_request d;
 	diag_end e;
-	rerr err;
 	int out[2] = {-1, -1};
 	pid_t pid;
-	int r = stdin_diag_next(reader, &d, &err);
-	if (r != 0) {
-		diag_refused(err.msg);
-		return r == -1 ? -1 : 0;
-	}
+	int r = stdin_diag_next(reader, &d, err);
+	if (r != 0)
+		return r == -1 ? SERVE_DIAG_OUT_OF_STEP : SERVE_DIAG_REFUSED;
 	memset(&e, 0, sizeof(e));
 	buf_init(&e.output);
 	if (pipe2(out, O_CLOEXEC) != 0 || (pid = diag_start(&d, out[1])) < 0) {
-		diag_refused("cannot start the diagnostic script (pipe or fork failed); nothing ran");
+		err_set(err, "cannot start the diagnostic script (pipe or fork failed); nothing ran");
 		if (out[0] >= 0) {
 			close(out[0]);
 			close(out[1]);
 		}
 		diag_request_free(&d);
-		return 0;
+		return SERVE_DIAG_REFUSED;
 	}
 	close(out[1]);
 	diag_watch(pid, out[0], d.limit_ms, &e);
@@ -220,5 +202,5 @@ int serve_diagnostic(stdin_reader *reader)
 		diag_answer(&d, &e);
 	buf_free(&e.output);
 	diag_request_free(&d);
-	return 0;
+	return SERVE_DIAG_DONE;
 }

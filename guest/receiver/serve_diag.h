@@ -11,8 +11,13 @@
 #include "stdio_parts.h"
 
 /* Takes the diagnostic request at the head of reader (stdin_parts_next
- * answered STDIN_NEXT_DIAGNOSTIC), runs it and answers it. 0 when serve
- * goes on; -1 when the stream is out of step (the refusal was answered). */
-int serve_diagnostic(stdin_reader *reader);
+ * answered STDIN_NEXT_DIAGNOSTIC), runs it and answers it: SERVE_DIAG_DONE.
+ * SERVE_DIAG_REFUSED (nothing ran; serve goes on) or SERVE_DIAG_OUT_OF_STEP
+ * (the stream is out of step; serve ends) with the refusal's diagnostic in
+ * err, for serve to answer. */
+#define SERVE_DIAG_DONE        0
+#define SERVE_DIAG_REFUSED     1
+#define SERVE_DIAG_OUT_OF_STEP 2
+int serve_diagnostic(stdin_reader *reader, rerr *err);
 
 #endif
