@@ -50,7 +50,7 @@ def passes(binary, kind, path, *extra, need=()):
 
 LEASE = list(range(10, 19))
 TRANSPORT = [20, 21, 22, 23, 24, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36]
-STREAM = [50, 51, 52, 53, 54]  # the long-lived stream (RELAY_TRANSPORT_STREAM, guest.md §17)
+STREAM = [50, 51, 52, 53, 54]  # the long-lived stream (RELAY_TRANSPORT_STREAM, spec/guest.md §17)
 # The hard half (issue 26.4): cancellation of exec, push and pull through a real call, inspect and
 # renew beside a long exec, two execs at once; a restart adopting the lease.
 HARD = [60, 61, 62, 63, 64]

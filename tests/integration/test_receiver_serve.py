@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The resident receiver (guest.md §17 item 2), driven directly against the static receiver the
+"""The resident receiver (spec/guest.md §17 item 2), driven directly against the static receiver the
 build made: `receiver serve --root R` takes requests framed as `run --stdin` takes one, one after
 another on one standard input, and answers each framed as `run --stdin` answers, in order; the
 replay rule holds across the stream; a request whose part fails its hash is refused and the next

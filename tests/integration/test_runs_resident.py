@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs on the resident receiver's channel (guest.md §17 items 3, 4) through the real binary and
+"""Runs on the resident receiver's channel (spec/guest.md §17 items 3, 4) through the real binary and
 a real machine-local guest: once staged, the guest has one `receiver serve`; every recorded run
 goes over it (`channel: "resident"` in the result and the host receipt) and is recorded once in
 order; a channel that is gone when a run begins (serve killed) is opened again before the run; a

@@ -1,5 +1,5 @@
 /*
- * The application selector of relay_image (image_selectors.h; images.md §1.2, §7).
+ * The application selector of relay_image (image_selectors.h; spec/images.md §1.2, §7).
  */
 #include "delivery/image_selectors.h"
 
@@ -29,7 +29,7 @@
 
 /* ---- application --------------------------------------------------------------------- */
 
-/* The relative path rules of evidence.md §8.1 for a path inside a
+/* The relative path rules of spec/evidence.md §8.1 for a path inside a
  * declaration. NULL when fine, else what is wrong. */
 static const char *relative_path_problem(const json_object *value)
 {
@@ -58,7 +58,7 @@ static const char *relative_path_problem(const json_object *value)
 	return NULL;
 }
 
-/* Maps a failed `receiver scan --image` to a status (images.md §1.2). */
+/* Maps a failed `receiver scan --image` to a status (spec/images.md §1.2). */
 static void scan_failed(dctx *c, relay_status st, const char *message, const char *rel, bool has_path,
                         const char *decl_name)
 {
@@ -224,7 +224,7 @@ cleanup:
 	return fact;
 }
 
-/* The application descriptor (images.md §2.1) with its imageId, or NULL
+/* The application descriptor (spec/images.md §2.1) with its imageId, or NULL
  * with the status set. */
 static json_object *application_descriptor(dctx *c, const char *name, const char *path, const char *sha256,
                                            int64_t bytes, const char *mime, const char *file_name)
@@ -338,7 +338,7 @@ void idl_resolve_application(dctx *c, const json_object *target)
 		goto cleanup;
 	const char *id = jsonx_get_str(descriptor, "imageId");
 	remote = idl_pathf("%s/workspace/%s", c->guest_root, rel);
-	/* Declarations are confined to the workspace (evidence.md §8.1). */
+	/* Declarations are confined to the workspace (spec/evidence.md §8.1). */
 	approved = idl_pathf("%s/workspace", c->guest_root);
 	local = idl_original_path(c->evidence, id, image_catalog_ext(mime));
 	what = idl_pathf("the image %s of output %s", rel, name);

@@ -1,5 +1,5 @@
 /*
- * Saved images as the tools deliver them (image_delivery.h; images.md §1,
+ * Saved images as the tools deliver them (image_delivery.h; spec/images.md §1,
  * §3, §5-§8): relay_image through its three selectors, and the
  * imageDelivery of a recorded run.
  */
@@ -47,7 +47,7 @@ void image_delivery_retrieve(manager *m, guest *g, const json_object *target, re
 		goto done;
 	}
 	if (c.closed) {
-		/* images.md §7 step 2; a reference still names its original. */
+		/* spec/images.md §7 step 2; a reference still names its original. */
 		if (idl_str_eq(source, "reference")) {
 			json_object *entry = idl_reference_entry(&c, jsonx_get_str(target, "imageId"));
 			if (entry) {

@@ -1,5 +1,5 @@
 /*
- * The display selector of relay_image (image_selectors.h; images.md §7).
+ * The display selector of relay_image (image_selectors.h; spec/images.md §7).
  */
 #include "delivery/image_selectors.h"
 
@@ -31,7 +31,7 @@
 /* ---- display ------------------------------------------------------------------------- */
 
 /* Keeps a receipt's validated imageEvidence fetched from the guest at
- * <recording>/host/image-evidence/<executionId>.json (evidence.md §2.2), so
+ * <recording>/host/image-evidence/<executionId>.json (spec/evidence.md §2.2), so
  * a later delivery finds it on the host. Best effort: a failure only costs
  * another fetch. */
 static void cache_image_evidence(const char *session_id, const char *execution_id, const json_object *ev,
@@ -117,7 +117,7 @@ cleanup:
 	return request;
 }
 
-/* The run's receipt: host first (images.md §1.1), then the guest when
+/* The run's receipt: host first (spec/images.md §1.1), then the guest when
  * `live` (cached then under host/image-evidence/). A new reference, or
  * NULL with the status set. */
 static json_object *display_receipt(dctx *c, const char *recording, bool live, const char *eid,

@@ -1,6 +1,6 @@
 /*
  * Publication of display originals a download or a run's own answer
- * brought home (image_publish.h; images.md §5).
+ * brought home (image_publish.h; spec/images.md §5).
  */
 #include "delivery/image_publish.h"
 
@@ -26,7 +26,7 @@
 /* ---- step downloads ------------------------------------------------------------------ */
 
 /* The delivery receipt of an original a download (or a run's own answer)
- * brought home: {image, at, status: "downloaded"} (images.md §5). */
+ * brought home: {image, at, status: "downloaded"} (spec/images.md §5). */
 static relay_status write_downloaded_receipt(const char *image_dir, json_object *image, relay_error *err)
 {
 	char at[25];

@@ -1,5 +1,5 @@
 /* A guest_io session (begin, end, the scratch folder) and archive pushes
- * (evidence.md §5.3, guest.md §3.4); see guest_io.h. The other jobs of the
+ * (spec/evidence.md §5.3, spec/guest.md §3.4); see guest_io.h. The other jobs of the
  * room: exec.c, receiver_cmd.c, transfer.c, frame.c. */
 #include "guestio/guest_io.h"
 

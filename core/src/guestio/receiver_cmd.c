@@ -1,4 +1,4 @@
-/* Receiver commands and guest inventories (guest.md §3.4, §5.2); see guest_io.h. */
+/* Receiver commands and guest inventories (spec/guest.md §3.4, §5.2); see guest_io.h. */
 #include "guestio/guest_io.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* The recording reset of relay_stage (guest.md §4); see recording_reset.h. */
+/* The recording reset of relay_stage (spec/guest.md §4); see recording_reset.h. */
 #include "runs/recording_reset.h"
 
 #include <errno.h>
@@ -141,7 +141,7 @@ int recording_reset(manager *m, guest *g, guest_io *io, json_object **reset_out,
 		free(source_rel);
 		goto cleanup;
 	}
-	/* The same verified pull as finish (evidence.md §5.6, §7): free space
+	/* The same verified pull as finish (spec/evidence.md §5.6, §7): free space
 	 * first, host copies reused, one archive with the file-at-a-time
 	 * fallback, the guest rescanned, display originals, the merge. */
 	strbuf_printf(&sb, "%s.reset-attempts", from);

@@ -1,5 +1,5 @@
 /*
- * A recorded run on the guest's resident channel (guest.md §17 items 3, 4):
+ * A recorded run on the guest's resident channel (spec/guest.md §17 items 3, 4):
  * the framed request sent on `receiver serve`'s stream, the answer read as
  * the one-shot exec's standard output would be, and the guest's own record
  * asked when the channel broke after the request went in whole.

@@ -1,6 +1,6 @@
 /* relay_stage steps 5-8 and 11: the platform probe, the receiver and the
  * capture programs pushed and verified by running them, the capture wait
- * (guest.md §3.4, §11.3); see stage_internal.h. */
+ * (spec/guest.md §3.4, §11.3); see stage_internal.h. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -85,7 +85,7 @@ static const char program_check_script[] =
     "else echo relay-no-sha256; fi\n";
 
 /* Pushes a program to R/<rel> and checks it by running the receiver
- * (guest.md §3.4 "The receiver itself"): `receiver hash` must print the
+ * (spec/guest.md §3.4 "The receiver itself"): `receiver hash` must print the
  * host's SHA-256 and size. With `is_receiver`, *version_out (new reference)
  * receives the `receiver version` frame and *sum_out (malloc'd) the guest's
  * sha256sum line or "relay-no-sha256". */
@@ -259,7 +259,7 @@ int stage_receiver(stage_ctx *s)
 	return 0;
 }
 
-/* ---- capture (guest.md §11.3) ------------------------------------------------------- */
+/* ---- capture (spec/guest.md §11.3) ------------------------------------------------------- */
 
 int stage_capture_programs(stage_ctx *s, json_object *plan)
 {

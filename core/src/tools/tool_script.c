@@ -1,5 +1,5 @@
 /*
- * relay_script (tools.md §3.6): the refusals of the tool, then a recorded
+ * relay_script (spec/tools.md §3.6): the refusals of the tool, then a recorded
  * run or a diagnostic script (run_request.c does the work).
  */
 #include <stdbool.h>
@@ -57,7 +57,7 @@ static void network_phrase(strbuf *sb, const json_object *network)
 		              stopped, (long long)cut, cut == 1 ? "" : "s");
 }
 
-/* The lead sentence of a run's result (tools.md §2.3): the step, how it
+/* The lead sentence of a run's result (spec/tools.md §2.3): the step, how it
  * ended, what it left running, that the guest is kept, the after-image. */
 static void set_run_lead(tool_result *r, const json_object *structured)
 {
@@ -98,7 +98,7 @@ static void set_run_lead(tool_result *r, const json_object *structured)
 	strbuf_free(&sb);
 }
 
-/* The result of a run (tools.md §2.3, §3.6): the error or the success of
+/* The result of a run (spec/tools.md §2.3, §3.6): the error or the success of
  * its facts, the compact headline {imageDelivery, executionFailed}, the
  * lead sentence, the text without imageDelivery, the after-image's
  * preview. A run that was not sent is its error alone. Frees `o`. */
