@@ -16,8 +16,8 @@
 #include "delivery/image_guest.h"
 #include "delivery/image_identity.h"
 #include "delivery/image_original.h"
+#include "guestio/receiver_api.h"
 #include "image/image.h"
-#include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -26,7 +26,7 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
-#define REQUEST_MAX_BYTES RECEIVER_REQUEST_MAX_BYTES /* a run's request record (receiver_protocol.h) */
+#define REQUEST_MAX_BYTES GIO_RECEIVER_REQUEST_MAX_BYTES /* a run's request record */
 
 /* ---- display ------------------------------------------------------------------------- */
 

@@ -133,16 +133,6 @@ relay_status gio_exec_supervised(guest_io *io, gio_supervision *sv, const char *
                                  uint64_t timeout_ms, size_t max_output_bytes, unsigned flags,
                                  relay_exec_result *res, relay_error *err);
 
-/* Runs `R/receiver <args...>` (args NULL-terminated, without the program)
- * and returns its frame in *frame_out (new reference, may be NULL on
- * failure). A transient transport failure before the command started is
- * retried (receiver commands other than run are idempotent). Exit 0 with a
- * frame is RELAY_OK; exit 2 is RELAY_E_INVALID_ARGUMENT, exit 3
- * RELAY_E_REFUSED, another exit RELAY_E_PROTOCOL, each with "receiver <cmd>
- * failed (exit N): <frame error or stderr tail>"; a timeout RELAY_E_TIMEOUT. */
-relay_status gio_receiver(guest_io *io, const char *const *args, uint64_t timeout_ms, json_object **frame_out,
-                          relay_error *err);
-
 /* True when a failed push or pull should be tried again (spec/guest.md §3.5):
  * RELAY_E_TRANSIENT, RELAY_E_TIMEOUT, or a message naming scp, ssh, a
  * connection, "timed out", an HTTP 5xx, or a request that got no answer. */

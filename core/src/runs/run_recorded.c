@@ -12,6 +12,7 @@
 #include "call/call.h"
 #include "delivery/image_delivery.h"
 #include "delivery/step_downloads.h"
+#include "guestio/receiver_api.h"
 #include "guestio/resident.h"
 #include "receiver_protocol.h"
 #include "runs/run_internal.h"
@@ -306,20 +307,12 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 		return rc;
 	}
 	for (;;) {
-		const char *argv[] = {x->io.receiver,
-		                      RECEIVER_CMD_RUN,
-		                      RECEIVER_OPT_ROOT,
-		                      x->root,
-		                      x->one_trip ? RECEIVER_RUN_STDIN_OPTION : request_remote,
-		                      NULL};
 		run_supervision(x, sv, x->one_trip);
 		run_network_step(x->m, x->g, x->exec_id);
-		st = gio_exec_supervised(&x->io, sv, argv, NULL, x->limit_ms, RUN_FRAME_MAX_OUTPUT_BYTES,
-		                         x->one_trip ? RELAY_EXEC_STDIO_BYTES : 0, res, err);
+		st = gio_rcv_run(&x->io, sv, x->one_trip ? NULL : request_remote, x->limit_ms,
+		                 RUN_FRAME_MAX_OUTPUT_BYTES, res, err);
 		run_network_step(x->m, x->g, NULL);
-		bool refused = st == RELAY_OK && !sv->cancelled && !res->timed_out &&
-		               res->exit_code == RECEIVER_EXIT_USAGE &&
-		               gio_run_answer_refused(res->out, res->out_len);
+		bool refused = st == RELAY_OK && !sv->cancelled && gio_rcv_run_stdin_refused(res);
 		if (!x->one_trip || !refused)
 			break;
 		log_warning(

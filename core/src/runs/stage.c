@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "call/call.h"
+#include "guestio/receiver_api.h"
 #include "guestio/resident.h"
 #include "receiver_protocol.h"
 #include "runs/capture_plan.h"
@@ -130,28 +131,12 @@ static int stage_prepare_root(stage_ctx *s)
 		free(parent);
 	}
 	int r = 0;
-	size_t done = 0;
-	while (done < dirs.count && r == 0) {
-		size_t chunk = dirs.count - done > 512 ? 512 : dirs.count - done;
-		const char **pargs = calloc(chunk + 4, sizeof *pargs);
-		if (pargs == NULL) {
-			r = stage_fail(s, "internal", "out of memory preparing the guest root");
-			break;
-		}
-		pargs[0] = RECEIVER_CMD_PREPARE;
-		pargs[1] = RECEIVER_OPT_ROOT;
-		pargs[2] = s->io.root;
-		for (size_t k = 0; k < chunk; k++)
-			pargs[3 + k] = dirs.items[done + k];
-		json_object *frame = NULL;
-		relay_status st = gio_receiver(&s->io, pargs, GIO_SHORT_TIMEOUT_MS, &frame, &err);
-		json_object_put(frame);
-		free(pargs);
-		if (st != RELAY_OK)
-			r = stage_fail(s, "transfer-failed",
-			               "the guest root's folders could not be prepared: %s", err.message);
-		done += chunk;
-	}
+	relay_status st = gio_rcv_prepare(&s->io, (const char *const *)dirs.items, dirs.count, &err);
+	if (st == RELAY_E_NO_MEMORY)
+		r = stage_fail(s, "internal", "out of memory preparing the guest root");
+	else if (st != RELAY_OK)
+		r = stage_fail(s, "transfer-failed", "the guest root's folders could not be prepared: %s",
+		               err.message);
 	fw_strlist_free(&dirs);
 	return r;
 }
@@ -179,11 +164,7 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 		guest_save(g);
 	}
 	manager_unlock(m);
-	const char *iargs[] = {RECEIVER_CMD_INIT,    RECEIVER_OPT_ROOT, s->io.root,
-	                       RECEIVER_OPT_SESSION, session,           NULL};
-	json_object *frame = NULL;
-	relay_status st = gio_receiver(&s->io, iargs, GIO_SHORT_TIMEOUT_MS, &frame, &err);
-	json_object_put(frame);
+	relay_status st = gio_rcv_init(&s->io, session, &err);
 	if (st != RELAY_OK)
 		return stage_fail(
 		    s, "transfer-failed",

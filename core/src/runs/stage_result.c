@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "delivery/image_delivery.h"
-#include "receiver_protocol.h"
+#include "guestio/receiver_api.h"
 #include "runs/capture_plan.h"
 #include "runs/stage_internal.h"
 #include "session/events.h"
@@ -137,13 +137,8 @@ int stage_correct_paths(stage_ctx *s, json_object *reset)
 	manager_unlock(s->m);
 	relay_error err;
 	memset(&err, 0, sizeof err);
-	const char *args[] = {RECEIVER_CMD_INIT,    RECEIVER_OPT_ROOT, s->io.root,
-	                      RECEIVER_OPT_SESSION, session,           NULL};
-	json_object *frame = NULL;
 	s->io.receiver_ready = true;
-	relay_status st =
-	    session ? gio_receiver(&s->io, args, GIO_SHORT_TIMEOUT_MS, &frame, &err) : RELAY_E_INTERNAL;
-	json_object_put(frame);
+	relay_status st = session ? gio_rcv_init(&s->io, session, &err) : RELAY_E_INTERNAL;
 	free(session);
 	if (st != RELAY_OK) {
 		json_object_put(updated);

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "delivery/image_delivery.h"
-#include "receiver_protocol.h"
+#include "guestio/receiver_api.h"
 #include "runs/run_request.h"
 #include "session/manager_internal.h"
 #include "tools/tools.h"
@@ -18,16 +18,14 @@
  * "was ended by SIGKILL", "was refused before it started: …". */
 static void outcome_phrase(strbuf *sb, const json_object *outcome)
 {
-	const char *kind = jsonx_get_str(outcome, "kind");
-	const char *diag = jsonx_get_str(outcome, "diagnostic");
-	json_object *status = jsonx_get_obj(outcome, "exitStatus");
-	const char *signal_text = jsonx_get_str(status, "signal");
-	int64_t code = 0;
-	if (kind && strcmp(kind, RECEIVER_KIND_COMPLETED) == 0 && signal_text)
-		strbuf_printf(sb, "was ended by %s", signal_text);
-	else if (kind && strcmp(kind, RECEIVER_KIND_COMPLETED) == 0 && jsonx_get_int(status, "code", &code))
-		strbuf_printf(sb, "exited with status %lld", (long long)code);
-	else if (kind && strcmp(kind, RECEIVER_KIND_REFUSED) == 0)
+	gio_outcome o;
+	gio_outcome_read(outcome, &o);
+	const char *diag = o.diagnostic;
+	if (o.kind == GIO_OUTCOME_COMPLETED && o.signal_name)
+		strbuf_printf(sb, "was ended by %s", o.signal_name);
+	else if (o.kind == GIO_OUTCOME_COMPLETED && o.has_code)
+		strbuf_printf(sb, "exited with status %lld", (long long)o.code);
+	else if (o.kind == GIO_OUTCOME_REFUSED)
 		strbuf_printf(sb, "was refused before it started: %.80s", diag ? diag : "no diagnostic");
 	else
 		strbuf_printf(sb, "ended uncertain: %.80s", diag ? diag : "no diagnostic");

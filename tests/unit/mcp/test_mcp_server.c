@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "call/call.h"
+#include "call/tool_result.h"
 #include "contract/contract.h"
 #include "mcp/server.h"
 #include "util/clock.h"
