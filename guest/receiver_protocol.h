@@ -144,6 +144,7 @@
  */
 #define RECEIVER_RCPT_EXECUTION_ID   "executionId"
 #define RECEIVER_RCPT_REQUEST_SHA256 "requestSha256"
+#define RECEIVER_RCPT_SESSION_ID     "sessionId"
 #define RECEIVER_RCPT_OUTCOME        "outcome"
 #define RECEIVER_RCPT_IMAGE_EVIDENCE "imageEvidence"
 #define RECEIVER_RCPT_SNAPSHOTS      "snapshots"

@@ -15,6 +15,7 @@
 #include "delivery/evidence_pull.h"
 #include "delivery/image_publish.h"
 #include "evidence/download.h"
+#include "guestio/receiver_api.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -131,7 +132,9 @@ cleanup:
 static relay_status publish_images(manager *m, guest *g, const dl_job *job, const json_object *receipt,
                                    attempt_out *out, relay_error *err)
 {
-	json_object *snaps = jsonx_get_array(jsonx_get_obj(receipt, "imageEvidence"), "snapshots");
+	gio_receipt rc;
+	gio_receipt_read(receipt, &rc);
+	json_object *snaps = rc.snapshots;
 	if (snaps == NULL || json_object_array_length(snaps) == 0)
 		return RELAY_OK;
 	json_object *published = NULL;

@@ -210,13 +210,14 @@ void idl_resolve_display(dctx *c, const json_object *target)
 	receipt = display_receipt(c, recording, live, eid, &from_guest, &cache_path);
 	if (receipt == NULL)
 		goto cleanup;
-	json_object *ev = jsonx_get_obj(receipt, "imageEvidence");
+	gio_receipt rc;
+	gio_receipt_read(receipt, &rc);
+	json_object *ev = rc.image_evidence;
 	if (ev == NULL && jsonx_get_str(receipt, "status"))
 		ev = receipt; /* the host/image-evidence cache holds the imageEvidence itself */
-	if (jsonx_get_str(receipt, "executionId") &&
-	    !idl_str_eq(jsonx_get_str(receipt, "executionId"), eid)) {
+	if (rc.execution_id && !idl_str_eq(rc.execution_id, eid)) {
 		dctx_status(c, IMAGE_STATUS_INTEGRITY_FAILED, "the receipt found for %s names execution %s",
-		            eid, jsonx_get_str(receipt, "executionId"));
+		            eid, rc.execution_id);
 		goto cleanup;
 	}
 	char why[256];

@@ -276,6 +276,18 @@ char *gio_receipt_rel(const char *execution_id)
 	return strbuf_detach(&sb, NULL);
 }
 
+void gio_receipt_read(const json_object *receipt, gio_receipt *out)
+{
+	memset(out, 0, sizeof *out);
+	out->execution_id = jsonx_get_str(receipt, RECEIVER_RCPT_EXECUTION_ID);
+	out->session_id = jsonx_get_str(receipt, RECEIVER_RCPT_SESSION_ID);
+	out->request_sha256 = jsonx_get_str(receipt, RECEIVER_RCPT_REQUEST_SHA256);
+	out->outcome_json = jsonx_get_obj(receipt, RECEIVER_RCPT_OUTCOME);
+	gio_outcome_read(out->outcome_json, &out->outcome);
+	out->image_evidence = jsonx_get_obj(receipt, RECEIVER_RCPT_IMAGE_EVIDENCE);
+	out->snapshots = jsonx_get_array(out->image_evidence, RECEIVER_RCPT_SNAPSHOTS);
+}
+
 void gio_outcome_read(const json_object *outcome, gio_outcome *out)
 {
 	memset(out, 0, sizeof *out);

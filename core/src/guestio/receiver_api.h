@@ -129,4 +129,19 @@ typedef struct gio_outcome {
 } gio_outcome;
 void gio_outcome_read(const json_object *outcome, gio_outcome *out);
 
+/* A receipt (spec/guest.md §7.5) read once into what delivery/ and tools/ look
+ * at; everything borrowed from the receipt JSON, NULL where absent. Reading
+ * checks nothing: runs/ validates a receipt before anyone takes it
+ * (run_receipt_problem). */
+typedef struct gio_receipt {
+	const char *execution_id;
+	const char *session_id;
+	const char *request_sha256;
+	json_object *outcome_json; /* {kind, diagnostic, exitStatus} */
+	gio_outcome outcome;
+	json_object *image_evidence; /* {status, snapshots, ...} */
+	json_object *snapshots;      /* the imageEvidence's snapshots array */
+} gio_receipt;
+void gio_receipt_read(const json_object *receipt, gio_receipt *out);
+
 #endif

@@ -264,6 +264,25 @@ static void test_outcomes_and_receipt_paths(void **state)
 	json_object_put(v);
 	gio_outcome_read(NULL, &o);
 	assert_int_equal(o.kind, GIO_OUTCOME_UNKNOWN);
+	/* A receipt read once: what delivery/ and tools/ look at. */
+	v = jsonx_parse_str(
+	    "{\"executionId\":\"exec-1\",\"sessionId\":\"rec-1\",\"requestSha256\":\"" SHA_A
+	    "\",\"outcome\":{\"kind\":\"uncertain\",\"diagnostic\":\"lost\"},"
+	    "\"imageEvidence\":{\"status\":\"available\",\"snapshots\":[{\"phase\":\"after\"}]}}",
+	    NULL, 0);
+	gio_receipt rc;
+	gio_receipt_read(v, &rc);
+	assert_string_equal(rc.execution_id, "exec-1");
+	assert_string_equal(rc.session_id, "rec-1");
+	assert_string_equal(rc.request_sha256, SHA_A);
+	assert_int_equal(rc.outcome.kind, GIO_OUTCOME_UNCERTAIN);
+	assert_string_equal(rc.outcome.diagnostic, "lost");
+	assert_non_null(rc.image_evidence);
+	assert_int_equal(json_object_array_length(rc.snapshots), 1);
+	json_object_put(v);
+	gio_receipt_read(NULL, &rc);
+	assert_null(rc.execution_id);
+	assert_null(rc.snapshots);
 	char *rel = gio_receipt_rel("exec-1");
 	assert_string_equal(rel, "state/receiver/receipts/exec-1.json");
 	free(rel);
