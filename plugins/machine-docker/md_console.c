@@ -103,7 +103,7 @@ static json_object *backend_entry(bool available, const char *reason)
 	return o;
 }
 
-static json_object *capabilities(md_state *st)
+static json_object *capabilities(md_state *st, relay_call *call)
 {
 	char why[512];
 	const char *reason = md_console_unreachable(st, why, sizeof why);
@@ -115,6 +115,10 @@ static json_object *capabilities(md_state *st)
 	json_object_object_add(vnc, "backends", backends);
 	json_object *options = json_object_new_object();
 	json_object_object_add(options, "vnc", vnc);
+	/* A Swarm: its nodes, where the manager places each guest (md_nodes.c). */
+	json_object *placement = md_nodes_placement_report(st, call);
+	if (placement)
+		json_object_object_add(options, "placement", placement);
 	json_object *out = json_object_new_object();
 	json_object_object_add(out, "schemaVersion", json_object_new_int(1));
 	json_object_object_add(out, "service", json_object_new_string(MD_PLUGIN_NAME));
@@ -712,7 +716,7 @@ relay_status md_console_op(md_state *st, const char *lease_json, const char *op,
 	if (op == NULL)
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "console needs an operation");
 	if (strcmp(op, "capabilities") == 0) {
-		json_object *caps = capabilities(st);
+		json_object *caps = capabilities(st, call);
 		*response_out = md_json_out(st, caps);
 		json_object_put(caps);
 		return *response_out ? RELAY_OK : md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");

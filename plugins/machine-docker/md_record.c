@@ -135,6 +135,8 @@ json_object *md_document(md_state *st, json_object *rec, const char *state)
 	json_object_object_add(doc, "console", md_copy_of(rec, "console"));
 	json_object_object_add(doc, "display", md_copy_of(rec, "display"));
 	json_object_object_add(doc, "ssh", NULL);
+	if (md_str(rec, "lost")) /* relay/machine.h 1.5: why the guest is lost */
+		json_object_object_add(doc, "lostReason", md_copy_of(rec, "lost"));
 	json_object *r = NULL;
 	json_object_deep_copy(rec, &r, NULL);
 	json_object_object_del(r, "consolePrivate"); /* the console's bookkeeping stays here */

@@ -482,6 +482,7 @@ static void *reaper_main(void *arg)
 			break;
 		pthread_mutex_unlock(&st->lock);
 		md_reap_once(st);
+		md_swarm_watch(st); /* a guest lost with its node is seen within a beat */
 		pthread_mutex_lock(&st->lock);
 	}
 	pthread_mutex_unlock(&st->lock);
