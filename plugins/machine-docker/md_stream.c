@@ -1,6 +1,6 @@
 /*
  * md_stream.c — the transport's long-lived stream (relay/transport.h,
- * RELAY_TRANSPORT_STREAM; guest.md §17): one attached exec through the
+ * RELAY_TRANSPORT_STREAM; spec/guest.md §17): one attached exec through the
  * exec API (POST /containers/{id}/exec with AttachStdin, then the hijacked
  * POST /exec/{id}/start), kept open. Bytes written go up the connection;
  * what comes down is demultiplexed (8-byte headers: stream, 0, 0, 0, size

@@ -1,6 +1,6 @@
 /*
  * stream.c — the transport's long-lived stream (relay/transport.h,
- * RELAY_TRANSPORT_STREAM; guest.md §17): one guest command started by the
+ * RELAY_TRANSPORT_STREAM; spec/guest.md §17): one guest command started by the
  * guest init (ctl.c) as the guest user, in a session and process group of
  * its own, with a pipe we write as its standard input and a pipe we read as
  * its standard output; its standard error is /dev/null. The control

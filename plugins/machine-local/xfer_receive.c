@@ -236,7 +236,7 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 	/* The guest user owns the file from its creation, not only once it is
 	 * whole: a push cut short (the server killed) leaves a partial file the
 	 * receiver can still read, so the retry's scan sees it and the retry
-	 * overwrites it (tools.md §3.5). */
+	 * overwrites it (spec/tools.md §3.5). */
 	if (push && r->g->chown_files && fchown(fd, r->g->conn->uid, r->g->conn->gid) != 0) {
 		int e = errno;
 		close(fd);

@@ -16,7 +16,7 @@
 #define EXEC_KILL_TIMEOUT_MS     30000
 #define EXEC_DRAIN_AFTER_KILL_MS 10000
 /* After the end line, output of what the command left running is read this
- * long at most (guest.md §16.1 item 2). */
+ * long at most (spec/guest.md §16.1 item 2). */
 #define EXEC_DRAIN_AFTER_END_MS 250
 #define EXEC_STDOUT_DEFAULT     ((size_t)64 << 20)
 

@@ -357,7 +357,7 @@ static relay_status push_small_member(const relay_host *host, struct archive *a,
 
 /* Waits for ssh to end, servicing its output: the guest unpacks, checks
  * and hashes after the stream ended, allowed 120 s plus 125 ms per MiB
- * (the receiver's scan allowance, guest.md §3.4). */
+ * (the receiver's scan allowance, spec/guest.md §3.4). */
 static relay_status push_drain(push_ctx *pc, relay_error *err)
 {
 	int64_t limit_ms = 120000 + (int64_t)((pc->total_bytes >> 20) * 125);

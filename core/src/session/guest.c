@@ -392,7 +392,7 @@ json_object *guest_status_json(const guest *g)
 	add_time(s, "acquiredAt", g->acquired_at_ms);
 	jsonx_add_str(s, "network", g->network);
 	add_time(s, "waitingSince", g->waiting_since_ms);
-	/* While waiting, the time waited so far (lifecycle.md §7). */
+	/* While waiting, the time waited so far (spec/lifecycle.md §7). */
 	int64_t waited = g->waited_for_capacity_ms;
 	if (g->phase == PHASE_WAITING_FOR_CAPACITY && g->waiting_since_ms > 0 &&
 	    clock_now_ms() - g->waiting_since_ms > waited)

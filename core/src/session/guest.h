@@ -1,7 +1,7 @@
 /*
  * session/guest.h — one guest of the session: its identities, phase, lease,
  * staging and recording facts, and its ownership record on disk
- * (lifecycle.md §3, §7, §9).
+ * (spec/lifecycle.md §3, §7, §9).
  *
  * Locking: every field is read and written under the manager's lock
  * (manager_lock()/manager_unlock()), except `queue`, which has its own.
@@ -120,11 +120,11 @@ typedef struct guest {
 	bool released;
 	json_object *closed; /* NULL, or {at, reason, evidencePath} */
 
-	/* downloads (evidence.md §5), reported by status. writes: delivery/ */
+	/* downloads (spec/evidence.md §5), reported by status. writes: delivery/ */
 	json_object
 	    *downloads; /* {queued, inFlight, downloaded, failed, cancelled, coalesced, paused, state} */
 
-	/* restart (lifecycle.md §8). writes: lease/ (reconcile.c) */
+	/* restart (spec/lifecycle.md §8). writes: lease/ (reconcile.c) */
 	guest_phase restored_phase;     /* the phase on disk while `phase` is PHASE_RECONCILING */
 	renewal_state restored_renewal; /* the renewal state on disk while reconciling */
 	bool record_readonly; /* never rewrite lease.json (unreadable, foreign or another owner's) */
@@ -159,7 +159,7 @@ guest *guest_new(void);
  * guest_release_rooms); a guest that never reached them has none. */
 void guest_free(guest *g);
 
-/* The ownership record (lifecycle.md §9) as a new JSON object. */
+/* The ownership record (spec/lifecycle.md §9) as a new JSON object. */
 json_object *guest_record_json(const guest *g);
 /* Loads a record written by guest_record_json (schemaVersion 1) into a new
  * guest; NULL with a reason when the record is unreadable or of another
@@ -174,7 +174,7 @@ int guest_reload(guest *g, const json_object *record, char *errbuf, size_t errle
  * and -1 is returned. 0, or -1 (a write failure is logged). */
 int guest_save(const guest *g);
 
-/* The status entry of lifecycle.md §7 as a new JSON object. */
+/* The status entry of spec/lifecycle.md §7 as a new JSON object. */
 json_object *guest_status_json(const guest *g);
 
 #endif
