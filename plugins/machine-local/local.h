@@ -24,7 +24,8 @@
  *                xfer_facts.c, xfer_paths.c, xfer_send.c, xfer_receive.c
  *                share xfer_int.h
  *   inventory.c  images, catalog, doctor, health
- *   console.c    x11vnc console passthrough
+ *   console.c    x11vnc console passthrough: the backend of the kit's
+ *                console (relay_kit/console.h)
  *   reaper.c     the background reaper and the scan at start
  */
 #ifndef MACHINE_LOCAL_LOCAL_H
@@ -42,6 +43,11 @@
 #include "relay/machine.h"
 #include "relay/plugin.h"
 #include "relay/transport.h"
+#include "relay_kit/clock.h"
+#include "relay_kit/durable.h"
+#include "relay_kit/proc.h"
+#include "relay_kit/random.h"
+#include "relay_kit/reaper.h"
 
 #define LOCAL_PLUGIN_NAME    "machine-local"
 #define LOCAL_PLUGIN_VERSION "0.1.0"
@@ -125,12 +131,8 @@ typedef struct local_state {
 	unsigned long long self_start;
 	int init_memfd; /* the embedded guest init program, sealed (lent to launchers as fd 9) */
 
-	/* reaper (guarded by lock) */
+	rk_reaper reaper; /* the kit's loop over reaper_scan */
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	pthread_t reaper;
-	bool reaper_started;
-	bool stopping;
 	/* guest names being acquired right now (guarded by lock) */
 	char *reserved[256];
 	size_t reserved_count;
@@ -149,11 +151,14 @@ const char *lu_get_string(json_object *obj, const char *key);
 int64_t lu_get_int(json_object *obj, const char *key, int64_t fallback);
 bool lu_get_bool(json_object *obj, const char *key, bool fallback);
 json_object *lu_get_object(json_object *obj, const char *key);
-void lu_random_hex(local_state *st, char *out, size_t hex_digits);
-int64_t lu_monotonic_ms(void);
-void lu_sleep_ms(int64_t ms);
-/* Durable write: temp file, fsync, rename, fsync of the folder. 0 or errno. */
-int lu_write_durable(const char *path, const void *data, size_t len, mode_t mode, bool sync);
+/* The plugin kit's clock, random hex, durable write and processes
+ * (support/kit/relay_kit/) under machine-local's names. */
+#define lu_random_hex(st, out, hex_digits) rk_random_hex((st)->host, (out), (hex_digits))
+#define lu_monotonic_ms()                  rk_monotonic_ms()
+#define lu_sleep_ms(ms)                    rk_sleep_ms(ms)
+/* Durable write: temp file, (fsync,) rename, (fsync of the folder). 0 or errno. */
+#define lu_write_durable(path, data, len, mode, sync)                                                        \
+	rk_write_durable((path), (data), (len), (mode), (sync) ? RK_DURABLE_SYNC : 0)
 int lu_write_json_durable(const char *path, json_object *obj, bool sync);
 json_object *lu_read_json(const char *path, size_t max_bytes, int *errno_out);
 /* rs_remove_tree and rs_mkdir_p (relay_support/tree.h) returning 0 or errno:
@@ -167,9 +172,9 @@ char *lu_read_small(const char *path, size_t max, size_t *len_out);
 /* <tree>/<rel> ("/<rel>" for the tree "/"), cut to `size`. */
 void lu_tree_path(char *out, size_t size, const char *tree, const char *rel);
 /* Start time of a process (field 22 of /proc/<pid>/stat), 0 when gone. */
-unsigned long long lu_proc_start(pid_t pid);
+#define lu_proc_start(pid) rk_proc_start(pid)
 /* 1 when pid is alive (not a zombie) and started at `start`. */
-bool lu_proc_alive(pid_t pid, unsigned long long start);
+#define lu_proc_alive(pid, start) rk_proc_alive((pid), (start))
 /* pidfd of pid verified to have started at `start`, or -1. */
 int lu_pidfd_checked(pid_t pid, unsigned long long start);
 /* Inode of /proc/<pid>/ns/<name>, 0 when unreadable. */
@@ -395,17 +400,6 @@ relay_status console_op(local_state *st, const char *lease_json, const char *op,
                         relay_call *call, char **response_out, relay_error *err);
 /* Stops whatever console attempt runs (release). */
 void console_stop_all(local_state *st, json_object *record);
-
-/* console_web.c: the browser live view (MCP_RELAY_VNC_VIEWER=browser). */
-bool console_web_control(void);
-json_object *console_web_take_overs(json_object *record, const char *attempt_id);
-/* Starts the bridge as the attempt's viewer and sets the attempt's state
- * (launched, or failed with x11vnc `vnc_pid` stopped). x11vnc accepts input
- * only when console_web_control(): the bridge holds it back until the
- * person takes control. */
-relay_status console_web_open(local_state *st, json_object *record, const char *attempt_id,
-                              json_object *attempt, pid_t init_pid, const char *password, pid_t vnc_pid,
-                              int log_fd, relay_error *err);
 
 /* ---- options.c, machine_ops.c ------------------------------------------------- */
 

@@ -1,0 +1,28 @@
+/*
+ * relay_kit/stream.h — what every transport's stream operations
+ * (relay/transport.h stream_write, stream_read) check and say, in one
+ * wording: the flags (none is defined), the arguments, and the timeouts.
+ */
+#ifndef RELAY_KIT_STREAM_H
+#define RELAY_KIT_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "relay/host.h"
+
+/* stream_write's checks: no flags, an open stream, data unless len is 0,
+ * a positive timeout. RELAY_OK or the refusal in err. */
+relay_status rk_stream_write_check(const relay_host *host, bool open, const void *data, size_t len,
+                                   uint64_t timeout_ms, unsigned flags, relay_error *err);
+/* stream_read's checks: no flags, an open stream, a buffer of cap > 0. */
+relay_status rk_stream_read_check(const relay_host *host, bool open, const void *buf, size_t cap, unsigned flags,
+                                  relay_error *err);
+/* RELAY_E_TIMEOUT: "<taker> did not take <len> bytes within <t> ms". */
+relay_status rk_stream_write_timeout(const relay_host *host, const char *taker, size_t len, uint64_t timeout_ms,
+                                     relay_error *err);
+/* RELAY_E_TIMEOUT: "nothing arrived on the stream within <t> ms". */
+relay_status rk_stream_read_timeout(const relay_host *host, uint64_t timeout_ms, relay_error *err);
+
+#endif

@@ -1,0 +1,70 @@
+/* options.c — table-driven plugin options (relay_kit/options.h). */
+#include "relay_kit/options.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "relay_kit/buf.h"
+
+static const char *fix_it(const rk_options *spec, char *out, size_t size)
+{
+	if (spec->where == NULL)
+		return "";
+	snprintf(out, size, "; fix it in %s", spec->where);
+	return out;
+}
+
+relay_status rk_option_number(const rk_options *spec, const char *key, json_object *value, int64_t lo,
+                              int64_t hi, int64_t *out, relay_error *err)
+{
+	int64_t n = json_object_is_type(value, json_type_int) ? json_object_get_int64(value) : lo - 1;
+	if (!json_object_is_type(value, json_type_int) || n < lo || n > hi) {
+		char where[160];
+		return spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                             "options.%s must be a whole number from %lld to %lld (default "
+		                             "%lld)%s",
+		                             key, (long long)lo, (long long)hi, (long long)*out,
+		                             fix_it(spec, where, sizeof where));
+	}
+	*out = n;
+	return RELAY_OK;
+}
+
+static relay_status unknown(const rk_options *spec, const char *key, relay_error *err)
+{
+	rk_buf accepted = RK_BUF_INIT;
+	for (size_t i = 0; i < spec->count; i++)
+		rk_buf_printf(&accepted, "%s%s", i ? ", " : "", spec->table[i].key);
+	char where[160];
+	relay_status s = spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+	                                       "unknown %s option %s; accepted: %s%s", spec->plugin, key,
+	                                       rk_buf_str(&accepted), fix_it(spec, where, sizeof where));
+	rk_buf_free(&accepted);
+	return s;
+}
+
+relay_status rk_options_parse(const rk_options *spec, json_object *options, relay_error *err)
+{
+	if (options == NULL)
+		return RELAY_OK;
+	if (!json_object_is_type(options, json_type_object)) {
+		char where[160];
+		return spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                             "%s options must be a JSON object%s", spec->plugin,
+		                             fix_it(spec, where, sizeof where));
+	}
+	json_object_object_foreach(options, key, value)
+	{
+		const rk_option *opt = NULL;
+		for (size_t i = 0; i < spec->count && opt == NULL; i++)
+			if (strcmp(spec->table[i].key, key) == 0)
+				opt = &spec->table[i];
+		if (opt == NULL)
+			return unknown(spec, key, err);
+		relay_status s = opt->parse ? opt->parse(spec->ctx, key, value, err)
+		                            : rk_option_number(spec, key, value, opt->lo, opt->hi, opt->number, err);
+		if (s != RELAY_OK)
+			return s;
+	}
+	return RELAY_OK;
+}

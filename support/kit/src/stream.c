@@ -1,0 +1,38 @@
+/* stream.c — the stream operations' checks and wording (relay_kit/stream.h). */
+#include "relay_kit/stream.h"
+
+#include <errno.h>
+
+relay_status rk_stream_write_check(const relay_host *host, bool open, const void *data, size_t len,
+                                   uint64_t timeout_ms, unsigned flags, relay_error *err)
+{
+	if (flags)
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x", flags);
+	if (!open || (data == NULL && len) || timeout_ms == 0)
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "stream_write needs an open stream, data and a positive timeout");
+	return RELAY_OK;
+}
+
+relay_status rk_stream_read_check(const relay_host *host, bool open, const void *buf, size_t cap, unsigned flags,
+                                  relay_error *err)
+{
+	if (flags)
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_read flags 0x%x", flags);
+	if (!open || buf == NULL || cap == 0)
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "stream_read needs an open stream and a buffer");
+	return RELAY_OK;
+}
+
+relay_status rk_stream_write_timeout(const relay_host *host, const char *taker, size_t len, uint64_t timeout_ms,
+                                     relay_error *err)
+{
+	return host->error_set(err, RELAY_E_TIMEOUT, ETIMEDOUT, "%s did not take %zu bytes within %llu ms", taker, len,
+	                       (unsigned long long)timeout_ms);
+}
+
+relay_status rk_stream_read_timeout(const relay_host *host, uint64_t timeout_ms, relay_error *err)
+{
+	return host->error_set(err, RELAY_E_TIMEOUT, ETIMEDOUT, "nothing arrived on the stream within %llu ms",
+	                       (unsigned long long)timeout_ms);
+}
