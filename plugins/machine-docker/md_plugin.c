@@ -63,7 +63,6 @@ static void free_state(md_state *st)
 	pthread_mutex_destroy(&st->lock);
 	pthread_mutex_destroy(&st->ssh_lock);
 	pthread_mutex_destroy(&st->bake_lock);
-	pthread_cond_destroy(&st->cond);
 	free(st);
 }
 
@@ -92,7 +91,6 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_mutex_init(&st->ssh_lock, NULL);
 	pthread_mutex_init(&st->bake_lock, NULL);
-	pthread_cond_init(&st->cond, NULL);
 	relay_status s = RELAY_OK;
 	json_object *cfg = NULL;
 	if (flags) {
