@@ -363,7 +363,6 @@ void inventory_free(md_state *st);
 /* ---- md_nodes.c ---------------------------------------------------------------- */
 
 /* options.nodes, .managers, .discovery, .placement (kept until md_nodes_init). */
-bool md_nodes_key(const char *key);
 relay_status md_nodes_set_option(md_state *st, const char *key, json_object *v, relay_error *err);
 /* After all options: makes the configured node and manager engines. */
 relay_status md_nodes_init(md_state *st, relay_error *err);

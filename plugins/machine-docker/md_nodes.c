@@ -63,12 +63,6 @@ static struct md_nodes *nodes_of(md_state *st)
 	return st->nodes;
 }
 
-bool md_nodes_key(const char *key)
-{
-	return strcmp(key, "nodes") == 0 || strcmp(key, "managers") == 0 || strcmp(key, "discovery") == 0 ||
-	       strcmp(key, "placement") == 0;
-}
-
 static relay_status placement_check(md_state *st, json_object *v, relay_error *err)
 {
 	if (!json_object_is_type(v, json_type_object))

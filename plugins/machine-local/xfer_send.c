@@ -7,9 +7,9 @@
 #include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -207,11 +207,12 @@ static int send_file(sender *s, struct archive *a, int dir_fd, const char *name,
 		            archive_error_string(a));
 		return -1;
 	}
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	rk_sha256 hash;
 	uint64_t total = 0;
-	int result = 0;
-	while (total < (uint64_t)sb.st_size) {
+	int result = rk_sha256_begin(&hash) ? 0 : -1;
+	if (result != 0)
+		sender_fail(s, RELAY_E_NO_MEMORY, "out of memory");
+	while (result == 0 && total < (uint64_t)sb.st_size) {
 		size_t want = XFER_CHUNK;
 		if ((uint64_t)want > (uint64_t)sb.st_size - total)
 			want = (size_t)((uint64_t)sb.st_size - total);
@@ -232,7 +233,7 @@ static int send_file(sender *s, struct archive *a, int dir_fd, const char *name,
 			result = -1;
 			break;
 		}
-		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		rk_sha256_update(&hash, buf, (size_t)n);
 		if (archive_write_data(a, buf, (size_t)n) != n) {
 			sender_fail(s, RELAY_E_IO, "cannot write %s into the stream: %s", rel,
 			            archive_error_string(a));
@@ -242,8 +243,7 @@ static int send_file(sender *s, struct archive *a, int dir_fd, const char *name,
 		total += (uint64_t)n;
 	}
 	char hex[65];
-	hex_digest(ctx, hex);
-	EVP_MD_CTX_free(ctx);
+	rk_sha256_end(&hash, hex);
 	close(fd);
 	if (result == 0 && facts_add(&s->facts, rel, total, hex) != 0) {
 		sender_fail(s, RELAY_E_NO_MEMORY, "out of memory");

@@ -23,8 +23,11 @@
 
 #include "relay/host.h"
 
-/* A key's own parser: RELAY_OK, or the refusal in err (host->error_set). */
-typedef relay_status (*rk_option_fn)(void *ctx, const char *key, json_object *value, relay_error *err);
+struct rk_options;
+/* A key's own parser (its state in spec->ctx): RELAY_OK, or the refusal in
+ * err (host->error_set). */
+typedef relay_status (*rk_option_fn)(const struct rk_options *spec, const char *key, json_object *value,
+                                     relay_error *err);
 
 typedef struct rk_option {
 	const char *key;
@@ -39,7 +42,7 @@ typedef struct rk_options {
 	const char *where;  /* NULL, or where a deployment sets the options */
 	const rk_option *table;
 	size_t count;
-	void *ctx; /* passed to each parse */
+	void *ctx; /* the parsers' state */
 } rk_options;
 
 /* Reads `options` (NULL: nothing to read) through the table. Not an
@@ -51,5 +54,14 @@ relay_status rk_options_parse(const rk_options *spec, json_object *options, rela
  * a number inside a larger value. */
 relay_status rk_option_number(const rk_options *spec, const char *key, json_object *value, int64_t lo,
                               int64_t hi, int64_t *out, relay_error *err);
+
+/* A string of `choices` (NULL-terminated): its index in *index_out;
+ * refused as "options.<key> must be a, b or c" otherwise. */
+relay_status rk_option_choice(const rk_options *spec, const char *key, json_object *value,
+                              const char *const *choices, int *index_out, relay_error *err);
+/* A screen "WIDTHxHEIGHTxDEPTH" (64..8192 pixels, depth 16, 24 or 32),
+ * written back normalised into out. */
+relay_status rk_option_screen(const rk_options *spec, const char *key, json_object *value, char *out,
+                              size_t size, relay_error *err);
 
 #endif

@@ -30,6 +30,43 @@ relay_status rk_option_number(const rk_options *spec, const char *key, json_obje
 	return RELAY_OK;
 }
 
+relay_status rk_option_choice(const rk_options *spec, const char *key, json_object *value,
+                              const char *const *choices, int *index_out, relay_error *err)
+{
+	const char *text = json_object_is_type(value, json_type_string) ? json_object_get_string(value) : "";
+	size_t count = 0;
+	for (; choices[count]; count++)
+		if (strcmp(text, choices[count]) == 0) {
+			*index_out = (int)count;
+			return RELAY_OK;
+		}
+	rk_buf list = RK_BUF_INIT;
+	for (size_t i = 0; i < count; i++)
+		rk_buf_printf(&list, "%s%s", i == 0 ? "" : i + 1 == count ? " or " : ", ", choices[i]);
+	char where[160];
+	relay_status s = spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "options.%s must be %s%s", key,
+	                                       rk_buf_str(&list), fix_it(spec, where, sizeof where));
+	rk_buf_free(&list);
+	return s;
+}
+
+relay_status rk_option_screen(const rk_options *spec, const char *key, json_object *value, char *out,
+                              size_t size, relay_error *err)
+{
+	const char *text = json_object_is_type(value, json_type_string) ? json_object_get_string(value) : "";
+	unsigned w = 0, h = 0, d = 0;
+	char tail = 0;
+	if (sscanf(text, "%ux%ux%u%c", &w, &h, &d, &tail) != 3 || w < 64 || h < 64 || w > 8192 || h > 8192 ||
+	    (d != 16 && d != 24 && d != 32)) {
+		char where[160];
+		return spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                             "options.%s must look like 1280x800x24 (depth 16, 24 or 32)%s", key,
+		                             fix_it(spec, where, sizeof where));
+	}
+	snprintf(out, size, "%ux%ux%u", w, h, d);
+	return RELAY_OK;
+}
+
 static relay_status unknown(const rk_options *spec, const char *key, relay_error *err)
 {
 	rk_buf accepted = RK_BUF_INIT;
@@ -61,7 +98,7 @@ relay_status rk_options_parse(const rk_options *spec, json_object *options, rela
 				opt = &spec->table[i];
 		if (opt == NULL)
 			return unknown(spec, key, err);
-		relay_status s = opt->parse ? opt->parse(spec->ctx, key, value, err)
+		relay_status s = opt->parse ? opt->parse(spec, key, value, err)
 		                            : rk_option_number(spec, key, value, opt->lo, opt->hi, opt->number, err);
 		if (s != RELAY_OK)
 			return s;

@@ -2,6 +2,9 @@
 #include "relay_kit/stream.h"
 
 #include <errno.h>
+#include <string.h>
+
+#include "relay_support/fdstream.h"
 
 relay_status rk_stream_write_check(const relay_host *host, bool open, const void *data, size_t len,
                                    uint64_t timeout_ms, unsigned flags, relay_error *err)
@@ -35,4 +38,29 @@ relay_status rk_stream_read_timeout(const relay_host *host, uint64_t timeout_ms,
 {
 	return host->error_set(err, RELAY_E_TIMEOUT, ETIMEDOUT, "nothing arrived on the stream within %llu ms",
 	                       (unsigned long long)timeout_ms);
+}
+
+relay_status rk_stream_fd_write(const relay_host *host, int fd, const void *data, size_t len, uint64_t timeout_ms,
+                                const char *who, relay_error *err)
+{
+	if (rs_fd_write_all(fd, data, len, (int64_t)timeout_ms) == 0)
+		return RELAY_OK;
+	if (errno == ETIMEDOUT)
+		return rk_stream_write_timeout(host, who, len, timeout_ms, err);
+	return host->error_set(err, RELAY_E_INDETERMINATE, errno, "%s's standard input broke: %s", who,
+	                       strerror(errno));
+}
+
+relay_status rk_stream_fd_read(const relay_host *host, int fd, void *buf, size_t cap, uint64_t timeout_ms,
+                               const char *who, size_t *got_out, relay_error *err)
+{
+	ssize_t n = rs_fd_read_wait(fd, buf, cap, (int64_t)timeout_ms);
+	if (n >= 0) {
+		*got_out = (size_t)n;
+		return RELAY_OK;
+	}
+	if (errno == ETIMEDOUT)
+		return rk_stream_read_timeout(host, timeout_ms, err);
+	return host->error_set(err, RELAY_E_INDETERMINATE, errno, "%s's standard output broke: %s", who,
+	                       strerror(errno));
 }
