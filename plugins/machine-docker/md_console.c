@@ -225,7 +225,7 @@ pid_t md_container_init_pid(json_object *info)
 
 /* ---- attempts ----------------------------------------------------------------------------- */
 
-static const rk_console_backend *backend(console_call *cc, rk_console_backend *b);
+static const rk_console_backend docker_console;
 static void stop_attempt(void *ctx, json_object *rec, json_object *a, bool in_guest);
 
 static relay_status open_attempt(void *ctx, json_object *rec, const char *attempt_id, json_object *a,
@@ -291,8 +291,8 @@ static relay_status open_attempt(void *ctx, json_object *rec, const char *attemp
 	snprintf(events, sizeof events, "%s/%s-console-%s.events.jsonl", st->leases_dir, vm, token);
 	rk_console_viewer v = {vm,     "container's",      pid, password, pwfile, events, st->libexec_dir,
 	                       2,      in_container_netns, &pid};
-	rk_console_backend b;
-	s = rk_console_viewer_start(backend(cc, &b), a, &v, err);
+	rk_console c = {&docker_console, st->host, cc};
+	s = rk_console_viewer_start(&c, a, &v, err);
 	if (s != RELAY_OK)
 		stop_attempt(cc, rec, a, true);
 	return s;
@@ -367,41 +367,37 @@ static int guest_state(void *ctx, json_object *rec, const char *op, relay_call *
 	return state;
 }
 
-static const rk_console_backend *backend(console_call *cc, rk_console_backend *b)
-{
-	*b = (rk_console_backend){.host = cc->st->host,
-	                          .source = MD_PLUGIN_NAME,
-	                          .ctx = cc,
-	                          .valid_name = valid_name,
-	                          .lock_read = lock_read,
-	                          .unlock = unlock,
-	                          .write = write_record,
-	                          .guest_state = guest_state,
-	                          .open = open_attempt,
-	                          .stop = stop_attempt,
-	                          .capabilities = capabilities};
-	return b;
-}
+static const rk_console_backend docker_console = {
+    .source = MD_PLUGIN_NAME,
+    .valid_name = valid_name,
+    .lock_read = lock_read,
+    .unlock = unlock,
+    .write = write_record,
+    .guest_state = guest_state,
+    .open = open_attempt,
+    .stop = stop_attempt,
+    .capabilities = capabilities,
+};
 
 void md_console_prepare(md_state *st, json_object *rec)
 {
 	json_object_object_add(rec, "vnc", json_object_new_boolean(true));
 	console_call cc = {st, 0};
-	rk_console_backend b;
-	rk_console_prepare(backend(&cc, &b), rec);
+	rk_console c = {&docker_console, st->host, &cc};
+	rk_console_prepare(&c, rec);
 }
 
 void md_console_stop_all(md_state *st, json_object *rec)
 {
 	console_call cc = {st, 0};
-	rk_console_backend b;
-	rk_console_stop_all(backend(&cc, &b), rec); /* x11vnc goes with the container */
+	rk_console c = {&docker_console, st->host, &cc};
+	rk_console_stop_all(&c, rec); /* x11vnc goes with the container */
 }
 
 relay_status md_console_op(md_state *st, const char *lease_json, const char *op, const char *request_json,
                            relay_call *call, char **response_out, relay_error *err)
 {
 	console_call cc = {st, 0};
-	rk_console_backend b;
-	return rk_console_op(backend(&cc, &b), lease_json, op, request_json, call, response_out, err);
+	rk_console c = {&docker_console, st->host, &cc};
+	return rk_console_op(&c, lease_json, op, request_json, call, response_out, err);
 }

@@ -41,7 +41,7 @@
 
 #include "relay_kit/console.h"
 
-static const rk_console_backend *backend(local_state *st, rk_console_backend *b);
+static const rk_console_backend local_console;
 
 json_object *console_capabilities(local_state *st)
 {
@@ -60,8 +60,8 @@ relay_status console_prepare(local_state *st, json_object *record, relay_error *
 {
 	if (lu_get_string(record, "display") == NULL)
 		return lu_err(st, err, RELAY_E_REFUSED, 0, "vnc needs the guest's display, and it has none");
-	rk_console_backend b;
-	rk_console_prepare(backend(st, &b), record);
+	rk_console c = {&local_console, st->host, st};
+	rk_console_prepare(&c, record);
 	return RELAY_OK;
 }
 
@@ -229,8 +229,8 @@ static relay_status open_attempt(void *ctx, json_object *record, const char *att
 	snprintf(events, sizeof events, "%s/console-%s.events.jsonl", lease_dir, attempt_id);
 	rk_console_viewer v = {lu_get_string(record, "vm"), "guest's", init_pid, password, pwfile, events,
 	                       st->libexec_dir,             log_fd,    in_guest_netns, &target};
-	rk_console_backend b;
-	status = rk_console_viewer_start(backend(st, &b), attempt, &v, err);
+	rk_console c = {&local_console, st->host, st};
+	status = rk_console_viewer_start(&c, attempt, &v, err);
 	if (status != RELAY_OK)
 		ctl_killpid(lease_dir, vnc_pid);
 done:
@@ -295,30 +295,26 @@ static json_object *capabilities(void *ctx)
 	return console_capabilities(ctx);
 }
 
-static const rk_console_backend *backend(local_state *st, rk_console_backend *b)
-{
-	*b = (rk_console_backend){.host = st->host,
-	                          .source = LOCAL_PLUGIN_NAME,
-	                          .ctx = st,
-	                          .lock_read = lock_read,
-	                          .unlock = unlock,
-	                          .write = write_record,
-	                          .guest_state = guest_state,
-	                          .open = open_attempt,
-	                          .stop = stop_attempt,
-	                          .capabilities = capabilities};
-	return b;
-}
+static const rk_console_backend local_console = {
+    .source = LOCAL_PLUGIN_NAME,
+    .lock_read = lock_read,
+    .unlock = unlock,
+    .write = write_record,
+    .guest_state = guest_state,
+    .open = open_attempt,
+    .stop = stop_attempt,
+    .capabilities = capabilities,
+};
 
 void console_stop_all(local_state *st, json_object *record)
 {
-	rk_console_backend b;
-	rk_console_stop_all(backend(st, &b), record);
+	rk_console c = {&local_console, st->host, st};
+	rk_console_stop_all(&c, record);
 }
 
 relay_status console_op(local_state *st, const char *lease_json, const char *op, const char *request_json,
                         relay_call *call, char **response_out, relay_error *err)
 {
-	rk_console_backend b;
-	return rk_console_op(backend(st, &b), lease_json, op, request_json, call, response_out, err);
+	rk_console c = {&local_console, st->host, st};
+	return rk_console_op(&c, lease_json, op, request_json, call, response_out, err);
 }

@@ -19,7 +19,8 @@
  * What differs per backend (how the record is locked, read and written,
  * whether the guest runs, how x11vnc starts and stops in the guest, how a
  * socket or a process gets into its network namespace) is the backend's:
- * rk_console_backend, built on the stack for one call.
+ * rk_console_backend, a static const table, with the call's state in
+ * rk_console.
  */
 #ifndef RELAY_KIT_CONSOLE_H
 #define RELAY_KIT_CONSOLE_H
@@ -34,10 +35,9 @@
 #define RK_CONSOLE_VNC_PORT     5900
 #define RK_CONSOLE_MAX_ATTEMPTS 64
 
+/* A backend's callbacks: a static const table (NULL valid_name: any name). */
 typedef struct rk_console_backend {
-	const relay_host *host;
 	const char *source; /* the plugin's name: the report's "source", the log's plugin */
-	void *ctx;          /* passed to every callback */
 	/* Whether `vm` may name a lease at all; NULL: any non-NULL name. */
 	bool (*valid_name)(const char *vm);
 	/* The record of `vm`, read under its lock (owned by the caller), and
@@ -61,23 +61,31 @@ typedef struct rk_console_backend {
 	json_object *(*capabilities)(void *ctx);
 } rk_console_backend;
 
+/* One call's console: the backend, the host, and the backend's state for
+ * this call (passed to every callback). */
+typedef struct rk_console {
+	const rk_console_backend *ops;
+	const relay_host *host;
+	void *ctx;
+} rk_console;
+
 /* ---- the ledger and the report (console.c) ------------------------------------------ */
 
 /* The console operation `op` ("capabilities", "resolve", "open", "cancel")
  * on the lease of `lease_json` with the request body `request_json`; the
  * answer (the report) in *response_out (host->strdup). */
-relay_status rk_console_op(const rk_console_backend *b, const char *lease_json, const char *op,
+relay_status rk_console_op(const rk_console *c, const char *lease_json, const char *op,
                            const char *request_json, relay_call *call, char **response_out,
                            relay_error *err);
 /* Gives a record acquired with a console its console id and first report
  * (ready) and an empty ledger. */
-void rk_console_prepare(const rk_console_backend *b, json_object *record);
+void rk_console_prepare(const rk_console *c, json_object *record);
 /* Stops every attempt still active (the guest is being released):
  * closed, reason released. */
-void rk_console_stop_all(const rk_console_backend *b, json_object *record);
+void rk_console_stop_all(const rk_console *c, json_object *record);
 /* The report of spec/machine-service.md §9.2 for attempt_id (NULL: the
  * current one); guest_runs false reports "revoked"/"released". */
-json_object *rk_console_report(const rk_console_backend *b, json_object *record, const char *attempt_id,
+json_object *rk_console_report(const rk_console *c, json_object *record, const char *attempt_id,
                                bool guest_runs);
 /* The capabilities answer: one x11vnc backend for linux, available when
  * linux_reason is NULL, and none for macos (macos_reason). */
@@ -122,7 +130,7 @@ typedef struct rk_console_viewer {
  * `<viewer> 127.0.0.1::5900` with VNC_PASSWORD and
  * MCP_RELAY_VNC_PASSWORD_FILE. Sets the attempt's status (launched, or
  * failed with worker-launch-failed); on failure the caller stops x11vnc. */
-relay_status rk_console_viewer_start(const rk_console_backend *b, json_object *attempt,
+relay_status rk_console_viewer_start(const rk_console *c, json_object *attempt,
                                      const rk_console_viewer *v, relay_error *err);
 /* Stops the attempt's viewer (its process group) and removes its password
  * file: true when it is gone (or never ran). */

@@ -150,7 +150,7 @@ static void report_viewer(json_object *r, json_object *a)
 	json_object_object_add(r, "live_view", copy);
 }
 
-json_object *rk_console_report(const rk_console_backend *b, json_object *record, const char *attempt_id,
+json_object *rk_console_report(const rk_console *c, json_object *record, const char *attempt_id,
                                bool guest_runs)
 {
 	json_object *console = rsj_get_obj(record, "console");
@@ -158,7 +158,7 @@ json_object *rk_console_report(const rk_console_backend *b, json_object *record,
 	if (attempt_id == NULL)
 		attempt_id = rsj_get_str(priv, "current");
 	json_object *a = attempt_id ? rsj_get_obj(rsj_get_obj(priv, "attempts"), attempt_id) : NULL;
-	int64_t now = b->host->now_ms();
+	int64_t now = c->host->now_ms();
 	int64_t expires = 0;
 	rsj_get_int(record, "expiresAtMs", &expires);
 	const char *status = "ready", *reason = NULL;
@@ -179,7 +179,7 @@ json_object *rk_console_report(const rk_console_backend *b, json_object *record,
 	put_text(r, "reason", reason);
 	put_text(r, "backend", "x11vnc");
 	put_text(r, "viewer_location", "service-host");
-	put_text(r, "source", b->source);
+	put_text(r, "source", c->ops->source);
 	json_object_object_add(r, "observed_at", json_object_new_double((double)now / 1000.0));
 	json_object_object_add(r, "access_expires_at",
 	                       expires ? json_object_new_double((double)expires / 1000.0) : NULL);
@@ -196,20 +196,20 @@ json_object *rk_console_report(const rk_console_backend *b, json_object *record,
 	return r;
 }
 
-void rk_console_prepare(const rk_console_backend *b, json_object *record)
+void rk_console_prepare(const rk_console *c, json_object *record)
 {
 	char cid[33];
-	rk_random_hex(b->host, cid, 32);
+	rk_random_hex(c->host, cid, 32);
 	json_object *console = json_object_new_object();
 	put_text(console, "console_id", cid);
 	json_object_object_add(record, "console", console);
 	private_of(record);
 	/* The stored console is the full report, as the lease document's
 	 * "console" must be (relay/machine.h). */
-	json_object_object_add(record, "console", rk_console_report(b, record, NULL, true));
+	json_object_object_add(record, "console", rk_console_report(c, record, NULL, true));
 }
 
-void rk_console_stop_all(const rk_console_backend *b, json_object *record)
+void rk_console_stop_all(const rk_console *c, json_object *record)
 {
 	json_object *attempts = rsj_get_obj(rsj_get_obj(record, "consolePrivate"), "attempts");
 	if (attempts == NULL)
@@ -218,7 +218,7 @@ void rk_console_stop_all(const rk_console_backend *b, json_object *record)
 	{
 		(void)id;
 		if (!terminal_status(rsj_get_str(a, "status"))) {
-			b->stop(b->ctx, record, a, false); /* x11vnc goes with the guest */
+			c->ops->stop(c->ctx, record, a, false); /* x11vnc goes with the guest */
 			rk_console_set(a, "closed", "released");
 		}
 	}
@@ -227,10 +227,10 @@ void rk_console_stop_all(const rk_console_backend *b, json_object *record)
 /* ---- the operations -------------------------------------------------------------------- */
 
 /* The record's identity checks of a request (the spec's sentences). */
-static relay_status check_request(const rk_console_backend *b, json_object *record, json_object *body,
+static relay_status check_request(const rk_console *c, json_object *record, json_object *body,
                                   const char *op, relay_error *err)
 {
-	const relay_host *h = b->host;
+	const relay_host *h = c->host;
 	const char *lease_id = rsj_get_str(body, "lease_id");
 	const char *held = rsj_get_str(record, "lease_id");
 	if (lease_id == NULL || held == NULL || strcmp(lease_id, held) != 0)
@@ -252,15 +252,15 @@ static relay_status check_request(const rk_console_backend *b, json_object *reco
 }
 
 /* Opens attempt `attempt_id` (new) when the console is ready. */
-static relay_status op_open(const rk_console_backend *b, json_object *record, const char *attempt_id,
+static relay_status op_open(const rk_console *c, json_object *record, const char *attempt_id,
                             bool runs, relay_call *call, relay_error *err)
 {
-	const relay_host *h = b->host;
+	const relay_host *h = c->host;
 	json_object *priv = private_of(record);
 	json_object *attempts = rsj_get_obj(priv, "attempts");
 	json_object *order = NULL;
 	json_object_object_get_ex(priv, "order", &order);
-	json_object *cur = rk_console_report(b, record, NULL, runs);
+	json_object *cur = rk_console_report(c, record, NULL, runs);
 	bool ready = strcmp(rsj_get_str(cur, "status"), "ready") == 0;
 	json_object_put(cur);
 	if (!ready)
@@ -279,14 +279,14 @@ static relay_status op_open(const rk_console_backend *b, json_object *record, co
 	json_object_object_add(attempts, attempt_id, attempt);
 	json_object_array_add(order, json_object_new_string(attempt_id));
 	put_text(priv, "current", attempt_id);
-	relay_status s = b->open(b->ctx, record, attempt_id, attempt, call, err);
-	json_object_object_add(record, "console", rk_console_report(b, record, NULL, runs));
-	if (b->write(b->ctx, record) != 0 && s == RELAY_OK)
+	relay_status s = c->ops->open(c->ctx, record, attempt_id, attempt, call, err);
+	json_object_object_add(record, "console", rk_console_report(c, record, NULL, runs));
+	if (c->ops->write(c->ctx, record) != 0 && s == RELAY_OK)
 		s = h->error_set(err, RELAY_E_INDETERMINATE, errno, "the console attempt could not be recorded");
 	return s;
 }
 
-static relay_status op_cancel(const rk_console_backend *b, json_object *record, const char *attempt_id,
+static relay_status op_cancel(const rk_console *c, json_object *record, const char *attempt_id,
                               bool runs, relay_error *err)
 {
 	json_object *priv = private_of(record);
@@ -301,86 +301,86 @@ static relay_status op_cancel(const rk_console_backend *b, json_object *record, 
 		json_object_object_get_ex(priv, "order", &order);
 		json_object_array_add(order, json_object_new_string(attempt_id));
 	} else if (!terminal_status(rsj_get_str(existing, "status"))) {
-		b->stop(b->ctx, record, existing, runs);
+		c->ops->stop(c->ctx, record, existing, runs);
 		rk_console_set(existing, "cancelled", "cancelled");
 	}
 	put_text(priv, "current", attempt_id);
-	json_object_object_add(record, "console", rk_console_report(b, record, NULL, runs));
-	if (b->write(b->ctx, record) != 0)
-		return b->host->error_set(err, RELAY_E_INDETERMINATE, errno,
+	json_object_object_add(record, "console", rk_console_report(c, record, NULL, runs));
+	if (c->ops->write(c->ctx, record) != 0)
+		return c->host->error_set(err, RELAY_E_INDETERMINATE, errno,
 		                          "the console cancel could not be recorded");
 	return RELAY_OK;
 }
 
-static relay_status answer(const rk_console_backend *b, json_object *out, char **response_out, relay_error *err)
+static relay_status answer(const rk_console *c, json_object *out, char **response_out, relay_error *err)
 {
 	const char *text =
 	    json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
-	*response_out = text ? b->host->strdup(text) : NULL;
-	return *response_out ? RELAY_OK : b->host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	*response_out = text ? c->host->strdup(text) : NULL;
+	return *response_out ? RELAY_OK : c->host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 }
 
 /* resolve, open, cancel on the record of the lease, under its lock. */
-static relay_status on_record(const rk_console_backend *b, const char *vm, json_object *body, const char *op,
+static relay_status on_record(const rk_console *c, const char *vm, json_object *body, const char *op,
                               relay_call *call, char **response_out, relay_error *err)
 {
 	int lock = -1, e = 0;
-	json_object *record = b->lock_read(b->ctx, vm, &lock, &e), *out = NULL;
+	json_object *record = c->ops->lock_read(c->ctx, vm, &lock, &e), *out = NULL;
 	relay_status s = RELAY_OK;
 	if (record == NULL) {
-		s = b->host->error_set(err, RELAY_E_NOT_FOUND, e,
+		s = c->host->error_set(err, RELAY_E_NOT_FOUND, e,
 		                       "Console unavailable after restart or for this lease; no automatic "
 		                       "recovery (lease %s is not held)",
 		                       vm);
 		goto done;
 	}
-	s = check_request(b, record, body, op, err);
-	int runs = s == RELAY_OK ? b->guest_state(b->ctx, record, op, call, err) : -1;
+	s = check_request(c, record, body, op, err);
+	int runs = s == RELAY_OK ? c->ops->guest_state(c->ctx, record, op, call, err) : -1;
 	if (s == RELAY_OK && runs < 0)
 		s = err ? err->code : RELAY_E_REFUSED;
 	if (s != RELAY_OK)
 		goto done;
 	const char *attempt_id = rsj_get_str(body, "attempt_id");
 	if (strcmp(op, "open") == 0 && rsj_get_obj(rsj_get_obj(private_of(record), "attempts"), attempt_id) == NULL)
-		s = op_open(b, record, attempt_id, runs == 1, call, err);
+		s = op_open(c, record, attempt_id, runs == 1, call, err);
 	else if (strcmp(op, "cancel") == 0)
-		s = op_cancel(b, record, attempt_id, runs == 1, err);
+		s = op_cancel(c, record, attempt_id, runs == 1, err);
 	if (s != RELAY_OK)
 		goto done;
-	out = rk_console_report(b, record, strcmp(op, "resolve") == 0 ? NULL : attempt_id, runs == 1);
-	s = answer(b, out, response_out, err);
+	out = rk_console_report(c, record, strcmp(op, "resolve") == 0 ? NULL : attempt_id, runs == 1);
+	s = answer(c, out, response_out, err);
 done:
 	json_object_put(out);
 	json_object_put(record);
 	if (lock >= 0)
-		b->unlock(b->ctx, lock);
+		c->ops->unlock(c->ctx, lock);
 	return s;
 }
 
-relay_status rk_console_op(const rk_console_backend *b, const char *lease_json, const char *op,
+relay_status rk_console_op(const rk_console *c, const char *lease_json, const char *op,
                            const char *request_json, relay_call *call, char **response_out,
                            relay_error *err)
 {
 	*response_out = NULL;
 	if (op == NULL)
-		return b->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "console needs an operation");
+		return c->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "console needs an operation");
 	if (strcmp(op, "capabilities") == 0) {
-		json_object *caps = b->capabilities(b->ctx);
-		relay_status s = answer(b, caps, response_out, err);
+		json_object *caps = c->ops->capabilities(c->ctx);
+		relay_status s = answer(c, caps, response_out, err);
 		json_object_put(caps);
 		return s;
 	}
 	if (strcmp(op, "resolve") != 0 && strcmp(op, "open") != 0 && strcmp(op, "cancel") != 0)
-		return b->host->error_set(err, RELAY_E_UNSUPPORTED, 0, "unknown console operation %s", op);
+		return c->host->error_set(err, RELAY_E_UNSUPPORTED, 0, "unknown console operation %s", op);
 	json_object *lease = lease_json ? json_tokener_parse(lease_json) : NULL;
 	json_object *body = request_json ? json_tokener_parse(request_json) : NULL;
 	const char *vm = rsj_get_str(lease, "vm");
 	relay_status s;
-	if (vm == NULL || body == NULL || (b->valid_name && !b->valid_name(vm)))
-		s = b->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+	if (vm == NULL || body == NULL || (c->ops->valid_name && !c->ops->valid_name(vm)))
+		s = c->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                       "console needs a lease document and a request body");
 	else
-		s = on_record(b, vm, body, op, call, response_out, err);
+		s = on_record(c, vm, body, op, call, response_out, err);
 	json_object_put(lease);
 	json_object_put(body);
 	return s;

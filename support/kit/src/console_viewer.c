@@ -85,18 +85,18 @@ static void launched(json_object *attempt, pid_t viewer_pid)
 	put_text(attempt, "viewer_cleanup", "pending");
 }
 
-static relay_status launch_failed(const rk_console_backend *b, json_object *attempt, relay_error *err, int e,
+static relay_status launch_failed(const rk_console *c, json_object *attempt, relay_error *err, int e,
                                   const char *message)
 {
 	rk_console_set(attempt, "failed", "worker-launch-failed");
 	put_text(attempt, "viewer_cleanup", "not-started");
-	return b->host->error_set(err, RELAY_E_REFUSED, e, "%s", message);
+	return c->host->error_set(err, RELAY_E_REFUSED, e, "%s", message);
 }
 
 /* The browser live view: relay-vncweb on this host's loopback, reaching
  * x11vnc through the guest's namespace; the one-time URL goes to the
  * browser and standard error, never into a report. */
-static relay_status live_view(const rk_console_backend *b, json_object *attempt, const rk_console_viewer *v,
+static relay_status live_view(const rk_console *c, json_object *attempt, const rk_console_viewer *v,
                               relay_error *err)
 {
 	char netns[64];
@@ -106,7 +106,7 @@ static relay_status live_view(const rk_console_backend *b, json_object *attempt,
 	rs_liveview lv;
 	rs_error e;
 	if (rs_liveview_start(&req, &lv, &e) != 0)
-		return launch_failed(b, attempt, err, e.errnum, e.message);
+		return launch_failed(c, attempt, err, e.errnum, e.message);
 	launched(attempt, lv.bridge_pid);
 	json_object *live = json_object_new_object();
 	put_text(live, "origin", lv.origin);
@@ -117,7 +117,7 @@ static relay_status live_view(const rk_console_backend *b, json_object *attempt,
 	put_text(live, "token", "one-time, in the URL logged on standard error");
 	put_text(live, "events", v->events_path);
 	json_object_object_add(attempt, "liveView", live);
-	b->host->log(RELAY_LOG_INFO, b->source, "console of %s: live view at %s (one-time link, loopback only%s); %s",
+	c->host->log(RELAY_LOG_INFO, c->ops->source, "console of %s: live view at %s (one-time link, loopback only%s); %s",
 	             v->vm, lv.url, req.control ? ", take-over offered" : ", view-only",
 	             lv.browser_pid > 0 ? "opened with the browser" : lv.browser_reason);
 	return RELAY_OK;
@@ -125,7 +125,7 @@ static relay_status live_view(const rk_console_backend *b, json_object *attempt,
 
 /* A viewer program, in the guest's namespace, with the password in its
  * environment and in a file. */
-static relay_status viewer_program(const rk_console_backend *b, json_object *attempt, const rk_console_viewer *v,
+static relay_status viewer_program(const rk_console *c, json_object *attempt, const rk_console_viewer *v,
                                    const char *viewer, relay_error *err)
 {
 	char line[80], why[RELAY_ERROR_MESSAGE_BYTES];
@@ -134,7 +134,7 @@ static relay_status viewer_program(const rk_console_backend *b, json_object *att
 	if (e != 0) {
 		snprintf(why, sizeof why, "the viewer %s could not be given its password file %s", viewer,
 		         v->password_file);
-		return launch_failed(b, attempt, err, e, why);
+		return launch_failed(c, attempt, err, e, why);
 	}
 	put_text(attempt, "passwordFile", v->password_file);
 	size_t envc = 0;
@@ -142,7 +142,7 @@ static relay_status viewer_program(const rk_console_backend *b, json_object *att
 		envc++;
 	const char **venv = calloc(envc + 3, sizeof *venv);
 	if (venv == NULL)
-		return launch_failed(b, attempt, err, ENOMEM, "out of memory starting the viewer");
+		return launch_failed(c, attempt, err, ENOMEM, "out of memory starting the viewer");
 	char pw_env[96], pwf_env[4200];
 	snprintf(pw_env, sizeof pw_env, "VNC_PASSWORD=%s", v->password);
 	snprintf(pwf_env, sizeof pwf_env, "MCP_RELAY_VNC_PASSWORD_FILE=%s", v->password_file);
@@ -157,24 +157,24 @@ static relay_status viewer_program(const rk_console_backend *b, json_object *att
 	free(venv);
 	if (pid <= 0) {
 		snprintf(why, sizeof why, "the viewer %s could not be started: %s", viewer, strerror(e));
-		return launch_failed(b, attempt, err, e, why);
+		return launch_failed(c, attempt, err, e, why);
 	}
 	launched(attempt, (pid_t)pid);
 	return RELAY_OK;
 }
 
-relay_status rk_console_viewer_start(const rk_console_backend *b, json_object *attempt,
+relay_status rk_console_viewer_start(const rk_console *c, json_object *attempt,
                                      const rk_console_viewer *v, relay_error *err)
 {
 	const char *viewer = getenv("MCP_RELAY_VNC_VIEWER");
 	if (viewer && strcmp(viewer, "browser") == 0)
-		return live_view(b, attempt, v, err);
+		return live_view(c, attempt, v, err);
 	if (viewer && *viewer)
-		return viewer_program(b, attempt, v, viewer, err);
+		return viewer_program(c, attempt, v, viewer, err);
 	rk_console_set(attempt, "dispatching", "worker-unavailable");
 	json_object_object_add(attempt, "transport_connected", json_object_new_boolean(false));
 	put_text(attempt, "viewer_cleanup", "not-started");
-	b->host->log(RELAY_LOG_INFO, b->source,
+	c->host->log(RELAY_LOG_INFO, c->ops->source,
 	             "console of %s: x11vnc (view-only, one-time password) listens on 127.0.0.1:%d inside the "
 	             "%s network namespace /proc/%d/ns/net; no viewer was launched because "
 	             "MCP_RELAY_VNC_VIEWER is not set",
