@@ -47,6 +47,8 @@
 #include "relay_kit/proc.h"
 #include "relay_kit/random.h"
 #include "relay_kit/reaper.h"
+#include "relay_kit/text.h"
+#include "relay_support/json_get.h"
 
 #define MD_PLUGIN_NAME    "machine-docker"
 #define MD_PLUGIN_VERSION "0.1.0"
@@ -175,14 +177,14 @@ relay_status md_parse_endpoint(md_state *st, json_object *spec, const char *wher
 relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* snprintf for messages whose truncation is acceptable. */
-void md_textf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-char *md_json_out(md_state *st, json_object *obj); /* host-allocated text or NULL */
-/* rsj_get_str, rsj_get_int (with a fallback) and rsj_get_obj of
+/* The kit's text (relay_kit/text.h) and the getters of
  * relay_support/json_get.h under machine-docker's names: a member of
  * another type is absent (an array member: rsj_get_array). */
-const char *md_str(json_object *obj, const char *key);
-int64_t md_int(json_object *obj, const char *key, int64_t fallback);
-json_object *md_obj(json_object *obj, const char *key);
+#define md_textf                      rk_textf
+#define md_json_out(st, obj)          rk_json_text((st)->host, (obj))
+#define md_str(obj, key)              rsj_get_str((obj), (key))
+#define md_int(obj, key, fallback)    rsj_int_or((obj), (key), (fallback))
+#define md_obj(obj, key)              rsj_get_obj((obj), (key))
 /* The plugin kit's clock, random hex, durable write (0600, synced) and
  * processes (support/kit/relay_kit/) under machine-docker's names. */
 #define md_monotonic_ms()                   rk_monotonic_ms()

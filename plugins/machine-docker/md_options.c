@@ -313,24 +313,24 @@ static relay_status ssh_check(md_state *st, relay_error *err)
 
 /* ---- the table of md_parse_options (relay_kit/options.h) ---------------------------------- */
 
-static relay_status opt_endpoint(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_endpoint(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	md_state *st = spec->ctx;
 	if (!json_object_is_type(v, json_type_string))
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.endpoint must be a URL string");
 	return set_endpoint(st, json_object_get_string(v), err);
 }
 
-static relay_status opt_images(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_images(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	return images_option(spec->ctx, v, err);
 }
 
-static relay_status opt_swarm(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_swarm(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	md_state *st = spec->ctx;
 	if (!json_object_is_type(v, json_type_boolean))
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -340,9 +340,9 @@ static relay_status opt_swarm(const rk_options *spec, const char *key, json_obje
 	return RELAY_OK;
 }
 
-static relay_status opt_runtime(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_runtime(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	md_state *st = spec->ctx;
 	const char *rt = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
 	if (!valid_key(rt) || strlen(rt) >= sizeof st->runtime)
@@ -352,62 +352,42 @@ static relay_status opt_runtime(const rk_options *spec, const char *key, json_ob
 	return RELAY_OK;
 }
 
-static relay_status opt_guest_user(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_guest_user(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	return guest_user_option(spec->ctx, v, err);
 }
 
-static relay_status opt_limits(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_limits(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	return limits_option(spec->ctx, key, v, err);
+	return limits_option(spec->ctx, opt->key, v, err);
 }
 
-static relay_status opt_ssh(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_ssh(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	return ssh_option(spec->ctx, v, err);
 }
 
-static relay_status opt_tls(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_tls(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	return tls_option(spec->ctx, v, err);
 }
 
-static relay_status opt_display(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_nodes(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	md_state *st = spec->ctx;
-	static const char *const modes[] = {"auto", "off", NULL};
-	int i = 0;
-	relay_status s = rk_option_choice(spec, key, v, modes, &i, err);
-	if (s == RELAY_OK)
-		st->display_enabled = i == 0;
-	return s;
-}
-
-static relay_status opt_screen(const rk_options *spec, const char *key, json_object *v, relay_error *err)
-{
-	md_state *st = spec->ctx;
-	return rk_option_screen(spec, key, v, st->screen, sizeof st->screen, err);
-}
-
-static relay_status opt_nodes(const rk_options *spec, const char *key, json_object *v, relay_error *err)
-{
-	return md_nodes_set_option(spec->ctx, key, v, err);
+	return md_nodes_set_option(spec->ctx, opt->key, v, err);
 }
 
 relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 {
-	const int64_t month = 30LL * 24 * 3600 * 1000;
 	int64_t max_guests = st->max_guests;
 	const rk_option table[] = {
 	    {"endpoint", opt_endpoint, 0, 0, NULL},
 	    {"images", opt_images, 0, 0, NULL},
 	    {"maxGuests", NULL, 1, 256, &max_guests},
-	    {"graceMs", NULL, 0, month, &st->grace_ms},
-	    {"backstopMs", NULL, 0, month, &st->backstop_ms},
-	    {"reaperIntervalMs", NULL, 100, month, &st->reaper_interval_ms},
+	    RK_OPTIONS_LEASE_TIMES(&st->grace_ms, &st->backstop_ms, &st->reaper_interval_ms),
 	    {"pullTimeoutMs", NULL, 1000, 3600000, &st->pull_timeout_ms},
 	    {"runtime", opt_runtime, 0, 0, NULL},
 	    {"swarm", opt_swarm, 0, 0, NULL},
@@ -416,8 +396,7 @@ relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 	    {"ulimits", opt_limits, 0, 0, NULL},
 	    {"ssh", opt_ssh, 0, 0, NULL},
 	    {"tls", opt_tls, 0, 0, NULL},
-	    {"display", opt_display, 0, 0, NULL},
-	    {"screen", opt_screen, 0, 0, NULL},
+	    RK_OPTIONS_DISPLAY(&st->display_enabled, st->screen),
 	    {"nodes", opt_nodes, 0, 0, NULL},
 	    {"managers", opt_nodes, 0, 0, NULL},
 	    {"discovery", opt_nodes, 0, 0, NULL},

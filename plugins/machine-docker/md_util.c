@@ -30,37 +30,6 @@ relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_e
 	return st->host->error_set(err, code, sys_errno, "%s", text);
 }
 
-void md_textf(char *out, size_t size, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(out, size, fmt, ap);
-	va_end(ap);
-}
-
-char *md_json_out(md_state *st, json_object *obj)
-{
-	const char *text =
-	    json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
-	return text ? st->host->strdup(text) : NULL;
-}
-
-const char *md_str(json_object *obj, const char *key)
-{
-	return rsj_get_str(obj, key);
-}
-
-int64_t md_int(json_object *obj, const char *key, int64_t fallback)
-{
-	int64_t value;
-	return rsj_get_int(obj, key, &value) ? value : fallback;
-}
-
-json_object *md_obj(json_object *obj, const char *key)
-{
-	return rsj_get_obj(obj, key);
-}
-
 json_object *md_read_json(const char *path, int *errno_out)
 {
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);

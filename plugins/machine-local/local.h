@@ -48,6 +48,8 @@
 #include "relay_kit/proc.h"
 #include "relay_kit/random.h"
 #include "relay_kit/reaper.h"
+#include "relay_kit/text.h"
+#include "relay_support/json_get.h"
 
 #define LOCAL_PLUGIN_NAME    "machine-local"
 #define LOCAL_PLUGIN_VERSION "0.1.0"
@@ -142,15 +144,15 @@ typedef struct local_state {
 
 relay_status lu_err(local_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* snprintf for messages and paths whose truncation is acceptable. */
-void lu_textf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-char *lu_json_out(local_state *st, json_object *obj); /* host-allocated text; NULL on failure */
-/* The typed getters of relay_support/json_get.h (rsj_get_*) under
- * machine-local's names, with a fallback for an absent or mistyped member. */
-const char *lu_get_string(json_object *obj, const char *key);
-int64_t lu_get_int(json_object *obj, const char *key, int64_t fallback);
-bool lu_get_bool(json_object *obj, const char *key, bool fallback);
-json_object *lu_get_object(json_object *obj, const char *key);
+/* The kit's text (relay_kit/text.h) and the typed getters of
+ * relay_support/json_get.h (rsj_get_*) under machine-local's names, with a
+ * fallback for an absent or mistyped member. */
+#define lu_textf                       rk_textf
+#define lu_json_out(st, obj)           rk_json_text((st)->host, (obj))
+#define lu_get_string(obj, key)        rsj_get_str((obj), (key))
+#define lu_get_int(obj, key, fallback) rsj_int_or((obj), (key), (fallback))
+#define lu_get_bool(obj, key, fallback) rsj_bool_or((obj), (key), (fallback))
+#define lu_get_object(obj, key)        rsj_get_obj((obj), (key))
 /* The plugin kit's clock, random hex, durable write and processes
  * (support/kit/relay_kit/) under machine-local's names. */
 #define lu_random_hex(st, out, hex_digits) rk_random_hex((st)->host, (out), (hex_digits))

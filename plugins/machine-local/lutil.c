@@ -43,43 +43,6 @@ relay_status lu_err(local_state *st, relay_error *err, relay_status code, int sy
 	return code;
 }
 
-void lu_textf(char *out, size_t size, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(out, size, fmt, ap);
-	va_end(ap);
-}
-
-char *lu_json_out(local_state *st, json_object *obj)
-{
-	const char *text =
-	    json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
-	return text ? st->host->strdup(text) : NULL;
-}
-
-const char *lu_get_string(json_object *obj, const char *key)
-{
-	return rsj_get_str(obj, key);
-}
-
-int64_t lu_get_int(json_object *obj, const char *key, int64_t fallback)
-{
-	int64_t value;
-	return rsj_get_int(obj, key, &value) ? value : fallback;
-}
-
-bool lu_get_bool(json_object *obj, const char *key, bool fallback)
-{
-	bool value;
-	return rsj_get_bool(obj, key, &value) ? value : fallback;
-}
-
-json_object *lu_get_object(json_object *obj, const char *key)
-{
-	return rsj_get_obj(obj, key);
-}
-
 int lu_write_json_durable(const char *path, json_object *obj, bool sync)
 {
 	const char *text = json_object_to_json_string_ext(

@@ -137,9 +137,9 @@ static bool valid_tree_path(const char *path)
 	return path && path[0] == '/' && strpbrk(path, ",:\\\n") == NULL && strlen(path) < 1024;
 }
 
-static relay_status opt_images(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_images(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	local_state *st = spec->ctx;
 	if (!json_object_is_type(v, json_type_object))
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -165,43 +165,26 @@ static relay_status opt_images(const rk_options *spec, const char *key, json_obj
 	return RELAY_OK;
 }
 
-static relay_status opt_network_helper(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_network_helper(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
 	local_state *st = spec->ctx;
 	static const char *const helpers[] = {"auto", "slirp4netns", "pasta", "none", NULL};
 	int i = 0;
-	relay_status s = rk_option_choice(spec, key, v, helpers, &i, err);
+	relay_status s = rk_option_choice(spec, opt->key, v, helpers, &i, err);
 	if (s == RELAY_OK)
 		snprintf(st->helper_choice, sizeof st->helper_choice, "%s", helpers[i]);
 	return s;
 }
 
-static relay_status opt_display(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_guest_user(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	local_state *st = spec->ctx;
-	static const char *const modes[] = {"auto", "off", NULL};
-	int i = 0;
-	relay_status s = rk_option_choice(spec, key, v, modes, &i, err);
-	if (s == RELAY_OK)
-		st->display_enabled = i == 0;
-	return s;
-}
-
-static relay_status opt_screen(const rk_options *spec, const char *key, json_object *v, relay_error *err)
-{
-	local_state *st = spec->ctx;
-	return rk_option_screen(spec, key, v, st->screen, sizeof st->screen, err);
-}
-
-static relay_status opt_guest_user(const rk_options *spec, const char *key, json_object *v, relay_error *err)
-{
-	(void)key;
+	(void)opt;
 	return parse_user(spec->ctx, v, err);
 }
 
-static relay_status opt_limits(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_limits(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	local_state *st = spec->ctx;
 	if (!json_object_is_type(v, json_type_object))
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -225,21 +208,21 @@ static relay_status opt_limits(const rk_options *spec, const char *key, json_obj
 	return RELAY_OK;
 }
 
-static relay_status opt_rootless(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_rootless(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	return parse_rootless(spec->ctx, v, err);
 }
 
-static relay_status opt_bounds(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_bounds(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	return parse_bounds(spec->ctx, v, err);
 }
 
-static relay_status opt_mask(const rk_options *spec, const char *key, json_object *v, relay_error *err)
+static relay_status opt_mask(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	local_state *st = spec->ctx;
 	if (!json_object_is_type(v, json_type_array))
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.mask must be an array of absolute paths");
@@ -255,17 +238,13 @@ static relay_status opt_mask(const rk_options *spec, const char *key, json_objec
 
 relay_status options_parse(local_state *st, json_object *opts, relay_error *err)
 {
-	const int64_t month_ms = 30LL * 24 * 3600 * 1000;
 	int64_t max_guests = st->max_guests;
 	const rk_option table[] = {
 	    {"images", opt_images, 0, 0, NULL},
 	    {"maxGuests", NULL, 1, 64, &max_guests},
-	    {"graceMs", NULL, 0, month_ms, &st->grace_ms},
-	    {"backstopMs", NULL, 0, month_ms, &st->backstop_ms},
-	    {"reaperIntervalMs", NULL, 100, month_ms, &st->reaper_interval_ms},
+	    RK_OPTIONS_LEASE_TIMES(&st->grace_ms, &st->backstop_ms, &st->reaper_interval_ms),
 	    {"networkHelper", opt_network_helper, 0, 0, NULL},
-	    {"display", opt_display, 0, 0, NULL},
-	    {"screen", opt_screen, 0, 0, NULL},
+	    RK_OPTIONS_DISPLAY(&st->display_enabled, st->screen),
 	    {"guestUser", opt_guest_user, 0, 0, NULL},
 	    {"limits", opt_limits, 0, 0, NULL},
 	    {"bounds", opt_bounds, 0, 0, NULL},

@@ -36,9 +36,9 @@ static bool plain_path(const char *p)
 #define SSH_OPTIONS_WHERE "MCP_RELAY_TRANSFER_SSH_OPTIONS"
 
 /* options.ssh: the ssh program, a non-empty string. */
-static relay_status opt_ssh(const rk_options *spec, const char *key, json_object *value, relay_error *err)
+static relay_status opt_ssh(const rk_options *spec, const rk_option *opt, json_object *value, relay_error *err)
 {
-	(void)key;
+	(void)opt;
 	if (!json_object_is_type(value, json_type_string) || json_object_get_string_len(value) == 0)
 		return spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                             "transfer-ssh: options.ssh must be the ssh program, a non-empty "

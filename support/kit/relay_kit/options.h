@@ -24,17 +24,33 @@
 #include "relay/host.h"
 
 struct rk_options;
-/* A key's own parser (its state in spec->ctx): RELAY_OK, or the refusal in
- * err (host->error_set). */
-typedef relay_status (*rk_option_fn)(const struct rk_options *spec, const char *key, json_object *value,
-                                     relay_error *err);
+struct rk_option;
+/* A key's own parser (the plugin's state in spec->ctx, the entry's in
+ * opt->dest): RELAY_OK, or the refusal in err (host->error_set). */
+typedef relay_status (*rk_option_fn)(const struct rk_options *spec, const struct rk_option *opt,
+                                     json_object *value, relay_error *err);
 
 typedef struct rk_option {
 	const char *key;
-	rk_option_fn parse; /* NULL: a whole number from lo to hi into *number */
+	rk_option_fn parse; /* NULL: a whole number from lo to hi into *(int64_t *)dest */
 	int64_t lo, hi;
-	int64_t *number;
+	void *dest;
 } rk_option;
+
+/* The options every machine plugin has: the lease times (milliseconds, up
+ * to 30 days; the reaper's interval at least 100 ms), the display ("auto"
+ * or "off", into a bool) and its screen (into char[RK_SCREEN_BYTES]). */
+#define RK_SCREEN_BYTES  32
+#define RK_MONTH_MS      (30LL * 24 * 3600 * 1000)
+#define RK_OPTIONS_LEASE_TIMES(grace_ms, backstop_ms, reaper_interval_ms)                                     \
+	{"graceMs", NULL, 0, RK_MONTH_MS, (grace_ms)}, {"backstopMs", NULL, 0, RK_MONTH_MS, (backstop_ms)},    \
+	    {"reaperIntervalMs", NULL, 100, RK_MONTH_MS, (reaper_interval_ms)}
+#define RK_OPTIONS_DISPLAY(enabled, screen)                                                                  \
+	{"display", rk_option_display, 0, 0, (enabled)}, {"screen", rk_option_screen, 0, 0, (screen)}
+relay_status rk_option_display(const struct rk_options *spec, const struct rk_option *opt, json_object *value,
+                               relay_error *err);
+relay_status rk_option_screen(const struct rk_options *spec, const struct rk_option *opt, json_object *value,
+                              relay_error *err);
 
 typedef struct rk_options {
 	const relay_host *host;
@@ -59,9 +75,5 @@ relay_status rk_option_number(const rk_options *spec, const char *key, json_obje
  * refused as "options.<key> must be a, b or c" otherwise. */
 relay_status rk_option_choice(const rk_options *spec, const char *key, json_object *value,
                               const char *const *choices, int *index_out, relay_error *err);
-/* A screen "WIDTHxHEIGHTxDEPTH" (64..8192 pixels, depth 16, 24 or 32),
- * written back normalised into out. */
-relay_status rk_option_screen(const rk_options *spec, const char *key, json_object *value, char *out,
-                              size_t size, relay_error *err);
 
 #endif

@@ -1,6 +1,7 @@
 /* options.c — table-driven plugin options (relay_kit/options.h). */
 #include "relay_kit/options.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,9 +51,21 @@ relay_status rk_option_choice(const rk_options *spec, const char *key, json_obje
 	return s;
 }
 
-relay_status rk_option_screen(const rk_options *spec, const char *key, json_object *value, char *out,
-                              size_t size, relay_error *err)
+relay_status rk_option_display(const rk_options *spec, const rk_option *opt, json_object *value, relay_error *err)
 {
+	static const char *const modes[] = {"auto", "off", NULL};
+	int i = 0;
+	relay_status s = rk_option_choice(spec, opt->key, value, modes, &i, err);
+	if (s == RELAY_OK)
+		*(bool *)opt->dest = i == 0;
+	return s;
+}
+
+/* A screen "WIDTHxHEIGHTxDEPTH" (64..8192 pixels, depth 16, 24 or 32),
+ * written back normalised. */
+relay_status rk_option_screen(const rk_options *spec, const rk_option *opt, json_object *value, relay_error *err)
+{
+	const char *key = opt->key;
 	const char *text = json_object_is_type(value, json_type_string) ? json_object_get_string(value) : "";
 	unsigned w = 0, h = 0, d = 0;
 	char tail = 0;
@@ -63,7 +76,7 @@ relay_status rk_option_screen(const rk_options *spec, const char *key, json_obje
 		                             "options.%s must look like 1280x800x24 (depth 16, 24 or 32)%s", key,
 		                             fix_it(spec, where, sizeof where));
 	}
-	snprintf(out, size, "%ux%ux%u", w, h, d);
+	snprintf(opt->dest, RK_SCREEN_BYTES, "%ux%ux%u", w, h, d);
 	return RELAY_OK;
 }
 
@@ -98,8 +111,8 @@ relay_status rk_options_parse(const rk_options *spec, json_object *options, rela
 				opt = &spec->table[i];
 		if (opt == NULL)
 			return unknown(spec, key, err);
-		relay_status s = opt->parse ? opt->parse(spec, key, value, err)
-		                            : rk_option_number(spec, key, value, opt->lo, opt->hi, opt->number, err);
+		relay_status s = opt->parse ? opt->parse(spec, opt, value, err)
+		                            : rk_option_number(spec, key, value, opt->lo, opt->hi, opt->dest, err);
 		if (s != RELAY_OK)
 			return s;
 	}

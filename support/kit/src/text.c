@@ -1,0 +1,20 @@
+/* text.c — plugin text (relay_kit/text.h). */
+#include "relay_kit/text.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+void rk_textf(char *out, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(out, size, fmt, ap);
+	va_end(ap);
+}
+
+char *rk_json_text(const relay_host *host, json_object *obj)
+{
+	const char *text =
+	    json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	return text ? host->strdup(text) : NULL;
+}
