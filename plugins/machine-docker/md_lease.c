@@ -47,6 +47,7 @@
 #include "md_console.h"
 #include "md_egress.h"
 #include "md_lease.h"
+#include "relay_kit/lease_doc.h"
 
 /* ---- acquire ---------------------------------------------------------------------- */
 
@@ -419,12 +420,9 @@ relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_o
 		s = md_err(st, err, RELAY_E_NOT_FOUND, e, "machine-docker no longer holds lease %s", vm);
 		goto done;
 	}
-	const char *state = md_str(rec, "state");
-	if (state == NULL || strcmp(state, "running") != 0) {
-		s = md_err(st, err, RELAY_E_REFUSED, 0, "%s is %s; renewal cannot cancel committed teardown",
-		           vm, state ? state : "in an unknown state");
+	s = rk_lease_check_renewable(st->host, rec, err);
+	if (s != RELAY_OK)
 		goto done;
-	}
 	/* A Swarm task: on its node's engine, and only while the task runs there. */
 	md_state *eng = md_engine_of(st, rec, NULL);
 	char lost[800];

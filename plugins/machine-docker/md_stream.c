@@ -35,16 +35,12 @@ relay_status md_tstream_open(md_state *st, md_conn *conn, const relay_exec_reque
                              unsigned flags, relay_transport_stream **out, relay_error *err)
 {
 	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_open flags 0x%x", flags);
 	relay_exec_request req;
-	memset(&req, 0, sizeof req);
-	if (req_in == NULL || req_in->struct_size < RELAY_EXEC_REQUEST_V1_0_SIZE)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a request");
-	memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
-	if (req.argv == NULL || req.argv[0] == NULL || (req.cwd && req.cwd[0] && req.cwd[0] != '/'))
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "stream_open needs argv and an absolute cwd");
+	relay_status checked = rk_stream_open_request(st->host, req_in, flags, &req, err);
+	if (checked != RELAY_OK)
+		return checked;
+	if (req.cwd && req.cwd[0] && req.cwd[0] != '/')
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs an absolute cwd");
 	exec_plan p = {.container = conn->container,
 	               .user = conn->user,
 	               .argv = req.argv,

@@ -44,15 +44,10 @@ relay_status stream_open(local_state *st, local_conn *conn, const relay_exec_req
 {
 	(void)call;
 	*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_open flags 0x%x", flags);
 	relay_exec_request req;
-	memset(&req, 0, sizeof req);
-	if (req_in == NULL || req_in->struct_size < RELAY_EXEC_REQUEST_V1_0_SIZE)
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a request");
-	memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
-	if (req.argv == NULL || req.argv[0] == NULL || req.argv[0][0] == '\0')
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a non-empty argv");
+	relay_status checked = rk_stream_open_request(st->host, req_in, flags, &req, err);
+	if (checked != RELAY_OK)
+		return checked;
 	local_stream *s = calloc(1, sizeof *s);
 	int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1};
 	char **env = NULL;

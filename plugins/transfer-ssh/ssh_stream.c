@@ -56,17 +56,10 @@ relay_status ssh_stream_open(const ssh_conn *conn, const relay_exec_request *req
 {
 	const relay_host *host = conn->plugin->host;
 	*out = NULL;
-	if (flags)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_open flags 0x%x",
-		                       flags);
 	relay_exec_request req;
-	memset(&req, 0, sizeof req);
-	if (req_in == NULL || req_in->struct_size < RELAY_EXEC_REQUEST_V1_0_SIZE)
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a request");
-	memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
-	if (req.argv == NULL || req.argv[0] == NULL || req.argv[0][0] == '\0')
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                       "stream_open needs a non-empty argv");
+	relay_status checked = rk_stream_open_request(host, req_in, flags, &req, err);
+	if (checked != RELAY_OK)
+		return checked;
 	ssh_stream *s = calloc(1, sizeof *s);
 	char *command = stream_command(&req);
 	char **argv = command ? ssh_argv(conn, SSH_MODE_SESSION, command) : NULL;

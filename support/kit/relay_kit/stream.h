@@ -11,7 +11,13 @@
 #include <stdint.h>
 
 #include "relay/host.h"
+#include "relay/transport.h"
 
+/* stream_open's checks: no flags, a request of at least ABI 1.0's size
+ * with a non-empty argv; the request copied into *req (the fields the
+ * caller's version lacks zero). */
+relay_status rk_stream_open_request(const relay_host *host, const relay_exec_request *req_in, unsigned flags,
+                                    relay_exec_request *req, relay_error *err);
 /* stream_write's checks: no flags, an open stream, data unless len is 0,
  * a positive timeout. RELAY_OK or the refusal in err. */
 relay_status rk_stream_write_check(const relay_host *host, bool open, const void *data, size_t len,

@@ -6,6 +6,20 @@
 
 #include "relay_support/fdstream.h"
 
+relay_status rk_stream_open_request(const relay_host *host, const relay_exec_request *req_in, unsigned flags,
+                                    relay_exec_request *req, relay_error *err)
+{
+	memset(req, 0, sizeof *req);
+	if (flags)
+		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_open flags 0x%x", flags);
+	if (req_in == NULL || req_in->struct_size < RELAY_EXEC_REQUEST_V1_0_SIZE)
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a request");
+	memcpy(req, req_in, req_in->struct_size < sizeof *req ? req_in->struct_size : sizeof *req);
+	if (req->argv == NULL || req->argv[0] == NULL || req->argv[0][0] == '\0')
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a non-empty argv");
+	return RELAY_OK;
+}
+
 relay_status rk_stream_write_check(const relay_host *host, bool open, const void *data, size_t len,
                                    uint64_t timeout_ms, unsigned flags, relay_error *err)
 {
