@@ -180,18 +180,18 @@ relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_e
 /* The kit's text (relay_kit/text.h) and the getters of
  * relay_support/json_get.h under machine-docker's names: a member of
  * another type is absent (an array member: rsj_get_array). */
-#define md_textf                      rk_textf
-#define md_json_out(st, obj)          rk_json_text((st)->host, (obj))
-#define md_str(obj, key)              rsj_get_str((obj), (key))
-#define md_int(obj, key, fallback)    rsj_int_or((obj), (key), (fallback))
-#define md_obj(obj, key)              rsj_get_obj((obj), (key))
+#define md_textf                   rk_textf
+#define md_json_out(st, obj)       rk_json_text((st)->host, (obj))
+#define md_str(obj, key)           rsj_get_str((obj), (key))
+#define md_int(obj, key, fallback) rsj_int_or((obj), (key), (fallback))
+#define md_obj(obj, key)           rsj_get_obj((obj), (key))
 /* The plugin kit's clock, random hex, durable write (0600, synced) and
  * processes (support/kit/relay_kit/) under machine-docker's names. */
-#define md_monotonic_ms()                   rk_monotonic_ms()
-#define md_sleep_ms(ms)                     rk_sleep_ms(ms)
-#define md_random_hex(st, out, digits)      rk_random_hex((st)->host, (out), (digits))
-#define md_write_durable(path, data, len)   rk_write_durable((path), (data), (len), 0600, RK_DURABLE_SYNC)
-#define md_proc_start(pid)                  rk_proc_start(pid)
+#define md_monotonic_ms()                 rk_monotonic_ms()
+#define md_sleep_ms(ms)                   rk_sleep_ms(ms)
+#define md_random_hex(st, out, digits)    rk_random_hex((st)->host, (out), (digits))
+#define md_write_durable(path, data, len) rk_write_durable((path), (data), (len), 0600, RK_DURABLE_SYNC)
+#define md_proc_start(pid)                rk_proc_start(pid)
 json_object *md_read_json(const char *path, int *errno_out);
 
 /* ---- md_api.c --------------------------------------------------------------- */

@@ -453,13 +453,7 @@ relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_o
 		goto done;
 	}
 	int64_t now = st->host->now_ms();
-	int64_t expires =
-	    now + (int64_t)(ttl_ms > (uint64_t)INT64_MAX / 4 ? (uint64_t)INT64_MAX / 4 : ttl_ms);
-	int64_t deadline = md_int(rec, "deadlineMs", 0);
-	if (deadline > 0 && expires > deadline)
-		expires = deadline;
-	json_object_object_add(rec, "expiresAtMs", json_object_new_int64(expires));
-	json_object_object_add(rec, "renewedAtMs", json_object_new_int64(now));
+	rk_lease_renew_record(rec, now, ttl_ms);
 	md_set_owner(st, rec);
 	char line[96];
 	int n = md_expires_text(st, rec, line, sizeof line);

@@ -313,7 +313,8 @@ static relay_status ssh_check(md_state *st, relay_error *err)
 
 /* ---- the table of md_parse_options (relay_kit/options.h) ---------------------------------- */
 
-static relay_status opt_endpoint(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+static relay_status opt_endpoint(const rk_options *spec, const rk_option *opt, json_object *v,
+                                 relay_error *err)
 {
 	(void)opt;
 	md_state *st = spec->ctx;
@@ -340,19 +341,22 @@ static relay_status opt_swarm(const rk_options *spec, const rk_option *opt, json
 	return RELAY_OK;
 }
 
-static relay_status opt_runtime(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+static relay_status opt_runtime(const rk_options *spec, const rk_option *opt, json_object *v,
+                                relay_error *err)
 {
 	(void)opt;
 	md_state *st = spec->ctx;
 	const char *rt = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
 	if (!valid_key(rt) || strlen(rt) >= sizeof st->runtime)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "options.runtime must name an OCI runtime of the engine (runc, crun, runsc, kata)");
+		return md_err(
+		    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "options.runtime must name an OCI runtime of the engine (runc, crun, runsc, kata)");
 	snprintf(st->runtime, sizeof st->runtime, "%s", rt);
 	return RELAY_OK;
 }
 
-static relay_status opt_guest_user(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+static relay_status opt_guest_user(const rk_options *spec, const rk_option *opt, json_object *v,
+                                   relay_error *err)
 {
 	(void)opt;
 	return guest_user_option(spec->ctx, v, err);

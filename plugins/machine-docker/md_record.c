@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "md.h"
-#include "relay_kit/lease_doc.h"
 #include "md_lease.h"
+#include "relay_kit/lease_doc.h"
 
 bool md_valid_name(const char *s)
 {

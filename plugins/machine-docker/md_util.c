@@ -59,7 +59,6 @@ json_object *md_read_json(const char *path, int *errno_out)
 	return obj;
 }
 
-
 void md_guest_env(const md_state *st, json_object *env, bool display)
 {
 	json_object_array_add(env, json_object_new_string(st->guest_uid == 0 ? "HOME=/root" : "HOME=/tmp"));

@@ -164,8 +164,8 @@ static relay_status add_tree(tar_out *t, int dir_fd, const char *prefix, int dep
 	size_t count = 0;
 	char **names = rk_dir_names_sorted(dir_fd, &count);
 	if (names == NULL)
-		return md_err(t->st, err, errno == ENOMEM ? RELAY_E_NO_MEMORY : RELAY_E_IO, errno, "cannot list %s",
-		              prefix[0] ? prefix : "the tree");
+		return md_err(t->st, err, errno == ENOMEM ? RELAY_E_NO_MEMORY : RELAY_E_IO, errno,
+		              "cannot list %s", prefix[0] ? prefix : "the tree");
 	relay_status s = RELAY_OK;
 	for (size_t i = 0; i < count && s == RELAY_OK; i++) {
 		char rel[PATH_MAX];

@@ -147,12 +147,12 @@ relay_status lu_err(local_state *st, relay_error *err, relay_status code, int sy
 /* The kit's text (relay_kit/text.h) and the typed getters of
  * relay_support/json_get.h (rsj_get_*) under machine-local's names, with a
  * fallback for an absent or mistyped member. */
-#define lu_textf                       rk_textf
-#define lu_json_out(st, obj)           rk_json_text((st)->host, (obj))
-#define lu_get_string(obj, key)        rsj_get_str((obj), (key))
-#define lu_get_int(obj, key, fallback) rsj_int_or((obj), (key), (fallback))
+#define lu_textf                        rk_textf
+#define lu_json_out(st, obj)            rk_json_text((st)->host, (obj))
+#define lu_get_string(obj, key)         rsj_get_str((obj), (key))
+#define lu_get_int(obj, key, fallback)  rsj_int_or((obj), (key), (fallback))
 #define lu_get_bool(obj, key, fallback) rsj_bool_or((obj), (key), (fallback))
-#define lu_get_object(obj, key)        rsj_get_obj((obj), (key))
+#define lu_get_object(obj, key)         rsj_get_obj((obj), (key))
 /* The plugin kit's clock, random hex, durable write and processes
  * (support/kit/relay_kit/) under machine-local's names. */
 #define lu_random_hex(st, out, hex_digits) rk_random_hex((st)->host, (out), (hex_digits))

@@ -86,13 +86,7 @@ static relay_status m_renew(relay_plugin_state *state, const char *lease_json, u
 	}
 	close(pidfd);
 	int64_t now = st->host->now_ms();
-	int64_t expires =
-	    now + (int64_t)(ttl_ms > (uint64_t)INT64_MAX / 2 ? (uint64_t)INT64_MAX / 2 : ttl_ms);
-	int64_t deadline = lu_get_int(rec, "deadlineMs", 0);
-	if (deadline > 0 && expires > deadline)
-		expires = deadline;
-	json_object_object_add(rec, "expiresAtMs", json_object_new_int64(expires));
-	json_object_object_add(rec, "renewedAtMs", json_object_new_int64(now));
+	rk_lease_renew_record(rec, now, ttl_ms);
 	lease_set_owner(st, rec); /* a restarted relay takes the lease back here */
 	e = lease_write(st, rec, true);
 	if (e == 0)

@@ -146,7 +146,8 @@ static relay_status opt_images(const rk_options *spec, const rk_option *opt, jso
 		              "options.images must map image keys to absolute tree folders");
 	json_object_object_foreach(v, ik, iv)
 	{
-		const char *tree = json_object_is_type(iv, json_type_string) ? json_object_get_string(iv) : NULL;
+		const char *tree =
+		    json_object_is_type(iv, json_type_string) ? json_object_get_string(iv) : NULL;
 		if (!valid_image_key(ik) || strcmp(ik, "local") == 0)
 			return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 			              "options.images: %s is not a valid image key (A-Z, a-z, 0-9, ., _, -; "
@@ -165,7 +166,8 @@ static relay_status opt_images(const rk_options *spec, const rk_option *opt, jso
 	return RELAY_OK;
 }
 
-static relay_status opt_network_helper(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+static relay_status opt_network_helper(const rk_options *spec, const rk_option *opt, json_object *v,
+                                       relay_error *err)
 {
 	local_state *st = spec->ctx;
 	static const char *const helpers[] = {"auto", "slirp4netns", "pasta", "none", NULL};
@@ -176,7 +178,8 @@ static relay_status opt_network_helper(const rk_options *spec, const rk_option *
 	return s;
 }
 
-static relay_status opt_guest_user(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+static relay_status opt_guest_user(const rk_options *spec, const rk_option *opt, json_object *v,
+                                   relay_error *err)
 {
 	(void)opt;
 	return parse_user(spec->ctx, v, err);
@@ -208,7 +211,8 @@ static relay_status opt_limits(const rk_options *spec, const rk_option *opt, jso
 	return RELAY_OK;
 }
 
-static relay_status opt_rootless(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+static relay_status opt_rootless(const rk_options *spec, const rk_option *opt, json_object *v,
+                                 relay_error *err)
 {
 	(void)opt;
 	return parse_rootless(spec->ctx, v, err);
@@ -225,12 +229,14 @@ static relay_status opt_mask(const rk_options *spec, const rk_option *opt, json_
 	(void)opt;
 	local_state *st = spec->ctx;
 	if (!json_object_is_type(v, json_type_array))
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.mask must be an array of absolute paths");
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.mask must be an array of absolute paths");
 	for (size_t i = 0; i < json_object_array_length(v); i++) {
 		const char *p = json_object_get_string(json_object_array_get_idx(v, i));
 		if (p == NULL || p[0] != '/' || strstr(p, "..") || st->mask_count >= LOCAL_MAX_MASKS)
 			return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			              "options.mask: at most %d absolute paths without \"..\"", LOCAL_MAX_MASKS);
+			              "options.mask: at most %d absolute paths without \"..\"",
+			              LOCAL_MAX_MASKS);
 		st->masks[st->mask_count++] = strdup(p);
 	}
 	return RELAY_OK;
@@ -251,7 +257,8 @@ relay_status options_parse(local_state *st, json_object *opts, relay_error *err)
 	    {"mask", opt_mask, 0, 0, NULL},
 	    {"rootless", opt_rootless, 0, 0, NULL},
 	};
-	const rk_options spec = {st->host, LOCAL_PLUGIN_NAME, NULL, table, sizeof table / sizeof table[0], st};
+	const rk_options spec = {st->host, LOCAL_PLUGIN_NAME, NULL, table, sizeof table / sizeof table[0],
+	                         st};
 	relay_status s = rk_options_parse(&spec, opts, err);
 	st->max_guests = (int)max_guests;
 	return s;

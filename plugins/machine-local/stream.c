@@ -117,9 +117,11 @@ relay_status stream_write(local_state *st, relay_transport_stream *stream, const
                           uint64_t timeout_ms, unsigned flags, relay_error *err)
 {
 	local_stream *s = stream;
-	relay_status status = rk_stream_write_check(st->host, s && s->in_fd >= 0, data, len, timeout_ms, flags, err);
-	return status != RELAY_OK ? status
-	                          : rk_stream_fd_write(st->host, s->in_fd, data, len, timeout_ms, "the guest command", err);
+	relay_status status =
+	    rk_stream_write_check(st->host, s && s->in_fd >= 0, data, len, timeout_ms, flags, err);
+	return status != RELAY_OK
+	           ? status
+	           : rk_stream_fd_write(st->host, s->in_fd, data, len, timeout_ms, "the guest command", err);
 }
 
 relay_status stream_read(local_state *st, relay_transport_stream *stream, void *buf, size_t cap,
@@ -129,8 +131,8 @@ relay_status stream_read(local_state *st, relay_transport_stream *stream, void *
 	*got_out = 0;
 	relay_status status = rk_stream_read_check(st->host, s != NULL, buf, cap, flags, err);
 	return status != RELAY_OK ? status
-	                          : rk_stream_fd_read(st->host, s->out_fd, buf, cap, timeout_ms, "the guest command",
-	                                              got_out, err);
+	                          : rk_stream_fd_read(st->host, s->out_fd, buf, cap, timeout_ms,
+	                                              "the guest command", got_out, err);
 }
 
 void stream_close(local_state *st, relay_transport_stream *stream, unsigned flags)

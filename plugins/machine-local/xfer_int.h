@@ -6,9 +6,9 @@
 #ifndef MACHINE_LOCAL_XFER_INT_H
 #define MACHINE_LOCAL_XFER_INT_H
 
+#include "relay_kit/sha256.h"
 #include <archive.h>
 #include <limits.h>
-#include "relay_kit/sha256.h"
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>

@@ -7,11 +7,11 @@
 #include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,8 +302,8 @@ static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefi
 			}
 			archive_entry_free(e);
 			if (rc == 0) {
-				int sub = openat(dir_fd, names[i],
-				                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+				int sub =
+				    openat(dir_fd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 				if (sub < 0) {
 					sender_fail(s, RELAY_E_IO, "cannot open %s: %s", rel,
 					            strerror(errno));

@@ -9,10 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "relay_kit/buf.h"
 #include "relay_kit/options.h"
 #include "relay_support/json_get.h"
 #include "relay_support/tree.h"
-#include "relay_kit/buf.h"
 #include "ssh_scripts.h"
 #include "ssh_session.h"
 
@@ -36,7 +36,8 @@ static bool plain_path(const char *p)
 #define SSH_OPTIONS_WHERE "MCP_RELAY_TRANSFER_SSH_OPTIONS"
 
 /* options.ssh: the ssh program, a non-empty string. */
-static relay_status opt_ssh(const rk_options *spec, const rk_option *opt, json_object *value, relay_error *err)
+static relay_status opt_ssh(const rk_options *spec, const rk_option *opt, json_object *value,
+                            relay_error *err)
 {
 	(void)opt;
 	if (!json_object_is_type(value, json_type_string) || json_object_get_string_len(value) == 0)
@@ -58,8 +59,8 @@ static relay_status read_options(const relay_host *host, json_object *options, s
 	    {"controlPersistSeconds", NULL, 1, 86400, &persist_s},
 	    {"spareSessions", NULL, 0, SSH_SPARES_MAX, &spares},
 	};
-	const rk_options spec = {host, SSH_PLUGIN_NAME, SSH_OPTIONS_WHERE, table, sizeof table / sizeof table[0],
-	                         NULL};
+	const rk_options spec = {
+	    host, SSH_PLUGIN_NAME, SSH_OPTIONS_WHERE, table, sizeof table / sizeof table[0], NULL};
 	relay_status s = rk_options_parse(&spec, options, err);
 	plugin->connect_timeout_s = (unsigned)connect_s;
 	plugin->control_persist_s = (unsigned)persist_s;

@@ -12,14 +12,14 @@
 #include <unistd.h>
 
 #include "relay/transport.h"
+#include "relay_kit/buf.h"
+#include "relay_kit/sha256.h"
 #include "relay_support/tree.h"
 #include "relay_support/utf8_locale.h"
-#include "relay_kit/buf.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
 #include "ssh_scripts.h"
 #include "ssh_session.h"
-#include "relay_kit/sha256.h"
 #include "ssh_spawn.h"
 
 #define PULL_MAX_FACTS_BYTES  ((size_t)64 << 20)
@@ -42,7 +42,7 @@ typedef struct pull_ctx {
 	uint64_t got_bytes;
 	uint64_t total_bytes;
 	uint64_t next_progress;
-	rk_buf head;     /* standard output up to the stream: chatter, the facts block, the marker */
+	rk_buf head;      /* standard output up to the stream: chatter, the facts block, the marker */
 	size_t head_used; /* bytes of `head` before the stream (through the marker line) */
 	bool head_too_big;
 	const char *pending; /* stream bytes that arrived with the head, handed to libarchive first */

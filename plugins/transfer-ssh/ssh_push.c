@@ -11,13 +11,13 @@
 #include <unistd.h>
 
 #include "relay/transport.h"
-#include "relay_support/utf8_locale.h"
 #include "relay_kit/buf.h"
+#include "relay_kit/sha256.h"
+#include "relay_support/utf8_locale.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
 #include "ssh_scripts.h"
 #include "ssh_session.h"
-#include "relay_kit/sha256.h"
 #include "ssh_spawn.h"
 
 #define PUSH_MAX_DEPTH       256
@@ -198,7 +198,7 @@ typedef struct push_ctx {
 	relay_error step_err;
 	bool step_failed;
 	rk_buf expected; /* "<sha256> ./<member>" per file: the stream's last member */
-	bool unchecked;   /* RELAY_XFER_CALLER_VERIFIES: no hashing on either side */
+	bool unchecked;  /* RELAY_XFER_CALLER_VERIFIES: no hashing on either side */
 } push_ctx;
 
 static void push_on_out(void *ctx, const char *data, size_t len)

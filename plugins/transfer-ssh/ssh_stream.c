@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "relay_kit/buf.h"
 #include "relay_kit/stream.h"
 #include "relay_support/fdstream.h"
-#include "relay_kit/buf.h"
 #include "ssh_spawn.h"
 
 #define STREAM_CLOSE_WAIT_MS 2000
@@ -121,7 +121,8 @@ relay_status ssh_stream_write(ssh_plugin *plugin, relay_transport_stream *stream
 	if (st != RELAY_OK)
 		return st;
 	drain_stderr(s);
-	return rk_stream_fd_write(plugin->host, s->child.in_fd, data, len, timeout_ms, "the ssh session", err);
+	return rk_stream_fd_write(plugin->host, s->child.in_fd, data, len, timeout_ms, "the ssh session",
+	                          err);
 }
 
 relay_status ssh_stream_read(ssh_plugin *plugin, relay_transport_stream *stream, void *buf, size_t cap,
@@ -135,8 +136,8 @@ relay_status ssh_stream_read(ssh_plugin *plugin, relay_transport_stream *stream,
 	drain_stderr(s);
 	if (s->child.out_fd < 0)
 		return RELAY_OK; /* end of file seen before */
-	return rk_stream_fd_read(plugin->host, s->child.out_fd, buf, cap, timeout_ms, "the ssh session", got_out,
-	                         err);
+	return rk_stream_fd_read(plugin->host, s->child.out_fd, buf, cap, timeout_ms, "the ssh session",
+	                         got_out, err);
 }
 
 void ssh_stream_close(relay_transport_stream *stream)

@@ -18,7 +18,7 @@ typedef struct rk_buf {
 	bool failed;     /* an allocation failed */
 } rk_buf;
 
-#define RK_BUF_INIT                                                                                         \
+#define RK_BUF_INIT                                                                                          \
 	{                                                                                                    \
 		NULL, 0, 0, false                                                                            \
 	}

@@ -49,7 +49,8 @@ typedef struct rk_console_backend {
 	int (*write)(void *ctx, json_object *record);
 	/* Whether the guest runs, before an operation (op: "resolve", "open"
 	 * or "cancel"): 1 runs, 0 does not, -1 refused (err set). */
-	int (*guest_state)(void *ctx, json_object *record, const char *op, relay_call *call, relay_error *err);
+	int (*guest_state)(void *ctx, json_object *record, const char *op, relay_call *call,
+	                   relay_error *err);
 	/* Starts x11vnc and the viewer for a new attempt (status "preparing");
 	 * sets the attempt's status and reason either way. */
 	relay_status (*open)(void *ctx, json_object *record, const char *attempt_id, json_object *attempt,
@@ -75,8 +76,7 @@ typedef struct rk_console {
  * on the lease of `lease_json` with the request body `request_json`; the
  * answer (the report) in *response_out (host->strdup). */
 relay_status rk_console_op(const rk_console *c, const char *lease_json, const char *op,
-                           const char *request_json, relay_call *call, char **response_out,
-                           relay_error *err);
+                           const char *request_json, relay_call *call, char **response_out, relay_error *err);
 /* Gives a record acquired with a console its console id and first report
  * (ready) and an empty ledger. */
 void rk_console_prepare(const rk_console *c, json_object *record);
@@ -113,13 +113,13 @@ void rk_console_endpoint(json_object *attempt, pid_t netns_pid, const char *bann
 
 typedef struct rk_console_viewer {
 	const char *vm;
-	const char *whose;       /* "guest's" or "container's", for the log */
-	pid_t netns_pid;         /* whose /proc/<pid>/ns/net the viewer joins */
-	const char *password;    /* x11vnc's one-time password */
+	const char *whose;         /* "guest's" or "container's", for the log */
+	pid_t netns_pid;           /* whose /proc/<pid>/ns/net the viewer joins */
+	const char *password;      /* x11vnc's one-time password */
 	const char *password_file; /* where a viewer program finds it (0600) */
-	const char *events_path; /* the live view's take-over log */
-	const char *libexec_dir; /* the plugin's libexecDir (relay-vncweb) */
-	int log_fd;              /* the viewer's standard error, or -1 */
+	const char *events_path;   /* the live view's take-over log */
+	const char *libexec_dir;   /* the plugin's libexecDir (relay-vncweb) */
+	int log_fd;                /* the viewer's standard error, or -1 */
 	rk_console_in_netns_fn in_netns;
 	void *in_netns_ctx;
 } rk_console_viewer;
@@ -130,8 +130,8 @@ typedef struct rk_console_viewer {
  * `<viewer> 127.0.0.1::5900` with VNC_PASSWORD and
  * MCP_RELAY_VNC_PASSWORD_FILE. Sets the attempt's status (launched, or
  * failed with worker-launch-failed); on failure the caller stops x11vnc. */
-relay_status rk_console_viewer_start(const rk_console *c, json_object *attempt,
-                                     const rk_console_viewer *v, relay_error *err);
+relay_status rk_console_viewer_start(const rk_console *c, json_object *attempt, const rk_console_viewer *v,
+                                     relay_error *err);
 /* Stops the attempt's viewer (its process group) and removes its password
  * file: true when it is gone (or never ran). */
 bool rk_console_viewer_stop(json_object *attempt);

@@ -10,6 +10,7 @@
 #define RELAY_KIT_LEASE_DOC_H
 
 #include <json-c/json.h>
+#include <stdint.h>
 
 #include "relay/host.h"
 
@@ -18,6 +19,9 @@ json_object *rk_json_copy(json_object *obj, const char *key);
 /* The document of `record` with `state` as found (NULL: "unknown"). */
 json_object *rk_lease_document(json_object *record, const char *state);
 
+/* Renews the record: expiresAtMs = now_ms + ttl_ms, but never past its
+ * deadlineMs (when set); renewedAtMs = now_ms. */
+void rk_lease_renew_record(json_object *record, int64_t now_ms, uint64_t ttl_ms);
 /* RELAY_OK when the record's state is "running"; else RELAY_E_REFUSED
  * "<vm> is <state>; renewal cannot cancel committed teardown". */
 relay_status rk_lease_check_renewable(const relay_host *host, json_object *record, relay_error *err);

@@ -40,13 +40,18 @@ typedef struct rk_option {
 /* The options every machine plugin has: the lease times (milliseconds, up
  * to 30 days; the reaper's interval at least 100 ms), the display ("auto"
  * or "off", into a bool) and its screen (into char[RK_SCREEN_BYTES]). */
-#define RK_SCREEN_BYTES  32
-#define RK_MONTH_MS      (30LL * 24 * 3600 * 1000)
-#define RK_OPTIONS_LEASE_TIMES(grace_ms, backstop_ms, reaper_interval_ms)                                     \
-	{"graceMs", NULL, 0, RK_MONTH_MS, (grace_ms)}, {"backstopMs", NULL, 0, RK_MONTH_MS, (backstop_ms)},    \
-	    {"reaperIntervalMs", NULL, 100, RK_MONTH_MS, (reaper_interval_ms)}
+#define RK_SCREEN_BYTES 32
+#define RK_MONTH_MS     (30LL * 24 * 3600 * 1000)
+#define RK_OPTIONS_LEASE_TIMES(grace_ms, backstop_ms, reaper_interval_ms)                                    \
+	{"graceMs", NULL, 0, RK_MONTH_MS, (grace_ms)}, {"backstopMs", NULL, 0, RK_MONTH_MS, (backstop_ms)},  \
+	{                                                                                                    \
+		"reaperIntervalMs", NULL, 100, RK_MONTH_MS, (reaper_interval_ms)                             \
+	}
 #define RK_OPTIONS_DISPLAY(enabled, screen)                                                                  \
-	{"display", rk_option_display, 0, 0, (enabled)}, {"screen", rk_option_screen, 0, 0, (screen)}
+	{"display", rk_option_display, 0, 0, (enabled)},                                                     \
+	{                                                                                                    \
+		"screen", rk_option_screen, 0, 0, (screen)                                                   \
+	}
 relay_status rk_option_display(const struct rk_options *spec, const struct rk_option *opt, json_object *value,
                                relay_error *err);
 relay_status rk_option_screen(const struct rk_options *spec, const struct rk_option *opt, json_object *value,

@@ -23,21 +23,21 @@ relay_status rk_stream_open_request(const relay_host *host, const relay_exec_req
 relay_status rk_stream_write_check(const relay_host *host, bool open, const void *data, size_t len,
                                    uint64_t timeout_ms, unsigned flags, relay_error *err);
 /* stream_read's checks: no flags, an open stream, a buffer of cap > 0. */
-relay_status rk_stream_read_check(const relay_host *host, bool open, const void *buf, size_t cap, unsigned flags,
-                                  relay_error *err);
+relay_status rk_stream_read_check(const relay_host *host, bool open, const void *buf, size_t cap,
+                                  unsigned flags, relay_error *err);
 /* Writes all of data to the descriptor (relay_support/fdstream.h) within
  * timeout_ms: RELAY_E_TIMEOUT "<who> did not take <len> bytes within <t>
  * ms", RELAY_E_INDETERMINATE "<who>'s standard input broke". */
-relay_status rk_stream_fd_write(const relay_host *host, int fd, const void *data, size_t len, uint64_t timeout_ms,
-                                const char *who, relay_error *err);
+relay_status rk_stream_fd_write(const relay_host *host, int fd, const void *data, size_t len,
+                                uint64_t timeout_ms, const char *who, relay_error *err);
 /* Reads what arrives on the descriptor within timeout_ms (0 bytes: end of
  * file): RELAY_E_TIMEOUT "nothing arrived on the stream within <t> ms",
  * RELAY_E_INDETERMINATE "<who>'s standard output broke". */
 relay_status rk_stream_fd_read(const relay_host *host, int fd, void *buf, size_t cap, uint64_t timeout_ms,
                                const char *who, size_t *got_out, relay_error *err);
 /* RELAY_E_TIMEOUT: "<taker> did not take <len> bytes within <t> ms". */
-relay_status rk_stream_write_timeout(const relay_host *host, const char *taker, size_t len, uint64_t timeout_ms,
-                                     relay_error *err);
+relay_status rk_stream_write_timeout(const relay_host *host, const char *taker, size_t len,
+                                     uint64_t timeout_ms, relay_error *err);
 /* RELAY_E_TIMEOUT: "nothing arrived on the stream within <t> ms". */
 relay_status rk_stream_read_timeout(const relay_host *host, uint64_t timeout_ms, relay_error *err);
 

@@ -227,8 +227,8 @@ void rk_console_stop_all(const rk_console *c, json_object *record)
 /* ---- the operations -------------------------------------------------------------------- */
 
 /* The record's identity checks of a request (the spec's sentences). */
-static relay_status check_request(const rk_console *c, json_object *record, json_object *body,
-                                  const char *op, relay_error *err)
+static relay_status check_request(const rk_console *c, json_object *record, json_object *body, const char *op,
+                                  relay_error *err)
 {
 	const relay_host *h = c->host;
 	const char *lease_id = rsj_get_str(body, "lease_id");
@@ -247,13 +247,14 @@ static relay_status check_request(const rk_console *c, json_object *record, json
 	if (console_id == NULL || own == NULL || strcmp(console_id, own) != 0)
 		return h->error_set(err, RELAY_E_REFUSED, 0, "Console identity mismatch");
 	if (!valid_attempt_id(rsj_get_str(body, "attempt_id")))
-		return h->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "Invalid console request identity or fields");
+		return h->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                    "Invalid console request identity or fields");
 	return RELAY_OK;
 }
 
 /* Opens attempt `attempt_id` (new) when the console is ready. */
-static relay_status op_open(const rk_console *c, json_object *record, const char *attempt_id,
-                            bool runs, relay_call *call, relay_error *err)
+static relay_status op_open(const rk_console *c, json_object *record, const char *attempt_id, bool runs,
+                            relay_call *call, relay_error *err)
 {
 	const relay_host *h = c->host;
 	json_object *priv = private_of(record);
@@ -282,12 +283,13 @@ static relay_status op_open(const rk_console *c, json_object *record, const char
 	relay_status s = c->ops->open(c->ctx, record, attempt_id, attempt, call, err);
 	json_object_object_add(record, "console", rk_console_report(c, record, NULL, runs));
 	if (c->ops->write(c->ctx, record) != 0 && s == RELAY_OK)
-		s = h->error_set(err, RELAY_E_INDETERMINATE, errno, "the console attempt could not be recorded");
+		s = h->error_set(err, RELAY_E_INDETERMINATE, errno,
+		                 "the console attempt could not be recorded");
 	return s;
 }
 
-static relay_status op_cancel(const rk_console *c, json_object *record, const char *attempt_id,
-                              bool runs, relay_error *err)
+static relay_status op_cancel(const rk_console *c, json_object *record, const char *attempt_id, bool runs,
+                              relay_error *err)
 {
 	json_object *priv = private_of(record);
 	json_object *attempts = rsj_get_obj(priv, "attempts");
@@ -341,7 +343,8 @@ static relay_status on_record(const rk_console *c, const char *vm, json_object *
 	if (s != RELAY_OK)
 		goto done;
 	const char *attempt_id = rsj_get_str(body, "attempt_id");
-	if (strcmp(op, "open") == 0 && rsj_get_obj(rsj_get_obj(private_of(record), "attempts"), attempt_id) == NULL)
+	if (strcmp(op, "open") == 0 &&
+	    rsj_get_obj(rsj_get_obj(private_of(record), "attempts"), attempt_id) == NULL)
 		s = op_open(c, record, attempt_id, runs == 1, call, err);
 	else if (strcmp(op, "cancel") == 0)
 		s = op_cancel(c, record, attempt_id, runs == 1, err);
@@ -358,8 +361,7 @@ done:
 }
 
 relay_status rk_console_op(const rk_console *c, const char *lease_json, const char *op,
-                           const char *request_json, relay_call *call, char **response_out,
-                           relay_error *err)
+                           const char *request_json, relay_call *call, char **response_out, relay_error *err)
 {
 	*response_out = NULL;
 	if (op == NULL)

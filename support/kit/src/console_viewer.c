@@ -79,7 +79,8 @@ void rk_console_endpoint(json_object *attempt, pid_t netns_pid, const char *bann
 static void launched(json_object *attempt, pid_t viewer_pid)
 {
 	json_object_object_add(attempt, "viewerPid", json_object_new_int64(viewer_pid));
-	json_object_object_add(attempt, "viewerStart", json_object_new_int64((int64_t)rk_proc_start(viewer_pid)));
+	json_object_object_add(attempt, "viewerStart",
+	                       json_object_new_int64((int64_t)rk_proc_start(viewer_pid)));
 	rk_console_set(attempt, "launched", NULL);
 	put_text(attempt, "transport_connected", "unknown");
 	put_text(attempt, "viewer_cleanup", "pending");
@@ -101,8 +102,9 @@ static relay_status live_view(const rk_console *c, json_object *attempt, const r
 {
 	char netns[64];
 	snprintf(netns, sizeof netns, "/proc/%d/ns/net", (int)v->netns_pid);
-	rs_liveview_request req = {v->libexec_dir,        netns,          RK_CONSOLE_VNC_PORT, v->password,
-	                           rk_console_control(), v->events_path, v->log_fd};
+	rs_liveview_request req = {
+	    v->libexec_dir, netns,    RK_CONSOLE_VNC_PORT, v->password, rk_console_control(),
+	    v->events_path, v->log_fd};
 	rs_liveview lv;
 	rs_error e;
 	if (rs_liveview_start(&req, &lv, &e) != 0)
@@ -117,8 +119,9 @@ static relay_status live_view(const rk_console *c, json_object *attempt, const r
 	put_text(live, "token", "one-time, in the URL logged on standard error");
 	put_text(live, "events", v->events_path);
 	json_object_object_add(attempt, "liveView", live);
-	c->host->log(RELAY_LOG_INFO, c->ops->source, "console of %s: live view at %s (one-time link, loopback only%s); %s",
-	             v->vm, lv.url, req.control ? ", take-over offered" : ", view-only",
+	c->host->log(RELAY_LOG_INFO, c->ops->source,
+	             "console of %s: live view at %s (one-time link, loopback only%s); %s", v->vm, lv.url,
+	             req.control ? ", take-over offered" : ", view-only",
 	             lv.browser_pid > 0 ? "opened with the browser" : lv.browser_reason);
 	return RELAY_OK;
 }
@@ -163,8 +166,8 @@ static relay_status viewer_program(const rk_console *c, json_object *attempt, co
 	return RELAY_OK;
 }
 
-relay_status rk_console_viewer_start(const rk_console *c, json_object *attempt,
-                                     const rk_console_viewer *v, relay_error *err)
+relay_status rk_console_viewer_start(const rk_console *c, json_object *attempt, const rk_console_viewer *v,
+                                     relay_error *err)
 {
 	const char *viewer = getenv("MCP_RELAY_VNC_VIEWER");
 	if (viewer && strcmp(viewer, "browser") == 0)
@@ -174,11 +177,12 @@ relay_status rk_console_viewer_start(const rk_console *c, json_object *attempt,
 	rk_console_set(attempt, "dispatching", "worker-unavailable");
 	json_object_object_add(attempt, "transport_connected", json_object_new_boolean(false));
 	put_text(attempt, "viewer_cleanup", "not-started");
-	c->host->log(RELAY_LOG_INFO, c->ops->source,
-	             "console of %s: x11vnc (view-only, one-time password) listens on 127.0.0.1:%d inside the "
-	             "%s network namespace /proc/%d/ns/net; no viewer was launched because "
-	             "MCP_RELAY_VNC_VIEWER is not set",
-	             v->vm, RK_CONSOLE_VNC_PORT, v->whose, (int)v->netns_pid);
+	c->host->log(
+	    RELAY_LOG_INFO, c->ops->source,
+	    "console of %s: x11vnc (view-only, one-time password) listens on 127.0.0.1:%d inside the "
+	    "%s network namespace /proc/%d/ns/net; no viewer was launched because "
+	    "MCP_RELAY_VNC_VIEWER is not set",
+	    v->vm, RK_CONSOLE_VNC_PORT, v->whose, (int)v->netns_pid);
 	return RELAY_OK;
 }
 

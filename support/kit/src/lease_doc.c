@@ -43,3 +43,14 @@ relay_status rk_lease_check_renewable(const relay_host *host, json_object *recor
 	                       rsj_get_str(record, "vm") ? rsj_get_str(record, "vm") : "the lease",
 	                       state ? state : "in an unknown state");
 }
+
+void rk_lease_renew_record(json_object *record, int64_t now_ms, uint64_t ttl_ms)
+{
+	int64_t expires =
+	    now_ms + (int64_t)(ttl_ms > (uint64_t)INT64_MAX / 4 ? (uint64_t)INT64_MAX / 4 : ttl_ms);
+	int64_t deadline = rsj_int_or(record, "deadlineMs", 0);
+	if (deadline > 0 && expires > deadline)
+		expires = deadline;
+	json_object_object_add(record, "expiresAtMs", json_object_new_int64(expires));
+	json_object_object_add(record, "renewedAtMs", json_object_new_int64(now_ms));
+}

@@ -45,13 +45,14 @@ relay_status rk_option_choice(const rk_options *spec, const char *key, json_obje
 	for (size_t i = 0; i < count; i++)
 		rk_buf_printf(&list, "%s%s", i == 0 ? "" : i + 1 == count ? " or " : ", ", choices[i]);
 	char where[160];
-	relay_status s = spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "options.%s must be %s%s", key,
-	                                       rk_buf_str(&list), fix_it(spec, where, sizeof where));
+	relay_status s = spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "options.%s must be %s%s",
+	                                       key, rk_buf_str(&list), fix_it(spec, where, sizeof where));
 	rk_buf_free(&list);
 	return s;
 }
 
-relay_status rk_option_display(const rk_options *spec, const rk_option *opt, json_object *value, relay_error *err)
+relay_status rk_option_display(const rk_options *spec, const rk_option *opt, json_object *value,
+                               relay_error *err)
 {
 	static const char *const modes[] = {"auto", "off", NULL};
 	int i = 0;
@@ -63,7 +64,8 @@ relay_status rk_option_display(const rk_options *spec, const rk_option *opt, jso
 
 /* A screen "WIDTHxHEIGHTxDEPTH" (64..8192 pixels, depth 16, 24 or 32),
  * written back normalised. */
-relay_status rk_option_screen(const rk_options *spec, const rk_option *opt, json_object *value, relay_error *err)
+relay_status rk_option_screen(const rk_options *spec, const rk_option *opt, json_object *value,
+                              relay_error *err)
 {
 	const char *key = opt->key;
 	const char *text = json_object_is_type(value, json_type_string) ? json_object_get_string(value) : "";
@@ -73,8 +75,8 @@ relay_status rk_option_screen(const rk_options *spec, const rk_option *opt, json
 	    (d != 16 && d != 24 && d != 32)) {
 		char where[160];
 		return spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                             "options.%s must look like 1280x800x24 (depth 16, 24 or 32)%s", key,
-		                             fix_it(spec, where, sizeof where));
+		                             "options.%s must look like 1280x800x24 (depth 16, 24 or 32)%s",
+		                             key, fix_it(spec, where, sizeof where));
 	}
 	snprintf(opt->dest, RK_SCREEN_BYTES, "%ux%ux%u", w, h, d);
 	return RELAY_OK;
@@ -111,8 +113,9 @@ relay_status rk_options_parse(const rk_options *spec, json_object *options, rela
 				opt = &spec->table[i];
 		if (opt == NULL)
 			return unknown(spec, key, err);
-		relay_status s = opt->parse ? opt->parse(spec, opt, value, err)
-		                            : rk_option_number(spec, key, value, opt->lo, opt->hi, opt->dest, err);
+		relay_status s = opt->parse
+		                     ? opt->parse(spec, opt, value, err)
+		                     : rk_option_number(spec, key, value, opt->lo, opt->hi, opt->dest, err);
 		if (s != RELAY_OK)
 			return s;
 	}
