@@ -86,7 +86,7 @@ typedef struct console_call {
 	pid_t pid;
 } console_call;
 
-static json_object *capabilities(void *ctx)
+static json_object *console_caps(void *ctx)
 {
 	md_state *st = ((console_call *)ctx)->st;
 	char why[512];
@@ -226,10 +226,10 @@ pid_t md_container_init_pid(json_object *info)
 /* ---- attempts ----------------------------------------------------------------------------- */
 
 static const rk_console_backend docker_console;
-static void stop_attempt(void *ctx, json_object *rec, json_object *a, bool in_guest);
+static void x11vnc_stop(void *ctx, json_object *rec, json_object *a, bool in_guest);
 
-static relay_status open_attempt(void *ctx, json_object *rec, const char *attempt_id, json_object *a,
-                                 relay_call *call, relay_error *err)
+static relay_status x11vnc_open(void *ctx, json_object *rec, const char *attempt_id, json_object *a,
+                                relay_call *call, relay_error *err)
 {
 	(void)attempt_id;
 	console_call *cc = ctx;
@@ -278,7 +278,7 @@ static relay_status open_attempt(void *ctx, json_object *rec, const char *attemp
 	char banner[16];
 	int e = 0;
 	if (!rk_console_rfb_banner(in_container_netns, &pid, banner, 15000, &e)) {
-		stop_attempt(cc, rec, a, true);
+		x11vnc_stop(cc, rec, a, true);
 		rk_console_set(a, "failed", "worker-failed");
 		return md_err(st, err, RELAY_E_REFUSED, e,
 		              "x11vnc did not answer on 127.0.0.1:5900 in the network namespace of guest %s "
@@ -294,12 +294,12 @@ static relay_status open_attempt(void *ctx, json_object *rec, const char *attemp
 	rk_console c = {&docker_console, st->host, cc};
 	s = rk_console_viewer_start(&c, a, &v, err);
 	if (s != RELAY_OK)
-		stop_attempt(cc, rec, a, true);
+		x11vnc_stop(cc, rec, a, true);
 	return s;
 }
 
 /* Stops the attempt's viewer (this host) and, when `in_guest`, its x11vnc. */
-static void stop_attempt(void *ctx, json_object *rec, json_object *a, bool in_guest)
+static void x11vnc_stop(void *ctx, json_object *rec, json_object *a, bool in_guest)
 {
 	md_state *st = ((console_call *)ctx)->st;
 	bool confirmed = rk_console_viewer_stop(a);
@@ -322,32 +322,32 @@ static void stop_attempt(void *ctx, json_object *rec, json_object *a, bool in_gu
 
 /* ---- the backend of the kit's ledger --------------------------------------------------- */
 
-static bool valid_name(const char *vm)
+static bool container_name_ok(const char *vm)
 {
 	return md_valid_name(vm);
 }
 
-static json_object *lock_read(void *ctx, const char *vm, int *lock_out, int *errno_out)
+static json_object *record_locked(void *ctx, const char *vm, int *lock_out, int *errno_out)
 {
 	md_state *st = ((console_call *)ctx)->st;
 	*lock_out = md_record_lock(st, vm);
 	return *lock_out >= 0 ? md_record_read(st, vm, errno_out) : NULL;
 }
 
-static void unlock(void *ctx, int lock)
+static void record_unlock(void *ctx, int lock)
 {
 	(void)ctx;
 	close(lock);
 }
 
-static int write_record(void *ctx, json_object *rec)
+static int record_save(void *ctx, json_object *rec)
 {
 	return md_record_write(((console_call *)ctx)->st, rec);
 }
 
 /* The container's init on this host (cc->pid), 0 when it no longer runs;
  * an open is refused when the engine's init is not a process of this host. */
-static int guest_state(void *ctx, json_object *rec, const char *op, relay_call *call, relay_error *err)
+static int container_state(void *ctx, json_object *rec, const char *op, relay_call *call, relay_error *err)
 {
 	console_call *cc = ctx;
 	md_state *st = cc->st;
@@ -369,14 +369,14 @@ static int guest_state(void *ctx, json_object *rec, const char *op, relay_call *
 
 static const rk_console_backend docker_console = {
     .source = MD_PLUGIN_NAME,
-    .valid_name = valid_name,
-    .lock_read = lock_read,
-    .unlock = unlock,
-    .write = write_record,
-    .guest_state = guest_state,
-    .open = open_attempt,
-    .stop = stop_attempt,
-    .capabilities = capabilities,
+    .valid_name = container_name_ok,
+    .lock_read = record_locked,
+    .unlock = record_unlock,
+    .write = record_save,
+    .guest_state = container_state,
+    .open = x11vnc_open,
+    .stop = x11vnc_stop,
+    .capabilities = console_caps,
 };
 
 void md_console_prepare(md_state *st, json_object *rec)
