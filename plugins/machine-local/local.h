@@ -168,7 +168,7 @@ json_object *lu_read_json(const char *path, size_t max_bytes, int *errno_out);
 int lu_remove_tree(const char *path);
 int lu_mkdir_p(const char *path, mode_t mode);
 /* The first line of a small file, without its newline ("" when unreadable). */
-void lu_read_line(const char *path, char *out, size_t size);
+#define lu_read_line(path, out, size) rk_read_line((path), (out), (size))
 /* At most `max` bytes of a file, NUL-terminated (malloc'd), or NULL. */
 char *lu_read_small(const char *path, size_t max, size_t *len_out);
 /* <tree>/<rel> ("/<rel>" for the tree "/"), cut to `size`. */

@@ -110,22 +110,6 @@ int lu_mkdir_p(const char *path, mode_t mode)
 	return rs_mkdir_p(path, mode, 0, NULL) == 0 ? 0 : errno;
 }
 
-void lu_read_line(const char *path, char *out, size_t size)
-{
-	out[0] = '\0';
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	ssize_t n = read(fd, out, size - 1);
-	close(fd);
-	if (n <= 0)
-		return;
-	out[n] = '\0';
-	char *nl = strchr(out, '\n');
-	if (nl)
-		*nl = '\0';
-}
-
 int lu_pidfd_checked(pid_t pid, unsigned long long start)
 {
 	if (pid <= 0)

@@ -16,4 +16,8 @@ void rk_textf(char *out, size_t size, const char *fmt, ...) __attribute__((forma
  * (host->strdup: free with host->free); NULL when out of memory. */
 char *rk_json_text(const relay_host *host, json_object *obj);
 
+/* The first line of a small file, without its newline, cut to fit out
+ * ("" when it cannot be read). */
+void rk_read_line(const char *path, char *out, size_t size);
+
 #endif
