@@ -116,11 +116,11 @@ static void test_options_one_wording(void **state)
 	assert_int_equal(parse_demo("{\"count\": 9}", &d, &err), RELAY_E_INVALID_ARGUMENT);
 	assert_string_equal(
 	    err.message,
-	    "options.count must be a whole number from 1 to 8 (default 4); fix it in DEMO_OPTIONS");
+	    "demo: options.count must be a whole number from 1 to 8 (default 4); fix it in DEMO_OPTIONS");
 	assert_int_equal(parse_demo("{\"reaperIntervalMs\": 99}", &d, &err), RELAY_E_INVALID_ARGUMENT);
 	assert_non_null(strstr(err.message, "options.reaperIntervalMs must be a whole number from 100 to"));
 	assert_int_equal(parse_demo("{\"display\": \"on\"}", &d, &err), RELAY_E_INVALID_ARGUMENT);
-	assert_string_equal(err.message, "options.display must be auto or off; fix it in DEMO_OPTIONS");
+	assert_string_equal(err.message, "demo: options.display must be auto or off; fix it in DEMO_OPTIONS");
 	assert_int_equal(parse_demo("{\"screen\": \"1x1x24\"}", &d, &err), RELAY_E_INVALID_ARGUMENT);
 	assert_int_equal(parse_demo("[1]", &d, &err), RELAY_E_INVALID_ARGUMENT);
 	assert_string_equal(err.message, "demo options must be a JSON object; fix it in DEMO_OPTIONS");

@@ -8,9 +8,10 @@
  *
  * (the table's keys in its order), and a whole number out of range with
  *
- *     options.<key> must be a whole number from <lo> to <hi> (default <d>)
+ *     <plugin>: options.<key> must be a whole number from <lo> to <hi> (default <d>)
  *
- * where the default is what *number held before the parse. `where`, when
+ * where the default is what the destination held before the parse; every
+ * refusal the kit words names the plugin. `where`, when
  * set, is added to every refusal the kit words ("; fix it in <where>").
  * Keys are read in the object's order; the first refusal stops the parse.
  */

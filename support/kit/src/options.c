@@ -21,11 +21,12 @@ relay_status rk_option_number(const rk_options *spec, const char *key, json_obje
 	int64_t n = json_object_is_type(value, json_type_int) ? json_object_get_int64(value) : lo - 1;
 	if (!json_object_is_type(value, json_type_int) || n < lo || n > hi) {
 		char where[160];
-		return spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                             "options.%s must be a whole number from %lld to %lld (default "
-		                             "%lld)%s",
-		                             key, (long long)lo, (long long)hi, (long long)*out,
-		                             fix_it(spec, where, sizeof where));
+		return spec->host->error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "%s: options.%s must be a whole number from %lld to %lld (default "
+		    "%lld)%s",
+		    spec->plugin, key, (long long)lo, (long long)hi, (long long)*out,
+		    fix_it(spec, where, sizeof where));
 	}
 	*out = n;
 	return RELAY_OK;
@@ -45,8 +46,9 @@ relay_status rk_option_choice(const rk_options *spec, const char *key, json_obje
 	for (size_t i = 0; i < count; i++)
 		rk_buf_printf(&list, "%s%s", i == 0 ? "" : i + 1 == count ? " or " : ", ", choices[i]);
 	char where[160];
-	relay_status s = spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "options.%s must be %s%s",
-	                                       key, rk_buf_str(&list), fix_it(spec, where, sizeof where));
+	relay_status s =
+	    spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "%s: options.%s must be %s%s",
+	                          spec->plugin, key, rk_buf_str(&list), fix_it(spec, where, sizeof where));
 	rk_buf_free(&list);
 	return s;
 }
@@ -74,9 +76,10 @@ relay_status rk_option_screen(const rk_options *spec, const rk_option *opt, json
 	if (sscanf(text, "%ux%ux%u%c", &w, &h, &d, &tail) != 3 || w < 64 || h < 64 || w > 8192 || h > 8192 ||
 	    (d != 16 && d != 24 && d != 32)) {
 		char where[160];
-		return spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                             "options.%s must look like 1280x800x24 (depth 16, 24 or 32)%s",
-		                             key, fix_it(spec, where, sizeof where));
+		return spec->host->error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "%s: options.%s must look like 1280x800x24 (depth 16, 24 or 32)%s", spec->plugin, key,
+		    fix_it(spec, where, sizeof where));
 	}
 	snprintf(opt->dest, RK_SCREEN_BYTES, "%ux%ux%u", w, h, d);
 	return RELAY_OK;
