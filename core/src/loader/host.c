@@ -167,7 +167,8 @@ static relay_status host_process_run(const relay_process_request *req_in, relay_
 static relay_status host_remove_tree(const char *path, unsigned flags, relay_error *err)
 {
 	if (flags)
-		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown remove_tree flags 0x%x", flags);
+		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown remove_tree flags 0x%x",
+		                       flags);
 	if (path == NULL || path[0] == '\0')
 		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "remove_tree needs a path");
 	return fs_remove_tree(path, err);
@@ -177,9 +178,11 @@ static relay_status host_write_durable(const char *path, const void *data, size_
                                        relay_error *err)
 {
 	if (flags)
-		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown write_durable flags 0x%x", flags);
+		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown write_durable flags 0x%x",
+		                       flags);
 	if (path == NULL || path[0] == '\0' || (data == NULL && len))
-		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "write_durable needs a path and data");
+		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "write_durable needs a path and data");
 	return fs_write_durable(path, data, len, 0600, err);
 }
 
