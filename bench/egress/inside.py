@@ -32,6 +32,9 @@ proxy = subprocess.Popen([binary, "egress-proxy", "--mode", "allow", "--rules", 
                          preexec_fn=child_fds, pass_fds=(3, 4, 5, 6), stdout=subprocess.DEVNULL)
 theirs.close()
 ours.send(b"step bench"); ours.recv(8)
+floor = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor.py"),
+                          "3129", "192.0.2.10", "80"], stdout=subprocess.PIPE, text=True)
+assert floor.stdout.readline().strip() == "ready"
 
 
 def direct_connect():
@@ -61,8 +64,9 @@ def cpu_s(pid):
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-proxy_cpu = []
-path_cpu = {"direct": [], "proxy": []}  # curl + the server, per download
+relay_cpu = {"proxy": [], "floor": []}  # the proxy's (or the floor forwarder's) own CPU
+curl_cpu = {"direct": [], "proxy": [], "floor": []}
+server_cpu = {"direct": [], "proxy": [], "floor": []}
 
 
 def children_cpu():
@@ -70,49 +74,65 @@ def children_cpu():
     return r.ru_utime + r.ru_stime
 
 
-def download(via_proxy):
-    before = cpu_s(proxy.pid)
-    before_path = children_cpu() + cpu_s(server_pid)
+def download(mode):
+    """One download of `size` bytes: direct, through the proxy, or through the floor forwarder."""
+    middle = {"proxy": proxy.pid, "floor": floor.pid}.get(mode)
+    before = cpu_s(middle) if middle else 0
+    before_curl, before_server = children_cpu(), cpu_s(server_pid)
     argv = ["curl", "-s", "-o", "/dev/null", "-w", "%{size_download} %{time_total}",
             "http://allowed.test/big/%d" % size]
-    if via_proxy:
-        argv[1:1] = ["-x", "http://127.0.0.1:3128"]
-    else:
-        argv[1:1] = ["--noproxy", "*"]
+    argv[1:1] = {"direct": ["--noproxy", "*"], "proxy": ["-x", "http://127.0.0.1:3128"],
+                 "floor": ["--noproxy", "*", "--connect-to", "allowed.test:80:127.0.0.1:3129"]}[mode]
     out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True).stdout.split()
     assert int(out[0]) == size, out
-    if via_proxy:
-        proxy_cpu.append(cpu_s(proxy.pid) - before)
-    path_cpu["proxy" if via_proxy else "direct"].append(children_cpu() + cpu_s(server_pid) - before_path)
+    if middle:
+        relay_cpu[mode].append(cpu_s(middle) - before)
+    curl_cpu[mode].append(children_cpu() - before_curl)  # curl is the only child reaped meanwhile
+    server_cpu[mode].append(cpu_s(server_pid) - before_server)
     return float(out[1])
 
 
-result = {"connect_direct_ms": [], "connect_proxy_ms": [], "download_direct_s": [], "download_proxy_s": []}
+result = {"connect_direct_ms": [], "connect_proxy_ms": [], "download_direct_s": [], "download_proxy_s": [],
+          "download_floor_s": []}
 for i in range(50):  # warm-up: caches, the server's threads
     direct_connect(); proxy_connect()
 for i in range(connects):
     result["connect_direct_ms"].append(direct_connect() * 1000)
     result["connect_proxy_ms"].append(proxy_connect() * 1000)
-for i in range(rounds):
-    if i % 2 == 0:
-        result["download_direct_s"].append(download(False))
-        result["download_proxy_s"].append(download(True))
-    else:
-        result["download_proxy_s"].append(download(True))
-        result["download_direct_s"].append(download(False))
+modes = ["direct", "proxy", "floor"]
+for i in range(rounds):  # each round in another order, so no mode always follows another
+    for mode in modes[i % 3:] + modes[:i % 3]:
+        result["download_%s_s" % mode].append(download(mode))
 ours.close()
 proxy.wait(timeout=10)
+floor.kill()
 med = {k: statistics.median(v) for k, v in result.items()}
+per_gib = (1 << 30) / size
+cpu = {m: {"server": round(statistics.median(server_cpu[m]) * per_gib, 3),
+           "curl": round(statistics.median(curl_cpu[m]) * per_gib, 3)} for m in curl_cpu}
+for m in ("proxy", "floor"):
+    cpu[m][m] = round(statistics.median(relay_cpu[m]) * per_gib, 3)
+
+
+def bound(stages):
+    return max(max(stages.values()), sum(stages.values()) / 2)
+
+
 summary = {
     "medians": med,
     "added_connect_ms": med["connect_proxy_ms"] - med["connect_direct_ms"],
     "throughput_direct_MiBps": size / med["download_direct_s"] / 2**20,
     "throughput_proxy_MiBps": size / med["download_proxy_s"] / 2**20,
+    "throughput_floor_MiBps": size / med["download_floor_s"] / 2**20,
     "throughput_ratio": med["download_direct_s"] / med["download_proxy_s"],
+    "floor_ratio": med["download_direct_s"] / med["download_floor_s"],
+    "proxy_vs_floor": med["download_floor_s"] / med["download_proxy_s"],
     "records": sum(1 for _ in open(log)),
-    "proxy_cpu_s_per_GiB": statistics.median(proxy_cpu) * (1 << 30) / size,
-    "curl_and_server_cpu_s_per_GiB_direct": statistics.median(path_cpu["direct"]) * (1 << 30) / size,
-    "curl_and_server_cpu_s_per_GiB_via_proxy": statistics.median(path_cpu["proxy"]) * (1 << 30) / size,
+    "cpu_s_per_GiB": cpu,
+    "cpu_total_s_per_GiB": {m: round(sum(v.values()), 3) for m, v in cpu.items()},
+    # Load-independent: the wall time the CPU alone allows on two free cores (every stage runs at
+    # once, none faster than its own CPU, all together no faster than their sum over 2 cores).
+    "cpu_model_ratio_2_cores": {m: round(bound(cpu["direct"]) / bound(cpu[m]), 3) for m in ("proxy", "floor")},
     "samples": result,
 }
 os.unlink(log)

@@ -22,4 +22,6 @@ with egress_support.World("egress-bench") as w:
                         str(1 << 30), str(w.server_pid)).stdout
 s = json.loads(out)
 print(json.dumps({k: v for k, v in s.items() if k != "samples"}, indent=1))
-print("samples:", json.dumps(s["samples"]["download_direct_s"]), json.dumps(s["samples"]["download_proxy_s"]))
+print("samples: direct", json.dumps(s["samples"]["download_direct_s"]), "proxy",
+      json.dumps(s["samples"]["download_proxy_s"]), "floor", json.dumps(s["samples"]["download_floor_s"]))
+print("load average:", open("/proc/loadavg").read().split()[:3])

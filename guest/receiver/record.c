@@ -16,7 +16,7 @@
 #include "relay_support/which.h"
 #include "run_internal.h"
 
-#define RECORD_FIRST_BYTES_WAIT_MS 3000 /* ffmpeg's header written: it is grabbing */
+#define RECORD_FIRST_FRAME_WAIT_MS 3000 /* ffmpeg grabbed its first frame */
 #define RECORD_QUIT_WAIT_MS        10000
 #define RECORD_KILL_WAIT_MS        2000
 #define RECORD_LOG_DIR             "video-logs"
@@ -85,9 +85,11 @@ static pid_t spawn_ffmpeg(run_ctx *ctx, const char *ffmpeg, const char *display,
 	snprintf(fps, sizeof fps, "%lld", (long long)v->fps);
 	/* VP9 in real-time mode: a mostly still screen costs a few KiB a
 	 * second, and the bitrate cap keeps a busy one near 2 MiB a minute. No
-	 * look-ahead and every packet flushed: the first frame is on disk as
-	 * soon as it is grabbed (record_start waits for it), and "q" ends the
-	 * file within about 0.1 s. */
+	 * look-ahead and every packet flushed: "q" ends the file within about
+	 * 0.1 s. The input is probed with its first frame only (probesize 32
+	 * bytes, no analysis), so ffmpeg creates the output file right after
+	 * grabbing that frame, which it keeps for the file: record_await waits
+	 * for the file's existence, not for the encoder's first bytes. */
 	char *argv[] = {(char *)"ffmpeg",
 	                (char *)"-hide_banner",
 	                (char *)"-nostats",
@@ -99,6 +101,12 @@ static pid_t spawn_ffmpeg(run_ctx *ctx, const char *ffmpeg, const char *display,
 	                (char *)"0",
 	                (char *)"-framerate",
 	                fps,
+	                (char *)"-probesize",
+	                (char *)"32",
+	                (char *)"-analyzeduration",
+	                (char *)"0",
+	                (char *)"-fpsprobesize",
+	                (char *)"0",
 	                (char *)"-i",
 	                (char *)display,
 	                (char *)"-c:v",
@@ -166,22 +174,23 @@ static char *log_path_of(const run_ctx *ctx)
 	return abs;
 }
 
-/* Waits until ffmpeg wrote its first bytes (it is grabbing) or ended. */
-static int await_first_bytes(run_video *v)
+/* Waits until ffmpeg created its output file (it grabbed its first frame)
+ * or ended. */
+static int await_first_frame(run_video *v)
 {
-	int64_t until = mono_ms() + RECORD_FIRST_BYTES_WAIT_MS;
+	int64_t until = mono_ms() + RECORD_FIRST_FRAME_WAIT_MS;
 	struct stat st;
 	while (mono_ms() < until) {
-		if (stat(v->partial_path, &st) == 0 && st.st_size > 0)
+		if (stat(v->partial_path, &st) == 0)
 			return 0;
 		if (kill(v->pid, 0) != 0 || waitpid(v->pid, NULL, WNOHANG) == v->pid)
 			return -1;
-		sleep_ms(10);
+		sleep_ms(5);
 	}
 	return 0; /* slow, not failed: the recording may begin a little late */
 }
 
-void record_start(run_ctx *ctx)
+void record_begin(run_ctx *ctx)
 {
 	run_video *v = ctx->video;
 	rerr err;
@@ -216,19 +225,6 @@ void record_start(run_ctx *ctx)
 		off(v, "ffmpeg could not be started: %s", strerror(errno));
 		goto cleanup;
 	}
-	if (await_first_bytes(v) != 0) {
-		char tail[300];
-		log_tail(log_path, tail, sizeof tail);
-		v->pid = 0;
-		close(v->stdin_fd);
-		v->stdin_fd = -1;
-		unlink(v->partial_path);
-		off(v, "ffmpeg ended at once: %s", tail[0] ? tail : "no message");
-		goto cleanup;
-	}
-	/* the recording's clock starts at its first frame */
-	timestamp_now(v->started_at);
-	v->started_mono_ms = mono_ms();
 	ctx->spared = xrealloc(ctx->spared, (ctx->spared_count + 1) * sizeof(pid_t));
 	ctx->spared[ctx->spared_count++] = v->pid;
 cleanup:
@@ -236,6 +232,28 @@ cleanup:
 	free(dir_rel);
 	free(dir_abs);
 	free(log_path);
+}
+
+void record_await(run_ctx *ctx)
+{
+	run_video *v = ctx->video;
+	if (v == NULL || v->pid <= 0)
+		return;
+	if (await_first_frame(v) != 0) {
+		char *log_path = log_path_of(ctx);
+		char tail[300];
+		log_tail(log_path, tail, sizeof tail);
+		free(log_path);
+		v->pid = 0;
+		close(v->stdin_fd);
+		v->stdin_fd = -1;
+		unlink(v->partial_path);
+		off(v, "ffmpeg ended at once: %s", tail[0] ? tail : "no message");
+		return;
+	}
+	/* the recording's clock starts at its first frame */
+	timestamp_now(v->started_at);
+	v->started_mono_ms = mono_ms();
 }
 
 /* 1 when pid ended within ms (reaped here, or by the receiver's reaping

@@ -1,7 +1,8 @@
 /*
  * receiver/record.h — the screen recording of one run (MCP_RELAY_RECORD=
  * video; the request's "video" key, receiver_protocol.h): ffmpeg's x11grab
- * of the guest's display, VP9 in WebM, started just before the script and
+ * of the guest's display, VP9 in WebM, from just before the script (started
+ * when the run is admitted) and
  * stopped (a "q" on its standard input) right after the after-image. The
  * file lands in state/videos/<sessionId>/<executionId>.webm and the receipt
  * names it with its size, SHA-256 and length ("videoEvidence"). When the
@@ -39,10 +40,18 @@ typedef struct run_video {
  * the refusal diagnostic. */
 const char *record_parse(struct run_ctx *ctx);
 
-/* Starts ffmpeg when requested (never fails the run: a failure is the
- * reason of an "off" recording). Its pid joins ctx->spared so the captures'
- * and the script's cleanup leave it running. */
-void record_start(struct run_ctx *ctx);
+/* Starts ffmpeg when requested, as soon as the run is admitted (before the
+ * journal's execution start and the before-snapshot, so that its start
+ * overlaps them; never fails the run: a failure is the reason of an "off"
+ * recording). Its pid joins ctx->spared so the captures' and the script's
+ * cleanup leave it running. */
+void record_begin(struct run_ctx *ctx);
+
+/* Just before the script: waits until ffmpeg grabbed its first frame (its
+ * output file exists; at most 3 s), so that the recording covers the
+ * script's start; the recording's clock starts here. ffmpeg having ended
+ * turns the recording off with its last message. */
+void record_await(struct run_ctx *ctx);
 
 /* Asks ffmpeg to stop (a "q"): the recording ends here. ffmpeg finishes
  * the file while the run writes its records. */

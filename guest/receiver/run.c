@@ -347,6 +347,9 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 		rc = run_refuse(ctx, diag, "not-requested", sha, bytes, err);
 		goto cleanup;
 	}
+	/* The recorder starts now, so that its start overlaps steps 10-12. */
+	if (ctx->capture_on)
+		record_begin(ctx);
 	/* 10. execution-start, action-start, pending action record */
 	if (journal_execution_start(ctx, err) != 0 || journal_action_start(ctx, err) != 0)
 		goto cleanup;
@@ -379,8 +382,7 @@ static int execute(run_ctx *ctx, char sha[65], uint64_t *bytes, rerr *err)
 	if (ctx->group_phase && strcmp(ctx->group_phase, "first") == 0 && open_group(ctx, groups, err) != 0)
 		goto cleanup;
 	/* 13-14. the script, recorded from just before it (record.h) */
-	if (ctx->capture_on)
-		record_start(ctx);
+	record_await(ctx);
 	if (lock_cancel_requested(&ctx->lock)) {
 		kind = "uncertain";
 		uncertain_diag = DIAG_CANCELLED;

@@ -11,7 +11,8 @@
  *   - server_enforced_view_only and transport_connected are booleans or
  *     "unknown";
  *   - only the allow-listed fields are kept (plus machine-local's
- *     non-secret "endpoint" and "viewer_launched" facts).
+ *     non-secret "endpoint" and "viewer_launched" facts, and the
+ *     capabilities' "options.placement", which the core normalises).
  * It never adds a claim the backend did not make: pixels, authentication,
  * viewer connection and human confirmation are passed as reported.
  */
@@ -143,6 +144,12 @@ static relay_status normalise_capabilities(vnc_state *st, const char *text, char
 	json_object_object_add(nvnc, "backends", nb);
 	json_object *options = json_object_new_object();
 	json_object_object_add(options, "vnc", nvnc);
+	/* Where the backend places guests (machine-docker on a Swarm): passed on
+	 * as it came; the core keeps only its allow-listed fields, normalised
+	 * (core/src/console/console_report.c). */
+	json_object *placement = get(get(in, "options"), "placement");
+	if (placement && json_object_is_type(placement, json_type_object))
+		json_object_object_add(options, "placement", json_object_get(placement));
 	json_object *res = json_object_new_object();
 	json_object_object_add(res, "schemaVersion", json_object_new_int(1));
 	json_object_object_add(res, "options", options);

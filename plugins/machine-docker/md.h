@@ -385,12 +385,27 @@ md_state *md_engine_of(md_state *st, json_object *rec, relay_call *call);
 /* Image `ref` (on the manager's engine) copied to every ready, active node
  * that lacks it, engine to engine (save, then load): no registry needed. */
 relay_status md_nodes_spread_image(md_state *st, const char *ref, relay_call *call, relay_error *err);
+/* The engine of Swarm node `node_id` when it answers GET /_ping now, or
+ * NULL with `why` naming the node, the endpoint, the option it came from
+ * and what failed (ssh's own message). */
+md_state *md_node_reach(md_state *st, const char *node_id, relay_call *call, char *why, size_t why_size);
 /* After a failed transport operation on lease `vm`: when the manager says
  * its task is gone (md_swarm.c), the record notes it "lost" and err says why. */
 void md_swarm_note_lost(md_state *st, const char *vm, relay_call *call, relay_error *err);
+/* RELAY_E_REFUSED saying why when lease `vm`'s record says it is lost
+ * (nothing is asked of any engine), else RELAY_OK. */
+relay_status md_swarm_refuse_lost(md_state *st, const char *vm, relay_error *err);
+/* One look of the reaper's beat at this relay's Swarm leases: a task gone
+ * with its node (down, drained) or replaced is noted "lost" in its record
+ * at once, and the core is told (host->lease_changed, ABI 1.5). */
+void md_swarm_watch(md_state *st);
 /* options.placement into a service's TaskTemplate. */
 void md_nodes_placement(md_state *st, json_object *task_template);
 /* The Swarm's nodes as the manager reports them (owned array) or NULL. */
 json_object *md_nodes_report(md_state *st, relay_call *call);
+/* options.placement of the acquisition capabilities (relay/console.h):
+ * {"scheduler": "swarm", "nodes": [...]} (owned), or NULL when the
+ * endpoint is no Swarm manager. */
+json_object *md_nodes_placement_report(md_state *st, relay_call *call);
 
 #endif

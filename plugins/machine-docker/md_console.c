@@ -86,12 +86,17 @@ typedef struct console_call {
 	pid_t pid;
 } console_call;
 
-static json_object *console_caps(void *ctx)
+static json_object *console_caps(void *ctx, relay_call *call)
 {
 	md_state *st = ((console_call *)ctx)->st;
 	char why[512];
-	return rk_console_capabilities(MD_PLUGIN_NAME, md_console_unreachable(st, why, sizeof why),
-	                               "not-offered-by-machine-docker");
+	json_object *out = rk_console_capabilities(
+	    MD_PLUGIN_NAME, md_console_unreachable(st, why, sizeof why), "not-offered-by-machine-docker");
+	/* A Swarm: its nodes, where the manager places each guest (md_nodes.c). */
+	json_object *placement = md_nodes_placement_report(st, call);
+	if (placement)
+		json_object_object_add(json_object_object_get(out, "options"), "placement", placement);
+	return out;
 }
 
 relay_status md_console_check(md_state *st, const char *key, bool xvfb, bool x11vnc, relay_error *err)

@@ -3,12 +3,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "md_console.h"
@@ -26,12 +26,6 @@ bool md_egress_reachable(md_state *st, char *why, size_t size)
 		         "container's network namespace on this one; use an engine on this host (a unix:// "
 		         "endpoint), or MCP_RELAY_GUEST_NETWORK=nat",
 		         st->endpoint);
-		return false;
-	}
-	if (geteuid() != 0) {
-		md_textf(why, size,
-		         "a relay that is not root cannot make the egress proxy's sockets in a container's "
-		         "network namespace yet (docs/egress.md); run the relay as root, or use nat");
 		return false;
 	}
 	return true;
@@ -63,57 +57,167 @@ void md_egress_binds(md_state *st, json_object *binds)
 	json_object_array_add(binds, json_object_new_string(bind));
 }
 
-typedef struct socket_job {
-	pid_t pid;
-	int type, port;
-	int result, err_no;
-} socket_job;
+/* What the child of sockets_in reports with its descriptors. */
+typedef struct socket_report {
+	int err_no; /* 0 when the three sockets follow */
+	int port;   /* the socket that failed, 0 for a namespace */
+	int step;   /* 1 joining the user namespace, 2 the network namespace, 3 the socket */
+} socket_report;
 
-/* Runs in a thread of its own (namespaces are per thread): a socket made in
- * the container's namespace keeps it, bound to its 127.0.0.1:port. */
-static void *socket_thread(void *arg)
+/* In the child: a socket of `type` bound to 127.0.0.1:port (listening for
+ * TCP), or -1. Only async-signal-safe calls (the relay has threads). */
+static int bound_socket(int type, int port)
 {
-	socket_job *job = arg;
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/ns/net", (int)job->pid);
-	int ns = open(path, O_RDONLY | O_CLOEXEC);
-	job->result = -1;
-	if (ns < 0 || setns(ns, CLONE_NEWNET) != 0 ||
-	    (job->result = socket(AF_INET, job->type | SOCK_CLOEXEC, 0)) < 0) {
-		job->err_no = errno;
-		goto done;
-	}
+	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
 	struct sockaddr_in a;
 	memset(&a, 0, sizeof a);
 	a.sin_family = AF_INET;
-	a.sin_port = htons((uint16_t)job->port);
+	a.sin_port = htons((uint16_t)port);
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	int one = 1;
-	setsockopt(job->result, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(job->result, (struct sockaddr *)&a, sizeof a) != 0 ||
-	    (job->type == SOCK_STREAM && listen(job->result, 1024) != 0)) {
-		job->err_no = errno;
-		close(job->result);
-		job->result = -1;
-	}
-done:
-	if (ns >= 0)
-		close(ns);
-	return NULL; /* the thread ends in the container's namespace; nothing else runs on it */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || (type == SOCK_STREAM && listen(fd, 1024) != 0))
+		return -1;
+	return fd;
 }
 
-static int socket_in(pid_t pid, int type, int port, int *err_no)
+/* The child of sockets_in: joins the namespaces, makes the sockets, sends
+ * them with its report; never returns. */
+static void socket_child(int user_ns, int net_ns, int back) __attribute__((noreturn));
+static void socket_child(int user_ns, int net_ns, int back)
 {
-	socket_job job = {pid, type, port, -1, 0};
-	pthread_t t;
-	int rc = pthread_create(&t, NULL, socket_thread, &job);
-	if (rc != 0) {
-		*err_no = rc;
-		return -1;
+	static const int types[3] = {SOCK_STREAM, SOCK_DGRAM, SOCK_STREAM};
+	static const int ports[3] = {3128, 53, 53};
+	socket_report rep = {0, 0, 1};
+	int fds[3] = {-1, -1, -1};
+	if (user_ns >= 0 && setns(user_ns, CLONE_NEWUSER) != 0)
+		rep.err_no = errno;
+	if (rep.err_no == 0) {
+		rep.step = 2;
+		if (setns(net_ns, CLONE_NEWNET) != 0)
+			rep.err_no = errno;
 	}
-	pthread_join(t, NULL);
-	*err_no = job.err_no;
-	return job.result;
+	for (int i = 0; rep.err_no == 0 && i < 3; i++) {
+		rep.step = 3;
+		rep.port = ports[i];
+		if ((fds[i] = bound_socket(types[i], ports[i])) < 0)
+			rep.err_no = errno;
+	}
+	struct iovec iov = {&rep, sizeof rep};
+	struct msghdr mh;
+	memset(&mh, 0, sizeof mh);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	char cbuf[CMSG_SPACE(sizeof fds)];
+	if (rep.err_no == 0) {
+		memset(cbuf, 0, sizeof cbuf);
+		mh.msg_control = cbuf;
+		mh.msg_controllen = sizeof cbuf;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof fds);
+		memcpy(CMSG_DATA(c), fds, sizeof fds);
+	}
+	_exit(sendmsg(back, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof rep ? 0 : 1);
+}
+
+/* The three sockets of egress_listeners in the network namespace of the
+ * container whose init is `pid`. A socket belongs to the namespace it was
+ * made in, so a child process joins it, makes them and sends them back
+ * (SCM_RIGHTS); a child, since a process with threads cannot join a user
+ * namespace. Under a rootless engine the container's namespaces belong to
+ * the engine's user namespace: the child joins that first. Its owner, the
+ * relay's user, holds every capability in it (the kernel's rule for the
+ * creator of a user namespace), so that needs no privilege; a root relay's
+ * container shares the relay's user namespace and only the network
+ * namespace is joined. 0, or -1 with *err_no and the failing step in why. */
+static int sockets_in(pid_t pid, int fds[3], int *err_no, char *why, size_t why_size)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+	int user_ns = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof path, "/proc/%d/ns/net", (int)pid);
+	int net_ns = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat theirs, ours;
+	int pair[2] = {-1, -1};
+	int rc = -1;
+	*err_no = errno;
+	if (net_ns < 0 || user_ns < 0 || fstat(user_ns, &theirs) != 0 ||
+	    stat("/proc/self/ns/user", &ours) != 0) {
+		*err_no = errno;
+		md_textf(why, why_size, "cannot open the namespaces of the container's process %d", (int)pid);
+		goto done;
+	}
+	if (theirs.st_ino == ours.st_ino && theirs.st_dev == ours.st_dev) {
+		close(user_ns); /* the relay's own: joining it would fail */
+		user_ns = -1;
+	}
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+		*err_no = errno;
+		md_textf(why, why_size, "cannot make a socket pair");
+		goto done;
+	}
+	pid_t child = fork();
+	if (child < 0) {
+		*err_no = errno;
+		md_textf(why, why_size, "cannot start a process to enter the container's namespace");
+		goto done;
+	}
+	if (child == 0)
+		socket_child(user_ns, net_ns, pair[1]);
+	close(pair[1]);
+	pair[1] = -1;
+	socket_report rep = {EIO, 0, 0};
+	int got[3], ngot = 0;
+	char cbuf[CMSG_SPACE(sizeof got)];
+	struct iovec iov = {&rep, sizeof rep};
+	struct msghdr mh;
+	memset(&mh, 0, sizeof mh);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cbuf;
+	mh.msg_controllen = sizeof cbuf;
+	ssize_t n;
+	do
+		n = recvmsg(pair[0], &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && ngot < 3; k++)
+				memcpy(&got[ngot++], CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+	while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
+	}
+	if (n == (ssize_t)sizeof rep && rep.err_no == 0 && ngot == 3) {
+		memcpy(fds, got, sizeof got);
+		rc = 0;
+		goto done;
+	}
+	for (int k = 0; k < ngot; k++)
+		close(got[k]);
+	*err_no = n == (ssize_t)sizeof rep ? rep.err_no : EIO;
+	if (n != (ssize_t)sizeof rep)
+		md_textf(why, why_size, "the process that entered the container's namespace did not answer");
+	else if (rep.step == 1)
+		md_textf(why, why_size, "cannot join the user namespace of the container's process %d",
+		         (int)pid);
+	else if (rep.step == 2)
+		md_textf(why, why_size, "cannot join the network namespace of the container's process %d",
+		         (int)pid);
+	else
+		md_textf(why, why_size, "cannot bind the egress socket 127.0.0.1:%d in the container",
+		         rep.port);
+done:
+	for (int i = 0; i < 2; i++)
+		if (pair[i] >= 0)
+			close(pair[i]);
+	if (user_ns >= 0)
+		close(user_ns);
+	if (net_ns >= 0)
+		close(net_ns);
+	return rc;
 }
 
 relay_status md_egress_listeners(relay_plugin_state *state, const char *lease_json, unsigned flags,
@@ -152,22 +256,8 @@ relay_status md_egress_listeners(relay_plugin_state *state, const char *lease_js
 		           vm);
 		goto done;
 	}
-	static const int types[3] = {SOCK_STREAM, SOCK_DGRAM, SOCK_STREAM};
-	static const int ports[3] = {3128, 53, 53};
-	for (int i = 0; i < 3; i++) {
-		fds_out[i] = socket_in(pid, types[i], ports[i], &e);
-		if (fds_out[i] < 0) {
-			s = md_err(
-			    st, err, RELAY_E_IO, e,
-			    "cannot make the egress socket 127.0.0.1:%d in the network namespace of %s",
-			    ports[i], vm);
-			for (int j = 0; j < i; j++) {
-				close(fds_out[j]);
-				fds_out[j] = -1;
-			}
-			goto done;
-		}
-	}
+	if (sockets_in(pid, fds_out, &e, why, sizeof why) != 0)
+		s = md_err(st, err, RELAY_E_IO, e, "%s, so the egress proxy cannot listen in %s", why, vm);
 done:
 	json_object_put(info);
 	json_object_put(rec);

@@ -10,8 +10,9 @@
 #include "md.h"
 
 /* True when the relay can make sockets in this engine's containers'
- * namespaces (an engine on this host, a relay that is root); else false
- * with the reason in `why`. */
+ * namespaces (an engine on this host: a root relay's, or a rootless engine
+ * of the relay's user, md_egress.c sockets_in); else false with the reason
+ * in `why`. */
 bool md_egress_reachable(md_state *st, char *why, size_t size);
 
 /* The proxy variables every command of an egress container gets (added to

@@ -498,7 +498,7 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 	if (lost[0] && found != 1 && rec) {
 		/* Its node is down or drained: the record answers, as lost. */
 		if (doc_out)
-			*doc_out = md_document(st, rec, "failed");
+			*doc_out = md_document(st, rec, "lost");
 	} else if (found < 0) {
 		s = md_err(st, err, RELAY_E_UNAVAILABLE, 0, "the container engine at %s does not answer",
 		           st->endpoint);
@@ -514,11 +514,11 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 			    "container %s carries another lease id than lease %s; it is not this lease", vm,
 			    want);
 		else if (doc_out)
-			*doc_out = md_document(st, rec,
-			                       state && strcmp(state, "running") == 0 &&
-			                               (!md_container_running(info) || lost[0])
-			                           ? "failed"
-			                           : state);
+			*doc_out = md_document(
+			    st, rec,
+			    state && strcmp(state, "running") == 0 && lost[0]                       ? "lost"
+			    : state && strcmp(state, "running") == 0 && !md_container_running(info) ? "failed"
+			                                                                            : state);
 	}
 	json_object_put(rec);
 	json_object_put(info);

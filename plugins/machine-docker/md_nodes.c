@@ -32,6 +32,7 @@ typedef struct md_node {
 	char key[128];      /* the options.nodes key (hostname or id), or the discovered hostname */
 	char id[128];       /* the Swarm node id, "" until the manager named it */
 	char hostname[128]; /* as the manager reports it, "" until then */
+	const char *source; /* how the relay reaches it: "nodes", "discovery" or "endpoint" */
 	md_state *eng;      /* the node's engine */
 } md_node;
 
@@ -208,6 +209,7 @@ relay_status md_nodes_init(md_state *st, relay_error *err)
 				return err->code;
 			md_node *n = &ns->node[ns->node_count++];
 			snprintf(n->key, sizeof n->key, "%s", key);
+			n->source = "nodes";
 			n->eng = eng;
 		}
 	}
@@ -322,7 +324,8 @@ static md_state *known_engine(struct md_nodes *ns, const char *id)
 
 /* Adds or names a node: the entry keyed by hostname or id gets the id, or
  * `eng` (when not NULL) becomes a new entry. Returns the node's engine. */
-static md_state *name_node(struct md_nodes *ns, const char *id, const char *hostname, md_state *eng)
+static md_state *name_node(struct md_nodes *ns, const char *id, const char *hostname, md_state *eng,
+                           const char *source)
 {
 	md_state *found = NULL;
 	pthread_mutex_lock(&ns->lock);
@@ -340,6 +343,7 @@ static md_state *name_node(struct md_nodes *ns, const char *id, const char *host
 		snprintf(n->key, sizeof n->key, "%s", hostname[0] ? hostname : id);
 		snprintf(n->id, sizeof n->id, "%s", id);
 		snprintf(n->hostname, sizeof n->hostname, "%s", hostname);
+		n->source = source;
 		n->eng = found = eng;
 		eng = NULL;
 	}
@@ -375,15 +379,17 @@ md_state *md_node_engine(md_state *st, const char *node_id, relay_call *call, ch
 		snprintf(addr, sizeof addr, "%s", a ? a : "");
 	}
 	md_reply_free(&r);
-	eng = name_node(ns, node_id, hostname, NULL);
+	eng = name_node(ns, node_id, hostname, NULL, NULL);
 	if (eng)
 		return eng;
 	md_state *made = NULL;
+	const char *source = "endpoint";
 	relay_error me;
 	memset(&me, 0, sizeof me);
 	if (md_swarm_manager(st, call) && strcmp(node_id, st->swarm_node) == 0) {
 		made = engine_new(st, NULL, "the manager's own node", &me); /* the plugin's own endpoint */
 	} else if (ns->discovery_opt && addr[0] && strcmp(addr, "0.0.0.0") != 0) {
+		source = "discovery";
 		json_object *spec = md_discovery_spec(st, addr);
 		char where[200];
 		md_textf(where, sizeof where, "options.discovery for node %s", hostname);
@@ -391,7 +397,7 @@ md_state *md_node_engine(md_state *st, const char *node_id, relay_call *call, ch
 		json_object_put(spec);
 	}
 	if (made)
-		return name_node(ns, node_id, hostname, made);
+		return name_node(ns, node_id, hostname, made, source);
 	md_textf(why, why_size,
 	         "the relay has no endpoint for node %s (id %s, address %s): add options.nodes.\"%s\" "
 	         "= {\"endpoint\": \"ssh://user@%s\", \"ssh\": {...}} (or tcp:// with \"tls\"), or "
@@ -410,6 +416,52 @@ md_state *md_engine_of(md_state *st, json_object *rec, relay_call *call)
 	char why[512];
 	md_state *eng = md_node_engine(st, node, call, why, sizeof why);
 	return eng ? eng : st;
+}
+
+/* How the relay reaches known node `id` ("nodes", "discovery",
+ * "endpoint", or "none" when it has no engine for it), and its hostname
+ * into `host` (128 bytes, "?" when not known). */
+static const char *node_source(struct md_nodes *ns, const char *id, char *host)
+{
+	const char *source = "none";
+	if (host)
+		snprintf(host, 128, "?");
+	pthread_mutex_lock(&ns->lock);
+	for (size_t i = 0; i < ns->node_count; i++)
+		if (strcmp(ns->node[i].id, id) == 0) {
+			source = ns->node[i].source ? ns->node[i].source : source;
+			if (host && ns->node[i].hostname[0])
+				snprintf(host, 128, "%s", ns->node[i].hostname);
+		}
+	pthread_mutex_unlock(&ns->lock);
+	return source;
+}
+
+md_state *md_node_reach(md_state *st, const char *node_id, relay_call *call, char *why, size_t why_size)
+{
+	md_state *eng = md_node_engine(st, node_id, call, why, why_size);
+	if (eng == NULL)
+		return NULL;
+	md_reply r;
+	relay_error e;
+	memset(&e, 0, sizeof e);
+	relay_status s = md_api(eng, "GET", MD_API_PREFIX "/_ping", NULL, -1, -1, 10000, call, &r, &e);
+	long code = s == RELAY_OK ? r.status : 0;
+	if (s == RELAY_OK)
+		md_reply_free(&r);
+	if (code == 200)
+		return eng;
+	if (s == RELAY_OK)
+		md_textf(e.message, sizeof e.message, "it answered HTTP %ld to /_ping", code);
+	char host[128];
+	const char *source = node_source(st->nodes, node_id, host);
+	md_textf(why, why_size, "the relay cannot reach the engine of node %s (id %s) at %s, from %s: %s",
+	         host, node_id, eng->endpoint,
+	         strcmp(source, "discovery") == 0 ? "options.discovery"
+	         : strcmp(source, "nodes") == 0   ? "options.nodes"
+	                                          : "the plugin's endpoint",
+	         e.message[0] ? e.message : relay_status_str(s));
+	return NULL;
 }
 
 /* ---- the derived image on every node that may run a task ------------------------------------ */
@@ -554,6 +606,13 @@ static int64_t guests_on(md_state *st, json_object *tasks, const char *node_id)
 	return n;
 }
 
+/* "unix", "ssh" or "tcp": the scheme of an engine's endpoint. */
+static json_object *scheme_of(const md_state *eng)
+{
+	const char *end = strstr(eng->endpoint, "://");
+	return json_object_new_string_len(eng->endpoint, end ? (int)(end - eng->endpoint) : 0);
+}
+
 json_object *md_nodes_report(md_state *st, relay_call *call)
 {
 	md_reply r, t;
@@ -572,33 +631,79 @@ json_object *md_nodes_report(md_state *st, relay_call *call)
 		json_object *node = json_object_array_get_idx(r.json, i);
 		json_object *status = md_obj(node, "Status"), *spec = md_obj(node, "Spec");
 		json_object *res = md_obj(md_obj(node, "Description"), "Resources");
-		const char *id = md_str(node, "ID");
+		const char *id = md_str(node, "ID") ?: "";
 		const char *state = md_str(status, "State"), *avail = md_str(spec, "Availability");
+		const char *host = md_str(md_obj(node, "Description"), "Hostname") ?: "";
 		json_object *o = json_object_new_object();
-		json_object_object_add(o, "id", json_object_new_string(id ? id : ""));
-		const char *host = md_str(md_obj(node, "Description"), "Hostname");
-		json_object_object_add(o, "hostname", json_object_new_string(host ? host : ""));
+		json_object_object_add(o, "id", json_object_new_string(id));
+		json_object_object_add(o, "hostname", json_object_new_string(host));
 		json_object_object_add(o, "role", json_object_new_string(md_str(spec, "Role") ?: ""));
 		json_object_object_add(o, "address", json_object_new_string(md_str(status, "Addr") ?: ""));
+		json_object_object_add(o, "state", json_object_new_string(state ? state : "unknown"));
 		json_object_object_add(o, "ready", json_object_new_boolean(state && !strcmp(state, "ready")));
 		json_object_object_add(o, "drained",
 		                       json_object_new_boolean(avail && !strcmp(avail, "drain")));
 		json_object_object_add(o, "availability", json_object_new_string(avail ? avail : ""));
-		json_object_object_add(o, "guests",
-		                       json_object_new_int64(guests_on(st, tasks, id ? id : "")));
+		json_object_object_add(o, "guests", json_object_new_int64(guests_on(st, tasks, id)));
 		/* What the manager reports: the node's memory, less what tasks reserved. */
 		json_object_object_add(o, "memoryBytes",
 		                       json_object_new_int64(md_int(res, "MemoryBytes", 0)));
 		json_object_object_add(o, "nanoCpus", json_object_new_int64(md_int(res, "NanoCPUs", 0)));
-		char why[512];
-		bool reach = id && known_engine(nodes_of(st), id) != NULL;
-		if (!reach && id && state && !strcmp(state, "ready"))
-			reach = md_node_engine(st, id, call, why, sizeof why) != NULL;
-		json_object_object_add(o, "reachable", json_object_new_boolean(reach));
+		/* Reachable: its engine answers /_ping now (a node that is down is not asked). */
+		char why[700] = "";
+		md_state *eng = NULL;
+		if (state && !strcmp(state, "ready"))
+			eng = md_node_reach(st, id, call, why, sizeof why);
+		else
+			md_textf(why, sizeof why, "node %s is %s", host, state ? state : "unknown");
+		char none[8];
+		md_state *known = eng ? eng : md_node_engine(st, id, call, none, sizeof none);
+		json_object_object_add(o, "engine",
+		                       known ? scheme_of(known) : json_object_new_string("none"));
+		json_object_object_add(o, "engineSource",
+		                       json_object_new_string(node_source(st->nodes, id, NULL)));
+		json_object_object_add(o, "reachable", json_object_new_boolean(eng != NULL));
+		json_object_object_add(o, "unreachableReason", eng ? NULL : json_object_new_string(why));
 		json_object_array_add(out, o);
 	}
 	md_reply_free(&r);
 	if (have_tasks)
 		md_reply_free(&t);
+	return out;
+}
+
+json_object *md_nodes_placement_report(md_state *st, relay_call *call)
+{
+	if (!st->swarm || !md_swarm_manager(st, call))
+		return NULL;
+	json_object *nodes = md_nodes_report(st, call);
+	if (nodes == NULL)
+		return NULL;
+	/* relay/console.h's options.placement: the core keeps these fields. */
+	static const char *const fields[][2] = {{"hostname", "name"},
+	                                        {"id", "id"},
+	                                        {"role", "role"},
+	                                        {"state", "state"},
+	                                        {"availability", "availability"},
+	                                        {"engine", "engine"},
+	                                        {"engineSource", "engine_source"},
+	                                        {"reachable", "reachable"},
+	                                        {"guests", "guests"},
+	                                        {"memoryBytes", "memory_bytes"},
+	                                        {"nanoCpus", "nano_cpus"}};
+	json_object *list = json_object_new_array();
+	for (size_t i = 0; i < json_object_array_length(nodes); i++) {
+		json_object *in = json_object_array_get_idx(nodes, i), *o = json_object_new_object();
+		for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+			json_object *v = NULL;
+			json_object_object_get_ex(in, fields[f][0], &v);
+			json_object_object_add(o, fields[f][1], json_object_get(v));
+		}
+		json_object_array_add(list, o);
+	}
+	json_object_put(nodes);
+	json_object *out = json_object_new_object();
+	json_object_object_add(out, "scheduler", json_object_new_string("swarm"));
+	json_object_object_add(out, "nodes", list);
 	return out;
 }

@@ -469,6 +469,12 @@ static relay_status lost_or(md_state *st, md_conn *c, relay_status s, relay_call
 	return s;
 }
 
+/* A guest already known lost (md_swarm_watch) is refused at once. */
+static relay_status refuse_lost(md_state *st, md_conn *c, relay_error *err)
+{
+	return c->service ? md_swarm_refuse_lost(st, c->vm, err) : RELAY_OK;
+}
+
 static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn,
                            const relay_exec_request *req, relay_call *call, unsigned flags,
                            relay_exec_result *res, relay_error *err)
@@ -478,9 +484,11 @@ static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn
 	md_state *st = state;
 	md_conn *c = conn;
 	relay_exec_result full = {.struct_size = sizeof full};
-	relay_status status = exec_run(c->engine, c, req, call, flags, &full, err);
+	relay_status refused = refuse_lost(st, c, err);
+	relay_status status =
+	    refused != RELAY_OK ? refused : exec_run(c->engine, c, req, call, flags, &full, err);
 	relay_exec_result_deliver(st->host, res, &full);
-	return lost_or(st, c, status, call, err);
+	return refused != RELAY_OK ? refused : lost_or(st, c, status, call, err);
 }
 
 static relay_status t_push(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
@@ -488,7 +496,12 @@ static relay_status t_push(relay_plugin_state *state, relay_transport_conn *conn
                            relay_error *err)
 {
 	md_conn *c = conn;
-	relay_status s = xfer_push(c->engine, c, local_path, remote_path, call, flags, facts_out, err);
+	if (facts_out)
+		*facts_out = NULL;
+	relay_status s = refuse_lost(state, c, err);
+	if (s != RELAY_OK)
+		return s;
+	s = xfer_push(c->engine, c, local_path, remote_path, call, flags, facts_out, err);
 	return lost_or(state, c, s, call, err);
 }
 
@@ -497,7 +510,12 @@ static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn
                            relay_error *err)
 {
 	md_conn *c = conn;
-	relay_status s = xfer_pull(c->engine, c, remote_path, local_path, call, flags, facts_out, err);
+	if (facts_out)
+		*facts_out = NULL;
+	relay_status s = refuse_lost(state, c, err);
+	if (s != RELAY_OK)
+		return s;
+	s = xfer_pull(c->engine, c, remote_path, local_path, call, flags, facts_out, err);
 	return lost_or(state, c, s, call, err);
 }
 
@@ -505,9 +523,10 @@ static relay_status t_stream_open(relay_plugin_state *state, relay_transport_con
                                   const relay_exec_request *req, relay_call *call, unsigned flags,
                                   relay_transport_stream **out, relay_error *err)
 {
-	(void)state;
 	md_conn *c = conn; /* a Swarm task's exec goes to its node's engine */
-	return md_tstream_open(c->engine, c, req, call, flags, out, err);
+	*out = NULL;
+	relay_status s = refuse_lost(state, c, err);
+	return s != RELAY_OK ? s : md_tstream_open(c->engine, c, req, call, flags, out, err);
 }
 
 static relay_status t_stream_write(relay_plugin_state *state, relay_transport_stream *stream,

@@ -117,6 +117,8 @@ bool md_is_service(json_object *rec)
 json_object *md_document(md_state *st, json_object *rec, const char *state)
 {
 	json_object *doc = rk_lease_document(rec, state);
+	if (md_str(rec, "lost")) /* relay/machine.h 1.5: why the guest is lost */
+		json_object_object_add(doc, "lostReason", rk_json_copy(rec, "lost"));
 	json_object *d = json_object_new_object();
 	json_object_object_add(d, "container",
 	                       json_object_new_string(md_container_of(rec) ? md_container_of(rec) : ""));

@@ -470,6 +470,7 @@ void md_reap_once(md_state *st)
 static void reap_periodically(void *arg)
 {
 	md_reap_once(arg);
+	md_swarm_watch(arg); /* a guest lost with its node is seen within a beat */
 }
 
 int md_reaper_start(md_state *st)

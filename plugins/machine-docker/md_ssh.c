@@ -9,7 +9,7 @@
  *
  * The forwarder is started at init and again when a request finds it gone
  * (md_ssh_ensure, serialised by ssh_lock). Its standard output is
- * /dev/null, its standard error <stateDir>/ssh.log.
+ * /dev/null, its standard error <stateDir>/ssh.log (a Swarm node's: n<k>.log), rewritten at each start.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -55,10 +55,47 @@ static bool forwarder_alive(md_state *st)
 	return true;
 }
 
+/* The forwarder's standard error: the socket's path with ".log" for
+ * ".sock" (<stateDir>/ssh.log; a Swarm node's <stateDir>/n<k>.log), so
+ * each engine's message is its own. */
+static void log_path_of(const md_state *st, char *out, size_t size)
+{
+	size_t n = strlen(st->socket_path);
+	if (n > 5 && strcmp(st->socket_path + n - 5, ".sock") == 0)
+		md_textf(out, size, "%.*s.log", (int)(n - 5), st->socket_path);
+	else
+		md_textf(out, size, "%s/ssh.log", st->state_dir);
+}
+
+/* The last two lines ssh wrote (its verdict: "Host key verification
+ * failed.", "ssh: connect to host ...: Connection refused"), joined by
+ * "; ", into `out`. */
+static void ssh_verdict(const char *log_path, char *out, size_t size)
+{
+	char tail[2048] = "";
+	out[0] = '\0';
+	int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	off_t end = lseek(fd, 0, SEEK_END);
+	lseek(fd, end > (off_t)sizeof tail - 1 ? end - (off_t)sizeof tail + 1 : 0, SEEK_SET);
+	ssize_t n = read(fd, tail, sizeof tail - 1);
+	close(fd);
+	tail[n > 0 ? n : 0] = '\0';
+	char *lines[2] = {NULL, NULL};
+	for (char *save = NULL, *line = strtok_r(tail, "\r\n", &save); line;
+	     line = strtok_r(NULL, "\r\n", &save)) {
+		lines[0] = lines[1];
+		lines[1] = line;
+	}
+	md_textf(out, size, "%s%s%s", lines[0] ? lines[0] : "", lines[0] && lines[1] ? "; " : "",
+	         lines[1] ? lines[1] : "");
+}
+
 static relay_status start_forwarder(md_state *st, relay_error *err)
 {
 	char log_path[1100], forward[800], port[16];
-	snprintf(log_path, sizeof log_path, "%s/ssh.log", st->state_dir);
+	log_path_of(st, log_path, sizeof log_path);
 	md_textf(forward, sizeof forward, "%s:%s", st->socket_path, st->ssh.remote_socket);
 	snprintf(port, sizeof port, "%d", st->ssh.port);
 	unlink(st->socket_path);
@@ -83,7 +120,8 @@ static relay_status start_forwarder(md_state *st, relay_error *err)
 	                      "-l",  st->ssh.user,
 	                      "--",  st->ssh.host,
 	                      NULL};
-	int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	/* This start's messages only: the verdict below is read from it. */
+	int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	posix_spawn_file_actions_init(&fa);
@@ -123,18 +161,8 @@ static relay_status start_forwarder(md_state *st, relay_error *err)
 		waitpid(pid, NULL, 0);
 		st->ssh_pid = 0;
 	}
-	char tail[600] = "";
-	int fd = open(log_path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		off_t size = lseek(fd, 0, SEEK_END);
-		lseek(fd, size > 500 ? size - 500 : 0, SEEK_SET);
-		ssize_t n = read(fd, tail, sizeof tail - 1);
-		tail[n > 0 ? n : 0] = '\0';
-		close(fd);
-		for (char *p = tail; *p; p++)
-			if (*p == '\n' || *p == '\r')
-				*p = ' ';
-	}
+	char tail[600];
+	ssh_verdict(log_path, tail, sizeof tail);
 	return md_err(st, err, RELAY_E_UNAVAILABLE, 0,
 	              "ssh could not forward the engine socket %s of %s (%s); check the host key in %s, the "
 	              "identity %s, and that the remote user may use the socket",

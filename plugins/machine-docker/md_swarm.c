@@ -3,9 +3,11 @@
  * Swarm manager: the service's internal overlay network, the service, and
  * the wait for its task's container (docs/machine-docker.md, "Swarm").
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +77,7 @@ static relay_status wait_for_task(md_state *st, json_object *rec, const char *vm
 		if (state && (strcmp(state, "failed") == 0 || strcmp(state, "rejected") == 0)) {
 			/* On a node the relay cannot reach, the image could not be put there either. */
 			char why[700] = "";
-			bool unreachable = md_node_engine(st, node, call, why, sizeof why) == NULL;
+			bool unreachable = md_node_reach(st, node, call, why, sizeof why) == NULL;
 			s = md_err(st, err, RELAY_E_REFUSED, 0, "the Swarm task of %s %s: %s%s%s", vm, state,
 			           md_str(status, "Err") ? md_str(status, "Err") : "no reason given",
 			           unreachable ? "; " : "", unreachable ? why : "");
@@ -85,7 +87,7 @@ static relay_status wait_for_task(md_state *st, json_object *rec, const char *vm
 		if (state && strcmp(state, "running") == 0 && cid) {
 			/* Exec and copy go to the engine of the node the task runs on. */
 			char why[700];
-			md_state *eng = md_node_engine(st, node, call, why, sizeof why);
+			md_state *eng = md_node_reach(st, node, call, why, sizeof why);
 			json_object_object_add(rec, "swarmNode", json_object_new_string(node ? node : ""));
 			json_object_object_add(rec, "taskId",
 			                       json_object_new_string(md_str(task, "ID") ?: ""));
@@ -290,11 +292,17 @@ int md_swarm_task_check(md_state *st, json_object *rec, relay_call *call, char *
 		const char *node = md_str(ours, "NodeID") ?: "";
 		char host[64] = "", nstate[64] = "", avail[64] = "";
 		bool known = node_status(st, node, call, host, nstate, avail);
-		const char *why_node = !known                         ? NULL
-		                       : strcmp(nstate, "ready") != 0 ? nstate
-		                       : strcmp(avail, "drain") == 0  ? "drained"
-		                                                      : NULL;
-		if (why_node || strcmp(state, "running") != 0 || strcmp(desired, "running") != 0) {
+		/* Only "down" or a drain says the node lost its task: a manager that
+		 * was just elected reads every node "unknown" (and a node can read
+		 * "disconnected") for a while, which proves nothing. */
+		const char *why_node = !known                        ? NULL
+		                       : strcmp(nstate, "down") == 0 ? "down"
+		                       : strcmp(avail, "drain") == 0 ? "drained"
+		                                                     : NULL;
+		bool task_gone = strcmp(state, "running") != 0 || strcmp(desired, "running") != 0;
+		if (!why_node && !task_gone && known && strcmp(nstate, "ready") != 0)
+			verdict = -1;
+		else if (why_node || task_gone) {
 			md_textf(why, why_size, "node %s %s, Swarm task %s (desired %s)%s%s [task %s]",
 			         known ? host : node,
 			         why_node ? why_node
@@ -309,24 +317,99 @@ int md_swarm_task_check(md_state *st, json_object *rec, relay_call *call, char *
 	return verdict;
 }
 
-void md_swarm_note_lost(md_state *st, const char *vm, relay_call *call, relay_error *err)
+/* Under the record's lock: asks the manager whether lease `vm`'s task is
+ * gone and, when it is, notes "lost" (with Swarm's reason) in its record.
+ * True when it is lost (`why` says why), now or before. */
+static bool mark_lost(md_state *st, const char *vm, relay_call *call, char *why, size_t why_size)
 {
 	if (!md_valid_name(vm))
-		return;
+		return false;
 	int lock = md_record_lock(st, vm); /* read, note and write under the record's lock */
 	json_object *rec = md_record_read(st, vm, NULL);
-	char why[800];
-	if (rec && md_swarm_task_check(st, rec, call, why, sizeof why) == 0) {
+	bool lost = false;
+	if (rec && md_str(rec, "lost")) {
+		md_textf(why, why_size, "%s", md_str(rec, "lost"));
+		lost = true;
+	} else if (rec && md_str(rec, "state") && strcmp(md_str(rec, "state"), "running") == 0 &&
+	           md_swarm_task_check(st, rec, call, why, why_size) == 0) {
 		json_object_object_add(rec, "lost", json_object_new_string(why));
+		json_object_object_add(rec, "lostAtMs", json_object_new_int64(st->host->now_ms()));
 		md_record_write(st, rec);
-		char was[RELAY_ERROR_MESSAGE_BYTES];
-		snprintf(was, sizeof was, "%s", err->message);
-		md_err(st, err, err->code ? err->code : RELAY_E_UNAVAILABLE, 0,
-		       "lost: %s. The relay does not re-create guest %s elsewhere; release it (its "
-		       "evidence so far is kept). The engine said: %s",
-		       why, vm, was);
+		lost = true;
+		st->host->log(RELAY_LOG_WARNING, MD_PLUGIN_NAME,
+		              "guest %s is lost: %s; the relay does not re-create it", vm, why);
 	}
 	if (lock >= 0)
 		close(lock);
 	json_object_put(rec);
+	return lost;
+}
+
+/* The error of an operation on lost guest `vm`: why, and what to do;
+ * `engine_said` (may be "") what the failed request got. */
+static relay_status lost_error(md_state *st, relay_error *err, relay_status code, const char *vm,
+                               const char *why, const char *engine_said)
+{
+	return md_err(st, err, code, 0,
+	              "lost: %s. The relay does not re-create guest %s elsewhere; release it (its "
+	              "evidence so far is kept)%s%s",
+	              why, vm, engine_said[0] ? ". The engine said: " : "", engine_said);
+}
+
+void md_swarm_note_lost(md_state *st, const char *vm, relay_call *call, relay_error *err)
+{
+	char why[800];
+	if (!mark_lost(st, vm, call, why, sizeof why))
+		return;
+	char was[RELAY_ERROR_MESSAGE_BYTES];
+	snprintf(was, sizeof was, "%s", err->message);
+	lost_error(st, err, err->code ? err->code : RELAY_E_UNAVAILABLE, vm, why, was);
+}
+
+relay_status md_swarm_refuse_lost(md_state *st, const char *vm, relay_error *err)
+{
+	json_object *rec = md_valid_name(vm) ? md_record_read(st, vm, NULL) : NULL;
+	const char *why = md_str(rec, "lost");
+	relay_status s = why ? lost_error(st, err, RELAY_E_REFUSED, vm, why, "") : RELAY_OK;
+	json_object_put(rec);
+	return s;
+}
+
+/* The host's lease_changed (relay/host.h, ABI 1.5) when the core has it. */
+static void tell_core(md_state *st, const char *vm)
+{
+	const relay_host *h = st->host;
+	if (RELAY_ABI_MINOR(h->abi_version) >= 5 &&
+	    h->struct_size >= offsetof(relay_host, lease_changed) + sizeof h->lease_changed &&
+	    h->lease_changed)
+		h->lease_changed(vm, 0);
+}
+
+void md_swarm_watch(md_state *st)
+{
+	pthread_mutex_lock(&st->lock);
+	bool swarm = st->swarm_known > 0;
+	pthread_mutex_unlock(&st->lock);
+	DIR *d = swarm ? opendir(st->leases_dir) : NULL;
+	struct dirent *de;
+	while (d && (de = readdir(d)) != NULL) {
+		char vm[128];
+		size_t l = strlen(de->d_name);
+		if (l <= 5 || l - 5 >= sizeof vm || strcmp(de->d_name + l - 5, ".json") != 0)
+			continue;
+		md_textf(vm, sizeof vm, "%.*s", (int)(l - 5), de->d_name);
+		json_object *rec = md_record_read(st, vm, NULL);
+		const char *state = md_str(rec, "state");
+		/* This relay's running service leases not yet known lost. */
+		json_object *owner = md_obj(rec, "owner");
+		bool watch = rec && md_is_service(rec) && md_str(rec, "taskId") && !md_str(rec, "lost") &&
+		             state && strcmp(state, "running") == 0 && md_owner_alive(st, rec) &&
+		             md_int(owner, "pid", 0) == st->self_pid;
+		json_object_put(rec);
+		char why[800];
+		if (watch && mark_lost(st, vm, NULL, why, sizeof why))
+			tell_core(st, vm);
+	}
+	if (d)
+		closedir(d);
 }

@@ -298,8 +298,9 @@ static int guest_state(void *ctx, json_object *record, const char *op, relay_cal
 	return 1;
 }
 
-static json_object *capabilities(void *ctx)
+static json_object *capabilities(void *ctx, relay_call *call)
 {
+	(void)call;
 	return console_capabilities(ctx);
 }
 

@@ -257,6 +257,65 @@ int ctl_recv(int conn, uint32_t *op, uint32_t *a, int32_t *c, char *text, size_t
 	return 0;
 }
 
+int ctl_request_fds(int conn, uint32_t op, int *fds, int max, int *nfds, int *err_no, char *why,
+                    size_t why_size)
+{
+	*nfds = 0;
+	*err_no = 0;
+	why[0] = '\0';
+	struct pollfd pfd = {conn, POLLIN, 0};
+	int rc = ctl_send(conn, op, 0);
+	while (rc == 0 && (rc = poll(&pfd, 1, 10000)) < 0 && errno == EINTR)
+		rc = 0;
+	if (rc <= 0) {
+		*err_no = rc == 0 ? ETIMEDOUT : errno;
+		snprintf(why, why_size, "the guest init did not answer: %s", strerror(*err_no));
+		return -1;
+	}
+	char buf[sizeof(lp_header) + 600];
+	char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+	struct iovec iov = {buf, sizeof buf - 1};
+	struct msghdr mh;
+	memset(&mh, 0, sizeof mh);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cbuf;
+	mh.msg_controllen = sizeof cbuf;
+	ssize_t n;
+	do
+		n = recvmsg(conn, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	int got[8], ngot = 0;
+	for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && ngot < 8; k++)
+				memcpy(&got[ngot++], CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+	lp_header h;
+	memset(&h, 0, sizeof h);
+	if (n >= (ssize_t)sizeof h)
+		memcpy(&h, buf, sizeof h);
+	if (n >= (ssize_t)sizeof h && h.magic == LP_MAGIC && h.op == LP_R_FDS && ngot <= max &&
+	    !(mh.msg_flags & MSG_CTRUNC)) {
+		memcpy(fds, got, sizeof(int) * (size_t)ngot);
+		*nfds = ngot;
+		return 0;
+	}
+	for (int k = 0; k < ngot; k++)
+		close(got[k]);
+	if (n < (ssize_t)sizeof h || h.magic != LP_MAGIC) {
+		*err_no = n < 0 ? errno : EPROTO;
+		snprintf(why, why_size, "the guest init's answer is unreadable");
+		return -1;
+	}
+	buf[n] = '\0';
+	*err_no = h.op == LP_R_FDS ? EPROTO : h.c;
+	snprintf(why, why_size, "%s",
+	         h.op == LP_R_FDS        ? "the guest init sent more descriptors than asked for"
+	         : n > (ssize_t)sizeof h ? buf + sizeof h
+	                                 : "the guest init refused the request");
+	return -1;
+}
+
 int ctl_killpid(const char *lease_dir, pid_t pid)
 {
 	int conn = ctl_connect(lease_dir);

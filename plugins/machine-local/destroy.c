@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -87,12 +88,22 @@ static bool kill_process(pid_t pid, unsigned long long start, int timeout_ms)
 	return gone;
 }
 
-/* A process of the guest's init program (launcher, init, or a process it
- * forked) started for `lease_dir`: its argv is "machine-local-init launch
- * ... --lease-dir <lease_dir> ...". Such a process can run before the
- * record names the init (a relay killed during the launch), and without
- * root no cgroup holds it. */
-static bool is_launch_of(pid_t pid, const char *lease_dir)
+/* True when argv (n bytes of NUL-ended words) has the word `word`. */
+static bool argv_has(const char *buf, ssize_t n, const char *word)
+{
+	for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1)
+		if (strcmp(buf + i, word) == 0)
+			return true;
+	return false;
+}
+
+/* A process started for `lease_dir`: one of the guest's init program
+ * (launcher, init, or a process it forked: "machine-local-init launch ...
+ * --lease-dir <lease_dir> ..."), or the network helper pasta or its keeper
+ * (each has the word "<lease_dir>/pasta.pid"). Such a process can run
+ * before the record names it (a relay killed during the launch), and
+ * without root no cgroup holds it. */
+static bool is_launch_of(pid_t pid, const char *lease_dir, bool with_helpers)
 {
 	char path[64], buf[4096];
 	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
@@ -104,6 +115,11 @@ static bool is_launch_of(pid_t pid, const char *lease_dir)
 	if (n <= 0)
 		return false;
 	buf[n] = '\0';
+	char pidfile[PATH_MAX];
+	if (with_helpers &&
+	    snprintf(pidfile, sizeof pidfile, "%s/pasta.pid", lease_dir) < (int)sizeof pidfile &&
+	    argv_has(buf, n, pidfile))
+		return true;
 	static const char head[] = "machine-local-init\0launch\0";
 	if ((size_t)n < sizeof head - 1 || memcmp(buf, head, sizeof head - 1) != 0)
 		return false;
@@ -115,8 +131,9 @@ static bool is_launch_of(pid_t pid, const char *lease_dir)
 	return false;
 }
 
-/* The first live process launched for `lease_dir`, or 0. */
-static pid_t find_launch_of(const char *lease_dir)
+/* The first live process launched for `lease_dir` (with_helpers: or its
+ * network helper or the helper's keeper), or 0. */
+static pid_t find_launch_of(const char *lease_dir, bool with_helpers)
 {
 	DIR *d = opendir("/proc");
 	pid_t found = 0;
@@ -124,7 +141,7 @@ static pid_t find_launch_of(const char *lease_dir)
 	while (d && !found && (de = readdir(d)) != NULL) {
 		pid_t pid = (pid_t)atoi(de->d_name);
 		unsigned long long start = pid > 0 ? lu_proc_start(pid) : 0;
-		if (start && is_launch_of(pid, lease_dir) && lu_proc_alive(pid, start))
+		if (start && is_launch_of(pid, lease_dir, with_helpers) && lu_proc_alive(pid, start))
 			found = pid;
 	}
 	if (d)
@@ -133,14 +150,46 @@ static pid_t find_launch_of(const char *lease_dir)
 }
 
 /* Kills every process launched for `lease_dir` (at most a few rounds). */
-static void kill_launches_of(const char *lease_dir)
+static void kill_launches_of(const char *lease_dir, bool with_helpers)
 {
 	for (int round = 0; round < 8; round++) {
-		pid_t pid = find_launch_of(lease_dir);
+		pid_t pid = find_launch_of(lease_dir, with_helpers);
 		if (pid == 0)
 			return;
 		kill_process(pid, lu_proc_start(pid), 2000);
 	}
+}
+
+/* Waits until no process holds <lease_dir>/helper.lock (net.c): the relay
+ * takes it before pasta's keeper exists, and the keeper and pasta hold it
+ * for as long as either lives, so a free lock proves that no helper of the
+ * guest is left, which a scan of /proc (racing forks) cannot. True when it
+ * is free or was never made. */
+static bool helper_lock_free_within(const char *lease_dir, int timeout_ms)
+{
+	char path[PATH_MAX];
+	if (snprintf(path, sizeof path, "%s/helper.lock", lease_dir) >= (int)sizeof path)
+		return false;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return errno == ENOENT;
+	int64_t until = lu_monotonic_ms() + timeout_ms;
+	bool free_now = false;
+	while (!(free_now = flock(fd, LOCK_EX | LOCK_NB) == 0) && lu_monotonic_ms() < until)
+		lu_sleep_ms(5);
+	close(fd);
+	return free_now;
+}
+
+/* The network helper's end: the keeper ends pasta once the init is gone
+ * (init_keep.c); a keeper that was itself killed leaves pasta to be killed
+ * here. Killing the keeper first could orphan a pasta it was starting. */
+static bool end_helpers_of(const char *lease_dir)
+{
+	if (helper_lock_free_within(lease_dir, 5000))
+		return true;
+	kill_launches_of(lease_dir, true);
+	return helper_lock_free_within(lease_dir, 2000);
 }
 
 /* Removes a lease folder with its record last: a folder that cannot be
@@ -199,8 +248,11 @@ relay_status sandbox_destroy(local_state *st, json_object *record, const char *r
 	bool helper_gone = kill_process((pid_t)lu_get_int(helper, "pid", 0),
 	                                (unsigned long long)lu_get_int(helper, "startTime", 0), 5000);
 	int cg_rc = cgroup_remove_all(record);
-	if (lease_dir)
-		kill_launches_of(lease_dir);
+	if (lease_dir) {
+		kill_launches_of(lease_dir, false);
+		if (init_gone && !end_helpers_of(lease_dir))
+			helper_gone = false;
+	}
 	int rm_rc = 0;
 	if (init_gone)
 		rm_rc = remove_lease_folder(st, lease_dir);
@@ -290,7 +342,7 @@ relay_status sandbox_verify_gone(local_state *st, json_object *record, char *det
 		snprintf(detail, detail_size, "process %d is still in the guest's namespaces", (int)member);
 		return RELAY_E_UNVERIFIED;
 	}
-	pid_t launched = lease_dir ? find_launch_of(lease_dir) : 0;
+	pid_t launched = lease_dir ? find_launch_of(lease_dir, true) : 0;
 	if (launched) {
 		snprintf(detail, detail_size, "process %d of the guest's launch is still running",
 		         (int)launched);

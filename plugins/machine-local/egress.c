@@ -1,43 +1,20 @@
 /*
  * egress.c — the sockets of the relay's egress proxy in a guest's network
  * namespace (relay/machine.h egress_listeners, docs/egress.md). A guest
- * under allow or internet has loopback only: no helper, no route. These
- * sockets, bound to its 127.0.0.1:3128 and 127.0.0.1:53, are made from the
- * host side (net_socket_in) and handed to the relay, which serves them
- * from its own namespace; they are the guest's only way out.
+ * under allow or internet has loopback only: no helper, no route. The
+ * guest's init, which lives in that namespace, makes the sockets bound to
+ * its 127.0.0.1:3128 and 127.0.0.1:53 on request and passes them over the
+ * control socket (LP_EGRESS, init_egress.c), with or without root; the
+ * relay serves them from its own namespace: they are the guest's only way
+ * out.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "local.h"
-
-/* A socket of `type` in the guest's namespace bound to 127.0.0.1:port (and
- * listening for TCP); the fd or -1 with *err_no. */
-static int bound_in(pid_t init_pid, int type, int port, int *err_no)
-{
-	int fd = net_socket_in(init_pid, AF_INET, type, err_no);
-	if (fd < 0)
-		return -1;
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	int one = 1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-	    (type == SOCK_STREAM && listen(fd, 1024) != 0)) {
-		*err_no = errno;
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
+#include "local_proto.h"
 
 relay_status local_egress_listeners(relay_plugin_state *state, const char *lease_json, unsigned flags,
                                     int fds_out[3], relay_error *err)
@@ -71,24 +48,30 @@ relay_status local_egress_listeners(relay_plugin_state *state, const char *lease
 		s = lu_err(st, err, RELAY_E_NOT_FOUND, 0, "the init of lease %s is not running", vm);
 		goto done;
 	}
-	static const int types[3] = {SOCK_STREAM, SOCK_DGRAM, SOCK_STREAM};
-	static const int ports[3] = {3128, 53, 53};
-	for (int i = 0; i < 3; i++) {
-		fds_out[i] = bound_in(pid, types[i], ports[i], &e);
-		if (fds_out[i] < 0) {
-			s = lu_err(st, err, RELAY_E_IO, e,
-			           "cannot make the egress socket 127.0.0.1:%d in the network namespace of "
-			           "lease %s%s",
-			           ports[i], vm,
-			           st->rootless
-			               ? " (without root the relay cannot enter the guest's namespace)"
-			               : "");
-			for (int j = 0; j < i; j++) {
-				close(fds_out[j]);
-				fds_out[j] = -1;
-			}
-			goto done;
+	const char *lease_dir = lu_get_string(lu_get_object(rec, "paths"), "leaseDir");
+	int conn = lease_dir ? ctl_connect(lease_dir) : -1;
+	if (conn < 0) {
+		s = lu_err(st, err, RELAY_E_IO, errno, "cannot reach the init of lease %s", vm);
+		goto done;
+	}
+	char why[256];
+	int nfds = 0;
+	int rc = ctl_request_fds(conn, LP_EGRESS, fds_out, 3, &nfds, &e, why, sizeof why);
+	close(conn);
+	if (rc != 0 || nfds != 3) {
+		for (int i = 0; i < nfds; i++) {
+			close(fds_out[i]);
+			fds_out[i] = -1;
 		}
+		bool old_init = rc != 0 && e == EINVAL && strcmp(why, "unknown request") == 0;
+		s = lu_err(st, err, RELAY_E_IO, rc != 0 ? e : EPROTO,
+		           "the init of lease %s did not give the egress sockets: %s%s", vm,
+		           rc != 0 ? why : "it sent fewer than three",
+		           old_init
+		               ? " (the guest was made by an older machine-local; release it and acquire "
+		                 "again)"
+		               : "");
+		goto done;
 	}
 done:
 	if (rec)

@@ -33,6 +33,7 @@ typedef struct launch_options {
 	int rootless;
 	int userxattr;
 	int compose_root; /* the lower is the host root: compose it (init_rootless.c) */
+	int egress;       /* network allow/internet: the relay's egress proxy listens here (init_egress.c) */
 	const char *newuidmap, *newgidmap;
 	const char *outer_uid_map; /* "0 <relay uid> 1 <guest uid> <subordinate uid> 1" for newuidmap */
 	const char *outer_gid_map;
@@ -73,6 +74,20 @@ void join_path(char *out, size_t size, const char *a, const char *b); /* dies wh
 void setup_root(const launch_options *o, const char *merged);
 /* Brings loopback up and adds the reject routes; dies on failure. */
 void setup_network(const launch_options *o);
+
+/* init_keep.c: `keep-helper PIDFILE PROGRAM ARG...` (fd 3 the init's hold
+ * pipe, fd 4 the status pipe, fds 5-8 the helper's: namespaces, lock): starts the network
+ * helper and ends it once the init has exited. Returns the exit status. */
+int keep_helper(int argc, char **argv);
+
+/* init_egress.c: the sockets of the relay's egress proxy. */
+/* Lets 127.0.0.1:53 be bound in the guest's network namespace by the init
+ * after it gave up its capabilities (ip_unprivileged_port_start 53); dies
+ * on failure. Called by setup_network under --egress. */
+void egress_prepare(void);
+/* Makes the three sockets of LP_R_FDS (local_proto.h) in the guest's
+ * network namespace. 0, or an errno with `why` naming the socket. */
+int egress_sockets(int fds[3], char *why, size_t why_size);
 
 /* init_rootless.c: without root. */
 /* Creates a user namespace and has newuidmap/newgidmap (set-uid helpers)

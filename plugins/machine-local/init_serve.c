@@ -90,7 +90,9 @@ static int group_gone(pid_t pgid)
 	return kill(-pgid, 0) != 0 && errno == ESRCH;
 }
 
-static int send_packet(int fd, uint32_t op, uint32_t a, int32_t c, const char *text)
+/* One reply packet, with `nfds` descriptors (SCM_RIGHTS) when nfds > 0. */
+static int send_packet_fds(int fd, uint32_t op, uint32_t a, int32_t c, const char *text, const int *fds,
+                           int nfds)
 {
 	lp_header h;
 	memset(&h, 0, sizeof h);
@@ -109,8 +111,50 @@ static int send_packet(int fd, uint32_t op, uint32_t a, int32_t c, const char *t
 		memcpy(buf + sizeof h, text, tlen);
 		buf[sizeof h + tlen - 1] = '\0';
 	}
-	ssize_t w = send(fd, buf, sizeof h + tlen, MSG_NOSIGNAL | MSG_DONTWAIT);
+	struct iovec iov = {buf, sizeof h + tlen};
+	struct msghdr mh;
+	memset(&mh, 0, sizeof mh);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	char cbuf[CMSG_SPACE(sizeof(int) * 3)];
+	if (nfds > 0 && nfds <= 3) {
+		memset(cbuf, 0, sizeof cbuf);
+		mh.msg_control = cbuf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 	return w < 0 ? -1 : 0;
+}
+
+static int send_packet(int fd, uint32_t op, uint32_t a, int32_t c, const char *text)
+{
+	return send_packet_fds(fd, op, a, c, text, NULL, 0);
+}
+
+/* EGRESS: the egress proxy's sockets, made now, passed on and not kept. */
+static void handle_egress(int conn, const launch_options *o)
+{
+	if (!o->egress) {
+		send_packet(conn, LP_R_ERROR, 0, EPERM,
+		            "this guest was not made for egress (its network is not allow or internet)");
+		return;
+	}
+	int fds[3];
+	char why[200];
+	int e = egress_sockets(fds, why, sizeof why);
+	if (e != 0) {
+		send_packet(conn, LP_R_FAILED, 0, e, why);
+		return;
+	}
+	if (send_packet_fds(conn, LP_R_FDS, 3, 0, NULL, fds, 3) != 0)
+		say("machine-local init: cannot pass the egress sockets: %s", strerror(errno));
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
 }
 
 /* Sends EXIT for every tracked leader that has exited and has a connection. */
@@ -328,7 +372,7 @@ done:
 		close(fds[i]);
 }
 
-static void handle_request(int conn, char *buf, size_t n, const int *fds, int nfds)
+static void handle_request(const launch_options *o, int conn, char *buf, size_t n, const int *fds, int nfds)
 {
 	lp_header h;
 	if (n < sizeof h) {
@@ -380,6 +424,7 @@ static void handle_request(int conn, char *buf, size_t n, const int *fds, int nf
 		return;
 	}
 	case LP_PING: send_packet(conn, LP_R_PONG, (uint32_t)g_tracked_count, 0, NULL); return;
+	case LP_EGRESS: handle_egress(conn, o); return;
 	default: send_packet(conn, LP_R_ERROR, 0, EINVAL, "unknown request"); return;
 	}
 }
@@ -502,7 +547,7 @@ void serve(const launch_options *o, int listen_fd, int dir_fd)
 					}
 				}
 				if (n > 0 && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
-					handle_request(fd, buf, (size_t)n, fds, nfds);
+					handle_request(o, fd, buf, (size_t)n, fds, nfds);
 				else {
 					for (int k = 0; k < nfds; k++)
 						close(fds[k]);

@@ -243,4 +243,6 @@ void setup_network(const launch_options *o)
 			die(errno, "cannot add the reject route %s", o->rejects[i]);
 	}
 	close(fd);
+	if (o->egress)
+		egress_prepare();
 }

@@ -402,17 +402,17 @@ static void network_check(local_state *st, json_object *arr)
 		snprintf(
 		    detail, sizeof detail,
 		    "%s gives nat guests outbound access (no host, no private ranges)%s; internet and allow "
-		    "go through the relay's egress proxy%s",
-		    st->helper_name, st->rootless ? ", started by the relay for each guest's namespaces" : "",
-		    st->rootless ? ", which needs a relay that is root" : "");
+		    "go through the relay's egress proxy",
+		    st->helper_name,
+		    st->rootless ? ", started by the relay for each guest's namespaces" : "");
 		optional_check(arr, "network helper", true, detail, NULL);
 		return;
 	}
 	split_fix(st->helper_reason, cause, sizeof cause, fix, sizeof fix);
 	snprintf(detail, sizeof detail,
 	         "no usable network helper: %s; nat gives loopback only; internet and allow go through the "
-	         "relay's egress proxy%s",
-	         cause, st->rootless ? ", which needs a relay that is root" : "");
+	         "relay's egress proxy",
+	         cause);
 	optional_check(arr, "network helper", false, detail, fix[0] ? fix : NULL);
 }
 

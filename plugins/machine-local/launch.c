@@ -25,38 +25,6 @@
 
 /* ---- the guest init ------------------------------------------------------------ */
 
-static int read_status_line(int fd, char *line, size_t size, int64_t until)
-{
-	size_t n = 0;
-	for (;;) {
-		int left = (int)(until - lu_monotonic_ms());
-		if (left <= 0) {
-			errno = ETIMEDOUT;
-			return -1;
-		}
-		struct pollfd pfd = {fd, POLLIN, 0};
-		int rc = poll(&pfd, 1, left);
-		if (rc < 0 && errno == EINTR)
-			continue;
-		if (rc <= 0)
-			continue;
-		char c;
-		ssize_t r = read(fd, &c, 1);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			errno = EPIPE;
-			return -1;
-		}
-		if (c == '\n') {
-			line[n] = '\0';
-			return 0;
-		}
-		if (n + 1 < size)
-			line[n++] = c;
-	}
-}
-
 /* The launcher's argv and the texts it points to. */
 typedef struct init_args {
 	const char *argv[80 + 2 * LOCAL_MAX_MASKS + 2 * 128];
@@ -114,6 +82,10 @@ static void init_argv(local_state *st, const char *lease_dir, const char *tree, 
 	 * below it): the init composes the view instead (init_rootless.c). */
 	if (st->rootless && strcmp(tree, "/") == 0)
 		argv[ac++] = "--compose-root";
+	/* allow and internet: the init makes the egress proxy's sockets (init_egress.c). */
+	const char *access = lu_get_string(lu_get_object(record, "network"), "access");
+	if (access && strcmp(access, "egress") == 0)
+		argv[ac++] = "--egress";
 	const char *cgroups[8];
 	size_t ncgroups = cgroup_paths(record, cgroups, 8);
 	for (size_t i = 0; i < ncgroups; i++) {
@@ -219,7 +191,7 @@ relay_status launch_init(local_state *st, const char *lease_dir, const char *tre
 	char line[900];
 	bool ready = false;
 	while (!ready) {
-		if (read_status_line(status_pipe[0], line, sizeof line, until) != 0) {
+		if (lu_read_line_until(status_pipe[0], line, sizeof line, until) != 0) {
 			char tail[300] = "";
 			size_t len = 0;
 			char *text = lu_read_small(log_path, 64 * 1024, &len);
@@ -241,7 +213,7 @@ relay_status launch_init(local_state *st, const char *lease_dir, const char *tre
 		if (strncmp(line, "pid ", 4) == 0) {
 			lr->init_pid = (pid_t)atoi(line + 4);
 			if (with_helper) {
-				status = net_start_helper(st, lr->init_pid, lease_dir, hold[0],
+				status = net_start_helper(st, lr->init_pid, lr->launcher, lease_dir, hold[0],
 				                          &lr->helper_pid, err);
 				close(hold[0]);
 				hold[0] = -1;
@@ -336,7 +308,7 @@ relay_status launch_display(local_state *st, json_object *record, const char *le
 	close(pipefd[1]);
 	pipefd[1] = -1;
 	char line[32];
-	if (read_status_line(pipefd[0], line, sizeof line, lu_monotonic_ms() + 15000) != 0) {
+	if (lu_read_line_until(pipefd[0], line, sizeof line, lu_monotonic_ms() + 15000) != 0) {
 		status = lu_err(st, err, RELAY_E_REFUSED, errno,
 		                "Xvfb did not open the guest's display within 15 s; see %s", log_path);
 		goto cleanup;

@@ -187,6 +187,10 @@ char *lu_find_program(const char *name); /* rs_which on PATH (or sbin and bin); 
  * `log_fd` (never the relay's standard output). The caller adds its own
  * descriptors, spawns, and destroys both. */
 void lu_spawn_detached_init(posix_spawn_file_actions_t *fa, posix_spawnattr_t *attr, int log_fd);
+/* Reads one line (without its newline, cut to size - 1) from `fd` until the
+ * monotonic time `until` (ms): 0, or -1 with errno ETIMEDOUT (no line by
+ * then) or EPIPE (the writer closed first). */
+int lu_read_line_until(int fd, char *line, size_t size, int64_t until);
 bool lu_valid_guest_name(const char *name);
 bool lu_valid_token(const char *text, size_t max); /* [A-Za-z0-9][A-Za-z0-9._-]* */
 
@@ -330,6 +334,11 @@ int ctl_spawn_cmd(int conn, const ctl_spawn *req, pid_t *pid_out, int *err_no, c
 int ctl_send(int conn, uint32_t op, uint32_t a);
 /* Reads one reply; 0, or -1 on EOF/error. */
 int ctl_recv(int conn, uint32_t *op, uint32_t *a, int32_t *c, char *text, size_t text_size, int timeout_ms);
+/* Sends `op` and reads its FDS reply (local_proto.h): 0 with up to `max`
+ * descriptors in fds (owned by the caller) and their count in *nfds; or -1
+ * with *err_no and the init's message in why. */
+int ctl_request_fds(int conn, uint32_t op, int *fds, int max, int *nfds, int *err_no, char *why,
+                    size_t why_size);
 /* Kills a detached command's group; 1 when confirmed gone. */
 int ctl_killpid(const char *lease_dir, pid_t pid);
 /* The default environment of guest commands (NULL-terminated, malloc'd
@@ -342,10 +351,15 @@ void ctl_env_free(char **env);
 /* The reject prefixes for a guest with outbound access: private ranges and
  * every network of the host. Returns a count; fills up to max entries. */
 size_t net_reject_list(char out[][24], size_t max);
-/* Starts the network helper for the guest init `init_pid`; *helper_pid_out.
- * `exit_fd` (slirp4netns --exit-fd) is borrowed. */
-relay_status net_start_helper(local_state *st, pid_t init_pid, const char *lease_dir, int exit_fd,
-                              pid_t *helper_pid_out, relay_error *err);
+/* Starts the network helper for the guest init `init_pid` (whose launcher,
+ * `launcher_pid`, still holds the guest's outer namespaces: without root
+ * the helper joins those); *helper_pid_out. `exit_fd` is the read end of
+ * the init's hold pipe (borrowed): EOF there means the init has exited.
+ * slirp4netns gets it as --exit-fd; pasta, which cannot take one, gets a
+ * keeper that ends it then (init_keep.c). On failure a helper already
+ * running is in *helper_pid_out (0 = none), for the cleanup. */
+relay_status net_start_helper(local_state *st, pid_t init_pid, pid_t launcher_pid, const char *lease_dir,
+                              int exit_fd, pid_t *helper_pid_out, relay_error *err);
 /* ---- egress.c ---------------------------------------------------------------- */
 
 /* relay/machine.h egress_listeners. */
@@ -357,6 +371,12 @@ int net_socket_in(pid_t init_pid, int domain, int type, int *err_no);
 /* Spawns argv (host side) with its network namespace switched to the
  * guest's; stdout/stderr to log_fd. pid or -1. */
 pid_t net_spawn_in(pid_t init_pid, const char *const *argv, const char *const *envp, int log_fd, int *err_no);
+/* userns.c: the same from a forked child that joins the user namespace
+ * owning the guest's network namespace first (a relay that is not root,
+ * whose threads setns() refuses). */
+int net_socket_in_userns(pid_t init_pid, int domain, int type, int *err_no);
+pid_t net_spawn_in_userns(pid_t init_pid, const char *const *argv, const char *const *envp, int log_fd,
+                          int *err_no);
 
 /* ---- exec.c, xfer.c ---------------------------------------------------------- */
 

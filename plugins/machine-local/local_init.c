@@ -10,7 +10,7 @@
  *       [--rlimit-nproc N] [--rlimit-data BYTES] [--rlimit-fsize BYTES]
  *       [--compose-root] [--newuidmap PATH --newgidmap PATH --outer-uid-map MAP
  *        --outer-gid-map MAP] [--id-map-gid MAP] [--guest-home PATH --guest-ids UID:GID]
- *       [--gate-fd N]
+ *       [--gate-fd N] [--egress]
  *   machine-local-init rmtree NEWUIDMAP NEWGIDMAP UIDMAP GIDMAP PATH
  *
  * fd 3 is the status pipe to the plugin; stdout and stderr go to the lease's
@@ -31,6 +31,7 @@
  *      kernel's dangerous /proc files;
  *   2. sets the hostname, brings loopback up and adds "reject" routes for
  *      --reject prefixes (private ranges and the host's own networks);
+ *      under --egress lets port 53 be bound later (init_egress.c);
  *   3. binds <lease dir>/control.sock, pivots into the overlay and drops
  *      the host's tree;
  *   4. moves into a user namespace of its own (maps written by the
@@ -49,7 +50,8 @@
  *
  * This file: the launcher, the guest init's start and the arguments. The
  * parts (init.h): init_util.c (helpers), init_setup.c (mounts, network),
- * init_serve.c (the control server).
+ * init_serve.c (the control server), init_egress.c (the egress proxy's
+ * sockets), init_rootless.c (without root).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -274,6 +276,8 @@ int main(int argc, char **argv)
 	o.backstop_ms = 60000;
 	if (argc == 7 && strcmp(argv[1], "rmtree") == 0)
 		return remove_tree_mapped(argv[2], argv[3], argv[4], argv[5], argv[6]);
+	if (argc >= 4 && strcmp(argv[1], "keep-helper") == 0)
+		return keep_helper(argc, argv);
 	if (argc < 2 || strcmp(argv[1], "launch") != 0)
 		usage();
 	for (int i = 2; i < argc; i++) {
@@ -289,6 +293,10 @@ int main(int argc, char **argv)
 		}
 		if (strcmp(k, "--compose-root") == 0) {
 			o.compose_root = 1;
+			continue;
+		}
+		if (strcmp(k, "--egress") == 0) {
+			o.egress = 1;
 			continue;
 		}
 		if (v == NULL)

@@ -28,7 +28,8 @@ enum lp_request {
 	LP_KILL = 2,    /* SIGKILL the process group of this connection's command; answers GROUP */
 	LP_QUERY = 3,   /* is this connection's process group gone? answers GROUP */
 	LP_KILLPID = 4, /* a=pid of a detached spawn: SIGKILL its group; answers GROUP */
-	LP_PING = 5     /* answers PONG */
+	LP_PING = 5,    /* answers PONG */
+	LP_EGRESS = 6   /* the egress proxy's sockets (docs/egress.md): answers FDS, FAILED or ERROR */
 };
 
 /* Replies (init -> client). */
@@ -38,7 +39,10 @@ enum lp_reply {
 	LP_R_EXIT = 103,    /* c=wait status of the leader, a=1 when its group is gone */
 	LP_R_GROUP = 104,   /* a=1 when the group is gone */
 	LP_R_PONG = 105,    /* a=number of processes the init is tracking */
-	LP_R_ERROR = 106    /* c=errno, strings: one message (a malformed request) */
+	LP_R_ERROR = 106,   /* c=errno, strings: one message (a malformed request) */
+	LP_R_FDS = 107      /* a=count; fds (SCM_RIGHTS): for EGRESS, TCP 127.0.0.1:3128 (listening),
+	                     * UDP 127.0.0.1:53, TCP 127.0.0.1:53 (listening), made in the guest's
+	                     * network namespace; the init keeps no copy */
 };
 
 /* SPAWN flags (field c). */

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -148,6 +149,38 @@ void lu_spawn_detached_init(posix_spawn_file_actions_t *fa, posix_spawnattr_t *a
 	posix_spawn_file_actions_addopen(fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_adddup2(fa, log_fd, 1);
 	posix_spawn_file_actions_adddup2(fa, log_fd, 2);
+}
+
+int lu_read_line_until(int fd, char *line, size_t size, int64_t until)
+{
+	size_t n = 0;
+	for (;;) {
+		int left = (int)(until - lu_monotonic_ms());
+		if (left <= 0) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		struct pollfd pfd = {fd, POLLIN, 0};
+		int rc = poll(&pfd, 1, left);
+		if (rc < 0 && errno == EINTR)
+			continue;
+		if (rc <= 0)
+			continue;
+		char c;
+		ssize_t r = read(fd, &c, 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			errno = EPIPE;
+			return -1;
+		}
+		if (c == '\n') {
+			line[n] = '\0';
+			return 0;
+		}
+		if (n + 1 < size)
+			line[n++] = c;
+	}
 }
 
 char *lu_find_program(const char *name)

@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <limits.h>
-#include <linux/nsfs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -24,7 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -220,51 +219,68 @@ cleanup:
 	return status;
 }
 
-/* waitpid(pid) until the monotonic time `until` (ms): woken by the child's
- * pidfd the moment it exits rather than by polling with sleeps. Returns
- * pid, or 0 when it is still running at `until`. */
-static pid_t wait_child_until(pid_t pid, int64_t until, int *wst)
+/* Opens /proc/<pid>/ns/<name> at a descriptor of 100 or more: >= 0, or -1. */
+static int open_ns_high(pid_t pid, const char *name)
 {
-	/* Not reaped yet, so the pid cannot have been reused. */
-	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	pid_t w = 0;
-	while ((w = waitpid(pid, wst, WNOHANG)) == 0) {
-		int left = (int)(until - lu_monotonic_ms());
-		if (left <= 0)
-			break;
-		if (pidfd < 0) {
-			lu_sleep_ms(2);
-			continue;
-		}
-		struct pollfd pfd = {pidfd, POLLIN, 0};
-		if (poll(&pfd, 1, left) < 0 && errno != EINTR)
-			lu_sleep_ms(2);
-	}
-	if (pidfd >= 0)
-		close(pidfd);
-	return w;
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/ns/%s", (int)pid, name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int hi = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 100) : -1;
+	if (fd >= 0)
+		close(fd);
+	return hi;
 }
 
-static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lease_dir, pid_t *helper_pid_out,
-                                relay_error *err)
+static relay_status start_pasta(local_state *st, pid_t init_pid, pid_t launcher_pid, const char *lease_dir,
+                                int exit_fd, pid_t *helper_pid_out, relay_error *err)
 {
+	relay_status status = RELAY_OK;
+	int log_fd = -1, user_fd = -1, hi_exit = -1, report[2] = {-1, -1}, hi_report = -1, lock_fd = -1;
 	/* pasta drops its privileges before it opens a namespace path, so it
-	 * gets the namespace as an inherited descriptor (fd 3), and keeps the
-	 * relay's uid (--runas 0) so it may join a namespace the host owns. */
-	char netpath[64], pidfile[PATH_MAX], logfile[PATH_MAX];
-	snprintf(netpath, sizeof netpath, "/proc/%d/ns/net", (int)init_pid);
+	 * gets the namespaces as inherited descriptors (fd 5 the network, fd 6
+	 * the user namespace), and keeps the relay's uid (--runas 0) so it may
+	 * join a network namespace the host owns. Without root both come from
+	 * the launcher, which stays in the guest's outer user namespace until
+	 * pasta is done (the gate, launch.c): the init itself moves on into a
+	 * nested user namespace of its own, and pasta opening the init's
+	 * namespace by path lost that race under load ("Couldn't switch to
+	 * pasta namespaces"). */
+	pid_t ns_pid = st->rootless && launcher_pid > 0 ? launcher_pid : init_pid;
+	int net_fd = open_ns_high(ns_pid, "net");
+	if (net_fd < 0)
+		return lu_err(st, err, RELAY_E_IO, errno,
+		              "cannot open the guest's network namespace (/proc/%d/ns/net)", (int)ns_pid);
+	if (st->rootless && (user_fd = open_ns_high(ns_pid, "user")) < 0) {
+		status = lu_err(st, err, RELAY_E_IO, errno,
+		                "cannot open the guest's user namespace (/proc/%d/ns/user)", (int)ns_pid);
+		goto cleanup;
+	}
+	/* Held from here by the keeper and pasta as long as either lives:
+	 * destroy.c waits for it to be free. */
+	char lock_path[PATH_MAX];
+	lu_textf(lock_path, sizeof lock_path, "%s/helper.lock", lease_dir);
+	int lock_low = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	lock_fd = lock_low >= 0 ? fcntl(lock_low, F_DUPFD_CLOEXEC, 100) : -1;
+	if (lock_low >= 0)
+		close(lock_low);
+	log_fd = open_log(lease_dir, "network.log");
+	hi_exit = fcntl(exit_fd, F_DUPFD_CLOEXEC, 100);
+	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0 || log_fd < 0 || hi_exit < 0 ||
+	    pipe2(report, O_CLOEXEC) != 0 || (hi_report = fcntl(report[1], F_DUPFD_CLOEXEC, 100)) < 0) {
+		status = lu_err(st, err, RELAY_E_IO, errno, "cannot prepare the descriptors of pasta in %s",
+		                lease_dir);
+		goto cleanup;
+	}
+	char pidfile[PATH_MAX], logfile[PATH_MAX];
 	lu_textf(pidfile, sizeof pidfile, "%s/pasta.pid", lease_dir);
 	lu_textf(logfile, sizeof logfile, "%s/network.log", lease_dir);
-	int ns_fd = open(netpath, O_RDONLY | O_CLOEXEC);
-	int hi_ns = ns_fd >= 0 ? fcntl(ns_fd, F_DUPFD_CLOEXEC, 100) : -1;
-	if (ns_fd >= 0)
-		close(ns_fd);
-	if (hi_ns < 0)
-		return lu_err(st, err, RELAY_E_IO, errno, "cannot open the guest's network namespace %s",
-		              netpath);
-	char userns[64];
-	snprintf(userns, sizeof userns, "/proc/%d/ns/user", (int)init_pid);
-	const char *argv[] = {st->helper_path,
+	/* pasta runs under its keeper (init_keep.c), which ends it once the
+	 * guest's init has exited: pasta holds the namespace by descriptor and
+	 * would never see the guest go. */
+	const char *argv[] = {"/proc/self/fd/9",
+	                      "keep-helper",
+	                      pidfile,
+	                      st->helper_path,
 	                      "--runas",
 	                      "0",
 	                      "--config-net",
@@ -294,67 +310,81 @@ static relay_status start_pasta(local_state *st, pid_t init_pid, const char *lea
 	                      "--log-file",
 	                      logfile,
 	                      "--netns",
-	                      "/proc/self/fd/3",
-	                      NULL,
-	                      NULL,
+	                      "/proc/self/fd/5",
 	                      NULL};
 	if (st->rootless) {
-		/* Without root: the namespace belongs to the guest's user
-		 * namespace, which pasta joins (held there by the launcher until
-		 * pasta is done, launch.c); there is no uid to change to. */
-		argv[1] = "--userns";
-		argv[2] = userns;
+		/* Without root there is no uid to change to. */
+		argv[4] = "--userns";
+		argv[5] = "/proc/self/fd/6";
 	}
-	int log_fd = open_log(lease_dir, "network.log");
-	if (log_fd < 0) {
-		close(hi_ns);
-		return lu_err(st, err, RELAY_E_IO, errno, "cannot open the network log in %s", lease_dir);
-	}
-	int keep[1] = {hi_ns}, as[1] = {3};
+	int keep[6] = {hi_exit, hi_report, net_fd, lock_fd, st->init_memfd, user_fd},
+	    as[6] = {3, 4, 5, 7, 9, 6};
 	int e = 0;
-	pid_t pid = spawn_helper(argv, log_fd, keep, as, 1, &e);
-	close(log_fd);
-	close(hi_ns);
-	if (pid < 0)
-		return lu_err(st, err, RELAY_E_IO, e, "cannot start %s", st->helper_path);
-	/* pasta configures the namespace, then forks into the background. */
+	pid_t pid = spawn_helper(argv, log_fd, keep, as, st->rootless ? 6 : 5, &e);
+	close(hi_report);
+	hi_report = -1;
+	close(report[1]);
+	report[1] = -1;
+	if (pid < 0) {
+		status = lu_err(st, err, RELAY_E_IO, e, "cannot start %s", st->helper_path);
+		goto cleanup;
+	}
+	/* The keeper's first process forks the keeper and exits at once. */
 	int wst = 0;
-	pid_t w = wait_child_until(pid, lu_monotonic_ms() + 10000, &wst);
-	if (w != pid) {
-		kill(pid, SIGKILL);
-		waitpid(pid, &wst, 0);
-		return lu_err(st, err, RELAY_E_TIMEOUT, 0,
-		              "pasta did not configure the guest network within 10 s");
+	waitpid(pid, &wst, 0);
+	char line[256];
+	if (lu_read_line_until(report[0], line, sizeof line, lu_monotonic_ms() + 15000) != 0) {
+		status =
+		    lu_err(st, err, errno == ETIMEDOUT ? RELAY_E_TIMEOUT : RELAY_E_IO, 0, "pasta's keeper %s",
+		           errno == ETIMEDOUT ? "did not answer within 15 s" : "exited without an answer");
+		goto cleanup;
+	}
+	if (strncmp(line, "pid ", 4) == 0 && atoi(line + 4) > 0) {
+		*helper_pid_out = (pid_t)atoi(line + 4);
+		goto cleanup;
 	}
 	char tail[200];
-	if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
-		log_tail(lease_dir, "network.log", tail, sizeof tail);
-		return lu_err(st, err, RELAY_E_IO, 0, "pasta failed to configure the guest network: %s",
-		              tail[0] ? tail : "no output");
+	log_tail(lease_dir, "network.log", tail, sizeof tail);
+	if (strncmp(line, "exit ", 5) == 0)
+		status = lu_err(st, err, RELAY_E_IO, 0,
+		                "pasta failed to configure the guest network (exit %s): %s", line + 5,
+		                tail[0] ? tail : "no output");
+	else {
+		int keeper_errno = strncmp(line, "error ", 6) == 0 ? atoi(line + 6) : 0;
+		const char *what =
+		    keeper_errno > 0 && strchr(line + 6, ' ') ? strchr(line + 6, ' ') + 1 : line;
+		status =
+		    lu_err(st, err, keeper_errno == ETIMEDOUT ? RELAY_E_TIMEOUT : RELAY_E_IO, keeper_errno,
+		           "pasta did not start: %s (log: %s)", what, tail[0] ? tail : "no output");
 	}
-	char text[32] = "";
-	int fd = open(pidfile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd >= 0) {
-		ssize_t n = read(fd, text, sizeof text - 1);
-		if (n > 0)
-			text[n] = '\0';
-		close(fd);
-	}
-	*helper_pid_out = (pid_t)atoi(text);
-	if (*helper_pid_out <= 0)
-		return lu_err(st, err, RELAY_E_IO, 0, "pasta did not write its pid to %s", pidfile);
-	return RELAY_OK;
+cleanup:
+	close(net_fd);
+	if (user_fd >= 0)
+		close(user_fd);
+	if (lock_fd >= 0)
+		close(lock_fd);
+	if (hi_exit >= 0)
+		close(hi_exit);
+	if (hi_report >= 0)
+		close(hi_report);
+	if (report[0] >= 0)
+		close(report[0]);
+	if (report[1] >= 0)
+		close(report[1]);
+	if (log_fd >= 0)
+		close(log_fd);
+	return status;
 }
 
-relay_status net_start_helper(local_state *st, pid_t init_pid, const char *lease_dir, int exit_fd,
-                              pid_t *helper_pid_out, relay_error *err)
+relay_status net_start_helper(local_state *st, pid_t init_pid, pid_t launcher_pid, const char *lease_dir,
+                              int exit_fd, pid_t *helper_pid_out, relay_error *err)
 {
 	*helper_pid_out = 0;
 	if (st->helper_path == NULL)
 		return RELAY_OK;
 	if (strcmp(st->helper_name, "slirp4netns") == 0)
 		return start_slirp(st, init_pid, lease_dir, exit_fd, helper_pid_out, err);
-	return start_pasta(st, init_pid, lease_dir, helper_pid_out, err);
+	return start_pasta(st, init_pid, launcher_pid, lease_dir, exit_fd, helper_pid_out, err);
 }
 
 /* ---- work inside a guest's network namespace --------------------------------- */
@@ -434,93 +464,13 @@ static int run_netns_job(netns_job *job)
 	return job->result;
 }
 
-/* A socket in the guest's network namespace for a relay that is not root:
- * that namespace belongs to the guest's user namespace, which setns() only
- * lets a single-threaded process join. A child joins the namespace that
- * owns the network namespace (NS_GET_USERNS: the init itself has moved on
- * into a nested one), then the network namespace, makes the socket and
- * hands it back over a socket pair; the socket stays in the guest's
- * namespace. Only syscalls run in the child (the relay has threads). */
-static int socket_in_userns(pid_t init_pid, int domain, int type, int *err_no)
-{
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/ns/net", (int)init_pid);
-	int pair[2] = {-1, -1}, fd = -1;
-	int net = open(path, O_RDONLY | O_CLOEXEC);
-	int owner = net >= 0 ? ioctl(net, NS_GET_USERNS) : -1;
-	if (owner < 0 || socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair) != 0) {
-		*err_no = errno;
-		goto done;
-	}
-	pid_t child = fork();
-	if (child < 0) {
-		*err_no = errno;
-		goto done;
-	}
-	if (child == 0) {
-		int e = 0;
-		int s = -1;
-		if (setns(owner, CLONE_NEWUSER) != 0 || setns(net, CLONE_NEWNET) != 0 ||
-		    (s = socket(domain, type | SOCK_CLOEXEC, 0)) < 0)
-			e = errno;
-		char data = (char)e;
-		struct iovec iov = {&data, 1};
-		union {
-			struct cmsghdr h;
-			char buf[CMSG_SPACE(sizeof(int))];
-		} control;
-		memset(&control, 0, sizeof control);
-		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-		if (s >= 0) {
-			msg.msg_control = control.buf;
-			msg.msg_controllen = sizeof control.buf;
-			struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-			c->cmsg_level = SOL_SOCKET;
-			c->cmsg_type = SCM_RIGHTS;
-			c->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(c), &s, sizeof s);
-		}
-		_exit(sendmsg(pair[1], &msg, 0) == 1 ? 0 : 1);
-	}
-	close(pair[1]);
-	pair[1] = -1;
-	char data = 0;
-	struct iovec iov = {&data, 1};
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} control;
-	struct msghdr msg = {.msg_iov = &iov,
-	                     .msg_iovlen = 1,
-	                     .msg_control = control.buf,
-	                     .msg_controllen = sizeof control.buf};
-	ssize_t n = recvmsg(pair[0], &msg, MSG_CMSG_CLOEXEC);
-	struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&msg) : NULL;
-	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-		memcpy(&fd, CMSG_DATA(c), sizeof fd);
-	else
-		*err_no = n == 1 && data ? data : EIO;
-	while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
-	}
-done:
-	if (net >= 0)
-		close(net);
-	if (owner >= 0)
-		close(owner);
-	if (pair[0] >= 0)
-		close(pair[0]);
-	if (pair[1] >= 0)
-		close(pair[1]);
-	return fd;
-}
-
 int net_socket_in(pid_t init_pid, int domain, int type, int *err_no)
 {
 	netns_job job = {init_pid, domain, type, NULL, NULL, -1, -1, 0};
 	int fd = run_netns_job(&job);
 	*err_no = job.err_no;
 	if (fd < 0 && job.err_no == EPERM && geteuid() != 0)
-		fd = socket_in_userns(init_pid, domain, type, err_no);
+		fd = net_socket_in_userns(init_pid, domain, type, err_no); /* userns.c */
 	return fd;
 }
 
@@ -529,5 +479,7 @@ pid_t net_spawn_in(pid_t init_pid, const char *const *argv, const char *const *e
 	netns_job job = {init_pid, 0, 0, argv, envp, log_fd, -1, 0};
 	int pid = run_netns_job(&job);
 	*err_no = job.err_no;
+	if (pid < 0 && job.err_no == EPERM && geteuid() != 0)
+		pid = net_spawn_in_userns(init_pid, argv, envp, log_fd, err_no); /* userns.c */
 	return (pid_t)pid;
 }

@@ -181,13 +181,6 @@ static relay_status check_spec(local_state *st, json_object *spec, acquire_req *
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 		              "network must be nat, internet or allow, not %s", network);
 	q->egress = strcmp(network, "nat") != 0;
-	if (q->egress && st->rootless)
-		return lu_err(
-		    st, err, RELAY_E_REFUSED, 0,
-		    "network %s needs the relay's egress proxy sockets in the guest's network "
-		    "namespace, and a relay that is not root cannot make them there yet (docs/egress.md); "
-		    "run the relay as root, or use nat",
-		    network);
 	const local_image *image = q->image = sandbox_find_image(st, image_key);
 	if (image == NULL) {
 		char keys[512] = "";

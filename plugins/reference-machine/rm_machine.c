@@ -336,10 +336,10 @@ static relay_status rm_init(const relay_host *host, const char *config_json, uns
 	if (flags != 0)
 		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown init flags 0x%x",
 		                       RM_NAME, flags);
-	/* Trees are removed by the host (ABI 1.5), never by a walk of our own. */
+	/* Trees are removed by the host (ABI 1.6), never by a walk of our own. */
 	if (!RELAY_SIZED_HAS(host, remove_tree) || host->remove_tree == NULL)
 		return host->error_set(err, RELAY_E_UNSUPPORTED, 0,
-		                       "%s needs a relay of plugin ABI 1.5 or later (the host's remove_tree)",
+		                       "%s needs a relay of plugin ABI 1.6 or later (the host's remove_tree)",
 		                       RM_NAME);
 	json_object *config = json_tokener_parse(config_json), *options = NULL;
 	json_object_object_get_ex(config, "options", &options);

@@ -190,6 +190,12 @@ class World:
         return run(*self.enter(self.ns_r), "unshare", "-m", "sh", "-c",
                    'mount --bind "$0" /etc/resolv.conf && exec "$@"', self.resolv, *argv, check=check)
 
+    def relay_ns_prefix(self):
+        """A command prefix (root) that execs the rest in the relay's namespace with the world's
+        resolver, for a test that runs itself there as an ordinary user."""
+        return self.enter(self.ns_r) + ["unshare", "-m", "sh", "-c",
+                                        'mount --bind "$0" /etc/resolv.conf && exec "$@"', self.resolv]
+
     def relay_command(self, binary):
         """A wrapper that starts `binary` inside the relay's namespace."""
         wrapper = os.path.join(self.root, "mcp-relay-in-ns")

@@ -27,12 +27,14 @@ def _why_not(user):
     return None
 
 
-def run_as(user, argv, env_extra=None, timeout=900):
-    """Runs argv as `user` (root only); returns the CompletedProcess (text)."""
+def run_as(user, argv, env_extra=None, timeout=900, prefix=None):
+    """Runs argv as `user` (root only); returns the CompletedProcess (text). `prefix`: a
+    command root runs first that execs the rest (e.g. nsenter into a network namespace)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(("RELAY_", "MCP_RELAY_", "PYTHON"))}
     env.update(env_extra or {})
     env["PATH"] = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-    cmd = ["runuser", "-u", user, "--", "env", "-i"] + ["%s=%s" % kv for kv in sorted(env.items())] + list(argv)
+    cmd = list(prefix or []) + ["runuser", "-u", user, "--", "env", "-i"] + \
+        ["%s=%s" % kv for kv in sorted(env.items())] + list(argv)
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
                           cwd="/")
 
@@ -59,9 +61,10 @@ def tun_for_users():
     return mode
 
 
-def as_ordinary_user(script, user=None):
-    """Root: reruns `script` (with this process's arguments) as the ordinary user and exits.
-    An ordinary user: returns. Prints SKIP lines (exit 0) when no such user can be used."""
+def as_ordinary_user(script, user=None, prefix=None, env_extra=None):
+    """Root: reruns `script` (with this process's arguments) as the ordinary user and exits
+    (`prefix` and `env_extra` as for run_as). An ordinary user: returns. Prints SKIP lines
+    (exit 0) when no such user can be used."""
     if os.geteuid() != 0:
         return
     user = user or test_user()
@@ -72,7 +75,8 @@ def as_ordinary_user(script, user=None):
         sys.exit(0)
     restore = tun_for_users()
     try:
-        res = run_as(user, [python_for_all(), os.path.abspath(script)] + sys.argv[1:])
+        res = run_as(user, [python_for_all(), os.path.abspath(script)] + sys.argv[1:], env_extra=env_extra,
+                     prefix=prefix)
     finally:
         if restore is not None:
             os.chmod("/dev/net/tun", restore)

@@ -64,9 +64,17 @@ class Node:
         os.makedirs(cg, exist_ok=True)
         script = ('hostname "$0" && mount --rbind /sys/fs/cgroup "$1" && mount -t sysfs sysfs /sys && '
                   'mount --rbind "$1" /sys/fs/cgroup && shift && exec "$@"')
+        hosts = ["--host", self.endpoint]
+        common = self.swarm.common_socket_dir
+        if common:
+            # The engine also answers at one path that is the same on every node, as
+            # /var/run/docker.sock is on real hosts (options.discovery has one remoteSocket):
+            # a tmpfs of the node's own mount namespace.
+            script = 'mount -t tmpfs -o mode=0755 tmpfs "%s" && %s' % (common, script)
+            hosts += ["--host", "unix://%s/docker.sock" % common]
         argv = ["nsenter", "--net=" + self.swarm.ns_path(self.name), "unshare", "--mount", "--uts", "--propagation",
                 "private", "sh", "-c", script, self.name, cg,
-                "dockerd", "--host", self.endpoint, "--data-root", os.path.join(self.dir, "root"),
+                "dockerd"] + hosts + ["--data-root", os.path.join(self.dir, "root"),
                 "--exec-root", os.path.join(self.dir, "exec"), "--pidfile", os.path.join(self.dir, "pid"),
                 "--iptables=false", "--ip6tables=false", "--bridge=none"]
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL,
@@ -122,7 +130,7 @@ class Node:
 class Swarm:
     made = 0
 
-    def __init__(self, managers=3, workers=1):
+    def __init__(self, managers=3, workers=1, common_socket=False):
         why = dockerd_missing()
         if why:
             skip(why)
@@ -133,6 +141,10 @@ class Swarm:
         self.dir = tempfile.mkdtemp(prefix="relay-swarm-", dir="/tmp")
         os.chmod(self.dir, 0o755)
         self.hub = self.tag + "-hub"
+        # common_socket: each engine also at <this>/docker.sock inside its node (test_docker_swarm_discovery)
+        self.common_socket_dir = "/run/relay-swarm2-%s" % self.tag if common_socket else None
+        if self.common_socket_dir:
+            os.makedirs(self.common_socket_dir, exist_ok=True)
         self.nodes = []
         self.namespaces = []
         self.ns_fd = {}
@@ -267,6 +279,8 @@ class Swarm:
         print("  swarm stopped in %.1f s" % (time.monotonic() - t0), flush=True)
         for ns in reversed(self.namespaces):
             _run(["ip", "netns", "del", ns])
+        if self.common_socket_dir:
+            shutil.rmtree(self.common_socket_dir, ignore_errors=True)
         for fd in self.ns_fd.values():
             os.close(fd)
         keep = os.environ.get("RELAY_DOCKER_KEEP_LOG")

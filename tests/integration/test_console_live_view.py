@@ -276,6 +276,60 @@ def test_take_over_only_after_the_click(binary):
             r.call_tool("relay_release", {"guest": name}, timeout=300)
 
 
+def test_take_over_recorded_at_release_and_finish(binary):
+    """A take-over reaches the evidence when the guest ends with the live view still open, not
+    only through relay_console_cancel: relay_release (one given back) and relay_finish (one
+    still in force: its end is null) cancel the attempt first, and the package's events hold a
+    console-take-over with the bridge's times."""
+    needs()
+    for v in variants(binary, kinds=("local",)):
+        folder, urls, env = live_session(binary, control=True)
+        with v.relay(**env) as r:
+            r.initialize()
+            for ending in ("release", "finish"):
+                g = v.acquire(r, vnc=True)
+                name, attempt = g["guest"], "end-" + ending
+                assert stage(r, name)["isError"] is False
+                run(r, name, paint_script(PAINT, "relaypaint"), timeout=120)
+                opened = r.call_tool("relay_console_open", open_args(name, g["console"]["console_id"], attempt),
+                                     timeout=120)
+                assert opened["isError"] is False, text_of(opened)
+                page = Page()
+                try:
+                    page(op="open", url=url_of(urls))
+                    assert page(op="colour", rgb=list(PAINT), timeoutMs=10000)["ms"] is not None
+                    assert page(op="take")["state"] == "control"
+                    if ending == "release":
+                        assert page(op="give")["state"] == "connected"
+                finally:
+                    page.close()
+                events = take_over_events(v, g, attempt)
+                res = r.call_tool("relay_" + ending, {"guest": name}, timeout=300)
+                assert res["isError"] is False, text_of(res)[:2000]
+                start = [e["at"] for e in events if e["event"] == "control-start"]
+                end = [e["at"] for e in events if e["event"] == "control-end"]
+                assert len(start) == 1 and len(end) == (1 if ending == "release" else 0), events
+                journal = [e for e in guest_events(g["evidencePath"]) if e.get("kind") == "console-take-over"]
+                assert len(journal) == 1, (ending, journal)
+                d = journal[0]["details"]
+                assert d["attempt_id"] == attempt and d["start"] == start[0], (ending, d, events)
+                assert d["end"] == (end[0] if end else None), (ending, d, events)
+                cancels = [e for e in guest_events(g["evidencePath"]) if e.get("kind") == "console-cancel-intent"]
+                assert cancels and cancels[-1]["details"]["reason"] == ("released" if ending == "release"
+                                                                      else "finished"), cancels
+                with open(os.path.join(g["evidencePath"], "manifest.json")) as f:
+                    listed = json.dumps(json.load(f))
+                assert journal and "host/events/" in listed, "the events are not in the package's manifest"
+                # The review the person reads lists it, and the package's page shows it.
+                out = subprocess.run([binary, "review", g["evidencePath"]], capture_output=True, timeout=120)
+                assert out.returncode == 0, out.stderr.decode()[-2000:]
+                takes = json.loads(out.stdout)["takeOvers"]
+                assert takes == [{"attemptId": attempt, "start": d["start"], "end": d["end"]}], takes
+                with open(os.path.join(g["evidencePath"], "index.html")) as f:
+                    page_html = f.read()
+                assert "<h2>Take-overs</h2>" in page_html and d["start"] in page_html, "the viewer page omits it"
+
+
 def take_over_events(v, g, attempt):
     for dirpath, _, files in os.walk(v.state_dir):
         name = "console-%s.events.jsonl" % attempt

@@ -28,7 +28,10 @@ USER = "relayci"
 ENV_DIR = "RELAY_DOCKER_ROOTLESS_DIR"
 
 
-def rerun_as_user(binary):
+def rerun_as_user(binary, script=__file__, prefix=None, env_extra=None, only=None):
+    """Runs `script` as USER with a rootless service folder of its own (ENV_DIR) and exits
+    through its verdict; `prefix` (a command root runs first that execs the rest),
+    `env_extra` and `only` (its -k) as the caller needs."""
     try:
         pw = pwd.getpwnam(USER)
     except KeyError:
@@ -45,8 +48,11 @@ def rerun_as_user(binary):
         for k in ("RELAY_BUILD_DIR", "RELAY_SOURCE_DIR", "RELAY_FAILPOINTS", "RELAY_DOCKER_KEEP_LOG"):
             if os.environ.get(k):
                 env[k] = os.environ[k]
-        argv = ["runuser", "-u", USER, "--", "env", "-i"] + ["%s=%s" % kv for kv in env.items()] + [
-            python, os.path.abspath(__file__), "--binary", os.path.abspath(binary)]
+        env.update(env_extra or {})
+        argv = list(prefix or []) + ["runuser", "-u", USER, "--", "env", "-i"] + [
+            "%s=%s" % kv for kv in env.items()] + [python, os.path.abspath(script), "--binary", os.path.abspath(binary)]
+        if only:
+            argv += ["-k", only]
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500,
                            cwd=folder)
         print(p.stdout)

@@ -151,6 +151,18 @@ def test_guests_spread_over_every_node(binary):
             probe = structured(r.call_tool("relay_probe", {"scope": "host"}, timeout=120))
             counted = {n["hostname"]: n["guests"] for n in probe["backend"]["capacity"]["swarmNodes"]}
             assert counted == dict(placed), (counted, placed)
+            # The same nodes through relay_acquisition_capabilities (the relay's normalised answer).
+            caps = r.call_tool("relay_acquisition_capabilities", {}, timeout=120)
+            assert caps["isError"] is False, text_of(caps)
+            placement = structured(caps)["options"]["placement"]
+            assert placement["scheduler"] == "swarm", placement
+            seen = {n["name"]: n for n in placement["nodes"]}
+            assert {k: v["guests"] for k, v in seen.items()} == dict(placed), (seen, placed)
+            for n in sw.nodes:
+                s = seen[n.name]
+                assert (s["id"], s["role"], s["state"], s["availability"]) == (n.id, n.role, "ready", "active"), s
+                assert (s["engine"], s["engine_source"], s["reachable"]) == ("unix", "nodes", True), s
+                assert s["memory_bytes"] > 0 and s["nano_cpus"] > 0, s
 
             # A run on each: it lands on the engine of the guest's own node.
             for a in guests:
@@ -229,6 +241,29 @@ def assert_lost(r, sw, a, *words):
     return text
 
 
+def status_of(r, a):
+    return next(x for x in structured(r.call_tool("relay_status"))["guests"] if x["guest"] == a["guest"])
+
+
+def wait_seen_lost(r, a, *words):
+    """With no operation on the guest: relay_status (which answers from memory) says lost within the
+    plugin's reaper beat (1 s here), not at the next renewal (60 s); the guest's evidence has the
+    guest-lost event; renewal stopped."""
+    t0 = time.monotonic()
+    st = Swarm.wait("relay_status to say %s is lost" % a["guest"],
+                    lambda: (lambda x: x if x["guestState"] == "lost" else None)(status_of(r, a)), timeout=20)
+    took = time.monotonic() - t0
+    assert all(w in st["lastError"] for w in ("Lost:",) + words), st["lastError"]
+    assert st["renewal"]["state"] == "stopped", st["renewal"]
+    events = []
+    for path in glob.glob(os.path.join(a["evidencePath"], "host", "events", "*.json")):
+        with open(path) as f:
+            events.append(json.load(f))
+    lost = [e for e in events if e["kind"] == "guest-lost"]
+    assert len(lost) == 1 and all(w in lost[0]["because"] for w in words), events
+    return took
+
+
 def test_a_drained_and_a_stopped_node(binary):
     why = plugin_missing(binary)
     if why:
@@ -260,8 +295,9 @@ def test_a_drained_and_a_stopped_node(binary):
             Swarm.wait("the task on the drained node shut down",
                        lambda: sw.tasks(victim_drain["vm"])[0]["Status"]["State"] in ("shutdown", "complete",
                                                                                     "failed"), timeout=60)
+            took = wait_seen_lost(r, victim_drain, "drain")
             text = assert_lost(r, sw, victim_drain, "drain")
-            print("  drained: %s" % text.split("\n")[0], flush=True)
+            print("  drained: seen lost %.1f s after the task shut down; %s" % (took, text.split("\n")[0]), flush=True)
             time.sleep(3)
             assert len(sw.tasks(victim_drain["vm"])) == 1, "Swarm re-created the drained guest elsewhere"
             probe = structured(r.call_tool("relay_probe", {"scope": "host"}, timeout=120))
@@ -273,8 +309,13 @@ def test_a_drained_and_a_stopped_node(binary):
             Swarm.wait("the worker reported down",
                        lambda: not any(x["Description"]["Hostname"] == worker.name for x in sw.ready_nodes()),
                        timeout=90)
+            took = wait_seen_lost(r, victim_stop, "down")
             text = assert_lost(r, sw, victim_stop, "down")
-            print("  stopped: %s" % text.split("\n")[0], flush=True)
+            print("  stopped: seen lost %.1f s after the node was down; %s" % (took, text.split("\n")[0]), flush=True)
+            seen = {n["name"]: n for n in
+                    structured(r.call_tool("relay_acquisition_capabilities", {}))["options"]["placement"]["nodes"]}
+            assert seen[worker.name]["state"] == "down" and seen[worker.name]["reachable"] is False, seen
+            assert seen[drained.name]["availability"] == "drain", seen
 
             # Release removes the services; the evidence so far is kept.
             rel = r.call_tool("relay_release", {"guest": victim_drain["guest"]}, timeout=300)

@@ -8,6 +8,7 @@ Each case runs in a recorded step, so the step's result lead and network.json sh
 import glob
 import json
 import os
+import pwd
 import signal
 import sys
 import threading
@@ -93,6 +94,16 @@ print(sum(1 for h in heads if h.endswith(b"200 OK")), "of", len(heads))
 '''
 
 
+def proxy_status(pid):
+    """/proc/<pid>/status as {field: [words]}."""
+    fields = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            k, _, val = line.partition(":")
+            fields[k] = val.split()
+    return fields
+
+
 def lead(res):
     return text_of(res).split("\n")[0]
 
@@ -146,6 +157,14 @@ def test_allow_policy_cases(binary):
             assert out.count("hello from 192.0.2.10") == 4, out
             assert s["network"]["allowed"] == 4 and s["network"]["refused"] == 0, s["network"]
             assert "refused by the egress policy" not in lead(res), lead(res)
+            # The proxy started by this root relay gave up root once its sockets were open.
+            pids = {int(json.loads(line)["id"].split("-")[0]) for line in open(c.log_path()) if '"id"' in line}
+            assert len(pids) == 1, pids
+            st = proxy_status(pids.pop())
+            nobody = pwd.getpwnam("nobody")
+            assert st["Uid"] == [str(nobody.pw_uid)] * 4 and st["Gid"] == [str(nobody.pw_gid)] * 4, st
+            assert st["Groups"] == [] and st["NoNewPrivs"] == ["1"] and st["CapEff"] == ["0000000000000000"], st
+            assert st["Seccomp"] == ["2"], st   # the filter of egress/confine.c
             # 2. refusals, each in words at once.
             res, s = step(r, name, " ; ".join([
                 curl("http://other.test/"),                      # unlisted name

@@ -58,46 +58,5 @@ def test_profile_network_wins_and_a_plugin_without_egress_refuses(binary):
         v.cleanup()
 
 
-def test_machine_local_without_root_refuses_allow_at_acquire(binary):
-    import pwd
-    import shutil
-    import tempfile
-    from runs_support import namespaces_missing, plugin_so
-    from relay_client import skip
-    if os.geteuid() != 0:
-        skip("needs root to start the relay as the ordinary user relayci")
-    try:
-        user = pwd.getpwnam("relayci")
-    except KeyError:
-        skip("the ordinary user relayci does not exist here")
-    if namespaces_missing() or not os.path.exists(plugin_so(binary, "machine-local")):
-        skip("machine-local cannot run here")
-    root = tempfile.mkdtemp(prefix="relay-egress-rootless-")
-    try:
-        for d in ("state", "project", "home"):
-            os.makedirs(os.path.join(root, d), mode=0o700)
-        for dirpath, dirs, files in os.walk(root):
-            os.chown(dirpath, user.pw_uid, user.pw_gid)
-        os.chmod(root, 0o755)
-
-        def as_relayci():
-            os.setgroups([])
-            os.setgid(user.pw_gid)
-            os.setuid(user.pw_uid)
-        env = {"MCP_RELAY_BACKEND": "local", "MCP_RELAY_GUEST_NETWORK": "allow",
-               "MCP_RELAY_EGRESS_ALLOW": "pypi.org", "HOME": os.path.join(root, "home"),
-               "MCP_RELAY_LOCAL_OPTIONS": '{"display":"off"}'}
-        with Relay(binary, env=env, state_dir=os.path.join(root, "state"), project=os.path.join(root, "project"),
-                   tmpdir=os.path.join(root, "home"), preexec_fn=as_relayci) as r:
-            r.initialize()
-            res = r.call_tool("relay_acquire", {"task": "egress", "image": "local", "extractions": []},
-                              timeout=120)
-            text = text_of(res)
-            assert res["isError"] is True, text
-            assert "a relay that is not root cannot make them there yet" in text, text
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
 if __name__ == "__main__":
     run_tests(globals())

@@ -22,6 +22,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -204,6 +205,71 @@ def test_nat_network_and_reject_routes(binary):
             v.cleanup()
 
 
+def lease_record(v):
+    """The lease record of the only guest in v's state (machine-local's lease.json)."""
+    leases = os.path.join(v.state_dir, "plugins", "machine-local", "leases")
+    names = [n for n in os.listdir(leases) if os.path.exists(os.path.join(leases, n, "lease.json"))]
+    assert len(names) == 1, names
+    with open(os.path.join(leases, names[0], "lease.json")) as f:
+        return os.path.join(leases, names[0]), json.load(f)
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_pasta_goes_with_its_guest(binary):
+    """A guest that dies without a release (its relay killed, then its init) takes its pasta
+    with it: pasta holds the guest's namespaces by descriptor and would never see them go, so a
+    keeper ends it (issue 21; found by CI's user lane, where ten pastas outlived their guests).
+    Also: pasta joins the launcher's namespaces, not the init's, which move on (the intermittent
+    "Couldn't switch to pasta namespaces" of doctor): ten acquisitions in a row all get a network."""
+    need_subids()
+    if not tun_usable() or not shutil.which("pasta"):
+        skip("pasta is not installed or /dev/net/tun cannot be opened by %s; run as root, which "
+             "makes it 0666 for the test" % me().pw_name)
+    v = local_variant(binary, dict(OPTIONS, networkHelper="pasta"))
+    try:
+        with v.relay() as r:
+            r.initialize()
+            for i in range(10):
+                g = v.acquire(r)["guest"]
+                res = r.call_tool("relay_release", {"guest": g}, timeout=120)
+                assert res["isError"] is False, "acquisition %d: %s" % (i, text_of(res))
+            v.acquire(r)
+            lease_dir, record = lease_record(v)
+            helper = record["pids"]["helper"]["pid"]
+            init = record["pids"]["init"]["pid"]
+            assert record["pids"]["helper"]["name"] == "pasta" and alive(helper), record["pids"]
+            keepers = host_procs(lease_dir + "/pasta.pid")
+            assert helper in keepers and len(keepers) == 2, keepers  # pasta and its keeper
+            r.proc.kill()
+            r.proc.wait(timeout=10)
+        os.kill(init, 9)
+        deadline = time.monotonic() + 10
+        while (alive(helper) or host_procs(lease_dir + "/pasta.pid")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = host_procs(lease_dir + "/pasta.pid")
+        assert not alive(helper) and not left, "pasta (pid %d) outlived its guest's init: %r" % (helper, left)
+        print("  pasta %d and its keeper ended %.1f s after the init" % (helper, 10 - (deadline - time.monotonic())),
+              flush=True)
+        with v.relay() as r:  # the next relay settles the dead guest: nothing of it is left
+            r.initialize()
+            for g in structured(r.call_tool("relay_status"))["guests"]:
+                res = r.call_tool("relay_release", {"guest": g["guest"]}, timeout=120)
+                assert res["isError"] is False or structured(res)["error"]["code"] == "nothing-held", text_of(res)
+            deadline = time.monotonic() + 30
+            while os.path.exists(lease_dir) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not os.path.exists(lease_dir), "the dead guest's lease folder %s was never removed" % lease_dir
+    finally:
+        v.cleanup()
+
+
 def test_fork_bomb_is_bounded(binary):
     need_subids()
     v = local_variant(binary)
@@ -338,7 +404,144 @@ def test_console_answers_rfb(binary):
         v.cleanup()
 
 
+def console_variant(binary):
+    need_subids()
+    for tool in ("Xvfb", "x11vnc"):
+        if not shutil.which(tool):
+            skip("%s is missing (apt-get install xvfb x11vnc)" % tool)
+    return local_variant(binary, {"maxGuests": 3, "bounds": {"processes": 256}})
+
+
+def open_console(r, g, acq, attempt):
+    return r.call_tool("relay_console_open", {
+        "guest": g, "console_id": acq["console"]["console_id"], "attempt_id": attempt,
+        "userRequested": True, "reason": "the user asked to watch the guest",
+        "expected": "the guest's screen"}, timeout=120)
+
+
+def cancel_console(r, g, acq, attempt):
+    res = r.call_tool("relay_console_cancel", {"guest": g, "console_id": acq["console"]["console_id"],
+                                               "attempt_id": attempt}, timeout=60)
+    assert res["isError"] is False, text_of(res)
+    return structured(res)
+
+
+def test_console_viewer_without_root(binary):
+    """MCP_RELAY_VNC_VIEWER=<command> without root: the viewer is started on this host with its
+    network namespace switched to the guest's (through a child that joins the user namespace
+    owning it: the relay's threads cannot), so `127.0.0.1::5900` reaches the guest's x11vnc; it
+    has the one-time password in its environment, and cancel stops it."""
+    v = console_variant(binary)
+    folder = tempfile.mkdtemp(prefix="relay-watch2-viewer-")
+    seen = os.path.join(folder, "seen.txt")
+    viewer = os.path.join(folder, "viewer.sh")
+    with open(viewer, "w") as f:
+        f.write("#!/bin/bash\n"
+                "{ readlink /proc/self/ns/net; echo \"arg=$1 password=${#VNC_PASSWORD}\"\n"
+                "  exec 3<>/dev/tcp/127.0.0.1/5900 && head -c 12 <&3; echo; } > %s.part 2>&1\n"
+                "mv %s.part %s\nsleep 300\n" % (seen, seen, seen))
+    os.chmod(viewer, 0o755)
+    try:
+        with v.relay(MCP_RELAY_VNC_VIEWER=viewer) as r:
+            r.initialize()
+            acq = v.acquire(r, vnc=True)
+            g = acq["guest"]
+            res = open_console(r, g, acq, "viewer1")
+            assert res["isError"] is False, text_of(res)
+            opened = structured(res)
+            assert opened["attempt"]["status"] == "launched", opened
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not os.path.exists(seen):
+                time.sleep(0.1)
+            with open(seen) as f:
+                ns, args, banner = f.read().splitlines()[:3]
+            guest_ns = shell(r, g, "readlink /proc/self/ns/net").strip()
+            assert ns == guest_ns and ns != os.readlink("/proc/self/ns/net"), (ns, guest_ns)
+            assert args == "arg=127.0.0.1::5900 password=8", args
+            assert banner == "RFB 003.008", banner
+            print("  viewer: in the guest's %s, read %r" % (ns, banner))
+            viewers = host_procs(viewer)
+            assert viewers, "the viewer is not running"
+            cancelled = cancel_console(r, g, acq, "viewer1")
+            assert cancelled["attempt"]["viewer_cleanup"] == "local-children-stopped", cancelled
+            time.sleep(0.3)
+            assert host_procs(viewer) == {}, "the viewer survived cancel"
+            assert r.call_tool("relay_release", {"guest": g}, timeout=120)["isError"] is False
+    finally:
+        v.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_live_view_without_root(binary):
+    """MCP_RELAY_VNC_VIEWER=browser without root: relay-vncweb bridges this host's 127.0.0.1 to
+    the guest's x11vnc through the guest's user and network namespaces; headless Chromium
+    (puppeteer-core) opens the one-time URL and within 5 s its canvas shows the colour a step
+    painted on the guest's display; a reused token gets 403; cancel closes the port."""
+    v = console_variant(binary)
+    from test_console_live_view import PAINT, Page, browser_stand_in, listening, needs, paint_script, url_of
+    needs()
+    folder = tempfile.mkdtemp(prefix="relay-watch2-live-")
+    browser, urls = browser_stand_in(folder)
+    os.environ.setdefault("HOME", folder)  # Chromium's profile and caches
+    try:
+        with v.relay(MCP_RELAY_VNC_VIEWER="browser", BROWSER=browser) as r:
+            r.initialize()
+            acq = v.acquire(r, vnc=True)
+            g = acq["guest"]
+            assert stage(r, g)["isError"] is False
+            painted = run(r, g, paint_script(PAINT, "relaypaint"), timeout=120)
+            assert painted["isError"] is False, text_of(painted)[:2000]
+            res = open_console(r, g, acq, "live1")
+            assert res["isError"] is False, text_of(res)
+            live = structured(res)["live_view"]
+            assert live["browser_opened"] is True, live
+            url = url_of(urls)
+            port = int(live["origin"].rsplit(":", 1)[1])
+            assert listening(port) == ["127.0.0.1:%d" % port], listening(port)
+            page = Page()
+            try:
+                t0 = time.monotonic()
+                page(op="open", url=url)
+                left_ms = max(0, int(5000 - (time.monotonic() - t0) * 1000))
+                seen = page(op="colour", rgb=list(PAINT), timeoutMs=left_ms)
+                shot = os.environ.get("RELAY_LIVE_TEST_SAVE")
+                if shot:
+                    page(op="shot", path=os.path.join(shot, "live-view-rootless.png"))
+                assert seen["ms"] is not None, ("the canvas did not show the guest within 5 s", seen)
+                print("  live view without root: the guest's colour on the canvas %.0f ms after opening the URL"
+                      % ((time.monotonic() - t0) * 1000))
+            finally:
+                page.close()
+            other = Page()
+            try:
+                other(op="open", url=url)
+                assert other(op="wait_state", want="refused", timeoutMs=5000)["state"] == "refused"
+                assert other(op="colour", rgb=list(PAINT), timeoutMs=1500)["ms"] is None
+            finally:
+                other.close()
+            cancel_console(r, g, acq, "live1")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and listening(port):
+                time.sleep(0.1)
+            assert not listening(port), "the bridge still listens after cancel"
+            assert r.call_tool("relay_release", {"guest": g}, timeout=120)["isError"] is False
+    finally:
+        v.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def prepare_browser():
+    """Root, before the rerun as the ordinary user: puppeteer-core installed in the source tree
+    (which that user cannot write)."""
+    if os.geteuid() != 0:
+        return
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "browser")
+    if shutil.which("npm") and not os.path.isdir(os.path.join(folder, "node_modules", "puppeteer-core")):
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=folder, capture_output=True, timeout=300)
+
+
 if __name__ == "__main__":
     nosub_parent()
+    prepare_browser()
     as_ordinary_user(__file__)
     run_tests(globals())

@@ -72,6 +72,56 @@ static void test_capabilities(void **state)
 	json_object_put(caps);
 }
 
+/* options.placement (a Swarm's nodes, machine-docker): carried through with
+ * its allow-listed fields only, tokens and counts checked; absent when the
+ * backend reports none. */
+static void test_capabilities_placement(void **state)
+{
+	(void)state;
+	json_object *raw =
+	    parse("{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":false,\"backends\":{\"linux\":{"
+	          "\"available\":false},\"macos\":{\"available\":false}}},\"placement\":{\"scheduler\":"
+	          "\"swarm\",\"secret\":\"x\",\"nodes\":[{\"name\":\"n1\",\"id\":\"abc123\",\"role\":"
+	          "\"manager\",\"state\":\"ready\",\"availability\":\"active\",\"engine\":\"unix\","
+	          "\"engine_source\":\"endpoint\",\"reachable\":true,\"guests\":3,\"memory_bytes\":"
+	          "8000000000,\"nano_cpus\":2000000000,\"address\":\"10.0.0.1\"},{\"name\":\"bad name\","
+	          "\"state\":\"down\",\"reachable\":\"no\",\"guests\":-1,\"memory_bytes\":\"lots\"}]}}}");
+	json_object *caps = console_capabilities_normalise(raw);
+	assert_non_null(caps);
+	json_object *placement = jsonx_get_obj(jsonx_get_obj(caps, "options"), "placement");
+	assert_non_null(placement);
+	assert_string_equal(jsonx_get_str(placement, "scheduler"), "swarm");
+	assert_false(jsonx_has(placement, "secret"));
+	json_object *nodes = jsonx_get_array(placement, "nodes");
+	assert_int_equal(json_object_array_length(nodes), 2);
+	json_object *n1 = json_object_array_get_idx(nodes, 0), *n2 = json_object_array_get_idx(nodes, 1);
+	assert_string_equal(jsonx_get_str(n1, "name"), "n1");
+	assert_string_equal(jsonx_get_str(n1, "engine"), "unix");
+	assert_string_equal(jsonx_get_str(n1, "engine_source"), "endpoint");
+	bool reachable = false;
+	assert_true(jsonx_get_bool(n1, "reachable", &reachable) && reachable);
+	int64_t guests = 0, memory = 0;
+	assert_true(jsonx_get_int(n1, "guests", &guests) && guests == 3);
+	assert_true(jsonx_get_int(n1, "memory_bytes", &memory) && memory == 8000000000LL);
+	assert_false(jsonx_has(n1, "address")); /* not allow-listed */
+	assert_int_equal(json_object_object_length(n1), 11);
+	assert_string_equal(jsonx_get_str(n2, "name"), "unknown"); /* a space is not a token */
+	assert_string_equal(jsonx_get_str(n2, "role"), "unknown"); /* missing */
+	assert_string_equal(jsonx_get_str(n2, "reachable"), "unknown");
+	assert_false(jsonx_get_int(n2, "guests", &guests));       /* -1: null */
+	assert_false(jsonx_get_int(n2, "memory_bytes", &memory)); /* a string: null */
+	assert_true(jsonx_has(n2, "guests"));
+	json_object_put(caps);
+	json_object_put(raw);
+
+	raw = parse("{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":false,\"backends\":{"
+	            "\"linux\":{\"available\":false},\"macos\":{\"available\":false}}}}}");
+	caps = console_capabilities_normalise(raw);
+	assert_false(jsonx_has(jsonx_get_obj(caps, "options"), "placement"));
+	json_object_put(caps);
+	json_object_put(raw);
+}
+
 static const char *REPORT =
     "{\"schemaVersion\":1,\"vm\":\"pilot-relay-x-1-abcdef\",\"lease_id\":\"L1\",\"environment_fingerprint\":"
     "null,"
@@ -148,6 +198,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_capabilities),
+	    cmocka_unit_test(test_capabilities_placement),
 	    cmocka_unit_test(test_observation),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

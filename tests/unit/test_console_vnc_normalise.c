@@ -97,6 +97,19 @@ static void test_capabilities(void **state)
 	assert_true(jsonx_get_bool(lx, "server_enforced_view_only", &b) && b);
 	assert_string_equal(jsonx_get_str(jsonx_get_obj(be, "macos"), "server_enforced_view_only"),
 	                    "unknown");
+	assert_false(jsonx_has(jsonx_get_obj(o, "options"), "placement")); /* none reported */
+	json_object_put(o);
+
+	/* A Swarm's nodes (machine-docker): passed on for the core to normalise. */
+	g_answer = "{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":false,\"backends\":{"
+	           "\"linux\":{\"available\":false},\"macos\":{\"available\":false}}},"
+	           "\"placement\":{\"scheduler\":\"swarm\",\"nodes\":[{\"name\":\"n1\",\"guests\":2}]}}}";
+	assert_int_equal(p->console.capabilities(p->state, &link, NULL, 0, &out, &err), RELAY_OK);
+	o = jsonx_parse_str(out, NULL, 0);
+	free(out);
+	json_object *placement = jsonx_get_obj(jsonx_get_obj(o, "options"), "placement");
+	assert_string_equal(jsonx_get_str(placement, "scheduler"), "swarm");
+	assert_int_equal(json_object_array_length(jsonx_get_array(placement, "nodes")), 1);
 	json_object_put(o);
 
 	g_answer = "{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":true,\"backends\":{"

@@ -1,6 +1,6 @@
 /*
  * test_host_tree_durable.c — the host table's remove_tree and write_durable
- * (relay/host.h, ABI 1.5): present in the table the core lends, flags
+ * (relay/host.h, ABI 1.6): present in the table the core lends, flags
  * refused, a tree removed without following a link out of it, a missing
  * path fine, a file replaced whole and 0600.
  */
@@ -21,11 +21,11 @@
 #include "loader/loader.h"
 #include "relay/plugin.h"
 
-static void test_present_since_1_5(void **state)
+static void test_present_since_1_6(void **state)
 {
 	(void)state;
 	const relay_host *host = loader_host_table();
-	assert_true(RELAY_ABI_MINOR(host->abi_version) >= 5);
+	assert_true(RELAY_ABI_MINOR(host->abi_version) >= 6);
 	assert_true(RELAY_SIZED_HAS(host, remove_tree));
 	assert_true(RELAY_SIZED_HAS(host, write_durable));
 	assert_non_null(host->remove_tree);
@@ -74,7 +74,7 @@ static void test_tree_and_durable_file(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_present_since_1_5),
+	    cmocka_unit_test(test_present_since_1_6),
 	    cmocka_unit_test(test_tree_and_durable_file),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

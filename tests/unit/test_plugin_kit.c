@@ -180,9 +180,9 @@ static void mem_stop(void *ctx, json_object *record, json_object *attempt, bool 
 	json_object_object_add(attempt, "viewer_cleanup", json_object_new_string("local-children-stopped"));
 }
 
-static json_object *mem_caps(void *ctx)
+static json_object *mem_caps(void *ctx, relay_call *call)
 {
-	(void)ctx;
+	(void)ctx, (void)call;
 	return rk_console_capabilities("memory", NULL, "not-offered");
 }
 

@@ -218,7 +218,19 @@ typedef struct relay_host {
 	/* Fills `out` with `len` cryptographically random bytes. */
 	relay_status (*random_bytes)(void *out, size_t len, relay_error *err);
 
-	/* Since ABI 1.5 (check RELAY_SIZED_HAS(host, remove_tree) first). */
+	/* ABI 1.5 (check RELAY_ABI_MINOR(abi_version) >= 5 and struct_size
+	 * before calling). A machine plugin says that lease `vm` (borrowed: the
+	 * lease document's "vm") changed at the backend on its own, between the
+	 * core's requests — its guest lost with its node, say. The core then
+	 * inspects the lease in the guest's queue (relay_machine_ops.inspect;
+	 * never from within this call) and records what inspect answers, so a
+	 * lost guest is seen without waiting for the next renewal beat. Returns
+	 * at once; callable from any thread the plugin owns, with none of the
+	 * plugin's locks that its inspect takes held. A vm the core does not
+	 * hold is ignored. `flags` must be 0. */
+	void (*lease_changed)(const char *vm, unsigned flags);
+
+	/* Since ABI 1.6 (check RELAY_SIZED_HAS(host, remove_tree) first). */
 
 	/* Removes `path` (borrowed): a file, a link or a whole folder tree,
 	 * never following a link (a link is removed, never what it points

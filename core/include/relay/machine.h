@@ -17,7 +17,13 @@
  *   "image"       string, required: the image key.
  *   "lease_id"    string or null: the backend's lease identity.
  *   "state"       "pending" | "provisioning" | "running" | "releasing" |
- *                 "failed" | "unknown".
+ *                 "failed" | "lost" | "unknown". "lost" (ABI 1.5): the
+ *                 guest is gone with its node, or the backend replaced it
+ *                 with another machine; the plugin never re-creates it and
+ *                 refuses every transport operation on it; release still
+ *                 removes what is left. The core records it (guestState
+ *                 "lost", a `guest-lost` event) and stops renewing.
+ *   "lostReason"  string, with "lost" only: why, in the backend's words.
  *   "expiresAtMs" integer or null: the backend's confirmed expiry, Unix ms.
  *   "console"     object or null: the backend's console record
  *                 ({"console_id", "status", ...}) when acquired with vnc.

@@ -96,6 +96,43 @@ static json_object *backend_entry(const json_object *in)
 	return out;
 }
 
+/* options.placement (relay/console.h): where the backend places guests,
+ * a Swarm's nodes. Tokens as above, "reachable" a boolean or "unknown",
+ * counts integers >= 0 or null; at most PLACEMENT_NODES_MAX nodes. NULL
+ * when the backend reports none. */
+#define PLACEMENT_NODES_MAX 256
+static json_object *placement_entry(const json_object *in)
+{
+	json_object *nodes = jsonx_get_array(in, "nodes");
+	if (nodes == NULL)
+		return NULL;
+	static const char *const tokens[] = {"name",         "id",     "role",         "state",
+	                                     "availability", "engine", "engine_source"};
+	static const char *const counts[] = {"guests", "memory_bytes", "nano_cpus"};
+	json_object *list = json_object_new_array();
+	size_t n = json_object_array_length(nodes);
+	for (size_t i = 0; i < n && i < PLACEMENT_NODES_MAX; i++) {
+		const json_object *node = json_object_array_get_idx(nodes, i);
+		json_object *o = json_object_new_object();
+		for (size_t f = 0; f < sizeof tokens / sizeof tokens[0]; f++)
+			add_token(o, node, tokens[f]);
+		add_bool_or_unknown(o, node, "reachable");
+		for (size_t f = 0; f < sizeof counts / sizeof counts[0]; f++) {
+			int64_t v = -1;
+			if (jsonx_get_int(node, counts[f], &v) && v >= 0)
+				jsonx_add_int(o, counts[f], v);
+			else
+				jsonx_add_null(o, counts[f]);
+		}
+		json_object_array_add(list, o);
+	}
+	json_object *out = json_object_new_object();
+	add_token(out, in, "scheduler");
+	jsonx_add(out, "nodes", list);
+	jsonx_add_bool(out, "nodes_truncated", n > PLACEMENT_NODES_MAX);
+	return out;
+}
+
 static json_object *wrap_backends(json_object *linux_entry, json_object *macos_entry)
 {
 	json_object *backends = json_object_new_object();
@@ -127,7 +164,11 @@ json_object *console_capabilities_normalise(const json_object *raw)
 	if (!jsonx_get_bool(linux_in, "available", &available) ||
 	    !jsonx_get_bool(macos_in, "available", &available))
 		return NULL;
-	return wrap_backends(backend_entry(linux_in), backend_entry(macos_in));
+	json_object *caps = wrap_backends(backend_entry(linux_in), backend_entry(macos_in));
+	json_object *placement = placement_entry(jsonx_get_obj(jsonx_get_obj(raw, "options"), "placement"));
+	if (placement)
+		jsonx_add(jsonx_get_obj(caps, "options"), "placement", placement);
+	return caps;
 }
 
 json_object *console_capabilities_unconfigured(void)

@@ -403,26 +403,59 @@ static bool first_client_bytes(conn *c, char *buf, const char *early, size_t ear
 	return true;
 }
 
-/* Moves what `from` has to `to`: through a pipe with splice() (the bytes
- * never enter the proxy; the sockets are non-blocking then, so one wake-up
- * moves up to 16 pipefuls), else through `buf`. Bytes moved, 0 at the end,
- * -1 on an error, -2 when there was nothing after all. */
-static ssize_t move_bytes(int from, int to, const int pipe_fds[2], char *buf)
+/* One direction's pipe for splice(). Pipe pages count against the proxy's
+ * user (fs.pipe-user-pages-soft, 64 MiB by default, and every guest's proxy
+ * started by root runs as nobody), so a pipe starts at the default size and
+ * grows to PIPE_BYTES only once a splice fills it: a connection that moves
+ * bulk data gets ~1 MiB per splice() pair (a third of the CPU per GiB of a
+ * 64 KiB pipe, bench/egress/README.md), a small exchange never holds 1 MiB. */
+typedef struct pipe_lane {
+	int fds[2]; /* -1 when splice() is not used: copies through the buffer */
+	int bytes;  /* its capacity now */
+	bool grown; /* growth was tried */
+} pipe_lane;
+
+static bool lane_open(pipe_lane *l)
 {
-	if (pipe_fds[0] < 0) {
+	l->grown = false;
+	if (pipe2(l->fds, O_CLOEXEC) != 0) {
+		l->fds[0] = l->fds[1] = -1;
+		return false;
+	}
+	l->bytes = fcntl(l->fds[1], F_GETPIPE_SZ);
+	if (l->bytes <= 0)
+		l->bytes = 65536;
+	return true;
+}
+
+static void lane_close(pipe_lane *l)
+{
+	for (int i = 0; i < 2; i++)
+		if (l->fds[i] >= 0)
+			close(l->fds[i]);
+	l->fds[0] = l->fds[1] = -1;
+}
+
+/* Moves what `from` has to `to`: through the lane's pipe with splice() (the
+ * bytes never enter the proxy; the sockets are non-blocking then, so one
+ * wake-up moves up to 16 pipefuls), else through `buf`. Bytes moved, 0 at
+ * the end, -1 on an error, -2 when there was nothing after all. */
+static ssize_t move_bytes(int from, int to, pipe_lane *lane, char *buf)
+{
+	if (lane->fds[0] < 0) {
 		ssize_t n = recv(from, buf, PUMP_BUF_BYTES, 0);
 		return n > 0 && !send_all(to, buf, (size_t)n) ? -1 : n;
 	}
 	ssize_t total = 0;
 	for (int round = 0; round < 16; round++) {
-		ssize_t in =
-		    splice(from, NULL, pipe_fds[1], NULL, PIPE_BYTES, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		ssize_t in = splice(from, NULL, lane->fds[1], NULL, (size_t)lane->bytes,
+		                    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 		if (in == 0)
 			return total;
 		if (in < 0)
 			return errno == EAGAIN ? (total ? total : -2) : -1;
 		for (ssize_t left = in; left > 0;) {
-			ssize_t out = splice(pipe_fds[0], NULL, to, NULL, (size_t)left,
+			ssize_t out = splice(lane->fds[0], NULL, to, NULL, (size_t)left,
 			                     SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 			if (out < 0 && errno == EAGAIN && wait_writable(to))
 				continue;
@@ -431,6 +464,12 @@ static ssize_t move_bytes(int from, int to, const int pipe_fds[2], char *buf)
 			left -= out;
 		}
 		total += in;
+		if (!lane->grown && in >= lane->bytes) {
+			lane->grown = true; /* once: a refusal (the user's budget) stays */
+			int grown = fcntl(lane->fds[1], F_SETPIPE_SZ, PIPE_BYTES);
+			if (grown > 0)
+				lane->bytes = grown;
+		}
 	}
 	return total;
 }
@@ -445,18 +484,12 @@ static void set_nonblocking(int fd)
 static void pump(conn *c, bool check_sni, const char *early, size_t early_len)
 {
 	char *buf = malloc(PUMP_BUF_BYTES);
-	int up[2] = {-1, -1}, down[2] = {-1, -1};
+	pipe_lane up = {{-1, -1}, 0, false}, down = {{-1, -1}, 0, false};
 	if (buf == NULL)
 		return;
-	if (pipe2(up, O_CLOEXEC) == 0 && pipe2(down, O_CLOEXEC) == 0) {
-		fcntl(up[1], F_SETPIPE_SZ, PIPE_BYTES);
-		fcntl(down[1], F_SETPIPE_SZ, PIPE_BYTES);
-	} else {
-		for (int i = 0; i < 2; i++) {
-			if (up[i] >= 0)
-				close(up[i]);
-			up[i] = -1;
-		}
+	if (!lane_open(&up) || !lane_open(&down)) {
+		lane_close(&up);
+		lane_close(&down);
 	}
 	bool first = check_sni, client_open = true, upstream_open = true;
 	if (early_len > 0 && !first) {
@@ -468,7 +501,7 @@ static void pump(conn *c, bool check_sni, const char *early, size_t early_len)
 		if (!first_client_bytes(c, buf, early, early_len))
 			client_open = upstream_open = false;
 	}
-	if (!first && up[0] >= 0) {
+	if (!first && up.fds[0] >= 0) {
 		set_nonblocking(c->client);
 		set_nonblocking(c->upstream);
 	}
@@ -484,12 +517,12 @@ static void pump(conn *c, bool check_sni, const char *early, size_t early_len)
 			first = false;
 			if (!first_client_bytes(c, buf, NULL, 0))
 				break;
-			if (up[0] >= 0) {
+			if (up.fds[0] >= 0) {
 				set_nonblocking(c->client);
 				set_nonblocking(c->upstream);
 			}
 		} else if (p[0].revents) {
-			ssize_t n = move_bytes(c->client, c->upstream, up, buf);
+			ssize_t n = move_bytes(c->client, c->upstream, &up, buf);
 			if (n == 0) {
 				client_open = false;
 				shutdown(c->upstream, SHUT_WR);
@@ -500,7 +533,7 @@ static void pump(conn *c, bool check_sni, const char *early, size_t early_len)
 			}
 		}
 		if (p[1].revents) {
-			ssize_t n = move_bytes(c->upstream, c->client, down, buf);
+			ssize_t n = move_bytes(c->upstream, c->client, &down, buf);
 			if (n == 0) {
 				upstream_open = false;
 				shutdown(c->client, SHUT_WR);
@@ -511,12 +544,8 @@ static void pump(conn *c, bool check_sni, const char *early, size_t early_len)
 			}
 		}
 	}
-	for (int i = 0; i < 2; i++) {
-		if (up[i] >= 0)
-			close(up[i]);
-		if (down[i] >= 0)
-			close(down[i]);
-	}
+	lane_close(&up);
+	lane_close(&down);
 	free(buf);
 }
 

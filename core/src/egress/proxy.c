@@ -12,6 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "egress/confine.h"
+
 void egress_ctx_claim(egress_ctx *ctx, char *id, size_t id_len, char *step, size_t step_len)
 {
 	pthread_mutex_lock(&ctx->lock);
@@ -74,6 +76,10 @@ int egress_proxy_main(int argc, char **argv)
 	ctx.log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (ctx.log_fd < 0) {
 		fprintf(stderr, "mcp-relay egress-proxy: cannot open %s: %s\n", log_path, strerror(errno));
+		return 1;
+	}
+	if (egress_confine(problem, sizeof problem) != 0) {
+		fprintf(stderr, "mcp-relay egress-proxy: %s\n", problem);
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);

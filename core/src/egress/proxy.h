@@ -15,6 +15,7 @@
  * Arguments: --mode allow|internet --rules <MCP_RELAY_EGRESS_ALLOW>
  * --log <file>: every connection is appended to <file> as JSON lines
  * (egress/records.h).
+ * Once the log is open it confines itself (egress/confine.h).
  */
 #ifndef RELAY_EGRESS_PROXY_H
 #define RELAY_EGRESS_PROXY_H

@@ -310,6 +310,7 @@ relay_status evidence_review_derive(const char *package_dir, const evidence_revi
 	jsonx_add(reasons, "defects", json_object_get(r.reasons_def));
 	jsonx_add(review, "reasons", reasons);
 	jsonx_add(review, "steps", steps);
+	jsonx_add(review, "takeOvers", rv_take_overs(&r));
 	jsonx_add(review, "details", details);
 	add_files(review, &r);
 	*review_out = review;

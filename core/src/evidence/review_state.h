@@ -63,6 +63,11 @@ typedef struct rv {
 	json_object *network; /* network.json at the package root, NULL when absent (docs/egress.md) */
 } rv;
 
+/* review_takeovers.c: [{attemptId, start, end}] of the package's
+ * console-take-over events, by start time (end null: still in force when
+ * the attempt ended). A new array. */
+json_object *rv_take_overs(rv *r);
+
 /* review_video.c: the receipt's videoEvidence as the review shows it
  * ({status, path, durationMs, bytes, sha256, ...} or {status: "off",
  * reason}), checked against the package's file (a hard error when it is

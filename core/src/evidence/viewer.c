@@ -322,6 +322,30 @@ static void data_block(strbuf *out, const json_object *review)
 	free(json);
 }
 
+/* A person's take-overs of the live view (review_takeovers.c): nothing
+ * when there were none. */
+static void take_overs(strbuf *out, json_object *list)
+{
+	size_t n = list ? json_object_array_length(list) : 0;
+	if (n == 0)
+		return;
+	strbuf_puts(out, "<section id=\"take-overs\"><h2>Take-overs</h2><p>A person took control of the "
+	                 "guest in the live view; input during these times was the person's, not a "
+	                 "step's.</p><ul>");
+	for (size_t i = 0; i < n; i++) {
+		json_object *t = json_object_array_get_idx(list, i);
+		const char *end = jsonx_get_str(t, "end");
+		strbuf_puts(out, "<li>");
+		esc(out, jsonx_get_str(t, "start"));
+		strbuf_puts(out, " to ");
+		esc(out, end ? end : "the end of the live view (not given back)");
+		strbuf_puts(out, " <span class=\"muted\">(attempt ");
+		esc(out, jsonx_get_str(t, "attemptId"));
+		strbuf_puts(out, ")</span></li>");
+	}
+	strbuf_puts(out, "</ul></section>\n");
+}
+
 void evidence_viewer_render(const json_object *review, strbuf *out)
 {
 	const char *task = jsonx_get_str(review, "taskId");
@@ -370,6 +394,7 @@ void evidence_viewer_render(const json_object *review, strbuf *out)
 	reasons_list(out, "Execution", jsonx_get_array(reasons, "execution"));
 	reasons_list(out, "Defects", jsonx_get_array(reasons, "defects"));
 	strbuf_puts(out, "</section>\n");
+	take_overs(out, jsonx_get_array(review, "takeOvers"));
 	json_object *steps = jsonx_get_array(review, "steps");
 	json_object *details = jsonx_get_obj(review, "details");
 	size_t n = steps ? json_object_array_length(steps) : 0;

@@ -298,6 +298,9 @@ static int release_path(manager *m, guest *g, relay_call *call, bool direct, con
 	relay_call *progress = strcmp(reason, "finished") == 0 ? NULL : call;
 	relay_call_progress(progress, 1, 3, "packaging", true);
 
+	/* An open console attempt ends before the evidence is kept (its
+	 * take-overs are recorded); the destroy below stops its viewer anyway. */
+	m->hooks->guest_ending(m, g, call, reason);
 	/* Step 3: keep what evidence exists. */
 	json_object *packaged = NULL;
 	if (package)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "lease/lifecycle.h"
+#include "lease/watch.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/jsonx.h"
@@ -35,9 +36,7 @@ static bool renewing(const guest *g)
 	return g->phase != PHASE_CLOSED && (g->renewal == RENEWAL_RENEWING || g->renewal == RENEWAL_FAILING);
 }
 
-/* Stores what a successful renew or inspect confirmed. Under lock; takes
- * `doc` (may be NULL). */
-static void store_confirmed(guest *g, json_object *doc, int64_t now)
+void renewal_store_confirmed(guest *g, json_object *doc, int64_t now)
 {
 	if (doc == NULL)
 		return;
@@ -56,9 +55,10 @@ static void store_confirmed(guest *g, json_object *doc, int64_t now)
 
 /* ---- the lookup after a failed beat ----------------------------------------------- */
 
-/* Runs in the guest's queue: is the lease still there? If the backend no
- * longer knows it and destruction is verified, the guest is closed as
- * absent; otherwise nothing changes and the next beat tries again. */
+/* Runs in the guest's queue: is the lease still there, and in what state?
+ * If the backend no longer knows it and destruction is verified, the guest
+ * is closed as absent; a lease the backend reports lost is recorded so
+ * (lease/watch.c); otherwise nothing changes and the next beat tries again. */
 static void lookup_after_failed_beat(manager *m, guest *g, relay_call *call, void *ctx)
 {
 	(void)ctx;
@@ -77,14 +77,7 @@ static void lookup_after_failed_beat(manager *m, guest *g, relay_call *call, voi
 	memset(&err, 0, sizeof err);
 	relay_status st = machine->machine.inspect(machine->state, lease, call, 0, &found, &err);
 	if (st == RELAY_OK) {
-		json_object *doc = found ? jsonx_parse_str(found, NULL, 0) : NULL;
-		manager_lock(m);
-		if (g->phase != PHASE_CLOSED)
-			store_confirmed(g, doc, clock_now_ms());
-		else
-			json_object_put(doc);
-		guest_save(g);
-		manager_unlock(m);
+		watch_store_observed(m, g, found ? jsonx_parse_str(found, NULL, 0) : NULL);
 	} else if (st == RELAY_E_NOT_FOUND) {
 		char *check = NULL;
 		relay_error verr;
@@ -102,6 +95,17 @@ static void lookup_after_failed_beat(manager *m, guest *g, relay_call *call, voi
 	}
 	free(found);
 	free(lease);
+}
+
+/* Queues the lookup whose lookup_queued the caller set. */
+static void queue_lookup_work(manager *m, guest *g)
+{
+	if (!manager_queue_internal(m, g, lookup_after_failed_beat, NULL, NULL,
+	                            LIFECYCLE_LOOKUP_TIMEOUT_MS)) {
+		manager_lock(m);
+		g->lookup_queued = false;
+		manager_unlock(m);
+	}
 }
 
 /* ---- one beat ------------------------------------------------------------------------------ */
@@ -171,7 +175,7 @@ static void beat(manager *m, guest *g)
 		return;
 	}
 	if (st == RELAY_OK) {
-		store_confirmed(g, doc, now);
+		renewal_store_confirmed(g, doc, now);
 		doc = NULL;
 		g->last_renewed_at_ms = clock_now_ms();
 		g->renewal = RENEWAL_RENEWING;
@@ -199,12 +203,19 @@ static void beat(manager *m, guest *g)
 	            details);
 	log_warning("renewal of %s failed: %s; the lease will be looked up and renewal tried again", g->name,
 	            err.message);
-	if (queue_lookup && !manager_queue_internal(m, g, lookup_after_failed_beat, NULL, NULL,
-	                                            LIFECYCLE_LOOKUP_TIMEOUT_MS)) {
-		manager_lock(m);
-		g->lookup_queued = false;
-		manager_unlock(m);
-	}
+	if (queue_lookup)
+		queue_lookup_work(m, g);
+}
+
+void renewal_queue_lookup(manager *m, guest *g)
+{
+	manager_lock(m);
+	bool queue = !g->lookup_queued && !m->ending && g->phase != PHASE_CLOSED;
+	if (queue)
+		g->lookup_queued = true;
+	manager_unlock(m);
+	if (queue)
+		queue_lookup_work(m, g);
 }
 
 static void *beat_main(void *arg)
@@ -288,6 +299,7 @@ void renewal_start(manager *m, guest *g, bool beat_now)
 	ensure_scheduler(m);
 	pthread_cond_broadcast(&m->changed);
 	manager_unlock(m);
+	watch_start(m); /* the backend may say a lease changed between beats */
 }
 
 void renewal_stop(manager *m, guest *g)
@@ -302,6 +314,7 @@ void renewal_stop(manager *m, guest *g)
 
 void renewal_halt(manager *m)
 {
+	watch_stop(); /* before the lock: a call in flight takes it */
 	manager_lock(m);
 	m->renewal_halted = true;
 	pthread_cond_broadcast(&m->changed);
@@ -347,7 +360,7 @@ int renewal_pause(manager *m, guest *g, const char *reason)
 		free(renewed);
 		if (st == RELAY_OK) {
 			manager_lock(m);
-			store_confirmed(g, doc, clock_now_ms());
+			renewal_store_confirmed(g, doc, clock_now_ms());
 			g->last_renewed_at_ms = clock_now_ms();
 			manager_unlock(m);
 		} else {

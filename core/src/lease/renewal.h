@@ -35,6 +35,12 @@ void renewal_start(manager *m, guest *g, bool beat_now);
 void renewal_stop(manager *m, guest *g);
 /* The end of the session: no new beats are started. */
 void renewal_halt(manager *m);
+/* Queues one lease lookup (inspect) in the guest's queue unless one is
+ * queued already (lookup_queued) or the guest is closed. Takes the lock. */
+void renewal_queue_lookup(manager *m, guest *g);
+/* Stores what a successful renew or inspect confirmed: the expiry, the
+ * state and the document. Under lock; takes `doc` (may be NULL). */
+void renewal_store_confirmed(guest *g, json_object *doc, int64_t now);
 /* Waits until the guest has no beat in flight. */
 void renewal_wait_beat(manager *m, guest *g);
 /* Pause at the end of the session (lifecycle.md §11.2 step 5): lets a beat

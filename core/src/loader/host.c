@@ -1,5 +1,6 @@
 /* The relay_host table lent to plugins (relay/host.h). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -164,6 +165,41 @@ static relay_status host_process_run(const relay_process_request *req_in, relay_
 	return status;
 }
 
+/* The session's receiver of host->lease_changed. Global because the host
+ * table is one static table for every plugin; guarded by the lock, which
+ * is held through each call so that clearing it waits for calls in flight. */
+static pthread_mutex_t lease_changed_lock = PTHREAD_MUTEX_INITIALIZER;
+static loader_lease_changed_fn lease_changed_fn;
+static void *lease_changed_ctx;
+
+void loader_set_lease_changed(loader_lease_changed_fn fn, void *ctx)
+{
+	pthread_mutex_lock(&lease_changed_lock);
+	lease_changed_fn = fn;
+	lease_changed_ctx = ctx;
+	pthread_mutex_unlock(&lease_changed_lock);
+}
+
+void loader_forget_lease_changed(void *ctx)
+{
+	pthread_mutex_lock(&lease_changed_lock);
+	if (lease_changed_ctx == ctx) {
+		lease_changed_fn = NULL;
+		lease_changed_ctx = NULL;
+	}
+	pthread_mutex_unlock(&lease_changed_lock);
+}
+
+static void host_lease_changed(const char *vm, unsigned flags)
+{
+	if (vm == NULL || vm[0] == '\0' || flags != 0)
+		return;
+	pthread_mutex_lock(&lease_changed_lock);
+	if (lease_changed_fn)
+		lease_changed_fn(lease_changed_ctx, vm);
+	pthread_mutex_unlock(&lease_changed_lock);
+}
+
 static relay_status host_remove_tree(const char *path, unsigned flags, relay_error *err)
 {
 	if (flags)
@@ -204,6 +240,7 @@ static const relay_host host_table = {
     .archive_write = evidence_archive_write,
     .archive_extract = evidence_archive_extract,
     .random_bytes = random_fill,
+    .lease_changed = host_lease_changed,
     .remove_tree = host_remove_tree,
     .write_durable = host_write_durable,
 };

@@ -77,4 +77,13 @@ char *loader_exe_dir(void);
 /* The services table lent to every plugin (loader/host.c). */
 const relay_host *loader_host_table(void);
 
+/* Where host->lease_changed (ABI 1.5) goes: `fn(ctx, vm)` for each call
+ * until replaced (NULL: dropped). Setting waits for a call in flight, so
+ * after loader_set_lease_changed(NULL, NULL) returns no call reaches the
+ * old `ctx`. Never set it while holding a lock `fn` takes. */
+typedef void (*loader_lease_changed_fn)(void *ctx, const char *vm);
+void loader_set_lease_changed(loader_lease_changed_fn fn, void *ctx);
+/* Drops the receiver when its ctx is `ctx` (a manager being destroyed). */
+void loader_forget_lease_changed(void *ctx);
+
 #endif

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loader/loader.h"
 #include "profile/environment.h"
 #include "session/manager_internal.h"
 #include "util/clock.h"
@@ -478,7 +479,7 @@ static int settle_session(manager *m, relay_settings *settings, char *errbuf, si
 static bool hooks_complete(const manager_hooks *h)
 {
 	return h && h->size >= sizeof *h && h->dispatch && h->take_back_guests && h->end_guests &&
-	       h->guest_reached && h->guest_closing && h->guest_release_rooms;
+	       h->guest_reached && h->guest_closing && h->guest_release_rooms && h->guest_ending;
 }
 
 manager *manager_create(relay_settings *settings, const relay_backends *backends, const manager_hooks *hooks,
@@ -702,6 +703,7 @@ void manager_destroy(manager *m)
 {
 	if (m == NULL)
 		return;
+	loader_forget_lease_changed(m); /* no host->lease_changed reaches it from here on */
 	for (guest *g = m->guests; g;) {
 		guest *next = g->next;
 		queue_stop(&g->queue, "the relay is exiting");

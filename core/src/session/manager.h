@@ -56,6 +56,11 @@ typedef struct manager_hooks {
 	/* Frees what the rooms above keep for a guest (its download queue)
 	 * before the session frees the guest. */
 	void (*guest_release_rooms)(struct guest *g);
+	/* The guest is about to be released (`why`: "released", "finished"),
+	 * before its evidence is packaged: the rooms above end what records
+	 * into it (an open console attempt, whose live-view take-overs become
+	 * events). `call` may be NULL. On g's queue, without the lock. */
+	void (*guest_ending)(manager *m, struct guest *g, relay_call *call, const char *why);
 } manager_hooks;
 
 /* Creates the manager over loaded settings and backends and the hooks of

@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 
+#include "console/console_end.h"
 #include "delivery/downloads.h"
 #include "lease/lifecycle.h"
 #include "lease/reconcile.h"
@@ -255,6 +256,7 @@ static const manager_hooks session_hooks = {
     .guest_reached = downloads_guest_reached,
     .guest_closing = downloads_shutdown,
     .guest_release_rooms = downloads_free,
+    .guest_ending = console_end_with_guest,
 };
 
 const manager_hooks *tools_session_hooks(void)

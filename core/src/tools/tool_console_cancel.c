@@ -2,6 +2,7 @@
  * console-viewing attempt. The guest's lease is never touched. */
 #include <string.h>
 
+#include "console/console_end.h"
 #include "console/console_report.h"
 #include "session/events.h"
 #include "session/manager_internal.h"
@@ -40,17 +41,9 @@ tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_
 		r = tools_failure(m, g, &o);
 		goto done;
 	}
-	/* A person's take-overs of the live view (MCP_RELAY_CONSOLE_CONTROL=allow)
-	 * go into the guest's event journal: input not made by any step. */
-	json_object *takes = jsonx_get_array(jsonx_get_obj(cancelled, "live_view"), "take_overs");
-	for (size_t i = 0; takes && i < json_object_array_length(takes); i++) {
-		json_object *t = json_object_array_get_idx(takes, i), *d = json_object_new_object();
-		jsonx_add_str(d, "console_id", console_id);
-		jsonx_add_str(d, "attempt_id", attempt_id);
-		jsonx_add_str(d, "start", jsonx_get_str(t, "start"));
-		jsonx_add_str(d, "end", jsonx_get_str(t, "end"));
-		guest_event(m, g, "console-take-over", "a person took control in the live view", d);
-	}
+	/* A person's take-overs of the live view go into the guest's event
+	 * journal: input not made by any step. */
+	console_record_take_overs(m, g, cancelled, console_id, attempt_id);
 	const char *attempt_status = jsonx_get_str(jsonx_get_obj(cancelled, "attempt"), "status");
 	json_object *result = console_status_result(g->name, cancelled, NULL);
 	r = tool_result_ok(result, "Console viewing attempt %s on %s: %s", attempt_id, g->name,

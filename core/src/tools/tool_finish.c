@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "call/call.h"
+#include "console/console_end.h"
 #include "delivery/finish.h"
 #include "lease/lifecycle.h"
 #include "session/manager_internal.h"
@@ -66,6 +67,7 @@ tool_result *tool_finish(manager *m, guest *g, json_object *args, relay_call *ca
 	finish_report fr = FINISH_REPORT_INIT;
 	relay_outcome o = OUTCOME_INIT;
 	tool_result *result = NULL;
+	console_end_with_guest(m, g, call, "finished"); /* take-overs into the package */
 	if (finish_package(m, g, call, &fr, &o) != 0)
 		result = tools_failure(m, g, &o);
 	else

@@ -59,7 +59,7 @@ typedef struct rk_console_backend {
 	 * sets viewer_cleanup. */
 	void (*stop)(void *ctx, json_object *record, json_object *attempt, bool guest_runs);
 	/* The answer to "capabilities" (owned by the caller). */
-	json_object *(*capabilities)(void *ctx);
+	json_object *(*capabilities)(void *ctx, relay_call *call);
 } rk_console_backend;
 
 /* One call's console: the backend, the host, and the backend's state for

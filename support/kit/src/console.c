@@ -367,7 +367,7 @@ relay_status rk_console_op(const rk_console *c, const char *lease_json, const ch
 	if (op == NULL)
 		return c->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "console needs an operation");
 	if (strcmp(op, "capabilities") == 0) {
-		json_object *caps = c->ops->capabilities(c->ctx);
+		json_object *caps = c->ops->capabilities(c->ctx, call);
 		relay_status s = answer(c, caps, response_out, err);
 		json_object_put(caps);
 		return s;
