@@ -214,4 +214,37 @@
 #define RECEIVER_SERVE_IDLE_ENV     "RELAY_RECEIVER_SERVE_IDLE_MS"
 #define RECEIVER_SERVE_ROOT_POLL_MS 5000 /* how often an idle serve checks that R still exists */
 
+/*
+ * A diagnostic script on serve's channel (guest.md §17 item 3 over §13): the
+ * header
+ *     {"protocol":1,"diagnostic":{"executionId":"diagnostic-…","argv":[…],
+ *      "limitMs":N},"parts":[{"name":"script","bytes":M,"sha256":H}]}
+ * then the script's M bytes, which become argv's last argument. serve runs
+ * it itself (no worker: it touches nothing under R, takes no lock and writes
+ * no journal line) in a session of its own, standard input /dev/null,
+ * standard output and error one pipe; it kills the session's process group
+ * at limitMs, or when its own standard input ends (the host closed the
+ * channel: a cancellation), and stops reading RECEIVER_DIAG_DRAIN_MS after
+ * the command ended when something it left running still holds the pipe.
+ * The answer:
+ *     {"executionId":…,"diagnosticExit":{"code":int|null,"signal":int|null,
+ *      "timedOut":bool,"outputTruncated":bool},
+ *      "parts":[{"name":"output","bytes":K,"sha256":H}]}
+ * then the output's last K <= RECEIVER_DIAG_OUTPUT_KEEP bytes. A script
+ * that fails its hash is answered with the refused frame (nothing ran) and
+ * serve goes on; a diagnostic header it cannot read leaves the stream out
+ * of step, as any header (the refusal, exit 2).
+ */
+#define RECEIVER_REQ_DIAGNOSTIC         "diagnostic"
+#define RECEIVER_DIAG_ARGV              "argv"
+#define RECEIVER_DIAG_LIMIT_MS          "limitMs"
+#define RECEIVER_DIAG_ARGV_MAX          16
+#define RECEIVER_DIAG_SCRIPT_MAX_BYTES  98304u
+#define RECEIVER_DIAG_OUTPUT_KEEP       64000u
+#define RECEIVER_DIAG_DRAIN_MS          500
+#define RECEIVER_FRAME_DIAGNOSTIC_EXIT  "diagnosticExit"
+#define RECEIVER_FRAME_TIMED_OUT        "timedOut"
+#define RECEIVER_FRAME_OUTPUT_TRUNCATED "outputTruncated"
+#define RECEIVER_PART_OUTPUT            "output"
+
 #endif

@@ -90,9 +90,30 @@ def gui_attach(args):
             print("  attached median %.1f ms; pending median %.1f ms; ratio %.2fx" % (a, p, a / p))
             print("  attached: " + " ".join("%.0f" % (x * 1000) for x in samples["attached"]))
             print("  pending:  " + " ".join("%.0f" % (x * 1000) for x in samples["pending"]), flush=True)
+            shot_floor(attached_v, args.gui_runs)
     finally:
         attached_v.cleanup()
         pending_v.cleanup()
+
+
+def shot_floor(v, n):
+    """The capture program alone on the same display, as the receiver starts it for one shot (a new
+    process, the 1280x800 root window read and encoded as PNG): a run with snapshots takes two."""
+    shot = os.path.join(os.environ.get("RELAY_BUILD_DIR", ""), "libexec", "mcp-relay", "receivers",
+                        "linux-x86_64", "relay-x11shot")
+    if not os.path.exists(shot):
+        print("  (no relay-x11shot at %s: the shot floor is not measured)" % shot)
+        return
+    out = os.path.join(v.root, "floor-shot.png")
+    xs = []
+    for _ in range(n + 2):
+        if os.path.exists(out):
+            os.unlink(out)
+        xs.append(timed(lambda: subprocess.run([shot, "--display", v.display, "--out", out], check=True,
+                                               stdout=subprocess.DEVNULL)))
+    xs = xs[2:]
+    print("  relay-x11shot alone on that display: median %.1f ms a shot (%d bytes of PNG); two shots %.1f ms"
+          % (median_ms(xs), os.path.getsize(out), 2 * median_ms(xs)), flush=True)
 
 
 def local_true(args):

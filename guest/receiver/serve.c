@@ -21,6 +21,7 @@
 #include "fsx.h"
 #include "proc.h"
 #include "run.h"
+#include "serve_diag.h"
 #include "stdio_parts.h"
 #include "util.h"
 
@@ -244,6 +245,16 @@ int cmd_serve(int argc, char **argv)
 		r = stdin_parts_next(&reader, &parts, &err);
 		if (r == 1)
 			break;
+		if (r == STDIN_NEXT_DIAGNOSTIC) {
+			int d = serve_diagnostic(&reader, &err);
+			if (d != SERVE_DIAG_DONE)
+				answer_refused(err.msg);
+			if (d == SERVE_DIAG_OUT_OF_STEP) {
+				status = EXIT_USAGE;
+				break;
+			}
+			continue;
+		}
 		if (r == -1) {
 			answer_refused(err.msg);
 			stdin_parts_free(&parts);

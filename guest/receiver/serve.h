@@ -12,6 +12,10 @@
  * to the worker's subreaper scope, and the worker is gone when the answer
  * is out: ending `serve` ends no survivor (§16.1).
  *
+ * A diagnostic script (guest.md §17 item 3 over §13) comes on the same
+ * stream and is run by serve itself (serve_diag.h): no worker, no lock, no
+ * record.
+ *
  * It exits 0 when its standard input ends, when R is gone (the guest was
  * released) or after RECEIVER_SERVE_IDLE_MS without a request
  * (RELAY_RECEIVER_SERVE_IDLE_MS in its environment shortens it, for tests).

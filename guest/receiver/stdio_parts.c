@@ -212,6 +212,101 @@ static void reader_consume(stdin_reader *r, size_t n)
 	r->pending.len -= n;
 }
 
+/* True for a header line of a diagnostic script (stdio_parts.h). */
+static int header_is_diagnostic(const char *line, size_t len)
+{
+	rerr ignored;
+	jv *header = jv_parse(line, len, &ignored);
+	int yes = jv_is(jv_get(header, RECEIVER_REQ_DIAGNOSTIC), JV_OBJECT);
+	jv_free(header);
+	return yes;
+}
+
+/* The diagnostic part of a header: its id, argv and limit, and the
+ * script's size and hash. */
+static int diag_header(const jv *header, diag_request *out, int64_t *n_script, char sha_script[65], rerr *err)
+{
+	const jv *d = jv_get(header, RECEIVER_REQ_DIAGNOSTIC);
+	const jv *argv = jv_get(d, RECEIVER_DIAG_ARGV);
+	const jv *parts = jv_get(header, RECEIVER_FRAME_PARTS);
+	const jv *part = jv_is(parts, JV_ARRAY) && parts->count == 1 ? parts->items[0] : NULL;
+	const char *id = jv_get_str(d, RECEIVER_FRAME_EXECUTION_ID);
+	const char *name = jv_get_str(part, RECEIVER_PART_KEY_NAME);
+	const char *sha = jv_get_str(part, RECEIVER_PART_KEY_SHA256);
+	int64_t protocol = 0;
+	size_t i;
+	if (!jv_get_int(header, RECEIVER_FRAME_PROTOCOL, &protocol) ||
+	    protocol != RECEIVER_PROTOCOL_VERSION || !id || strncmp(id, "diagnostic-", 11) != 0 ||
+	    !jv_is(argv, JV_ARRAY) || argv->count == 0 || argv->count > RECEIVER_DIAG_ARGV_MAX ||
+	    !jv_get_int(d, RECEIVER_DIAG_LIMIT_MS, &out->limit_ms) || out->limit_ms < 1 || !name ||
+	    strcmp(name, RECEIVER_PART_SCRIPT) != 0 || !jv_get_int(part, RECEIVER_PART_KEY_BYTES, n_script) ||
+	    *n_script < 0 || (uint64_t)*n_script > RECEIVER_DIAG_SCRIPT_MAX_BYTES || !sha_hex_ok(sha)) {
+		err_set(err,
+		        "diagnostic header: needs protocol %d, an executionId diagnostic-…, argv (1 to "
+		        "%d strings), a positive limitMs and one script part (at most %u bytes, sha256)",
+		        RECEIVER_PROTOCOL_VERSION, RECEIVER_DIAG_ARGV_MAX, RECEIVER_DIAG_SCRIPT_MAX_BYTES);
+		return -1;
+	}
+	out->argv = xmalloc((argv->count + 2) * sizeof(char *));
+	memset(out->argv, 0, (argv->count + 2) * sizeof(char *));
+	for (i = 0; i < argv->count; i++) {
+		if (!jv_is(argv->items[i], JV_STRING) ||
+		    strlen(argv->items[i]->str) != argv->items[i]->str_len) {
+			err_set(err, "diagnostic header: argv[%zu] is not a string without NUL bytes", i);
+			return -1;
+		}
+		out->argv[i] = xstrdup(argv->items[i]->str);
+	}
+	out->execution_id = xstrdup(id);
+	memcpy(sha_script, sha, 65);
+	return 0;
+}
+
+int stdin_diag_next(stdin_reader *r, diag_request *out, rerr *err)
+{
+	const char *nl = memchr(r->pending.data, '\n', r->pending.len);
+	size_t header_len = (size_t)(nl - r->pending.data) + 1, argc = 0;
+	int64_t n_script = 0;
+	char sha_script[65], hex[65];
+	jv *header = jv_parse(r->pending.data, header_len - 1, err);
+	int rc = -1, f;
+	memset(out, 0, sizeof(*out));
+	if (!header || diag_header(header, out, &n_script, sha_script, err) != 0)
+		goto cleanup; /* its size is unknown: the reader is out of step */
+	f = reader_fill(r, header_len + (size_t)n_script, err);
+	if (f != 0) {
+		if (f > 0)
+			err_set(err, "standard input ended inside a diagnostic request");
+		goto cleanup;
+	}
+	while (out->argv[argc])
+		argc++;
+	out->argv[argc] = xstrndup(r->pending.data + header_len, (size_t)n_script);
+	sha256_hex_of(r->pending.data + header_len, (size_t)n_script, hex);
+	reader_consume(r, header_len + (size_t)n_script);
+	rc = 0;
+	if (strcmp(hex, sha_script) != 0 || strlen(out->argv[argc]) != (size_t)n_script) {
+		err_set(err,
+		        "the diagnostic script does not match its sha256 or holds a NUL byte; nothing ran");
+		rc = -2;
+	}
+cleanup:
+	jv_free(header);
+	if (rc != 0)
+		diag_request_free(out);
+	return rc;
+}
+
+void diag_request_free(diag_request *d)
+{
+	size_t i;
+	for (i = 0; d->argv && d->argv[i]; i++)
+		free(d->argv[i]);
+	free(d->argv);
+	free(d->execution_id);
+	memset(d, 0, sizeof(*d));
+}
+
 int stdin_parts_next(stdin_reader *r, stdin_parts *out, rerr *err)
 {
 	char sha_request[65], sha_script[65];
@@ -239,6 +334,8 @@ int stdin_parts_next(stdin_reader *r, stdin_parts *out, rerr *err)
 		return -1;
 	}
 	header_len = (size_t)(nl - r->pending.data) + 1;
+	if (header_is_diagnostic(r->pending.data, header_len - 1))
+		return STDIN_NEXT_DIAGNOSTIC;
 	if (parse_header(r->pending.data, header_len - 1, out, &n_request, &n_script, sha_request, sha_script,
 	                 err) != 0)
 		return -1;

@@ -35,6 +35,22 @@ typedef struct stdin_reader {
  * the caller stops); -2 with it when a part fails its hash (the request
  * was consumed whole; the next one may follow). */
 int stdin_parts_next(stdin_reader *r, stdin_parts *out, rerr *err);
+/* stdin_parts_next answers 2, consuming nothing, when the next request's
+ * header is a diagnostic script's (receiver_protocol.h
+ * RECEIVER_REQ_DIAGNOSTIC); stdin_diag_next then takes it. */
+#define STDIN_NEXT_DIAGNOSTIC 2
+
+typedef struct diag_request {
+	char *execution_id;
+	char **argv; /* NULL-terminated; the script is the last argument */
+	int64_t limit_ms;
+} diag_request;
+
+/* Takes the diagnostic request at the head of r: 0; -1 (the reader is out
+ * of step) or -2 (consumed whole, refused: nothing runs) with the refusal's
+ * diagnostic in err, as stdin_parts_next. */
+int stdin_diag_next(stdin_reader *r, diag_request *out, rerr *err);
+void diag_request_free(diag_request *d);
 
 /* Checks the parts against the parsed request: the request part's path is
  * requests/<executionId>.json and the script part's path is the request's

@@ -126,6 +126,54 @@ def test_refused_request_then_the_next_runs(binary):
         g.close()
 
 
+def diagnostic(exec_id, script, limit_ms=10000, sha=None, argv=None):
+    import hashlib
+    body = script.encode()
+    header = {"protocol": 1, "diagnostic": {"executionId": exec_id, "argv": argv or ["/bin/sh", "-c"],
+                                            "limitMs": limit_ms},
+              "parts": [{"name": "script", "bytes": len(body), "sha256": sha or hashlib.sha256(body).hexdigest()}]}
+    return json.dumps(header).encode() + b"\n" + body
+
+
+def test_diagnostics_on_the_stream(binary):
+    """guest.md §17 item 3 over §13: serve runs a diagnostic itself (merged output with its exit
+    status, no journal line, no lock, no record), kills its group at the limit, refuses a script
+    that fails its hash and goes on, and runs the next recorded request as before."""
+    import hashlib
+    g = Guest(binary)
+    try:
+        s = Serve(g)
+        s.ask(g.request("run-d0", "echo first\n"))
+        journal = open(g.path("state/journal/events.jsonl"), "rb").read()
+        frame, parts = s.ask(diagnostic("diagnostic-1", "echo out; echo err >&2; exit 4"))
+        ex = frame["diagnosticExit"]
+        assert frame["executionId"] == "diagnostic-1" and ex["code"] == 4 and ex["signal"] is None, frame
+        assert ex["timedOut"] is False and ex["outputTruncated"] is False, frame
+        out = parts["output"][1]
+        assert out == b"out\nerr\n" and parts["output"][0]["sha256"] == hashlib.sha256(out).hexdigest(), out
+        frame, parts = s.ask(diagnostic("diagnostic-2", "head -c 70000 /dev/zero | tr '\\0' y; echo Z"))
+        assert frame["diagnosticExit"]["outputTruncated"] is True, frame
+        assert len(parts["output"][1]) == 64000 and parts["output"][1].endswith(b"yZ\n")
+        t = time.monotonic()
+        frame, parts = s.ask(diagnostic("diagnostic-3", "sleep 41 & echo started; sleep 42", limit_ms=800))
+        ex = frame["diagnosticExit"]
+        assert ex["timedOut"] is True and ex["code"] is None and time.monotonic() - t < 5, frame
+        assert parts["output"][1] == b"started\n", parts
+        left = subprocess.run(["pgrep", "-f", "^sleep 4[12]$"], stdout=subprocess.PIPE).stdout.split()
+        assert left == [], left
+        frame, parts = s.ask(diagnostic("diagnostic-4", "touch hashed", sha="0" * 64))
+        assert frame["outcome"]["kind"] == "refused" and "sha256" in frame["outcome"]["diagnostic"], frame
+        assert not os.path.exists(g.path("workspace/hashed"))
+        assert open(g.path("state/journal/events.jsonl"), "rb").read() == journal, "a diagnostic wrote the journal"
+        assert not os.path.exists(g.path(".receiver-lock/owner.json"))
+        frame, parts = s.ask(g.request("run-d1", "echo after\n"))
+        assert receipt_of(parts)["stdout"] == "after\n", frame
+        rc, err = s.close()
+        assert rc == 0, err
+    finally:
+        g.close()
+
+
 def test_killing_serve_kills_no_survivor(binary):
     g = Guest(binary)
     try:

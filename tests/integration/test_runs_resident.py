@@ -169,6 +169,52 @@ def test_a_receiver_without_serve_falls_back_to_one_shot(binary):
         v.cleanup()
 
 
+def test_diagnostics_go_over_the_channel(binary):
+    """guest.md §17 item 3: once staged, a diagnostic script goes over the guest's channel too
+    (`channel: "resident"`; `receiver serve` is its parent), with §13's contract kept: output and
+    error merged, the last 64,000 bytes with outputTruncated, the exit status, the limit killing
+    its process group, no journal line and no receiver record. Before staging it is one exec."""
+    for v in variants(binary, kinds=("local", "ssh")):
+        if v.kind == "local":
+            v.extra_env["MCP_RELAY_LOCAL_OPTIONS"] = json.dumps(OPTIONS)
+        with v.relay() as r:
+            r.initialize()
+            g = v.acquire(r)
+            guest, root = g["guest"], g["guestRoot"]
+            s = diag(r, guest, "echo early")
+            assert s["channel"] == "one-shot" and out_of(s) == "early\n", s
+            res = stage(r, guest)
+            assert res["isError"] is False, text_of(res)
+            journal = "%s/state/journal/events.jsonl" % root
+            lines0 = out_of(diag(r, guest, "wc -l < %s" % journal)).strip()
+            s = diag(r, guest, "pwd; tr '\\0' ' ' < /proc/$PPID/cmdline; echo; echo to-err >&2; exit 3")
+            assert s["channel"] == "resident", s
+            assert s["outcome"]["kind"] == "completed" and s["outcome"]["exitStatus"]["code"] == 3, s
+            resident_id = s["executionId"]
+            assert out_of(s).split("\n") == ["%s/workspace" % root, "%s/receiver serve --root %s " % (root, root),
+                                              "to-err", ""], out_of(s)
+            s = diag(r, guest, "head -c 70000 /dev/zero | tr '\\0' x; echo END")
+            assert s["channel"] == "resident" and s["outputTruncated"] is True, {k: s[k] for k in s if k != "output"}
+            assert len(out_of(s)) == 64000 and out_of(s).endswith("xEND\n"), len(out_of(s))
+            s = diag(r, guest, "sleep 37 & exec sleep 38", timeout_ms=2000)
+            assert s["channel"] == "resident" and s["outcome"]["kind"] == "uncertain", s
+            assert "process group was killed" in s["outcome"]["diagnostic"], s["outcome"]
+            left = out_of(diag(r, guest, "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' 2>/dev/null < $p/cmdline); "
+                                         "case \"$c\" in 'sleep 37 '|'sleep 38 ') echo $c;; esac; done; true"))
+            assert left.strip() == "", repr(left[-300:])
+            # no journal line, no receiver record: a diagnostic never reaches the receiver's books
+            assert out_of(diag(r, guest, "wc -l < %s" % journal)).strip() == lines0
+            hr = None
+            for dirpath, _dirs, files in os.walk(v.project):
+                if os.path.basename(dirpath) == "diagnostics" and resident_id + ".receipt.json" in files:
+                    hr = json.load(open(os.path.join(dirpath, resident_id + ".receipt.json")))
+            assert find_key(hr, "channel") == "resident", hr
+            res = run(r, guest, "echo still\n")
+            s = structured(res)
+            assert res["isError"] is False and s["channel"] == "resident" and s["stdout"] == "still\n", s
+            assert len(serves(r, guest, root)) == 1
+
+
 def test_docker_runs_go_over_one_attached_exec(binary):
     import docker_support
     why = docker_support.plugin_missing(binary)

@@ -13,6 +13,7 @@
 #include "runs/run_internal.h"
 #include "util/jsonx.h"
 #include "util/log.h"
+#include "util/sha256.h"
 #include "util/strbuf.h"
 
 /* The frame line an answer begins with (guest/receiver_protocol.h), or
@@ -145,4 +146,118 @@ json_object *run_channel_ask(guest_io *io, const char *execution_id, bool *asked
 	strbuf_free(&rel);
 	strbuf_free(&path);
 	return fact;
+}
+
+/* The diagnostic's request on the channel (guest/receiver_protocol.h,
+ * RECEIVER_REQ_DIAGNOSTIC): the header line, then the script. */
+static char *diagnostic_text(const char *execution_id, const char *const *argv, const char *script,
+                             size_t script_len, uint64_t limit_ms, size_t *len_out)
+{
+	char sha[65];
+	sha256_buffer_hex(script, script_len, sha);
+	json_object *h = json_object_new_object();
+	jsonx_add_int(h, RECEIVER_FRAME_PROTOCOL, RECEIVER_PROTOCOL_VERSION);
+	json_object *d = json_object_new_object();
+	jsonx_add_str(d, RECEIVER_FRAME_EXECUTION_ID, execution_id);
+	json_object *av = json_object_new_array();
+	for (size_t i = 0; argv[i] && argv[i] != script; i++)
+		json_object_array_add(av, json_object_new_string(argv[i]));
+	jsonx_add(d, RECEIVER_DIAG_ARGV, av);
+	jsonx_add_int(d, RECEIVER_DIAG_LIMIT_MS, (int64_t)limit_ms);
+	jsonx_add(h, RECEIVER_REQ_DIAGNOSTIC, d);
+	json_object *parts = json_object_new_array();
+	json_object *part = json_object_new_object();
+	jsonx_add_str(part, RECEIVER_PART_KEY_NAME, RECEIVER_PART_SCRIPT);
+	jsonx_add_int(part, RECEIVER_PART_KEY_BYTES, (int64_t)script_len);
+	jsonx_add_str(part, RECEIVER_PART_KEY_SHA256, sha);
+	json_object_array_add(parts, part);
+	jsonx_add(h, RECEIVER_FRAME_PARTS, parts);
+	char *line = jsonx_to_string(h, 0);
+	json_object_put(h);
+	strbuf sb = STRBUF_INIT;
+	if (line) {
+		strbuf_printf(&sb, "%s\n", line);
+		strbuf_append(&sb, script, script_len);
+	}
+	free(line);
+	if (!strbuf_ok(&sb) || sb.len == 0) {
+		strbuf_free(&sb);
+		return NULL;
+	}
+	*len_out = sb.len;
+	return strbuf_detach(&sb, NULL);
+}
+
+/* serve's answer to a diagnostic into *res as the exec would have filled
+ * it; false when it is no diagnostic's answer (a refusal: nothing ran). */
+static bool take_diagnostic_answer(relay_exec_result *res, const char *execution_id)
+{
+	json_object *frame = first_frame(res->out, res->out_len);
+	json_object *ex = jsonx_get_obj(frame, RECEIVER_FRAME_DIAGNOSTIC_EXIT);
+	json_object *parts = jsonx_get_array(frame, RECEIVER_FRAME_PARTS);
+	json_object *part =
+	    parts && json_object_array_length(parts) == 1 ? json_object_array_get_idx(parts, 0) : NULL;
+	const char *id = jsonx_get_str(frame, RECEIVER_FRAME_EXECUTION_ID);
+	const char *sha = jsonx_get_str(part, RECEIVER_PART_KEY_SHA256);
+	int64_t bytes = -1, code = -1, sig = -1;
+	bool ok = ex && id && strcmp(id, execution_id) == 0 && sha &&
+	          jsonx_get_int(part, RECEIVER_PART_KEY_BYTES, &bytes) && bytes >= 0;
+	const char *nl = ok ? memchr(res->out, '\n', res->out_len) : NULL;
+	size_t at = nl ? (size_t)(nl - res->out) + 1 : 0;
+	char hex[65];
+	if (ok && (nl == NULL || res->out_len - at != (size_t)bytes))
+		ok = false;
+	if (ok) {
+		sha256_buffer_hex(res->out + at, (size_t)bytes, hex);
+		ok = strcmp(hex, sha) == 0;
+	}
+	if (ok) {
+		bool has_code = jsonx_get_int(ex, RECEIVER_FRAME_CODE, &code);
+		bool has_sig = jsonx_get_int(ex, RECEIVER_FRAME_SIGNAL, &sig);
+		res->exit_code = has_code ? (int)code : -1;
+		res->signal = has_sig ? (int)sig : 0;
+		bool timed_out = false, truncated = false;
+		jsonx_get_bool(ex, RECEIVER_FRAME_TIMED_OUT, &timed_out);
+		jsonx_get_bool(ex, RECEIVER_FRAME_OUTPUT_TRUNCATED, &truncated);
+		res->timed_out = timed_out;
+		res->output_truncated = truncated;
+		res->termination_confirmed = 1;
+		memmove(res->out, res->out + at, (size_t)bytes);
+		res->out_len = (size_t)bytes;
+	}
+	json_object_put(frame);
+	return ok;
+}
+
+run_channel_end run_channel_diagnostic(guest_io *io, const char *execution_id, const char *const *argv,
+                                       const char *script, size_t script_len, uint64_t limit_ms,
+                                       gio_supervision *sv, relay_status *st_out, relay_exec_result *res,
+                                       relay_error *err)
+{
+	memset(res, 0, sizeof *res);
+	res->struct_size = sizeof *res;
+	*st_out = RELAY_OK;
+	size_t len = 0;
+	char *text = diagnostic_text(execution_id, argv, script, script_len, limit_ms, &len);
+	if (text == NULL)
+		return RUN_CHANNEL_UNSENT;
+	/* serve kills the script at limit_ms; the host waits a little longer for that answer */
+	run_channel_end end = run_channel_send(io, execution_id, text, len,
+	                                       limit_ms + RUN_DIAG_CHANNEL_MARGIN_MS, sv, st_out, res, err);
+	free(text);
+	if (end != RUN_CHANNEL_ANSWERED || *st_out != RELAY_OK || res->timed_out)
+		return end;
+	if (!take_diagnostic_answer(res, execution_id)) {
+		/* A refusal (an older serve that reads no diagnostic; a script that
+		 * failed its hash): nothing ran, the exec takes it (§13). */
+		log_warning("diagnostic %s: receiver serve did not take it (%.*s); it goes through the exec",
+		            execution_id, (int)(res->out_len > 200 ? 200 : res->out_len),
+		            res->out ? res->out : "");
+		gio_exec_result_free(res);
+		memset(res, 0, sizeof *res);
+		res->struct_size = sizeof *res;
+		gio_resident_close(io->m, io->g);
+		return RUN_CHANNEL_UNSENT;
+	}
+	return RUN_CHANNEL_ANSWERED;
 }

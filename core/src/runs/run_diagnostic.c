@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "delivery/image_delivery.h"
+#include "guestio/resident.h"
 #include "runs/run_internal.h"
 #include "session/events.h"
 #include "util/fsutil.h"
@@ -143,6 +144,7 @@ int run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call, run_outc
 	char *output = NULL;
 	size_t output_len = 0;
 	bool truncated = false, cancelled = false;
+	const char *channel = RUN_CHANNEL_NAME_ONE_SHOT;
 	guest_io io;
 	relay_status st = gio_begin(&io, m, g, call, &err);
 	if (st != RELAY_OK) {
@@ -154,8 +156,23 @@ int run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call, run_outc
 		sv.tick_what = "diagnostic script";
 		sv.limit_ms = c->timeout_ms;
 		relay_exec_result res;
-		st = gio_exec_supervised(&io, &sv, argv, NULL, limit_ms, RUN_DIAGNOSTIC_OUTPUT_KEEP,
-		                         RELAY_EXEC_MERGE_OUTPUT | RELAY_EXEC_KEEP_TAIL, &res, &err);
+		/* Once staged, the guest's channel takes it (§17 item 3); a channel
+		 * that cannot, or a guest not staged, leaves it to the exec (§13). */
+		run_channel_end end = RUN_CHANNEL_UNSENT;
+		if (workspace && gio_resident_possible(&io)) {
+			io.receiver_ready = true;
+			end = run_channel_diagnostic(&io, exec_id, argv, c->script, c->script_len, limit_ms,
+			                             &sv, &st, &res, &err);
+		}
+		channel = end == RUN_CHANNEL_UNSENT ? RUN_CHANNEL_NAME_ONE_SHOT : RUN_CHANNEL_NAME_RESIDENT;
+		if (end == RUN_CHANNEL_UNSENT)
+			st = gio_exec_supervised(&io, &sv, argv, NULL, limit_ms, RUN_DIAGNOSTIC_OUTPUT_KEEP,
+			                         RELAY_EXEC_MERGE_OUTPUT | RELAY_EXEC_KEEP_TAIL, &res, &err);
+		else if (end == RUN_CHANNEL_BROKEN)
+			relay_error_set(
+			    &err, RELAY_E_INDETERMINATE, 0,
+			    "the channel to receiver serve broke before the diagnostic's answer; it "
+			    "may have run and is never sent again");
 		cancelled = sv.cancelled;
 		if (st == RELAY_OK)
 			output = combined_output(&res, &output_len, &truncated);
@@ -172,6 +189,7 @@ int run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call, run_outc
 	jsonx_add_strn(out, "output", output ? output : "", output ? output_len : 0);
 	jsonx_add_str(out, "outputStreams", "stdout and stderr combined");
 	jsonx_add_bool(out, "outputTruncated", truncated);
+	jsonx_add_str(out, "channel", channel);
 	jsonx_add_int(out, "timeoutMs", c->timeout_ms);
 	jsonx_add_bool(out, "screenshotEvidence", false);
 	json_object *nd = json_object_new_object();

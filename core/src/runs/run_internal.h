@@ -77,6 +77,13 @@ relay_status run_push_files(guest_io *io, const char *script_rel, const char *sc
 
 /* ---- the resident channel (run_channel.c, guest.md §17) ---- */
 
+/* The `channel` a run's record names (§17 item 3): the resident channel,
+ * one exec with standard input (§16.2; a diagnostic's exec, §13), or the
+ * pushes (§7). */
+#define RUN_CHANNEL_NAME_RESIDENT "resident"
+#define RUN_CHANNEL_NAME_ONE_SHOT "one-shot"
+#define RUN_CHANNEL_NAME_PUSHED   "pushed"
+
 typedef enum run_channel_end {
 	RUN_CHANNEL_UNSENT,   /* no receiver can have the request: take the one-shot path */
 	RUN_CHANNEL_ANSWERED, /* *st_out and *res hold what the one-shot exec would have (the answer,
@@ -94,6 +101,19 @@ typedef enum run_channel_end {
 run_channel_end run_channel_send(guest_io *io, const char *execution_id, const char *text, size_t len,
                                  uint64_t limit_ms, gio_supervision *sv, relay_status *st_out,
                                  relay_exec_result *res, relay_error *err);
+
+/* Runs the diagnostic script execution_id (argv as for the exec, its last
+ * element `script`) on the guest's channel (guest.md §17 item 3): serve
+ * starts it, kills it at limit_ms and answers its exit and output's tail.
+ * RUN_CHANNEL_UNSENT when no channel took it (nothing ran: exec it, §13);
+ * RUN_CHANNEL_ANSWERED with *st_out and *res as gio_exec_supervised with
+ * RELAY_EXEC_MERGE_OUTPUT | RELAY_EXEC_KEEP_TAIL fills them; BROKEN when it
+ * may have run (never sent again: uncertain). */
+#define RUN_DIAG_CHANNEL_MARGIN_MS 5000
+run_channel_end run_channel_diagnostic(guest_io *io, const char *execution_id, const char *const *argv,
+                                       const char *script, size_t script_len, uint64_t limit_ms,
+                                       gio_supervision *sv, relay_status *st_out, relay_exec_result *res,
+                                       relay_error *err);
 
 /* Asks the guest's own record for execution_id's receipt (`receiver hash`
  * of R/state/receiver/receipts/<id>.json, §17 item 4): the frame's receipt

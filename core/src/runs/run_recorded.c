@@ -242,7 +242,7 @@ static bool run_dispatch_resident(run_ctx *x, relay_status *st, gio_supervision 
 	bool refused = end == RUN_CHANNEL_ANSWERED && *st == RELAY_OK && !res->timed_out &&
 	               gio_run_answer_refused(res->out, res->out_len);
 	if (end != RUN_CHANNEL_UNSENT && !refused) {
-		x->channel = "resident";
+		x->channel = RUN_CHANNEL_NAME_RESIDENT;
 		x->channel_broken = end == RUN_CHANNEL_BROKEN;
 		x->one_trip = true; /* the answer is framed as the one round trip's */
 		return true;
@@ -337,7 +337,7 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 		}
 	}
 	free(request_remote);
-	x->channel = x->one_trip ? "one-shot" : "pushed";
+	x->channel = x->one_trip ? RUN_CHANNEL_NAME_ONE_SHOT : RUN_CHANNEL_NAME_PUSHED;
 	x->cancelled = sv->cancelled;
 	*st_out = st;
 	return 0;
