@@ -267,8 +267,8 @@ static void test_bad_options_are_refused(void **state)
 	    {"{\"spareSessions\":\"4\"}", "options.spareSessions must be a whole number from 0 to 8"},
 	    {"{\"connectTimeoutSeconds\":0}",
 	     "options.connectTimeoutSeconds must be a whole number from 1 to 600"},
-	    {"{\"spareSesions\":2}", "unknown option spareSesions (known: ssh, connectTimeoutSeconds, "
-	                             "controlPersistSeconds, spareSessions)"},
+	    {"{\"spareSesions\":2}", "unknown transfer-ssh option spareSesions; accepted: ssh, "
+	                             "connectTimeoutSeconds, controlPersistSeconds, spareSessions"},
 	    {"{\"ssh\":42}", "options.ssh must be the ssh program, a non-empty string"},
 	    {"{\"ssh\":\"\"}", "options.ssh must be the ssh program, a non-empty string"},
 	};

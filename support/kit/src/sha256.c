@@ -1,8 +1,9 @@
-#include "ssh_sha256.h"
+/* sha256.c — streaming SHA-256 over libcrypto (relay_kit/sha256.h). */
+#include "relay_kit/sha256.h"
 
 #include <openssl/evp.h>
 
-bool ssh_sha256_begin(ssh_sha256 *h)
+bool rk_sha256_begin(rk_sha256 *h)
 {
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
@@ -14,13 +15,13 @@ bool ssh_sha256_begin(ssh_sha256 *h)
 	return true;
 }
 
-void ssh_sha256_update(ssh_sha256 *h, const void *data, size_t len)
+void rk_sha256_update(rk_sha256 *h, const void *data, size_t len)
 {
 	if (h->md_ctx && len)
 		EVP_DigestUpdate(h->md_ctx, data, len);
 }
 
-void ssh_sha256_end(ssh_sha256 *h, char hex_out[65])
+void rk_sha256_end(rk_sha256 *h, char hex_out[65])
 {
 	static const char hex[] = "0123456789abcdef";
 	unsigned char md[EVP_MAX_MD_SIZE];
@@ -35,10 +36,10 @@ void ssh_sha256_end(ssh_sha256 *h, char hex_out[65])
 		}
 		hex_out[64] = '\0';
 	}
-	ssh_sha256_discard(h);
+	rk_sha256_discard(h);
 }
 
-void ssh_sha256_discard(ssh_sha256 *h)
+void rk_sha256_discard(rk_sha256 *h)
 {
 	EVP_MD_CTX_free(h->md_ctx);
 	h->md_ctx = NULL;

@@ -1,11 +1,12 @@
-#include "ssh_buf.h"
+/* buf.c — the growable buffer (relay_kit/buf.h). */
+#include "relay_kit/buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-void ssh_buf_free(ssh_buf *b)
+void rk_buf_free(rk_buf *b)
 {
 	free(b->data);
 	b->data = NULL;
@@ -13,7 +14,7 @@ void ssh_buf_free(ssh_buf *b)
 	b->failed = false;
 }
 
-static bool reserve(ssh_buf *b, size_t extra)
+static bool reserve(rk_buf *b, size_t extra)
 {
 	if (b->failed)
 		return false;
@@ -37,7 +38,7 @@ static bool reserve(ssh_buf *b, size_t extra)
 	return true;
 }
 
-void ssh_buf_append(ssh_buf *b, const void *data, size_t len)
+void rk_buf_append(rk_buf *b, const void *data, size_t len)
 {
 	if (!reserve(b, len))
 		return;
@@ -47,12 +48,12 @@ void ssh_buf_append(ssh_buf *b, const void *data, size_t len)
 	b->data[b->len] = '\0';
 }
 
-void ssh_buf_puts(ssh_buf *b, const char *text)
+void rk_buf_puts(rk_buf *b, const char *text)
 {
-	ssh_buf_append(b, text, strlen(text));
+	rk_buf_append(b, text, strlen(text));
 }
 
-void ssh_buf_printf(ssh_buf *b, const char *fmt, ...)
+void rk_buf_printf(rk_buf *b, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -64,7 +65,7 @@ void ssh_buf_printf(ssh_buf *b, const char *fmt, ...)
 		return;
 	}
 	if ((size_t)n < sizeof small) {
-		ssh_buf_append(b, small, (size_t)n);
+		rk_buf_append(b, small, (size_t)n);
 		return;
 	}
 	if (!reserve(b, (size_t)n))
@@ -75,19 +76,19 @@ void ssh_buf_printf(ssh_buf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
-void ssh_buf_quote(ssh_buf *b, const char *text)
+void rk_buf_quote(rk_buf *b, const char *text)
 {
-	ssh_buf_append(b, "'", 1);
+	rk_buf_append(b, "'", 1);
 	for (const char *p = text; *p; p++) {
 		if (*p == '\'')
-			ssh_buf_append(b, "'\\''", 4);
+			rk_buf_append(b, "'\\''", 4);
 		else
-			ssh_buf_append(b, p, 1);
+			rk_buf_append(b, p, 1);
 	}
-	ssh_buf_append(b, "'", 1);
+	rk_buf_append(b, "'", 1);
 }
 
-void ssh_buf_drop_front(ssh_buf *b, size_t n)
+void rk_buf_drop_front(rk_buf *b, size_t n)
 {
 	if (n >= b->len) {
 		b->len = 0;
@@ -99,7 +100,7 @@ void ssh_buf_drop_front(ssh_buf *b, size_t n)
 		b->data[b->len] = '\0';
 }
 
-const char *ssh_buf_str(const ssh_buf *b)
+const char *rk_buf_str(const rk_buf *b)
 {
 	return b->data ? b->data : "";
 }
