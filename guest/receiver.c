@@ -1,5 +1,5 @@
 /*
- * guest/receiver.c — the mcp-relay guest receiver (guest.md §5).
+ * guest/receiver.c — the mcp-relay guest receiver (spec/guest.md §5).
  *
  * A small static program staged into each guest. It admits, journals,
  * snapshots and runs each recorded script, inventories and archives files,

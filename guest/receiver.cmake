@@ -1,4 +1,4 @@
-# The guest receiver (guest.md §5): a static C99 + POSIX program, libc only,
+# The guest receiver (spec/guest.md §5): a static C99 + POSIX program, libc only,
 # built per platform into ${RELAY_RECEIVER_OUTPUT_DIR}/<platform>/receiver.
 #
 #   receiver-${RELAY_HOST_PLATFORM}   the build for this machine (part of `all`)

@@ -4,7 +4,7 @@
  * must agree on, so neither defines them on its own. Plain C99 macros, no
  * includes: the receiver is libc-only and the core is C11.
  *
- * The prose contract is guest.md §5–§16; this file is what both sides
+ * The prose contract is spec/guest.md §5–§16; this file is what both sides
  * compile against.
  */
 #ifndef RELAY_RECEIVER_PROTOCOL_H
@@ -12,19 +12,19 @@
 
 /* `receiver version` reports it; the request's "protocol" key carries it. */
 #define RECEIVER_PROTOCOL_VERSION 1
-/* The name `receiver version` reports (guest.md §5.2). */
+/* The name `receiver version` reports (spec/guest.md §5.2). */
 #define RECEIVER_PROGRAM_NAME "mcp-relay-receiver"
 
 /* Size limits (bytes). */
-#define RECEIVER_REQUEST_MAX_BYTES (1024u * 1024u)      /* guest.md §6 */
+#define RECEIVER_REQUEST_MAX_BYTES (1024u * 1024u)      /* spec/guest.md §6 */
 #define RECEIVER_SCRIPT_MAX_BYTES  (8u * 1024u * 1024u) /* a script part on standard input */
 #define RECEIVER_RECEIPT_MAX_BYTES (8u * 1024u * 1024u) /* what the host accepts as a receipt */
-/* Request limits (guest.md §6.1). */
+/* Request limits (spec/guest.md §6.1). */
 #define RECEIVER_TIMEOUT_MAX_MS    3600000 /* timeoutMs: 1 to 3,600,000 */
 #define RECEIVER_BECAUSE_MAX_CHARS 16384   /* because: non-blank, at most 16,384 characters */
 
 /*
- * Subcommands (guest.md §5.2): argv[1] of the receiver. Every invocation
+ * Subcommands (spec/guest.md §5.2): argv[1] of the receiver. Every invocation
  * prints exactly one JSON line on standard output, its frame (§5.1);
  * `run --stdin` may follow it with the parts it names (below).
  */
@@ -40,9 +40,9 @@
 #define RECEIVER_CMD_RUN          "run"
 #define RECEIVER_CMD_CANCEL       "cancel"
 #define RECEIVER_CMD_RESET        "reset"
-#define RECEIVER_CMD_SERVE        "serve" /* guest.md §17: the resident receiver */
+#define RECEIVER_CMD_SERVE        "serve" /* spec/guest.md §17: the resident receiver */
 
-/* Options of the subcommands (guest.md §5.2). */
+/* Options of the subcommands (spec/guest.md §5.2). */
 #define RECEIVER_OPT_ROOT      "--root"
 #define RECEIVER_OPT_BASE      "--base"
 #define RECEIVER_OPT_SESSION   "--session"
@@ -55,7 +55,7 @@
 #define RECEIVER_OPT_EXECUTION "--execution"
 #define RECEIVER_OPT_ID        "--id"
 
-/* Exit statuses (guest.md §5.3). */
+/* Exit statuses (spec/guest.md §5.3). */
 #define RECEIVER_EXIT_DONE     0 /* the command did its job (run: a receipt or a frame outcome) */
 #define RECEIVER_EXIT_USAGE    2 /* usage or request-parse error; nothing was started */
 #define RECEIVER_EXIT_INTERNAL 3 /* internal failure; the frame's "error" says what */
@@ -67,7 +67,7 @@
 #define RECEIVER_TRANSIENT_CAPTURE_PROBE ".capture-probe-"
 
 /*
- * Frame keys (guest.md §5.2, §5.4). A failed command's frame is
+ * Frame keys (spec/guest.md §5.2, §5.4). A failed command's frame is
  * {"error": message}. `version`: {receiver, version, protocol, platform};
  * `hash` and `scan`: {path, sha256, bytes}; `capture-test`: {ok, afterMs}
  * or {ok: false, tries, diagnostic}; `run`: {executionId, receipt:
@@ -97,7 +97,7 @@
 #define RECEIVER_RECEIPTS_DIR "state/receiver/receipts"
 
 /*
- * Request keys (guest.md §6.1): every one is required (optional values are
+ * Request keys (spec/guest.md §6.1): every one is required (optional values are
  * null), unknown keys are refused.
  */
 #define RECEIVER_REQ_PROTOCOL      "protocol"
@@ -134,16 +134,17 @@
 #define RECEIVER_SCRIPT_LOCAL_NAME "localName"
 #define RECEIVER_RUNTIME_NODE_PATH "nodePath"
 #define RECEIVER_EVIDENCE_RECORDED "recorded"
-/* Where the request and the script go, relative to R (guest.md §6). */
+/* Where the request and the script go, relative to R (spec/guest.md §6). */
 #define RECEIVER_REQUESTS_DIR "requests"
 #define RECEIVER_STREAMED_DIR "streamed" /* inline code: streamed/<executionId>.<ext> */
 #define RECEIVER_SCRIPTS_DIR  "scripts"  /* a localPath file: scripts/<random>.<ext> */
 
 /*
- * Receipt keys (guest.md §7.5, §15 step 5) the host checks and copies.
+ * Receipt keys (spec/guest.md §7.5, §15 step 5) the host checks and copies.
  */
 #define RECEIVER_RCPT_EXECUTION_ID   "executionId"
 #define RECEIVER_RCPT_REQUEST_SHA256 "requestSha256"
+#define RECEIVER_RCPT_SESSION_ID     "sessionId"
 #define RECEIVER_RCPT_OUTCOME        "outcome"
 #define RECEIVER_RCPT_IMAGE_EVIDENCE "imageEvidence"
 #define RECEIVER_RCPT_SNAPSHOTS      "snapshots"
@@ -155,7 +156,7 @@
 #define RECEIVER_KIND_UNCERTAIN      "uncertain"
 
 /*
- * A run in one round trip (guest.md §16.2): `receiver run --root R --stdin`.
+ * A run in one round trip (spec/guest.md §16.2): `receiver run --root R --stdin`.
  *
  * Standard input: one JSON line (at most RECEIVER_STDIN_HEADER_MAX_BYTES,
  * newline included)
@@ -192,7 +193,7 @@
 #define RECEIVER_PART_KEY_SHA256 "sha256"
 
 /*
- * The resident receiver (guest.md §17): `receiver serve --root R` reads
+ * The resident receiver (spec/guest.md §17): `receiver serve --root R` reads
  * requests framed as `run --stdin` reads one, one after another, and
  * answers each framed as `run --stdin` answers, in order. A header it
  * cannot parse is answered with a refused outcome frame of executionId
@@ -215,7 +216,7 @@
 #define RECEIVER_SERVE_ROOT_POLL_MS 5000 /* how often an idle serve checks that R still exists */
 
 /*
- * A diagnostic script on serve's channel (guest.md §17 item 3 over §13): the
+ * A diagnostic script on serve's channel (spec/guest.md §17 item 3 over §13): the
  * header
  *     {"protocol":1,"diagnostic":{"executionId":"diagnostic-…","argv":[…],
  *      "limitMs":N},"parts":[{"name":"script","bytes":M,"sha256":H}]}

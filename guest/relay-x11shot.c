@@ -1,5 +1,5 @@
 /*
- * relay-x11shot — the capture-x11 guest program (guest.md §11.2).
+ * relay-x11shot — the capture-x11 guest program (spec/guest.md §11.2).
  *
  *   relay-x11shot --display <DISPLAY> --out <absolute out.png> [--xauthority <file>]
  *

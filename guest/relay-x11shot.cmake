@@ -1,4 +1,4 @@
-# relay-x11shot: the capture-x11 guest program (guest.md §11.2).
+# relay-x11shot: the capture-x11 guest program (spec/guest.md §11.2).
 # Built statically (C99 + POSIX, libc only) into
 #   ${RELAY_RECEIVER_OUTPUT_DIR}/${RELAY_HOST_PLATFORM}/relay-x11shot
 # and installed to ${RELAY_RECEIVER_INSTALL_DIR}/<platform>/. It is never

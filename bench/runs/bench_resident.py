@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/runs/bench_resident.py: runs on the resident receiver's channel (guest.md §17) against
+"""bench/runs/bench_resident.py: runs on the resident receiver's channel (spec/guest.md §17) against
 the anchors of issue 24, medians and ratios side by side in one sitting (bench/runs/README.md,
 "Resident receiver"):
 
@@ -184,7 +184,7 @@ def strace_counts(pid, out):
                              "-o", out, "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-# Host files the run's own path makes durable before it answers (guest.md §16.2 item 1, the host
+# Host files the run's own path makes durable before it answers (spec/guest.md §16.2 item 1, the host
 # receipt, the event, the guest's record); the rest is the background step download's.
 ON_PATH = ("/host/submissions", "/host/scripts", "/host/requests", "/host/receiver-receipts", "/host/receipts",
            "/host/events", "/guests/")

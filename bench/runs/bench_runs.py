@@ -58,7 +58,7 @@ def median_ms(samples):
 
 
 def gui_attach(args):
-    """A 1280x800 run with snapshots over transfer-ssh (guest.md §16.3): the time to the result
+    """A 1280x800 run with snapshots over transfer-ssh (spec/guest.md §16.3): the time to the result
     with the after-image attached from the run's own answer, against the same run with it
     pending (the guest's receiver told RELAY_RECEIVER_ATTACH=off), alternately."""
     attached_v, why = rs.make_variant(args.binary, "ssh-x11")

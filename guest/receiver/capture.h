@@ -1,5 +1,5 @@
 /*
- * receiver/capture.h — capture commands (guest.md §11): the argv a capture
+ * receiver/capture.h — capture commands (spec/guest.md §11): the argv a capture
  * plugin supplies, its single @OUT@ replaced by the output path, run without
  * a shell under the process rules, then checked ("cua-driver-json" or
  * "png-file").
@@ -43,7 +43,7 @@ typedef struct capture_outcome {
 /* Runs one capture to out_path, limited to min(spec timeout, limit_ms).
  * A failed capture's file is removed. hooks may be NULL. `spared` (may be
  * NULL) lists children of the receiver the capture's cleanup must not kill:
- * what the step's script left running (guest.md §16.1). */
+ * what the step's script left running (spec/guest.md §16.1). */
 void capture_take(const capture_spec *spec, const char *out_path, int64_t limit_ms, const spawn_hooks *hooks,
                   const pid_t *spared, size_t spared_count, capture_outcome *res);
 

@@ -1,6 +1,6 @@
 /*
  * receiver/cmds.h — the receiver's subcommands other than `run`
- * (guest.md §5.2). Each prints its one frame and returns the exit status.
+ * (spec/guest.md §5.2). Each prints its one frame and returns the exit status.
  */
 #ifndef RECEIVER_CMDS_H
 #define RECEIVER_CMDS_H

@@ -1,6 +1,6 @@
 /*
  * receiver/frame.h — the one JSON line each invocation prints on standard
- * output (guest.md §5.1). Nothing else is ever written to fd 1.
+ * output (spec/guest.md §5.1). Nothing else is ever written to fd 1.
  */
 #ifndef RECEIVER_FRAME_H
 #define RECEIVER_FRAME_H

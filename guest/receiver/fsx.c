@@ -135,7 +135,7 @@ cleanup:
 	return rc;
 }
 
-/* Deferred syncs (guest.md §16.2 item 4). The receiver is one thread, so
+/* Deferred syncs (spec/guest.md §16.2 item 4). The receiver is one thread, so
  * this state needs no lock: while `defer_root_fd` is open, fsx_fsync and
  * fsync_dir only note that something is to be synced, and fsx_commit makes
  * all of it durable with one syncfs of the guest root's filesystem. */

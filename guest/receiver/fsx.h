@@ -1,6 +1,6 @@
 /*
  * receiver/fsx.h — the guest root's path rules and durable file writes
- * (guest.md §0, §1, §3.4).
+ * (spec/guest.md §0, §1, §3.4).
  *
  * Every path the receiver touches lies under the guest root R. At and below
  * R no existing component may be a symbolic link; above R the operating
@@ -43,7 +43,7 @@ int fsync_dir(const char *dir, rerr *err);
 /* fsync a file descriptor (deferred while syncs are deferred). */
 int fsx_fsync(int fd);
 
-/* Commit points instead of one fsync per file (guest.md §16.2 item 4):
+/* Commit points instead of one fsync per file (spec/guest.md §16.2 item 4):
  * after fsx_defer_syncs(root), every fsync of a file or directory only
  * marks the guest root's filesystem dirty, and fsx_commit() makes all of it
  * durable with one syncfs(2). -1 where the platform has no syncfs (the
@@ -78,7 +78,7 @@ int hash_fd(int fd, char hex[65], uint64_t *bytes_out, rerr *err);
 int hash_fd_prefix(int fd, uint64_t max_bytes, char hex[65], uint64_t *bytes_out, rerr *err);
 
 /* True for the append-only logs of what steps left running
- * (R/state/background/<executionId>.log, guest.md §16.1): such a file may
+ * (R/state/background/<executionId>.log, spec/guest.md §16.1): such a file may
  * grow while it is inventoried or archived, and its first N bytes never
  * change, so readers take the size they first saw and accept growth. */
 int path_is_append_only_log(const char *path);

@@ -1,5 +1,5 @@
 /*
- * receiver/journal.h — state/journal/events.jsonl (guest.md §8): one JSON
+ * receiver/journal.h — state/journal/events.jsonl (spec/guest.md §8): one JSON
  * object per line, seq 1, 2, … without gaps, each append one write plus
  * fsync. A damaged tail is never repaired; the recording must be reset.
  */

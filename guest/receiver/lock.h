@@ -1,5 +1,5 @@
 /*
- * receiver/lock.h — the receiver lock R/.receiver-lock (guest.md §7.2).
+ * receiver/lock.h — the receiver lock R/.receiver-lock (spec/guest.md §7.2).
  *
  * Taken with mkdir; owner.json says who holds it and which process groups
  * it runs, and is rewritten durably at every phase. A lock is reclaimed

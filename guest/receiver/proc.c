@@ -532,7 +532,7 @@ static int has_unspared_children(const spawn_request *req)
 	return !only_spared_left(req);
 }
 
-/* guest.md §16.1: the main process exited on its own. Output is read for
+/* spec/guest.md §16.1: the main process exited on its own. Output is read for
  * at most SURVIVOR_DRAIN_MS more (or to both ends of file); what still holds
  * a pipe keeps it, and its read end goes to the caller. Nothing is killed;
  * the main process is reaped, so termination of the step is confirmed.

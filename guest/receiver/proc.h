@@ -1,6 +1,6 @@
 /*
  * receiver/proc.h — running scripts and capture commands under the process
- * rules of guest.md §12.2-§12.4: a new session and process group, standard
+ * rules of spec/guest.md §12.2-§12.4: a new session and process group, standard
  * input from /dev/null, standard output and error on pipes sharing one
  * output budget, the pid recorded durably before exec, a timeout that kills
  * the group, and termination confirmation.
@@ -18,7 +18,7 @@
 #define CONFIRM_POLL_MS     20
 #define CONFIRM_WAIT_MS     1000
 /* After a normal exit that leaves processes behind, output is still read
- * for at most this long (guest.md §16.1 item 2). */
+ * for at most this long (spec/guest.md §16.1 item 2). */
 #define SURVIVOR_DRAIN_MS 250
 
 typedef struct spawn_hooks {
@@ -41,7 +41,7 @@ typedef struct spawn_request {
 	const char *cwd;    /* NULL: stay */
 	int64_t timeout_ms; /* > 0 */
 	size_t output_budget;
-	/* guest.md §16.1: when the main process exits on its own, leave its
+	/* spec/guest.md §16.1: when the main process exits on its own, leave its
 	 * group and descendants running (a script); 0 kills them (a capture). */
 	int leave_survivors;
 	/* Children of this process that the end-of-run sweep must not kill:

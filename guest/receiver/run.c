@@ -1,6 +1,6 @@
 /*
  * receiver/run.c — see run.h. The order of files and journal lines follows
- * guest.md §7.3 and §9 exactly.
+ * spec/guest.md §7.3 and §9 exactly.
  */
 #include "run_internal.h"
 

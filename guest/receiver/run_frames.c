@@ -65,7 +65,7 @@ jv *run_exit_status_json(const spawn_result *r)
 }
 
 /* Output as received, invalid UTF-8 replaced by U+FFFD, cut to the budget
- * at a character boundary (guest.md §12.3). */
+ * at a character boundary (spec/guest.md §12.3). */
 jv *run_output_json(const buf *raw, int truncated)
 {
 	buf clean;
@@ -94,7 +94,7 @@ jv *run_outcome_json(const char *kind, const char *diagnostic, jv *exit_status)
 }
 
 /* Every frame is preceded by the commit point that makes what the run
- * wrote durable (guest.md §16.2 item 4). */
+ * wrote durable (spec/guest.md §16.2 item 4). */
 static void commit_before_frame(void)
 {
 	rerr err;

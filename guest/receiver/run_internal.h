@@ -1,11 +1,11 @@
 /*
  * receiver/run_internal.h — what the files of `receiver run` share (run.h is
  * the command; this is its inside): the run context, the limits and
- * diagnostics of guest.md §7 and §12, and the steps each file provides.
+ * diagnostics of spec/guest.md §7 and §12, and the steps each file provides.
  *
  *   run.c           the run itself: hooks, execute, run_command
  *   run_frames.c    JSON pieces and the frames printed on standard output
- *   run_validate.c  request validation (guest.md §6.1, §7.4)
+ *   run_validate.c  request validation (spec/guest.md §6.1, §7.4)
  *   run_records.c   records, the receipt, refusals, coalescing groups
  *   run_steps.c     runtimes, snapshots, dispatch of the script
  *   run_answers.c   the duplicate and already-started answers
@@ -85,12 +85,12 @@ typedef struct run_ctx {
 	spawn_result proc;
 	int have_proc;
 	const char *phase_name;
-	/* what the script left running (guest.md §16.1) */
+	/* what the script left running (spec/guest.md §16.1) */
 	pid_t *spared; /* children of the receiver the captures after it must not kill */
 	size_t spared_count;
 	pid_t drainer_pid;
 	jv *left_running; /* {"count","processes"} after a normal exit, else NULL */
-	/* a run in one round trip (guest.md §16.2): request and script came on
+	/* a run in one round trip (spec/guest.md §16.2): request and script came on
 	 * standard input; the receipt and after-image go out on standard output */
 	int stdio_parts;
 	stdin_parts parts;

@@ -195,7 +195,7 @@ static int group_used(const jv *groups, const char *group_id)
 	return 0;
 }
 
-/* Returns NULL when the group rules (guest.md §10.2) admit the request. */
+/* Returns NULL when the group rules (spec/guest.md §10.2) admit the request. */
 const char *run_group_rules(run_ctx *ctx, const jv *groups)
 {
 	jv *active = jv_get(groups, "active");

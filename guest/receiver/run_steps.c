@@ -1,5 +1,5 @@
 /*
- * receiver/run_steps.c — runtimes (guest.md §12.1), snapshots and dispatch (§12.2) (run_internal.h).
+ * receiver/run_steps.c — runtimes (spec/guest.md §12.1), snapshots and dispatch (§12.2) (run_internal.h).
  */
 #include "run_internal.h"
 
@@ -12,7 +12,7 @@
 
 extern char **environ;
 
-/* ---- runtimes (guest.md §12.1) ------------------------------------------ */
+/* ---- runtimes (spec/guest.md §12.1) ------------------------------------------ */
 
 static int parse_node_version(const char *text, int *major, int *minor)
 {
@@ -268,7 +268,7 @@ int run_capture_gate(run_ctx *ctx, capture_outcome *co, rerr *err)
 	return co->ok ? 0 : 1;
 }
 
-/* ---- dispatch (guest.md §12.2) ------------------------------------------ */
+/* ---- dispatch (spec/guest.md §12.2) ------------------------------------------ */
 
 static char **script_environment(run_ctx *ctx)
 {
@@ -298,7 +298,7 @@ static char **script_environment(run_ctx *ctx)
 	return env;
 }
 
-/* guest.md §16.1: the script exited and left processes running. The
+/* spec/guest.md §16.1: the script exited and left processes running. The
  * receiver stops adopting orphans (what is adopted already is spared by the
  * captures' cleanup), and a drainer takes the pipes survivors still hold. */
 static void keep_survivors(run_ctx *ctx)

@@ -1,5 +1,5 @@
 /*
- * receiver/run_validate.c — request validation (guest.md §6.1, §7.4) (run_internal.h).
+ * receiver/run_validate.c — request validation (spec/guest.md §6.1, §7.4) (run_internal.h).
  */
 #include "run_internal.h"
 
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- validation (guest.md §6.1, §7.4) ----------------------------------- */
+/* ---- validation (spec/guest.md §6.1, §7.4) ----------------------------------- */
 
 static int keys_exactly(const jv *obj, const char *const *keys, size_t n, const char *prefix, char *diag,
                         size_t diag_len)
@@ -77,7 +77,7 @@ static int chars_between(const char *s, size_t lo, size_t hi)
 /* Structure and types: "unsupported request: <field>". */
 static int check_structure(run_ctx *ctx)
 {
-	/* The request's keys (guest.md §6.1), named by the protocol header the
+	/* The request's keys (spec/guest.md §6.1), named by the protocol header the
 	 * host builds the request with. */
 	static const char *const top[] = {
 	    RECEIVER_REQ_PROTOCOL,      RECEIVER_REQ_EXECUTION_ID, RECEIVER_REQ_SESSION_ID,

@@ -1,6 +1,6 @@
 /*
  * receiver/scan.h — inventories of files and trees under the guest root
- * (guest.md §5.2 `scan`): {path, sha256, bytes} facts sorted by byte order.
+ * (spec/guest.md §5.2 `scan`): {path, sha256, bytes} facts sorted by byte order.
  */
 #ifndef RECEIVER_SCAN_H
 #define RECEIVER_SCAN_H
@@ -33,7 +33,7 @@ void fact_list_free(fact_list *list);
 
 /* Inventories base_abs/rel ("." for base_abs itself). base_abs must be the
  * root or lie below it. present: a missing path gives no fact instead of an
- * error. image: the path must be one image file (see guest.md §5.2). */
+ * error. image: the path must be one image file (see spec/guest.md §5.2). */
 int scan_collect(const char *root, const char *base_abs, const char *rel, int present, int image,
                  fact_list *out, rerr *err);
 

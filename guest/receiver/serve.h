@@ -1,7 +1,7 @@
 /*
- * receiver/serve.h — `receiver serve --root R` (guest.md §17 item 2): the
+ * receiver/serve.h — `receiver serve --root R` (spec/guest.md §17 item 2): the
  * resident receiver. Takes requests framed as `run --stdin` takes one
- * (guest.md §16.2 item 2), one after another on standard input, and answers
+ * (spec/guest.md §16.2 item 2), one after another on standard input, and answers
  * each on standard output as `run --stdin` does (§16.2 item 3), in order.
  *
  * Each request runs in a worker process of its own (a fork, no exec), which
@@ -12,7 +12,7 @@
  * to the worker's subreaper scope, and the worker is gone when the answer
  * is out: ending `serve` ends no survivor (§16.1).
  *
- * A diagnostic script (guest.md §17 item 3 over §13) comes on the same
+ * A diagnostic script (spec/guest.md §17 item 3 over §13) comes on the same
  * stream and is run by serve itself (serve_diag.h): no worker, no lock, no
  * record.
  *

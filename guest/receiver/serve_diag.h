@@ -1,6 +1,6 @@
 /*
  * receiver/serve_diag.h — a diagnostic script on `receiver serve`'s channel
- * (guest.md §17 item 3 over §13; the framing is in guest/receiver_protocol.h,
+ * (spec/guest.md §17 item 3 over §13; the framing is in guest/receiver_protocol.h,
  * RECEIVER_REQ_DIAGNOSTIC). serve runs it itself: no worker, no lock, no
  * journal line, nothing written under R; the command runs in a session of
  * its own, so ending serve ends nothing it started.

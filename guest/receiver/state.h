@@ -1,5 +1,5 @@
 /*
- * receiver/state.h — the recording's layout under R/state (guest.md §1):
+ * receiver/state.h — the recording's layout under R/state (spec/guest.md §1):
  * session.json, the journal, records, snapshots, started markers, receipts
  * and groups.json.
  */

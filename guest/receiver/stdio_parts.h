@@ -1,6 +1,6 @@
 /*
  * receiver/stdio_parts.h — the standard-input and standard-output framing of
- * a run in one round trip (guest.md §16.2, guest/receiver_protocol.h).
+ * a run in one round trip (spec/guest.md §16.2, guest/receiver_protocol.h).
  */
 #ifndef RECEIVER_STDIO_PARTS_H
 #define RECEIVER_STDIO_PARTS_H
@@ -20,7 +20,7 @@ typedef struct stdin_parts {
  * in err (nothing was written anywhere). */
 int stdin_parts_read(int fd, stdin_parts *out, rerr *err);
 
-/* The requests of `receiver serve` (guest.md §17 item 2): each framed as
+/* The requests of `receiver serve` (spec/guest.md §17 item 2): each framed as
  * above, one after another on one descriptor, each ending where its
  * header's sizes say. */
 typedef struct stdin_reader {

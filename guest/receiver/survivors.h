@@ -1,5 +1,5 @@
 /*
- * receiver/survivors.h — what a step leaves running (guest.md §16.1): the
+ * receiver/survivors.h — what a step leaves running (spec/guest.md §16.1): the
  * list recorded as `leftRunning`, and the background drainer that keeps
  * survivors' later output from blocking or breaking them.
  */

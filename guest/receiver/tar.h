@@ -1,12 +1,12 @@
 /*
- * receiver/tar.h — the evidence archive format (evidence.md §5.3): an
+ * receiver/tar.h — the evidence archive format (spec/evidence.md §5.3): an
  * uncompressed POSIX tar whose first member `.relay-index.json` lists
  * [{path, bytes, sha256}] in archive order, then one regular file per index
  * entry (mode 0600, owner 0/0, no names, ustar names or a pax `path`
  * header for long ones), ended by two zero blocks.
  *
  * The writer backs `receiver archive`; the reader backs `receiver unpack`
- * and applies the host's refusals for untrusted archives (evidence.md §5.4).
+ * and applies the host's refusals for untrusted archives (spec/evidence.md §5.4).
  */
 #ifndef RECEIVER_TAR_H
 #define RECEIVER_TAR_H

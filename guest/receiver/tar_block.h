@@ -1,6 +1,6 @@
 /*
  * receiver/tar_block.h — the block size and limits tar_write.c and
- * tar_read.c share (evidence.md §5.3).
+ * tar_read.c share (spec/evidence.md §5.3).
  */
 #ifndef RECEIVER_TAR_BLOCK_H
 #define RECEIVER_TAR_BLOCK_H

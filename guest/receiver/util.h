@@ -23,7 +23,7 @@
 #define RECEIVER_PLATFORM "linux-unknown"
 #endif
 
-/* Exit statuses (guest.md §5.3). */
+/* Exit statuses (spec/guest.md §5.3). */
 #define EXIT_DONE     RECEIVER_EXIT_DONE
 #define EXIT_USAGE    RECEIVER_EXIT_USAGE
 #define EXIT_INTERNAL RECEIVER_EXIT_INTERNAL
@@ -83,7 +83,7 @@ int random_hex(char *out, size_t nbytes, rerr *err);
  * drop_incomplete_tail is set (output cut in the middle of a character). */
 void utf8_sanitize(buf *out, const char *text, size_t len, int drop_incomplete_tail);
 
-/* Pattern checks of guest.md §0. */
+/* Pattern checks of spec/guest.md §0. */
 int id_valid(const char *text);           /* ^[A-Za-z0-9][A-Za-z0-9_.-]{0,119}$ */
 int execution_id_valid(const char *text); /* ^[A-Za-z0-9][A-Za-z0-9_.-]{0,159}$ */
 

@@ -1,6 +1,6 @@
 /*
  * capture-cua — the capture plugin for guests with cua-driver
- * (spec: guest.md §11.1; docs/capture.md).
+ * (spec: spec/guest.md §11.1; docs/capture.md).
  *
  * plan() turns snapshots on when the image's catalog lists
  * bundle:com.trycua.driver or dpkg:cua-driver, and then plans the command
@@ -16,7 +16,7 @@
  * bundle: id is a macOS application, a dpkg: id a Linux package.
  *
  * The plan also carries "env": {"RELAY_CUA_DRIVER": <cuaDriver>}, the
- * variable the receiver gives every script (guest.md §12.2). The plugin
+ * variable the receiver gives every script (spec/guest.md §12.2). The plugin
  * stages nothing: cua-driver is part of the image.
  */
 #include <json-c/json.h>

@@ -8,7 +8,7 @@
  * the guest's platform from <libexecDir>/<platform>/relay-x11shot to
  * bin/relay-x11shot under the guest root.
  *
- * Inventory rule (guest.md §11.2): snapshots are on when the lease reports
+ * Inventory rule (spec/guest.md §11.2): snapshots are on when the lease reports
  * a display (machine-local records the Xvfb display it started), or the
  * image's catalog lists dpkg:xvfb or dpkg:xserver-xorg-core (then the
  * display is :0). No X authority cookie is used: machine-local's displays

@@ -2,7 +2,7 @@
  * console-vnc — the console plugin (relay/console.h). It reaches the
  * machine backend through the machine plugin's `console` passthrough
  * (machine-service: HTTP; machine-local: x11vnc on the guest's display) and
- * normalises what comes back (spec/machine-service.md §3.2, §9, tools.md
+ * normalises what comes back (spec/machine-service.md §3.2, §9, spec/tools.md
  * §3.3, §3.11-§3.13):
  *   - reports need schemaVersion 1, else "unsupported or malformed console
  *     report schema" (RELAY_E_PROTOCOL);

@@ -42,6 +42,13 @@
 #include "relay/machine.h"
 #include "relay/plugin.h"
 #include "relay/transport.h"
+#include "relay_kit/clock.h"
+#include "relay_kit/durable.h"
+#include "relay_kit/proc.h"
+#include "relay_kit/random.h"
+#include "relay_kit/reaper.h"
+#include "relay_kit/text.h"
+#include "relay_support/json_get.h"
 
 #define MD_PLUGIN_NAME    "machine-docker"
 #define MD_PLUGIN_VERSION "0.1.0"
@@ -127,12 +134,8 @@ typedef struct md_state {
 	unsigned long long self_start;
 	char arch[16];
 
-	/* reaper (guarded by lock) */
+	rk_reaper reaper; /* the kit's loop over md_reap_once; a node's engine has none */
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	pthread_t reaper;
-	bool reaper_started;
-	bool stopping;
 	size_t acquiring;             /* acquisitions in flight (capacity) */
 	struct md_facts_cache *facts; /* md_inventory.c: what each image contains, by image id */
 	char default_runtime[64];     /* the engine's DefaultRuntime (/info), "" until asked (lock) */
@@ -174,20 +177,22 @@ relay_status md_parse_endpoint(md_state *st, json_object *spec, const char *wher
 relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* snprintf for messages whose truncation is acceptable. */
-void md_textf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-char *md_json_out(md_state *st, json_object *obj); /* host-allocated text or NULL */
-/* rsj_get_str, rsj_get_int (with a fallback) and rsj_get_obj of
+/* The kit's text (relay_kit/text.h) and the getters of
  * relay_support/json_get.h under machine-docker's names: a member of
  * another type is absent (an array member: rsj_get_array). */
-const char *md_str(json_object *obj, const char *key);
-int64_t md_int(json_object *obj, const char *key, int64_t fallback);
-json_object *md_obj(json_object *obj, const char *key);
-int64_t md_monotonic_ms(void);
-void md_sleep_ms(int64_t ms);
-void md_random_hex(md_state *st, char *out, size_t digits);
-int md_write_durable(const char *path, const void *data, size_t len);
+#define md_textf                   rk_textf
+#define md_json_out(st, obj)       rk_json_text((st)->host, (obj))
+#define md_str(obj, key)           rsj_get_str((obj), (key))
+#define md_int(obj, key, fallback) rsj_int_or((obj), (key), (fallback))
+#define md_obj(obj, key)           rsj_get_obj((obj), (key))
+/* The plugin kit's clock, random hex, durable write (0600, synced) and
+ * processes (support/kit/relay_kit/) under machine-docker's names. */
+#define md_monotonic_ms()                 rk_monotonic_ms()
+#define md_sleep_ms(ms)                   rk_sleep_ms(ms)
+#define md_random_hex(st, out, digits)    rk_random_hex((st)->host, (out), (digits))
+#define md_write_durable(path, data, len) rk_write_durable((path), (data), (len), 0600, RK_DURABLE_SYNC)
+#define md_proc_start(pid)                rk_proc_start(pid)
 json_object *md_read_json(const char *path, int *errno_out);
-unsigned long long md_proc_start(pid_t pid);
 
 /* ---- md_api.c --------------------------------------------------------------- */
 
@@ -360,7 +365,6 @@ void inventory_free(md_state *st);
 /* ---- md_nodes.c ---------------------------------------------------------------- */
 
 /* options.nodes, .managers, .discovery, .placement (kept until md_nodes_init). */
-bool md_nodes_key(const char *key);
 relay_status md_nodes_set_option(md_state *st, const char *key, json_object *v, relay_error *err);
 /* After all options: makes the configured node and manager engines. */
 relay_status md_nodes_init(md_state *st, relay_error *err);

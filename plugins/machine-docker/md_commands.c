@@ -69,7 +69,7 @@ static int by_name(const void *a, const void *b)
 }
 
 /* Adds the commands of one package's list `text` to its application: the
- * first 16 in name order (the catalog contract's limit: machine-service.md
+ * first 16 in name order (the catalog contract's limit: spec/machine-service.md
  * "at most 16 aliases", sorted and deduplicated), the package's own name
  * left out. */
 static void add_commands(json_object *app, char *text)

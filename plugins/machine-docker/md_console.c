@@ -19,6 +19,8 @@
  *   cancel: the viewer and x11vnc are stopped.
  * Never claimed: a viewer connected, pixels, authentication, a person's
  * confirmation ("unverified"). No password is ever part of a report.
+ * The attempt ledger, the report, the refusals and the viewer on this host
+ * are the plugin kit's (relay_kit/console.h); this file is the backend.
  * Remote engines (ssh://, tcp://) get no console: the container's network
  * namespace is on another host.
  */
@@ -44,10 +46,7 @@
 #include "md_console.h"
 #include "md_lease.h"
 
-extern char **environ;
-
-#define VNC_PORT     5900
-#define MAX_ATTEMPTS 64
+#include "relay_kit/console.h"
 
 /* ---- what this endpoint can do ------------------------------------------------------ */
 
@@ -80,49 +79,23 @@ const char *md_console_unreachable(md_state *st, char *why, size_t size)
 	return NULL;
 }
 
-static json_object *backend_entry(bool available, const char *reason)
-{
-	json_object *o = json_object_new_object();
-	json_object_object_add(o, "available", json_object_new_boolean(available));
-	json_object_object_add(o, "status", json_object_new_string(available ? "configured" : "unavailable"));
-	json_object_object_add(o, "reason", reason ? json_object_new_string(reason) : NULL);
-	static const char *const fields[][2] = {{"backend", "x11vnc"},
-	                                        {"viewer_location", "service-host"},
-	                                        {"authentication", "password"},
-	                                        {"guest_readiness", "unverified"},
-	                                        {"session_binding", "existing-x11-session"},
-	                                        {"server_enforced_view_only", NULL},
-	                                        {"pixels", "unverified"},
-	                                        {"human_confirmation", "unverified"}};
-	for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-		json_object *v = !available     ? json_object_new_string("unknown")
-		                 : fields[i][1] ? json_object_new_string(fields[i][1])
-		                                : json_object_new_boolean(true);
-		json_object_object_add(o, fields[i][0], v);
-	}
-	return o;
-}
+/* One console operation: the state and the container's init on this host
+ * (0 when it does not run), found by guest_state. */
+typedef struct console_call {
+	md_state *st;
+	pid_t pid;
+} console_call;
 
-static json_object *capabilities(md_state *st, relay_call *call)
+static json_object *console_caps(void *ctx, relay_call *call)
 {
+	md_state *st = ((console_call *)ctx)->st;
 	char why[512];
-	const char *reason = md_console_unreachable(st, why, sizeof why);
-	json_object *backends = json_object_new_object();
-	json_object_object_add(backends, "linux", backend_entry(reason == NULL, reason));
-	json_object_object_add(backends, "macos", backend_entry(false, "not-offered-by-machine-docker"));
-	json_object *vnc = json_object_new_object();
-	json_object_object_add(vnc, "default", json_object_new_boolean(false));
-	json_object_object_add(vnc, "backends", backends);
-	json_object *options = json_object_new_object();
-	json_object_object_add(options, "vnc", vnc);
+	json_object *out = rk_console_capabilities(
+	    MD_PLUGIN_NAME, md_console_unreachable(st, why, sizeof why), "not-offered-by-machine-docker");
 	/* A Swarm: its nodes, where the manager places each guest (md_nodes.c). */
 	json_object *placement = md_nodes_placement_report(st, call);
 	if (placement)
-		json_object_object_add(options, "placement", placement);
-	json_object *out = json_object_new_object();
-	json_object_object_add(out, "schemaVersion", json_object_new_int(1));
-	json_object_object_add(out, "service", json_object_new_string(MD_PLUGIN_NAME));
-	json_object_object_add(out, "options", options);
+		json_object_object_add(json_object_object_get(out, "options"), "placement", placement);
 	return out;
 }
 
@@ -161,122 +134,6 @@ const char *md_console_probe_text(md_state *st, bool known, bool xvfb, bool x11v
 		       "namespaces (run it as root, or as the user of a rootless engine)";
 	return "on: x11vnc on the guest's display, view-only, reached in the container's network "
 	       "namespace (acquire with vnc)";
-}
-
-/* ---- records and reports -------------------------------------------------------------- */
-
-static json_object *private_of(json_object *rec)
-{
-	json_object *p = md_obj(rec, "consolePrivate");
-	if (p == NULL) {
-		p = json_object_new_object();
-		json_object_object_add(p, "attempts", json_object_new_object());
-		json_object_object_add(p, "order", json_object_new_array());
-		json_object_object_add(rec, "consolePrivate", p);
-	}
-	return p;
-}
-
-static bool terminal_status(const char *s)
-{
-	return s && (strcmp(s, "cancelled") == 0 || strcmp(s, "closed") == 0 || strcmp(s, "failed") == 0 ||
-	             strcmp(s, "expired") == 0);
-}
-
-static void put_text(json_object *o, const char *key, const char *value)
-{
-	json_object_object_add(o, key, value ? json_object_new_string(value) : NULL);
-}
-
-static json_object *public_attempt(json_object *a, const char *id)
-{
-	if (a == NULL)
-		return NULL;
-	json_object *o = json_object_new_object();
-	put_text(o, "attempt_id", id);
-	const char *status = md_str(a, "status");
-	put_text(o, "status", status ? status : "failed");
-	put_text(o, "reason", md_str(a, "reason"));
-	json_object *tc = NULL;
-	if (json_object_object_get_ex(a, "transport_connected", &tc) && tc)
-		json_object_object_add(o, "transport_connected", json_object_get(tc));
-	else
-		json_object_object_add(o, "transport_connected", json_object_new_boolean(false));
-	const char *cleanup = md_str(a, "viewer_cleanup");
-	put_text(o, "viewer_cleanup", cleanup ? cleanup : "not-started");
-	put_text(o, "authentication", "required");
-	put_text(o, "viewer_connected", "unverified");
-	put_text(o, "human_confirmation", "unverified");
-	return o;
-}
-
-/* The report of spec/machine-service.md §9.2, with the fields machine-local
- * reports; `running` says whether the container still runs. */
-static json_object *report(md_state *st, json_object *rec, const char *attempt_id, bool running)
-{
-	json_object *console = md_obj(rec, "console");
-	json_object *priv = private_of(rec);
-	if (attempt_id == NULL)
-		attempt_id = md_str(priv, "current");
-	json_object *a = attempt_id ? md_obj(md_obj(priv, "attempts"), attempt_id) : NULL;
-	int64_t now = st->host->now_ms();
-	int64_t expires = md_int(rec, "expiresAtMs", 0);
-	const char *status = "ready", *reason = NULL;
-	if (!running) {
-		status = "revoked";
-		reason = "released";
-	} else if (expires && now > expires) {
-		status = "revoked";
-		reason = "expired";
-	}
-	json_object *r = json_object_new_object();
-	json_object_object_add(r, "schemaVersion", json_object_new_int(1));
-	put_text(r, "vm", md_str(rec, "vm"));
-	put_text(r, "lease_id", md_str(rec, "lease_id"));
-	put_text(r, "environment_fingerprint", NULL);
-	put_text(r, "console_id", md_str(console, "console_id"));
-	put_text(r, "status", status);
-	put_text(r, "reason", reason);
-	put_text(r, "backend", "x11vnc");
-	put_text(r, "viewer_location", "service-host");
-	put_text(r, "source", MD_PLUGIN_NAME);
-	json_object_object_add(r, "observed_at", json_object_new_double((double)now / 1000.0));
-	json_object_object_add(r, "access_expires_at",
-	                       expires ? json_object_new_double((double)expires / 1000.0) : NULL);
-	put_text(r, "viewer_connected", "unverified");
-	put_text(r, "human_confirmation", "unverified");
-	put_text(r, "session_binding", "existing-x11-session");
-	put_text(r, "readiness_scope", "guest-preflight");
-	json_object_object_add(r, "server_enforced_view_only", json_object_new_boolean(true));
-	put_text(r, "authentication_mechanism", "one-time-password");
-	put_text(r, "authentication", "unverified");
-	put_text(r, "pixels", "unverified");
-	json_object_object_add(r, "attempt", public_attempt(a, attempt_id));
-	json_object *endpoint = a ? md_obj(a, "endpoint") : NULL;
-	if (endpoint) {
-		json_object *copy = NULL;
-		json_object_deep_copy(endpoint, &copy, NULL);
-		json_object_object_add(r, "endpoint", copy);
-	}
-	if (a)
-		json_object_object_add(r, "viewer_launched",
-		                       json_object_new_boolean(md_int(a, "viewerPid", 0) > 0));
-	md_console_web_report(r, a);
-	return r;
-}
-
-void md_console_prepare(md_state *st, json_object *rec)
-{
-	char cid[33];
-	md_random_hex(st, cid, 32);
-	json_object *console = json_object_new_object();
-	json_object_object_add(console, "console_id", json_object_new_string(cid));
-	json_object_object_add(rec, "console", console);
-	json_object_object_add(rec, "vnc", json_object_new_boolean(true));
-	private_of(rec);
-	/* The stored console is the full report, as the lease document's
-	 * "console" must be (relay/machine.h). */
-	json_object_object_add(rec, "console", report(st, rec, NULL, true));
 }
 
 /* ---- the container's network namespace ------------------------------------------------- */
@@ -338,41 +195,13 @@ static int netns_run(netns_job *job)
 	return job->result;
 }
 
-/* Connects to 127.0.0.1:5900 in the namespace of `pid` until an RFB banner
- * ("RFB 003.008\n") is read or timeout_ms pass; the banner without its
- * newline in `banner` (16 bytes). */
-static bool rfb_banner(pid_t pid, char banner[16], int timeout_ms, int *err_no)
+/* The kit's way into the namespace (rk_console_in_netns_fn): ctx is the pid. */
+static int in_container_netns(void *ctx, const char *const *argv, const char *const *envp, int *err_no)
 {
-	int64_t until = md_monotonic_ms() + timeout_ms;
-	while (md_monotonic_ms() < until) {
-		netns_job job = {.pid = pid};
-		int fd = netns_run(&job);
-		*err_no = job.err_no;
-		if (fd < 0)
-			return false;
-		struct sockaddr_in sa;
-		memset(&sa, 0, sizeof sa);
-		sa.sin_family = AF_INET;
-		sa.sin_port = htons(VNC_PORT);
-		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		size_t got = 0;
-		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-			struct pollfd pfd = {fd, POLLIN, 0};
-			while (got < 12 && poll(&pfd, 1, 2000) > 0) {
-				ssize_t n = read(fd, banner + got, 12 - got);
-				if (n <= 0)
-					break;
-				got += (size_t)n;
-			}
-		}
-		close(fd);
-		if (got == 12) {
-			banner[11] = '\0';
-			return strncmp(banner, "RFB ", 4) == 0;
-		}
-		md_sleep_ms(50);
-	}
-	return false;
+	netns_job job = {.pid = *(pid_t *)ctx, .argv = argv, .envp = envp};
+	int result = netns_run(&job);
+	*err_no = job.err_no;
+	return result;
 }
 
 /* The host pid of the container's init, when the engine's State.Pid is a
@@ -401,68 +230,16 @@ pid_t md_container_init_pid(json_object *info)
 
 /* ---- attempts ----------------------------------------------------------------------------- */
 
-static void random_password(md_state *st, char out[9])
-{
-	static const char alphabet[] = "ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
-	unsigned char bytes[8];
-	relay_error e;
-	if (st->host->random_bytes(bytes, sizeof bytes, &e) != RELAY_OK)
-		for (size_t i = 0; i < sizeof bytes; i++)
-			bytes[i] = (unsigned char)(md_monotonic_ms() >> i) ^ (unsigned char)rand();
-	for (int i = 0; i < 8; i++)
-		out[i] = alphabet[bytes[i] % (sizeof alphabet - 1)];
-	out[8] = '\0';
-}
+static const rk_console_backend docker_console;
+static void x11vnc_stop(void *ctx, json_object *rec, json_object *a, bool in_guest);
 
-static void set_state(json_object *a, const char *status, const char *reason)
+static relay_status x11vnc_open(void *ctx, json_object *rec, const char *attempt_id, json_object *a,
+                                relay_call *call, relay_error *err)
 {
-	put_text(a, "status", status);
-	put_text(a, "reason", reason);
-}
-
-/* Starts the viewer of MCP_RELAY_VNC_VIEWER in the container's namespace
- * with the password in its environment; its pid, or -1 with *err_no. */
-static pid_t start_viewer(md_state *st, json_object *rec, json_object *a, const char *viewer, pid_t pid,
-                          const char *password, int *err_no)
-{
-	char pwfile[PATH_MAX], line[16];
-	snprintf(pwfile, sizeof pwfile, "%s/%s.vnc-%s.passwd", st->leases_dir, md_str(rec, "vm"),
-	         md_str(a, "token"));
-	int n = snprintf(line, sizeof line, "%s\n", password);
-	*err_no = md_write_durable(pwfile, line, (size_t)n); /* 0600 */
-	if (*err_no != 0)
-		return -1;
-	put_text(a, "passwordFile", pwfile);
-	size_t envc = 0;
-	while (environ[envc])
-		envc++;
-	const char **venv = calloc(envc + 3, sizeof *venv);
-	if (venv == NULL) {
-		*err_no = ENOMEM;
-		return -1;
-	}
-	char pw_env[64], pwf_env[PATH_MAX + 32];
-	snprintf(pw_env, sizeof pw_env, "VNC_PASSWORD=%s", password);
-	snprintf(pwf_env, sizeof pwf_env, "MCP_RELAY_VNC_PASSWORD_FILE=%s", pwfile);
-	size_t k = 0;
-	for (size_t i = 0; i < envc; i++)
-		if (strncmp(environ[i], "VNC_PASSWORD=", 13) != 0)
-			venv[k++] = environ[i];
-	venv[k++] = pw_env;
-	venv[k++] = pwf_env;
-	const char *vargv[] = {viewer, "127.0.0.1::5900", NULL};
-	netns_job job = {.pid = pid, .argv = vargv, .envp = venv};
-	pid_t vpid = (pid_t)netns_run(&job);
-	*err_no = job.err_no;
-	free(venv);
-	return vpid;
-}
-
-static void stop_attempt(md_state *st, json_object *rec, json_object *a, bool in_guest);
-
-static relay_status open_attempt(md_state *st, json_object *rec, json_object *a, pid_t pid, relay_call *call,
-                                 relay_error *err)
-{
+	(void)attempt_id;
+	console_call *cc = ctx;
+	md_state *st = cc->st;
+	pid_t pid = cc->pid;
 	const char *vm = md_str(rec, "vm");
 	const char *container = md_container_of(rec);
 	const char *user = md_str(rec, "user");
@@ -471,15 +248,15 @@ static relay_status open_attempt(md_state *st, json_object *rec, json_object *a,
 		return md_err(st, err, RELAY_E_INTERNAL, 0, "the record of %s names no guest user", vm);
 	char token[17], name[64], password[9];
 	md_random_hex(st, token, 16);
-	put_text(a, "token", token);
-	random_password(st, password);
+	json_object_object_add(a, "token", json_object_new_string(token));
+	rk_random_password(st->host, password, 8);
 	snprintf(name, sizeof name, ".relay-vnc-%s", token);
 	char line[16];
 	int n = snprintf(line, sizeof line, "%s\n", password);
 	relay_status s = lease_put_file(st, container, "/tmp", name, line, (size_t)n, 0600, (uid_t)uid,
 	                                (gid_t)gid, call, err);
 	if (s != RELAY_OK) {
-		set_state(a, "failed", "worker-launch-failed");
+		rk_console_set(a, "failed", "worker-launch-failed");
 		return s;
 	}
 	char passarg[96], logarg[96], pidfile[128];
@@ -491,7 +268,7 @@ static relay_status open_attempt(md_state *st, json_object *rec, json_object *a,
 	                      pidfile,       "x11vnc",
 	                      "-display",    display ? display : ":0",
 	                      "-localhost",  "-rfbport",
-	                      "5900",        md_console_web_control() ? "-nolookup" : "-viewonly",
+	                      "5900",        rk_console_control() ? "-nolookup" : "-viewonly",
 	                      "-forever",    "-shared",
 	                      "-passwdfile", passarg,
 	                      "-norc",       "-nocmds",
@@ -499,85 +276,38 @@ static relay_status open_attempt(md_state *st, json_object *rec, json_object *a,
 	                      "-o",          logarg,
 	                      NULL};
 	if (!md_exec_detached(st, container, user, argv, call)) {
-		set_state(a, "failed", "worker-launch-failed");
+		rk_console_set(a, "failed", "worker-launch-failed");
 		return md_err(st, err, RELAY_E_REFUSED, 0, "x11vnc could not be started in guest %s", vm);
 	}
-	put_text(a, "x11vncPidFile", pidfile);
+	json_object_object_add(a, "x11vncPidFile", json_object_new_string(pidfile));
 	char banner[16];
 	int e = 0;
-	if (!rfb_banner(pid, banner, 15000, &e)) {
-		stop_attempt(st, rec, a, true);
-		set_state(a, "failed", "worker-failed");
+	if (!rk_console_rfb_banner(in_container_netns, &pid, banner, 15000, &e)) {
+		x11vnc_stop(cc, rec, a, true);
+		rk_console_set(a, "failed", "worker-failed");
 		return md_err(st, err, RELAY_E_REFUSED, e,
 		              "x11vnc did not answer on 127.0.0.1:5900 in the network namespace of guest %s "
 		              "(/proc/%d/ns/net) within 15 s%s; its log is %s in the guest",
 		              vm, (int)pid, e ? ": the namespace cannot be entered" : "", logarg);
 	}
-	json_object *endpoint = json_object_new_object();
-	put_text(endpoint, "address", "127.0.0.1");
-	json_object_object_add(endpoint, "port", json_object_new_int(VNC_PORT));
-	char nspath[64];
-	snprintf(nspath, sizeof nspath, "/proc/%d/ns/net", (int)pid);
-	put_text(endpoint, "networkNamespace", nspath);
-	put_text(endpoint, "banner", banner);
-	json_object_object_add(a, "endpoint", endpoint);
-	const char *viewer = getenv("MCP_RELAY_VNC_VIEWER");
-	if (viewer == NULL || viewer[0] == '\0') {
-		set_state(a, "dispatching", "worker-unavailable");
-		json_object_object_add(a, "transport_connected", json_object_new_boolean(false));
-		put_text(a, "viewer_cleanup", "not-started");
-		st->host->log(RELAY_LOG_INFO, MD_PLUGIN_NAME,
-		              "console of %s: x11vnc (view-only, one-time password) listens on 127.0.0.1:%d "
-		              "inside the container's network namespace %s; no viewer was launched because "
-		              "MCP_RELAY_VNC_VIEWER is not set",
-		              vm, VNC_PORT, nspath);
-		return RELAY_OK;
-	}
-	if (strcmp(viewer, "browser") == 0) {
-		relay_status ws = md_console_web_start(st, rec, a, pid, password, err);
-		if (ws != RELAY_OK)
-			stop_attempt(st, rec, a, true);
-		set_state(a, ws == RELAY_OK ? "launched" : "failed",
-		          ws == RELAY_OK ? NULL : "worker-launch-failed");
-		put_text(a, "transport_connected", ws == RELAY_OK ? "unknown" : NULL);
-		put_text(a, "viewer_cleanup", ws == RELAY_OK ? "pending" : "not-started");
-		return ws;
-	}
-	pid_t vpid = start_viewer(st, rec, a, viewer, pid, password, &e);
-	if (vpid <= 0) {
-		set_state(a, "failed", "worker-launch-failed");
-		put_text(a, "viewer_cleanup", "not-started");
-		return md_err(st, err, RELAY_E_REFUSED, e, "the viewer %s could not be started: %s", viewer,
-		              strerror(e));
-	}
-	json_object_object_add(a, "viewerPid", json_object_new_int64(vpid));
-	json_object_object_add(a, "viewerStart", json_object_new_int64((int64_t)md_proc_start(vpid)));
-	set_state(a, "launched", NULL);
-	put_text(a, "transport_connected", "unknown");
-	put_text(a, "viewer_cleanup", "pending");
-	return RELAY_OK;
+	rk_console_endpoint(a, pid, banner);
+	char pwfile[PATH_MAX], events[PATH_MAX];
+	snprintf(pwfile, sizeof pwfile, "%s/%s.vnc-%s.passwd", st->leases_dir, vm, token);
+	snprintf(events, sizeof events, "%s/%s-console-%s.events.jsonl", st->leases_dir, vm, token);
+	rk_console_viewer v = {vm,     "container's",   pid, password,           pwfile,
+	                       events, st->libexec_dir, 2,   in_container_netns, &pid};
+	rk_console c = {&docker_console, st->host, cc};
+	s = rk_console_viewer_start(&c, a, &v, err);
+	if (s != RELAY_OK)
+		x11vnc_stop(cc, rec, a, true);
+	return s;
 }
 
 /* Stops the attempt's viewer (this host) and, when `in_guest`, its x11vnc. */
-static void stop_attempt(md_state *st, json_object *rec, json_object *a, bool in_guest)
+static void x11vnc_stop(void *ctx, json_object *rec, json_object *a, bool in_guest)
 {
-	bool confirmed = true;
-	pid_t vpid = (pid_t)md_int(a, "viewerPid", 0);
-	unsigned long long vstart = (unsigned long long)md_int(a, "viewerStart", 0);
-	if (vpid > 0 && md_proc_start(vpid) == vstart) {
-		kill(-vpid, SIGKILL);
-		kill(vpid, SIGKILL);
-		for (int64_t until = md_monotonic_ms() + 2000;
-		     md_proc_start(vpid) == vstart && md_monotonic_ms() < until;) {
-			if (waitpid(vpid, NULL, WNOHANG) == vpid)
-				break;
-			md_sleep_ms(10);
-		}
-		confirmed = md_proc_start(vpid) != vstart;
-	}
-	const char *pwfile = md_str(a, "passwordFile");
-	if (pwfile)
-		unlink(pwfile);
+	md_state *st = ((console_call *)ctx)->st;
+	bool confirmed = rk_console_viewer_stop(a);
 	const char *pidfile = md_str(a, "x11vncPidFile");
 	if (in_guest && pidfile) {
 		const char *const argv[] = {MD_GUEST_INIT, "kill", pidfile, NULL};
@@ -591,190 +321,88 @@ static void stop_attempt(md_state *st, json_object *rec, json_object *a, bool in
 			confirmed = false;
 		exec_result_free(st, &res);
 	}
-	put_text(a, "viewer_cleanup", confirmed ? "local-children-stopped" : "unconfirmed");
+	json_object_object_add(a, "viewer_cleanup",
+	                       json_object_new_string(confirmed ? "local-children-stopped" : "unconfirmed"));
+}
+
+/* ---- the backend of the kit's ledger --------------------------------------------------- */
+
+static bool container_name_ok(const char *vm)
+{
+	return md_valid_name(vm);
+}
+
+static json_object *record_locked(void *ctx, const char *vm, int *lock_out, int *errno_out)
+{
+	md_state *st = ((console_call *)ctx)->st;
+	*lock_out = md_record_lock(st, vm);
+	return *lock_out >= 0 ? md_record_read(st, vm, errno_out) : NULL;
+}
+
+static void record_unlock(void *ctx, int lock)
+{
+	(void)ctx;
+	close(lock);
+}
+
+static int record_save(void *ctx, json_object *rec)
+{
+	return md_record_write(((console_call *)ctx)->st, rec);
+}
+
+/* The container's init on this host (cc->pid), 0 when it no longer runs;
+ * an open is refused when the engine's init is not a process of this host. */
+static int container_state(void *ctx, json_object *rec, const char *op, relay_call *call, relay_error *err)
+{
+	console_call *cc = ctx;
+	md_state *st = cc->st;
+	json_object *info = NULL;
+	int found = md_container_get(st, md_container_of(rec), call, &info);
+	bool running = found == 1 && md_container_running(info);
+	cc->pid = running ? md_container_init_pid(info) : 0;
+	int state = cc->pid > 0 ? 1 : 0;
+	if (running && cc->pid == 0 && strcmp(op, "open") == 0) {
+		md_err(st, err, RELAY_E_REFUSED, 0,
+		       "the engine names process %lld as the init of %s, and it is not a guest of this host: "
+		       "the engine at %s does not run here",
+		       (long long)md_int(md_obj(info, "State"), "Pid", 0), md_str(rec, "vm"), st->endpoint);
+		state = -1;
+	}
+	json_object_put(info);
+	return state;
+}
+
+static const rk_console_backend docker_console = {
+    .source = MD_PLUGIN_NAME,
+    .valid_name = container_name_ok,
+    .lock_read = record_locked,
+    .unlock = record_unlock,
+    .write = record_save,
+    .guest_state = container_state,
+    .open = x11vnc_open,
+    .stop = x11vnc_stop,
+    .capabilities = console_caps,
+};
+
+void md_console_prepare(md_state *st, json_object *rec)
+{
+	json_object_object_add(rec, "vnc", json_object_new_boolean(true));
+	console_call cc = {st, 0};
+	rk_console c = {&docker_console, st->host, &cc};
+	rk_console_prepare(&c, rec);
 }
 
 void md_console_stop_all(md_state *st, json_object *rec)
 {
-	json_object *attempts = md_obj(md_obj(rec, "consolePrivate"), "attempts");
-	if (attempts == NULL)
-		return;
-	json_object_object_foreach(attempts, id, a)
-	{
-		(void)id;
-		if (!terminal_status(md_str(a, "status"))) {
-			stop_attempt(st, rec, a, false); /* x11vnc goes with the container */
-			set_state(a, "closed", "released");
-		}
-	}
-}
-
-/* ---- the passthrough ----------------------------------------------------------------------- */
-
-/* Opens attempt `attempt_id` (new) when the console is ready. */
-static relay_status op_open(md_state *st, json_object *rec, const char *attempt_id, pid_t pid,
-                            relay_call *call, relay_error *err)
-{
-	json_object *priv = private_of(rec);
-	json_object *attempts = md_obj(priv, "attempts");
-	json_object *order = NULL;
-	json_object_object_get_ex(priv, "order", &order);
-	json_object *cur = report(st, rec, NULL, pid > 0);
-	bool ready = strcmp(md_str(cur, "status"), "ready") == 0;
-	json_object_put(cur);
-	if (!ready)
-		return md_err(st, err, RELAY_E_REFUSED, 0, "Console access revoked or lease is releasing");
-	json_object_object_foreach(attempts, aid, a)
-	{
-		(void)aid;
-		if (!terminal_status(md_str(a, "status")))
-			return md_err(st, err, RELAY_E_REFUSED, 0,
-			              "Another console attempt is active; cancel it first");
-	}
-	if (json_object_array_length(order) >= MAX_ATTEMPTS)
-		return md_err(st, err, RELAY_E_REFUSED, 0, "Console attempt limit reached");
-	json_object *attempt = json_object_new_object();
-	set_state(attempt, "preparing", NULL);
-	json_object_object_add(attempts, attempt_id, attempt);
-	json_object_array_add(order, json_object_new_string(attempt_id));
-	put_text(priv, "current", attempt_id);
-	relay_status s = open_attempt(st, rec, attempt, pid, call, err);
-	json_object_object_add(rec, "console", report(st, rec, NULL, pid > 0));
-	if (md_record_write(st, rec) != 0 && s == RELAY_OK)
-		s = md_err(st, err, RELAY_E_INDETERMINATE, errno,
-		           "the console attempt could not be recorded");
-	return s;
-}
-
-static relay_status op_cancel(md_state *st, json_object *rec, const char *attempt_id, pid_t pid,
-                              relay_error *err)
-{
-	json_object *priv = private_of(rec);
-	json_object *attempts = md_obj(priv, "attempts");
-	json_object *existing = md_obj(attempts, attempt_id);
-	if (existing == NULL) {
-		/* An attempt never opened is recorded as a terminal cancel. */
-		json_object *attempt = json_object_new_object();
-		set_state(attempt, "cancelled", "cancelled");
-		json_object_object_add(attempts, attempt_id, attempt);
-		json_object *order = NULL;
-		json_object_object_get_ex(priv, "order", &order);
-		json_object_array_add(order, json_object_new_string(attempt_id));
-	} else if (!terminal_status(md_str(existing, "status"))) {
-		stop_attempt(st, rec, existing, pid > 0);
-		set_state(existing, "cancelled", "cancelled");
-	}
-	put_text(priv, "current", attempt_id);
-	json_object_object_add(rec, "console", report(st, rec, NULL, pid > 0));
-	if (md_record_write(st, rec) != 0)
-		return md_err(st, err, RELAY_E_INDETERMINATE, errno,
-		              "the console cancel could not be recorded");
-	return RELAY_OK;
-}
-
-static bool token_ok(const char *s)
-{
-	size_t n = s ? strlen(s) : 0;
-	if (n < 1 || n > 120)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '.' || c == '-'))
-			return false;
-	}
-	return true;
-}
-
-/* The record's identity checks of a request; RELAY_OK or the refusal. */
-static relay_status check_request(md_state *st, json_object *rec, json_object *body, const char *op,
-                                  relay_error *err)
-{
-	const char *lease_id = md_str(body, "lease_id");
-	if (lease_id == NULL || strcmp(lease_id, md_str(rec, "lease_id")) != 0)
-		return md_err(st, err, RELAY_E_REFUSED, 0, "Console lease identity mismatch");
-	json_object *console = md_obj(rec, "console");
-	if (console == NULL)
-		return md_err(st, err, RELAY_E_NOT_FOUND, 0,
-		              "this guest was acquired without a console; console sharing is never added to "
-		              "an existing lease");
-	if (strcmp(op, "resolve") == 0)
-		return RELAY_OK;
-	const char *console_id = md_str(body, "console_id");
-	if (console_id == NULL || strcmp(console_id, md_str(console, "console_id")) != 0)
-		return md_err(st, err, RELAY_E_REFUSED, 0, "Console identity mismatch");
-	if (!token_ok(md_str(body, "attempt_id")))
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "Invalid console request identity or fields");
-	return RELAY_OK;
+	console_call cc = {st, 0};
+	rk_console c = {&docker_console, st->host, &cc};
+	rk_console_stop_all(&c, rec); /* x11vnc goes with the container */
 }
 
 relay_status md_console_op(md_state *st, const char *lease_json, const char *op, const char *request_json,
                            relay_call *call, char **response_out, relay_error *err)
 {
-	*response_out = NULL;
-	if (op == NULL)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "console needs an operation");
-	if (strcmp(op, "capabilities") == 0) {
-		json_object *caps = capabilities(st, call);
-		*response_out = md_json_out(st, caps);
-		json_object_put(caps);
-		return *response_out ? RELAY_OK : md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	}
-	if (strcmp(op, "resolve") != 0 && strcmp(op, "open") != 0 && strcmp(op, "cancel") != 0)
-		return md_err(st, err, RELAY_E_UNSUPPORTED, 0, "unknown console operation %s", op);
-	json_object *lease = lease_json ? json_tokener_parse(lease_json) : NULL;
-	json_object *body = request_json ? json_tokener_parse(request_json) : NULL;
-	json_object *rec = NULL, *info = NULL, *out = NULL;
-	relay_status s = RELAY_OK;
-	int lock = -1;
-	const char *vm = md_str(lease, "vm");
-	if (!md_valid_name(vm) || body == NULL) {
-		s = md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		           "console needs a lease document and a request body");
-		goto done;
-	}
-	lock = md_record_lock(st, vm);
-	int e = 0;
-	rec = lock >= 0 ? md_record_read(st, vm, &e) : NULL;
-	if (rec == NULL) {
-		s = md_err(st, err, RELAY_E_NOT_FOUND, e,
-		           "Console unavailable after restart or for this lease; no automatic recovery "
-		           "(lease %s is not held)",
-		           vm);
-		goto done;
-	}
-	s = check_request(st, rec, body, op, err);
-	if (s != RELAY_OK)
-		goto done;
-	/* The container's init on this host: 0 when it no longer runs. */
-	int found = md_container_get(st, md_container_of(rec), call, &info);
-	pid_t pid = found == 1 && md_container_running(info) ? md_container_init_pid(info) : 0;
-	if (found == 1 && md_container_running(info) && pid == 0 && strcmp(op, "open") == 0) {
-		s = md_err(st, err, RELAY_E_REFUSED, 0,
-		           "the engine names process %lld as the init of %s, and it is not a guest of this "
-		           "host: the engine at %s does not run here",
-		           (long long)md_int(md_obj(info, "State"), "Pid", 0), vm, st->endpoint);
-		goto done;
-	}
-	const char *attempt_id = md_str(body, "attempt_id");
-	if (strcmp(op, "open") == 0 && md_obj(md_obj(private_of(rec), "attempts"), attempt_id) == NULL)
-		s = op_open(st, rec, attempt_id, pid, call, err);
-	else if (strcmp(op, "cancel") == 0)
-		s = op_cancel(st, rec, attempt_id, pid, err);
-	if (s != RELAY_OK)
-		goto done;
-	out = report(st, rec, strcmp(op, "resolve") == 0 ? NULL : attempt_id, pid > 0);
-	*response_out = md_json_out(st, out);
-	if (*response_out == NULL)
-		s = md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-done:
-	if (lock >= 0)
-		close(lock);
-	json_object_put(out);
-	json_object_put(info);
-	json_object_put(rec);
-	json_object_put(lease);
-	json_object_put(body);
-	return s;
+	console_call cc = {st, 0};
+	rk_console c = {&docker_console, st->host, &cc};
+	return rk_console_op(&c, lease_json, op, request_json, call, response_out, err);
 }

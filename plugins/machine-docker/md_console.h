@@ -43,13 +43,4 @@ bool md_exec_detached(md_state *st, const char *vm, const char *user, const char
 relay_status md_console_op(md_state *st, const char *lease_json, const char *op, const char *request_json,
                            relay_call *call, char **response_out, relay_error *err);
 
-/* md_console_web.c: the browser live view (MCP_RELAY_VNC_VIEWER=browser). */
-/* true with MCP_RELAY_CONSOLE_CONTROL=allow: x11vnc then accepts input
- * (no -viewonly), which the bridge holds back until the person takes control. */
-bool md_console_web_control(void);
-/* Adds the attempt's live_view (with its take_overs) to report r. */
-void md_console_web_report(json_object *r, json_object *a);
-relay_status md_console_web_start(md_state *st, json_object *rec, json_object *a, pid_t pid,
-                                  const char *password, relay_error *err);
-
 #endif

@@ -10,7 +10,7 @@
  *      error come down multiplexed (8-byte headers: stream, 0, 0, 0, size
  *      big-endian);
  *   3. GET /exec/{id}/json gives the exit code once it stops running.
- * The step ends with the main process (guest.md §16.1): when the exec no
+ * The step ends with the main process (spec/guest.md §16.1): when the exec no
  * longer runs, what is left of the stream is read for at most 250 ms, and
  * what the command left running keeps running.
  */
@@ -337,7 +337,7 @@ static relay_status exec_core(md_state *st, const exec_plan *p, relay_call *call
 		if (drain_until && md_monotonic_ms() > drain_until)
 			break;
 		/* Has the main process ended? Then the step ends too, whatever it left
-		 * running and writing (guest.md §16.1). */
+		 * running and writing (spec/guest.md §16.1). */
 		if (drain_until == 0 && md_monotonic_ms() >= next_check) {
 			int code = 0;
 			if (exec_state(st, id, &code) == 0)

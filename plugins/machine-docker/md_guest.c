@@ -20,7 +20,7 @@
  *           pipes until the command ends, then for at most 250 ms, and what
  *           the command left running keeps writing into a drainer that
  *           discards it: the step ends with its main process, and what it
- *           started is never blocked or killed by SIGPIPE (guest.md §16.1).
+ *           started is never blocked or killed by SIGPIPE (spec/guest.md §16.1).
  *   kill PIDFILE
  *           SIGKILLs the process group named in PIDFILE and waits up to 5 s
  *           for it to be gone: exit 0 when gone, 1 when not, 2 when
@@ -162,7 +162,7 @@ static int pump(int from, int to)
 }
 
 /* Keeps reading what survivors of a step write, so they never block on a
- * full pipe or die of SIGPIPE (guest.md §16.1), until they close it. */
+ * full pipe or die of SIGPIPE (spec/guest.md §16.1), until they close it. */
 static void leave_drainer(int out_fd, int err_fd)
 {
 	pid_t pid = fork();
@@ -245,7 +245,7 @@ static int run_exec(const char *pidfile, char **argv)
 	signal(SIGQUIT, SIG_IGN);
 	signal(SIGPIPE, SIG_IGN);
 	/* Forward the command's output until it ends; then at most 250 ms more
-	 * of what is still coming (guest.md §16.1), and a drainer for the rest. */
+	 * of what is still coming (spec/guest.md §16.1), and a drainer for the rest. */
 	int fds[2] = {out_pipe[0], err_pipe[0]};
 	int status = 0;
 	bool ended = false;

@@ -47,6 +47,7 @@
 #include "md_console.h"
 #include "md_egress.h"
 #include "md_lease.h"
+#include "relay_kit/lease_doc.h"
 
 /* ---- acquire ---------------------------------------------------------------------- */
 
@@ -419,12 +420,9 @@ relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_o
 		s = md_err(st, err, RELAY_E_NOT_FOUND, e, "machine-docker no longer holds lease %s", vm);
 		goto done;
 	}
-	const char *state = md_str(rec, "state");
-	if (state == NULL || strcmp(state, "running") != 0) {
-		s = md_err(st, err, RELAY_E_REFUSED, 0, "%s is %s; renewal cannot cancel committed teardown",
-		           vm, state ? state : "in an unknown state");
+	s = rk_lease_check_renewable(st->host, rec, err);
+	if (s != RELAY_OK)
 		goto done;
-	}
 	/* A Swarm task: on its node's engine, and only while the task runs there. */
 	md_state *eng = md_engine_of(st, rec, NULL);
 	char lost[800];
@@ -455,13 +453,7 @@ relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_o
 		goto done;
 	}
 	int64_t now = st->host->now_ms();
-	int64_t expires =
-	    now + (int64_t)(ttl_ms > (uint64_t)INT64_MAX / 4 ? (uint64_t)INT64_MAX / 4 : ttl_ms);
-	int64_t deadline = md_int(rec, "deadlineMs", 0);
-	if (deadline > 0 && expires > deadline)
-		expires = deadline;
-	json_object_object_add(rec, "expiresAtMs", json_object_new_int64(expires));
-	json_object_object_add(rec, "renewedAtMs", json_object_new_int64(now));
+	rk_lease_renew_record(rec, now, ttl_ms);
 	md_set_owner(st, rec);
 	char line[96];
 	int n = md_expires_text(st, rec, line, sizeof line);

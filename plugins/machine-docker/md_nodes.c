@@ -64,12 +64,6 @@ static struct md_nodes *nodes_of(md_state *st)
 	return st->nodes;
 }
 
-bool md_nodes_key(const char *key)
-{
-	return strcmp(key, "nodes") == 0 || strcmp(key, "managers") == 0 || strcmp(key, "discovery") == 0 ||
-	       strcmp(key, "placement") == 0;
-}
-
 static relay_status placement_check(md_state *st, json_object *v, relay_error *err)
 {
 	if (!json_object_is_type(v, json_type_object))
@@ -138,7 +132,6 @@ static void engine_free(md_state *eng)
 	pthread_mutex_destroy(&eng->lock);
 	pthread_mutex_destroy(&eng->ssh_lock);
 	pthread_mutex_destroy(&eng->bake_lock);
-	pthread_cond_destroy(&eng->cond);
 	free(eng);
 }
 
@@ -157,11 +150,10 @@ static md_state *engine_new(md_state *st, json_object *spec, const char *where, 
 	pthread_mutex_init(&eng->lock, NULL);
 	pthread_mutex_init(&eng->ssh_lock, NULL);
 	pthread_mutex_init(&eng->bake_lock, NULL);
-	pthread_cond_init(&eng->cond, NULL);
 	eng->nodes = NULL;
 	eng->facts = NULL;
 	eng->ssh_pid = 0;
-	eng->reaper_started = false;
+	memset(&eng->reaper, 0, sizeof eng->reaper);
 	eng->acquiring = 0;
 	eng->swarm_known = -1; /* a node's engine is never asked to place services */
 	eng->engine_version[0] = eng->api_version[0] = '\0'; /* its own engine's, asked anew */

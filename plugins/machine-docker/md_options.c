@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "md.h"
+#include "relay_kit/options.h"
 
 /* ---- options ------------------------------------------------------------------- */
 
@@ -198,18 +199,6 @@ static relay_status default_endpoint(md_state *st, relay_error *err)
 	return set_endpoint(st, "unix:///run/podman/podman.sock", err);
 }
 
-static relay_status int_option(md_state *st, json_object *v, const char *name, int64_t lo, int64_t hi,
-                               int64_t *out, relay_error *err)
-{
-	if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < lo ||
-	    json_object_get_int64(v) > hi)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "options.%s must be a whole number from %lld to %lld", name, (long long)lo,
-		              (long long)hi);
-	*out = json_object_get_int64(v);
-	return RELAY_OK;
-}
-
 /* options.images: image keys to image references. */
 static relay_status images_option(md_state *st, json_object *v, relay_error *err)
 {
@@ -299,20 +288,6 @@ static relay_status ssh_option(md_state *st, json_object *v, relay_error *err)
 	return path_members(st, v, "ssh", members, 3, true, err);
 }
 
-/* options.screen: WIDTHxHEIGHTxDEPTH. */
-static relay_status screen_option(md_state *st, json_object *v, relay_error *err)
-{
-	const char *sc = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
-	unsigned w = 0, h = 0, d = 0;
-	char tail = 0;
-	if (sscanf(sc, "%ux%ux%u%c", &w, &h, &d, &tail) != 3 || w < 64 || h < 64 || w > 8192 || h > 8192 ||
-	    (d != 16 && d != 24 && d != 32))
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "options.screen must look like 1280x800x24 (depth 16, 24 or 32)");
-	snprintf(st->screen, sizeof st->screen, "%ux%ux%u", w, h, d);
-	return RELAY_OK;
-}
-
 /* The ssh:// endpoint has its files, and only it has options.ssh. */
 static relay_status ssh_check(md_state *st, relay_error *err)
 {
@@ -336,85 +311,106 @@ static relay_status ssh_check(md_state *st, relay_error *err)
 	return RELAY_OK;
 }
 
+/* ---- the table of md_parse_options (relay_kit/options.h) ---------------------------------- */
+
+static relay_status opt_endpoint(const rk_options *spec, const rk_option *opt, json_object *v,
+                                 relay_error *err)
+{
+	(void)opt;
+	md_state *st = spec->ctx;
+	if (!json_object_is_type(v, json_type_string))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "options.endpoint must be a URL string");
+	return set_endpoint(st, json_object_get_string(v), err);
+}
+
+static relay_status opt_images(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+{
+	(void)opt;
+	return images_option(spec->ctx, v, err);
+}
+
+static relay_status opt_swarm(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+{
+	(void)opt;
+	md_state *st = spec->ctx;
+	if (!json_object_is_type(v, json_type_boolean))
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.swarm must be true (a service per lease when the endpoint is a Swarm "
+		              "manager) or false");
+	st->swarm = json_object_get_boolean(v);
+	return RELAY_OK;
+}
+
+static relay_status opt_runtime(const rk_options *spec, const rk_option *opt, json_object *v,
+                                relay_error *err)
+{
+	(void)opt;
+	md_state *st = spec->ctx;
+	const char *rt = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+	if (!valid_key(rt) || strlen(rt) >= sizeof st->runtime)
+		return md_err(
+		    st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "options.runtime must name an OCI runtime of the engine (runc, crun, runsc, kata)");
+	snprintf(st->runtime, sizeof st->runtime, "%s", rt);
+	return RELAY_OK;
+}
+
+static relay_status opt_guest_user(const rk_options *spec, const rk_option *opt, json_object *v,
+                                   relay_error *err)
+{
+	(void)opt;
+	return guest_user_option(spec->ctx, v, err);
+}
+
+static relay_status opt_limits(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+{
+	return limits_option(spec->ctx, opt->key, v, err);
+}
+
+static relay_status opt_ssh(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+{
+	(void)opt;
+	return ssh_option(spec->ctx, v, err);
+}
+
+static relay_status opt_tls(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+{
+	(void)opt;
+	return tls_option(spec->ctx, v, err);
+}
+
+static relay_status opt_nodes(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+{
+	return md_nodes_set_option(spec->ctx, opt->key, v, err);
+}
+
 relay_status md_parse_options(md_state *st, json_object *opts, relay_error *err)
 {
-	relay_status s = RELAY_OK;
-	bool have_endpoint = false;
-	const int64_t month = 30LL * 24 * 3600 * 1000;
-	if (opts && !json_object_is_type(opts, json_type_object))
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "machine-docker options must be a JSON object");
-	if (opts == NULL)
-		return default_endpoint(st, err);
-	json_object_object_foreach(opts, key, v)
-	{
-		int64_t n = 0;
-		if (strcmp(key, "endpoint") == 0) {
-			if (!json_object_is_type(v, json_type_string))
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.endpoint must be a URL string");
-			s = set_endpoint(st, json_object_get_string(v), err);
-			have_endpoint = true;
-		} else if (strcmp(key, "images") == 0) {
-			s = images_option(st, v, err);
-		} else if (strcmp(key, "maxGuests") == 0) {
-			s = int_option(st, v, key, 1, 256, &n, err);
-			st->max_guests = (int)n;
-		} else if (strcmp(key, "graceMs") == 0) {
-			s = int_option(st, v, key, 0, month, &st->grace_ms, err);
-		} else if (strcmp(key, "backstopMs") == 0) {
-			s = int_option(st, v, key, 0, month, &st->backstop_ms, err);
-		} else if (strcmp(key, "reaperIntervalMs") == 0) {
-			s = int_option(st, v, key, 100, month, &st->reaper_interval_ms, err);
-		} else if (strcmp(key, "pullTimeoutMs") == 0) {
-			s = int_option(st, v, key, 1000, 3600000, &st->pull_timeout_ms, err);
-		} else if (strcmp(key, "swarm") == 0) {
-			if (!json_object_is_type(v, json_type_boolean))
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.swarm must be true (a service per lease when the "
-				              "endpoint is a Swarm "
-				              "manager) or false");
-			st->swarm = json_object_get_boolean(v);
-		} else if (strcmp(key, "runtime") == 0) {
-			const char *rt =
-			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
-			if (!valid_key(rt) || strlen(rt) >= sizeof st->runtime)
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.runtime must name an OCI runtime of the engine (runc, "
-				              "crun, runsc, kata)");
-			snprintf(st->runtime, sizeof st->runtime, "%s", rt);
-		} else if (strcmp(key, "guestUser") == 0) {
-			s = guest_user_option(st, v, err);
-		} else if (strcmp(key, "limits") == 0 || strcmp(key, "ulimits") == 0) {
-			s = limits_option(st, key, v, err);
-		} else if (strcmp(key, "ssh") == 0) {
-			s = ssh_option(st, v, err);
-		} else if (strcmp(key, "tls") == 0) {
-			s = tls_option(st, v, err);
-		} else if (strcmp(key, "display") == 0) {
-			const char *d =
-			    json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
-			if (strcmp(d, "auto") != 0 && strcmp(d, "off") != 0)
-				return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.display must be auto or off");
-			st->display_enabled = strcmp(d, "auto") == 0;
-		} else if (strcmp(key, "screen") == 0) {
-			s = screen_option(st, v, err);
-		} else if (md_nodes_key(key)) {
-			s = md_nodes_set_option(st, key, v, err);
-		} else {
-			return md_err(
-			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			    "unknown machine-docker option %s (known: endpoint, images, maxGuests, graceMs, "
-			    "backstopMs, reaperIntervalMs, pullTimeoutMs, runtime, swarm, guestUser, "
-			    "limits, ulimits, ssh, tls, display, screen, nodes, managers, discovery, "
-			    "placement)",
-			    key);
-		}
-		if (s != RELAY_OK)
-			return s;
-	}
-	if (!have_endpoint)
+	int64_t max_guests = st->max_guests;
+	const rk_option table[] = {
+	    {"endpoint", opt_endpoint, 0, 0, NULL},
+	    {"images", opt_images, 0, 0, NULL},
+	    {"maxGuests", NULL, 1, 256, &max_guests},
+	    RK_OPTIONS_LEASE_TIMES(&st->grace_ms, &st->backstop_ms, &st->reaper_interval_ms),
+	    {"pullTimeoutMs", NULL, 1000, 3600000, &st->pull_timeout_ms},
+	    {"runtime", opt_runtime, 0, 0, NULL},
+	    {"swarm", opt_swarm, 0, 0, NULL},
+	    {"guestUser", opt_guest_user, 0, 0, NULL},
+	    {"limits", opt_limits, 0, 0, NULL},
+	    {"ulimits", opt_limits, 0, 0, NULL},
+	    {"ssh", opt_ssh, 0, 0, NULL},
+	    {"tls", opt_tls, 0, 0, NULL},
+	    RK_OPTIONS_DISPLAY(&st->display_enabled, st->screen),
+	    {"nodes", opt_nodes, 0, 0, NULL},
+	    {"managers", opt_nodes, 0, 0, NULL},
+	    {"discovery", opt_nodes, 0, 0, NULL},
+	    {"placement", opt_nodes, 0, 0, NULL},
+	};
+	const rk_options spec = {st->host, MD_PLUGIN_NAME, NULL, table, sizeof table / sizeof table[0], st};
+	relay_status s = rk_options_parse(&spec, opts, err);
+	st->max_guests = (int)max_guests;
+	json_object *endpoint = NULL;
+	if (s == RELAY_OK && !json_object_object_get_ex(opts, "endpoint", &endpoint))
 		s = default_endpoint(st, err);
 	if (s == RELAY_OK)
 		s = ssh_check(st, err);

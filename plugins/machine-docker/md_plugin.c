@@ -63,22 +63,7 @@ static void free_state(md_state *st)
 	pthread_mutex_destroy(&st->lock);
 	pthread_mutex_destroy(&st->ssh_lock);
 	pthread_mutex_destroy(&st->bake_lock);
-	pthread_cond_destroy(&st->cond);
 	free(st);
-}
-
-static void read_line(const char *path, char *out, size_t size)
-{
-	out[0] = '\0';
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	ssize_t n = read(fd, out, size - 1);
-	close(fd);
-	out[n > 0 ? n : 0] = '\0';
-	char *nl = strchr(out, '\n');
-	if (nl)
-		*nl = '\0';
 }
 
 static relay_status md_init(const relay_host *host, const char *config_json, unsigned flags,
@@ -92,7 +77,6 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_mutex_init(&st->ssh_lock, NULL);
 	pthread_mutex_init(&st->bake_lock, NULL);
-	pthread_cond_init(&st->cond, NULL);
 	relay_status s = RELAY_OK;
 	json_object *cfg = NULL;
 	if (flags) {
@@ -163,7 +147,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	         strcmp(un.machine, "aarch64") == 0
 	             ? "arm64"
 	             : (strcmp(un.machine, "x86_64") == 0 ? "x86_64" : un.machine));
-	read_line("/proc/sys/kernel/random/boot_id", st->boot_id, sizeof st->boot_id);
+	rk_read_line("/proc/sys/kernel/random/boot_id", st->boot_id, sizeof st->boot_id);
 	st->self_pid = getpid();
 	st->self_start = md_proc_start(st->self_pid);
 	snprintf(st->owner, sizeof st->owner, "%s:%d:%llu", st->boot_id, (int)st->self_pid, st->self_start);

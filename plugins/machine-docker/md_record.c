@@ -15,6 +15,7 @@
 
 #include "md.h"
 #include "md_lease.h"
+#include "relay_kit/lease_doc.h"
 
 bool md_valid_name(const char *s)
 {
@@ -98,16 +99,6 @@ bool md_owner_alive(md_state *st, json_object *rec)
 	return pid > 0 && md_proc_start(pid) == start;
 }
 
-static json_object *md_copy_of(json_object *obj, const char *key)
-{
-	json_object *v = NULL, *out = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) || v == NULL)
-		return NULL;
-	if (json_object_deep_copy(v, &out, NULL) != 0)
-		return NULL;
-	return out;
-}
-
 /* The name or id the container API knows the guest's container by: the vm
  * for a plain container, the task's container id for a Swarm service. */
 const char *md_container_of(json_object *rec)
@@ -125,33 +116,20 @@ bool md_is_service(json_object *rec)
 /* The lease md_document (relay/machine.h) of a record, with `state` as found. */
 json_object *md_document(md_state *st, json_object *rec, const char *state)
 {
-	json_object *doc = json_object_new_object();
-	json_object_object_add(doc, "vm", md_copy_of(rec, "vm"));
-	json_object_object_add(doc, "purpose", md_copy_of(rec, "purpose"));
-	json_object_object_add(doc, "image", md_copy_of(rec, "image"));
-	json_object_object_add(doc, "lease_id", md_copy_of(rec, "lease_id"));
-	json_object_object_add(doc, "state", json_object_new_string(state ? state : "unknown"));
-	json_object_object_add(doc, "expiresAtMs", md_copy_of(rec, "expiresAtMs"));
-	json_object_object_add(doc, "console", md_copy_of(rec, "console"));
-	json_object_object_add(doc, "display", md_copy_of(rec, "display"));
-	json_object_object_add(doc, "ssh", NULL);
+	json_object *doc = rk_lease_document(rec, state);
 	if (md_str(rec, "lost")) /* relay/machine.h 1.5: why the guest is lost */
-		json_object_object_add(doc, "lostReason", md_copy_of(rec, "lost"));
-	json_object *r = NULL;
-	json_object_deep_copy(rec, &r, NULL);
-	json_object_object_del(r, "consolePrivate"); /* the console's bookkeeping stays here */
-	json_object_object_add(doc, "record", r);
+		json_object_object_add(doc, "lostReason", rk_json_copy(rec, "lost"));
 	json_object *d = json_object_new_object();
 	json_object_object_add(d, "container",
 	                       json_object_new_string(md_container_of(rec) ? md_container_of(rec) : ""));
 	json_object_object_add(d, "mode",
 	                       json_object_new_string(md_is_service(rec) ? "service" : "container"));
-	json_object_object_add(d, "containerId", md_copy_of(rec, "containerId"));
-	json_object_object_add(d, "user", md_copy_of(rec, "user"));
+	json_object_object_add(d, "containerId", rk_json_copy(rec, "containerId"));
+	json_object_object_add(d, "user", rk_json_copy(rec, "user"));
 	json_object_object_add(d, "endpoint", json_object_new_string(st->endpoint));
-	json_object_object_add(d, "runtime", md_copy_of(rec, "runtime"));
-	json_object_object_add(d, "limitsNotApplied", md_copy_of(rec, "limitsNotApplied"));
-	json_object_object_add(d, "network", md_copy_of(rec, "network"));
+	json_object_object_add(d, "runtime", rk_json_copy(rec, "runtime"));
+	json_object_object_add(d, "limitsNotApplied", rk_json_copy(rec, "limitsNotApplied"));
+	json_object_object_add(d, "network", rk_json_copy(rec, "network"));
 	json_object_object_add(doc, "docker", d);
 	return doc;
 }

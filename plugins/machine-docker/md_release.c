@@ -467,44 +467,18 @@ void md_reap_once(md_state *st)
 	json_object_put(list);
 }
 
-static void *reaper_main(void *arg)
+static void reap_periodically(void *arg)
 {
-	md_state *st = arg;
-	pthread_mutex_lock(&st->lock);
-	while (!st->stopping) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		int64_t ns = (int64_t)ts.tv_nsec + (st->reaper_interval_ms % 1000) * 1000000;
-		ts.tv_sec += (time_t)(st->reaper_interval_ms / 1000) + (time_t)(ns / 1000000000);
-		ts.tv_nsec = (long)(ns % 1000000000);
-		pthread_cond_timedwait(&st->cond, &st->lock, &ts);
-		if (st->stopping)
-			break;
-		pthread_mutex_unlock(&st->lock);
-		md_reap_once(st);
-		md_swarm_watch(st); /* a guest lost with its node is seen within a beat */
-		pthread_mutex_lock(&st->lock);
-	}
-	pthread_mutex_unlock(&st->lock);
-	return NULL;
+	md_reap_once(arg);
+	md_swarm_watch(arg); /* a guest lost with its node is seen within a beat */
 }
 
 int md_reaper_start(md_state *st)
 {
-	int rc = pthread_create(&st->reaper, NULL, reaper_main, st);
-	if (rc == 0)
-		st->reaper_started = true;
-	return rc;
+	return rk_reaper_start(&st->reaper, st->reaper_interval_ms, reap_periodically, st);
 }
 
 void md_reaper_stop(md_state *st)
 {
-	if (!st->reaper_started)
-		return;
-	pthread_mutex_lock(&st->lock);
-	st->stopping = true;
-	pthread_cond_broadcast(&st->cond);
-	pthread_mutex_unlock(&st->lock);
-	pthread_join(st->reaper, NULL);
-	st->reaper_started = false;
+	rk_reaper_stop(&st->reaper);
 }

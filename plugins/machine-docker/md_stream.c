@@ -1,6 +1,6 @@
 /*
  * md_stream.c — the transport's long-lived stream (relay/transport.h,
- * RELAY_TRANSPORT_STREAM; guest.md §17): one attached exec through the
+ * RELAY_TRANSPORT_STREAM; spec/guest.md §17): one attached exec through the
  * exec API (POST /containers/{id}/exec with AttachStdin, then the hijacked
  * POST /exec/{id}/start), kept open. Bytes written go up the connection;
  * what comes down is demultiplexed (8-byte headers: stream, 0, 0, 0, size
@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "md.h"
+#include "relay_kit/stream.h"
 
 #define STREAM_OPEN_MS       30000
 #define STREAM_CLOSE_WAIT_MS 2000
@@ -34,16 +35,12 @@ relay_status md_tstream_open(md_state *st, md_conn *conn, const relay_exec_reque
                              unsigned flags, relay_transport_stream **out, relay_error *err)
 {
 	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_open flags 0x%x", flags);
 	relay_exec_request req;
-	memset(&req, 0, sizeof req);
-	if (req_in == NULL || req_in->struct_size < RELAY_EXEC_REQUEST_V1_0_SIZE)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a request");
-	memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
-	if (req.argv == NULL || req.argv[0] == NULL || (req.cwd && req.cwd[0] && req.cwd[0] != '/'))
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "stream_open needs argv and an absolute cwd");
+	relay_status checked = rk_stream_open_request(st->host, req_in, flags, &req, err);
+	if (checked != RELAY_OK)
+		return checked;
+	if (req.cwd && req.cwd[0] && req.cwd[0] != '/')
+		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs an absolute cwd");
 	exec_plan p = {.container = conn->container,
 	               .user = conn->user,
 	               .argv = req.argv,
@@ -71,12 +68,9 @@ relay_status md_tstream_write(md_state *st, relay_transport_stream *stream, cons
                               uint64_t timeout_ms, unsigned flags, relay_error *err)
 {
 	md_tstream *t = stream;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x",
-		              flags);
-	if (t == NULL || (data == NULL && len) || timeout_ms == 0)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "stream_write needs an open stream, data and a positive timeout");
+	relay_status s = rk_stream_write_check(st->host, t != NULL, data, len, timeout_ms, flags, err);
+	if (s != RELAY_OK)
+		return s;
 	int64_t deadline = md_monotonic_ms() + (int64_t)timeout_ms;
 	size_t off = 0;
 	while (off < len) {
@@ -89,9 +83,7 @@ relay_status md_tstream_write(md_state *st, relay_transport_stream *stream, cons
 			continue;
 		}
 		if (md_monotonic_ms() >= deadline)
-			return md_err(st, err, RELAY_E_TIMEOUT, ETIMEDOUT,
-			              "the exec stream did not take %zu bytes within %llu ms", len,
-			              (unsigned long long)timeout_ms);
+			return rk_stream_write_timeout(st->host, "the exec stream", len, timeout_ms, err);
 		md_stream_wait(t->s, true, 50);
 	}
 	return RELAY_OK;
@@ -150,13 +142,9 @@ relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void 
 {
 	md_tstream *t = stream;
 	*got_out = 0;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_read flags 0x%x", flags);
-	if (t == NULL || buf == NULL || cap == 0)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "stream_read needs an open stream and a buffer");
-	if (t->eof)
-		return RELAY_OK;
+	relay_status s = rk_stream_read_check(st->host, t != NULL, buf, cap, flags, err);
+	if (s != RELAY_OK || t->eof)
+		return s;
 	int64_t deadline = md_monotonic_ms() + (int64_t)timeout_ms;
 	for (;;) {
 		/* Never more than fits: a frame's payload goes to `buf` whole,
@@ -181,9 +169,7 @@ relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void 
 		}
 		int64_t left = deadline - md_monotonic_ms();
 		if (left <= 0)
-			return md_err(st, err, RELAY_E_TIMEOUT, ETIMEDOUT,
-			              "nothing arrived on the stream within %llu ms",
-			              (unsigned long long)timeout_ms);
+			return rk_stream_read_timeout(st->host, timeout_ms, err);
 		if (md_stream_wait(t->s, false, (int)(left < 1000 ? left : 1000)) < 0)
 			return md_err(st, err, RELAY_E_INDETERMINATE, errno,
 			              "the exec stream broke while waiting");

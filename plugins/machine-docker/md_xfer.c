@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "md.h"
+#include "relay_kit/dir.h"
 #include "relay_support/tree.h"
 #include "relay_support/utf8_locale.h"
 
@@ -159,40 +160,13 @@ static relay_status add_tree(tar_out *t, int dir_fd, const char *prefix, int dep
 		return md_err(t->st, err, RELAY_E_TOO_LARGE, 0, "the pushed tree is deeper than 256 folders");
 	if (t->call && t->st->host->call_cancelled(t->call))
 		return md_err(t->st, err, RELAY_E_CANCELLED, 0, "cancelled");
-	DIR *d = fdopendir(dup(dir_fd));
-	if (d == NULL)
-		return md_err(t->st, err, RELAY_E_IO, errno, "cannot list %s",
-		              prefix[0] ? prefix : "the tree");
 	/* Sorted, so the archive is the same for the same tree. */
-	char **names = NULL;
-	size_t count = 0, cap = 0;
+	size_t count = 0;
+	char **names = rk_dir_names_sorted(dir_fd, &count);
+	if (names == NULL)
+		return md_err(t->st, err, errno == ENOMEM ? RELAY_E_NO_MEMORY : RELAY_E_IO, errno,
+		              "cannot list %s", prefix[0] ? prefix : "the tree");
 	relay_status s = RELAY_OK;
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (count == cap) {
-			cap = cap ? cap * 2 : 64;
-			char **p = realloc(names, cap * sizeof *p);
-			if (p == NULL) {
-				s = md_err(t->st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-				goto done;
-			}
-			names = p;
-		}
-		names[count] = strdup(de->d_name);
-		if (names[count] == NULL) {
-			s = md_err(t->st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-			goto done;
-		}
-		count++;
-	}
-	for (size_t i = 1; i < count; i++)
-		for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
-			char *x = names[j];
-			names[j] = names[j - 1];
-			names[j - 1] = x;
-		}
 	for (size_t i = 0; i < count && s == RELAY_OK; i++) {
 		char rel[PATH_MAX];
 		if (snprintf(rel, sizeof rel, "%s%s%s", prefix, prefix[0] ? "/" : "", names[i]) >=
@@ -221,11 +195,7 @@ static relay_status add_tree(tar_out *t, int dir_fd, const char *prefix, int dep
 			           S_ISLNK(sb.st_mode) ? "a symbolic link" : "a special file");
 		}
 	}
-done:
-	for (size_t i = 0; i < count; i++)
-		free(names[i]);
-	free(names);
-	closedir(d);
+	rk_dir_names_free(names, count);
 	return s;
 }
 

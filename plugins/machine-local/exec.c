@@ -9,7 +9,7 @@
  * the whole group and tells whether anything of it survived.
  *
  * What the command leaves running when it exits on its own keeps running
- * (guest.md §16.1 item 7): its output is read for 250 ms more, then a
+ * (spec/guest.md §16.1 item 7): its output is read for 250 ms more, then a
  * detached thread drains what still holds the pipes, so a survivor never
  * blocks on a full pipe nor dies of SIGPIPE.
  */

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_kit/lease_doc.h"
 
 char *lease_dir_of(local_state *st, const char *vm)
 {
@@ -134,26 +135,9 @@ void lease_set_owner(local_state *st, json_object *record)
 	json_object_object_add(record, "owner", owner);
 }
 
-static json_object *copy_or_null(json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	if (obj == NULL || !json_object_object_get_ex(obj, key, &v) || v == NULL)
-		return NULL;
-	json_object *out = NULL;
-	if (json_object_deep_copy(v, &out, NULL) != 0)
-		return NULL;
-	return out;
-}
-
 json_object *lease_document(local_state *st, json_object *record)
 {
 	(void)st;
-	json_object *doc = json_object_new_object();
-	json_object_object_add(doc, "vm", copy_or_null(record, "vm"));
-	json_object_object_add(doc, "purpose", copy_or_null(record, "purpose"));
-	json_object_object_add(doc, "image", copy_or_null(record, "image"));
-	json_object_object_add(doc, "lease_id", copy_or_null(record, "lease_id"));
-
 	const char *state = lu_get_string(record, "state");
 	json_object *pids = lu_get_object(record, "pids");
 	json_object *init = lu_get_object(pids, "init");
@@ -161,40 +145,30 @@ json_object *lease_document(local_state *st, json_object *record)
 	unsigned long long init_start = (unsigned long long)lu_get_int(init, "startTime", 0);
 	if (state && strcmp(state, "running") == 0 && !lu_proc_alive(init_pid, init_start))
 		state = "failed";
-	json_object_object_add(doc, "state", json_object_new_string(state ? state : "unknown"));
-	json_object_object_add(doc, "expiresAtMs", copy_or_null(record, "expiresAtMs"));
-	json_object_object_add(doc, "console", copy_or_null(record, "console"));
-	json_object_object_add(doc, "display", copy_or_null(record, "display"));
-	json_object_object_add(doc, "ssh", NULL);
-	json_object *rec_copy = NULL;
-	json_object_deep_copy(record, &rec_copy, NULL);
-	/* The console's private bookkeeping never leaves the plugin. */
-	if (rec_copy)
-		json_object_object_del(rec_copy, "consolePrivate");
-	json_object_object_add(doc, "record", rec_copy);
+	json_object *doc = rk_lease_document(record, state);
 
 	json_object *local = json_object_new_object();
 	json_object *paths = lu_get_object(record, "paths");
-	json_object_object_add(local, "leaseDir", copy_or_null(paths, "leaseDir"));
+	json_object_object_add(local, "leaseDir", rk_json_copy(paths, "leaseDir"));
 	json_object_object_add(local, "initPid", json_object_new_int64(init_pid));
 	json_object_object_add(local, "initStartTime", json_object_new_int64((int64_t)init_start));
-	json_object_object_add(local, "upper", copy_or_null(paths, "upper"));
-	json_object_object_add(local, "work", copy_or_null(paths, "work"));
-	json_object_object_add(local, "lower", copy_or_null(paths, "lower"));
+	json_object_object_add(local, "upper", rk_json_copy(paths, "upper"));
+	json_object_object_add(local, "work", rk_json_copy(paths, "work"));
+	json_object_object_add(local, "lower", rk_json_copy(paths, "lower"));
 	char merged[64];
 	snprintf(merged, sizeof merged, "/proc/%d/root", (int)init_pid);
 	json_object_object_add(local, "merged", json_object_new_string(merged));
-	json_object_object_add(local, "mountPoint", copy_or_null(paths, "merged"));
-	json_object_object_add(local, "display", copy_or_null(record, "display"));
-	json_object_object_add(local, "cgroup", copy_or_null(paths, "cgroup"));
-	json_object_object_add(local, "network", copy_or_null(record, "network"));
-	json_object_object_add(local, "guestUser", copy_or_null(record, "guestUser"));
-	json_object_object_add(local, "bounds", copy_or_null(record, "bounds"));
-	json_object_object_add(local, "cgroupsV1", copy_or_null(paths, "cgroupsV1"));
-	json_object_object_add(local, "namespaces", copy_or_null(record, "namespaces"));
-	json_object_object_add(local, "pids", copy_or_null(record, "pids"));
-	json_object_object_add(local, "graceMs", copy_or_null(record, "graceMs"));
-	json_object_object_add(local, "deadlineMs", copy_or_null(record, "deadlineMs"));
+	json_object_object_add(local, "mountPoint", rk_json_copy(paths, "merged"));
+	json_object_object_add(local, "display", rk_json_copy(record, "display"));
+	json_object_object_add(local, "cgroup", rk_json_copy(paths, "cgroup"));
+	json_object_object_add(local, "network", rk_json_copy(record, "network"));
+	json_object_object_add(local, "guestUser", rk_json_copy(record, "guestUser"));
+	json_object_object_add(local, "bounds", rk_json_copy(record, "bounds"));
+	json_object_object_add(local, "cgroupsV1", rk_json_copy(paths, "cgroupsV1"));
+	json_object_object_add(local, "namespaces", rk_json_copy(record, "namespaces"));
+	json_object_object_add(local, "pids", rk_json_copy(record, "pids"));
+	json_object_object_add(local, "graceMs", rk_json_copy(record, "graceMs"));
+	json_object_object_add(local, "deadlineMs", rk_json_copy(record, "deadlineMs"));
 	json_object_object_add(doc, "local", local);
 	return doc;
 }

@@ -24,7 +24,8 @@
  *                xfer_facts.c, xfer_paths.c, xfer_send.c, xfer_receive.c
  *                share xfer_int.h
  *   inventory.c  images, catalog, doctor, health
- *   console.c    x11vnc console passthrough
+ *   console.c    x11vnc console passthrough: the backend of the kit's
+ *                console (relay_kit/console.h)
  *   reaper.c     the background reaper and the scan at start
  */
 #ifndef MACHINE_LOCAL_LOCAL_H
@@ -42,6 +43,13 @@
 #include "relay/machine.h"
 #include "relay/plugin.h"
 #include "relay/transport.h"
+#include "relay_kit/clock.h"
+#include "relay_kit/durable.h"
+#include "relay_kit/proc.h"
+#include "relay_kit/random.h"
+#include "relay_kit/reaper.h"
+#include "relay_kit/text.h"
+#include "relay_support/json_get.h"
 
 #define LOCAL_PLUGIN_NAME    "machine-local"
 #define LOCAL_PLUGIN_VERSION "0.1.0"
@@ -125,12 +133,8 @@ typedef struct local_state {
 	unsigned long long self_start;
 	int init_memfd; /* the embedded guest init program, sealed (lent to launchers as fd 9) */
 
-	/* reaper (guarded by lock) */
+	rk_reaper reaper; /* the kit's loop over reaper_scan */
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	pthread_t reaper;
-	bool reaper_started;
-	bool stopping;
 	/* guest names being acquired right now (guarded by lock) */
 	char *reserved[256];
 	size_t reserved_count;
@@ -140,20 +144,23 @@ typedef struct local_state {
 
 relay_status lu_err(local_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* snprintf for messages and paths whose truncation is acceptable. */
-void lu_textf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-char *lu_json_out(local_state *st, json_object *obj); /* host-allocated text; NULL on failure */
-/* The typed getters of relay_support/json_get.h (rsj_get_*) under
- * machine-local's names, with a fallback for an absent or mistyped member. */
-const char *lu_get_string(json_object *obj, const char *key);
-int64_t lu_get_int(json_object *obj, const char *key, int64_t fallback);
-bool lu_get_bool(json_object *obj, const char *key, bool fallback);
-json_object *lu_get_object(json_object *obj, const char *key);
-void lu_random_hex(local_state *st, char *out, size_t hex_digits);
-int64_t lu_monotonic_ms(void);
-void lu_sleep_ms(int64_t ms);
-/* Durable write: temp file, fsync, rename, fsync of the folder. 0 or errno. */
-int lu_write_durable(const char *path, const void *data, size_t len, mode_t mode, bool sync);
+/* The kit's text (relay_kit/text.h) and the typed getters of
+ * relay_support/json_get.h (rsj_get_*) under machine-local's names, with a
+ * fallback for an absent or mistyped member. */
+#define lu_textf                        rk_textf
+#define lu_json_out(st, obj)            rk_json_text((st)->host, (obj))
+#define lu_get_string(obj, key)         rsj_get_str((obj), (key))
+#define lu_get_int(obj, key, fallback)  rsj_int_or((obj), (key), (fallback))
+#define lu_get_bool(obj, key, fallback) rsj_bool_or((obj), (key), (fallback))
+#define lu_get_object(obj, key)         rsj_get_obj((obj), (key))
+/* The plugin kit's clock, random hex, durable write and processes
+ * (support/kit/relay_kit/) under machine-local's names. */
+#define lu_random_hex(st, out, hex_digits) rk_random_hex((st)->host, (out), (hex_digits))
+#define lu_monotonic_ms()                  rk_monotonic_ms()
+#define lu_sleep_ms(ms)                    rk_sleep_ms(ms)
+/* Durable write: temp file, (fsync,) rename, (fsync of the folder). 0 or errno. */
+#define lu_write_durable(path, data, len, mode, sync)                                                        \
+	rk_write_durable((path), (data), (len), (mode), (sync) ? RK_DURABLE_SYNC : 0)
 int lu_write_json_durable(const char *path, json_object *obj, bool sync);
 json_object *lu_read_json(const char *path, size_t max_bytes, int *errno_out);
 /* rs_remove_tree and rs_mkdir_p (relay_support/tree.h) returning 0 or errno:
@@ -161,15 +168,15 @@ json_object *lu_read_json(const char *path, size_t max_bytes, int *errno_out);
 int lu_remove_tree(const char *path);
 int lu_mkdir_p(const char *path, mode_t mode);
 /* The first line of a small file, without its newline ("" when unreadable). */
-void lu_read_line(const char *path, char *out, size_t size);
+#define lu_read_line(path, out, size) rk_read_line((path), (out), (size))
 /* At most `max` bytes of a file, NUL-terminated (malloc'd), or NULL. */
 char *lu_read_small(const char *path, size_t max, size_t *len_out);
 /* <tree>/<rel> ("/<rel>" for the tree "/"), cut to `size`. */
 void lu_tree_path(char *out, size_t size, const char *tree, const char *rel);
 /* Start time of a process (field 22 of /proc/<pid>/stat), 0 when gone. */
-unsigned long long lu_proc_start(pid_t pid);
+#define lu_proc_start(pid) rk_proc_start(pid)
 /* 1 when pid is alive (not a zombie) and started at `start`. */
-bool lu_proc_alive(pid_t pid, unsigned long long start);
+#define lu_proc_alive(pid, start) rk_proc_alive((pid), (start))
 /* pidfd of pid verified to have started at `start`, or -1. */
 int lu_pidfd_checked(pid_t pid, unsigned long long start);
 /* Inode of /proc/<pid>/ns/<name>, 0 when unreadable. */
@@ -415,17 +422,6 @@ relay_status console_op(local_state *st, const char *lease_json, const char *op,
                         relay_call *call, char **response_out, relay_error *err);
 /* Stops whatever console attempt runs (release). */
 void console_stop_all(local_state *st, json_object *record);
-
-/* console_web.c: the browser live view (MCP_RELAY_VNC_VIEWER=browser). */
-bool console_web_control(void);
-json_object *console_web_take_overs(json_object *record, const char *attempt_id);
-/* Starts the bridge as the attempt's viewer and sets the attempt's state
- * (launched, or failed with x11vnc `vnc_pid` stopped). x11vnc accepts input
- * only when console_web_control(): the bridge holds it back until the
- * person takes control. */
-relay_status console_web_open(local_state *st, json_object *record, const char *attempt_id,
-                              json_object *attempt, pid_t init_pid, const char *password, pid_t vnc_pid,
-                              int log_fd, relay_error *err);
 
 /* ---- options.c, machine_ops.c ------------------------------------------------- */
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_kit/lease_doc.h"
 
 static relay_status text_out(local_state *st, json_object *obj, char **out, relay_error *err)
 {
@@ -73,12 +74,9 @@ static relay_status m_renew(relay_plugin_state *state, const char *lease_json, u
 		s = lu_err(st, err, RELAY_E_NOT_FOUND, e, "machine-local no longer holds lease %s", vm);
 		goto done;
 	}
-	const char *state_text = lu_get_string(rec, "state");
-	if (state_text == NULL || strcmp(state_text, "running") != 0) {
-		s = lu_err(st, err, RELAY_E_REFUSED, 0, "%s is %s; renewal cannot cancel committed teardown",
-		           vm, state_text ? state_text : "in an unknown state");
+	s = rk_lease_check_renewable(st->host, rec, err);
+	if (s != RELAY_OK)
 		goto done;
-	}
 	int pidfd = sandbox_init_pidfd(rec);
 	if (pidfd < 0) {
 		s = lu_err(st, err, RELAY_E_REFUSED, 0,
@@ -88,13 +86,7 @@ static relay_status m_renew(relay_plugin_state *state, const char *lease_json, u
 	}
 	close(pidfd);
 	int64_t now = st->host->now_ms();
-	int64_t expires =
-	    now + (int64_t)(ttl_ms > (uint64_t)INT64_MAX / 2 ? (uint64_t)INT64_MAX / 2 : ttl_ms);
-	int64_t deadline = lu_get_int(rec, "deadlineMs", 0);
-	if (deadline > 0 && expires > deadline)
-		expires = deadline;
-	json_object_object_add(rec, "expiresAtMs", json_object_new_int64(expires));
-	json_object_object_add(rec, "renewedAtMs", json_object_new_int64(now));
+	rk_lease_renew_record(rec, now, ttl_ms);
 	lease_set_owner(st, rec); /* a restarted relay takes the lease back here */
 	e = lease_write(st, rec, true);
 	if (e == 0)

@@ -2,7 +2,8 @@
  * options.c — machine-local's options and their defaults (docs/machine-local.md,
  * Options).
  *
- * Options (config "options", every key optional; unknown keys are refused):
+ * Options (config "options", every key optional; read through the kit's
+ * table, relay_kit/options.h, which refuses unknown keys):
  *   "images":           {"<key>": "/absolute/base/tree", ...}  extra images;
  *                       "local" (the host root, read-only) always exists
  *   "maxGuests":        1..64, default 8
@@ -31,6 +32,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_kit/options.h"
 
 static bool valid_image_key(const char *key)
 {
@@ -135,151 +137,131 @@ static bool valid_tree_path(const char *path)
 	return path && path[0] == '/' && strpbrk(path, ",:\\\n") == NULL && strlen(path) < 1024;
 }
 
-relay_status options_parse(local_state *st, json_object *opts, relay_error *err)
+static relay_status opt_images(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
 {
-	if (opts == NULL)
-		return RELAY_OK;
-	if (!json_object_is_type(opts, json_type_object))
+	(void)opt;
+	local_state *st = spec->ctx;
+	if (!json_object_is_type(v, json_type_object))
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "machine-local options must be a JSON object");
-	json_object_object_foreach(opts, key, v)
+		              "options.images must map image keys to absolute tree folders");
+	json_object_object_foreach(v, ik, iv)
 	{
-		if (strcmp(key, "images") == 0) {
-			if (!json_object_is_type(v, json_type_object))
-				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.images must map image keys to absolute tree folders");
-			json_object_object_foreach(v, ik, iv)
-			{
-				const char *tree = json_object_is_type(iv, json_type_string)
-				                       ? json_object_get_string(iv)
-				                       : NULL;
-				if (!valid_image_key(ik) || strcmp(ik, "local") == 0)
-					return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					              "options.images: %s is not a valid image key (A-Z, "
-					              "a-z, 0-9, ., _, -; "
-					              "\"local\" is reserved for the host root)",
-					              ik);
-				if (!valid_tree_path(tree))
-					return lu_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.images.%s must be an absolute folder without ',' or ':'",
-					    ik);
-				if (st->image_count >= LOCAL_MAX_IMAGES)
-					return lu_err(st, err, RELAY_E_TOO_LARGE, 0,
-					              "options.images: at most %d images",
-					              LOCAL_MAX_IMAGES - 1);
-				st->images[st->image_count].key = strdup(ik);
-				st->images[st->image_count].tree = strdup(tree);
-				st->image_count++;
-			}
-		} else if (strcmp(key, "maxGuests") == 0) {
-			int64_t n = json_object_get_int64(v);
-			if (!json_object_is_type(v, json_type_int) || n < 1 || n > 64)
-				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.maxGuests must be 1 to 64");
-			st->max_guests = (int)n;
-		} else if (strcmp(key, "graceMs") == 0 || strcmp(key, "backstopMs") == 0 ||
-		           strcmp(key, "reaperIntervalMs") == 0) {
-			int64_t n = json_object_get_int64(v);
-			if (!json_object_is_type(v, json_type_int) || n < 0 || n > 30LL * 24 * 3600 * 1000 ||
-			    (strcmp(key, "reaperIntervalMs") == 0 && n < 100))
-				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.%s must be a whole number of milliseconds "
-				              "(reaperIntervalMs >= 100)",
-				              key);
-			if (strcmp(key, "graceMs") == 0)
-				st->grace_ms = n;
-			else if (strcmp(key, "backstopMs") == 0)
-				st->backstop_ms = n;
-			else
-				st->reaper_interval_ms = n;
-		} else if (strcmp(key, "networkHelper") == 0) {
-			const char *h = json_object_get_string(v);
-			if (!json_object_is_type(v, json_type_string) ||
-			    (strcmp(h, "auto") && strcmp(h, "slirp4netns") && strcmp(h, "pasta") &&
-			     strcmp(h, "none")))
-				return lu_err(
-				    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				    "options.networkHelper must be auto, slirp4netns, pasta or none");
-			snprintf(st->helper_choice, sizeof st->helper_choice, "%s", h);
-		} else if (strcmp(key, "display") == 0) {
-			const char *d = json_object_get_string(v);
-			if (!json_object_is_type(v, json_type_string) ||
-			    (strcmp(d, "auto") && strcmp(d, "off")))
-				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.display must be auto or off");
-			st->display_enabled = strcmp(d, "auto") == 0;
-		} else if (strcmp(key, "screen") == 0) {
-			const char *s = json_object_get_string(v);
-			unsigned w = 0, h = 0, d = 0;
-			char tail = 0;
-			if (!json_object_is_type(v, json_type_string) ||
-			    sscanf(s, "%ux%ux%u%c", &w, &h, &d, &tail) != 3 || w < 64 || h < 64 || w > 8192 ||
-			    h > 8192 || (d != 24 && d != 32 && d != 16))
-				return lu_err(
-				    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				    "options.screen must look like 1280x800x24 (depth 16, 24 or 32)");
-			snprintf(st->screen, sizeof st->screen, "%ux%ux%u", w, h, d);
-		} else if (strcmp(key, "guestUser") == 0) {
-			relay_status s = parse_user(st, v, err);
-			if (s != RELAY_OK)
-				return s;
-		} else if (strcmp(key, "limits") == 0) {
-			if (!json_object_is_type(v, json_type_object))
-				return lu_err(
-				    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				    "options.limits must be {\"memoryBytes\", \"pids\", \"cpuPercent\"}");
-			json_object_object_foreach(v, lk, lv)
-			{
-				int64_t n = json_object_get_int64(lv);
-				if (!json_object_is_type(lv, json_type_int) || n < 0)
-					return lu_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.limits.%s must be a whole number (0 = no limit)", lk);
-				if (strcmp(lk, "memoryBytes") == 0)
-					st->limit_memory_bytes = n;
-				else if (strcmp(lk, "pids") == 0)
-					st->limit_pids = n;
-				else if (strcmp(lk, "cpuPercent") == 0 && n <= 100000)
-					st->limit_cpu_percent = (int)n;
-				else
-					return lu_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.limits.%s is unknown (memoryBytes, pids, cpuPercent)",
-					    lk);
-			}
-		} else if (strcmp(key, "rootless") == 0) {
-			relay_status r = parse_rootless(st, v, err);
-			if (r != RELAY_OK)
-				return r;
-		} else if (strcmp(key, "bounds") == 0) {
-			relay_status s = parse_bounds(st, v, err);
-			if (s != RELAY_OK)
-				return s;
-		} else if (strcmp(key, "mask") == 0) {
-			if (!json_object_is_type(v, json_type_array))
-				return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-				              "options.mask must be an array of absolute paths");
-			for (size_t i = 0; i < json_object_array_length(v); i++) {
-				const char *p = json_object_get_string(json_object_array_get_idx(v, i));
-				if (p == NULL || p[0] != '/' || strstr(p, "..") ||
-				    st->mask_count >= LOCAL_MAX_MASKS)
-					return lu_err(
-					    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-					    "options.mask: at most %d absolute paths without \"..\"",
-					    LOCAL_MAX_MASKS);
-				st->masks[st->mask_count++] = strdup(p);
-			}
-		} else {
-			return lu_err(
-			    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-			    "unknown machine-local option %s (known: images, maxGuests, graceMs, backstopMs, "
-			    "reaperIntervalMs, networkHelper, display, screen, guestUser, limits, bounds, "
-			    "mask, rootless)",
-			    key);
-		}
+		const char *tree =
+		    json_object_is_type(iv, json_type_string) ? json_object_get_string(iv) : NULL;
+		if (!valid_image_key(ik) || strcmp(ik, "local") == 0)
+			return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.images: %s is not a valid image key (A-Z, a-z, 0-9, ., _, -; "
+			              "\"local\" is reserved for the host root)",
+			              ik);
+		if (!valid_tree_path(tree))
+			return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.images.%s must be an absolute folder without ',' or ':'", ik);
+		if (st->image_count >= LOCAL_MAX_IMAGES)
+			return lu_err(st, err, RELAY_E_TOO_LARGE, 0, "options.images: at most %d images",
+			              LOCAL_MAX_IMAGES - 1);
+		st->images[st->image_count].key = strdup(ik);
+		st->images[st->image_count].tree = strdup(tree);
+		st->image_count++;
 	}
 	return RELAY_OK;
+}
+
+static relay_status opt_network_helper(const rk_options *spec, const rk_option *opt, json_object *v,
+                                       relay_error *err)
+{
+	local_state *st = spec->ctx;
+	static const char *const helpers[] = {"auto", "slirp4netns", "pasta", "none", NULL};
+	int i = 0;
+	relay_status s = rk_option_choice(spec, opt->key, v, helpers, &i, err);
+	if (s == RELAY_OK)
+		snprintf(st->helper_choice, sizeof st->helper_choice, "%s", helpers[i]);
+	return s;
+}
+
+static relay_status opt_guest_user(const rk_options *spec, const rk_option *opt, json_object *v,
+                                   relay_error *err)
+{
+	(void)opt;
+	return parse_user(spec->ctx, v, err);
+}
+
+static relay_status opt_limits(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+{
+	(void)opt;
+	local_state *st = spec->ctx;
+	if (!json_object_is_type(v, json_type_object))
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.limits must be {\"memoryBytes\", \"pids\", \"cpuPercent\"}");
+	json_object_object_foreach(v, lk, lv)
+	{
+		int64_t n = json_object_get_int64(lv);
+		if (!json_object_is_type(lv, json_type_int) || n < 0)
+			return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.limits.%s must be a whole number (0 = no limit)", lk);
+		if (strcmp(lk, "memoryBytes") == 0)
+			st->limit_memory_bytes = n;
+		else if (strcmp(lk, "pids") == 0)
+			st->limit_pids = n;
+		else if (strcmp(lk, "cpuPercent") == 0 && n <= 100000)
+			st->limit_cpu_percent = (int)n;
+		else
+			return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.limits.%s is unknown (memoryBytes, pids, cpuPercent)", lk);
+	}
+	return RELAY_OK;
+}
+
+static relay_status opt_rootless(const rk_options *spec, const rk_option *opt, json_object *v,
+                                 relay_error *err)
+{
+	(void)opt;
+	return parse_rootless(spec->ctx, v, err);
+}
+
+static relay_status opt_bounds(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+{
+	(void)opt;
+	return parse_bounds(spec->ctx, v, err);
+}
+
+static relay_status opt_mask(const rk_options *spec, const rk_option *opt, json_object *v, relay_error *err)
+{
+	(void)opt;
+	local_state *st = spec->ctx;
+	if (!json_object_is_type(v, json_type_array))
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "options.mask must be an array of absolute paths");
+	for (size_t i = 0; i < json_object_array_length(v); i++) {
+		const char *p = json_object_get_string(json_object_array_get_idx(v, i));
+		if (p == NULL || p[0] != '/' || strstr(p, "..") || st->mask_count >= LOCAL_MAX_MASKS)
+			return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+			              "options.mask: at most %d absolute paths without \"..\"",
+			              LOCAL_MAX_MASKS);
+		st->masks[st->mask_count++] = strdup(p);
+	}
+	return RELAY_OK;
+}
+
+relay_status options_parse(local_state *st, json_object *opts, relay_error *err)
+{
+	int64_t max_guests = st->max_guests;
+	const rk_option table[] = {
+	    {"images", opt_images, 0, 0, NULL},
+	    {"maxGuests", NULL, 1, 64, &max_guests},
+	    RK_OPTIONS_LEASE_TIMES(&st->grace_ms, &st->backstop_ms, &st->reaper_interval_ms),
+	    {"networkHelper", opt_network_helper, 0, 0, NULL},
+	    RK_OPTIONS_DISPLAY(&st->display_enabled, st->screen),
+	    {"guestUser", opt_guest_user, 0, 0, NULL},
+	    {"limits", opt_limits, 0, 0, NULL},
+	    {"bounds", opt_bounds, 0, 0, NULL},
+	    {"mask", opt_mask, 0, 0, NULL},
+	    {"rootless", opt_rootless, 0, 0, NULL},
+	};
+	const rk_options spec = {st->host, LOCAL_PLUGIN_NAME, NULL, table, sizeof table / sizeof table[0],
+	                         st};
+	relay_status s = rk_options_parse(&spec, opts, err);
+	st->max_guests = (int)max_guests;
+	return s;
 }
 
 void options_defaults(local_state *st)

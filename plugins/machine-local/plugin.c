@@ -142,7 +142,6 @@ static void free_state(local_state *st)
 	if (st->init_memfd >= 0)
 		close(st->init_memfd);
 	pthread_mutex_destroy(&st->lock);
-	pthread_cond_destroy(&st->cond);
 	free(st);
 }
 
@@ -156,7 +155,6 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 	st->host = host;
 	st->init_memfd = -1;
 	pthread_mutex_init(&st->lock, NULL);
-	pthread_cond_init(&st->cond, NULL);
 	relay_status status = RELAY_OK;
 	json_object *cfg = NULL;
 	if (flags != 0) {

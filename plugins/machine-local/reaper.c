@@ -1,8 +1,9 @@
 /*
  * reaper.c — machine-local's reaper.
  *
- * A background thread (every options.reaperIntervalMs, 2 s by default) and
- * one scan when the plugin starts look at every lease record in the store.
+ * A background thread (the kit's loop, relay_kit/reaper.h, every
+ * options.reaperIntervalMs, 2 s by default) and one scan when the plugin
+ * starts look at every lease record in the store.
  * A lease is destroyed when
  *   - its TTL and grace have run out (now > expiresAtMs + graceMs) and its
  *     owner is this relay or a relay that is no longer running; or
@@ -127,43 +128,17 @@ void reaper_scan(local_state *st, bool at_start)
 	uids_reconcile(st);
 }
 
-static void *reaper_main(void *arg)
+static void scan_periodically(void *arg)
 {
-	local_state *st = arg;
-	pthread_mutex_lock(&st->lock);
-	while (!st->stopping) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		int64_t ns = (int64_t)ts.tv_nsec + (st->reaper_interval_ms % 1000) * 1000000;
-		ts.tv_sec += (time_t)(st->reaper_interval_ms / 1000) + (time_t)(ns / 1000000000);
-		ts.tv_nsec = (long)(ns % 1000000000);
-		pthread_cond_timedwait(&st->cond, &st->lock, &ts);
-		if (st->stopping)
-			break;
-		pthread_mutex_unlock(&st->lock);
-		reaper_scan(st, false);
-		pthread_mutex_lock(&st->lock);
-	}
-	pthread_mutex_unlock(&st->lock);
-	return NULL;
+	reaper_scan(arg, false);
 }
 
 int reaper_start(local_state *st)
 {
-	int rc = pthread_create(&st->reaper, NULL, reaper_main, st);
-	if (rc == 0)
-		st->reaper_started = true;
-	return rc;
+	return rk_reaper_start(&st->reaper, st->reaper_interval_ms, scan_periodically, st);
 }
 
 void reaper_stop(local_state *st)
 {
-	if (!st->reaper_started)
-		return;
-	pthread_mutex_lock(&st->lock);
-	st->stopping = true;
-	pthread_cond_broadcast(&st->cond);
-	pthread_mutex_unlock(&st->lock);
-	pthread_join(st->reaper, NULL);
-	st->reaper_started = false;
+	rk_reaper_stop(&st->reaper);
 }

@@ -1,6 +1,6 @@
 /*
  * stream.c — the transport's long-lived stream (relay/transport.h,
- * RELAY_TRANSPORT_STREAM; guest.md §17): one guest command started by the
+ * RELAY_TRANSPORT_STREAM; spec/guest.md §17): one guest command started by the
  * guest init (ctl.c) as the guest user, in a session and process group of
  * its own, with a pipe we write as its standard input and a pipe we read as
  * its standard output; its standard error is /dev/null. The control
@@ -16,6 +16,7 @@
 
 #include "local.h"
 #include "local_proto.h"
+#include "relay_kit/stream.h"
 #include "relay_support/fdstream.h"
 
 #define STREAM_CLOSE_WAIT_MS 2000
@@ -43,15 +44,10 @@ relay_status stream_open(local_state *st, local_conn *conn, const relay_exec_req
 {
 	(void)call;
 	*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_open flags 0x%x", flags);
 	relay_exec_request req;
-	memset(&req, 0, sizeof req);
-	if (req_in == NULL || req_in->struct_size < RELAY_EXEC_REQUEST_V1_0_SIZE)
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a request");
-	memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
-	if (req.argv == NULL || req.argv[0] == NULL || req.argv[0][0] == '\0')
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a non-empty argv");
+	relay_status checked = rk_stream_open_request(st->host, req_in, flags, &req, err);
+	if (checked != RELAY_OK)
+		return checked;
 	local_stream *s = calloc(1, sizeof *s);
 	int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1};
 	char **env = NULL;
@@ -121,20 +117,11 @@ relay_status stream_write(local_state *st, relay_transport_stream *stream, const
                           uint64_t timeout_ms, unsigned flags, relay_error *err)
 {
 	local_stream *s = stream;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x",
-		              flags);
-	if (s == NULL || s->in_fd < 0 || (data == NULL && len) || timeout_ms == 0)
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "stream_write needs an open stream, data and a positive timeout");
-	if (rs_fd_write_all(s->in_fd, data, len, (int64_t)timeout_ms) == 0)
-		return RELAY_OK;
-	if (errno == ETIMEDOUT)
-		return lu_err(st, err, RELAY_E_TIMEOUT, errno,
-		              "the guest command did not take %zu bytes within %llu ms", len,
-		              (unsigned long long)timeout_ms);
-	return lu_err(st, err, RELAY_E_INDETERMINATE, errno, "the guest command's standard input broke: %s",
-	              strerror(errno));
+	relay_status status =
+	    rk_stream_write_check(st->host, s && s->in_fd >= 0, data, len, timeout_ms, flags, err);
+	return status != RELAY_OK
+	           ? status
+	           : rk_stream_fd_write(st->host, s->in_fd, data, len, timeout_ms, "the guest command", err);
 }
 
 relay_status stream_read(local_state *st, relay_transport_stream *stream, void *buf, size_t cap,
@@ -142,21 +129,10 @@ relay_status stream_read(local_state *st, relay_transport_stream *stream, void *
 {
 	local_stream *s = stream;
 	*got_out = 0;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_read flags 0x%x", flags);
-	if (s == NULL || buf == NULL || cap == 0)
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "stream_read needs an open stream and a buffer");
-	ssize_t n = rs_fd_read_wait(s->out_fd, buf, cap, (int64_t)timeout_ms);
-	if (n >= 0) {
-		*got_out = (size_t)n;
-		return RELAY_OK;
-	}
-	if (errno == ETIMEDOUT)
-		return lu_err(st, err, RELAY_E_TIMEOUT, errno, "nothing arrived on the stream within %llu ms",
-		              (unsigned long long)timeout_ms);
-	return lu_err(st, err, RELAY_E_INDETERMINATE, errno, "the guest command's standard output broke: %s",
-	              strerror(errno));
+	relay_status status = rk_stream_read_check(st->host, s != NULL, buf, cap, flags, err);
+	return status != RELAY_OK ? status
+	                          : rk_stream_fd_read(st->host, s->out_fd, buf, cap, timeout_ms,
+	                                              "the guest command", got_out, err);
 }
 
 void stream_close(local_state *st, relay_transport_stream *stream, unsigned flags)

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -102,26 +101,12 @@ char *facts_json(local_state *st, const fact_list *l)
 	return text;
 }
 
-void hex_digest(EVP_MD_CTX *ctx, char out[65])
-{
-	unsigned char md[32];
-	unsigned int len = 0;
-	EVP_DigestFinal_ex(ctx, md, &len);
-	static const char digits[] = "0123456789abcdef";
-	for (int i = 0; i < 32; i++) {
-		out[2 * i] = digits[md[i] >> 4];
-		out[2 * i + 1] = digits[md[i] & 15];
-	}
-	out[64] = '\0';
-}
-
 /* SHA-256 of what remains readable from fd (from offset 0). */
 int hash_fd(int fd, char *buf, size_t bufsize, char out[65], uint64_t *bytes)
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	if (ctx == NULL)
+	rk_sha256 hash;
+	if (!rk_sha256_begin(&hash))
 		return ENOMEM;
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
 	uint64_t total = 0;
 	off_t off = 0;
 	int rc = 0;
@@ -135,13 +120,13 @@ int hash_fd(int fd, char *buf, size_t bufsize, char out[65], uint64_t *bytes)
 		}
 		if (n == 0)
 			break;
-		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		rk_sha256_update(&hash, buf, (size_t)n);
 		total += (uint64_t)n;
 		off += n;
 	}
 	if (rc == 0)
-		hex_digest(ctx, out);
-	EVP_MD_CTX_free(ctx);
+		rk_sha256_end(&hash, out);
+	rk_sha256_discard(&hash);
 	*bytes = total;
 	return rc;
 }

@@ -6,9 +6,9 @@
 #ifndef MACHINE_LOCAL_XFER_INT_H
 #define MACHINE_LOCAL_XFER_INT_H
 
+#include "relay_kit/sha256.h"
 #include <archive.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -142,7 +142,6 @@ void facts_free(fact_list *l);
 void facts_sort(fact_list *l);
 bool facts_equal(const fact_list *a, const fact_list *b, char *why, size_t why_size);
 char *facts_json(local_state *st, const fact_list *l);
-void hex_digest(EVP_MD_CTX *ctx, char out[65]);
 int hash_fd(int fd, char *buf, size_t bufsize, char out[65], uint64_t *bytes);
 
 /* xfer_paths.c */

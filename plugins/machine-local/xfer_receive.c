@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -236,7 +235,7 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 	/* The guest user owns the file from its creation, not only once it is
 	 * whole: a push cut short (the server killed) leaves a partial file the
 	 * receiver can still read, so the retry's scan sees it and the retry
-	 * overwrites it (tools.md §3.5). */
+	 * overwrites it (spec/tools.md §3.5). */
 	if (push && r->g->chown_files && fchown(fd, r->g->conn->uid, r->g->conn->gid) != 0) {
 		int e = errno;
 		close(fd);
@@ -245,14 +244,12 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		              rel[0] ? rel : name);
 	}
 	relay_status status = RELAY_OK;
-	EVP_MD_CTX *ctx = push ? NULL : EVP_MD_CTX_new();
-	if (!push && ctx == NULL) {
+	rk_sha256 hash = {NULL}; /* a pull's files only: a push is hashed by its sender */
+	if (!push && !rk_sha256_begin(&hash)) {
 		close(fd);
 		unlinkat(dir_fd, name, 0);
 		return lu_err(r->st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	}
-	if (ctx)
-		EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
 	uint64_t total = 0;
 	for (;;) {
 		const void *block = NULL;
@@ -288,23 +285,21 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 		}
 		if (status != RELAY_OK)
 			break;
-		if (ctx)
-			EVP_DigestUpdate(ctx, block, size);
+		rk_sha256_update(&hash, block, size);
 		total += size;
 	}
 	char hex[65] = "";
 	struct stat written;
 	memset(&written, 0, sizeof written);
 	if (status == RELAY_OK) {
-		if (ctx)
-			hex_digest(ctx, hex);
+		if (!push)
+			rk_sha256_end(&hash, hex);
 		if (fstat(fd, &written) != 0 || (uint64_t)written.st_size != total)
 			status = lu_err(r->st, err, RELAY_E_INTEGRITY, errno,
 			                "%s holds %lld bytes after writing %llu", rel[0] ? rel : name,
 			                (long long)written.st_size, (unsigned long long)total);
 	}
-	if (ctx)
-		EVP_MD_CTX_free(ctx);
+	rk_sha256_discard(&hash);
 	if (close(fd) != 0 && status == RELAY_OK)
 		status = lu_err(r->st, err, RELAY_E_IO, errno, "cannot close %s", rel);
 	if (status == RELAY_OK && push) {

@@ -9,9 +9,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_kit/dir.h"
 #include "relay_support/utf8_locale.h"
 #include "xfer_int.h"
 
@@ -207,11 +208,12 @@ static int send_file(sender *s, struct archive *a, int dir_fd, const char *name,
 		            archive_error_string(a));
 		return -1;
 	}
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	rk_sha256 hash;
 	uint64_t total = 0;
-	int result = 0;
-	while (total < (uint64_t)sb.st_size) {
+	int result = rk_sha256_begin(&hash) ? 0 : -1;
+	if (result != 0)
+		sender_fail(s, RELAY_E_NO_MEMORY, "out of memory");
+	while (result == 0 && total < (uint64_t)sb.st_size) {
 		size_t want = XFER_CHUNK;
 		if ((uint64_t)want > (uint64_t)sb.st_size - total)
 			want = (size_t)((uint64_t)sb.st_size - total);
@@ -232,7 +234,7 @@ static int send_file(sender *s, struct archive *a, int dir_fd, const char *name,
 			result = -1;
 			break;
 		}
-		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		rk_sha256_update(&hash, buf, (size_t)n);
 		if (archive_write_data(a, buf, (size_t)n) != n) {
 			sender_fail(s, RELAY_E_IO, "cannot write %s into the stream: %s", rel,
 			            archive_error_string(a));
@@ -242,19 +244,13 @@ static int send_file(sender *s, struct archive *a, int dir_fd, const char *name,
 		total += (uint64_t)n;
 	}
 	char hex[65];
-	hex_digest(ctx, hex);
-	EVP_MD_CTX_free(ctx);
+	rk_sha256_end(&hash, hex);
 	close(fd);
 	if (result == 0 && facts_add(&s->facts, rel, total, hex) != 0) {
 		sender_fail(s, RELAY_E_NO_MEMORY, "out of memory");
 		result = -1;
 	}
 	return result;
-}
-
-static int name_cmp(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefix, int depth)
@@ -269,34 +265,13 @@ static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefi
 		sender_fail(s, RELAY_E_TOO_LARGE, "the tree is deeper than 256 folders at %s", prefix);
 		return -1;
 	}
-	int dfd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
-	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-	if (d == NULL) {
-		if (dfd >= 0)
-			close(dfd);
-		sender_fail(s, RELAY_E_IO, "cannot list %s: %s", prefix[0] ? prefix : ".", strerror(errno));
+	size_t count = 0;
+	char **names = rk_dir_names_sorted(dir_fd, &count);
+	if (names == NULL) {
+		sender_fail(s, errno == ENOMEM ? RELAY_E_NO_MEMORY : RELAY_E_IO, "cannot list %s: %s",
+		            prefix[0] ? prefix : ".", strerror(errno));
 		return -1;
 	}
-	rewinddir(d);
-	char **names = NULL;
-	size_t count = 0, cap = 0;
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (count == cap) {
-			cap = cap ? cap * 2 : 64;
-			char **p = realloc(names, cap * sizeof *p);
-			if (p == NULL)
-				break;
-			names = p;
-		}
-		names[count] = strdup(de->d_name);
-		if (names[count])
-			count++;
-	}
-	if (count > 1)
-		qsort(names, count, sizeof *names, name_cmp);
 	int rc = 0;
 	for (size_t i = 0; i < count && rc == 0; i++) {
 		if (s->st->host->call_cancelled(s->call)) {
@@ -312,7 +287,7 @@ static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefi
 			break;
 		}
 		struct stat sb;
-		if (fstatat(dirfd(d), names[i], &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+		if (fstatat(dir_fd, names[i], &sb, AT_SYMLINK_NOFOLLOW) != 0) {
 			sender_fail(s, RELAY_E_IO, "cannot stat %s: %s", rel, strerror(errno));
 			rc = -1;
 		} else if (S_ISDIR(sb.st_mode)) {
@@ -327,8 +302,8 @@ static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefi
 			}
 			archive_entry_free(e);
 			if (rc == 0) {
-				int sub = openat(dirfd(d), names[i],
-				                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+				int sub =
+				    openat(dir_fd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 				if (sub < 0) {
 					sender_fail(s, RELAY_E_IO, "cannot open %s: %s", rel,
 					            strerror(errno));
@@ -339,7 +314,7 @@ static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefi
 				}
 			}
 		} else if (S_ISREG(sb.st_mode)) {
-			rc = send_file(s, a, dirfd(d), names[i], rel);
+			rc = send_file(s, a, dir_fd, names[i], rel);
 		} else {
 			const char *kind = S_ISLNK(sb.st_mode)    ? "a symbolic link"
 			                   : S_ISFIFO(sb.st_mode) ? "a FIFO"
@@ -350,10 +325,7 @@ static int send_tree(sender *s, struct archive *a, int dir_fd, const char *prefi
 			rc = -1;
 		}
 	}
-	for (size_t i = 0; i < count; i++)
-		free(names[i]);
-	free(names);
-	closedir(d);
+	rk_dir_names_free(names, count);
 	return rc;
 }
 

@@ -328,7 +328,7 @@ static relay_status guest_script(ms_state *s, const ms_conn *conn, const char *s
 	return RELAY_OK;
 }
 
-/* guest.md §3.5: which failures of a transfer are worth another try. */
+/* spec/guest.md §3.5: which failures of a transfer are worth another try. */
 static bool transient_reply(const ms_reply *reply)
 {
 	if (reply->status >= 500)

@@ -88,7 +88,6 @@ char *rm_facts_json(const rm_state *st, const rm_list *list);
 
 /* Removes `path` and everything below it without following links; a
  * missing path is fine. 0 on success. */
-int rm_remove_tree(const char *path);
 
 void rm_list_free(const rm_state *st, rm_list *list);
 

@@ -147,7 +147,7 @@ static relay_status rm_acquire(relay_plugin_state *state, const char *spec_json,
 	json_object_object_add(lease, "ssh", NULL);
 	json_object_object_add(lease, "record", record);
 	if ((status = write_lease(st, dir, lease, err)) != RELAY_OK) {
-		rm_remove_tree(dir);
+		st->host->remove_tree(dir, 0, NULL);
 		goto cleanup;
 	}
 	if ((*lease_json_out = rm_owned_json(st, lease)) == NULL)
@@ -197,7 +197,7 @@ static relay_status rm_inspect(relay_plugin_state *state, const char *lease_json
 /* Removes the guest roots of `purpose` (/var/tmp/<stamp>-mcp-relay-<purpose>,
  * relay/transport.h): they are folders of this host and outlive the guest
  * folder otherwise. */
-static void remove_guest_roots(const char *purpose)
+static void remove_guest_roots(const rm_state *st, const char *purpose)
 {
 	char suffix[256];
 	snprintf(suffix, sizeof suffix, "-mcp-relay-%s", purpose);
@@ -208,7 +208,7 @@ static void remove_guest_roots(const char *purpose)
 		if (n > m && strcmp(e->d_name + n - m, suffix) == 0) {
 			char path[RM_PATH_MAX];
 			snprintf(path, sizeof path, "/var/tmp/%s", e->d_name);
-			rm_remove_tree(path);
+			st->host->remove_tree(path, 0, NULL);
 		}
 	}
 	if (dir)
@@ -228,10 +228,9 @@ static relay_status rm_release(relay_plugin_state *state, const char *lease_json
 		return status;
 	const char *purpose = json_str(lease, "purpose");
 	if (valid_name(purpose))
-		remove_guest_roots(purpose);
-	if (rm_remove_tree(dir) != 0)
-		status = rm_err(st, err, RELAY_E_IO, errno, "cannot remove the guest folder %s: %s", dir,
-		                strerror(errno));
+		remove_guest_roots(st, purpose);
+	if (status == RELAY_OK)
+		status = st->host->remove_tree(dir, 0, err);
 	json_object_put(lease);
 	return status;
 }
@@ -337,6 +336,11 @@ static relay_status rm_init(const relay_host *host, const char *config_json, uns
 	if (flags != 0)
 		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown init flags 0x%x",
 		                       RM_NAME, flags);
+	/* Trees are removed by the host (ABI 1.6), never by a walk of our own. */
+	if (!RELAY_SIZED_HAS(host, remove_tree) || host->remove_tree == NULL)
+		return host->error_set(err, RELAY_E_UNSUPPORTED, 0,
+		                       "%s needs a relay of plugin ABI 1.6 or later (the host's remove_tree)",
+		                       RM_NAME);
 	json_object *config = json_tokener_parse(config_json), *options = NULL;
 	json_object_object_get_ex(config, "options", &options);
 	const char *root = json_str(options, "root"), *state_dir = json_str(config, "stateDir");

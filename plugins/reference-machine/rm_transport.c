@@ -254,7 +254,7 @@ static relay_status rm_pull(relay_plugin_state *state, relay_transport_conn *con
 	if (status == RELAY_OK && facts_json_out && (*facts_json_out = rm_facts_json(st, &list)) == NULL)
 		status = rm_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	if (status != RELAY_OK && created) /* nothing is left at local_path */
-		rm_remove_tree(local_path);
+		st->host->remove_tree(local_path, 0, NULL);
 	rm_list_free(st, &list);
 	return status;
 }

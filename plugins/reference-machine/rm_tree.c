@@ -1,4 +1,4 @@
-/* reference-machine: the tree walk, copies, facts and removal (rm.h). */
+/* reference-machine: the tree walk, copies and facts (rm.h); removal is the host's. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -259,30 +259,6 @@ char *rm_facts_json(const rm_state *st, const rm_list *list)
 	char *text = rm_owned_json(st, facts);
 	json_object_put(facts);
 	return text;
-}
-
-int rm_remove_tree(const char *path)
-{
-	struct stat sb;
-	if (lstat(path, &sb) != 0)
-		return errno == ENOENT ? 0 : -1;
-	if (!S_ISDIR(sb.st_mode))
-		return unlink(path);
-	DIR *dir = opendir(path);
-	if (dir == NULL)
-		return -1;
-	int rc = 0;
-	struct dirent *e;
-	while ((e = readdir(dir)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		char child[RM_PATH_MAX];
-		if (snprintf(child, sizeof child, "%s/%s", path, e->d_name) >= (int)sizeof child ||
-		    rm_remove_tree(child) != 0)
-			rc = -1;
-	}
-	closedir(dir);
-	return rc == 0 ? rmdir(path) : rc;
 }
 
 void rm_list_free(const rm_state *st, rm_list *list)

@@ -31,7 +31,7 @@
 
 #define PLUGIN_NAME        "capture-reference"
 #define PLUGIN_VERSION     "0.1.0"
-#define CAPTURE_TIMEOUT_MS 60000 /* the receiver's largest accepted limit (guest.md §11) */
+#define CAPTURE_TIMEOUT_MS 60000 /* the receiver's largest accepted limit (spec/guest.md §11) */
 
 /* Flags this plugin understands for plan(). None yet: any bit is refused,
  * so a newer core that passes a flag we do not know gets a clear error

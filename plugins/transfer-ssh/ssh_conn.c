@@ -9,9 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "relay_kit/buf.h"
+#include "relay_kit/options.h"
 #include "relay_support/json_get.h"
 #include "relay_support/tree.h"
-#include "ssh_buf.h"
 #include "ssh_scripts.h"
 #include "ssh_session.h"
 
@@ -34,50 +35,37 @@ static bool plain_path(const char *p)
 /* Where a deployment sets these options (docs/transfer-ssh.md). */
 #define SSH_OPTIONS_WHERE "MCP_RELAY_TRANSFER_SSH_OPTIONS"
 
-/* Every key is known and `ssh`, when given, a non-empty string. */
-static relay_status check_option_keys(const relay_host *host, json_object *options, relay_error *err)
+/* options.ssh: the ssh program, a non-empty string. */
+static relay_status opt_ssh(const rk_options *spec, const rk_option *opt, json_object *value,
+                            relay_error *err)
 {
-	static const char *const known[] = {"ssh", "connectTimeoutSeconds", "controlPersistSeconds",
-	                                    "spareSessions"};
-	json_object_object_foreach(options, key, value)
-	{
-		bool found = false;
-		for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-			found = found || strcmp(key, known[i]) == 0;
-		if (!found)
-			return host->error_set(
-			    err, RELAY_E_INVALID_ARGUMENT, 0,
-			    "transfer-ssh: unknown option %s (known: ssh, connectTimeoutSeconds, "
-			    "controlPersistSeconds, spareSessions); fix it in " SSH_OPTIONS_WHERE,
-			    key);
-		if (strcmp(key, "ssh") == 0 &&
-		    (!json_object_is_type(value, json_type_string) || json_object_get_string_len(value) == 0))
-			return host->error_set(
-			    err, RELAY_E_INVALID_ARGUMENT, 0,
-			    "transfer-ssh: options.ssh must be the ssh program, a non-empty "
-			    "string; fix it in " SSH_OPTIONS_WHERE);
-	}
+	(void)opt;
+	if (!json_object_is_type(value, json_type_string) || json_object_get_string_len(value) == 0)
+		return spec->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                             "transfer-ssh: options.ssh must be the ssh program, a non-empty "
+		                             "string; fix it in " SSH_OPTIONS_WHERE);
 	return RELAY_OK;
 }
 
-/* Reads the whole-number option `key` into *out: `fallback` when absent;
- * RELAY_E_INVALID_ARGUMENT naming the option and its range when it is not
- * a whole number from `lo` to `hi`. */
-static relay_status option_uint(const relay_host *host, json_object *options, const char *key,
-                                unsigned fallback, unsigned lo, unsigned hi, unsigned *out, relay_error *err)
+/* The options through the kit's table (relay_kit/options.h): unknown keys
+ * and numbers out of range are refused naming where to fix them. */
+static relay_status read_options(const relay_host *host, json_object *options, ssh_plugin *plugin,
+                                 relay_error *err)
 {
-	json_object *v = NULL;
-	*out = fallback;
-	if (options == NULL || !json_object_object_get_ex(options, key, &v))
-		return RELAY_OK;
-	int64_t n = json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : -1;
-	if (!json_object_is_type(v, json_type_int) || n < (int64_t)lo || n > (int64_t)hi)
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                       "transfer-ssh: options.%s must be a whole number from %u to %u "
-		                       "(default %u); fix it in " SSH_OPTIONS_WHERE,
-		                       key, lo, hi, fallback);
-	*out = (unsigned)n;
-	return RELAY_OK;
+	int64_t connect_s = 10, persist_s = 300, spares = SSH_SPARES_DEFAULT;
+	const rk_option table[] = {
+	    {"ssh", opt_ssh, 0, 0, NULL},
+	    {"connectTimeoutSeconds", NULL, 1, 600, &connect_s},
+	    {"controlPersistSeconds", NULL, 1, 86400, &persist_s},
+	    {"spareSessions", NULL, 0, SSH_SPARES_MAX, &spares},
+	};
+	const rk_options spec = {
+	    host, SSH_PLUGIN_NAME, SSH_OPTIONS_WHERE, table, sizeof table / sizeof table[0], NULL};
+	relay_status s = rk_options_parse(&spec, options, err);
+	plugin->connect_timeout_s = (unsigned)connect_s;
+	plugin->control_persist_s = (unsigned)persist_s;
+	plugin->spare_sessions = (unsigned)spares;
+	return s;
 }
 
 relay_status ssh_plugin_create(const relay_host *host, const char *config_json, ssh_plugin **out,
@@ -101,23 +89,11 @@ relay_status ssh_plugin_create(const relay_host *host, const char *config_json, 
 	if (!json_object_object_get_ex(config, "options", &options) ||
 	    !json_object_is_type(options, json_type_object))
 		options = NULL;
-	if (options != NULL) {
-		status = check_option_keys(host, options, err);
-		if (status != RELAY_OK)
-			goto cleanup;
-	}
-	const char *ssh_program = options ? rsj_get_str(options, "ssh") : NULL;
-	plugin->ssh_program = strdup(ssh_program ? ssh_program : "ssh");
-	status =
-	    option_uint(host, options, "connectTimeoutSeconds", 10, 1, 600, &plugin->connect_timeout_s, err);
-	if (status == RELAY_OK)
-		status = option_uint(host, options, "controlPersistSeconds", 300, 1, 86400,
-		                     &plugin->control_persist_s, err);
-	if (status == RELAY_OK)
-		status = option_uint(host, options, "spareSessions", SSH_SPARES_DEFAULT, 0, SSH_SPARES_MAX,
-		                     &plugin->spare_sessions, err);
+	status = read_options(host, options, plugin, err);
 	if (status != RELAY_OK)
 		goto cleanup;
+	const char *ssh_program = options ? rsj_get_str(options, "ssh") : NULL;
+	plugin->ssh_program = strdup(ssh_program ? ssh_program : "ssh");
 	if (plugin->ssh_program == NULL) {
 		status =
 		    host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory starting transfer-ssh");
@@ -361,13 +337,13 @@ void ssh_argv_free(char **argv)
 }
 
 /* ssh expands %-tokens in file options: a literal % is written %%. */
-static void put_percent_escaped(ssh_buf *b, const char *path)
+static void put_percent_escaped(rk_buf *b, const char *path)
 {
 	for (const char *p = path; *p; p++) {
 		if (*p == '%')
-			ssh_buf_append(b, "%%", 2);
+			rk_buf_append(b, "%%", 2);
 		else
-			ssh_buf_append(b, p, 1);
+			rk_buf_append(b, p, 1);
 	}
 }
 
@@ -401,16 +377,16 @@ char **ssh_argv(const ssh_conn *conn, ssh_mode mode, const char *remote_command)
 	ADD("-x");
 	ADD("-a");
 	{
-		ssh_buf b = SSH_BUF_INIT;
-		ssh_buf_puts(&b, "UserKnownHostsFile=\"");
+		rk_buf b = RK_BUF_INIT;
+		rk_buf_puts(&b, "UserKnownHostsFile=\"");
 		put_percent_escaped(&b, conn->known_hosts_file);
-		ssh_buf_puts(&b, "\"");
+		rk_buf_puts(&b, "\"");
 		ADD("-o");
 		if (b.failed)
 			ok = false;
 		else
-			ADD(ssh_buf_str(&b));
-		ssh_buf_free(&b);
+			ADD(rk_buf_str(&b));
+		rk_buf_free(&b);
 	}
 	static const char *const fixed[] = {
 	    "BatchMode=yes",
@@ -443,14 +419,14 @@ char **ssh_argv(const ssh_conn *conn, ssh_mode mode, const char *remote_command)
 	ADD("-o");
 	ADDF("ControlPersist=%u", plugin->control_persist_s);
 	{
-		ssh_buf b = SSH_BUF_INIT;
+		rk_buf b = RK_BUF_INIT;
 		put_percent_escaped(&b, conn->identity_file);
 		ADD("-i");
 		if (b.failed)
 			ok = false;
 		else
-			ADD(ssh_buf_str(&b));
-		ssh_buf_free(&b);
+			ADD(rk_buf_str(&b));
+		rk_buf_free(&b);
 	}
 	ADD("-p");
 	ADDF("%u", conn->port);
@@ -478,20 +454,20 @@ char **ssh_argv(const ssh_conn *conn, ssh_mode mode, const char *remote_command)
 
 char *ssh_script_command(const char *const *script, const char *const *args)
 {
-	ssh_buf text = SSH_BUF_INIT, b = SSH_BUF_INIT;
+	rk_buf text = RK_BUF_INIT, b = RK_BUF_INIT;
 	for (size_t i = 0; script && script[i]; i++)
-		ssh_buf_puts(&text, script[i]);
-	ssh_buf_puts(&b, "exec /bin/sh -c ");
-	ssh_buf_quote(&b, ssh_buf_str(&text));
-	ssh_buf_puts(&b, " relay-ssh");
+		rk_buf_puts(&text, script[i]);
+	rk_buf_puts(&b, "exec /bin/sh -c ");
+	rk_buf_quote(&b, rk_buf_str(&text));
+	rk_buf_puts(&b, " relay-ssh");
 	for (size_t i = 0; args && args[i]; i++) {
-		ssh_buf_puts(&b, " ");
-		ssh_buf_quote(&b, args[i]);
+		rk_buf_puts(&b, " ");
+		rk_buf_quote(&b, args[i]);
 	}
 	bool failed = text.failed || b.failed;
-	ssh_buf_free(&text);
+	rk_buf_free(&text);
 	if (failed) {
-		ssh_buf_free(&b);
+		rk_buf_free(&b);
 		return NULL;
 	}
 	return b.data ? b.data : strdup("");

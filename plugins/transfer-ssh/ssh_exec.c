@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ssh_buf.h"
+#include "relay_kit/buf.h"
 #include "ssh_scripts.h"
 #include "ssh_session.h"
 #include "ssh_spawn.h"
@@ -16,7 +16,7 @@
 #define EXEC_KILL_TIMEOUT_MS     30000
 #define EXEC_DRAIN_AFTER_KILL_MS 10000
 /* After the end line, output of what the command left running is read this
- * long at most (guest.md §16.1 item 2). */
+ * long at most (spec/guest.md §16.1 item 2). */
 #define EXEC_DRAIN_AFTER_END_MS 250
 #define EXEC_STDOUT_DEFAULT     ((size_t)64 << 20)
 
@@ -46,7 +46,7 @@ typedef struct exec_state {
 	bool overflowed;
 	bool oom;
 
-	ssh_buf noise; /* stderr before the wrapper started (ssh's own messages) */
+	rk_buf noise; /* stderr before the wrapper started (ssh's own messages) */
 } exec_state;
 
 static void capture_compact(exec_state *st)
@@ -170,9 +170,9 @@ static void on_err(void *ctx, const char *data, size_t len)
 		capture_add(st, data, len, 2);
 		return;
 	}
-	ssh_buf_append(&st->noise, data, len);
+	rk_buf_append(&st->noise, data, len);
 	if (st->noise.len > 2 * EXEC_NOISE_KEEP)
-		ssh_buf_drop_front(&st->noise, st->noise.len - EXEC_NOISE_KEEP);
+		rk_buf_drop_front(&st->noise, st->noise.len - EXEC_NOISE_KEEP);
 }
 
 static bool valid_env_entry(const char *kv)
@@ -193,30 +193,30 @@ static bool valid_env_entry(const char *kv)
  * *len_out receives the length (the bytes may hold NULs). */
 static char *command_text(const relay_exec_request *req, const char *token, bool with_stdin, size_t *len_out)
 {
-	ssh_buf b = SSH_BUF_INIT;
+	rk_buf b = RK_BUF_INIT;
 	if (req->cwd) {
-		ssh_buf_puts(&b, "cd -- ");
-		ssh_buf_quote(&b, req->cwd);
-		ssh_buf_puts(&b, " 2>/dev/null || relay_nocwd\n");
+		rk_buf_puts(&b, "cd -- ");
+		rk_buf_quote(&b, req->cwd);
+		rk_buf_puts(&b, " 2>/dev/null || relay_nocwd\n");
 	}
 	for (size_t i = 0; req->envp && req->envp[i]; i++) {
-		ssh_buf_puts(&b, "export ");
-		ssh_buf_quote(&b, req->envp[i]);
-		ssh_buf_puts(&b, "\n");
+		rk_buf_puts(&b, "export ");
+		rk_buf_quote(&b, req->envp[i]);
+		rk_buf_puts(&b, "\n");
 	}
-	ssh_buf_puts(&b, "set --");
+	rk_buf_puts(&b, "set --");
 	for (size_t i = 0; req->argv[i]; i++) {
-		ssh_buf_puts(&b, " ");
-		ssh_buf_quote(&b, req->argv[i]);
+		rk_buf_puts(&b, " ");
+		rk_buf_quote(&b, req->argv[i]);
 	}
-	ssh_buf_printf(&b, "\nrelay_go=%s", token);
+	rk_buf_printf(&b, "\nrelay_go=%s", token);
 	if (with_stdin) {
-		ssh_buf_puts(&b, "\n");
+		rk_buf_puts(&b, "\n");
 		if (req->stdin_data && req->stdin_len)
-			ssh_buf_append(&b, req->stdin_data, req->stdin_len);
+			rk_buf_append(&b, req->stdin_data, req->stdin_len);
 	}
 	if (b.failed) {
-		ssh_buf_free(&b);
+		rk_buf_free(&b);
 		return NULL;
 	}
 	*len_out = b.len;
@@ -412,13 +412,13 @@ static relay_status exec_attempt(const ssh_conn *conn, const relay_exec_request 
 		goto cleanup;
 	}
 	if (!st.started) {
-		bool freed = ssh_spares_note_failure(conn, ssh_buf_str(&st.noise), st.noise.len);
+		bool freed = ssh_spares_note_failure(conn, rk_buf_str(&st.noise), st.noise.len);
 		if ((was_spare || freed) && killed == KILL_NONE) {
 			*retry_cold = true;
 			goto cleanup;
 		}
 		status = ssh_failure(conn, "running a command in the guest", ssh_child_exit_code(&child),
-		                     ssh_buf_str(&st.noise), st.noise.len, err);
+		                     rk_buf_str(&st.noise), st.noise.len, err);
 		if (status == RELAY_E_IO || status == RELAY_E_UNAVAILABLE)
 			status = host->error_set(
 			    err, status, 0,
@@ -481,7 +481,7 @@ cleanup:
 	ssh_child_destroy(&child);
 	free(st.bytes);
 	free(st.tags);
-	ssh_buf_free(&st.noise);
+	rk_buf_free(&st.noise);
 	return status;
 }
 

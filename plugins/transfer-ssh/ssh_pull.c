@@ -12,14 +12,14 @@
 #include <unistd.h>
 
 #include "relay/transport.h"
+#include "relay_kit/buf.h"
+#include "relay_kit/sha256.h"
 #include "relay_support/tree.h"
 #include "relay_support/utf8_locale.h"
-#include "ssh_buf.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
 #include "ssh_scripts.h"
 #include "ssh_session.h"
-#include "ssh_sha256.h"
 #include "ssh_spawn.h"
 
 #define PULL_MAX_FACTS_BYTES  ((size_t)64 << 20)
@@ -35,14 +35,14 @@ typedef struct pull_ctx {
 	ssh_child child;
 	ssh_io io;
 	char *buf;
-	ssh_buf err_tail;
+	rk_buf err_tail;
 	bool cancelled;
 	bool step_failed;
 	relay_error step_err;
 	uint64_t got_bytes;
 	uint64_t total_bytes;
 	uint64_t next_progress;
-	ssh_buf head;     /* standard output up to the stream: chatter, the facts block, the marker */
+	rk_buf head;      /* standard output up to the stream: chatter, the facts block, the marker */
 	size_t head_used; /* bytes of `head` before the stream (through the marker line) */
 	bool head_too_big;
 	const char *pending; /* stream bytes that arrived with the head, handed to libarchive first */
@@ -56,12 +56,12 @@ static void pull_on_out(void *ctx, const char *data, size_t len)
 		pc->head_too_big = true;
 		return;
 	}
-	ssh_buf_append(&pc->head, data, len);
+	rk_buf_append(&pc->head, data, len);
 }
 
 /* The end of the line "\036relay-stream <token>" in head (a line of its
  * own), or 0 while it has not arrived. */
-static size_t stream_marker_end(const ssh_buf *head, const char *token, size_t *search_from)
+static size_t stream_marker_end(const rk_buf *head, const char *token, size_t *search_from)
 {
 	char marker[64];
 	int mlen = snprintf(marker, sizeof marker, "\036relay-stream %s\n", token);
@@ -78,9 +78,9 @@ static size_t stream_marker_end(const ssh_buf *head, const char *token, size_t *
 static void pull_on_err(void *ctx, const char *data, size_t len)
 {
 	pull_ctx *pc = ctx;
-	ssh_buf_append(&pc->err_tail, data, len);
+	rk_buf_append(&pc->err_tail, data, len);
 	if (pc->err_tail.len > 2 * PULL_ERR_KEEP)
-		ssh_buf_drop_front(&pc->err_tail, pc->err_tail.len - PULL_ERR_KEEP);
+		rk_buf_drop_front(&pc->err_tail, pc->err_tail.len - PULL_ERR_KEEP);
 }
 
 /* libarchive's read callback: the next bytes of ssh's standard output. */
@@ -211,9 +211,9 @@ static relay_status copy_data(pull_ctx *pc, struct archive *a, struct archive_en
 {
 	const relay_host *host = pc->host;
 	relay_status status = RELAY_OK;
-	ssh_sha256 h = {0};
+	rk_sha256 h = {0};
 	static const char zeros[4096];
-	if (!ssh_sha256_begin(&h))
+	if (!rk_sha256_begin(&h))
 		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	uint64_t pos = 0;
 	for (;;) {
@@ -240,13 +240,13 @@ static relay_status copy_data(pull_ctx *pc, struct archive *a, struct archive_en
 			status = write_all(host, fd, zeros, n, shown, err);
 			if (status != RELAY_OK)
 				goto cleanup;
-			ssh_sha256_update(&h, zeros, n);
+			rk_sha256_update(&h, zeros, n);
 			pos += n;
 		}
 		status = write_all(host, fd, block, size, shown, err);
 		if (status != RELAY_OK)
 			goto cleanup;
-		ssh_sha256_update(&h, block, size);
+		rk_sha256_update(&h, block, size);
 		pos += size;
 		pc->got_bytes += size;
 		if (pc->call && pc->got_bytes >= pc->next_progress) {
@@ -262,17 +262,17 @@ static relay_status copy_data(pull_ctx *pc, struct archive *a, struct archive_en
 			status = write_all(host, fd, zeros, n, shown, err);
 			if (status != RELAY_OK)
 				goto cleanup;
-			ssh_sha256_update(&h, zeros, n);
+			rk_sha256_update(&h, zeros, n);
 			pos += n;
 			left -= n;
 		}
 	}
 	char hex[65];
-	ssh_sha256_end(&h, hex);
+	rk_sha256_end(&h, hex);
 	if (!ssh_facts_add(received, fact_path, pos, hex))
 		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 cleanup:
-	ssh_sha256_discard(&h);
+	rk_sha256_discard(&h);
 	return status;
 }
 
@@ -479,11 +479,11 @@ static relay_status pull_read_head(pull_ctx *pc, const char *token, const char *
 		                       what, PULL_MAX_FACTS_BYTES >> 20);
 	if (end == 0) {
 		int code = ssh_child_exit_code(&pc->child);
-		bool freed = ssh_spares_note_failure(pc->conn, ssh_buf_str(&pc->err_tail), pc->err_tail.len);
+		bool freed = ssh_spares_note_failure(pc->conn, rk_buf_str(&pc->err_tail), pc->err_tail.len);
 		*retry_cold = (was_spare || freed) && (code == 255 || code < 0) &&
-		              strstr(ssh_buf_str(&pc->head), "\036relay-") == NULL;
+		              strstr(rk_buf_str(&pc->head), "\036relay-") == NULL;
 		if (code != 0)
-			return ssh_failure(pc->conn, what, code, ssh_buf_str(&pc->err_tail), pc->err_tail.len,
+			return ssh_failure(pc->conn, what, code, rk_buf_str(&pc->err_tail), pc->err_tail.len,
 			                   err);
 		return host->error_set(err, RELAY_E_PROTOCOL, 0,
 		                       "%s: the guest ended without sending the stream", what);
@@ -501,8 +501,8 @@ static relay_status pull_make_temp(const relay_host *host, const char *parent, c
                                    size_t base_len, const char *local_path, bool tree, char **tmp_out,
                                    int *rootfd_out, int *file_fd_out, bool *made_out, relay_error *err)
 {
-	ssh_buf t = SSH_BUF_INIT;
-	ssh_buf_printf(&t, "%s/.%.*s.relay-pull-XXXXXX", parent, (int)base_len, base_start);
+	rk_buf t = RK_BUF_INIT;
+	rk_buf_printf(&t, "%s/.%.*s.relay-pull-XXXXXX", parent, (int)base_len, base_start);
 	if (t.failed)
 		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	char *tmp = t.data;
@@ -708,7 +708,7 @@ static relay_status pull_attempt(const ssh_conn *conn, const char *remote_path, 
 	}
 	int code = ssh_child_exit_code(&pc.child);
 	if (code != 0) {
-		status = ssh_failure(conn, what, code, ssh_buf_str(&pc.err_tail), pc.err_tail.len, err);
+		status = ssh_failure(conn, what, code, rk_buf_str(&pc.err_tail), pc.err_tail.len, err);
 		goto cleanup;
 	}
 	if (status != RELAY_OK)
@@ -735,8 +735,8 @@ cleanup:
 	if (tmp_made)
 		(void)rs_remove_tree(tmp, NULL); /* best effort */
 	free(pc.buf);
-	ssh_buf_free(&pc.head);
-	ssh_buf_free(&pc.err_tail);
+	rk_buf_free(&pc.head);
+	rk_buf_free(&pc.err_tail);
 	ssh_facts_free(&guest);
 	ssh_facts_free(&received);
 	free(tmp);

@@ -11,13 +11,13 @@
 #include <unistd.h>
 
 #include "relay/transport.h"
+#include "relay_kit/buf.h"
+#include "relay_kit/sha256.h"
 #include "relay_support/utf8_locale.h"
-#include "ssh_buf.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
 #include "ssh_scripts.h"
 #include "ssh_session.h"
-#include "ssh_sha256.h"
 #include "ssh_spawn.h"
 
 #define PUSH_MAX_DEPTH       256
@@ -187,8 +187,8 @@ typedef struct push_ctx {
 	relay_call *call;
 	ssh_child child;
 	ssh_io io;
-	ssh_buf out;
-	ssh_buf err_tail;
+	rk_buf out;
+	rk_buf err_tail;
 	bool out_too_big;
 	bool cancelled;
 	bool write_failed;
@@ -197,8 +197,8 @@ typedef struct push_ctx {
 	uint64_t next_progress;
 	relay_error step_err;
 	bool step_failed;
-	ssh_buf expected; /* "<sha256> ./<member>" per file: the stream's last member */
-	bool unchecked;   /* RELAY_XFER_CALLER_VERIFIES: no hashing on either side */
+	rk_buf expected; /* "<sha256> ./<member>" per file: the stream's last member */
+	bool unchecked;  /* RELAY_XFER_CALLER_VERIFIES: no hashing on either side */
 } push_ctx;
 
 static void push_on_out(void *ctx, const char *data, size_t len)
@@ -208,15 +208,15 @@ static void push_on_out(void *ctx, const char *data, size_t len)
 		pc->out_too_big = true;
 		return;
 	}
-	ssh_buf_append(&pc->out, data, len);
+	rk_buf_append(&pc->out, data, len);
 }
 
 static void push_on_err(void *ctx, const char *data, size_t len)
 {
 	push_ctx *pc = ctx;
-	ssh_buf_append(&pc->err_tail, data, len);
+	rk_buf_append(&pc->err_tail, data, len);
 	if (pc->err_tail.len > 2 * PUSH_ERR_KEEP)
-		ssh_buf_drop_front(&pc->err_tail, pc->err_tail.len - PUSH_ERR_KEEP);
+		rk_buf_drop_front(&pc->err_tail, pc->err_tail.len - PUSH_ERR_KEEP);
 }
 
 /* libarchive's write callback: hands one block to ssh, servicing ssh's
@@ -255,7 +255,7 @@ static relay_status push_file(push_ctx *pc, struct archive *a, const push_item *
 	const relay_host *host = pc->host;
 	relay_status status = RELAY_OK;
 	struct archive_entry *e = NULL;
-	ssh_sha256 h = {0};
+	rk_sha256 h = {0};
 	char *chunk = NULL;
 	int fd = open(it->full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
@@ -271,7 +271,7 @@ static relay_status push_file(push_ctx *pc, struct archive *a, const push_item *
 	}
 	chunk = malloc(PUSH_READ_CHUNK);
 	e = archive_entry_new();
-	if (chunk == NULL || e == NULL || (!pc->unchecked && !ssh_sha256_begin(&h))) {
+	if (chunk == NULL || e == NULL || (!pc->unchecked && !rk_sha256_begin(&h))) {
 		status =
 		    host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory pushing %.120s", it->full);
 		goto cleanup;
@@ -302,7 +302,7 @@ static relay_status push_file(push_ctx *pc, struct archive *a, const push_item *
 			goto cleanup;
 		}
 		if (!pc->unchecked)
-			ssh_sha256_update(&h, chunk, (size_t)r);
+			rk_sha256_update(&h, chunk, (size_t)r);
 		if (archive_write_data(a, chunk, (size_t)r) != r)
 			goto archive_failed;
 		done += (uint64_t)r;
@@ -316,8 +316,8 @@ static relay_status push_file(push_ctx *pc, struct archive *a, const push_item *
 	if (pc->unchecked)
 		goto cleanup; /* the caller checks the copy (RELAY_XFER_CALLER_VERIFIES) */
 	char hex[65];
-	ssh_sha256_end(&h, hex);
-	ssh_buf_printf(&pc->expected, "%s ./%s\n", hex, entry_name);
+	rk_sha256_end(&h, hex);
+	rk_buf_printf(&pc->expected, "%s ./%s\n", hex, entry_name);
 	if (!ssh_facts_add(sent, fact_path, size, hex) || pc->expected.failed)
 		status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 	goto cleanup;
@@ -326,7 +326,7 @@ archive_failed:
 	status = RELAY_E_IO;
 	host->error_set(err, RELAY_E_IO, 0, "writing the tar stream failed: %.160s", archive_error_string(a));
 cleanup:
-	ssh_sha256_discard(&h);
+	rk_sha256_discard(&h);
 	archive_entry_free(e);
 	free(chunk);
 	if (fd >= 0)
@@ -357,7 +357,7 @@ static relay_status push_small_member(const relay_host *host, struct archive *a,
 
 /* Waits for ssh to end, servicing its output: the guest unpacks, checks
  * and hashes after the stream ended, allowed 120 s plus 125 ms per MiB
- * (the receiver's scan allowance, guest.md §3.4). */
+ * (the receiver's scan allowance, spec/guest.md §3.4). */
 static relay_status push_drain(push_ctx *pc, relay_error *err)
 {
 	int64_t limit_ms = 120000 + (int64_t)((pc->total_bytes >> 20) * 125);
@@ -426,10 +426,10 @@ static relay_status push_write_order(const relay_host *host, struct archive *a, 
                                      const char *token, relay_error *err)
 {
 	relay_status status;
-	ssh_buf order = SSH_BUF_INIT;
+	rk_buf order = RK_BUF_INIT;
 	for (size_t i = 0; i < list->count; i++)
 		if (!list->items[i].is_dir)
-			ssh_buf_printf(&order, "./%s\n", list->items[i].rel);
+			rk_buf_printf(&order, "./%s\n", list->items[i].rel);
 	char name[64];
 	snprintf(name, sizeof name, ".relay-order-%s", token);
 	if (order.failed)
@@ -439,7 +439,7 @@ static relay_status push_write_order(const relay_host *host, struct archive *a, 
 	snprintf(name, sizeof name, ".relay-order-%s.done", token);
 	if (status == RELAY_OK)
 		status = push_small_member(host, a, name, "", 0, err);
-	ssh_buf_free(&order);
+	rk_buf_free(&order);
 	return status;
 }
 
@@ -493,7 +493,7 @@ static relay_status push_check_arrived(push_ctx *pc, const char *what, const cha
 	const relay_host *host = pc->host;
 	ssh_facts_sort(sent);
 	relay_status status =
-	    ssh_facts_parse(host, ssh_buf_str(&pc->out), pc->out.len, !tree, arrived, no_hash, err);
+	    ssh_facts_parse(host, rk_buf_str(&pc->out), pc->out.len, !tree, arrived, no_hash, err);
 	if (status != RELAY_OK)
 		return status;
 	if (*no_hash) {
@@ -514,7 +514,7 @@ static relay_status push_explain_refusal(push_ctx *pc, const char *what, bool tr
 	const relay_host *host = pc->host;
 	bool no_hash = false;
 	if (!pc->unchecked &&
-	    ssh_facts_parse(host, ssh_buf_str(&pc->out), pc->out.len, !tree, arrived, &no_hash, err) ==
+	    ssh_facts_parse(host, rk_buf_str(&pc->out), pc->out.len, !tree, arrived, &no_hash, err) ==
 	        RELAY_OK &&
 	    !no_hash) {
 		ssh_facts_sort(sent);
@@ -522,7 +522,7 @@ static relay_status push_explain_refusal(push_ctx *pc, const char *what, bool tr
 		if (status != RELAY_OK)
 			return status;
 	}
-	return ssh_failure(pc->conn, what, code, ssh_buf_str(&pc->err_tail), pc->err_tail.len, err);
+	return ssh_failure(pc->conn, what, code, rk_buf_str(&pc->err_tail), pc->err_tail.len, err);
 }
 
 /* One push in one session. *retry_cold is set when the session was a
@@ -619,10 +619,10 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 		goto cleanup;
 	}
 	if (code != 0) {
-		bool freed = ssh_spares_note_failure(conn, ssh_buf_str(&pc.err_tail), pc.err_tail.len);
+		bool freed = ssh_spares_note_failure(conn, rk_buf_str(&pc.err_tail), pc.err_tail.len);
 		*retry_cold = (was_spare || freed) && (code == 255 || code < 0) && !pc.cancelled &&
-		              strstr(ssh_buf_str(&pc.out), "\036relay-") == NULL;
-		status = ssh_failure(conn, what, code, ssh_buf_str(&pc.err_tail), pc.err_tail.len, err);
+		              strstr(rk_buf_str(&pc.out), "\036relay-") == NULL;
+		status = ssh_failure(conn, what, code, rk_buf_str(&pc.err_tail), pc.err_tail.len, err);
 		goto cleanup;
 	}
 	if (status != RELAY_OK)
@@ -633,7 +633,7 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 		                    what, PUSH_MAX_FACTS_BYTES >> 20);
 		goto cleanup;
 	}
-	if (strstr(ssh_buf_str(&pc.out), "\036relay-committed\n") == NULL) {
+	if (strstr(rk_buf_str(&pc.out), "\036relay-committed\n") == NULL) {
 		status = host->error_set(
 		    err, RELAY_E_INDETERMINATE, 0,
 		    "%s: the guest ended without saying whether the copy was moved into place", what);
@@ -665,9 +665,9 @@ cleanup:
 		archive_write_free(a);
 	if (status != RELAY_OK && guest_dirty)
 		push_abort(conn, token, remote);
-	ssh_buf_free(&pc.out);
-	ssh_buf_free(&pc.expected);
-	ssh_buf_free(&pc.err_tail);
+	rk_buf_free(&pc.out);
+	rk_buf_free(&pc.expected);
+	rk_buf_free(&pc.err_tail);
 	ssh_facts_free(&sent);
 	ssh_facts_free(&arrived);
 	push_list_free(&list);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ssh_buf.h"
+#include "relay_kit/buf.h"
 #include "ssh_scripts.h"
 
 #define SESSION_LINE_SEND_MS 10000
@@ -126,10 +126,10 @@ static bool take_spare(const ssh_conn *conn, ssh_child *out)
 		/* A spare whose multiplexed session sshd refused (MaxSessions)
 		 * has fallen back to a connection of its own and works; its
 		 * message still turns the spares off (ssh_session.h). */
-		ssh_buf err_text = SSH_BUF_INIT;
+		rk_buf err_text = RK_BUF_INIT;
 		bool alive = ssh_child_alive(out, &err_text);
-		ssh_spares_note_failure(conn, ssh_buf_str(&err_text), err_text.len);
-		ssh_buf_free(&err_text);
+		ssh_spares_note_failure(conn, rk_buf_str(&err_text), err_text.len);
+		rk_buf_free(&err_text);
 		if (alive)
 			return true;
 		ssh_child_destroy(out);
@@ -157,15 +157,15 @@ relay_status ssh_session_start(const ssh_conn *conn, const char *op, const char 
 {
 	const relay_host *host = conn->plugin->host;
 	relay_status status = RELAY_OK;
-	ssh_buf line = SSH_BUF_INIT;
+	rk_buf line = RK_BUF_INIT;
 	*c = (ssh_child){.pid = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1};
 	*was_spare = false;
-	ssh_buf_quote(&line, op);
+	rk_buf_quote(&line, op);
 	for (size_t i = 0; args && args[i]; i++) {
-		ssh_buf_puts(&line, " ");
-		ssh_buf_quote(&line, args[i]);
+		rk_buf_puts(&line, " ");
+		rk_buf_quote(&line, args[i]);
 	}
-	ssh_buf_puts(&line, "\n");
+	rk_buf_puts(&line, "\n");
 	if (line.failed) {
 		status =
 		    host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory building an ssh command");
@@ -187,6 +187,6 @@ relay_status ssh_session_start(const ssh_conn *conn, const char *op, const char 
 started:
 	ssh_spares_fill(conn);
 cleanup:
-	ssh_buf_free(&line);
+	rk_buf_free(&line);
 	return status;
 }

@@ -1,6 +1,6 @@
 #include "ssh_spawn.h"
 
-#include "ssh_buf.h"
+#include "relay_kit/buf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -294,7 +294,7 @@ bool ssh_child_try_send(ssh_child *c, ssh_io *io)
 	return false;
 }
 
-bool ssh_child_alive(ssh_child *c, ssh_buf *err_text)
+bool ssh_child_alive(ssh_child *c, rk_buf *err_text)
 {
 	reap(c, false);
 	bool alive = !c->exited && c->out_fd >= 0 && c->err_fd >= 0;
@@ -311,7 +311,7 @@ bool ssh_child_alive(ssh_child *c, ssh_buf *err_text)
 		char chunk[4096];
 		ssize_t r = read(c->err_fd, chunk, sizeof chunk);
 		if (r > 0)
-			ssh_buf_append(err_text, chunk, (size_t)r);
+			rk_buf_append(err_text, chunk, (size_t)r);
 	}
 	return alive;
 }

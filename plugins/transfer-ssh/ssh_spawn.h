@@ -71,8 +71,8 @@ bool ssh_child_try_send(ssh_child *c, ssh_io *io);
  * to standard error so far (up to 4 KiB; ssh's own messages, such as a
  * refused multiplexed session it then opened over a connection of its own)
  * is read and appended to `err_text`. Does not block. */
-struct ssh_buf;
-bool ssh_child_alive(ssh_child *c, struct ssh_buf *err_text);
+struct rk_buf;
+bool ssh_child_alive(ssh_child *c, struct rk_buf *err_text);
 
 /* Closes our end of the child's stdin (the child sees EOF). */
 void ssh_child_close_stdin(ssh_child *c);

@@ -9,8 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "relay_kit/buf.h"
+#include "relay_kit/stream.h"
 #include "relay_support/fdstream.h"
-#include "ssh_buf.h"
 #include "ssh_spawn.h"
 
 #define STREAM_CLOSE_WAIT_MS 2000
@@ -55,17 +56,10 @@ relay_status ssh_stream_open(const ssh_conn *conn, const relay_exec_request *req
 {
 	const relay_host *host = conn->plugin->host;
 	*out = NULL;
-	if (flags)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_open flags 0x%x",
-		                       flags);
 	relay_exec_request req;
-	memset(&req, 0, sizeof req);
-	if (req_in == NULL || req_in->struct_size < RELAY_EXEC_REQUEST_V1_0_SIZE)
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs a request");
-	memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
-	if (req.argv == NULL || req.argv[0] == NULL || req.argv[0][0] == '\0')
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                       "stream_open needs a non-empty argv");
+	relay_status checked = rk_stream_open_request(host, req_in, flags, &req, err);
+	if (checked != RELAY_OK)
+		return checked;
 	ssh_stream *s = calloc(1, sizeof *s);
 	char *command = stream_command(&req);
 	char **argv = command ? ssh_argv(conn, SSH_MODE_SESSION, command) : NULL;
@@ -121,51 +115,29 @@ static void drain_stderr(ssh_stream *s)
 relay_status ssh_stream_write(ssh_plugin *plugin, relay_transport_stream *stream, const void *data,
                               size_t len, uint64_t timeout_ms, unsigned flags, relay_error *err)
 {
-	const relay_host *host = plugin->host;
 	ssh_stream *s = stream;
-	if (flags)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_write flags 0x%x",
-		                       flags);
-	if (s == NULL || s->child.in_fd < 0 || (data == NULL && len) || timeout_ms == 0)
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                       "stream_write needs an open stream, data and a positive timeout");
+	relay_status st =
+	    rk_stream_write_check(plugin->host, s && s->child.in_fd >= 0, data, len, timeout_ms, flags, err);
+	if (st != RELAY_OK)
+		return st;
 	drain_stderr(s);
-	if (rs_fd_write_all(s->child.in_fd, data, len, (int64_t)timeout_ms) == 0)
-		return RELAY_OK;
-	if (errno == ETIMEDOUT)
-		return host->error_set(err, RELAY_E_TIMEOUT, errno,
-		                       "ssh did not take %zu bytes within %llu ms", len,
-		                       (unsigned long long)timeout_ms);
-	return host->error_set(err, RELAY_E_INDETERMINATE, errno,
-	                       "the ssh session's standard input broke: %s", strerror(errno));
+	return rk_stream_fd_write(plugin->host, s->child.in_fd, data, len, timeout_ms, "the ssh session",
+	                          err);
 }
 
 relay_status ssh_stream_read(ssh_plugin *plugin, relay_transport_stream *stream, void *buf, size_t cap,
                              uint64_t timeout_ms, unsigned flags, size_t *got_out, relay_error *err)
 {
-	const relay_host *host = plugin->host;
 	ssh_stream *s = stream;
 	*got_out = 0;
-	if (flags)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown stream_read flags 0x%x",
-		                       flags);
-	if (s == NULL || buf == NULL || cap == 0)
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                       "stream_read needs an open stream and a buffer");
+	relay_status st = rk_stream_read_check(plugin->host, s != NULL, buf, cap, flags, err);
+	if (st != RELAY_OK)
+		return st;
 	drain_stderr(s);
 	if (s->child.out_fd < 0)
 		return RELAY_OK; /* end of file seen before */
-	ssize_t n = rs_fd_read_wait(s->child.out_fd, buf, cap, (int64_t)timeout_ms);
-	if (n >= 0) {
-		*got_out = (size_t)n;
-		return RELAY_OK;
-	}
-	if (errno == ETIMEDOUT)
-		return host->error_set(err, RELAY_E_TIMEOUT, errno,
-		                       "nothing arrived on the stream within %llu ms",
-		                       (unsigned long long)timeout_ms);
-	return host->error_set(err, RELAY_E_INDETERMINATE, errno,
-	                       "the ssh session's standard output broke: %s", strerror(errno));
+	return rk_stream_fd_read(plugin->host, s->child.out_fd, buf, cap, timeout_ms, "the ssh session",
+	                         got_out, err);
 }
 
 void ssh_stream_close(relay_transport_stream *stream)

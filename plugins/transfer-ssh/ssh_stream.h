@@ -1,6 +1,6 @@
 /*
  * ssh_stream.h — transfer-ssh's long-lived stream (relay/transport.h,
- * RELAY_TRANSPORT_STREAM; guest.md §17): one ssh session over the
+ * RELAY_TRANSPORT_STREAM; spec/guest.md §17): one ssh session over the
  * connection's ControlMaster running the command, its standard input our
  * socket, its standard output our pipe. No exec wrapper and no token: the
  * stream is not a command that must run at most once (the resident

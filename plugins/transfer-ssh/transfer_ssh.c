@@ -11,7 +11,7 @@
  *   close  stops the master.
  *
  *   stream ssh_stream.c: one session running a long-lived command (the
- *          resident receiver, guest.md §17);
+ *          resident receiver, spec/guest.md §17);
  *
  * Traits: RELAY_TRANSPORT_CONCURRENT (every operation is its own ssh
  * session over the shared master; the connection is immutable after open)

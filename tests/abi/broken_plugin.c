@@ -1,7 +1,7 @@
 /*
  * One source, many deliberately broken plugins: each build defines one
  * BREAK_* macro and breaks exactly one loader rule (relay/plugin.h lists
- * them in order). tests/unit/test_loader_abi.c asserts each exact message.
+ * them in order). tests/unit/loader/test_loader_abi.c asserts each exact message.
  */
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /*
  * old_transport.c — a transport plugin as ABI 1.1 built it: its ops table
  * ends at pull (no stream slots) and its descriptor says 1.1, while it
- * states the traits of its time. tests/unit/test_loader_abi.c loads it
+ * states the traits of its time. tests/unit/loader/test_loader_abi.c loads it
  * through the real loader: it loads, and the four stream slots read as
  * NULL (relay/transport.h, ABI 1.4), so the core keeps it on the one-shot
  * path.

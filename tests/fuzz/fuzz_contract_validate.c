@@ -5,7 +5,7 @@
  *
  * Invariants: a refusal is one line of valid UTF-8 starting with
  * "Invalid <tool> input: "; arguments that pass hold no string with a
- * U+0000 except script code (lifecycle.md §12 rule 1: a NUL is refused,
+ * U+0000 except script code (spec/lifecycle.md §12 rule 1: a NUL is refused,
  * never cut).
  */
 #include <stdbool.h>

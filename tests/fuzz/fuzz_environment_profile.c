@@ -1,5 +1,5 @@
 /*
- * Environment profiles (profile/environment.c, machine-service.md §7): the
+ * Environment profiles (profile/environment.c, spec/machine-service.md §7): the
  * input is the file VM_ENVIRONMENT_FILE selects.
  *
  * Invariants: a refusal says what is wrong; an accepted profile has an id,

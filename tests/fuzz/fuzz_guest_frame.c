@@ -1,6 +1,6 @@
 /*
  * The host's reading of a receiver's standard output (guestio/frame.c
- * gio_parse_frame, guest.md §5.1 and §15 step 5): the last line that
+ * gio_parse_frame, spec/guest.md §5.1 and §15 step 5): the last line that
  * parses as a JSON object is the frame, whatever a hostile guest printed
  * before or around it.
  *

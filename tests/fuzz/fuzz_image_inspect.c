@@ -4,7 +4,7 @@
  * WebP), the rest is the file.
  *
  * Invariants: an accepted container has dimensions within the limits of
- * images.md §4 and a known format; a refusal names its rule.
+ * spec/images.md §4 and a known format; a refusal names its rule.
  */
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * and the 0.75 shrink steps, the re-encode and the second validation. The
  * input is the file; its type comes from its signature.
  *
- * Invariants: a preview fits the bounds of images.md §9.3, its base64 is
+ * Invariants: a preview fits the bounds of spec/images.md §9.3, its base64 is
  * the base64 of its bytes, and the preview itself passes image_inspect.
  */
 #include <stdlib.h>

@@ -10,12 +10,12 @@
  * answer of the input has been written by then (tool calls complete on the
  * reader thread here).
  *
- * The manager is a stand-in, as in tests/unit/test_mcp_server.c: the server
+ * The manager is a stand-in, as in tests/unit/mcp/test_mcp_server.c: the server
  * reaches it only through its handler table (mcp_handler). It answers
  * every validated call at once with the call's arguments as its structured
  * result, so whatever a client sent comes back through the renderer, plus
  * the input's first bytes raw where a guest's bytes would be (a field, the
- * headline, an error message: tools.md §5.3 says they leave as UTF-8).
+ * headline, an error message: spec/tools.md §5.3 says they leave as UTF-8).
  *
  * Invariants: every line the server writes is valid UTF-8 and one JSON
  * value the relay's own parser accepts; the sentinel is answered with its

@@ -2,7 +2,7 @@
  * The MCP layer's JSON parser (mcp/wire.c) on any bytes of a line.
  * Invariants: a value it accepts serialises to valid UTF-8 that it accepts
  * again; an id's text (wire_id_text) parses back to an id with the same
- * text and the same key (ids are echoed exactly, mcp.md §2.1).
+ * text and the same key (ids are echoed exactly, spec/mcp.md §2.1).
  */
 #include <stdbool.h>
 #include <stdlib.h>

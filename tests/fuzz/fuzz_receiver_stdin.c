@@ -1,5 +1,5 @@
 /*
- * The standard input of `receiver run --stdin` (guest.md §16.2,
+ * The standard input of `receiver run --stdin` (spec/guest.md §16.2,
  * guest/receiver_protocol.h): a header line naming two parts, then their
  * bytes. stdin_parts_read() is what stands between those bytes and the
  * guest root.

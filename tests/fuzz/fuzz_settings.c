@@ -1,5 +1,5 @@
 /*
- * Every MCP_RELAY_* setting (profile/settings.c, lifecycle.md §14), the
+ * Every MCP_RELAY_* setting (profile/settings.c, spec/lifecycle.md §14), the
  * *_OPTIONS objects included: the input is lines NAME=VALUE; names the
  * relay reads are set, every other line is ignored. MCP_RELAY_PROJECT and
  * MCP_RELAY_STATE_DIR always point into the scratch folder (the load

@@ -3,7 +3,7 @@
 
 The seeds are small, valid or nearly valid inputs that reach deep into each
 parser; libFuzzer mutates from them. The evidence_package seeds come from
-a package tests/unit/evidence_fixture.h writes (two runs, a diagnostic, an
+a package tests/unit/common/evidence_fixture.h writes (two runs, a diagnostic, an
 extraction) and evidence_package_deliver seals: `make_seeds.py --package DIR`
 serialises such a folder (see package_seed below).
 """

@@ -53,7 +53,7 @@ class Variant:
         self.binary = binary
         self.kind = kind
         # Transports with RELAY_TRANSPORT_STDIO_BYTES run in one round trip and bring the
-        # after-image home on the run's answer (guest.md §16.2, §16.3).
+        # after-image home on the run's answer (spec/guest.md §16.2, §16.3).
         self.one_trip = kind in ("local", "ssh", "ssh-x11")
         self.display = None
         self.sshd_env = {}
@@ -163,7 +163,7 @@ def _free_port():
 
 
 def _start_sshd(v):
-    """A throwaway sshd for root on 127.0.0.1 (as tests/unit/transfer_ssh_fixture.h)."""
+    """A throwaway sshd for root on 127.0.0.1 (as tests/unit/plugins/transfer-ssh/transfer_ssh_fixture.h)."""
     d = os.path.join(v.root, "sshd")
     os.makedirs(d, mode=0o700)
     host_key, user_key = os.path.join(d, "host_key"), os.path.join(d, "user_key")
@@ -210,7 +210,7 @@ def _start_sshd(v):
 
 
 def _write_profile(v, plugins):
-    """An environment profile (lifecycle.md §14) whose relayPlugins choose the plugins."""
+    """An environment profile (spec/lifecycle.md §14) whose relayPlugins choose the plugins."""
     env = os.path.join(v.root, "env")
     repo = os.path.join(v.root, "repo")
     os.makedirs(os.path.join(repo, "images"))

@@ -26,7 +26,7 @@ def structured(result):
 
 
 def full(result):
-    """The whole structured result: the spill file when the text bounds cut it (tools.md §5.2)."""
+    """The whole structured result: the spill file when the text bounds cut it (spec/tools.md §5.2)."""
     s = result["structuredContent"]
     if s.get("resultTruncated"):
         with open(s["fullResult"]) as f:
@@ -39,7 +39,7 @@ def text_of(result):
 
 
 def lead_headline_rest(text):
-    """relay_script and relay_image (tools.md §2.3): the plain lead sentence (at most 200
+    """relay_script and relay_image (spec/tools.md §2.3): the plain lead sentence (at most 200
     characters), the compact imageDelivery headline as an object, and the rest of the text."""
     lead, head, rest = (text.split("\n", 2) + ["", ""])[:3]
     assert 0 < len(lead) <= 200 and not lead.startswith("{"), "no lead sentence: %r" % text[:300]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A bad setting no longer hides behind "failed to connect" (lifecycle.md §14, changed
+"""A bad setting no longer hides behind "failed to connect" (spec/lifecycle.md §14, changed
 2026-12-01): the server answers initialize (and server/discover) and tools/list as usual, every
 tools/call is an isError result naming the variable, the problem and the fix, the reason is on
 stderr once, nothing is acquired or written to the state folder, and the server exits (status

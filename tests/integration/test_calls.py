@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/call and its result envelope without guests (mcp.md §7, §8; tools.md §2.2-§2.4;
+"""tools/call and its result envelope without guests (spec/mcp.md §7, §8; spec/tools.md §2.2-§2.4;
 conformance checklist items 24-28)."""
 import json
 import os
@@ -14,7 +14,7 @@ PER_GUEST = ["relay_stage", "relay_script", "relay_image", "relay_extract", "rel
 
 
 def check_envelope(result):
-    """tools.md §2.3: one text block first, the text is headline + the pretty JSON of
+    """spec/tools.md §2.3: one text block first, the text is headline + the pretty JSON of
     structuredContent, error exactly when isError."""
     assert result["content"][0]["type"] == "text"
     assert isinstance(result["isError"], bool)
@@ -73,7 +73,7 @@ def test_acquire_without_task(binary):
 
 
 def test_validation_messages(binary):
-    # tools.md §2.2: "Invalid <tool> input: <JSON pointer> <what is wrong>".
+    # spec/tools.md §2.2: "Invalid <tool> input: <JSON pointer> <what is wrong>".
     cases = [
         ("relay_acquire", {"task": "Bad Task", "image": "x", "extractions": []},
          "Invalid relay_acquire input: /task must match ^[a-z0-9][a-z0-9-]{0,35}$"),
@@ -110,7 +110,7 @@ def test_unknown_tool(binary):
 
 
 def test_bad_call_params(binary):
-    # Item 27 and the other malformed tools/call requests (mcp.md §7).
+    # Item 27 and the other malformed tools/call requests (spec/mcp.md §7).
     with Relay(binary) as r:
         for params in [{"name": "relay_status", "arguments": []}, {"name": "relay_status", "arguments": "x"},
                        {"name": "relay_status", "arguments": None}, {}, {"name": 7}, {"arguments": {}}]:
@@ -139,13 +139,13 @@ def test_unknown_guest(binary):
             res = r.call_tool(tool, args)
             code = res["structuredContent"]["error"]["code"]
             # Schema-complete arguments are needed to reach the guest check; otherwise the
-            # call is refused as invalid-input first (tools.md §2.7 order).
+            # call is refused as invalid-input first (spec/tools.md §2.7 order).
             assert code in ("unknown-guest", "invalid-input"), (tool, res)
             check_envelope(res)
 
 
 def test_duplicate_in_flight_id(binary):
-    # mcp.md §2.1: an id equal to that of a request still in flight is refused.
+    # spec/mcp.md §2.1: an id equal to that of a request still in flight is refused.
     with Relay(binary) as r:
         r.send({"jsonrpc": "2.0", "id": 42, "method": "subscriptions/listen",
                 "params": {"_meta": Relay.modern_meta()}})

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The command line (mcp.md §14)."""
+"""The command line (spec/mcp.md §14)."""
 import json
 import os
 import subprocess
@@ -36,7 +36,7 @@ def test_instructions(binary):
     with Relay(binary) as r:
         instructions = r.initialize()["instructions"]
     assert out.stdout.decode() == instructions + "\n"
-    # tools.md §4: it names the fourteen tools.
+    # spec/tools.md §4: it names the fourteen tools.
     for name in ["relay_search", "relay_probe", "relay_acquisition_capabilities", "relay_acquire",
                  "relay_stage", "relay_script", "relay_image", "relay_extract", "relay_finish",
                  "relay_release", "relay_console_resolve", "relay_console_open", "relay_console_cancel",

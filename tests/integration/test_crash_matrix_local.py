@@ -6,7 +6,7 @@ machine-local starts the receiver in its guest with a clean environment; in a fa
 the core passes the receiver entries of its own MCP_RELAY_FAILPOINTS in the environment of the
 receiver commands it runs (core/src/guestio/exec.c), so the receiver's points fire in a real
 machine-local guest too. For every `receiver.*` point of guest/receiver/failpoint.c, and every
-`run.resident.*` point of the relay (the resident channel of guest.md §17, which the fake
+`run.resident.*` point of the relay (the resident channel of spec/guest.md §17, which the fake
 backend's transport does not offer), one
 guest's life (acquire, stage, two runs, finish) runs with MCP_RELAY_FAILPOINTS=<point>=crash;
 the receiver ends with _exit(86) there and the call's answer names the failpoint; the relay is
@@ -44,7 +44,7 @@ class LocalLife(Life):
 
     def hit(self, res):
         """`receiver serve` itself ending at its point leaves the run's channel broken after the
-        send (guest.md §17 item 4): the answer says so; a worker's crash names the point."""
+        send (spec/guest.md §17 item 4): the answer says so; a worker's crash names the point."""
         if self.point.startswith("receiver.serve.") and "the channel to receiver serve broke" in json.dumps(res):
             return True
         return Life.hit(self, res)
@@ -85,7 +85,7 @@ def test_receiver_crash_matrix_local(binary):
     if not failpoints_built(binary):
         skip("this build has no failpoints (configure with -DRELAY_FAILPOINTS=ON, as scripts/test does)")
     only = [p for p in os.environ.get("RELAY_CRASH_POINTS", "").split(",") if p]
-    # the receiver's points, and the relay's on the resident channel (guest.md §17), which only a
+    # the receiver's points, and the relay's on the resident channel (spec/guest.md §17), which only a
     # transport with the stream trait reaches (machine-fake has none)
     points = [p for p, _e in catalogue() if (p.startswith("receiver.") or p.startswith("run.resident."))
               and (not only or p in only)]
@@ -117,7 +117,7 @@ def test_receiver_crash_matrix_local(binary):
 # -- a lease that lapses with no relay (docs/reliability.md §3, "Leases after a TTL") --------
 
 LAPSE_POINT = "run.before-receipt"
-LAPSE_TTL_HOURS = 0.1  # the schema's minimum (tools.md): 6 minutes
+LAPSE_TTL_HOURS = 0.1  # the schema's minimum (spec/tools.md): 6 minutes
 LAPSE_OPTIONS = {"display": "off", "maxGuests": 2, "graceMs": 0, "backstopMs": 0, "reaperIntervalMs": 100}
 
 

@@ -1,4 +1,4 @@
-"""Background step downloads (evidence.md §5.1, lifecycle.md §7): a transient transport failure
+"""Background step downloads (spec/evidence.md §5.1, spec/lifecycle.md §7): a transient transport failure
 is retried (3 attempts) and then pauses the queue; relay_status reports it from memory without
 lifting it; the next call that reaches the guest lifts it; a lasting failure (a copy that
 arrives corrupted) is not retried and does not pause; relay_finish brings home what failed
@@ -85,7 +85,7 @@ def test_pause_after_transient_failure(binary):
 
 
 def test_queue_bound_holds_the_next_run_back(binary):
-    """evidence.md §5.1: 64 queued jobs; only a queue past that bound, and not paused, makes a
+    """spec/evidence.md §5.1: 64 queued jobs; only a queue past that bound, and not paused, makes a
     new run hold back until the oldest job is done. The first step download is made slow (45 s,
     far longer than the 65 runs that follow take here), so 64 steps queue behind it; the 66th
     run can only answer once that first download has ended."""

@@ -1,4 +1,4 @@
-"""relay_extract's refusals (tools.md §3.8, evidence.md §8.2): not staged, undeclared names, a
+"""relay_extract's refusals (spec/tools.md §3.8, spec/evidence.md §8.2): not staged, undeclared names, a
 symbolic link in the output, a guest file name that could never verify in a package, a source
 that changes while it is pulled, nothing at the path, and a sealed package. Each keeps the
 guest and leaves no half-made destination folder; outputs pulled before a failure stay and are

@@ -1,4 +1,4 @@
-"""relay_finish end to end (tools.md §3.8-§3.9, evidence.md §5, §8, §9.1, §10-§12): acquire,
+"""relay_finish end to end (spec/tools.md §3.8-§3.9, spec/evidence.md §5, §8, §9.1, §10-§12): acquire,
 stage with a workspace, recorded runs with real snapshots (capture-x11 on an Xvfb display),
 background step downloads publishing display originals, relay_extract of a file and of a
 directory, relay_finish with a never-produced output in incompleteExtractions, the delivered

@@ -1,4 +1,4 @@
-"""A hostile guest (evidence.md §5.4): the guest is not trusted, so a step download refuses the
+"""A hostile guest (spec/evidence.md §5.4): the guest is not trusted, so a step download refuses the
 whole archive on an absolute path, a `..`, a symbolic link, a hard link, a device, a FIFO, an
 entry over its declared size, an entry whose SHA-256 differs from the receipt, and a truncated
 archive, and nothing is ever written outside the package.

@@ -1,4 +1,4 @@
-"""relay_release packaging (tools.md §3.10 step 3, evidence.md §5.6, §9.2): a staged guest's
+"""relay_release packaging (spec/tools.md §3.10 step 3, spec/evidence.md §5.6, §9.2): a staged guest's
 evidence is packaged before its machine is destroyed (queued step downloads coalesced into the
 release's own pull, outputs pulled where they exist, the package verified); a packaging failure
 is recorded and never stops the release; an unstaged guest's folder is left as it is; a failed

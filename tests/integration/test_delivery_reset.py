@@ -1,4 +1,4 @@
-"""Earlier recordings at finish (evidence.md §9.1 step 6, guest.md §4): after a recording reset
+"""Earlier recordings at finish (spec/evidence.md §9.1 step 6, spec/guest.md §4): after a recording reset
 the guest records into <evidence folder>-recording-<id8>; relay_finish delivers the earlier
 recording as its own verified package (without guest I/O) and the current one beside it. The
 reset takes the download queue over (queued steps coalesced by "reset").

@@ -1,4 +1,4 @@
-"""Step downloads across a restart (evidence.md §5.5, lifecycle.md §8, §11): when the session
+"""Step downloads across a restart (spec/evidence.md §5.5, spec/lifecycle.md §8, §11): when the session
 ends in pause mode the download in flight is aborted and writes nothing more, queued steps keep
 their `queued` records, and the next process with the same MCP_RELAY_SESSION takes the guest
 back and brings those steps home before relay_finish seals the package.

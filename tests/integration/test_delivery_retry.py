@@ -1,5 +1,5 @@
-"""A failed delivery keeps the guest for a corrected attempt (evidence.md §9.1 "Failure",
-lifecycle.md §13.2 rule 4), and a finish whose destruction cannot be verified keeps ownership
+"""A failed delivery keeps the guest for a corrected attempt (spec/evidence.md §9.1 "Failure",
+spec/lifecycle.md §13.2 rule 4), and a finish whose destruction cannot be verified keeps ownership
 with the package standing; each second relay_finish completes.
 
 A delivery is made to fail the way a host can break it: a symbolic link planted in the

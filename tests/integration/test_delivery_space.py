@@ -1,4 +1,4 @@
-"""The free-space precheck (evidence.md §6, lifecycle.md §13.1): with the project folder on a
+"""The free-space precheck (spec/evidence.md §6, spec/lifecycle.md §13.1): with the project folder on a
 small tmpfs, relay_extract and relay_finish fail before pulling anything, with space-shortfall
 naming the bytes needed, free and short, and keep the guest; once the guest's data fits, the
 same guest finishes on the same small volume.

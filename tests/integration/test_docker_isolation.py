@@ -109,7 +109,7 @@ def test_isolation(binary):
             assert "did not end within 2 s" in res["outcome"]["diagnostic"], res["outcome"]
             assert no_sleep_left(r, g), "a sleep survived the timeout"
 
-            # 5. What a command leaves running does not hold its step open (guest.md §16.1): a
+            # 5. What a command leaves running does not hold its step open (spec/guest.md §16.1): a
             # background writer keeps the output stream busy, the step still ends with its shell.
             res = diag(r, g, "bash -c 'while :; do echo tick; sleep 0.05; done' & echo started", timeout_ms=30000)
             assert res["outcome"] == {"kind": "completed", "exitStatus": {"code": 0, "signal": None}}, res

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The egress policy as a setting (issue 23, lifecycle.md §14, docs/egress.md): a bad rule of
+"""The egress policy as a setting (issue 23, spec/lifecycle.md §14, docs/egress.md): a bad rule of
 MCP_RELAY_EGRESS_ALLOW (or of a profile's relayNetwork) is an invalid setting naming the rule;
 a profile's relayNetwork is the deployment's and wins over the variables; a machine plugin
 without egress_listeners refuses allow at acquire with the reason (never a fallback to nat)."""

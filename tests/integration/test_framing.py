@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Framing and JSON-RPC classification (mcp.md §1, §2; conformance checklist items 1-7)."""
+"""Framing and JSON-RPC classification (spec/mcp.md §1, §2; conformance checklist items 1-7)."""
 import json
 import os
 import resource
@@ -81,7 +81,7 @@ def test_sixteen_mib_line(binary):
 
 
 def test_ids_echoed_exactly(binary):
-    # Item 5, and numbers are not normalised (mcp.md §2.1 decision).
+    # Item 5, and numbers are not normalised (spec/mcp.md §2.1 decision).
     with Relay(binary) as r:
         for token in [b'"abc"', b"7", b"1.50", b"-0", b"1e3", b"2E-2", b"123456789012345678901234",
                       b'"a\\u00e9\\/\xf0\x9f\x98\x80"', b"-9223372036854775808", b"0.0"]:
@@ -148,7 +148,7 @@ def test_batch_rules(binary):
 
 
 def test_classification(binary):
-    # mcp.md §2.1, row by row.
+    # spec/mcp.md §2.1, row by row.
     with Relay(binary) as r:
         def one(raw):
             r.send_raw(raw + b"\n")
@@ -217,7 +217,7 @@ def test_final_line_without_newline(binary):
 
 
 def test_message_too_large(binary):
-    # mcp.md §1: when memory for a line cannot be obtained, the rest of the line is discarded,
+    # spec/mcp.md §1: when memory for a line cannot be obtained, the rest of the line is discarded,
     # the answer is -32700 "Message too large" with id null, and the stream stays usable.
     if sanitized_build(binary):
         skip("the address-space limit this test uses cannot be combined with AddressSanitizer")

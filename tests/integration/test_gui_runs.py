@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GUI work through the relay (guest.md §16, images.md §8.1), as a user does it: step 1 starts
+"""GUI work through the relay (spec/guest.md §16, spec/images.md §8.1), as a user does it: step 1 starts
 an X application or a browser on the guest's display and exits; its after-image, attached to
 the result, shows it (pixels of colours the test chose); step 2 drives it with xdotool and its
 after-image shows the change; step 3 finds it still running; leftRunning names it in the

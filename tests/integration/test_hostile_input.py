@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Hostile input at the MCP stream, through the real binary (issue 17, defects 4 and 5).
 
-A lone surrogate id is echoed exactly (mcp.md §2.1); a NUL in any text field is
+A lone surrogate id is echoed exactly (spec/mcp.md §2.1); a NUL in any text field is
 invalid-input naming the field, script code with a NUL is refused whole, and a tool
-name with a NUL names no tool (lifecycle.md §12 rule 1). The fuzz harnesses
+name with a NUL names no tool (spec/lifecycle.md §12 rule 1). The fuzz harnesses
 (tests/fuzz/) cover the same layers at random; these are the cases that were seen.
 """
 import json

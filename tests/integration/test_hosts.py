@@ -10,7 +10,7 @@ means. The plugin's server, the repository's .mcp.json and the pi package start 
 the generated host files match scripts/gen-host-files; the operator agent has only the relay's
 tools and read-only file tools; `claude plugin validate` accepts the plugin and a real Claude
 Code connects to its server (the CLI is installed from npm into a cache folder; that part
-skips, saying why, when npm cannot). The server instructions are tools.md §4's reference text,
+skips, saying why, when npm cannot). The server instructions are spec/tools.md §4's reference text,
 whole within the 2,048 characters where Claude Code cuts them."""
 import json
 import os
@@ -369,18 +369,17 @@ def test_the_operator_agent_has_only_the_relays_tools_and_read_only_file_tools(b
 
 
 def test_instructions_are_the_reference_text_within_2048_characters(binary):
-    """tools.md §4 (changed 2026-12-01): the server ships the reference text, whole, within the
+    """spec/tools.md §4 (changed 2026-12-01): the server ships the reference text, whole, within the
     2,048 characters Claude Code keeps; each rule is there."""
     text = subprocess.run([binary, "--instructions"], stdout=subprocess.PIPE, check=True).stdout.decode()
     assert text.endswith("\n") and not text.endswith("\n\n"), repr(text[-40:])
     text = text[:-1]
     assert len(text) <= INSTRUCTIONS_LIMIT, "%d characters: Claude Code cuts at %d" % (len(text), INSTRUCTIONS_LIMIT)
-    spec = os.path.join(ROOT, "..", "shared", "spec", "tools.md")
-    if os.path.exists(spec):  # the contract beside the checkout (this project's machines)
-        with open(spec, encoding="utf-8") as f:
-            doc = f.read()
-        start = doc.index("```text\n", doc.index("Reference text (decision")) + len("```text\n")
-        assert text == doc[start:doc.index("\n```", start)], "not the reference text of tools.md §4"
+    # The contract's own text (docs/spec/tools.md, a copy of the spec: docs/spec/README.md).
+    with open(os.path.join(ROOT, "docs/spec/tools.md"), encoding="utf-8") as f:
+        doc = f.read()
+    start = doc.index("```text\n", doc.index("Reference text (decision")) + len("```text\n")
+    assert text == doc[start:doc.index("\n```", start)], "not the reference text of spec/tools.md §4"
     essentials = [
         "a verified package proves its evidence intact, not that the behaviour worked",  # rule 9
         "Open console viewing only when the user asks",                                   # rule 10

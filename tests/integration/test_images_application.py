@@ -1,4 +1,4 @@
-"""relay_image application selector (images.md §1.2, §4, §9): files of outputs declared at
+"""relay_image application selector (spec/images.md §1.2, §4, §9): files of outputs declared at
 relay_acquire, read through the guest receiver's `scan --image` and pulled one by one.
 
 The fake guest's workspace is a folder on this host, so the tests write the "guest's" files

@@ -1,4 +1,4 @@
-"""relay_image display and reference selectors after real runs (images.md §1.1, §1.3, §3, §7, §8).
+"""relay_image display and reference selectors after real runs (spec/images.md §1.1, §1.3, §3, §7, §8).
 
 Real relay_stage and relay_script runs over machine-fake take real snapshots (capture-fake
 copies prepared PNGs) through the real guest receiver; the background step download brings
@@ -64,7 +64,7 @@ def test_display_before_and_after(binary):
                 assert rec["image"]["imageId"] == after_id
             assert "attached" in statuses, statuses
             assert not [n for n in os.listdir(folder) if n.startswith(".relay-image-")]
-            # the catalog entry binds the reference (images.md §2.3)
+            # the catalog entry binds the reference (spec/images.md §2.3)
             entry = env.catalog_entry(g, after_id)
             assert entry["descriptor"]["imageId"] == after_id
             assert "originalPath" not in entry["descriptor"]
@@ -87,7 +87,7 @@ def test_display_before_and_after(binary):
 
 def test_original_at_home_needs_no_guest(binary):
     """Once the step download published an original, relay_image reads it from the host; a
-    later run's after-image is a new identity and stays pending (images.md §5, §8.1)."""
+    later run's after-image is a new identity and stays pending (spec/images.md §5, §8.1)."""
     env = ImagesEnv(binary)
     try:
         env.set_capture(before=BEFORE, after=AFTER)
@@ -220,7 +220,7 @@ def test_missing_and_unauthorized(binary):
             check_attached(env.image(r, b, display_target(run_b, "after")))
             res = env.image(r, a, {"source": "reference", "imageId": run_a["imageDelivery"]["image"]["imageId"]})
             check_attached(res)
-            # error results carry the guest's state (tools.md §2.3)
+            # error results carry the guest's state (spec/tools.md §2.3)
             res = env.image(r, a, {"source": "reference", "imageId": "image-" + "1" * 64})
             assert structured(res)["guestState"]["guest"] == a["guest"]
     finally:
@@ -262,7 +262,7 @@ def test_stale_reference_after_release(binary):
 
 
 def test_references_survive_a_recording_reset(binary):
-    """images.md §5: references survive recording resets through previousEvidence; the old
+    """spec/images.md §5: references survive recording resets through previousEvidence; the old
     recording's originals come from the host, with no guest state needed."""
     env = ImagesEnv(binary)
     try:

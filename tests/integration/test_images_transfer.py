@@ -1,7 +1,7 @@
-"""relay_image's pulls from the guest (images.md §5, §6): one shared budget of three
+"""relay_image's pulls from the guest (spec/images.md §5, §6): one shared budget of three
 byte-transfer attempts, metadata included; only transient failures tried again; lasting ones,
 unsafe paths and integrity failures final; a pulled copy that differs discarded; and an image
-block kept beside isError when a later step failed (mcp.md §7, §16 item 30).
+block kept beside isError when a later step failed (spec/mcp.md §7, §16 item 30).
 
 The fake transport's pulls are scripted through the control file (tests/plugins/machine-fake/
 fake_transport.c). The step download of each run is made to fail for good (its archive pull is
@@ -115,7 +115,7 @@ def test_budget_is_shared_with_metadata(binary):
 
 def test_lost_receipt_is_fetched_from_the_guest(binary):
     """A run whose receipt did not come home names its image pending without identity
-    (images.md §8.1); relay_image then fetches the receipt from the guest as metadata, within
+    (spec/images.md §8.1); relay_image then fetches the receipt from the guest as metadata, within
     the budget, and caches its validated imageEvidence on the host."""
     env = ImagesEnv(binary)
     try:
@@ -218,7 +218,7 @@ def test_gone_guest_is_stale(binary):
 
 
 def test_image_block_kept_beside_is_error(binary):
-    """mcp.md §16 item 30: the preview was produced, then writing the delivery receipt failed
+    """spec/mcp.md §16 item 30: the preview was produced, then writing the delivery receipt failed
     (the image folder is made immutable): isError is true and the image block stays."""
     env = ImagesEnv(binary)
     folder = None

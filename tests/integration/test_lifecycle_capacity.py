@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Waiting for capacity (lifecycle.md §5; tools.md §3.4 steps 10-12; mcp.md §16 item 31).
+"""Waiting for capacity (spec/lifecycle.md §5; spec/tools.md §3.4 steps 10-12; spec/mcp.md §16 item 31).
 
 The fake backend refuses for capacity as scripted; the test moves the frozen relay clock
 15 s at a time, so the wait is checked without waiting real time.

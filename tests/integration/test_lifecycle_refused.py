@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A refused acquisition closes its record (issue 22, defect 1; lifecycle.md §8).
+"""A refused acquisition closes its record (issue 22, defect 1; spec/lifecycle.md §8).
 
 relay_acquire refused before any lease request (an image the backend does not offer) closes
 the guest it reserved with reason "not-acquired". A second relay process of the same session

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The task registry through the real binary (lifecycle.md §10, §14).
+"""The task registry through the real binary (spec/lifecycle.md §10, §14).
 
 Which file is used (MCP_RELAY_REGISTRY, a valid ~/AGENTS.md VM table, else the managed
 registry.md), MCP_RELAY_REGISTRY validated at startup, rows added at acquire and removed at
@@ -41,7 +41,7 @@ def test_invalid_registry_setting_stops_the_server(binary):
         r = Relay(binary, env=fake.env(MCP_RELAY_REGISTRY=bad), state_dir=fake.state_dir,
                   project=fake.project)
         try:
-            # An invalid setting is answered, not hidden (lifecycle.md §14, changed 2026-12-01):
+            # An invalid setting is answered, not hidden (spec/lifecycle.md §14, changed 2026-12-01):
             # every call names it, and the server exits 2 when stdin closes.
             r.initialize()
             res = r.call_tool("relay_status")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lease renewal against the fake machine backend (lifecycle.md §6).
+"""Lease renewal against the fake machine backend (spec/lifecycle.md §6).
 
 Relay time is a frozen test clock that the test moves, so renewal is checked at exact
 instants without waiting real minutes: every renewal the backend sees asks for at most the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Restart and reconciliation (lifecycle.md §8, §9; tools.md §3.4, §3.10).
+"""Restart and reconciliation (spec/lifecycle.md §8, §9; spec/tools.md §3.4, §3.10).
 
 A relay is killed with SIGKILL at different points (after acquire, during a slow acquire,
 during a capacity wait, during a release) and a new one is started with the same

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Restart with work on the guest (lifecycle.md §8 step 3.7; guest.md: nothing replayed).
+"""Restart with work on the guest (spec/lifecycle.md §8 step 3.7; spec/guest.md: nothing replayed).
 
 The relay is killed with SIGKILL after relay_stage, during a relay_script run and during
 relay_finish, then restarted with the same MCP_RELAY_SESSION on the fake backend (whose guest

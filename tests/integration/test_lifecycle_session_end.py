@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The end of the session with guests held (lifecycle.md §11; mcp.md §16 items 34-37).
+"""The end of the session with guests held (spec/lifecycle.md §11; spec/mcp.md §16 items 34-37).
 
 Every trigger (stdin closed, a failed write to stdout, SIGTERM, SIGINT, SIGHUP, the parent
 process killed) with each MCP_RELAY_ON_EXIT mode, checked at the fake backend: pause sends a

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Methods, notifications, subscriptions and duplicate ids (mcp.md §2.1, §5, §10;
+"""Methods, notifications, subscriptions and duplicate ids (spec/mcp.md §2.1, §5, §10;
 conformance checklist items 16-17)."""
 import os
 import sys
@@ -13,7 +13,7 @@ UNSUPPORTED = ["prompts/list", "prompts/get", "resources/list", "resources/read"
 
 
 def test_unsupported_methods(binary):
-    # Item 16, and every other method of mcp.md §5's table.
+    # Item 16, and every other method of spec/mcp.md §5's table.
     with Relay(binary) as r:
         r.initialize()
         for method in UNSUPPORTED:

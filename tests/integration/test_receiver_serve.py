@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The resident receiver (guest.md §17 item 2), driven directly against the static receiver the
+"""The resident receiver (spec/guest.md §17 item 2), driven directly against the static receiver the
 build made: `receiver serve --root R` takes requests framed as `run --stdin` takes one, one after
 another on one standard input, and answers each framed as `run --stdin` answers, in order; the
 replay rule holds across the stream; a request whose part fails its hash is refused and the next
@@ -136,7 +136,7 @@ def diagnostic(exec_id, script, limit_ms=10000, sha=None, argv=None):
 
 
 def test_diagnostics_on_the_stream(binary):
-    """guest.md §17 item 3 over §13: serve runs a diagnostic itself (merged output with its exit
+    """spec/guest.md §17 item 3 over §13: serve runs a diagnostic itself (merged output with its exit
     status, no journal line, no lock, no record), kills its group at the limit, refuses a script
     that fails its hash and goes on, and runs the next recorded request as before."""
     import hashlib

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The receiver's run in one round trip (guest.md §16.2, §16.3, guest/receiver_protocol.h),
+"""The receiver's run in one round trip (spec/guest.md §16.2, §16.3, guest/receiver_protocol.h),
 driven directly against the static receiver the build made: the request and script framed on
 standard input, the receipt and the after-image original framed on standard output; a
 corrupted or short input is refused and nothing runs; one execution id runs once whatever path
@@ -97,7 +97,7 @@ def test_one_round_trip(binary):
         receipt = json.loads(receipt_bytes)
         assert receipt["outcome"]["kind"] == "completed" and receipt["stdout"] == "hello\n", receipt
         assert receipt["leftRunning"] == {"count": 0, "processes": []}, receipt
-        # The parts went where guest.md §9 puts them, byte for byte.
+        # The parts went where spec/guest.md §9 puts them, byte for byte.
         assert os.path.exists(g.path("requests/run-a.json"))
         with open(g.path("streamed/run-a.sh")) as f:
             assert f.read() == "echo hello\necho x >> count\n"

@@ -25,7 +25,7 @@ def reference(binary):
 
 
 def write_profile(root, plugins):
-    """An environment profile (lifecycle.md §14) whose relayPlugins choose the plugins."""
+    """An environment profile (spec/lifecycle.md §14) whose relayPlugins choose the plugins."""
     repo = os.path.join(root, "repo")
     os.makedirs(os.path.join(repo, "images"))
     bindir = os.path.join(root, "bin")

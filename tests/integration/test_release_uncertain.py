@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Release after an uncertain acquisition (issue 17 defect 6; lifecycle.md §9, tools.md §3.10).
+"""Release after an uncertain acquisition (issue 17 defect 6; spec/lifecycle.md §9, spec/tools.md §3.10).
 
 A relay on machine-local is killed with SIGKILL while machine-local sets a guest up (a few
 milliseconds after its lease record appears, while the guest's init is being launched, so the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The capture wait of relay_stage (guest.md §11.3): when the image lists capture software and no
+"""The capture wait of relay_stage (spec/guest.md §11.3): when the image lists capture software and no
 test screenshot arrives within 120 s, staging fails with capture-unavailable and the capture
 command's last diagnostic, sending a progress notification every 5 s meanwhile. Uses
 machine-fake with tests/plugins/capture-fake (scripted to fail) selected by an environment

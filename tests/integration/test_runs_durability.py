@@ -7,7 +7,7 @@ machine-local guest over MCP:
   included (one commit before the send, one before the answer, one per step download);
 - the first commit point lies between the request's host copy (host/requests/<id>.json renamed
   into place) and the receiver receipt's (host/receiver-receipts/<id>.json, written only once
-  the answer came): the run's files are durable before it is sent (guest.md §16.2 item 1), and
+  the answer came): the run's files are durable before it is sent (spec/guest.md §16.2 item 1), and
   the receipt is durable (a commit after its rename) before the next run begins.
 
 Needs root (machine-local guests), strace and machine-local.so."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""relay_probe with scope "guest" (tools.md §3.2): platform and receiver build, runtimes of the
+"""relay_probe with scope "guest" (spec/tools.md §3.2): platform and receiver build, runtimes of the
 four languages, the catalog and the snapshot verdict, before and after staging, with its
 guest-readiness event (runs_support.py variants)."""
 import os

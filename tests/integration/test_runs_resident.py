@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs on the resident receiver's channel (guest.md §17 items 3, 4) through the real binary and
+"""Runs on the resident receiver's channel (spec/guest.md §17 items 3, 4) through the real binary and
 a real machine-local guest: once staged, the guest has one `receiver serve`; every recorded run
 goes over it (`channel: "resident"` in the result and the host receipt) and is recorded once in
 order; a channel that is gone when a run begins (serve killed) is opened again before the run; a
@@ -170,7 +170,7 @@ def test_a_receiver_without_serve_falls_back_to_one_shot(binary):
 
 
 def test_diagnostics_go_over_the_channel(binary):
-    """guest.md §17 item 3: once staged, a diagnostic script goes over the guest's channel too
+    """spec/guest.md §17 item 3: once staged, a diagnostic script goes over the guest's channel too
     (`channel: "resident"`; `receiver serve` is its parent), with §13's contract kept: output and
     error merged, the last 64,000 bytes with outputTruncated, the exit status, the limit killing
     its process group, no journal line and no receiver record. Before staging it is one exec."""

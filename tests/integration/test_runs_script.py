@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""relay_script (tools.md §3.6, guest.md §6-§15): recorded runs in the four languages, timeouts
+"""relay_script (spec/tools.md §3.6, spec/guest.md §6-§15): recorded runs in the four languages, timeouts
 that kill the whole process tree, the output bound, nonzero exits, the replay rule, the
 receiver lock, diagnostic scripts, cancellation and progress, over machine-fake,
 machine-local and transfer-ssh (runs_support.py)."""
@@ -146,7 +146,7 @@ def test_timeout_kills_the_process_tree(binary):
             assert took < 60, took
             left = sh(r, name, "ps -eo args | grep -c '^sleep 30[1-4].25' || true").strip()
             assert left == "0", "processes of the run survived: %s" % left
-            # A script that ends on its own leaves what it started running (guest.md §16.1),
+            # A script that ends on its own leaves what it started running (spec/guest.md §16.1),
             # and the result names it.
             nap = "305.%d" % random.randint(1000, 9999)  # the fake's guest is this machine
             s = structured(run(r, name, "sleep %s &\necho bye" % nap))
@@ -271,7 +271,7 @@ def test_diagnostic_scripts(binary):
             r.initialize()
             g = v.acquire(r)
             name, root = g["guest"], g["guestRoot"]
-            # What a diagnostic starts keeps running after it (guest.md §16.1 item 7), through
+            # What a diagnostic starts keeps running after it (spec/guest.md §16.1 item 7), through
             # every transport, and the diagnostic does not wait for it.
             nap = "306.%d" % random.randint(1000, 9999)
             t0 = time.monotonic()
@@ -393,7 +393,7 @@ def test_cancellation(binary):
             gr = json.loads(guest_receipt)
             if v.kind == "service":
                 # One command per machine at a time: the relay only stopped waiting; the script
-                # ran on to its end and the receiver recorded that (tools.md §3.6).
+                # ran on to its end and the receiver recorded that (spec/tools.md §3.6).
                 assert gr["outcome"]["kind"] == "completed" and gr["stdout"] == "finished\n", gr
             else:
                 # The script was stopped in the guest; the receiver wrote an uncertain receipt.

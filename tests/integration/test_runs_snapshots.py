@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Snapshots (guest.md §10-§11, images.md §8): staging's capture wait with a real Xvfb display
+"""Snapshots (spec/guest.md §10-§11, spec/images.md §8): staging's capture wait with a real Xvfb display
 captured by capture-x11's relay-x11shot (and capture-cua with the machine-service stand-in's
 fake cua-driver), before and after images of a run, text groups, and the pending after-image a
 run names (runs_support.py: variants x11, local and service)."""
@@ -46,7 +46,7 @@ def test_snapshots_with_a_real_display(binary):
             after = ie["snapshots"][1]
             assert after["fileName"] == s["executionId"] + "-after.png" and after["declaredAfterIntervalMs"] == 500
             d = s["imageDelivery"]
-            # The after-image rides the run's answer where the transport can (guest.md §16.3).
+            # The after-image rides the run's answer where the transport can (spec/guest.md §16.3).
             assert d["status"] == ("attached" if v.one_trip else "pending"), d
             assert IMAGE_ID.match(d["image"]["imageId"]), d
             assert len([c for c in res["content"] if c["type"] == "image"]) == (1 if v.one_trip else 0), res

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""relay_stage (tools.md §3.5, guest.md §2-§4): pushes verified by the receiver, host path
+"""relay_stage (spec/tools.md §3.5, spec/guest.md §2-§4): pushes verified by the receiver, host path
 rules, limits before anything is sent, integrity, already-staged, unsupported platforms and
 recording resets, over machine-fake, machine-local and transfer-ssh (runs_support.py)."""
 import json

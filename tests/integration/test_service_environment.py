@@ -83,7 +83,7 @@ def relay_env(env, binary, **extra):
 
 
 def expect_stop(binary, env_vars, *fragments):
-    # An invalid selection is answered, not hidden (lifecycle.md §14, changed 2026-12-01): every
+    # An invalid selection is answered, not hidden (spec/lifecycle.md §14, changed 2026-12-01): every
     # call names it, nothing is acquired, and the server exits 2 when stdin closes.
     r = Relay(binary, env=env_vars)
     try:

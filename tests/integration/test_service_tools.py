@@ -59,7 +59,7 @@ def test_search_matches_names_and_aliases(binary):
 
 
 def test_search_diagnostics_are_pruned(binary):
-    """lifecycle.md §9: search-diagnostics keeps at most 256 records and none older than 30 days."""
+    """spec/lifecycle.md §9: search-diagnostics keeps at most 256 records and none older than 30 days."""
     svc = Standin(binary)
     try:
         with svc.relay(binary) as r:
@@ -356,7 +356,7 @@ def test_acquire_refusals_pass_through(binary):
 
 
 def test_long_refusal_reasons_pass_through_cut_to_4096_bytes(binary):
-    """tools.md §2.4: backend reasons reach the agent cut to 4,096 bytes, at a character boundary."""
+    """spec/tools.md §2.4: backend reasons reach the agent cut to 4,096 bytes, at a character boundary."""
     svc = Standin(binary)
     try:
         with svc.relay(binary) as r:

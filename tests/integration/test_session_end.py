@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The end of the session at the protocol level, with no guest held (mcp.md §13;
-lifecycle.md §11; conformance checklist items 33, 36, 37).
+"""The end of the session at the protocol level, with no guest held (spec/mcp.md §13;
+spec/lifecycle.md §11; conformance checklist items 33, 36, 37).
 
 No timing is asserted (speed belongs in bench/): a generous timeout only tells a hang from an
 exit, and the measured time is printed.
@@ -62,7 +62,7 @@ def test_stdout_closed_ends_the_session(binary):
 
 
 def test_parent_exit_ends_the_session(binary):
-    # lifecycle.md §11.1: the parent going away ends the session, while stdin stays open.
+    # spec/lifecycle.md §11.1: the parent going away ends the session, while stdin stays open.
     with Relay(binary) as holder:  # only for its private folders and environment
         parent_exit_check(binary, holder.env)
 

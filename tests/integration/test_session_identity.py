@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The default session identity (lifecycle.md §2, changed 2026-12-01): without
+"""The default session identity (spec/lifecycle.md §2, changed 2026-12-01): without
 MCP_RELAY_SESSION it belongs to the project folder, so a restarted server and a client that
 starts one server per call take back the project's guests; two projects never share one; a
 second live process on the same project takes a fresh identity and says so (stderr and

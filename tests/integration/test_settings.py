@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Settings refused at startup (lifecycle.md §14, changed 2026-12-01; mcp.md §13; conformance
+"""Settings refused at startup (spec/lifecycle.md §14, changed 2026-12-01; spec/mcp.md §13; conformance
 checklist item 38): "mcp-relay: <NAME> <problem>" on stderr, initialize answered, every
 tools/call an isError naming the variable, exit status 2 when stdin closes (test_bad_settings.py
 checks the rest). Valid values start the server."""

@@ -226,7 +226,7 @@ def test_a_waiting_tasks_result_is_answered_before_the_session_ends(binary):
             r.close_stdin()
             lines = [json.loads(x) for x in r.read_until_eof(120)]
             answers = [m for m in lines if m.get("id") == "wait"]
-            # The end of the session lets a running call end (lifecycle.md §11), so the waiter
+            # The end of the session lets a running call end (spec/lifecycle.md §11), so the waiter
             # gets the task's result, once, before the process exits.
             assert len(answers) == 1 and structured(answers[0]["result"])["stdout"] == "ended\n", lines
     finally:

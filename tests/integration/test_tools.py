@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fourteen tool definitions on the wire (tools.md §1; mcp.md §6, §14;
+"""The fourteen tool definitions on the wire (spec/tools.md §1; spec/mcp.md §6, §14;
 conformance checklist items 18-23)."""
 import json
 import os
@@ -9,7 +9,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import Relay, run_tests  # noqa: E402
 
-# tools.md §1: name, title, readOnly, destructive, idempotent, openWorld, guest
+# spec/tools.md §1: name, title, readOnly, destructive, idempotent, openWorld, guest
 # ("required", "none" or "optional").
 TABLE = [
     ("relay_search", "Search installed applications", True, False, True, False, "none"),
@@ -69,7 +69,7 @@ def test_titles_and_annotations(binary):
 
 
 def walk_schema(schema, where, problems):
-    """tools.md §1 schema rule 3 below the root: descriptions, types, closed objects."""
+    """spec/tools.md §1 schema rule 3 below the root: descriptions, types, closed objects."""
     if (schema.get("type") == "object" and "anyOf" not in schema) or "properties" in schema:
         if schema.get("additionalProperties") is not False:
             problems.append("%s: nested object not closed" % where)
@@ -94,7 +94,7 @@ def walk_schema(schema, where, problems):
 
 
 def test_input_schemas(binary):
-    # Item 20 and the schema rules of tools.md §1.
+    # Item 20 and the schema rules of spec/tools.md §1.
     with Relay(binary) as r:
         tools = r.list_tools()["tools"]
         problems = []

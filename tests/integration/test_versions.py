@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Protocol eras and the handshake (mcp.md §3, §4; conformance checklist items 8-15)."""
+"""Protocol eras and the handshake (spec/mcp.md §3, §4; conformance checklist items 8-15)."""
 import os
 import sys
 
@@ -25,7 +25,7 @@ def test_initialize_answers_newest_legacy(binary):
 
 
 def test_initialize_result(binary):
-    # Item 10, and the exact shape of mcp.md §3.2.
+    # Item 10, and the exact shape of spec/mcp.md §3.2.
     with Relay(binary) as r:
         res = r.initialize()
         assert list(res) == ["protocolVersion", "capabilities", "serverInfo", "instructions"], res.keys()
@@ -145,7 +145,7 @@ def test_ping(binary):
 
 
 def test_modern_tool_result(binary):
-    # Results carry resultType and serverInfo under modern rules only (mcp.md §3.6).
+    # Results carry resultType and serverInfo under modern rules only (spec/mcp.md §3.6).
     with Relay(binary) as r:
         modern = r.call_tool("relay_status", {}, meta=Relay.modern_meta())
         assert modern["resultType"] == "complete"

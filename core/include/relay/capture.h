@@ -4,7 +4,7 @@
  *
  * Shipped implementations: capture-cua (cua-driver's get_desktop_state) and
  * capture-x11 (relay-x11shot, a small program the relay stages into the
- * guest). The receiver, not the plugin, runs the command (spec: guest.md
+ * guest). The receiver, not the plugin, runs the command (spec: spec/guest.md
  * §11); the plugin only plans it.
  */
 #ifndef RELAY_CAPTURE_H

@@ -229,6 +229,21 @@ typedef struct relay_host {
 	 * plugin's locks that its inspect takes held. A vm the core does not
 	 * hold is ignored. `flags` must be 0. */
 	void (*lease_changed)(const char *vm, unsigned flags);
+
+	/* Since ABI 1.6 (check RELAY_SIZED_HAS(host, remove_tree) first). */
+
+	/* Removes `path` (borrowed): a file, a link or a whole folder tree,
+	 * never following a link (a link is removed, never what it points
+	 * to); a missing path is RELAY_OK. On failure it goes on removing what
+	 * it can and reports the first failure (RELAY_E_IO naming the path).
+	 * No flags are defined. */
+	relay_status (*remove_tree)(const char *path, unsigned flags, relay_error *err);
+	/* Replaces the file `path` (borrowed) whole with `len` bytes of `data`:
+	 * a reader sees the old contents or the new, never a part, and the new
+	 * survive a crash of the machine (temporary file, fsync, rename, fsync
+	 * of the folder). The file is 0600. No flags are defined. */
+	relay_status (*write_durable)(const char *path, const void *data, size_t len, unsigned flags,
+	                              relay_error *err);
 } relay_host;
 
 #ifdef __cplusplus

@@ -95,8 +95,9 @@ extern "C" {
 #define RELAY_ABI_VERSION_MAJOR 1u
 /* 1.1: RELAY_TRANSPORT_STDIO_BYTES; 1.2: RELAY_PROCESS_EXEC_RULES; 1.3: machine
  * egress_listeners; 1.4: RELAY_TRANSPORT_STREAM; 1.5: host->lease_changed and
- * the lease state "lost" (docs/plugin-abi.md) */
-#define RELAY_ABI_VERSION_MINOR      5u
+ * the lease state "lost"; 1.6: the host's remove_tree and write_durable
+ * (docs/plugin-abi.md) */
+#define RELAY_ABI_VERSION_MINOR      6u
 #define RELAY_ABI_MAKE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define RELAY_ABI_VERSION            RELAY_ABI_MAKE(RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR)
 #define RELAY_ABI_MAJOR(v)           ((uint32_t)(v) >> 16)

@@ -80,7 +80,7 @@ typedef enum relay_status {
 } relay_status;
 
 /* Bytes of relay_error.message, NUL included: a backend's reason travels to
- * the agent cut to 4,096 bytes (spec tools.md §2.4), so the record holds
+ * the agent cut to 4,096 bytes (spec spec/tools.md §2.4), so the record holds
  * that much. */
 #define RELAY_ERROR_MESSAGE_BYTES 4096
 

@@ -73,7 +73,7 @@ typedef void relay_transport_stream;
  * re-encoded), capped by max_stdout_bytes instead of max_output_bytes. The
  * core sets the stdin fields and RELAY_EXEC_STDIO_BYTES only for a transport
  * with this trait; a 1.0 plugin never sees them (it copies the request by
- * its own size). guest.md §16.2: a run in one round trip. */
+ * its own size). spec/guest.md §16.2: a run in one round trip. */
 #define RELAY_TRANSPORT_STDIO_BYTES 0x4u
 /* Since ABI 1.2, a statement only: this transport cannot keep standard error
  * apart. Without RELAY_EXEC_MERGE_OUTPUT res->out holds both streams as the
@@ -86,7 +86,7 @@ typedef void relay_transport_stream;
  * written go to its standard input, bytes read come from its standard
  * output, exactly as sent, until either side closes. The core sets nothing
  * new for a transport without it (a 1.0-1.3 ops table is shorter, so the
- * four slots read as NULL). guest.md §17: the resident receiver. */
+ * four slots read as NULL). spec/guest.md §17: the resident receiver. */
 #define RELAY_TRANSPORT_STREAM 0x10u
 
 /* Flags of exec(). The rules without flags, the same as host->process_run
@@ -109,7 +109,7 @@ typedef void relay_transport_stream;
 /* Flags of push() and pull(). */
 #define RELAY_XFER_TREE 0x1u /* the path is a folder: move its whole tree */
 /* push() only: the caller checks the copy itself (the receiver's scan
- * against the host inventory, guest.md §3.4), so the transport may skip its
+ * against the host inventory, spec/guest.md §3.4), so the transport may skip its
  * own hashing on either side and return no facts (*facts_json_out NULL).
  * It still refuses links and special files, and still fails on a broken or
  * truncated stream. A transport that ignores the flag and verifies anyway

@@ -1,5 +1,7 @@
 #include "call/call.h"
 
+#include "call/tool_result.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>

@@ -16,8 +16,11 @@
 
 #include <stdbool.h>
 
-#include "call/tool_result.h"
 #include "relay/host.h"
+
+/* The answer a call ends with (call/tool_result.h, which only the tool handlers,
+ * the MCP layer and the command line include: scripts/layers). */
+typedef struct tool_result tool_result;
 
 /* Where a call's progress and answer go. Every function receives the
  * `request` pointer given to relay_call_new (owned by the sink). */

@@ -1,6 +1,6 @@
 /*
  * call/tool_result.h — what a tool produces, before the MCP layer renders it
- * into a CallToolResult (tools.md §2.3, §5).
+ * into a CallToolResult (spec/tools.md §2.3, §5).
  */
 #ifndef RELAY_CALL_TOOL_RESULT_H
 #define RELAY_CALL_TOOL_RESULT_H
@@ -12,7 +12,7 @@ typedef struct tool_result {
 	json_object *structured; /* owned; always an object */
 	char *headline;          /* owned; the first line of the text block (the second after `lead`) */
 	/* owned, optional: one plain sentence (at most TOOL_RESULT_LEAD_MAX_CHARS
-	 * characters, one line) before the headline (tools.md §2.3: relay_script
+	 * characters, one line) before the headline (spec/tools.md §2.3: relay_script
 	 * and relay_image); never cut by the text bounds. */
 	char *lead;
 	bool is_error;

@@ -1,5 +1,5 @@
 /*
- * The application catalog of relay_search (tools.md §3.1 steps 1-3): the
+ * The application catalog of relay_search (spec/tools.md §3.1 steps 1-3): the
  * needle's lower-casing, and the catalog the machine plugin lists,
  * validated as a whole and merged into one view.
  */
@@ -264,7 +264,7 @@ static const char *add_application(catalog_view *v, json_object *app, const char
 	return NULL;
 }
 
-/* tools.md §3.1 step 3. Builds the merged view; NULL on success or the
+/* spec/tools.md §3.1 step 3. Builds the merged view; NULL on success or the
  * broken rule (written into why). */
 const char *catalog_validate(json_object *catalog, catalog_view *v, char *why, size_t len)
 {

@@ -1,6 +1,6 @@
 /*
- * catalog/catalog.h — the catalog room: relay_search (tools.md §3.1,
- * machine-service.md §8). The machine plugin lists the images' installed
+ * catalog/catalog.h — the catalog room: relay_search (spec/tools.md §3.1,
+ * spec/machine-service.md §8). The machine plugin lists the images' installed
  * software; the relay validates, merges, matches and ranks it, and keeps a
  * search record under search-diagnostics/. Touches no guest (writes no
  * field of struct guest) and needs no lease.
@@ -49,7 +49,7 @@ char *catalog_lower_utf8(const char *text);
 /* `text` without leading and trailing white space (malloc'd). */
 char *catalog_trimmed(const char *text);
 
-/* tools.md §3.1 step 3: validates the catalog as a whole and builds the
+/* spec/tools.md §3.1 step 3: validates the catalog as a whole and builds the
  * merged view into `v` (borrowing from `catalog`). NULL on success, or the
  * broken rule (written into why). */
 const char *catalog_validate(json_object *catalog, catalog_view *v, char *why, size_t len);

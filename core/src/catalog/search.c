@@ -1,5 +1,5 @@
 /*
- * relay_search (tools.md §3.1, machine-service.md §8): find an application
+ * relay_search (spec/tools.md §3.1, spec/machine-service.md §8): find an application
  * by name in the images' installed-software catalog. The relay does the
  * matching; the backend only lists. Touches no guest, needs no lease. The
  * catalog's validation and lower-casing are catalog.c.
@@ -108,8 +108,8 @@ static bool within_bounds(json_object *result)
 	return ok;
 }
 
-static json_object *build_result(catalog_view *v, const char *needle, const char *os, size_t *n_apps_out,
-                                 size_t *n_inst_out, bool *truncated_out)
+json_object *catalog_match(catalog_view *v, const char *needle, const char *os, size_t *n_apps_out,
+                           size_t *n_inst_out, bool *truncated_out)
 {
 	/* Rank each application over its name and the aliases of images in play. */
 	for (size_t i = 0; i < v->n_apps; i++) {
@@ -213,7 +213,7 @@ static json_object *build_result(catalog_view *v, const char *needle, const char
 	return result;
 }
 
-/* ---- search diagnostics (lifecycle.md §9) ---------------------------------------------------- */
+/* ---- search diagnostics (spec/lifecycle.md §9) ---------------------------------------------------- */
 
 static int compare_names(const void *a, const void *b)
 {
@@ -386,7 +386,7 @@ int catalog_search(manager *m, const char *name, const char *os, relay_call *cal
 		goto done;
 	}
 	json_object *result =
-	    build_result(&view, needle, os, &out->applications, &out->installations, &out->truncated);
+	    catalog_match(&view, needle, os, &out->applications, &out->installations, &out->truncated);
 	record_search(m, needle, os, result, NULL, NULL, &view);
 	outcome_free(o);
 	o->facts = result;

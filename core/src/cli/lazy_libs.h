@@ -6,7 +6,7 @@
  * LDAP, libxml2, ICU, libstdc++ ...). Linking them normally costs every
  * start of the server several milliseconds of relocation and megabytes of
  * resident memory, although a session that never talks HTTP, writes no
- * evidence archive and decodes no PNG never needs them (mcp.md §1: nothing
+ * evidence archive and decodes no PNG never needs them (spec/mcp.md §1: nothing
  * may delay `initialize`).
  *
  * How: lazy_libs.c holds a plain C table with one slot per function of those

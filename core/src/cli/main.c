@@ -1,5 +1,5 @@
 /*
- * mcp-relay: the command line (mcp.md §14).
+ * mcp-relay: the command line (spec/mcp.md §14).
  *
  *   mcp-relay                    serve MCP on stdio
  *   mcp-relay --instructions     print the server instructions
@@ -106,7 +106,7 @@ static int serve(void)
 	char errbuf[1024];
 	if (settings_load(&st.settings, errbuf, sizeof errbuf) != 0) {
 		/* An invalid setting does not hide behind "failed to connect"
-		 * (lifecycle.md §14): the server answers initialize and
+		 * (spec/lifecycle.md §14): the server answers initialize and
 		 * tools/list, and every tool call names the problem and the fix. */
 		static char problem[2048];
 		settings_problem_text(errbuf, problem, sizeof problem);
@@ -127,7 +127,7 @@ static int serve(void)
 	free(results_dir);
 
 	/* The manager (session folder, plugins, reconciliation) starts once the
-	 * first answers are written, so it never delays initialize (mcp.md §1). */
+	 * first answers are written, so it never delays initialize (spec/mcp.md §1). */
 	mcp_server_config config = {.in_fd = STDIN_FILENO,
 	                            .out_fd = STDOUT_FILENO,
 	                            .handler = &session_handler,

@@ -113,13 +113,19 @@ static void cancel_exec(pt_run *run)
 		        "exec answered RELAY_E_CANCELLED %lld ms after its call was cancelled: answer "
 		        "within %d ms",
 		        (long long)answer_ms, PT_CANCEL_PROMPT_MS);
-	else if (!sh_prints(run, probe, "gone\n"))
-		pt_fail(run, 60,
-		        "after a cancelled exec the guest either no longer runs commands or the cancelled "
-		        "command ran on and wrote its marker: kill the command's process group on "
-		        "cancellation and keep the connection usable");
-	else
+	else if (sh_prints(run, probe, "gone\n"))
 		pt_ran(run, 60);
+	else if (sh_prints(run, probe, "survived\n"))
+		pt_fail(run, 60,
+		        "exec answered RELAY_E_CANCELLED, but its command ran on and wrote its marker %d s "
+		        "in: stop the command itself on cancellation (kill its process group, or the "
+		        "backend's own cancellation of an exec); a backend that cannot cancel an exec "
+		        "cannot pass this check",
+		        PT_CANCELLED_SLEEP_S);
+	else
+		pt_fail(run, 60,
+		        "after a cancelled exec the connection no longer runs commands (a probe of the "
+		        "command's marker failed): keep the connection usable after a cancellation");
 }
 
 /* Checks 61 and 62: push and pull under a call cancelled as they begin

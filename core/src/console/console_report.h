@@ -1,7 +1,7 @@
 /*
  * console/console_report.h — what the console tools share: normalising the
- * backend's acquisition capabilities (tools.md §3.3) and console reports
- * (machine-service.md §9.4) into the relay's observations, the identity
+ * backend's acquisition capabilities (spec/tools.md §3.3) and console reports
+ * (spec/machine-service.md §9.4) into the relay's observations, the identity
  * checks, the attempt bookkeeping, and the VNC check of relay_acquire step 6.
  *
  * Tokens must match ^[a-zA-Z0-9_.-]{1,120}$ or become "unknown" (a reason
@@ -22,25 +22,25 @@
 
 #include "session/manager_internal.h"
 
-/* tools.md §3.3 step 2: {"schemaVersion": 1, "options": {"vnc": {"default":
+/* spec/tools.md §3.3 step 2: {"schemaVersion": 1, "options": {"vnc": {"default":
  * false, "backends": {"linux": {...}, "macos": {...}}}}}, a new reference;
  * NULL when the report breaks the schema (schemaVersion 1, vnc.default
  * false, boolean `available` for both OSes). */
 json_object *console_capabilities_normalise(const json_object *raw);
 /* Step 3: both OSes unavailable with status "unconfigured". */
 json_object *console_capabilities_unconfigured(void);
-/* relay_acquisition_capabilities (tools.md §3.3 steps 1-3): with a
+/* relay_acquisition_capabilities (spec/tools.md §3.3 steps 1-3): with a
  * selected environment the machine backend's identity first, then the
  * console plugin's report normalised (or "unconfigured" without one). 0
  * with the capabilities in o->facts; -1 with backend-unavailable or
  * console-unavailable. Waits for the backends. */
 int console_acquisition_capabilities(manager *m, relay_call *call, relay_outcome *o);
 
-/* machine-service.md §9.4: the allow-listed observation of a console
+/* spec/machine-service.md §9.4: the allow-listed observation of a console
  * report, a new reference; NULL when schemaVersion is not 1. */
 json_object *console_observation(const json_object *report);
 
-/* The identity checks of tools.md §3.11 step 4. NULL when the observation
+/* The identity checks of spec/tools.md §3.11 step 4. NULL when the observation
  * names this guest's vm, lease, console and an acceptable environment
  * fingerprint; otherwise the message ("Console lease identity mismatch:
  * ..."). `lease_fp` is the fingerprint recorded with the lease (may be NULL). */
@@ -66,7 +66,7 @@ typedef struct console_guest_facts {
 
 void console_guest_facts_free(console_guest_facts *facts);
 
-/* tools.md §3.11 steps 1-5 for guest `g`: the console-unavailable check,
+/* spec/tools.md §3.11 steps 1-5 for guest `g`: the console-unavailable check,
  * the console plugin's resolve, the schema and identity checks, and the
  * stored observation (its status becomes "unknown" on any failure). 0 on
  * success with *obs_out (a new reference) and *facts_out filled; else -1
@@ -79,13 +79,13 @@ int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **
 /* Marks the stored observation's status "unknown" (a failed console call). */
 void console_mark_unknown(manager *m, guest *g);
 
-/* The console status result of tools.md §3.11: {"guest", the observation's
+/* The console status result of spec/tools.md §3.11: {"guest", the observation's
  * fields, "screenshotEvidence": false, "leaseReleased": false}; `attempt`
  * replaces the observation's attempt when not NULL (taken). A new object. */
 json_object *console_status_result(const char *guest_name, const json_object *obs, json_object *attempt);
 
 /* console_resolve_guest, then the check that the console the call names
- * is the one the resolved observation names (tools.md §3.12 step 2,
+ * is the one the resolved observation names (spec/tools.md §3.12 step 2,
  * §3.13; console-identity-mismatch otherwise): 0 with *obs_out and
  * *facts_out filled, or -1 with the failure in `o` (and nothing to free). */
 int console_resolve_named(manager *m, guest *g, relay_call *call, const char *console_id,
@@ -93,7 +93,7 @@ int console_resolve_named(manager *m, guest *g, relay_call *call, const char *co
 
 typedef enum console_operation { CONSOLE_OPEN, CONSOLE_CANCEL } console_operation;
 
-/* tools.md §3.12 steps 9-10 and §3.13, after the intent event: asks the
+/* spec/tools.md §3.12 steps 9-10 and §3.13, after the intent event: asks the
  * console plugin to open or cancel `attempt_id` and checks that the report
  * names this guest's vm, lease, console, environment and this attempt. On
  * success stores the report as g's console observation and the attempt's

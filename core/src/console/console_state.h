@@ -1,7 +1,7 @@
 /*
  * console/console_state.h — the console room's slice of a guest
  * (session/guest.h, guest_slice_ops): the relay's last observation of the
- * guest's console and the open attempts (console.md: one current attempt,
+ * guest's console and the open attempts (one current attempt,
  * every attempt id used once). The session holds the pointer
  * (guest->console) and never looks inside.
  *

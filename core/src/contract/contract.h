@@ -2,7 +2,7 @@
  * contract/contract.h — the fourteen relay_* tools: their definitions
  * (embedded from tools.json, shipped byte for byte in tools/list), the
  * server instructions (instructions.txt), and input validation (schema, then
- * the tool's semantic rules of tools.md §3).
+ * the tool's semantic rules of spec/tools.md §3).
  */
 #ifndef RELAY_CONTRACT_CONTRACT_H
 #define RELAY_CONTRACT_CONTRACT_H
@@ -10,7 +10,7 @@
 #include <json-c/json.h>
 #include <stddef.h>
 
-/* In tools/list order (tools.md §1). */
+/* In tools/list order (spec/tools.md §1). */
 typedef enum relay_tool {
 	TOOL_SEARCH = 0,
 	TOOL_PROBE,
@@ -42,13 +42,13 @@ int contract_load_schemas(char *errbuf, size_t errlen);
 const char *contract_tool_name(relay_tool tool);
 /* The tool with that exact name, or -1. */
 int contract_tool_lookup(const char *name);
-/* True for tools whose input has a required `guest` (tools.md §1). */
+/* True for tools whose input has a required `guest` (spec/tools.md §1). */
 int contract_tool_is_per_guest(relay_tool tool);
 
 /* The compact JSON array of the fourteen definitions, identical on every
  * call (tools/list and --schema); borrowed, *len_out its length. */
 const char *contract_tools_json(size_t *len_out);
-/* The server instructions (tools.md §4); borrowed. */
+/* The server instructions (spec/tools.md §4); borrowed. */
 const char *contract_instructions(void);
 
 /* Validates `args` (an object; borrowed) against the tool's schema and then

@@ -263,7 +263,7 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 	const char *type = jsonx_get_str(schema, "type");
 	if (type && !type_matches(type, value))
 		return problem(pointer, "must be %s", type_noun(type));
-	/* lifecycle.md §12 rule 1: a NUL is refused, never cut at (every C
+	/* spec/lifecycle.md §12 rule 1: a NUL is refused, never cut at (every C
 	 * string below would end there). Script code too: a shell or Python
 	 * script cannot hold one, so it is refused whole. */
 	if (json_object_is_type(value, json_type_string) &&

@@ -22,7 +22,7 @@ int schema_compile(json_object *schema, char *errbuf, size_t errlen);
  * `tool_name` names the tool in "is not a field of <tool>". */
 char *schema_validate(const json_object *schema, const json_object *value, const char *tool_name);
 
-/* NULL when the semantic rules of tools.md §3 for `tool` hold (args already
+/* NULL when the semantic rules of spec/tools.md §3 for `tool` hold (args already
  * schema-valid), else the first problem (malloc'd). */
 char *semantic_validate(relay_tool tool, const json_object *args);
 

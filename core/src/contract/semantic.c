@@ -1,4 +1,4 @@
-/* The tools' semantic input rules (tools.md §3), checked after the schema. */
+/* The tools' semantic input rules (spec/tools.md §3), checked after the schema. */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -157,8 +157,8 @@ char *semantic_validate(relay_tool tool, const json_object *args)
 	case TOOL_STAGE: return check_stage(args);
 	case TOOL_SCRIPT: return check_script(args);
 	/* relay_image has no semantic rules: a path that escapes its
-	 * declaration is the delivery status unsafe-path (tools.md §3.7,
-	 * images.md §1.2, §3), answered by image_delivery.c. */
+	 * declaration is the delivery status unsafe-path (spec/tools.md §3.7,
+	 * spec/images.md §1.2, §3), answered by image_delivery.c. */
 	default: return NULL;
 	}
 }

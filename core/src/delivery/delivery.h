@@ -8,7 +8,7 @@
  *
  * The files, one job each:
  *   downloads.h / .c        the per-guest queue of background step
- *                           downloads, its worker and states (evidence.md §5)
+ *                           downloads, its worker and states (spec/evidence.md §5)
  *   download_job.h / .c     one step download: its record and attempts
  *   step_downloads.h        the narrow hooks runs/ calls
  *   evidence_pull.h / .c    verified pulls of guest files (archive, one by one)

@@ -1,7 +1,7 @@
 /*
  * delivery/delivery_state.h — the delivery room's slice of a guest
  * (session/guest.h, guest_slice_ops): what relay_acquire declared for
- * extraction (evidence.md §4), and the step downloads' counters (status,
+ * extraction (spec/evidence.md §4), and the step downloads' counters (status,
  * lease.json) and queue (downloads.h). The session holds the pointer
  * (guest->delivery) and never looks inside.
  *

@@ -1,6 +1,6 @@
 /*
  * One step download: its record and its attempts (download_job.h;
- * evidence.md §5.2-§5.5).
+ * spec/evidence.md §5.2-§5.5).
  */
 #include "delivery/download_job.h"
 
@@ -15,6 +15,7 @@
 #include "delivery/evidence_pull.h"
 #include "delivery/image_publish.h"
 #include "evidence/download.h"
+#include "guestio/receiver_api.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -25,7 +26,7 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
-#define RECEIPT_MAX_BYTES (4u << 20) /* metadata pulled for an image (images.md §4) */
+#define RECEIPT_MAX_BYTES (4u << 20) /* metadata pulled for an image (spec/images.md §4) */
 
 json_object *download_record_new(const dl_job *job)
 {
@@ -60,7 +61,7 @@ json_object *download_record_load(const dl_job *job)
 	return r;
 }
 
-/* Writes the record with its keys in the order of evidence.md §5.5. */
+/* Writes the record with its keys in the order of spec/evidence.md §5.5. */
 void download_record_save(const dl_job *job, json_object *record)
 {
 	static const char *const keys[] = {"executionId", "status",    "files",   "image",      "attempts",
@@ -126,12 +127,14 @@ cleanup:
 	return st;
 }
 
-/* Publishes the step's display originals (evidence.md §5.2, images.md §5)
+/* Publishes the step's display originals (spec/evidence.md §5.2, spec/images.md §5)
  * and names the record's image: the after-image when there is one. */
 static relay_status publish_images(manager *m, guest *g, const dl_job *job, const json_object *receipt,
                                    attempt_out *out, relay_error *err)
 {
-	json_object *snaps = jsonx_get_array(jsonx_get_obj(receipt, "imageEvidence"), "snapshots");
+	gio_receipt rc;
+	gio_receipt_read(receipt, &rc);
+	json_object *snaps = rc.snapshots;
 	if (snaps == NULL || json_object_array_length(snaps) == 0)
 		return RELAY_OK;
 	json_object *published = NULL;
@@ -200,7 +203,7 @@ static relay_status attempt_once(manager *m, guest *g, const dl_job *job, relay_
 		goto cleanup;
 	}
 	/* A fresh staging folder on the evidence volume, outside the package
-	 * (evidence.md §5.4 item 1). */
+	 * (spec/evidence.md §5.4 item 1). */
 	char rnd[17];
 	random_hex(rnd, 16);
 	strbuf_printf(&staging, "%s.finalization-attempts/step-%s", job->evidence, rnd);

@@ -1,6 +1,6 @@
 /*
  * delivery/download_job.h — one step download of the queue (downloads.h;
- * evidence.md §5.2-§5.5): its record under host/evidence-downloads/, and
+ * spec/evidence.md §5.2-§5.5): its record under host/evidence-downloads/, and
  * its run: up to three attempts, each bringing the step's evidence home as
  * one archive, placing it under host/steps/<executionId>/ and publishing
  * its display originals (image_publish.h).
@@ -34,13 +34,13 @@ typedef struct dl_job {
 	struct dl_job *next;
 } dl_job;
 
-/* A fresh record {executionId, status: "queued", ...} (evidence.md §5.5). */
+/* A fresh record {executionId, status: "queued", ...} (spec/evidence.md §5.5). */
 json_object *download_record_new(const dl_job *job);
 
 /* The job's record on disk, or a fresh one. */
 json_object *download_record_load(const dl_job *job);
 
-/* Writes the record with its keys in the order of evidence.md §5.5 (a
+/* Writes the record with its keys in the order of spec/evidence.md §5.5 (a
  * failure is logged). */
 void download_record_save(const dl_job *job, json_object *record);
 

@@ -1,5 +1,5 @@
 /*
- * Background step downloads (downloads.h; evidence.md §5, lifecycle.md §7).
+ * Background step downloads (downloads.h; spec/evidence.md §5, spec/lifecycle.md §7).
  *
  * Each guest has one queue with one worker thread, started with the first
  * job. The worker takes the oldest job (or the one relay_image moved to the

@@ -1,6 +1,6 @@
 /*
- * delivery/downloads.h — background step downloads (evidence.md §5,
- * lifecycle.md §7): one queue per guest, one worker, at most 64 queued jobs,
+ * delivery/downloads.h — background step downloads (spec/evidence.md §5,
+ * spec/lifecycle.md §7): one queue per guest, one worker, at most 64 queued jobs,
  * 3 attempts per job (waiting 1 s, then 3 s) within 90 s from the job's
  * start, a pause after a transient failure until the next operation that
  * reaches the guest, states open → closing → closed, and coalescing by
@@ -47,7 +47,7 @@ typedef struct downloads_queue downloads_queue; /* guest->delivery->queue (deliv
  * after its host files are written; the job's record says `queued` before
  * the call returns. When the queue holds more than DOWNLOADS_QUEUE_BOUND
  * jobs and is not paused, it waits until the oldest job is done (the run
- * holds back, evidence.md §5.1). A closing or closed queue takes no job:
+ * holds back, spec/evidence.md §5.1). A closing or closed queue takes no job:
  * the step's files then come home with the lifecycle operation that closed
  * it. The receipt is deep-copied; without one the job reads
  * host/receiver-receipts/<id>.json, and without that it archives the
@@ -92,7 +92,7 @@ int downloads_resume(manager *m, guest *g);
 void recording_detach(manager *m, guest *g);
 int recording_reattach(manager *m, guest *g, char *errbuf, size_t errlen);
 
-/* For relay_image (images.md §7 step 4). */
+/* For relay_image (spec/images.md §7 step 4). */
 typedef enum downloads_wait_result {
 	DOWNLOADS_WAIT_NONE = 0,   /* no job for that execution is queued or running */
 	DOWNLOADS_WAIT_DOWNLOADED, /* the job ended `downloaded` */

@@ -12,6 +12,7 @@
 #include "evidence/archive.h"
 #include "evidence/fswalk.h"
 #include "evidence/package.h"
+#include "guestio/receiver_api.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -196,49 +197,38 @@ static relay_status archive_chunk(guest_io *io, const char *base, const json_obj
                                   const char *dest_dir, json_object *all_facts, relay_error *err)
 {
 	relay_status st = RELAY_OK;
-	const char **args = calloc(to - from + 11, sizeof *args);
-	json_object *chunk = json_object_new_array(), *frame = NULL, *facts = NULL;
+	const char **paths = calloc(to - from + 1, sizeof *paths);
+	json_object *chunk = json_object_new_array(), *facts = NULL;
 	char *local = NULL, *facts_text = NULL, *expected_text = NULL;
+	gio_file_frame archive = {0};
 	strbuf out = STRBUF_INIT;
-	if (args == NULL || chunk == NULL) {
+	if (paths == NULL || chunk == NULL) {
 		st = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 		goto cleanup;
 	}
 	char rnd[17];
 	random_hex(rnd, 16);
 	strbuf_printf(&out, "%s/.archive-%s.tar", io->root, rnd);
-	size_t k = 0;
-	args[k++] = "archive";
-	args[k++] = "--root";
-	args[k++] = io->root;
-	args[k++] = "--base";
-	args[k++] = base;
-	if (present)
-		args[k++] = "--present";
-	args[k++] = "--out";
-	args[k++] = strbuf_str(&out);
-	args[k++] = "--";
 	uint64_t data_bytes = 0;
 	for (size_t i = from; i < to; i++) {
 		json_object *e = json_object_array_get_idx((json_object *)expected, i);
-		args[k++] = jsonx_get_str(e, "path");
+		paths[i - from] = jsonx_get_str(e, "path");
 		int64_t b = 0;
 		if (jsonx_get_int(e, "bytes", &b) && b > 0)
 			data_bytes += (uint64_t)b;
 		json_object_array_add(chunk, json_object_get(e));
 	}
-	args[k] = NULL;
 	/* A partial archive is removed by the receiver itself; a complete one
 	 * is removed with the guest_io's transients. */
-	st = gio_receiver(io, args, gio_scan_timeout_ms(2 * data_bytes), &frame, err);
+	st = gio_rcv_archive(io, base, present, strbuf_str(&out), paths, to - from,
+	                     gio_scan_timeout_ms(2 * data_bytes), &archive, err);
 	if (st != RELAY_OK)
 		goto cleanup;
-	const char *path = jsonx_get_str(frame, "path");
+	const char *path = archive.path;
 	const char *name = archive_name(io, path);
-	const char *sha = jsonx_get_str(frame, "sha256");
-	int64_t bytes = -1;
-	if (name == NULL || strcmp(path, strbuf_str(&out)) != 0 || !sha256_hex_valid(sha) ||
-	    !jsonx_get_int(frame, "bytes", &bytes) || bytes < 0) {
+	const char *sha = archive.sha256;
+	int64_t bytes = (int64_t)archive.bytes;
+	if (name == NULL) {
 		st = relay_error_set(err, RELAY_E_PROTOCOL, 0,
 		                     "receiver archive answered a frame that names another archive than %s",
 		                     strbuf_str(&out));
@@ -276,10 +266,10 @@ cleanup:
 	free(local);
 	free(facts_text);
 	free(expected_text);
-	free(args);
+	free(paths);
 	strbuf_free(&out);
 	json_object_put(chunk);
-	json_object_put(frame);
+	gio_file_frame_free(&archive);
 	json_object_put(facts);
 	return st;
 }

@@ -3,7 +3,7 @@
  * guest_io.h: files brought home as evidence archives written by
  * `receiver archive` and read on the host as hostile input, single files
  * re-hashed against the guest's scan, and the checks shared by the state
- * pull and extractions (evidence.md §5.3-§5.4, §5.6 items 7-9, §8.2).
+ * pull and extractions (spec/evidence.md §5.3-§5.4, §5.6 items 7-9, §8.2).
  *
  * Everything pulled is hostile input: an archive's size and SHA-256 must
  * equal the receiver's frame, it is read by evidence_archive_extract (every
@@ -12,7 +12,7 @@
  * the host against the guest's facts.
  *
  * Failures fill `err`. epull_transient() says whether a failure is worth
- * another attempt (images.md §6.2): a transport failure or timeout, not a
+ * another attempt (spec/images.md §6.2): a transport failure or timeout, not a
  * refused archive, a checksum, an unsafe path or a lack of space.
  *
  * Call without the manager's lock, on the thread that began the guest_io.
@@ -69,7 +69,7 @@ relay_status epull_file(guest_io *io, const char *remote, const char *local, con
 relay_status epull_files(guest_io *io, const json_object *files, const char *remote_base,
                          const char *local_base, relay_error *err);
 
-/* Checks a scan's facts for the package path rules (evidence.md §8.2, §11
+/* Checks a scan's facts for the package path rules (spec/evidence.md §8.2, §11
  * item 3) with `prefix` ("state/", "" ...) prepended, and that the paths are
  * sorted and unique. RELAY_E_INTEGRITY naming the first offending path
  * ("file name not allowed in an evidence package: <p>"). A single fact

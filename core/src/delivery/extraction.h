@@ -1,6 +1,6 @@
 /*
  * delivery/extraction.h — the verified pull of a declared output
- * (evidence.md §8.2, tools.md §3.8), shared by relay_extract, relay_finish
+ * (spec/evidence.md §8.2, spec/tools.md §3.8), shared by relay_extract, relay_finish
  * and the packaging step of relay_release.
  *
  * One pull:
@@ -65,7 +65,7 @@ json_object *extraction_declarations(manager *m, guest *g, bool *full_workspace_
  * returns it), borrowed, or NULL. */
 json_object *extraction_declaration(const json_object *decl, const char *name);
 
-/* relay_extract (tools.md §3.8): pulls the declared outputs `names` (an
+/* relay_extract (spec/tools.md §3.8): pulls the declared outputs `names` (an
  * array of names, each declared in `decl`: the handler refused the others)
  * in the order given through one transport session, with progress on
  * `call`. 0 with the outcome's facts {guest, extractions: [entry, ...]};

@@ -1,5 +1,5 @@
 /*
- * The packaging half of relay_finish (finish.h; tools.md §3.9, evidence.md
+ * The packaging half of relay_finish (finish.h; spec/tools.md §3.9, spec/evidence.md
  * §9.1).
  *
  * Every failure before the destroy request keeps the guest, leased and

@@ -1,6 +1,6 @@
 /*
- * delivery/finish.h — the packaging half of relay_finish (tools.md §3.9,
- * evidence.md §9.1 steps 2-7): the download queue closed, every declared
+ * delivery/finish.h — the packaging half of relay_finish (spec/tools.md §3.9,
+ * spec/evidence.md §9.1 steps 2-7): the download queue closed, every declared
  * output pulled, the recording pulled and merged, earlier recordings and
  * this package delivered and verified, the guest sealed. The destruction
  * (step 8) belongs to lease/ and is called by the tool handler
@@ -55,7 +55,7 @@ void finish_report_free(finish_report *r);
  */
 int finish_package(manager *m, guest *g, relay_call *call, finish_report *report, relay_outcome *o);
 
-/* The finish result's delivery facts (tools.md §3.9) with `released`. */
+/* The finish result's delivery facts (spec/tools.md §3.9) with `released`. */
 json_object *finish_facts(manager *m, guest *g, const finish_report *report, bool released);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * The application selector of relay_image (image_selectors.h; images.md §1.2, §7).
+ * The application selector of relay_image (image_selectors.h; spec/images.md §1.2, §7).
  */
 #include "delivery/image_selectors.h"
 
@@ -16,6 +16,7 @@
 #include "delivery/image_guest.h"
 #include "delivery/image_identity.h"
 #include "delivery/image_original.h"
+#include "guestio/receiver_api.h"
 #include "image/image.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
@@ -29,7 +30,7 @@
 
 /* ---- application --------------------------------------------------------------------- */
 
-/* The relative path rules of evidence.md §8.1 for a path inside a
+/* The relative path rules of spec/evidence.md §8.1 for a path inside a
  * declaration. NULL when fine, else what is wrong. */
 static const char *relative_path_problem(const json_object *value)
 {
@@ -58,7 +59,7 @@ static const char *relative_path_problem(const json_object *value)
 	return NULL;
 }
 
-/* Maps a failed `receiver scan --image` to a status (images.md §1.2). */
+/* Maps a failed `receiver scan --image` to a status (spec/images.md §1.2). */
 static void scan_failed(dctx *c, relay_status st, const char *message, const char *rel, bool has_path,
                         const char *decl_name)
 {
@@ -154,7 +155,8 @@ cleanup:
  * NULL with the status set. */
 static json_object *application_fact(dctx *c, const char *rel, bool has_path, const char *name)
 {
-	json_object *frame = NULL, *facts = NULL, *fact = NULL;
+	json_object *facts = NULL, *fact = NULL;
+	gio_file_frame scanned = {0};
 	char *inventory = NULL;
 	char *base = idl_pathf("%s/workspace", c->guest_root);
 	if (base == NULL) {
@@ -162,25 +164,24 @@ static json_object *application_fact(dctx *c, const char *rel, bool has_path, co
 		goto cleanup;
 	}
 	int64_t left = dctx_remaining_ms(c);
-	const char *args[] = {"scan", "--root", c->guest_root, "--base", base, "--image", rel, NULL};
 	relay_error err;
 	memset(&err, 0, sizeof err);
-	relay_status st = gio_receiver(
-	    &c->io, args, (uint64_t)(left < SCAN_TIMEOUT_MS ? left : SCAN_TIMEOUT_MS), &frame, &err);
+	relay_status st =
+	    gio_rcv_scan(&c->io, base, rel, GIO_SCAN_IMAGE,
+	                 (uint64_t)(left < SCAN_TIMEOUT_MS ? left : SCAN_TIMEOUT_MS), &scanned, &err);
 	free(base);
-	if (st != RELAY_OK) {
-		scan_failed(c, st, err.message, rel, has_path, name);
-		goto cleanup;
-	}
-	const char *inv_path = jsonx_get_str(frame, "path");
-	const char *inv_sha = jsonx_get_str(frame, "sha256");
-	int64_t inv_bytes = -1;
-	jsonx_get_int(frame, "bytes", &inv_bytes);
-	if (inv_path == NULL || !sha256_hex_valid(inv_sha) || inv_bytes < 0) {
+	if (st == RELAY_E_PROTOCOL && err.sys_errno == EBADMSG) {
 		dctx_status(c, IMAGE_STATUS_TRANSFER_FAILED,
 		            "the guest's scan of %s answered a malformed frame", rel);
 		goto cleanup;
 	}
+	if (st != RELAY_OK) {
+		scan_failed(c, st, err.message, rel, has_path, name);
+		goto cleanup;
+	}
+	const char *inv_path = scanned.path;
+	const char *inv_sha = scanned.sha256;
+	int64_t inv_bytes = (int64_t)scanned.bytes;
 	c->io.receiver_ready = true; /* it answered: its transients can be removed */
 	gio_add_transient(&c->io, fs_basename(inv_path));
 	inventory = idl_scratch_path(c, "image-fact-", ".json");
@@ -214,7 +215,7 @@ static json_object *application_fact(dctx *c, const char *rel, bool has_path, co
 	}
 	fact = json_object_get(one);
 cleanup:
-	json_object_put(frame);
+	gio_file_frame_free(&scanned);
 	json_object_put(facts);
 	if (inventory) {
 		relay_error ignored;
@@ -224,7 +225,7 @@ cleanup:
 	return fact;
 }
 
-/* The application descriptor (images.md §2.1) with its imageId, or NULL
+/* The application descriptor (spec/images.md §2.1) with its imageId, or NULL
  * with the status set. */
 static json_object *application_descriptor(dctx *c, const char *name, const char *path, const char *sha256,
                                            int64_t bytes, const char *mime, const char *file_name)
@@ -338,7 +339,7 @@ void idl_resolve_application(dctx *c, const json_object *target)
 		goto cleanup;
 	const char *id = jsonx_get_str(descriptor, "imageId");
 	remote = idl_pathf("%s/workspace/%s", c->guest_root, rel);
-	/* Declarations are confined to the workspace (evidence.md §8.1). */
+	/* Declarations are confined to the workspace (spec/evidence.md §8.1). */
 	approved = idl_pathf("%s/workspace", c->guest_root);
 	local = idl_original_path(c->evidence, id, image_catalog_ext(mime));
 	what = idl_pathf("the image %s of output %s", rel, name);

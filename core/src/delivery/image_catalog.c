@@ -1,6 +1,6 @@
 /*
  * Image identities, the private image catalog and publication of originals
- * (images.md §2, §5). Host files only; see image_catalog.h.
+ * (spec/images.md §2, §5). Host files only; see image_catalog.h.
  */
 #include "delivery/image_catalog.h"
 

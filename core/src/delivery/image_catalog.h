@@ -1,6 +1,6 @@
 /*
  * delivery/image_catalog.h — the host-only half of image delivery
- * (images.md §2, §5): canonical JSON, image identities, the session's
+ * (spec/images.md §2, §5): canonical JSON, image identities, the session's
  * private image catalog, publication of originals and delivery receipts.
  *
  * Nothing here talks to a guest or reads manager state: every function
@@ -35,7 +35,7 @@
 /* "image-" + 64 lowercase hex digits. */
 #define IMAGE_CATALOG_ID_LEN 70
 
-/* The canonical JSON of images.md §2.2 (malloc'd, free()): object keys sorted
+/* The canonical JSON of spec/images.md §2.2 (malloc'd, free()): object keys sorted
  * by their UTF-16 code units, no whitespace, integers in plain decimal,
  * strings escaped only for '"', '\\', \b \f \n \r \t and other control
  * characters as \u00xx (lowercase hex), everything else raw UTF-8.
@@ -64,7 +64,7 @@ bool image_catalog_id_valid(const char *text);
 const char *image_catalog_ext(const char *mime_type);
 
 /*
- * The catalog (images.md §2.3). `catalog_dir` is
+ * The catalog (spec/images.md §2.3). `catalog_dir` is
  * <state root>/<session key>/image-catalog/<purpose>; it is created (0700)
  * when missing. An entry is
  *   {"binding", "descriptor" (with imageId; without originalPath and
@@ -92,7 +92,7 @@ relay_status image_catalog_get(const char *catalog_dir, const char *image_id, js
 relay_status image_catalog_check(const json_object *entry, const char *image_id, relay_error *err);
 
 /*
- * Publication (images.md §5). The original of an image lives at
+ * Publication (spec/images.md §5). The original of an image lives at
  * <image_dir>/original.<ext>, where image_dir is
  * <recording>/host/images/<imageId>. Bytes are first written into a fresh
  * staging folder <image_dir>/.relay-image-<random>/, verified against the

@@ -51,7 +51,7 @@ json_object *idl_json_copy(const json_object *value)
 	return copy;
 }
 
-/* The backend binding reduced to the four keys of images.md §2.2, each a
+/* The backend binding reduced to the four keys of spec/images.md §2.2, each a
  * string or null. */
 static json_object *normalized_backend(const json_object *binding)
 {

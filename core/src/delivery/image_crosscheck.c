@@ -136,7 +136,7 @@ static bool journal_names(const char *text, const json_object *snap)
 	return false;
 }
 
-/* images.md §1.1: the action record must match the receipt's descriptor in
+/* spec/images.md §1.1: the action record must match the receipt's descriptor in
  * identity, group and step, with snapshotRole the group's phase (or
  * single), and its reverse references (or else the journal) must name the
  * same image. */

@@ -2,7 +2,7 @@
  * delivery/image_crosscheck.h — whose image it is and whether to trust
  * it: the guest's recordings (current and previous) and the other guests
  * of the session that own one, the host-first reading of metadata, and
- * the cross-check of images.md §1.1 (action record, reverse references,
+ * the cross-check of spec/images.md §1.1 (action record, reverse references,
  * journal).
  */
 #ifndef RELAY_DELIVERY_IMAGE_CROSSCHECK_H
@@ -31,7 +31,7 @@ char *idl_guest_of_purpose(dctx *c, const char *purpose);
  * exists; on a damaged one the status is set and *failed true. */
 json_object *idl_host_json(dctx *c, const char *const *paths, const char *what, bool *failed);
 
-/* images.md §1.1: the action record must match the receipt's descriptor in
+/* spec/images.md §1.1: the action record must match the receipt's descriptor in
  * identity, group and step, with snapshotRole the group's phase (or
  * single), and its reverse references (or else the journal) must name the
  * same image. */

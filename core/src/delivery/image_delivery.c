@@ -1,5 +1,5 @@
 /*
- * Saved images as the tools deliver them (image_delivery.h; images.md §1,
+ * Saved images as the tools deliver them (image_delivery.h; spec/images.md §1,
  * §3, §5-§8): relay_image through its three selectors, and the
  * imageDelivery of a recorded run.
  */
@@ -19,6 +19,7 @@
 #include "delivery/image_identity.h"
 #include "delivery/image_original.h"
 #include "delivery/image_selectors.h"
+#include "guestio/receiver_api.h"
 #include "image/image.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
@@ -47,7 +48,7 @@ void image_delivery_retrieve(manager *m, guest *g, const json_object *target, re
 		goto done;
 	}
 	if (c.closed) {
-		/* images.md §7 step 2; a reference still names its original. */
+		/* spec/images.md §7 step 2; a reference still names its original. */
 		if (idl_str_eq(source, "reference")) {
 			json_object *entry = idl_reference_entry(&c, jsonx_get_str(target, "imageId"));
 			if (entry) {
@@ -106,10 +107,11 @@ void image_delivery_for_run(manager *m, guest *g, const json_object *request, co
 		dctx_status(&c, IMAGE_STATUS_PENDING, NULL);
 		goto done;
 	}
-	json_object *ev = jsonx_get_obj(receipt, "imageEvidence");
+	gio_receipt rc;
+	gio_receipt_read(receipt, &rc);
+	json_object *ev = rc.image_evidence;
 	char why[256];
-	if (ev == NULL || !idl_image_evidence_valid(ev, jsonx_get_str(receipt, "sessionId"),
-	                                            jsonx_get_str(receipt, "executionId"), why, sizeof why)) {
+	if (ev == NULL || !idl_image_evidence_valid(ev, rc.session_id, rc.execution_id, why, sizeof why)) {
 		dctx_status(&c, IMAGE_STATUS_INTEGRITY_FAILED, "%s",
 		            ev ? why : "the run's receipt has no imageEvidence");
 		goto done;
@@ -117,8 +119,7 @@ void image_delivery_for_run(manager *m, guest *g, const json_object *request, co
 	json_object *snap = idl_snapshot_for_phase(ev, "after");
 	if (snap == NULL) {
 		const char *st = jsonx_get_str(ev, "status");
-		const char *kind = jsonx_get_str(jsonx_get_obj(receipt, "outcome"), "kind");
-		const char *diag = jsonx_get_str(jsonx_get_obj(receipt, "outcome"), "diagnostic");
+		const char *diag = rc.outcome.diagnostic;
 		if (idl_str_eq(st, "capture-failed"))
 			dctx_status(&c, IMAGE_STATUS_CAPTURE_FAILED,
 			            "the after-snapshot capture failed in the guest%s%s", diag ? ": " : "",
@@ -127,7 +128,7 @@ void image_delivery_for_run(manager *m, guest *g, const json_object *request, co
 			dctx_status(&c, IMAGE_STATUS_CAPTURE_UNKNOWN,
 			            "the after-snapshot's result cannot be decided%s%s", diag ? ": " : "",
 			            diag ? diag : "");
-		else if (idl_str_eq(kind, "refused"))
+		else if (rc.outcome.kind == GIO_OUTCOME_REFUSED)
 			dctx_status(
 			    &c, IMAGE_STATUS_NOT_REQUESTED,
 			    "the run was refused before its script started; no after-image was taken");

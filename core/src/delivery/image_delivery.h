@@ -1,6 +1,6 @@
 /*
  * delivery/image_delivery.h — saved images as the tools deliver them
- * (images.md; tools.md §3.6 step 9, §3.7): selector resolution with its
+ * (images.md; spec/tools.md §3.6 step 9, §3.7): selector resolution with its
  * cross-checks, the lookup of an original on the host and then in the
  * guest within one 90-second deadline and a shared budget of three
  * byte-transfer attempts, publication, presentation and delivery receipts,
@@ -43,7 +43,7 @@
 #include "session/manager_internal.h"
 
 /*
- * relay_image (tools.md §3.7, images.md §7). `target` is the validated
+ * relay_image (spec/tools.md §3.7, spec/images.md §7). `target` is the validated
  * target object; `started_mono_ms` the clock_monotonic_ms() at the start of
  * the call (the 90 s deadline counts from it). Fills *out (zeroed first)
  * with exactly one status. Never replays input, never captures, never
@@ -54,8 +54,8 @@ void image_delivery_retrieve(manager *m, guest *g, const json_object *target, re
                              int64_t started_mono_ms, image_delivery_result *out);
 
 /*
- * The imageDelivery of a recorded run's result (images.md §8.1, tools.md
- * §3.6 step 9). `request` is the run's request (guest.md §6; its
+ * The imageDelivery of a recorded run's result (spec/images.md §8.1, spec/tools.md
+ * §3.6 step 9). `request` is the run's request (spec/guest.md §6; its
  * snapshots.group and capture decide the plan; NULL: a standalone run with
  * snapshots on), `receipt` the receipt the host pulled and validated (NULL
  * when it did not come home), `recording` the run's evidence folder (NULL:

@@ -1,5 +1,5 @@
 /*
- * The display selector of relay_image (image_selectors.h; images.md §7).
+ * The display selector of relay_image (image_selectors.h; spec/images.md §7).
  */
 #include "delivery/image_selectors.h"
 
@@ -16,8 +16,8 @@
 #include "delivery/image_guest.h"
 #include "delivery/image_identity.h"
 #include "delivery/image_original.h"
+#include "guestio/receiver_api.h"
 #include "image/image.h"
-#include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -26,12 +26,12 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
-#define REQUEST_MAX_BYTES RECEIVER_REQUEST_MAX_BYTES /* a run's request record (receiver_protocol.h) */
+#define REQUEST_MAX_BYTES GIO_RECEIVER_REQUEST_MAX_BYTES /* a run's request record */
 
 /* ---- display ------------------------------------------------------------------------- */
 
 /* Keeps a receipt's validated imageEvidence fetched from the guest at
- * <recording>/host/image-evidence/<executionId>.json (evidence.md §2.2), so
+ * <recording>/host/image-evidence/<executionId>.json (spec/evidence.md §2.2), so
  * a later delivery finds it on the host. Best effort: a failure only costs
  * another fetch. */
 static void cache_image_evidence(const char *session_id, const char *execution_id, const json_object *ev,
@@ -117,7 +117,7 @@ cleanup:
 	return request;
 }
 
-/* The run's receipt: host first (images.md §1.1), then the guest when
+/* The run's receipt: host first (spec/images.md §1.1), then the guest when
  * `live` (cached then under host/image-evidence/). A new reference, or
  * NULL with the status set. */
 static json_object *display_receipt(dctx *c, const char *recording, bool live, const char *eid,
@@ -210,13 +210,14 @@ void idl_resolve_display(dctx *c, const json_object *target)
 	receipt = display_receipt(c, recording, live, eid, &from_guest, &cache_path);
 	if (receipt == NULL)
 		goto cleanup;
-	json_object *ev = jsonx_get_obj(receipt, "imageEvidence");
+	gio_receipt rc;
+	gio_receipt_read(receipt, &rc);
+	json_object *ev = rc.image_evidence;
 	if (ev == NULL && jsonx_get_str(receipt, "status"))
 		ev = receipt; /* the host/image-evidence cache holds the imageEvidence itself */
-	if (jsonx_get_str(receipt, "executionId") &&
-	    !idl_str_eq(jsonx_get_str(receipt, "executionId"), eid)) {
+	if (rc.execution_id && !idl_str_eq(rc.execution_id, eid)) {
 		dctx_status(c, IMAGE_STATUS_INTEGRITY_FAILED, "the receipt found for %s names execution %s",
-		            eid, jsonx_get_str(receipt, "executionId"));
+		            eid, rc.execution_id);
 		goto cleanup;
 	}
 	char why[256];

@@ -21,7 +21,7 @@
 
 /* ---- the guest ----------------------------------------------------------------------- */
 
-/* images.md §5 last item: before a guest pull, the guest must still be the
+/* spec/images.md §5 last item: before a guest pull, the guest must still be the
  * one the image belongs to. Then the transport is opened. */
 bool idl_confirm_guest(dctx *c)
 {
@@ -110,7 +110,7 @@ static bool transient_failure(relay_status st, const relay_error *err)
 }
 
 /* One byte transfer from the guest within the budget and the deadline
- * (images.md §6): transient failures are tried again at once while
+ * (spec/images.md §6): transient failures are tried again at once while
  * attempts are left; lasting ones end the delivery with their status.
  * `local` must not exist; on failure nothing is left there. */
 bool idl_guest_pull(dctx *c, const char *remote, const char *local, const char *what, uint64_t max_bytes)
@@ -254,7 +254,7 @@ bool idl_guest_metadata(dctx *c, const char *remote, const char *what, json_obje
 }
 
 /* Waits for the execution's step download when it is queued or running
- * (images.md §7 step 4). False (status set) when the deadline passed or the
+ * (spec/images.md §7 step 4). False (status set) when the deadline passed or the
  * call was cancelled first. */
 bool idl_wait_for_step(dctx *c, const char *execution_id)
 {

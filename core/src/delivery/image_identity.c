@@ -27,7 +27,7 @@ static bool snapshot_name_ok(const char *s)
 	       strcmp(s + n - 4, ".png") == 0;
 }
 
-/* Validates one snapshot descriptor of a receipt (guest.md §7.7). */
+/* Validates one snapshot descriptor of a receipt (spec/guest.md §7.7). */
 bool idl_snapshot_valid(const json_object *s, char *why, size_t why_len)
 {
 	const char *bad = NULL;
@@ -68,8 +68,8 @@ bool idl_snapshot_valid(const json_object *s, char *why, size_t why_len)
 
 /* ---- identities ---------------------------------------------------------------------- */
 
-/* The display descriptor (images.md §2.1) of a valid snapshot descriptor
- * with its imageId, without originalPath: keys in the order of tools.md
+/* The display descriptor (spec/images.md §2.1) of a valid snapshot descriptor
+ * with its imageId, without originalPath: keys in the order of spec/tools.md
  * §3.6. */
 static json_object *display_descriptor(const char *binding_hex, const char *enclosure, const json_object *s,
                                        relay_error *err)
@@ -105,7 +105,7 @@ static json_object *display_descriptor(const char *binding_hex, const char *encl
 	return d;
 }
 
-/* A catalog entry (images.md §2.3); `descriptor` is copied. */
+/* A catalog entry (spec/images.md §2.3); `descriptor` is copied. */
 json_object *idl_catalog_entry(const char *binding_hex, const json_object *descriptor, const char *file_name,
                                const char *recording, const char *remote, const char *approved_root,
                                const char *local)
@@ -237,7 +237,7 @@ json_object *image_delivery_display_image(manager *m, guest *g, const char *reco
 	return image;
 }
 
-/* The snapshot plan of a request (guest.md §6, §10): whether `phase` is
+/* The snapshot plan of a request (spec/guest.md §6, §10): whether `phase` is
  * captured. Sets not-requested and returns false when it is not. */
 bool idl_plan_captures(dctx *c, const json_object *request, const char *phase)
 {

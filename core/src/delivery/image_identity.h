@@ -1,7 +1,7 @@
 /*
- * delivery/image_identity.h — what a display image is (images.md §1.1,
+ * delivery/image_identity.h — what a display image is (spec/images.md §1.1,
  * §2): the checks of a receipt's imageEvidence and snapshot descriptors
- * (guest.md §7.7), the snapshot plan of a request, the display descriptor
+ * (spec/guest.md §7.7), the snapshot plan of a request, the display descriptor
  * with its imageId, the catalog entry and the result image. Host files
  * only (the catalog); never the guest.
  */
@@ -15,10 +15,10 @@
 #include "relay/status.h"
 #include "session/manager_internal.h"
 
-/* Validates one snapshot descriptor of a receipt (guest.md §7.7). */
+/* Validates one snapshot descriptor of a receipt (spec/guest.md §7.7). */
 bool idl_snapshot_valid(const json_object *s, char *why, size_t why_len);
 
-/* A catalog entry (images.md §2.3); `descriptor` is copied. */
+/* A catalog entry (spec/images.md §2.3); `descriptor` is copied. */
 json_object *idl_catalog_entry(const char *binding_hex, const json_object *descriptor, const char *file_name,
                                const char *recording, const char *remote, const char *approved_root,
                                const char *local);
@@ -36,7 +36,7 @@ json_object *idl_result_image(const json_object *descriptor, const char *origina
 json_object *idl_display_identity(dctx *c, const char *recording, const json_object *snap, bool record,
                                   json_object **entry_out, relay_error *err);
 
-/* The snapshot plan of a request (guest.md §6, §10): whether `phase` is
+/* The snapshot plan of a request (spec/guest.md §6, §10): whether `phase` is
  * captured. Sets not-requested and returns false when it is not. */
 bool idl_plan_captures(dctx *c, const json_object *request, const char *phase);
 
@@ -48,11 +48,11 @@ json_object *idl_snapshot_for_phase(const json_object *ev, const char *phase);
 
 /*
  * The display image of one snapshot descriptor of a receipt
- * (imageEvidence.snapshots[i], guest.md §7.7) of guest `g`, recorded in the
+ * (imageEvidence.snapshots[i], spec/guest.md §7.7) of guest `g`, recorded in the
  * recording `recording` (NULL: the current one): the descriptor of
- * images.md §2.1 with imageId and originalPath
+ * spec/images.md §2.1 with imageId and originalPath
  * (<recording>/host/images/<imageId>/original.png), keys in the order of
- * tools.md §3.6. With `catalog` true the catalog entry is recorded (or an
+ * spec/tools.md §3.6. With `catalog` true the catalog entry is recorded (or an
  * existing one verified). NULL with err on a malformed descriptor
  * (RELAY_E_PROTOCOL) or a catalog conflict (RELAY_E_INTEGRITY).
  * *file_name_out (may be NULL) receives the snapshot's fileName (malloc'd).

@@ -56,7 +56,7 @@ bool idl_read_verified(dctx *c, const char *path, const original_spec *spec, uns
 	return true;
 }
 
-/* The signature check of images.md §1.2 on a staged copy. */
+/* The signature check of spec/images.md §1.2 on a staged copy. */
 static bool signature_matches(dctx *c, const char *path, const original_spec *spec)
 {
 	unsigned char head[32];
@@ -174,9 +174,9 @@ cleanup:
 	return ok;
 }
 
-/* Presents verified bytes (images.md §9) and writes the delivery receipt.
+/* Presents verified bytes (spec/images.md §9) and writes the delivery receipt.
  * The preview stays in the answer even when the receipt cannot be written
- * (mcp.md §7: an image that was produced stays beside isError). */
+ * (spec/mcp.md §7: an image that was produced stays beside isError). */
 void idl_present_and_record(dctx *c, const char *image_dir, const unsigned char *data, size_t len,
                             const char *mime)
 {

@@ -2,7 +2,7 @@
  * delivery/image_original.h — the original of a resolved image: found on
  * the host first (published, then host copies), else pulled from the guest
  * (image_guest.h), published in the catalog's image folder, read back
- * verified, presented (images.md §9) and its delivery receipt written.
+ * verified, presented (spec/images.md §9) and its delivery receipt written.
  */
 #ifndef RELAY_DELIVERY_IMAGE_ORIGINAL_H
 #define RELAY_DELIVERY_IMAGE_ORIGINAL_H
@@ -35,9 +35,9 @@ bool idl_read_verified(dctx *c, const char *path, const original_spec *spec, uns
  * pulls it from the guest; publishes it; returns its verified bytes. */
 bool idl_obtain_original(dctx *c, const original_spec *spec, unsigned char **data_out, size_t *len_out);
 
-/* Presents verified bytes (images.md §9) and writes the delivery receipt.
+/* Presents verified bytes (spec/images.md §9) and writes the delivery receipt.
  * The preview stays in the answer even when the receipt cannot be written
- * (mcp.md §7: an image that was produced stays beside isError). */
+ * (spec/mcp.md §7: an image that was produced stays beside isError). */
 void idl_present_and_record(dctx *c, const char *image_dir, const unsigned char *data, size_t len,
                             const char *mime);
 

@@ -1,6 +1,6 @@
 /*
  * Publication of display originals a download or a run's own answer
- * brought home (image_publish.h; images.md §5).
+ * brought home (image_publish.h; spec/images.md §5).
  */
 #include "delivery/image_publish.h"
 
@@ -15,6 +15,7 @@
 #include "delivery/image_catalog.h"
 #include "delivery/image_context.h"
 #include "delivery/image_identity.h"
+#include "guestio/receiver_api.h"
 #include "image/container.h"
 #include "image/image.h"
 #include "util/clock.h"
@@ -26,7 +27,7 @@
 /* ---- step downloads ------------------------------------------------------------------ */
 
 /* The delivery receipt of an original a download (or a run's own answer)
- * brought home: {image, at, status: "downloaded"} (images.md §5). */
+ * brought home: {image, at, status: "downloaded"} (spec/images.md §5). */
 static relay_status write_downloaded_receipt(const char *image_dir, json_object *image, relay_error *err)
 {
 	char at[25];
@@ -56,10 +57,11 @@ relay_status image_delivery_publish_answer(manager *m, guest *g, const char *rec
 		st = err->code ? err->code : RELAY_E_INTERNAL;
 		goto cleanup;
 	}
-	json_object *ev = jsonx_get_obj(receipt, "imageEvidence");
+	gio_receipt rc;
+	gio_receipt_read(receipt, &rc);
+	json_object *ev = rc.image_evidence;
 	char why[256];
-	if (ev == NULL || !idl_image_evidence_valid(ev, jsonx_get_str(receipt, "sessionId"),
-	                                            jsonx_get_str(receipt, "executionId"), why, sizeof why)) {
+	if (ev == NULL || !idl_image_evidence_valid(ev, rc.session_id, rc.execution_id, why, sizeof why)) {
 		st = relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s",
 		                     ev ? why : "the receipt has no imageEvidence");
 		goto cleanup;
@@ -134,11 +136,12 @@ relay_status image_delivery_publish_step(manager *m, guest *g, const char *recor
 		goto cleanup;
 	}
 	const char *rec = recording ? recording : c.evidence;
-	json_object *ev = jsonx_get_obj(receipt, "imageEvidence");
-	const char *eid = jsonx_get_str(receipt, "executionId");
+	gio_receipt rc;
+	gio_receipt_read(receipt, &rc);
+	json_object *ev = rc.image_evidence;
+	const char *eid = rc.execution_id;
 	char why[256];
-	if (ev == NULL ||
-	    !idl_image_evidence_valid(ev, jsonx_get_str(receipt, "sessionId"), eid, why, sizeof why)) {
+	if (ev == NULL || !idl_image_evidence_valid(ev, rc.session_id, eid, why, sizeof why)) {
 		st = relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s",
 		                     ev ? why : "the receipt has no imageEvidence");
 		goto cleanup;

@@ -23,7 +23,7 @@
 #include "util/error.h"
 
 /*
- * For the background step download (evidence.md §5.2, last paragraph):
+ * For the background step download (spec/evidence.md §5.2, last paragraph):
  * after the step's files were placed under
  * <recording>/host/steps/<executionId>/, publishes each display original of
  * `receipt` (both phases) to <recording>/host/images/<imageId>/original.png
@@ -37,7 +37,7 @@ relay_status image_delivery_publish_step(manager *m, guest *g, const char *recor
                                          relay_error *err);
 
 /*
- * guest.md §16.3: the after-snapshot original that came on the run's own
+ * spec/guest.md §16.3: the after-snapshot original that came on the run's own
  * answer (`data`, `len`; borrowed), described by the answer's part fact
  * `part` ({path, bytes, sha256}), is checked against the receipt's after
  * descriptor (path, size, SHA-256, PNG container) and published exactly as

@@ -1,5 +1,5 @@
 /*
- * The reference selector of relay_image (image_selectors.h; images.md §2.3, §7).
+ * The reference selector of relay_image (image_selectors.h; spec/images.md §2.3, §7).
  */
 #include "delivery/image_selectors.h"
 

@@ -1,5 +1,5 @@
 /*
- * The answer of an image delivery (image_result.h; images.md §3, §8).
+ * The answer of an image delivery (image_result.h; spec/images.md §3, §8).
  */
 #include "delivery/image_result.h"
 

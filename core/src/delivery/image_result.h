@@ -1,6 +1,6 @@
 /*
- * delivery/image_result.h — the answer of an image delivery (images.md §3,
- * §8): its statuses and fixed diagnostics, the limits of images.md §4 and
+ * delivery/image_result.h — the answer of an image delivery (spec/images.md §3,
+ * §8): its statuses and fixed diagnostics, the limits of spec/images.md §4 and
  * §6, the imageDelivery object, the headline and lead phrase, and the
  * capability object relay_probe and relay_stage return.
  *
@@ -13,13 +13,13 @@
 #include <json-c/json.h>
 #include <stdbool.h>
 
-/* images.md §4, §6. */
+/* spec/images.md §4, §6. */
 #define IMAGE_DELIVERY_DEADLINE_MS    90000
 #define IMAGE_DELIVERY_ATTEMPTS       3
 #define IMAGE_DELIVERY_METADATA_BYTES (4 * 1024 * 1024)
 #define IMAGE_DELIVERY_RECOVERY_CALLS 2
 
-/* The statuses of images.md §3 (static strings; compare with strcmp). */
+/* The statuses of spec/images.md §3 (static strings; compare with strcmp). */
 #define IMAGE_STATUS_ATTACHED                 "attached"
 #define IMAGE_STATUS_PENDING                  "pending"
 #define IMAGE_STATUS_NOT_REQUESTED            "not-requested"
@@ -34,7 +34,7 @@
 #define IMAGE_STATUS_TRANSFER_FAILED          "transfer-failed"
 #define IMAGE_STATUS_PRESENTATION_UNAVAILABLE "presentation-unavailable"
 
-/* The fixed diagnostics of images.md §3. */
+/* The fixed diagnostics of spec/images.md §3. */
 #define IMAGE_DIAG_UNEXPECTED  "image delivery could not complete; execution was not replayed"
 #define IMAGE_DIAG_NOT_STARTED "image delivery was cancelled or its deadline passed before it started"
 #define IMAGE_DIAG_CLOSED                                                                                    \
@@ -51,7 +51,7 @@
 typedef struct image_delivery_result {
 	const char *status;        /* IMAGE_STATUS_* (static) */
 	json_object *image;        /* the image descriptor as results show it, or NULL */
-	json_object *presentation; /* the presentation receipt (images.md §9.5), or NULL */
+	json_object *presentation; /* the presentation receipt (spec/images.md §9.5), or NULL */
 	char *diagnostic;          /* what happened, or NULL */
 	char *preview_base64;      /* the image block's data (no data: prefix), or NULL */
 	const char *preview_mime;  /* its MIME type (static), with preview_base64 */
@@ -63,26 +63,26 @@ void image_delivery_result_clear(image_delivery_result *r);
 json_object *image_delivery_json(const image_delivery_result *r);
 
 /* False for attached, pending and not-requested; true for every failure
- * status (images.md §3, §8.2). */
+ * status (spec/images.md §3, §8.2). */
 bool image_delivery_status_is_error(const char *status);
 
-/* The headline of relay_script and relay_image (images.md §8.2): the compact
+/* The headline of relay_script and relay_image (spec/images.md §8.2): the compact
  * one-line JSON {"imageDelivery":{…},"executionFailed":<bool>} (malloc'd). */
 char *image_delivery_headline(const json_object *image_delivery, bool execution_failed);
 
-/* Hands the preview to the caller for the result's image block (tools.md
+/* Hands the preview to the caller for the result's image block (spec/tools.md
  * §2.3): *base64_io and *mime_io (malloc'd, owned by the caller; earlier
  * values are freed) take the preview's data and MIME type, and the result
  * keeps no preview. No-op without a preview. False only when out of memory
  * (nothing is changed then). */
 bool image_delivery_take_preview(image_delivery_result *r, char **base64_io, char **mime_io);
 
-/* The image's part of a result's lead sentence (tools.md §2.3):
+/* The image's part of a result's lead sentence (spec/tools.md §2.3):
  * "<what> attached (image-3b8f0a5c…)", "<what> pending (…)", "no <what>
  * (not requested)", "<what> capture-failed". malloc'd, or NULL. */
 char *image_delivery_phrase(const json_object *image_delivery, const char *what);
 
-/* The capability object relay_probe and relay_stage return (images.md §6.4). */
+/* The capability object relay_probe and relay_stage return (spec/images.md §6.4). */
 json_object *image_delivery_capability_json(void);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * delivery/image_selectors.h — the three selectors of relay_image
- * (images.md §7): display (a run's before/after snapshot, by recording,
+ * (spec/images.md §7): display (a run's before/after snapshot, by recording,
  * execution and phase), application (a declared output's image file) and
  * reference (an imageId of this guest's catalog). Each resolves the
  * target, cross-checks it, and delivers the original through

@@ -29,7 +29,7 @@
 
 #define RECEIPT_MAX_BYTES (4u << 20)
 
-/* ---- display originals (evidence.md §7) -------------------------------------------------- */
+/* ---- display originals (spec/evidence.md §7) -------------------------------------------------- */
 
 /* The recording session of a pulled state tree (state/session.json). */
 static char *incoming_session(const char *incoming_root)
@@ -82,7 +82,7 @@ static int materialise_originals(const char *package_dir, const char *incoming_r
 			jsonx_get_int(image, "bytes", &bytes);
 			if (source && strcmp(source, "display") == 0 && isid && strcmp(isid, sid) == 0 &&
 			    exec && phase && sha && bytes > 0) {
-				/* fileName is <executionId>-<phase>.png (guest.md §7.7). */
+				/* fileName is <executionId>-<phase>.png (spec/guest.md §7.7). */
 				strbuf rel = STRBUF_INIT, have = STRBUF_INIT;
 				strbuf_printf(&rel, "state/snapshots/%s/%s-%s.png", isid, exec, phase);
 				strbuf_printf(&have, "%s/%s", incoming_root, strbuf_str(&rel));
@@ -108,7 +108,7 @@ cleanup:
 	return count;
 }
 
-/* ---- the state pull (evidence.md §5.6, §6, §7) ------------------------------------------- */
+/* ---- the state pull (spec/evidence.md §5.6, §6, §7) ------------------------------------------- */
 
 relay_status packaging_pull_state(guest_io *io, const char *package_dir, const char *attempts_dir,
                                   const char *operation, const char *consequence, json_object **stats_out,

@@ -1,10 +1,10 @@
 /*
  * delivery/packaging.h — bringing a guest's recording home and sealing its
- * package: the state pull with coalescing (evidence.md §5.6), the
+ * package: the state pull with coalescing (spec/evidence.md §5.6), the
  * disk-space precheck (§6), display originals materialised and the merge
  * (§7), the delivery of earlier recordings and of the package itself
  * (§9.1 steps 6-7, §11), and the packaging step of relay_release (§9.2,
- * tools.md §3.10 step 3).
+ * spec/tools.md §3.10 step 3).
  *
  * Call on the guest's queue, without the manager's lock.
  */

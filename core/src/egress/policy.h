@@ -1,5 +1,5 @@
 /*
- * egress/policy.h — the deployment's egress policy (lifecycle.md §14:
+ * egress/policy.h — the deployment's egress policy (spec/lifecycle.md §14:
  * MCP_RELAY_GUEST_NETWORK=allow|internet, MCP_RELAY_EGRESS_ALLOW) and the
  * decisions the egress proxy makes with it (docs/egress.md).
  *

@@ -1,6 +1,6 @@
 /*
  * evidence/archive.h — the evidence archive (docs/evidence-format.md,
- * spec evidence.md §5.3-§5.4).
+ * spec spec/evidence.md §5.3-§5.4).
  *
  * Format: an uncompressed POSIX tar. The first member is `.relay-index.json`,
  * a JSON array [{path, bytes, sha256}] in archive order; then one regular
@@ -54,7 +54,7 @@
 #define EVIDENCE_ARCHIVE_INDEX_NAME ".relay-index.json"
 /* Largest index member accepted on extraction (bytes). */
 #define EVIDENCE_ARCHIVE_MAX_INDEX_BYTES (16u << 20)
-/* Largest snapshot original (images.md §4): 64 MiB. */
+/* Largest snapshot original (spec/images.md §4): 64 MiB. */
 #define EVIDENCE_SNAPSHOT_MAX_BYTES (64ull << 20)
 
 /* relay_host.archive_write. Writes `archive_path` (created O_CREAT|O_EXCL|

@@ -1,6 +1,6 @@
 /*
  * evidence/download.h — the guest-free parts of background step downloads
- * and of state pulls (spec evidence.md §5.2, §5.4 item 4, §5.5, §5.6 item 6):
+ * and of state pulls (spec spec/evidence.md §5.2, §5.4 item 4, §5.5, §5.6 item 6):
  * a step's file set derived from its receipt, the expected list handed to
  * evidence_archive_extract, placing an accepted staging tree under
  * host/steps/<executionId>/, the job record, and host candidates.

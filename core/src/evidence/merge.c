@@ -1,6 +1,6 @@
 /*
  * The merge of pulled state, the space precheck and the sibling records of
- * an evidence package (merge.h; evidence.md §1, §6, §7).
+ * an evidence package (merge.h; spec/evidence.md §1, §6, §7).
  */
 #include "evidence/merge.h"
 

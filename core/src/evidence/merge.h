@@ -1,5 +1,5 @@
 /*
- * evidence/merge.h — pulled state brought into a package (evidence.md §7),
+ * evidence/merge.h — pulled state brought into a package (spec/evidence.md §7),
  * the free-space precheck before a pull (§6), and the records written
  * beside a package (§1: <package>.lifecycle.json,
  * <package>.delivery-error.json). No guest I/O.

@@ -1,5 +1,5 @@
 /*
- * Delivery of an evidence package (package.h; evidence.md §3, §4, §6, §7,
+ * Delivery of an evidence package (package.h; spec/evidence.md §3, §4, §6, §7,
  * §9.1 step 7): the manifest written, OPENING.txt and the viewer, the
  * merge of pulled state, the space precheck and the sibling records. The
  * file checks are verify.h; the review derivation review.h.

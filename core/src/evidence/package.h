@@ -1,6 +1,6 @@
 /*
  * evidence/package.h — writing, verifying and maintaining an evidence
- * package (spec evidence.md §1-§4, §6, §7, §9, §11; docs/evidence-format.md).
+ * package (spec spec/evidence.md §1-§4, §6, §7, §9, §11; docs/evidence-format.md).
  *
  * A package is <project>/relay-evidence/<purpose>/ with state/, host/,
  * extractions/, OPENING.txt, index.html and manifest.json. These functions

@@ -1,5 +1,5 @@
 /*
- * The review derivation (review.h; evidence.md §12): the package read
+ * The review derivation (review.h; spec/evidence.md §12): the package read
  * (review_scan.c), its verdicts derived (review_verdicts.c) and the review
  * data built (review_output.c).
  */

@@ -1,5 +1,5 @@
 /*
- * evidence/review.h — the review derivation (spec evidence.md §12,
+ * evidence/review.h — the review derivation (spec spec/evidence.md §12,
  * docs/evidence-format.md "Review"), which the index.html viewer (§10),
  * OPENING.txt and the `mcp-relay review` command (cli/review.c) show.
  *

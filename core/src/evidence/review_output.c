@@ -1,6 +1,6 @@
 /*
  * The review data of a derivation: steps, findings and reasons
- * (review_state.h; evidence.md §12, docs/evidence-format.md "Review").
+ * (review_state.h; spec/evidence.md §12, docs/evidence-format.md "Review").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -120,7 +120,7 @@ static json_object *output_of(const json_object *rc, bool diagnostic)
 	bool tr = false;
 	if (jsonx_get_bool(rc, "outputTruncated", &tr))
 		jsonx_add_bool(o, "outputTruncated", tr);
-	/* What the step left running (guest.md §16.1 item 8). */
+	/* What the step left running (spec/guest.md §16.1 item 8). */
 	json_object *left = jsonx_get_obj(rc, "leftRunning");
 	if (json_object_is_type(left, json_type_object))
 		jsonx_add(o, "leftRunning", json_object_get(left));
@@ -143,7 +143,7 @@ static int step_cmp(const void *x, const void *y)
 	return a->order < b->order ? -1 : a->order > b->order;
 }
 
-/* "shell <first line that is neither blank nor #!>" (guest.md §14). */
+/* "shell <first line that is neither blank nor #!>" (spec/guest.md §14). */
 static char *shell_title(const char *script)
 {
 	strbuf sb = STRBUF_INIT;

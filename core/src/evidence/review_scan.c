@@ -1,6 +1,6 @@
 /*
  * Pass 1 of the review derivation: the package read into its state
- * (review_state.h; evidence.md §12).
+ * (review_state.h; spec/evidence.md §12).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /*
  * Pass 2 of the review derivation: executions, groups, pairs and defects
- * (review_state.h; evidence.md §12).
+ * (review_state.h; spec/evidence.md §12).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /*
  * The file checks of a package and the hashing behind its manifest
- * (verify.h; evidence.md §3, §11).
+ * (verify.h; spec/evidence.md §3, §11).
  */
 #include "evidence/verify.h"
 

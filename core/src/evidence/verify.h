@@ -1,5 +1,5 @@
 /*
- * evidence/verify.h — the file checks of a package (spec evidence.md §11
+ * evidence/verify.h — the file checks of a package (spec spec/evidence.md §11
  * items 1-7): folders, file kinds, strict paths, the manifest's shape and
  * every file's hash and size, with the parallel hashing the manifest uses
  * and the snapshot lines of the journal both the manifest and the checks

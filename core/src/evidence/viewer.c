@@ -186,7 +186,7 @@ static void recording(strbuf *out, const json_object *rec, const char *step_id)
 	strbuf_puts(out, "</a></div></figure>");
 }
 
-/* "left running: chromium, xeyes" under a step's output (guest.md §16.1
+/* "left running: chromium, xeyes" under a step's output (spec/guest.md §16.1
  * item 8): the names of what the step started and left running, each once. */
 static void left_running(strbuf *out, const json_object *left)
 {

@@ -1,6 +1,6 @@
 /*
  * evidence/viewer.h — the index.html viewer of an evidence package (spec
- * evidence.md §10, docs/evidence-format.md "Viewer").
+ * spec/evidence.md §10, docs/evidence-format.md "Viewer").
  *
  * One static HTML page derived from review data (evidence/review.h): inline
  * CSS, no JavaScript, no fonts, nothing fetched from a network. Images are

@@ -1,4 +1,4 @@
-/* Commands in the guest, plain and supervised (guest.md §15); see guest_io.h. */
+/* Commands in the guest, plain and supervised (spec/guest.md §15); see guest_io.h. */
 #include "guestio/guest_io.h"
 
 #include <errno.h>

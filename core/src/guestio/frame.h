@@ -1,9 +1,9 @@
 /*
  * guestio/frame.h — the host's reading of what the guest receiver prints
- * (guest.md §5.1, §5.3, §5.4, §16.2), driven by the names of
+ * (spec/guest.md §5.1, §5.3, §5.4, §16.2), driven by the names of
  * guest/receiver_protocol.h, the protocol header the receiver compiles
  * against too. Pure functions of the bytes: no transport, no guest state
- * (tests/unit/test_guest_frame.c, tests/fuzz/fuzz_guest_frame.c).
+ * (tests/unit/guestio/test_guestio_frames.c, tests/fuzz/fuzz_guest_frame.c).
  *
  * Everything a guest prints is hostile input: a frame is an object or
  * nothing, a part is taken only whole and with its SHA-256.
@@ -19,15 +19,15 @@
 #include "relay/status.h"
 
 /* The frame of a receiver invocation: the last line of `out` that parses
- * as a JSON object (guest.md §5.1, §15 step 5), or NULL. New reference. */
+ * as a JSON object (spec/guest.md §5.1, §15 step 5), or NULL. New reference. */
 json_object *gio_parse_frame(const char *out, size_t len);
 
-/* The status of a receiver's exit code (guest.md §5.3): RELAY_OK for 0,
+/* The status of a receiver's exit code (spec/guest.md §5.3): RELAY_OK for 0,
  * RELAY_E_INVALID_ARGUMENT for 2 (usage, nothing started),
  * RELAY_E_REFUSED for 3 (internal failure), RELAY_E_PROTOCOL otherwise. */
 relay_status gio_frame_exit_status(int exit_code);
 
-/* What `receiver run --stdin` answered (guest.md §16.2): the frame line,
+/* What `receiver run --stdin` answered (spec/guest.md §16.2): the frame line,
  * then the parts it names, each checked against its own fact. The part
  * bytes are borrowed from the output parsed; a part that is short or
  * fails its hash is left NULL (the host then pulls it) and named in
@@ -51,7 +51,7 @@ void gio_run_answer_parse(const char *out, size_t len, gio_run_answer *a);
  * nothing ran. */
 bool gio_run_answer_refused(const char *out, size_t len);
 
-/* Checks a run frame's receipt fact (guest.md §5.4): the path of execution
+/* Checks a run frame's receipt fact (spec/guest.md §5.4): the path of execution
  * `execution_id`'s receipt, a SHA-256, a size of 1 byte to
  * RECEIVER_RECEIPT_MAX_BYTES. *sha_out (borrowed from the fact, may be
  * NULL) and *bytes_out (-1 when absent) are set in every case. */

@@ -1,5 +1,5 @@
 /* A guest_io session (begin, end, the scratch folder) and archive pushes
- * (evidence.md §5.3, guest.md §3.4); see guest_io.h. The other jobs of the
+ * (spec/evidence.md §5.3, spec/guest.md §3.4); see guest_io.h. The other jobs of the
  * room: exec.c, receiver_cmd.c, transfer.c, frame.c. */
 #include "guestio/guest_io.h"
 
@@ -16,6 +16,7 @@
 #include "call/call.h"
 #include "evidence/archive.h"
 #include "guestio/link.h"
+#include "guestio/receiver_api.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -163,7 +164,6 @@ relay_status gio_push_archive(guest_io *io, const gio_member *members, size_t co
 	relay_status st = RELAY_OK;
 	char *local = gio_scratch_path(io, "push-", ".tar", err);
 	char *remote = NULL;
-	json_object *frame = NULL;
 	if (local == NULL)
 		return err->code;
 	uint64_t archive_bytes = 0, data_bytes = 0;
@@ -182,21 +182,19 @@ relay_status gio_push_archive(guest_io *io, const gio_member *members, size_t co
 	if (st != RELAY_OK)
 		goto cleanup;
 	gio_note_transfer(io, "push", "staging archive", local, remote, archive_bytes, NULL, 1, "archive");
-	const char *args[] = {"unpack", "--root", io->root, "--base", dest, remote, NULL};
-	st = gio_receiver(io, args, gio_scan_timeout_ms(2 * data_bytes), &frame, err);
+	int64_t unpacked = -1;
+	st = gio_rcv_unpack(io, dest, remote, gio_scan_timeout_ms(2 * data_bytes), &unpacked, err);
 	if (st != RELAY_OK) {
 		if (st == RELAY_E_REFUSED || st == RELAY_E_INVALID_ARGUMENT)
 			st = RELAY_E_INTEGRITY;
 		err->code = st;
 		goto cleanup;
 	}
-	int64_t unpacked = -1;
-	if (!jsonx_get_int(frame, "unpacked", &unpacked) || unpacked != (int64_t)count)
+	if (unpacked != (int64_t)count)
 		st = relay_error_set(err, RELAY_E_INTEGRITY, 0,
 		                     "receiver unpack placed %lld of %zu files in %s", (long long)unpacked,
 		                     count, dest);
 cleanup:
-	json_object_put(frame);
 	if (local)
 		unlink(local);
 	free(local);

@@ -2,7 +2,7 @@
  * guestio/guest_io.h — talking to one guest through its transport: running
  * commands and the guest receiver, pushing and pulling files with the
  * transient-retry rule, inventories through `receiver scan`, and archive
- * pushes unpacked by `receiver unpack` (guest.md §3.4, §3.5, §5.2).
+ * pushes unpacked by `receiver unpack` (spec/guest.md §3.4, §3.5, §5.2).
  *
  * A guest_io is a short-lived session object a tool creates on the guest's
  * queue (gio_begin), uses, and ends (gio_end). It borrows the guest's
@@ -36,14 +36,14 @@
 #include "relay/transport.h"
 #include "session/manager_internal.h"
 
-/* guest.md §3.5: a transient push or pull is tried up to this many times in
+/* spec/guest.md §3.5: a transient push or pull is tried up to this many times in
  * all, waiting attempt x GIO_RETRY_WAIT_MS between tries. */
 #define GIO_TRANSFER_ATTEMPTS 3
 #define GIO_RETRY_WAIT_MS     250
 /* Limit of small receiver commands (version, hash of a small file, prepare,
  * init, remove, reset) and of guest commands before the receiver exists. */
 #define GIO_SHORT_TIMEOUT_MS 60000
-/* guest.md §3.4: scan timeout = 120,000 ms + 125 ms per MiB, rounded up. */
+/* spec/guest.md §3.4: scan timeout = 120,000 ms + 125 ms per MiB, rounded up. */
 #define GIO_SCAN_BASE_MS    120000
 #define GIO_SCAN_MS_PER_MIB 125
 /* `receiver remove` takes at most this many bytes of names per command. */
@@ -133,17 +133,7 @@ relay_status gio_exec_supervised(guest_io *io, gio_supervision *sv, const char *
                                  uint64_t timeout_ms, size_t max_output_bytes, unsigned flags,
                                  relay_exec_result *res, relay_error *err);
 
-/* Runs `R/receiver <args...>` (args NULL-terminated, without the program)
- * and returns its frame in *frame_out (new reference, may be NULL on
- * failure). A transient transport failure before the command started is
- * retried (receiver commands other than run are idempotent). Exit 0 with a
- * frame is RELAY_OK; exit 2 is RELAY_E_INVALID_ARGUMENT, exit 3
- * RELAY_E_REFUSED, another exit RELAY_E_PROTOCOL, each with "receiver <cmd>
- * failed (exit N): <frame error or stderr tail>"; a timeout RELAY_E_TIMEOUT. */
-relay_status gio_receiver(guest_io *io, const char *const *args, uint64_t timeout_ms, json_object **frame_out,
-                          relay_error *err);
-
-/* True when a failed push or pull should be tried again (guest.md §3.5):
+/* True when a failed push or pull should be tried again (spec/guest.md §3.5):
  * RELAY_E_TRANSIENT, RELAY_E_TIMEOUT, or a message naming scp, ssh, a
  * connection, "timed out", an HTTP 5xx, or a request that got no answer. */
 bool gio_transient(relay_status status, const char *message);
@@ -173,7 +163,7 @@ relay_status gio_push_checked_facts(guest_io *io, const char *local, const char 
 relay_status gio_pull(guest_io *io, const char *remote, const char *local, unsigned xfer_flags,
                       const char *what, relay_error *err);
 
-/* The scan timeout for `bytes` of data (guest.md §3.4). */
+/* The scan timeout for `bytes` of data (spec/guest.md §3.4). */
 uint64_t gio_scan_timeout_ms(uint64_t bytes);
 
 /* Inventories `rel` under the guest folder `base` (absolute) with
@@ -204,7 +194,7 @@ typedef struct gio_member {
  * reason in `why` (*changed: the source is no longer what was hashed). */
 typedef int (*gio_member_open_fn)(void *ctx, size_t index, bool *changed, char *why, size_t why_len);
 
-/* Writes members into one evidence archive (evidence.md §5.3) in the
+/* Writes members into one evidence archive (spec/evidence.md §5.3) in the
  * scratch folder, checking each member's bytes against its SHA-256 and size
  * as it is copied (a change is RELAY_E_INTEGRITY, "staging source changed:
  * <name>"), pushes it to R/.push-<random>.tar and runs `receiver unpack

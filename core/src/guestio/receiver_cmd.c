@@ -1,4 +1,4 @@
-/* Receiver commands and guest inventories (guest.md §3.4, §5.2); see guest_io.h. */
+/* Receiver commands and guest inventories (spec/guest.md §3.4, §5.2); see guest_io.h. */
 #include "guestio/guest_io.h"
 
 #include <errno.h>
@@ -11,6 +11,7 @@
 
 #include "call/call.h"
 #include "guestio/gio_internal.h"
+#include "guestio/receiver_api.h"
 #include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -144,25 +145,14 @@ void gio_remove_transients(guest_io *io)
 			bytes += strlen(io->transients.items[i]) + 1;
 			i++;
 		}
-		size_t n = i - start;
-		const char **args = calloc(n + 4, sizeof *args);
-		if (args == NULL)
-			break;
-		args[0] = RECEIVER_CMD_REMOVE;
-		args[1] = RECEIVER_OPT_ROOT;
-		args[2] = io->root;
-		for (size_t k = 0; k < n; k++)
-			args[3 + k] = io->transients.items[start + k];
-		json_object *frame = NULL;
 		relay_error err;
 		/* Removal must work even after the call was cancelled. */
 		relay_call *saved = io->call;
 		io->call = NULL;
-		if (gio_receiver(io, args, GIO_SHORT_TIMEOUT_MS, &frame, &err) != RELAY_OK)
+		if (gio_rcv_remove(io, (const char *const *)io->transients.items + start, i - start, &err) !=
+		    RELAY_OK)
 			log_warning("guest %s: cannot remove transient files: %s", io->g->name, err.message);
 		io->call = saved;
-		json_object_put(frame);
-		free(args);
 	}
 	fw_strlist_free(&io->transients);
 }
@@ -212,29 +202,18 @@ relay_status gio_scan(guest_io *io, const char *base, const char *rel, bool pres
                       json_object **facts_out, relay_error *err)
 {
 	*facts_out = NULL;
-	const char *args[9];
-	size_t k = 0;
-	args[k++] = RECEIVER_CMD_SCAN;
-	args[k++] = RECEIVER_OPT_ROOT;
-	args[k++] = io->root;
-	args[k++] = RECEIVER_OPT_BASE;
-	args[k++] = base;
-	if (present)
-		args[k++] = RECEIVER_OPT_PRESENT;
-	args[k++] = rel;
-	args[k] = NULL;
-	json_object *frame = NULL;
+	gio_file_frame inventory;
 	char *local = NULL, *data = NULL;
 	json_object *facts = NULL;
-	relay_status st = gio_receiver(io, args, gio_scan_timeout_ms(expected_bytes), &frame, err);
+	relay_status st = gio_rcv_scan(io, base, rel, present ? GIO_SCAN_PRESENT : GIO_SCAN_ALL,
+	                               gio_scan_timeout_ms(expected_bytes), &inventory, err);
 	if (st != RELAY_OK)
 		goto cleanup;
-	const char *path = jsonx_get_str(frame, "path");
-	const char *sha = jsonx_get_str(frame, "sha256");
-	int64_t bytes = -1;
+	const char *path = inventory.path;
+	const char *sha = inventory.sha256;
+	int64_t bytes = (int64_t)inventory.bytes;
 	const char *name = transient_name(io, path, RECEIVER_TRANSIENT_INVENTORY);
-	if (name == NULL || sha == NULL || !sha256_hex_valid(sha) || !jsonx_get_int(frame, "bytes", &bytes) ||
-	    bytes < 0) {
+	if (name == NULL) {
 		st = relay_error_set(
 		    err, RELAY_E_PROTOCOL, 0,
 		    "receiver scan of %s/%s answered a frame that names no inventory of the guest "
@@ -283,6 +262,6 @@ cleanup:
 	free(local);
 	free(data);
 	json_object_put(facts);
-	json_object_put(frame);
+	gio_file_frame_free(&inventory);
 	return st;
 }

@@ -1,4 +1,4 @@
-/* The resident receiver's channel of one guest (guest.md §17); see
+/* The resident receiver's channel of one guest (spec/guest.md §17); see
  * resident.h. */
 #include "guestio/resident.h"
 

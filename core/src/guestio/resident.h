@@ -1,6 +1,6 @@
 /*
  * guestio/resident.h — the resident receiver's channel of one guest
- * (guest.md §17): a long-lived stream of the guest's transport
+ * (spec/guest.md §17): a long-lived stream of the guest's transport
  * (relay/transport.h, RELAY_TRANSPORT_STREAM) with `receiver serve --root R`
  * at its far end, opened once the guest is staged and kept in the guest's
  * record (guest->link->resident, link.h) until the guest is released.

@@ -1,4 +1,4 @@
-/* Pushes and pulls with the transient-retry rule, transfer facts (guest.md §3.5); see guest_io.h. */
+/* Pushes and pulls with the transient-retry rule, transfer facts (spec/guest.md §3.5); see guest_io.h. */
 #include "guestio/guest_io.h"
 
 #include <ctype.h>

@@ -1,5 +1,5 @@
 /*
- * image/container.c — PNG, JPEG and WebP container validation (images.md
+ * image/container.c — PNG, JPEG and WebP container validation (spec/images.md
  * §9.2). Reads headers and walks chunks or markers; never decodes pixels and
  * never allocates.
  */

@@ -1,6 +1,6 @@
 /*
  * image/container.h — container validation of PNG, JPEG and WebP originals
- * (images.md §9.2), internal to the image module. image_inspect() in
+ * (spec/images.md §9.2), internal to the image module. image_inspect() in
  * image.h is the public entry; these are its per-format halves.
  *
  * Each walks the whole container without decoding pixel data, fills *info
@@ -21,7 +21,7 @@ relay_status container_check_png(const unsigned char *data, size_t len, image_in
 relay_status container_check_jpeg(const unsigned char *data, size_t len, image_info *info, relay_error *err);
 relay_status container_check_webp(const unsigned char *data, size_t len, image_info *info, relay_error *err);
 
-/* The dimension and pixel limits of images.md §4 for a header's width and
+/* The dimension and pixel limits of spec/images.md §4 for a header's width and
  * height: RELAY_OK or RELAY_E_TOO_LARGE naming the limit. */
 relay_status container_check_limits(const char *what, uint64_t width, uint64_t height, relay_error *err);
 

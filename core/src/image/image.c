@@ -1,6 +1,6 @@
 /*
  * image/image.c — image_inspect, image_present and the presentation
- * receipt (images.md §4, §9).
+ * receipt (spec/images.md §4, §9).
  */
 #include "image/image.h"
 
@@ -15,7 +15,7 @@
 #include "util/error.h"
 #include "util/jsonx.h"
 
-/* zlib level of the preview's PNG (images.md §9.4). */
+/* zlib level of the preview's PNG (spec/images.md §9.4). */
 #define PREVIEW_ZLIB_LEVEL 6
 
 /* ------------------------------------------------------------------------ */

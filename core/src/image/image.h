@@ -1,5 +1,5 @@
 /*
- * image/image.h — validation and previews of saved images (images.md §4, §9).
+ * image/image.h — validation and previews of saved images (spec/images.md §4, §9).
  *
  * The part of relay_image's presentation that needs no manager: given the
  * bytes of an original and its MIME type, check the container, read its
@@ -17,7 +17,7 @@
  *                        pixels, 32,768 pixels per side).
  *   RELAY_E_NO_MEMORY, RELAY_E_INTERNAL, RELAY_E_INVALID_ARGUMENT
  *                        unexpected failures.
- * image_delivery_status() maps a code to the delivery status of images.md
+ * image_delivery_status() maps a code to the delivery status of spec/images.md
  * §3: the first two are `presentation-unavailable` and err->message is the
  * diagnostic (it names the rule that failed); the others are
  * `transfer-failed`.
@@ -37,7 +37,7 @@
 #include "relay/status.h"
 #include "util/sha256.h"
 
-/* The limits of images.md §4 and the policy of §9.1. */
+/* The limits of spec/images.md §4 and the policy of §9.1. */
 #define IMAGE_MAX_ORIGINAL_BYTES    67108864u /* 64 MiB */
 #define IMAGE_MAX_PIXELS            40000000u /* width x height */
 #define IMAGE_MAX_DIMENSION         32768u    /* per side */
@@ -84,7 +84,7 @@ typedef struct image_info {
  * `mime_type` is the type the original is expected to have (from its
  * descriptor or extension); NULL takes the type from the signature. A
  * signature of another type is refused. Checks, in order: the 64 MiB size,
- * the signature, the container rules of images.md §9.2 (every PNG chunk
+ * the signature, the container rules of spec/images.md §9.2 (every PNG chunk
  * CRC included), with the dimension and pixel limits applied as soon as the
  * header gives the dimensions and before anything else is read. No pixel
  * data is decoded and nothing proportional to the image's dimensions is
@@ -110,7 +110,7 @@ typedef struct image_presentation {
 	json_object *receipt;            /* the presentation receipt of §9.5 (one reference, owned) */
 } image_presentation;
 
-/* Builds the preview of bytes[0..len) (borrowed) per images.md §9.3:
+/* Builds the preview of bytes[0..len) (borrowed) per spec/images.md §9.3:
  * validates the container for `mime_type` (NULL: from the signature);
  * decodes a PNG in full (so damaged data is caught even when it fits);
  * passes an original within 2000 x 2000 pixels and 4 MiB of base64 on
@@ -129,7 +129,7 @@ void image_presentation_free(image_presentation *p);
  * keys in the order the specification shows. NULL on allocation failure. */
 json_object *image_policy_new(void);
 
-/* The delivery status (images.md §3) for a code returned here:
+/* The delivery status (spec/images.md §3) for a code returned here:
  * "presentation-unavailable" or "transfer-failed". Static string. */
 const char *image_delivery_status(relay_status code);
 

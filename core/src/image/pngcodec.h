@@ -1,6 +1,6 @@
 /*
  * image/pngcodec.h — PNG decoding and encoding through libpng, internal to
- * the image module (images.md §9.4).
+ * the image module (spec/images.md §9.4).
  *
  * Decoding gives 8-bit RGB or RGBA: palettes expanded, tRNS honoured
  * (palette alpha, or the single transparent grey or RGB value), grey

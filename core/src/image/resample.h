@@ -1,5 +1,5 @@
 /*
- * image/resample.h — area-averaging downscale (images.md §9.4), internal to
+ * image/resample.h — area-averaging downscale (spec/images.md §9.4), internal to
  * the image module.
  *
  * Output pixel (X, Y) of a dst_w x dst_h image covers the source rectangle

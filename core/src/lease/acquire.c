@@ -1,5 +1,5 @@
 /*
- * relay_acquire's lease (tools.md §3.4 steps 4-14): the backend and image
+ * relay_acquire's lease (spec/tools.md §3.4 steps 4-14): the backend and image
  * checks, the identities and record, the registry row, the lease request
  * with its capacity wait, the reconciliation of an unknown outcome, and the
  * console a vnc acquisition must carry. The name was reserved at dispatch
@@ -272,7 +272,7 @@ static int acquire_checks(manager *m, guest *g, loaded_plugin *machine, relay_ca
 			                    err.message[0] ? err.message : relay_status_str(st));
 	}
 	/* The network: a plugin that cannot serve the egress proxy cannot give
-	 * allow or internet (lifecycle.md §14: never a fallback to nat). */
+	 * allow or internet (spec/lifecycle.md §14: never a fallback to nat). */
 	char egress_msg[512];
 	if (lease_egress_check(machine, g->network, egress_msg, sizeof egress_msg) != 0)
 		return not_acquired(m, g, o, "backend-refused", egress_msg);

@@ -1,5 +1,5 @@
 /*
- * lease/acquire.h — relay_acquire's lease (tools.md §3.4 steps 4-14).
+ * lease/acquire.h — relay_acquire's lease (spec/tools.md §3.4 steps 4-14).
  *
  * Writes, on the reserved guest: the identities (purpose, evidence_path,
  * guest_root, acquired_at_ms, binding), the lease document and phase, and
@@ -35,7 +35,7 @@ typedef struct acquire_console {
  * facts in o->facts (guest, task, image, purpose, vm, lease_id, network,
  * ttlHours, acquiredAt, deadline, expiresAt, waitedForCapacityMs,
  * guestRoot, workspace, declarations, fullWorkspace, console, evidencePath,
- * guestsHeld, maxGuests); else -1 with the failure in `o` (the tools.md
+ * guestsHeld, maxGuests); else -1 with the failure in `o` (the spec/tools.md
  * §3.4 codes: shutting-down, backend-unavailable, environment-mismatch,
  * image-unavailable, console-unavailable, path-refused, registry-conflict,
  * capacity-timeout, backend-refused, outcome-unknown). A guest refused

@@ -147,7 +147,7 @@ static void slice_to_status(const guest *g, json_object *s)
 	jsonx_add(s, "renewal", renewal);
 	jsonx_add_double(s, "ttlHours", l->ttl_hours);
 	add_time(s, "waitingSince", l->waiting_since_ms);
-	/* While waiting, the time waited so far (lifecycle.md §7). */
+	/* While waiting, the time waited so far (spec/lifecycle.md §7). */
 	int64_t waited = l->waited_for_capacity_ms;
 	if (g->phase == PHASE_WAITING_FOR_CAPACITY && l->waiting_since_ms > 0 &&
 	    clock_now_ms() - l->waiting_since_ms > waited)

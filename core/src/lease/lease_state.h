@@ -44,7 +44,7 @@ typedef struct lease_state {
 	int64_t last_renewed_at_ms;
 	char *guest_state; /* pending | provisioning | running | releasing | unknown */
 
-	/* restart (lifecycle.md §8, reconcile.c) */
+	/* restart (spec/lifecycle.md §8, reconcile.c) */
 	guest_phase restored_phase;     /* the phase on disk while the guest's is PHASE_RECONCILING */
 	renewal_state restored_renewal; /* the renewal state on disk while reconciling */
 

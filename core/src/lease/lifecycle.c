@@ -2,7 +2,7 @@
  * Leases over time, as the tools see them: the binding a lease is recorded
  * with, the guest's registry row, probe records copied into new evidence,
  * waiting in relay time, and the records of cancellations and releases
- * (lifecycle.md §5-§10). Renewal, release, reconciliation and the end of
+ * (spec/lifecycle.md §5-§10). Renewal, release, reconciliation and the end of
  * the session have their own files (lifecycle.h lists them).
  */
 #include "lease/lifecycle.h"
@@ -86,7 +86,7 @@ bool lifecycle_binding_equal(const json_object *a, const json_object *b)
 static const char *const row_keys[REGISTRY_CELLS] = {"machine", "os",      "taskName",
                                                      "agent",   "project", "startDate"};
 
-/* The Machine cell (lifecycle.md §10). Under lock. */
+/* The Machine cell (spec/lifecycle.md §10). Under lock. */
 static char *machine_cell(manager *m, guest *g)
 {
 	const relay_settings *s = m->settings;

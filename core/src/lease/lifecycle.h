@@ -1,5 +1,5 @@
 /*
- * lease/lifecycle.h — the lease room: leases over time (lifecycle.md
+ * lease/lifecycle.h — the lease room: leases over time (spec/lifecycle.md
  * §5-§11), as the tools use them: the binding a lease is recorded with, the
  * guest's registry row, renewal, waiting in relay time, the release path and
  * the end of the session.
@@ -34,7 +34,7 @@
 #include "lease/lease_state.h"
 #include "session/manager_internal.h"
 
-/* Constants of lifecycle.md §6. */
+/* Constants of spec/lifecycle.md §6. */
 #define LIFECYCLE_RENEWAL_WINDOW_MS      (15 * 60 * 1000) /* W */
 #define LIFECYCLE_BEAT_INTERVAL_MS       (60 * 1000)      /* min(60 s, W/3) */
 #define LIFECYCLE_BACKEND_MIN_RENEWAL_MS (6 * 60 * 1000)  /* m: the service refuses below 0.1 h */
@@ -52,7 +52,7 @@ json_object *lifecycle_binding_json(manager *m);
  * environment fingerprint. */
 bool lifecycle_binding_equal(const json_object *a, const json_object *b);
 
-/* Builds the guest's six registry cells (lifecycle.md §10) into
+/* Builds the guest's six registry cells (spec/lifecycle.md §10) into
  * g->lease->registry_row, saves the record, then adds the row. 0, or -1 with the
  * failure in `o` (registry-conflict for a conflicting row or a lock
  * timeout, else internal); then no row of ours is in the file. */
@@ -84,7 +84,7 @@ void lifecycle_write_record(manager *m, guest *g, const char *reason, bool faile
  * `why`, closed as `absent`. */
 void lifecycle_close_absent(manager *m, guest *g, const char *why);
 
-/* The release path (tools.md §3.10 steps 2-7). Regular: packaging through
+/* The release path (spec/tools.md §3.10 steps 2-7). Regular: packaging through
  * release_package() (delivery/packaging.h) when staged and not delivered,
  * up to 3 destroy attempts of 120 s with a lookup after each failure,
  * verification (15 s). Direct (the end of the session after the grace
@@ -98,13 +98,13 @@ void lifecycle_close_absent(manager *m, guest *g, const char *why);
  * session. */
 int lifecycle_release(manager *m, guest *g, relay_call *call, bool direct, relay_outcome *o);
 
-/* relay_finish step 8 (tools.md §3.9): the same destruction and
+/* relay_finish step 8 (spec/tools.md §3.9): the same destruction and
  * verification as lifecycle_release (steps 2 and 4-7, no packaging: the
  * guest is delivered), recorded and closed with reason "finished". The
  * same answers as lifecycle_release. */
 int lifecycle_release_finished(manager *m, guest *g, relay_call *call, relay_outcome *o);
 
-/* The end of the session for every guest (lifecycle.md §11.2 steps 1-5;
+/* The end of the session for every guest (spec/lifecycle.md §11.2 steps 1-5;
  * session_end.c), the session's end_guests hook: lets running work finish
  * within the grace period, then pauses or releases each guest. Returns 0,
  * or 1 when a guest's final renewal or release failed. */

@@ -1,5 +1,5 @@
 /*
- * relay_probe with scope "host" (tools.md §3.2; probe.h): host facts, the
+ * relay_probe with scope "host" (spec/tools.md §3.2; probe.h): host facts, the
  * backend's reachability with its images and capacity, and every guest
  * held, read in parallel with 5 s each; a fact that cannot be read is
  * reported with a diagnostic and the probe itself does not fail. The full

@@ -1,5 +1,5 @@
 /*
- * lease/probe.h — relay_probe with scope "host" (tools.md §3.2): what an
+ * lease/probe.h — relay_probe with scope "host" (spec/tools.md §3.2): what an
  * acquisition would meet. Writes no field of struct guest.
  */
 #ifndef RELAY_LEASE_PROBE_H

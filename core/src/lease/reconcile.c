@@ -1,5 +1,5 @@
 /*
- * Restart and reconciliation (lifecycle.md §8): every guest under guests/
+ * Restart and reconciliation (spec/lifecycle.md §8): every guest under guests/
  * is listed, and each one that is not closed is taken back by a job queued
  * first on its own queue, one step per function. Nothing is replayed and
  * nothing is acquired again. The older single-guest state is migrated

@@ -1,6 +1,6 @@
 /*
  * lease/reconcile.h — taking back the guests of an earlier process with
- * the same session identity (lifecycle.md §8).
+ * the same session identity (spec/lifecycle.md §8).
  *
  * At creation the manager scans <session>/guests/: closed records are listed
  * as closed; every other guest is listed in phase reconciling and a

@@ -1,5 +1,5 @@
 /*
- * The migration of the older relay's single-guest state (lifecycle.md §8
+ * The migration of the older relay's single-guest state (spec/lifecycle.md §8
  * step 2): <session>/lease.json ("enclosure") becomes the record of
  * guests/<task>-<n>/ in schemaVersion 1, and the old file is renamed aside.
  */

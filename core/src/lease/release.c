@@ -1,11 +1,11 @@
 /*
- * The release path (tools.md §3.10 steps 2-7, lifecycle.md §11.2 step 5):
+ * The release path (spec/tools.md §3.10 steps 2-7, spec/lifecycle.md §11.2 step 5):
  * shared by relay_release, the end of the session in release mode and its
  * direct release after the grace period.
  *
  * A release failure keeps ownership until destruction is verified: the
  * record, the owner lock and the registry row stay, renewal stays stopped,
- * and relay_release may be called again (lifecycle.md §13.2 rule 3).
+ * and relay_release may be called again (spec/lifecycle.md §13.2 rule 3).
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * Lease renewal (lifecycle.md §6) and the pause at the end of the session
+ * Lease renewal (spec/lifecycle.md §6) and the pause at the end of the session
  * (§11.2 step 5). See renewal.h.
  */
 #include "lease/renewal.h"

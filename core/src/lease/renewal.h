@@ -1,5 +1,5 @@
 /*
- * lease/renewal.h — keeping leases alive (lifecycle.md §6, §11.2 step 5).
+ * lease/renewal.h — keeping leases alive (spec/lifecycle.md §6, §11.2 step 5).
  *
  * One scheduler thread per manager decides which guest is due; each beat
  * runs on a thread of its own, so a slow backend answer for one guest never
@@ -43,7 +43,7 @@ void renewal_queue_lookup(manager *m, guest *g);
 void renewal_store_confirmed(guest *g, json_object *doc, int64_t now);
 /* Waits until the guest has no beat in flight. */
 void renewal_wait_beat(manager *m, guest *g);
-/* Pause at the end of the session (lifecycle.md §11.2 step 5): lets a beat
+/* Pause at the end of the session (spec/lifecycle.md §11.2 step 5): lets a beat
  * in flight land, sends one last renewal carrying the lease to its deadline
  * (when at least the backend minimum is left), records the confirmed expiry,
  * sets the state paused and writes renewal-paused (or final-renewal-failed).

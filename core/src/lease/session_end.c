@@ -1,5 +1,5 @@
 /*
- * The end of the session (lifecycle.md §11.2): stop taking work, let running
+ * The end of the session (spec/lifecycle.md §11.2): stop taking work, let running
  * operations finish within MCP_RELAY_SHUTDOWN_GRACE_MS, cancel what still
  * runs, then pause or release every guest still held.
  *

@@ -12,6 +12,7 @@
 #include "loader/loader.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/fsutil.h"
 #include "util/http.h"
 #include "util/log.h"
 #include "util/process.h"
@@ -199,6 +200,28 @@ static void host_lease_changed(const char *vm, unsigned flags)
 	pthread_mutex_unlock(&lease_changed_lock);
 }
 
+static relay_status host_remove_tree(const char *path, unsigned flags, relay_error *err)
+{
+	if (flags)
+		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown remove_tree flags 0x%x",
+		                       flags);
+	if (path == NULL || path[0] == '\0')
+		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "remove_tree needs a path");
+	return fs_remove_tree(path, err);
+}
+
+static relay_status host_write_durable(const char *path, const void *data, size_t len, unsigned flags,
+                                       relay_error *err)
+{
+	if (flags)
+		return relay_error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown write_durable flags 0x%x",
+		                       flags);
+	if (path == NULL || path[0] == '\0' || (data == NULL && len))
+		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "write_durable needs a path and data");
+	return fs_write_durable(path, data, len, 0600, err);
+}
+
 static const relay_host host_table = {
     .abi_version = RELAY_ABI_VERSION,
     .struct_size = sizeof(relay_host),
@@ -218,6 +241,8 @@ static const relay_host host_table = {
     .archive_extract = evidence_archive_extract,
     .random_bytes = random_fill,
     .lease_changed = host_lease_changed,
+    .remove_tree = host_remove_tree,
+    .write_durable = host_write_durable,
 };
 
 const relay_host *loader_host_table(void)

@@ -1,5 +1,5 @@
 /*
- * The MCP methods (mcp.md §3-§6): both protocol eras, initialize,
+ * The MCP methods (spec/mcp.md §3-§6): both protocol eras, initialize,
  * server/discover, tools/list, ping, tools/call with its call sink,
  * notifications/cancelled and subscriptions/listen.
  */
@@ -40,7 +40,7 @@ bool id_in_flight_locked(mcp_server *srv, const char *id_key)
 
 typedef enum era_outcome { ERA_OK, ERA_UNSUPPORTED, ERA_BAD_META } era_outcome;
 
-/* Decides the rules for a request other than initialize (mcp.md §3.4). On
+/* Decides the rules for a request other than initialize (spec/mcp.md §3.4). On
  * ERA_UNSUPPORTED, *requested_out is the version's JSON text (malloc'd). */
 static era_outcome request_era(json_object *params, bool *modern_out, char **requested_out)
 {
@@ -444,7 +444,7 @@ static void handle_cancelled(mcp_server *srv, json_object *params)
 		subscription *s = *p;
 		if (strcmp(s->id_key, key) != 0)
 			continue;
-		/* A cancelled subscription is dropped silently (mcp.md §5). */
+		/* A cancelled subscription is dropped silently (spec/mcp.md §5). */
 		*p = s->next;
 		tasks_unwatch(srv, s->id_key);
 		free(s->id_text);

@@ -1,5 +1,5 @@
 /*
- * The server's output (mcp.md §2): one buffer under one lock, so messages
+ * The server's output (spec/mcp.md §2): one buffer under one lock, so messages
  * never interleave; the reader defers flushing while it still has input to
  * handle, so pipelined requests are answered with few writes. Batches
  * collect their answers and write one array.
@@ -59,7 +59,7 @@ static void flush_locked(mcp_server *srv)
  * reader flushes later; otherwise it is written now. */
 void send_message(mcp_server *srv, const char *msg, size_t len, bool defer)
 {
-	/* Every byte that leaves is UTF-8 (tools.md §5.3): a guest's or a file
+	/* Every byte that leaves is UTF-8 (spec/tools.md §5.3): a guest's or a file
 	 * name's bytes may have reached a result, a headline or an error. In
 	 * JSON text they can only sit inside strings (the syntax is ASCII), so
 	 * replacing each invalid sequence with U+FFFD keeps the message valid

@@ -1,5 +1,5 @@
 /*
- * Rendering a tool_result as a CallToolResult (tools.md §2.3, §5; mcp.md §7):
+ * Rendering a tool_result as a CallToolResult (spec/tools.md §2.3, §5; spec/mcp.md §7):
  * the text block with its headline and bounded pretty JSON, the spill file,
  * structuredContent (whole, reduced or minimal), the image block, isError
  * and the modern-era fields.
@@ -75,7 +75,7 @@ const char *render_spill_base(char *buf, size_t len)
 	return buf;
 }
 
-/* Writes the complete structuredContent to a new spill file (tools.md §5.1
+/* Writes the complete structuredContent to a new spill file (spec/tools.md §5.1
  * rule 5); returns its absolute path (malloc'd) or NULL. */
 static char *write_spill(const json_object *structured)
 {
@@ -140,7 +140,7 @@ cleanup:
 	return path;
 }
 
-/* ---- structuredContent reduction (tools.md §5.2) ------------------------------ */
+/* ---- structuredContent reduction (spec/tools.md §5.2) ------------------------------ */
 
 /* A copy with long strings cut and long arrays shortened; NULL for JSON null
  * or on allocation failure (*failed is then set). */
@@ -294,7 +294,7 @@ size_t render_text_bound(const char *body, size_t len)
 /* ---- the result ------------------------------------------------------------------ */
 
 /* structuredContent as it must be: an object, with `error` exactly when
- * isError (tools.md §2.3). Returns a new reference. */
+ * isError (spec/tools.md §2.3). Returns a new reference. */
 static json_object *checked_structured(const tool_result *result)
 {
 	json_object *s = result->structured;

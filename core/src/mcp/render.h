@@ -1,5 +1,5 @@
 /*
- * mcp/render.h — turning a tool_result into a CallToolResult (tools.md
+ * mcp/render.h — turning a tool_result into a CallToolResult (spec/tools.md
  * §2.3, §5): the text block (headline, pretty JSON, the 2000-line and
  * 51,200-byte bound, the spill file), structuredContent (whole, reduced, or
  * minimal), the image block, isError, and the modern-era fields.
@@ -21,7 +21,7 @@
 void render_set_fallback_spill_dir(const char *dir);
 
 /* Appends the result object (JSON, compact) to sb. `modern` adds
- * resultType and _meta (mcp.md §3.6). */
+ * resultType and _meta (spec/mcp.md §3.6). */
 void render_tool_result(strbuf *sb, const tool_result *result, bool modern);
 
 /* The folder spill files go to: "<tmp>/mcp-relay-results", where <tmp> is

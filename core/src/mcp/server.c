@@ -38,7 +38,7 @@ static int signal_pipe[2] = {-1, -1};
 
 /* ---- classification ---------------------------------------------------------- */
 
-/* One JSON-RPC message, possibly an element of a batch (mcp.md §2.1). */
+/* One JSON-RPC message, possibly an element of a batch (spec/mcp.md §2.1). */
 static void handle_message(mcp_server *srv, batch *b, json_object *msg)
 {
 	if (!json_object_is_type(msg, json_type_object)) {
@@ -249,7 +249,7 @@ static void drain_wakeups(mcp_server *srv)
 			bool ending = srv->ending;
 			pthread_mutex_unlock(&srv->lock);
 			/* A second SIGTERM or SIGINT skips the rest of the grace
-			 * period (lifecycle.md §11.1). */
+			 * period (spec/lifecycle.md §11.1). */
 			if (ending && srv->backend != NULL && (signo == SIGTERM || signo == SIGINT))
 				srv->handler->hurry_end(srv->backend);
 			begin_end(srv, signal_reason(signo));

@@ -21,7 +21,7 @@ typedef struct mcp_handler {
 	 * Called on the reader thread in arrival order; must not block on tool
 	 * work. */
 	void (*dispatch)(void *backend, relay_tool tool, json_object *args, relay_call *call);
-	/* Ends the session (lifecycle.md §11) with `reason` ("stdin-closed",
+	/* Ends the session (spec/lifecycle.md §11) with `reason` ("stdin-closed",
 	 * "signal-SIGTERM", ...); blocks until done; returns the exit status. */
 	int (*end_session)(void *backend, const char *reason);
 	/* A second SIGTERM/SIGINT during the end: skip the rest of the grace
@@ -46,11 +46,11 @@ typedef struct mcp_server_config {
 	 * backend (backend and start_backend NULL): initialize, tools/list and
 	 * the other methods are answered as usual, every tools/call is an
 	 * isError result with this text (borrowed for the server's life), and
-	 * the session ends with status 2 (lifecycle.md §14). */
+	 * the session ends with status 2 (spec/lifecycle.md §14). */
 	const char *settings_problem;
 } mcp_server_config;
 
-/* Serves until the session ends (mcp.md §13); returns the exit status.
+/* Serves until the session ends (spec/mcp.md §13); returns the exit status.
  * Installs handlers for SIGTERM, SIGINT, SIGHUP and ignores SIGPIPE. */
 int mcp_serve(const mcp_server_config *config);
 

@@ -110,7 +110,7 @@ struct subscription {
 };
 
 /* A batch collects the answers of its requests and writes them as one
- * array once the last is ready (mcp.md §2.2). */
+ * array once the last is ready (spec/mcp.md §2.2). */
 struct batch {
 	pthread_mutex_t lock;
 	strbuf answers;

@@ -1,6 +1,6 @@
 /*
  * mcp/wire.h — reading one line of the MCP stream into json-c values
- * (mcp.md §1, §2).
+ * (spec/mcp.md §1, §2).
  *
  * The parser is this layer's own, strict RFC 8259 parser, because the
  * protocol asks for things json-c's tokener does not give:
@@ -13,7 +13,7 @@
  *   - invalid UTF-8 is refused; an escaped lone surrogate (`\ud800`) becomes
  *     U+FFFD, so every string the relay holds is valid UTF-8, and the string
  *     keeps its token as written, so an id is still echoed exactly
- *     (wire_id_text; mcp.md §2.1);
+ *     (wire_id_text; spec/mcp.md §2.1);
  *   - running out of memory is told apart from bad syntax, so the server can
  *     answer `Message too large` instead of `Parse error`.
  */

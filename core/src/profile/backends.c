@@ -130,7 +130,7 @@ static char *plugin_config(const relay_settings *s, const char *plugin_name, con
 	jsonx_add_str(config, "serviceUrl", s->service_url);
 	jsonx_add_str(config, "sessionId", s->session_id);
 	jsonx_add(config, "environment", s->environment ? environment_identity(s->environment) : NULL);
-	/* The exported bundle (machine-service.md §7.7) for the subprocesses a
+	/* The exported bundle (spec/machine-service.md §7.7) for the subprocesses a
 	 * plugin starts (Tart, OpenSSH, machctl); null without a profile. */
 	jsonx_add(config, "exportedEnvironment", s->environment ? environment_bundle(s->environment) : NULL);
 	json_object *options = plugin_options(s, plugin_name);
@@ -187,7 +187,7 @@ void backends_load(relay_backends *b, const relay_settings *s)
 		} else {
 			b->load_status[i] = err.code != RELAY_OK ? err.code : RELAY_E_INTERNAL;
 			/* A plugin refusing its options names the variable they
-			 * came from and the fix (lifecycle.md §14). */
+			 * came from and the fix (spec/lifecycle.md §14). */
 			const char *variable = options_variable(s, name);
 			char message[sizeof err.message + 256];
 			if (variable && b->load_status[i] == RELAY_E_INVALID_ARGUMENT)

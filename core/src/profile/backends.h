@@ -1,6 +1,6 @@
 /*
- * profile/backends.h — which plugin fills each slot (design.md §3
- * Selection), loading them through the loader, and picking the transport
+ * profile/backends.h — which plugin fills each slot (the MCP_RELAY_BACKEND
+ * row of docs/hosts.md, Settings), loading them through the loader, and picking the transport
  * for a lease.
  *
  *   local            machine-local (machine + transport), capture-x11, console-vnc

@@ -22,7 +22,7 @@
 #define SLOT_COUNT_       4
 
 /* The ten keys of schema version 2 (version 1's with vmctlPath renamed;
- * machine-service.md §11: the other names are assumed unchanged, and this
+ * spec/machine-service.md §11: the other names are assumed unchanged, and this
  * table is the one place that knows them). */
 static const char *const profile_keys[] = {"schemaVersion", "id",
                                            "vmServiceUrl",  "imageRepository",

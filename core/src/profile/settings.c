@@ -205,7 +205,7 @@ done:
 	return why == NULL;
 }
 
-/* MCP_RELAY_MACHINE_SERVICE_OPTIONS (machine-service.md §11). */
+/* MCP_RELAY_MACHINE_SERVICE_OPTIONS (spec/machine-service.md §11). */
 static int check_service_options(json_object *opts, char *errbuf, size_t errlen)
 {
 	static const char *const string_keys[] = {"routePrefix", "listKey",     "nameField",
@@ -350,7 +350,7 @@ static int resolve_state_root(relay_settings *s, char *errbuf, size_t errlen)
 	return 0;
 }
 
-/* The session key of identity `id` (lifecycle.md §2): the first 32 hex
+/* The session key of identity `id` (spec/lifecycle.md §2): the first 32 hex
  * digits of its SHA-256. */
 static void session_key_of(const char *id, char key[33])
 {
@@ -436,7 +436,7 @@ void settings_problem_text(const char *problem, char *out, size_t out_len)
 
 /* MCP_RELAY_RECORD, MCP_RELAY_RECORD_FPS, and the console's
  * MCP_RELAY_CONSOLE_CONTROL (read by the console plugins themselves; checked
- * here so that a bad value stops the server, lifecycle.md §14). */
+ * here so that a bad value stops the server, spec/lifecycle.md §14). */
 static int record_settings(relay_settings *s, char *errbuf, size_t errlen)
 {
 	const char *v = getenv("MCP_RELAY_RECORD");
@@ -458,7 +458,7 @@ static int record_settings(relay_settings *s, char *errbuf, size_t errlen)
 	return 0;
 }
 
-/* MCP_RELAY_SESSION, or the project's own identity (lifecycle.md §2). */
+/* MCP_RELAY_SESSION, or the project's own identity (spec/lifecycle.md §2). */
 static int load_session_identity(relay_settings *s, char *errbuf, size_t errlen)
 {
 	const char *v;
@@ -472,7 +472,7 @@ static int load_session_identity(relay_settings *s, char *errbuf, size_t errlen)
 		s->session_id = strdup(v);
 		s->session_id_stable = true;
 	} else {
-		/* The project's own identity (lifecycle.md §2): a restarted server
+		/* The project's own identity (spec/lifecycle.md §2): a restarted server
 		 * and a client that starts one server per call take back the
 		 * project's guests; two projects never share one. */
 		char digest[SHA256_HEX_LEN + 1];
@@ -649,7 +649,7 @@ static int load_limits(relay_settings *s, char *errbuf, size_t errlen)
 		if (stat(v, &st) != 0 || !S_ISREG(st.st_mode))
 			return fail(errbuf, errlen,
 			            "MCP_RELAY_REGISTRY must name an existing regular file (got %s)", v);
-		char table_why[768]; /* the VM-table check of lifecycle.md §10 (registry/registry.h) */
+		char table_why[768]; /* the VM-table check of spec/lifecycle.md §10 (registry/registry.h) */
 		if (registry_check_file(v, table_why, sizeof table_why) != 0)
 			return fail(errbuf, errlen, "MCP_RELAY_REGISTRY %s (got %s)", table_why, v);
 		s->registry_path = strdup(v);

@@ -1,5 +1,5 @@
 /*
- * profile/settings.h — every MCP_RELAY_* setting (lifecycle.md §14), read
+ * profile/settings.h — every MCP_RELAY_* setting (spec/lifecycle.md §14), read
  * once at startup, validated, never re-read.
  */
 #ifndef RELAY_PROFILE_SETTINGS_H
@@ -17,7 +17,7 @@ typedef enum guest_network {
 } guest_network;
 typedef enum on_exit_mode { ON_EXIT_PAUSE = 0, ON_EXIT_RELEASE = 1 } on_exit_mode;
 
-/* Where the session identity came from (lifecycle.md §2). */
+/* Where the session identity came from (spec/lifecycle.md §2). */
 typedef enum session_source {
 	SESSION_FROM_SETTING = 0, /* MCP_RELAY_SESSION */
 	SESSION_FROM_PROJECT = 1, /* "project-" + 32 hex of SHA-256(the project's real path) */
@@ -63,7 +63,7 @@ int settings_load(relay_settings *out, char *errbuf, size_t errlen);
 void settings_free(relay_settings *settings);
 
 /* Replaces a project identity held by another live process (pid `holder`)
- * with a fresh random one (lifecycle.md §2): session_id, session_key and
+ * with a fresh random one (spec/lifecycle.md §2): session_id, session_key and
  * session_dir change, session_source becomes SESSION_FRESH and session_note
  * says why. -1 when out of memory (the settings are unchanged). */
 int settings_use_fresh_identity(relay_settings *settings, long holder);
@@ -71,7 +71,7 @@ int settings_use_fresh_identity(relay_settings *settings, long holder);
 /* The name of the session identity's origin: "setting", "project" or "fresh". */
 const char *settings_session_source_name(session_source source);
 
-/* The text a host shows for an invalid setting (lifecycle.md §14): the
+/* The text a host shows for an invalid setting (spec/lifecycle.md §14): the
  * variable, the problem (`problem` as settings_load wrote it, "<NAME>
  * <problem>") and the fix, in one paragraph. */
 void settings_problem_text(const char *problem, char *out, size_t out_len);

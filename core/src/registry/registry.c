@@ -1,5 +1,5 @@
 /*
- * The task registry (lifecycle.md §10): choosing the file, and row updates
+ * The task registry (spec/lifecycle.md §10): choosing the file, and row updates
  * under an flock(2) with atomic replace. The VM table itself is table.c.
  */
 #include "registry/registry.h"
@@ -264,7 +264,7 @@ static int locate_target(const registry_target *target, char **real_out, char **
 			free(parent);
 			return -1;
 		}
-		/* The same rule as the state folder's (lifecycle.md §14): nobody
+		/* The same rule as the state folder's (spec/lifecycle.md §14): nobody
 		 * else may write there. */
 		if ((st.st_mode & 022) != 0) {
 			snprintf(

@@ -1,5 +1,5 @@
 /*
- * registry/registry.h — the task registry (lifecycle.md §10): a Markdown
+ * registry/registry.h — the task registry (spec/lifecycle.md §10): a Markdown
  * table that tells people and other agents which machines are in use.
  *
  * The file is one of: a selected environment's managed registry.md, the
@@ -62,7 +62,7 @@ int registry_validate_text(const char *text, size_t len, char *errbuf, size_t er
  * what is wrong and how to fix it in errbuf (no variable name, no path). */
 int registry_check_file(const char *path, char *errbuf, size_t errlen);
 
-/* Chooses the registry (lifecycle.md §10): `configured` (the environment's
+/* Chooses the registry (spec/lifecycle.md §10): `configured` (the environment's
  * managed file when `configured_managed`, else MCP_RELAY_REGISTRY), else
  * <home>/AGENTS.md when it exists and holds a valid VM table, else the
  * managed <state_root>/registry.md. `home` may be NULL. Fills `out`. */

@@ -1,6 +1,6 @@
 /*
  * runs/capture_plan.h — what the capture plugin decides for a guest
- * (relay/capture.h, guest.md §10.3, §11): the image's catalog applications
+ * (relay/capture.h, spec/guest.md §10.3, §11): the image's catalog applications
  * from the machine plugin, the plan context, and a checked plan.
  *
  * Used by relay_stage (the plan stored on the guest) and relay_probe with
@@ -15,7 +15,7 @@
 
 #include "session/manager_internal.h"
 
-/* Largest number of catalog applications a guest probe lists (tools.md §5.4). */
+/* Largest number of catalog applications a guest probe lists (spec/tools.md §5.4). */
 #define CAPTURE_PROBE_MAX_APPLICATIONS 200
 
 /* The image's catalog applications as [{id, name, version}] (new

@@ -1,4 +1,4 @@
-/* The project-folder rules for host paths (lifecycle.md §12); see host_paths.h. */
+/* The project-folder rules for host paths (spec/lifecycle.md §12); see host_paths.h. */
 #include "runs/host_paths.h"
 
 #include <dirent.h>

@@ -1,6 +1,6 @@
 /*
  * runs/host_paths.h — the project-folder rules for host files a tool reads
- * (lifecycle.md §12, tools.md §2.6): relay_stage's `workspace` and
+ * (spec/lifecycle.md §12, spec/tools.md §2.6): relay_stage's `workspace` and
  * `files[].local`, relay_script's `localPath`.
  *
  *   1. not empty, no NUL, at most 4,096 bytes, no ".." segment ("." segments

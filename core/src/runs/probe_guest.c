@@ -1,4 +1,4 @@
-/* relay_probe with scope "guest" (tools.md §3.2); see probe_guest.h. */
+/* relay_probe with scope "guest" (spec/tools.md §3.2); see probe_guest.h. */
 #include "runs/probe_guest.h"
 
 #include <stdio.h>
@@ -138,7 +138,7 @@ static bool node_strips_types(const char *version)
 	return major > 22 || (major == 22 && minor >= 6);
 }
 
-/* The runtimes of the four languages (tools.md §3.2); TypeScript is ready
+/* The runtimes of the four languages (spec/tools.md §3.2); TypeScript is ready
  * through tsx or Node.js's own type stripping. New reference. */
 static json_object *runtimes_json(const char *node_cmd, const check *shell, const check *nodev,
                                   const check *tsx, const check *python)

@@ -1,5 +1,5 @@
 /*
- * runs/probe_guest.h — relay_probe with scope "guest" (tools.md §3.2):
+ * runs/probe_guest.h — relay_probe with scope "guest" (spec/tools.md §3.2):
  * platform and receiver build, the runtimes of the four languages, the
  * image's catalog, and the snapshot verdict. Each check runs as
  * `/bin/sh -c '<command>'` with a 10 s limit; nothing is installed or

@@ -1,4 +1,4 @@
-/* The guest receiver builds (guest.md §2); see receiver_builds.h. */
+/* The guest receiver builds (spec/guest.md §2); see receiver_builds.h. */
 #include "runs/receiver_builds.h"
 
 #include <dirent.h>

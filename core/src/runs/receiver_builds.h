@@ -1,6 +1,6 @@
 /*
  * runs/receiver_builds.h — the guest receiver builds this relay ships
- * (guest.md §2): the platform key of a guest's `uname -sm`, where the build
+ * (spec/guest.md §2): the platform key of a guest's `uname -sm`, where the build
  * for a platform is, and which builds are installed.
  *
  * Builds live in <receivers dir>/<platform>/receiver (loader_receivers_dir():
@@ -23,7 +23,7 @@ char *receiver_build_path(const char *platform);
  * "none". Never NULL unless out of memory. */
 char *receiver_builds_installed(void);
 
-/* The `unsupported-platform` message of guest.md §2 for a `uname -sm`
+/* The `unsupported-platform` message of spec/guest.md §2 for a `uname -sm`
  * answer. */
 char *receiver_unsupported_message(const char *uname_sm);
 

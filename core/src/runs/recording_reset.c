@@ -1,4 +1,4 @@
-/* The recording reset of relay_stage (guest.md §4); see recording_reset.h. */
+/* The recording reset of relay_stage (spec/guest.md §4); see recording_reset.h. */
 #include "runs/recording_reset.h"
 
 #include <errno.h>
@@ -8,7 +8,7 @@
 
 #include "delivery/packaging.h"
 #include "delivery/step_downloads.h"
-#include "receiver_protocol.h"
+#include "guestio/receiver_api.h"
 #include "runs/run_state.h"
 #include "session/events.h"
 #include "util/error.h"
@@ -142,7 +142,7 @@ int recording_reset(manager *m, guest *g, guest_io *io, json_object **reset_out,
 		free(source_rel);
 		goto cleanup;
 	}
-	/* The same verified pull as finish (evidence.md §5.6, §7): free space
+	/* The same verified pull as finish (spec/evidence.md §5.6, §7): free space
 	 * first, host copies reused, one archive with the file-at-a-time
 	 * fallback, the guest rescanned, display originals, the merge. */
 	strbuf_printf(&sb, "%s.reset-attempts", from);
@@ -161,11 +161,10 @@ int recording_reset(manager *m, guest *g, guest_io *io, json_object **reset_out,
 	}
 
 	/* Step 5: the guest step. */
-	const char *args[] = {RECEIVER_CMD_RESET, RECEIVER_OPT_ROOT, io->root, RECEIVER_OPT_ID, id, NULL};
-	st = gio_receiver(io, args, GIO_SHORT_TIMEOUT_MS, &frame, &err);
+	bool locked = false;
+	st = gio_rcv_reset(io, id, &locked, &err);
 	if (st != RELAY_OK) {
-		const char *code = jsonx_get_str(frame, "code");
-		if (code && strcmp(code, "receiver-locked") == 0)
+		if (locked)
 			outcome_fail(
 			    o, "receiver-locked",
 			    "the receiver lock exists; diagnose the active execution before resetting "

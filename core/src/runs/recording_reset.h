@@ -1,6 +1,6 @@
 /*
- * runs/recording_reset.h — relay_stage's recording reset (guest.md §4,
- * tools.md §3.5 "Recording reset", evidence.md §5.6-§7).
+ * runs/recording_reset.h — relay_stage's recording reset (spec/guest.md §4,
+ * spec/tools.md §3.5 "Recording reset", spec/evidence.md §5.6-§7).
  *
  *   1. needs a staged recording (not-staged), unless a reset is pending;
  *   2. the guest's download queue closes (step_downloads.h);

@@ -1,5 +1,5 @@
 /*
- * A recorded run on the guest's resident channel (guest.md §17 items 3, 4):
+ * A recorded run on the guest's resident channel (spec/guest.md §17 items 3, 4):
  * the framed request sent on `receiver serve`'s stream, the answer read as
  * the one-shot exec's standard output would be, and the guest's own record
  * asked when the channel broke after the request went in whole.
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "guestio/receiver_api.h"
 #include "guestio/resident.h"
 #include "receiver_protocol.h"
 #include "runs/run_internal.h"
@@ -121,29 +122,28 @@ run_channel_end run_channel_send(guest_io *io, const char *execution_id, const c
 
 json_object *run_channel_ask(guest_io *io, const char *execution_id, bool *asked_out)
 {
-	strbuf rel = STRBUF_INIT, path = STRBUF_INIT;
-	strbuf_printf(&rel, "%s/%s.json", RECEIVER_RECEIPTS_DIR, execution_id);
-	strbuf_printf(&path, "%s/%s", io->root, strbuf_str(&rel));
-	const char *args[] = {RECEIVER_CMD_HASH, strbuf_str(&path), NULL};
-	json_object *frame = NULL, *fact = NULL;
+	char *rel = gio_receipt_rel(execution_id);
+	strbuf path = STRBUF_INIT;
+	strbuf_printf(&path, "%s/%s", io->root, rel ? rel : "");
+	gio_file_frame hashed;
+	json_object *fact = NULL;
 	relay_error err;
 	relay_error_clear(&err);
-	relay_status st = gio_receiver(io, args, GIO_SHORT_TIMEOUT_MS, &frame, &err);
+	relay_status st = rel ? gio_rcv_hash(io, strbuf_str(&path), &hashed, &err)
+	                      : relay_error_set(&err, RELAY_E_NO_MEMORY, 0, "out of memory");
 	/* exit 3: the receiver looked and found no receipt file */
 	*asked_out = st == RELAY_OK || st == RELAY_E_REFUSED;
-	if (st == RELAY_OK && frame) {
+	if (st == RELAY_OK) {
 		fact = json_object_new_object();
-		jsonx_add_str(fact, RECEIVER_FRAME_PATH, strbuf_str(&rel));
-		int64_t bytes = -1;
-		jsonx_add_str(fact, RECEIVER_FRAME_SHA256, jsonx_get_str(frame, RECEIVER_FRAME_SHA256));
-		if (jsonx_get_int(frame, RECEIVER_FRAME_BYTES, &bytes))
-			jsonx_add_int(fact, RECEIVER_FRAME_BYTES, bytes);
+		jsonx_add_str(fact, "path", rel);
+		jsonx_add_str(fact, "sha256", hashed.sha256);
+		jsonx_add_int(fact, "bytes", (int64_t)hashed.bytes);
+		gio_file_frame_free(&hashed);
 	} else if (!*asked_out) {
 		log_warning("relay_script %s: the guest's record could not be asked: %s", execution_id,
 		            err.message);
 	}
-	json_object_put(frame);
-	strbuf_free(&rel);
+	free(rel);
 	strbuf_free(&path);
 	return fact;
 }

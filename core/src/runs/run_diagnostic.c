@@ -1,4 +1,4 @@
-/* A diagnostic shell script through the transport's exec (guest.md §13):
+/* A diagnostic shell script through the transport's exec (spec/guest.md §13):
  * host/diagnostics/<id>.request.json and <id>.receipt.json; see
  * run_request.h. */
 #include "runs/run_request.h"
@@ -18,7 +18,7 @@
 #include "util/sha256.h"
 #include "util/strbuf.h"
 
-/* The script's output as kept (guest.md §13): stdout and stderr combined,
+/* The script's output as kept (spec/guest.md §13): stdout and stderr combined,
  * the last RUN_DIAGNOSTIC_OUTPUT_KEEP bytes, valid UTF-8; malloc'd. */
 static char *combined_output(const relay_exec_result *res, size_t *len_out, bool *truncated)
 {
@@ -49,7 +49,7 @@ static char *combined_output(const relay_exec_result *res, size_t *len_out, bool
 	return output;
 }
 
-/* The outcome of the exec (guest.md §7.5); new reference. */
+/* The outcome of the exec (spec/guest.md §7.5); new reference. */
 static json_object *diagnostic_outcome(relay_status st, bool cancelled, const relay_exec_result *res,
                                        const relay_error *err, uint64_t limit_ms)
 {

@@ -1,7 +1,7 @@
 /*
  * runs/run_internal.h — what the files of relay_script's host side share
  * (see run_request.h for the job and its files). Not for other rooms; the
- * unit tests of runs/ (tests/unit/test_runs_request.c) reach it to test a
+ * unit tests of runs/ (tests/unit/runs/test_runs_request.c) reach it to test a
  * run's pieces without a guest.
  */
 #ifndef RELAY_RUNS_RUN_INTERNAL_H
@@ -18,19 +18,19 @@
 #define RUN_FRAME_MAX_OUTPUT_BYTES ((size_t)1 << 20)
 #define RUN_STDERR_TAIL_BYTES      600
 
-/* ---- step derivation (run_step.c, guest.md §10, §14) ---- */
+/* ---- step derivation (run_step.c, spec/guest.md §10, §14) ---- */
 
 /* The step of a recorded run: the caller's fields over the derived ones.
  * Takes the run number under the lock (a derived id that was used before
  * moves on to the next number). New reference; *run_seq_out the number. */
 json_object *run_derive_step(manager *m, guest *g, const run_call *c, const char *title,
                              int64_t *run_seq_out);
-/* The request's snapshots block (guest.md §6.1, §10): {afterIntervalMs,
+/* The request's snapshots block (spec/guest.md §6.1, §10): {afterIntervalMs,
  * group}. *after_ms_out is the interval the exec limit adds (0 when none);
  * *phase_out the group's phase (borrowed from the call) or NULL. */
 json_object *run_snapshot_block(const run_call *c, int64_t *after_ms_out, const char **phase_out);
 
-/* ---- the request (run_request.c, guest.md §6) ---- */
+/* ---- the request (run_request.c, spec/guest.md §6) ---- */
 
 /* What the receiver request of a recorded run is made of (all borrowed). */
 typedef struct run_request_in {
@@ -55,7 +55,7 @@ json_object *run_video_request(int fps, const json_object *capture);
  * reference. */
 json_object *run_recording_fact(const json_object *receipt, const json_object *request);
 
-/* The request object (guest.md §6.1), every key of receiver_protocol.h;
+/* The request object (spec/guest.md §6.1), every key of receiver_protocol.h;
  * new reference. */
 json_object *run_request_build(const run_request_in *in);
 
@@ -66,7 +66,7 @@ char *run_stdin_parts_text(const char *request_rel, const char *request, size_t 
                            const char *request_sha, const char *script_rel, const char *script,
                            size_t script_len, const char *script_sha, size_t *len_out);
 
-/* ---- the run's files (run_push.c, guest.md §15 step 3) ---- */
+/* ---- the run's files (run_push.c, spec/guest.md §15 step 3) ---- */
 
 /* Pushes the script and the request, each checked against the transport's
  * facts (gio_facts_compare: a contradiction is transfer-failed) or, for
@@ -75,7 +75,7 @@ relay_status run_push_files(guest_io *io, const char *script_rel, const char *sc
                             const char *script_sha, const char *request_rel, const char *request,
                             size_t request_len, const char *request_sha, relay_error *err);
 
-/* ---- the resident channel (run_channel.c, guest.md §17) ---- */
+/* ---- the resident channel (run_channel.c, spec/guest.md §17) ---- */
 
 /* The `channel` a run's record names (§17 item 3): the resident channel,
  * one exec with standard input (§16.2; a diagnostic's exec, §13), or the
@@ -103,7 +103,7 @@ run_channel_end run_channel_send(guest_io *io, const char *execution_id, const c
                                  relay_exec_result *res, relay_error *err);
 
 /* Runs the diagnostic script execution_id (argv as for the exec, its last
- * element `script`) on the guest's channel (guest.md §17 item 3): serve
+ * element `script`) on the guest's channel (spec/guest.md §17 item 3): serve
  * starts it, kills it at limit_ms and answers its exit and output's tail.
  * RUN_CHANNEL_UNSENT when no channel took it (nothing ran: exec it, §13);
  * RUN_CHANNEL_ANSWERED with *st_out and *res as gio_exec_supervised with
@@ -121,7 +121,7 @@ run_channel_end run_channel_diagnostic(guest_io *io, const char *execution_id, c
  * guest holds none (*asked_out true) or could not be asked (false). */
 json_object *run_channel_ask(guest_io *io, const char *execution_id, bool *asked_out);
 
-/* ---- the receipt (run_receipt.c, guest.md §15 step 5) ---- */
+/* ---- the receipt (run_receipt.c, spec/guest.md §15 step 5) ---- */
 
 /* NULL when the receipt is well formed for this run, else the reason. */
 const char *run_receipt_problem(const json_object *receipt, const char *execution_id,
@@ -152,7 +152,7 @@ void run_now_iso_millis(char out[25]);
 json_object *run_outcome_uncertain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "SIG<abbrev>" or the number. */
 const char *run_signal_name(int sig, char buf[32]);
-/* executionFailed (images.md §8.2): not completed, or a nonzero code, or a signal. */
+/* executionFailed (spec/images.md §8.2): not completed, or a nonzero code, or a signal. */
 bool run_execution_failed(const json_object *outcome);
 /* The tool error code of a failed execution's outcome. */
 const char *run_error_code_for(const json_object *outcome);

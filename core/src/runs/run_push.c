@@ -1,4 +1,4 @@
-/* The files of a run pushed and checked (guest.md §3.4, §15 step 3); see
+/* The files of a run pushed and checked (spec/guest.md §3.4, §15 step 3); see
  * run_internal.h. */
 #include "runs/run_request.h"
 
@@ -26,7 +26,7 @@ static bool facts_match(json_object *facts, const char *rel, const char *sha, ui
 	       strcmp(jsonx_get_str(f, "sha256"), sha) == 0;
 }
 
-/* Verifies one pushed file with `receiver scan` (guest.md §3.4 step 5). */
+/* Verifies one pushed file with `receiver scan` (spec/guest.md §3.4 step 5). */
 static relay_status scan_check(guest_io *io, const char *rel, const char *sha, uint64_t bytes,
                                const char *what, relay_error *err)
 {
@@ -43,7 +43,7 @@ static relay_status scan_check(guest_io *io, const char *rel, const char *sha, u
 /* Pushes one file of a run to R/<rel> and checks it: against the
  * transport's guest-side facts when it computes them (one round trip; a
  * contradiction is transfer-failed: gio_facts_compare), else with
- * `receiver scan` (guest.md §3.4 step 5) unless `receiver_checks` says the
+ * `receiver scan` (spec/guest.md §3.4 step 5) unless `receiver_checks` says the
  * receiver checks the file's SHA-256 and size itself before it uses it
  * (the script: a mismatch refuses the run, nothing runs), which saves a
  * round trip where every exec is an HTTP call. */
@@ -77,8 +77,8 @@ static void *side_push_main(void *arg)
 	return NULL;
 }
 
-/* The script and the request (guest.md §15 step 3), each hash-checked; side by side when the transport runs
- * operations concurrently and reports guest-side facts (no receiver scan), else the script first. The
+/* The script and the request (spec/guest.md §15 step 3), each hash-checked; side by side when the transport
+ * runs operations concurrently and reports guest-side facts (no receiver scan), else the script first. The
  * receiver checks the script's SHA-256 and size again before running it, and its receipt carries the
  * request's SHA-256. */
 relay_status run_push_files(guest_io *io, const char *script_rel, const char *script, size_t script_len,

@@ -1,5 +1,5 @@
 /* The receipt of a run, from the receiver's frame or answer to
- * host/receiver-receipts (guest.md §15 step 5, §16.2); see run_internal.h. */
+ * host/receiver-receipts (spec/guest.md §15 step 5, §16.2); see run_internal.h. */
 #include "runs/run_request.h"
 
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * A recorded run (guest.md §15, §16.2): the host files and the request,
+ * A recorded run (spec/guest.md §15, §16.2): the host files and the request,
  * the push (or one round trip on standard input), `receiver run` once, the
  * frame and the receipt, the result's facts; see run_request.h.
  */
@@ -12,6 +12,7 @@
 #include "call/call.h"
 #include "delivery/image_delivery.h"
 #include "delivery/step_downloads.h"
+#include "guestio/receiver_api.h"
 #include "guestio/resident.h"
 #include "receiver_protocol.h"
 #include "runs/run_internal.h"
@@ -109,7 +110,7 @@ static void run_prepare(run_ctx *x)
 	x->script_remote = strbuf_detach(&sb, NULL);
 }
 
-/* Step 2: host/submissions, host/scripts, then the request (guest.md §6),
+/* Step 2: host/submissions, host/scripts, then the request (spec/guest.md §6),
  * written to host/requests before it is sent. 0, or -1 (not dispatched). */
 static int run_write_inputs(run_ctx *x)
 {
@@ -175,7 +176,7 @@ static int run_write_inputs(run_ctx *x)
 }
 
 /* Step 3: the transport, and the script and request pushed, or made ready
- * for one round trip (guest.md §16.2). 0, or -1 (not dispatched). */
+ * for one round trip (spec/guest.md §16.2). 0, or -1 (not dispatched). */
 static int run_send(run_ctx *x)
 {
 	relay_error err;
@@ -227,7 +228,7 @@ static void run_supervision(run_ctx *x, gio_supervision *sv, bool framed)
 	    RUN_FRAME_MAX_OUTPUT_BYTES + RECEIVER_RECEIPT_MAX_BYTES + RECEIVER_ATTACH_IMAGE_MAX_BYTES;
 }
 
-/* The run on the guest's resident channel (guest.md §17). True when it
+/* The run on the guest's resident channel (spec/guest.md §17). True when it
  * went there (answered, or broke after the request went in whole: never
  * resent); false when the run takes the one-shot or push path, with the
  * files pushed when only the push is left (-1 in *rc: not dispatched). */
@@ -269,7 +270,7 @@ static bool run_dispatch_resident(run_ctx *x, relay_status *st, gio_supervision 
 
 /* Step 4: `receiver run`, once; with one round trip, a refusal of its
  * standard input (nothing ran) sends the same id the three-step way
- * (guest.md §16.2 item 3). 0 with *st_out, *sv, *res filled (res freed by
+ * (spec/guest.md §16.2 item 3). 0 with *st_out, *sv, *res filled (res freed by
  * the caller), or -1 (not dispatched). */
 static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, relay_exec_result *res,
                         relay_error *err)
@@ -279,7 +280,7 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 	/* The first commit point (docs/runs.md, "Durability"): host/submissions,
 	 * host/scripts, host/requests and the guest record with the used step
 	 * id are durable, with one syncfs, before the request can reach a
-	 * receiver (guest.md §16.2 item 1; the three-step path's push only
+	 * receiver (spec/guest.md §16.2 item 1; the three-step path's push only
 	 * placed the file, which nothing runs before `receiver run`): the
 	 * durable record that the run may have started, on which "uncertain,
 	 * never replayed" rests. A run whose files cannot be made durable is
@@ -307,20 +308,12 @@ static int run_dispatch(run_ctx *x, relay_status *st_out, gio_supervision *sv, r
 		return rc;
 	}
 	for (;;) {
-		const char *argv[] = {x->io.receiver,
-		                      RECEIVER_CMD_RUN,
-		                      RECEIVER_OPT_ROOT,
-		                      x->root,
-		                      x->one_trip ? RECEIVER_RUN_STDIN_OPTION : request_remote,
-		                      NULL};
 		run_supervision(x, sv, x->one_trip);
 		run_network_step(x->m, x->g, x->exec_id);
-		st = gio_exec_supervised(&x->io, sv, argv, NULL, x->limit_ms, RUN_FRAME_MAX_OUTPUT_BYTES,
-		                         x->one_trip ? RELAY_EXEC_STDIO_BYTES : 0, res, err);
+		st = gio_rcv_run(&x->io, sv, x->one_trip ? NULL : request_remote, x->limit_ms,
+		                 RUN_FRAME_MAX_OUTPUT_BYTES, res, err);
 		run_network_step(x->m, x->g, NULL);
-		bool refused = st == RELAY_OK && !sv->cancelled && !res->timed_out &&
-		               res->exit_code == RECEIVER_EXIT_USAGE &&
-		               gio_run_answer_refused(res->out, res->out_len);
+		bool refused = st == RELAY_OK && !sv->cancelled && gio_rcv_run_stdin_refused(res);
 		if (!x->one_trip || !refused)
 			break;
 		log_warning(
@@ -387,7 +380,7 @@ static void run_take_receipt(run_ctx *x, json_object *fr, const gio_run_answer *
 }
 
 /* Steps 5-6: the frame, the receipt, or an uncertain outcome; the
- * after-image that rode the answer published (guest.md §16.3). */
+ * after-image that rode the answer published (spec/guest.md §16.3). */
 static void run_read_answer(run_ctx *x, relay_status st, const gio_supervision *sv,
                             const relay_exec_result *res, const relay_error *err)
 {
@@ -476,7 +469,7 @@ static void run_ask_record(run_ctx *x)
 	    asked ? "the guest holds no receipt for it (yet)" : "the guest's record could not be asked");
 }
 
-/* Step 7: the result's facts (tools.md §3.6) and its imageDelivery. */
+/* Step 7: the result's facts (spec/tools.md §3.6) and its imageDelivery. */
 static int run_result_facts(run_ctx *x)
 {
 	const run_call *c = x->c;
@@ -607,7 +600,7 @@ int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcom
 	rc = run_result_facts(&x);
 	run_record_end(m, g, x.evidence, x.exec_id, out, x.step, x.cancelled);
 	run_mark(&x, "result and host receipt");
-	/* The step's background download (evidence.md §5): every run whose
+	/* The step's background download (spec/evidence.md §5): every run whose
 	 * request reached the receiver, with or without a receipt at home. */
 	if (x.rs != RECEIPT_NONE)
 		downloads_enqueue_step(m, g, x.exec_id, x.receipt,
@@ -616,7 +609,7 @@ int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcom
 cleanup:
 	run_ctx_free(&x);
 	/* The second commit point, before the call is answered: the receiver's
-	 * receipt (guest.md §16.2 item 1), the host receipt, the events, the
+	 * receipt (spec/guest.md §16.2 item 1), the host receipt, the events, the
 	 * step download's record, host/transfers and the guest record. A crash
 	 * before it leaves the run as the restart finds it after the first
 	 * point: sent, maybe run, its receipt in the guest (§17 item 4). */

@@ -1,6 +1,6 @@
 /*
  * The call of relay_script checked, and the receiver request it becomes
- * (guest.md §6, §16.2), side by side; see run_request.h.
+ * (spec/guest.md §6, §16.2), side by side; see run_request.h.
  */
 #include "runs/run_request.h"
 
@@ -125,7 +125,7 @@ int run_call_parse(manager *m, guest *g, json_object *args, run_call *out, relay
 	return 0;
 }
 
-/* ---- the request (guest.md §6) ---------------------------------------------------- */
+/* ---- the request (spec/guest.md §6) ---------------------------------------------------- */
 
 json_object *run_request_build(const run_request_in *in)
 {
@@ -210,7 +210,7 @@ json_object *run_video_request(int fps, const json_object *capture)
 	return video;
 }
 
-/* ---- a run in one round trip (guest.md §16.2) --------------------------------------- */
+/* ---- a run in one round trip (spec/guest.md §16.2) --------------------------------------- */
 
 /* The standard input of `receiver run --stdin` (guest/receiver_protocol.h):
  * the header line naming both parts, then the request and the script. */

@@ -1,6 +1,6 @@
 /*
- * runs/run_request.h — the host side of relay_script (tools.md §3.6,
- * guest.md §6, §13-§15), the room's one header for tools/. Files of the
+ * runs/run_request.h — the host side of relay_script (spec/tools.md §3.6,
+ * spec/guest.md §6, §13-§15), the room's one header for tools/. Files of the
  * job: run_request.c (the call checked and the receiver request built next
  * to it), run_step.c (step derivation), run_push.c (the run's files
  * pushed), run_receipt.c (the receipt pulled and validated), run_result.c
@@ -17,7 +17,7 @@
  *                       cannot make: localPath under the project-folder
  *                       rules (path-refused) and its size (8 MiB, 96 KiB for
  *                       a diagnostic), the step id not used before;
- *   run_derive_*()      step derivation (guest.md §14);
+ *   run_derive_*()      step derivation (spec/guest.md §14);
  *   run_recorded()      a recorded run: host/submissions, host/scripts,
  *                       host/requests, script and request pushed, `receiver
  *                       run` with the exec limit timeoutMs + 180,000 +
@@ -47,14 +47,14 @@
 #include "session/manager_internal.h"
 #include "util/outcome.h"
 
-#define RUN_SCRIPT_FILE_MAX_BYTES  (8u << 20) /* localPath: 8 MiB (tools.md §5.4) */
+#define RUN_SCRIPT_FILE_MAX_BYTES  (8u << 20) /* localPath: 8 MiB (spec/tools.md §5.4) */
 #define RUN_DIAGNOSTIC_MAX_BYTES   98304u     /* a diagnostic script: 96 KiB */
 #define RUN_DEFAULT_TIMEOUT_MS     120000
 #define RUN_DEFAULT_AFTER_MS       500
-#define RUN_CAPTURE_ALLOWANCE_MS   180000 /* two 60 s captures and a minute's margin (guest.md §15) */
+#define RUN_CAPTURE_ALLOWANCE_MS   180000 /* two 60 s captures and a minute's margin (spec/guest.md §15) */
 #define RUN_PROGRESS_MS            15000
 #define RUN_CANCEL_GRACE_MS        5000  /* how long a cancelled run may end on its own */
-#define RUN_DIAGNOSTIC_OUTPUT_KEEP 64000 /* bytes of diagnostic output kept (guest.md §13) */
+#define RUN_DIAGNOSTIC_OUTPUT_KEEP 64000 /* bytes of diagnostic output kept (spec/guest.md §13) */
 #define RUN_TITLE_MAX_CHARS        500
 #define RUN_BECAUSE_MAX_CHARS      4000
 
@@ -82,13 +82,13 @@ typedef struct run_call {
 int run_call_parse(manager *m, guest *g, json_object *args, run_call *out, relay_outcome *o);
 void run_call_free(run_call *c);
 
-/* The derived step title (guest.md §14), malloc'd. */
+/* The derived step title (spec/guest.md §14), malloc'd. */
 char *run_derive_title(const run_call *c);
 /* `reason`, else "Relay <title> (no reason given)", cut to 4,000 characters. */
 char *run_derive_because(const run_call *c, const char *title);
 
 /* What a run answers. `base.facts` is the result's structured content
- * (tools.md §3.6: outcome, step, imageDelivery, executionFailed, ...);
+ * (spec/tools.md §3.6: outcome, step, imageDelivery, executionFailed, ...);
  * `base.code`/`base.message` are set when the result is an error (a failed
  * execution, an after-image that cannot be delivered, a run not sent).
  * `image` holds the after-image preview the result attaches. */
@@ -111,7 +111,7 @@ void run_outcome_free(run_outcome *o);
  * is done either way. */
 int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcome *out);
 
-/* A diagnostic shell script (guest.md §13); as run_recorded. */
+/* A diagnostic shell script (spec/guest.md §13); as run_recorded. */
 int run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call, run_outcome *out);
 
 #endif

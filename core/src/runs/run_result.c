@@ -1,5 +1,5 @@
 /* Host files, outcomes and the result's facts of a run, and what a run
- * records (evidence.md §3, guest.md §15 steps 2, 7); see run_internal.h. */
+ * records (spec/evidence.md §3, spec/guest.md §15 steps 2, 7); see run_internal.h. */
 #include "runs/run_request.h"
 
 #include <errno.h>

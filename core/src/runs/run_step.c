@@ -1,4 +1,4 @@
-/* Step derivation of a recorded run (guest.md §10, §14); see run_request.h
+/* Step derivation of a recorded run (spec/guest.md §10, §14); see run_request.h
  * and run_internal.h. */
 #include "runs/run_request.h"
 

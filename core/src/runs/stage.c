@@ -1,5 +1,5 @@
 /*
- * relay_stage (tools.md §3.5, guest.md §3): the order of the steps, the
+ * relay_stage (spec/tools.md §3.5, spec/guest.md §3): the order of the steps, the
  * failures and progress every step shares; see stage.h. The steps:
  * stage_inputs.c, stage_programs.c, stage_push.c, stage_result.c.
  */
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "call/call.h"
+#include "guestio/receiver_api.h"
 #include "guestio/resident.h"
 #include "receiver_protocol.h"
 #include "runs/capture_plan.h"
@@ -86,7 +87,7 @@ void stage_phase_mark(stage_ctx *s, const char *phase)
 
 void stage_progress(stage_ctx *s, const char *message)
 {
-	double total = s->total_bytes ? (double)s->total_bytes : -1;
+	double total = s->in.total_bytes ? (double)s->in.total_bytes : -1;
 	relay_call_progress(s->call, (double)s->pushed_bytes + 1, total, message, false);
 }
 
@@ -100,11 +101,7 @@ static void stage_ctx_free(stage_ctx *s)
 		gio_write_transfers(&s->io, "relay_stage");
 		gio_end(&s->io);
 	}
-	host_path_free(&s->workspace);
-	host_tree_free(&s->tree);
-	for (size_t i = 0; i < s->file_count; i++)
-		host_path_free(&s->files[i].src);
-	free(s->files);
+	stage_inputs_free(&s->in);
 	free(s->uname);
 	free(s->receiver_version);
 }
@@ -120,8 +117,8 @@ static int stage_prepare_root(stage_ctx *s)
 	                                   RECEIVER_SCRIPTS_DIR,  "recordings"};
 	for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
 		fw_strlist_push(&dirs, base[i]);
-	for (size_t i = 0; i < s->file_count; i++) {
-		char *parent = fs_dirname(s->files[i].path);
+	for (size_t i = 0; i < s->in.file_count; i++) {
+		char *parent = fs_dirname(s->in.files[i].path);
 		if (parent && strcmp(parent, ".") != 0) {
 			strbuf sb = STRBUF_INIT;
 			strbuf_printf(&sb, "support/%s", parent);
@@ -135,28 +132,12 @@ static int stage_prepare_root(stage_ctx *s)
 		free(parent);
 	}
 	int r = 0;
-	size_t done = 0;
-	while (done < dirs.count && r == 0) {
-		size_t chunk = dirs.count - done > 512 ? 512 : dirs.count - done;
-		const char **pargs = calloc(chunk + 4, sizeof *pargs);
-		if (pargs == NULL) {
-			r = stage_fail(s, "internal", "out of memory preparing the guest root");
-			break;
-		}
-		pargs[0] = RECEIVER_CMD_PREPARE;
-		pargs[1] = RECEIVER_OPT_ROOT;
-		pargs[2] = s->io.root;
-		for (size_t k = 0; k < chunk; k++)
-			pargs[3 + k] = dirs.items[done + k];
-		json_object *frame = NULL;
-		relay_status st = gio_receiver(&s->io, pargs, GIO_SHORT_TIMEOUT_MS, &frame, &err);
-		json_object_put(frame);
-		free(pargs);
-		if (st != RELAY_OK)
-			r = stage_fail(s, "transfer-failed",
-			               "the guest root's folders could not be prepared: %s", err.message);
-		done += chunk;
-	}
+	relay_status st = gio_rcv_prepare(&s->io, (const char *const *)dirs.items, dirs.count, &err);
+	if (st == RELAY_E_NO_MEMORY)
+		r = stage_fail(s, "internal", "out of memory preparing the guest root");
+	else if (st != RELAY_OK)
+		r = stage_fail(s, "transfer-failed", "the guest root's folders could not be prepared: %s",
+		               err.message);
 	fw_strlist_free(&dirs);
 	return r;
 }
@@ -184,11 +165,7 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 		guest_save(g);
 	}
 	manager_unlock(m);
-	const char *iargs[] = {RECEIVER_CMD_INIT,    RECEIVER_OPT_ROOT, s->io.root,
-	                       RECEIVER_OPT_SESSION, session,           NULL};
-	json_object *frame = NULL;
-	relay_status st = gio_receiver(&s->io, iargs, GIO_SHORT_TIMEOUT_MS, &frame, &err);
-	json_object_put(frame);
+	relay_status st = gio_rcv_init(&s->io, session, &err);
 	if (st != RELAY_OK)
 		return stage_fail(
 		    s, "transfer-failed",
@@ -223,9 +200,9 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 	json_object *d = json_object_new_object();
 	jsonx_add_str(d, "platform", s->platform);
 	jsonx_add_str(d, "recordingSessionId", session);
-	jsonx_add_int(d, "supportFiles", (int64_t)s->file_count);
-	jsonx_add_int(d, "workspaceFiles", (int64_t)s->tree.count);
-	jsonx_add_int(d, "bytes", (int64_t)s->total_bytes);
+	jsonx_add_int(d, "supportFiles", (int64_t)s->in.file_count);
+	jsonx_add_int(d, "workspaceFiles", (int64_t)s->in.tree.count);
+	jsonx_add_int(d, "bytes", (int64_t)s->in.total_bytes);
 	jsonx_add_bool(d, "snapshots", enabled);
 	guest_event(m, g, "stage", "relay_stage", d);
 	return 0;
@@ -287,7 +264,7 @@ static int stage_fresh(stage_ctx *s, json_object *reset)
 	r = stage_start_recording(s, plan, enabled);
 	if (r)
 		goto cleanup;
-	/* The resident receiver's channel (guest.md §17 item 3); without it
+	/* The resident receiver's channel (spec/guest.md §17 item 3); without it
 	 * the runs go one-shot, so a failure here fails nothing. */
 	relay_error ch_err;
 	relay_error_clear(&ch_err);
@@ -295,8 +272,8 @@ static int stage_fresh(stage_ctx *s, json_object *reset)
 		log_warning("guest %s: receiver serve did not start (%s); runs go one-shot", s->g->name,
 		            ch_err.message);
 	stage_phase_mark(s, "resident channel");
-	relay_call_progress(s->call, (double)s->total_bytes + 2,
-	                    s->total_bytes ? (double)s->total_bytes + 2 : -1, "staged", true);
+	relay_call_progress(s->call, (double)s->in.total_bytes + 2,
+	                    s->in.total_bytes ? (double)s->in.total_bytes + 2 : -1, "staged", true);
 	r = stage_result(s, files, json_object_new_array(), reset);
 	files = NULL;
 	reset = NULL;

@@ -1,5 +1,5 @@
 /*
- * runs/stage.h — relay_stage's host side (tools.md §3.5, guest.md §3-§4,
+ * runs/stage.h — relay_stage's host side (spec/tools.md §3.5, spec/guest.md §3-§4,
  * §11.3): host inputs checked and inventoried, a recording reset when
  * asked or pending (recording_reset.h), the platform probe, the receiver
  * and capture programs pushed and verified by running them, support files
@@ -27,7 +27,7 @@
 /* Stages guest `g` with the call's arguments `args` (validated by the
  * contract) after the tool's refusals (sealed, no lease, a reset without a
  * staged recording). 0 with o->facts the result's structured content
- * (tools.md §3.5: guest, staged, receiver, workspace, workspaceFiles,
+ * (spec/tools.md §3.5: guest, staged, receiver, workspace, workspaceFiles,
  * files, updated, nodePath, cuaDriver, recordingSessionId, reset,
  * evidencePath, extractions, capabilities); -1 with `o` failed
  * (path-refused, invalid-input, staging-limit, transfer-failed,

@@ -15,24 +15,16 @@
 #include "guestio/guest_io.h"
 #include "runs/host_paths.h"
 #include "runs/stage.h"
+#include "runs/stage_inputs.h"
 #include "session/manager_internal.h"
 #include "util/outcome.h"
 
-#define STAGE_MAX_FILES        10000
-#define STAGE_MAX_BYTES        536870912ull /* 512 MiB */
-#define STAGE_PROBE_TIMEOUT_MS 10000        /* uname -sm, <path> --version */
+#define STAGE_PROBE_TIMEOUT_MS 10000 /* uname -sm, <path> --version */
 #define CAPTURE_WAIT_MS        120000
 #define CAPTURE_EVERY_MS       5000
 #define CAPTURE_EXEC_LIMIT_MS  180000
 #define CAPTURE_PROGRESS_MS    5000
 #define RM_BATCH_BYTES         65536
-
-/* One support file of the request. */
-typedef struct support_file {
-	host_path src;
-	const char *path; /* destination below support/, borrowed from the call */
-	char sha256[65];
-} support_file;
 
 typedef struct stage_ctx {
 	manager *m;
@@ -40,13 +32,7 @@ typedef struct stage_ctx {
 	relay_call *call;
 	json_object *args;
 	const char *project;
-	/* host inputs */
-	bool has_workspace;
-	host_path workspace;
-	host_tree tree;
-	support_file *files;
-	size_t file_count;
-	uint64_t total_bytes;
+	stage_inputs in; /* the host inputs (stage_inputs.h) */
 	uint64_t pushed_bytes;
 	/* guest */
 	guest_io io;
@@ -62,8 +48,8 @@ typedef struct stage_ctx {
 	/* the host hashes, computed on hash_thread (hash_start/hash_join) */
 	pthread_t hash_thread;
 	bool hashing;
-	bool hash_failed, hash_changed, hash_is_workspace;
-	char hash_why[1024];
+	int hash_rc;
+	stage_hash_failure hash_failure;
 } stage_ctx;
 
 /* ---- stage.c: failures and progress ---- */
@@ -84,9 +70,10 @@ void stage_progress(stage_ctx *s, const char *message);
 
 /* ---- stage_inputs.c: step 2, host inputs and limits ---- */
 
-/* The workspace and support files resolved and walked, the limits. */
+/* stage_inputs_check() into s->in; a failure other than a refused input
+ * is recorded as the guest's (stage_fail). */
 int stage_check_inputs(stage_ctx *s);
-/* The host's SHA-256 of every input on a thread of its own (guest.md §3.4
+/* The host's SHA-256 of every input on a thread of its own (spec/guest.md §3.4
  * step 1); stage_hash_join waits for it (0, or the failure). */
 void stage_hash_start(stage_ctx *s);
 int stage_hash_join(stage_ctx *s);
@@ -113,10 +100,10 @@ int stage_workspace(stage_ctx *s);
 
 /* ---- stage_result.c: the result's facts, corrected paths ---- */
 
-/* Fills s->o's facts with the stage's result (tools.md §3.5). Takes
+/* Fills s->o's facts with the stage's result (spec/tools.md §3.5). Takes
  * `files`, `updated` and `reset`. Returns 0. */
 int stage_result(stage_ctx *s, json_object *files, json_object *updated, json_object *reset);
-/* Step 6: already staged, corrected executable paths only (guest.md §3.6). Takes `reset`. */
+/* Step 6: already staged, corrected executable paths only (spec/guest.md §3.6). Takes `reset`. */
 int stage_correct_paths(stage_ctx *s, json_object *reset);
 
 #endif

@@ -1,6 +1,6 @@
 /* relay_stage steps 5-8 and 11: the platform probe, the receiver and the
  * capture programs pushed and verified by running them, the capture wait
- * (guest.md §3.4, §11.3); see stage_internal.h. */
+ * (spec/guest.md §3.4, §11.3); see stage_internal.h. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "call/call.h"
+#include "guestio/receiver_api.h"
 #include "receiver_protocol.h"
 #include "runs/receiver_builds.h"
 #include "runs/stage_internal.h"
@@ -85,7 +86,7 @@ static const char program_check_script[] =
     "else echo relay-no-sha256; fi\n";
 
 /* Pushes a program to R/<rel> and checks it by running the receiver
- * (guest.md §3.4 "The receiver itself"): `receiver hash` must print the
+ * (spec/guest.md §3.4 "The receiver itself"): `receiver hash` must print the
  * host's SHA-256 and size. With `is_receiver`, *version_out (new reference)
  * receives the `receiver version` frame and *sum_out (malloc'd) the guest's
  * sha256sum line or "relay-no-sha256". */
@@ -259,7 +260,7 @@ int stage_receiver(stage_ctx *s)
 	return 0;
 }
 
-/* ---- capture (guest.md §11.3) ------------------------------------------------------- */
+/* ---- capture (spec/guest.md §11.3) ------------------------------------------------------- */
 
 int stage_capture_programs(stage_ctx *s, json_object *plan)
 {
@@ -275,11 +276,8 @@ int stage_capture_programs(stage_ctx *s, json_object *plan)
 		const char *local = jsonx_get_str(e, "local"), *remote = jsonx_get_str(e, "remote");
 		char *parent = fs_dirname(remote);
 		if (parent && strcmp(parent, ".") != 0) {
-			const char *args[] = {RECEIVER_CMD_PREPARE, RECEIVER_OPT_ROOT, s->io.root, parent,
-			                      NULL};
-			json_object *frame = NULL;
-			relay_status st = gio_receiver(&s->io, args, GIO_SHORT_TIMEOUT_MS, &frame, &err);
-			json_object_put(frame);
+			const char *dirs[] = {parent};
+			relay_status st = gio_rcv_prepare(&s->io, dirs, 1, &err);
 			if (st != RELAY_OK) {
 				stage_fail(s, "transfer-failed", "cannot prepare %s for %s: %s", parent,
 				           remote, err.message);
@@ -306,52 +304,32 @@ int stage_capture_wait(stage_ctx *s, json_object *plan, int64_t *after_ms_out)
 	relay_error err;
 	memset(&err, 0, sizeof err);
 	char *capture = jsonx_to_string(jsonx_get_obj(plan, "capture"), 0);
-	char wait[24], every[24];
-	snprintf(wait, sizeof wait, "%d", CAPTURE_WAIT_MS);
-	snprintf(every, sizeof every, "%d", CAPTURE_EVERY_MS);
-	const char *argv[] = {s->io.receiver,
-	                      RECEIVER_CMD_CAPTURE_TEST,
-	                      RECEIVER_OPT_ROOT,
-	                      s->io.root,
-	                      RECEIVER_OPT_CAPTURE,
-	                      capture,
-	                      RECEIVER_OPT_WAIT_MS,
-	                      wait,
-	                      RECEIVER_OPT_EVERY_MS,
-	                      every,
-	                      NULL};
 	gio_supervision sv;
 	memset(&sv, 0, sizeof sv);
 	sv.tick_ms = CAPTURE_PROGRESS_MS;
 	sv.tick_what = "capture test";
 	sv.limit_ms = CAPTURE_WAIT_MS;
-	relay_exec_result res;
-	relay_status st =
-	    gio_exec_supervised(&s->io, &sv, argv, NULL, CAPTURE_EXEC_LIMIT_MS, 1 << 20, 0, &res, &err);
+	gio_capture_test test;
+	relay_status st = gio_rcv_capture_test(&s->io, &sv, capture, CAPTURE_WAIT_MS, CAPTURE_EVERY_MS,
+	                                       CAPTURE_EXEC_LIMIT_MS, &test, &err);
 	free(capture);
 	int r = 0;
-	json_object *frame = st == RELAY_OK ? gio_parse_frame(res.out, res.out_len) : NULL;
-	bool ok = false;
 	if (sv.cancelled) {
 		r = stage_cancelled(s);
 	} else if (st != RELAY_OK) {
 		r = stage_fail(s, "transfer-failed", "the capture wait could not run: %s", err.message);
-	} else if (res.exit_code != 0 || frame == NULL) {
+	} else if (!test.answered) {
 		r = stage_fail(s, "capture-unavailable", "the capture wait failed (receiver exit %d): %s",
-		               res.exit_code,
-		               jsonx_get_str(frame, "error") ? jsonx_get_str(frame, "error") : "no frame");
-	} else if (!jsonx_get_bool(frame, "ok", &ok) || !ok) {
-		const char *diag = jsonx_get_str(frame, "diagnostic");
+		               test.exit_code, test.error ? test.error : "no frame");
+	} else if (!test.ok) {
 		r = stage_fail(
 		    s, "capture-unavailable",
 		    "the image lists capture software but no test screenshot arrived within 120 s; the "
 		    "capture command's last diagnostic: %s",
-		    diag ? diag : "none");
+		    test.diagnostic ? test.diagnostic : "none");
 	} else {
-		*after_ms_out = 0;
-		jsonx_get_int(frame, "afterMs", after_ms_out);
+		*after_ms_out = test.after_ms;
 	}
-	json_object_put(frame);
-	gio_exec_result_free(&res);
+	gio_capture_test_free(&test);
 	return r;
 }

@@ -1,5 +1,5 @@
 /* relay_stage step 10: support files and the workspace pushed and compared
- * with the receiver's scan (guest.md §3.4, §3.5); see stage_internal.h. */
+ * with the receiver's scan (spec/guest.md §3.4, §3.5); see stage_internal.h. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,7 +19,7 @@
 
 #define RM_BATCH_BYTES 65536
 
-/* ---- support files and the workspace (guest.md §3.4) ------------------------------ */
+/* ---- support files and the workspace (spec/guest.md §3.4) ------------------------------ */
 
 /* Removes guest files (absolute paths) with /bin/rm -f, in batches. */
 static relay_status remove_guest_files(stage_ctx *s, char **paths, size_t n, relay_error *err)
@@ -54,7 +54,7 @@ static int open_support(void *ctx, size_t i, bool *changed, char *why, size_t wh
 {
 	open_ctx *oc = ctx;
 	*changed = false;
-	int fd = host_path_open(oc->s->project, &oc->s->files[oc->index[i]].src, why, why_len);
+	int fd = host_path_open(oc->s->project, &oc->s->in.files[oc->index[i]].src, why, why_len);
 	if (fd < 0)
 		*changed = true;
 	return fd;
@@ -64,17 +64,17 @@ static int open_workspace(void *ctx, size_t i, bool *changed, char *why, size_t 
 {
 	open_ctx *oc = ctx;
 	stage_ctx *s = oc->s;
-	host_tree_file *f = &s->tree.files[oc->index[i]];
+	host_tree_file *f = &s->in.tree.files[oc->index[i]];
 	/* Each workspace file as a host_path below the project. */
 	host_path p;
 	memset(&p, 0, sizeof p);
 	strbuf sb = STRBUF_INIT;
-	if (s->workspace.rel[0])
-		strbuf_printf(&sb, "%s/%s", s->workspace.rel, f->rel);
+	if (s->in.workspace.rel[0])
+		strbuf_printf(&sb, "%s/%s", s->in.workspace.rel, f->rel);
 	else
 		strbuf_puts(&sb, f->rel);
 	p.rel = strbuf_detach(&sb, NULL);
-	strbuf_printf(&sb, "%s/%s", s->workspace.path, f->rel);
+	strbuf_printf(&sb, "%s/%s", s->in.workspace.path, f->rel);
 	p.path = strbuf_detach(&sb, NULL);
 	p.given = p.path;
 	p.dev = f->dev;
@@ -90,10 +90,10 @@ static int open_workspace(void *ctx, size_t i, bool *changed, char *why, size_t 
 
 /* Support files: pre-scan of support/, files already equal are skipped,
  * differing ones removed, the rest pushed in one archive, then support/ is
- * scanned again and every file must match (guest.md §3.4, §3.5). */
+ * scanned again and every file must match (spec/guest.md §3.4, §3.5). */
 int stage_support(stage_ctx *s, json_object *result_files)
 {
-	if (s->file_count == 0)
+	if (s->in.file_count == 0)
 		return 0;
 	relay_error err;
 	memset(&err, 0, sizeof err);
@@ -102,17 +102,17 @@ int stage_support(stage_ctx *s, json_object *result_files)
 	char *support = strbuf_detach(&sb, NULL);
 	json_object *before = NULL, *after = NULL;
 	int r = 0;
-	gio_member *members = calloc(s->file_count, sizeof *members);
-	size_t *index = calloc(s->file_count, sizeof *index);
-	char **stale = calloc(s->file_count, sizeof *stale);
+	gio_member *members = calloc(s->in.file_count, sizeof *members);
+	size_t *index = calloc(s->in.file_count, sizeof *index);
+	char **stale = calloc(s->in.file_count, sizeof *stale);
 	size_t nm = 0, ns = 0;
 	if (members == NULL || index == NULL || stale == NULL) {
 		r = stage_fail(s, "internal", "out of memory staging support files");
 		goto cleanup;
 	}
-	relay_status st = s->fresh_root
-	                      ? RELAY_OK
-	                      : gio_scan(&s->io, s->io.root, "support", true, s->total_bytes, &before, &err);
+	relay_status st =
+	    s->fresh_root ? RELAY_OK
+	                  : gio_scan(&s->io, s->io.root, "support", true, s->in.total_bytes, &before, &err);
 	if (st == RELAY_OK && before == NULL)
 		before = json_object_new_array();
 	if (st != RELAY_OK) {
@@ -120,8 +120,8 @@ int stage_support(stage_ctx *s, json_object *result_files)
 		               "the guest's support folder could not be inventoried: %s", err.message);
 		goto cleanup;
 	}
-	for (size_t i = 0; i < s->file_count; i++) {
-		support_file *f = &s->files[i];
+	for (size_t i = 0; i < s->in.file_count; i++) {
+		support_file *f = &s->in.files[i];
 		json_object *fact = gio_fact_find(before, f->path);
 		if (stage_fact_matches(fact, f->src.bytes, f->sha256)) {
 			s->pushed_bytes += f->src.bytes;
@@ -151,14 +151,14 @@ int stage_support(stage_ctx *s, json_object *result_files)
 			s->pushed_bytes += members[i].bytes;
 		stage_progress(s, "support files pushed");
 	}
-	st = gio_scan(&s->io, s->io.root, "support", false, s->total_bytes, &after, &err);
+	st = gio_scan(&s->io, s->io.root, "support", false, s->in.total_bytes, &after, &err);
 	if (st != RELAY_OK) {
 		r = stage_fail(s, gio_tool_code(st),
 		               "the guest's support folder could not be inventoried: %s", err.message);
 		goto cleanup;
 	}
-	for (size_t i = 0; i < s->file_count; i++) {
-		support_file *f = &s->files[i];
+	for (size_t i = 0; i < s->in.file_count; i++) {
+		support_file *f = &s->in.files[i];
 		json_object *fact = gio_fact_find(after, f->path);
 		if (!stage_fact_matches(fact, f->src.bytes, f->sha256)) {
 			r = stage_fail(s, "integrity-failed", "staging checksum mismatch: %s", f->src.given);
@@ -200,7 +200,7 @@ cleanup:
  * transport's own tree stream when it reports guest facts, else one archive
  * unpacked by the receiver), then the guest scan must equal the host
  * inventory exactly and a second host inventory must be unchanged. */
-/* The second host inventory of the workspace (guest.md §3.4), taken on a
+/* The second host inventory of the workspace (spec/guest.md §3.4), taken on a
  * thread of its own while the guest scans its copy. */
 typedef struct reinventory {
 	stage_ctx *s;
@@ -213,10 +213,10 @@ static void *reinventory_main(void *arg)
 {
 	reinventory *ri = arg;
 	bool changed = false;
-	ri->rc = host_tree_walk(ri->s->project, &ri->s->workspace, "the workspace", &ri->tree, ri->why,
+	ri->rc = host_tree_walk(ri->s->project, &ri->s->in.workspace, "the workspace", &ri->tree, ri->why,
 	                        sizeof ri->why);
 	if (ri->rc == 0)
-		ri->rc = host_tree_hash(ri->s->project, &ri->s->workspace, &ri->tree, &changed, ri->why,
+		ri->rc = host_tree_hash(ri->s->project, &ri->s->in.workspace, &ri->tree, &changed, ri->why,
 		                        sizeof ri->why);
 	return NULL;
 }
@@ -232,11 +232,11 @@ static int workspace_push(stage_ctx *s, const char *dest, gio_member *members, s
 	memset(&err, 0, sizeof err);
 	relay_status st;
 	if (s->io.traits & RELAY_TRANSPORT_GUEST_FACTS) {
-		st = gio_push(&s->io, s->workspace.path, dest, RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES,
-		              "the workspace", facts_out, &err);
+		st = gio_push(&s->io, s->in.workspace.path, dest,
+		              RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES, "the workspace", facts_out, &err);
 		if (st == RELAY_OK)
-			gio_note_transfer(&s->io, "push", "workspace", s->workspace.path, dest,
-			                  s->tree.total_bytes, NULL, 1, "tree");
+			gio_note_transfer(&s->io, "push", "workspace", s->in.workspace.path, dest,
+			                  s->in.tree.total_bytes, NULL, 1, "tree");
 	} else {
 		open_ctx oc = {s, index};
 		st = gio_push_archive(&s->io, members, nm, open_workspace, &oc, dest, &err);
@@ -253,9 +253,9 @@ static int workspace_compare_facts(stage_ctx *s, json_object *facts)
 	if (facts == NULL)
 		return 0;
 	json_object *sent = json_object_new_array();
-	for (size_t j = 0; j < s->tree.count; j++)
-		json_object_array_add(sent, gio_fact_new(s->tree.files[j].rel, s->tree.files[j].bytes,
-		                                         s->tree.files[j].sha256));
+	for (size_t j = 0; j < s->in.tree.count; j++)
+		json_object_array_add(sent, gio_fact_new(s->in.tree.files[j].rel, s->in.tree.files[j].bytes,
+		                                         s->in.tree.files[j].sha256));
 	relay_error err;
 	memset(&err, 0, sizeof err);
 	relay_status st = gio_facts_compare(facts, sent, "the workspace", &err);
@@ -268,7 +268,7 @@ static int workspace_compare_facts(stage_ctx *s, json_object *facts)
 
 int stage_workspace(stage_ctx *s)
 {
-	if (!s->has_workspace)
+	if (!s->in.has_workspace)
 		return 0;
 	relay_error err;
 	memset(&err, 0, sizeof err);
@@ -282,7 +282,7 @@ int stage_workspace(stage_ctx *s)
 	ri.s = s;
 	pthread_t ri_thread;
 	bool ri_started = false;
-	size_t n = s->tree.count;
+	size_t n = s->in.tree.count;
 	gio_member *members = calloc(n ? n : 1, sizeof *members);
 	size_t *index = calloc(n ? n : 1, sizeof *index);
 	fw_strlist stale = {0};
@@ -293,8 +293,8 @@ int stage_workspace(stage_ctx *s)
 	}
 	stage_phase_mark(s, "support files");
 	relay_status st = s->fresh_root ? RELAY_OK
-	                                : gio_scan(&s->io, s->io.root, "workspace", true, s->tree.total_bytes,
-	                                           &before, &err);
+	                                : gio_scan(&s->io, s->io.root, "workspace", true,
+	                                           s->in.tree.total_bytes, &before, &err);
 	if (st == RELAY_OK && before == NULL)
 		before = json_object_new_array();
 	stage_phase_mark(s, "workspace pre-scan");
@@ -308,7 +308,7 @@ int stage_workspace(stage_ctx *s)
 	while (i < n || k < nb) {
 		json_object *fact = k < nb ? json_object_array_get_idx(before, k) : NULL;
 		const char *gp = fact ? jsonx_get_str(fact, "path") : NULL;
-		int c = i >= n ? 1 : gp == NULL ? -1 : strcmp(s->tree.files[i].rel, gp);
+		int c = i >= n ? 1 : gp == NULL ? -1 : strcmp(s->in.tree.files[i].rel, gp);
 		if (c > 0) { /* only in the guest: an extra file from an earlier attempt */
 			strbuf_printf(&sb, "%s/%s", dest, gp);
 			fw_strlist_push(&stale, strbuf_str(&sb));
@@ -316,7 +316,7 @@ int stage_workspace(stage_ctx *s)
 			k++;
 			continue;
 		}
-		host_tree_file *f = &s->tree.files[i];
+		host_tree_file *f = &s->in.tree.files[i];
 		if (c == 0) {
 			k++;
 			if (stage_fact_matches(fact, f->bytes, f->sha256)) {
@@ -343,13 +343,13 @@ int stage_workspace(stage_ctx *s)
 		if (r)
 			goto cleanup;
 	}
-	s->pushed_bytes += s->tree.total_bytes;
+	s->pushed_bytes += s->in.tree.total_bytes;
 	stage_phase_mark(s, "workspace push");
 	stage_progress(s, "workspace pushed");
 	ri_started = pthread_create(&ri_thread, NULL, reinventory_main, &ri) == 0;
 	if (!ri_started)
 		reinventory_main(&ri);
-	st = gio_scan(&s->io, s->io.root, "workspace", false, s->tree.total_bytes, &after, &err);
+	st = gio_scan(&s->io, s->io.root, "workspace", false, s->in.tree.total_bytes, &after, &err);
 	if (st != RELAY_OK) {
 		r = stage_fail(s, gio_tool_code(st), "the guest workspace could not be inventoried: %s",
 		               err.message);
@@ -358,11 +358,11 @@ int stage_workspace(stage_ctx *s)
 	size_t na = json_object_array_length(after);
 	for (size_t j = 0; j < n || j < na; j++) {
 		json_object *fact = j < na ? json_object_array_get_idx(after, j) : NULL;
-		host_tree_file *f = j < n ? &s->tree.files[j] : NULL;
+		host_tree_file *f = j < n ? &s->in.tree.files[j] : NULL;
 		if (fact == NULL || f == NULL || strcmp(jsonx_get_str(fact, "path"), f->rel) != 0 ||
 		    !stage_fact_matches(fact, f->bytes, f->sha256)) {
 			r = stage_fail(s, "integrity-failed", "staging checksum mismatch: %s/%s",
-			               s->workspace.path, f ? f->rel : jsonx_get_str(fact, "path"));
+			               s->in.workspace.path, f ? f->rel : jsonx_get_str(fact, "path"));
 			goto cleanup;
 		}
 	}
@@ -378,16 +378,16 @@ int stage_workspace(stage_ctx *s)
 	}
 	if (ri.tree.count != n) {
 		r = stage_fail(s, "integrity-failed",
-		               "staging source changed: %s now holds %zu files, not %zu", s->workspace.path,
-		               ri.tree.count, n);
+		               "staging source changed: %s now holds %zu files, not %zu",
+		               s->in.workspace.path, ri.tree.count, n);
 		goto cleanup;
 	}
 	for (size_t j = 0; j < n; j++) {
-		if (strcmp(ri.tree.files[j].rel, s->tree.files[j].rel) != 0 ||
-		    strcmp(ri.tree.files[j].sha256, s->tree.files[j].sha256) != 0 ||
-		    ri.tree.files[j].bytes != s->tree.files[j].bytes) {
+		if (strcmp(ri.tree.files[j].rel, s->in.tree.files[j].rel) != 0 ||
+		    strcmp(ri.tree.files[j].sha256, s->in.tree.files[j].sha256) != 0 ||
+		    ri.tree.files[j].bytes != s->in.tree.files[j].bytes) {
 			r = stage_fail(s, "integrity-failed", "staging source changed: %s/%s",
-			               s->workspace.path, s->tree.files[j].rel);
+			               s->in.workspace.path, s->in.tree.files[j].rel);
 			goto cleanup;
 		}
 	}

@@ -1,5 +1,5 @@
 /* relay_stage: the result's facts, and a staged guest's corrected
- * executable paths (tools.md §3.5, guest.md §3.6); see stage_internal.h. */
+ * executable paths (spec/tools.md §3.5, spec/guest.md §3.6); see stage_internal.h. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include "delivery/delivery_state.h"
 #include "delivery/image_delivery.h"
-#include "receiver_protocol.h"
+#include "guestio/receiver_api.h"
 #include "runs/capture_plan.h"
 #include "runs/run_state.h"
 #include "runs/stage_internal.h"
@@ -53,10 +53,10 @@ int stage_result(stage_ctx *s, json_object *files, json_object *updated, json_ob
 	strbuf_printf(&sb, "%s/workspace", g->guest_root);
 	jsonx_add_str(r, "workspace", strbuf_str(&sb));
 	strbuf_free(&sb);
-	if (s->has_workspace) {
+	if (s->in.has_workspace) {
 		json_object *wf = json_object_new_object();
-		jsonx_add_int(wf, "count", (int64_t)s->tree.count);
-		jsonx_add_int(wf, "bytes", (int64_t)s->tree.total_bytes);
+		jsonx_add_int(wf, "count", (int64_t)s->in.tree.count);
+		jsonx_add_int(wf, "bytes", (int64_t)s->in.tree.total_bytes);
 		jsonx_add(r, "workspaceFiles", wf);
 	} else {
 		jsonx_add_null(r, "workspaceFiles");
@@ -86,7 +86,7 @@ int stage_result(stage_ctx *s, json_object *files, json_object *updated, json_ob
 	return 0;
 }
 
-/* ---- already staged: corrected executable paths only (guest.md §3.6) ---------------- */
+/* ---- already staged: corrected executable paths only (spec/guest.md §3.6) ---------------- */
 
 static json_object *check_executable(stage_ctx *s, const char *field, const char *path)
 {
@@ -139,13 +139,8 @@ int stage_correct_paths(stage_ctx *s, json_object *reset)
 	manager_unlock(s->m);
 	relay_error err;
 	memset(&err, 0, sizeof err);
-	const char *args[] = {RECEIVER_CMD_INIT,    RECEIVER_OPT_ROOT, s->io.root,
-	                      RECEIVER_OPT_SESSION, session,           NULL};
-	json_object *frame = NULL;
 	s->io.receiver_ready = true;
-	relay_status st =
-	    session ? gio_receiver(&s->io, args, GIO_SHORT_TIMEOUT_MS, &frame, &err) : RELAY_E_INTERNAL;
-	json_object_put(frame);
+	relay_status st = session ? gio_rcv_init(&s->io, session, &err) : RELAY_E_INTERNAL;
 	free(session);
 	if (st != RELAY_OK) {
 		json_object_put(updated);

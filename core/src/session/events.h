@@ -1,6 +1,6 @@
 /*
  * session/events.h — lifecycle events in a guest's evidence folder
- * (evidence.md §2.3): host/events/<ms>-<random>.json = {kind, because, at,
+ * (spec/evidence.md §2.3): host/events/<ms>-<random>.json = {kind, because, at,
  * details}. After the package is sealed, events go to the sibling
  * <evidence folder>.lifecycle-events/ instead.
  */

@@ -2,7 +2,7 @@
  * session/guest.h — one guest of the session: its identities, folders,
  * phase and outcomes, its queue, one opaque slice per room above the
  * session (guest_slice_ops: lease/, runs/, console/, delivery/, guestio/),
- * and its ownership record on disk (lifecycle.md §3, §7, §9).
+ * and its ownership record on disk (spec/lifecycle.md §3, §7, §9).
  *
  * Locking: every field, and every slice's, is read and written under the
  * manager's lock (manager_lock()/manager_unlock()), except `queue`, which
@@ -60,12 +60,12 @@ typedef struct guest_slice_ops {
 	void (*destroy)(void *slice);
 	/* relay_acquire's validated arguments, when the session reserves the guest. */
 	void (*reserve)(struct guest *g, const json_object *args);
-	/* Adds the slice's facts to the ownership record (lifecycle.md §9). */
+	/* Adds the slice's facts to the ownership record (spec/lifecycle.md §9). */
 	void (*to_record)(const struct guest *g, json_object *record);
 	/* Replaces the slice's recorded facts with those of a usable record;
 	 * runtime facts (not in the record) are kept. */
 	void (*from_record)(struct guest *g, const json_object *record);
-	/* Adds the slice's facts to the status entry (lifecycle.md §7). */
+	/* Adds the slice's facts to the status entry (spec/lifecycle.md §7). */
 	void (*to_status)(const struct guest *g, json_object *status);
 	/* The guest is being closed (phase closed is set). */
 	void (*close)(struct guest *g);
@@ -124,7 +124,7 @@ typedef struct guest {
 	bool released;
 	json_object *closed; /* NULL, or {at, reason, evidencePath} */
 
-	/* restart (lifecycle.md §8). writes: lease/ (reconcile.c) */
+	/* restart (spec/lifecycle.md §8). writes: lease/ (reconcile.c) */
 	bool record_readonly; /* never rewrite lease.json (unreadable, foreign or another owner's) */
 
 	/* runtime only. writes: session/ */
@@ -161,7 +161,7 @@ void guest_slices_reserve(guest *g, const json_object *args);
 /* Tells the rooms' slices the guest is being closed (close). */
 void guest_slices_close(guest *g);
 
-/* The ownership record (lifecycle.md §9) as a new JSON object. */
+/* The ownership record (spec/lifecycle.md §9) as a new JSON object. */
 json_object *guest_record_json(const guest *g);
 /* Loads a record written by guest_record_json (schemaVersion 1) into a new
  * guest; NULL with a reason when the record is unreadable or of another
@@ -176,7 +176,7 @@ int guest_reload(guest *g, const json_object *record, char *errbuf, size_t errle
  * and -1 is returned. 0, or -1 (a write failure is logged). */
 int guest_save(const guest *g);
 
-/* The status entry of lifecycle.md §7 as a new JSON object. */
+/* The status entry of spec/lifecycle.md §7 as a new JSON object. */
 json_object *guest_status_json(const guest *g);
 
 #endif

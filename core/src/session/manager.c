@@ -88,7 +88,7 @@ int lock_file_take(const char *path, long *holder_pid_out)
 		return -2;
 	struct stat st;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		close(fd); /* a lock file must be a regular file (lifecycle.md §9) */
+		close(fd); /* a lock file must be a regular file (spec/lifecycle.md §9) */
 		return -2;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -157,7 +157,7 @@ static void load_session(manager *m)
 }
 
 /* Takes session.lock; when another process holds it, startup retries in the
- * background (lifecycle.md §8 step 1). Under the lock or before threads. */
+ * background (spec/lifecycle.md §8 step 1). Under the lock or before threads. */
 static bool take_session_lock(manager *m)
 {
 	char *path = fs_path_join(m->settings->session_dir, "session.lock");
@@ -439,7 +439,7 @@ static bool session_lock_ending(manager *m)
 	return ending;
 }
 
-/* The session lock, and the identity it settles (lifecycle.md §2): a
+/* The session lock, and the identity it settles (spec/lifecycle.md §2): a
  * project's identity held by another live process is replaced by a fresh
  * one, said on stderr and in relay_status; one whose holder is ending (a
  * restart) is waited for in the background, like a fixed MCP_RELAY_SESSION.
@@ -512,7 +512,7 @@ manager *manager_create(relay_settings *settings, const relay_backends *backends
 		return NULL;
 	}
 	/* The registry: the environment's managed file, MCP_RELAY_REGISTRY, a
-	 * valid ~/AGENTS.md VM table, or the managed one (lifecycle.md §10). */
+	 * valid ~/AGENTS.md VM table, or the managed one (spec/lifecycle.md §10). */
 	registry_resolve(settings->registry_path, settings->environment != NULL, getenv("HOME"),
 	                 settings->state_root, &m->registry);
 	if (settle_session(m, settings, errbuf, errlen) != 0) {
@@ -555,7 +555,7 @@ void guest_set_last_error(manager *m, guest *g, const char *fmt, ...)
 	strbuf_vprintf(&sb, fmt, ap);
 	va_end(ap);
 	/* Stored as UTF-8 (a guest's bytes may be in it): every relay_status
-	 * repeats it (tools.md §5.3). */
+	 * repeats it (spec/tools.md §5.3). */
 	char *text = strbuf_ok(&sb) ? utf8_sanitize(sb.data, sb.len, NULL) : NULL;
 	strbuf_free(&sb);
 	manager_lock(m);
@@ -609,7 +609,7 @@ char *guest_lease_text(manager *m, guest *g)
 
 /* Appends " ending" to the pid in session.lock, so that a server starting
  * on the same project meanwhile waits for this one instead of taking a
- * fresh identity (lifecycle.md §2, §8 step 1). Under the lock (the startup
+ * fresh identity (spec/lifecycle.md §2, §8 step 1). Under the lock (the startup
  * thread may take session_lock_fd meanwhile). */
 static void mark_session_lock_ending(manager *m)
 {

@@ -12,7 +12,7 @@
  * hooks' dispatcher completes it (relay_call_complete) on whatever thread
  * finishes the work. Calls naming the same guest run one after another in
  * arrival order; calls on different guests run concurrently; relay_status
- * answers at once from memory (tools.md §2.5).
+ * answers at once from memory (spec/tools.md §2.5).
  */
 #ifndef RELAY_SESSION_MANAGER_H
 #define RELAY_SESSION_MANAGER_H
@@ -43,7 +43,7 @@ typedef struct manager_hooks {
 	 * before several guests (the session lock is then held). Without the
 	 * lock; at creation and when the startup takes the session lock late. */
 	void (*take_back_guests)(manager *m, bool migrate_legacy);
-	/* The end of the session for every guest (lifecycle.md §11.2 steps
+	/* The end of the session for every guest (spec/lifecycle.md §11.2 steps
 	 * 1-5), once the session stopped taking work. Returns 0, or 1 when a
 	 * guest's final renewal or release failed. */
 	int (*end_guests)(manager *m, const char *reason);
@@ -70,7 +70,7 @@ typedef struct manager_hooks {
  * background work (reconciliation of an earlier process's guests, reaping);
  * never blocks on the backend. An incomplete hook table is refused. It may
  * give the settings a fresh session identity (settings_use_fresh_identity,
- * lifecycle.md §2) when another live process holds the project's, waiting
+ * spec/lifecycle.md §2) when another live process holds the project's, waiting
  * up to 2 s to tell a live holder from an ending one; the settings are not
  * changed after it returns. NULL with a reason on failure. */
 manager *manager_create(struct relay_settings *settings, const struct relay_backends *backends,
@@ -81,7 +81,7 @@ manager *manager_create(struct relay_settings *settings, const struct relay_back
  * not block on guest work. */
 void manager_dispatch(manager *mgr, relay_tool tool, json_object *args, relay_call *call);
 
-/* Ends the session (lifecycle.md §11): stops taking work, then hands over
+/* Ends the session (spec/lifecycle.md §11): stops taking work, then hands over
  * to hooks->end_guests, which lets running operations finish within the
  * grace period and pauses or releases guests.
  * `reason` is "stdin-closed", "stdout-failed", "signal-SIGTERM", ... Blocks

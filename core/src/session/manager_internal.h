@@ -80,7 +80,7 @@ void manager_wait_startup(manager *m);
 /* Writes session.json durably (counters). Under lock. 0 or -1. */
 int manager_save_session(manager *m);
 
-/* The relay_status object (lifecycle.md §7). Under lock. */
+/* The relay_status object (spec/lifecycle.md §7). Under lock. */
 json_object *manager_status_json(manager *m);
 
 /* Records lastError (under lock) and saves the record. Call without the lock. */

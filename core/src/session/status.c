@@ -1,5 +1,5 @@
 /*
- * The relay_status object (lifecycle.md §7, tools.md §3.14), from memory:
+ * The relay_status object (spec/lifecycle.md §7, spec/tools.md §3.14), from memory:
  * the session's guests, closed guests, backends, settings and identity.
  */
 #include "profile/environment.h"

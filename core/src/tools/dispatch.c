@@ -1,5 +1,5 @@
 /*
- * tools/dispatch.c — where a validated tools/call goes (tools.md §2.1,
+ * tools/dispatch.c — where a validated tools/call goes (spec/tools.md §2.1,
  * §2.5): relay_status answers at once; per-guest tools and relay_acquire
  * run in the guest's queue after the shared refusals; the others run on a
  * detached thread. A call that waited behind another is checked again when
@@ -73,7 +73,7 @@ static void job_run(guest_job *base)
 	tool_result *result = NULL;
 	/* A call that waited behind another on its guest is checked again: the
 	 * session may be ending, or the guest closed or found unavailable
-	 * meanwhile (tools.md §2.1, lifecycle.md §11.2 step 1). */
+	 * meanwhile (spec/tools.md §2.1, spec/lifecycle.md §11.2 step 1). */
 	if (job->g && job->tool != TOOL_ACQUIRE) {
 		manager_lock(m);
 		bool ending = m->ending;
@@ -142,7 +142,7 @@ static tool_job *job_new(manager *m, relay_tool tool, json_object *args, relay_c
 	return job;
 }
 
-/* The shared refusals of a per-guest tool (tools.md §2.1, §2.7), under lock.
+/* The shared refusals of a per-guest tool (spec/tools.md §2.1, §2.7), under lock.
  * Returns NULL when the guest may be operated on. */
 static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char *name, guest **g_out)
 {

@@ -1,4 +1,4 @@
-/* relay_acquire (tools.md §3.4): the name was reserved at dispatch
+/* relay_acquire (spec/tools.md §3.4): the name was reserved at dispatch
  * (manager_reserve_guest); the lease is lease_acquire() (lease/acquire.c);
  * this builds the result. */
 #include "console/console_report.h"

@@ -1,4 +1,4 @@
-/* relay_acquisition_capabilities (tools.md §3.3): the backend's acquisition
+/* relay_acquisition_capabilities (spec/tools.md §3.3): the backend's acquisition
  * options, today VNC console sharing per guest OS. It only reads; the
  * reading is console_acquisition_capabilities() (console/console_report.c). */
 #include "console/console_report.h"

@@ -1,4 +1,4 @@
-/* relay_console_cancel (tools.md §3.13): stops an open or uncertain
+/* relay_console_cancel (spec/tools.md §3.13): stops an open or uncertain
  * console-viewing attempt. The guest's lease is never touched. */
 #include <string.h>
 

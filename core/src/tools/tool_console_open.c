@@ -1,4 +1,4 @@
-/* relay_console_open (tools.md §3.12): starts console viewing on the
+/* relay_console_open (spec/tools.md §3.12): starts console viewing on the
  * service host, only on an explicit user request. A failed or uncertain
  * open keeps the attempt as uncertain and is never replayed. */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* relay_console_resolve (tools.md §3.11): the current, non-secret console
+/* relay_console_resolve (spec/tools.md §3.11): the current, non-secret console
  * status of a guest. It only reads and never takes or changes ownership. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * relay_extract (tools.md §3.8, evidence.md §8.2): pull declared outputs
+ * relay_extract (spec/tools.md §3.8, spec/evidence.md §8.2): pull declared outputs
  * early, by name: the refusals here, the pulls in
  * extraction_pull_named() (delivery/extraction.h). A failed pull keeps the
  * guest; outputs pulled before it stay on disk and are listed in the error

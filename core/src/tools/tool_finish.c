@@ -1,5 +1,5 @@
 /*
- * relay_finish (tools.md §3.9, evidence.md §9.1): the refusals, then the
+ * relay_finish (spec/tools.md §3.9, spec/evidence.md §9.1): the refusals, then the
  * packaging of delivery/finish.h (downloads closed, outputs, recording,
  * package delivered and verified), and only then the destruction of the
  * machine (lease/, verified exactly as relay_release does it).

@@ -1,5 +1,5 @@
 /*
- * relay_image (tools.md §3.7): retrieves one saved image through one of
+ * relay_image (spec/tools.md §3.7): retrieves one saved image through one of
  * three closed selectors and answers its delivery status. It never sends
  * input, never captures, never exports a folder and never acquires; a
  * closed guest is not refused (manager.c lets TOOL_IMAGE through) and
@@ -43,8 +43,8 @@ tool_result *tool_image(manager *m, guest *g, json_object *args, relay_call *cal
 	if (result == NULL)
 		goto cleanup;
 	/* The headline is the compact imageDelivery line for errors too
-	 * (images.md §7), and the text leaves imageDelivery out of the pretty
-	 * JSON (tools.md §2.3). */
+	 * (spec/images.md §7), and the text leaves imageDelivery out of the pretty
+	 * JSON (spec/tools.md §2.3). */
 	if (headline)
 		tool_result_set_headline(result, "%s", headline);
 	char *phrase = image_delivery_phrase(delivery, "saved image");
@@ -54,7 +54,7 @@ tool_result *tool_image(manager *m, guest *g, json_object *args, relay_call *cal
 		free(phrase);
 	}
 	result->text_omits_key = "imageDelivery";
-	/* The image block stays beside isError when it was produced (mcp.md §7). */
+	/* The image block stays beside isError when it was produced (spec/mcp.md §7). */
 	image_delivery_take_preview(&r, &result->image_base64, &result->image_mime);
 cleanup:
 	json_object_put(structured);

@@ -1,4 +1,4 @@
-/* relay_probe (tools.md §3.2): scope "guest" is tool_probe_guest(); scope
+/* relay_probe (spec/tools.md §3.2): scope "guest" is tool_probe_guest(); scope
  * "host" is lease_probe_host() (lease/probe.c), whose result is built
  * here. */
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * relay_probe with scope "guest" (tools.md §3.2): one call into
+ * relay_probe with scope "guest" (spec/tools.md §3.2): one call into
  * runs/probe_guest.h and the result's headline from its facts.
  */
 #include <stdbool.h>

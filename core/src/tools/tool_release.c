@@ -1,4 +1,4 @@
-/* relay_release (tools.md §3.10). The nothing-held refusal is answered at
+/* relay_release (spec/tools.md §3.10). The nothing-held refusal is answered at
  * dispatch (tools/dispatch.c); the release path itself is lifecycle_release()
  * (lease/release.c), whose outcome becomes the result here. */
 #include "lease/lifecycle.h"

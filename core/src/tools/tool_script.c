@@ -1,5 +1,5 @@
 /*
- * relay_script (tools.md §3.6): the refusals of the tool, then a recorded
+ * relay_script (spec/tools.md §3.6): the refusals of the tool, then a recorded
  * run or a diagnostic script (run_request.c does the work).
  */
 #include <stdbool.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "delivery/image_delivery.h"
-#include "receiver_protocol.h"
+#include "guestio/receiver_api.h"
 #include "runs/run_request.h"
 #include "runs/run_state.h"
 #include "session/manager_internal.h"
@@ -19,16 +19,14 @@
  * "was ended by SIGKILL", "was refused before it started: …". */
 static void outcome_phrase(strbuf *sb, const json_object *outcome)
 {
-	const char *kind = jsonx_get_str(outcome, "kind");
-	const char *diag = jsonx_get_str(outcome, "diagnostic");
-	json_object *status = jsonx_get_obj(outcome, "exitStatus");
-	const char *signal_text = jsonx_get_str(status, "signal");
-	int64_t code = 0;
-	if (kind && strcmp(kind, RECEIVER_KIND_COMPLETED) == 0 && signal_text)
-		strbuf_printf(sb, "was ended by %s", signal_text);
-	else if (kind && strcmp(kind, RECEIVER_KIND_COMPLETED) == 0 && jsonx_get_int(status, "code", &code))
-		strbuf_printf(sb, "exited with status %lld", (long long)code);
-	else if (kind && strcmp(kind, RECEIVER_KIND_REFUSED) == 0)
+	gio_outcome o;
+	gio_outcome_read(outcome, &o);
+	const char *diag = o.diagnostic;
+	if (o.kind == GIO_OUTCOME_COMPLETED && o.signal_name)
+		strbuf_printf(sb, "was ended by %s", o.signal_name);
+	else if (o.kind == GIO_OUTCOME_COMPLETED && o.has_code)
+		strbuf_printf(sb, "exited with status %lld", (long long)o.code);
+	else if (o.kind == GIO_OUTCOME_REFUSED)
 		strbuf_printf(sb, "was refused before it started: %.80s", diag ? diag : "no diagnostic");
 	else
 		strbuf_printf(sb, "ended uncertain: %.80s", diag ? diag : "no diagnostic");
@@ -58,7 +56,7 @@ static void network_phrase(strbuf *sb, const json_object *network)
 		              stopped, (long long)cut, cut == 1 ? "" : "s");
 }
 
-/* The lead sentence of a run's result (tools.md §2.3): the step, how it
+/* The lead sentence of a run's result (spec/tools.md §2.3): the step, how it
  * ended, what it left running, that the guest is kept, the after-image. */
 static void set_run_lead(tool_result *r, const json_object *structured)
 {
@@ -99,7 +97,7 @@ static void set_run_lead(tool_result *r, const json_object *structured)
 	strbuf_free(&sb);
 }
 
-/* The result of a run (tools.md §2.3, §3.6): the error or the success of
+/* The result of a run (spec/tools.md §2.3, §3.6): the error or the success of
  * its facts, the compact headline {imageDelivery, executionFailed}, the
  * lead sentence, the text without imageDelivery, the after-image's
  * preview. A run that was not sent is its error alone. Frees `o`. */

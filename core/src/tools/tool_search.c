@@ -1,4 +1,4 @@
-/* relay_search (tools.md §3.1): the search is catalog_search()
+/* relay_search (spec/tools.md §3.1): the search is catalog_search()
  * (catalog/search.c); this builds the result. */
 #include "catalog/search.h"
 #include "tools/tools.h"

@@ -1,5 +1,5 @@
 /*
- * relay_stage (tools.md §3.5): the tool's refusals (sealed, no lease, a
+ * relay_stage (spec/tools.md §3.5): the tool's refusals (sealed, no lease, a
  * reset without a staged recording), one call into runs/stage.h, and the
  * result with its headline.
  */

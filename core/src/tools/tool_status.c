@@ -1,4 +1,4 @@
-/* relay_status (tools.md §3.14): answers from memory, never contacts
+/* relay_status (spec/tools.md §3.14): answers from memory, never contacts
  * anything. The status object itself is the session's (session/status.c). */
 #include "session/manager_internal.h"
 #include "tools/tools.h"

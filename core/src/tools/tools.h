@@ -13,7 +13,7 @@
 #include "util/outcome.h"
 
 /* An error result of a per-guest tool: adds "guestState" (the guest's status
- * entry, read under the lock) beside "error" (tools.md §2.3). Takes
+ * entry, read under the lock) beside "error" (spec/tools.md §2.3). Takes
  * ownership of `structured` (may be NULL). Call without the lock. */
 tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt,
                          ...) __attribute__((format(printf, 5, 6)));
@@ -32,12 +32,12 @@ typedef tool_result *(*tool_handler)(manager *m, guest *g, json_object *args, re
 tool_result *tool_status(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_release(manager *m, guest *g, json_object *args, relay_call *call);
-/* relay_finish step 8 (tools.md §3.9): lifecycle_release_finished() as a
+/* relay_finish step 8 (spec/tools.md §3.9): lifecycle_release_finished() as a
  * release-shaped result (success, or the error that kept the guest). */
 tool_result *tools_release_finished(manager *m, guest *g, relay_call *call);
 tool_result *tool_search(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_probe(manager *m, guest *g, json_object *args, relay_call *call);
-/* relay_probe with scope "guest" (tools.md §3.2); tool_probe() hands over. */
+/* relay_probe with scope "guest" (spec/tools.md §3.2); tool_probe() hands over. */
 tool_result *tool_probe_guest(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_acquisition_capabilities(manager *m, guest *g, json_object *args, relay_call *call);
 tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *call);

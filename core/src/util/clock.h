@@ -5,7 +5,7 @@
  * timestamps in records) reads clock_now_ms(). Tests drive it: with
  * MCP_RELAY_TEST_CLOCK_FILE set at startup, the file holds an offset in
  * milliseconds (decimal text) that is added to the real time and re-read
- * whenever it changes (docs/testing.md); or "@<Unix ms>", which freezes
+ * whenever it changes (docs/lifecycle.md, One clock); or "@<Unix ms>", which freezes
  * relay time at that instant until the file changes again, so that a test
  * and a fake backend see exactly the times the relay computed with. Waiting for a point in relay time
  * goes through clock_wait_until_ms(), which wakes early when the offset

@@ -39,7 +39,7 @@ relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, s
 relay_status fs_read_json(const char *path, size_t max_bytes, json_object **obj_out, relay_error *err);
 
 /* Sync groups: the host's commit points (docs/runs.md, "Durability"; the
- * host side of guest.md §16.2 item 4). While a group is open on the
+ * host side of spec/guest.md §16.2 item 4). While a group is open on the
  * calling thread, every fsync this file makes (fs_write_durable,
  * fs_write_exclusive, fs_copy_file, fs_fsync_dir, fs_fsync_fd) only notes
  * the file system it touched; fs_sync_group_commit() makes all of it

@@ -7,7 +7,7 @@
  *    caller-provided relay_error (relay/status.h, util/error.h);
  *  - a domain operation of a room (session/, lease/, runs/, delivery/,
  *    console/, catalog/) returns 0 or -1 and fills a caller-provided
- *    relay_outcome: on failure a tools.md §2.4 code and one sentence, and in
+ *    relay_outcome: on failure a spec/tools.md §2.4 code and one sentence, and in
  *    both cases the facts it found (the structured content);
  *  - only tools/ builds tool_result (mcp/tool_result.h) from an outcome:
  *    headline, lead, the "error" object, "guestState" (scripts/layers
@@ -24,7 +24,7 @@
 #include <stdbool.h>
 
 typedef struct relay_outcome {
-	/* NULL: the operation succeeded. Otherwise a tools.md §2.4 code
+	/* NULL: the operation succeeded. Otherwise a spec/tools.md §2.4 code
 	 * ("transfer-failed", "invalid-input", ...): static storage. */
 	const char *code;
 	/* Failure: one sentence naming what is wrong and how to fix it (UTF-8,

@@ -1,6 +1,6 @@
 /*
- * util/timefmt.h — the relay's time formats (tools.md conventions,
- * guest.md §0). All UTC.
+ * util/timefmt.h — the relay's time formats (spec/tools.md conventions,
+ * spec/guest.md §0). All UTC.
  */
 #ifndef RELAY_UTIL_TIMEFMT_H
 #define RELAY_UTIL_TIMEFMT_H

@@ -4,7 +4,7 @@
 # its go line, read line by line so that nothing after it is consumed, and the
 # command reads the rest of standard input.
 # What the command leaves running when it exits on its own keeps running
-# (guest.md §16.1): there is no sweep after a normal end, and no look at what
+# (spec/guest.md §16.1): there is no sweep after a normal end, and no look at what
 # is left either (a walk of /proc costs more than the rest of an exec on a
 # busy guest), so the end line's second number is 3, "not looked at". The
 # host's kill script sweeps the group on a timeout or cancellation.

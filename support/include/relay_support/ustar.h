@@ -1,6 +1,6 @@
 /*
  * relay_support/ustar.h — the pieces of a strict POSIX ustar/pax reader
- * (evidence.md §5.3) shared by the receiver's unpacker (guest/receiver/
+ * (spec/evidence.md §5.3) shared by the receiver's unpacker (guest/receiver/
  * tar_read.c) and the core's pre-scan of guest archives (core/src/
  * evidence/archive.c). Each reader walks the headers its own way and words
  * its own refusals; what a valid header field is, is decided here once.

@@ -91,4 +91,17 @@ static inline json_object *rsj_get_array(const json_object *obj, const char *key
 	return rsj_get_typed(obj, key, json_type_array);
 }
 
+/* The same getters with a fallback for an absent or mistyped member. */
+static inline int64_t rsj_int_or(const json_object *obj, const char *key, int64_t fallback)
+{
+	int64_t value;
+	return rsj_get_int(obj, key, &value) ? value : fallback;
+}
+
+static inline bool rsj_bool_or(const json_object *obj, const char *key, bool fallback)
+{
+	bool value;
+	return rsj_get_bool(obj, key, &value) ? value : fallback;
+}
+
 #endif

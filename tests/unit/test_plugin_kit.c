@@ -1,0 +1,361 @@
+/*
+ * test_plugin_kit.c — the plugin kit (support/kit/relay_kit/) on its own,
+ * with a host table of its own and an in-memory console backend: the
+ * options' one wording, the console ledger's refusal sentences and limits,
+ * the reaper loop, durable writes, a folder's sorted names, random hex.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "relay_kit/clock.h"
+#include "relay_kit/console.h"
+#include "relay_kit/dir.h"
+#include "relay_kit/durable.h"
+#include "relay_kit/options.h"
+#include "relay_kit/random.h"
+#include "relay_kit/reaper.h"
+
+/* ---- a host table ------------------------------------------------------------------- */
+
+static relay_status kit_error_set(relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
+{
+	if (err) {
+		err->code = code;
+		err->sys_errno = sys_errno;
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->message, sizeof err->message, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+static void kit_log(relay_log_level level, const char *plugin, const char *fmt, ...)
+{
+	(void)level;
+	(void)plugin;
+	(void)fmt;
+}
+
+static int64_t kit_now_ms(void)
+{
+	return 1000000;
+}
+
+static char *kit_strdup(const char *text)
+{
+	return strdup(text);
+}
+
+static relay_status kit_random(void *out, size_t len, relay_error *err)
+{
+	(void)err;
+	memset(out, 0xab, len);
+	return RELAY_OK;
+}
+
+static const relay_host host = {
+    .log = kit_log,
+    .free = free,
+    .strdup = kit_strdup,
+    .error_set = kit_error_set,
+    .now_ms = kit_now_ms,
+    .random_bytes = kit_random,
+};
+
+/* ---- options ------------------------------------------------------------------------ */
+
+typedef struct demo {
+	int64_t count, grace, backstop, reaper;
+	bool display;
+	char screen[RK_SCREEN_BYTES];
+} demo;
+
+static relay_status parse_demo(const char *text, demo *d, relay_error *err)
+{
+	*d = (demo){.count = 4, .grace = 300000, .backstop = 60000, .reaper = 2000, .display = true};
+	snprintf(d->screen, sizeof d->screen, "1280x800x24");
+	const rk_option table[] = {
+	    {"count", NULL, 1, 8, &d->count},
+	    RK_OPTIONS_LEASE_TIMES(&d->grace, &d->backstop, &d->reaper),
+	    RK_OPTIONS_DISPLAY(&d->display, d->screen),
+	};
+	const rk_options spec = {&host, "demo", "DEMO_OPTIONS", table, sizeof table / sizeof table[0], d};
+	json_object *o = json_tokener_parse(text);
+	relay_status s = rk_options_parse(&spec, o, err);
+	json_object_put(o);
+	return s;
+}
+
+static void test_options_one_wording(void **state)
+{
+	(void)state;
+	demo d;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	assert_int_equal(
+	    parse_demo("{\"count\": 8, \"display\": \"off\", \"screen\": \"800x600x16\"}", &d, &err),
+	    RELAY_OK);
+	assert_int_equal(d.count, 8);
+	assert_false(d.display);
+	assert_string_equal(d.screen, "800x600x16");
+	assert_int_equal(parse_demo("{\"colour\": 1}", &d, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(err.message, "unknown demo option colour; accepted: count, graceMs, backstopMs, "
+	                                 "reaperIntervalMs, display, screen; fix it in DEMO_OPTIONS");
+	assert_int_equal(parse_demo("{\"count\": 9}", &d, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(
+	    err.message,
+	    "demo: options.count must be a whole number from 1 to 8 (default 4); fix it in DEMO_OPTIONS");
+	assert_int_equal(parse_demo("{\"reaperIntervalMs\": 99}", &d, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_non_null(strstr(err.message, "options.reaperIntervalMs must be a whole number from 100 to"));
+	assert_int_equal(parse_demo("{\"display\": \"on\"}", &d, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(err.message, "demo: options.display must be auto or off; fix it in DEMO_OPTIONS");
+	assert_int_equal(parse_demo("{\"screen\": \"1x1x24\"}", &d, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_int_equal(parse_demo("[1]", &d, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(err.message, "demo options must be a JSON object; fix it in DEMO_OPTIONS");
+}
+
+/* ---- the console ledger over an in-memory record --------------------------------------- */
+
+typedef struct memory_backend {
+	json_object *record; /* NULL: not held */
+	int writes, opens, stops;
+	bool runs;
+} memory_backend;
+
+static json_object *mem_lock_read(void *ctx, const char *vm, int *lock_out, int *errno_out)
+{
+	memory_backend *m = ctx;
+	*lock_out = 3;
+	if (m->record == NULL || strcmp(vm, "vm-1") != 0) {
+		*errno_out = ENOENT;
+		return NULL;
+	}
+	return json_object_get(m->record);
+}
+
+static void mem_unlock(void *ctx, int lock)
+{
+	(void)ctx;
+	assert_int_equal(lock, 3);
+}
+
+static int mem_write(void *ctx, json_object *record)
+{
+	((memory_backend *)ctx)->writes++;
+	(void)record;
+	return 0;
+}
+
+static int mem_guest_state(void *ctx, json_object *record, const char *op, relay_call *call, relay_error *err)
+{
+	(void)record, (void)op, (void)call, (void)err;
+	return ((memory_backend *)ctx)->runs ? 1 : 0;
+}
+
+static relay_status mem_open(void *ctx, json_object *record, const char *attempt_id, json_object *attempt,
+                             relay_call *call, relay_error *err)
+{
+	(void)record, (void)attempt_id, (void)call, (void)err;
+	((memory_backend *)ctx)->opens++;
+	rk_console_set(attempt, "launched", NULL);
+	return RELAY_OK;
+}
+
+static void mem_stop(void *ctx, json_object *record, json_object *attempt, bool guest_runs)
+{
+	(void)record, (void)guest_runs;
+	((memory_backend *)ctx)->stops++;
+	json_object_object_add(attempt, "viewer_cleanup", json_object_new_string("local-children-stopped"));
+}
+
+static json_object *mem_caps(void *ctx, relay_call *call)
+{
+	(void)ctx, (void)call;
+	return rk_console_capabilities("memory", NULL, "not-offered");
+}
+
+static const rk_console_backend memory_console = {
+    .source = "memory",
+    .lock_read = mem_lock_read,
+    .unlock = mem_unlock,
+    .write = mem_write,
+    .guest_state = mem_guest_state,
+    .open = mem_open,
+    .stop = mem_stop,
+    .capabilities = mem_caps,
+};
+
+/* op on vm-1 with the given attempt; the answer parsed (NULL after a refusal, err set). */
+static json_object *console(rk_console *c, const char *op, const char *lease_id, const char *attempt,
+                            relay_error *err)
+{
+	memory_backend *m = c->ctx;
+	const char *cid = json_object_get_string(
+	    json_object_object_get(json_object_object_get(m->record, "console"), "console_id"));
+	char body[512];
+	snprintf(body, sizeof body, "{\"lease_id\": \"%s\", \"console_id\": \"%s\", \"attempt_id\": \"%s\"}",
+	         lease_id, cid ? cid : "", attempt);
+	char *out = NULL;
+	relay_status s = rk_console_op(c, "{\"vm\": \"vm-1\"}", op, body, NULL, &out, err);
+	json_object *answer = s == RELAY_OK ? json_tokener_parse(out) : NULL;
+	free(out);
+	return answer;
+}
+
+static const char *text_at(json_object *o, const char *a, const char *b)
+{
+	json_object *v = json_object_object_get(o, a);
+	return json_object_get_string(b ? json_object_object_get(v, b) : v);
+}
+
+static void test_console_ledger(void **state)
+{
+	(void)state;
+	memory_backend m = {.record = json_tokener_parse("{\"vm\": \"vm-1\", \"lease_id\": \"L1\"}"),
+	                    .runs = true};
+	rk_console c = {&memory_console, &host, &m};
+	rk_console_prepare(&c, m.record);
+	assert_string_equal(text_at(m.record, "console", "status"), "ready");
+	assert_string_equal(text_at(m.record, "console", "source"), "memory");
+	relay_error err;
+	memset(&err, 0, sizeof err);
+
+	json_object *a = console(&c, "open", "L1", "a1", &err);
+	assert_non_null(a);
+	assert_string_equal(text_at(a, "attempt", "status"), "launched");
+	assert_string_equal(text_at(a, "viewer_connected", NULL), "unverified");
+	json_object_put(a);
+	assert_null(console(&c, "open", "L1", "a2", &err));
+	assert_string_equal(err.message, "Another console attempt is active; cancel it first");
+	assert_null(console(&c, "open", "L2", "a2", &err));
+	assert_string_equal(err.message, "Console lease identity mismatch");
+	assert_null(console(&c, "open", "L1", "bad id!", &err));
+	assert_string_equal(err.message, "Invalid console request identity or fields");
+	a = console(&c, "cancel", "L1", "a1", &err);
+	assert_string_equal(text_at(a, "attempt", "status"), "cancelled");
+	json_object_put(a);
+	assert_int_equal(m.stops, 1);
+	/* the spec's bound on attempts: 64, then refused */
+	for (int i = 2; i <= RK_CONSOLE_MAX_ATTEMPTS; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "a%d", i);
+		json_object_put(console(&c, "cancel", "L1", id, &err)); /* an attempt never opened */
+	}
+	assert_null(console(&c, "open", "L1", "a99", &err));
+	assert_string_equal(err.message, "Console attempt limit reached");
+	/* a guest that no longer runs: revoked */
+	m.runs = false;
+	a = console(&c, "resolve", "L1", "a1", &err);
+	assert_string_equal(text_at(a, "status", NULL), "revoked");
+	assert_string_equal(text_at(a, "reason", NULL), "released");
+	json_object_put(a);
+	/* a lease not held */
+	json_object_put(m.record);
+	m.record = NULL;
+	char *out = NULL;
+	assert_int_equal(rk_console_op(&c, "{\"vm\": \"vm-1\"}", "resolve", "{}", NULL, &out, &err),
+	                 RELAY_E_NOT_FOUND);
+	assert_non_null(strstr(err.message, "Console unavailable after restart or for this lease"));
+	assert_int_equal(rk_console_op(&c, "{\"vm\": \"vm-1\"}", "bogus", "{}", NULL, &out, &err),
+	                 RELAY_E_UNSUPPORTED);
+	assert_int_equal(m.opens, 1);
+}
+
+/* ---- the reaper, durable writes, folders, random hex ------------------------------------ */
+
+static void count_scan(void *arg)
+{
+	(*(int *)arg)++;
+}
+
+static void test_reaper_loop(void **state)
+{
+	(void)state;
+	rk_reaper never = {0};
+	rk_reaper_stop(&never); /* never started: nothing to do */
+	int scans = 0;
+	rk_reaper r;
+	assert_int_equal(rk_reaper_start(&r, 10, count_scan, &scans), 0);
+	for (int64_t until = rk_monotonic_ms() + 5000; scans < 3 && rk_monotonic_ms() < until;)
+		rk_sleep_ms(5);
+	rk_reaper_stop(&r);
+	int after = scans;
+	assert_true(after >= 3);
+	rk_sleep_ms(50);
+	assert_int_equal(scans, after); /* stopped for good */
+}
+
+static void test_durable_write_and_sorted_names(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/test-plugin-kit-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[128];
+	snprintf(path, sizeof path, "%s/file", dir);
+	assert_int_equal(rk_write_durable(path, "one", 3, 0600, RK_DURABLE_SYNC), 0);
+	assert_int_equal(rk_write_durable(path, "second", 6, 0600, 0), 0);
+	assert_int_equal(rk_write_durable(path, "x", 1, 0600, 0x80), EINVAL);
+	char buf[16] = "";
+	int fd = open(path, O_RDONLY);
+	assert_int_equal(read(fd, buf, sizeof buf), 6);
+	close(fd);
+	assert_memory_equal(buf, "second", 6);
+	struct stat sb;
+	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal(sb.st_mode & 0777, 0600);
+	snprintf(path, sizeof path, "%s/b", dir);
+	assert_int_equal(rk_write_durable(path, "", 0, 0600, 0), 0);
+	snprintf(path, sizeof path, "%s/a", dir);
+	assert_int_equal(rk_write_durable(path, "", 0, 0600, 0), 0);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	size_t count = 0;
+	char **names = rk_dir_names_sorted(dfd, &count);
+	close(dfd);
+	assert_int_equal(count, 3); /* no temporary file is left */
+	assert_string_equal(names[0], "a");
+	assert_string_equal(names[1], "b");
+	assert_string_equal(names[2], "file");
+	for (size_t i = 0; i < count; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rk_dir_names_free(names, count);
+	rmdir(dir);
+	assert_null(rk_dir_names_sorted(-1, &count));
+	assert_int_equal(errno, EBADF);
+}
+
+static void test_random_hex(void **state)
+{
+	(void)state;
+	char hex[33], pw[9];
+	rk_random_hex(&host, hex, 32);
+	assert_string_equal(hex, "abababababababababababababababab");
+	rk_random_hex(NULL, hex, 7); /* the kernel's source */
+	assert_int_equal(strlen(hex), 7);
+	assert_int_equal(strspn(hex, "0123456789abcdef"), 7);
+	rk_random_password(&host, pw, 8);
+	assert_int_equal(strlen(pw), 8);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_options_one_wording), cmocka_unit_test(test_console_ledger),
+	    cmocka_unit_test(test_reaper_loop),         cmocka_unit_test(test_durable_write_and_sorted_names),
+	    cmocka_unit_test(test_random_hex),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
