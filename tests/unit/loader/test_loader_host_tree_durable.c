@@ -1,5 +1,5 @@
 /*
- * test_host_tree_durable.c — the host table's remove_tree and write_durable
+ * test_loader_host_tree_durable.c — the host table's remove_tree and write_durable
  * (relay/host.h, ABI 1.6): present in the table the core lends, flags
  * refused, a tree removed without following a link out of it, a missing
  * path fine, a file replaced whole and 0600.

@@ -1,5 +1,5 @@
 /*
- * test_plugin_kit.c — the plugin kit (support/kit/relay_kit/) on its own,
+ * test_kit_pieces.c — the plugin kit (support/kit/relay_kit/) on its own,
  * with a host table of its own and an in-memory console backend: the
  * options' one wording, the console ledger's refusal sentences and limits,
  * the reaper loop, durable writes, a folder's sorted names, random hex.
