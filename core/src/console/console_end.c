@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "console/console_report.h"
+#include "console/console_state.h"
 #include "session/events.h"
 #include "util/jsonx.h"
 #include "util/outcome.h"
@@ -32,11 +33,13 @@ void console_record_take_overs(manager *m, guest *g, const json_object *obs, con
 static char *active_attempt(manager *m, guest *g)
 {
 	manager_lock(m);
-	const char *id = jsonx_get_str(g->console_attempt, "attempt_id");
-	const char *status = jsonx_get_str(g->console_attempt, "status");
-	char *attempt_id = g->vnc && g->lease && id && !console_attempt_terminal(status) ? strdup(id) : NULL;
+	const char *id = jsonx_get_str(g->console->attempt, "attempt_id");
+	const char *status = jsonx_get_str(g->console->attempt, "status");
+	char *attempt_id = g->console->vnc && g->lease_document && id && !console_attempt_terminal(status)
+	                       ? strdup(id)
+	                       : NULL;
 	if (attempt_id) {
-		jsonx_add_str(g->console_attempt, "status", "uncertain"); /* until the cancel answers */
+		jsonx_add_str(g->console->attempt, "status", "uncertain"); /* until the cancel answers */
 		guest_save(g);
 	}
 	manager_unlock(m);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "console/console_state.h"
 #include "profile/environment.h"
 #include "session/events.h"
 #include "util/jsonx.h"
@@ -429,30 +430,31 @@ static void read_facts(manager *m, guest *g, console_guest_facts *f)
 {
 	(void)m;
 	memset(f, 0, sizeof *f);
-	if (g->lease == NULL)
+	if (g->lease_document == NULL)
 		return;
-	f->lease_text = jsonx_to_string(g->lease, 0);
-	f->vm = dup_or_null(jsonx_get_str(g->lease, "vm"));
-	f->lease_id = dup_or_null(jsonx_get_str(g->lease, "lease_id"));
-	json_object *lease_console = jsonx_get_obj(g->lease, "console");
+	f->lease_text = jsonx_to_string(g->lease_document, 0);
+	f->vm = dup_or_null(jsonx_get_str(g->lease_document, "vm"));
+	f->lease_id = dup_or_null(jsonx_get_str(g->lease_document, "lease_id"));
+	json_object *lease_console = jsonx_get_obj(g->lease_document, "console");
 	const char *console_id = jsonx_get_str(lease_console, "console_id");
 	if (console_id == NULL)
-		console_id = jsonx_get_str(g->console, "console_id");
+		console_id = jsonx_get_str(g->console->observation, "console_id");
 	f->console_id = dup_or_null(console_id);
-	const char *fp = jsonx_get_str(jsonx_get_obj(g->lease, "record"), "environment_fingerprint");
+	const char *fp = jsonx_get_str(jsonx_get_obj(g->lease_document, "record"), "environment_fingerprint");
 	if (fp == NULL)
 		fp = jsonx_get_str(lease_console, "environment_fingerprint");
 	f->lease_fp = dup_or_null(fp);
-	f->attempt_id = dup_or_null(jsonx_get_str(g->console_attempt, "attempt_id"));
-	f->attempt_status = dup_or_null(jsonx_get_str(g->console_attempt, "status"));
-	f->attempts_used = g->console_attempt_ids ? (int)json_object_array_length(g->console_attempt_ids) : 0;
+	f->attempt_id = dup_or_null(jsonx_get_str(g->console->attempt, "attempt_id"));
+	f->attempt_status = dup_or_null(jsonx_get_str(g->console->attempt, "status"));
+	f->attempts_used =
+	    g->console->attempt_ids ? (int)json_object_array_length(g->console->attempt_ids) : 0;
 }
 
 void console_mark_unknown(manager *m, guest *g)
 {
 	manager_lock(m);
-	if (g->console) {
-		jsonx_add_str(g->console, "status", "unknown");
+	if (g->console->observation) {
+		jsonx_add_str(g->console->observation, "status", "unknown");
 		guest_save(g);
 	}
 	manager_unlock(m);
@@ -464,7 +466,7 @@ int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **
 	*obs_out = NULL;
 	manager_wait_startup(m);
 	manager_lock(m);
-	bool vnc = g->vnc;
+	bool vnc = g->console->vnc;
 	read_facts(m, g, facts_out);
 	manager_unlock(m);
 	console_guest_facts *f = facts_out;
@@ -515,13 +517,13 @@ int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **
 	/* Step 5: store it; the current attempt follows the backend when the
 	 * report speaks of it. */
 	manager_lock(m);
-	json_object_put(g->console);
-	g->console = json_object_get(obs);
+	json_object_put(g->console->observation);
+	g->console->observation = json_object_get(obs);
 	const char *report_attempt = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "attempt_id");
-	const char *current = jsonx_get_str(g->console_attempt, "attempt_id");
+	const char *current = jsonx_get_str(g->console->attempt, "attempt_id");
 	if (report_attempt && current && strcmp(report_attempt, current) == 0) {
 		const char *status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
-		jsonx_add_str(g->console_attempt, "status", status);
+		jsonx_add_str(g->console->attempt, "status", status);
 		free(f->attempt_status);
 		f->attempt_status = dup_or_null(status);
 	}
@@ -612,9 +614,9 @@ json_object *console_attempt_request(manager *m, guest *g, relay_call *call, con
 	}
 	const char *attempt_status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
 	manager_lock(m);
-	json_object_put(g->console);
-	g->console = json_object_get(obs);
-	jsonx_add_str(g->console_attempt, "status", attempt_status);
+	json_object_put(g->console->observation);
+	g->console->observation = json_object_get(obs);
+	jsonx_add_str(g->console->attempt, "status", attempt_status);
 	guest_save(g);
 	manager_unlock(m);
 	json_object *d = json_object_new_object();

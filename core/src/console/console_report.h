@@ -9,8 +9,8 @@
  * backend says about pixels, authentication or a person's confirmation is
  * ever upgraded by the relay.
  *
- * The console room writes these fields of struct guest (session/guest.h):
- * console, console_attempt and console_attempt_ids. Failures are
+ * The console room writes its slice of the guest (guest->console,
+ * console_state.h): the observation and the attempts. Failures are
  * relay_outcome (util/outcome.h); the console tools build the results.
  */
 #ifndef RELAY_CONSOLE_CONSOLE_REPORT_H

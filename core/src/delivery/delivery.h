@@ -32,7 +32,9 @@
  * image_publish -> image_identity -> image_context -> image_result.
  *
  * Fields of struct guest (session/guest.h) this room writes, under the
- * manager's lock: dl and downloads (the queue and its published counters),
+ * manager's lock: its slice (guest->delivery, delivery_state.h: the
+ * download queue and its published counters; the declarations are set at
+ * reserve),
  * phase (FINISHING during relay_finish, back to STAGED when it fails before
  * delivery), delivered and last_error (a sealed package), and, through the
  * session's helpers, lastError and the guest's events

@@ -5,7 +5,7 @@
  * job. The worker takes the oldest job (or the one relay_image moved to the
  * front), runs it with an internal call limited to 90 s of real time (the
  * session's call watcher cancels it at the deadline), and publishes the
- * counters into guest->downloads.
+ * counters into guest->delivery->counters.
  *
  * Locking: q->lock guards the queue; the manager's lock is taken inside it
  * (never the other way round) to publish counters. No lock is held across
@@ -71,7 +71,7 @@ static void job_unref(dl_job *job)
 	}
 }
 
-/* Publishes the counters into guest->downloads. Under q->lock. */
+/* Publishes the counters into guest->delivery->counters. Under q->lock. */
 static void publish(downloads_queue *q)
 {
 	json_object *d = json_object_new_object();
@@ -84,8 +84,8 @@ static void publish(downloads_queue *q)
 	jsonx_add_bool(d, "paused", q->paused);
 	jsonx_add_str(d, "state", state_names[q->state]);
 	manager_lock(q->m);
-	json_object_put(q->g->downloads);
-	q->g->downloads = d;
+	json_object_put(q->g->delivery->counters);
+	q->g->delivery->counters = d;
 	manager_unlock(q->m);
 	pthread_cond_broadcast(&q->changed);
 }
@@ -119,7 +119,7 @@ static json_object *json_object_deep_copy_any(const json_object *value)
 static downloads_queue *queue_of(manager *m, guest *g)
 {
 	manager_lock(m);
-	downloads_queue *q = g->dl;
+	downloads_queue *q = g->delivery->queue;
 	if (q == NULL) {
 		q = calloc(1, sizeof *q);
 		if (q) {
@@ -127,15 +127,15 @@ static downloads_queue *queue_of(manager *m, guest *g)
 			q->g = g;
 			pthread_mutex_init(&q->lock, NULL);
 			pthread_cond_init(&q->changed, NULL);
-			jsonx_get_int(g->downloads, "downloaded", &q->downloaded);
-			jsonx_get_int(g->downloads, "failed", &q->failed);
-			jsonx_get_int(g->downloads, "cancelled", &q->cancelled);
-			jsonx_get_int(g->downloads, "coalesced", &q->coalesced);
-			const char *state = jsonx_get_str(g->downloads, "state");
+			jsonx_get_int(g->delivery->counters, "downloaded", &q->downloaded);
+			jsonx_get_int(g->delivery->counters, "failed", &q->failed);
+			jsonx_get_int(g->delivery->counters, "cancelled", &q->cancelled);
+			jsonx_get_int(g->delivery->counters, "coalesced", &q->coalesced);
+			const char *state = jsonx_get_str(g->delivery->counters, "state");
 			q->state = state && strcmp(state, "closed") == 0 && g->phase == PHASE_CLOSED
 			               ? DL_CLOSED
 			               : DL_OPEN;
-			g->dl = q;
+			g->delivery->queue = q;
 		}
 	}
 	manager_unlock(m);
@@ -296,7 +296,7 @@ void downloads_guest_reached(manager *m, guest *g)
 	if (in_download_worker)
 		return;
 	manager_lock(m);
-	downloads_queue *q = g->dl;
+	downloads_queue *q = g->delivery->queue;
 	manager_unlock(m);
 	if (q == NULL)
 		return;
@@ -389,7 +389,7 @@ void downloads_reopen(manager *m, guest *g)
 void downloads_shutdown(manager *m, guest *g)
 {
 	manager_lock(m);
-	downloads_queue *q = g->dl;
+	downloads_queue *q = g->delivery->queue;
 	manager_unlock(m);
 	if (q == NULL)
 		return;
@@ -490,7 +490,7 @@ downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execu
                                          int64_t deadline_mono_ms, relay_call *call)
 {
 	manager_lock(m);
-	downloads_queue *q = g->dl;
+	downloads_queue *q = g->delivery->queue;
 	manager_unlock(m);
 	if (q == NULL || execution_id == NULL)
 		return DOWNLOADS_WAIT_NONE;
@@ -549,7 +549,7 @@ downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execu
 bool downloads_pending(manager *m, guest *g, const char *execution_id)
 {
 	manager_lock(m);
-	downloads_queue *q = g->dl;
+	downloads_queue *q = g->delivery->queue;
 	manager_unlock(m);
 	if (q == NULL || execution_id == NULL)
 		return false;
@@ -562,7 +562,7 @@ bool downloads_pending(manager *m, guest *g, const char *execution_id)
 
 void downloads_free(guest *g)
 {
-	downloads_queue *q = g->dl;
+	downloads_queue *q = g->delivery->queue;
 	if (q == NULL)
 		return;
 	pthread_mutex_lock(&q->lock);
@@ -585,7 +585,7 @@ void downloads_free(guest *g)
 	pthread_mutex_destroy(&q->lock);
 	pthread_cond_destroy(&q->changed);
 	free(q);
-	g->dl = NULL;
+	g->delivery->queue = NULL;
 }
 
 /* ---- the recording hooks of lifecycle.h ------------------------------------------------ */

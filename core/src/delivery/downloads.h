@@ -17,8 +17,10 @@
  * (the copy relay_script pulled and checked right after the run); without
  * it the job archives the step's first four files in present mode.
  *
- * Counters are published in guest->downloads (status, lease.json) under the
- * manager's lock. Every function is called WITHOUT the manager's lock.
+ * Counters are published in the delivery room's slice of the guest
+ * (guest->delivery, delivery_state.h: status, lease.json) under the
+ * manager's lock.
+ * Every function is called WITHOUT the manager's lock.
  */
 #ifndef RELAY_DELIVERY_DOWNLOADS_H
 #define RELAY_DELIVERY_DOWNLOADS_H
@@ -27,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "delivery/delivery_state.h"
 #include "delivery/step_downloads.h"
 #include "session/manager_internal.h"
 
@@ -34,7 +37,7 @@
 #define DOWNLOADS_DEADLINE_MS 90000 /* one job, its attempts included */
 /* The attempts of one job and the waits between them: download_job.h. */
 
-typedef struct downloads_queue downloads_queue; /* guest->dl */
+typedef struct downloads_queue downloads_queue; /* guest->delivery->queue (delivery_state.h) */
 
 /* downloads_enqueue_step(), downloads_close_for_reset() and
  * downloads_reopen() are declared in step_downloads.h (the hooks runs and

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "call/call.h"
+#include "delivery/delivery_state.h"
 #include "delivery/evidence_pull.h"
 #include "evidence/fswalk.h"
 #include "evidence/package.h"
@@ -46,9 +47,10 @@ const char *extraction_failure_code(extraction_failure failure)
 json_object *extraction_declarations(manager *m, guest *g, bool *full_workspace_out)
 {
 	manager_lock(m);
-	json_object *decl = g->extractions ? json_object_get(g->extractions) : json_object_new_array();
+	json_object *decl =
+	    g->delivery->extractions ? json_object_get(g->delivery->extractions) : json_object_new_array();
 	if (full_workspace_out)
-		*full_workspace_out = g->full_workspace;
+		*full_workspace_out = g->delivery->full_workspace;
 	manager_unlock(m);
 	return decl;
 }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "call/call.h"
+#include "delivery/delivery_state.h"
 #include "delivery/image_catalog.h"
 #include "util/clock.h"
 #include "util/jsonx.h"
@@ -81,7 +82,7 @@ bool dctx_init(dctx *c, manager *m, guest *g, relay_call *call, int64_t deadline
 	c->recording_session_id = idl_dup(g->recording_session_id);
 	c->backend = normalized_backend(g->binding);
 	c->previous = idl_json_copy(g->previous_evidence);
-	c->extractions = idl_json_copy(g->extractions);
+	c->extractions = idl_json_copy(g->delivery->extractions);
 	c->staged = g->staged;
 	c->closed = g->phase == PHASE_CLOSED || g->delivered || g->released || g->closed != NULL;
 	manager_unlock(m);

@@ -15,6 +15,7 @@
 
 #include "call/call.h"
 #include "evidence/archive.h"
+#include "guestio/link.h"
 #include "guestio/receiver_api.h"
 #include "session/events.h"
 #include "util/clock.h"
@@ -32,7 +33,7 @@ relay_status gio_begin(guest_io *io, manager *m, guest *g, relay_call *call, rel
 	memset(io, 0, sizeof *io);
 	loaded_plugin *plugin = NULL;
 	relay_transport_conn *conn = NULL;
-	relay_status st = guest_transport(m, g, &plugin, &conn, err);
+	relay_status st = gio_link_transport(m, g, &plugin, &conn, err);
 	if (st != RELAY_OK)
 		return st;
 	io->m = m;

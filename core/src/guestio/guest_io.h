@@ -6,7 +6,7 @@
  *
  * A guest_io is a short-lived session object a tool creates on the guest's
  * queue (gio_begin), uses, and ends (gio_end). It borrows the guest's
- * transport connection (guest_transport() in manager.c) and owns:
+ * transport connection (gio_link_transport(), link.h) and owns:
  *   - a host scratch folder <guest dir>/io-<random>/ for pulled inventories
  *     and archives, removed by gio_end;
  *   - the list of transient guest files it created (R/.inventory-*,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "call/call.h"
+#include "guestio/link.h"
 #include "loader/loader.h"
 #include "receiver_protocol.h"
 #include "util/clock.h"
@@ -52,8 +53,8 @@ static void resident_free(gio_resident *r)
 static gio_resident *resident_take(manager *m, guest *g)
 {
 	manager_lock(m);
-	gio_resident *r = g->resident;
-	g->resident = NULL;
+	gio_resident *r = g->link->resident;
+	g->link->resident = NULL;
 	manager_unlock(m);
 	return r;
 }
@@ -105,7 +106,7 @@ relay_status gio_resident_ensure(guest_io *io, relay_error *err)
 	gio_resident *r = resident_take(io->m, io->g);
 	if (r && resident_alive(r)) {
 		manager_lock(io->m);
-		io->g->resident = r;
+		io->g->link->resident = r;
 		manager_unlock(io->m);
 		return RELAY_OK;
 	}
@@ -144,7 +145,7 @@ relay_status gio_resident_ensure(guest_io *io, relay_error *err)
 	r->stream = stream;
 	r->last_used_ms = clock_monotonic_ms();
 	manager_lock(io->m);
-	io->g->resident = r;
+	io->g->link->resident = r;
 	manager_unlock(io->m);
 	log_debug("guest %s: receiver serve started on a %s stream", io->g->name,
 	          io->plugin->descriptor.name);
@@ -305,7 +306,7 @@ gio_resident_end gio_resident_request(guest_io *io, gio_supervision *sv, const v
 	if (r) {
 		r->last_used_ms = clock_monotonic_ms();
 		manager_lock(io->m);
-		io->g->resident = r; /* the guest's queue lets no other call open one meanwhile */
+		io->g->link->resident = r; /* the guest's queue lets no other call open one meanwhile */
 		manager_unlock(io->m);
 	}
 	return end;

@@ -3,7 +3,7 @@
  * (spec/guest.md §17): a long-lived stream of the guest's transport
  * (relay/transport.h, RELAY_TRANSPORT_STREAM) with `receiver serve --root R`
  * at its far end, opened once the guest is staged and kept in the guest's
- * record (guest->resident) until the guest is released.
+ * record (guest->link->resident, link.h) until the guest is released.
  *
  * Every request on it is framed as `receiver run --stdin` takes one (the
  * header line and both parts: run_stdin_parts_text in runs/) and every

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "delivery/delivery_state.h"
 #include "lease/egress.h"
 #include "lease/lifecycle.h"
 #include "session/events.h"
@@ -43,12 +44,12 @@ static void fix_identities(manager *m, guest *g)
 	strbuf_printf(&sb, "relay-%s-%s", g->task, hex);
 	g->purpose = strbuf_detach(&sb, NULL);
 	g->acquired_at_ms = now;
-	g->deadline_ms = now + (int64_t)llround(g->ttl_hours * 3600000.0);
+	g->lease->deadline_ms = now + (int64_t)llround(g->lease->ttl_hours * 3600000.0);
 	strbuf_printf(&sb, "%s/relay-evidence/%s", m->settings->project, g->purpose);
 	g->evidence_path = strbuf_detach(&sb, NULL);
 	strbuf_printf(&sb, "/var/tmp/%s-mcp-relay-%s", stamp, g->purpose);
 	g->guest_root = strbuf_detach(&sb, NULL);
-	g->acquisition_in_flight = true;
+	g->lease->acquisition_in_flight = true;
 	json_object_put(g->binding);
 	g->binding = lifecycle_binding_json(m);
 	guest_save(g);
@@ -109,7 +110,7 @@ static int check_image(manager *m, guest *g, loaded_plugin *machine, relay_call 
 	return rc;
 }
 
-static char *acquire_spec(manager *m, guest *g)
+static char *acquire_spec(manager *m, guest *g, bool vnc)
 {
 	manager_lock(m);
 	json_object *spec = json_object_new_object();
@@ -117,13 +118,13 @@ static char *acquire_spec(manager *m, guest *g)
 	jsonx_add_str(spec, "task", g->task);
 	jsonx_add_str(spec, "purpose", g->purpose);
 	jsonx_add_str(spec, "image", g->image);
-	jsonx_add_str(spec, "env", g->env_pack);
+	jsonx_add_str(spec, "env", g->lease->env_pack);
 	jsonx_add_str(spec, "network", g->network);
-	jsonx_add_bool(spec, "vnc", g->vnc);
-	int64_t ttl_ms = (int64_t)llround(g->ttl_hours * 3600000.0);
+	jsonx_add_bool(spec, "vnc", vnc);
+	int64_t ttl_ms = (int64_t)llround(g->lease->ttl_hours * 3600000.0);
 	jsonx_add_int(spec, "ttlMs",
 	              ttl_ms < LIFECYCLE_RENEWAL_WINDOW_MS ? ttl_ms : LIFECYCLE_RENEWAL_WINDOW_MS);
-	jsonx_add_int(spec, "deadlineMs", g->deadline_ms);
+	jsonx_add_int(spec, "deadlineMs", g->lease->deadline_ms);
 	manager_unlock(m);
 	char *text = jsonx_to_string(spec, 0);
 	json_object_put(spec);
@@ -134,21 +135,21 @@ static char *acquire_spec(manager *m, guest *g)
 static void adopt_lease(manager *m, guest *g, json_object *lease)
 {
 	manager_lock(m);
-	json_object_put(g->lease);
-	g->lease = lease;
-	g->acquisition_in_flight = false;
+	json_object_put(g->lease_document);
+	g->lease_document = lease;
+	g->lease->acquisition_in_flight = false;
 	int64_t expires = 0;
 	if (jsonx_get_int(lease, "expiresAtMs", &expires))
-		g->expires_at_ms = expires;
+		g->lease->expires_at_ms = expires;
 	const char *state = jsonx_get_str(lease, "state");
-	free(g->guest_state);
-	g->guest_state = strdup(state ? state : "unknown");
-	g->last_renewed_at_ms = clock_now_ms();
+	free(g->lease->guest_state);
+	g->lease->guest_state = strdup(state ? state : "unknown");
+	g->lease->last_renewed_at_ms = clock_now_ms();
 	g->phase = PHASE_READY;
-	g->renewal = RENEWAL_RENEWING;
-	g->waiting_since_ms = 0;
-	free(g->capacity_reason);
-	g->capacity_reason = NULL;
+	g->lease->renewal = RENEWAL_RENEWING;
+	g->lease->waiting_since_ms = 0;
+	free(g->lease->capacity_reason);
+	g->lease->capacity_reason = NULL;
 	guest_save(g);
 	manager_unlock(m);
 	lifecycle_renewal_start(m, g);
@@ -197,7 +198,7 @@ static int reconcile_unknown(manager *m, guest *g, loaded_plugin *machine, const
 	    g->purpose, g->name, why);
 }
 
-static json_object *acquire_result(manager *m, guest *g)
+static json_object *acquire_result(manager *m, guest *g, const acquire_console *console_room)
 {
 	manager_lock(m);
 	json_object *r = json_object_new_object();
@@ -206,29 +207,29 @@ static json_object *acquire_result(manager *m, guest *g)
 	jsonx_add_str(r, "task", g->task);
 	jsonx_add_str(r, "image", g->image);
 	jsonx_add_str(r, "purpose", g->purpose);
-	jsonx_add_str(r, "vm", jsonx_get_str(g->lease, "vm"));
-	jsonx_add_str(r, "lease_id", jsonx_get_str(g->lease, "lease_id"));
+	jsonx_add_str(r, "vm", jsonx_get_str(g->lease_document, "vm"));
+	jsonx_add_str(r, "lease_id", jsonx_get_str(g->lease_document, "lease_id"));
 	jsonx_add_str(r, "network", g->network);
-	jsonx_add_double(r, "ttlHours", g->ttl_hours);
+	jsonx_add_double(r, "ttlHours", g->lease->ttl_hours);
 	time_format_iso_seconds(g->acquired_at_ms, when);
 	jsonx_add_str(r, "acquiredAt", when);
-	time_format_iso_seconds(g->deadline_ms, when);
+	time_format_iso_seconds(g->lease->deadline_ms, when);
 	jsonx_add_str(r, "deadline", when);
-	if (g->expires_at_ms > 0) {
-		time_format_iso_seconds(g->expires_at_ms, when);
+	if (g->lease->expires_at_ms > 0) {
+		time_format_iso_seconds(g->lease->expires_at_ms, when);
 		jsonx_add_str(r, "expiresAt", when);
 	} else {
 		jsonx_add_null(r, "expiresAt");
 	}
-	jsonx_add_int(r, "waitedForCapacityMs", g->waited_for_capacity_ms);
+	jsonx_add_int(r, "waitedForCapacityMs", g->lease->waited_for_capacity_ms);
 	jsonx_add_str(r, "guestRoot", g->guest_root);
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "%s/workspace", g->guest_root);
 	jsonx_add_str(r, "workspace", strbuf_str(&sb));
 	strbuf_free(&sb);
-	jsonx_add(r, "declarations", json_object_get(g->extractions));
-	jsonx_add_bool(r, "fullWorkspace", g->full_workspace);
-	jsonx_add(r, "console", g->console ? json_object_get(g->console) : NULL);
+	jsonx_add(r, "declarations", json_object_get(g->delivery->extractions));
+	jsonx_add_bool(r, "fullWorkspace", g->delivery->full_workspace);
+	jsonx_add(r, "console", console_room->observation_of(g));
 	jsonx_add_str(r, "evidencePath", g->evidence_path);
 	jsonx_add(r, "guestsHeld", manager_open_guest_names_json(m));
 	jsonx_add_int(r, "maxGuests", m->settings->max_guests);
@@ -281,7 +282,7 @@ static int acquire_checks(manager *m, guest *g, loaded_plugin *machine, relay_ca
 	/* Step 6: with vnc, the console backend of the image's OS must be
 	 * available (the console room reads the acquisition capabilities
 	 * through the console plugin). */
-	if (g->vnc) {
+	if (console->vnc_wanted(g)) {
 		const char *vnc_code = NULL;
 		char vnc_message[512];
 		if (console->vnc_check(m, g->image, call, &vnc_code, vnc_message, sizeof vnc_message) != 0)
@@ -336,11 +337,11 @@ static int wait_for_capacity(manager *m, guest *g, relay_call *call, capacity_wa
 	guest_event(m, g, "capacity-wait", reason, details);
 	manager_lock(m);
 	g->phase = PHASE_WAITING_FOR_CAPACITY;
-	if (g->waiting_since_ms == 0)
-		g->waiting_since_ms = w->first_ms;
-	g->waited_for_capacity_ms = waited;
-	free(g->capacity_reason);
-	g->capacity_reason = strdup(reason);
+	if (g->lease->waiting_since_ms == 0)
+		g->lease->waiting_since_ms = w->first_ms;
+	g->lease->waited_for_capacity_ms = waited;
+	free(g->lease->capacity_reason);
+	g->lease->capacity_reason = strdup(reason);
 	guest_save(g);
 	manager_unlock(m);
 	if (next_attempt - w->first_ms > budget_ms) {
@@ -413,10 +414,10 @@ static int request_failed(manager *m, guest *g, loaded_plugin *machine, relay_st
 
 /* Steps 9-13: the lease request, waiting for capacity. 0 with the lease
  * adopted (renewal started); else -1. */
-static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_call *call, capacity_wait *w,
-                         relay_outcome *o)
+static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_call *call, bool vnc,
+                         capacity_wait *w, relay_outcome *o)
 {
-	char *spec = acquire_spec(m, g);
+	char *spec = acquire_spec(m, g, vnc);
 	int rc = -1;
 	relay_call_progress(call, ++w->progress, -1, "lease requested", true);
 	for (;;) {
@@ -452,7 +453,7 @@ static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_cal
 				break;
 			}
 			manager_lock(m);
-			g->waited_for_capacity_ms = w->first_ms ? attempt_started_ms - w->first_ms : 0;
+			g->lease->waited_for_capacity_ms = w->first_ms ? attempt_started_ms - w->first_ms : 0;
 			manager_unlock(m);
 			adopt_lease(m, g, lease);
 			RELAY_FAILPOINT("acquire.after-adopt");
@@ -478,18 +479,15 @@ static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_cal
  * with outcome-unknown (ownership kept). */
 static int check_console(manager *m, guest *g, const acquire_console *console_room, relay_outcome *o)
 {
-	if (!g->vnc)
+	if (!console_room->vnc_wanted(g))
 		return 0;
 	manager_lock(m);
-	json_object *console = jsonx_get_obj(g->lease, "console");
+	json_object *console = jsonx_get_obj(g->lease_document, "console");
 	const char *status = jsonx_get_str(console, "status");
-	bool ok = jsonx_get_str(g->lease, "lease_id") && jsonx_get_str(console, "console_id") && status &&
-	          strcmp(status, "ready") == 0;
-	if (ok) {
-		json_object *observation = console_room->observation(console);
-		json_object_put(g->console);
-		g->console = observation ? observation : json_object_get(console);
-	}
+	bool ok = jsonx_get_str(g->lease_document, "lease_id") && jsonx_get_str(console, "console_id") &&
+	          status && strcmp(status, "ready") == 0;
+	if (ok)
+		console_room->store_observation(g, console);
 	manager_unlock(m);
 	if (ok)
 		return 0;
@@ -505,7 +503,7 @@ int lease_acquire(manager *m, guest *g, relay_call *call, const acquire_console 
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	capacity_wait wait = {0, 0};
 	if (acquire_checks(m, g, machine, call, console, o) != 0 || acquire_record(m, g, o) != 0 ||
-	    request_lease(m, g, machine, call, &wait, o) != 0)
+	    request_lease(m, g, machine, call, console->vnc_wanted(g), &wait, o) != 0)
 		return -1;
 	lease_egress_start(m, g, machine);
 	if (check_console(m, g, console, o) != 0)
@@ -523,11 +521,11 @@ int lease_acquire(manager *m, guest *g, relay_call *call, const acquire_console 
 	jsonx_add_str(acquired, "task", g->task);
 	jsonx_add_str(acquired, "image", g->image);
 	jsonx_add_str(acquired, "purpose", g->purpose);
-	jsonx_add_str(acquired, "vm", g->lease ? jsonx_get_str(g->lease, "vm") : NULL);
+	jsonx_add_str(acquired, "vm", g->lease_document ? jsonx_get_str(g->lease_document, "vm") : NULL);
 	jsonx_add_str(acquired, "network", g->network);
 	manager_unlock(m);
 	guest_event(m, g, "acquire", "relay_acquire", acquired);
 	outcome_free(o);
-	o->facts = acquire_result(m, g);
+	o->facts = acquire_result(m, g, console);
 	return 0;
 }

@@ -31,8 +31,8 @@ int lease_egress_check(const loaded_plugin *machine, const char *network, char *
 void lease_egress_start(manager *m, guest *g, loaded_plugin *machine)
 {
 	manager_lock(m);
-	bool wanted = lease_egress_wanted(g->network) && g->egress == NULL && g->lease != NULL;
-	char *lease = wanted ? jsonx_to_string(g->lease, 0) : NULL;
+	bool wanted = lease_egress_wanted(g->network) && g->egress == NULL && g->lease_document != NULL;
+	char *lease = wanted ? jsonx_to_string(g->lease_document, 0) : NULL;
 	char *mode = wanted ? strdup(g->network) : NULL;
 	strbuf log_path = STRBUF_INIT;
 	strbuf_printf(&log_path, "%s/network.jsonl", g->dir);

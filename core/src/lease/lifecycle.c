@@ -104,7 +104,7 @@ static char *machine_cell(manager *m, guest *g)
 	return strbuf_detach(&sb, NULL);
 }
 
-/* The six cells of g->registry_row, borrowed from it. Under lock. */
+/* The six cells of g->lease->registry_row, borrowed from it. Under lock. */
 static bool row_from_json(const json_object *cells, registry_row *row)
 {
 	for (int c = 0; c < REGISTRY_CELLS; c++) {
@@ -132,8 +132,8 @@ int lifecycle_registry_add(manager *m, guest *g, relay_outcome *o)
 	jsonx_add_str(cells, "startDate", stamp);
 	free(machine);
 	strbuf_free(&agent);
-	json_object_put(g->registry_row);
-	g->registry_row = cells;
+	json_object_put(g->lease->registry_row);
+	g->lease->registry_row = cells;
 	/* The record names the row before the row exists, so a crash in
 	 * between leaves a row we can recognise as ours. */
 	guest_save(g);
@@ -149,8 +149,8 @@ int lifecycle_registry_add(manager *m, guest *g, relay_outcome *o)
 		return 0;
 	/* Nothing of ours is in the file: forget the row. */
 	manager_lock(m);
-	json_object_put(g->registry_row);
-	g->registry_row = NULL;
+	json_object_put(g->lease->registry_row);
+	g->lease->registry_row = NULL;
 	guest_save(g);
 	manager_unlock(m);
 	if (outcome == REGISTRY_CONFLICT || outcome == REGISTRY_LOCK_TIMEOUT)
@@ -164,7 +164,7 @@ int lifecycle_registry_add(manager *m, guest *g, relay_outcome *o)
 int lifecycle_registry_remove(manager *m, guest *g)
 {
 	manager_lock(m);
-	json_object *cells = g->registry_row ? json_object_get(g->registry_row) : NULL;
+	json_object *cells = g->lease->registry_row ? json_object_get(g->lease->registry_row) : NULL;
 	manager_unlock(m);
 	if (cells == NULL)
 		return 0;
@@ -185,8 +185,8 @@ int lifecycle_registry_remove(manager *m, guest *g)
 	json_object_put(cells);
 	if (rc == 0) {
 		manager_lock(m);
-		json_object_put(g->registry_row);
-		g->registry_row = NULL;
+		json_object_put(g->lease->registry_row);
+		g->lease->registry_row = NULL;
 		guest_save(g);
 		manager_unlock(m);
 	}
@@ -266,7 +266,7 @@ void lifecycle_write_record(manager *m, guest *g, const char *reason, bool faile
 	manager_lock(m);
 	json_object *record = json_object_new_object();
 	jsonx_add_str(record, "purpose", g->purpose);
-	jsonx_add_str(record, "vm", g->lease ? jsonx_get_str(g->lease, "vm") : NULL);
+	jsonx_add_str(record, "vm", g->lease_document ? jsonx_get_str(g->lease_document, "vm") : NULL);
 	jsonx_add_bool(record, "released", true);
 	jsonx_add_str(record, "reason", reason);
 	jsonx_add_bool(record, "failed", failed);

@@ -16,11 +16,12 @@
  *   lifecycle.c     binding, registry glue, probes, waiting, records
  * The task registry file itself is registry/ (below the profile).
  *
- * Fields of struct guest (session/guest.h) this room writes: the
- * acquisition facts, the lease group (lease, registry_row, phase,
- * acquisition_in_flight, capacity waiting), renewal, the restart group,
- * released and closed (through guest_close), beat_in_flight,
- * lookup_queued, next_beat_ms, and the transport connection at release.
+ * What this room writes: its slice of the guest (guest->lease,
+ * lease_state.h: acquisition, capacity waiting, registry row, renewal and
+ * beats, the restart facts), and of struct guest (session/guest.h) the
+ * acquisition facts, the lease document, phase, released and closed
+ * (through guest_close); it closes the transport at release
+ * (gio_link_close).
  * Failures are relay_outcome (util/outcome.h); nothing here builds an MCP
  * result.
  *
@@ -30,6 +31,7 @@
 #ifndef RELAY_LEASE_LIFECYCLE_H
 #define RELAY_LEASE_LIFECYCLE_H
 
+#include "lease/lease_state.h"
 #include "session/manager_internal.h"
 
 /* Constants of spec/lifecycle.md §6. */
@@ -51,7 +53,7 @@ json_object *lifecycle_binding_json(manager *m);
 bool lifecycle_binding_equal(const json_object *a, const json_object *b);
 
 /* Builds the guest's six registry cells (spec/lifecycle.md §10) into
- * g->registry_row, saves the record, then adds the row. 0, or -1 with the
+ * g->lease->registry_row, saves the record, then adds the row. 0, or -1 with the
  * failure in `o` (registry-conflict for a conflicting row or a lock
  * timeout, else internal); then no row of ours is in the file. */
 int lifecycle_registry_add(manager *m, guest *g, relay_outcome *o);

@@ -72,9 +72,9 @@ static void reconcile_work(manager *m, guest *g, relay_call *call, void *ctx);
 
 /* A guest whose record cannot be used, listed so that it counts and is
  * refused by name. */
-static guest *unreadable_guest(const char *name, const char *path, const char *why)
+static guest *unreadable_guest(manager *m, const char *name, const char *path, const char *why)
 {
-	guest *g = guest_new();
+	guest *g = guest_new(m->hooks->rooms);
 	if (g == NULL)
 		return NULL;
 	g->name = strdup(name);
@@ -87,7 +87,7 @@ static guest *unreadable_guest(const char *name, const char *path, const char *w
 	    path, why);
 	g->last_error = strbuf_detach(&sb, NULL);
 	g->phase = PHASE_RECONCILING;
-	g->restored_phase = PHASE_UNAVAILABLE;
+	g->lease->restored_phase = PHASE_UNAVAILABLE;
 	return g;
 }
 
@@ -138,9 +138,9 @@ void reconcile_scan(manager *m)
 			continue;
 		}
 		if (st != RELAY_OK) {
-			g = unreadable_guest(name, path, err.message);
+			g = unreadable_guest(m, name, path, err.message);
 		} else {
-			g = guest_from_record(record, why, sizeof why);
+			g = guest_from_record(m->hooks->rooms, record, why, sizeof why);
 			if (g && strcmp(g->name, name) != 0) {
 				snprintf(why, sizeof why,
 				         "it names guest %.64s but lies in the folder of %.64s", g->name,
@@ -149,7 +149,7 @@ void reconcile_scan(manager *m)
 				g = NULL;
 			}
 			if (g == NULL)
-				g = unreadable_guest(name, path, why);
+				g = unreadable_guest(m, name, path, why);
 		}
 		json_object_put(record);
 		free(path);
@@ -159,9 +159,9 @@ void reconcile_scan(manager *m)
 		}
 		g->dir = gdir;
 		if (g->phase != PHASE_CLOSED && !g->record_readonly) {
-			g->restored_phase = g->phase;
-			g->restored_renewal = g->renewal;
-			g->renewal = RENEWAL_NONE;
+			g->lease->restored_phase = g->phase;
+			g->lease->restored_renewal = g->lease->renewal;
+			g->lease->renewal = RENEWAL_NONE;
 			g->phase = PHASE_RECONCILING;
 		}
 		if (count == capacity) {
@@ -182,7 +182,6 @@ void reconcile_scan(manager *m)
 	bool counters_moved = false;
 	for (size_t i = 0; i < count; i++) {
 		guest *g = found[i];
-		g->acquisition_order = m->next_order++;
 		g->next = NULL;
 		guest **tail = &m->guests;
 		while (*tail)
@@ -222,7 +221,7 @@ static void make_unavailable(manager *m, guest *g, const char *fmt, ...)
 	free(g->last_error);
 	g->last_error = strbuf_detach(&sb, NULL);
 	g->phase = PHASE_UNAVAILABLE;
-	g->renewal = RENEWAL_NONE;
+	g->lease->renewal = RENEWAL_NONE;
 	g->record_readonly = true;
 	if (g->owner_lock_fd >= 0) {
 		close(g->owner_lock_fd);
@@ -283,12 +282,12 @@ static bool adopt_by_purpose(manager *m, guest *g, loaded_plugin *machine, relay
 		adopted = true;
 	if (adopted) {
 		manager_lock(m);
-		json_object_put(g->lease);
-		g->lease = json_object_get(json_object_array_get_idx(found, 0));
-		g->acquisition_in_flight = false;
+		json_object_put(g->lease_document);
+		g->lease_document = json_object_get(json_object_array_get_idx(found, 0));
+		g->lease->acquisition_in_flight = false;
 		int64_t expires = 0;
-		if (jsonx_get_int(g->lease, "expiresAtMs", &expires))
-			g->expires_at_ms = expires;
+		if (jsonx_get_int(g->lease_document, "expiresAtMs", &expires))
+			g->lease->expires_at_ms = expires;
 		guest_save(g);
 		manager_unlock(m);
 	}
@@ -354,9 +353,9 @@ static bool take_ownership(manager *m, guest *g)
 			close(g->owner_lock_fd);
 			g->owner_lock_fd = -1;
 		} else {
-			g->restored_phase = g->phase;
-			g->restored_renewal = g->renewal;
-			g->renewal = RENEWAL_NONE;
+			g->lease->restored_phase = g->phase;
+			g->lease->restored_renewal = g->lease->renewal;
+			g->lease->renewal = RENEWAL_NONE;
 			g->phase = PHASE_RECONCILING;
 		}
 	}
@@ -410,9 +409,9 @@ typedef struct restored_facts {
 static restored_facts read_restored(manager *m, guest *g)
 {
 	manager_lock(m);
-	restored_facts r = {g->restored_phase, g->restored_renewal,
-	                    g->acquisition_in_flight && g->lease == NULL,
-	                    !g->acquisition_in_flight && g->lease == NULL};
+	restored_facts r = {g->lease->restored_phase, g->lease->restored_renewal,
+	                    g->lease->acquisition_in_flight && g->lease_document == NULL,
+	                    !g->lease->acquisition_in_flight && g->lease_document == NULL};
 	manager_unlock(m);
 	return r;
 }
@@ -422,7 +421,7 @@ static void no_machine(manager *m, guest *g, const restored_facts *r)
 {
 	manager_lock(m);
 	g->phase = r->phase == PHASE_RECONCILING ? PHASE_READY : r->phase;
-	g->renewal = r->renewal;
+	g->lease->renewal = r->renewal;
 	free(g->last_error);
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "the machine backend is not available at restart: %s",
@@ -475,8 +474,8 @@ static bool settle_acquisition(manager *m, guest *g, loaded_plugin *machine, rel
 static bool adopt_found(manager *m, guest *g, json_object *found)
 {
 	manager_lock(m);
-	const char *record_id = jsonx_get_str(g->lease, "lease_id");
-	const char *record_console = console_id(g->lease);
+	const char *record_id = jsonx_get_str(g->lease_document, "lease_id");
+	const char *record_console = console_id(g->lease_document);
 	const char *found_purpose = jsonx_get_str(found, "purpose");
 	bool same =
 	    found_purpose && strcmp(found_purpose, g->purpose) == 0 &&
@@ -484,14 +483,14 @@ static bool adopt_found(manager *m, guest *g, json_object *found)
 	                           strcmp(record_id, jsonx_get_str(found, "lease_id")) == 0)) &&
 	    (record_console == NULL || (console_id(found) && strcmp(record_console, console_id(found)) == 0));
 	if (same) {
-		json_object_put(g->lease);
-		g->lease = json_object_get(found);
+		json_object_put(g->lease_document);
+		g->lease_document = json_object_get(found);
 		int64_t expires = 0;
 		if (jsonx_get_int(found, "expiresAtMs", &expires) && expires > 0)
-			g->expires_at_ms = expires;
+			g->lease->expires_at_ms = expires;
 		const char *state = jsonx_get_str(found, "state");
-		free(g->guest_state);
-		g->guest_state = strdup(state ? state : "unknown");
+		free(g->lease->guest_state);
+		g->lease->guest_state = strdup(state ? state : "unknown");
 		if (state && strcmp(state, "failed") == 0) {
 			free(g->last_error);
 			g->last_error = strdup("the backend reports the guest failed");
@@ -561,8 +560,8 @@ static bool look_up_lease(manager *m, guest *g, loaded_plugin *machine, relay_ca
 		ended = settle_absent(m, g, machine, call, lease, restored_phase);
 	} else {
 		manager_lock(m);
-		free(g->guest_state);
-		g->guest_state = strdup("unknown");
+		free(g->lease->guest_state);
+		g->lease->guest_state = strdup("unknown");
 		free(g->last_error);
 		strbuf sb = STRBUF_INIT;
 		strbuf_printf(&sb, "the lease lookup at restart failed: %s; renewal goes on and tries again",
@@ -587,7 +586,7 @@ static void resume_guest(manager *m, guest *g, const restored_facts *r)
 	    phase == PHASE_UNAVAILABLE || phase == PHASE_CLOSED)
 		phase = PHASE_READY;
 	g->phase = phase;
-	g->renewal = r->renewal;
+	g->lease->renewal = r->renewal;
 	bool reattach = g->staged && !g->delivered;
 	guest_save(g);
 	manager_unlock(m);

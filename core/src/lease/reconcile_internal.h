@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 
+#include "lease/lease_state.h"
 #include "session/manager_internal.h"
 
 /* The largest ownership record read back. */

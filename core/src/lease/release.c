@@ -13,6 +13,7 @@
 
 #include "delivery/downloads.h"
 #include "delivery/packaging.h"
+#include "guestio/link.h"
 #include "guestio/resident.h"
 #include "lease/lifecycle.h"
 #include "lease/renewal.h"
@@ -114,18 +115,11 @@ static void close_transport(manager *m, guest *g)
 {
 	downloads_shutdown(m, g); /* no step download may use the connection any more */
 	gio_resident_close(m, g); /* `receiver serve` sees end of input and exits */
-	manager_lock(m);
-	loaded_plugin *plugin = g->transport_plugin;
-	relay_transport_conn *conn = g->transport_conn;
-	g->transport_conn = NULL;
-	g->transport_plugin = NULL;
-	manager_unlock(m);
-	if (plugin && conn)
-		plugin->transport.close(plugin->state, conn, 0);
+	gio_link_close(m, g);
 }
 
 /* Step 4: an acquisition whose outcome is unknown is looked up by purpose.
- * Returns 0 to go on (g->lease set); 1 when nothing was leased (the
+ * Returns 0 to go on (g->lease_document set); 1 when nothing was leased (the
  * release is done, `o` filled); -1 with the failure in `o`. */
 static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_call *call, guest_phase prior,
                             relay_outcome *o)
@@ -170,9 +164,9 @@ static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_
 		    g->purpose, err.message[0] ? err.message : relay_status_str(st));
 	}
 	manager_lock(m);
-	json_object_put(g->lease);
-	g->lease = json_object_get(json_object_array_get_idx(found, 0));
-	g->acquisition_in_flight = false;
+	json_object_put(g->lease_document);
+	g->lease_document = json_object_get(json_object_array_get_idx(found, 0));
+	g->lease->acquisition_in_flight = false;
 	guest_save(g);
 	manager_unlock(m);
 	json_object_put(found);
@@ -282,7 +276,7 @@ static int release_path(manager *m, guest *g, relay_call *call, bool direct, con
 		                      NULL, o);
 	}
 	guest_phase prior = g->phase;
-	bool uncertain = prior == PHASE_ACQUISITION_UNCERTAIN || g->lease == NULL;
+	bool uncertain = prior == PHASE_ACQUISITION_UNCERTAIN || g->lease_document == NULL;
 	bool package = !direct && g->staged && !g->delivered;
 	g->phase = PHASE_RELEASING;
 	manager_unlock(m);

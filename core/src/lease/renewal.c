@@ -33,7 +33,8 @@ int64_t renewal_final_ttl_ms(int64_t deadline_ms, int64_t now_ms)
 
 static bool renewing(const guest *g)
 {
-	return g->phase != PHASE_CLOSED && (g->renewal == RENEWAL_RENEWING || g->renewal == RENEWAL_FAILING);
+	return g->phase != PHASE_CLOSED &&
+	       (g->lease->renewal == RENEWAL_RENEWING || g->lease->renewal == RENEWAL_FAILING);
 }
 
 void renewal_store_confirmed(guest *g, json_object *doc, int64_t now)
@@ -42,14 +43,14 @@ void renewal_store_confirmed(guest *g, json_object *doc, int64_t now)
 		return;
 	int64_t expires = 0;
 	if (jsonx_get_int(doc, "expiresAtMs", &expires) && expires > 0)
-		g->expires_at_ms = expires;
+		g->lease->expires_at_ms = expires;
 	const char *state = jsonx_get_str(doc, "state");
 	if (state) {
-		free(g->guest_state);
-		g->guest_state = strdup(state);
+		free(g->lease->guest_state);
+		g->lease->guest_state = strdup(state);
 	}
-	json_object_put(g->lease);
-	g->lease = doc;
+	json_object_put(g->lease_document);
+	g->lease_document = doc;
 	(void)now;
 }
 
@@ -64,9 +65,9 @@ static void lookup_after_failed_beat(manager *m, guest *g, relay_call *call, voi
 	(void)ctx;
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	manager_lock(m);
-	g->lookup_queued = false;
-	bool open = g->phase != PHASE_CLOSED && g->phase != PHASE_UNAVAILABLE && g->lease != NULL;
-	char *lease = open ? jsonx_to_string(g->lease, 0) : NULL;
+	g->lease->lookup_queued = false;
+	bool open = g->phase != PHASE_CLOSED && g->phase != PHASE_UNAVAILABLE && g->lease_document != NULL;
+	char *lease = open ? jsonx_to_string(g->lease_document, 0) : NULL;
 	manager_unlock(m);
 	if (lease == NULL || machine == NULL) {
 		free(lease);
@@ -103,7 +104,7 @@ static void queue_lookup_work(manager *m, guest *g)
 	if (!manager_queue_internal(m, g, lookup_after_failed_beat, NULL, NULL,
 	                            LIFECYCLE_LOOKUP_TIMEOUT_MS)) {
 		manager_lock(m);
-		g->lookup_queued = false;
+		g->lease->lookup_queued = false;
 		manager_unlock(m);
 	}
 }
@@ -124,19 +125,19 @@ static void beat(manager *m, guest *g)
 		manager_unlock(m);
 		return;
 	}
-	int64_t ttl = renewal_ttl_ms(g->deadline_ms, now);
-	g->next_beat_ms = now + LIFECYCLE_BEAT_INTERVAL_MS;
+	int64_t ttl = renewal_ttl_ms(g->lease->deadline_ms, now);
+	g->lease->next_beat_ms = now + LIFECYCLE_BEAT_INTERVAL_MS;
 	if (ttl == 0) {
 		/* Never past the deadline: the lease lapses at its last confirmed
 		 * expiry. Nothing is destroyed. */
-		g->renewal = RENEWAL_STOPPED;
+		g->lease->renewal = RENEWAL_STOPPED;
 		guest_save(g);
 		json_object *details = json_object_new_object();
 		char when[21];
-		time_format_iso_seconds(g->deadline_ms, when);
+		time_format_iso_seconds(g->lease->deadline_ms, when);
 		jsonx_add_str(details, "deadline", when);
-		if (g->expires_at_ms > 0) {
-			time_format_iso_seconds(g->expires_at_ms, when);
+		if (g->lease->expires_at_ms > 0) {
+			time_format_iso_seconds(g->lease->expires_at_ms, when);
 			jsonx_add_str(details, "expiresAt", when);
 		} else {
 			jsonx_add_null(details, "expiresAt");
@@ -150,7 +151,7 @@ static void beat(manager *m, guest *g)
 		         g->name);
 		return;
 	}
-	char *lease = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
+	char *lease = g->lease_document ? jsonx_to_string(g->lease_document, 0) : NULL;
 	manager_unlock(m);
 	if (lease == NULL || machine == NULL) {
 		free(lease);
@@ -177,8 +178,8 @@ static void beat(manager *m, guest *g)
 	if (st == RELAY_OK) {
 		renewal_store_confirmed(g, doc, now);
 		doc = NULL;
-		g->last_renewed_at_ms = clock_now_ms();
-		g->renewal = RENEWAL_RENEWING;
+		g->lease->last_renewed_at_ms = clock_now_ms();
+		g->lease->renewal = RENEWAL_RENEWING;
 		guest_save(g);
 		manager_unlock(m);
 		return;
@@ -187,12 +188,12 @@ static void beat(manager *m, guest *g)
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "Heartbeat lost: %s", err.message[0] ? err.message : relay_status_str(st));
 	g->last_error = strbuf_detach(&sb, NULL);
-	free(g->guest_state);
-	g->guest_state = strdup("unknown");
-	g->renewal = RENEWAL_FAILING;
+	free(g->lease->guest_state);
+	g->lease->guest_state = strdup("unknown");
+	g->lease->renewal = RENEWAL_FAILING;
 	guest_save(g);
-	if (!g->lookup_queued && !m->ending) {
-		g->lookup_queued = true;
+	if (!g->lease->lookup_queued && !m->ending) {
+		g->lease->lookup_queued = true;
 		queue_lookup = true;
 	}
 	manager_unlock(m);
@@ -210,9 +211,9 @@ static void beat(manager *m, guest *g)
 void renewal_queue_lookup(manager *m, guest *g)
 {
 	manager_lock(m);
-	bool queue = !g->lookup_queued && !m->ending && g->phase != PHASE_CLOSED;
+	bool queue = !g->lease->lookup_queued && !m->ending && g->phase != PHASE_CLOSED;
 	if (queue)
-		g->lookup_queued = true;
+		g->lease->lookup_queued = true;
 	manager_unlock(m);
 	if (queue)
 		queue_lookup_work(m, g);
@@ -226,7 +227,7 @@ static void *beat_main(void *arg)
 	free(b);
 	beat(m, g);
 	manager_lock(m);
-	g->beat_in_flight = false;
+	g->lease->beat_in_flight = false;
 	m->beats_running--;
 	pthread_cond_broadcast(&m->changed);
 	manager_unlock(m);
@@ -245,11 +246,11 @@ static void *scheduler_main(void *arg)
 		int64_t now = clock_now_ms();
 		int64_t next = now + LIFECYCLE_BEAT_INTERVAL_MS;
 		for (guest *g = m->guests; g; g = g->next) {
-			if (!renewing(g) || g->beat_in_flight)
+			if (!renewing(g) || g->lease->beat_in_flight)
 				continue;
-			if (g->next_beat_ms > now) {
-				if (g->next_beat_ms < next)
-					next = g->next_beat_ms;
+			if (g->lease->next_beat_ms > now) {
+				if (g->lease->next_beat_ms < next)
+					next = g->lease->next_beat_ms;
 				continue;
 			}
 			beat_arg *b = malloc(sizeof *b);
@@ -258,7 +259,7 @@ static void *scheduler_main(void *arg)
 				continue;
 			b->m = m;
 			b->g = g;
-			g->beat_in_flight = true;
+			g->lease->beat_in_flight = true;
 			m->beats_running++;
 			if (pthread_create(&thread, NULL, beat_main, b) == 0) {
 				pthread_detach(thread);
@@ -293,8 +294,8 @@ static void ensure_scheduler(manager *m)
 void renewal_start(manager *m, guest *g, bool beat_now)
 {
 	manager_lock(m);
-	g->renewal = RENEWAL_RENEWING;
-	g->next_beat_ms = clock_now_ms() + (beat_now ? 0 : LIFECYCLE_BEAT_INTERVAL_MS);
+	g->lease->renewal = RENEWAL_RENEWING;
+	g->lease->next_beat_ms = clock_now_ms() + (beat_now ? 0 : LIFECYCLE_BEAT_INTERVAL_MS);
 	guest_save(g);
 	ensure_scheduler(m);
 	pthread_cond_broadcast(&m->changed);
@@ -305,8 +306,8 @@ void renewal_start(manager *m, guest *g, bool beat_now)
 void renewal_stop(manager *m, guest *g)
 {
 	manager_lock(m);
-	if (g->renewal != RENEWAL_NONE)
-		g->renewal = RENEWAL_STOPPED;
+	if (g->lease->renewal != RENEWAL_NONE)
+		g->lease->renewal = RENEWAL_STOPPED;
 	guest_save(g);
 	pthread_cond_broadcast(&m->changed);
 	manager_unlock(m);
@@ -324,7 +325,7 @@ void renewal_halt(manager *m)
 void renewal_wait_beat(manager *m, guest *g)
 {
 	manager_lock(m);
-	while (g->beat_in_flight)
+	while (g->lease->beat_in_flight)
 		pthread_cond_wait(&m->changed, &m->lock);
 	manager_unlock(m);
 }
@@ -340,8 +341,8 @@ int renewal_pause(manager *m, guest *g, const char *reason)
 		manager_unlock(m);
 		return 0;
 	}
-	int64_t remaining = renewal_final_ttl_ms(g->deadline_ms, clock_now_ms());
-	char *lease = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
+	int64_t remaining = renewal_final_ttl_ms(g->lease->deadline_ms, clock_now_ms());
+	char *lease = g->lease_document ? jsonx_to_string(g->lease_document, 0) : NULL;
 	manager_unlock(m);
 	int status = 0;
 	char failure[RELAY_ERROR_MESSAGE_BYTES] = "";
@@ -361,7 +362,7 @@ int renewal_pause(manager *m, guest *g, const char *reason)
 		if (st == RELAY_OK) {
 			manager_lock(m);
 			renewal_store_confirmed(g, doc, clock_now_ms());
-			g->last_renewed_at_ms = clock_now_ms();
+			g->lease->last_renewed_at_ms = clock_now_ms();
 			manager_unlock(m);
 		} else {
 			json_object_put(doc);
@@ -375,18 +376,18 @@ int renewal_pause(manager *m, guest *g, const char *reason)
 	}
 	free(lease);
 	manager_lock(m);
-	g->renewal = RENEWAL_PAUSED;
+	g->lease->renewal = RENEWAL_PAUSED;
 	guest_save(g);
 	json_object *details = json_object_new_object();
 	jsonx_add_str(details, "reason", reason);
 	char when[21];
-	if (g->expires_at_ms > 0) {
-		time_format_iso_seconds(g->expires_at_ms, when);
+	if (g->lease->expires_at_ms > 0) {
+		time_format_iso_seconds(g->lease->expires_at_ms, when);
 		jsonx_add_str(details, "expiresAt", when);
 	} else {
 		jsonx_add_null(details, "expiresAt");
 	}
-	time_format_iso_seconds(g->deadline_ms, when);
+	time_format_iso_seconds(g->lease->deadline_ms, when);
 	jsonx_add_str(details, "deadline", when);
 	pthread_cond_broadcast(&m->changed);
 	manager_unlock(m);

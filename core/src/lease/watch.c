@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lease/lease_state.h"
 #include "lease/renewal.h"
 #include "loader/loader.h"
 #include "session/events.h"
@@ -20,7 +21,7 @@ static void on_lease_changed(void *ctx, const char *vm)
 	guest *found = NULL;
 	manager_lock(m);
 	for (guest *g = m->guests; g && found == NULL; g = g->next) {
-		const char *held = jsonx_get_str(g->lease, "vm");
+		const char *held = jsonx_get_str(g->lease_document, "vm");
 		if (g->phase != PHASE_CLOSED && g->phase != PHASE_UNAVAILABLE && held &&
 		    strcmp(held, vm) == 0)
 			found = g;
@@ -55,12 +56,12 @@ void watch_store_observed(manager *m, guest *g, json_object *doc)
 		json_object_put(doc);
 		return;
 	}
-	bool was_lost = is_lost(g->guest_state);
+	bool was_lost = is_lost(g->lease->guest_state);
 	renewal_store_confirmed(g, doc, clock_now_ms());
 	char *reason = NULL;
 	json_object *details = NULL;
-	if (is_lost(g->guest_state) && !was_lost) {
-		const char *why = jsonx_get_str(g->lease, "lostReason");
+	if (is_lost(g->lease->guest_state) && !was_lost) {
+		const char *why = jsonx_get_str(g->lease_document, "lostReason");
 		reason = strdup(why ? why : "the backend reports the guest lost");
 		strbuf sb = STRBUF_INIT;
 		strbuf_printf(&sb,
@@ -71,11 +72,11 @@ void watch_store_observed(manager *m, guest *g, json_object *doc)
 		free(g->last_error);
 		g->last_error = strbuf_detach(&sb, NULL);
 		details = json_object_new_object();
-		jsonx_add_str(details, "vm", jsonx_get_str(g->lease, "vm"));
+		jsonx_add_str(details, "vm", jsonx_get_str(g->lease_document, "vm"));
 		jsonx_add_str(details, "reason", reason);
 		/* Nothing is left to keep alive: a renewal would only fail. */
-		if (g->renewal == RENEWAL_RENEWING || g->renewal == RENEWAL_FAILING)
-			g->renewal = RENEWAL_STOPPED;
+		if (g->lease->renewal == RENEWAL_RENEWING || g->lease->renewal == RENEWAL_FAILING)
+			g->lease->renewal = RENEWAL_STOPPED;
 		pthread_cond_broadcast(&m->changed);
 	}
 	guest_save(g);

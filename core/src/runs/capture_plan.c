@@ -143,7 +143,7 @@ json_object *capture_plan_for(manager *m, guest *g, json_object *applications, c
 	}
 	json_object *context = json_object_new_object();
 	manager_lock(m);
-	jsonx_add(context, "lease", g->lease ? json_object_get(g->lease) : NULL);
+	jsonx_add(context, "lease", g->lease_document ? json_object_get(g->lease_document) : NULL);
 	jsonx_add_str(context, "guestRoot", g->guest_root);
 	manager_unlock(m);
 	jsonx_add(context, "applications",

@@ -8,6 +8,7 @@
 #include "guestio/guest_io.h"
 #include "runs/capture_plan.h"
 #include "runs/receiver_builds.h"
+#include "runs/run_state.h"
 #include "session/events.h"
 #include "session/manager_internal.h"
 #include "util/clock.h"
@@ -223,11 +224,11 @@ int probe_guest(manager *m, guest *g, relay_call *call, relay_outcome *o)
 	char observed[21];
 	time_format_iso_seconds(clock_now_ms(), observed);
 	manager_lock(m);
-	char *node = strdup(g->node_path ? g->node_path : "node");
-	char *cua = g->cua_driver ? strdup(g->cua_driver) : NULL;
+	char *node = strdup(g->run->node_path ? g->run->node_path : "node");
+	char *cua = g->run->cua_driver ? strdup(g->run->cua_driver) : NULL;
 	bool staged = g->staged;
-	int snapshots = g->snapshots;
-	json_object *stored_plan = g->capture_plan ? json_object_get(g->capture_plan) : NULL;
+	int snapshots = g->run->snapshots;
+	json_object *stored_plan = g->run->capture_plan ? json_object_get(g->run->capture_plan) : NULL;
 	char *image = g->image ? strdup(g->image) : NULL;
 	manager_unlock(m);
 

@@ -9,6 +9,7 @@
 #include "delivery/packaging.h"
 #include "delivery/step_downloads.h"
 #include "guestio/receiver_api.h"
+#include "runs/run_state.h"
 #include "session/events.h"
 #include "util/error.h"
 #include "util/jsonx.h"
@@ -21,7 +22,7 @@
 static json_object *pending_begin(manager *m, guest *g, relay_outcome *o)
 {
 	manager_lock(m);
-	if (g->pending_reset == NULL) {
+	if (g->run->pending_reset == NULL) {
 		if (!g->staged || g->recording_session_id == NULL) {
 			manager_unlock(m);
 			outcome_fail(
@@ -41,10 +42,10 @@ static json_object *pending_begin(manager *m, guest *g, relay_outcome *o)
 		strbuf_printf(&sb, "%s-recording-%.8s", g->evidence_path, uuid);
 		jsonx_add_str(p, "to", strbuf_str(&sb));
 		strbuf_free(&sb);
-		g->pending_reset = p;
+		g->run->pending_reset = p;
 		guest_save(g);
 	}
-	json_object *pending = json_object_get(g->pending_reset);
+	json_object *pending = json_object_get(g->run->pending_reset);
 	manager_unlock(m);
 	return pending;
 }
@@ -73,8 +74,8 @@ static void reset_finish(manager *m, guest *g, guest_io *io, json_object *pendin
 		g->phase = PHASE_READY;
 	free(g->recording_session_id);
 	g->recording_session_id = NULL;
-	json_object_put(g->pending_reset);
-	g->pending_reset = NULL;
+	json_object_put(g->run->pending_reset);
+	g->run->pending_reset = NULL;
 	guest_save(g);
 	manager_unlock(m);
 	free(io->evidence);

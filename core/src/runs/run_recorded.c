@@ -17,6 +17,7 @@
 #include "receiver_protocol.h"
 #include "runs/run_internal.h"
 #include "runs/run_network.h"
+#include "runs/run_state.h"
 #include "util/clock.h"
 #include "util/failpoint.h"
 #include "util/fsutil.h"
@@ -83,9 +84,9 @@ static void run_prepare(run_ctx *x)
 	x->root = strdup(x->g->guest_root);
 	x->evidence = strdup(x->g->evidence_path);
 	x->session = x->g->recording_session_id ? strdup(x->g->recording_session_id) : NULL;
-	x->node_path = x->g->node_path ? strdup(x->g->node_path) : NULL;
-	x->snapshots_on = x->g->snapshots == 1;
-	json_object *capture = x->snapshots_on ? jsonx_get_obj(x->g->capture_plan, "capture") : NULL;
+	x->node_path = x->g->run->node_path ? strdup(x->g->run->node_path) : NULL;
+	x->snapshots_on = x->g->run->snapshots == 1;
+	json_object *capture = x->snapshots_on ? jsonx_get_obj(x->g->run->capture_plan, "capture") : NULL;
 	x->capture = capture ? json_object_get(capture) : NULL;
 	manager_unlock(x->m);
 	if (x->capture == NULL)

@@ -11,6 +11,7 @@
 #include "receiver_protocol.h"
 #include "runs/host_paths.h"
 #include "runs/run_internal.h"
+#include "runs/run_state.h"
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
@@ -45,9 +46,9 @@ static bool step_id_used(manager *m, guest *g, const char *id)
 {
 	bool used = false;
 	manager_lock(m);
-	size_t n = g->used_step_ids ? json_object_array_length(g->used_step_ids) : 0;
+	size_t n = g->run->used_step_ids ? json_object_array_length(g->run->used_step_ids) : 0;
 	for (size_t i = 0; i < n && !used; i++) {
-		const char *s = json_object_get_string(json_object_array_get_idx(g->used_step_ids, i));
+		const char *s = json_object_get_string(json_object_array_get_idx(g->run->used_step_ids, i));
 		used = s && strcmp(s, id) == 0;
 	}
 	manager_unlock(m);

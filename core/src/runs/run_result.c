@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "runs/run_internal.h"
+#include "runs/run_state.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/fsutil.h"
@@ -299,7 +300,7 @@ int run_not_dispatched(manager *m, guest *g, const char *evidence, const char *e
 void run_use_step_id(manager *m, guest *g, const char *id)
 {
 	manager_lock(m);
-	json_object_array_add(g->used_step_ids, json_object_new_string(id));
+	json_object_array_add(g->run->used_step_ids, json_object_new_string(id));
 	guest_save(g);
 	manager_unlock(m);
 }

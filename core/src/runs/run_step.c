@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runs/run_internal.h"
+#include "runs/run_state.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/strbuf.h"
@@ -95,7 +96,7 @@ json_object *run_derive_step(manager *m, guest *g, const run_call *c, const char
 	const char *given_id = c->step ? jsonx_get_str(c->step, "id") : NULL;
 	char id[160];
 	manager_lock(m);
-	int64_t seq = g->run_seq;
+	int64_t seq = g->run->run_seq;
 	for (;;) {
 		seq++;
 		if (given_id) {
@@ -104,16 +105,16 @@ json_object *run_derive_step(manager *m, guest *g, const run_call *c, const char
 		}
 		snprintf(id, sizeof id, "%s-%lld", c->language, (long long)seq);
 		bool used = false;
-		size_t n = json_object_array_length(g->used_step_ids);
+		size_t n = json_object_array_length(g->run->used_step_ids);
 		for (size_t i = 0; i < n && !used; i++) {
 			const char *s =
-			    json_object_get_string(json_object_array_get_idx(g->used_step_ids, i));
+			    json_object_get_string(json_object_array_get_idx(g->run->used_step_ids, i));
 			used = s && strcmp(s, id) == 0;
 		}
 		if (!used)
 			break;
 	}
-	g->run_seq = seq;
+	g->run->run_seq = seq;
 	guest_save(g);
 	manager_unlock(m);
 	*run_seq_out = seq;

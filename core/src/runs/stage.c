@@ -19,6 +19,7 @@
 #include "runs/receiver_builds.h"
 #include "runs/recording_reset.h"
 #include "runs/run_internal.h"
+#include "runs/run_state.h"
 #include "runs/stage_internal.h"
 #include "session/events.h"
 #include "util/clock.h"
@@ -179,19 +180,19 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 	manager_lock(m);
 	g->staged = true;
 	g->phase = PHASE_STAGED;
-	free(g->platform);
-	g->platform = strdup(s->platform);
+	free(g->run->platform);
+	g->run->platform = strdup(s->platform);
 	if (node_given) {
-		free(g->node_path);
-		g->node_path = strdup(node_given);
+		free(g->run->node_path);
+		g->run->node_path = strdup(node_given);
 	}
 	if (cua_given || plan_cua) {
-		free(g->cua_driver);
-		g->cua_driver = strdup(cua_given ? cua_given : plan_cua);
+		free(g->run->cua_driver);
+		g->run->cua_driver = strdup(cua_given ? cua_given : plan_cua);
 	}
-	g->snapshots = enabled ? 1 : 0;
-	json_object_put(g->capture_plan);
-	g->capture_plan = json_object_get(plan);
+	g->run->snapshots = enabled ? 1 : 0;
+	json_object_put(g->run->capture_plan);
+	g->run->capture_plan = json_object_get(plan);
 	free(g->recording_session_id);
 	g->recording_session_id = strdup(session);
 	guest_save(g);
@@ -219,7 +220,7 @@ static int stage_fresh(stage_ctx *s, json_object *reset)
 	stage_phase_mark(s, "receiver");
 	const char *cua_given = jsonx_get_str(s->args, "cuaDriver");
 	manager_lock(s->m);
-	char *cua_stored = s->g->cua_driver ? strdup(s->g->cua_driver) : NULL;
+	char *cua_stored = s->g->run->cua_driver ? strdup(s->g->run->cua_driver) : NULL;
 	manager_unlock(s->m);
 	apps = capture_catalog_applications(s->m, s->g, s->call, NULL, 0);
 	plan = capture_plan_for(s->m, s->g, apps, s->platform, cua_given ? cua_given : cua_stored);
@@ -302,7 +303,7 @@ int stage_guest(manager *m, guest *g, json_object *args, relay_call *call, relay
 	jsonx_get_bool(args, "resetRecording", &want_reset);
 	bool gives_content = jsonx_has(args, "workspace") || jsonx_has(args, "files");
 	manager_lock(m);
-	bool pending = g->pending_reset != NULL, staged = g->staged;
+	bool pending = g->run->pending_reset != NULL, staged = g->staged;
 	manager_unlock(m);
 	/* Step 2: host inputs and limits, before anything is sent. */
 	int r = stage_check_inputs(&s);

@@ -9,10 +9,10 @@
  * stage_inputs.c, stage_programs.c, stage_push.c, stage_result.c;
  * stage_internal.h is what they share.
  *
- * Guest fields written (session/guest.h), under the lock and saved:
- * staged, phase, platform, node_path, cua_driver, snapshots, capture_plan,
- * recording_session_id; last_error through guest_set_last_error(); and
- * through recording_reset() what it lists.
+ * Guest fields written, under the lock and saved: staged, phase and
+ * recording_session_id (session/guest.h), and of the run slice
+ * (run_state.h) platform, node_path, cua_driver, snapshots, capture_plan; last_error through
+ * guest_set_last_error(); and through recording_reset() what it lists.
  *
  * Runs on the guest's queue, without the lock.
  */

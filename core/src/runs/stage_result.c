@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "delivery/delivery_state.h"
 #include "delivery/image_delivery.h"
 #include "guestio/receiver_api.h"
 #include "runs/capture_plan.h"
+#include "runs/run_state.h"
 #include "runs/stage_internal.h"
 #include "session/events.h"
 #include "util/clock.h"
@@ -34,7 +36,7 @@ int stage_result(stage_ctx *s, json_object *files, json_object *updated, json_ob
 	jsonx_add_str(r, "guest", g->name);
 	jsonx_add_bool(r, "staged", g->staged);
 	json_object *rec = json_object_new_object();
-	jsonx_add_str(rec, "platform", g->platform);
+	jsonx_add_str(rec, "platform", g->run->platform);
 	jsonx_add_str(rec, "version", s->receiver_version ? s->receiver_version : RELAY_VERSION);
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "%s/receiver", g->guest_root);
@@ -61,20 +63,20 @@ int stage_result(stage_ctx *s, json_object *files, json_object *updated, json_ob
 	}
 	jsonx_add(r, "files", files);
 	jsonx_add(r, "updated", updated);
-	jsonx_add_str(r, "nodePath", g->node_path ? g->node_path : "node");
-	jsonx_add_str(r, "cuaDriver", g->snapshots == 1 ? g->cua_driver : NULL);
+	jsonx_add_str(r, "nodePath", g->run->node_path ? g->run->node_path : "node");
+	jsonx_add_str(r, "cuaDriver", g->run->snapshots == 1 ? g->run->cua_driver : NULL);
 	jsonx_add_str(r, "recordingSessionId", g->recording_session_id);
 	jsonx_add(r, "reset", reset);
 	jsonx_add_str(r, "evidencePath", g->evidence_path);
-	jsonx_add(r, "extractions", json_object_get(g->extractions));
+	jsonx_add(r, "extractions", json_object_get(g->delivery->extractions));
 	json_object *caps = json_object_new_object();
 	jsonx_add(caps, "image", image_delivery_capability_json());
 	json_object *snap = json_object_new_object();
-	jsonx_add_bool(snap, "enabled", g->snapshots == 1);
-	json_object *cap = jsonx_get_obj(g->capture_plan, "capture");
+	jsonx_add_bool(snap, "enabled", g->run->snapshots == 1);
+	json_object *cap = jsonx_get_obj(g->run->capture_plan, "capture");
 	jsonx_add_str(snap, "capture",
 	              cap && jsonx_get_str(cap, "plugin") ? jsonx_get_str(cap, "plugin") : plugin_name);
-	const char *because = jsonx_get_str(g->capture_plan, "because");
+	const char *because = jsonx_get_str(g->run->capture_plan, "because");
 	jsonx_add_str(snap, "because", because ? because : "no capture plan");
 	jsonx_add(caps, "snapshots", snap);
 	jsonx_add(r, "capabilities", caps);
@@ -157,18 +159,19 @@ int stage_correct_paths(stage_ctx *s, json_object *reset)
 	}
 	manager_lock(s->m);
 	if (node) {
-		free(s->g->node_path);
-		s->g->node_path = strdup(node);
+		free(s->g->run->node_path);
+		s->g->run->node_path = strdup(node);
 	}
 	if (cua) {
-		free(s->g->cua_driver);
-		s->g->cua_driver = strdup(cua);
+		free(s->g->run->cua_driver);
+		s->g->run->cua_driver = strdup(cua);
 		/* The snapshot verdict of the stage stands; only the command
 		 * follows the corrected driver path. */
-		if (plan && s->g->capture_plan && jsonx_get_obj(plan, "capture") && s->g->snapshots == 1) {
-			jsonx_add(s->g->capture_plan, "capture",
+		if (plan && s->g->run->capture_plan && jsonx_get_obj(plan, "capture") &&
+		    s->g->run->snapshots == 1) {
+			jsonx_add(s->g->run->capture_plan, "capture",
 			          json_object_get(jsonx_get_obj(plan, "capture")));
-			jsonx_add_str(s->g->capture_plan, "cuaDriver", cua);
+			jsonx_add_str(s->g->run->capture_plan, "cuaDriver", cua);
 		}
 	}
 	guest_save(s->g);

@@ -1,17 +1,20 @@
 /*
- * session/guest.h — one guest of the session: its identities, phase, lease,
- * staging and recording facts, and its ownership record on disk
- * (spec/lifecycle.md §3, §7, §9).
+ * session/guest.h — one guest of the session: its identities, folders,
+ * phase and outcomes, its queue, one opaque slice per room above the
+ * session (guest_slice_ops: lease/, runs/, console/, delivery/, guestio/),
+ * and its ownership record on disk (spec/lifecycle.md §3, §7, §9).
  *
- * Locking: every field is read and written under the manager's lock
- * (manager_lock()/manager_unlock()), except `queue`, which has its own.
- * Long operations never hold the manager's lock: they copy what they need,
- * unlock, work, and lock again to publish results.
+ * Locking: every field, and every slice's, is read and written under the
+ * manager's lock (manager_lock()/manager_unlock()), except `queue`, which
+ * has its own. Long operations never hold the manager's lock: they copy
+ * what they need, unlock, work, and lock again to publish results.
  *
  * Writers: each group below names the rooms that may write its fields
- * ("writes: ..."); every room may read them all. session/guest.c itself
- * loads and frees every field (records), and guest_set_last_error() /
- * guest_close() (session/) write last_error and closed for any room.
+ * ("writes: ..."); every room may read them all. A slice's fields are its
+ * room's: its header says who else reads them. session/guest.c itself
+ * loads and frees every field (records) and calls the slices' operations,
+ * and guest_set_last_error() / guest_close() (session/) write last_error
+ * and closed for any room.
  */
 #ifndef RELAY_SESSION_GUEST_H
 #define RELAY_SESSION_GUEST_H
@@ -37,17 +40,48 @@ typedef enum guest_phase {
 	PHASE_CLOSED,
 } guest_phase;
 
-typedef enum renewal_state {
-	RENEWAL_NONE = 0,
-	RENEWAL_RENEWING,
-	RENEWAL_FAILING,
-	RENEWAL_STOPPED,
-	RENEWAL_PAUSED,
-} renewal_state;
-
 struct loaded_plugin;
-struct downloads_queue;
+struct delivery_state;
 struct egress_proxy;
+struct lease_state;
+struct run_state;
+struct console_state;
+struct gio_link;
+struct guest;
+
+/* One room's slice of a guest, after libvirt's per-object private data: the
+ * room above the session defines the slice's type and these operations, the
+ * guest holds the pointer, and the session calls them without looking
+ * inside. Every slot may be NULL (nothing to do). They run under the
+ * manager's lock, or on a guest no other thread sees yet. */
+typedef struct guest_slice_ops {
+	/* A slice with empty facts, or NULL when out of memory. */
+	void *(*create)(void);
+	void (*destroy)(void *slice);
+	/* relay_acquire's validated arguments, when the session reserves the guest. */
+	void (*reserve)(struct guest *g, const json_object *args);
+	/* Adds the slice's facts to the ownership record (spec/lifecycle.md §9). */
+	void (*to_record)(const struct guest *g, json_object *record);
+	/* Replaces the slice's recorded facts with those of a usable record;
+	 * runtime facts (not in the record) are kept. */
+	void (*from_record)(struct guest *g, const json_object *record);
+	/* Adds the slice's facts to the status entry (spec/lifecycle.md §7). */
+	void (*to_status)(const struct guest *g, json_object *status);
+	/* The guest is being closed (phase closed is set). */
+	void (*close)(struct guest *g);
+} guest_slice_ops;
+
+/* The slices of the rooms above the session, in the order the session calls
+ * them (tools/dispatch.c fills the table the relay uses; static storage).
+ * `size` is sizeof(guest_rooms). */
+typedef struct guest_rooms {
+	size_t size;
+	const guest_slice_ops *lease;    /* lease/lease_state.h */
+	const guest_slice_ops *run;      /* runs/run_state.h */
+	const guest_slice_ops *console;  /* console/console_state.h */
+	const guest_slice_ops *delivery; /* delivery/delivery_state.h */
+	const guest_slice_ops *link;     /* guestio/link.h */
+} guest_rooms;
 
 typedef struct guest {
 	/* identities. writes: session/ (reserve.c: name, task, image),
@@ -67,52 +101,22 @@ typedef struct guest {
 	int owner_lock_fd;   /* flock on <dir>/owner.lock, held while owned; -1 when not */
 
 	/* acquisition facts. writes: session/ (reserve.c, from the arguments),
-	 * lease/ (acquire.c: acquired_at_ms, deadline_ms) */
+	 * lease/ (acquire.c: acquired_at_ms) */
 	int64_t acquired_at_ms;
-	int64_t deadline_ms;
-	double ttl_hours;
-	char *network;  /* nat | internet | allow */
-	char *env_pack; /* credential pack name, or "none" */
-	bool vnc;
-	json_object *extractions; /* [{name, path}] */
-	bool full_workspace;
+	char *network; /* nat | internet | allow */
 
-	/* lease. writes: lease/ (acquire, release, reconcile), runs/ and tools/
-	 * (phase: staged and finishing) */
-	json_object *lease;        /* the lease document (relay/machine.h), or NULL */
-	json_object *registry_row; /* the six registry cells, or NULL */
+	/* the lease as the backend answered it and the phase. writes: lease/
+	 * (acquire, release, reconcile), runs/ and tools/ (phase: staged and
+	 * finishing); last_error: any room through guest_set_last_error() */
+	json_object *lease_document; /* the lease document (relay/machine.h), or NULL */
 	guest_phase phase;
-	bool acquisition_in_flight;
-	int64_t waited_for_capacity_ms;
-	int64_t waiting_since_ms; /* 0 when not waiting */
-	char *capacity_reason;
-
-	/* renewal. writes: lease/ (renewal.c, acquire.c, reconcile.c);
-	 * last_error: any room through guest_set_last_error() */
-	renewal_state renewal;
-	int64_t expires_at_ms; /* last confirmed expiry; 0 = unknown */
-	int64_t last_renewed_at_ms;
-	char *guest_state; /* pending | provisioning | running | releasing | unknown */
 	char *last_error;
 
-	/* staging and recording. writes: runs/ and tools/tool_stage.c */
+	/* staging and recording, read by delivery/ and lease/. writes: runs/
+	 * and tools/tool_stage.c */
 	bool staged;
-	char *platform; /* linux-x86_64 */
-	char *node_path;
-	char *cua_driver;
-	int snapshots;             /* -1 unknown (before staging), 0 off, 1 on */
-	json_object *capture_plan; /* the capture plugin's plan, or NULL */
 	char *recording_session_id;
-	int64_t run_seq;
-	json_object *used_step_ids;     /* [stepId] */
-	json_object *pending_reset;     /* {id, from, fromSession, to} or NULL */
 	json_object *previous_evidence; /* [{path, sessionId, guestState}] */
-
-	/* console. writes: console/, tools/tool_console_open.c (console_attempt),
-	 * lease/acquire.c (the first observation) */
-	json_object *console;             /* last console observation, or NULL */
-	json_object *console_attempt;     /* {console_id, attempt_id, status} or NULL */
-	json_object *console_attempt_ids; /* [attempt ids used] */
 
 	/* outcomes. writes: delivery/ and tools/tool_finish.c (delivered),
 	 * lease/ (released), session/ (closed, through guest_close) */
@@ -120,51 +124,49 @@ typedef struct guest {
 	bool released;
 	json_object *closed; /* NULL, or {at, reason, evidencePath} */
 
-	/* downloads (spec/evidence.md §5), reported by status. writes: delivery/ */
-	json_object
-	    *downloads; /* {queued, inFlight, downloaded, failed, cancelled, coalesced, paused, state} */
-
 	/* restart (spec/lifecycle.md §8). writes: lease/ (reconcile.c) */
-	guest_phase restored_phase;     /* the phase on disk while `phase` is PHASE_RECONCILING */
-	renewal_state restored_renewal; /* the renewal state on disk while reconciling */
 	bool record_readonly; /* never rewrite lease.json (unreadable, foreign or another owner's) */
 
-	/* runtime only. writes: session/ (queue, transport_* in
-	 * guest_transport(), acquisition_order), lease/ (beat_in_flight,
-	 * lookup_queued, next_beat_ms; reconcile.c: acquisition_order;
-	 * release.c: closes the transport), delivery/ (dl) */
-	guest_queue queue;                      /* the guest's ordered operations */
-	bool beat_in_flight;                    /* a renewal beat is running (one at a time) */
-	bool lookup_queued;                     /* a lease lookup after a failed beat is queued */
-	struct loaded_plugin *transport_plugin; /* chosen at first use */
-	relay_transport_conn *transport_conn;   /* open connection, or NULL */
-	bool transport_opening; /* a thread is in transport.open for this guest; others wait on m->changed */
-	struct downloads_queue *dl;    /* background step downloads (downloads.h), or NULL */
-	struct gio_resident *resident; /* the resident receiver's channel (guestio/resident.h), or NULL */
-	uint64_t acquisition_order;    /* for status ordering */
-	int64_t next_beat_ms;          /* relay time of the next renewal beat */
+	/* runtime only. writes: session/ */
+	guest_queue queue; /* the guest's ordered operations */
 	struct guest *next;
 	/* egress (docs/egress.md). writes: lease/ (egress.c: started after the
 	 * lease, under `allow` or `internet`), session/ (guest_close stops it) */
 	struct egress_proxy *egress;
+
+	/* the rooms' slices (guest_slice_ops): the session holds them and never
+	 * looks inside; each room's header says who may touch its fields. */
+	const guest_rooms *rooms;        /* borrowed: static storage */
+	struct lease_state *lease;       /* lease/lease_state.h: acquisition, renewal, restart */
+	struct run_state *run;           /* runs/run_state.h: staging facts, the recording's runs */
+	struct console_state *console;   /* console/console_state.h: observation, attempts */
+	struct delivery_state *delivery; /* delivery/delivery_state.h: declarations, step downloads */
+	struct gio_link *link;           /* guestio/link.h: the transport connection, the resident channel */
 } guest;
 
 const char *guest_phase_name(guest_phase phase);
-const char *renewal_state_name(renewal_state state);
+/* The phase of that name, or -1. */
+int guest_phase_from_name(const char *name);
 
-/* Allocates a guest with empty facts and an initialised queue. */
-guest *guest_new(void);
-/* Frees the guest's facts and queue. What the rooms above keep for it (the
- * download queue `dl`) must be freed first (manager_hooks's
- * guest_release_rooms); a guest that never reached them has none. */
+/* Allocates a guest with empty facts, the rooms' empty slices and an
+ * initialised queue; NULL when out of memory. */
+guest *guest_new(const guest_rooms *rooms);
+/* Frees the guest's facts, slices and queue. The download queue's worker
+ * must be stopped first (manager_hooks's guest_release_rooms); a guest that
+ * never queued a download has none. */
 void guest_free(guest *g);
+
+/* Hands relay_acquire's validated arguments to the rooms' slices (reserve). */
+void guest_slices_reserve(guest *g, const json_object *args);
+/* Tells the rooms' slices the guest is being closed (close). */
+void guest_slices_close(guest *g);
 
 /* The ownership record (spec/lifecycle.md §9) as a new JSON object. */
 json_object *guest_record_json(const guest *g);
 /* Loads a record written by guest_record_json (schemaVersion 1) into a new
  * guest; NULL with a reason when the record is unreadable or of another
  * format. */
-guest *guest_from_record(const json_object *record, char *errbuf, size_t errlen);
+guest *guest_from_record(const guest_rooms *rooms, const json_object *record, char *errbuf, size_t errlen);
 /* Replaces the facts of `g` (identities, lease, staging, outcomes; not the
  * queue or other runtime fields) with those of a record. 0, or -1 with a
  * reason (then `g` is unchanged). */

@@ -479,7 +479,8 @@ static int settle_session(manager *m, relay_settings *settings, char *errbuf, si
 static bool hooks_complete(const manager_hooks *h)
 {
 	return h && h->size >= sizeof *h && h->dispatch && h->take_back_guests && h->end_guests &&
-	       h->guest_reached && h->guest_closing && h->guest_release_rooms && h->guest_ending;
+	       h->guest_reached && h->guest_closing && h->guest_release_rooms && h->guest_ending &&
+	       h->rooms && h->rooms->size == sizeof(guest_rooms);
 }
 
 manager *manager_create(relay_settings *settings, const relay_backends *backends, const manager_hooks *hooks,
@@ -576,7 +577,7 @@ void guest_close(manager *m, guest *g, const char *reason)
 	m->hooks->guest_closing(m, g); /* nothing more is written for a closed guest */
 	manager_lock(m);
 	g->phase = PHASE_CLOSED;
-	g->renewal = RENEWAL_NONE;
+	guest_slices_close(g);
 	json_object_put(g->closed);
 	g->closed = json_object_new_object();
 	char at[21];
@@ -599,60 +600,9 @@ void guest_close(manager *m, guest *g, const char *reason)
 char *guest_lease_text(manager *m, guest *g)
 {
 	manager_lock(m);
-	char *text = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
+	char *text = g->lease_document ? jsonx_to_string(g->lease_document, 0) : NULL;
 	manager_unlock(m);
 	return text;
-}
-
-relay_status guest_transport(manager *m, guest *g, loaded_plugin **plugin_out,
-                             relay_transport_conn **conn_out, relay_error *err)
-{
-	manager_wait_startup(m);
-	m->hooks->guest_reached(m, g); /* an operation reaches the guest: lifts a download pause */
-	/* A call and a step download may reach a guest without a connection
-	 * at the same moment: one opens, the other waits for it, so a guest
-	 * never holds two connections (the loser's would leak its master). */
-	manager_lock(m);
-	while (g->transport_opening && g->transport_conn == NULL)
-		pthread_cond_wait(&m->changed, &m->lock);
-	if (g->transport_conn) {
-		*plugin_out = g->transport_plugin;
-		*conn_out = g->transport_conn;
-		manager_unlock(m);
-		return RELAY_OK;
-	}
-	g->transport_opening = true;
-	char *lease = g->lease ? jsonx_to_string(g->lease, 0) : NULL;
-	manager_unlock(m);
-	relay_status status = RELAY_OK;
-	relay_transport_conn *conn = NULL;
-	loaded_plugin *plugin = NULL;
-	if (lease == NULL) {
-		status = relay_error_set(err, RELAY_E_NOT_FOUND, 0, "guest %s holds no lease", g->name);
-		goto cleanup;
-	}
-	plugin = backends_transport_for(m->backends, lease);
-	if (plugin == NULL) {
-		status = relay_error_set(
-		    err, RELAY_E_UNAVAILABLE, 0, "no transport plugin could be loaded for %s (%s)", g->name,
-		    m->backends->load_errors[SLOT_TRANSPORT] ? m->backends->load_errors[SLOT_TRANSPORT]
-		                                             : "the transport slot is empty");
-		goto cleanup;
-	}
-	status = plugin->transport.open(plugin->state, lease, NULL, 0, &conn, err);
-cleanup:
-	free(lease);
-	manager_lock(m);
-	g->transport_opening = false;
-	if (status == RELAY_OK) {
-		g->transport_plugin = plugin;
-		g->transport_conn = conn;
-		*plugin_out = plugin;
-		*conn_out = conn;
-	}
-	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
-	return status;
 }
 
 /* ---- the end of the session -------------------------------------------------------- */

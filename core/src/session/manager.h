@@ -61,6 +61,8 @@ typedef struct manager_hooks {
 	 * into it (an open console attempt, whose live-view take-overs become
 	 * events). `call` may be NULL. On g's queue, without the lock. */
 	void (*guest_ending)(manager *m, struct guest *g, relay_call *call, const char *why);
+	/* The rooms' slices of every guest (session/guest.h). */
+	const struct guest_rooms *rooms;
 } manager_hooks;
 
 /* Creates the manager over loaded settings and backends and the hooks of

@@ -29,8 +29,7 @@ struct manager {
 	pthread_mutex_t lock;
 	pthread_cond_t changed; /* signalled when guests or detached work change */
 	guest *guests;          /* every guest of the session, acquisition order */
-	uint64_t next_order;
-	json_object *counters; /* {"<task>": next n} (session.json) */
+	json_object *counters;  /* {"<task>": next n} (session.json) */
 	int64_t session_created_at_ms;
 
 	int session_lock_fd; /* flock on session.lock, -1 when not held */
@@ -93,12 +92,6 @@ void guest_persist(manager *m, guest *g);
 /* Closes a guest: phase closed with {at, reason, evidencePath}, the owner
  * lock released, the record saved. Call without the lock. */
 void guest_close(manager *m, guest *g, const char *reason);
-
-/* The transport connection of a guest, opened on first use with the plugin
- * backends_transport_for() picks. RELAY_OK with *plugin_out and *conn_out
- * borrowed from the guest. Call without the lock (from the guest's queue). */
-relay_status guest_transport(manager *m, guest *g, struct loaded_plugin **plugin_out,
-                             relay_transport_conn **conn_out, relay_error *err);
 
 /* The lease document of a guest as compact JSON text (malloc'd), or NULL. */
 char *guest_lease_text(manager *m, guest *g);

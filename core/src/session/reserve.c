@@ -52,7 +52,7 @@ guest *manager_reserve_guest(manager *m, json_object *args, relay_outcome *refus
 		return NULL;
 	}
 
-	guest *g = guest_new();
+	guest *g = guest_new(m->hooks->rooms);
 	if (g == NULL) {
 		outcome_fail(refusal, "internal", "out of memory reserving a guest");
 		return NULL;
@@ -60,20 +60,9 @@ guest *manager_reserve_guest(manager *m, json_object *args, relay_outcome *refus
 	g->name = strdup(name);
 	g->task = strdup(task);
 	g->image = strdup(jsonx_get_str(args, "image"));
-	g->ttl_hours = 4;
-	jsonx_get_double(args, "ttlHours", &g->ttl_hours);
 	g->network = strdup(settings_guest_network_name(s->guest_network));
-	const char *env = jsonx_get_str(args, "env");
-	g->env_pack = strdup(env ? env : "none");
-	jsonx_get_bool(args, "vnc", &g->vnc);
-	jsonx_get_bool(args, "fullWorkspace", &g->full_workspace);
-	json_object *extractions = jsonx_get_array(args, "extractions");
-	if (extractions) {
-		json_object_put(g->extractions);
-		g->extractions = json_object_get(extractions);
-	}
 	g->phase = PHASE_ACQUIRING;
-	g->acquisition_order = m->next_order++;
+	guest_slices_reserve(g, args);
 
 	char guests_dir[4096];
 	snprintf(guests_dir, sizeof guests_dir, "%s/guests/%s", s->session_dir, name);

@@ -23,9 +23,12 @@ json_object *manager_status_json(manager *m)
 			json_object_array_add(closed, c);
 			continue;
 		}
-		if (g->renewal == RENEWAL_RENEWING || g->renewal == RENEWAL_FAILING)
+		/* A guest being renewed says so in its entry (lease/lease_state.c). */
+		json_object *entry = guest_status_json(g);
+		bool renewing = false;
+		if (jsonx_get_bool(entry, "active", &renewing) && renewing)
 			active = true;
-		json_object_array_add(guests, guest_status_json(g));
+		json_object_array_add(guests, entry);
 	}
 	jsonx_add_bool(status, "active", active);
 	jsonx_add_str(status, "sessionId", s->session_id);

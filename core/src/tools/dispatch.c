@@ -13,9 +13,14 @@
 #include <stdlib.h>
 
 #include "console/console_end.h"
+#include "console/console_state.h"
+#include "delivery/delivery_state.h"
 #include "delivery/downloads.h"
+#include "guestio/link.h"
+#include "lease/lease_state.h"
 #include "lease/lifecycle.h"
 #include "lease/reconcile.h"
+#include "runs/run_state.h"
 #include "tools/tools.h"
 #include "util/jsonx.h"
 
@@ -248,6 +253,21 @@ static void take_back_guests(manager *m, bool migrate_legacy)
 	reconcile_scan(m);
 }
 
+/* The rooms' slices of a guest, in the order the session calls them. */
+static const guest_rooms rooms = {
+    .size = sizeof(guest_rooms),
+    .lease = &lease_slice_ops,
+    .run = &run_slice_ops,
+    .console = &console_slice_ops,
+    .delivery = &delivery_slice_ops,
+    .link = &gio_link_ops,
+};
+
+const guest_rooms *tools_guest_rooms(void)
+{
+	return &rooms;
+}
+
 static const manager_hooks session_hooks = {
     .size = sizeof(manager_hooks),
     .dispatch = dispatch,
@@ -257,6 +277,7 @@ static const manager_hooks session_hooks = {
     .guest_closing = downloads_shutdown,
     .guest_release_rooms = downloads_free,
     .guest_ending = console_end_with_guest,
+    .rooms = &rooms,
 };
 
 const manager_hooks *tools_session_hooks(void)

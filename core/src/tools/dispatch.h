@@ -11,5 +11,8 @@
  * and ending guests (lease/), the download queue (delivery/). Static
  * storage. */
 const manager_hooks *tools_session_hooks(void);
+/* The rooms' slices of a guest (session/guest.h), as the hooks name them:
+ * for code that makes guests outside a session (tests). Static storage. */
+const struct guest_rooms *tools_guest_rooms(void);
 
 #endif

@@ -2,13 +2,16 @@
  * (manager_reserve_guest); the lease is lease_acquire() (lease/acquire.c);
  * this builds the result. */
 #include "console/console_report.h"
+#include "console/console_state.h"
 #include "lease/acquire.h"
 #include "tools/tools.h"
 #include "util/jsonx.h"
 
 static const acquire_console console_room = {
+    .vnc_wanted = console_vnc_wanted,
     .vnc_check = console_vnc_check,
-    .observation = console_observation,
+    .store_observation = console_store_acquired,
+    .observation_of = console_observation_of,
 };
 
 tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *call)

@@ -4,6 +4,7 @@
 
 #include "console/console_end.h"
 #include "console/console_report.h"
+#include "console/console_state.h"
 #include "session/events.h"
 #include "session/manager_internal.h"
 #include "tools/tools.h"
@@ -27,7 +28,7 @@ tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_
 		goto done;
 	}
 	manager_lock(m);
-	jsonx_add_str(g->console_attempt, "status", "uncertain");
+	jsonx_add_str(g->console->attempt, "status", "uncertain");
 	guest_save(g);
 	manager_unlock(m);
 	json_object *details = json_object_new_object();

@@ -2,9 +2,12 @@
  * service host, only on an explicit user request. A failed or uncertain
  * open keeps the attempt as uncertain and is never replayed. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "console/console_report.h"
+#include "console/console_state.h"
+#include "lease/lease_state.h"
 #include "session/events.h"
 #include "session/manager_internal.h"
 #include "tools/tools.h"
@@ -17,26 +20,14 @@ static bool attempt_used(manager *m, guest *g, const char *attempt_id)
 {
 	manager_lock(m);
 	bool used = false;
-	size_t n = g->console_attempt_ids ? json_object_array_length(g->console_attempt_ids) : 0;
+	size_t n = g->console->attempt_ids ? json_object_array_length(g->console->attempt_ids) : 0;
 	for (size_t i = 0; i < n && !used; i++) {
-		const char *id = json_object_get_string(json_object_array_get_idx(g->console_attempt_ids, i));
+		const char *id =
+		    json_object_get_string(json_object_array_get_idx(g->console->attempt_ids, i));
 		used = id && strcmp(id, attempt_id) == 0;
 	}
 	manager_unlock(m);
 	return used;
-}
-
-/* The lease must be running and unexpired (step 4). */
-static bool lease_live(manager *m, guest *g)
-{
-	manager_lock(m);
-	const char *state = g->guest_state ? g->guest_state : jsonx_get_str(g->lease, "state");
-	int64_t now = clock_now_ms();
-	bool live = state && strcmp(state, "running") == 0 && g->deadline_ms > now &&
-	            (g->expires_at_ms == 0 || g->expires_at_ms > now) && g->phase != PHASE_RELEASING &&
-	            g->phase != PHASE_FINISHING;
-	manager_unlock(m);
-	return live;
 }
 
 static tool_result *open_result(guest *g, json_object *obs, json_object *attempt, bool replayed)
@@ -96,12 +87,14 @@ tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_ca
 	}
 	/* Step 4. */
 	const char *status = jsonx_get_str(obs, "status");
-	if (!lease_live(m, g) || status == NULL || strcmp(status, "ready") != 0) {
+	if (!lease_is_live(m, g) || status == NULL || strcmp(status, "ready") != 0) {
+		char *lease = lease_guest_state_copy(m, g);
 		r = guest_error(
 		    m, g, NULL, "console-not-ready",
 		    "the console is not ready or access was revoked; no automatic recovery (console %s, "
 		    "lease %s)",
-		    status ? status : "unknown", g->guest_state ? g->guest_state : "unknown");
+		    status ? status : "unknown", lease ? lease : "unknown");
+		free(lease);
 		goto done;
 	}
 	/* Step 5: the current attempt is answered as it stands. */
@@ -140,12 +133,12 @@ tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_ca
 	}
 	/* Step 8: stored as uncertain before the request. */
 	manager_lock(m);
-	json_object_put(g->console_attempt);
-	g->console_attempt = json_object_new_object();
-	jsonx_add_str(g->console_attempt, "console_id", console_id);
-	jsonx_add_str(g->console_attempt, "attempt_id", attempt_id);
-	jsonx_add_str(g->console_attempt, "status", "uncertain");
-	json_object_array_add(g->console_attempt_ids, json_object_new_string(attempt_id));
+	json_object_put(g->console->attempt);
+	g->console->attempt = json_object_new_object();
+	jsonx_add_str(g->console->attempt, "console_id", console_id);
+	jsonx_add_str(g->console->attempt, "attempt_id", attempt_id);
+	jsonx_add_str(g->console->attempt, "status", "uncertain");
+	json_object_array_add(g->console->attempt_ids, json_object_new_string(attempt_id));
 	guest_save(g);
 	manager_unlock(m);
 	json_object *details = json_object_new_object();

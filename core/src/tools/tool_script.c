@@ -9,6 +9,7 @@
 #include "delivery/image_delivery.h"
 #include "guestio/receiver_api.h"
 #include "runs/run_request.h"
+#include "runs/run_state.h"
 #include "session/manager_internal.h"
 #include "tools/tools.h"
 #include "util/jsonx.h"
@@ -131,9 +132,9 @@ tool_result *tool_script(manager *m, guest *g, json_object *args, relay_call *ca
 	jsonx_get_bool(args, "diagnostic", &diagnostic);
 	manager_lock(m);
 	bool sealed = g->delivered;
-	bool reset_pending = g->pending_reset != NULL;
+	bool reset_pending = g->run->pending_reset != NULL;
 	bool staged = g->staged && g->phase == PHASE_STAGED;
-	bool leased = g->lease != NULL && g->guest_root != NULL;
+	bool leased = g->lease_document != NULL && g->guest_root != NULL;
 	manager_unlock(m);
 	if (sealed)
 		return guest_error(

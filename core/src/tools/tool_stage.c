@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "runs/run_state.h"
 #include "runs/stage.h"
 #include "session/manager_internal.h"
 #include "tools/tools.h"
@@ -48,8 +49,8 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	bool want_reset = false;
 	jsonx_get_bool(args, "resetRecording", &want_reset);
 	manager_lock(m);
-	bool sealed = g->delivered, leased = g->lease != NULL && g->guest_root != NULL;
-	bool pending = g->pending_reset != NULL, staged = g->staged;
+	bool sealed = g->delivered, leased = g->lease_document != NULL && g->guest_root != NULL;
+	bool pending = g->run->pending_reset != NULL, staged = g->staged;
 	manager_unlock(m);
 	if (sealed)
 		return guest_error(

@@ -59,6 +59,7 @@ static int setup(void **state)
 	f->g.evidence_path = strdup(f->pkg.dir);
 	f->g.acquired_at_ms = 1790000000000;
 	f->g.phase = PHASE_STAGED;
+	f->g.delivery = delivery_slice_ops.create(); /* the delivery room's slice, without a session */
 	f->m.guests = &f->g;
 	*state = f;
 	return 0;
@@ -68,7 +69,7 @@ static int teardown(void **state)
 {
 	fixture *f = *state;
 	downloads_free(&f->g);
-	json_object_put(f->g.downloads);
+	delivery_slice_ops.destroy(f->g.delivery);
 	free(f->g.name);
 	free(f->g.image);
 	free(f->g.purpose);
@@ -129,9 +130,9 @@ static void test_closing_queue_takes_no_job(void **state)
 
 	/* finish takes the queue over: nothing runs, nothing was queued. */
 	downloads_close(&f->m, &f->g, "finish", NULL);
-	assert_string_equal(jsonx_get_str(f->g.downloads, "state"), "closing");
+	assert_string_equal(jsonx_get_str(f->g.delivery->counters, "state"), "closing");
 	int64_t queued = -1;
-	assert_true(jsonx_get_int(f->g.downloads, "queued", &queued));
+	assert_true(jsonx_get_int(f->g.delivery->counters, "queued", &queued));
 	assert_int_equal(queued, 0);
 
 	/* A run that ends now: its step comes home with the lifecycle operation. */
@@ -152,12 +153,12 @@ static void test_closing_queue_takes_no_job(void **state)
 
 	/* After the reset it opens again; a closed guest's queue does not. */
 	downloads_reopen(&f->m, &f->g);
-	assert_string_equal(jsonx_get_str(f->g.downloads, "state"), "open");
+	assert_string_equal(jsonx_get_str(f->g.delivery->counters, "state"), "open");
 	downloads_shutdown(&f->m, &f->g);
-	assert_string_equal(jsonx_get_str(f->g.downloads, "state"), "closed");
+	assert_string_equal(jsonx_get_str(f->g.delivery->counters, "state"), "closed");
 	f->g.phase = PHASE_CLOSED;
 	downloads_reopen(&f->m, &f->g);
-	assert_string_equal(jsonx_get_str(f->g.downloads, "state"), "closed");
+	assert_string_equal(jsonx_get_str(f->g.delivery->counters, "state"), "closed");
 }
 
 static void test_packaging_a_recording(void **state)

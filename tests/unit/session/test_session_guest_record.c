@@ -17,13 +17,17 @@
 
 #include <cmocka.h>
 
+#include "delivery/delivery_state.h"
+#include "lease/lease_state.h"
+#include "runs/run_state.h"
 #include "session/guest.h"
+#include "tools/dispatch.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 
 static guest *sample_guest(void)
 {
-	guest *g = guest_new();
+	guest *g = guest_new(tools_guest_rooms());
 	g->name = strdup("login-test-2");
 	g->task = strdup("login-test");
 	g->image = strdup("ubuntu2404");
@@ -34,32 +38,33 @@ static guest *sample_guest(void)
 	g->evidence_path = strdup("/p/relay-evidence/relay-login-test-3f9a1c2e");
 	g->guest_root = strdup("/var/tmp/2026-09-24-10-11-12-Z-mcp-relay-relay-login-test-3f9a1c2e");
 	g->acquired_at_ms = 1790000000000;
-	g->deadline_ms = 1790000000000 + 4 * 3600000LL;
-	g->ttl_hours = 4;
+	g->lease->deadline_ms = 1790000000000 + 4 * 3600000LL;
+	g->lease->ttl_hours = 4;
 	g->network = strdup("nat");
-	g->env_pack = strdup("none");
-	json_object_put(g->extractions);
-	g->extractions = jsonx_parse_str("[{\"name\":\"screens\",\"path\":\"out/screens\"}]", NULL, 0);
-	g->lease = jsonx_parse_str(
+	g->lease->env_pack = strdup("none");
+	json_object_put(g->delivery->extractions);
+	g->delivery->extractions =
+	    jsonx_parse_str("[{\"name\":\"screens\",\"path\":\"out/screens\"}]", NULL, 0);
+	g->lease_document = jsonx_parse_str(
 	    "{\"vm\":\"fake-1\",\"purpose\":\"relay-login-test-3f9a1c2e\",\"lease_id\":\"abc\","
 	    "\"expiresAtMs\":1790000900000,\"fake\":{\"home\":\"/h\"}}",
 	    NULL, 0);
-	g->registry_row =
+	g->lease->registry_row =
 	    jsonx_parse_str("{\"machine\":\"m\",\"os\":\"o\",\"taskName\":\"t\",\"agent\":\"a\","
 	                    "\"project\":\"p\",\"startDate\":\"s\"}",
 	                    NULL, 0);
 	g->phase = PHASE_STAGED;
-	g->renewal = RENEWAL_PAUSED;
-	g->expires_at_ms = 1790014400000;
-	g->last_renewed_at_ms = 1790000060000;
-	g->guest_state = strdup("running");
+	g->lease->renewal = RENEWAL_PAUSED;
+	g->lease->expires_at_ms = 1790014400000;
+	g->lease->last_renewed_at_ms = 1790000060000;
+	g->lease->guest_state = strdup("running");
 	g->staged = true;
-	g->platform = strdup("linux-x86_64");
-	g->snapshots = 1;
+	g->run->platform = strdup("linux-x86_64");
+	g->run->snapshots = 1;
 	g->recording_session_id = strdup("rec-1");
-	g->run_seq = 7;
-	json_object_put(g->used_step_ids);
-	g->used_step_ids = jsonx_parse_str("[\"step-1\",\"step-2\"]", NULL, 0);
+	g->run->run_seq = 7;
+	json_object_put(g->run->used_step_ids);
+	g->run->used_step_ids = jsonx_parse_str("[\"step-1\",\"step-2\"]", NULL, 0);
 	return g;
 }
 
@@ -69,25 +74,25 @@ static void test_round_trip_keeps_what_a_restart_needs(void **state)
 	guest *g = sample_guest();
 	json_object *record = guest_record_json(g);
 	char why[256];
-	guest *back = guest_from_record(record, why, sizeof why);
+	guest *back = guest_from_record(tools_guest_rooms(), record, why, sizeof why);
 	assert_non_null(back);
 	assert_string_equal(back->name, "login-test-2");
 	assert_string_equal(back->purpose, g->purpose);
 	assert_string_equal(back->guest_root, g->guest_root);
-	assert_int_equal(back->deadline_ms, g->deadline_ms);
+	assert_int_equal(back->lease->deadline_ms, g->lease->deadline_ms);
 	assert_int_equal(back->phase, PHASE_STAGED);
-	assert_int_equal(back->renewal, RENEWAL_PAUSED);
-	assert_int_equal(back->expires_at_ms, g->expires_at_ms);
-	assert_int_equal(back->last_renewed_at_ms, g->last_renewed_at_ms);
+	assert_int_equal(back->lease->renewal, RENEWAL_PAUSED);
+	assert_int_equal(back->lease->expires_at_ms, g->lease->expires_at_ms);
+	assert_int_equal(back->lease->last_renewed_at_ms, g->lease->last_renewed_at_ms);
 	assert_true(back->staged);
-	assert_string_equal(back->platform, "linux-x86_64");
-	assert_int_equal(back->snapshots, 1);
+	assert_string_equal(back->run->platform, "linux-x86_64");
+	assert_int_equal(back->run->snapshots, 1);
 	assert_string_equal(back->recording_session_id, "rec-1");
-	assert_int_equal(back->run_seq, 7);
-	assert_int_equal(json_object_array_length(back->used_step_ids), 2);
-	assert_string_equal(jsonx_get_str(back->lease, "vm"), "fake-1");
-	assert_string_equal(jsonx_get_str(jsonx_get_obj(back->lease, "fake"), "home"), "/h");
-	assert_string_equal(jsonx_get_str(back->registry_row, "taskName"), "t");
+	assert_int_equal(back->run->run_seq, 7);
+	assert_int_equal(json_object_array_length(back->run->used_step_ids), 2);
+	assert_string_equal(jsonx_get_str(back->lease_document, "vm"), "fake-1");
+	assert_string_equal(jsonx_get_str(jsonx_get_obj(back->lease_document, "fake"), "home"), "/h");
+	assert_string_equal(jsonx_get_str(back->lease->registry_row, "taskName"), "t");
 	assert_string_equal(jsonx_get_str(back->binding, "store"), "/s");
 	assert_null(back->closed);
 	/* The written record carries the documented fields. */
@@ -142,10 +147,10 @@ static void test_reconciling_keeps_the_phase_on_disk(void **state)
 {
 	(void)state;
 	guest *g = sample_guest();
-	g->restored_phase = g->phase;
-	g->restored_renewal = g->renewal;
+	g->lease->restored_phase = g->phase;
+	g->lease->restored_renewal = g->lease->renewal;
 	g->phase = PHASE_RECONCILING;
-	g->renewal = RENEWAL_NONE;
+	g->lease->renewal = RENEWAL_NONE;
 	json_object *record = guest_record_json(g);
 	assert_string_equal(jsonx_get_str(record, "phase"), "staged");
 	assert_string_equal(jsonx_get_str(jsonx_get_obj(record, "renewal"), "state"), "paused");
@@ -209,7 +214,7 @@ static void test_records_of_other_formats_are_refused(void **state)
 	for (size_t i = 0; i < sizeof records / sizeof records[0]; i++) {
 		json_object *r = jsonx_parse_str(records[i], NULL, 0);
 		why[0] = '\0';
-		guest *g = guest_from_record(r, why, sizeof why);
+		guest *g = guest_from_record(tools_guest_rooms(), r, why, sizeof why);
 		if (g != NULL)
 			fail_msg("record %zu was accepted", i);
 		assert_true(why[0] != '\0');

@@ -29,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "lease/lease_state.h"
 #include "lease/lifecycle.h"
 #include "session/guest.h"
 #include "session/manager_internal.h"
@@ -284,7 +285,7 @@ static void test_incomplete_hooks_refused(void **state)
 static void write_record(const fixture *f, const char *name, const char *task, guest_phase phase,
                          const char *machine)
 {
-	guest *g = guest_new();
+	guest *g = guest_new(tools_guest_rooms());
 	g->name = strdup(name);
 	g->task = strdup(task);
 	g->image = strdup("ubuntu2404");
@@ -302,16 +303,16 @@ static void write_record(const fixture *f, const char *name, const char *task, g
 	g->evidence_path = strdup(path);
 	g->guest_root = strdup("/var/tmp/x-mcp-relay-x");
 	g->acquired_at_ms = 1790000000000;
-	g->deadline_ms = 1790000000000 + 4 * 3600000LL;
-	g->ttl_hours = 4;
+	g->lease->deadline_ms = 1790000000000 + 4 * 3600000LL;
+	g->lease->ttl_hours = 4;
 	g->network = strdup("nat");
-	g->env_pack = strdup("none");
+	g->lease->env_pack = strdup("none");
 	char lease[256];
 	snprintf(lease, sizeof lease, "{\"vm\":\"vm-%s\",\"purpose\":\"%s\",\"lease_id\":\"l-%s\"}", name,
 	         purpose, name);
-	g->lease = jsonx_parse_str(lease, NULL, 0);
+	g->lease_document = jsonx_parse_str(lease, NULL, 0);
 	g->phase = phase;
-	g->renewal = phase == PHASE_CLOSED ? RENEWAL_NONE : RENEWAL_PAUSED;
+	g->lease->renewal = phase == PHASE_CLOSED ? RENEWAL_NONE : RENEWAL_PAUSED;
 	if (phase == PHASE_CLOSED) {
 		g->closed = json_object_new_object();
 		jsonx_add_str(g->closed, "at", "2026-09-24T10:00:00Z");

@@ -1,0 +1,34 @@
+/*
+ * delivery/delivery_state.h — the delivery room's slice of a guest
+ * (session/guest.h, guest_slice_ops): what relay_acquire declared for
+ * extraction (spec/evidence.md §4), and the step downloads' counters (status,
+ * lease.json) and queue (downloads.h). The session holds the pointer
+ * (guest->delivery) and never looks inside.
+ *
+ * Locking: the fields are read and written under the manager's lock, like
+ * the guest's own. delivery/ writes them; lease/ and runs/ read the
+ * declarations for their results.
+ */
+#ifndef RELAY_DELIVERY_DELIVERY_STATE_H
+#define RELAY_DELIVERY_DELIVERY_STATE_H
+
+#include <json-c/json.h>
+#include <stdbool.h>
+
+#include "session/manager_internal.h"
+
+struct downloads_queue;
+
+typedef struct delivery_state {
+	json_object *extractions; /* [{name, path}], from relay_acquire */
+	bool full_workspace;      /* relay_acquire's fullWorkspace */
+	json_object
+	    *counters; /* {queued, inFlight, downloaded, failed, cancelled, coalesced, paused, state} */
+	struct downloads_queue *queue; /* created with the first job, or NULL */
+} delivery_state;
+
+/* The slice operations the session calls (tools/dispatch.c puts them in
+ * the relay's guest_rooms). The queue is freed by downloads_free() first. */
+extern const guest_slice_ops delivery_slice_ops;
+
+#endif

@@ -1,0 +1,91 @@
+/*
+ * The guestio room's slice of a guest (link.h): the transport connection,
+ * opened once and shared.
+ */
+#include "guestio/link.h"
+
+#include <stdlib.h>
+
+#include "loader/loader.h"
+#include "util/error.h"
+#include "util/jsonx.h"
+
+static void *slice_create(void)
+{
+	return calloc(1, sizeof(gio_link));
+}
+
+static void slice_destroy(void *slice)
+{
+	free(slice);
+}
+
+const guest_slice_ops gio_link_ops = {
+    .create = slice_create,
+    .destroy = slice_destroy,
+};
+
+relay_status gio_link_transport(manager *m, guest *g, loaded_plugin **plugin_out,
+                                relay_transport_conn **conn_out, relay_error *err)
+{
+	manager_wait_startup(m);
+	m->hooks->guest_reached(m, g); /* an operation reaches the guest: lifts a download pause */
+	/* A call and a step download may reach a guest without a connection
+	 * at the same moment: one opens, the other waits for it, so a guest
+	 * never holds two connections (the loser's would leak its master). */
+	manager_lock(m);
+	gio_link *link = g->link;
+	while (link->transport_opening && link->transport_conn == NULL)
+		pthread_cond_wait(&m->changed, &m->lock);
+	if (link->transport_conn) {
+		*plugin_out = link->transport_plugin;
+		*conn_out = link->transport_conn;
+		manager_unlock(m);
+		return RELAY_OK;
+	}
+	link->transport_opening = true;
+	char *lease = g->lease_document ? jsonx_to_string(g->lease_document, 0) : NULL;
+	manager_unlock(m);
+	relay_status status = RELAY_OK;
+	relay_transport_conn *conn = NULL;
+	loaded_plugin *plugin = NULL;
+	if (lease == NULL) {
+		status = relay_error_set(err, RELAY_E_NOT_FOUND, 0, "guest %s holds no lease", g->name);
+		goto cleanup;
+	}
+	plugin = backends_transport_for(m->backends, lease);
+	if (plugin == NULL) {
+		status = relay_error_set(
+		    err, RELAY_E_UNAVAILABLE, 0, "no transport plugin could be loaded for %s (%s)", g->name,
+		    m->backends->load_errors[SLOT_TRANSPORT] ? m->backends->load_errors[SLOT_TRANSPORT]
+		                                             : "the transport slot is empty");
+		goto cleanup;
+	}
+	status = plugin->transport.open(plugin->state, lease, NULL, 0, &conn, err);
+cleanup:
+	free(lease);
+	manager_lock(m);
+	link->transport_opening = false;
+	if (status == RELAY_OK) {
+		link->transport_plugin = plugin;
+		link->transport_conn = conn;
+		*plugin_out = plugin;
+		*conn_out = conn;
+	}
+	pthread_cond_broadcast(&m->changed);
+	manager_unlock(m);
+	return status;
+}
+
+void gio_link_close(manager *m, guest *g)
+{
+	manager_lock(m);
+	gio_link *link = g->link;
+	loaded_plugin *plugin = link->transport_plugin;
+	relay_transport_conn *conn = link->transport_conn;
+	link->transport_conn = NULL;
+	link->transport_plugin = NULL;
+	manager_unlock(m);
+	if (plugin && conn)
+		plugin->transport.close(plugin->state, conn, 0);
+}
