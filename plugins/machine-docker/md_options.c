@@ -351,7 +351,7 @@ static relay_status opt_runtime(const rk_options *spec, const rk_option *opt, js
 		return md_err(
 		    st, err, RELAY_E_INVALID_ARGUMENT, 0,
 		    "options.runtime must name an OCI runtime of the engine (runc, crun, runsc, kata)");
-	snprintf(st->runtime, sizeof st->runtime, "%s", rt);
+	memcpy(st->runtime, rt, strlen(rt) + 1); /* its length was checked above */
 	return RELAY_OK;
 }
 
