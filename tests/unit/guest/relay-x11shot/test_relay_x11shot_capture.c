@@ -139,6 +139,22 @@ static int socket_answers(unsigned n)
 	return ok;
 }
 
+/* True when /tmp/.X<n>-lock names `pid`: the server answering on display n
+ * is the one this test started, not another that took the number first
+ * (its socket answers while ours exits "already active"). */
+static int lock_names(unsigned n, pid_t pid)
+{
+	char path[64], text[32] = "";
+	snprintf(path, sizeof path, "/tmp/.X%u-lock", n);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t r = read(fd, text, sizeof text - 1);
+	close(fd);
+	text[r > 0 ? r : 0] = '\0';
+	return atoi(text) == (int)pid;
+}
+
 static void xauth_add(const char *file, const char *display, const char *cookie_hex)
 {
 	const char *argv[] = {"xauth",    "-q", "-f", file, "add", display, "MIT-MAGIC-COOKIE-1",
@@ -226,7 +242,7 @@ static int xvfb_start(xserver *xs, const char *screen, int with_auth, int tcp, c
 				         text);
 				return 0;
 			}
-			if (socket_answers(n))
+			if (socket_answers(n) && lock_names(n, pid))
 				return 1;
 			sleep_ms(20);
 		}

@@ -29,6 +29,8 @@
 /* ---- a host table ------------------------------------------------------------------- */
 
 static relay_status kit_error_set(relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static relay_status kit_error_set(relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
 {
 	if (err) {
 		err->code = code;
