@@ -347,12 +347,19 @@ int main(int argc, char **argv)
 		return run_init(argc, argv);
 	if (argc >= 4 && strcmp(argv[1], "exec") == 0)
 		return run_exec(argv[2], argv + 3);
+	if (argc >= 3 && strcmp(argv[1], "run") == 0) {
+		/* argv[2..] with no new privileges and nothing else: the
+		 * resident receiver's stream, whose bytes must not be copied. */
+		execvp(argv[2], argv + 2);
+		fprintf(stderr, "mcp-relay run: cannot run %s: %s\n", argv[2], strerror(errno));
+		return errno == ENOENT ? 127 : 126;
+	}
 	if (argc == 3 && strcmp(argv[1], "kill") == 0)
 		return run_kill(argv[2]);
 	if (argc == 4 && strcmp(argv[1], "wait") == 0)
 		return run_wait(argv[2], argv[3]);
-	fprintf(stderr,
-	        "usage: init [EXPIRES_MS GRACE_MS BACKSTOP_MS] | exec PIDFILE ARGV... | kill PIDFILE | "
-	        "wait PATH MS\n");
+	fprintf(stderr, "usage: init [EXPIRES_MS GRACE_MS BACKSTOP_MS] | exec PIDFILE ARGV... | run ARGV... "
+	                "| kill PIDFILE | "
+	                "wait PATH MS\n");
 	return 2;
 }

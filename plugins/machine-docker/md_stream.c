@@ -41,14 +41,27 @@ relay_status md_tstream_open(md_state *st, md_conn *conn, const relay_exec_reque
 		return checked;
 	if (req.cwd && req.cwd[0] && req.cwd[0] != '/')
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "stream_open needs an absolute cwd");
+	/* Under the guest program's "run", which only sets no-new-privileges
+	 * and execs: a Swarm service cannot ask the engine for it, and the
+	 * stream's bytes must not pass through a copying wrapper. */
+	size_t argc = 0;
+	while (req.argv[argc])
+		argc++;
+	const char **argv = calloc(argc + 3, sizeof *argv);
+	if (argv == NULL)
+		return md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	argv[0] = MD_GUEST_INIT;
+	argv[1] = "run";
+	memcpy(argv + 2, req.argv, argc * sizeof *argv);
 	exec_plan p = {.container = conn->container,
 	               .user = conn->user,
-	               .argv = req.argv,
+	               .argv = argv,
 	               .envp = req.envp,
 	               .cwd = req.cwd,
 	               .attach_stdin = true};
 	char id[128], path[256];
 	relay_status s = exec_create(st, &p, NULL, call, id, sizeof id, err);
+	free(argv);
 	if (s != RELAY_OK)
 		return s;
 	md_tstream *t = calloc(1, sizeof *t);
