@@ -1,5 +1,5 @@
 /*
- * preview_bench — the preview of one image by the relay's image module,
+ * preview_bench — the preview of one image by the relay's pixels/ room,
  * as one process run, for bench/image/run.sh.
  *
  *   preview_bench <in.png|jpg|webp> <out>
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "image/image.h"
+#include "pixels/image.h"
 
 int main(int argc, char **argv)
 {

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/image/run.sh — the relay's PNG preview (core/src/image) against
+# bench/image/run.sh — the relay's PNG preview (core/src/pixels) against
 # ImageMagick's `convert in.png -resize 2000x2000 out.png`, on a 5120x2880
 # screenshot-like PNG, in one run, alternating, medians and their ratio.
 #
@@ -37,7 +37,7 @@ trap 'rm -rf "$WORK"' EXIT INT TERM
 # shellcheck disable=SC2046
 "$CC" -std=c11 -D_GNU_SOURCE -O2 -DNDEBUG -I"$ROOT/core/include" -I"$ROOT/core/src" \
 	$(pkg-config --cflags json-c libpng) -o "$WORK/preview_bench" "$HERE/preview_bench.c" \
-	"$ROOT"/core/src/image/*.c "$ROOT/core/src/util/error.c" "$ROOT/core/src/util/sha256.c" \
+	"$ROOT"/core/src/pixels/*.c "$ROOT/core/src/util/error.c" "$ROOT/core/src/util/sha256.c" \
 	"$ROOT/core/src/util/jsonx.c" "$ROOT/core/src/util/strbuf.c" \
 	$(pkg-config --libs json-c libpng libcrypto) -lpthread -lm
 

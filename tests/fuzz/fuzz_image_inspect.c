@@ -1,5 +1,5 @@
 /*
- * Container checks of PNG, JPEG and WebP originals (image/container.c via
+ * Container checks of PNG, JPEG and WebP originals (pixels/container.c via
  * image_inspect): the first byte picks the expected type (none, PNG, JPEG,
  * WebP), the rest is the file.
  *
@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "image/image.h"
+#include "pixels/image.h"
 
 #include "fuzz.h"
 

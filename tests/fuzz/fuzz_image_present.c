@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "image/image.h"
+#include "pixels/image.h"
 
 #include "fuzz.h"
 

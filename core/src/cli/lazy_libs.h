@@ -17,7 +17,7 @@
  * looks the name up with dlsym and stores the address; later calls cost one
  * atomic load and one indirect call. Callers use the libraries' own headers
  * unchanged, and only the façades call them: util/http.c (libcurl),
- * evidence/archive*.c (libarchive), image/pngcodec.c (libpng).
+ * evidence/archive*.c (libarchive), pixels/pngcodec.c (libpng).
  *
  * Adding a call to a function that is not in the table still works: the
  * linker then links that library the ordinary way (it is linked

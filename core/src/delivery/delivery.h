@@ -1,10 +1,10 @@
 /*
- * delivery/ — evidence from the guest to the host, and saved images to the
- * agent. Above session/ and guestio/, below lease/, runs/ and tools/: it
- * includes neither of those (scripts/layers), builds no MCP result (domain
- * functions fill a util/outcome.h relay_outcome or a result struct of their
- * own; the handlers in tools/ turn them into answers), and the rooms above
- * reach it only through the headers below.
+ * delivery/ — evidence from the guest to the host. Above session/ and
+ * guestio/, below images/, lease/, runs/ and tools/: it includes none of
+ * those (scripts/layers), builds no MCP result (domain functions fill a
+ * util/outcome.h relay_outcome or a result struct of their own; the
+ * handlers in tools/ turn them into answers), and the rooms above reach it
+ * only through the headers below.
  *
  * The files, one job each:
  *   downloads.h / .c        the per-guest queue of background step
@@ -17,19 +17,11 @@
  *   packaging.h / .c        the recording pulled and merged, packages
  *                           delivered (finish, release, recording reset)
  *   finish.h / .c           relay_finish steps 2-7
- *   image_delivery.h / .c   relay_image and the imageDelivery of a run; its
- *                           pieces: image_result (the answer), image_context
- *                           (one delivery), image_identity (receipts, plans,
- *                           identities), image_guest (pulls within the
- *                           budget and deadline), image_original (host first,
- *                           publication, presentation), image_crosscheck
- *                           (recordings, §1.1 cross-checks), image_selectors
- *                           (display, application, reference), image_publish
- *                           (originals a download or a run brought home)
- *   image_catalog.h / .c    identities, the private catalog, publication of
- *                           originals (host files only)
- * One-way inside the room: image_guest -> downloads -> download_job ->
- * image_publish -> image_identity -> image_context -> image_result.
+ *   network_evidence.h / .c network.json at the package root
+ * Saved images (relay_image, the imageDelivery of a run, the catalog) are
+ * the room above, images/ (images/images.h). The one call the other way,
+ * a step download publishing the step's display originals, goes through
+ * the session's hook table (manager_hooks.publish_step_images).
  *
  * Fields of struct guest (session/guest.h) this room writes, under the
  * manager's lock: its slice (guest->delivery, delivery_state.h: the
@@ -46,7 +38,6 @@
 #include "delivery/downloads.h"
 #include "delivery/extraction.h"
 #include "delivery/finish.h"
-#include "delivery/image_delivery.h"
 #include "delivery/packaging.h"
 
 #endif

@@ -15,6 +15,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "images/image_result.h"
 #include "lease/probe.h"
 #include "profile/environment.h"
 #include "relay_support/which.h"
@@ -250,19 +251,11 @@ static void *task_main(void *arg)
 
 /* ---- the result --------------------------------------------------------------------------- */
 
+/* The capabilities of relay_probe's result: the image object of
+ * spec/images.md §6.4, as relay_stage returns it. */
 static json_object *capabilities_block(void)
 {
-	json_object *image = json_object_new_object();
-	jsonx_add_int(image, "version", 1);
-	jsonx_add_str(image, "action", "image");
-	json_object *sources = json_object_new_array();
-	json_object_array_add(sources, json_object_new_string("display"));
-	json_object_array_add(sources, json_object_new_string("application"));
-	json_object_array_add(sources, json_object_new_string("reference"));
-	jsonx_add(image, "sources", sources);
-	jsonx_add_int(image, "deadlineMs", 90000);
-	jsonx_add_int(image, "transferAttempts", 3);
-	jsonx_add_int(image, "recommendedRecoveryCalls", 2);
+	json_object *image = image_delivery_capability_json();
 	json_object *caps = json_object_new_object();
 	jsonx_add(caps, "image", image);
 	return caps;

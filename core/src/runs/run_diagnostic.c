@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delivery/image_delivery.h"
 #include "guestio/resident.h"
+#include "images/image_delivery.h"
 #include "runs/run_internal.h"
 #include "session/events.h"
 #include "util/fsutil.h"

@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "call/call.h"
-#include "delivery/image_delivery.h"
 #include "delivery/step_downloads.h"
 #include "guestio/receiver_api.h"
 #include "guestio/resident.h"
+#include "images/image_delivery.h"
 #include "receiver_protocol.h"
 #include "runs/run_internal.h"
 #include "runs/run_network.h"

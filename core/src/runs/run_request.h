@@ -43,7 +43,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "delivery/image_delivery.h"
+#include "images/image_delivery.h"
 #include "session/manager_internal.h"
 #include "util/outcome.h"
 

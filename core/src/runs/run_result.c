@@ -64,13 +64,12 @@ json_object *run_outcome_uncertain(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	strbuf sb = STRBUF_INIT;
-	strbuf_vprintf(&sb, fmt, ap);
+	char *diagnostic = strbuf_vformat(fmt, ap);
 	va_end(ap);
 	json_object *o = json_object_new_object();
 	jsonx_add_str(o, "kind", "uncertain");
-	jsonx_add_str(o, "diagnostic", strbuf_str(&sb));
-	strbuf_free(&sb);
+	jsonx_add_str(o, "diagnostic", diagnostic ? diagnostic : "");
+	free(diagnostic);
 	return o;
 }
 

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "delivery/delivery_state.h"
-#include "delivery/image_delivery.h"
 #include "guestio/receiver_api.h"
+#include "images/image_delivery.h"
 #include "runs/capture_plan.h"
 #include "runs/run_state.h"
 #include "runs/stage_internal.h"

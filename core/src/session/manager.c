@@ -480,7 +480,7 @@ static bool hooks_complete(const manager_hooks *h)
 {
 	return h && h->size >= sizeof *h && h->dispatch && h->take_back_guests && h->end_guests &&
 	       h->guest_reached && h->guest_closing && h->guest_release_rooms && h->guest_ending &&
-	       h->rooms && h->rooms->size == sizeof(guest_rooms);
+	       h->rooms && h->publish_step_images && h->rooms->size == sizeof(guest_rooms);
 }
 
 manager *manager_create(relay_settings *settings, const relay_backends *backends, const manager_hooks *hooks,

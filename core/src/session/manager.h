@@ -23,6 +23,7 @@
 
 #include "call/call.h"
 #include "contract/contract.h"
+#include "relay/status.h"
 
 typedef struct manager manager;
 struct relay_settings;
@@ -63,6 +64,14 @@ typedef struct manager_hooks {
 	void (*guest_ending)(manager *m, struct guest *g, relay_call *call, const char *why);
 	/* The rooms' slices of every guest (session/guest.h). */
 	const struct guest_rooms *rooms;
+	/* A step download placed a run's files under `recording`/host/steps/:
+	 * publishes the display originals `receipt` names (images/, above the
+	 * download queue of delivery/; images/image_publish.h says what it
+	 * writes). *published_out (may be NULL): [{imageId, phase}]. Without
+	 * the lock, on the guest's download worker. */
+	relay_status (*publish_step_images)(manager *m, struct guest *g, const char *recording,
+	                                    const json_object *receipt, json_object **published_out,
+	                                    relay_error *err);
 } manager_hooks;
 
 /* Creates the manager over loaded settings and backends and the hooks of

@@ -17,6 +17,7 @@
 #include "delivery/delivery_state.h"
 #include "delivery/downloads.h"
 #include "guestio/link.h"
+#include "images/image_publish.h"
 #include "lease/lease_state.h"
 #include "lease/lifecycle.h"
 #include "lease/reconcile.h"
@@ -278,6 +279,7 @@ static const manager_hooks session_hooks = {
     .guest_release_rooms = downloads_free,
     .guest_ending = console_end_with_guest,
     .rooms = &rooms,
+    .publish_step_images = image_delivery_publish_step,
 };
 
 const manager_hooks *tools_session_hooks(void)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delivery/image_delivery.h"
+#include "images/image_delivery.h"
 #include "session/manager_internal.h"
 #include "tools/tools.h"
 #include "util/clock.h"

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delivery/image_delivery.h"
 #include "guestio/receiver_api.h"
+#include "images/image_delivery.h"
 #include "runs/run_request.h"
 #include "runs/run_state.h"
 #include "session/manager_internal.h"

@@ -86,6 +86,22 @@ void strbuf_printf(strbuf *sb, const char *fmt, ...)
 	va_end(ap);
 }
 
+char *strbuf_vformat(const char *fmt, va_list ap)
+{
+	strbuf sb = STRBUF_INIT;
+	strbuf_vprintf(&sb, fmt, ap);
+	return strbuf_detach(&sb, NULL);
+}
+
+char *strbuf_format(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *text = strbuf_vformat(fmt, ap);
+	va_end(ap);
+	return text;
+}
+
 void strbuf_reset(strbuf *sb)
 {
 	sb->len = 0;

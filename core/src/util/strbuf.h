@@ -32,6 +32,10 @@ void strbuf_puts(strbuf *sb, const char *text);
 void strbuf_putc(strbuf *sb, char c);
 void strbuf_printf(strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void strbuf_vprintf(strbuf *sb, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* A new string formatted as printf formats it (free()), or NULL when out of
+ * memory: what a buffer, one strbuf_vprintf and strbuf_detach give. */
+char *strbuf_format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *strbuf_vformat(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 /* Empties the buffer, keeping its memory. */
 void strbuf_reset(strbuf *sb);
 /* Hands the contents to the caller (free()); the buffer becomes empty.
