@@ -28,7 +28,7 @@ typedef struct original_spec {
 } original_spec;
 
 /* The original of an application image (a declared output's file, spec/images.md
- * §7.2): asked of the guest at `remote`, no host copies besides `local`, its
+ * §1.2): asked of the guest at `remote`, no host copies besides `local`, its
  * signature checked, stale-reference once the guest is gone. Borrows every
  * string. */
 original_spec idl_application_original(const char *local, const char *sha256, int64_t bytes, const char *mime,
