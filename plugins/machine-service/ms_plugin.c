@@ -8,7 +8,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,21 +16,12 @@
 #include "ms_http.h"
 #include "ms_plugin.h"
 #include "ms_util.h"
+#include "relay_support/pattern.h"
 #include "relay_support/which.h"
 
 #define DEFAULT_ORIGIN "http://localhost:6240"
 
 /* ---- configuration -------------------------------------------------------------- */
-
-static bool matches(const char *text, const char *pattern)
-{
-	regex_t re;
-	if (regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
-		return false;
-	bool ok = regexec(&re, text, 0, NULL, 0) == 0;
-	regfree(&re);
-	return ok;
-}
 
 /* §1 origin check: http, a loopback host, an optional port, nothing else
  * but an optional "/". Writes the canonical origin (no trailing slash). */
@@ -39,7 +29,7 @@ static bool loopback_origin(const char *url, char *out, size_t out_len)
 {
 	static const char *const pattern =
 	    "^http://(localhost|127\\.[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}|\\[::1\\])(:[0-9]{1,5})?/?$";
-	if (url == NULL || !matches(url, pattern))
+	if (url == NULL || !rs_matches(url, pattern))
 		return false;
 	const char *host = url + 7;
 	const char *after = host[0] == '[' ? strchr(host, ']') + 1 : host + strcspn(host, ":/");
@@ -68,7 +58,7 @@ static relay_status copy_option(const relay_host *host, json_object *value, cons
 {
 	if (!json_object_is_type(value, json_type_string) || json_object_get_string_len(value) == 0 ||
 	    (size_t)json_object_get_string_len(value) >= len ||
-	    (pattern && !matches(json_object_get_string(value), pattern)))
+	    (pattern && !rs_matches(json_object_get_string(value), pattern)))
 		return host->error_set(
 		    err, RELAY_E_INVALID_ARGUMENT, 0,
 		    "%s: the option %s has a bad value; see MCP_RELAY_MACHINE_SERVICE_OPTIONS in "

@@ -334,6 +334,33 @@ static void coalesce_queued(downloads_queue *q, const char *by)
 	q->tail = NULL;
 }
 
+/* Aborts the download in flight, once: it ends `cancelled` and writes
+ * nothing more. With q->lock held. */
+static void abort_running_locked(downloads_queue *q)
+{
+	if (q->running_call && !q->aborting) {
+		q->aborting = true;
+		relay_call_cancel(q->running_call);
+	}
+}
+
+/* Stops the worker: no job starts any more, the one in flight is aborted,
+ * and the worker is joined (unless it is the caller). Called with q->lock
+ * held, which it drops while it joins; returns with it held. */
+static void stop_worker_locked(downloads_queue *q)
+{
+	q->stopping = true;
+	abort_running_locked(q);
+	pthread_cond_broadcast(&q->changed);
+	bool join = q->thread_started;
+	pthread_t thread = q->thread;
+	pthread_mutex_unlock(&q->lock);
+	if (join && !pthread_equal(thread, pthread_self()))
+		pthread_join(thread, NULL);
+	pthread_mutex_lock(&q->lock);
+	q->thread_started = false;
+}
+
 void downloads_close(manager *m, guest *g, const char *by, relay_call *call)
 {
 	downloads_queue *q = queue_of(m, g);
@@ -344,10 +371,8 @@ void downloads_close(manager *m, guest *g, const char *by, relay_call *call)
 	q->paused = false;
 	publish(q);
 	while (q->running) {
-		if (relay_call_is_cancelled(call) && q->running_call && !q->aborting) {
-			q->aborting = true;
-			relay_call_cancel(q->running_call);
-		}
+		if (relay_call_is_cancelled(call))
+			abort_running_locked(q);
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 100 * 1000 * 1000;
@@ -394,20 +419,8 @@ void downloads_shutdown(manager *m, guest *g)
 	if (q == NULL)
 		return;
 	pthread_mutex_lock(&q->lock);
-	q->stopping = true;
 	q->state = DL_CLOSED;
-	if (q->running_call && !q->aborting) {
-		q->aborting = true;
-		relay_call_cancel(q->running_call);
-	}
-	pthread_cond_broadcast(&q->changed);
-	bool join = q->thread_started;
-	pthread_t thread = q->thread;
-	pthread_mutex_unlock(&q->lock);
-	if (join && !pthread_equal(thread, pthread_self()))
-		pthread_join(thread, NULL);
-	pthread_mutex_lock(&q->lock);
-	q->thread_started = false;
+	stop_worker_locked(q);
 	publish(q);
 	pthread_mutex_unlock(&q->lock);
 }
@@ -566,17 +579,8 @@ void downloads_free(guest *g)
 	if (q == NULL)
 		return;
 	pthread_mutex_lock(&q->lock);
-	q->stopping = true;
-	if (q->running_call && !q->aborting) {
-		q->aborting = true;
-		relay_call_cancel(q->running_call);
-	}
-	pthread_cond_broadcast(&q->changed);
-	bool join = q->thread_started;
-	pthread_t thread = q->thread;
+	stop_worker_locked(q);
 	pthread_mutex_unlock(&q->lock);
-	if (join)
-		pthread_join(thread, NULL);
 	while (q->head) {
 		dl_job *job = q->head;
 		q->head = job->next;

@@ -62,15 +62,13 @@ const char *rv_get_str_path(const json_object *o, const char *k1, const char *k2
 
 void rv_hard(rv *r, const char *fmt, ...)
 {
-	strbuf sb = STRBUF_INIT;
-	strbuf_puts(&sb, "package verification failed: ");
 	va_list ap;
 	va_start(ap, fmt);
-	strbuf_vprintf(&sb, fmt, ap);
+	char *text = evidence_verify_failure(fmt, ap);
 	va_end(ap);
-	if (strbuf_ok(&sb))
-		rv_list_add_unique(&r->hard, strbuf_str(&sb));
-	strbuf_free(&sb);
+	if (text)
+		rv_list_add_unique(&r->hard, text);
+	free(text);
 }
 
 void rv_add_finding(rv *r, fw_strlist *cls, const char *text)

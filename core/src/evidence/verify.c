@@ -191,17 +191,23 @@ bool evidence_is_snapshot_path(const char *path)
 /* ---- verification ------------------------------------------------------------- */
 
 static void verr(fw_strlist *errors, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void verr(fw_strlist *errors, const char *fmt, ...)
+char *evidence_verify_failure(const char *fmt, va_list ap)
 {
 	strbuf sb = STRBUF_INIT;
 	strbuf_puts(&sb, "package verification failed: ");
+	strbuf_vprintf(&sb, fmt, ap);
+	return strbuf_detach(&sb, NULL);
+}
+
+static void verr(fw_strlist *errors, const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	strbuf_vprintf(&sb, fmt, ap);
+	char *text = evidence_verify_failure(fmt, ap);
 	va_end(ap);
-	if (strbuf_ok(&sb))
-		fw_strlist_push(errors, strbuf_str(&sb));
-	strbuf_free(&sb);
+	if (text)
+		fw_strlist_push(errors, text);
+	free(text);
 }
 
 /* §11 item 1: the package root and every folder from the project folder down

@@ -10,6 +10,7 @@
 #define RELAY_EVIDENCE_VERIFY_H
 
 #include <json-c/json.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -43,6 +44,11 @@ relay_status evidence_hash_files(const char *root_dir, evidence_file_hash *items
  * when they could not (out of memory). */
 relay_status evidence_package_verify_files(const char *package_dir, const char *project_dir,
                                            fw_strlist *errors, json_object **manifest_out, relay_error *err);
+
+/* A hard failure of verification as verification and review word it:
+ * "package verification failed: " and the formatted rest (malloc'd), NULL
+ * when out of memory. */
+char *evidence_verify_failure(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 /* True when `rel` obeys §11 item 3: no backslash, control character, ':',
  * '#' or '?', no empty, "." or ".." segment, not absolute. Also the early

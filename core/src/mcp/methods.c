@@ -108,11 +108,7 @@ static void handle_initialize(mcp_server *srv, batch *b, const char *id_text, js
 	const char *instructions = contract_instructions();
 	jsonx_write_string(&sb, instructions, strlen(instructions));
 	strbuf_putc(&sb, '}');
-	if (strbuf_ok(&sb))
-		send_result(srv, b, id_text, sb.data, sb.len);
-	else
-		send_internal_error(srv, b, id_text);
-	strbuf_free(&sb);
+	send_result_buffer(srv, b, id_text, &sb);
 }
 
 static void handle_discover(mcp_server *srv, batch *b, const char *id_text, json_object *params)
@@ -126,11 +122,7 @@ static void handle_discover(mcp_server *srv, batch *b, const char *id_text, json
 	const char *instructions = contract_instructions();
 	jsonx_write_string(&sb, instructions, strlen(instructions));
 	strbuf_puts(&sb, ",\"ttlMs\":3600000,\"cacheScope\":\"public\"," MODERN_FIELDS "}");
-	if (strbuf_ok(&sb))
-		send_result(srv, b, id_text, sb.data, sb.len);
-	else
-		send_internal_error(srv, b, id_text);
-	strbuf_free(&sb);
+	send_result_buffer(srv, b, id_text, &sb);
 }
 
 static void handle_tools_list(mcp_server *srv, batch *b, const char *id_text, json_object *params,
@@ -157,11 +149,7 @@ static void handle_tools_list(mcp_server *srv, batch *b, const char *id_text, js
 	if (modern)
 		strbuf_puts(&sb, ",\"ttlMs\":3600000,\"cacheScope\":\"public\"," MODERN_FIELDS);
 	strbuf_putc(&sb, '}');
-	if (strbuf_ok(&sb))
-		send_result(srv, b, id_text, sb.data, sb.len);
-	else
-		send_internal_error(srv, b, id_text);
-	strbuf_free(&sb);
+	send_result_buffer(srv, b, id_text, &sb);
 }
 
 static void handle_ping(mcp_server *srv, batch *b, const char *id_text, bool modern)

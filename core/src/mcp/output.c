@@ -202,6 +202,15 @@ void send_result(mcp_server *srv, batch *b, const char *id_text, const char *res
 	strbuf_free(&sb);
 }
 
+void send_result_buffer(mcp_server *srv, batch *b, const char *id_text, strbuf *sb)
+{
+	if (strbuf_ok(sb))
+		send_result(srv, b, id_text, sb->data, sb->len);
+	else
+		send_internal_error(srv, b, id_text);
+	strbuf_free(sb);
+}
+
 /* ---- batches -------------------------------------------------------------- */
 
 batch *batch_new(void)

@@ -136,6 +136,9 @@ void send_error_reason(mcp_server *srv, batch *b, const char *id_text, int code,
                        const char *reason);
 /* `result_json` is a complete JSON object. */
 void send_result(mcp_server *srv, batch *b, const char *id_text, const char *result_json, size_t len);
+/* Sends the result built in `sb`, or an internal error when building it ran
+ * out of memory; frees `sb` either way. */
+void send_result_buffer(mcp_server *srv, batch *b, const char *id_text, strbuf *sb);
 
 batch *batch_new(void);
 void batch_add(batch *b, const char *msg, size_t len);

@@ -179,11 +179,7 @@ static void answer_result_locked(mcp_task *t, batch *b, const char *id_text)
 		strbuf_append(&sb, t->result_json, len - 1);
 		strbuf_printf(
 		    &sb, ",\"_meta\":{\"io.modelcontextprotocol/related-task\":{\"taskId\":\"%s\"}}}", t->id);
-		if (strbuf_ok(&sb))
-			send_result(srv, b, id_text, sb.data, sb.len);
-		else
-			send_internal_error(srv, b, id_text);
-		strbuf_free(&sb);
+		send_result_buffer(srv, b, id_text, &sb);
 	} else if (t->status == TASK_CANCELLED) {
 		char msg[200];
 		snprintf(msg, sizeof msg,
@@ -394,11 +390,7 @@ task_start tasks_maybe_start(mcp_server *srv, batch *b, const char *id_text, con
 	pthread_mutex_lock(&srv->task_lock);
 	write_create_result(&sb, t);
 	pthread_mutex_unlock(&srv->task_lock);
-	if (strbuf_ok(&sb))
-		send_result(srv, b, id_text, sb.data, sb.len);
-	else
-		send_internal_error(srv, b, id_text);
-	strbuf_free(&sb);
+	send_result_buffer(srv, b, id_text, &sb);
 	*call_out = t->call;
 	return TASK_STARTED;
 oom:
@@ -455,11 +447,7 @@ static void send_task(mcp_server *srv, batch *b, const char *id_text, const mcp_
 	if (t->modern)
 		strbuf_puts(&sb, "," MODERN_FIELDS);
 	strbuf_putc(&sb, '}');
-	if (strbuf_ok(&sb))
-		send_result(srv, b, id_text, sb.data, sb.len);
-	else
-		send_internal_error(srv, b, id_text);
-	strbuf_free(&sb);
+	send_result_buffer(srv, b, id_text, &sb);
 }
 
 static void handle_result_request(mcp_server *srv, batch *b, const char *id_text, const char *id_key,
@@ -551,11 +539,7 @@ static void handle_list_locked(mcp_server *srv, batch *b, const char *id_text, j
 	}
 	pthread_mutex_unlock(&srv->task_lock);
 	strbuf_puts(&sb, "]}");
-	if (strbuf_ok(&sb))
-		send_result(srv, b, id_text, sb.data, sb.len);
-	else
-		send_internal_error(srv, b, id_text);
-	strbuf_free(&sb);
+	send_result_buffer(srv, b, id_text, &sb);
 }
 
 /* Which generation serves `method`, or an error already sent: false. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "egress/policy.h"
+#include "relay_support/pattern.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -48,16 +49,6 @@ struct relay_environment {
 	char *guest_network; /* relayNetwork.guestNetwork, NULL when not named */
 	char *egress_allow;  /* relayNetwork.egressAllow, NULL when not named */
 };
-
-static bool matches(const char *text, const char *pattern)
-{
-	regex_t re;
-	if (regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
-		return false;
-	bool ok = regexec(&re, text, 0, NULL, 0) == 0;
-	regfree(&re);
-	return ok;
-}
 
 /* ---- duplicate keys ---------------------------------------------------------- */
 
@@ -319,7 +310,7 @@ static relay_status read_plugins(relay_environment *env, json_object *plugins, r
 			idx++;
 		const char *name =
 		    json_object_is_type(value, json_type_string) ? json_object_get_string(value) : NULL;
-		bool valid_name = name && (matches(name, "^[a-z0-9][a-z0-9-]{0,62}$") ||
+		bool valid_name = name && (rs_matches(name, "^[a-z0-9][a-z0-9-]{0,62}$") ||
 		                           (name[0] == '/' && strlen(name) > 3 && !has_control(name) &&
 		                            strcmp(name + strlen(name) - 3, ".so") == 0));
 		if (idx == SLOT_COUNT_ || !valid_name)
@@ -481,7 +472,7 @@ relay_status environment_load(const char *path, relay_environment **out, relay_e
 	if (status != RELAY_OK)
 		goto cleanup;
 	const char *id = jsonx_get_str(profile, "id");
-	if (!matches(id, "^[a-z0-9][a-z0-9-]{0,47}$")) {
+	if (!rs_matches(id, "^[a-z0-9][a-z0-9-]{0,47}$")) {
 		status = fail(err, real, "\"id\" must match ^[a-z0-9][a-z0-9-]{0,47}$");
 		goto cleanup;
 	}

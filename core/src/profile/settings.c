@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include "egress/policy.h"
 #include "profile/environment.h"
 #include "registry/registry.h"
+#include "relay_support/pattern.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
@@ -109,16 +109,6 @@ static bool is_loopback_ipv4(const char *host)
 		}
 	}
 	return *c == '\0';
-}
-
-static bool matches(const char *text, const char *pattern)
-{
-	regex_t re;
-	if (regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
-		return false;
-	bool ok = regexec(&re, text, 0, NULL, 0) == 0;
-	regfree(&re);
-	return ok;
 }
 
 bool settings_valid_loopback_origin(const char *url, char *canonical_out, size_t out_len,
@@ -227,13 +217,13 @@ static int check_service_options(json_object *opts, char *errbuf, size_t errlen)
 				    key);
 			const char *s = json_object_get_string(value);
 			if ((strcmp(key, "routePrefix") == 0 || strcmp(key, "acquirePath") == 0) &&
-			    !matches(s, "^/[A-Za-z0-9._/-]*$"))
+			    !rs_matches(s, "^/[A-Za-z0-9._/-]*$"))
 				return fail(
 				    errbuf, errlen,
 				    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad %s: it must be a path "
 				    "starting with /",
 				    key);
-			if (strcmp(key, "fingerprintHeader") == 0 && !matches(s, "^[A-Za-z0-9-]+$"))
+			if (strcmp(key, "fingerprintHeader") == 0 && !rs_matches(s, "^[A-Za-z0-9-]+$"))
 				return fail(
 				    errbuf, errlen,
 				    "MCP_RELAY_MACHINE_SERVICE_OPTIONS has a bad fingerprintHeader: it must "
@@ -464,7 +454,7 @@ static int load_session_identity(relay_settings *s, char *errbuf, size_t errlen)
 	const char *v;
 	v = getenv("MCP_RELAY_SESSION");
 	if (v != NULL) {
-		if (!matches(v, "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"))
+		if (!rs_matches(v, "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"))
 			return fail(
 			    errbuf, errlen,
 			    "MCP_RELAY_SESSION must be 1 to 128 characters of A-Z, a-z, 0-9 and ._:@- "

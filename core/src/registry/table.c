@@ -370,34 +370,53 @@ static size_t matching_rows(const char *text, const vm_table *t, const registry_
 	return matches;
 }
 
+/* The table of `text` and the rows naming the task of `row` (matching_rows);
+ * free m->table with table_free. */
+typedef struct row_match {
+	vm_table table;
+	size_t count;   /* rows whose Task Name is the row's */
+	size_t first;   /* the first of them */
+	bool identical; /* the only one equals the row in every cell */
+} row_match;
+
+static int find_rows(const char *text, size_t len, const registry_row *row, row_match *m, char *errbuf,
+                     size_t errlen)
+{
+	m->first = 0;
+	m->count = 0;
+	m->identical = false;
+	if (parse_table(text, len, &m->table, errbuf, errlen) != 0)
+		return -1;
+	m->count = matching_rows(text, &m->table, row, &m->first, &m->identical);
+	return 0;
+}
+
 static registry_outcome add_transform(const char *text, size_t len, strbuf *out, void *ctx, char *errbuf,
                                       size_t errlen)
 {
 	const registry_row *row = ctx;
-	vm_table t;
-	if (parse_table(text, len, &t, errbuf, errlen) != 0)
+	row_match m;
+	if (find_rows(text, len, row, &m, errbuf, errlen) != 0)
 		return REGISTRY_INVALID;
-	size_t first = 0;
-	bool identical = false;
-	size_t matches = matching_rows(text, &t, row, &first, &identical);
 	registry_outcome outcome = REGISTRY_CHANGED;
-	if (matches == 1 && identical) {
+	if (m.count == 1 && m.identical) {
 		outcome = REGISTRY_UNCHANGED;
-	} else if (matches > 0) {
+	} else if (m.count > 0) {
 		snprintf(errbuf, errlen, "task %s is already registered by a different owner or duplicated",
 		         row->cells[2]);
 		outcome = REGISTRY_CONFLICT;
 	} else {
-		strbuf_append(out, text, t.insertion);
-		if (t.insertion > 0 && text[t.insertion - 1] != '\n' && text[t.insertion - 1] != '\r')
-			strbuf_puts(out, t.newline);
+		strbuf_append(out, text, m.table.insertion);
+		if (m.table.insertion > 0 && text[m.table.insertion - 1] != '\n' &&
+		    text[m.table.insertion - 1] != '\r')
+			strbuf_puts(out, m.table.newline);
 		strbuf_puts(out, "|");
 		for (int c = 0; c < REGISTRY_CELLS; c++)
 			strbuf_printf(out, " %s |", row->cells[c]);
-		strbuf_puts(out, t.newline);
-		strbuf_append(out, text + t.insertion, len - t.insertion);
+		strbuf_puts(out, m.table.newline);
+		strbuf_append(out, text + m.table.insertion, len - m.table.insertion);
 	}
-	table_free(&t);
+	table_free(&m.table);
 	return outcome;
 }
 
@@ -405,26 +424,23 @@ static registry_outcome remove_transform(const char *text, size_t len, strbuf *o
                                          size_t errlen)
 {
 	const registry_row *row = ctx;
-	vm_table t;
-	if (parse_table(text, len, &t, errbuf, errlen) != 0)
+	row_match m;
+	if (find_rows(text, len, row, &m, errbuf, errlen) != 0)
 		return REGISTRY_INVALID;
-	size_t first = 0;
-	bool identical = false;
-	size_t matches = matching_rows(text, &t, row, &first, &identical);
 	registry_outcome outcome = REGISTRY_CHANGED;
-	if (matches == 0) {
+	if (m.count == 0) {
 		outcome = REGISTRY_UNCHANGED;
-	} else if (matches != 1 || !identical) {
+	} else if (m.count != 1 || !m.identical) {
 		snprintf(errbuf, errlen,
 		         "refusing to remove task %s from the registry: ownership does not match",
 		         row->cells[2]);
 		outcome = REGISTRY_CONFLICT;
 	} else {
-		const line *l = &t.lines.items[first];
+		const line *l = &m.table.lines.items[m.first];
 		strbuf_append(out, text, l->start);
 		strbuf_append(out, text + l->end, len - l->end);
 	}
-	table_free(&t);
+	table_free(&m.table);
 	return outcome;
 }
 
