@@ -2,6 +2,7 @@
  * receiver/json.c — see json.h.
  */
 #include "json.h"
+#include "relay_support/json_escape.h"
 #include "relay_support/utf8.h"
 
 #include <errno.h>
@@ -568,7 +569,6 @@ int jv_is(const jv *value, jv_type type)
 
 void jv_write_string(buf *out, const char *text, size_t len)
 {
-	static const char digits[] = "0123456789abcdef";
 	size_t i, run = 0;
 	if (!rs_utf8_valid(text, len)) {
 		/* Never write what jv_parse would refuse (a capture program's
@@ -583,31 +583,13 @@ void jv_write_string(buf *out, const char *text, size_t len)
 	buf_putc(out, '"');
 	for (i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)text[i];
-		const char *esc = NULL;
 		char u[7];
 		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
+			continue; /* the common byte, without a call */
+		const char *esc = rs_json_escape(c, u);
 		if (i > run)
 			buf_append(out, text + run, i - run);
 		run = i + 1;
-		switch (c) {
-		case '"': esc = "\\\""; break;
-		case '\\': esc = "\\\\"; break;
-		case '\b': esc = "\\b"; break;
-		case '\f': esc = "\\f"; break;
-		case '\n': esc = "\\n"; break;
-		case '\r': esc = "\\r"; break;
-		case '\t': esc = "\\t"; break;
-		default:
-			u[0] = '\\';
-			u[1] = 'u';
-			u[2] = '0';
-			u[3] = '0';
-			u[4] = digits[c >> 4];
-			u[5] = digits[c & 15];
-			u[6] = '\0';
-			esc = u;
-		}
 		buf_puts(out, esc);
 	}
 	if (len > run)

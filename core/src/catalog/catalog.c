@@ -13,6 +13,7 @@
 #include <wchar.h>
 #include <wctype.h>
 
+#include "util/array.h"
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
@@ -238,28 +239,20 @@ static const char *add_application(catalog_view *v, json_object *app, const char
 		                CATALOG_MAX_INSTALLATIONS),
 		       why;
 	if (merged == NULL) {
-		if (v->n_apps == v->cap_apps) {
-			size_t cap = v->cap_apps ? v->cap_apps * 2 : 64;
-			application *grown = realloc(v->apps, cap * sizeof *grown);
-			if (grown == NULL)
-				return snprintf(why, len, "out of memory reading the catalog"), why;
-			v->apps = grown;
-			v->cap_apps = cap;
-		}
+		application *grown = array_grow(v->apps, &v->cap_apps, v->n_apps, sizeof *grown, 64);
+		if (grown == NULL)
+			return snprintf(why, len, "out of memory reading the catalog"), why;
+		v->apps = grown;
 		merged = &v->apps[v->n_apps++];
 		memset(merged, 0, sizeof *merged);
 		merged->id = id;
 		merged->name = name;
 		merged->lower_name = catalog_lower_utf8(name);
 	}
-	if (merged->n_inst == merged->cap_inst) {
-		size_t cap = merged->cap_inst ? merged->cap_inst * 2 : 4;
-		installation *grown = realloc(merged->inst, cap * sizeof *grown);
-		if (grown == NULL)
-			return snprintf(why, len, "out of memory reading the catalog"), why;
-		merged->inst = grown;
-		merged->cap_inst = cap;
-	}
+	installation *grown = array_grow(merged->inst, &merged->cap_inst, merged->n_inst, sizeof *grown, 4);
+	if (grown == NULL)
+		return snprintf(why, len, "out of memory reading the catalog"), why;
+	merged->inst = grown;
 	merged->inst[merged->n_inst++] = (installation){key, os, arch, app_version, id, aliases};
 	return NULL;
 }

@@ -224,6 +224,20 @@ static void *worker_main(void *arg)
 
 /* ---- the API ----------------------------------------------------------------------- */
 
+/* Waits until the queue changes or `wait_ms` (at most 1000) pass; the
+ * caller loops on its condition. With q->lock held. */
+static void wait_changed_locked(downloads_queue *q, int64_t wait_ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += (long)wait_ms * 1000000L;
+	while (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&q->changed, &q->lock, &ts);
+}
+
 void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, const json_object *receipt,
                             const char *receipt_sha256, int64_t receipt_bytes)
 {
@@ -257,14 +271,7 @@ void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, cons
 	pthread_mutex_lock(&q->lock);
 	/* Hold back while the queue is past its bound and not paused. */
 	while (q->state == DL_OPEN && !q->paused && !q->stopping && q->queued >= DOWNLOADS_QUEUE_BOUND) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&q->changed, &q->lock, &ts);
+		wait_changed_locked(q, 100);
 	}
 	if (q->state != DL_OPEN || q->stopping) {
 		pthread_mutex_unlock(&q->lock);
@@ -373,14 +380,7 @@ void downloads_close(manager *m, guest *g, const char *by, relay_call *call)
 	while (q->running) {
 		if (relay_call_is_cancelled(call))
 			abort_running_locked(q);
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&q->changed, &q->lock, &ts);
+		wait_changed_locked(q, 100);
 	}
 	coalesce_queued(q, by ? by : "finish");
 	publish(q);
@@ -540,16 +540,7 @@ downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execu
 			result = DOWNLOADS_WAIT_DEADLINE;
 			break;
 		}
-		if (left > 100)
-			left = 100;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += (long)left * 1000000L;
-		while (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&q->changed, &q->lock, &ts);
+		wait_changed_locked(q, left > 100 ? 100 : left);
 	}
 	if (job->ended)
 		result = strcmp(job->end_status, "downloaded") == 0 ? DOWNLOADS_WAIT_DOWNLOADED

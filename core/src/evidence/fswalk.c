@@ -9,18 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/array.h"
 #include "util/error.h"
 
 bool fw_strlist_push(fw_strlist *list, const char *text)
 {
-	if (list->count == list->capacity) {
-		size_t cap = list->capacity ? list->capacity * 2 : 16;
-		char **items = realloc(list->items, cap * sizeof *items);
-		if (items == NULL)
-			return false;
-		list->items = items;
-		list->capacity = cap;
-	}
+	char **items = array_grow(list->items, &list->capacity, list->count, sizeof *items, 16);
+	if (items == NULL)
+		return false;
+	list->items = items;
 	char *copy = strdup(text);
 	if (copy == NULL)
 		return false;
@@ -210,14 +207,10 @@ void fw_tree_free(fw_tree *tree)
 
 static bool tree_push(fw_tree *tree, const char *path, fw_kind kind, const struct stat *st)
 {
-	if (tree->count == tree->capacity) {
-		size_t cap = tree->capacity ? tree->capacity * 2 : 256;
-		fw_entry *items = realloc(tree->items, cap * sizeof *items);
-		if (items == NULL)
-			return false;
-		tree->items = items;
-		tree->capacity = cap;
-	}
+	fw_entry *items = array_grow(tree->items, &tree->capacity, tree->count, sizeof *items, 256);
+	if (items == NULL)
+		return false;
+	tree->items = items;
 	fw_entry *e = &tree->items[tree->count];
 	e->path = strdup(path);
 	if (e->path == NULL)

@@ -14,6 +14,7 @@
 
 #include "evidence/fswalk.h"
 #include "util/error.h"
+#include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"
 
@@ -27,57 +28,7 @@ relay_status evidence_read_rel(int root_fd, const char *rel, size_t max, char **
 	int fd = fw_open_file_read_at(root_fd, rel, err);
 	if (fd < 0)
 		return err ? err->code : RELAY_E_IO;
-	relay_status status = RELAY_OK;
-	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		status = relay_error_set(err, RELAY_E_IO, errno, "cannot stat %s", rel);
-		goto cleanup;
-	}
-	if ((uint64_t)st.st_size > max) {
-		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", rel, max);
-		goto cleanup;
-	}
-	size_t cap = (size_t)st.st_size + 1, len = 0;
-	char *buf = malloc(cap);
-	if (buf == NULL) {
-		status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	for (;;) {
-		if (len + 1 >= cap) {
-			if (cap > max + 1) {
-				free(buf);
-				status =
-				    relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s grew while read", rel);
-				goto cleanup;
-			}
-			char *nb = realloc(buf, cap * 2);
-			if (nb == NULL) {
-				free(buf);
-				status = relay_error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-				goto cleanup;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		ssize_t n = read(fd, buf + len, cap - 1 - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			free(buf);
-			status = relay_error_set(err, RELAY_E_IO, errno, "cannot read %s: %s", rel,
-			                         strerror(errno));
-			goto cleanup;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
-	*out = buf;
-	if (len_out)
-		*len_out = len;
-cleanup:
+	relay_status status = fs_read_fd(fd, rel, max, out, len_out, err);
 	close(fd);
 	return status;
 }

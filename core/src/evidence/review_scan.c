@@ -15,6 +15,7 @@
 #include "evidence/journal.h"
 #include "evidence/review_state.h"
 #include "evidence/verify.h"
+#include "util/array.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fsutil.h"
@@ -87,14 +88,10 @@ rv_action *rv_find_action(rv *r, const char *action_id)
 
 static rv_action *add_action(rv *r, const char *action_id, const char *execution_id, size_t idx)
 {
-	if (r->n_actions == r->cap_actions) {
-		size_t cap = r->cap_actions ? r->cap_actions * 2 : 32;
-		rv_action *a = realloc(r->actions, cap * sizeof *a);
-		if (a == NULL)
-			return NULL;
-		r->actions = a;
-		r->cap_actions = cap;
-	}
+	rv_action *grown = array_grow(r->actions, &r->cap_actions, r->n_actions, sizeof *grown, 32);
+	if (grown == NULL)
+		return NULL;
+	r->actions = grown;
 	rv_action *a = &r->actions[r->n_actions++];
 	memset(a, 0, sizeof *a);
 	a->action_id = action_id;

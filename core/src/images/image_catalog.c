@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "pixels/image.h"
+#include "relay_support/json_escape.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
@@ -104,33 +105,11 @@ static int key_cmp(const void *a, const void *b)
 
 static void canon_string(strbuf *sb, const char *s, size_t len)
 {
-	static const char hex[] = "0123456789abcdef";
 	strbuf_putc(sb, '"');
 	size_t run = 0;
 	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-		const char *esc = NULL;
 		char u[7];
-		switch (c) {
-		case '"': esc = "\\\""; break;
-		case '\\': esc = "\\\\"; break;
-		case '\b': esc = "\\b"; break;
-		case '\f': esc = "\\f"; break;
-		case '\n': esc = "\\n"; break;
-		case '\r': esc = "\\r"; break;
-		case '\t': esc = "\\t"; break;
-		default:
-			if (c < 0x20) {
-				u[0] = '\\';
-				u[1] = 'u';
-				u[2] = '0';
-				u[3] = '0';
-				u[4] = hex[c >> 4];
-				u[5] = hex[c & 0xf];
-				u[6] = '\0';
-				esc = u;
-			}
-		}
+		const char *esc = rs_json_escape((unsigned char)s[i], u);
 		if (esc == NULL) {
 			run++;
 			continue;

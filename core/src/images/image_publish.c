@@ -42,6 +42,16 @@ static relay_status write_downloaded_receipt(const char *image_dir, json_object 
 	return st;
 }
 
+/* The receipt's imageEvidence (idl_receipt_image_evidence), or
+ * RELAY_E_PROTOCOL naming what is wrong with it. */
+static relay_status receipt_evidence(const json_object *receipt, gio_receipt *rc, json_object **ev_out,
+                                     relay_error *err)
+{
+	char why[256];
+	*ev_out = idl_receipt_image_evidence(receipt, rc, why, sizeof why);
+	return *ev_out ? RELAY_OK : relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s", why);
+}
+
 relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording,
                                            const json_object *receipt, const json_object *part,
                                            const void *data, size_t len, relay_error *err)
@@ -59,12 +69,9 @@ relay_status image_delivery_publish_answer(manager *m, guest *g, const char *rec
 		goto cleanup;
 	}
 	gio_receipt rc;
-	char why[256];
-	json_object *ev = idl_receipt_image_evidence(receipt, &rc, why, sizeof why);
-	if (ev == NULL) {
-		st = relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s", why);
+	json_object *ev = NULL;
+	if ((st = receipt_evidence(receipt, &rc, &ev, err)) != RELAY_OK)
 		goto cleanup;
-	}
 	json_object *snap = idl_snapshot_for_phase(ev, "after");
 	if (snap == NULL) {
 		st = relay_error_set(err, RELAY_E_PROTOCOL, 0, "the receipt lists no after-snapshot");
@@ -136,12 +143,9 @@ relay_status image_delivery_publish_step(manager *m, guest *g, const char *recor
 	}
 	const char *rec = recording ? recording : c.evidence;
 	gio_receipt rc;
-	char why[256];
-	json_object *ev = idl_receipt_image_evidence(receipt, &rc, why, sizeof why);
-	if (ev == NULL) {
-		st = relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s", why);
+	json_object *ev = NULL;
+	if ((st = receipt_evidence(receipt, &rc, &ev, err)) != RELAY_OK)
 		goto cleanup;
-	}
 	const char *eid = rc.execution_id;
 	json_object *snaps = jsonx_get_array(ev, "snapshots");
 	size_t n = snaps ? json_object_array_length(snaps) : 0;

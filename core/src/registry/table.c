@@ -370,8 +370,7 @@ static size_t matching_rows(const char *text, const vm_table *t, const registry_
 	return matches;
 }
 
-/* The table of `text` and the rows naming the task of `row` (matching_rows);
- * free m->table with table_free. */
+/* The table of `text` and the rows naming the task of `row` (matching_rows). */
 typedef struct row_match {
 	vm_table table;
 	size_t count;   /* rows whose Task Name is the row's */
@@ -379,69 +378,77 @@ typedef struct row_match {
 	bool identical; /* the only one equals the row in every cell */
 } row_match;
 
-static int find_rows(const char *text, size_t len, const registry_row *row, row_match *m, char *errbuf,
-                     size_t errlen)
+/* One change of the table once the task's rows are found: its outcome, and
+ * the new text in `out` when REGISTRY_CHANGED. */
+typedef registry_outcome (*row_edit)(const char *text, size_t len, const row_match *m,
+                                     const registry_row *row, strbuf *out, char *errbuf, size_t errlen);
+
+/* Parses `text`, finds the rows of `ctx`'s task and hands them to `edit`. */
+static registry_outcome edit_table(const char *text, size_t len, strbuf *out, const void *ctx, row_edit edit,
+                                   char *errbuf, size_t errlen)
 {
-	m->first = 0;
-	m->count = 0;
-	m->identical = false;
-	if (parse_table(text, len, &m->table, errbuf, errlen) != 0)
-		return -1;
-	m->count = matching_rows(text, &m->table, row, &m->first, &m->identical);
-	return 0;
+	const registry_row *row = ctx;
+	row_match m = {.first = 0, .count = 0, .identical = false};
+	if (parse_table(text, len, &m.table, errbuf, errlen) != 0)
+		return REGISTRY_INVALID;
+	m.count = matching_rows(text, &m.table, row, &m.first, &m.identical);
+	registry_outcome outcome = edit(text, len, &m, row, out, errbuf, errlen);
+	table_free(&m.table);
+	return outcome;
+}
+
+/* Adds the row before the table's end; the same row again changes nothing,
+ * another row of the task is a conflict. */
+static registry_outcome add_row(const char *text, size_t len, const row_match *m, const registry_row *row,
+                                strbuf *out, char *errbuf, size_t errlen)
+{
+	if (m->count == 1 && m->identical)
+		return REGISTRY_UNCHANGED;
+	if (m->count > 0) {
+		snprintf(errbuf, errlen, "task %s is already registered by a different owner or duplicated",
+		         row->cells[2]);
+		return REGISTRY_CONFLICT;
+	}
+	size_t at = m->table.insertion;
+	strbuf_append(out, text, at);
+	if (at > 0 && text[at - 1] != '\n' && text[at - 1] != '\r')
+		strbuf_puts(out, m->table.newline);
+	strbuf_puts(out, "|");
+	for (int c = 0; c < REGISTRY_CELLS; c++)
+		strbuf_printf(out, " %s |", row->cells[c]);
+	strbuf_puts(out, m->table.newline);
+	strbuf_append(out, text + at, len - at);
+	return REGISTRY_CHANGED;
+}
+
+/* Removes the task's one row, which must equal `row`; no row changes nothing. */
+static registry_outcome remove_row(const char *text, size_t len, const row_match *m, const registry_row *row,
+                                   strbuf *out, char *errbuf, size_t errlen)
+{
+	if (m->count == 0)
+		return REGISTRY_UNCHANGED;
+	if (m->count != 1 || !m->identical) {
+		snprintf(errbuf, errlen,
+		         "refusing to remove task %s from the registry: ownership does not match",
+		         row->cells[2]);
+		return REGISTRY_CONFLICT;
+	}
+	const line *l = &m->table.lines.items[m->first];
+	strbuf_append(out, text, l->start);
+	strbuf_append(out, text + l->end, len - l->end);
+	return REGISTRY_CHANGED;
 }
 
 static registry_outcome add_transform(const char *text, size_t len, strbuf *out, void *ctx, char *errbuf,
                                       size_t errlen)
 {
-	const registry_row *row = ctx;
-	row_match m;
-	if (find_rows(text, len, row, &m, errbuf, errlen) != 0)
-		return REGISTRY_INVALID;
-	registry_outcome outcome = REGISTRY_CHANGED;
-	if (m.count == 1 && m.identical) {
-		outcome = REGISTRY_UNCHANGED;
-	} else if (m.count > 0) {
-		snprintf(errbuf, errlen, "task %s is already registered by a different owner or duplicated",
-		         row->cells[2]);
-		outcome = REGISTRY_CONFLICT;
-	} else {
-		strbuf_append(out, text, m.table.insertion);
-		if (m.table.insertion > 0 && text[m.table.insertion - 1] != '\n' &&
-		    text[m.table.insertion - 1] != '\r')
-			strbuf_puts(out, m.table.newline);
-		strbuf_puts(out, "|");
-		for (int c = 0; c < REGISTRY_CELLS; c++)
-			strbuf_printf(out, " %s |", row->cells[c]);
-		strbuf_puts(out, m.table.newline);
-		strbuf_append(out, text + m.table.insertion, len - m.table.insertion);
-	}
-	table_free(&m.table);
-	return outcome;
+	return edit_table(text, len, out, ctx, add_row, errbuf, errlen);
 }
 
 static registry_outcome remove_transform(const char *text, size_t len, strbuf *out, void *ctx, char *errbuf,
                                          size_t errlen)
 {
-	const registry_row *row = ctx;
-	row_match m;
-	if (find_rows(text, len, row, &m, errbuf, errlen) != 0)
-		return REGISTRY_INVALID;
-	registry_outcome outcome = REGISTRY_CHANGED;
-	if (m.count == 0) {
-		outcome = REGISTRY_UNCHANGED;
-	} else if (m.count != 1 || !m.identical) {
-		snprintf(errbuf, errlen,
-		         "refusing to remove task %s from the registry: ownership does not match",
-		         row->cells[2]);
-		outcome = REGISTRY_CONFLICT;
-	} else {
-		const line *l = &m.table.lines.items[m.first];
-		strbuf_append(out, text, l->start);
-		strbuf_append(out, text + l->end, len - l->end);
-	}
-	table_free(&m.table);
-	return outcome;
+	return edit_table(text, len, out, ctx, remove_row, errbuf, errlen);
 }
 
 registry_outcome registry_add(const registry_target *target, const registry_row *row, char *errbuf,

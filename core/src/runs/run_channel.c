@@ -165,27 +165,8 @@ static char *diagnostic_text(const char *execution_id, const char *const *argv, 
 	jsonx_add(d, RECEIVER_DIAG_ARGV, av);
 	jsonx_add_int(d, RECEIVER_DIAG_LIMIT_MS, (int64_t)limit_ms);
 	jsonx_add(h, RECEIVER_REQ_DIAGNOSTIC, d);
-	json_object *parts = json_object_new_array();
-	json_object *part = json_object_new_object();
-	jsonx_add_str(part, RECEIVER_PART_KEY_NAME, RECEIVER_PART_SCRIPT);
-	jsonx_add_int(part, RECEIVER_PART_KEY_BYTES, (int64_t)script_len);
-	jsonx_add_str(part, RECEIVER_PART_KEY_SHA256, sha);
-	json_object_array_add(parts, part);
-	jsonx_add(h, RECEIVER_FRAME_PARTS, parts);
-	char *line = jsonx_to_string(h, 0);
-	json_object_put(h);
-	strbuf sb = STRBUF_INIT;
-	if (line) {
-		strbuf_printf(&sb, "%s\n", line);
-		strbuf_append(&sb, script, script_len);
-	}
-	free(line);
-	if (!strbuf_ok(&sb) || sb.len == 0) {
-		strbuf_free(&sb);
-		return NULL;
-	}
-	*len_out = sb.len;
-	return strbuf_detach(&sb, NULL);
+	const run_part script_part = {RECEIVER_PART_SCRIPT, NULL, sha, script, script_len};
+	return run_parts_text(h, &script_part, 1, len_out);
 }
 
 /* serve's answer to a diagnostic into *res as the exec would have filled

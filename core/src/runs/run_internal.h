@@ -59,6 +59,21 @@ json_object *run_recording_fact(const json_object *receipt, const json_object *r
  * new reference. */
 json_object *run_request_build(const run_request_in *in);
 
+/* One part of a frame on the receiver's standard input: its name
+ * (RECEIVER_PART_*), its guest path (NULL: none), SHA-256 and bytes. */
+typedef struct run_part {
+	const char *name;
+	const char *rel;
+	const char *sha;
+	const void *data;
+	size_t len;
+} run_part;
+
+/* `header` (consumed) with the parts listed under RECEIVER_FRAME_PARTS as
+ * one line, then each part's bytes (spec/guest.md §16.2): malloc'd with
+ * *len_out bytes, or NULL when out of memory. */
+char *run_parts_text(json_object *header, const run_part *parts, size_t n, size_t *len_out);
+
 /* The standard input of `receiver run --stdin` (guest/receiver_protocol.h):
  * the header line naming both parts, then the request and the script.
  * malloc'd with *len_out bytes, or NULL when out of memory. */

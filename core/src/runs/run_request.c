@@ -214,36 +214,39 @@ json_object *run_video_request(int fps, const json_object *capture)
 
 /* The standard input of `receiver run --stdin` (guest/receiver_protocol.h):
  * the header line naming both parts, then the request and the script. */
-char *run_stdin_parts_text(const char *request_rel, const char *request, size_t request_len,
-                           const char *request_sha, const char *script_rel, const char *script,
-                           size_t script_len, const char *script_sha, size_t *len_out)
+char *run_parts_text(json_object *header, const run_part *parts, size_t n, size_t *len_out)
 {
-	json_object *header = json_object_new_object();
-	json_object *parts = json_object_new_array();
-	jsonx_add_int(header, RECEIVER_FRAME_PROTOCOL, RECEIVER_PROTOCOL_VERSION);
-	const struct {
-		const char *name, *rel, *sha;
-		size_t len;
-	} each[] = {{RECEIVER_PART_REQUEST, request_rel, request_sha, request_len},
-	            {RECEIVER_PART_SCRIPT, script_rel, script_sha, script_len}};
-	for (size_t i = 0; i < 2; i++) {
+	json_object *list = json_object_new_array();
+	for (size_t i = 0; i < n; i++) {
 		json_object *part = json_object_new_object();
-		jsonx_add_str(part, RECEIVER_PART_KEY_NAME, each[i].name);
-		jsonx_add_str(part, RECEIVER_PART_KEY_PATH, each[i].rel);
-		jsonx_add_int(part, RECEIVER_PART_KEY_BYTES, (int64_t)each[i].len);
-		jsonx_add_str(part, RECEIVER_PART_KEY_SHA256, each[i].sha);
-		json_object_array_add(parts, part);
+		jsonx_add_str(part, RECEIVER_PART_KEY_NAME, parts[i].name);
+		if (parts[i].rel)
+			jsonx_add_str(part, RECEIVER_PART_KEY_PATH, parts[i].rel);
+		jsonx_add_int(part, RECEIVER_PART_KEY_BYTES, (int64_t)parts[i].len);
+		jsonx_add_str(part, RECEIVER_PART_KEY_SHA256, parts[i].sha);
+		json_object_array_add(list, part);
 	}
-	jsonx_add(header, RECEIVER_FRAME_PARTS, parts);
+	jsonx_add(header, RECEIVER_FRAME_PARTS, list);
 	char *line = jsonx_to_string(header, 0);
 	json_object_put(header);
 	strbuf sb = STRBUF_INIT;
 	if (line) {
 		strbuf_printf(&sb, "%s\n", line);
-		strbuf_append(&sb, request, request_len);
-		strbuf_append(&sb, script, script_len);
+		for (size_t i = 0; i < n; i++)
+			strbuf_append(&sb, parts[i].data, parts[i].len);
 	}
 	free(line);
 	*len_out = sb.len;
 	return strbuf_ok(&sb) && line ? strbuf_detach(&sb, NULL) : (strbuf_free(&sb), NULL);
+}
+
+char *run_stdin_parts_text(const char *request_rel, const char *request, size_t request_len,
+                           const char *request_sha, const char *script_rel, const char *script,
+                           size_t script_len, const char *script_sha, size_t *len_out)
+{
+	json_object *header = json_object_new_object();
+	jsonx_add_int(header, RECEIVER_FRAME_PROTOCOL, RECEIVER_PROTOCOL_VERSION);
+	const run_part parts[] = {{RECEIVER_PART_REQUEST, request_rel, request_sha, request, request_len},
+	                          {RECEIVER_PART_SCRIPT, script_rel, script_sha, script, script_len}};
+	return run_parts_text(header, parts, 2, len_out);
 }

@@ -88,6 +88,22 @@ static int open_workspace(void *ctx, size_t i, bool *changed, char *why, size_t 
 	return fd;
 }
 
+/* Inventories the guest's support/ (gio_scan; `present` as there) into
+ * *facts_out: 0, or the stage's failure. */
+static int scan_support(stage_ctx *s, bool present, json_object **facts_out)
+{
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	relay_status st =
+	    gio_scan(&s->io, s->io.root, "support", present, s->in.total_bytes, facts_out, &err);
+	if (st == RELAY_OK && *facts_out == NULL)
+		*facts_out = json_object_new_array();
+	if (st == RELAY_OK)
+		return 0;
+	return stage_fail(s, gio_tool_code(st), "the guest's support folder could not be inventoried: %s",
+	                  err.message);
+}
+
 /* Support files: pre-scan of support/, files already equal are skipped,
  * differing ones removed, the rest pushed in one archive, then support/ is
  * scanned again and every file must match (spec/guest.md §3.4, §3.5). */
@@ -110,16 +126,11 @@ int stage_support(stage_ctx *s, json_object *result_files)
 		r = stage_fail(s, "internal", "out of memory staging support files");
 		goto cleanup;
 	}
-	relay_status st =
-	    s->fresh_root ? RELAY_OK
-	                  : gio_scan(&s->io, s->io.root, "support", true, s->in.total_bytes, &before, &err);
-	if (st == RELAY_OK && before == NULL)
+	relay_status st = RELAY_OK;
+	if (s->fresh_root)
 		before = json_object_new_array();
-	if (st != RELAY_OK) {
-		r = stage_fail(s, gio_tool_code(st),
-		               "the guest's support folder could not be inventoried: %s", err.message);
+	else if ((r = scan_support(s, true, &before)) != 0)
 		goto cleanup;
-	}
 	for (size_t i = 0; i < s->in.file_count; i++) {
 		support_file *f = &s->in.files[i];
 		json_object *fact = gio_fact_find(before, f->path);
@@ -151,12 +162,8 @@ int stage_support(stage_ctx *s, json_object *result_files)
 			s->pushed_bytes += members[i].bytes;
 		stage_progress(s, "support files pushed");
 	}
-	st = gio_scan(&s->io, s->io.root, "support", false, s->in.total_bytes, &after, &err);
-	if (st != RELAY_OK) {
-		r = stage_fail(s, gio_tool_code(st),
-		               "the guest's support folder could not be inventoried: %s", err.message);
+	if ((r = scan_support(s, false, &after)) != 0)
 		goto cleanup;
-	}
 	for (size_t i = 0; i < s->in.file_count; i++) {
 		support_file *f = &s->in.files[i];
 		json_object *fact = gio_fact_find(after, f->path);

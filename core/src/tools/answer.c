@@ -40,3 +40,11 @@ tool_result *tools_failure(manager *m, guest *g, relay_outcome *o)
 	outcome_free(o);
 	return r;
 }
+
+tool_result *tools_refuse_sealed(manager *m, guest *g)
+{
+	return guest_error(m, g, NULL, "sealed",
+	                   "The evidence of %s is already delivered; only relay_release (or a relay_finish "
+	                   "retry) is possible",
+	                   g->name);
+}

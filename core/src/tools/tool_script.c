@@ -137,11 +137,7 @@ tool_result *tool_script(manager *m, guest *g, json_object *args, relay_call *ca
 	bool leased = g->lease_document != NULL && g->guest_root != NULL;
 	manager_unlock(m);
 	if (sealed)
-		return guest_error(
-		    m, g, NULL, "sealed",
-		    "The evidence of %s is already delivered; only relay_release (or a relay_finish "
-		    "retry) is possible",
-		    g->name);
+		return tools_refuse_sealed(m, g);
 	if (!leased)
 		return guest_error(m, g, NULL, "not-staged",
 		                   "Guest %s holds no lease to run scripts in; acquire a guest first",

@@ -53,11 +53,7 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	bool pending = g->run->pending_reset != NULL, staged = g->staged;
 	manager_unlock(m);
 	if (sealed)
-		return guest_error(
-		    m, g, NULL, "sealed",
-		    "The evidence of %s is already delivered; only relay_release (or a relay_finish "
-		    "retry) is possible",
-		    g->name);
+		return tools_refuse_sealed(m, g);
 	if (!leased)
 		return guest_error(m, g, NULL, "not-staged", "Guest %s holds no lease to stage", g->name);
 	if (want_reset && !staged && !pending)

@@ -18,6 +18,10 @@
 tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt,
                          ...) __attribute__((format(printf, 5, 6)));
 
+/* The "sealed" refusal of a tool that would change a guest whose evidence
+ * is delivered (relay_stage, relay_script). Call without the lock. */
+tool_result *tools_refuse_sealed(manager *m, guest *g);
+
 /* The error result of a failed domain outcome (util/outcome.h): its code
  * and sentence, its facts as the structured content, and "guestState" when
  * `g` is not NULL (as guest_error) and the facts carry none already. Frees

@@ -191,31 +191,23 @@ relay_status fs_write_json_durable(const char *path, const json_object *obj, rel
 	return status;
 }
 
-relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, size_t *len_out,
-                          relay_error *err)
+relay_status fs_read_fd(int fd, const char *name, size_t max_bytes, char **data_out, size_t *len_out,
+                        relay_error *err)
 {
 	*data_out = NULL;
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0) {
-		if (errno == ENOENT)
-			return relay_error_set(err, RELAY_E_NOT_FOUND, errno, "no such file: %s", path);
-		if (errno == ELOOP)
-			return relay_error_set(err, RELAY_E_UNSAFE_PATH, errno, "symlink %s", path);
-		return relay_error_set(err, RELAY_E_IO, errno, "cannot open %s: %s", path, strerror(errno));
-	}
 	relay_status status = RELAY_OK;
 	char *buf = NULL;
 	struct stat st;
 	if (fstat(fd, &st) != 0) {
-		status = relay_error_set(err, RELAY_E_IO, errno, "cannot stat %s", path);
+		status = relay_error_set(err, RELAY_E_IO, errno, "cannot stat %s", name);
 		goto cleanup;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		status = relay_error_set(err, RELAY_E_UNSAFE_PATH, 0, "not a regular file: %s", path);
+		status = relay_error_set(err, RELAY_E_UNSAFE_PATH, 0, "not a regular file: %s", name);
 		goto cleanup;
 	}
 	if ((uint64_t)st.st_size > max_bytes) {
-		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", path,
+		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", name,
 		                         max_bytes);
 		goto cleanup;
 	}
@@ -229,7 +221,7 @@ relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, s
 		if (len + 1 == cap) {
 			if (cap - 1 >= max_bytes + 1) {
 				status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s grew past %zu bytes",
-				                         path, max_bytes);
+				                         name, max_bytes);
 				goto cleanup;
 			}
 			char *grown = realloc(buf, cap * 2);
@@ -244,7 +236,7 @@ relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, s
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			status = relay_error_set(err, RELAY_E_IO, errno, "cannot read %s: %s", path,
+			status = relay_error_set(err, RELAY_E_IO, errno, "cannot read %s: %s", name,
 			                         strerror(errno));
 			goto cleanup;
 		}
@@ -253,7 +245,7 @@ relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, s
 		len += (size_t)n;
 	}
 	if (len > max_bytes) {
-		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", path,
+		status = relay_error_set(err, RELAY_E_TOO_LARGE, 0, "%s is larger than %zu bytes", name,
 		                         max_bytes);
 		goto cleanup;
 	}
@@ -264,6 +256,22 @@ relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, s
 		*len_out = len;
 cleanup:
 	free(buf);
+	return status;
+}
+
+relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, size_t *len_out,
+                          relay_error *err)
+{
+	*data_out = NULL;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return relay_error_set(err, RELAY_E_NOT_FOUND, errno, "no such file: %s", path);
+		if (errno == ELOOP)
+			return relay_error_set(err, RELAY_E_UNSAFE_PATH, errno, "symlink %s", path);
+		return relay_error_set(err, RELAY_E_IO, errno, "cannot open %s: %s", path, strerror(errno));
+	}
+	relay_status status = fs_read_fd(fd, path, max_bytes, data_out, len_out, err);
 	close(fd);
 	return status;
 }

@@ -35,6 +35,10 @@ relay_status fs_write_exclusive(const char *path, const void *data, size_t len, 
  * RELAY_E_UNSAFE_PATH (symlink or not a regular file), RELAY_E_IO. */
 relay_status fs_read_file(const char *path, size_t max_bytes, char **data_out, size_t *len_out,
                           relay_error *err);
+/* fs_read_file's reading, of an open descriptor (`name` for messages); the
+ * caller keeps and closes `fd`. */
+relay_status fs_read_fd(int fd, const char *name, size_t max_bytes, char **data_out, size_t *len_out,
+                        relay_error *err);
 /* Reads and parses a JSON file (at most max_bytes). */
 relay_status fs_read_json(const char *path, size_t max_bytes, json_object **obj_out, relay_error *err);
 

@@ -17,40 +17,37 @@ static void split(int64_t unix_ms, struct tm *tm, int *millis)
 	*millis = (int)ms;
 }
 
-void time_format_iso_seconds(int64_t unix_ms, char out[21])
+/* unix_ms as "YYYY-MM-DD<t>hh<c>mm<c>ss", then ".mmm" when `millis`, then
+ * `end`: out_len - 1 characters and the NUL (the year kept to four digits). */
+static void format_utc(int64_t unix_ms, char t, char c, bool millis, const char *end, char *out,
+                       size_t out_len)
 {
 	struct tm tm;
 	int ms;
 	split(unix_ms, &tm, &ms);
 	char tmp[64];
-	snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02dZ", (tm.tm_year + 1900) % 10000,
-	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-	memcpy(out, tmp, 20);
-	out[20] = 0;
+	int n = snprintf(tmp, sizeof tmp, "%04d-%02d-%02d%c%02d%c%02d%c%02d", (tm.tm_year + 1900) % 10000,
+	                 tm.tm_mon + 1, tm.tm_mday, t, tm.tm_hour, c, tm.tm_min, c, tm.tm_sec);
+	if (millis)
+		n += snprintf(tmp + n, sizeof tmp - (size_t)n, ".%03d", ms);
+	snprintf(tmp + n, sizeof tmp - (size_t)n, "%s", end);
+	memcpy(out, tmp, out_len - 1);
+	out[out_len - 1] = 0;
+}
+
+void time_format_iso_seconds(int64_t unix_ms, char out[21])
+{
+	format_utc(unix_ms, 'T', ':', false, "Z", out, 21);
 }
 
 void time_format_iso_millis(int64_t unix_ms, char out[25])
 {
-	struct tm tm;
-	int ms;
-	split(unix_ms, &tm, &ms);
-	char tmp[64];
-	snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (tm.tm_year + 1900) % 10000,
-	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-	memcpy(out, tmp, 24);
-	out[24] = 0;
+	format_utc(unix_ms, 'T', ':', true, "Z", out, 25);
 }
 
 void time_format_stamp(int64_t unix_ms, char out[22])
 {
-	struct tm tm;
-	int ms;
-	split(unix_ms, &tm, &ms);
-	char tmp[64];
-	snprintf(tmp, sizeof tmp, "%04d-%02d-%02d-%02d-%02d-%02d-Z", (tm.tm_year + 1900) % 10000,
-	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-	memcpy(out, tmp, 21);
-	out[21] = 0;
+	format_utc(unix_ms, '-', '-', false, "-Z", out, 22);
 }
 
 bool time_parse_iso(const char *text, int64_t *unix_ms_out)
