@@ -65,8 +65,7 @@ int schema_compile(json_object *schema, char *errbuf, size_t errlen)
 	return 0;
 }
 
-static char *problem(const char *pointer, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *problem(const char *pointer, const char *fmt, ...)
+char *schema_problem(const char *pointer, const char *fmt, ...)
 {
 	strbuf sb = STRBUF_INIT;
 	strbuf_puts(&sb, *pointer ? pointer : "/");
@@ -248,10 +247,10 @@ static char *validate_any_of(const json_object *schema, const json_object *branc
 	char *result;
 	if (forms.len && json_object_is_type(value, json_type_object)) {
 		char *where = pointer_child(pointer, "source");
-		result = problem(where, "must be one of %s", strbuf_str(&forms));
+		result = schema_problem(where, "must be one of %s", strbuf_str(&forms));
 		free(where);
 	} else {
-		result = problem(pointer, "must match one of its allowed forms");
+		result = schema_problem(pointer, "must match one of its allowed forms");
 	}
 	strbuf_free(&forms);
 	return result;
@@ -262,22 +261,22 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 {
 	const char *type = jsonx_get_str(schema, "type");
 	if (type && !type_matches(type, value))
-		return problem(pointer, "must be %s", type_noun(type));
+		return schema_problem(pointer, "must be %s", type_noun(type));
 	/* spec/lifecycle.md §12 rule 1: a NUL is refused, never cut at (every C
 	 * string below would end there). Script code too: a shell or Python
 	 * script cannot hold one, so it is refused whole. */
 	if (json_object_is_type(value, json_type_string) &&
 	    memchr(json_object_get_string((json_object *)value), '\0',
 	           (size_t)json_object_get_string_len(value)) != NULL)
-		return problem(pointer, "contains U+0000 (a NUL byte), which %s; remove it",
-		               strcmp(pointer, "/code") == 0
-		                   ? "no script can hold, so the script is refused whole"
-		                   : "no text field accepts");
+		return schema_problem(pointer, "contains U+0000 (a NUL byte), which %s; remove it",
+		                      strcmp(pointer, "/code") == 0
+		                          ? "no script can hold, so the script is refused whole"
+		                          : "no text field accepts");
 
 	json_object *constant = NULL;
 	if (json_object_object_get_ex(schema, "const", &constant) && !json_equal(constant, value)) {
 		char *text = jsonx_to_string(constant, 0);
-		char *p = problem(pointer, "must be %s", text ? text : "the constant");
+		char *p = schema_problem(pointer, "must be %s", text ? text : "the constant");
 		free(text);
 		return p;
 	}
@@ -288,7 +287,8 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 			found = json_equal(json_object_array_get_idx(choices, i), value);
 		if (!found) {
 			char *text = enum_text(choices);
-			char *p = problem(pointer, "must be one of %s", text ? text : "the listed values");
+			char *p =
+			    schema_problem(pointer, "must be one of %s", text ? text : "the listed values");
 			free(text);
 			return p;
 		}
@@ -300,13 +300,14 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 		size_t chars = utf8_length(s, len);
 		int64_t bound;
 		if (jsonx_get_int(schema, "minLength", &bound) && (int64_t)chars < bound)
-			return problem(pointer, "must be at least %lld character%s long", (long long)bound,
-			               bound == 1 ? "" : "s");
+			return schema_problem(pointer, "must be at least %lld character%s long",
+			                      (long long)bound, bound == 1 ? "" : "s");
 		if (jsonx_get_int(schema, "maxLength", &bound) && (int64_t)chars > bound)
-			return problem(pointer, "must be at most %lld characters long", (long long)bound);
+			return schema_problem(pointer, "must be at most %lld characters long",
+			                      (long long)bound);
 		const pattern *re = pattern_for(schema);
 		if (re && !pattern_test(re, s, len))
-			return problem(pointer, "must match %s", jsonx_get_str(schema, "pattern"));
+			return schema_problem(pointer, "must match %s", jsonx_get_str(schema, "pattern"));
 	}
 	if (json_object_is_type(value, json_type_int) || json_object_is_type(value, json_type_double)) {
 		double d = json_object_get_double(value);
@@ -314,22 +315,22 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 		if (jsonx_get_double(schema, "minimum", &bound) && d < bound) {
 			char num[40];
 			snprintf(num, sizeof num, "%.15g", bound);
-			return problem(pointer, "must be at least %s", num);
+			return schema_problem(pointer, "must be at least %s", num);
 		}
 		if (jsonx_get_double(schema, "maximum", &bound) && d > bound) {
 			char num[40];
 			snprintf(num, sizeof num, "%.15g", bound);
-			return problem(pointer, "must be at most %s", num);
+			return schema_problem(pointer, "must be at most %s", num);
 		}
 	}
 	if (json_object_is_type(value, json_type_array)) {
 		size_t n = json_object_array_length(value);
 		int64_t bound;
 		if (jsonx_get_int(schema, "minItems", &bound) && (int64_t)n < bound)
-			return problem(pointer, "must have at least %lld item%s", (long long)bound,
-			               bound == 1 ? "" : "s");
+			return schema_problem(pointer, "must have at least %lld item%s", (long long)bound,
+			                      bound == 1 ? "" : "s");
 		if (jsonx_get_int(schema, "maxItems", &bound) && (int64_t)n > bound)
-			return problem(pointer, "must have at most %lld items", (long long)bound);
+			return schema_problem(pointer, "must have at most %lld items", (long long)bound);
 		bool unique = false;
 		if (jsonx_get_bool(schema, "uniqueItems", &unique) && unique) {
 			for (size_t i = 0; i < n; i++)
@@ -337,7 +338,7 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 					if (json_equal(json_object_array_get_idx(value, i),
 					               json_object_array_get_idx(value, j))) {
 						char *where = pointer_index(pointer, j);
-						char *p = problem(
+						char *p = schema_problem(
 						    where, "repeats item %zu; items must be unique", i);
 						free(where);
 						return p;
@@ -367,7 +368,7 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 				if (additional)
 					continue;
 				char *where = pointer_child(pointer, key);
-				char *p = problem(where, "is not a field of %s", tool_name);
+				char *p = schema_problem(where, "is not a field of %s", tool_name);
 				free(where);
 				return p;
 			}
@@ -377,7 +378,7 @@ static char *validate_node(const json_object *schema, const json_object *value, 
 			const char *name = json_object_get_string(json_object_array_get_idx(required, i));
 			if (!json_object_object_get_ex(value, name, NULL)) {
 				char *where = pointer_child(pointer, name);
-				char *p = problem(where, "is required");
+				char *p = schema_problem(where, "is required");
 				free(where);
 				return p;
 			}

@@ -18,6 +18,11 @@
  * life of the process). 0, or -1 with a reason. Call before threads start. */
 int schema_compile(json_object *schema, char *errbuf, size_t errlen);
 
+/* A refusal of the arguments: the JSON pointer of the value ("/" for the
+ * whole arguments), a space, then the formatted rule it breaks; malloc'd,
+ * NULL when out of memory. */
+char *schema_problem(const char *pointer, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* NULL when `value` satisfies `schema`, else the first problem (malloc'd).
  * `tool_name` names the tool in "is not a field of <tool>". */
 char *schema_validate(const json_object *schema, const json_object *value, const char *tool_name);

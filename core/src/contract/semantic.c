@@ -1,5 +1,4 @@
 /* The tools' semantic input rules (spec/tools.md §3), checked after the schema. */
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,23 +6,9 @@
 
 #include "contract/schema.h"
 #include "util/jsonx.h"
-#include "util/strbuf.h"
 
 #define INLINE_CODE_MAX_BYTES       1048576
 #define DIAGNOSTIC_SCRIPT_MAX_BYTES 98304
-
-static char *rule(const char *pointer, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *rule(const char *pointer, const char *fmt, ...)
-{
-	strbuf sb = STRBUF_INIT;
-	strbuf_puts(&sb, pointer);
-	strbuf_putc(&sb, ' ');
-	va_list ap;
-	va_start(ap, fmt);
-	strbuf_vprintf(&sb, fmt, ap);
-	va_end(ap);
-	return strbuf_detach(&sb, NULL);
-}
 
 /* A relative guest path: not absolute, no NUL, no backslash, no empty, "."
  * or ".." segment. Returns the broken rule or NULL. */
@@ -58,9 +43,9 @@ static char *check_probe(const json_object *args)
 	const char *scope = jsonx_get_str(args, "scope");
 	bool has_guest = jsonx_has(args, "guest");
 	if (scope && strcmp(scope, "guest") == 0 && !has_guest)
-		return rule("/guest", "is required with scope guest");
+		return schema_problem("/guest", "is required with scope guest");
 	if (has_guest && (scope == NULL || strcmp(scope, "host") == 0))
-		return rule("/guest", "is only allowed with scope guest");
+		return schema_problem("/guest", "is only allowed with scope guest");
 	return NULL;
 }
 
@@ -77,17 +62,17 @@ static char *check_acquire(const json_object *args)
 		char pointer[64];
 		if (why) {
 			snprintf(pointer, sizeof pointer, "/extractions/%zu/path", i);
-			return rule(pointer, "%s: it must stay strictly inside the workspace", why);
+			return schema_problem(pointer, "%s: it must stay strictly inside the workspace", why);
 		}
 		const char *name = jsonx_get_str(item, "name");
 		snprintf(pointer, sizeof pointer, "/extractions/%zu/name", i);
 		if (strcmp(name, "full-workspace") == 0)
-			return rule(pointer, "full-workspace is reserved; use fullWorkspace: true");
+			return schema_problem(pointer, "full-workspace is reserved; use fullWorkspace: true");
 		for (size_t j = 0; j < i; j++)
 			if (strcmp(name, jsonx_get_str(json_object_array_get_idx(extractions, j), "name")) ==
 			    0)
-				return rule(pointer, "repeats the name %s; output names must be unique",
-				            name);
+				return schema_problem(
+				    pointer, "repeats the name %s; output names must be unique", name);
 	}
 	return NULL;
 }
@@ -104,7 +89,8 @@ static char *check_stage(const json_object *args)
 		if (why) {
 			char pointer[64];
 			snprintf(pointer, sizeof pointer, "/files/%zu/path", i);
-			return rule(pointer, "%s: it is relative to the guest's support/ folder", why);
+			return schema_problem(pointer, "%s: it is relative to the guest's support/ folder",
+			                      why);
 		}
 	}
 	return NULL;
@@ -117,21 +103,23 @@ static char *check_script(const json_object *args)
 	jsonx_get_bool(args, "diagnostic", &diagnostic);
 	bool has_code = jsonx_has(args, "code"), has_path = jsonx_has(args, "localPath");
 	if (is_inline && !has_code)
-		return rule("/code", "is required with inline: true");
+		return schema_problem("/code", "is required with inline: true");
 	if (is_inline && has_path)
-		return rule("/localPath", "is not allowed with inline: true; send the script text in code");
+		return schema_problem("/localPath",
+		                      "is not allowed with inline: true; send the script text in code");
 	if (!is_inline && !has_path)
-		return rule("/localPath", "is required with inline: false");
+		return schema_problem("/localPath", "is required with inline: false");
 	if (!is_inline && has_code)
-		return rule("/code", "is not allowed with inline: false; send the file path in localPath");
+		return schema_problem("/code",
+		                      "is not allowed with inline: false; send the file path in localPath");
 	json_object *code = NULL;
 	if (has_code && json_object_object_get_ex(args, "code", &code)) {
 		size_t bytes = (size_t)json_object_get_string_len(code);
 		if (bytes > INLINE_CODE_MAX_BYTES)
-			return rule("/code", "is %zu bytes of UTF-8; at most %d bytes are accepted", bytes,
-			            INLINE_CODE_MAX_BYTES);
+			return schema_problem("/code", "is %zu bytes of UTF-8; at most %d bytes are accepted",
+			                      bytes, INLINE_CODE_MAX_BYTES);
 		if (diagnostic && bytes > DIAGNOSTIC_SCRIPT_MAX_BYTES)
-			return rule(
+			return schema_problem(
 			    "/code",
 			    "is %zu bytes; a diagnostic script travels as one argument and may have at "
 			    "most %d bytes",
@@ -140,11 +128,11 @@ static char *check_script(const json_object *args)
 	if (diagnostic) {
 		const char *language = jsonx_get_str(args, "language");
 		if (strcmp(language, "shell") != 0)
-			return rule("/diagnostic", "is only allowed with language shell");
+			return schema_problem("/diagnostic", "is only allowed with language shell");
 		if (jsonx_has(args, "snapshots"))
-			return rule("/snapshots",
-			            "is not allowed with diagnostic: true; a diagnostic run takes no "
-			            "snapshots and joins no group");
+			return schema_problem(
+			    "/snapshots", "is not allowed with diagnostic: true; a diagnostic run takes no "
+			                  "snapshots and joins no group");
 	}
 	return NULL;
 }

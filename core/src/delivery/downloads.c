@@ -224,6 +224,20 @@ static void *worker_main(void *arg)
 
 /* ---- the API ----------------------------------------------------------------------- */
 
+/* Queues `job` last (the queue takes its reference), starts the worker
+ * when none runs and publishes the counters. With q->lock held. */
+static void append_job_locked(downloads_queue *q, dl_job *job)
+{
+	if (q->tail)
+		q->tail->next = job;
+	else
+		q->head = job;
+	q->tail = job;
+	q->queued++;
+	ensure_worker(q);
+	publish(q);
+}
+
 /* Waits until the queue changes or `wait_ms` (at most 1000) pass; the
  * caller loops on its condition. With q->lock held. */
 static void wait_changed_locked(downloads_queue *q, int64_t wait_ms)
@@ -287,14 +301,7 @@ void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, cons
 	download_record_save(job, record);
 	json_object_put(record);
 	pthread_mutex_lock(&q->lock);
-	if (q->tail)
-		q->tail->next = job;
-	else
-		q->head = job;
-	q->tail = job;
-	q->queued++;
-	ensure_worker(q);
-	publish(q);
+	append_job_locked(q, job);
 	pthread_mutex_unlock(&q->lock);
 }
 
@@ -461,15 +468,8 @@ int downloads_resume(manager *m, guest *g)
 				pthread_mutex_lock(&q->lock);
 				if (q->state == DL_OPEN && !q->stopping && job->execution_id &&
 				    job->evidence) {
-					if (q->tail)
-						q->tail->next = job;
-					else
-						q->head = job;
-					q->tail = job;
-					q->queued++;
+					append_job_locked(q, job);
 					n++;
-					ensure_worker(q);
-					publish(q);
 					job = NULL;
 				}
 				pthread_mutex_unlock(&q->lock);

@@ -280,6 +280,10 @@ static void test_incomplete_hooks_refused(void **state)
 	partial.end_guests = NULL;
 	assert_null(manager_create(&settings, &backends, &partial, errbuf, sizeof errbuf));
 	assert_non_null(strstr(errbuf, "manager_hooks"));
+	/* The step downloads of delivery/ publish through images/ only by the hook. */
+	manager_hooks no_publisher = *tools_session_hooks();
+	no_publisher.publish_step_images = NULL;
+	assert_null(manager_create(&settings, &backends, &no_publisher, errbuf, sizeof errbuf));
 	manager_hooks old = *tools_session_hooks();
 	old.size = sizeof old - 1;
 	assert_null(manager_create(&settings, &backends, &old, errbuf, sizeof errbuf));
