@@ -7,14 +7,6 @@
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
-static char *vformat(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
-static char *vformat(const char *fmt, va_list ap)
-{
-	strbuf sb = STRBUF_INIT;
-	strbuf_vprintf(&sb, fmt, ap);
-	return strbuf_detach(&sb, NULL);
-}
-
 tool_result *tool_result_ok(json_object *structured, const char *headline_fmt, ...)
 {
 	tool_result *r = calloc(1, sizeof *r);
@@ -25,7 +17,7 @@ tool_result *tool_result_ok(json_object *structured, const char *headline_fmt, .
 	r->structured = structured ? structured : json_object_new_object();
 	va_list ap;
 	va_start(ap, headline_fmt);
-	r->headline = vformat(headline_fmt, ap);
+	r->headline = strbuf_vformat(headline_fmt, ap);
 	va_end(ap);
 	return r;
 }
@@ -48,7 +40,7 @@ tool_result *tool_result_error(json_object *structured, const char *code, const 
 	r->structured = structured ? structured : json_object_new_object();
 	va_list ap;
 	va_start(ap, message_fmt);
-	char *message = vformat(message_fmt, ap);
+	char *message = strbuf_vformat(message_fmt, ap);
 	va_end(ap);
 	json_object *error = json_object_new_object();
 	jsonx_add_str(error, "code", code);
@@ -63,7 +55,7 @@ void tool_result_set_headline(tool_result *result, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	char *headline = vformat(fmt, ap);
+	char *headline = strbuf_vformat(fmt, ap);
 	va_end(ap);
 	free(result->headline);
 	result->headline = headline;
@@ -73,7 +65,7 @@ void tool_result_set_lead(tool_result *result, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	char *lead = vformat(fmt, ap);
+	char *lead = strbuf_vformat(fmt, ap);
 	va_end(ap);
 	if (lead) {
 		fold_line_breaks(lead);

@@ -36,20 +36,20 @@ int stage_fail(stage_ctx *s, const char *code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	strbuf sb = STRBUF_INIT;
-	strbuf_vprintf(&sb, fmt, ap);
+	char *message = strbuf_vformat(fmt, ap);
 	va_end(ap);
-	guest_set_last_error(s->m, s->g, "relay_stage: %s", strbuf_str(&sb));
+	const char *text = message ? message : "out of memory";
+	guest_set_last_error(s->m, s->g, "relay_stage: %s", text);
 	json_object *d = json_object_new_object();
 	jsonx_add_str(d, "operation", "relay_stage");
 	jsonx_add_str(d, "code", code);
-	jsonx_add_str(d, "message", strbuf_str(&sb));
+	jsonx_add_str(d, "message", text);
 	guest_event(s->m, s->g, "operation-failed", "relay_stage failed; the guest is kept", d);
 	json_object *st = outcome_facts(s->o);
 	jsonx_add_str(st, "guest", s->g->name);
 	jsonx_add_bool(st, "staged", false);
-	outcome_fail(s->o, code, "%s", strbuf_str(&sb));
-	strbuf_free(&sb);
+	outcome_fail(s->o, code, "%s", text);
+	free(message);
 	return -1;
 }
 

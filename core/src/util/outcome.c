@@ -16,11 +16,9 @@ int outcome_fail(relay_outcome *o, const char *code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	strbuf sb = STRBUF_INIT;
-	strbuf_vprintf(&sb, fmt, ap);
-	va_end(ap);
 	free(o->message);
-	o->message = strbuf_detach(&sb, NULL);
+	o->message = strbuf_vformat(fmt, ap);
+	va_end(ap);
 	o->code = code ? code : "internal";
 	(void)outcome_facts(o);
 	return -1;
