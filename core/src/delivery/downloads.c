@@ -238,20 +238,6 @@ static void append_job_locked(downloads_queue *q, dl_job *job)
 	publish(q);
 }
 
-/* Waits until the queue changes or `wait_ms` (at most 1000) pass; the
- * caller loops on its condition. With q->lock held. */
-static void wait_changed_locked(downloads_queue *q, int64_t wait_ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)wait_ms * 1000000L;
-	while (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(&q->changed, &q->lock, &ts);
-}
-
 void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, const json_object *receipt,
                             const char *receipt_sha256, int64_t receipt_bytes)
 {
@@ -285,7 +271,7 @@ void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, cons
 	pthread_mutex_lock(&q->lock);
 	/* Hold back while the queue is past its bound and not paused. */
 	while (q->state == DL_OPEN && !q->paused && !q->stopping && q->queued >= DOWNLOADS_QUEUE_BOUND) {
-		wait_changed_locked(q, 100);
+		clock_cond_wait_ms(&q->changed, &q->lock, 100);
 	}
 	if (q->state != DL_OPEN || q->stopping) {
 		pthread_mutex_unlock(&q->lock);
@@ -387,7 +373,7 @@ void downloads_close(manager *m, guest *g, const char *by, relay_call *call)
 	while (q->running) {
 		if (relay_call_is_cancelled(call))
 			abort_running_locked(q);
-		wait_changed_locked(q, 100);
+		clock_cond_wait_ms(&q->changed, &q->lock, 100);
 	}
 	coalesce_queued(q, by ? by : "finish");
 	publish(q);
@@ -540,7 +526,7 @@ downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execu
 			result = DOWNLOADS_WAIT_DEADLINE;
 			break;
 		}
-		wait_changed_locked(q, left > 100 ? 100 : left);
+		clock_cond_wait_ms(&q->changed, &q->lock, left > 100 ? 100 : left);
 	}
 	if (job->ended)
 		result = strcmp(job->end_status, "downloaded") == 0 ? DOWNLOADS_WAIT_DOWNLOADED

@@ -152,14 +152,7 @@ static void *watch_main(void *arg)
 	bool concurrent = (w->io->traits & RELAY_TRANSPORT_CONCURRENT) != 0;
 	pthread_mutex_lock(&w->lock);
 	while (!w->done) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 50 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+		clock_cond_wait_ms(&w->cond, &w->lock, 50);
 		if (w->done)
 			break;
 		pthread_mutex_unlock(&w->lock);

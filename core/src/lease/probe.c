@@ -360,13 +360,7 @@ static int run_reads(manager *m, probe_snapshot *snap)
 		int64_t left = give_up - clock_monotonic_ms();
 		if (all || left <= 0)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		int64_t wait_ms = left < 100 ? left : 100;
-		ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-		ts.tv_sec += (time_t)(wait_ms / 1000) + ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		pthread_cond_timedwait(&run->cv, &run->mu, &ts);
+		clock_cond_wait_ms(&run->cv, &run->mu, left < 100 ? left : 100);
 	}
 	run->abandoned = true;
 	snap->host_done = run->done[TASK_HOST];

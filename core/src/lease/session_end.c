@@ -63,14 +63,7 @@ static bool wait_idle(manager *m, int64_t until_mono_ms, bool honour_hurry)
 		if ((honour_hurry && hurry) || clock_monotonic_ms() >= until_mono_ms)
 			return false;
 		manager_lock(m);
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 20 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&m->changed, &m->lock, &ts);
+		clock_cond_wait_ms(&m->changed, &m->lock, 20);
 		manager_unlock(m);
 	}
 }

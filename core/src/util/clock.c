@@ -83,6 +83,21 @@ void clock_set_offset_ms(int64_t offset_ms)
 	atomic_store(&clock_offset_ms, offset_ms);
 }
 
+void clock_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mutex, int64_t wait_ms)
+{
+	if (wait_ms <= 0)
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)(wait_ms / 1000);
+	ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(cond, mutex, &ts);
+}
+
 bool clock_wait_until_ms(pthread_cond_t *cond, pthread_mutex_t *mutex, int64_t deadline_ms,
                          int64_t max_real_wait_ms)
 {
@@ -94,14 +109,6 @@ bool clock_wait_until_ms(pthread_cond_t *cond, pthread_mutex_t *mutex, int64_t d
 		wait_ms = 250; /* notice offset changes promptly */
 	if (max_real_wait_ms > 0 && wait_ms > max_real_wait_ms)
 		wait_ms = max_real_wait_ms;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += wait_ms / 1000;
-	ts.tv_nsec += (wait_ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(cond, mutex, &ts);
+	clock_cond_wait_ms(cond, mutex, wait_ms);
 	return clock_now_ms() >= deadline_ms;
 }

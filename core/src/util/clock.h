@@ -28,6 +28,11 @@ int64_t clock_monotonic_ms(void);
 /* Sets the test offset directly (unit tests). */
 void clock_set_offset_ms(int64_t offset_ms);
 
+/* Waits on `cond` (its `mutex` held by the caller) until it is signalled
+ * or `wait_ms` real milliseconds pass (at once when `wait_ms` <= 0); the
+ * caller loops on its own condition. */
+void clock_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mutex, int64_t wait_ms);
+
 /* Blocks on `cond` (with `mutex` held) until relay time reaches
  * deadline_ms, the condition is signalled, or at most max_real_wait_ms of
  * real time passes (so offset changes are noticed). Returns true when the
