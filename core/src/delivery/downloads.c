@@ -114,6 +114,16 @@ static json_object *json_object_deep_copy_any(const json_object *value)
 	return copy;
 }
 
+/* The guest's queue when it has one (NULL: none yet), read under the
+ * manager's lock. */
+static downloads_queue *existing_queue(manager *m, guest *g)
+{
+	manager_lock(m);
+	downloads_queue *q = g->delivery->queue;
+	manager_unlock(m);
+	return q;
+}
+
 /* The guest's queue, created on first use (counters continue those of the
  * record). */
 static downloads_queue *queue_of(manager *m, guest *g)
@@ -295,9 +305,7 @@ void downloads_guest_reached(manager *m, guest *g)
 {
 	if (in_download_worker)
 		return;
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	downloads_queue *q = existing_queue(m, g);
 	if (q == NULL)
 		return;
 	pthread_mutex_lock(&q->lock);
@@ -406,9 +414,7 @@ void downloads_reopen(manager *m, guest *g)
 
 void downloads_shutdown(manager *m, guest *g)
 {
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	downloads_queue *q = existing_queue(m, g);
 	if (q == NULL)
 		return;
 	pthread_mutex_lock(&q->lock);
@@ -488,9 +494,7 @@ static dl_job *find_job(downloads_queue *q, const char *execution_id, dl_job **p
 downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execution_id,
                                          int64_t deadline_mono_ms, relay_call *call)
 {
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	downloads_queue *q = existing_queue(m, g);
 	if (q == NULL || execution_id == NULL)
 		return DOWNLOADS_WAIT_NONE;
 	pthread_mutex_lock(&q->lock);
@@ -538,9 +542,7 @@ downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execu
 
 bool downloads_pending(manager *m, guest *g, const char *execution_id)
 {
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	downloads_queue *q = existing_queue(m, g);
 	if (q == NULL || execution_id == NULL)
 		return false;
 	pthread_mutex_lock(&q->lock);
