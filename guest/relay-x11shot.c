@@ -188,101 +188,149 @@ static void xauthority_path(const char *given, char *out, size_t out_len)
 	}
 }
 
-/* Reads the root window strip by strip (the request for the next strip is
- * out while this one is converted) and deflates the Paeth-filtered RGB rows
- * into zout as one zlib stream. 0, or an exit code with a diagnostic. */
+/* Strips of the root window: at most STRIP_MAX_BYTES each. */
+typedef struct {
+	size_t stride;    /* bytes of one ZPixmap scanline */
+	unsigned rows;    /* per strip */
+	unsigned count;   /* strips */
+	size_t bytes_max; /* of one strip, padded */
+} strips_t;
+
+static strips_t strips_of(const xconn_t *x, const pixfmt_t *pf)
+{
+	strips_t st;
+	size_t pad_bytes = x->scanline_pad / 8;
+	st.stride = ((size_t)x->width * pf->bytes_per_pixel + pad_bytes - 1) / pad_bytes * pad_bytes;
+	size_t rows = STRIP_MAX_BYTES / st.stride;
+	if (rows < 1)
+		rows = 1;
+	if (rows > x->height)
+		rows = x->height;
+	st.rows = (unsigned)rows;
+	st.count = (x->height + st.rows - 1) / st.rows;
+	st.bytes_max = pad4(st.stride * st.rows);
+	return st;
+}
+
+static unsigned strip_rows(const xconn_t *x, const strips_t *st, unsigned s)
+{
+	unsigned y = s * st->rows;
+	return x->height - y < st->rows ? x->height - y : st->rows;
+}
+
+static void trace(const char *what)
+{
+	if (getenv("RELAY_X11SHOT_TRACE"))
+		diag("%s", what);
+}
+
+/* The root window by ShmGetImage into the two halves of one segment: the
+ * server fills one while the other is encoded. 0 done, 1 the server
+ * refused the segment before any pixel was read (use GetImage), or an exit
+ * code with a diagnostic. */
+static int capture_shm(xconn_t *x, const strips_t *st, encoder_t *enc, const char *display)
+{
+	uint16_t seqs[2] = {0, 0};
+	int refused = 0, rc = 0;
+	for (unsigned s = 0; s < st->count && s < 2; s++) {
+		if (shm_send_get_image(x, s * st->rows, strip_rows(x, st, s), s * st->bytes_max) < 0)
+			goto lost;
+		seqs[s] = x->sequence;
+	}
+	for (unsigned s = 0; s < st->count; s++) {
+		unsigned rows = strip_rows(x, st, s);
+		rc = shm_read_get_image(x, seqs[s & 1], st->stride * rows, display, &refused);
+		if (rc)
+			return rc;
+		if (refused && s == 0) {
+			if (x_sync(x) < 0)
+				goto lost;
+			return 1;
+		}
+		if (refused) {
+			diag("display %s answered ShmGetImage with an X error; the root window could not be "
+			     "read",
+			     display);
+			return EXIT_DISPLAY;
+		}
+		encoder_rows(enc, x->shm_map + (s & 1) * st->bytes_max, st->stride, rows);
+		if (s + 2 < st->count) {
+			if (shm_send_get_image(x, (s + 2) * st->rows, strip_rows(x, st, s + 2),
+			                       (s & 1) * st->bytes_max) < 0)
+				goto lost;
+			seqs[s & 1] = x->sequence;
+		}
+	}
+	return 0;
+lost:
+	diag("lost display %s: %s", display, strerror(errno));
+	return EXIT_DISPLAY;
+}
+
+/* The root window by GetImage, strip by strip through the socket (the
+ * request for the next strip is out while this one is encoded). */
+static int capture_socket(xconn_t *x, const strips_t *st, encoder_t *enc, const char *display)
+{
+	unsigned char *strip = malloc(st->bytes_max);
+	int rc = 0;
+	if (!strip) {
+		diag("out of memory for a %ux%u capture", x->width, x->height);
+		return EXIT_WRITE;
+	}
+	if (send_get_image(x, 0, strip_rows(x, st, 0)) < 0)
+		goto lost;
+	for (unsigned s = 0; s < st->count; s++) {
+		unsigned rows = strip_rows(x, st, s);
+		uint16_t seq = x->sequence;
+		if (s + 1 < st->count && send_get_image(x, (s + 1) * st->rows, strip_rows(x, st, s + 1)) < 0)
+			goto lost;
+		rc = read_get_image(x, seq, strip, st->stride * rows, display);
+		if (rc)
+			goto cleanup;
+		encoder_rows(enc, strip, st->stride, rows);
+	}
+	goto cleanup;
+lost:
+	diag("lost display %s: %s", display, strerror(errno));
+	rc = EXIT_DISPLAY;
+cleanup:
+	free(strip);
+	return rc;
+}
+
+/* Reads the root window and deflates its Paeth-filtered RGB rows into zout
+ * as one zlib stream: by MIT-SHM when the server takes a segment, else by
+ * GetImage. 0, or an exit code with a diagnostic. */
 static int capture_deflated(xconn_t *x, const pixfmt_t *pf, const char *display, buf_t *zout)
 {
-	unsigned char *raw = NULL, *strips[2] = {NULL, NULL}, *rgb_rows[2] = {NULL, NULL};
-	uint32_t *head = NULL;
-	fixed_codes_t *codes = NULL;
+	encoder_t enc;
+	strips_t st = strips_of(x, pf);
 	int rc = 0;
-	size_t pad_bytes = x->scanline_pad / 8;
-	size_t stride = ((size_t)x->width * pf->bytes_per_pixel + pad_bytes - 1) / pad_bytes * pad_bytes;
-	size_t rows_per_strip = STRIP_MAX_BYTES / stride;
-	if (rows_per_strip < 1)
-		rows_per_strip = 1;
-	if (rows_per_strip > x->height)
-		rows_per_strip = x->height;
-	size_t row_bytes = 1 + (size_t)x->width * 3;
-	raw = malloc(row_bytes * x->height + 8);
-	strips[0] = malloc(pad4(stride * rows_per_strip));
-	strips[1] = malloc(pad4(stride * rows_per_strip));
-	head = calloc((size_t)1 << LZ_HASH_BITS, sizeof *head);
-	codes = malloc(sizeof *codes);
-	rgb_rows[0] = calloc(row_bytes, 1); /* the row above the first: zeros */
-	rgb_rows[1] = calloc(row_bytes, 1);
-	if (!raw || !strips[0] || !strips[1] || !head || !codes || !rgb_rows[0] || !rgb_rows[1]) {
+	if (encoder_init(&enc, pf, x->width, x->height, zout) < 0) {
 		diag("out of memory for a %ux%u capture", x->width, x->height);
 		rc = EXIT_WRITE;
 		goto cleanup;
 	}
-	crc_init();
-	fixed_codes_init(codes);
-
-	deflater_t z;
-	memset(&z, 0, sizeof z);
-	z.codes = codes;
-	z.head = head;
-	z.row_bytes = row_bytes;
-	z.out = zout;
-	/* zlib header: deflate, 32 KiB window, no dictionary, fastest. */
-	unsigned char zhead[2] = {0x78, 0x01};
-	buf_put(zout, zhead, 2);
-	bits_put(&z, pack_code(1 | (1 << 1), 3)); /* BFINAL=1, BTYPE=01 (fixed) */
-	adler_t adler = {1, 0};
-
-	/* Pipelined strips: the request for the next strip is out while this
-	 * one is converted and compressed. */
-	unsigned nstrips = (unsigned)((x->height + rows_per_strip - 1) / rows_per_strip);
-	if (send_get_image(x, 0, (unsigned)(rows_per_strip < x->height ? rows_per_strip : x->height)) < 0) {
+	rc = shm_attach(x, 2 * st.bytes_max);
+	if (rc < 0) {
 		diag("lost display %s: %s", display, strerror(errno));
 		rc = EXIT_DISPLAY;
 		goto cleanup;
 	}
-	for (unsigned s = 0; s < nstrips; s++) {
-		unsigned y0 = (unsigned)(s * rows_per_strip);
-		unsigned rows =
-		    (unsigned)((x->height - y0) < rows_per_strip ? (x->height - y0) : rows_per_strip);
-		uint16_t seq = x->sequence;
-		if (s + 1 < nstrips) {
-			unsigned y1 = y0 + rows;
-			unsigned rows1 =
-			    (unsigned)((x->height - y1) < rows_per_strip ? (x->height - y1) : rows_per_strip);
-			if (send_get_image(x, y1, rows1) < 0) {
-				diag("lost display %s: %s", display, strerror(errno));
-				rc = EXIT_DISPLAY;
-				goto cleanup;
-			}
-		}
-		unsigned char *strip = strips[s & 1];
-		rc = read_get_image(x, seq, strip, stride * rows, display);
-		if (rc)
-			goto cleanup;
-		unsigned char *dst = raw + (size_t)y0 * row_bytes;
-		for (unsigned r = 0; r < rows; r++) {
-			convert_row(pf, strip + (size_t)r * stride, x->width, rgb_rows[1]);
-			paeth_row(rgb_rows[1], rgb_rows[0], row_bytes - 1, dst + (size_t)r * row_bytes);
-			unsigned char *t = rgb_rows[0];
-			rgb_rows[0] = rgb_rows[1];
-			rgb_rows[1] = t;
-		}
-		adler_update(&adler, dst, (size_t)rows * row_bytes);
-		deflate_run(&z, raw, (size_t)(y0 + rows) * row_bytes, s + 1 == nstrips);
+	if (rc == 0) {
+		rc = capture_shm(x, &st, &enc, display);
+		shm_release(x);
+		trace(rc == 1 ? "the server refused the shared segment; reading with GetImage"
+		              : "read with MIT-SHM");
+	} else {
+		trace("no MIT-SHM segment here; reading with GetImage");
 	}
-	bits_put(&z, codes->end_of_block);
-	bits_flush(&z);
-	unsigned char ztail[4];
-	put_be32(ztail, (adler.b << 16) | adler.a);
-	buf_put(zout, ztail, 4);
+	if (rc == 1)
+		rc = capture_socket(x, &st, &enc, display);
+	if (rc == 0)
+		encoder_finish(&enc);
 cleanup:
-	free(raw);
-	free(strips[0]);
-	free(strips[1]);
-	free(rgb_rows[0]);
-	free(rgb_rows[1]);
-	free(head);
-	free(codes);
+	encoder_free(&enc);
 	return rc;
 }
 
@@ -330,6 +378,7 @@ int main(int argc, char **argv)
 
 	char why[400] = "";
 	x.fd = connect_display(&disp, why, sizeof why);
+	x.is_unix = !disp.host[0] || disp.path[0];
 	if (x.fd < 0) {
 		diag("display %s is unreachable: %s", opt.display, why);
 		rc = EXIT_DISPLAY;
@@ -355,7 +404,9 @@ int main(int argc, char **argv)
 		rc = EXIT_WRITE;
 		goto cleanup;
 	}
-	if (write_all_fd(out_fd, png.data, png.len, 0) < 0 || fsync(out_fd) < 0) {
+	/* Not synced here: whoever keeps the file makes it durable (the guest
+	 * receiver syncs it with its directory at its commit point). */
+	if (write_all_fd(out_fd, png.data, png.len, 0) < 0) {
 		diag("cannot write %s: %s", opt.out, strerror(errno));
 		rc = EXIT_WRITE;
 		goto cleanup;

@@ -360,14 +360,14 @@ void find_cookie(const char *path, const display_t *d, cookie_t *cookie)
 /* ------------------------------------------------------------------------ */
 /* X11 connection setup                                                      */
 
-static uint16_t rd16(const unsigned char *p)
+uint16_t rd16(const unsigned char *p)
 {
 	uint16_t v;
 	memcpy(&v, p, 2);
 	return v;
 }
 
-static uint32_t rd32(const unsigned char *p)
+uint32_t rd32(const unsigned char *p)
 {
 	uint32_t v;
 	memcpy(&v, p, 4);
@@ -449,6 +449,8 @@ int x_setup(xconn_t *x, const display_t *d, const cookie_t *cookie, const char *
 		rc = EXIT_DISPLAY;
 		goto cleanup;
 	}
+	x->resource_base = rd32(s + 4);
+	x->resource_mask = rd32(s + 8);
 	size_t vendor_len = rd16(s + 16);
 	unsigned nscreens = s[20], nformats = s[21];
 	x->image_msb_first = s[22] == 1;
@@ -562,50 +564,62 @@ static const char *x_error_name(unsigned code)
 	return code < sizeof names / sizeof names[0] ? names[code] : "unknown";
 }
 
+/* Reads the next reply or error into head (32 bytes), skipping events.
+ * 0, or -1 with errno when the connection failed. */
+int x_next_reply(xconn_t *x, unsigned char head[32])
+{
+	for (;;) {
+		if (read_all_fd(x->fd, head, 32) < 0)
+			return -1;
+		if (head[0] == 0 || head[0] == 1)
+			return 0;
+		if (head[0] == 35) { /* GenericEvent: skip its extra data */
+			size_t skip = (size_t)rd32(head + 4) * 4;
+			unsigned char sink[256];
+			while (skip > 0) {
+				size_t n = skip < sizeof sink ? skip : sizeof sink;
+				if (read_all_fd(x->fd, sink, n) < 0)
+					return -1;
+				skip -= n;
+			}
+		}
+		/* an event: not ours */
+	}
+}
+
+/* Reads `len` bytes of a reply's extra data. */
+int x_read_data(xconn_t *x, void *data, size_t len)
+{
+	return read_all_fd(x->fd, data, len);
+}
+
 /* Reads the GetImage reply for `sequence` into strip (expect_bytes of
  * pixels). Events are skipped. Returns 0 or an exit code. */
 int read_get_image(xconn_t *x, uint16_t sequence, unsigned char *strip, size_t expect_bytes,
                    const char *display_text)
 {
-	for (;;) {
-		unsigned char head[32];
-		if (read_all_fd(x->fd, head, 32) < 0) {
-			diag("lost display %s while reading the root window: %s", display_text,
-			     strerror(errno));
-			return EXIT_DISPLAY;
-		}
-		if (head[0] == 0) {
-			diag("display %s answered GetImage with X error %u (%s); the root window could not "
-			     "be read",
-			     display_text, head[1], x_error_name(head[1]));
-			return EXIT_DISPLAY;
-		}
-		if (head[0] != 1) {
-			if (head[0] == 35) { /* GenericEvent: skip its extra data */
-				size_t skip = (size_t)rd32(head + 4) * 4;
-				unsigned char sink[256];
-				while (skip > 0) {
-					size_t n = skip < sizeof sink ? skip : sizeof sink;
-					if (read_all_fd(x->fd, sink, n) < 0)
-						return EXIT_DISPLAY;
-					skip -= n;
-				}
-			}
-			continue; /* an event: not ours */
-		}
-		size_t data_len = (size_t)rd32(head + 4) * 4;
-		if (rd16(head + 2) != sequence || data_len != pad4(expect_bytes)) {
-			diag("display %s sent an unexpected GetImage reply (sequence %u, %zu bytes; expected "
-			     "%u, "
-			     "%zu bytes)",
-			     display_text, rd16(head + 2), data_len, sequence, pad4(expect_bytes));
-			return EXIT_DISPLAY;
-		}
-		if (read_all_fd(x->fd, strip, data_len) < 0) {
-			diag("lost display %s while reading the root window: %s", display_text,
-			     strerror(errno));
-			return EXIT_DISPLAY;
-		}
-		return 0;
+	unsigned char head[32];
+	if (x_next_reply(x, head) < 0) {
+		diag("lost display %s while reading the root window: %s", display_text, strerror(errno));
+		return EXIT_DISPLAY;
 	}
+	if (head[0] == 0) {
+		diag("display %s answered GetImage with X error %u (%s); the root window could not "
+		     "be read",
+		     display_text, head[1], x_error_name(head[1]));
+		return EXIT_DISPLAY;
+	}
+	size_t data_len = (size_t)rd32(head + 4) * 4;
+	if (rd16(head + 2) != sequence || data_len != pad4(expect_bytes)) {
+		diag("display %s sent an unexpected GetImage reply (sequence %u, %zu bytes; expected "
+		     "%u, "
+		     "%zu bytes)",
+		     display_text, rd16(head + 2), data_len, sequence, pad4(expect_bytes));
+		return EXIT_DISPLAY;
+	}
+	if (read_all_fd(x->fd, strip, data_len) < 0) {
+		diag("lost display %s while reading the root window: %s", display_text, strerror(errno));
+		return EXIT_DISPLAY;
+	}
+	return 0;
 }
