@@ -30,9 +30,15 @@
 
 static const char usage_text[] =
     "usage: relay-x11shot --display <DISPLAY> --out <absolute out.png> [--xauthority <file>]\n"
-    "Reads the root window of an X display (TrueColor, depth 24 or 32) and writes an RGB PNG.\n"
+    "       relay-x11shot --display <DISPLAY> --serve [--xauthority <file>]\n"
+    "Reads the root window of an X display (TrueColor, depth 24 or 32) and writes an RGB PNG;\n"
+    "with --serve, one for each absolute path read from standard input, on one connection.\n"
     "Exit codes: 0 written, 2 usage, 3 display unreachable or authentication refused,\n"
     "4 unsupported visual, 5 the output could not be written.\n";
+
+/* The last diagnostic, for --serve's failure answers (the program is
+ * single-threaded). */
+static char last_diag[600];
 
 void diag(const char *fmt, ...)
 {
@@ -43,6 +49,7 @@ void diag(const char *fmt, ...)
 	vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
 	va_end(ap);
 	size_t len = strlen(line);
+	memcpy(last_diag, line + n, len - (size_t)n + 1);
 	line[len++] = '\n';
 	ssize_t ignored = write(STDERR_FILENO, line, len);
 	(void)ignored;
@@ -74,6 +81,7 @@ typedef struct {
 	const char *display;
 	const char *out;
 	const char *xauthority;
+	int serve;
 } options_t;
 
 static int parse_args(int argc, char **argv, options_t *o)
@@ -88,7 +96,10 @@ static int parse_args(int argc, char **argv, options_t *o)
 			slot = &o->out;
 		else if (strcmp(a, "--xauthority") == 0)
 			slot = &o->xauthority;
-		else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+		else if (strcmp(a, "--serve") == 0 && !o->serve) {
+			o->serve = 1;
+			continue;
+		} else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			fputs(usage_text, stderr);
 			return -1;
 		} else {
@@ -105,11 +116,11 @@ static int parse_args(int argc, char **argv, options_t *o)
 		}
 		*slot = argv[++i];
 	}
-	if (!o->display || !o->out) {
-		diag("--display and --out are required");
+	if (!o->display || !o->out == !o->serve) {
+		diag("--display and one of --out or --serve are required");
 		return -1;
 	}
-	if (o->out[0] != '/') {
+	if (o->out && o->out[0] != '/') {
 		diag("--out must be an absolute path, got '%s'", o->out);
 		return -1;
 	}
@@ -311,15 +322,20 @@ static int capture_deflated(xconn_t *x, const pixfmt_t *pf, const char *display,
 		rc = EXIT_WRITE;
 		goto cleanup;
 	}
-	rc = shm_attach(x, 2 * st.bytes_max);
-	if (rc < 0) {
-		diag("lost display %s: %s", display, strerror(errno));
-		rc = EXIT_DISPLAY;
-		goto cleanup;
+	rc = 1;
+	if (!x->shm_map && !x->shm_tried) { /* once per connection; the segment stays */
+		x->shm_tried = 1;
+		rc = shm_attach(x, 2 * st.bytes_max);
+		if (rc < 0) {
+			diag("lost display %s: %s", display, strerror(errno));
+			rc = EXIT_DISPLAY;
+			goto cleanup;
+		}
 	}
-	if (rc == 0) {
+	if (x->shm_map) {
 		rc = capture_shm(x, &st, &enc, display);
-		shm_release(x);
+		if (rc == 1)
+			shm_release(x);
 		trace(rc == 1 ? "the server refused the shared segment; reading with GetImage"
 		              : "read with MIT-SHM");
 	} else {
@@ -334,109 +350,200 @@ cleanup:
 	return rc;
 }
 
-int main(int argc, char **argv)
+/* Creates the output (O_EXCL: an existing file fails before any X work).
+ * 0, or EXIT_WRITE with a diagnostic. */
+static int open_output(const char *out, int *fd)
 {
-	options_t opt;
+	*fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (*fd >= 0)
+		return 0;
+	diag("cannot create %s: %s%s", out, strerror(errno),
+	     errno == EEXIST ? " (the output must not exist yet)" : "");
+	return EXIT_WRITE;
+}
+
+/* Connects, authenticates and reads the root visual. 0, or an exit code
+ * with a diagnostic (x->fd is then closed or -1). */
+static int connect_x(const options_t *opt, xconn_t *x, pixfmt_t *pf)
+{
 	display_t disp;
-	xconn_t x;
 	cookie_t cookie;
-	buf_t png = {0}, zout = {0};
-	int out_fd = -1;
-	int created = 0; /* the output file is ours to remove on failure */
-	pixfmt_t pf;
-	int rc = 0;
-	memset(&x, 0, sizeof x);
-	x.fd = -1;
-
-	signal(SIGPIPE, SIG_IGN);
-	if (parse_args(argc, argv, &opt) < 0) {
-		fputs(usage_text, stderr);
+	char auth_path[4096], why[400] = "";
+	int rc;
+	memset(x, 0, sizeof *x);
+	x->fd = -1;
+	if (parse_display(opt->display, &disp) < 0) {
+		diag("malformed display '%s' (expected [host]:number[.screen])", opt->display);
 		return EXIT_USAGE;
 	}
-	if (parse_display(opt.display, &disp) < 0) {
-		diag("malformed display '%s' (expected [host]:number[.screen])", opt.display);
-		return EXIT_USAGE;
-	}
-
-	/* Create the output first: an existing file fails before any X work. */
-	out_fd = open(opt.out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (out_fd < 0) {
-		diag("cannot create %s: %s%s", opt.out, strerror(errno),
-		     errno == EEXIST ? " (the output must not exist yet)" : "");
-		return EXIT_WRITE;
-	}
-	created = 1;
-
-	char auth_path[4096];
-	xauthority_path(opt.xauthority, auth_path, sizeof auth_path);
+	xauthority_path(opt->xauthority, auth_path, sizeof auth_path);
 	memset(&cookie, 0, sizeof cookie);
 	if (auth_path[0])
 		find_cookie(auth_path, &disp, &cookie);
-	if (opt.xauthority && !cookie.found)
+	if (opt->xauthority && !cookie.found)
 		diag("note: %s holds no MIT-MAGIC-COOKIE-1 for display %s; trying without authentication",
-		     opt.xauthority, opt.display);
-
-	char why[400] = "";
-	x.fd = connect_display(&disp, why, sizeof why);
-	x.is_unix = !disp.host[0] || disp.path[0];
-	if (x.fd < 0) {
-		diag("display %s is unreachable: %s", opt.display, why);
-		rc = EXIT_DISPLAY;
-		goto cleanup;
+		     opt->xauthority, opt->display);
+	for (int attempt = 1;; attempt++) {
+		x->fd = connect_display(&disp, why, sizeof why);
+		x->is_unix = !disp.host[0] || disp.path[0];
+		if (x->fd < 0) {
+			diag("display %s is unreachable: %s", opt->display, why);
+			return EXIT_DISPLAY;
+		}
+		x->setup_dropped = 0;
+		rc = x_setup(x, &disp, &cookie, opt->display);
+		if (!x->setup_dropped || attempt == SETUP_ATTEMPTS)
+			break;
+		close(x->fd);
+		struct timespec pause = {0, (long)attempt * SETUP_RETRY_MS * 1000000L};
+		nanosleep(&pause, NULL);
 	}
-	rc = x_setup(&x, &disp, &cookie, opt.display);
+	if (rc == 0)
+		rc = check_visual(x, opt->display, pf);
+	if (rc) {
+		close(x->fd);
+		x->fd = -1;
+	}
+	return rc;
+}
+
+/* One shot into out_fd (created by open_output, closed here): the PNG
+ * written, the result printed. A failed shot removes the file. 0, or an
+ * exit code with a diagnostic. */
+static int shoot(xconn_t *x, const pixfmt_t *pf, const char *display, const char *out, int out_fd)
+{
+	buf_t png = {0}, zout = {0};
+	int rc = capture_deflated(x, pf, display, &zout);
 	if (rc)
 		goto cleanup;
-
-	rc = check_visual(&x, opt.display, &pf);
-	if (rc)
-		goto cleanup;
-
-	rc = capture_deflated(&x, &pf, opt.display, &zout);
-	if (rc)
-		goto cleanup;
-	close(x.fd);
-	x.fd = -1;
-
-	png_assemble(&png, &zout, x.width, x.height);
+	png_assemble(&png, &zout, x->width, x->height);
 	if (png.failed || zout.failed) {
-		diag("out of memory encoding a %ux%u PNG", x.width, x.height);
+		diag("out of memory encoding a %ux%u PNG", x->width, x->height);
 		rc = EXIT_WRITE;
 		goto cleanup;
 	}
 	/* Not synced here: whoever keeps the file makes it durable (the guest
 	 * receiver syncs it with its directory at its commit point). */
 	if (write_all_fd(out_fd, png.data, png.len, 0) < 0) {
-		diag("cannot write %s: %s", opt.out, strerror(errno));
+		diag("cannot write %s: %s", out, strerror(errno));
 		rc = EXIT_WRITE;
 		goto cleanup;
 	}
-	if (close(out_fd) < 0) {
-		out_fd = -1;
-		diag("cannot write %s: %s", opt.out, strerror(errno));
-		rc = EXIT_WRITE;
-		goto cleanup;
-	}
+	int closed = close(out_fd);
 	out_fd = -1;
-
-	if (print_result(opt.out, x.width, x.height) < 0) {
+	if (closed < 0) {
+		diag("cannot write %s: %s", out, strerror(errno));
+		rc = EXIT_WRITE;
+		goto cleanup;
+	}
+	if (print_result(out, x->width, x->height) < 0) {
 		diag("cannot write the result to standard output: %s", strerror(errno));
 		rc = EXIT_WRITE;
-		goto cleanup;
 	}
-
 cleanup:
-	if (x.fd >= 0)
-		close(x.fd);
 	if (out_fd >= 0)
 		close(out_fd);
-	if (rc != 0 && created) {
+	if (rc != 0) {
 		/* We created the output (O_EXCL); a failed capture leaves nothing. */
 		struct stat st;
-		if (lstat(opt.out, &st) == 0 && S_ISREG(st.st_mode))
-			unlink(opt.out);
+		if (lstat(out, &st) == 0 && S_ISREG(st.st_mode))
+			unlink(out);
 	}
 	free(png.data);
 	free(zout.data);
+	return rc;
+}
+
+/* The failure answer of --serve: {"exit":N,"diagnostic":"..."}. */
+static void print_failure(int code)
+{
+	buf_t line = {0};
+	char head[32];
+	int n = snprintf(head, sizeof head, "{\"exit\":%d,\"diagnostic\":", code);
+	buf_put(&line, head, (size_t)n);
+	json_put_string(&line, last_diag);
+	buf_put(&line, "}\n", 2);
+	if (!line.failed)
+		(void)write_all_fd(STDOUT_FILENO, line.data, line.len, 0);
+	free(line.data);
+}
+
+/* --serve (spec/guest.md §17 item 5): one connection, kept; each line of
+ * standard input is an absolute output path, answered by one line on
+ * standard output, the one-shot success line or print_failure's. Before
+ * each shot the root window's size is asked again: a screen that changed
+ * since the connection was made ends the program (exit 3) after answering,
+ * so that a new connection reads the new size. Ends with standard input
+ * (exit 0), or after a failure of the display itself (its exit code). */
+static int serve(const options_t *opt)
+{
+	xconn_t x;
+	pixfmt_t pf;
+	char path[4096];
+	int rc = connect_x(opt, &x, &pf);
+	if (rc)
+		return rc;
+	while (fgets(path, sizeof path, stdin)) {
+		size_t len = strlen(path);
+		int out_fd = -1;
+		if (len == 0 || path[len - 1] != '\n') {
+			diag("--serve: an output path longer than %zu bytes, or no newline", sizeof path - 2);
+			print_failure(EXIT_USAGE);
+			rc = EXIT_USAGE;
+			break;
+		}
+		path[len - 1] = '\0';
+		if (path[0] != '/') {
+			diag("--serve: the output must be an absolute path, got '%s'", path);
+			print_failure(EXIT_USAGE);
+			continue;
+		}
+		rc = x_check_root_size(&x, opt->display);
+		if (rc == 0)
+			rc = open_output(path, &out_fd);
+		if (rc == 0)
+			rc = shoot(&x, &pf, opt->display, path, out_fd);
+		if (rc)
+			print_failure(rc);
+		if (rc == EXIT_DISPLAY)
+			break;
+		rc = 0;
+	}
+	shm_release(&x);
+	close(x.fd);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	options_t opt;
+	xconn_t x;
+	pixfmt_t pf;
+	int out_fd = -1, rc;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (parse_args(argc, argv, &opt) < 0) {
+		fputs(usage_text, stderr);
+		return EXIT_USAGE;
+	}
+	display_t disp;
+	if (parse_display(opt.display, &disp) < 0) {
+		diag("malformed display '%s' (expected [host]:number[.screen])", opt.display);
+		return EXIT_USAGE;
+	}
+	if (opt.serve)
+		return serve(&opt);
+	rc = open_output(opt.out, &out_fd);
+	if (rc)
+		return rc;
+	rc = connect_x(&opt, &x, &pf);
+	if (rc == 0)
+		rc = shoot(&x, &pf, opt.display, opt.out, out_fd);
+	else {
+		close(out_fd);
+		unlink(opt.out);
+	}
+	if (x.fd >= 0)
+		close(x.fd);
 	return rc;
 }

@@ -412,6 +412,7 @@ int x_setup(xconn_t *x, const display_t *d, const cookie_t *cookie, const char *
 	unsigned char head[8];
 	if (read_all_fd(x->fd, head, 8) < 0) {
 		diag("display %s closed the connection during setup: %s", display_text, strerror(errno));
+		x->setup_dropped = 1;
 		return EXIT_DISPLAY;
 	}
 	size_t extra = (size_t)rd16(head + 6) * 4;
@@ -423,6 +424,7 @@ int x_setup(xconn_t *x, const display_t *d, const cookie_t *cookie, const char *
 	int rc = 0;
 	if (read_all_fd(x->fd, s, extra) < 0) {
 		diag("display %s closed the connection during setup: %s", display_text, strerror(errno));
+		x->setup_dropped = 1;
 		rc = EXIT_DISPLAY;
 		goto cleanup;
 	}
@@ -619,6 +621,33 @@ int read_get_image(xconn_t *x, uint16_t sequence, unsigned char *strip, size_t e
 	}
 	if (read_all_fd(x->fd, strip, data_len) < 0) {
 		diag("lost display %s while reading the root window: %s", display_text, strerror(errno));
+		return EXIT_DISPLAY;
+	}
+	return 0;
+}
+
+/* GetGeometry of the root: 0 when it still has the size of the connection
+ * setup, else an exit code with a diagnostic. */
+int x_check_root_size(xconn_t *x, const char *display_text)
+{
+	unsigned char req[8], head[32];
+	uint16_t v = 2;
+	req[0] = X_OPCODE_GET_GEOMETRY;
+	req[1] = 0;
+	memcpy(req + 2, &v, 2);
+	memcpy(req + 4, &x->root, 4);
+	x->sequence++;
+	if (write_all_fd(x->fd, req, sizeof req, 1) < 0 || x_next_reply(x, head) < 0) {
+		diag("lost display %s: %s", display_text, strerror(errno));
+		return EXIT_DISPLAY;
+	}
+	if (head[0] != 1 || rd16(head + 2) != x->sequence || rd32(head + 4) != 0) {
+		diag("display %s did not answer GetGeometry of the root window", display_text);
+		return EXIT_DISPLAY;
+	}
+	if (rd16(head + 16) != x->width || rd16(head + 18) != x->height) {
+		diag("display %s is now %ux%u (was %ux%u when connected)", display_text, rd16(head + 16),
+		     rd16(head + 18), x->width, x->height);
 		return EXIT_DISPLAY;
 	}
 	return 0;

@@ -32,6 +32,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 enum {
@@ -45,6 +46,11 @@ enum {
  * enough for the strip being encoded and the next one the server fills
  * meanwhile to stay in the CPU's cache, whatever the screen size. */
 #define STRIP_MAX_BYTES (256u * 1024u)
+/* A server resetting (its last client left) drops connections that arrive
+ * meanwhile: one dropped before the setup reply is made again this often,
+ * SETUP_RETRY_MS times the attempt apart. */
+#define SETUP_ATTEMPTS 5
+#define SETUP_RETRY_MS 20
 /* Each wait for the X server (connect, a reply) is bounded by this. */
 #define IO_TIMEOUT_MS 20000
 /* The encoder codes its window whenever this much new data is in it. */
@@ -52,10 +58,11 @@ enum {
 /* The zlib stream is cut into IDAT chunks of at most this size. */
 #define IDAT_MAX_BYTES (1u << 20)
 
-#define X_TCP_PORT_BASE    6000
-#define X_OPCODE_GET_IMAGE 73
-#define X_FORMAT_ZPIXMAP   2
-#define X_VISUAL_TRUECOLOR 4
+#define X_TCP_PORT_BASE       6000
+#define X_OPCODE_GET_IMAGE    73
+#define X_OPCODE_GET_GEOMETRY 14
+#define X_FORMAT_ZPIXMAP      2
+#define X_VISUAL_TRUECOLOR    4
 
 #define FAMILY_INTERNET  0
 #define FAMILY_INTERNET6 6
@@ -126,9 +133,11 @@ typedef struct {
 	uint32_t red_mask, green_mask, blue_mask;
 	uint16_t sequence; /* of the last request sent */
 	int is_unix;       /* a local socket: file descriptors can be passed */
+	int setup_dropped; /* the server closed the connection before its setup reply */
 	uint32_t resource_base, resource_mask;
 	/* MIT-SHM (shm.c): the extension's opcode (0: not offered or not
 	 * asked), and the attached segment while one is. */
+	int shm_tried; /* shm_attach was called on this connection */
 	unsigned shm_opcode;
 	uint32_t shm_seg;
 	unsigned char *shm_map;
@@ -203,6 +212,7 @@ int send_get_image(xconn_t *x, unsigned y, unsigned rows);
 int read_get_image(xconn_t *x, uint16_t sequence, unsigned char *strip, size_t expect_bytes,
                    const char *display_text);
 int x_next_reply(xconn_t *x, unsigned char head[32]);
+int x_check_root_size(xconn_t *x, const char *display_text);
 int x_read_data(xconn_t *x, void *data, size_t len);
 uint16_t rd16(const unsigned char *p);
 uint32_t rd32(const unsigned char *p);
