@@ -12,7 +12,8 @@
  * reply is ever larger than that, whatever the screen size), and encodes the
  * PNG itself: one zlib stream of a single fixed-Huffman deflate block with a
  * small LZ77 matcher tuned for screen contents (the pixel to the left, the
- * pixel above, and a hash of the next four bytes) over Paeth-filtered rows.
+ * pixel above, and a hash of the next four bytes) over rows filtered with
+ * Up or Sub (pixels.c says why not Paeth).
  *
  * Success prints exactly {"screenshot_file_path":"<out>","width":W,"height":H}
  * and a newline on standard output and exits 0. Exit codes:
@@ -309,7 +310,7 @@ cleanup:
 	return rc;
 }
 
-/* Reads the root window and deflates its Paeth-filtered RGB rows into zout
+/* Reads the root window and deflates its filtered RGB rows into zout
  * as one zlib stream: by MIT-SHM when the server takes a segment, else by
  * GetImage. 0, or an exit code with a diagnostic. */
 static int capture_deflated(xconn_t *x, const pixfmt_t *pf, const char *display, buf_t *zout)

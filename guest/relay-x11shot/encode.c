@@ -1,6 +1,6 @@
 /*
  * relay-x11shot/encode.c — rows to one zlib stream (x11shot.h): each row is
- * converted to RGB, Paeth-filtered into the window, added to the Adler-32
+ * converted to RGB, filtered (Up or Sub) into the window, added to the Adler-32
  * while it is still in the cache, and the window is deflated (one
  * fixed-Huffman block) whenever ENCODE_CHUNK_BYTES of new data are in it,
  * then slid so that only the LZ_WINDOW bytes a match may refer to are kept.
@@ -24,10 +24,11 @@ int encoder_init(encoder_t *e, const pixfmt_t *pf, unsigned width, unsigned heig
 	e->win_cap = LZ_WINDOW + LZ_LOOKAHEAD + room;
 	e->rgb_rows[0] = calloc(e->row_bytes, 1); /* the row above the first: zeros */
 	e->rgb_rows[1] = calloc(e->row_bytes, 1);
+	e->sub_row = malloc(e->row_bytes);
 	e->win = malloc(e->win_cap);
 	e->head = calloc((size_t)1 << LZ_HASH_BITS, sizeof *e->head);
 	e->codes = malloc(sizeof *e->codes);
-	if (!e->rgb_rows[0] || !e->rgb_rows[1] || !e->win || !e->head || !e->codes)
+	if (!e->rgb_rows[0] || !e->rgb_rows[1] || !e->sub_row || !e->win || !e->head || !e->codes)
 		return -1;
 	crc_init();
 	fixed_codes_init(e->codes);
@@ -66,7 +67,7 @@ void encoder_rows(encoder_t *e, const unsigned char *src, size_t stride, unsigne
 			encoder_slide(e);
 		unsigned char *dst = e->win + e->win_len;
 		convert_row(e->pf, src + (size_t)r * stride, e->width, e->rgb_rows[1]);
-		paeth_row(e->rgb_rows[1], e->rgb_rows[0], e->row_bytes - 1, dst);
+		filter_row(e->rgb_rows[1], e->rgb_rows[0], e->row_bytes - 1, dst, e->sub_row);
 		adler_update(&e->adler, dst, e->row_bytes);
 		e->win_len += e->row_bytes;
 		unsigned char *t = e->rgb_rows[0];
@@ -90,6 +91,7 @@ void encoder_free(encoder_t *e)
 {
 	free(e->rgb_rows[0]);
 	free(e->rgb_rows[1]);
+	free(e->sub_row);
 	free(e->win);
 	free(e->head);
 	free(e->codes);

@@ -5,7 +5,7 @@
  *   relay-x11shot.c         options, the output, main
  *   relay-x11shot/x11.c     display names, connecting, Xauthority, the X11
  *                           handshake and GetImage
- *   relay-x11shot/pixels.c  pixel formats to RGB rows, the Paeth filter
+ *   relay-x11shot/pixels.c  pixel formats to RGB rows, the row filter
  *   relay-x11shot/png.c     byte buffers, CRC-32 and Adler-32, deflate, PNG chunks
  *   relay-x11shot/shm.c     the MIT-SHM extension: GetImage into shared memory
  *   relay-x11shot/encode.c  rows to a zlib stream: convert, filter, checksum, deflate
@@ -164,6 +164,7 @@ typedef struct {
 	unsigned width;
 	size_t row_bytes;           /* 1 + 3 * width: filter type and RGB */
 	unsigned char *rgb_rows[2]; /* [0] the row above (zeros first), [1] this one */
+	unsigned char *sub_row;     /* filter_row's scratch */
 	unsigned char *win;         /* filtered stream bytes from z.base on */
 	size_t win_len, win_cap;
 	fixed_codes_t *codes;
@@ -199,7 +200,8 @@ void encoder_free(encoder_t *e);
 /* pixels.c */
 channel_t channel_of(uint32_t mask);
 void convert_row(const pixfmt_t *pf, const unsigned char *src, unsigned width, unsigned char *rgb);
-void paeth_row(const unsigned char *cur, const unsigned char *prev, size_t n, unsigned char *dst);
+void filter_row(const unsigned char *cur, const unsigned char *prev, size_t n, unsigned char *dst,
+                unsigned char *sub);
 
 /* x11.c */
 int write_all_fd(int fd, const void *data, size_t len, int use_poll);
