@@ -236,22 +236,35 @@ static void trace(const char *what)
 		diag("%s", what);
 }
 
-/* The root window by ShmGetImage into the two halves of one segment: the
- * server fills one while the other is encoded. 0 done, 1 the server
- * refused the segment before any pixel was read (use GetImage), or an exit
- * code with a diagnostic. */
+/* Strips in flight at once with MIT-SHM, each in its own slot of the
+ * segment: all of them up to SHM_MAX_BYTES (at 1280x800, sixteen), so the
+ * server serves the whole screen in one go instead of being woken once per
+ * strip (each wake costs a scheduling delay on a loaded machine); at least
+ * two, so the server fills one while the other is encoded. */
+static unsigned shm_slots(const strips_t *st)
+{
+	size_t slots = SHM_MAX_BYTES / st->bytes_max;
+	if (slots < 2)
+		slots = 2;
+	return (unsigned)(slots < st->count ? slots : st->count);
+}
+
+/* The root window by ShmGetImage into the slots of one segment (shm_slots).
+ * 0 done, 1 the server refused the segment before any pixel was read (use
+ * GetImage), or an exit code with a diagnostic. */
 static int capture_shm(xconn_t *x, const strips_t *st, encoder_t *enc, const char *display)
 {
-	uint16_t seqs[2] = {0, 0};
+	uint16_t seqs[SHM_MAX_BYTES / STRIP_MAX_BYTES + 2];
+	unsigned slots = shm_slots(st);
 	int refused = 0, rc = 0;
-	for (unsigned s = 0; s < st->count && s < 2; s++) {
+	for (unsigned s = 0; s < slots; s++) {
 		if (shm_send_get_image(x, s * st->rows, strip_rows(x, st, s), s * st->bytes_max) < 0)
 			goto lost;
 		seqs[s] = x->sequence;
 	}
 	for (unsigned s = 0; s < st->count; s++) {
-		unsigned rows = strip_rows(x, st, s);
-		rc = shm_read_get_image(x, seqs[s & 1], st->stride * rows, display, &refused);
+		unsigned rows = strip_rows(x, st, s), slot = s % slots;
+		rc = shm_read_get_image(x, seqs[slot], st->stride * rows, display, &refused);
 		if (rc)
 			return rc;
 		if (refused && s == 0) {
@@ -265,12 +278,12 @@ static int capture_shm(xconn_t *x, const strips_t *st, encoder_t *enc, const cha
 			     display);
 			return EXIT_DISPLAY;
 		}
-		encoder_rows(enc, x->shm_map + (s & 1) * st->bytes_max, st->stride, rows);
-		if (s + 2 < st->count) {
-			if (shm_send_get_image(x, (s + 2) * st->rows, strip_rows(x, st, s + 2),
-			                       (s & 1) * st->bytes_max) < 0)
+		encoder_rows(enc, x->shm_map + slot * st->bytes_max, st->stride, rows);
+		if (s + slots < st->count) {
+			if (shm_send_get_image(x, (s + slots) * st->rows, strip_rows(x, st, s + slots),
+			                       slot * st->bytes_max) < 0)
 				goto lost;
-			seqs[s & 1] = x->sequence;
+			seqs[slot] = x->sequence;
 		}
 	}
 	return 0;
@@ -326,7 +339,7 @@ static int capture_deflated(xconn_t *x, const pixfmt_t *pf, const char *display,
 	rc = 1;
 	if (!x->shm_map && !x->shm_tried) { /* once per connection; the segment stays */
 		x->shm_tried = 1;
-		rc = shm_attach(x, 2 * st.bytes_max);
+		rc = shm_attach(x, shm_slots(&st) * st.bytes_max);
 		if (rc < 0) {
 			diag("lost display %s: %s", display, strerror(errno));
 			rc = EXIT_DISPLAY;

@@ -51,7 +51,8 @@ static char **resident_argv(const capture_spec *spec)
 		return NULL;
 	argv = xcalloc(spec->argc, sizeof(char *));
 	for (i = 0; i < spec->argc; i++) {
-		if (i + 1 < spec->argc && !strcmp(spec->argv[i], "--out") && !strcmp(spec->argv[i + 1], "@OUT@")) {
+		if (i + 1 < spec->argc && !strcmp(spec->argv[i], "--out") &&
+		    !strcmp(spec->argv[i + 1], "@OUT@")) {
 			argv[k++] = xstrdup("--serve");
 			i++;
 			continue;
@@ -116,7 +117,8 @@ static void start(char **argv, char *key)
 	char *program = find_program(argv[0]);
 	pid_t pid;
 	if (!program || cloexec_pipe(in) != 0 || cloexec_pipe(out) != 0 || (pid = fork()) < 0) {
-		fprintf(stderr, "receiver serve: cannot start a resident %s; captures stay one-shot\n", argv[0]);
+		fprintf(stderr, "receiver serve: cannot start a resident %s; captures stay one-shot\n",
+		        argv[0]);
 		goto fail;
 	}
 	if (pid == 0) {

@@ -46,6 +46,8 @@ enum {
  * enough for the strip being encoded and the next one the server fills
  * meanwhile to stay in the CPU's cache, whatever the screen size. */
 #define STRIP_MAX_BYTES (256u * 1024u)
+/* The MIT-SHM segment holds at most this many bytes of strips. */
+#define SHM_MAX_BYTES (16u * 1024u * 1024u)
 /* A server resetting (its last client left) drops connections that arrive
  * meanwhile: one dropped before the setup reply is made again this often,
  * SETUP_RETRY_MS times the attempt apart. */
