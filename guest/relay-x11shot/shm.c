@@ -149,28 +149,16 @@ int shm_attach(xconn_t *x, size_t bytes)
 int shm_send_get_image(xconn_t *x, unsigned y, unsigned rows, size_t offset)
 {
 	unsigned char req[32];
-	uint16_t v16;
-	uint32_t v32;
+	uint16_t len = 8;
+	uint32_t at = (uint32_t)offset;
 	memset(req, 0, sizeof req);
 	req[0] = (unsigned char)x->shm_opcode;
 	req[1] = SHM_GET_IMAGE;
-	v16 = 8;
-	memcpy(req + 2, &v16, 2);
-	memcpy(req + 4, &x->root, 4);
-	v16 = 0;
-	memcpy(req + 8, &v16, 2);
-	v16 = (uint16_t)y;
-	memcpy(req + 10, &v16, 2);
-	v16 = (uint16_t)x->width;
-	memcpy(req + 12, &v16, 2);
-	v16 = (uint16_t)rows;
-	memcpy(req + 14, &v16, 2);
-	v32 = 0xFFFFFFFFu;
-	memcpy(req + 16, &v32, 4);
+	memcpy(req + 2, &len, 2);
+	put_image_region(req, x, y, rows);
 	req[20] = X_FORMAT_ZPIXMAP;
 	memcpy(req + 24, &x->shm_seg, 4);
-	v32 = (uint32_t)offset;
-	memcpy(req + 28, &v32, 4);
+	memcpy(req + 28, &at, 4);
 	x->sequence++;
 	return write_all_fd(x->fd, req, sizeof req, 1);
 }

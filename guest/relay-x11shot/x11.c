@@ -533,26 +533,25 @@ cleanup:
 /* ------------------------------------------------------------------------ */
 /* Capture                                                                   */
 
+/* Bytes 4 to 19 of GetImage and of MIT-SHM's ShmGetImage, laid out alike:
+ * the root, the strip of `rows` rows from row y, all planes. */
+void put_image_region(unsigned char *req, const xconn_t *x, unsigned y, unsigned rows)
+{
+	uint16_t v16[4] = {0, (uint16_t)y, (uint16_t)x->width, (uint16_t)rows};
+	uint32_t planes = 0xFFFFFFFFu;
+	memcpy(req + 4, &x->root, 4);
+	memcpy(req + 8, v16, 8);
+	memcpy(req + 16, &planes, 4);
+}
+
 int send_get_image(xconn_t *x, unsigned y, unsigned rows)
 {
 	unsigned char req[20];
-	uint16_t v16;
-	uint32_t v32;
+	uint16_t len = 5;
 	req[0] = X_OPCODE_GET_IMAGE;
 	req[1] = X_FORMAT_ZPIXMAP;
-	v16 = 5;
-	memcpy(req + 2, &v16, 2);
-	memcpy(req + 4, &x->root, 4);
-	v16 = 0;
-	memcpy(req + 8, &v16, 2);
-	v16 = (uint16_t)y;
-	memcpy(req + 10, &v16, 2);
-	v16 = (uint16_t)x->width;
-	memcpy(req + 12, &v16, 2);
-	v16 = (uint16_t)rows;
-	memcpy(req + 14, &v16, 2);
-	v32 = 0xFFFFFFFFu;
-	memcpy(req + 16, &v32, 4);
+	memcpy(req + 2, &len, 2);
+	put_image_region(req, x, y, rows);
 	x->sequence++;
 	return write_all_fd(x->fd, req, sizeof req, 1);
 }

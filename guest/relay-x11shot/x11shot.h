@@ -212,6 +212,7 @@ int connect_display(const display_t *d, char *why, size_t why_len);
 void find_cookie(const char *path, const display_t *d, cookie_t *cookie);
 size_t pad4(size_t n);
 int x_setup(xconn_t *x, const display_t *d, const cookie_t *cookie, const char *display_text);
+void put_image_region(unsigned char *req, const xconn_t *x, unsigned y, unsigned rows);
 int send_get_image(xconn_t *x, unsigned y, unsigned rows);
 int read_get_image(xconn_t *x, uint16_t sequence, unsigned char *strip, size_t expect_bytes,
                    const char *display_text);

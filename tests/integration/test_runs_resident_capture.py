@@ -70,15 +70,19 @@ def variant(binary, **env):
     return v
 
 
+def staged(v, r, binary):
+    """(guest, root, the sha256 of a one-shot capture of the display) of a staged guest."""
+    r.initialize()
+    g = v.acquire(r)
+    assert stage(r, g["guest"])["isError"] is False
+    return g["guest"], g["guestRoot"], one_shot_sha(binary, v.display)
+
+
 def test_one_resident_capture_for_every_shot(binary):
     v = variant(binary)
     try:
         with v.relay() as r:
-            r.initialize()
-            g = v.acquire(r)
-            guest, root = g["guest"], g["guestRoot"]
-            assert stage(r, guest)["isError"] is False
-            want = one_shot_sha(binary, v.display)
+            guest, root, want = staged(v, r, binary)
             ie = snap_run(r, guest, v.display)
             pids = residents(root)
             assert len(pids) == 1, pids
@@ -112,11 +116,7 @@ def test_resident_capture_off(binary):
     v = variant(binary, RELAY_RECEIVER_CAPTURE_RESIDENT="off")
     try:
         with v.relay() as r:
-            r.initialize()
-            g = v.acquire(r)
-            guest, root = g["guest"], g["guestRoot"]
-            assert stage(r, guest)["isError"] is False
-            want = one_shot_sha(binary, v.display)
+            guest, root, want = staged(v, r, binary)
             for _ in range(2):
                 ie = snap_run(r, guest, v.display)
                 assert [x["sha256"] for x in ie["snapshots"]] == [want, want], ie

@@ -56,6 +56,10 @@ static char g_dir[256];
 static char g_shot[1024];
 static char g_pattern[1024];
 static int g_have_xvfb, g_have_xauth, g_have_shot, g_have_pattern;
+/* relay-x11shot's environment when a test asks which way it read the pixels. */
+static const char *const g_trace_env[] = {"PATH=/usr/bin:/bin", "HOME=/nonexistent",
+                                          "XAUTHORITY=/nonexistent/.Xauthority", "RELAY_X11SHOT_TRACE=1",
+                                          NULL};
 
 /* ------------------------------------------------------------------------ */
 /* helpers                                                                   */
@@ -770,10 +774,8 @@ static void shm_or_not(const char *screen, unsigned width, unsigned height, int 
 	pid_t client = pattern_start(&xs, width, height);
 	char out[512];
 	out_path(out, sizeof out, no_shm ? "no-shm.png" : "shm.png");
-	static const char *const env[] = {"PATH=/usr/bin:/bin", "HOME=/nonexistent",
-	                                  "XAUTHORITY=/nonexistent/.Xauthority", "RELAY_X11SHOT_TRACE=1", NULL};
 	shot_result sr;
-	shot(xs.display, out, NULL, env, &sr);
+	shot(xs.display, out, NULL, g_trace_env, &sr);
 	pattern_stop(client);
 	xvfb_stop(&xs);
 	assert_non_null(strstr(sr.err, says));
@@ -831,7 +833,8 @@ static void test_serve_answers_each_path(void **state)
 		lines[n++] = l;
 	assert_int_equal(n, 4);
 	assert_non_null(strstr(lines[1], "{\"exit\":5,\"diagnostic\":\"cannot create "));
-	assert_non_null(strstr(lines[2], "{\"exit\":2,\"diagnostic\":\"--serve: the output must be an absolute path"));
+	assert_non_null(
+	    strstr(lines[2], "{\"exit\":2,\"diagnostic\":\"--serve: the output must be an absolute path"));
 	const char *outs[2] = {out1, out2};
 	const char *answers[2] = {lines[0], lines[3]};
 	for (int i = 0; i < 2; i++) {
@@ -855,11 +858,12 @@ typedef struct {
 	int msb_first;
 	unsigned visual_class;
 	uint32_t red_mask, green_mask, blue_mask;
-	int refuse_setup;    /* answer the setup with Failed */
-	int error_get_image; /* answer GetImage with BadMatch */
-	int offer_shm;       /* QueryExtension: MIT-SHM present (opcode 131), but refuse its requests */
+	int refuse_setup;     /* answer the setup with Failed */
+	int error_get_image;  /* answer GetImage with BadMatch */
+	int offer_shm;        /* QueryExtension: MIT-SHM present (opcode 131), but refuse its requests */
 	unsigned shm_refused; /* MIT-SHM requests answered with an error */
-	unsigned requests;   /* GetImage requests served */
+	int trace;            /* run relay-x11shot with RELAY_X11SHOT_TRACE=1 */
+	unsigned requests;    /* GetImage requests served */
 } fake_x;
 
 static void put16(unsigned char *p, uint16_t v)
@@ -1138,8 +1142,23 @@ static void fx_capture(fake_x *fx, const char *name, shot_result *sr, char *out,
 	char file[64];
 	snprintf(file, sizeof file, "%s.png", name);
 	out_path(out, out_len, file);
-	shot(display, out, NULL, NULL, sr);
+	shot(display, out, NULL, fx->trace ? g_trace_env : NULL, sr);
 	fx_stop(fx);
+}
+
+/* What Xvfb serves: depth 24 at 32 bits per pixel, LSB first, masks
+ * ff0000/ff00/ff. */
+static void fx_bgrx(fake_x *fx, unsigned width, unsigned height)
+{
+	memset(fx, 0, sizeof *fx);
+	fx->width = width;
+	fx->height = height;
+	fx->depth = 24;
+	fx->bits_per_pixel = 32;
+	fx->visual_class = 4;
+	fx->red_mask = 0xFF0000;
+	fx->green_mask = 0xFF00;
+	fx->blue_mask = 0xFF;
 }
 
 static void test_depth32_msb_first(void **state)
@@ -1174,7 +1193,7 @@ static void test_depth24_packed_bgr_lsb_strips(void **state)
 		skip();
 	}
 	/* 24 bits per pixel with padded rows, BGR masks, and so wide that
-	 * the capture needs several GetImage strips (4 MiB each). */
+	 * the capture needs several GetImage strips (256 KiB each). */
 	fake_x fx;
 	memset(&fx, 0, sizeof fx);
 	fx.width = 5001;
@@ -1203,26 +1222,12 @@ static void test_shm_refused_falls_back(void **state)
 		skip();
 	}
 	fake_x fx;
-	memset(&fx, 0, sizeof fx);
-	fx.width = 333;
-	fx.height = 211;
-	fx.depth = 24;
-	fx.bits_per_pixel = 32;
-	fx.visual_class = 4;
-	fx.red_mask = 0xFF0000;
-	fx.green_mask = 0xFF00;
-	fx.blue_mask = 0xFF;
+	fx_bgrx(&fx, 333, 211);
 	fx.offer_shm = 1;
+	fx.trace = 1;
 	shot_result sr;
 	char out[512];
-	fx_start(&fx, "shm-refused");
-	char display[400];
-	snprintf(display, sizeof display, "%s:0", fx.socket_path);
-	out_path(out, sizeof out, "shm-refused.png");
-	static const char *const env[] = {"PATH=/usr/bin:/bin", "HOME=/nonexistent",
-	                                  "XAUTHORITY=/nonexistent/.Xauthority", "RELAY_X11SHOT_TRACE=1", NULL};
-	shot(display, out, NULL, env, &sr);
-	fx_stop(&fx);
+	fx_capture(&fx, "shm-refused", &sr, out, sizeof out);
 	assert_true(fx.shm_refused >= 2); /* the attachment and the first ShmGetImage */
 	assert_true(fx.requests >= 1);
 	assert_non_null(strstr(sr.err, "the server refused the shared segment; reading with GetImage"));
@@ -1237,15 +1242,7 @@ static void test_fake_server_failures(void **state)
 		skip();
 	}
 	fake_x fx;
-	memset(&fx, 0, sizeof fx);
-	fx.width = 64;
-	fx.height = 64;
-	fx.depth = 24;
-	fx.bits_per_pixel = 32;
-	fx.visual_class = 4;
-	fx.red_mask = 0xFF0000;
-	fx.green_mask = 0xFF00;
-	fx.blue_mask = 0xFF;
+	fx_bgrx(&fx, 64, 64);
 	shot_result sr;
 	char out[512];
 

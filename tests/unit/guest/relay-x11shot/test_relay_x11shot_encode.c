@@ -59,10 +59,14 @@ static void test_filter_matches_the_formula(void **state)
 		for (int kind = 0; kind < 4; kind++) {
 			for (size_t i = 0; i < n; i++) {
 				/* random, extremes only, a vertical and a horizontal gradient */
-				cur[i] = (unsigned char)(kind == 0 ? rng() : kind == 1 ? (rng() & 1) * 255
-				                                         : kind == 2 ? 40 : i / 3);
-				prev[i] = (unsigned char)(kind == 0 ? rng() : kind == 1 ? (rng() & 1) * 255
-				                                          : kind == 2 ? 39 : i / 3 + 7);
+				cur[i] = (unsigned char)(kind == 0   ? rng()
+				                         : kind == 1 ? (rng() & 1) * 255
+				                         : kind == 2 ? 40
+				                                     : i / 3);
+				prev[i] = (unsigned char)(kind == 0   ? rng()
+				                          : kind == 1 ? (rng() & 1) * 255
+				                          : kind == 2 ? 39
+				                                      : i / 3 + 7);
 			}
 			filter_row(cur, prev, n, got, scratch);
 			ref_filter(cur, prev, n, want);
@@ -171,7 +175,8 @@ static void test_zlib_stream_inflates_to_the_filtered_rows(void **state)
 	assert_false(zout.failed);
 
 	size_t row_bytes = 1 + (size_t)w * 3;
-	unsigned char *want = malloc(row_bytes * h), *rgb = calloc(row_bytes, 1), *prev = calloc(row_bytes, 1);
+	unsigned char *want = malloc(row_bytes * h), *rgb = calloc(row_bytes, 1),
+	              *prev = calloc(row_bytes, 1);
 	for (unsigned y = 0; y < h; y++) {
 		for (unsigned x = 0; x < w; x++) {
 			const unsigned char *p = px + (size_t)y * stride + (size_t)x * 4;
