@@ -84,12 +84,19 @@ static void argv_free(char **argv)
 	free(argv);
 }
 
+/* Kills the resident program's process group (its own, from start). */
+static void kill_group(pid_t pid)
+{
+	if (kill(-pid, SIGKILL) != 0)
+		kill(pid, SIGKILL);
+}
+
 /* Forgets the resident program (its pipes closed); kills it first when
  * `kill_it` (a worker that found it broken: serve reaps it). */
 static void forget(int kill_it)
 {
 	if (resident.pid > 0 && kill_it)
-		kill(resident.pid, SIGKILL);
+		kill_group(resident.pid);
 	if (resident.to_fd >= 0)
 		close(resident.to_fd);
 	if (resident.from_fd >= 0)
@@ -194,7 +201,7 @@ void capture_resident_stop(void)
 	while (waitpid(pid, NULL, WNOHANG) == 0) {
 		struct timespec ts = {0, 10 * 1000000L};
 		if (mono_ms() >= until) {
-			kill(pid, SIGKILL);
+			kill_group(pid);
 			waitpid(pid, NULL, 0);
 			return;
 		}
