@@ -44,6 +44,8 @@
 #include "relay/transport.h"
 #include "relay_kit/clock.h"
 #include "relay_kit/durable.h"
+#include "relay_kit/error.h"
+#include "relay_kit/machine.h"
 #include "relay_kit/proc.h"
 #include "relay_kit/random.h"
 #include "relay_kit/reaper.h"
@@ -77,6 +79,7 @@ typedef struct md_image {
 
 /* Plugin state. Immutable after init except where a field says otherwise. */
 typedef struct md_state {
+	rk_machine kit; /* first: the kit's machine ops front (relay_kit/machine.h) */
 	const relay_host *host;
 	char *state_dir;  /* config stateDir */
 	char *leases_dir; /* <stateDir>/leases */
@@ -174,8 +177,8 @@ relay_status md_parse_endpoint(md_state *st, json_object *spec, const char *wher
 
 /* ---- md_util.c helpers ---------------------------------------------------- */
 
-relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+/* The kit's error (relay_kit/error.h), under machine-docker's name. */
+#define md_err(st, err, code, sys_errno, ...) rk_err((st)->host, (err), (code), (sys_errno), 0, __VA_ARGS__)
 /* snprintf for messages whose truncation is acceptable. */
 /* The kit's text (relay_kit/text.h) and the getters of
  * relay_support/json_get.h under machine-docker's names: a member of
@@ -241,16 +244,19 @@ void md_ssh_stop(md_state *st);
 
 /* ---- md_lease.c --------------------------------------------------------------- */
 
-relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, json_object **doc_out,
+/* The backend of the kit's machine ops front (relay_kit/machine.h), each on an md_state. */
+relay_status lease_acquire(relay_plugin_state *state, json_object *spec, relay_call *call,
+                           json_object **doc_out, relay_error *err);
+relay_status lease_renew(relay_plugin_state *state, json_object *doc, uint64_t ttl_ms, relay_call *call,
+                         json_object **doc_out, relay_error *err);
+relay_status lease_inspect(relay_plugin_state *state, json_object *doc, relay_call *call,
+                           json_object **doc_out, relay_error *err);
+relay_status lease_release(relay_plugin_state *state, json_object *doc, const char *reason, relay_call *call,
                            relay_error *err);
-relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_object **doc_out,
-                         relay_error *err);
-relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, json_object **doc_out,
-                           relay_error *err);
-relay_status lease_release(md_state *st, json_object *doc, relay_call *call, relay_error *err);
-relay_status lease_verify_gone(md_state *st, json_object *doc, relay_call *call, relay_error *err);
-relay_status lease_find(md_state *st, const char *purpose, relay_call *call, json_object **arr_out,
-                        relay_error *err);
+relay_status lease_verify_gone(relay_plugin_state *state, json_object *doc, relay_call *call,
+                               relay_error *err);
+relay_status lease_find(relay_plugin_state *state, const char *purpose, relay_call *call,
+                        json_object **arr_out, relay_error *err);
 size_t lease_count(md_state *st);
 /* Writes `text` as file `name` (mode 0644, root) into folder `dir` of the container. */
 relay_status lease_put_file(md_state *st, const char *container, const char *dir, const char *name,
@@ -357,9 +363,11 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 /* ---- md_inventory.c ------------------------------------------------------------ */
 
 const md_image *inventory_find(md_state *st, const char *key);
-json_object *inventory_images(md_state *st, relay_call *call);
-relay_status inventory_catalog(md_state *st, relay_call *call, json_object **out, relay_error *err);
-json_object *inventory_doctor(md_state *st, relay_call *call);
+/* The backend's images, catalog and doctor (relay_kit/machine.h) on an md_state. */
+json_object *inventory_images(relay_plugin_state *state, relay_call *call);
+relay_status inventory_catalog(relay_plugin_state *state, relay_call *call, json_object **out,
+                               relay_error *err);
+json_object *inventory_doctor(relay_plugin_state *state, relay_call *call);
 void inventory_free(md_state *st);
 
 /* ---- md_nodes.c ---------------------------------------------------------------- */

@@ -334,8 +334,9 @@ static bool facts_has(const image_facts *f, const char *id)
 	return false;
 }
 
-json_object *inventory_images(md_state *st, relay_call *call)
+json_object *inventory_images(relay_plugin_state *state, relay_call *call)
 {
+	md_state *st = state;
 	size_t running = lease_count(st);
 	json_object *images = json_object_new_object();
 	for (size_t i = 0; i < st->image_count; i++) {
@@ -402,8 +403,10 @@ json_object *inventory_images(md_state *st, relay_call *call)
 	return out;
 }
 
-relay_status inventory_catalog(md_state *st, relay_call *call, json_object **out, relay_error *err)
+relay_status inventory_catalog(relay_plugin_state *state, relay_call *call, json_object **out,
+                               relay_error *err)
 {
+	md_state *st = state;
 	*out = NULL;
 	/* An engine that does not answer is said, not an empty catalog ("no
 	 * application matches" would blame the query). */
@@ -457,8 +460,9 @@ static void check(json_object *arr, const char *name, bool ok, const char *detai
 	json_object_array_add(arr, o);
 }
 
-json_object *inventory_doctor(md_state *st, relay_call *call)
+json_object *inventory_doctor(relay_plugin_state *state, relay_call *call)
 {
+	md_state *st = state;
 	json_object *arr = json_object_new_array();
 	char detail[1024], fix[512];
 	md_reply r;

@@ -45,6 +45,8 @@
 
 /* ---- init ----------------------------------------------------------------------- */
 
+static const rk_machine_backend machine_backend; /* below, with the descriptor */
+
 static void free_state(md_state *st)
 {
 	if (st == NULL)
@@ -73,6 +75,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	md_state *st = calloc(1, sizeof *st);
 	if (st == NULL)
 		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	st->kit = (rk_machine){host, &machine_backend};
 	st->host = host;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_mutex_init(&st->ssh_lock, NULL);
@@ -191,112 +194,6 @@ static void md_fini(relay_plugin_state *state)
 
 /* ---- machine ops ------------------------------------------------------------------ */
 
-static relay_status text_out(md_state *st, json_object *obj, char **out, relay_error *err)
-{
-	*out = md_json_out(st, obj);
-	json_object_put(obj);
-	return *out ? RELAY_OK : md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-}
-
-static json_object *parse_doc(const char *text)
-{
-	json_object *o = text ? json_tokener_parse(text) : NULL;
-	if (o && !json_object_is_type(o, json_type_object)) {
-		json_object_put(o);
-		o = NULL;
-	}
-	return o;
-}
-
-static relay_status m_acquire(relay_plugin_state *state, const char *spec_json, relay_call *call,
-                              unsigned flags, char **out, relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown acquire flags 0x%x", flags);
-	json_object *spec = parse_doc(spec_json);
-	if (spec == NULL)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "the acquire spec is not a JSON object");
-	json_object *doc = NULL;
-	relay_status s = lease_acquire(st, spec, call, &doc, err);
-	json_object_put(spec);
-	return s == RELAY_OK ? text_out(st, doc, out, err) : s;
-}
-
-static relay_status m_renew(relay_plugin_state *state, const char *lease_json, uint64_t ttl_ms,
-                            relay_call *call, unsigned flags, char **out, relay_error *err)
-{
-	(void)call;
-	md_state *st = state;
-	if (out)
-		*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown renew flags 0x%x", flags);
-	json_object *doc = parse_doc(lease_json), *fresh = NULL;
-	relay_status s = lease_renew(st, doc, ttl_ms, out ? &fresh : NULL, err);
-	json_object_put(doc);
-	return s == RELAY_OK && out ? text_out(st, fresh, out, err) : s;
-}
-
-static relay_status m_inspect(relay_plugin_state *state, const char *lease_json, relay_call *call,
-                              unsigned flags, char **out, relay_error *err)
-{
-	md_state *st = state;
-	if (out)
-		*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown inspect flags 0x%x", flags);
-	json_object *doc = parse_doc(lease_json), *fresh = NULL;
-	relay_status s = lease_inspect(st, doc, call, &fresh, err);
-	json_object_put(doc);
-	if (s != RELAY_OK)
-		return s;
-	if (out)
-		return text_out(st, fresh, out, err);
-	json_object_put(fresh);
-	return RELAY_OK;
-}
-
-static relay_status m_release(relay_plugin_state *state, const char *lease_json, const char *reason,
-                              relay_call *call, unsigned flags, relay_error *err)
-{
-	(void)reason;
-	md_state *st = state;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown release flags 0x%x", flags);
-	json_object *doc = parse_doc(lease_json);
-	relay_status s = lease_release(st, doc, call, err);
-	json_object_put(doc);
-	return s;
-}
-
-static relay_status m_verify_destroyed(relay_plugin_state *state, const char *lease_json, relay_call *call,
-                                       unsigned flags, char **check_name_out, relay_error *err)
-{
-	md_state *st = state;
-	if (check_name_out)
-		*check_name_out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown verify flags 0x%x", flags);
-	json_object *doc = parse_doc(lease_json);
-	relay_status s = lease_verify_gone(st, doc, call, err);
-	json_object_put(doc);
-	if (s == RELAY_OK && check_name_out)
-		*check_name_out = st->host->strdup("engine");
-	return s;
-}
-
-static relay_status m_images(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                             relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown images flags 0x%x", flags);
-	return text_out(st, inventory_images(st, call), out, err);
-}
-
 /* The engine's version and API version, asked once (/version) and kept. */
 static relay_status engine_version(md_state *st, relay_call *call, char *version, size_t vlen, char *api,
                                    size_t alen, relay_error *err)
@@ -332,14 +229,9 @@ static relay_status engine_version(md_state *st, relay_call *call, char *version
 
 /* The engine answers /_ping now (every call: acquire step 4); its version
  * is the one asked once. */
-static relay_status m_health(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                             relay_error *err)
+static relay_status b_health(relay_plugin_state *state, relay_call *call, json_object **out, relay_error *err)
 {
 	md_state *st = state;
-	if (out)
-		*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown health flags 0x%x", flags);
 	md_reply r;
 	relay_status s = md_api(st, "GET", "/_ping", NULL, -1, -1, 10000, call, &r, err);
 	if (s != RELAY_OK)
@@ -361,58 +253,38 @@ static relay_status m_health(relay_plugin_state *state, relay_call *call, unsign
 	json_object_object_add(o, "endpoint", json_object_new_string(st->endpoint));
 	json_object_object_add(o, "engineVersion", version[0] ? json_object_new_string(version) : NULL);
 	json_object_object_add(o, "apiVersion", json_object_new_string(api));
-	return text_out(st, o, out, err);
+	*out = o;
+	return RELAY_OK;
 }
 
-static relay_status m_catalog(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                              relay_error *err)
+static relay_status b_binding(relay_plugin_state *state, json_object **out, relay_error *err)
 {
+	(void)err;
 	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown catalog flags 0x%x", flags);
-	json_object *cat = NULL;
-	relay_status s = inventory_catalog(st, call, &cat, err);
-	return s == RELAY_OK ? text_out(st, cat, out, err) : s;
-}
-
-static relay_status m_find_by_purpose(relay_plugin_state *state, const char *purpose, relay_call *call,
-                                      unsigned flags, char **out, relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown find flags 0x%x", flags);
-	if (purpose == NULL)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "find_by_purpose needs a purpose");
-	json_object *arr = NULL;
-	relay_status s = lease_find(st, purpose, call, &arr, err);
-	return s == RELAY_OK ? text_out(st, arr, out, err) : s;
-}
-
-static relay_status m_binding(relay_plugin_state *state, unsigned flags, char **out, relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown binding flags 0x%x", flags);
 	json_object *o = json_object_new_object();
 	json_object_object_add(o, "machine", json_object_new_string(MD_PLUGIN_NAME));
 	json_object_object_add(o, "endpoint", json_object_new_string(st->endpoint));
 	json_object_object_add(o, "store", json_object_new_string(st->state_dir));
 	json_object_object_add(o, "environmentFingerprint", NULL);
-	return text_out(st, o, out, err);
+	*out = o;
+	return RELAY_OK;
 }
 
-static relay_status m_doctor(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                             relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown doctor flags 0x%x", flags);
-	return text_out(st, inventory_doctor(st, call), out, err);
-}
+/* machine-docker's backend of the kit's machine ops front (relay_kit/machine.h). */
+static const rk_machine_backend machine_backend = {
+    .destroyed_check = "engine",
+    .acquire = lease_acquire,
+    .renew = lease_renew,
+    .inspect = lease_inspect,
+    .release = lease_release,
+    .verify_destroyed = lease_verify_gone,
+    .images = inventory_images,
+    .health = b_health,
+    .catalog = inventory_catalog,
+    .find_by_purpose = lease_find,
+    .binding = b_binding,
+    .doctor = inventory_doctor,
+};
 
 /* ---- transport ops ------------------------------------------------------------------- */
 
@@ -423,7 +295,7 @@ static relay_status t_open(relay_plugin_state *state, const char *lease_json, re
 	*conn_out = NULL;
 	if (flags)
 		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown open flags 0x%x", flags);
-	json_object *doc = parse_doc(lease_json);
+	json_object *doc = rk_json_object(lease_json);
 	json_object *d = md_obj(doc, "docker");
 	const char *container = md_str(d, "container");
 	const char *user = md_str(d, "user");
@@ -561,7 +433,7 @@ static relay_status m_console(relay_plugin_state *state, const char *lease_json,
 	if (flags)
 		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown console flags 0x%x", flags);
 	/* A Swarm task's display is on the engine of its node. */
-	json_object *doc = parse_doc(lease_json);
+	json_object *doc = rk_json_object(lease_json);
 	md_state *eng = doc && md_obj(doc, "record") ? md_engine_of(st, md_obj(doc, "record"), call) : st;
 	json_object_put(doc);
 	return md_console_op(eng, lease_json, op, request_json, call, out, err);
@@ -569,18 +441,8 @@ static relay_status m_console(relay_plugin_state *state, const char *lease_json,
 
 static const relay_machine_ops machine_ops = {
     .struct_size = sizeof(relay_machine_ops),
-    .acquire = m_acquire,
-    .renew = m_renew,
-    .inspect = m_inspect,
-    .release = m_release,
-    .verify_destroyed = m_verify_destroyed,
-    .images = m_images,
-    .health = m_health,
-    .catalog = m_catalog,
-    .find_by_purpose = m_find_by_purpose,
-    .binding = m_binding,
+    RK_MACHINE_FRONT,
     .console = m_console,
-    .doctor = m_doctor,
     .egress_listeners = md_egress_listeners,
 };
 
