@@ -32,23 +32,35 @@ static const char *doc_vm(json_object *doc)
 	return lu_get_string(doc, "vm");
 }
 
+/* The record of lease vm under its lock (*lock -1 when it cannot be taken),
+ * or NULL (*e the reason, when e is not NULL). */
+static json_object *lock_record(local_state *st, const char *vm, int *lock, int *e)
+{
+	*lock = lease_lock(st, vm, true);
+	return *lock >= 0 ? lease_read(st, vm, e) : NULL;
+}
+
+/* The end of an operation on a locked record: the lock and the record let go; s. */
+static relay_status let_go(int lock, json_object *rec, relay_status s)
+{
+	if (lock >= 0)
+		lease_unlock(lock);
+	json_object_put(rec);
+	return s;
+}
+
 static relay_status b_renew(relay_plugin_state *state, json_object *doc, uint64_t ttl_ms, relay_call *call,
                             json_object **doc_out, relay_error *err)
 {
 	(void)call;
 	local_state *st = state;
 	const char *vm = doc_vm(doc);
+	if (vm == NULL || ttl_ms == 0)
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
+		              "renew needs a lease document and a positive ttl");
+	int lock, e = 0;
+	json_object *rec = lock_record(st, vm, &lock, &e);
 	relay_status s = RELAY_OK;
-	json_object *rec = NULL;
-	int lock = -1;
-	if (vm == NULL || ttl_ms == 0) {
-		s = lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		           "renew needs a lease document and a positive ttl");
-		goto done;
-	}
-	lock = lease_lock(st, vm, true);
-	int e = 0;
-	rec = lock >= 0 ? lease_read(st, vm, &e) : NULL;
 	if (rec == NULL) {
 		s = lu_err(st, err, RELAY_E_NOT_FOUND, e, "machine-local no longer holds lease %s", vm);
 		goto done;
@@ -77,11 +89,7 @@ static relay_status b_renew(relay_plugin_state *state, json_object *doc, uint64_
 	if (doc_out)
 		*doc_out = lease_document(st, rec);
 done:
-	if (lock >= 0)
-		lease_unlock(lock);
-	if (rec)
-		json_object_put(rec);
-	return s;
+	return let_go(lock, rec, s);
 }
 
 static relay_status b_inspect(relay_plugin_state *state, json_object *doc, relay_call *call,
@@ -107,15 +115,11 @@ static relay_status b_release(relay_plugin_state *state, json_object *doc, const
 	(void)call;
 	local_state *st = state;
 	const char *vm = doc_vm(doc);
+	if (vm == NULL || !lu_valid_token(vm, 200))
+		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "release needs a lease document");
+	int lock;
+	json_object *rec = lock_record(st, vm, &lock, NULL);
 	relay_status s = RELAY_OK;
-	json_object *rec = NULL;
-	int lock = -1;
-	if (vm == NULL || !lu_valid_token(vm, 200)) {
-		s = lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "release needs a lease document");
-		goto done;
-	}
-	lock = lease_lock(st, vm, true);
-	rec = lock >= 0 ? lease_read(st, vm, NULL) : NULL;
 	if (rec == NULL) {
 		/* Not in the store (or its folder is gone). Make sure nothing the
 		 * document describes survives, then say we no longer know it. */
@@ -130,11 +134,7 @@ static relay_status b_release(relay_plugin_state *state, json_object *doc, const
 	}
 	s = sandbox_destroy(st, rec, reason ? reason : "released", err);
 done:
-	if (lock >= 0)
-		lease_unlock(lock);
-	if (rec)
-		json_object_put(rec);
-	return s;
+	return let_go(lock, rec, s);
 }
 
 static relay_status b_verify_destroyed(relay_plugin_state *state, json_object *doc, relay_call *call,
