@@ -14,7 +14,7 @@
 #include "md_console.h"
 #include "md_egress.h"
 #include "md_lease.h"
-#include "relay_support/sockets.h"
+#include "relay_support/fds.h"
 
 static const char resolv_text[] = "# machine-docker: the relay's egress resolver (docs/egress.md)\n"
                                   "nameserver 127.0.0.1\n";

@@ -12,7 +12,7 @@
 
 #include "local.h"
 #include "local_proto.h"
-#include "relay_support/sockets.h"
+#include "relay_support/fds.h"
 
 int ctl_connect(const char *lease_dir)
 {

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "init.h"
-#include "relay_support/sockets.h"
+#include "relay_support/fds.h"
 
 #define EGRESS_PROXY_PORT 3128
 #define EGRESS_DNS_PORT   53

@@ -36,7 +36,7 @@
 
 #include "local_proto.h"
 #include "relay_support/numfile.h"
-#include "relay_support/sockets.h"
+#include "relay_support/fds.h"
 
 #include "init.h"
 

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "local.h"
-#include "relay_support/sockets.h"
+#include "relay_support/fds.h"
 
 /* The guest's network namespace and the user namespace owning it, opened;
  * 0, or -1 with *err_no set (and nothing left open). */

@@ -1,5 +1,5 @@
 /*
- * relay_support/sockets.h — descriptors passed over a unix socket
+ * relay_support/fds.h — descriptors passed over a unix socket
  * (SCM_RIGHTS), and a socket bound to the loopback address: the plumbing of
  * a guest's control socket and of the egress sockets made in its network
  * namespace. Only async-signal-safe calls, so a child of a threaded process
@@ -32,5 +32,9 @@ ssize_t rs_recv_fds(int sock, void *buf, size_t cap, int msg_flags, int *fds, in
 /* A socket of `type` (SOCK_STREAM, listening, or SOCK_DGRAM), close-on-exec,
  * bound to 127.0.0.1:port with SO_REUSEADDR; the descriptor, or -1 with errno. */
 int rs_loopback_socket(int type, int port);
+
+/* Closes every descriptor from lowfd up (close_range where the kernel has
+ * it, else one close each up to the limit, at most 65,536). */
+void rs_close_from(int lowfd);
 
 #endif

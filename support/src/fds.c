@@ -1,12 +1,13 @@
 #if !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* MSG_CMSG_CLOEXEC, SOCK_CLOEXEC */
 #endif
-#include "relay_support/sockets.h"
+#include "relay_support/fds.h"
 
 #include <errno.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int rs_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds, int msg_flags)
@@ -110,4 +111,17 @@ int rs_loopback_socket(int type, int port)
 		return -1;
 	}
 	return fd;
+}
+
+void rs_close_from(int lowfd)
+{
+#if defined(__linux__) && defined(SYS_close_range)
+	if (syscall(SYS_close_range, (unsigned)lowfd, ~0u, 0u) == 0)
+		return;
+#endif
+	long max = sysconf(_SC_OPEN_MAX);
+	if (max < 0 || max > 65536)
+		max = 65536;
+	for (int fd = lowfd; fd < max; fd++)
+		close(fd);
 }
