@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #endif
 
+#include "relay_support/fds.h"
 #include "relay_support/tree.h"
 #include "sha256.h"
 
@@ -239,22 +240,6 @@ int dir_ensure(const char *root, const char *rel, rerr *err)
 	return rc;
 }
 
-int write_all(int fd, const void *data, size_t len)
-{
-	const char *p = data;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Writes dir/<name>.tmp-<random>; returns its malloc'd path or NULL. */
 static char *write_temp(const char *dir, const char *name, const void *data, size_t len, rerr *err)
 {
@@ -270,7 +255,7 @@ static char *write_temp(const char *dir, const char *name, const void *data, siz
 		free(tmp);
 		return NULL;
 	}
-	if (write_all(fd, data, len) != 0 || fsx_fsync(fd) != 0) {
+	if (rs_write_all(fd, data, len) != 0 || fsx_fsync(fd) != 0) {
 		err_set(err, "cannot write %s: %s", tmp, strerror(errno));
 		close(fd);
 		unlink(tmp);

@@ -12,6 +12,7 @@
 #include "../receiver_protocol.h"
 #include "frame.h"
 #include "fsx.h"
+#include "relay_support/fds.h"
 #include "sha256.h"
 
 static int sha_hex_ok(const char *s)
@@ -479,9 +480,9 @@ void stdout_parts_emit(const char *root, jv *frame, const char *receipt_rel)
 	jv_set(frame, RECEIVER_FRAME_PARTS, parts);
 	frame_emit(frame);
 	if (receipt_text.len) {
-		write_all(STDOUT_FILENO, receipt_text.data, receipt_text.len);
+		rs_write_all(STDOUT_FILENO, receipt_text.data, receipt_text.len);
 		if (image_rel)
-			write_all(STDOUT_FILENO, image.data, image.len);
+			rs_write_all(STDOUT_FILENO, image.data, image.len);
 	}
 	jv_free(receipt);
 	free(image_rel);

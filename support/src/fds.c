@@ -125,3 +125,21 @@ void rs_close_from(int lowfd)
 	for (int fd = lowfd; fd < max; fd++)
 		close(fd);
 }
+
+int rs_write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n == 0)
+				errno = EIO;
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}

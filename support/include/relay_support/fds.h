@@ -33,6 +33,10 @@ ssize_t rs_recv_fds(int sock, void *buf, size_t cap, int msg_flags, int *fds, in
  * bound to 127.0.0.1:port with SO_REUSEADDR; the descriptor, or -1 with errno. */
 int rs_loopback_socket(int type, int port);
 
+/* Writes all len bytes of data to fd, retried on EINTR and short writes:
+ * 0, or -1 with errno (EIO when write wrote nothing). */
+int rs_write_all(int fd, const void *data, size_t len);
+
 /* Closes every descriptor from lowfd up (close_range where the kernel has
  * it, else one close each up to the limit, at most 65,536). */
 void rs_close_from(int lowfd);
