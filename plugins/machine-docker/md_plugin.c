@@ -75,7 +75,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	md_state *st = calloc(1, sizeof *st);
 	if (st == NULL)
 		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	st->kit = (rk_machine){host, &machine_backend};
+	st->kit = (rk_machine){.host = host, .backend = &machine_backend};
 	st->host = host;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_mutex_init(&st->ssh_lock, NULL);
@@ -98,6 +98,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 		goto fail;
 	}
 	st->state_dir = strdup(state_dir);
+	st->kit.store = st->state_dir;
 	const char *libexec = md_str(cfg, "libexecDir");
 	st->libexec_dir = libexec ? strdup(libexec) : NULL;
 	const char *session = md_str(cfg, "sessionId");
@@ -129,6 +130,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	json_object *opts = NULL; /* any type: md_parse_options refuses a non-object */
 	json_object_object_get_ex(cfg, "options", &opts);
 	s = md_parse_options(st, opts, err);
+	st->kit.endpoint = st->endpoint; /* set by the options, kept from now on */
 	if (s == RELAY_OK)
 		s = md_nodes_init(st, err);
 	if (s != RELAY_OK)
@@ -229,7 +231,8 @@ static relay_status engine_version(md_state *st, relay_call *call, char *version
 
 /* The engine answers /_ping now (every call: acquire step 4); its version
  * is the one asked once. */
-static relay_status b_health(relay_plugin_state *state, relay_call *call, json_object **out, relay_error *err)
+static relay_status b_health(relay_plugin_state *state, relay_call *call, json_object *answer,
+                             relay_error *err)
 {
 	md_state *st = state;
 	md_reply r;
@@ -245,33 +248,17 @@ static relay_status b_health(relay_plugin_state *state, relay_call *call, json_o
 		              code);
 	char version[64], api[32];
 	s = engine_version(st, call, version, sizeof version, api, sizeof api, err);
-	if (s != RELAY_OK || out == NULL)
+	if (s != RELAY_OK || answer == NULL)
 		return s;
-	json_object *o = json_object_new_object();
-	json_object_object_add(o, "ok", json_object_new_boolean(true));
-	json_object_object_add(o, "service", json_object_new_string(MD_PLUGIN_NAME));
-	json_object_object_add(o, "endpoint", json_object_new_string(st->endpoint));
-	json_object_object_add(o, "engineVersion", version[0] ? json_object_new_string(version) : NULL);
-	json_object_object_add(o, "apiVersion", json_object_new_string(api));
-	*out = o;
-	return RELAY_OK;
-}
-
-static relay_status b_binding(relay_plugin_state *state, json_object **out, relay_error *err)
-{
-	(void)err;
-	md_state *st = state;
-	json_object *o = json_object_new_object();
-	json_object_object_add(o, "machine", json_object_new_string(MD_PLUGIN_NAME));
-	json_object_object_add(o, "endpoint", json_object_new_string(st->endpoint));
-	json_object_object_add(o, "store", json_object_new_string(st->state_dir));
-	json_object_object_add(o, "environmentFingerprint", NULL);
-	*out = o;
+	json_object_object_add(answer, "endpoint", json_object_new_string(st->endpoint));
+	json_object_object_add(answer, "engineVersion", version[0] ? json_object_new_string(version) : NULL);
+	json_object_object_add(answer, "apiVersion", json_object_new_string(api));
 	return RELAY_OK;
 }
 
 /* machine-docker's backend of the kit's machine ops front (relay_kit/machine.h). */
 static const rk_machine_backend machine_backend = {
+    .name = MD_PLUGIN_NAME,
     .destroyed_check = "engine",
     .acquire = lease_acquire,
     .renew = lease_renew,
@@ -282,7 +269,6 @@ static const rk_machine_backend machine_backend = {
     .health = b_health,
     .catalog = inventory_catalog,
     .find_by_purpose = lease_find,
-    .binding = b_binding,
     .doctor = inventory_doctor,
 };
 

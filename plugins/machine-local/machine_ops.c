@@ -152,21 +152,18 @@ static relay_status b_verify_destroyed(relay_plugin_state *state, json_object *d
 	return RELAY_OK;
 }
 
-static relay_status b_health(relay_plugin_state *state, relay_call *call, json_object **out, relay_error *err)
+static relay_status b_health(relay_plugin_state *state, relay_call *call, json_object *answer,
+                             relay_error *err)
 {
 	(void)call;
 	local_state *st = state;
 	if (access(st->leases_dir, W_OK) != 0)
 		return lu_err(st, err, RELAY_E_UNAVAILABLE, errno, "the lease store %s is not writable",
 		              st->leases_dir);
-	if (out == NULL)
-		return RELAY_OK;
-	json_object *o = json_object_new_object();
-	json_object_object_add(o, "ok", json_object_new_boolean(true));
-	json_object_object_add(o, "service", json_object_new_string(LOCAL_PLUGIN_NAME));
-	json_object_object_add(o, "rootless", json_object_new_boolean(st->rootless));
-	json_object_object_add(o, "store", json_object_new_string(st->state_dir));
-	*out = o;
+	if (answer) {
+		json_object_object_add(answer, "rootless", json_object_new_boolean(st->rootless));
+		json_object_object_add(answer, "store", json_object_new_string(st->state_dir));
+	}
 	return RELAY_OK;
 }
 
@@ -189,19 +186,6 @@ static relay_status b_find_by_purpose(relay_plugin_state *state, const char *pur
 	return RELAY_OK;
 }
 
-static relay_status b_binding(relay_plugin_state *state, json_object **out, relay_error *err)
-{
-	(void)err;
-	local_state *st = state;
-	json_object *o = json_object_new_object();
-	json_object_object_add(o, "machine", json_object_new_string(LOCAL_PLUGIN_NAME));
-	json_object_object_add(o, "endpoint", NULL);
-	json_object_object_add(o, "store", json_object_new_string(st->state_dir));
-	json_object_object_add(o, "environmentFingerprint", NULL);
-	*out = o;
-	return RELAY_OK;
-}
-
 static relay_status m_console(relay_plugin_state *state, const char *lease_json, const char *op,
                               const char *request_json, relay_call *call, unsigned flags, char **out,
                               relay_error *err)
@@ -214,6 +198,7 @@ static relay_status m_console(relay_plugin_state *state, const char *lease_json,
 }
 
 const rk_machine_backend local_machine_backend = {
+    .name = LOCAL_PLUGIN_NAME,
     .destroyed_check = "namespace",
     .acquire = b_acquire,
     .renew = b_renew,
@@ -224,7 +209,6 @@ const rk_machine_backend local_machine_backend = {
     .health = b_health,
     .catalog = inventory_catalog,
     .find_by_purpose = b_find_by_purpose,
-    .binding = b_binding,
     .doctor = inventory_doctor,
 };
 

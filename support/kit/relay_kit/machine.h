@@ -6,10 +6,10 @@
  * as text allocated by the host. The backend says only what its machines
  * do differently.
  *
- * A plugin state that uses the front begins with an rk_machine (the host
- * and the backend's table); the plugin's relay_machine_ops lists
- * RK_MACHINE_FRONT and adds the slots the front does not serve (console,
- * egress_listeners).
+ * A plugin state that uses the front begins with an rk_machine (the host,
+ * the backend's table, its store and endpoint); the plugin's
+ * relay_machine_ops lists RK_MACHINE_FRONT and adds the slots the front does
+ * not serve (console, egress_listeners). The front answers binding itself.
  */
 #ifndef RELAY_KIT_MACHINE_H
 #define RELAY_KIT_MACHINE_H
@@ -23,6 +23,7 @@
  * backend refuses it in its own words); an answer *_out is owned by the
  * caller (json_object_put) and set only on RELAY_OK. */
 typedef struct rk_machine_backend {
+	const char *name;            /* the plugin's: health's "service", binding's "machine" */
 	const char *destroyed_check; /* verify_destroyed's check name ("namespace", "engine") */
 	relay_status (*acquire)(relay_plugin_state *state, json_object *spec, relay_call *call,
 	                        json_object **doc_out, relay_error *err);
@@ -38,15 +39,15 @@ typedef struct rk_machine_backend {
 	                                 relay_error *err);
 	/* The answers of images and doctor cannot fail (NULL: out of memory). */
 	json_object *(*images)(relay_plugin_state *state, relay_call *call);
-	/* out NULL: only whether the backend is healthy. */
-	relay_status (*health)(relay_plugin_state *state, relay_call *call, json_object **out,
+	/* Whether the backend is healthy; `answer` (NULL: only the check) holds
+	 * {"ok": true, "service": name}, to which the backend adds its facts. */
+	relay_status (*health)(relay_plugin_state *state, relay_call *call, json_object *answer,
 	                       relay_error *err);
 	relay_status (*catalog)(relay_plugin_state *state, relay_call *call, json_object **out,
 	                        relay_error *err);
 	/* purpose is never NULL (the front refuses that). */
 	relay_status (*find_by_purpose)(relay_plugin_state *state, const char *purpose, relay_call *call,
 	                                json_object **out, relay_error *err);
-	relay_status (*binding)(relay_plugin_state *state, json_object **out, relay_error *err);
 	json_object *(*doctor)(relay_plugin_state *state, relay_call *call);
 } rk_machine_backend;
 
@@ -54,6 +55,10 @@ typedef struct rk_machine_backend {
 typedef struct rk_machine {
 	const relay_host *host;
 	const rk_machine_backend *backend;
+	/* Borrowed from the plugin's state, set by its init: its state folder
+	 * and its endpoint (NULL: none), binding's "store" and "endpoint". */
+	const char *store;
+	const char *endpoint;
 } rk_machine;
 
 relay_status rk_machine_acquire(relay_plugin_state *state, const char *spec_json, relay_call *call,

@@ -2,6 +2,7 @@
 #include "relay_kit/machine.h"
 
 #include <errno.h>
+#include <stdbool.h>
 
 #include "relay_kit/error.h"
 #include "relay_kit/text.h"
@@ -118,11 +119,21 @@ relay_status rk_machine_images(relay_plugin_state *state, relay_call *call, unsi
 relay_status rk_machine_health(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
                                relay_error *err)
 {
-	json_object *health = NULL;
+	const rk_machine *m = front(state);
 	relay_status s = enter(state, "health", flags, out, err);
-	if (s == RELAY_OK)
-		s = front(state)->backend->health(state, call, out ? &health : NULL, err);
-	return s == RELAY_OK && out ? answer(state, health, out, err) : s;
+	if (s != RELAY_OK)
+		return s;
+	json_object *health = NULL;
+	if (out) {
+		health = json_object_new_object();
+		json_object_object_add(health, "ok", json_object_new_boolean(true));
+		json_object_object_add(health, "service", json_object_new_string(m->backend->name));
+	}
+	s = m->backend->health(state, call, health, err);
+	if (s == RELAY_OK && out)
+		return answer(state, health, out, err);
+	json_object_put(health);
+	return s;
 }
 
 relay_status rk_machine_catalog(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
@@ -150,11 +161,16 @@ relay_status rk_machine_find_by_purpose(relay_plugin_state *state, const char *p
 
 relay_status rk_machine_binding(relay_plugin_state *state, unsigned flags, char **out, relay_error *err)
 {
-	json_object *binding = NULL;
+	const rk_machine *m = front(state);
 	relay_status s = enter(state, "binding", flags, out, err);
-	if (s == RELAY_OK)
-		s = front(state)->backend->binding(state, &binding, err);
-	return s == RELAY_OK ? answer(state, binding, out, err) : s;
+	if (s != RELAY_OK)
+		return s;
+	json_object *o = json_object_new_object();
+	json_object_object_add(o, "machine", json_object_new_string(m->backend->name));
+	json_object_object_add(o, "endpoint", m->endpoint ? json_object_new_string(m->endpoint) : NULL);
+	json_object_object_add(o, "store", json_object_new_string(m->store));
+	json_object_object_add(o, "environmentFingerprint", NULL);
+	return answer(state, o, out, err);
 }
 
 relay_status rk_machine_doctor(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
