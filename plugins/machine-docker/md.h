@@ -217,6 +217,10 @@ void md_reply_free(md_reply *r);
 relay_status md_api(md_state *st, const char *method, const char *path, json_object *body_json, int upload_fd,
                     int download_fd, uint32_t timeout_ms, relay_call *call, md_reply *reply,
                     relay_error *err);
+/* GET /images/<ref>/json (20 s): md_api's status, and on RELAY_OK the engine's
+ * reply (200 with the image, 404 without it) to free with md_reply_free. */
+relay_status md_image_inspect(md_state *st, const char *ref, relay_call *call, md_reply *reply,
+                              relay_error *err);
 /* The engine's message of a failed reply ("message" of its JSON), borrowed. */
 const char *md_reply_message(const md_reply *r);
 /* Appends the percent-encoded `text` to `out` (size bytes); false when it does not fit. */

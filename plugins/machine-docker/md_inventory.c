@@ -53,12 +53,9 @@ static const struct {
 /* The image's id, or NULL when the engine does not have it. */
 static char *image_id(md_state *st, const md_image *im, relay_call *call)
 {
-	char path[1024] = MD_API_PREFIX "/images/";
-	md_url_encode(path, sizeof path, im->ref);
-	strncat(path, "/json", sizeof path - strlen(path) - 1);
 	md_reply r;
 	relay_error e;
-	if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
+	if (md_image_inspect(st, im->ref, call, &r, &e) != RELAY_OK)
 		return NULL;
 	char *id = r.status == 200 && md_str(r.json, "Id") ? strdup(md_str(r.json, "Id")) : NULL;
 	md_reply_free(&r);

@@ -349,32 +349,35 @@ static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn
 	return refused != RELAY_OK ? refused : lost_or(st, c, status, call, err);
 }
 
+/* A push or a pull (fn) on the engine of the connection's guest, refused at
+ * once for a guest known lost, and a failure checked for one lost now. */
+static relay_status transfer(md_state *st, md_conn *c,
+                             relay_status (*fn)(md_state *, md_conn *, const char *, const char *,
+                                                relay_call *, unsigned, char **, relay_error *),
+                             const char *from, const char *to, relay_call *call, unsigned flags,
+                             char **facts_out, relay_error *err)
+{
+	if (facts_out)
+		*facts_out = NULL;
+	relay_status s = refuse_lost(st, c, err);
+	if (s != RELAY_OK)
+		return s;
+	s = fn(c->engine, c, from, to, call, flags, facts_out, err);
+	return lost_or(st, c, s, call, err);
+}
+
 static relay_status t_push(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
                            const char *remote_path, relay_call *call, unsigned flags, char **facts_out,
                            relay_error *err)
 {
-	md_conn *c = conn;
-	if (facts_out)
-		*facts_out = NULL;
-	relay_status s = refuse_lost(state, c, err);
-	if (s != RELAY_OK)
-		return s;
-	s = xfer_push(c->engine, c, local_path, remote_path, call, flags, facts_out, err);
-	return lost_or(state, c, s, call, err);
+	return transfer(state, conn, xfer_push, local_path, remote_path, call, flags, facts_out, err);
 }
 
 static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn, const char *remote_path,
                            const char *local_path, relay_call *call, unsigned flags, char **facts_out,
                            relay_error *err)
 {
-	md_conn *c = conn;
-	if (facts_out)
-		*facts_out = NULL;
-	relay_status s = refuse_lost(state, c, err);
-	if (s != RELAY_OK)
-		return s;
-	s = xfer_pull(c->engine, c, remote_path, local_path, call, flags, facts_out, err);
-	return lost_or(state, c, s, call, err);
+	return transfer(state, conn, xfer_pull, remote_path, local_path, call, flags, facts_out, err);
 }
 
 static relay_status t_stream_open(relay_plugin_state *state, relay_transport_conn *conn,
