@@ -35,8 +35,8 @@
 #include <unistd.h>
 
 #include "local_proto.h"
-#include "relay_support/numfile.h"
 #include "relay_support/fds.h"
+#include "relay_support/numfile.h"
 
 #include "init.h"
 
