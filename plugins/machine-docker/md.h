@@ -315,11 +315,12 @@ void exec_result_free(md_state *st, relay_exec_result *res);
 
 relay_status md_tstream_open(md_state *st, md_conn *conn, const relay_exec_request *req, relay_call *call,
                              unsigned flags, relay_transport_stream **out, relay_error *err);
-relay_status md_tstream_write(md_state *st, relay_transport_stream *stream, const void *data, size_t len,
-                              uint64_t timeout_ms, unsigned flags, relay_error *err);
-relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void *buf, size_t cap,
+/* The transport's stream_write, stream_read and stream_close (relay/transport.h) on an md_state. */
+relay_status md_tstream_write(relay_plugin_state *state, relay_transport_stream *stream, const void *data,
+                              size_t len, uint64_t timeout_ms, unsigned flags, relay_error *err);
+relay_status md_tstream_read(relay_plugin_state *state, relay_transport_stream *stream, void *buf, size_t cap,
                              uint64_t timeout_ms, unsigned flags, size_t *got_out, relay_error *err);
-void md_tstream_close(md_state *st, relay_transport_stream *stream, unsigned flags);
+void md_tstream_close(relay_plugin_state *state, relay_transport_stream *stream, unsigned flags);
 
 /* An unlinked temporary file under <stateDir>/tmp (O_TMPFILE), or -1 with errno. */
 int md_tmp_file(md_state *st);

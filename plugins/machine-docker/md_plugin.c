@@ -390,25 +390,6 @@ static relay_status t_stream_open(relay_plugin_state *state, relay_transport_con
 	return s != RELAY_OK ? s : md_tstream_open(c->engine, c, req, call, flags, out, err);
 }
 
-static relay_status t_stream_write(relay_plugin_state *state, relay_transport_stream *stream,
-                                   const void *data, size_t len, uint64_t timeout_ms, unsigned flags,
-                                   relay_error *err)
-{
-	return md_tstream_write(state, stream, data, len, timeout_ms, flags, err);
-}
-
-static relay_status t_stream_read(relay_plugin_state *state, relay_transport_stream *stream, void *buf,
-                                  size_t cap, uint64_t timeout_ms, unsigned flags, size_t *got_out,
-                                  relay_error *err)
-{
-	return md_tstream_read(state, stream, buf, cap, timeout_ms, flags, got_out, err);
-}
-
-static void t_stream_close(relay_plugin_state *state, relay_transport_stream *stream, unsigned flags)
-{
-	md_tstream_close(state, stream, flags);
-}
-
 /* ---- descriptor ----------------------------------------------------------------------- */
 
 /* The console passthrough (md_console.c): x11vnc on the guest's display in
@@ -442,9 +423,9 @@ static const relay_transport_ops transport_ops = {
     .close = t_close,
     .exec = t_exec,
     .stream_open = t_stream_open,
-    .stream_write = t_stream_write,
-    .stream_read = t_stream_read,
-    .stream_close = t_stream_close,
+    .stream_write = md_tstream_write,
+    .stream_read = md_tstream_read,
+    .stream_close = md_tstream_close,
     .push = t_push,
     .pull = t_pull,
 };
