@@ -13,6 +13,11 @@ same MCP_RELAY_SESSION.
     fake.ops("acquire")                # what the backend saw (one dict per logged call)
     fake.advance(60_000)               # moves relay time
     fake.cleanup()
+
+Shim(binary) has the same interface over tests/plugins/machine-faultshim wrapping a real
+machine plugin (reference-machine by default): script() writes the shim's fault rules
+({"faults": [...]}, read again by the shim at every operation) and ops() reads its log, whose
+entries carry the call's first text argument as "arg" (the acquire spec, the lease, the purpose).
 """
 
 import hashlib
@@ -39,11 +44,11 @@ def fake_plugin_path(binary):
 class Fake:
     """The fake backend's files and the shared folders of one test."""
 
-    def __init__(self, binary, session="s1", start_ms=None):
+    def __init__(self, binary, session="s1", start_ms=None, so=None):
         self.binary = binary
-        self.so = fake_plugin_path(binary)
+        self.so = so or fake_plugin_path(binary)
         if not os.path.exists(self.so):
-            skip("machine-fake.so is not built (%s); build the machine-fake target" % self.so)
+            skip("%s is not built; build its target" % self.so)
         self.root = tempfile.mkdtemp(prefix="relay-lc-")
         os.chmod(self.root, 0o700)
         self.state_dir = os.path.join(self.root, "state")
@@ -164,6 +169,44 @@ class Fake:
 
     def cleanup(self):
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Shim(Fake):
+    """A Fake's folders over machine-faultshim wrapping the real machine plugin `inner`."""
+
+    IMAGES = {"reference-machine": "folder"}
+
+    def __init__(self, binary, inner="reference-machine", **kw):
+        build = os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
+        self.inner = inner
+        self.inner_so = os.path.join(build, "lib", "mcp-relay", "plugins", inner + ".so")
+        self.shim_so = os.path.join(build, "tests", "plugins", "machine-faultshim.so")
+        for so in (self.inner_so, self.shim_so):
+            if not os.path.exists(so):
+                skip("%s is not built; build its target" % so)
+        self.image = self.IMAGES.get(inner, "ubuntu2404")
+        super().__init__(binary, so=self.shim_so, **kw)
+
+    def script(self, faults):
+        """The shim's fault rules (tests/plugins/machine-faultshim/faultshim.c), as a list."""
+        super().script({"faults": list(faults or [])})
+
+    def spec(self, entry):
+        """The acquire spec a logged acquire carried."""
+        return json.loads(entry["arg"])
+
+    @property
+    def plugin_state(self):
+        return os.path.join(self.state_dir, "plugins", self.inner)
+
+    def env(self, **extra):
+        e = super().env()
+        for key in ("RELAY_FAKE_MACHINE_CONTROL", "RELAY_FAKE_MACHINE_LOG"):
+            e.pop(key)
+        e.update({"MCP_RELAY_FAULTSHIM_PLUGIN": self.inner_so, "MCP_RELAY_FAULTSHIM_CONTROL": self.control,
+                  "MCP_RELAY_FAULTSHIM_LOG": self.log})
+        e.update({k: (None if v is None else str(v)) for k, v in extra.items()})
+        return e
 
 
 def status(r):

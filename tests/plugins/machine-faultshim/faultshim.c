@@ -11,7 +11,8 @@
  *            lost: out-parameters are freed and it answers
  *            RELAY_E_INDETERMINATE (the backend acted, the caller cannot
  *            know it);
- *   "delay"  the call is forwarded after `delayMs` milliseconds.
+ *   "delay"  the call is forwarded after `delayMs` milliseconds (a call
+ *            cancelled meanwhile answers RELAY_E_CANCELLED unforwarded).
  *
  * Options (init configuration "options", or the environment for the
  * relay's MCP_RELAY_BACKEND use):
@@ -19,11 +20,28 @@
  *    "options": {...the real plugin's options},
  *    "faults": [{"op": "acquire"|"release"|..., "match": "<substring of the
  *                call's first text argument: spec, lease or purpose>",
- *                "nth": <1-based among matching calls; 0 or absent: every>,
+ *                "nth": <1-based among matching calls: the first it applies
+ *                        to; 0 or absent: from the first>,
+ *                "times": <how many calls it applies to; -1: no end; absent:
+ *                          1 with "nth", no end without>,
  *                "fault": "fail"|"drop"|"delay",
  *                "code": "<status name of relay_status_str, e.g.
- *                         \"unavailable\">", "delayMs": <ms>}, ...]}
+ *                         \"unavailable\", \"at capacity\">",
+ *                "reason": "<the failure's message; default: the shim's>",
+ *                "delayMs": <ms>}, ...]}
  *                                                   MCP_RELAY_FAULTSHIM_FAULTS
+ * The first rule that applies to a call wins, so a list is a sequence:
+ * [{"op":"acquire","fault":"fail","code":"at capacity","times":2}] refuses
+ * twice and then forwards.
+ *
+ * A script that changes while the relay runs (MCP_RELAY_FAULTSHIM_CONTROL,
+ * else options "control"): a file holding {"faults": [...]}, read again at
+ * every operation when it changed (its counters start again); while it is
+ * named, it is the script. The operation log (MCP_RELAY_FAULTSHIM_LOG, else
+ * options "log") gets one JSON line per call the shim saw: {"op", "arg" (its
+ * first text argument: spec, lease or purpose; or null), "pid", "timeMs"
+ * (host->now_ms), "fault" (the rule's fault, or null), "result" ("ok" or the
+ * status name)}; tests read it to count what the backend was asked.
  * The real plugin gets the same configuration with its own "options". An
  * optional operation it lacks answers RELAY_E_UNSUPPORTED (the shim's table
  * is fixed before init), except health, which then answers RELAY_OK with
@@ -39,7 +57,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "relay/machine.h"
 #include "relay/plugin.h"
@@ -53,10 +73,13 @@ typedef enum fs_fault { FS_FAIL, FS_DROP, FS_DELAY } fs_fault;
 typedef struct fs_rule {
 	char op[32];
 	char match[256]; /* "" matches every call */
-	unsigned nth;    /* 0 = every matching call */
+	unsigned nth;    /* the first matching call it applies to; 0 = the first */
+	int times;       /* calls it applies to; -1 = no end */
 	unsigned seen;   /* matching calls so far; under fs_state.lock */
+	int used;        /* calls it applied to; under fs_state.lock */
 	fs_fault fault;
 	relay_status code;
+	char reason[512]; /* "" = the shim's own message */
 	unsigned delay_ms;
 } fs_rule;
 
@@ -66,9 +89,13 @@ typedef struct fs_state {
 	relay_machine_ops machine;     /* the real plugin's, copied by its size */
 	relay_transport_ops transport; /* zero when it has none */
 	relay_plugin_state *inner_state;
-	pthread_mutex_t lock; /* the rules' counters: operations run on many threads */
+	pthread_mutex_t lock; /* the rules, their counters and the log: operations run on many threads */
 	fs_rule rules[FS_MAX_RULES];
 	size_t rule_count;
+	char control[1024]; /* the script file read again when it changes, or "" */
+	struct timespec control_mtime;
+	off_t control_size;
+	char log[1024]; /* the operation log, or "" */
 } fs_state;
 
 /* ---- the script ----------------------------------------------------------- */
@@ -107,6 +134,11 @@ static relay_status parse_rule(fs_state *st, json_object *r, relay_error *err)
 	snprintf(rule->match, sizeof rule->match, "%s", match ? match : "");
 	if (json_object_object_get_ex(r, "nth", &v))
 		rule->nth = (unsigned)json_object_get_int(v);
+	rule->times = rule->nth ? 1 : -1;
+	if (json_object_object_get_ex(r, "times", &v))
+		rule->times = json_object_get_int(v) < 0 ? -1 : json_object_get_int(v);
+	const char *reason = json_str(r, "reason");
+	snprintf(rule->reason, sizeof rule->reason, "%s", reason ? reason : "");
 	if (json_object_object_get_ex(r, "delayMs", &v))
 		rule->delay_ms = (unsigned)json_object_get_int(v);
 	rule->code = RELAY_E_UNAVAILABLE;
@@ -146,22 +178,82 @@ static relay_status parse_faults(fs_state *st, json_object *faults, relay_error 
 	return RELAY_OK;
 }
 
+/* Reads the control file again when it changed since the last read (under
+ * st->lock). A file that is missing or not a script keeps the rules there
+ * were, with a warning: a test writing it replaces it whole (rename). */
+static void fs_reload(fs_state *st)
+{
+	struct stat sb;
+	if (st->control[0] == '\0' || stat(st->control, &sb) != 0)
+		return;
+	if (sb.st_mtim.tv_sec == st->control_mtime.tv_sec &&
+	    sb.st_mtim.tv_nsec == st->control_mtime.tv_nsec && sb.st_size == st->control_size)
+		return;
+	json_object *doc = json_object_from_file(st->control), *faults = NULL;
+	fs_state fresh;
+	memset(&fresh, 0, sizeof fresh);
+	fresh.host = st->host;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	if (!json_object_object_get_ex(doc, "faults", &faults) ||
+	    parse_faults(&fresh, faults, &err) != RELAY_OK) {
+		st->host->log(RELAY_LOG_WARNING, FS_NAME,
+		              "the fault script %s is not {\"faults\": [...]}: %s", st->control,
+		              err.message[0] ? err.message : "no faults array");
+	} else {
+		memcpy(st->rules, fresh.rules, sizeof st->rules);
+		st->rule_count = fresh.rule_count;
+	}
+	st->control_mtime = sb.st_mtim;
+	st->control_size = sb.st_size;
+	json_object_put(doc);
+}
+
 /* The rule that applies to this call of `op` with text argument `arg`
- * (may be NULL), counting it; NULL for none. */
-static const fs_rule *fs_match(fs_state *st, const char *op, const char *arg)
+ * (may be NULL), counting it; NULL for none. The rule is copied to *copy
+ * (a reload may replace the table while the call runs). */
+static const fs_rule *fs_match(fs_state *st, const char *op, const char *arg, fs_rule *copy)
 {
 	const fs_rule *hit = NULL;
 	pthread_mutex_lock(&st->lock);
+	fs_reload(st);
 	for (size_t i = 0; i < st->rule_count; i++) {
 		fs_rule *r = &st->rules[i];
 		if (strcmp(r->op, op) != 0 || (r->match[0] && (arg == NULL || strstr(arg, r->match) == NULL)))
 			continue;
 		r->seen++;
-		if (hit == NULL && (r->nth == 0 || r->seen == r->nth))
-			hit = r;
+		if (hit == NULL && r->seen >= (r->nth ? r->nth : 1) && (r->times < 0 || r->used < r->times)) {
+			r->used++;
+			*copy = *r;
+			hit = copy;
+		}
 	}
 	pthread_mutex_unlock(&st->lock);
 	return hit;
+}
+
+/* One line of the operation log for a call that answered `status`. */
+static void fs_log(fs_state *st, const char *op, const char *arg, const fs_rule *r, relay_status status)
+{
+	if (st->log[0] == '\0')
+		return;
+	static const char *const fault_names[] = {"fail", "drop", "delay"};
+	json_object *line = json_object_new_object();
+	json_object_object_add(line, "op", json_object_new_string(op));
+	json_object_object_add(line, "arg", arg ? json_object_new_string(arg) : NULL);
+	json_object_object_add(line, "pid", json_object_new_int64((int64_t)getpid()));
+	json_object_object_add(line, "timeMs", json_object_new_int64(st->host->now_ms()));
+	json_object_object_add(line, "fault", r ? json_object_new_string(fault_names[r->fault]) : NULL);
+	json_object_object_add(line, "result",
+	                       json_object_new_string(status == RELAY_OK ? "ok" : relay_status_str(status)));
+	pthread_mutex_lock(&st->lock);
+	FILE *f = fopen(st->log, "a");
+	if (f) {
+		fprintf(f, "%s\n", json_object_to_json_string_ext(line, JSON_C_TO_STRING_PLAIN));
+		fclose(f);
+	}
+	pthread_mutex_unlock(&st->lock);
+	json_object_put(line);
 }
 
 static void sleep_ms(unsigned ms)
@@ -171,17 +263,28 @@ static void sleep_ms(unsigned ms)
 	}
 }
 
-/* Before forwarding: RELAY_OK to forward, else the injected failure. */
-static relay_status fs_before(fs_state *st, const fs_rule *r, const char *op, relay_error *err)
+/* Before forwarding: RELAY_OK to forward, else the injected failure (or
+ * RELAY_E_CANCELLED for a call cancelled during its delay). */
+static relay_status fs_before(fs_state *st, const fs_rule *r, const char *op, relay_call *call,
+                              relay_error *err)
 {
 	if (r == NULL)
 		return RELAY_OK;
-	if (r->fault == FS_DELAY)
-		sleep_ms(r->delay_ms);
+	for (unsigned left = r->fault == FS_DELAY ? r->delay_ms : 0; left > 0;) {
+		if (st->host->call_cancelled(call))
+			return st->host->error_set(err, RELAY_E_CANCELLED, 0,
+			                           "%s: %s was cancelled during its scripted delay", FS_NAME,
+			                           op);
+		unsigned slice = left < 50 ? left : 50;
+		sleep_ms(slice);
+		left -= slice;
+	}
 	if (r->fault != FS_FAIL)
 		return RELAY_OK;
 	st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: %s fails with %s", op,
 	              relay_status_str(r->code));
+	if (r->reason[0])
+		return st->host->error_set(err, r->code, 0, "%s", r->reason);
 	return st->host->error_set(err, r->code, 0, "%s: %s failed by the fault script (%s)", FS_NAME, op,
 	                           relay_status_str(r->code));
 }
@@ -214,18 +317,21 @@ static relay_status fs_missing(fs_state *st, const char *op, unsigned flags, rel
 
 /* One forwarded operation with an out-parameter: `call_expr` calls the
  * real plugin and assigns `status`. */
-#define FS_FORWARD(st, opname, arg, out, err, present, call_expr)                                            \
+#define FS_FORWARD(st, opname, arg, call, out, err, present, call_expr)                                      \
 	do {                                                                                                 \
 		if (out)                                                                                     \
 			*(out) = NULL;                                                                       \
 		if (!(present))                                                                              \
 			return fs_missing((st), (opname), flags, (err));                                     \
-		const fs_rule *rule_ = fs_match((st), (opname), (arg));                                      \
-		relay_status status = fs_before((st), rule_, (opname), (err));                               \
-		if (status != RELAY_OK)                                                                      \
-			return status;                                                                       \
-		status = (call_expr);                                                                        \
-		return fs_after((st), rule_, (opname), status, (out), (err));                                \
+		fs_rule copy_;                                                                               \
+		const fs_rule *rule_ = fs_match((st), (opname), (arg), &copy_);                              \
+		relay_status status = fs_before((st), rule_, (opname), (call), (err));                       \
+		if (status == RELAY_OK) {                                                                    \
+			status = (call_expr);                                                                \
+			status = fs_after((st), rule_, (opname), status, (out), (err));                      \
+		}                                                                                            \
+		fs_log((st), (opname), (arg), rule_, status);                                                \
+		return status;                                                                               \
 	} while (0)
 
 /* ---- machine -------------------------------------------------------------- */
@@ -234,7 +340,7 @@ static relay_status fs_acquire(relay_plugin_state *s, const char *spec, relay_ca
                                char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "acquire", spec, out, err, 1,
+	FS_FORWARD(st, "acquire", spec, call, out, err, 1,
 	           st->machine.acquire(st->inner_state, spec, call, flags, out, err));
 }
 
@@ -242,7 +348,7 @@ static relay_status fs_renew(relay_plugin_state *s, const char *lease, uint64_t 
                              unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "renew", lease, out, err, 1,
+	FS_FORWARD(st, "renew", lease, call, out, err, 1,
 	           st->machine.renew(st->inner_state, lease, ttl_ms, call, flags, out, err));
 }
 
@@ -250,7 +356,7 @@ static relay_status fs_inspect(relay_plugin_state *s, const char *lease, relay_c
                                char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "inspect", lease, out, err, 1,
+	FS_FORWARD(st, "inspect", lease, call, out, err, 1,
 	           st->machine.inspect(st->inner_state, lease, call, flags, out, err));
 }
 
@@ -259,7 +365,7 @@ static relay_status fs_release(relay_plugin_state *s, const char *lease, const c
 {
 	fs_state *st = s;
 	char **none = NULL;
-	FS_FORWARD(st, "release", lease, none, err, 1,
+	FS_FORWARD(st, "release", lease, call, none, err, 1,
 	           st->machine.release(st->inner_state, lease, reason, call, flags, err));
 }
 
@@ -267,7 +373,7 @@ static relay_status fs_verify_destroyed(relay_plugin_state *s, const char *lease
                                         unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "verify_destroyed", lease, out, err, 1,
+	FS_FORWARD(st, "verify_destroyed", lease, call, out, err, 1,
 	           st->machine.verify_destroyed(st->inner_state, lease, call, flags, out, err));
 }
 
@@ -275,7 +381,7 @@ static relay_status fs_images(relay_plugin_state *s, relay_call *call, unsigned 
                               relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "images", NULL, out, err, 1,
+	FS_FORWARD(st, "images", NULL, call, out, err, 1,
 	           st->machine.images(st->inner_state, call, flags, out, err));
 }
 
@@ -290,7 +396,7 @@ static relay_status fs_health(relay_plugin_state *s, relay_call *call, unsigned 
 			*out = NULL;
 		return RELAY_OK;
 	}
-	FS_FORWARD(st, "health", NULL, out, err, st->machine.health != NULL,
+	FS_FORWARD(st, "health", NULL, call, out, err, st->machine.health != NULL,
 	           st->machine.health(st->inner_state, call, flags, out, err));
 }
 
@@ -298,7 +404,7 @@ static relay_status fs_catalog(relay_plugin_state *s, relay_call *call, unsigned
                                relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "catalog", NULL, out, err, st->machine.catalog != NULL,
+	FS_FORWARD(st, "catalog", NULL, call, out, err, st->machine.catalog != NULL,
 	           st->machine.catalog(st->inner_state, call, flags, out, err));
 }
 
@@ -306,7 +412,7 @@ static relay_status fs_find_by_purpose(relay_plugin_state *s, const char *purpos
                                        unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "find_by_purpose", purpose, out, err, st->machine.find_by_purpose != NULL,
+	FS_FORWARD(st, "find_by_purpose", purpose, call, out, err, st->machine.find_by_purpose != NULL,
 	           st->machine.find_by_purpose(st->inner_state, purpose, call, flags, out, err));
 }
 
@@ -314,7 +420,7 @@ static relay_status fs_doctor(relay_plugin_state *s, relay_call *call, unsigned 
                               relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "doctor", NULL, out, err, st->machine.doctor != NULL,
+	FS_FORWARD(st, "doctor", NULL, call, out, err, st->machine.doctor != NULL,
 	           st->machine.doctor(st->inner_state, call, flags, out, err));
 }
 
@@ -322,7 +428,7 @@ static relay_status fs_console(relay_plugin_state *s, const char *lease, const c
                                relay_call *call, unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "console", lease, out, err, st->machine.console != NULL,
+	FS_FORWARD(st, "console", lease, call, out, err, st->machine.console != NULL,
 	           st->machine.console(st->inner_state, lease, op, request, call, flags, out, err));
 }
 
@@ -371,16 +477,17 @@ static relay_status fs_open(relay_plugin_state *s, const char *lease, relay_call
 	*conn_out = NULL;
 	if (st->transport.open == NULL)
 		return fs_missing(st, "open", flags, err);
-	const fs_rule *rule = fs_match(st, "open", lease);
-	relay_status status = fs_before(st, rule, "open", err);
-	if (status != RELAY_OK)
-		return status;
-	status = st->transport.open(st->inner_state, lease, call, flags, conn_out, err);
+	fs_rule copy;
+	const fs_rule *rule = fs_match(st, "open", lease, &copy);
+	relay_status status = fs_before(st, rule, "open", call, err);
+	if (status == RELAY_OK)
+		status = st->transport.open(st->inner_state, lease, call, flags, conn_out, err);
 	if (rule && rule->fault == FS_DROP && status == RELAY_OK) {
 		st->transport.close(st->inner_state, *conn_out, 0);
 		*conn_out = NULL;
 		status = fs_after(st, rule, "open", status, NULL, err);
 	}
+	fs_log(st, "open", lease, rule, status);
 	return status;
 }
 
@@ -397,17 +504,18 @@ static relay_status fs_exec(relay_plugin_state *s, relay_transport_conn *conn, c
 	fs_state *st = s;
 	const char *arg =
 	    req && req->argv ? req->argv[req->argv[0] && req->argv[1] && req->argv[2] ? 2 : 0] : NULL;
-	const fs_rule *rule = fs_match(st, "exec", arg);
-	relay_status status = fs_before(st, rule, "exec", err);
-	if (status != RELAY_OK)
-		return status;
-	status = st->transport.exec(st->inner_state, conn, req, call, flags, res, err);
+	fs_rule copy;
+	const fs_rule *rule = fs_match(st, "exec", arg, &copy);
+	relay_status status = fs_before(st, rule, "exec", call, err);
+	if (status == RELAY_OK)
+		status = st->transport.exec(st->inner_state, conn, req, call, flags, res, err);
 	if (rule && rule->fault == FS_DROP && status == RELAY_OK) {
 		st->host->free(res->out);
 		st->host->free(res->err);
 		res->out = res->err = NULL;
 		status = fs_after(st, rule, "exec", status, NULL, err);
 	}
+	fs_log(st, "exec", arg, rule, status);
 	return status;
 }
 
@@ -416,7 +524,7 @@ static relay_status fs_push(relay_plugin_state *s, relay_transport_conn *conn, c
                             relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "push", remote, out, err, 1,
+	FS_FORWARD(st, "push", remote, call, out, err, 1,
 	           st->transport.push(st->inner_state, conn, local, remote, call, flags, out, err));
 }
 
@@ -424,7 +532,7 @@ static relay_status fs_pull(relay_plugin_state *s, relay_transport_conn *conn, c
                             const char *local, relay_call *call, unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "pull", remote, out, err, 1,
+	FS_FORWARD(st, "pull", remote, call, out, err, 1,
 	           st->transport.pull(st->inner_state, conn, remote, local, call, flags, out, err));
 }
 
@@ -480,16 +588,25 @@ static char *inner_config(fs_state *st, json_object *config, json_object *option
 	return text;
 }
 
+/* An option of ours, else the environment's `name` (the relay's MCP_RELAY_BACKEND use). */
+static const char *option_or_env(json_object *options, const char *key, const char *name)
+{
+	const char *v = json_str(options, key);
+	return v ? v : getenv(name);
+}
+
 static relay_status fs_setup(fs_state *st, const char *config_json, relay_error *err)
 {
 	json_object *config = json_tokener_parse(config_json), *options = NULL, *faults = NULL;
 	json_object_object_get_ex(config, "options", &options);
-	const char *path = json_str(options, "plugin");
-	if (path == NULL)
-		path = getenv("MCP_RELAY_FAULTSHIM_PLUGIN");
+	const char *path = option_or_env(options, "plugin", "MCP_RELAY_FAULTSHIM_PLUGIN");
 	json_object *env_faults = NULL;
 	if (!json_object_object_get_ex(options, "faults", &faults) && getenv("MCP_RELAY_FAULTSHIM_FAULTS"))
 		faults = env_faults = json_tokener_parse(getenv("MCP_RELAY_FAULTSHIM_FAULTS"));
+	const char *control = option_or_env(options, "control", "MCP_RELAY_FAULTSHIM_CONTROL");
+	const char *log = option_or_env(options, "log", "MCP_RELAY_FAULTSHIM_LOG");
+	snprintf(st->control, sizeof st->control, "%s", control ? control : "");
+	snprintf(st->log, sizeof st->log, "%s", log ? log : "");
 	relay_status status = RELAY_OK;
 	char *inner = NULL;
 	if (config == NULL || path == NULL)
