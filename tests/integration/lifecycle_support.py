@@ -197,7 +197,16 @@ class Shim(Fake):
 
     @property
     def plugin_state(self):
-        return os.path.join(self.state_dir, "plugins", self.inner)
+        """The wrapped plugin's stateDir: the shim's own, which it hands on."""
+        return os.path.join(self.state_dir, "plugins", "machine-faultshim")
+
+    def lease_file(self, vm):
+        """Where reference-machine keeps the lease of `vm`."""
+        return os.path.join(self.plugin_state, "guests", vm, "lease.json")
+
+    def ended(self, op, pid=None):
+        """The log lines of the calls of `op` that ended (each with its "result")."""
+        return self.ops(op + ":end", pid=pid)
 
     def env(self, **extra):
         e = super().env()

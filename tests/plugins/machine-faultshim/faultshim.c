@@ -12,7 +12,11 @@
  *            RELAY_E_INDETERMINATE (the backend acted, the caller cannot
  *            know it);
  *   "delay"  the call is forwarded after `delayMs` milliseconds (a call
- *            cancelled meanwhile answers RELAY_E_CANCELLED unforwarded).
+ *            cancelled meanwhile answers RELAY_E_CANCELLED unforwarded);
+ *   "hang"   the call is forwarded at once and its answer held back
+ *            `delayMs` milliseconds: the backend acted, so a relay killed
+ *            meanwhile leaves the effect behind; a call cancelled meanwhile
+ *            answers RELAY_E_CANCELLED (its answer freed).
  *
  * Options (init configuration "options", or the environment for the
  * relay's MCP_RELAY_BACKEND use):
@@ -24,7 +28,7 @@
  *                        to; 0 or absent: from the first>,
  *                "times": <how many calls it applies to; -1: no end; absent:
  *                          1 with "nth", no end without>,
- *                "fault": "fail"|"drop"|"delay",
+ *                "fault": "fail"|"drop"|"delay"|"hang",
  *                "code": "<status name of relay_status_str, e.g.
  *                         \"unavailable\", \"at capacity\">",
  *                "reason": "<the failure's message; default: the shim's>",
@@ -38,10 +42,17 @@
  * else options "control"): a file holding {"faults": [...]}, read again at
  * every operation when it changed (its counters start again); while it is
  * named, it is the script. The operation log (MCP_RELAY_FAULTSHIM_LOG, else
- * options "log") gets one JSON line per call the shim saw: {"op", "arg" (its
+ * options "log") gets two JSON lines per call the shim saw, one when it
+ * begins: {"op", "arg" (its
  * first text argument: spec, lease or purpose; or null), "pid", "timeMs"
- * (host->now_ms), "fault" (the rule's fault, or null), "result" ("ok" or the
- * status name)}; tests read it to count what the backend was asked.
+ * (host->now_ms), "ttlMs" (renew only), "fault" (the rule's fault, or null)},
+ * and one when it ends: the same with "op" "<op>:end" and "result" ("ok" or
+ * the status name). Tests read it to count what the backend was asked.
+ *
+ * "leaseExtra" (beside "faults" in the control file, or an option): members
+ * merged into every lease document acquire, renew and inspect answer, such
+ * as {"ssh": {...}} for a lease the core reaches through transfer-ssh or
+ * {"display": ":5"} for a capture plugin.
  * The real plugin gets the same configuration with its own "options". An
  * optional operation it lacks answers RELAY_E_UNSUPPORTED (the shim's table
  * is fixed before init), except health, which then answers RELAY_OK with
@@ -54,6 +65,7 @@
 #include <errno.h>
 #include <json-c/json.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +80,7 @@
 #define FS_NAME      "machine-faultshim"
 #define FS_MAX_RULES 32
 
-typedef enum fs_fault { FS_FAIL, FS_DROP, FS_DELAY } fs_fault;
+typedef enum fs_fault { FS_FAIL, FS_DROP, FS_DELAY, FS_HANG } fs_fault;
 
 typedef struct fs_rule {
 	char op[32];
@@ -95,7 +107,9 @@ typedef struct fs_state {
 	char control[1024]; /* the script file read again when it changes, or "" */
 	struct timespec control_mtime;
 	off_t control_size;
-	char log[1024]; /* the operation log, or "" */
+	ino_t control_ino;
+	json_object *lease_extra; /* merged into lease documents, or NULL */
+	char log[1024];           /* the operation log, or "" */
 } fs_state;
 
 /* ---- the script ----------------------------------------------------------- */
@@ -148,9 +162,11 @@ static relay_status parse_rule(fs_state *st, json_object *r, relay_error *err)
 		rule->fault = FS_DROP;
 	else if (strcmp(fault, "delay") == 0)
 		rule->fault = FS_DELAY;
+	else if (strcmp(fault, "hang") == 0)
+		rule->fault = FS_HANG;
 	else
 		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                           "%s: unknown fault %s; accepted: fail, drop, delay", FS_NAME,
+		                           "%s: unknown fault %s; accepted: fail, drop, delay, hang", FS_NAME,
 		                           fault);
 	const char *code = json_str(r, "code");
 	if (code && status_named(code, &rule->code) != RELAY_OK)
@@ -187,7 +203,8 @@ static void fs_reload(fs_state *st)
 	if (st->control[0] == '\0' || stat(st->control, &sb) != 0)
 		return;
 	if (sb.st_mtim.tv_sec == st->control_mtime.tv_sec &&
-	    sb.st_mtim.tv_nsec == st->control_mtime.tv_nsec && sb.st_size == st->control_size)
+	    sb.st_mtim.tv_nsec == st->control_mtime.tv_nsec && sb.st_size == st->control_size &&
+	    sb.st_ino == st->control_ino)
 		return;
 	json_object *doc = json_object_from_file(st->control), *faults = NULL;
 	fs_state fresh;
@@ -203,9 +220,15 @@ static void fs_reload(fs_state *st)
 	} else {
 		memcpy(st->rules, fresh.rules, sizeof st->rules);
 		st->rule_count = fresh.rule_count;
+		json_object *extra = NULL;
+		json_object_object_get_ex(doc, "leaseExtra", &extra);
+		json_object_put(st->lease_extra);
+		st->lease_extra =
+		    json_object_is_type(extra, json_type_object) ? json_object_get(extra) : NULL;
 	}
 	st->control_mtime = sb.st_mtim;
 	st->control_size = sb.st_size;
+	st->control_ino = sb.st_ino;
 	json_object_put(doc);
 }
 
@@ -232,20 +255,28 @@ static const fs_rule *fs_match(fs_state *st, const char *op, const char *arg, fs
 	return hit;
 }
 
-/* One line of the operation log for a call that answered `status`. */
-static void fs_log(fs_state *st, const char *op, const char *arg, const fs_rule *r, relay_status status)
+/* One line of the operation log: when a call begins (so a test sees a
+ * call that hangs), and when it ends (`end`: op "<op>:end" with its result). */
+static void fs_log(fs_state *st, const char *op, const char *arg, int64_t ttl_ms, const fs_rule *r, bool end,
+                   relay_status status)
 {
 	if (st->log[0] == '\0')
 		return;
-	static const char *const fault_names[] = {"fail", "drop", "delay"};
+	static const char *const fault_names[] = {"fail", "drop", "delay", "hang"};
 	json_object *line = json_object_new_object();
-	json_object_object_add(line, "op", json_object_new_string(op));
+	char name[48];
+	snprintf(name, sizeof name, "%s%s", op, end ? ":end" : "");
+	json_object_object_add(line, "op", json_object_new_string(name));
 	json_object_object_add(line, "arg", arg ? json_object_new_string(arg) : NULL);
 	json_object_object_add(line, "pid", json_object_new_int64((int64_t)getpid()));
 	json_object_object_add(line, "timeMs", json_object_new_int64(st->host->now_ms()));
+	if (ttl_ms >= 0)
+		json_object_object_add(line, "ttlMs", json_object_new_int64(ttl_ms));
 	json_object_object_add(line, "fault", r ? json_object_new_string(fault_names[r->fault]) : NULL);
-	json_object_object_add(line, "result",
-	                       json_object_new_string(status == RELAY_OK ? "ok" : relay_status_str(status)));
+	if (end)
+		json_object_object_add(
+		    line, "result",
+		    json_object_new_string(status == RELAY_OK ? "ok" : relay_status_str(status)));
 	pthread_mutex_lock(&st->lock);
 	FILE *f = fopen(st->log, "a");
 	if (f) {
@@ -263,6 +294,20 @@ static void sleep_ms(unsigned ms)
 	}
 }
 
+/* Waits `ms` milliseconds in slices, watching the call: true when it was
+ * cancelled first. */
+static bool fs_wait(fs_state *st, unsigned ms, relay_call *call)
+{
+	for (unsigned left = ms; left > 0;) {
+		if (st->host->call_cancelled(call))
+			return true;
+		unsigned slice = left < 50 ? left : 50;
+		sleep_ms(slice);
+		left -= slice;
+	}
+	return false;
+}
+
 /* Before forwarding: RELAY_OK to forward, else the injected failure (or
  * RELAY_E_CANCELLED for a call cancelled during its delay). */
 static relay_status fs_before(fs_state *st, const fs_rule *r, const char *op, relay_call *call,
@@ -270,15 +315,9 @@ static relay_status fs_before(fs_state *st, const fs_rule *r, const char *op, re
 {
 	if (r == NULL)
 		return RELAY_OK;
-	for (unsigned left = r->fault == FS_DELAY ? r->delay_ms : 0; left > 0;) {
-		if (st->host->call_cancelled(call))
-			return st->host->error_set(err, RELAY_E_CANCELLED, 0,
-			                           "%s: %s was cancelled during its scripted delay", FS_NAME,
-			                           op);
-		unsigned slice = left < 50 ? left : 50;
-		sleep_ms(slice);
-		left -= slice;
-	}
+	if (r->fault == FS_DELAY && fs_wait(st, r->delay_ms, call))
+		return st->host->error_set(err, RELAY_E_CANCELLED, 0,
+		                           "%s: %s was cancelled during its scripted delay", FS_NAME, op);
 	if (r->fault != FS_FAIL)
 		return RELAY_OK;
 	st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: %s fails with %s", op,
@@ -289,21 +328,62 @@ static relay_status fs_before(fs_state *st, const fs_rule *r, const char *op, re
 	                           relay_status_str(r->code));
 }
 
-/* After forwarding: a "drop" turns a success into RELAY_E_INDETERMINATE
- * and frees what the call answered. */
-static relay_status fs_after(fs_state *st, const fs_rule *r, const char *op, relay_status status, char **out,
-                             relay_error *err)
+/* The lease document *out with leaseExtra's members merged in (a copy of
+ * the extra taken under the lock: a reload may replace it). */
+static void fs_merge_extra(fs_state *st, char **out)
 {
-	if (r == NULL || r->fault != FS_DROP || status != RELAY_OK)
+	json_object *extra = NULL;
+	pthread_mutex_lock(&st->lock);
+	if (st->lease_extra)
+		json_object_deep_copy(st->lease_extra, &extra, NULL);
+	pthread_mutex_unlock(&st->lock);
+	json_object *doc = extra && *out ? json_tokener_parse(*out) : NULL;
+	if (json_object_is_type(doc, json_type_object)) {
+		json_object_object_foreach(extra, key, value)
+		{
+			json_object_object_add(doc, key, json_object_get(value));
+		}
+		char *merged = st->host->strdup(json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN));
+		if (merged) {
+			st->host->free(*out);
+			*out = merged;
+		}
+	}
+	json_object_put(doc);
+	json_object_put(extra);
+}
+
+/* After forwarding: a "drop" turns a success into RELAY_E_INDETERMINATE
+ * and frees what the call answered; a "hang" holds the answer back (and
+ * frees it when the call is cancelled meanwhile); a lease document gets
+ * leaseExtra. */
+static relay_status fs_after(fs_state *st, const fs_rule *r, const char *op, relay_status status, char **out,
+                             relay_call *call, relay_error *err)
+{
+	if (status != RELAY_OK)
 		return status;
-	if (out) {
+	bool lost = false;
+	if (r && r->fault == FS_DROP) {
+		st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: the answer of %s is dropped", op);
+		status = st->host->error_set(
+		    err, RELAY_E_INDETERMINATE, 0,
+		    "%s: the answer of %s was lost after it succeeded (fault script)", FS_NAME, op);
+		lost = true;
+	} else if (r && r->fault == FS_HANG && fs_wait(st, r->delay_ms, call)) {
+		status = st->host->error_set(err, RELAY_E_CANCELLED, 0,
+		                             "%s: %s was cancelled while its answer was held back (it took "
+		                             "effect)",
+		                             FS_NAME, op);
+		lost = true;
+	}
+	if (lost && out) {
 		st->host->free(*out);
 		*out = NULL;
+	} else if (out &&
+	           (strcmp(op, "acquire") == 0 || strcmp(op, "renew") == 0 || strcmp(op, "inspect") == 0)) {
+		fs_merge_extra(st, out);
 	}
-	st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: the answer of %s is dropped", op);
-	return st->host->error_set(err, RELAY_E_INDETERMINATE, 0,
-	                           "%s: the answer of %s was lost after it succeeded (fault script)", FS_NAME,
-	                           op);
+	return status;
 }
 
 static relay_status fs_missing(fs_state *st, const char *op, unsigned flags, relay_error *err)
@@ -317,7 +397,7 @@ static relay_status fs_missing(fs_state *st, const char *op, unsigned flags, rel
 
 /* One forwarded operation with an out-parameter: `call_expr` calls the
  * real plugin and assigns `status`. */
-#define FS_FORWARD(st, opname, arg, call, out, err, present, call_expr)                                      \
+#define FS_FORWARD(st, opname, arg, ttl, call, out, err, present, call_expr)                                 \
 	do {                                                                                                 \
 		if (out)                                                                                     \
 			*(out) = NULL;                                                                       \
@@ -325,12 +405,13 @@ static relay_status fs_missing(fs_state *st, const char *op, unsigned flags, rel
 			return fs_missing((st), (opname), flags, (err));                                     \
 		fs_rule copy_;                                                                               \
 		const fs_rule *rule_ = fs_match((st), (opname), (arg), &copy_);                              \
+		fs_log((st), (opname), (arg), (ttl), rule_, false, RELAY_OK);                                \
 		relay_status status = fs_before((st), rule_, (opname), (call), (err));                       \
 		if (status == RELAY_OK) {                                                                    \
 			status = (call_expr);                                                                \
-			status = fs_after((st), rule_, (opname), status, (out), (err));                      \
+			status = fs_after((st), rule_, (opname), status, (out), (call), (err));              \
 		}                                                                                            \
-		fs_log((st), (opname), (arg), rule_, status);                                                \
+		fs_log((st), (opname), (arg), (ttl), rule_, true, status);                                   \
 		return status;                                                                               \
 	} while (0)
 
@@ -340,7 +421,7 @@ static relay_status fs_acquire(relay_plugin_state *s, const char *spec, relay_ca
                                char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "acquire", spec, call, out, err, 1,
+	FS_FORWARD(st, "acquire", spec, -1, call, out, err, 1,
 	           st->machine.acquire(st->inner_state, spec, call, flags, out, err));
 }
 
@@ -348,7 +429,7 @@ static relay_status fs_renew(relay_plugin_state *s, const char *lease, uint64_t 
                              unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "renew", lease, call, out, err, 1,
+	FS_FORWARD(st, "renew", lease, (int64_t)ttl_ms, call, out, err, 1,
 	           st->machine.renew(st->inner_state, lease, ttl_ms, call, flags, out, err));
 }
 
@@ -356,7 +437,7 @@ static relay_status fs_inspect(relay_plugin_state *s, const char *lease, relay_c
                                char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "inspect", lease, call, out, err, 1,
+	FS_FORWARD(st, "inspect", lease, -1, call, out, err, 1,
 	           st->machine.inspect(st->inner_state, lease, call, flags, out, err));
 }
 
@@ -365,7 +446,7 @@ static relay_status fs_release(relay_plugin_state *s, const char *lease, const c
 {
 	fs_state *st = s;
 	char **none = NULL;
-	FS_FORWARD(st, "release", lease, call, none, err, 1,
+	FS_FORWARD(st, "release", lease, -1, call, none, err, 1,
 	           st->machine.release(st->inner_state, lease, reason, call, flags, err));
 }
 
@@ -373,7 +454,7 @@ static relay_status fs_verify_destroyed(relay_plugin_state *s, const char *lease
                                         unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "verify_destroyed", lease, call, out, err, 1,
+	FS_FORWARD(st, "verify_destroyed", lease, -1, call, out, err, 1,
 	           st->machine.verify_destroyed(st->inner_state, lease, call, flags, out, err));
 }
 
@@ -381,7 +462,7 @@ static relay_status fs_images(relay_plugin_state *s, relay_call *call, unsigned 
                               relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "images", NULL, call, out, err, 1,
+	FS_FORWARD(st, "images", NULL, -1, call, out, err, 1,
 	           st->machine.images(st->inner_state, call, flags, out, err));
 }
 
@@ -396,7 +477,7 @@ static relay_status fs_health(relay_plugin_state *s, relay_call *call, unsigned 
 			*out = NULL;
 		return RELAY_OK;
 	}
-	FS_FORWARD(st, "health", NULL, call, out, err, st->machine.health != NULL,
+	FS_FORWARD(st, "health", NULL, -1, call, out, err, st->machine.health != NULL,
 	           st->machine.health(st->inner_state, call, flags, out, err));
 }
 
@@ -404,7 +485,7 @@ static relay_status fs_catalog(relay_plugin_state *s, relay_call *call, unsigned
                                relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "catalog", NULL, call, out, err, st->machine.catalog != NULL,
+	FS_FORWARD(st, "catalog", NULL, -1, call, out, err, st->machine.catalog != NULL,
 	           st->machine.catalog(st->inner_state, call, flags, out, err));
 }
 
@@ -412,7 +493,7 @@ static relay_status fs_find_by_purpose(relay_plugin_state *s, const char *purpos
                                        unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "find_by_purpose", purpose, call, out, err, st->machine.find_by_purpose != NULL,
+	FS_FORWARD(st, "find_by_purpose", purpose, -1, call, out, err, st->machine.find_by_purpose != NULL,
 	           st->machine.find_by_purpose(st->inner_state, purpose, call, flags, out, err));
 }
 
@@ -420,7 +501,7 @@ static relay_status fs_doctor(relay_plugin_state *s, relay_call *call, unsigned 
                               relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "doctor", NULL, call, out, err, st->machine.doctor != NULL,
+	FS_FORWARD(st, "doctor", NULL, -1, call, out, err, st->machine.doctor != NULL,
 	           st->machine.doctor(st->inner_state, call, flags, out, err));
 }
 
@@ -428,7 +509,7 @@ static relay_status fs_console(relay_plugin_state *s, const char *lease, const c
                                relay_call *call, unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "console", lease, call, out, err, st->machine.console != NULL,
+	FS_FORWARD(st, "console", lease, -1, call, out, err, st->machine.console != NULL,
 	           st->machine.console(st->inner_state, lease, op, request, call, flags, out, err));
 }
 
@@ -479,15 +560,16 @@ static relay_status fs_open(relay_plugin_state *s, const char *lease, relay_call
 		return fs_missing(st, "open", flags, err);
 	fs_rule copy;
 	const fs_rule *rule = fs_match(st, "open", lease, &copy);
+	fs_log(st, "open", lease, -1, rule, false, RELAY_OK);
 	relay_status status = fs_before(st, rule, "open", call, err);
 	if (status == RELAY_OK)
 		status = st->transport.open(st->inner_state, lease, call, flags, conn_out, err);
-	if (rule && rule->fault == FS_DROP && status == RELAY_OK) {
+	if (rule && status == RELAY_OK &&
+	    (status = fs_after(st, rule, "open", status, NULL, call, err)) != RELAY_OK) {
 		st->transport.close(st->inner_state, *conn_out, 0);
 		*conn_out = NULL;
-		status = fs_after(st, rule, "open", status, NULL, err);
 	}
-	fs_log(st, "open", lease, rule, status);
+	fs_log(st, "open", lease, -1, rule, true, status);
 	return status;
 }
 
@@ -506,16 +588,17 @@ static relay_status fs_exec(relay_plugin_state *s, relay_transport_conn *conn, c
 	    req && req->argv ? req->argv[req->argv[0] && req->argv[1] && req->argv[2] ? 2 : 0] : NULL;
 	fs_rule copy;
 	const fs_rule *rule = fs_match(st, "exec", arg, &copy);
+	fs_log(st, "exec", arg, -1, rule, false, RELAY_OK);
 	relay_status status = fs_before(st, rule, "exec", call, err);
 	if (status == RELAY_OK)
 		status = st->transport.exec(st->inner_state, conn, req, call, flags, res, err);
-	if (rule && rule->fault == FS_DROP && status == RELAY_OK) {
+	if (rule && status == RELAY_OK &&
+	    (status = fs_after(st, rule, "exec", status, NULL, call, err)) != RELAY_OK) {
 		st->host->free(res->out);
 		st->host->free(res->err);
 		res->out = res->err = NULL;
-		status = fs_after(st, rule, "exec", status, NULL, err);
 	}
-	fs_log(st, "exec", arg, rule, status);
+	fs_log(st, "exec", arg, -1, rule, true, status);
 	return status;
 }
 
@@ -524,7 +607,7 @@ static relay_status fs_push(relay_plugin_state *s, relay_transport_conn *conn, c
                             relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "push", remote, call, out, err, 1,
+	FS_FORWARD(st, "push", remote, -1, call, out, err, 1,
 	           st->transport.push(st->inner_state, conn, local, remote, call, flags, out, err));
 }
 
@@ -532,7 +615,7 @@ static relay_status fs_pull(relay_plugin_state *s, relay_transport_conn *conn, c
                             const char *local, relay_call *call, unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "pull", remote, call, out, err, 1,
+	FS_FORWARD(st, "pull", remote, -1, call, out, err, 1,
 	           st->transport.pull(st->inner_state, conn, remote, local, call, flags, out, err));
 }
 
@@ -607,6 +690,10 @@ static relay_status fs_setup(fs_state *st, const char *config_json, relay_error 
 	const char *log = option_or_env(options, "log", "MCP_RELAY_FAULTSHIM_LOG");
 	snprintf(st->control, sizeof st->control, "%s", control ? control : "");
 	snprintf(st->log, sizeof st->log, "%s", log ? log : "");
+	json_object *extra = NULL;
+	if (json_object_object_get_ex(options, "leaseExtra", &extra) &&
+	    json_object_is_type(extra, json_type_object))
+		st->lease_extra = json_object_get(extra);
 	relay_status status = RELAY_OK;
 	char *inner = NULL;
 	if (config == NULL || path == NULL)
@@ -643,6 +730,7 @@ static relay_status fs_init(const relay_host *host, const char *config_json, uns
 	pthread_mutex_init(&st->lock, NULL);
 	relay_status status = fs_setup(st, config_json, err);
 	if (status != RELAY_OK) {
+		json_object_put(st->lease_extra);
 		pthread_mutex_destroy(&st->lock);
 		host->free(st);
 		return status;
@@ -658,6 +746,7 @@ static void fs_fini(relay_plugin_state *state)
 		return;
 	if (st->inner->fini)
 		st->inner->fini(st->inner_state);
+	json_object_put(st->lease_extra);
 	pthread_mutex_destroy(&st->lock);
 	st->host->free(st);
 }
