@@ -187,9 +187,10 @@ class Shim(Fake):
         self.image = self.IMAGES.get(inner, "ubuntu2404")
         super().__init__(binary, so=self.shim_so, **kw)
 
-    def script(self, faults):
-        """The shim's fault rules (tests/plugins/machine-faultshim/faultshim.c), as a list."""
-        super().script({"faults": list(faults or [])})
+    def script(self, faults, **extra):
+        """The shim's fault rules (tests/plugins/machine-faultshim/faultshim.c), as a list, and
+        what else its script holds (leaseExtra=..., binding=...)."""
+        super().script(dict({"faults": list(faults or [])}, **extra))
 
     def spec(self, entry):
         """The acquire spec a logged acquire carried."""

@@ -52,7 +52,9 @@
  * "leaseExtra" (beside "faults" in the control file, or an option): members
  * merged into every lease document acquire, renew and inspect answer, such
  * as {"ssh": {...}} for a lease the core reaches through transfer-ssh or
- * {"display": ":5"} for a capture plugin.
+ * {"display": ":5"} for a capture plugin; "binding" likewise answers
+ * binding in place of the wrapped plugin (another environment's store). The
+ * log's first line of a process is {"op": "init"}.
  * The real plugin gets the same configuration with its own "options". An
  * optional operation it lacks answers RELAY_E_UNSUPPORTED (the shim's table
  * is fixed before init), except health, which then answers RELAY_OK with
@@ -108,8 +110,8 @@ typedef struct fs_state {
 	struct timespec control_mtime;
 	off_t control_size;
 	ino_t control_ino;
-	json_object *lease_extra; /* merged into lease documents, or NULL */
-	char log[1024];           /* the operation log, or "" */
+	json_object *doc; /* the script: the options, or the control file's last good read */
+	char log[1024];   /* the operation log, or "" */
 } fs_state;
 
 /* ---- the script ----------------------------------------------------------- */
@@ -220,11 +222,8 @@ static void fs_reload(fs_state *st)
 	} else {
 		memcpy(st->rules, fresh.rules, sizeof st->rules);
 		st->rule_count = fresh.rule_count;
-		json_object *extra = NULL;
-		json_object_object_get_ex(doc, "leaseExtra", &extra);
-		json_object_put(st->lease_extra);
-		st->lease_extra =
-		    json_object_is_type(extra, json_type_object) ? json_object_get(extra) : NULL;
+		json_object_put(st->doc);
+		st->doc = json_object_get(doc);
 	}
 	st->control_mtime = sb.st_mtim;
 	st->control_size = sb.st_size;
@@ -328,15 +327,23 @@ static relay_status fs_before(fs_state *st, const fs_rule *r, const char *op, re
 	                           relay_status_str(r->code));
 }
 
-/* The lease document *out with leaseExtra's members merged in (a copy of
- * the extra taken under the lock: a reload may replace it). */
+/* A copy of the script's object `key` ("leaseExtra", "binding"), or NULL;
+ * taken under the lock, as a reload may replace the script. */
+static json_object *fs_script_obj(fs_state *st, const char *key)
+{
+	json_object *v = NULL, *copy = NULL;
+	pthread_mutex_lock(&st->lock);
+	fs_reload(st);
+	if (json_object_object_get_ex(st->doc, key, &v) && json_object_is_type(v, json_type_object))
+		json_object_deep_copy(v, &copy, NULL);
+	pthread_mutex_unlock(&st->lock);
+	return copy;
+}
+
+/* The lease document *out with leaseExtra's members merged in. */
 static void fs_merge_extra(fs_state *st, char **out)
 {
-	json_object *extra = NULL;
-	pthread_mutex_lock(&st->lock);
-	if (st->lease_extra)
-		json_object_deep_copy(st->lease_extra, &extra, NULL);
-	pthread_mutex_unlock(&st->lock);
+	json_object *extra = fs_script_obj(st, "leaseExtra");
 	json_object *doc = extra && *out ? json_tokener_parse(*out) : NULL;
 	if (json_object_is_type(doc, json_type_object)) {
 		json_object_object_foreach(extra, key, value)
@@ -518,6 +525,14 @@ static relay_status fs_binding(relay_plugin_state *s, unsigned flags, char **out
 {
 	fs_state *st = s;
 	*out = NULL;
+	json_object *scripted = flags == 0 ? fs_script_obj(st, "binding") : NULL;
+	if (scripted) {
+		*out = st->host->strdup(json_object_to_json_string_ext(scripted, JSON_C_TO_STRING_PLAIN));
+		json_object_put(scripted);
+		return *out ? RELAY_OK
+		            : st->host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "%s: out of memory",
+		                                  FS_NAME);
+	}
 	if (st->machine.binding)
 		return st->machine.binding(st->inner_state, flags, out, err);
 	if (flags != 0)
@@ -690,10 +705,7 @@ static relay_status fs_setup(fs_state *st, const char *config_json, relay_error 
 	const char *log = option_or_env(options, "log", "MCP_RELAY_FAULTSHIM_LOG");
 	snprintf(st->control, sizeof st->control, "%s", control ? control : "");
 	snprintf(st->log, sizeof st->log, "%s", log ? log : "");
-	json_object *extra = NULL;
-	if (json_object_object_get_ex(options, "leaseExtra", &extra) &&
-	    json_object_is_type(extra, json_type_object))
-		st->lease_extra = json_object_get(extra);
+	st->doc = json_object_get(options);
 	relay_status status = RELAY_OK;
 	char *inner = NULL;
 	if (config == NULL || path == NULL)
@@ -730,11 +742,12 @@ static relay_status fs_init(const relay_host *host, const char *config_json, uns
 	pthread_mutex_init(&st->lock, NULL);
 	relay_status status = fs_setup(st, config_json, err);
 	if (status != RELAY_OK) {
-		json_object_put(st->lease_extra);
+		json_object_put(st->doc);
 		pthread_mutex_destroy(&st->lock);
 		host->free(st);
 		return status;
 	}
+	fs_log(st, "init", NULL, -1, NULL, false, RELAY_OK);
 	*state_out = st;
 	return RELAY_OK;
 }
@@ -746,7 +759,7 @@ static void fs_fini(relay_plugin_state *state)
 		return;
 	if (st->inner->fini)
 		st->inner->fini(st->inner_state);
-	json_object_put(st->lease_extra);
+	json_object_put(st->doc);
 	pthread_mutex_destroy(&st->lock);
 	st->host->free(st);
 }
