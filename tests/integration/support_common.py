@@ -17,6 +17,11 @@ def fake_so(binary):
     return os.path.join(build_dir(binary), "tests", "plugins", "machine-fake.so")
 
 
+def shim_so(binary):
+    """tests/plugins/machine-faultshim: wraps a real machine plugin and injects faults by a script."""
+    return os.path.join(build_dir(binary), "tests", "plugins", "machine-faultshim.so")
+
+
 def plugin_so(binary, name):
     return os.path.join(build_dir(binary), "lib", "mcp-relay", "plugins", name + ".so")
 

@@ -16,7 +16,10 @@
  *   "hang"   the call is forwarded at once and its answer held back
  *            `delayMs` milliseconds: the backend acted, so a relay killed
  *            meanwhile leaves the effect behind; a call cancelled meanwhile
- *            answers RELAY_E_CANCELLED (its answer freed).
+ *            answers RELAY_E_CANCELLED (its answer freed);
+ *   "corrupt" (pull only) the file is pulled and its last byte changed on
+ *            the host while the answer's facts still describe the guest's
+ *            file: a transport that does not notice.
  *
  * Options (init configuration "options", or the environment for the
  * relay's MCP_RELAY_BACKEND use):
@@ -28,7 +31,7 @@
  *                        to; 0 or absent: from the first>,
  *                "times": <how many calls it applies to; -1: no end; absent:
  *                          1 with "nth", no end without>,
- *                "fault": "fail"|"drop"|"delay"|"hang",
+ *                "fault": "fail"|"drop"|"delay"|"hang"|"corrupt",
  *                "code": "<status name of relay_status_str, e.g.
  *                         \"unavailable\", \"at capacity\">",
  *                "reason": "<the failure's message; default: the shim's>",
@@ -65,333 +68,13 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <json-c/json.h>
-#include <pthread.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "relay/machine.h"
-#include "relay/plugin.h"
-#include "relay/transport.h"
-
-#define FS_NAME      "machine-faultshim"
-#define FS_MAX_RULES 32
-
-typedef enum fs_fault { FS_FAIL, FS_DROP, FS_DELAY, FS_HANG } fs_fault;
-
-typedef struct fs_rule {
-	char op[32];
-	char match[256]; /* "" matches every call */
-	unsigned nth;    /* the first matching call it applies to; 0 = the first */
-	int times;       /* calls it applies to; -1 = no end */
-	unsigned seen;   /* matching calls so far; under fs_state.lock */
-	int used;        /* calls it applied to; under fs_state.lock */
-	fs_fault fault;
-	relay_status code;
-	char reason[512]; /* "" = the shim's own message */
-	unsigned delay_ms;
-} fs_rule;
-
-typedef struct fs_state {
-	const relay_host *host;
-	const relay_plugin_descriptor *inner;
-	relay_machine_ops machine;     /* the real plugin's, copied by its size */
-	relay_transport_ops transport; /* zero when it has none */
-	relay_plugin_state *inner_state;
-	pthread_mutex_t lock; /* the rules, their counters and the log: operations run on many threads */
-	fs_rule rules[FS_MAX_RULES];
-	size_t rule_count;
-	char control[1024]; /* the script file read again when it changes, or "" */
-	struct timespec control_mtime;
-	off_t control_size;
-	ino_t control_ino;
-	json_object *doc; /* the script: the options, or the control file's last good read */
-	char log[1024];   /* the operation log, or "" */
-} fs_state;
-
-/* ---- the script ----------------------------------------------------------- */
-
-static const char *json_str(json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	return json_object_object_get_ex(obj, key, &v) && json_object_is_type(v, json_type_string)
-	           ? json_object_get_string(v)
-	           : NULL;
-}
-
-static relay_status status_named(const char *name, relay_status *out)
-{
-	for (int s = 1; s < RELAY_STATUS_COUNT_; s++)
-		if (name && strcmp(name, relay_status_str((relay_status)s)) == 0) {
-			*out = (relay_status)s;
-			return RELAY_OK;
-		}
-	return RELAY_E_INVALID_ARGUMENT;
-}
-
-static relay_status parse_rule(fs_state *st, json_object *r, relay_error *err)
-{
-	if (st->rule_count == FS_MAX_RULES)
-		return st->host->error_set(err, RELAY_E_TOO_LARGE, 0, "%s: at most %d faults", FS_NAME,
-		                           FS_MAX_RULES);
-	fs_rule *rule = &st->rules[st->rule_count];
-	memset(rule, 0, sizeof *rule);
-	const char *op = json_str(r, "op"), *fault = json_str(r, "fault"), *match = json_str(r, "match");
-	json_object *v = NULL;
-	if (op == NULL || fault == NULL || strlen(op) >= sizeof rule->op)
-		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                           "%s: a fault needs an \"op\" and a \"fault\"", FS_NAME);
-	snprintf(rule->op, sizeof rule->op, "%s", op);
-	snprintf(rule->match, sizeof rule->match, "%s", match ? match : "");
-	if (json_object_object_get_ex(r, "nth", &v))
-		rule->nth = (unsigned)json_object_get_int(v);
-	rule->times = rule->nth ? 1 : -1;
-	if (json_object_object_get_ex(r, "times", &v))
-		rule->times = json_object_get_int(v) < 0 ? -1 : json_object_get_int(v);
-	const char *reason = json_str(r, "reason");
-	snprintf(rule->reason, sizeof rule->reason, "%s", reason ? reason : "");
-	if (json_object_object_get_ex(r, "delayMs", &v))
-		rule->delay_ms = (unsigned)json_object_get_int(v);
-	rule->code = RELAY_E_UNAVAILABLE;
-	if (strcmp(fault, "fail") == 0)
-		rule->fault = FS_FAIL;
-	else if (strcmp(fault, "drop") == 0)
-		rule->fault = FS_DROP;
-	else if (strcmp(fault, "delay") == 0)
-		rule->fault = FS_DELAY;
-	else if (strcmp(fault, "hang") == 0)
-		rule->fault = FS_HANG;
-	else
-		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                           "%s: unknown fault %s; accepted: fail, drop, delay, hang", FS_NAME,
-		                           fault);
-	const char *code = json_str(r, "code");
-	if (code && status_named(code, &rule->code) != RELAY_OK)
-		return st->host->error_set(
-		    err, RELAY_E_INVALID_ARGUMENT, 0,
-		    "%s: unknown code %s; give a name relay_status_str answers, such as "
-		    "\"unavailable\"",
-		    FS_NAME, code);
-	st->rule_count++;
-	return RELAY_OK;
-}
-
-static relay_status parse_faults(fs_state *st, json_object *faults, relay_error *err)
-{
-	if (faults == NULL)
-		return RELAY_OK;
-	if (!json_object_is_type(faults, json_type_array))
-		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                           "%s: \"faults\" must be an array", FS_NAME);
-	for (size_t i = 0; i < json_object_array_length(faults); i++) {
-		relay_status s = parse_rule(st, json_object_array_get_idx(faults, i), err);
-		if (s != RELAY_OK)
-			return s;
-	}
-	return RELAY_OK;
-}
-
-/* Reads the control file again when it changed since the last read (under
- * st->lock). A file that is missing or not a script keeps the rules there
- * were, with a warning: a test writing it replaces it whole (rename). */
-static void fs_reload(fs_state *st)
-{
-	struct stat sb;
-	if (st->control[0] == '\0' || stat(st->control, &sb) != 0)
-		return;
-	if (sb.st_mtim.tv_sec == st->control_mtime.tv_sec &&
-	    sb.st_mtim.tv_nsec == st->control_mtime.tv_nsec && sb.st_size == st->control_size &&
-	    sb.st_ino == st->control_ino)
-		return;
-	json_object *doc = json_object_from_file(st->control), *faults = NULL;
-	fs_state fresh;
-	memset(&fresh, 0, sizeof fresh);
-	fresh.host = st->host;
-	relay_error err;
-	memset(&err, 0, sizeof err);
-	if (!json_object_object_get_ex(doc, "faults", &faults) ||
-	    parse_faults(&fresh, faults, &err) != RELAY_OK) {
-		st->host->log(RELAY_LOG_WARNING, FS_NAME,
-		              "the fault script %s is not {\"faults\": [...]}: %s", st->control,
-		              err.message[0] ? err.message : "no faults array");
-	} else {
-		memcpy(st->rules, fresh.rules, sizeof st->rules);
-		st->rule_count = fresh.rule_count;
-		json_object_put(st->doc);
-		st->doc = json_object_get(doc);
-	}
-	st->control_mtime = sb.st_mtim;
-	st->control_size = sb.st_size;
-	st->control_ino = sb.st_ino;
-	json_object_put(doc);
-}
-
-/* The rule that applies to this call of `op` with text argument `arg`
- * (may be NULL), counting it; NULL for none. The rule is copied to *copy
- * (a reload may replace the table while the call runs). */
-static const fs_rule *fs_match(fs_state *st, const char *op, const char *arg, fs_rule *copy)
-{
-	const fs_rule *hit = NULL;
-	pthread_mutex_lock(&st->lock);
-	fs_reload(st);
-	for (size_t i = 0; i < st->rule_count; i++) {
-		fs_rule *r = &st->rules[i];
-		if (strcmp(r->op, op) != 0 || (r->match[0] && (arg == NULL || strstr(arg, r->match) == NULL)))
-			continue;
-		r->seen++;
-		if (hit == NULL && r->seen >= (r->nth ? r->nth : 1) && (r->times < 0 || r->used < r->times)) {
-			r->used++;
-			*copy = *r;
-			hit = copy;
-		}
-	}
-	pthread_mutex_unlock(&st->lock);
-	return hit;
-}
-
-/* One line of the operation log: when a call begins (so a test sees a
- * call that hangs), and when it ends (`end`: op "<op>:end" with its result). */
-static void fs_log(fs_state *st, const char *op, const char *arg, int64_t ttl_ms, const fs_rule *r, bool end,
-                   relay_status status)
-{
-	if (st->log[0] == '\0')
-		return;
-	static const char *const fault_names[] = {"fail", "drop", "delay", "hang"};
-	json_object *line = json_object_new_object();
-	char name[48];
-	snprintf(name, sizeof name, "%s%s", op, end ? ":end" : "");
-	json_object_object_add(line, "op", json_object_new_string(name));
-	json_object_object_add(line, "arg", arg ? json_object_new_string(arg) : NULL);
-	json_object_object_add(line, "pid", json_object_new_int64((int64_t)getpid()));
-	json_object_object_add(line, "timeMs", json_object_new_int64(st->host->now_ms()));
-	if (ttl_ms >= 0)
-		json_object_object_add(line, "ttlMs", json_object_new_int64(ttl_ms));
-	json_object_object_add(line, "fault", r ? json_object_new_string(fault_names[r->fault]) : NULL);
-	if (end)
-		json_object_object_add(
-		    line, "result",
-		    json_object_new_string(status == RELAY_OK ? "ok" : relay_status_str(status)));
-	pthread_mutex_lock(&st->lock);
-	FILE *f = fopen(st->log, "a");
-	if (f) {
-		fprintf(f, "%s\n", json_object_to_json_string_ext(line, JSON_C_TO_STRING_PLAIN));
-		fclose(f);
-	}
-	pthread_mutex_unlock(&st->lock);
-	json_object_put(line);
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec left = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-	while (nanosleep(&left, &left) != 0 && errno == EINTR) {
-	}
-}
-
-/* Waits `ms` milliseconds in slices, watching the call: true when it was
- * cancelled first. */
-static bool fs_wait(fs_state *st, unsigned ms, relay_call *call)
-{
-	for (unsigned left = ms; left > 0;) {
-		if (st->host->call_cancelled(call))
-			return true;
-		unsigned slice = left < 50 ? left : 50;
-		sleep_ms(slice);
-		left -= slice;
-	}
-	return false;
-}
-
-/* Before forwarding: RELAY_OK to forward, else the injected failure (or
- * RELAY_E_CANCELLED for a call cancelled during its delay). */
-static relay_status fs_before(fs_state *st, const fs_rule *r, const char *op, relay_call *call,
-                              relay_error *err)
-{
-	if (r == NULL)
-		return RELAY_OK;
-	if (r->fault == FS_DELAY && fs_wait(st, r->delay_ms, call))
-		return st->host->error_set(err, RELAY_E_CANCELLED, 0,
-		                           "%s: %s was cancelled during its scripted delay", FS_NAME, op);
-	if (r->fault != FS_FAIL)
-		return RELAY_OK;
-	st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: %s fails with %s", op,
-	              relay_status_str(r->code));
-	if (r->reason[0])
-		return st->host->error_set(err, r->code, 0, "%s", r->reason);
-	return st->host->error_set(err, r->code, 0, "%s: %s failed by the fault script (%s)", FS_NAME, op,
-	                           relay_status_str(r->code));
-}
-
-/* A copy of the script's object `key` ("leaseExtra", "binding"), or NULL;
- * taken under the lock, as a reload may replace the script. */
-static json_object *fs_script_obj(fs_state *st, const char *key)
-{
-	json_object *v = NULL, *copy = NULL;
-	pthread_mutex_lock(&st->lock);
-	fs_reload(st);
-	if (json_object_object_get_ex(st->doc, key, &v) && json_object_is_type(v, json_type_object))
-		json_object_deep_copy(v, &copy, NULL);
-	pthread_mutex_unlock(&st->lock);
-	return copy;
-}
-
-/* The lease document *out with leaseExtra's members merged in. */
-static void fs_merge_extra(fs_state *st, char **out)
-{
-	json_object *extra = fs_script_obj(st, "leaseExtra");
-	json_object *doc = extra && *out ? json_tokener_parse(*out) : NULL;
-	if (json_object_is_type(doc, json_type_object)) {
-		json_object_object_foreach(extra, key, value)
-		{
-			json_object_object_add(doc, key, json_object_get(value));
-		}
-		char *merged = st->host->strdup(json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN));
-		if (merged) {
-			st->host->free(*out);
-			*out = merged;
-		}
-	}
-	json_object_put(doc);
-	json_object_put(extra);
-}
-
-/* After forwarding: a "drop" turns a success into RELAY_E_INDETERMINATE
- * and frees what the call answered; a "hang" holds the answer back (and
- * frees it when the call is cancelled meanwhile); a lease document gets
- * leaseExtra. */
-static relay_status fs_after(fs_state *st, const fs_rule *r, const char *op, relay_status status, char **out,
-                             relay_call *call, relay_error *err)
-{
-	if (status != RELAY_OK)
-		return status;
-	bool lost = false;
-	if (r && r->fault == FS_DROP) {
-		st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: the answer of %s is dropped", op);
-		status = st->host->error_set(
-		    err, RELAY_E_INDETERMINATE, 0,
-		    "%s: the answer of %s was lost after it succeeded (fault script)", FS_NAME, op);
-		lost = true;
-	} else if (r && r->fault == FS_HANG && fs_wait(st, r->delay_ms, call)) {
-		status = st->host->error_set(err, RELAY_E_CANCELLED, 0,
-		                             "%s: %s was cancelled while its answer was held back (it took "
-		                             "effect)",
-		                             FS_NAME, op);
-		lost = true;
-	}
-	if (lost && out) {
-		st->host->free(*out);
-		*out = NULL;
-	} else if (out &&
-	           (strcmp(op, "acquire") == 0 || strcmp(op, "renew") == 0 || strcmp(op, "inspect") == 0)) {
-		fs_merge_extra(st, out);
-	}
-	return status;
-}
+#include "fs.h"
 
 static relay_status fs_missing(fs_state *st, const char *op, unsigned flags, relay_error *err)
 {
@@ -626,12 +309,37 @@ static relay_status fs_push(relay_plugin_state *s, relay_transport_conn *conn, c
 	           st->transport.push(st->inner_state, conn, local, remote, call, flags, out, err));
 }
 
+/* The last byte of the regular file `path` changed in place (a tree is
+ * left alone). */
+static void corrupt_last_byte(fs_state *st, const char *path)
+{
+	FILE *f = fopen(path, "r+b");
+	int c = f && fseek(f, -1, SEEK_END) == 0 ? fgetc(f) : EOF;
+	if (c != EOF && fseek(f, -1, SEEK_END) == 0 && fputc(c ^ 0x5a, f) != EOF)
+		st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: the pull of %s arrives corrupted",
+		              path);
+	if (f)
+		fclose(f);
+}
+
 static relay_status fs_pull(relay_plugin_state *s, relay_transport_conn *conn, const char *remote,
                             const char *local, relay_call *call, unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "pull", remote, -1, call, out, err, 1,
-	           st->transport.pull(st->inner_state, conn, remote, local, call, flags, out, err));
+	if (out)
+		*out = NULL;
+	fs_rule copy;
+	const fs_rule *rule = fs_match(st, "pull", remote, &copy);
+	fs_log(st, "pull", remote, -1, rule, false, RELAY_OK);
+	relay_status status = fs_before(st, rule, "pull", call, err);
+	if (status == RELAY_OK)
+		status = st->transport.pull(st->inner_state, conn, remote, local, call, flags, out, err);
+	if (status == RELAY_OK && rule && rule->fault == FS_CORRUPT)
+		corrupt_last_byte(st, local);
+	else
+		status = fs_after(st, rule, "pull", status, out, call, err);
+	fs_log(st, "pull", remote, -1, rule, true, status);
+	return status;
 }
 
 static const relay_transport_ops fs_transport_ops = {
@@ -689,7 +397,7 @@ static char *inner_config(fs_state *st, json_object *config, json_object *option
 /* An option of ours, else the environment's `name` (the relay's MCP_RELAY_BACKEND use). */
 static const char *option_or_env(json_object *options, const char *key, const char *name)
 {
-	const char *v = json_str(options, key);
+	const char *v = fs_json_str(options, key);
 	return v ? v : getenv(name);
 }
 
@@ -714,7 +422,7 @@ static relay_status fs_setup(fs_state *st, const char *config_json, relay_error 
 		                             "MCP_RELAY_FAULTSHIM_PLUGIN",
 		                             FS_NAME);
 	if (status == RELAY_OK)
-		status = parse_faults(st, faults, err);
+		status = fs_parse_faults(st, faults, err);
 	if (status == RELAY_OK)
 		status = load_inner(st, path, err);
 	if (status == RELAY_OK && (inner = inner_config(st, config, options)) == NULL)
