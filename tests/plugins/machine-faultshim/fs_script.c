@@ -10,6 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The faults by name, in fs_fault order. */
+static const char *const fault_names[] = {"fail", "drop", "delay", "hang", "corrupt"};
+
 /* ---- the script ----------------------------------------------------------- */
 
 const char *fs_json_str(json_object *obj, const char *key)
@@ -55,21 +58,15 @@ static relay_status parse_rule(fs_state *st, json_object *r, relay_error *err)
 	if (json_object_object_get_ex(r, "delayMs", &v))
 		rule->delay_ms = (unsigned)json_object_get_int(v);
 	rule->code = RELAY_E_UNAVAILABLE;
-	if (strcmp(fault, "fail") == 0)
-		rule->fault = FS_FAIL;
-	else if (strcmp(fault, "drop") == 0)
-		rule->fault = FS_DROP;
-	else if (strcmp(fault, "delay") == 0)
-		rule->fault = FS_DELAY;
-	else if (strcmp(fault, "hang") == 0)
-		rule->fault = FS_HANG;
-	else if (strcmp(fault, "corrupt") == 0 && strcmp(op, "pull") == 0)
-		rule->fault = FS_CORRUPT;
-	else
+	size_t f = 0;
+	while (f < sizeof fault_names / sizeof fault_names[0] && strcmp(fault, fault_names[f]) != 0)
+		f++;
+	if (f == sizeof fault_names / sizeof fault_names[0] || (f == FS_CORRUPT && strcmp(op, "pull") != 0))
 		return st->host->error_set(
 		    err, RELAY_E_INVALID_ARGUMENT, 0,
 		    "%s: unknown fault %s; accepted: fail, drop, delay, hang, corrupt (pull only)", FS_NAME,
 		    fault);
+	rule->fault = (fs_fault)f;
 	const char *code = fs_json_str(r, "code");
 	if (code && status_named(code, &rule->code) != RELAY_OK)
 		return st->host->error_set(
@@ -161,7 +158,6 @@ void fs_log(fs_state *st, const char *op, const char *arg, int64_t ttl_ms, const
 {
 	if (st->log[0] == '\0')
 		return;
-	static const char *const fault_names[] = {"fail", "drop", "delay", "hang", "corrupt"};
 	json_object *line = json_object_new_object();
 	char name[48];
 	snprintf(name, sizeof name, "%s%s", op, end ? ":end" : "");
