@@ -342,10 +342,17 @@ static relay_status fs_pull(relay_plugin_state *s, relay_transport_conn *conn, c
 	return status;
 }
 
+/* The traits the shim forwards as they are (the stream's slots it has not). */
+#define FS_FORWARDED_TRAITS                                                                                  \
+	(RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS | RELAY_TRANSPORT_STDIO_BYTES |            \
+	 RELAY_TRANSPORT_MERGED_OUTPUT | RELAY_TRANSPORT_EXEC_UNCANCELLABLE)
+
 static const relay_transport_ops fs_transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
-    /* The wrapped transport's traits cannot be known before init: the core
-     * serialises operations and verifies transfers through the receiver. */
+    /* No traits when the wrapped plugin is named only at init (options.plugin):
+     * the core serialises operations and verifies transfers through the
+     * receiver. Named by MCP_RELAY_FAULTSHIM_PLUGIN, its traits are read when
+     * the loader calls the entry (fs_entry_setup, below). */
     .traits = 0,
     .open = fs_open,
     .close = fs_close,
@@ -353,6 +360,9 @@ static const relay_transport_ops fs_transport_ops = {
     .push = fs_push,
     .pull = fs_pull,
 };
+
+/* What the loader was given (fs_entry_setup, at the end). */
+static relay_transport_ops fs_transport_live;
 
 /* ---- init and fini --------------------------------------------------------- */
 
@@ -376,6 +386,13 @@ static relay_status load_inner(fs_state *st, const char *path, relay_error *err)
 	if ((d->kinds & RELAY_KIND_TRANSPORT) && d->transport != NULL &&
 	    d->transport_ops_size >= RELAY_TRANSPORT_OPS_MIN_SIZE)
 		relay_sized_copy(&st->transport, sizeof st->transport, d->transport, d->transport_ops_size);
+	uint32_t declared = fs_transport_live.traits & ~st->transport.traits;
+	if (declared != 0)
+		return st->host->error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "%s: the shim declared the traits 0x%x of MCP_RELAY_FAULTSHIM_PLUGIN "
+		    "at load, which %s lacks: wrap the plugin that variable names",
+		    FS_NAME, declared, path);
 	return RELAY_OK;
 }
 
@@ -487,4 +504,33 @@ static const relay_plugin_descriptor fs_descriptor = {
     .transport_ops_size = sizeof(relay_transport_ops),
 };
 
-RELAY_PLUGIN_DEFINE_ENTRY(fs_descriptor)
+/* The descriptor the loader gets: fs_descriptor with the traits of the
+ * plugin MCP_RELAY_FAULTSHIM_PLUGIN names (masked to FS_FORWARDED_TRAITS),
+ * since the loader copies the transport table before init. Written once
+ * under fs_entry_once, only read after: the one mutable global. */
+static relay_plugin_descriptor fs_descriptor_live;
+static pthread_once_t fs_entry_once = PTHREAD_ONCE_INIT;
+
+static void fs_entry_setup(void)
+{
+	fs_transport_live = fs_transport_ops;
+	fs_descriptor_live = fs_descriptor;
+	fs_descriptor_live.transport = &fs_transport_live;
+	const char *path = getenv("MCP_RELAY_FAULTSHIM_PLUGIN");
+	void *handle = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL; /* never closed */
+	relay_plugin_entry_fn entry =
+	    handle ? (relay_plugin_entry_fn)dlsym(handle, RELAY_PLUGIN_ENTRY_SYMBOL) : NULL;
+	const relay_plugin_descriptor *d = entry ? entry(RELAY_ABI_VERSION) : NULL;
+	if (d && (d->kinds & RELAY_KIND_TRANSPORT) && d->transport &&
+	    d->transport_ops_size >= RELAY_TRANSPORT_OPS_MIN_SIZE)
+		fs_transport_live.traits = d->transport->traits & FS_FORWARDED_TRAITS;
+}
+
+RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version);
+RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)
+{
+	if (RELAY_ABI_MAJOR(host_abi_version) != RELAY_ABI_VERSION_MAJOR)
+		return NULL;
+	pthread_once(&fs_entry_once, fs_entry_setup);
+	return &fs_descriptor_live;
+}
