@@ -184,8 +184,12 @@ class Shim(Fake):
         for so in (self.inner_so, self.shim_so):
             if not os.path.exists(so):
                 skip("%s is not built; build its target" % so)
-        self.image = self.IMAGES.get(inner, "ubuntu2404")
         super().__init__(binary, so=self.shim_so, **kw)
+
+    @property
+    def image(self):
+        """The image the wrapped plugin offers."""
+        return self.IMAGES.get(self.inner, "ubuntu2404")
 
     def script(self, faults, **extra):
         """The shim's fault rules (tests/plugins/machine-faultshim/faultshim.c), as a list, and
