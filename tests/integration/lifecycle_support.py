@@ -209,6 +209,12 @@ class Shim(Fake):
         """Where reference-machine keeps the lease of `vm`."""
         return os.path.join(self.plugin_state, "guests", vm, "lease.json")
 
+    def leased_vms(self):
+        """The vms reference-machine holds a lease of, sorted."""
+        root = os.path.join(self.plugin_state, "guests")
+        return sorted(vm for vm in (os.listdir(root) if os.path.isdir(root) else [])
+                      if os.path.exists(self.lease_file(vm)))
+
     def ended(self, op, pid=None):
         """The log lines of the calls of `op` that ended (each with its "result")."""
         return self.ops(op + ":end", pid=pid)
