@@ -40,6 +40,13 @@ def settled(name, phase):
     return check
 
 
+def wait_for(predicate, what, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "waited in vain for " + what
+        time.sleep(0.02)
+
+
 def release_ok(r, name):
     res = r.call_tool("relay_release", {"guest": name})
     assert res["isError"] is False, res["content"][0]["text"]
@@ -110,7 +117,7 @@ def test_sigkill_during_a_slow_acquire_whose_lease_exists(binary):
             r.initialize()
             send_call(r, "relay_acquire", args(fake))
             fake.wait_ops("acquire", 1)
-            time.sleep(0.1)
+            wait_for(lambda: fake.leased_vms(), "the backend to hold the lease")  # the hang's effect
             kill9(r)
         assert fake.record("demo-1")["acquisitionInFlight"] is True
         fake.script([])
@@ -221,6 +228,8 @@ def test_sigkill_during_a_release_after_destruction(binary):
             fake.script([{"op": "release", "fault": "hang", "delayMs": 3600000, "times": 1}])
             send_call(r, "relay_release", {"guest": "demo-1"})
             fake.wait_ops("release", 1)
+            wait_for(lambda: not fake.leased_vms() and not os.path.exists(os.path.dirname(fake.lease_file(got["vm"]))),
+                     "the backend to destroy the guest")  # the hang's effect, before its answer
             kill9(r)
         fake.script([])
         with fake.relay() as r:
