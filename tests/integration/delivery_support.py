@@ -33,7 +33,7 @@ import tempfile
 import time
 
 from relay_client import Relay, Skip, skip
-from support_common import build_dir, events, fake_so, namespaces_missing, plugin_so, shim_so, structured, text_of  # noqa: F401 (re-exported)
+from support_common import build_dir, events, namespaces_missing, plugin_so, shim_so, structured, text_of  # noqa: F401 (re-exported)
 
 TIMEOUT = 120
 

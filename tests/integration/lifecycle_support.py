@@ -1,23 +1,24 @@
 """lifecycle_support: what the lifecycle integration tests share (test_lifecycle_*.py).
 
-They drive the real mcp-relay binary (through relay_client.Relay) with the fake machine
-backend tests/plugins/machine-fake loaded through the real loader, a frozen test clock
-(MCP_RELAY_TEST_CLOCK_FILE holding "@<unix ms>") and one state folder and project folder
-that outlive each relay process, so that a test can kill a relay and start another with the
-same MCP_RELAY_SESSION.
+They drive the real mcp-relay binary (through relay_client.Relay) over the fault shim
+tests/plugins/machine-faultshim wrapping a real machine plugin (reference-machine by default),
+loaded through the real loader, with a frozen test clock (MCP_RELAY_TEST_CLOCK_FILE holding
+"@<unix ms>") and one state folder and project folder that outlive each relay process, so that
+a test can kill a relay and start another with the same MCP_RELAY_SESSION.
 
-    fake = Fake(binary)                # skips the test when machine-fake.so was not built
-    with fake.relay() as r:            # a Relay on the fake, session "s1" by default
+    fake = Shim(binary)                # skips the test when the shim or the plugin is not built
+    fake.script([{"op": "acquire", "fault": "fail", "code": "at capacity", "times": 2}])
+    with fake.relay() as r:            # a Relay on the shim, session "s1" by default
         r.initialize()
-        res = r.call_tool("relay_acquire", ACQUIRE)
-    fake.ops("acquire")                # what the backend saw (one dict per logged call)
+        res = acquire(r, image=fake.image)
+    fake.ops("acquire")                # what the backend was asked (a line when each call began)
+    fake.ended("acquire")              # and how each ended ("result")
     fake.advance(60_000)               # moves relay time
     fake.cleanup()
 
-Shim(binary) has the same interface over tests/plugins/machine-faultshim wrapping a real
-machine plugin (reference-machine by default): script() writes the shim's fault rules
-({"faults": [...]}, read again by the shim at every operation) and ops() reads its log, whose
-entries carry the call's first text argument as "arg" (the acquire spec, the lease, the purpose).
+script() writes the shim's rules ({"faults": [...]}, read again by the shim at every operation);
+the log's entries carry the call's first text argument as "arg" (the acquire spec, the lease,
+the purpose).
 """
 
 import hashlib
@@ -36,17 +37,12 @@ WINDOW_MS = 15 * 60 * 1000
 BACKEND_MIN_MS = 6 * 60 * 1000
 
 
-def fake_plugin_path(binary):
-    build = os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
-    return os.path.join(build, "tests", "plugins", "machine-fake.so")
+class Backend:
+    """The shared folders, clock, script and log of one test over the plugin `so`."""
 
-
-class Fake:
-    """The fake backend's files and the shared folders of one test."""
-
-    def __init__(self, binary, session="s1", start_ms=None, so=None):
+    def __init__(self, binary, so, session="s1", start_ms=None):
         self.binary = binary
-        self.so = so or fake_plugin_path(binary)
+        self.so = so
         if not os.path.exists(self.so):
             skip("%s is not built; build its target" % self.so)
         self.root = tempfile.mkdtemp(prefix="relay-lc-")
@@ -76,7 +72,7 @@ class Fake:
         self._write_clock()
 
     def script(self, control):
-        """Writes the fake's control document (see tests/plugins/machine-fake/machine_fake.c)."""
+        """Writes the backend's control document whole."""
         tmp = self.control + ".tmp"
         with open(tmp, "w") as f:
             json.dump(control, f)
@@ -113,13 +109,9 @@ class Fake:
             if len(found) >= count:
                 return found
             if time.monotonic() > deadline:
-                raise AssertionError("the fake backend saw %d %s call(s), expected %d: %r"
+                raise AssertionError("the backend saw %d %s call(s), expected %d: %r"
                                      % (len(found), op, count, self.ops()[-10:]))
             time.sleep(0.02)
-
-    @property
-    def plugin_state(self):
-        return os.path.join(self.state_dir, "plugins", "machine-fake")
 
     @property
     def session_dir(self):
@@ -156,23 +148,21 @@ class Fake:
             "MCP_RELAY_BACKEND": self.so,
             "MCP_RELAY_SESSION": self.session,
             "MCP_RELAY_TEST_CLOCK_FILE": self.clock,
-            "RELAY_FAKE_MACHINE_CONTROL": self.control,
-            "RELAY_FAKE_MACHINE_LOG": self.log,
             "HOME": self.root,  # no ~/AGENTS.md unless a test writes one
         }
         e.update({k: (None if v is None else str(v)) for k, v in extra.items()})
         return e
 
     def relay(self, **extra):
-        """A Relay on the fake backend sharing this test's state and project folders."""
+        """A Relay on the backend sharing this test's state and project folders."""
         return Relay(self.binary, env=self.env(**extra), state_dir=self.state_dir, project=self.project)
 
     def cleanup(self):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-class Shim(Fake):
-    """A Fake's folders over machine-faultshim wrapping the real machine plugin `inner`."""
+class Shim(Backend):
+    """A test's folders over machine-faultshim wrapping the real machine plugin `inner`."""
 
     IMAGES = {"reference-machine": "folder"}
 
@@ -184,7 +174,7 @@ class Shim(Fake):
         for so in (self.inner_so, self.shim_so):
             if not os.path.exists(so):
                 skip("%s is not built; build its target" % so)
-        super().__init__(binary, so=self.shim_so, **kw)
+        super().__init__(binary, self.shim_so, **kw)
 
     @property
     def image(self):
@@ -221,8 +211,6 @@ class Shim(Fake):
 
     def env(self, **extra):
         e = super().env()
-        for key in ("RELAY_FAKE_MACHINE_CONTROL", "RELAY_FAKE_MACHINE_LOG"):
-            e.pop(key)
         e.update({"MCP_RELAY_FAULTSHIM_PLUGIN": self.inner_so, "MCP_RELAY_FAULTSHIM_CONTROL": self.control,
                   "MCP_RELAY_FAULTSHIM_LOG": self.log})
         e.update({k: (None if v is None else str(v)) for k, v in extra.items()})

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`mcp-relay plugin-test --kind KIND plugin.so` (issue 15 point 5, the hard half checks 60-67 of
 issue 26.4 with tests/plugins/machine-faultshim): every shipped plugin passes every check that can
-run here (machine-local, reference-machine, machine-fake, transfer-ssh
+run here (machine-local, reference-machine, transfer-ssh
 against a real sshd, machine-service against its stand-in, machine-docker against Podman,
 the capture and console plugins), and each broken backend of tests/abi/broken_backend.c fails
 exactly the check of the rule it breaks, with that check's message."""
@@ -14,7 +14,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
-from support_common import build_dir, fake_so, namespaces_missing, plugin_so  # noqa: E402
+from support_common import build_dir, namespaces_missing, plugin_so  # noqa: E402
 
 
 def plugin_test(binary, kind, path, *extra, timeout=600):
@@ -78,13 +78,6 @@ def test_reference_machine(binary):
     root = tempfile.mkdtemp(prefix="relay-pt-root-")
     passes(binary, "machine", path, "--options", json.dumps({"root": root}), need=LEASE)
     assert os.listdir(root) == [], os.listdir(root)  # released guests leave nothing
-
-
-def test_machine_fake(binary):
-    if not os.path.exists(fake_so(binary)):
-        skip("machine-fake.so is not built")
-    passes(binary, "machine", fake_so(binary), need=LEASE[:-1])
-    passes(binary, "transport", fake_so(binary), need=TRANSPORT + HARD)
 
 
 def test_machine_local(binary):

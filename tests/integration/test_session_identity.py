@@ -40,8 +40,8 @@ def one_shot(fake, calls, **env):
 
 @contextlib.contextmanager
 def live_relays(binary):
-    """(the Fake, a function starting a relay on the project's own identity); every relay
-    started is closed, and the Fake cleaned up, at the end."""
+    """(the Shim, a function starting a relay on the project's own identity); every relay
+    started is closed, and the Shim cleaned up, at the end."""
     fake = Shim(binary)
     started = []
 
