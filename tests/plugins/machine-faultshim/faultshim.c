@@ -44,25 +44,29 @@
  * A script that changes while the relay runs (MCP_RELAY_FAULTSHIM_CONTROL,
  * else options "control"): a file holding {"faults": [...]}, read again at
  * every operation when it changed (its counters start again); while it is
- * named, it is the script. The operation log (MCP_RELAY_FAULTSHIM_LOG, else
- * options "log") gets two JSON lines per call the shim saw, one when it
- * begins: {"op", "arg" (its
- * first text argument: spec, lease or purpose; or null), "pid", "timeMs"
- * (host->now_ms), "ttlMs" (renew only), "fault" (the rule's fault, or null)},
- * and one when it ends: the same with "op" "<op>:end" and "result" ("ok" or
- * the status name). Tests read it to count what the backend was asked.
+ * named, it is the script. Beside "faults" (there or in the options),
+ * "leaseExtra" holds members merged into every lease document acquire,
+ * renew and inspect answer ({"ssh": {...}} for a lease the core reaches
+ * through transfer-ssh, {"display": ":5"} for a capture plugin), and
+ * "binding" answers binding in place of the wrapped plugin (another
+ * environment's store).
  *
- * "leaseExtra" (beside "faults" in the control file, or an option): members
- * merged into every lease document acquire, renew and inspect answer, such
- * as {"ssh": {...}} for a lease the core reaches through transfer-ssh or
- * {"display": ":5"} for a capture plugin; "binding" likewise answers
- * binding in place of the wrapped plugin (another environment's store). The
- * log's first line of a process is {"op": "init"}.
+ * The operation log (MCP_RELAY_FAULTSHIM_LOG, else options "log"): {"op":
+ * "init"} when a process loads the shim, then two JSON lines per call, one
+ * when it begins, {"op", "arg" (its first text argument: spec, lease or
+ * purpose; or null), "pid", "timeMs" (host->now_ms), "ttlMs" (renew only),
+ * "fault" (the rule's, or null)}, and one when it ends, the same with "op"
+ * "<op>:end" and "result" ("ok" or the status name). Tests read it to count
+ * what the backend was asked.
+ *
+ * The transport's traits are the wrapped plugin's (but the stream's) when
+ * MCP_RELAY_FAULTSHIM_PLUGIN names it as the loader calls the entry, and
+ * none when only options.plugin does.
  * The real plugin gets the same configuration with its own "options". An
  * optional operation it lacks answers RELAY_E_UNSUPPORTED (the shim's table
  * is fixed before init), except health, which then answers RELAY_OK with
- * no document (nothing to check, as the NULL slot means); a real plugin without a transport answers
- * RELAY_E_UNSUPPORTED at open. `mcp-relay plugin-test` checks 66 and 67 use
+ * no document (nothing to check, as the NULL slot means); a real plugin
+ * without a transport answers RELAY_E_UNSUPPORTED at open. `mcp-relay plugin-test` checks 66 and 67 use
  * purposes with "-retry-" and "-indeterminate-" for their faults
  * (docs/development.md, "The conformance runner").
  */
