@@ -29,19 +29,22 @@ void console_record_take_overs(manager *m, guest *g, const json_object *obs, con
 	}
 }
 
-/* The attempt to end, copied under the lock; NULL when none is active. */
+/* The attempt to end, copied under the locks (the session's for the lease,
+ * then the slice's); NULL when none is active. */
 static char *active_attempt(manager *m, guest *g)
 {
 	manager_lock(m);
+	slice_lock(g->console);
 	const char *id = jsonx_get_str(g->console->attempt, "attempt_id");
 	const char *status = jsonx_get_str(g->console->attempt, "status");
 	char *attempt_id = g->console->vnc && g->lease_document && id && !console_attempt_terminal(status)
 	                       ? strdup(id)
 	                       : NULL;
-	if (attempt_id) {
+	if (attempt_id)
 		jsonx_add_str(g->console->attempt, "status", "uncertain"); /* until the cancel answers */
+	slice_unlock(g->console);
+	if (attempt_id)
 		guest_save(g);
-	}
 	manager_unlock(m);
 	return attempt_id;
 }

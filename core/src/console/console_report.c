@@ -425,22 +425,25 @@ static char *dup_or_null(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
-/* Under the lock. */
-static void read_facts(manager *m, guest *g, console_guest_facts *f)
+/* The facts of the guest's lease (`lease_text`, handed over; NULL when it
+ * holds none) and console slice. Under the slice's lock. */
+static void read_facts(guest *g, char *lease_text, console_guest_facts *f)
 {
-	(void)m;
 	memset(f, 0, sizeof *f);
-	if (g->lease_document == NULL)
+	json_object *lease = lease_text ? jsonx_parse_str(lease_text, NULL, 0) : NULL;
+	if (lease == NULL) {
+		free(lease_text);
 		return;
-	f->lease_text = jsonx_to_string(g->lease_document, 0);
-	f->vm = dup_or_null(jsonx_get_str(g->lease_document, "vm"));
-	f->lease_id = dup_or_null(jsonx_get_str(g->lease_document, "lease_id"));
-	json_object *lease_console = jsonx_get_obj(g->lease_document, "console");
+	}
+	f->lease_text = lease_text;
+	f->vm = dup_or_null(jsonx_get_str(lease, "vm"));
+	f->lease_id = dup_or_null(jsonx_get_str(lease, "lease_id"));
+	json_object *lease_console = jsonx_get_obj(lease, "console");
 	const char *console_id = jsonx_get_str(lease_console, "console_id");
 	if (console_id == NULL)
 		console_id = jsonx_get_str(g->console->observation, "console_id");
 	f->console_id = dup_or_null(console_id);
-	const char *fp = jsonx_get_str(jsonx_get_obj(g->lease_document, "record"), "environment_fingerprint");
+	const char *fp = jsonx_get_str(jsonx_get_obj(lease, "record"), "environment_fingerprint");
 	if (fp == NULL)
 		fp = jsonx_get_str(lease_console, "environment_fingerprint");
 	f->lease_fp = dup_or_null(fp);
@@ -448,16 +451,18 @@ static void read_facts(manager *m, guest *g, console_guest_facts *f)
 	f->attempt_status = dup_or_null(jsonx_get_str(g->console->attempt, "status"));
 	f->attempts_used =
 	    g->console->attempt_ids ? (int)json_object_array_length(g->console->attempt_ids) : 0;
+	json_object_put(lease);
 }
 
 void console_mark_unknown(manager *m, guest *g)
 {
-	manager_lock(m);
-	if (g->console->observation) {
+	slice_lock(g->console);
+	bool known = g->console->observation != NULL;
+	if (known)
 		jsonx_add_str(g->console->observation, "status", "unknown");
-		guest_save(g);
-	}
-	manager_unlock(m);
+	slice_unlock(g->console);
+	if (known)
+		guest_persist(m, g);
 }
 
 int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
@@ -465,10 +470,11 @@ int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **
 {
 	*obs_out = NULL;
 	manager_wait_startup(m);
-	manager_lock(m);
+	char *lease_text = guest_lease_text(m, g);
+	slice_lock(g->console);
 	bool vnc = g->console->vnc;
-	read_facts(m, g, facts_out);
-	manager_unlock(m);
+	read_facts(g, lease_text, facts_out);
+	slice_unlock(g->console);
 	console_guest_facts *f = facts_out;
 	if (!vnc || f->lease_text == NULL || f->lease_id == NULL || f->console_id == NULL) {
 		outcome_fail(
@@ -516,7 +522,7 @@ int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **
 	}
 	/* Step 5: store it; the current attempt follows the backend when the
 	 * report speaks of it. */
-	manager_lock(m);
+	slice_lock(g->console);
 	json_object_put(g->console->observation);
 	g->console->observation = json_object_get(obs);
 	const char *report_attempt = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "attempt_id");
@@ -527,8 +533,8 @@ int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **
 		free(f->attempt_status);
 		f->attempt_status = dup_or_null(status);
 	}
-	guest_save(g);
-	manager_unlock(m);
+	slice_unlock(g->console);
+	guest_persist(m, g);
 	*obs_out = obs;
 	return 0;
 fail:
@@ -613,12 +619,12 @@ json_object *console_attempt_request(manager *m, guest *g, relay_call *call, con
 		return NULL;
 	}
 	const char *attempt_status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
-	manager_lock(m);
+	slice_lock(g->console);
 	json_object_put(g->console->observation);
 	g->console->observation = json_object_get(obs);
 	jsonx_add_str(g->console->attempt, "status", attempt_status);
-	guest_save(g);
-	manager_unlock(m);
+	slice_unlock(g->console);
+	guest_persist(m, g);
 	json_object *d = json_object_new_object();
 	jsonx_add_str(d, "attempt_id", attempt_id);
 	jsonx_add_str(d, "status", attempt_status);

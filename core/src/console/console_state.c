@@ -4,26 +4,31 @@
  */
 #include "console/console_state.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "console/console_report.h"
+#include "session/slice.h"
 #include "util/jsonx.h"
+#include "util/record.h"
+
+/* The slice's facts in the ownership record (spec/lifecycle.md §9). */
+#define F(key, kind, field) {key, kind, offsetof(console_state, field)}
+static const record_field record_fields[] = {
+    F("vnc", RECORD_BOOL, vnc),
+    F("console", RECORD_JSON, observation),
+    F("consoleAttempt", RECORD_JSON, attempt),
+    F("consoleAttemptIds", RECORD_ARRAY, attempt_ids),
+};
+#undef F
 
 static void *slice_create(void)
 {
-	console_state *c = calloc(1, sizeof *c);
+	console_state *c = slice_alloc(sizeof *c);
 	if (c == NULL)
 		return NULL;
 	c->attempt_ids = json_object_new_array();
 	return c;
-}
-
-static void clear(console_state *c)
-{
-	json_object_put(c->observation);
-	json_object_put(c->attempt);
-	json_object_put(c->attempt_ids);
-	c->observation = c->attempt = c->attempt_ids = NULL;
 }
 
 static void slice_destroy(void *slice)
@@ -31,21 +36,8 @@ static void slice_destroy(void *slice)
 	console_state *c = slice;
 	if (c == NULL)
 		return;
-	clear(c);
-	free(c);
-}
-
-static json_object *ref(json_object *obj)
-{
-	return obj ? json_object_get(obj) : NULL;
-}
-
-static json_object *dup_ref(const json_object *obj, const char *key)
-{
-	json_object *value = NULL;
-	if (!json_object_object_get_ex(obj, key, &value) || value == NULL)
-		return NULL;
-	return json_object_get(value);
+	record_clear(c, RECORD_FIELDS(record_fields));
+	slice_free(c);
 }
 
 static void slice_reserve(guest *g, const json_object *args)
@@ -55,31 +47,19 @@ static void slice_reserve(guest *g, const json_object *args)
 
 static void slice_to_record(const guest *g, json_object *r)
 {
-	const console_state *c = g->console;
-	jsonx_add_bool(r, "vnc", c->vnc);
-	jsonx_add(r, "console", ref(c->observation));
-	jsonx_add(r, "consoleAttempt", ref(c->attempt));
-	jsonx_add(r, "consoleAttemptIds", ref(c->attempt_ids));
+	record_write(g->console, RECORD_FIELDS(record_fields), r);
 }
 
 static void slice_from_record(guest *g, const json_object *r)
 {
 	console_state *c = g->console;
-	clear(c);
-	c->vnc = false;
-	jsonx_get_bool(r, "vnc", &c->vnc);
-	c->observation = dup_ref(r, "console");
-	c->attempt = dup_ref(r, "consoleAttempt");
-	c->attempt_ids = dup_ref(r, "consoleAttemptIds");
-	if (c->attempt_ids == NULL)
-		c->attempt_ids = json_object_new_array();
+	record_clear(c, RECORD_FIELDS(record_fields));
+	record_read(c, RECORD_FIELDS(record_fields), r);
 }
 
 static void slice_to_status(const guest *g, json_object *s)
 {
-	const console_state *c = g->console;
-	jsonx_add(s, "console", ref(c->observation));
-	jsonx_add(s, "consoleAttempt", ref(c->attempt));
+	record_write(g->console, record_fields + 1, 2, s); /* console, consoleAttempt */
 }
 
 const guest_slice_ops console_slice_ops = {
@@ -100,11 +80,18 @@ void console_store_acquired(guest *g, const json_object *report)
 {
 	console_state *c = g->console;
 	json_object *observation = console_observation(report);
+	if (observation == NULL)
+		observation = json_object_get((json_object *)report);
+	slice_lock(c);
 	json_object_put(c->observation);
-	c->observation = observation ? observation : json_object_get((json_object *)report);
+	c->observation = observation;
+	slice_unlock(c);
 }
 
 json_object *console_observation_of(const guest *g)
 {
-	return ref(g->console->observation);
+	slice_lock(g->console);
+	json_object *observation = g->console->observation ? json_object_get(g->console->observation) : NULL;
+	slice_unlock(g->console);
+	return observation;
 }

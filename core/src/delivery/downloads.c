@@ -83,10 +83,10 @@ static void publish(downloads_queue *q)
 	jsonx_add_int(d, "coalesced", q->coalesced);
 	jsonx_add_bool(d, "paused", q->paused);
 	jsonx_add_str(d, "state", state_names[q->state]);
-	manager_lock(q->m);
+	slice_lock(q->g->delivery);
 	json_object_put(q->g->delivery->counters);
 	q->g->delivery->counters = d;
-	manager_unlock(q->m);
+	slice_unlock(q->g->delivery);
 	pthread_cond_broadcast(&q->changed);
 }
 
@@ -115,10 +115,11 @@ static json_object *json_object_deep_copy_any(const json_object *value)
 }
 
 /* The guest's queue, created on first use (counters continue those of the
- * record). */
+ * record). The session's lock for the phase, the slice's for the rest. */
 static downloads_queue *queue_of(manager *m, guest *g)
 {
 	manager_lock(m);
+	slice_lock(g->delivery);
 	downloads_queue *q = g->delivery->queue;
 	if (q == NULL) {
 		q = calloc(1, sizeof *q);
@@ -138,7 +139,17 @@ static downloads_queue *queue_of(manager *m, guest *g)
 			g->delivery->queue = q;
 		}
 	}
+	slice_unlock(g->delivery);
 	manager_unlock(m);
+	return q;
+}
+
+/* The guest's queue if it has one (NULL otherwise), under the slice's lock. */
+static downloads_queue *queue_if_any(guest *g)
+{
+	slice_lock(g->delivery);
+	downloads_queue *q = g->delivery->queue;
+	slice_unlock(g->delivery);
 	return q;
 }
 
@@ -295,9 +306,8 @@ void downloads_guest_reached(manager *m, guest *g)
 {
 	if (in_download_worker)
 		return;
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	(void)m;
+	downloads_queue *q = queue_if_any(g);
 	if (q == NULL)
 		return;
 	pthread_mutex_lock(&q->lock);
@@ -388,9 +398,8 @@ void downloads_reopen(manager *m, guest *g)
 
 void downloads_shutdown(manager *m, guest *g)
 {
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	(void)m;
+	downloads_queue *q = queue_if_any(g);
 	if (q == NULL)
 		return;
 	pthread_mutex_lock(&q->lock);
@@ -489,9 +498,8 @@ static dl_job *find_job(downloads_queue *q, const char *execution_id, dl_job **p
 downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execution_id,
                                          int64_t deadline_mono_ms, relay_call *call)
 {
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	(void)m;
+	downloads_queue *q = queue_if_any(g);
 	if (q == NULL || execution_id == NULL)
 		return DOWNLOADS_WAIT_NONE;
 	pthread_mutex_lock(&q->lock);
@@ -548,9 +556,8 @@ downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execu
 
 bool downloads_pending(manager *m, guest *g, const char *execution_id)
 {
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	(void)m;
+	downloads_queue *q = queue_if_any(g);
 	if (q == NULL || execution_id == NULL)
 		return false;
 	pthread_mutex_lock(&q->lock);

@@ -46,12 +46,13 @@ const char *extraction_failure_code(extraction_failure failure)
 
 json_object *extraction_declarations(manager *m, guest *g, bool *full_workspace_out)
 {
-	manager_lock(m);
+	(void)m;
+	slice_lock(g->delivery);
 	json_object *decl =
 	    g->delivery->extractions ? json_object_get(g->delivery->extractions) : json_object_new_array();
 	if (full_workspace_out)
 		*full_workspace_out = g->delivery->full_workspace;
-	manager_unlock(m);
+	slice_unlock(g->delivery);
 	return decl;
 }
 

@@ -6,21 +6,26 @@
  * ownership record. The session holds the pointer (guest->link) and never
  * looks inside.
  *
- * Locking: the fields are read and written under the manager's lock; a
- * thread opening the connection sets transport_opening and the others wait
- * on the manager's `changed`. Only guestio/ writes them.
+ * Locking: the fields are read and written under the slice's own lock
+ * (head, session/slice.h; a leaf); a thread opening the connection sets
+ * transport_opening and the others wait on `opened` with that lock. Only
+ * guestio/ writes them.
  */
 #ifndef RELAY_GUESTIO_LINK_H
 #define RELAY_GUESTIO_LINK_H
 
+#include <pthread.h>
 #include <stdbool.h>
 
 #include "relay/transport.h"
 #include "session/manager_internal.h"
+#include "session/slice.h"
 
 struct gio_resident;
 
 typedef struct gio_link {
+	slice_head head;                        /* the slice's lock */
+	pthread_cond_t opened;                  /* signalled when transport_opening ends */
 	struct loaded_plugin *transport_plugin; /* chosen at first use */
 	relay_transport_conn *transport_conn;   /* open connection, or NULL */
 	bool transport_opening;                 /* a thread is in transport.open for this guest */

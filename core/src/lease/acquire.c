@@ -142,8 +142,7 @@ static void adopt_lease(manager *m, guest *g, json_object *lease)
 	if (jsonx_get_int(lease, "expiresAtMs", &expires))
 		g->lease->expires_at_ms = expires;
 	const char *state = jsonx_get_str(lease, "state");
-	free(g->lease->guest_state);
-	g->lease->guest_state = strdup(state ? state : "unknown");
+	lease_set_guest_state(g, state);
 	g->lease->last_renewed_at_ms = clock_now_ms();
 	g->phase = PHASE_READY;
 	g->lease->renewal = RENEWAL_RENEWING;

@@ -489,8 +489,7 @@ static bool adopt_found(manager *m, guest *g, json_object *found)
 		if (jsonx_get_int(found, "expiresAtMs", &expires) && expires > 0)
 			g->lease->expires_at_ms = expires;
 		const char *state = jsonx_get_str(found, "state");
-		free(g->lease->guest_state);
-		g->lease->guest_state = strdup(state ? state : "unknown");
+		lease_set_guest_state(g, state);
 		if (state && strcmp(state, "failed") == 0) {
 			free(g->last_error);
 			g->last_error = strdup("the backend reports the guest failed");
@@ -560,8 +559,7 @@ static bool look_up_lease(manager *m, guest *g, loaded_plugin *machine, relay_ca
 		ended = settle_absent(m, g, machine, call, lease, restored_phase);
 	} else {
 		manager_lock(m);
-		free(g->lease->guest_state);
-		g->lease->guest_state = strdup("unknown");
+		lease_set_guest_state(g, NULL);
 		free(g->last_error);
 		strbuf sb = STRBUF_INIT;
 		strbuf_printf(&sb, "the lease lookup at restart failed: %s; renewal goes on and tries again",

@@ -46,8 +46,7 @@ void renewal_store_confirmed(guest *g, json_object *doc, int64_t now)
 		g->lease->expires_at_ms = expires;
 	const char *state = jsonx_get_str(doc, "state");
 	if (state) {
-		free(g->lease->guest_state);
-		g->lease->guest_state = strdup(state);
+		lease_set_guest_state(g, state);
 	}
 	json_object_put(g->lease_document);
 	g->lease_document = doc;
@@ -188,8 +187,7 @@ static void beat(manager *m, guest *g)
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "Heartbeat lost: %s", err.message[0] ? err.message : relay_status_str(st));
 	g->last_error = strbuf_detach(&sb, NULL);
-	free(g->lease->guest_state);
-	g->lease->guest_state = strdup("unknown");
+	lease_set_guest_state(g, NULL);
 	g->lease->renewal = RENEWAL_FAILING;
 	guest_save(g);
 	if (!g->lease->lookup_queued && !m->ending) {

@@ -224,13 +224,15 @@ int probe_guest(manager *m, guest *g, relay_call *call, relay_outcome *o)
 	char observed[21];
 	time_format_iso_seconds(clock_now_ms(), observed);
 	manager_lock(m);
-	char *node = strdup(g->run->node_path ? g->run->node_path : "node");
-	char *cua = g->run->cua_driver ? strdup(g->run->cua_driver) : NULL;
 	bool staged = g->staged;
-	int snapshots = g->run->snapshots;
-	json_object *stored_plan = g->run->capture_plan ? json_object_get(g->run->capture_plan) : NULL;
 	char *image = g->image ? strdup(g->image) : NULL;
 	manager_unlock(m);
+	slice_lock(g->run);
+	char *node = strdup(g->run->node_path ? g->run->node_path : "node");
+	char *cua = g->run->cua_driver ? strdup(g->run->cua_driver) : NULL;
+	int snapshots = g->run->snapshots;
+	json_object *stored_plan = g->run->capture_plan ? json_object_get(g->run->capture_plan) : NULL;
+	slice_unlock(g->run);
 
 	guest_io io;
 	relay_error err;

@@ -22,7 +22,10 @@
 static json_object *pending_begin(manager *m, guest *g, relay_outcome *o)
 {
 	manager_lock(m);
-	if (g->run->pending_reset == NULL) {
+	slice_lock(g->run);
+	json_object *pending = g->run->pending_reset ? json_object_get(g->run->pending_reset) : NULL;
+	slice_unlock(g->run);
+	if (pending == NULL) {
 		if (!g->staged || g->recording_session_id == NULL) {
 			manager_unlock(m);
 			outcome_fail(
@@ -42,10 +45,12 @@ static json_object *pending_begin(manager *m, guest *g, relay_outcome *o)
 		strbuf_printf(&sb, "%s-recording-%.8s", g->evidence_path, uuid);
 		jsonx_add_str(p, "to", strbuf_str(&sb));
 		strbuf_free(&sb);
-		g->run->pending_reset = p;
+		slice_lock(g->run);
+		g->run->pending_reset = json_object_get(p);
+		slice_unlock(g->run);
+		pending = p;
 		guest_save(g);
 	}
-	json_object *pending = json_object_get(g->run->pending_reset);
 	manager_unlock(m);
 	return pending;
 }
@@ -74,8 +79,10 @@ static void reset_finish(manager *m, guest *g, guest_io *io, json_object *pendin
 		g->phase = PHASE_READY;
 	free(g->recording_session_id);
 	g->recording_session_id = NULL;
+	slice_lock(g->run);
 	json_object_put(g->run->pending_reset);
 	g->run->pending_reset = NULL;
+	slice_unlock(g->run);
 	guest_save(g);
 	manager_unlock(m);
 	free(io->evidence);

@@ -84,11 +84,13 @@ static void run_prepare(run_ctx *x)
 	x->root = strdup(x->g->guest_root);
 	x->evidence = strdup(x->g->evidence_path);
 	x->session = x->g->recording_session_id ? strdup(x->g->recording_session_id) : NULL;
+	manager_unlock(x->m);
+	slice_lock(x->g->run);
 	x->node_path = x->g->run->node_path ? strdup(x->g->run->node_path) : NULL;
 	x->snapshots_on = x->g->run->snapshots == 1;
 	json_object *capture = x->snapshots_on ? jsonx_get_obj(x->g->run->capture_plan, "capture") : NULL;
 	x->capture = capture ? json_object_get(capture) : NULL;
-	manager_unlock(x->m);
+	slice_unlock(x->g->run);
 	if (x->capture == NULL)
 		x->snapshots_on = false;
 	x->title = run_derive_title(x->c);

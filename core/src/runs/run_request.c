@@ -45,13 +45,14 @@ void run_call_free(run_call *c)
 static bool step_id_used(manager *m, guest *g, const char *id)
 {
 	bool used = false;
-	manager_lock(m);
+	(void)m;
+	slice_lock(g->run);
 	size_t n = g->run->used_step_ids ? json_object_array_length(g->run->used_step_ids) : 0;
 	for (size_t i = 0; i < n && !used; i++) {
 		const char *s = json_object_get_string(json_object_array_get_idx(g->run->used_step_ids, i));
 		used = s && strcmp(s, id) == 0;
 	}
-	manager_unlock(m);
+	slice_unlock(g->run);
 	return used;
 }
 

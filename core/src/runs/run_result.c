@@ -299,8 +299,8 @@ int run_not_dispatched(manager *m, guest *g, const char *evidence, const char *e
 
 void run_use_step_id(manager *m, guest *g, const char *id)
 {
-	manager_lock(m);
+	slice_lock(g->run);
 	json_object_array_add(g->run->used_step_ids, json_object_new_string(id));
-	guest_save(g);
-	manager_unlock(m);
+	slice_unlock(g->run);
+	guest_persist(m, g);
 }

@@ -180,6 +180,7 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 	manager_lock(m);
 	g->staged = true;
 	g->phase = PHASE_STAGED;
+	slice_lock(g->run);
 	free(g->run->platform);
 	g->run->platform = strdup(s->platform);
 	if (node_given) {
@@ -193,6 +194,7 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 	g->run->snapshots = enabled ? 1 : 0;
 	json_object_put(g->run->capture_plan);
 	g->run->capture_plan = json_object_get(plan);
+	slice_unlock(g->run);
 	free(g->recording_session_id);
 	g->recording_session_id = strdup(session);
 	guest_save(g);
@@ -219,9 +221,9 @@ static int stage_fresh(stage_ctx *s, json_object *reset)
 		goto cleanup;
 	stage_phase_mark(s, "receiver");
 	const char *cua_given = jsonx_get_str(s->args, "cuaDriver");
-	manager_lock(s->m);
+	slice_lock(s->g->run);
 	char *cua_stored = s->g->run->cua_driver ? strdup(s->g->run->cua_driver) : NULL;
-	manager_unlock(s->m);
+	slice_unlock(s->g->run);
 	apps = capture_catalog_applications(s->m, s->g, s->call, NULL, 0);
 	plan = capture_plan_for(s->m, s->g, apps, s->platform, cua_given ? cua_given : cua_stored);
 	free(cua_stored);
@@ -303,7 +305,7 @@ int stage_guest(manager *m, guest *g, json_object *args, relay_call *call, relay
 	jsonx_get_bool(args, "resetRecording", &want_reset);
 	bool gives_content = jsonx_has(args, "workspace") || jsonx_has(args, "files");
 	manager_lock(m);
-	bool pending = g->run->pending_reset != NULL, staged = g->staged;
+	bool pending = run_reset_pending(g), staged = g->staged;
 	manager_unlock(m);
 	/* Step 2: host inputs and limits, before anything is sent. */
 	int r = stage_check_inputs(&s);

@@ -4,10 +4,24 @@
  * session (guest_slice_ops: lease/, runs/, console/, delivery/, guestio/),
  * and its ownership record on disk (spec/lifecycle.md §3, §7, §9).
  *
- * Locking: every field, and every slice's, is read and written under the
- * manager's lock (manager_lock()/manager_unlock()), except `queue`, which
- * has its own. Long operations never hold the manager's lock: they copy
- * what they need, unlock, work, and lock again to publish results.
+ * Locking (after libvirt's per-object lock): the guest's own fields and
+ * the session's list are guarded by the session's lock (manager_lock());
+ * each room's slice by its own (session/slice.h), which that room's
+ * accessors take; `queue` has its own. The order, to stay deadlock-free:
+ *
+ *   a download queue's lock (delivery/downloads.c)
+ *     before the session's lock (manager_lock)
+ *       before one slice's lock (slice_lock; a leaf)
+ *
+ * A slice's lock is a leaf: holding it, code takes no other lock (not the
+ * session's, not another slice's, not a queue's) and does no I/O, so a
+ * reader that needs a guest's fields and a slice's takes the session's
+ * lock first. The session calls the slice operations below with both held
+ * (or on a guest no other thread sees yet). The lease slice's fields change
+ * with the guest's phase and lease document, so lease/ writes them with
+ * both locks held and reads them under either (lease_state.h). Long
+ * operations hold no lock: they copy what they need, unlock, work, and lock
+ * again to publish results.
  *
  * Writers: each group below names the rooms that may write its fields
  * ("writes: ..."); every room may read them all. A slice's fields are its
@@ -52,10 +66,12 @@ struct guest;
 /* One room's slice of a guest, after libvirt's per-object private data: the
  * room above the session defines the slice's type and these operations, the
  * guest holds the pointer, and the session calls them without looking
- * inside. Every slot may be NULL (nothing to do). They run under the
- * manager's lock, or on a guest no other thread sees yet. */
+ * inside. create and destroy are required (the slice is a slice_alloc()
+ * block, session/slice.h); any other slot may be NULL (nothing to do). They
+ * run under the session's lock and the slice's own, or on a guest no other
+ * thread sees yet. */
 typedef struct guest_slice_ops {
-	/* A slice with empty facts, or NULL when out of memory. */
+	/* A slice with empty facts (slice_alloc), or NULL when out of memory. */
 	void *(*create)(void);
 	void (*destroy)(void *slice);
 	/* relay_acquire's validated arguments, when the session reserves the guest. */

@@ -132,7 +132,7 @@ tool_result *tool_script(manager *m, guest *g, json_object *args, relay_call *ca
 	jsonx_get_bool(args, "diagnostic", &diagnostic);
 	manager_lock(m);
 	bool sealed = g->delivered;
-	bool reset_pending = g->run->pending_reset != NULL;
+	bool reset_pending = run_reset_pending(g);
 	bool staged = g->staged && g->phase == PHASE_STAGED;
 	bool leased = g->lease_document != NULL && g->guest_root != NULL;
 	manager_unlock(m);

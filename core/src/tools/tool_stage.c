@@ -50,7 +50,7 @@ tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *cal
 	jsonx_get_bool(args, "resetRecording", &want_reset);
 	manager_lock(m);
 	bool sealed = g->delivered, leased = g->lease_document != NULL && g->guest_root != NULL;
-	bool pending = g->run->pending_reset != NULL, staged = g->staged;
+	bool pending = run_reset_pending(g), staged = g->staged;
 	manager_unlock(m);
 	if (sealed)
 		return guest_error(
