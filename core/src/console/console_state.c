@@ -12,32 +12,21 @@
 #include "util/jsonx.h"
 #include "util/record.h"
 
-/* The slice's facts in the ownership record (spec/lifecycle.md §9). */
-#define F(key, kind, field) {key, kind, offsetof(console_state, field)}
+/* The slice's facts in the ownership record (spec/lifecycle.md §9), and
+ * the observation and attempt in the status entry. */
+#define F(key, kind, field) RECORD_FIELD(console_state, key, kind, field)
+/* clang-format off */
 static const record_field record_fields[] = {
-    F("vnc", RECORD_BOOL, vnc),
-    F("console", RECORD_JSON, observation),
-    F("consoleAttempt", RECORD_JSON, attempt),
-    F("consoleAttemptIds", RECORD_ARRAY, attempt_ids),
-};
+    F("vnc", RECORD_BOOL, vnc), F("console", RECORD_JSON, observation),
+    F("consoleAttempt", RECORD_JSON, attempt), F("consoleAttemptIds", RECORD_JSON, attempt_ids)};
+/* clang-format on */
 #undef F
 
-static void *slice_create(void)
-{
-	console_state *c = slice_alloc(sizeof *c);
-	if (c == NULL)
-		return NULL;
-	c->attempt_ids = json_object_new_array();
-	return c;
-}
-
-static void slice_destroy(void *slice)
+static void slice_reset(void *slice)
 {
 	console_state *c = slice;
-	if (c == NULL)
-		return;
-	record_clear(c, RECORD_FIELDS(record_fields));
-	slice_free(c);
+	if (c->attempt_ids == NULL)
+		c->attempt_ids = json_object_new_array();
 }
 
 static void slice_reserve(guest *g, const json_object *args)
@@ -45,30 +34,13 @@ static void slice_reserve(guest *g, const json_object *args)
 	jsonx_get_bool(args, "vnc", &g->console->vnc);
 }
 
-static void slice_to_record(const guest *g, json_object *r)
-{
-	record_write(g->console, RECORD_FIELDS(record_fields), r);
-}
-
-static void slice_from_record(guest *g, const json_object *r)
-{
-	console_state *c = g->console;
-	record_clear(c, RECORD_FIELDS(record_fields));
-	record_read(c, RECORD_FIELDS(record_fields), r);
-}
-
-static void slice_to_status(const guest *g, json_object *s)
-{
-	record_write(g->console, record_fields + 1, 2, s); /* console, consoleAttempt */
-}
-
 const guest_slice_ops console_slice_ops = {
-    .create = slice_create,
-    .destroy = slice_destroy,
+    .size = sizeof(console_state),
+    GUEST_SLICE_RECORD(record_fields),
+    .status = record_fields + 1, /* console, consoleAttempt */
+    .status_count = 2,
+    .reset = slice_reset,
     .reserve = slice_reserve,
-    .to_record = slice_to_record,
-    .from_record = slice_from_record,
-    .to_status = slice_to_status,
 };
 
 bool console_vnc_wanted(const guest *g)

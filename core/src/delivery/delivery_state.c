@@ -28,36 +28,24 @@ static json_object *new_counters(void)
 
 /* The slice's facts in the ownership record (spec/lifecycle.md §9) and,
  * with the declarations under their status name, in the status entry. */
-#define F(key, kind, field) {key, kind, offsetof(delivery_state, field)}
+#define F(key, kind, field) RECORD_FIELD(delivery_state, key, kind, field)
+/* clang-format off */
 static const record_field record_fields[] = {
-    F("extractions", RECORD_ARRAY, extractions),
-    F("fullWorkspace", RECORD_BOOL, full_workspace),
-    F("downloads", RECORD_JSON, counters),
-};
+    F("extractions", RECORD_JSON, extractions), F("fullWorkspace", RECORD_BOOL, full_workspace),
+    F("downloads", RECORD_JSON, counters)};
 static const record_field status_fields[] = {
-    F("declarations", RECORD_JSON, extractions),
-    F("fullWorkspace", RECORD_BOOL, full_workspace),
-    F("downloads", RECORD_JSON, counters),
-};
+    F("declarations", RECORD_JSON, extractions), F("fullWorkspace", RECORD_BOOL, full_workspace),
+    F("downloads", RECORD_JSON, counters)};
+/* clang-format on */
 #undef F
 
-static void *slice_create(void)
-{
-	delivery_state *d = slice_alloc(sizeof *d);
-	if (d == NULL)
-		return NULL;
-	d->extractions = json_object_new_array();
-	d->counters = new_counters();
-	return d;
-}
-
-static void slice_destroy(void *slice)
+static void slice_reset(void *slice)
 {
 	delivery_state *d = slice;
-	if (d == NULL)
-		return;
-	record_clear(d, RECORD_FIELDS(record_fields));
-	slice_free(d);
+	if (d->extractions == NULL)
+		d->extractions = json_object_new_array();
+	if (d->counters == NULL)
+		d->counters = new_counters();
 }
 
 static void slice_reserve(guest *g, const json_object *args)
@@ -71,30 +59,10 @@ static void slice_reserve(guest *g, const json_object *args)
 	}
 }
 
-static void slice_to_record(const guest *g, json_object *r)
-{
-	record_write(g->delivery, RECORD_FIELDS(record_fields), r);
-}
-
-static void slice_from_record(guest *g, const json_object *r)
-{
-	delivery_state *d = g->delivery;
-	record_clear(d, RECORD_FIELDS(record_fields));
-	record_read(d, RECORD_FIELDS(record_fields), r);
-	if (d->counters == NULL)
-		d->counters = new_counters();
-}
-
-static void slice_to_status(const guest *g, json_object *s)
-{
-	record_write(g->delivery, RECORD_FIELDS(status_fields), s);
-}
-
 const guest_slice_ops delivery_slice_ops = {
-    .create = slice_create,
-    .destroy = slice_destroy,
+    .size = sizeof(delivery_state),
+    GUEST_SLICE_RECORD(record_fields),
+    GUEST_SLICE_STATUS(status_fields),
+    .reset = slice_reset,
     .reserve = slice_reserve,
-    .to_record = slice_to_record,
-    .from_record = slice_from_record,
-    .to_status = slice_to_status,
 };

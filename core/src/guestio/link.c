@@ -9,28 +9,8 @@
 #include "loader/loader.h"
 #include "util/error.h"
 
-static void *slice_create(void)
-{
-	gio_link *link = slice_alloc(sizeof *link);
-	if (link && pthread_cond_init(&link->opened, NULL) != 0) {
-		slice_free(link);
-		link = NULL;
-	}
-	return link;
-}
-
-static void slice_destroy(void *slice)
-{
-	gio_link *link = slice;
-	if (link == NULL)
-		return;
-	pthread_cond_destroy(&link->opened);
-	slice_free(link);
-}
-
 const guest_slice_ops gio_link_ops = {
-    .create = slice_create,
-    .destroy = slice_destroy,
+    .size = sizeof(gio_link),
 };
 
 relay_status gio_link_transport(manager *m, guest *g, loaded_plugin **plugin_out,
@@ -44,7 +24,7 @@ relay_status gio_link_transport(manager *m, guest *g, loaded_plugin **plugin_out
 	gio_link *link = g->link;
 	slice_lock(link);
 	while (link->transport_opening && link->transport_conn == NULL)
-		pthread_cond_wait(&link->opened, &link->head.lock);
+		slice_wait(link);
 	if (link->transport_conn) {
 		*plugin_out = link->transport_plugin;
 		*conn_out = link->transport_conn;
@@ -80,7 +60,7 @@ cleanup:
 		*plugin_out = plugin;
 		*conn_out = conn;
 	}
-	pthread_cond_broadcast(&link->opened);
+	slice_broadcast(link);
 	slice_unlock(link);
 	return status;
 }

@@ -8,13 +8,12 @@
  *
  * Locking: the fields are read and written under the slice's own lock
  * (head, session/slice.h; a leaf); a thread opening the connection sets
- * transport_opening and the others wait on `opened` with that lock. Only
+ * transport_opening and the others wait on the slice's condition. Only
  * guestio/ writes them.
  */
 #ifndef RELAY_GUESTIO_LINK_H
 #define RELAY_GUESTIO_LINK_H
 
-#include <pthread.h>
 #include <stdbool.h>
 
 #include "relay/transport.h"
@@ -24,8 +23,7 @@
 struct gio_resident;
 
 typedef struct gio_link {
-	slice_head head;                        /* the slice's lock */
-	pthread_cond_t opened;                  /* signalled when transport_opening ends */
+	slice_head head;                        /* the slice's lock; its condition: opening ended */
 	struct loaded_plugin *transport_plugin; /* chosen at first use */
 	relay_transport_conn *transport_conn;   /* open connection, or NULL */
 	bool transport_opening;                 /* a thread is in transport.open for this guest */

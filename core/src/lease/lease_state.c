@@ -31,53 +31,33 @@ static renewal_state renewal_from_name(const char *name)
 	return RENEWAL_NONE;
 }
 
-static void *slice_create(void)
-{
-	lease_state *l = slice_alloc(sizeof *l);
-	if (l)
-		l->renewal = RENEWAL_NONE;
-	return l;
-}
-
-/* The slice's facts in the ownership record, around the renewal object
- * (spec/lifecycle.md §9). */
-#define F(key, kind, field) {key, kind, offsetof(lease_state, field)}
+/* The slice's facts in the ownership record (spec/lifecycle.md §9); the
+ * renewal's go into an object of their own. */
+#define F(key, kind, field) RECORD_FIELD(lease_state, key, kind, field)
+/* clang-format off */
 static const record_field record_fields[] = {
-    F("deadline", RECORD_TIME, deadline_ms),
-    F("deadlineMs", RECORD_INT64, deadline_ms),
-    F("ttlHours", RECORD_DOUBLE, ttl_hours),
-    F("env", RECORD_STR, env_pack),
-    F("registryRow", RECORD_JSON, registry_row),
-    F("acquisitionInFlight", RECORD_BOOL, acquisition_in_flight),
-    F("waitedForCapacityMs", RECORD_INT64, waited_for_capacity_ms),
-};
+    F("deadline", RECORD_TIME, deadline_ms), F("deadlineMs", RECORD_INT64, deadline_ms),
+    F("ttlHours", RECORD_DOUBLE, ttl_hours), F("env", RECORD_STR, env_pack),
+    F("registryRow", RECORD_JSON, registry_row), F("acquisitionInFlight", RECORD_BOOL, acquisition_in_flight),
+    F("waitedForCapacityMs", RECORD_INT64, waited_for_capacity_ms), F("guestState", RECORD_STR, guest_state)};
 static const record_field renewal_fields[] = {
-    F("expiresAt", RECORD_TIME, expires_at_ms),
-    F("expiresAtMs", RECORD_INT64, expires_at_ms),
-    F("lastRenewedAt", RECORD_TIME, last_renewed_at_ms),
-    F("lastRenewedAtMs", RECORD_INT64, last_renewed_at_ms),
-};
-static const record_field guest_state_field[] = {F("guestState", RECORD_STR, guest_state)};
+    F("expiresAt", RECORD_TIME, expires_at_ms), F("expiresAtMs", RECORD_INT64, expires_at_ms),
+    F("lastRenewedAt", RECORD_TIME, last_renewed_at_ms), F("lastRenewedAtMs", RECORD_INT64, last_renewed_at_ms)};
+/* clang-format on */
 #undef F
 
-/* Frees the recorded facts and resets them to their empty values (not the
- * renewal state or the runtime facts). */
-static void clear_recorded(lease_state *l)
+static void slice_release(void *slice)
 {
-	record_clear(l, RECORD_FIELDS(record_fields));
-	record_clear(l, RECORD_FIELDS(renewal_fields));
-	record_clear(l, RECORD_FIELDS(guest_state_field));
+	lease_state *l = slice;
 	free(l->capacity_reason);
 	l->capacity_reason = NULL;
 }
 
-static void slice_destroy(void *slice)
+static void slice_reset(void *slice)
 {
 	lease_state *l = slice;
-	if (l == NULL)
-		return;
-	clear_recorded(l);
-	slice_free(l);
+	slice_release(l);
+	l->ttl_hours = 4;
 }
 
 static void slice_reserve(guest *g, const json_object *args)
@@ -97,24 +77,19 @@ static void slice_to_record(const guest *g, json_object *r)
 	/* While reconciling, the record keeps the phase it was found in. */
 	if (reconciling)
 		jsonx_add_str(r, "phase", guest_phase_name(l->restored_phase));
-	record_write(l, RECORD_FIELDS(record_fields), r);
 	json_object *renewal = json_object_new_object();
 	jsonx_add_str(renewal, "state", renewal_state_name(reconciling ? l->restored_renewal : l->renewal));
 	record_write(l, RECORD_FIELDS(renewal_fields), renewal);
 	jsonx_add(r, "renewal", renewal);
-	record_write(l, RECORD_FIELDS(guest_state_field), r);
 }
 
 static void slice_from_record(guest *g, const json_object *r)
 {
 	lease_state *l = g->lease;
-	clear_recorded(l);
-	l->ttl_hours = 4;
-	record_read(l, RECORD_FIELDS(record_fields), r);
 	json_object *renewal = jsonx_get_obj(r, "renewal");
 	l->renewal = renewal_from_name(jsonx_get_str(renewal, "state"));
+	record_clear(l, RECORD_FIELDS(renewal_fields));
 	record_read(l, RECORD_FIELDS(renewal_fields), renewal);
-	record_read(l, RECORD_FIELDS(guest_state_field), r);
 }
 
 static void slice_to_status(const guest *g, json_object *s)
@@ -146,8 +121,10 @@ static void slice_close(guest *g)
 }
 
 const guest_slice_ops lease_slice_ops = {
-    .create = slice_create,
-    .destroy = slice_destroy,
+    .size = sizeof(lease_state),
+    GUEST_SLICE_RECORD(record_fields),
+    .reset = slice_reset,
+    .release = slice_release,
     .reserve = slice_reserve,
     .to_record = slice_to_record,
     .from_record = slice_from_record,

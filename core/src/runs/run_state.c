@@ -12,47 +12,24 @@
 #include "util/jsonx.h"
 #include "util/record.h"
 
-/* The slice's facts in the ownership record (spec/lifecycle.md §9), around
- * snapshots (unknown, off or on). */
-#define F(key, kind, field) {key, kind, offsetof(run_state, field)}
-static const record_field staging_fields[] = {
-    F("platform", RECORD_STR, platform),
-    F("nodePath", RECORD_STR, node_path),
-    F("cuaDriver", RECORD_STR, cua_driver),
-};
-static const record_field run_fields[] = {
-    F("capturePlan", RECORD_JSON, capture_plan),
-    F("runSeq", RECORD_INT64, run_seq),
-    F("usedStepIds", RECORD_ARRAY, used_step_ids),
-    F("pendingReset", RECORD_JSON, pending_reset),
-};
+/* The slice's facts in the ownership record (spec/lifecycle.md §9), but
+ * snapshots (unknown, off or on); the platform in the status entry too. */
+#define F(key, kind, field) RECORD_FIELD(run_state, key, kind, field)
+/* clang-format off */
+static const record_field record_fields[] = {
+    F("platform", RECORD_STR, platform), F("nodePath", RECORD_STR, node_path),
+    F("cuaDriver", RECORD_STR, cua_driver), F("capturePlan", RECORD_JSON, capture_plan),
+    F("runSeq", RECORD_INT64, run_seq), F("usedStepIds", RECORD_JSON, used_step_ids),
+    F("pendingReset", RECORD_JSON, pending_reset)};
+/* clang-format on */
 #undef F
 
-/* Frees the recorded facts and resets them to their empty values. */
-static void reset_recorded(run_state *r)
-{
-	record_clear(r, RECORD_FIELDS(staging_fields));
-	record_clear(r, RECORD_FIELDS(run_fields));
-	r->snapshots = -1;
-}
-
-static void *slice_create(void)
-{
-	run_state *r = slice_alloc(sizeof *r);
-	if (r == NULL)
-		return NULL;
-	r->snapshots = -1;
-	r->used_step_ids = json_object_new_array();
-	return r;
-}
-
-static void slice_destroy(void *slice)
+static void slice_reset(void *slice)
 {
 	run_state *r = slice;
-	if (r == NULL)
-		return;
-	reset_recorded(r);
-	slice_free(r);
+	r->snapshots = -1;
+	if (r->used_step_ids == NULL)
+		r->used_step_ids = json_object_new_array();
 }
 
 static void add_snapshots(json_object *obj, int snapshots)
@@ -65,35 +42,30 @@ static void add_snapshots(json_object *obj, int snapshots)
 
 static void slice_to_record(const guest *g, json_object *out)
 {
-	const run_state *r = g->run;
-	record_write(r, RECORD_FIELDS(staging_fields), out);
-	add_snapshots(out, r->snapshots);
-	record_write(r, RECORD_FIELDS(run_fields), out);
+	add_snapshots(out, g->run->snapshots);
 }
 
 static void slice_from_record(guest *g, const json_object *in)
 {
-	run_state *r = g->run;
-	reset_recorded(r);
-	record_read(r, RECORD_FIELDS(staging_fields), in);
 	bool snapshots = false;
 	if (jsonx_get_bool(in, "snapshots", &snapshots))
-		r->snapshots = snapshots ? 1 : 0;
-	record_read(r, RECORD_FIELDS(run_fields), in);
+		g->run->snapshots = snapshots ? 1 : 0;
 }
 
 static void slice_to_status(const guest *g, json_object *out)
 {
 	const run_state *r = g->run;
-	jsonx_add_str(out, "platform", r->platform);
 	add_snapshots(out, r->snapshots);
 	jsonx_add_bool(out, "recordingResetPending", r->pending_reset != NULL);
 	jsonx_add_int(out, "runs", r->run_seq);
 }
 
 const guest_slice_ops run_slice_ops = {
-    .create = slice_create,
-    .destroy = slice_destroy,
+    .size = sizeof(run_state),
+    GUEST_SLICE_RECORD(record_fields),
+    .status = record_fields, /* platform */
+    .status_count = 1,
+    .reset = slice_reset,
     .to_record = slice_to_record,
     .from_record = slice_from_record,
     .to_status = slice_to_status,

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "session/slice.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
 #include "util/record.h"
-#include "session/slice.h"
 
 #define RECORD_SCHEMA_VERSION 1
 
@@ -47,13 +47,32 @@ static void slices_of(const guest *g, const guest_slice_ops *ops[SLICES], void *
 	data[4] = g->link;
 }
 
+void *guest_slice_new(const guest_slice_ops *ops)
+{
+	void *slice = slice_alloc(ops->size);
+	if (slice && ops->reset)
+		ops->reset(slice);
+	return slice;
+}
+
+void guest_slice_free(const guest_slice_ops *ops, void *slice)
+{
+	if (slice == NULL)
+		return;
+	if (ops->release)
+		ops->release(slice);
+	record_clear(slice, ops->record, ops->record_count);
+	slice_free(slice);
+}
+
 /* Creates the rooms' empty slices; false when out of memory. */
 static bool create_slices(guest *g)
 {
 	const guest_rooms *r = g->rooms;
-	return (g->lease = r->lease->create()) != NULL && (g->run = r->run->create()) != NULL &&
-	       (g->console = r->console->create()) != NULL && (g->delivery = r->delivery->create()) != NULL &&
-	       (g->link = r->link->create()) != NULL;
+	return (g->lease = guest_slice_new(r->lease)) != NULL && (g->run = guest_slice_new(r->run)) != NULL &&
+	       (g->console = guest_slice_new(r->console)) != NULL &&
+	       (g->delivery = guest_slice_new(r->delivery)) != NULL &&
+	       (g->link = guest_slice_new(r->link)) != NULL;
 }
 
 static void destroy_slices(guest *g)
@@ -62,8 +81,7 @@ static void destroy_slices(guest *g)
 	void *data[SLICES];
 	slices_of(g, ops, data);
 	for (size_t i = 0; i < SLICES; i++)
-		if (data[i])
-			ops[i]->destroy(data[i]);
+		guest_slice_free(ops[i], data[i]);
 	g->lease = NULL;
 	g->run = NULL;
 	g->console = NULL;
@@ -71,10 +89,43 @@ static void destroy_slices(guest *g)
 	g->link = NULL;
 }
 
-/* Which of a slice's operations a walk calls. */
+/* Which of a slice's operations a walk does. */
 typedef enum slice_op { OP_RESERVE, OP_TO_RECORD, OP_FROM_RECORD, OP_TO_STATUS, OP_CLOSE } slice_op;
 
-/* Calls one operation of every slice, each under its slice's lock
+/* One operation on one slice, under its lock (the session's is held). */
+static void slice_do(guest *g, const guest_slice_ops *ops, void *slice, slice_op op, json_object *obj)
+{
+	switch (op) {
+	case OP_RESERVE:
+		if (ops->reserve)
+			ops->reserve(g, obj);
+		break;
+	case OP_TO_RECORD:
+		record_write(slice, ops->record, ops->record_count, obj);
+		if (ops->to_record)
+			ops->to_record(g, obj);
+		break;
+	case OP_FROM_RECORD:
+		record_clear(slice, ops->record, ops->record_count);
+		if (ops->reset)
+			ops->reset(slice);
+		record_read(slice, ops->record, ops->record_count, obj);
+		if (ops->from_record)
+			ops->from_record(g, obj);
+		break;
+	case OP_TO_STATUS:
+		record_write(slice, ops->status, ops->status_count, obj);
+		if (ops->to_status)
+			ops->to_status(g, obj);
+		break;
+	case OP_CLOSE:
+		if (ops->close)
+			ops->close(g);
+		break;
+	}
+}
+
+/* Does one operation on every slice, each under its slice's lock
  * (slice.h). `obj` is relay_acquire's arguments, the record or the status
  * entry. */
 static void walk_slices(guest *g, slice_op op, json_object *obj)
@@ -84,28 +135,7 @@ static void walk_slices(guest *g, slice_op op, json_object *obj)
 	slices_of(g, ops, data);
 	for (size_t i = 0; i < SLICES; i++) {
 		slice_lock(data[i]);
-		switch (op) {
-		case OP_RESERVE:
-			if (ops[i]->reserve)
-				ops[i]->reserve(g, obj);
-			break;
-		case OP_TO_RECORD:
-			if (ops[i]->to_record)
-				ops[i]->to_record(g, obj);
-			break;
-		case OP_FROM_RECORD:
-			if (ops[i]->from_record)
-				ops[i]->from_record(g, obj);
-			break;
-		case OP_TO_STATUS:
-			if (ops[i]->to_status)
-				ops[i]->to_status(g, obj);
-			break;
-		case OP_CLOSE:
-			if (ops[i]->close)
-				ops[i]->close(g);
-			break;
-		}
+		slice_do(g, ops[i], data[i], op, obj);
 		slice_unlock(data[i]);
 	}
 }
@@ -138,49 +168,29 @@ void guest_slices_close(guest *g)
 }
 
 /* The guest's own facts in the ownership record (spec/lifecycle.md §9), in
- * the record's order: those before the phase, then those after it. */
-#define F(key, kind, field) {key, kind, offsetof(guest, field)}
-static const record_field record_head[] = {
-    F("guest", RECORD_STR, name),
-    F("task", RECORD_STR, task),
-    F("image", RECORD_STR, image),
-    F("purpose", RECORD_STR, purpose),
-    F("binding", RECORD_JSON, binding),
-    F("evidencePath", RECORD_STR, evidence_path),
-    F("guestRoot", RECORD_STR, guest_root),
-    F("acquiredAt", RECORD_TIME, acquired_at_ms),
-    F("acquiredAtMs", RECORD_INT64, acquired_at_ms),
-    F("network", RECORD_STR, network),
-    F("lease", RECORD_JSON, lease_document),
-};
-static const record_field record_tail[] = {
-    F("lastError", RECORD_STR, last_error),
-    F("staged", RECORD_BOOL, staged),
-    F("recordingSessionId", RECORD_STR, recording_session_id),
-    F("previousEvidence", RECORD_ARRAY, previous_evidence),
-    F("delivered", RECORD_BOOL, delivered),
-    F("released", RECORD_BOOL, released),
-    F("closed", RECORD_JSON, closed),
-};
-/* The status entry's (spec/lifecycle.md §7): the names, then (after the
+ * the record's order: those before the phase, then those after it; and in
+ * the status entry (spec/lifecycle.md §7): the names, then (after the
  * phase, binding and the lease's ids) the rest. */
-static const record_field status_names[] = {
-    F("guest", RECORD_STR, name),
-    F("task", RECORD_STR, task),
-    F("image", RECORD_STR, image),
-    F("purpose", RECORD_STR, purpose),
-};
-static const record_field status_rest[] = {
-    F("acquiredAt", RECORD_TIME, acquired_at_ms),
-    F("network", RECORD_STR, network),
-    F("staged", RECORD_BOOL, staged),
+#define F(key, kind, field) RECORD_FIELD(guest, key, kind, field)
+/* clang-format off */
+static const record_field record_head[] = {
+    F("guest", RECORD_STR, name), F("task", RECORD_STR, task), F("image", RECORD_STR, image),
+    F("purpose", RECORD_STR, purpose), F("binding", RECORD_JSON, binding),
+    F("evidencePath", RECORD_STR, evidence_path), F("guestRoot", RECORD_STR, guest_root),
+    F("acquiredAt", RECORD_TIME, acquired_at_ms), F("acquiredAtMs", RECORD_INT64, acquired_at_ms),
+    F("network", RECORD_STR, network), F("lease", RECORD_JSON, lease_document)};
+static const record_field record_tail[] = {
+    F("lastError", RECORD_STR, last_error), F("staged", RECORD_BOOL, staged),
     F("recordingSessionId", RECORD_STR, recording_session_id),
-    F("lastError", RECORD_STR, last_error),
-    F("delivered", RECORD_BOOL, delivered),
-    F("evidencePath", RECORD_STR, evidence_path),
-    F("previousEvidence", RECORD_JSON, previous_evidence),
-    F("guestRoot", RECORD_STR, guest_root),
-};
+    F("previousEvidence", RECORD_JSON, previous_evidence), F("delivered", RECORD_BOOL, delivered),
+    F("released", RECORD_BOOL, released), F("closed", RECORD_JSON, closed)};
+static const record_field status_rest[] = {
+    F("acquiredAt", RECORD_TIME, acquired_at_ms), F("network", RECORD_STR, network),
+    F("staged", RECORD_BOOL, staged), F("recordingSessionId", RECORD_STR, recording_session_id),
+    F("lastError", RECORD_STR, last_error), F("delivered", RECORD_BOOL, delivered),
+    F("evidencePath", RECORD_STR, evidence_path), F("previousEvidence", RECORD_JSON, previous_evidence),
+    F("guestRoot", RECORD_STR, guest_root)};
+/* clang-format on */
 #undef F
 
 /* Frees every fact of a guest (not its queue or runtime fields) and resets
@@ -244,6 +254,7 @@ static bool record_usable(const json_object *r, char *errbuf, size_t errlen)
 /* Fills the facts of `g` (empty) from a usable record. */
 static void fill_from_record(guest *g, const json_object *r)
 {
+	g->previous_evidence = json_object_new_array();
 	record_read(g, RECORD_FIELDS(record_head), r);
 	g->phase = (guest_phase)guest_phase_from_name(jsonx_get_str(r, "phase"));
 	record_read(g, RECORD_FIELDS(record_tail), r);
@@ -301,7 +312,7 @@ int guest_save(const guest *g)
 json_object *guest_status_json(const guest *g)
 {
 	json_object *s = json_object_new_object();
-	record_write(g, RECORD_FIELDS(status_names), s);
+	record_write(g, record_head, 4, s); /* guest, task, image, purpose */
 	jsonx_add_str(s, "phase", guest_phase_name(g->phase));
 	jsonx_add(s, "binding", g->binding ? json_object_get(g->binding) : NULL);
 	jsonx_add_str(s, "vm", jsonx_get_str(g->lease_document, "vm"));

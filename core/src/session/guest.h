@@ -40,6 +40,7 @@
 
 #include "relay/transport.h"
 #include "session/queue.h"
+#include "util/record.h"
 
 typedef enum guest_phase {
 	PHASE_ACQUIRING = 0,
@@ -64,28 +65,42 @@ struct gio_link;
 struct guest;
 
 /* One room's slice of a guest, after libvirt's per-object private data: the
- * room above the session defines the slice's type and these operations, the
- * guest holds the pointer, and the session calls them without looking
- * inside. create and destroy are required (the slice is a slice_alloc()
- * block, session/slice.h); any other slot may be NULL (nothing to do). They
+ * room above the session defines the slice's type and describes it here,
+ * the guest holds the pointer, and the session makes, records, reads back,
+ * reports and frees it without looking inside (session/guest.c does it
+ * once for every slice). The callbacks may be NULL (nothing to do); they
  * run under the session's lock and the slice's own, or on a guest no other
  * thread sees yet. */
 typedef struct guest_slice_ops {
-	/* A slice with empty facts (slice_alloc), or NULL when out of memory. */
-	void *(*create)(void);
-	void (*destroy)(void *slice);
+	/* sizeof the room's struct, which starts with a slice_head
+	 * (session/slice.h). */
+	size_t size;
+	/* The slice's facts in the ownership record (spec/lifecycle.md §9),
+	 * written and read back in this order and freed with the slice; and
+	 * those in the status entry (spec/lifecycle.md §7). */
+	const record_field *record;
+	size_t record_count;
+	const record_field *status;
+	size_t status_count;
+	/* Sets the empty values that are not zero (-1, [], a default): on a new
+	 * slice, and before a record is read into it. */
+	void (*reset)(void *slice);
+	/* Frees what the slice owns outside its record table. */
+	void (*release)(void *slice);
 	/* relay_acquire's validated arguments, when the session reserves the guest. */
 	void (*reserve)(struct guest *g, const json_object *args);
-	/* Adds the slice's facts to the ownership record (spec/lifecycle.md §9). */
+	/* What the tables cannot say, after them: the slice's record facts,
+	 * read back facts (runtime facts, not in the record, are kept), status. */
 	void (*to_record)(const struct guest *g, json_object *record);
-	/* Replaces the slice's recorded facts with those of a usable record;
-	 * runtime facts (not in the record) are kept. */
 	void (*from_record)(struct guest *g, const json_object *record);
-	/* Adds the slice's facts to the status entry (spec/lifecycle.md §7). */
 	void (*to_status)(const struct guest *g, json_object *status);
 	/* The guest is being closed (phase closed is set). */
 	void (*close)(struct guest *g);
 } guest_slice_ops;
+
+/* A slice's record and status tables in its guest_slice_ops initialiser. */
+#define GUEST_SLICE_RECORD(table) .record = (table), .record_count = sizeof(table) / sizeof((table)[0])
+#define GUEST_SLICE_STATUS(table) .status = (table), .status_count = sizeof(table) / sizeof((table)[0])
 
 /* The slices of the rooms above the session, in the order the session calls
  * them (tools/dispatch.c fills the table the relay uses; static storage).
@@ -171,6 +186,12 @@ guest *guest_new(const guest_rooms *rooms);
  * must be stopped first (manager_hooks's guest_release_rooms); a guest that
  * never queued a download has none. */
 void guest_free(guest *g);
+
+/* A slice of that type with empty facts and its lock made, or NULL when
+ * out of memory; and freeing one (NULL: nothing). The session makes and
+ * frees the guest's; a room's unit test may make one without a session. */
+void *guest_slice_new(const guest_slice_ops *ops);
+void guest_slice_free(const guest_slice_ops *ops, void *slice);
 
 /* Hands relay_acquire's validated arguments to the rooms' slices (reserve). */
 void guest_slices_reserve(guest *g, const json_object *args);

@@ -8,9 +8,16 @@
 void *slice_alloc(size_t size)
 {
 	slice_head *head = calloc(1, size);
-	if (head && pthread_mutex_init(&head->lock, NULL) != 0) {
+	if (head == NULL)
+		return NULL;
+	if (pthread_mutex_init(&head->lock, NULL) != 0) {
 		free(head);
-		head = NULL;
+		return NULL;
+	}
+	if (pthread_cond_init(&head->changed, NULL) != 0) {
+		pthread_mutex_destroy(&head->lock);
+		free(head);
+		return NULL;
 	}
 	return head;
 }
@@ -20,6 +27,7 @@ void slice_free(void *slice)
 	slice_head *head = slice;
 	if (head == NULL)
 		return;
+	pthread_cond_destroy(&head->changed);
 	pthread_mutex_destroy(&head->lock);
 	free(head);
 }
@@ -34,4 +42,15 @@ void slice_lock(const void *slice)
 void slice_unlock(const void *slice)
 {
 	pthread_mutex_unlock(&((slice_head *)(void *)slice)->lock);
+}
+
+void slice_wait(const void *slice)
+{
+	slice_head *head = (slice_head *)(void *)slice;
+	pthread_cond_wait(&head->changed, &head->lock);
+}
+
+void slice_broadcast(const void *slice)
+{
+	pthread_cond_broadcast(&((slice_head *)(void *)slice)->changed);
 }

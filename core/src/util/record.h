@@ -15,7 +15,6 @@
 typedef enum record_kind {
 	RECORD_STR = 0, /* char *: a string, null when NULL */
 	RECORD_JSON,    /* json_object *: a reference, null when NULL */
-	RECORD_ARRAY,   /* json_object *: like RECORD_JSON; read back as [] when absent */
 	RECORD_BOOL,    /* bool */
 	RECORD_INT64,   /* int64_t */
 	RECORD_DOUBLE,  /* double */
@@ -28,14 +27,20 @@ typedef struct record_field {
 	size_t offset; /* offsetof the field in its struct */
 } record_field;
 
+/* A table's entry for `field` of `type`, and a table with its length as
+ * two arguments. */
+#define RECORD_FIELD(type, key, kind, field)                                                                 \
+	{                                                                                                    \
+		(key), (kind), offsetof(type, field)                                                         \
+	}
 #define RECORD_FIELDS(table) (table), (sizeof(table) / sizeof((table)[0]))
 
 /* Adds the fields of `base` to `out` in the table's order. */
 void record_write(const void *base, const record_field *fields, size_t n, json_object *out);
-/* Reads the fields of `base` from `in`: strings and JSON are replaced (the
- * old values freed; NULL when absent, [] for RECORD_ARRAY); a scalar keeps
- * its value when the key is absent or of another type, so set defaults
- * first. RECORD_TIME fields are skipped. */
+/* Reads the fields of `base` from `in`: a field whose key holds a value of
+ * its kind (a string; any non-null JSON; a boolean; an integer; a number)
+ * takes it (the old string or reference freed); any other keeps its value,
+ * so clear and set the defaults first. RECORD_TIME fields are skipped. */
 void record_read(void *base, const record_field *fields, size_t n, const json_object *in);
 /* Frees the strings and JSON of `base` and zeroes every field. */
 void record_clear(void *base, const record_field *fields, size_t n);
