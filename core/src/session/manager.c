@@ -313,14 +313,13 @@ bool manager_queue_internal(manager *m, guest *g, internal_work_fn work, void *c
 			ctx_free(ctx);
 		return false;
 	}
-	job->base.run = internal_job_run;
-	job->base.drop = internal_job_drop;
-	job->mgr = m;
-	job->g = g;
-	job->work = work;
-	job->ctx = ctx;
-	job->ctx_free = ctx_free;
-	job->timeout_ms = timeout_ms;
+	*job = (internal_job){.base = {.run = internal_job_run, .drop = internal_job_drop},
+	                      .mgr = m,
+	                      .g = g,
+	                      .work = work,
+	                      .ctx = ctx,
+	                      .ctx_free = ctx_free,
+	                      .timeout_ms = timeout_ms};
 	if (!queue_push(&g->queue, &job->base)) {
 		internal_job_free(job);
 		return false;
