@@ -322,7 +322,7 @@ bool console_attempt_terminal(const char *status)
 
 /* ---- relay_acquire step 6 ---------------------------------------------------------------- */
 
-static const char *image_os(manager *m, const char *image, relay_call *call)
+static const char *image_os(session_manager *m, const char *image, relay_call *call)
 {
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	char *text = NULL;
@@ -343,8 +343,8 @@ static const char *image_os(manager *m, const char *image, relay_call *call)
 	return os;
 }
 
-int console_vnc_check(manager *m, const char *image, relay_call *call, const char **code_out, char *msg,
-                      size_t len)
+int console_vnc_check(session_manager *m, const char *image, relay_call *call, const char **code_out,
+                      char *msg, size_t len)
 {
 	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
 	*code_out = "console-unavailable";
@@ -454,7 +454,7 @@ static void read_facts(guest *g, char *lease_text, console_guest_facts *f)
 	json_object_put(lease);
 }
 
-void console_mark_unknown(manager *m, guest *g)
+void console_mark_unknown(session_manager *m, guest *g)
 {
 	slice_lock(g->console);
 	bool known = g->console->observation != NULL;
@@ -465,11 +465,11 @@ void console_mark_unknown(manager *m, guest *g)
 		guest_persist(m, g);
 }
 
-int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
+int console_resolve_guest(session_manager *m, guest *g, relay_call *call, json_object **obs_out,
                           console_guest_facts *facts_out, relay_outcome *o)
 {
 	*obs_out = NULL;
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	char *lease_text = guest_lease_text(m, g);
 	slice_lock(g->console);
 	bool vnc = g->console->vnc;
@@ -554,7 +554,7 @@ static int console_named_check(const json_object *obs, const char *console_id, r
 	                    console_id, resolved_console ? resolved_console : "unknown");
 }
 
-int console_resolve_named(manager *m, guest *g, relay_call *call, const char *console_id,
+int console_resolve_named(session_manager *m, guest *g, relay_call *call, const char *console_id,
                           json_object **obs_out, console_guest_facts *facts_out, relay_outcome *o)
 {
 	if (console_resolve_guest(m, g, call, obs_out, facts_out, o) != 0)
@@ -567,9 +567,9 @@ int console_resolve_named(manager *m, guest *g, relay_call *call, const char *co
 	return -1;
 }
 
-json_object *console_attempt_request(manager *m, guest *g, relay_call *call, const console_guest_facts *facts,
-                                     console_operation operation, const char *console_id,
-                                     const char *attempt_id, relay_outcome *o)
+json_object *console_attempt_request(session_manager *m, guest *g, relay_call *call,
+                                     const console_guest_facts *facts, console_operation operation,
+                                     const char *console_id, const char *attempt_id, relay_outcome *o)
 {
 	bool opening = operation == CONSOLE_OPEN;
 	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
@@ -692,9 +692,9 @@ json_object *console_status_result(const char *guest_name, const json_object *ob
 	return r;
 }
 
-int console_acquisition_capabilities(manager *m, relay_call *call, relay_outcome *o)
+int console_acquisition_capabilities(session_manager *m, relay_call *call, relay_outcome *o)
 {
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
 	relay_error err;

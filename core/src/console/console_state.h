@@ -9,7 +9,7 @@
  * (head, session/slice.h; a leaf: taken after the session's lock when both
  * are needed, and nothing is saved while holding it). console/ and the
  * console tools write them; lease/ (a peer) stores the first observation
- * through the acquire_console hooks the relay_acquire handler passes
+ * through the lease_acquire_console hooks the relay_acquire handler passes
  * (lease/acquire.h), console_store_acquired().
  */
 #ifndef RELAY_CONSOLE_CONSOLE_STATE_H
@@ -32,7 +32,7 @@ typedef struct console_state {
  * the relay's guest_rooms). */
 extern const guest_slice_ops console_slice_ops;
 
-/* Whether relay_acquire asked for a console (acquire_console.vnc_wanted). */
+/* Whether relay_acquire asked for a console (lease_acquire_console.vnc_wanted). */
 bool console_vnc_wanted(const guest *g);
 /* relay_acquire step 14: stores the relay's observation of the lease's
  * console report (console_observation(), or a copy of the report when its

@@ -41,7 +41,7 @@ static relay_status write_downloaded_receipt(const char *image_dir, json_object 
 	return st;
 }
 
-relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording,
+relay_status image_delivery_publish_answer(session_manager *m, guest *g, const char *recording,
                                            const json_object *receipt, const json_object *part,
                                            const void *data, size_t len, relay_error *err)
 {
@@ -120,7 +120,7 @@ cleanup:
 	return st;
 }
 
-relay_status image_delivery_publish_step(manager *m, guest *g, const char *recording,
+relay_status image_delivery_publish_step(session_manager *m, guest *g, const char *recording,
                                          const json_object *receipt, json_object **published_out,
                                          relay_error *err)
 {

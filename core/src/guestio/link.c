@@ -13,10 +13,10 @@ const guest_slice_ops gio_link_ops = {
     .size = sizeof(gio_link),
 };
 
-relay_status gio_link_transport(manager *m, guest *g, loaded_plugin **plugin_out,
+relay_status gio_link_transport(session_manager *m, guest *g, loaded_plugin **plugin_out,
                                 relay_transport_conn **conn_out, relay_error *err)
 {
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	m->hooks->guest_reached(m, g); /* an operation reaches the guest: lifts a download pause */
 	/* A call and a step download may reach a guest without a connection
 	 * at the same moment: one opens, the other waits for it, so a guest
@@ -65,7 +65,7 @@ cleanup:
 	return status;
 }
 
-void gio_link_close(manager *m, guest *g)
+void gio_link_close(session_manager *m, guest *g)
 {
 	(void)m;
 	gio_link *link = g->link;

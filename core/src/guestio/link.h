@@ -36,13 +36,13 @@ extern const guest_slice_ops gio_link_ops;
 
 /* The transport connection of a guest, opened on first use with the plugin
  * backends_transport_for() picks; tells the rooms above an operation
- * reaches the guest (manager_hooks.guest_reached). RELAY_OK with
+ * reaches the guest (session_hooks.guest_reached). RELAY_OK with
  * *plugin_out and *conn_out borrowed from the guest. Call without the lock
  * (from the guest's queue or a download worker). */
-relay_status gio_link_transport(manager *m, guest *g, struct loaded_plugin **plugin_out,
+relay_status gio_link_transport(session_manager *m, guest *g, struct loaded_plugin **plugin_out,
                                 relay_transport_conn **conn_out, relay_error *err);
 /* Closes the guest's transport connection, if open (the release). Call
  * without the lock, once nothing uses the connection any more. */
-void gio_link_close(manager *m, guest *g);
+void gio_link_close(session_manager *m, guest *g);
 
 #endif

@@ -50,7 +50,7 @@ static void resident_free(gio_resident *r)
 }
 
 /* Takes the guest's channel out of its record (NULL when it has none). */
-static gio_resident *resident_take(manager *m, guest *g)
+static gio_resident *resident_take(session_manager *m, guest *g)
 {
 	(void)m;
 	slice_lock(g->link);
@@ -60,7 +60,7 @@ static gio_resident *resident_take(manager *m, guest *g)
 	return r;
 }
 
-void gio_resident_close(manager *m, guest *g)
+void gio_resident_close(session_manager *m, guest *g)
 {
 	resident_free(resident_take(m, g));
 }

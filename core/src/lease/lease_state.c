@@ -17,17 +17,17 @@
 
 static const char *const renewal_names[] = {"none", "renewing", "failing", "stopped", "paused"};
 
-const char *renewal_state_name(renewal_state state)
+const char *lease_renewal_state_name(lease_renewal_state state)
 {
 	return (unsigned)state < sizeof renewal_names / sizeof renewal_names[0] ? renewal_names[state]
 	                                                                        : "none";
 }
 
-static renewal_state renewal_from_name(const char *name)
+static lease_renewal_state renewal_from_name(const char *name)
 {
 	for (size_t i = 0; name && i < sizeof renewal_names / sizeof renewal_names[0]; i++)
 		if (strcmp(name, renewal_names[i]) == 0)
-			return (renewal_state)i;
+			return (lease_renewal_state)i;
 	return RENEWAL_NONE;
 }
 
@@ -78,7 +78,8 @@ static void slice_to_record(const guest *g, json_object *r)
 	if (reconciling)
 		jsonx_add_str(r, "phase", guest_phase_name(l->restored_phase));
 	json_object *renewal = json_object_new_object();
-	jsonx_add_str(renewal, "state", renewal_state_name(reconciling ? l->restored_renewal : l->renewal));
+	jsonx_add_str(renewal, "state",
+	              lease_renewal_state_name(reconciling ? l->restored_renewal : l->renewal));
 	record_write(l, RECORD_FIELDS(renewal_fields), renewal);
 	jsonx_add(r, "renewal", renewal);
 }
@@ -98,7 +99,7 @@ static void slice_to_status(const guest *g, json_object *s)
 	jsonx_add_bool(s, "active", l->renewal == RENEWAL_RENEWING || l->renewal == RENEWAL_FAILING);
 	jsonx_add_str(s, "guestState", l->guest_state ? l->guest_state : "unknown");
 	json_object *renewal = json_object_new_object();
-	jsonx_add_str(renewal, "state", renewal_state_name(l->renewal));
+	jsonx_add_str(renewal, "state", lease_renewal_state_name(l->renewal));
 	record_add_time(renewal, "deadline", l->deadline_ms);
 	record_add_time(renewal, "expiresAt", l->expires_at_ms);
 	record_add_time(renewal, "lastRenewedAt", l->last_renewed_at_ms);
@@ -132,20 +133,20 @@ const guest_slice_ops lease_slice_ops = {
     .close = slice_close,
 };
 
-bool lease_is_live(manager *m, guest *g)
+bool lease_is_live(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	const lease_state *l = g->lease;
 	const char *state = l->guest_state ? l->guest_state : jsonx_get_str(g->lease_document, "state");
 	int64_t now = clock_now_ms();
 	bool live = state && strcmp(state, "running") == 0 && l->deadline_ms > now &&
 	            (l->expires_at_ms == 0 || l->expires_at_ms > now) && g->phase != PHASE_RELEASING &&
 	            g->phase != PHASE_FINISHING;
-	manager_unlock(m);
+	session_unlock(m);
 	return live;
 }
 
-char *lease_guest_state_copy(manager *m, guest *g)
+char *lease_guest_state_copy(session_manager *m, guest *g)
 {
 	(void)m;
 	slice_lock(g->lease);

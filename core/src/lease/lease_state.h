@@ -24,13 +24,13 @@
 #include "session/manager_internal.h"
 #include "session/slice.h"
 
-typedef enum renewal_state {
+typedef enum lease_renewal_state {
 	RENEWAL_NONE = 0,
 	RENEWAL_RENEWING,
 	RENEWAL_FAILING,
 	RENEWAL_STOPPED,
 	RENEWAL_PAUSED,
-} renewal_state;
+} lease_renewal_state;
 
 typedef struct lease_state {
 	slice_head head; /* the slice's lock (session/slice.h) */
@@ -48,14 +48,14 @@ typedef struct lease_state {
 	char *capacity_reason;
 
 	/* renewal (renewal.c, acquire.c, reconcile.c) */
-	renewal_state renewal;
+	lease_renewal_state renewal;
 	int64_t expires_at_ms; /* last confirmed expiry; 0 = unknown */
 	int64_t last_renewed_at_ms;
 	char *guest_state; /* pending | provisioning | running | releasing | unknown */
 
 	/* restart (spec/lifecycle.md §8, reconcile.c) */
-	guest_phase restored_phase;     /* the phase on disk while the guest's is PHASE_RECONCILING */
-	renewal_state restored_renewal; /* the renewal state on disk while reconciling */
+	guest_phase restored_phase;           /* the phase on disk while the guest's is PHASE_RECONCILING */
+	lease_renewal_state restored_renewal; /* the renewal state on disk while reconciling */
 
 	/* runtime only (renewal.c): not in the record */
 	bool beat_in_flight;  /* a renewal beat is running (one at a time) */
@@ -67,14 +67,14 @@ typedef struct lease_state {
  * the relay's guest_rooms). */
 extern const guest_slice_ops lease_slice_ops;
 
-const char *renewal_state_name(renewal_state state);
+const char *lease_renewal_state_name(lease_renewal_state state);
 
 /* Whether the lease of `g` is running and unexpired, and the guest neither
  * releasing nor finishing (console_open step 4). Takes the manager's lock. */
-bool lease_is_live(manager *m, guest *g);
+bool lease_is_live(session_manager *m, guest *g);
 /* The guest's state as the backend last reported it ("unknown" when none),
  * copied under the slice's lock (malloc'd; NULL when out of memory). */
-char *lease_guest_state_copy(manager *m, guest *g);
+char *lease_guest_state_copy(session_manager *m, guest *g);
 /* Records the guest's state as the backend reported it (NULL: "unknown").
  * lease/ only, under the session's lock; takes the slice's. */
 void lease_set_guest_state(guest *g, const char *state);

@@ -42,7 +42,7 @@ void run_call_free(run_call *c)
 	memset(c, 0, sizeof *c);
 }
 
-static bool step_id_used(manager *m, guest *g, const char *id)
+static bool step_id_used(session_manager *m, guest *g, const char *id)
 {
 	bool used = false;
 	(void)m;
@@ -56,7 +56,7 @@ static bool step_id_used(manager *m, guest *g, const char *id)
 	return used;
 }
 
-int run_call_parse(manager *m, guest *g, json_object *args, run_call *out, relay_outcome *o)
+int run_call_parse(session_manager *m, guest *g, json_object *args, run_call *out, relay_outcome *o)
 {
 	memset(out, 0, sizeof *out);
 	const char *language = jsonx_get_str(args, "language");

@@ -91,7 +91,8 @@ char *run_derive_because(const run_call *c, const char *title)
 	return out;
 }
 
-json_object *run_derive_step(manager *m, guest *g, const run_call *c, const char *title, int64_t *run_seq_out)
+json_object *run_derive_step(session_manager *m, guest *g, const run_call *c, const char *title,
+                             int64_t *run_seq_out)
 {
 	const char *given_id = c->step ? jsonx_get_str(c->step, "id") : NULL;
 	char id[160];

@@ -5,12 +5,12 @@
  * and its ownership record on disk (spec/lifecycle.md §3, §7, §9).
  *
  * Locking (after libvirt's per-object lock): the guest's own fields and
- * the session's list are guarded by the session's lock (manager_lock());
+ * the session's list are guarded by the session's lock (session_lock());
  * each room's slice by its own (session/slice.h), which that room's
  * accessors take; `queue` has its own. The order, to stay deadlock-free:
  *
  *   a download queue's lock (delivery/downloads.c)
- *     before the session's lock (manager_lock)
+ *     before the session's lock (session_lock)
  *       before one slice's lock (slice_lock; a leaf)
  *
  * A slice's lock is a leaf: holding it, code takes no other lock (not the
@@ -183,7 +183,7 @@ int guest_phase_from_name(const char *name);
  * initialised queue; NULL when out of memory. */
 guest *guest_new(const guest_rooms *rooms);
 /* Frees the guest's facts, slices and queue. The download queue's worker
- * must be stopped first (manager_hooks's guest_release_rooms); a guest that
+ * must be stopped first (session_hooks's guest_release_rooms); a guest that
  * never queued a download has none. */
 void guest_free(guest *g);
 

@@ -7,7 +7,7 @@
  * with slice_alloc() and frees it with slice_free(); its fields' part of the
  * ownership record is a util/record.h table.
  *
- * Lock order (guest.h says it whole): the session's lock (manager_lock)
+ * Lock order (guest.h says it whole): the session's lock (session_lock)
  * before a slice's; a slice's lock is a leaf: holding it, take no other lock
  * (no other slice's, not the session's, not a queue's) and do no I/O.
  */

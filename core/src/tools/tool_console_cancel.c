@@ -10,7 +10,7 @@
 #include "tools/tools.h"
 #include "util/jsonx.h"
 
-tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_console_cancel(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	const char *console_id = jsonx_get_str(args, "console_id");
 	const char *attempt_id = jsonx_get_str(args, "attempt_id");

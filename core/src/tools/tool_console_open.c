@@ -60,7 +60,7 @@ static tool_result *open_result(guest *g, json_object *obs, json_object *attempt
 	                      g->name, status ? status : "unknown", live_text);
 }
 
-tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_console_open(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	const char *console_id = jsonx_get_str(args, "console_id");
 	const char *attempt_id = jsonx_get_str(args, "attempt_id");

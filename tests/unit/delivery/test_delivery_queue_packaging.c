@@ -37,7 +37,7 @@
 typedef struct fixture {
 	fx_pkg pkg;
 	relay_settings settings;
-	struct manager m;
+	struct session_manager m;
 	guest g;
 } fixture;
 

@@ -27,7 +27,7 @@
 #include "util/jsonx.h"
 
 typedef struct reader {
-	struct manager *m;
+	struct session_manager *m;
 	guest *g;
 	char *guest_state;
 	bool reset_pending;
@@ -58,13 +58,13 @@ static bool joined(pthread_t thread)
 static void test_rooms_read_their_slices_while_the_session_lock_is_held(void **state)
 {
 	(void)state;
-	struct manager m;
+	struct session_manager m;
 	memset(&m, 0, sizeof m);
 	pthread_mutex_init(&m.lock, NULL);
 	guest *g = guest_new(tools_guest_rooms());
 	assert_non_null(g);
-	json_object *args = jsonx_parse_str("{\"extractions\":[{\"name\":\"out\",\"path\":\"out\"}],\"vnc\":true}",
-	                                    NULL, 0);
+	json_object *args =
+	    jsonx_parse_str("{\"extractions\":[{\"name\":\"out\",\"path\":\"out\"}],\"vnc\":true}", NULL, 0);
 	guest_slices_reserve(g, args);
 	json_object_put(args);
 	lease_set_guest_state(g, "running");
