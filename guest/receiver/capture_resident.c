@@ -17,8 +17,8 @@
 #include "fsx.h"
 #include "json.h"
 #include "proc.h"
-#include "util.h"
 #include "relay_support/fds.h"
+#include "util.h"
 
 #define RESIDENT_PROGRAM      "relay-x11shot"
 #define RESIDENT_STOP_WAIT_MS 2000
