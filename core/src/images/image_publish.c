@@ -44,17 +44,16 @@ static relay_status write_downloaded_receipt(const char *image_dir, json_object 
 
 /* The receipt's imageEvidence (idl_receipt_image_evidence), or
  * RELAY_E_PROTOCOL naming what is wrong with it. */
-static relay_status receipt_evidence(const json_object *receipt, gio_receipt *rc, json_object **ev_out,
-                                     relay_error *err)
+static relay_status receipt_evidence(const gio_receipt *rc, json_object **ev_out, relay_error *err)
 {
 	char why[256];
-	*ev_out = idl_receipt_image_evidence(receipt, rc, why, sizeof why);
+	*ev_out = idl_receipt_image_evidence(rc, why, sizeof why);
 	return *ev_out ? RELAY_OK : relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s", why);
 }
 
-relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording,
-                                           const json_object *receipt, const json_object *part,
-                                           const void *data, size_t len, relay_error *err)
+relay_status image_delivery_publish_answer(session_manager *m, guest *g, const char *recording,
+                                           const gio_receipt *rc, const json_object *part, const void *data,
+                                           size_t len, relay_error *err)
 {
 	image_delivery_result unused;
 	memset(&unused, 0, sizeof unused);
@@ -68,9 +67,8 @@ relay_status image_delivery_publish_answer(manager *m, guest *g, const char *rec
 		st = err->code ? err->code : RELAY_E_INTERNAL;
 		goto cleanup;
 	}
-	gio_receipt rc;
 	json_object *ev = NULL;
-	if ((st = receipt_evidence(receipt, &rc, &ev, err)) != RELAY_OK)
+	if ((st = receipt_evidence(rc, &ev, err)) != RELAY_OK)
 		goto cleanup;
 	json_object *snap = idl_snapshot_for_phase(ev, "after");
 	if (snap == NULL) {
@@ -126,9 +124,8 @@ cleanup:
 	return st;
 }
 
-relay_status image_delivery_publish_step(manager *m, guest *g, const char *recording,
-                                         const json_object *receipt, json_object **published_out,
-                                         relay_error *err)
+relay_status image_delivery_publish_step(session_manager *m, guest *g, const char *recording,
+                                         const gio_receipt *rc, json_object **published_out, relay_error *err)
 {
 	if (published_out)
 		*published_out = NULL;
@@ -142,11 +139,10 @@ relay_status image_delivery_publish_step(manager *m, guest *g, const char *recor
 		goto cleanup;
 	}
 	const char *rec = recording ? recording : c.evidence;
-	gio_receipt rc;
 	json_object *ev = NULL;
-	if ((st = receipt_evidence(receipt, &rc, &ev, err)) != RELAY_OK)
+	const char *eid = rc->execution_id;
+	if ((st = receipt_evidence(rc, &ev, err)) != RELAY_OK)
 		goto cleanup;
-	const char *eid = rc.execution_id;
 	json_object *snaps = jsonx_get_array(ev, "snapshots");
 	size_t n = snaps ? json_object_array_length(snaps) : 0;
 	for (size_t i = 0; i < n && st == RELAY_OK; i++) {
