@@ -324,6 +324,55 @@ cleanup:
 	return rc;
 }
 
+void durable_file_init(durable_file *f)
+{
+	f->fd = -1;
+	f->len = 0;
+}
+
+void durable_file_close(durable_file *f)
+{
+	if (f->fd >= 0)
+		close(f->fd);
+	durable_file_init(f);
+}
+
+int durable_rewrite(durable_file *f, const char *dir, const char *name, const void *data, size_t len,
+                    rerr *err)
+{
+	char block[REWRITE_IN_PLACE_MAX];
+	char *path;
+	size_t n;
+	if (f->fd < 0 || len > REWRITE_IN_PLACE_MAX || f->len > REWRITE_IN_PLACE_MAX) {
+		durable_file_close(f);
+		if (durable_write(dir, name, data, len, err) != 0)
+			return -1;
+		if (len > REWRITE_IN_PLACE_MAX)
+			return 0;
+		path = path_join(dir, name);
+		f->fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+		free(path);
+		f->len = len;
+		return 0; /* without the fd the next rewrite renames again */
+	}
+	/* Padding keeps a shorter text whole: spaces before its last newline. */
+	n = len > f->len ? len : f->len;
+	if (len > 0 && ((const char *)data)[len - 1] == '\n') {
+		memcpy(block, data, len - 1);
+		memset(block + len - 1, ' ', n - len);
+		block[n - 1] = '\n';
+	} else {
+		memcpy(block, data, len);
+		memset(block + len, ' ', n - len);
+	}
+	if (pwrite(f->fd, block, n, 0) != (ssize_t)n || fsx_fsync(f->fd) != 0) {
+		err_set(err, "cannot rewrite %s/%s: %s", dir, name, strerror(errno));
+		return -1;
+	}
+	f->len = n;
+	return 0;
+}
+
 int durable_write_new(const char *dir, const char *name, const void *data, size_t len, int *exists_out,
                       rerr *err)
 {

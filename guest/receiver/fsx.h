@@ -60,6 +60,26 @@ int write_all(int fd, const void *data, size_t len);
  * O_CREAT|O_EXCL|O_NOFOLLOW 0600, written, fsynced, renamed over the target,
  * directory fsynced. */
 int durable_write(const char *dir, const char *name, const void *data, size_t len, rerr *err);
+/* A small file that is rewritten several times in one run (the lock's
+ * owner.json, a pending action record): the first write is durable_write's
+ * (a temporary file renamed: whole or absent); later ones go in place, with
+ * one pwrite at offset 0 of at most REWRITE_IN_PLACE_MAX bytes (one disk
+ * sector, so a crash of the receiver or a loss of power leaves the old text
+ * or the new one, never a mix), padded with spaces to the length already
+ * there, and fsx_fsync'd (the same durability point as the rename). A text
+ * that does not fit one sector goes the durable_write way again. Reusing the
+ * inode spares a new one and the deletion of the replaced one per rewrite:
+ * on ext4 without a journal each allocation scans the inodes deleted in the
+ * last five minutes (bench/runs/README.md). */
+#define REWRITE_IN_PLACE_MAX 512
+typedef struct durable_file {
+	int fd;     /* the written file, open O_WRONLY, or -1 */
+	size_t len; /* its length */
+} durable_file;
+void durable_file_init(durable_file *f);
+void durable_file_close(durable_file *f);
+int durable_rewrite(durable_file *f, const char *dir, const char *name, const void *data, size_t len,
+                    rerr *err);
 /* The same, but the target must not exist yet (link instead of rename);
  * an existing target gives -1 with errno EEXIST kept in *exists_out = 1. */
 int durable_write_new(const char *dir, const char *name, const void *data, size_t len, int *exists_out,

@@ -547,6 +547,7 @@ static int run_with(const char *root, const char *request_path, int from_stdin, 
 	lock_outcome lo;
 	memset(&ctx, 0, sizeof(ctx));
 	lock_init(&ctx.lock);
+	durable_file_init(&ctx.action_file);
 	buf_init(&text);
 	ctx.root = root;
 	ctx.descriptors = jv_array();
@@ -641,6 +642,7 @@ cleanup:
 	if (ctx.journal_ready)
 		journal_close(&ctx.jr);
 	lock_dispose(&ctx.lock);
+	durable_file_close(&ctx.action_file);
 	if (ctx.have_proc)
 		spawn_result_free(&ctx.proc);
 	free(ctx.spared);
