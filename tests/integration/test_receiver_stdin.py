@@ -215,6 +215,33 @@ def test_at_most_six_fsyncs_without_snapshots(binary):
         g.close()
 
 
+def test_small_rewrites_keep_their_inode(binary):
+    """owner.json and the pending action record are rewritten in place (one sector, the same
+    durability point): one new inode each per run, none replaced by a rename (issue 24). The
+    records still read as whole JSON afterwards."""
+    if shutil.which("strace") is None:
+        raise Skip("strace is not installed")
+    g = Guest(binary)
+    try:
+        out = os.path.join(g.root, "..", os.path.basename(g.root) + ".renames")
+        rc, (frame, parts), err = g.run(g.request("run-i", "true\n"),
+                                        wrap=["strace", "-f", "-qq", "-e", "trace=rename,renameat,renameat2",
+                                              "-o", out])
+        assert rc == 0, err
+        with open(out) as f:
+            text = f.read()
+        os.unlink(out)
+        owner = text.count('/.receiver-lock/owner.json"')
+        action = text.count('/state/records/action/action-run-i.json"')
+        print("    renames onto owner.json: %d, onto the action record: %d" % (owner, action), flush=True)
+        assert owner == 1 and action == 1, text
+        with open(g.path("state/records/action/action-run-i.json")) as f:
+            assert json.load(f)["state"] == "recorded"
+        assert not os.path.exists(g.path(".receiver-lock")), "the lock outlived the run"
+    finally:
+        g.close()
+
+
 def fake_capture(g, size):
     path = g.path("..", os.path.basename(g.root) + "-capture")
     with open(path, "w") as f:

@@ -69,6 +69,19 @@ static void test_step_download_end_to_end(void **state)
 	snprintf(path, sizeof path, "%s/host/steps/%s/state/snapshots/%s/%s-before.png", host.dir, RUN1,
 	         FX_SESSION, RUN1);
 	assert_true(fs_exists_nofollow(path));
+	/* A step placed for the first time takes the staging folder whole. */
+	assert_false(fs_exists_nofollow(staging));
+	/* Placed again (a download done twice): file by file, the same bytes
+	 * kept and the staged copies dropped. */
+	fs_mkdir_p(staging, 0700, NULL);
+	free(facts);
+	facts = NULL;
+	assert_int_equal(evidence_archive_extract(arc, staging, exp_text, 0, &facts, &err), RELAY_OK);
+	assert_int_equal(evidence_step_place(host.dir, RUN1, staging, facts, &err), RELAY_OK);
+	assert_true(fs_exists_nofollow(staging));
+	assert_true(fs_exists_nofollow(path));
+	snprintf(path, sizeof path, "%s/state/snapshots/%s/%s-before.png", staging, FX_SESSION, RUN1);
+	assert_false(fs_exists_nofollow(path));
 	json_object *rec = json_object_new_object();
 	jsonx_add_str(rec, "executionId", RUN1);
 	jsonx_add_str(rec, "status", "downloaded");
@@ -110,10 +123,55 @@ static void test_step_download_end_to_end(void **state)
 	fx_free(&host);
 }
 
+/* A staging folder holding anything besides the facts' files is never
+ * renamed whole: only the facts' files move, the stray file stays behind. */
+static void test_step_place_stray_file(void **state)
+{
+	(void)state;
+	fx_pkg guest, host;
+	fx_init(&guest);
+	fx_run r = {RUN1, "shell-1", "shell echo hi", 0, false, true, true, NULL, NULL, 0, 0};
+	fx_add_run(&guest, &r);
+	fx_finish(&guest);
+	fx_init(&host);
+	char path[1024], arc[600], staging[600];
+	snprintf(path, sizeof path, "%s/state/receiver/receipts/%s.json", guest.dir, RUN1);
+	json_object *receipt = NULL;
+	assert_int_equal(fs_read_json(path, 1 << 20, &receipt, NULL), RELAY_OK);
+	relay_error err = {0};
+	json_object *expected = evidence_step_expected(RUN1, receipt, NULL, -1, &err);
+	char **paths = evidence_step_paths(expected);
+	snprintf(arc, sizeof arc, "%s/.archive-test.tar", guest.root);
+	snprintf(staging, sizeof staging, "%s/staging", host.root);
+	fs_mkdir_p(staging, 0700, NULL);
+	assert_int_equal(evidence_archive_write(arc, guest.dir, (const char *const *)paths, 0, NULL, &err),
+	                 RELAY_OK);
+	char *exp_text = jsonx_to_string(expected, 0);
+	char *facts = NULL;
+	assert_int_equal(evidence_archive_extract(arc, staging, exp_text, 0, &facts, &err), RELAY_OK);
+	snprintf(path, sizeof path, "%s/stray.txt", staging);
+	assert_int_equal(fs_write_durable(path, "x", 1, 0600, &err), RELAY_OK);
+	assert_int_equal(evidence_step_place(host.dir, RUN1, staging, facts, &err), RELAY_OK);
+	assert_true(fs_exists_nofollow(path));
+	snprintf(path, sizeof path, "%s/host/steps/%s/stray.txt", host.dir, RUN1);
+	assert_false(fs_exists_nofollow(path));
+	snprintf(path, sizeof path, "%s/host/steps/%s/state/records/execution/%s.json", host.dir, RUN1,
+	         RUN1);
+	assert_true(fs_exists_nofollow(path));
+	free(exp_text);
+	free(facts);
+	evidence_free_paths(paths);
+	json_object_put(expected);
+	json_object_put(receipt);
+	fx_free(&guest);
+	fx_free(&host);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_step_download_end_to_end),
+	    cmocka_unit_test(test_step_place_stray_file),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
