@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #endif
 
+#include "failpoint.h"
 #include "relay_support/tree.h"
 #include "sha256.h"
 
@@ -355,6 +356,8 @@ int durable_rewrite(durable_file *f, const char *dir, const char *name, const vo
 		f->len = len;
 		return 0; /* without the fd the next rewrite renames again */
 	}
+	if (RECEIVER_FAILPOINT_ERROR("receiver.rewrite.before-write", err) != 0)
+		return -1;
 	/* Padding keeps a shorter text whole: spaces before its last newline. */
 	n = len > f->len ? len : f->len;
 	if (len > 0 && ((const char *)data)[len - 1] == '\n') {

@@ -13,6 +13,7 @@
 #include "evidence/fswalk.h"
 #include "receiver_protocol.h"
 #include "util/error.h"
+#include "util/failpoint.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/sha256.h"
@@ -237,6 +238,7 @@ static bool place_whole(int pkg, const char *rel_dir, const char *execution_id, 
 	int steps = fw_open_dir_at(pkg, "host/steps", true, NULL, &ignored);
 	if (steps < 0)
 		return false;
+	RELAY_FAILPOINT("download.before-place");
 	bool placed = renameat(AT_FDCWD, staging_dir, steps, execution_id) == 0 &&
 	              (fs_fsync_fd(steps) == 0 || errno == EINVAL);
 	close(steps);

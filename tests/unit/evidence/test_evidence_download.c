@@ -155,8 +155,7 @@ static void test_step_place_stray_file(void **state)
 	assert_true(fs_exists_nofollow(path));
 	snprintf(path, sizeof path, "%s/host/steps/%s/stray.txt", host.dir, RUN1);
 	assert_false(fs_exists_nofollow(path));
-	snprintf(path, sizeof path, "%s/host/steps/%s/state/records/execution/%s.json", host.dir, RUN1,
-	         RUN1);
+	snprintf(path, sizeof path, "%s/host/steps/%s/state/records/execution/%s.json", host.dir, RUN1, RUN1);
 	assert_true(fs_exists_nofollow(path));
 	free(exp_text);
 	free(facts);
