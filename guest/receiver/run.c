@@ -527,9 +527,12 @@ static void settle_internal_failure(run_ctx *ctx, const char *why)
 	ri.image_status = ctx->capture_on ? "capture-unknown" : "not-requested";
 	ri.termination_confirmed = ctx->lock.group_count == 0;
 	ri.argv = ctx->argv;
-	if (!run_receipt_exists(ctx) && run_write_receipt(ctx, &ri, sha, &bytes, &err2) == 0)
+	if (!run_receipt_exists(ctx) && run_write_receipt(ctx, &ri, sha, &bytes, &err2) == 0) {
+		/* The receiver exits EXIT_INTERNAL: its standard error is what a
+		 * host reading the exit status sees of the reason. */
+		fprintf(stderr, "receiver: run %s: uncertain: %s\n", ctx->execution_id, why);
 		run_emit_receipt_frame(ctx, sha, bytes, 0, 0);
-	else
+	} else
 		run_emit_outcome_frame(ctx->execution_id, "uncertain", diag, why);
 	jv_free(ri.outcome);
 	free(diag);
