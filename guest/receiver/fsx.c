@@ -328,7 +328,6 @@ cleanup:
 void durable_file_init(durable_file *f)
 {
 	f->fd = -1;
-	f->len = 0;
 }
 
 void durable_file_close(durable_file *f)
@@ -338,41 +337,41 @@ void durable_file_close(durable_file *f)
 	durable_file_init(f);
 }
 
+/* data[0..len) padded with spaces to REWRITE_IN_PLACE_MAX bytes (before its
+ * last newline, when it ends with one) into block. */
+static void pad_block(char block[REWRITE_IN_PLACE_MAX], const void *data, size_t len)
+{
+	size_t body = len > 0 && ((const char *)data)[len - 1] == '\n' ? len - 1 : len;
+	memcpy(block, data, body);
+	memset(block + body, ' ', REWRITE_IN_PLACE_MAX - body);
+	if (body < len)
+		block[REWRITE_IN_PLACE_MAX - 1] = '\n';
+}
+
 int durable_rewrite(durable_file *f, const char *dir, const char *name, const void *data, size_t len,
                     rerr *err)
 {
 	char block[REWRITE_IN_PLACE_MAX];
 	char *path;
-	size_t n;
-	if (f->fd < 0 || len > REWRITE_IN_PLACE_MAX || f->len > REWRITE_IN_PLACE_MAX) {
+	if (len > REWRITE_IN_PLACE_MAX) {
 		durable_file_close(f);
-		if (durable_write(dir, name, data, len, err) != 0)
+		return durable_write(dir, name, data, len, err);
+	}
+	pad_block(block, data, len);
+	if (f->fd < 0) {
+		if (durable_write(dir, name, block, sizeof block, err) != 0)
 			return -1;
-		if (len > REWRITE_IN_PLACE_MAX)
-			return 0;
 		path = path_join(dir, name);
 		f->fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
 		free(path);
-		f->len = len;
 		return 0; /* without the fd the next rewrite renames again */
 	}
 	if (RECEIVER_FAILPOINT_ERROR("receiver.rewrite.before-write", err) != 0)
 		return -1;
-	/* Padding keeps a shorter text whole: spaces before its last newline. */
-	n = len > f->len ? len : f->len;
-	if (len > 0 && ((const char *)data)[len - 1] == '\n') {
-		memcpy(block, data, len - 1);
-		memset(block + len - 1, ' ', n - len);
-		block[n - 1] = '\n';
-	} else {
-		memcpy(block, data, len);
-		memset(block + len, ' ', n - len);
-	}
-	if (pwrite(f->fd, block, n, 0) != (ssize_t)n || fsx_fsync(f->fd) != 0) {
+	if (pwrite(f->fd, block, sizeof block, 0) != (ssize_t)sizeof block || fsx_fsync(f->fd) != 0) {
 		err_set(err, "cannot rewrite %s/%s: %s", dir, name, strerror(errno));
 		return -1;
 	}
-	f->len = n;
 	return 0;
 }
 
