@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../receiver_protocol.h"
+#include "capture_resident.h"
 #include "failpoint.h"
 #include "frame.h"
 #include "fsx.h"
@@ -267,9 +268,11 @@ int cmd_serve(int argc, char **argv)
 			continue;
 		}
 		RECEIVER_FAILPOINT("receiver.serve.after-read");
+		capture_resident_prepare(parts.request.data, parts.request.len);
 		run_in_worker(root, &parts);
 		stdin_parts_free(&parts);
 	}
 	buf_free(&reader.pending);
+	capture_resident_stop();
 	return status;
 }

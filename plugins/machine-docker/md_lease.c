@@ -118,7 +118,8 @@ static json_object *create_body(md_state *st, json_object *rec, const md_image *
  * archive API of Docker 20.10 may not see a file a guest process made). */
 static bool start_display(md_state *st, const char *vm, const char *user, relay_call *call)
 {
-	const char *argv[] = {"Xvfb", ":0", "-screen", "0", st->screen, "-nolisten", "tcp", NULL};
+	/* -noreset: see machine-local's launch.c (a reset delays the next capture). */
+	const char *argv[] = {"Xvfb", ":0", "-screen", "0", st->screen, "-noreset", "-nolisten", "tcp", NULL};
 	if (!md_exec_detached(st, vm, user, argv, call))
 		return false;
 	relay_error e;
