@@ -21,6 +21,7 @@
 #include "frame.h"
 #include "fsx.h"
 #include "proc.h"
+#include "relay_support/fds.h"
 #include "run.h"
 #include "serve_diag.h"
 #include "stdio_parts.h"
@@ -124,7 +125,7 @@ static void collect(int out_fd, int err_fd, buf *answer, buf *tail)
 				buf_append(answer, chunk, (size_t)n);
 				continue;
 			}
-			write_all(STDERR_FILENO, chunk, (size_t)n);
+			rs_write_all(STDERR_FILENO, chunk, (size_t)n);
 			buf_append(tail, chunk, (size_t)n);
 			if (tail->len > RECEIVER_SERVE_STDERR_TAIL) {
 				size_t drop = tail->len - RECEIVER_SERVE_STDERR_TAIL;
@@ -215,7 +216,7 @@ static void run_in_worker(const char *root, stdin_parts *parts)
 	    (WEXITSTATUS(status) == EXIT_DONE || WEXITSTATUS(status) == EXIT_USAGE ||
 	     WEXITSTATUS(status) == EXIT_INTERNAL) &&
 	    answer.len > 0)
-		write_all(STDOUT_FILENO, answer.data, answer.len);
+		rs_write_all(STDOUT_FILENO, answer.data, answer.len);
 	else
 		answer_worker_exit(parts, status, &tail);
 	buf_free(&answer);

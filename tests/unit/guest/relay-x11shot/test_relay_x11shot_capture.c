@@ -42,6 +42,7 @@
 #include <png.h>
 
 #include "../../../fixtures/x11-pattern/pattern.h"
+#include "relay_support/fds.h"
 #include "util/fsutil.h"
 #include "util/process.h"
 #include "util/randx.h"
@@ -213,7 +214,7 @@ static int xvfb_start(xserver *xs, const char *screen, int with_auth, int tcp, c
 			}
 			if (nul >= 0)
 				dup2(nul, 0);
-			process_close_from(3);
+			rs_close_from(3);
 			setpgid(0, 0);
 			const char *argv[16];
 			int a = 0;
@@ -301,7 +302,7 @@ static pid_t pattern_start(const xserver *xs, unsigned width, unsigned height)
 		int nul = open("/dev/null", O_RDONLY);
 		if (nul >= 0)
 			dup2(nul, 0);
-		process_close_from(3);
+		rs_close_from(3);
 		setenv("DISPLAY", xs->display, 1);
 		if (xs->auth[0])
 			setenv("XAUTHORITY", xs->auth, 1);
