@@ -17,6 +17,7 @@
 #include "fsx.h"
 #include "json.h"
 #include "proc.h"
+#include "relay_support/fds.h"
 #include "util.h"
 
 #define RESIDENT_PROGRAM      "relay-x11shot"
@@ -257,7 +258,7 @@ int capture_resident_take(const capture_spec *spec, const char *out_path, int64_
 	free(key);
 	buf_init(&answer);
 	line = xasprintf("%s\n", out_path);
-	if (write_all(resident.to_fd, line, strlen(line)) != 0) {
+	if (rs_write_all(resident.to_fd, line, strlen(line)) != 0) {
 		forget(1);
 		goto cleanup;
 	}
