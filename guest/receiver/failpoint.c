@@ -19,8 +19,10 @@ typedef struct fp_point {
 
 /* Keep in step with docs/reliability.md §2. */
 static const fp_point catalogue[] = {
-    {"receiver.init.before-write", 1},  {"receiver.run.before-started", 1}, {"receiver.run.after-started", 0},
-    {"receiver.run.before-receipt", 1}, {"receiver.run.after-receipt", 0},  {"receiver.serve.after-read", 0},
+    {"receiver.init.before-write", 1},    {"receiver.run.before-started", 1},
+    {"receiver.run.after-started", 0},    {"receiver.run.before-receipt", 1},
+    {"receiver.run.after-receipt", 0},    {"receiver.serve.after-read", 0},
+    {"receiver.rewrite.before-write", 1},
 };
 #define FP_COUNT (sizeof catalogue / sizeof catalogue[0])
 

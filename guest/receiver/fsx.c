@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #endif
 
+#include "failpoint.h"
 #include "relay_support/fds.h"
 #include "relay_support/tree.h"
 #include "sha256.h"
@@ -289,6 +290,56 @@ cleanup:
 	free(tmp);
 	free(target);
 	return rc;
+}
+
+void durable_file_init(durable_file *f)
+{
+	f->fd = -1;
+}
+
+void durable_file_close(durable_file *f)
+{
+	if (f->fd >= 0)
+		close(f->fd);
+	durable_file_init(f);
+}
+
+/* data[0..len) padded with spaces to REWRITE_IN_PLACE_MAX bytes (before its
+ * last newline, when it ends with one) into block. */
+static void pad_block(char block[REWRITE_IN_PLACE_MAX], const void *data, size_t len)
+{
+	size_t body = len > 0 && ((const char *)data)[len - 1] == '\n' ? len - 1 : len;
+	memcpy(block, data, body);
+	memset(block + body, ' ', REWRITE_IN_PLACE_MAX - body);
+	if (body < len)
+		block[REWRITE_IN_PLACE_MAX - 1] = '\n';
+}
+
+int durable_rewrite(durable_file *f, const char *dir, const char *name, const void *data, size_t len,
+                    rerr *err)
+{
+	char block[REWRITE_IN_PLACE_MAX];
+	char *path;
+	if (len > REWRITE_IN_PLACE_MAX) {
+		durable_file_close(f);
+		return durable_write(dir, name, data, len, err);
+	}
+	pad_block(block, data, len);
+	if (f->fd < 0) {
+		if (durable_write(dir, name, block, sizeof block, err) != 0)
+			return -1;
+		path = path_join(dir, name);
+		f->fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+		free(path);
+		return 0; /* without the fd the next rewrite renames again */
+	}
+	if (RECEIVER_FAILPOINT_ERROR("receiver.rewrite.before-write", err) != 0)
+		return -1;
+	if (pwrite(f->fd, block, sizeof block, 0) != (ssize_t)sizeof block || fsx_fsync(f->fd) != 0) {
+		err_set(err, "cannot rewrite %s/%s: %s", dir, name, strerror(errno));
+		return -1;
+	}
+	return 0;
 }
 
 int durable_write_new(const char *dir, const char *name, const void *data, size_t len, int *exists_out,

@@ -56,6 +56,26 @@ int fsx_commit(rerr *err);
  * O_CREAT|O_EXCL|O_NOFOLLOW 0600, written, fsynced, renamed over the target,
  * directory fsynced. */
 int durable_write(const char *dir, const char *name, const void *data, size_t len, rerr *err);
+/* A small file that is rewritten several times in one run (the lock's
+ * owner.json, a pending action record). A text of at most
+ * REWRITE_IN_PLACE_MAX bytes (one disk sector) is padded with spaces to
+ * exactly that size (before its last newline); the first write is
+ * durable_write's (a temporary file renamed: whole or absent), later ones one
+ * pwrite of the whole sector at offset 0, fsx_fsync'd (the same durability
+ * point as the rename). The file's size never changes after its first
+ * write, so a crash of the receiver or a loss of power leaves the old text or
+ * the new one, never a mix. A longer text goes the durable_write way each
+ * time. Reusing the inode spares a new one and the deletion of the replaced
+ * one per rewrite: on ext4 without a journal each allocation scans the inodes
+ * deleted in the last five minutes (bench/runs/README.md). */
+#define REWRITE_IN_PLACE_MAX 512
+typedef struct durable_file {
+	int fd; /* the written file, open O_WRONLY, or -1 */
+} durable_file;
+void durable_file_init(durable_file *f);
+void durable_file_close(durable_file *f);
+int durable_rewrite(durable_file *f, const char *dir, const char *name, const void *data, size_t len,
+                    rerr *err);
 /* The same, but the target must not exist yet (link instead of rename);
  * an existing target gives -1 with errno EEXIST kept in *exists_out = 1. */
 int durable_write_new(const char *dir, const char *name, const void *data, size_t len, int *exists_out,

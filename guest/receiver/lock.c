@@ -19,6 +19,7 @@ void lock_init(receiver_lock *lk)
 {
 	memset(lk, 0, sizeof(*lk));
 	lk->phase = "acquired";
+	durable_file_init(&lk->owner);
 }
 
 void lock_dispose(receiver_lock *lk)
@@ -27,6 +28,7 @@ void lock_dispose(receiver_lock *lk)
 	free(lk->dir);
 	free(lk->execution_id);
 	lk->root = lk->dir = lk->execution_id = NULL;
+	durable_file_close(&lk->owner);
 }
 
 jv *lock_read_owner(const char *root)
@@ -68,7 +70,7 @@ int lock_write_owner(receiver_lock *lk, rerr *err)
 	jv_set_bool(o, "settled", lk->settled);
 	jv_set_str(o, "phase", lk->phase);
 	text = jv_to_text(o, JV_PRETTY);
-	rc = durable_write(lk->dir, "owner.json", text, strlen(text), err);
+	rc = durable_rewrite(&lk->owner, lk->dir, "owner.json", text, strlen(text), err);
 	free(text);
 	jv_free(o);
 	return rc;
@@ -238,6 +240,7 @@ int lock_release(receiver_lock *lk, rerr *err)
 		lk->held = 0;
 		return lock_write_owner(lk, err);
 	}
+	durable_file_close(&lk->owner);
 	path = xasprintf("%s/cancel", lk->dir);
 	unlink(path);
 	free(path);

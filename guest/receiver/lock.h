@@ -5,13 +5,15 @@
  * it runs, and is rewritten durably at every phase. A lock is reclaimed
  * only when its owner is provably gone (dead pid, another boot, another
  * start time, or settled) and no recorded process group survives; anything
- * else is reported unconfirmed and the lock is kept.
+ * else is reported unconfirmed and the lock is kept. owner.json is one inode
+ * for the lock's life: its rewrites go in place (durable_rewrite).
  */
 #ifndef RECEIVER_LOCK_H
 #define RECEIVER_LOCK_H
 
 #include <sys/types.h>
 
+#include "fsx.h"
 #include "json.h"
 #include "util.h"
 
@@ -40,6 +42,7 @@ typedef struct receiver_lock {
 	int active;
 	const char *phase;
 	int held;
+	durable_file owner; /* owner.json, rewritten in place (fsx.h) */
 } receiver_lock;
 
 void lock_init(receiver_lock *lk);

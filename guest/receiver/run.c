@@ -527,9 +527,12 @@ static void settle_internal_failure(run_ctx *ctx, const char *why)
 	ri.image_status = ctx->capture_on ? "capture-unknown" : "not-requested";
 	ri.termination_confirmed = ctx->lock.group_count == 0;
 	ri.argv = ctx->argv;
-	if (!run_receipt_exists(ctx) && run_write_receipt(ctx, &ri, sha, &bytes, &err2) == 0)
+	if (!run_receipt_exists(ctx) && run_write_receipt(ctx, &ri, sha, &bytes, &err2) == 0) {
+		/* The receiver exits EXIT_INTERNAL: its standard error is what a
+		 * host reading the exit status sees of the reason. */
+		fprintf(stderr, "receiver: run %s: uncertain: %s\n", ctx->execution_id, why);
 		run_emit_receipt_frame(ctx, sha, bytes, 0, 0);
-	else
+	} else
 		run_emit_outcome_frame(ctx->execution_id, "uncertain", diag, why);
 	jv_free(ri.outcome);
 	free(diag);
@@ -547,6 +550,7 @@ static int run_with(const char *root, const char *request_path, int from_stdin, 
 	lock_outcome lo;
 	memset(&ctx, 0, sizeof(ctx));
 	lock_init(&ctx.lock);
+	durable_file_init(&ctx.action_file);
 	buf_init(&text);
 	ctx.root = root;
 	ctx.descriptors = jv_array();
@@ -641,6 +645,7 @@ cleanup:
 	if (ctx.journal_ready)
 		journal_close(&ctx.jr);
 	lock_dispose(&ctx.lock);
+	durable_file_close(&ctx.action_file);
 	if (ctx.have_proc)
 		spawn_result_free(&ctx.proc);
 	free(ctx.spared);

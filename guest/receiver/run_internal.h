@@ -55,6 +55,7 @@ typedef struct run_ctx {
 	char request_sha[65];
 	const char *execution_id;
 	char *action_id;
+	durable_file action_file; /* the action record, pending then final (fsx.h) */
 	receiver_lock lock;
 	journal jr;
 	int journal_ready;

@@ -62,7 +62,7 @@ int run_write_action_record(run_ctx *ctx, const char *state, rerr *err)
 	jv_set_str(o, "groupId", ctx->group_id);
 	jv_set_str(o, "state", state);
 	jv_set(o, "snapshots", jv_copy(ctx->action_snaps));
-	rc = state_write_json(ctx->root, ACT_REC_DIR, name, o, NULL, NULL, err);
+	rc = state_rewrite_json(ctx->root, ACT_REC_DIR, name, o, &ctx->action_file, err);
 	free(name);
 	jv_free(o);
 	return rc;

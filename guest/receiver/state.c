@@ -40,19 +40,22 @@ cleanup:
 	return value;
 }
 
-int state_write_json(const char *root, const char *rel_dir, const char *name, const jv *value,
-                     char sha_out[65], uint64_t *bytes_out, rerr *err)
+/* state_write_json, and with f its in-place rewrites. */
+static int write_json(const char *root, const char *rel_dir, const char *name, const jv *value,
+                      durable_file *f, char sha_out[65], uint64_t *bytes_out, rerr *err)
 {
 	buf text;
 	char *dir;
 	int rc = -1;
 	buf_init(&text);
-	if (dir_ensure(root, rel_dir, err) != 0)
+	/* A file already open for rewriting needs no walk of its folders. */
+	if ((!f || f->fd < 0) && dir_ensure(root, rel_dir, err) != 0)
 		goto cleanup_nodir;
 	jv_write(&text, value, JV_PRETTY);
 	buf_putc(&text, '\n');
 	dir = path_join(root, rel_dir);
-	rc = durable_write(dir, name, text.data, text.len, err);
+	rc = f ? durable_rewrite(f, dir, name, text.data, text.len, err)
+	       : durable_write(dir, name, text.data, text.len, err);
 	free(dir);
 	if (rc == 0 && sha_out)
 		sha256_hex_of(text.data, text.len, sha_out);
@@ -61,6 +64,18 @@ int state_write_json(const char *root, const char *rel_dir, const char *name, co
 cleanup_nodir:
 	buf_free(&text);
 	return rc;
+}
+
+int state_write_json(const char *root, const char *rel_dir, const char *name, const jv *value,
+                     char sha_out[65], uint64_t *bytes_out, rerr *err)
+{
+	return write_json(root, rel_dir, name, value, NULL, sha_out, bytes_out, err);
+}
+
+int state_rewrite_json(const char *root, const char *rel_dir, const char *name, const jv *value,
+                       durable_file *f, rerr *err)
+{
+	return write_json(root, rel_dir, name, value, f, NULL, NULL, err);
 }
 
 char *state_session_id(const char *root, rerr *err)

@@ -6,6 +6,7 @@
 #ifndef RECEIVER_STATE_H
 #define RECEIVER_STATE_H
 
+#include "fsx.h"
 #include "json.h"
 #include "util.h"
 
@@ -32,5 +33,9 @@ jv *state_read_json(const char *root, const char *rel, size_t max_bytes, int *mi
  * Optionally returns the SHA-256 and size of what was written. */
 int state_write_json(const char *root, const char *rel_dir, const char *name, const jv *value,
                      char sha_out[65], uint64_t *bytes_out, rerr *err);
+/* The same for a file written more than once in a run (a pending record,
+ * then its final state): later writes go in place (durable_rewrite, fsx.h). */
+int state_rewrite_json(const char *root, const char *rel_dir, const char *name, const jv *value,
+                       durable_file *f, rerr *err);
 
 #endif

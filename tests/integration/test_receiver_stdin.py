@@ -194,23 +194,46 @@ def test_killed_receiver_is_uncertain_never_replayed(binary):
         g.close()
 
 
-def test_at_most_six_fsyncs_without_snapshots(binary):
+def traced_run(g, eid, strace_args):
+    """Runs `true` as eid under strace (its options strace_args); the trace's text."""
     if shutil.which("strace") is None:
         raise Skip("strace is not installed")
+    out = os.path.join(g.root, "..", os.path.basename(g.root) + ".strace")
+    rc, (frame, parts), err = g.run(g.request(eid, "true\n"),
+                                    wrap=["strace", "-f", "-qq"] + strace_args + ["-o", out])
+    assert rc == 0, err
+    with open(out) as f:
+        text = f.read()
+    os.unlink(out)
+    return text
+
+
+def test_at_most_six_fsyncs_without_snapshots(binary):
     g = Guest(binary)
     try:
-        out = os.path.join(g.root, "..", os.path.basename(g.root) + ".strace")
-        rc, (frame, parts), err = g.run(g.request("run-f", "true\n"),
-                                        wrap=["strace", "-f", "-qq", "-c", "-U", "name,calls",
-                                              "-e", "trace=fsync,fdatasync,syncfs,sync", "-o", out])
-        assert rc == 0, err
-        with open(out) as f:
-            text = f.read()
-        os.unlink(out)
+        text = traced_run(g, "run-f", ["-c", "-U", "name,calls", "-e", "trace=fsync,fdatasync,syncfs,sync"])
         calls = sum(int(line.split()[1]) for line in text.splitlines()
                     if line.split() and line.split()[0] in ("fsync", "fdatasync", "syncfs", "sync"))
         print("    fsync-family calls: %d" % calls, flush=True)
         assert 0 < calls <= 6, text
+    finally:
+        g.close()
+
+
+def test_small_rewrites_keep_their_inode(binary):
+    """owner.json and the pending action record are rewritten in place (one sector, the same
+    durability point): one new inode each per run, none replaced by a rename (issue 24). The
+    records still read as whole JSON afterwards."""
+    g = Guest(binary)
+    try:
+        text = traced_run(g, "run-i", ["-e", "trace=rename,renameat,renameat2"])
+        owner = text.count('/.receiver-lock/owner.json"')
+        action = text.count('/state/records/action/action-run-i.json"')
+        print("    renames onto owner.json: %d, onto the action record: %d" % (owner, action), flush=True)
+        assert owner == 1 and action == 1, text
+        with open(g.path("state/records/action/action-run-i.json")) as f:
+            assert json.load(f)["state"] == "recorded"
+        assert not os.path.exists(g.path(".receiver-lock")), "the lock outlived the run"
     finally:
         g.close()
 

@@ -41,7 +41,9 @@ void evidence_free_paths(char **paths);
  * by evidence_archive_extract) from `staging_dir` to
  * <package_dir>/host/steps/<execution_id>/<path> by rename (same volume). A
  * file already there with the same bytes is kept and the staged copy dropped;
- * one with other bytes is RELAY_E_INTEGRITY and nothing more is moved. */
+ * one with other bytes is RELAY_E_INTEGRITY and nothing more is moved. When
+ * host/steps/<execution_id> does not exist yet and `staging_dir` holds exactly
+ * the facts' files, `staging_dir` itself is renamed to it (gone afterwards). */
 relay_status evidence_step_place(const char *package_dir, const char *execution_id, const char *staging_dir,
                                  const char *facts_json, relay_error *err);
 

@@ -38,7 +38,7 @@ static const fp_point catalogue[] = {
     {"extract.after-pull", false},        {"finish.before-manifest", true},
     {"finish.after-manifest", false},     {"finish.after-seal", false},
     {"release.before-destroy", false},    {"release.after-destroy", false},
-    {"release.after-verify", false},
+    {"release.after-verify", false},      {"download.before-place", false},
 };
 #define FP_COUNT (sizeof catalogue / sizeof catalogue[0])
 

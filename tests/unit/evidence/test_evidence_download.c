@@ -23,23 +23,33 @@
 
 #define RUN1 "run-5d1f0c9a8e7b4c3d2a1f0e9d8c7b6a59"
 
+/* A "guest" package holding RUN1 and an empty host package; the run's
+ * receipt and its expected file set. */
+static json_object *step_fixture(fx_pkg *guest, fx_pkg *host, json_object **receipt_out)
+{
+	fx_init(guest);
+	fx_run r = {RUN1, "shell-1", "shell echo hi", 0, false, true, true, NULL, NULL, 0, 0};
+	fx_add_run(guest, &r);
+	fx_finish(guest);
+	fx_init(host);
+	char path[1024];
+	snprintf(path, sizeof path, "%s/state/receiver/receipts/%s.json", guest->dir, RUN1);
+	*receipt_out = NULL;
+	assert_int_equal(fs_read_json(path, 1 << 20, receipt_out, NULL), RELAY_OK);
+	relay_error err = {0};
+	json_object *expected = evidence_step_expected(RUN1, *receipt_out, NULL, -1, &err);
+	assert_non_null(expected);
+	return expected;
+}
+
 static void test_step_download_end_to_end(void **state)
 {
 	(void)state;
 	fx_pkg guest, host;
-	fx_init(&guest);
-	fx_run r = {RUN1, "shell-1", "shell echo hi", 0, false, true, true, NULL, NULL, 0, 0};
-	fx_add_run(&guest, &r);
-	fx_finish(&guest);
-	fx_init(&host);
-
-	char path[1024];
-	snprintf(path, sizeof path, "%s/state/receiver/receipts/%s.json", guest.dir, RUN1);
 	json_object *receipt = NULL;
-	assert_int_equal(fs_read_json(path, 1 << 20, &receipt, NULL), RELAY_OK);
+	json_object *expected = step_fixture(&guest, &host, &receipt);
+	char path[1024];
 	relay_error err = {0};
-	json_object *expected = evidence_step_expected(RUN1, receipt, NULL, -1, &err);
-	assert_non_null(expected);
 	assert_int_equal(json_object_array_length(expected), 6);
 	assert_string_equal(jsonx_get_str(json_object_array_get_idx(expected, 3), "path"),
 	                    "state/records/action/action-" RUN1 ".json");
@@ -69,6 +79,39 @@ static void test_step_download_end_to_end(void **state)
 	snprintf(path, sizeof path, "%s/host/steps/%s/state/snapshots/%s/%s-before.png", host.dir, RUN1,
 	         FX_SESSION, RUN1);
 	assert_true(fs_exists_nofollow(path));
+	/* A step placed for the first time takes the staging folder whole. */
+	assert_false(fs_exists_nofollow(staging));
+	/* Placed again (a download done twice): file by file, the same bytes
+	 * kept and the staged copies dropped. */
+	fs_mkdir_p(staging, 0700, NULL);
+	free(facts);
+	facts = NULL;
+	assert_int_equal(evidence_archive_extract(arc, staging, exp_text, 0, &facts, &err), RELAY_OK);
+	assert_int_equal(evidence_step_place(host.dir, RUN1, staging, facts, &err), RELAY_OK);
+	assert_true(fs_exists_nofollow(staging));
+	assert_true(fs_exists_nofollow(path));
+	snprintf(path, sizeof path, "%s/state/snapshots/%s/%s-before.png", staging, FX_SESSION, RUN1);
+	assert_false(fs_exists_nofollow(path));
+	/* A staging folder holding anything besides the checked files is never
+	 * renamed whole: only they move, the stray file stays behind. */
+	fx_pkg other;
+	fx_init(&other);
+	char stray[700];
+	snprintf(stray, sizeof stray, "%s/staging", other.root);
+	fs_mkdir_p(stray, 0700, NULL);
+	char *other_facts = NULL;
+	assert_int_equal(evidence_archive_extract(arc, stray, exp_text, 0, &other_facts, &err), RELAY_OK);
+	snprintf(path, sizeof path, "%s/stray.txt", stray);
+	assert_int_equal(fs_write_durable(path, "x", 1, 0600, &err), RELAY_OK);
+	assert_int_equal(evidence_step_place(other.dir, RUN1, stray, other_facts, &err), RELAY_OK);
+	assert_true(fs_exists_nofollow(path));
+	snprintf(path, sizeof path, "%s/host/steps/%s/stray.txt", other.dir, RUN1);
+	assert_false(fs_exists_nofollow(path));
+	snprintf(path, sizeof path, "%s/host/steps/%s/state/records/execution/%s.json", other.dir, RUN1,
+	         RUN1);
+	assert_true(fs_exists_nofollow(path));
+	free(other_facts);
+	fx_free(&other);
 	json_object *rec = json_object_new_object();
 	jsonx_add_str(rec, "executionId", RUN1);
 	jsonx_add_str(rec, "status", "downloaded");
