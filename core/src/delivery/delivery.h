@@ -21,7 +21,7 @@
  * Saved images (relay_image, the imageDelivery of a run, the catalog) are
  * the room above, images/ (images/images.h). The one call the other way,
  * a step download publishing the step's display originals, goes through
- * the session's hook table (manager_hooks.publish_step_images).
+ * the session's hook table (session_hooks.publish_step_images).
  *
  * Fields of struct guest (session/guest.h) this room writes, under the
  * manager's lock: its slice (guest->delivery, delivery_state.h: the

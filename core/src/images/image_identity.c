@@ -309,10 +309,8 @@ bool idl_image_evidence_valid(const json_object *ev, const char *session_id, con
 	return true;
 }
 
-json_object *idl_receipt_image_evidence(const json_object *receipt, gio_receipt *rc, char *why,
-                                        size_t why_len)
+json_object *idl_receipt_image_evidence(const gio_receipt *rc, char *why, size_t why_len)
 {
-	gio_receipt_read(receipt, rc);
 	json_object *ev = rc->image_evidence;
 	return idl_image_evidence_valid(ev, rc->session_id, rc->execution_id, why, why_len) ? ev : NULL;
 }

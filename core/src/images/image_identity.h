@@ -46,11 +46,10 @@ bool idl_plan_captures(dctx *c, const json_object *request, const char *phase);
 bool idl_image_evidence_valid(const json_object *ev, const char *session_id, const char *execution_id,
                               char *why, size_t why_len);
 
-/* A run's receipt read into *rc and its imageEvidence checked for the
- * receipt's own sessionId and executionId: the evidence (borrowed from
- * `receipt`), or NULL with the reason in `why`. */
-json_object *idl_receipt_image_evidence(const json_object *receipt, gio_receipt *rc, char *why,
-                                        size_t why_len);
+/* A run's receipt's imageEvidence checked for the receipt's own sessionId
+ * and executionId: the evidence (borrowed from the receipt), or NULL with
+ * the reason in `why`. */
+json_object *idl_receipt_image_evidence(const gio_receipt *rc, char *why, size_t why_len);
 
 json_object *idl_snapshot_for_phase(const json_object *ev, const char *phase);
 

@@ -22,7 +22,7 @@
  *                           image_reference.c)
  *   image_publish.h / .c    originals a step download or a run brought
  *                           home; a step download (delivery/, below) calls
- *                           it through manager_hooks.publish_step_images
+ *                           it through session_hooks.publish_step_images
  *   image_catalog.h / .c    canonical JSON, identities, the private
  *                           catalog, publication (host files only)
  * Inside the room, image_result and image_catalog use no other file of

@@ -41,7 +41,7 @@ tool_result *tools_failure(session_manager *m, guest *g, relay_outcome *o)
 	return r;
 }
 
-tool_result *tools_refuse_sealed(manager *m, guest *g)
+tool_result *tools_refuse_sealed(session_manager *m, guest *g)
 {
 	return guest_error(m, g, NULL, "sealed",
 	                   "The evidence of %s is already delivered; only relay_release (or a relay_finish "

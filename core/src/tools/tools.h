@@ -20,7 +20,7 @@ tool_result *guest_error(session_manager *m, guest *g, json_object *structured, 
 
 /* The "sealed" refusal of a tool that would change a guest whose evidence
  * is delivered (relay_stage, relay_script). Call without the lock. */
-tool_result *tools_refuse_sealed(manager *m, guest *g);
+tool_result *tools_refuse_sealed(session_manager *m, guest *g);
 
 /* The error result of a failed domain outcome (util/outcome.h): its code
  * and sentence, its facts as the structured content, and "guestState" when
