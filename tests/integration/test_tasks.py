@@ -163,7 +163,7 @@ def test_a_task_call_in_a_batch(binary):
 
 
 def test_a_task_run_keeps_guest_order_waits_and_cancels(binary):
-    v, why = make_variant(binary, "fake")
+    v, why = make_variant(binary, "shim")
     if v is None:
         from relay_client import skip
         skip(why)
@@ -209,7 +209,7 @@ def test_a_task_run_keeps_guest_order_waits_and_cancels(binary):
 
 
 def test_a_waiting_tasks_result_is_answered_before_the_session_ends(binary):
-    v, why = make_variant(binary, "fake")
+    v, why = make_variant(binary, "shim")
     if v is None:
         from relay_client import skip
         skip(why)
