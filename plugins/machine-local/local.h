@@ -418,8 +418,8 @@ json_object *inventory_doctor(local_state *st, relay_call *call);
 json_object *console_capabilities(local_state *st);
 /* The console record made at acquire with vnc: true (ready or an error). */
 relay_status console_prepare(local_state *st, json_object *record, relay_error *err);
-relay_status console_op(local_state *st, const char *lease_json, const char *op, const char *request_json,
-                        relay_call *call, char **response_out, relay_error *err);
+/* The typed console of relay/machine.h (ABI 1.7) over the kit's ledger. */
+extern const relay_machine_console_ops local_console_ops;
 /* Stops whatever console attempt runs (release). */
 void console_stop_all(local_state *st, json_object *record);
 

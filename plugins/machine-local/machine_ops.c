@@ -1,8 +1,9 @@
 /*
  * machine_ops.c — machine-local's machine ops (relay/machine.h): acquire,
  * renew, inspect, release, verify_destroyed, images, health, catalog,
- * find_by_purpose, binding, console and doctor, each checking its flags and
- * input before it calls the file that does the work.
+ * find_by_purpose, binding and doctor, each checking its flags and
+ * input before it calls the file that does the work; the typed console
+ * (console_ops) is console.c's.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -285,17 +286,6 @@ static relay_status m_binding(relay_plugin_state *state, unsigned flags, char **
 	return text_out(st, o, out, err);
 }
 
-static relay_status m_console(relay_plugin_state *state, const char *lease_json, const char *op,
-                              const char *request_json, relay_call *call, unsigned flags, char **out,
-                              relay_error *err)
-{
-	local_state *st = state;
-	*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown console flags 0x%x", flags);
-	return console_op(st, lease_json, op, request_json, call, out, err);
-}
-
 static relay_status m_doctor(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
                              relay_error *err)
 {
@@ -318,7 +308,7 @@ const relay_machine_ops local_machine_ops = {
     .catalog = m_catalog,
     .find_by_purpose = m_find_by_purpose,
     .binding = m_binding,
-    .console = m_console,
     .doctor = m_doctor,
     .egress_listeners = local_egress_listeners,
+    .console_ops = &local_console_ops,
 };

@@ -113,9 +113,8 @@ relay_status ms_catalog(relay_plugin_state *state, relay_call *call, unsigned fl
 relay_status ms_health_op(relay_plugin_state *state, relay_call *call, unsigned flags, char **health_json_out,
                           relay_error *err);
 relay_status ms_binding(relay_plugin_state *state, unsigned flags, char **binding_json_out, relay_error *err);
-relay_status ms_console(relay_plugin_state *state, const char *lease_json, const char *op,
-                        const char *request_json, relay_call *call, unsigned flags, char **response_json_out,
-                        relay_error *err);
+/* The typed console (ms_console.c, ABI 1.7). */
+extern const relay_machine_console_ops ms_console_ops;
 relay_status ms_doctor(relay_plugin_state *state, relay_call *call, unsigned flags, char **checks_json_out,
                        relay_error *err);
 

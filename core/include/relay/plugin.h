@@ -24,7 +24,10 @@
  *   6. the kinds provided include the profile slot it was chosen for;
  *   7. no plugin already loaded has the same name;
  *   8. the ops table of each kind provided is present, at least as large as
- *      its _MIN_SIZE, and has every required operation;
+ *      its _MIN_SIZE, and has every required operation; a machine table's
+ *      console_ops (1.7), when set, is at least
+ *      RELAY_MACHINE_CONSOLE_OPS_MIN_SIZE with all four slots, and is not
+ *      set together with the 1.0-1.6 string slot `console`;
  *   9. init() returns RELAY_OK.
  * After a successful init the object is never dlclose()d (its code may be
  * referenced by threads the plugin started); fini() is called at exit.
@@ -95,9 +98,10 @@ extern "C" {
 #define RELAY_ABI_VERSION_MAJOR 1u
 /* 1.1: RELAY_TRANSPORT_STDIO_BYTES; 1.2: RELAY_PROCESS_EXEC_RULES; 1.3: machine
  * egress_listeners; 1.4: RELAY_TRANSPORT_STREAM; 1.5: host->lease_changed and
- * the lease state "lost"; 1.6: the host's remove_tree and write_durable
+ * the lease state "lost"; 1.6: the host's remove_tree and write_durable;
+ * 1.7: the machine's typed console_ops and the machine link's console
  * (docs/plugin-abi.md) */
-#define RELAY_ABI_VERSION_MINOR      6u
+#define RELAY_ABI_VERSION_MINOR      7u
 #define RELAY_ABI_MAKE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define RELAY_ABI_VERSION            RELAY_ABI_MAKE(RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR)
 #define RELAY_ABI_MAJOR(v)           ((uint32_t)(v) >> 16)
