@@ -432,10 +432,4 @@ static const relay_plugin_descriptor descriptor = {
 };
 
 /* Refuses a host older than 1.7: its machine link has no typed console. */
-RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version);
-RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)
-{
-	if (RELAY_ABI_MAJOR(host_abi_version) != RELAY_ABI_VERSION_MAJOR || RELAY_ABI_MINOR(host_abi_version) < 7)
-		return NULL;
-	return &descriptor;
-}
+RELAY_PLUGIN_DEFINE_ENTRY_SINCE(descriptor, 7)

@@ -25,21 +25,11 @@
  * namespace is on another host.
  */
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "md.h"
@@ -48,6 +38,7 @@
 
 #include "relay_kit/console.h"
 #include "relay_kit/netns.h"
+#include "relay_support/read_small.h"
 
 /* ---- what this endpoint can do ------------------------------------------------------ */
 
@@ -151,14 +142,9 @@ pid_t md_container_init_pid(json_object *info)
 		return 0;
 	char path[64], cmd[64];
 	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, cmd, sizeof cmd - 1);
-	close(fd);
+	ssize_t n = rs_read_small(path, 0, cmd, sizeof cmd);
 	if (n <= 0)
 		return 0;
-	cmd[n] = '\0';
 	size_t first = strlen(cmd);
 	return strcmp(cmd, MD_GUEST_INIT) == 0 && (size_t)n > first + 1 &&
 	               strcmp(cmd + first + 1, "init") == 0
@@ -335,8 +321,8 @@ void md_console_stop_all(md_state *st, json_object *rec)
 
 /* The typed console: a Swarm task's display is on the engine of its node
  * (md_engine_of), any other lease's on this plugin's engine. */
-static relay_status route(relay_plugin_state *state, const rk_console_request *q, relay_call *call, char **out,
-                          relay_error *err)
+static relay_status route(relay_plugin_state *state, const rk_console_request *q, relay_call *call,
+                          char **out, relay_error *err)
 {
 	md_state *st = state;
 	json_object *doc = q->lease_json ? json_tokener_parse(q->lease_json) : NULL;

@@ -323,8 +323,8 @@ void console_stop_all(local_state *st, json_object *record)
 }
 
 /* The typed console: every lease of this plugin is its own. */
-static relay_status route(relay_plugin_state *state, const rk_console_request *q, relay_call *call, char **out,
-                          relay_error *err)
+static relay_status route(relay_plugin_state *state, const rk_console_request *q, relay_call *call,
+                          char **out, relay_error *err)
 {
 	local_state *st = state;
 	rk_console c = {&local_console, st->host, st};

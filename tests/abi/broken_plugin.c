@@ -58,7 +58,8 @@ static relay_status stub_caps(relay_plugin_state *s, relay_call *c, unsigned f, 
 	return RELAY_E_UNSUPPORTED;
 }
 static relay_status stub_attempt(relay_plugin_state *s, const char *lease, const char *console_id,
-                                 const char *attempt_id, relay_call *c, unsigned f, char **out, relay_error *e)
+                                 const char *attempt_id, relay_call *c, unsigned f, char **out,
+                                 relay_error *e)
 {
 	(void)s, (void)lease, (void)console_id, (void)attempt_id, (void)c, (void)f, (void)out, (void)e;
 	return RELAY_E_UNSUPPORTED;
@@ -75,12 +76,11 @@ __attribute__((unused)) static relay_status stub_string_console(relay_plugin_sta
 /* The typed console (ABI 1.7), broken by BREAK_CONSOLE_SIZE (a table of 8
  * bytes), BREAK_CONSOLE_MISSING (no cancel) or BREAK_CONSOLE_BOTH (the
  * string slot of 1.0-1.6 filled too). */
-static const relay_machine_console_ops console_ops = {
-#ifdef BREAK_CONSOLE_SIZE
-    .struct_size = 8,
-#else
-    .struct_size = sizeof(relay_machine_console_ops),
+#ifndef BREAK_CONSOLE_SIZE
+#define BREAK_CONSOLE_SIZE 0
 #endif
+static const relay_machine_console_ops console_ops = {
+    .struct_size = BREAK_CONSOLE_SIZE ? 8 : sizeof(relay_machine_console_ops),
     .capabilities = stub_caps,
     .resolve = stub_lease_op,
     .open = stub_attempt,

@@ -26,8 +26,8 @@ static relay_status old_init(const relay_host *host, const char *config, unsigne
 	return RELAY_OK;
 }
 
-static relay_status refuse_lease(relay_plugin_state *s, const char *lease, relay_call *c, unsigned f, char **out,
-                                 relay_error *err)
+static relay_status refuse_lease(relay_plugin_state *s, const char *lease, relay_call *c, unsigned f,
+                                 char **out, relay_error *err)
 {
 	(void)s, (void)lease, (void)c, (void)f;
 	*out = NULL;
@@ -41,8 +41,8 @@ static relay_status refuse_renew(relay_plugin_state *s, const char *lease, uint6
 	return refuse_lease(s, lease, c, f, out, err);
 }
 
-static relay_status refuse_release(relay_plugin_state *s, const char *lease, const char *reason, relay_call *c,
-                                   unsigned f, relay_error *err)
+static relay_status refuse_release(relay_plugin_state *s, const char *lease, const char *reason,
+                                   relay_call *c, unsigned f, relay_error *err)
 {
 	(void)s, (void)lease, (void)reason, (void)c, (void)f;
 	return relay_error_put(err, RELAY_E_UNSUPPORTED, 0, "an ABI 1.6 stand-in leases nothing");
@@ -67,33 +67,30 @@ static relay_status old_console(relay_plugin_state *s, const char *lease, const 
 	return RELAY_OK;
 }
 
-static relay_machine_ops ops; /* filled by the entry, sized as 1.6 was */
+/* A 1.6 header's relay_machine_ops ended at egress_listeners. */
+#define V16_MACHINE_OPS_SIZE ((uint32_t)offsetof(relay_machine_ops, console_ops))
 
-static relay_plugin_descriptor descriptor;
+static const relay_machine_ops ops = {
+    .struct_size = V16_MACHINE_OPS_SIZE,
+    .acquire = refuse_lease,
+    .renew = refuse_renew,
+    .inspect = refuse_lease,
+    .release = refuse_release,
+    .verify_destroyed = refuse_lease,
+    .images = no_images,
+    .console = old_console,
+};
 
-RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version);
-RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)
-{
-	(void)host_abi_version;
-	/* A 1.6 header's relay_machine_ops ended at egress_listeners. */
-	const uint32_t v16_size = (uint32_t)offsetof(relay_machine_ops, console_ops);
-	ops.struct_size = v16_size;
-	ops.acquire = refuse_lease;
-	ops.renew = refuse_renew;
-	ops.inspect = refuse_lease;
-	ops.release = refuse_release;
-	ops.verify_destroyed = refuse_lease;
-	ops.images = no_images;
-	ops.console = old_console;
-	ops.console_ops = (const relay_machine_console_ops *)&descriptor; /* past its size: never read */
-	descriptor.abi_version = RELAY_ABI_MAKE(1, 6);
-	descriptor.struct_size = sizeof descriptor;
-	descriptor.name = "abi-old-console";
-	descriptor.version = "1.6.0";
-	descriptor.description = "a machine built against plugin ABI 1.6, with the string console";
-	descriptor.kinds = RELAY_KIND_MACHINE;
-	descriptor.init = old_init;
-	descriptor.machine = &ops;
-	descriptor.machine_ops_size = v16_size;
-	return &descriptor;
-}
+static const relay_plugin_descriptor descriptor = {
+    .abi_version = RELAY_ABI_MAKE(1, 6),
+    .struct_size = sizeof(relay_plugin_descriptor),
+    .name = "abi-old-console",
+    .version = "1.6.0",
+    .description = "a machine built against plugin ABI 1.6, with the string console",
+    .kinds = RELAY_KIND_MACHINE,
+    .init = old_init,
+    .machine = &ops,
+    .machine_ops_size = V16_MACHINE_OPS_SIZE,
+};
+
+RELAY_PLUGIN_DEFINE_ENTRY(descriptor)

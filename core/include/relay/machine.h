@@ -247,8 +247,8 @@ typedef struct relay_machine_console_ops {
 	/* Stops what attempt `attempt_id` started (an attempt never opened is
 	 * recorded as cancelled). Never releases the guest. */
 	relay_status (*cancel)(relay_plugin_state *state, const char *lease_json, const char *console_id,
-	                       const char *attempt_id, relay_call *call, unsigned flags, char **report_json_out,
-	                       relay_error *err);
+	                       const char *attempt_id, relay_call *call, unsigned flags,
+	                       char **report_json_out, relay_error *err);
 } relay_machine_console_ops;
 
 /* Smallest console sub-table the loader accepts (all four slots). */

@@ -240,9 +240,10 @@ typedef const relay_plugin_descriptor *(*relay_plugin_entry_fn)(uint32_t host_ab
 /* Defines the exported entry of a plugin that works with every 1.x host:
  * it returns &descriptor (a static const relay_plugin_descriptor) to a host
  * of the same major version and refuses (NULL) any other. A plugin that
- * needs services of a later minor writes its own entry instead and refuses
- * older hosts there (plugins/reference/capture_reference.c spells the
- * entry out). Use once, at file scope:
+ * needs services of a later minor uses RELAY_PLUGIN_DEFINE_ENTRY_SINCE below,
+ * or writes its own entry and refuses older hosts there
+ * (plugins/reference/capture_reference.c spells the entry out). Use once,
+ * at file scope:
  *
  *     RELAY_PLUGIN_DEFINE_ENTRY(descriptor)
  */
@@ -251,6 +252,22 @@ typedef const relay_plugin_descriptor *(*relay_plugin_entry_fn)(uint32_t host_ab
 	RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)  \
 	{                                                                                                    \
 		return RELAY_ABI_MAJOR(host_abi_version) == RELAY_ABI_VERSION_MAJOR ? &(descriptor) : NULL;  \
+	}
+
+/* The entry of a plugin that needs the services of minor `min_minor` or
+ * later: it refuses (NULL) a host of another major or of an older minor,
+ * which the loader reports as check 3. Use once, at file scope:
+ *
+ *     RELAY_PLUGIN_DEFINE_ENTRY_SINCE(descriptor, 7)
+ */
+#define RELAY_PLUGIN_DEFINE_ENTRY_SINCE(descriptor, min_minor)                                               \
+	RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version); \
+	RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)  \
+	{                                                                                                    \
+		return RELAY_ABI_MAJOR(host_abi_version) == RELAY_ABI_VERSION_MAJOR &&                       \
+		               RELAY_ABI_MINOR(host_abi_version) >= (min_minor)                              \
+		           ? &(descriptor)                                                                   \
+		           : NULL;                                                                           \
 	}
 
 #ifdef __cplusplus

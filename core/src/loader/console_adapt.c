@@ -55,7 +55,8 @@ static relay_status adapt_open(relay_plugin_state *state, const char *lease_json
                                const char *attempt_id, relay_call *call, unsigned flags,
                                char **report_json_out, relay_error *err)
 {
-	return call_string(state, lease_json, "open", console_id, attempt_id, call, flags, report_json_out, err);
+	return call_string(state, lease_json, "open", console_id, attempt_id, call, flags, report_json_out,
+	                   err);
 }
 
 static relay_status adapt_cancel(relay_plugin_state *state, const char *lease_json, const char *console_id,

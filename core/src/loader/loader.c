@@ -154,9 +154,10 @@ static relay_status check_machine_console(loaded_plugin *p, const char *name, re
 	};
 	for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++)
 		if (slots[i].fn == NULL)
-			return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-			                       "plugin %s (%s) lacks the required machine console operation %s",
-			                       name, p->path, slots[i].op);
+			return relay_error_set(
+			    err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "plugin %s (%s) lacks the required machine console operation %s", name, p->path,
+			    slots[i].op);
 	return RELAY_OK;
 }
 
@@ -361,7 +362,8 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 	}
 	p->initialised = true;
 	p->console_adapter.state = p->state;
-	p->machine_console_state = p->console_adapter.console ? (relay_plugin_state *)&p->console_adapter : p->state;
+	p->machine_console_state =
+	    p->console_adapter.console ? (relay_plugin_state *)&p->console_adapter : p->state;
 	registry->plugins[registry->count++] = p;
 	*out = p;
 	log_debug("loaded plugin %s %s from %s", name, desc->version ? desc->version : "?", resolved);

@@ -50,14 +50,25 @@ static inline relay_status rk_console_dispatch(rk_console_route_fn route, relay_
 	return route(state, q, call, out, err);
 }
 
+/* open and cancel: the request of an attempt. */
+static inline relay_status rk_console_dispatch_attempt(rk_console_route_fn route, rk_console_kind kind,
+                                                       const char *name, relay_plugin_state *state,
+                                                       const char *lease_json, const char *console_id,
+                                                       const char *attempt_id, relay_call *call,
+                                                       unsigned flags, char **out, relay_error *err)
+{
+	const rk_console_request q = {kind, name, lease_json, console_id, attempt_id};
+	return rk_console_dispatch(route, state, &q, call, flags, out, err);
+}
+
 /* Defines `const relay_machine_console_ops table` over `route`, once per
  * plugin at file scope (as RELAY_PLUGIN_DEFINE_ENTRY is). The table has the
  * linkage of its declaration in the plugin's header (`extern const ...`,
  * hidden like every symbol of a plugin but its entry), so the plugin's
  * static const machine table can point at it. */
 #define RK_CONSOLE_DEFINE_OPS(table, route)                                                                  \
-	static relay_status table##_capabilities(relay_plugin_state *state, relay_call *call, unsigned flags, \
-	                                         char **out, relay_error *err)                               \
+	static relay_status table##_capabilities(relay_plugin_state *state, relay_call *call,                \
+	                                         unsigned flags, char **out, relay_error *err)               \
 	{                                                                                                    \
 		const rk_console_request q = {RK_CONSOLE_CAPABILITIES, "capabilities", NULL, NULL, NULL};    \
 		return rk_console_dispatch((route), state, &q, call, flags, out, err);                       \
@@ -72,16 +83,15 @@ static inline relay_status rk_console_dispatch(rk_console_route_fn route, relay_
 	                                 const char *console_id, const char *attempt_id, relay_call *call,   \
 	                                 unsigned flags, char **out, relay_error *err)                       \
 	{                                                                                                    \
-		const rk_console_request q = {RK_CONSOLE_OPEN, "open", lease_json, console_id, attempt_id};  \
-		return rk_console_dispatch((route), state, &q, call, flags, out, err);                       \
+		return rk_console_dispatch_attempt((route), RK_CONSOLE_OPEN, "open", state, lease_json,      \
+		                                   console_id, attempt_id, call, flags, out, err);           \
 	}                                                                                                    \
 	static relay_status table##_cancel(relay_plugin_state *state, const char *lease_json,                \
 	                                   const char *console_id, const char *attempt_id, relay_call *call, \
 	                                   unsigned flags, char **out, relay_error *err)                     \
 	{                                                                                                    \
-		const rk_console_request q = {RK_CONSOLE_CANCEL, "cancel", lease_json, console_id,           \
-		                              attempt_id};                                                   \
-		return rk_console_dispatch((route), state, &q, call, flags, out, err);                       \
+		return rk_console_dispatch_attempt((route), RK_CONSOLE_CANCEL, "cancel", state, lease_json,  \
+		                                   console_id, attempt_id, call, flags, out, err);           \
 	}                                                                                                    \
 	const relay_machine_console_ops table = {                                                            \
 	    .struct_size = sizeof(relay_machine_console_ops),                                                \

@@ -322,8 +322,9 @@ static relay_status answer(const rk_console *c, json_object *out, char **respons
 }
 
 /* resolve, open, cancel on the record of the lease, under its lock. */
-static relay_status on_record(const rk_console *c, const char *vm, const char *lease_id, const rk_console_request *q,
-                              relay_call *call, char **response_out, relay_error *err)
+static relay_status on_record(const rk_console *c, const char *vm, const char *lease_id,
+                              const rk_console_request *q, relay_call *call, char **response_out,
+                              relay_error *err)
 {
 	int lock = -1, e = 0;
 	json_object *record = c->ops->lock_read(c->ctx, vm, &lock, &e), *out = NULL;

@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <json-c/json.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,8 +321,8 @@ static relay_status fs_doctor(relay_plugin_state *s, relay_call *call, unsigned 
 
 /* The wrapped plugin's typed console (ABI 1.7), forwarded like the rest
  * (op names "console_capabilities", "console_resolve", ...). */
-static relay_status fs_console_capabilities(relay_plugin_state *s, relay_call *call, unsigned flags, char **out,
-                                            relay_error *err)
+static relay_status fs_console_capabilities(relay_plugin_state *s, relay_call *call, unsigned flags,
+                                            char **out, relay_error *err)
 {
 	fs_state *st = s;
 	const relay_machine_console_ops *c = st->machine.console_ops;
@@ -338,24 +339,30 @@ static relay_status fs_console_resolve(relay_plugin_state *s, const char *lease,
 	           c->resolve(st->inner_state, lease, call, flags, out, err));
 }
 
+/* open and cancel, forwarded as "console_open" and "console_cancel". */
+static relay_status fs_console_attempt(relay_plugin_state *s, bool open, const char *lease,
+                                       const char *console_id, const char *attempt_id, relay_call *call,
+                                       unsigned flags, char **out, relay_error *err)
+{
+	fs_state *st = s;
+	const relay_machine_console_ops *c = st->machine.console_ops;
+	FS_FORWARD(st, open ? "console_open" : "console_cancel", lease, out, err, c != NULL,
+	           (open ? c->open : c->cancel)(st->inner_state, lease, console_id, attempt_id, call, flags,
+	                                        out, err));
+}
+
 static relay_status fs_console_open(relay_plugin_state *s, const char *lease, const char *console_id,
                                     const char *attempt_id, relay_call *call, unsigned flags, char **out,
                                     relay_error *err)
 {
-	fs_state *st = s;
-	const relay_machine_console_ops *c = st->machine.console_ops;
-	FS_FORWARD(st, "console_open", lease, out, err, c != NULL,
-	           c->open(st->inner_state, lease, console_id, attempt_id, call, flags, out, err));
+	return fs_console_attempt(s, true, lease, console_id, attempt_id, call, flags, out, err);
 }
 
 static relay_status fs_console_cancel(relay_plugin_state *s, const char *lease, const char *console_id,
                                       const char *attempt_id, relay_call *call, unsigned flags, char **out,
                                       relay_error *err)
 {
-	fs_state *st = s;
-	const relay_machine_console_ops *c = st->machine.console_ops;
-	FS_FORWARD(st, "console_cancel", lease, out, err, c != NULL,
-	           c->cancel(st->inner_state, lease, console_id, attempt_id, call, flags, out, err));
+	return fs_console_attempt(s, false, lease, console_id, attempt_id, call, flags, out, err);
 }
 
 static const relay_machine_console_ops fs_console_ops = {

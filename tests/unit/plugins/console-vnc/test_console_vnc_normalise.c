@@ -1,11 +1,10 @@
 /*
  * test_console_vnc_normalise — plugins/console-vnc through the real loader,
  * against a machine link whose console (a string slot behind the core's
- * adapter of ABI 1.0-1.6 plugins) answers what the test sets: schemaVersion checks, token normalisation ("unknown" and null
- * reasons), booleans or "unknown", the allow-list, the exact request body
- * the backend receives, errors passed through, a machine plugin without a
- * console, and id checks. (The real typed console of machine-local is
- * tested in test_machine_local_display.)
+ * adapter of ABI 1.0-1.6 plugins) answers what the test sets: schemaVersion checks, token normalisation
+ * ("unknown" and null reasons), booleans or "unknown", the allow-list, the exact request body the backend
+ * receives, errors passed through, a machine plugin without a console, and id checks. (The real typed console
+ * of machine-local is tested in test_machine_local_display.)
  */
 #include <setjmp.h>
 #include <stdarg.h>

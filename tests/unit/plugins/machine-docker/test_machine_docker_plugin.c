@@ -127,7 +127,8 @@ static void test_no_engine_and_input_checks(void **state)
 		assert_non_null(strstr(out, "\"available\":true,\"status\":\"configured\""));
 	free(out);
 	out = NULL;
-	assert_int_equal(console->open(p->state, "{}", "c", "a1", NULL, 0, &out, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_int_equal(console->open(p->state, "{}", "c", "a1", NULL, 0, &out, &err),
+	                 RELAY_E_INVALID_ARGUMENT);
 	assert_string_equal(err.message, "console open needs a lease document naming its vm");
 	assert_null(out);
 	assert_int_equal(console->resolve(p->state, "{}", NULL, 0x4, &out, &err), RELAY_E_UNSUPPORTED_FLAGS);

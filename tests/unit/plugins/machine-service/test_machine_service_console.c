@@ -33,8 +33,8 @@ static void start_vnc(void)
 
 /* One call of the typed console (relay/machine.h console_ops): op
  * "capabilities", "resolve", "open" or "cancel". */
-static relay_status console_op(const char *lease, const char *op, const char *console_id, const char *attempt_id,
-                               char **out, relay_error *err)
+static relay_status console_op(const char *lease, const char *op, const char *console_id,
+                               const char *attempt_id, char **out, relay_error *err)
 {
 	memset(err, 0, sizeof *err);
 	*out = NULL;
@@ -77,8 +77,9 @@ static void test_capabilities(void **state)
 	assert_string_equal(err.message, "unsupported or malformed acquisition-capabilities schema");
 	/* Unknown flags; no string slot. */
 	assert_null(fx.plugin->machine.console);
-	assert_int_equal(fx.plugin->machine.console_ops->capabilities(fx.plugin->state, NULL, 0x10, &out, &err),
-	                 RELAY_E_UNSUPPORTED_FLAGS);
+	assert_int_equal(
+	    fx.plugin->machine.console_ops->capabilities(fx.plugin->state, NULL, 0x10, &out, &err),
+	    RELAY_E_UNSUPPORTED_FLAGS);
 	assert_null(out);
 }
 

@@ -162,8 +162,8 @@ static int mem_write(void *ctx, json_object *record)
 
 #define MEM_INIT_PID 4242
 
-static int mem_guest_state(void *ctx, json_object *record, const char *op, relay_call *call, pid_t *init_pid_out,
-                           relay_error *err)
+static int mem_guest_state(void *ctx, json_object *record, const char *op, relay_call *call,
+                           pid_t *init_pid_out, relay_error *err)
 {
 	(void)record, (void)op, (void)call, (void)err;
 	*init_pid_out = MEM_INIT_PID;
@@ -205,8 +205,8 @@ static const rk_console_backend memory_console = {
 };
 
 /* The typed console over the ledger, its state the test's rk_console. */
-static relay_status mem_route(relay_plugin_state *state, const rk_console_request *q, relay_call *call, char **out,
-                              relay_error *err)
+static relay_status mem_route(relay_plugin_state *state, const rk_console_request *q, relay_call *call,
+                              char **out, relay_error *err)
 {
 	return rk_console_ledger(state, q, call, out, err);
 }
@@ -226,9 +226,10 @@ static json_object *console(rk_console *c, const char *op, const char *lease_id,
 	snprintf(lease, sizeof lease, "{\"vm\": \"vm-1\", \"lease_id\": \"%s\"}", lease_id);
 	char *out = NULL;
 	const relay_machine_console_ops *t = &memory_console_ops;
-	relay_status s = strcmp(op, "open") == 0     ? t->open(c, lease, cid ? cid : "", attempt, NULL, 0, &out, err)
-	                 : strcmp(op, "cancel") == 0 ? t->cancel(c, lease, cid ? cid : "", attempt, NULL, 0, &out, err)
-	                                             : t->resolve(c, lease, NULL, 0, &out, err);
+	relay_status s =
+	    strcmp(op, "open") == 0     ? t->open(c, lease, cid ? cid : "", attempt, NULL, 0, &out, err)
+	    : strcmp(op, "cancel") == 0 ? t->cancel(c, lease, cid ? cid : "", attempt, NULL, 0, &out, err)
+	                                : t->resolve(c, lease, NULL, 0, &out, err);
 	json_object *answer = s == RELAY_OK ? json_tokener_parse(out) : NULL;
 	assert_true(s == RELAY_OK || out == NULL);
 	free(out);
