@@ -1,5 +1,5 @@
 /*
- * md_console.c — machine-docker's console passthrough (md_console.h), the
+ * md_console.c — machine-docker's typed console (md_console.h), the
  * same console machine-local serves (plugins/machine-local/console.c), so
  * console-vnc works unchanged:
  *

@@ -1,6 +1,6 @@
 /*
- * console.c — the console passthrough of machine-local (relay/machine.h
- * `console`, spec/machine-service.md §9): x11vnc on the guest's own Xvfb
+ * console.c — the typed console of machine-local (relay/machine.h
+ * `console_ops`, spec/machine-service.md §9): x11vnc on the guest's own Xvfb
  * display, listening on the guest's loopback (127.0.0.1:5900 inside its
  * network namespace), view-only, with a one-time password that x11vnc
  * reads from a file and deletes.

@@ -24,7 +24,7 @@
  *                xfer_facts.c, xfer_paths.c, xfer_send.c, xfer_receive.c
  *                share xfer_int.h
  *   inventory.c  images, catalog, doctor, health
- *   console.c    x11vnc console passthrough: the backend of the kit's
+ *   console.c    the typed console over x11vnc: the backend of the kit's
  *                console (relay_kit/console.h)
  *   reaper.c     the background reaper and the scan at start
  */

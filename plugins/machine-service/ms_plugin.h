@@ -4,7 +4,7 @@
  * One shared object provides two kinds (spec/machine-service.md):
  *   machine    lease, renew, inspect, release and verify guests; images, the
  *              application catalog, find-by-purpose, the binding, the
- *              console passthrough and doctor checks (ms_lease.c,
+ *              typed console and doctor checks (ms_lease.c,
  *              ms_inventory.c, ms_console.c, ms_doctor.c);
  *   transport  exec, push and pull through the service's own routes
  *              (ms_transport.c), used whenever a lease carries no SSH

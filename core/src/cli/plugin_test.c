@@ -305,7 +305,7 @@ static void run_checks(pt_run *run)
 	if (run->kind == RELAY_KIND_MACHINE ||
 	    (run->kind == RELAY_KIND_TRANSPORT && !run->lease_json && machine))
 		pt_machine_acquire(run);
-	if (run->kind == RELAY_KIND_MACHINE)
+	if (machine) /* as the flags of every machine op are, whichever kind is tested */
 		pt_check_machine_console(run);
 	pt_check_flags(run);
 	if (run->kind == RELAY_KIND_MACHINE) {

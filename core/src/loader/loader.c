@@ -161,17 +161,20 @@ static relay_status check_machine_console(loaded_plugin *p, const char *name, re
 	return RELAY_OK;
 }
 
-void loader_machine_link(const loaded_plugin *p, relay_machine_link *out)
+void loader_machine_link(loaded_plugin *p, relay_machine_link *out)
 {
 	memset(out, 0, sizeof *out);
 	out->struct_size = sizeof *out;
 	out->name = p->descriptor.name;
 	out->ops = &p->machine;
 	out->state = p->state;
-	if (p->machine_console.struct_size != 0) {
-		out->console = &p->machine_console;
-		out->console_state = p->machine_console_state;
-	}
+	if (p->machine_console.struct_size == 0)
+		return;
+	out->console = &p->machine_console;
+	/* The state as it is now (plugin-test's restart gives the plugin a new one). */
+	p->console_adapter.state = p->state;
+	out->console_state =
+	    p->console_adapter.console ? (relay_plugin_state *)&p->console_adapter : p->state;
 }
 
 static bool valid_plugin_name(const char *name)
@@ -361,9 +364,6 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 		}
 	}
 	p->initialised = true;
-	p->console_adapter.state = p->state;
-	p->machine_console_state =
-	    p->console_adapter.console ? (relay_plugin_state *)&p->console_adapter : p->state;
 	registry->plugins[registry->count++] = p;
 	*out = p;
 	log_debug("loaded plugin %s %s from %s", name, desc->version ? desc->version : "?", resolved);

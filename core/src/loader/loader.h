@@ -36,11 +36,9 @@ typedef struct loaded_plugin {
 	bool initialised;
 	/* The machine's console, typed (ABI 1.7): a zero-filled copy of the
 	 * plugin's console_ops, or console_adapter_ops over its 1.0-1.6 string
-	 * slot; zeroed when it has neither. Call it with machine_console_state
-	 * (the plugin's state, or &console_adapter). loader_machine_link()
-	 * lends both to the console plugin. */
+	 * slot (console_adapter); zeroed when it has neither.
+	 * loader_machine_link() lends it with the state its slots take. */
 	relay_machine_console_ops machine_console;
-	relay_plugin_state *machine_console_state;
 	console_adapter console_adapter;
 } loaded_plugin;
 
@@ -62,7 +60,7 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 
 /* The machine link a console plugin gets for the machine plugin `p`
  * (relay/console.h): its name, ops and state, and its typed console. */
-void loader_machine_link(const loaded_plugin *p, relay_machine_link *out);
+void loader_machine_link(loaded_plugin *p, relay_machine_link *out);
 
 /* Calls fini() of every initialised plugin, in reverse load order, and frees
  * the registry's records (handles stay open). */
