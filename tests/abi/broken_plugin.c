@@ -79,14 +79,15 @@ __attribute__((unused)) static relay_status stub_string_console(relay_plugin_sta
 #ifndef BREAK_CONSOLE_SIZE
 #define BREAK_CONSOLE_SIZE 0
 #endif
+#ifndef BREAK_CONSOLE_MISSING
+#define BREAK_CONSOLE_MISSING 0
+#endif
 static const relay_machine_console_ops console_ops = {
     .struct_size = BREAK_CONSOLE_SIZE ? 8 : sizeof(relay_machine_console_ops),
     .capabilities = stub_caps,
     .resolve = stub_lease_op,
     .open = stub_attempt,
-#ifndef BREAK_CONSOLE_MISSING
-    .cancel = stub_attempt,
-#endif
+    .cancel = BREAK_CONSOLE_MISSING ? NULL : stub_attempt,
 };
 
 static relay_status plugin_init(const relay_host *host, const char *config, unsigned flags,
