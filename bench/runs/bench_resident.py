@@ -359,9 +359,14 @@ def bench_gui(args, ssh_plain_ms):
         pass
     a = A()
     a.binary, a.gui_runs = args.binary, args.gui_runs
-    br.gui_attach(a)
+    got = br.gui_attach(a)
     if ssh_plain_ms:
         print("  (the ssh run without snapshots of this sitting: %.1f ms)" % ms(ssh_plain_ms), flush=True)
+    if ssh_plain_ms and got:
+        attached, pending, one_shot = got
+        print("  attached - the run without snapshots: %+.1f ms (target <= +60 ms); attached / pending %.2fx "
+              "(target <= 1.15x); with one-shot captures %+.1f ms" % (attached - ms(ssh_plain_ms), attached / pending,
+                                                                      one_shot - ms(ssh_plain_ms)), flush=True)
 
 
 def bench_soak(args):

@@ -60,60 +60,102 @@ def median_ms(samples):
 def gui_attach(args):
     """A 1280x800 run with snapshots over transfer-ssh (spec/guest.md §16.3): the time to the result
     with the after-image attached from the run's own answer, against the same run with it
-    pending (the guest's receiver told RELAY_RECEIVER_ATTACH=off), alternately."""
-    attached_v, why = rs.make_variant(args.binary, "ssh-x11")
-    pending_v, why2 = rs.make_variant(args.binary, "ssh-x11", sshd_env={"RELAY_RECEIVER_ATTACH": "off"})
-    if attached_v is None or pending_v is None:
-        print("gui attach: cannot run: %s" % (why or why2))
-        return
+    pending (the guest's receiver told RELAY_RECEIVER_ATTACH=off) and against the same attached
+    run with every capture one-shot (RELAY_RECEIVER_CAPTURE_RESIDENT=off: no resident
+    relay-x11shot, spec/guest.md §17 item 5), rounds interleaved."""
+    kinds = (("attached", {}), ("pending", {"RELAY_RECEIVER_ATTACH": "off"}),
+             ("attached, one-shot captures", {"RELAY_RECEIVER_CAPTURE_RESIDENT": "off"}))
+    vs = []
     try:
-        with attached_v.relay() as ra, pending_v.relay() as rp:
-            guests = []
-            for v, r in ((attached_v, ra), (pending_v, rp)):
-                r.initialize()
-                g = v.acquire(r)
-                assert rs.stage(r, g["guest"])["isError"] is False
-                guests.append((r, g["guest"]))
-            code = "export DISPLAY=%s\ntrue" % attached_v.display
-            code_p = "export DISPLAY=%s\ntrue" % pending_v.display
-            statuses = {}
-            samples = {"attached": [], "pending": []}
-            for i in range(args.gui_runs + 2):
-                for (r, name), label, c in ((guests[0], "attached", code), (guests[1], "pending", code_p)):
-                    t = timed(lambda: statuses.__setitem__(label, rs.structured(rs.run(
-                        r, name, c, snapshots={"afterIntervalMs": 0}))["imageDelivery"]["status"]))
-                    if i >= 2:  # two warm-up rounds
-                        samples[label].append(t)
-            assert statuses == {"attached": "attached", "pending": "pending"}, statuses
-            a, p = median_ms(samples["attached"]), median_ms(samples["pending"])
-            print("relay_script 1280x800 with snapshots over transfer-ssh, %d rounds each:" % args.gui_runs)
-            print("  attached median %.1f ms; pending median %.1f ms; ratio %.2fx" % (a, p, a / p))
-            print("  attached: " + " ".join("%.0f" % (x * 1000) for x in samples["attached"]))
-            print("  pending:  " + " ".join("%.0f" % (x * 1000) for x in samples["pending"]), flush=True)
-            shot_floor(attached_v, args.gui_runs)
+        for label, env in kinds:
+            v, why = rs.make_variant(args.binary, "ssh-x11", sshd_env=env)
+            if v is None:
+                print("gui attach: cannot run: %s" % why)
+                return
+            vs.append((label, v))
+        relays = [v.relay() for _label, v in vs]
+        guests = []
+        for (label, v), cm in zip(vs, relays):
+            r = cm.__enter__()
+            r.initialize()
+            g = v.acquire(r)
+            assert rs.stage(r, g["guest"])["isError"] is False
+            guests.append((label, r, g["guest"], "export DISPLAY=%s\ntrue" % v.display))
+        statuses = {}
+        samples = {label: [] for label, _v in vs}
+        for i in range(args.gui_runs + 2):
+            for label, r, name, code in guests:
+                t = timed(lambda: statuses.__setitem__(label, rs.structured(rs.run(
+                    r, name, code, snapshots={"afterIntervalMs": 0}))["imageDelivery"]["status"]))
+                if i >= 2:  # two warm-up rounds
+                    samples[label].append(t)
+        assert statuses == {"attached": "attached", "pending": "pending",
+                            "attached, one-shot captures": "attached"}, statuses
+        a, p = median_ms(samples["attached"]), median_ms(samples["pending"])
+        o = median_ms(samples["attached, one-shot captures"])
+        print("relay_script 1280x800 with snapshots over transfer-ssh, %d rounds each:" % args.gui_runs)
+        print("  attached median %.1f ms; pending median %.1f ms; ratio %.2fx; attached with one-shot "
+              "captures %.1f ms" % (a, p, a / p, o))
+        for label, _v in vs:
+            print("  %-28s " % (label + ":") + " ".join("%.0f" % (x * 1000) for x in samples[label]))
+        sys.stdout.flush()
+        for cm in relays:
+            cm.__exit__(None, None, None)
+        shot_floor(vs[0][1], args.gui_runs)
+        return a, p, o
     finally:
-        attached_v.cleanup()
-        pending_v.cleanup()
+        for _label, v in vs:
+            v.cleanup()
 
 
 def shot_floor(v, n):
-    """The capture program alone on the same display, as the receiver starts it for one shot (a new
-    process, the 1280x800 root window read and encoded as PNG): a run with snapshots takes two."""
+    """The capture program alone on the same display: one-shot as the receiver started it before
+    (a new process, a new X connection, the 1280x800 root window read and encoded as PNG) and,
+    when the build has it, resident (`relay-x11shot --serve`: one line in, one line out); rounds
+    interleaved. A run with snapshots takes two shots."""
     shot = os.path.join(os.environ.get("RELAY_BUILD_DIR", ""), "libexec", "mcp-relay", "receivers",
                         "linux-x86_64", "relay-x11shot")
     if not os.path.exists(shot):
         print("  (no relay-x11shot at %s: the shot floor is not measured)" % shot)
         return
     out = os.path.join(v.root, "floor-shot.png")
-    xs = []
+    # One-shot first, with no other client on the display (as a guest whose display has none: the
+    # X server resets itself whenever its last client leaves), then resident.
+    xs, rs_ = [], []
     for _ in range(n + 2):
         if os.path.exists(out):
             os.unlink(out)
         xs.append(timed(lambda: subprocess.run([shot, "--display", v.display, "--out", out], check=True,
                                                stdout=subprocess.DEVNULL)))
+    size = os.path.getsize(out)
+    serve = subprocess.Popen([shot, "--display", v.display, "--serve"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    def resident():
+        serve.stdin.write((out + "\n").encode())
+        serve.stdin.flush()
+        if b"screenshot_file_path" not in serve.stdout.readline():
+            raise RuntimeError("no resident shot")
+    for _ in range(n + 2):
+        os.unlink(out)
+        try:
+            rs_.append(timed(resident))
+        except (BrokenPipeError, RuntimeError):
+            rs_ = None
+            break
+    try:
+        serve.stdin.close()
+    except BrokenPipeError:
+        pass
+    serve.wait()
     xs = xs[2:]
-    print("  relay-x11shot alone on that display: median %.1f ms a shot (%d bytes of PNG); two shots %.1f ms"
-          % (median_ms(xs), os.path.getsize(out), 2 * median_ms(xs)), flush=True)
+    print("  relay-x11shot alone on that display: one-shot median %.1f ms a shot (%d bytes of PNG); two "
+          "shots %.1f ms" % (median_ms(xs), size, 2 * median_ms(xs)), flush=True)
+    if rs_:
+        print("  resident (relay-x11shot --serve, one connection): median %.1f ms a shot; two shots %.1f ms"
+              % (median_ms(rs_[2:]), 2 * median_ms(rs_[2:])), flush=True)
+    else:
+        print("  (this relay-x11shot has no --serve)", flush=True)
 
 
 def local_true(args):

@@ -63,8 +63,8 @@ free_display() {
 echo "relay-x11shot vs ImageMagick import, $RUNS runs each, alternating ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
 echo "host: $(nproc) cores, $(uname -sr); $(import -version | head -1)"
 echo
-echo "| screen | relay-x11shot median | import median | import / relay-x11shot | PNG bytes (ours / import) |"
-echo "|---|---|---|---|---|"
+echo "| screen | relay-x11shot median | same, GetImage (no MIT-SHM) | import median | import / relay-x11shot | PNG bytes (ours / import) |"
+echo "|---|---|---|---|---|---|"
 for size in 1280x800 1920x1080; do
 	W=${size%x*} H=${size#*x}
 	scene "$W" "$H" "$WORK/scene.png"
@@ -83,6 +83,7 @@ for size in 1280x800 1920x1080; do
 	diff=$(compare -metric AE "$WORK/check.png" "$WORK/scene.png" null: 2>&1 || true)
 	[ "$diff" = 0 ] || echo "warning: capture differs from the picture in $diff pixels" >&2
 	: >"$WORK/ours.txt"
+	: >"$WORK/noshm.txt"
 	: >"$WORK/im.txt"
 	r=0
 	while [ $r -lt "$RUNS" ]; do
@@ -92,17 +93,23 @@ for size in 1280x800 1920x1080; do
 		t1=$(now_ns)
 		import -display :$N -window root "$WORK/im.png"
 		t2=$(now_ns)
+		rm -f "$WORK/noshm.png"
+		RELAY_X11SHOT_NO_SHM=1 "$SHOT" --display :$N --out "$WORK/noshm.png" >/dev/null
+		t3=$(now_ns)
 		echo $(((t1 - t0) / 1000)) >>"$WORK/ours.txt"
 		echo $(((t2 - t1) / 1000)) >>"$WORK/im.txt"
+		echo $(((t3 - t2) / 1000)) >>"$WORK/noshm.txt"
 		r=$((r + 1))
 	done
 	diff=$(compare -metric AE "$WORK/ours.png" "$WORK/im.png" null: 2>&1 || true)
 	[ "$diff" = 0 ] || echo "warning: relay-x11shot and import differ in $diff pixels" >&2
+	cmp -s "$WORK/ours.png" "$WORK/noshm.png" || echo "warning: the MIT-SHM and GetImage captures differ" >&2
 	ours=$(median <"$WORK/ours.txt")
+	noshm=$(median <"$WORK/noshm.txt")
 	im=$(median <"$WORK/im.txt")
-	awk -v s="$size" -v o="$ours" -v i="$im" -v ob="$(stat -c %s "$WORK/ours.png")" \
+	awk -v s="$size" -v o="$ours" -v n="$noshm" -v i="$im" -v ob="$(stat -c %s "$WORK/ours.png")" \
 		-v ib="$(stat -c %s "$WORK/im.png")" \
-		'BEGIN { printf "| %s | %.1f ms | %.1f ms | %.2fx | %d / %d |\n", s, o / 1000, i / 1000, i / o, ob, ib }'
+		'BEGIN { printf "| %s | %.1f ms | %.1f ms | %.1f ms | %.2fx | %d / %d |\n", s, o / 1000, n / 1000, i / 1000, i / o, ob, ib }'
 	kill "$XWUD_PID" "$XVFB_PID" 2>/dev/null || true
 	wait "$XWUD_PID" "$XVFB_PID" 2>/dev/null || true
 	XWUD_PID=

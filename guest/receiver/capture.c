@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "capture_resident.h"
 #include "scan.h"
 
 int capture_spec_parse(const jv *obj, capture_spec *out, rerr *err)
@@ -140,10 +141,10 @@ static int check_png(const char *out_path, capture_outcome *res)
 	return 0;
 }
 
-static int check_reported_path(const spawn_result *run, const char *out_path, capture_outcome *res)
+static int check_reported_path(const char *text, size_t len, const char *out_path, capture_outcome *res)
 {
 	rerr err;
-	jv *answer = jv_parse(run->out.data ? run->out.data : "", run->out.len, &err);
+	jv *answer = jv_parse(text ? text : "", len, &err);
 	const char *reported = jv_get_str(answer, "screenshot_file_path");
 	int rc = 0;
 	if (!jv_is(answer, JV_OBJECT)) {
@@ -157,6 +158,14 @@ static int check_reported_path(const spawn_result *run, const char *out_path, ca
 	}
 	jv_free(answer);
 	return rc;
+}
+
+int capture_check_answer(const char *text, size_t len, const char *out_path, capture_outcome *res)
+{
+	if (check_reported_path(text, len, out_path, res) != 0 || check_png(out_path, res) != 0)
+		return -1;
+	res->ok = 1;
+	return 0;
 }
 
 void capture_take(const capture_spec *spec, const char *out_path, int64_t limit_ms, const spawn_hooks *hooks,
@@ -187,6 +196,9 @@ void capture_take(const capture_spec *spec, const char *out_path, int64_t limit_
 			goto cleanup;
 		}
 	}
+	if (capture_resident_take(spec, out_path, spec->timeout_ms < limit_ms ? spec->timeout_ms : limit_ms,
+	                          res) == 0)
+		goto cleanup; /* checked as below; a failure removes the file */
 	argv = xcalloc(spec->argc + 1, sizeof(char *));
 	for (i = 0; i < spec->argc; i++)
 		argv[i] = replace_out(spec->argv[i], out_path);
@@ -244,11 +256,7 @@ void capture_take(const capture_spec *spec, const char *out_path, int64_t limit_
 			            "capture exited with code %d: %s", run.exit_code, tail);
 		goto cleanup;
 	}
-	if (check_reported_path(&run, out_path, res) != 0)
-		goto cleanup;
-	if (check_png(out_path, res) != 0)
-		goto cleanup;
-	res->ok = 1;
+	capture_check_answer(run.out.data, run.out.len, out_path, res);
 cleanup:
 	if (!res->ok) {
 		struct stat st;

@@ -40,6 +40,12 @@ typedef struct capture_outcome {
 	char captured_at[32];
 } capture_outcome;
 
+/* The check of spec/guest.md §11 for a capture that ended well: `text`
+ * (its standard output) a JSON object whose screenshot_file_path is
+ * out_path, the file a regular PNG of 1 byte to 64 MiB; res->ok and its
+ * sha256 and bytes set. -1 with res->diagnostic otherwise. */
+int capture_check_answer(const char *text, size_t len, const char *out_path, capture_outcome *res);
+
 /* Runs one capture to out_path, limited to min(spec timeout, limit_ms).
  * A failed capture's file is removed. hooks may be NULL. `spared` (may be
  * NULL) lists children of the receiver the capture's cleanup must not kill:

@@ -120,6 +120,30 @@ static int root_usable(const char *root)
 	return EXIT_DONE;
 }
 
+/* What a subcommand takes: its options (as parse_opts), the value options
+ * it needs, how many positional arguments (min to max) and its usage line. */
+typedef struct cmd_shape {
+	const char *allowed, *needed;
+	size_t min_pos, max_pos;
+	const char *usage;
+} cmd_shape;
+
+#define ANY_POS ((size_t)-1)
+
+/* Parses argv into o as `shape` says and checks its root: EXIT_DONE, or the
+ * status of the usage error it reported. o->pos is the caller's to free
+ * either way. */
+static int cmd_begin(int argc, char **argv, const cmd_shape *shape, opts *o)
+{
+	char msg[256], needed[128], *name, *save = NULL;
+	int ok = parse_opts(argc, argv, shape->allowed, o, msg, sizeof(msg)) == 0 &&
+	         o->npos >= shape->min_pos && o->npos <= shape->max_pos;
+	text_format(needed, sizeof(needed), "%s", shape->needed);
+	for (name = strtok_r(needed, " ", &save); ok && name; name = strtok_r(NULL, " ", &save))
+		ok = *opt_slot(o, name) != NULL;
+	return ok ? root_usable(o->root) : usage(shape->usage);
+}
+
 static int parse_ms(const char *text, int64_t lo, int64_t hi, int64_t *out)
 {
 	char *end;
@@ -180,10 +204,9 @@ int cmd_prepare(int argc, char **argv)
 	jv *list;
 	size_t i;
 	int status = EXIT_DONE;
-	if (parse_opts(argc, argv, "root", &o, msg, sizeof(msg)) != 0 || !o.root || o.npos == 0)
-		status = usage("usage: receiver prepare --root R REL...");
-	else
-		status = root_usable(o.root);
+	static const cmd_shape shape = {"root", "root", 1, ANY_POS,
+	                                "usage: receiver prepare --root R REL..."};
+	status = cmd_begin(argc, argv, &shape, &o);
 	if (status != EXIT_DONE)
 		goto cleanup;
 	for (i = 0; i < o.npos; i++) {
@@ -217,14 +240,11 @@ cleanup:
 int cmd_init(int argc, char **argv)
 {
 	opts o;
-	char msg[256];
 	rerr err;
 	int created = 0, status = EXIT_DONE;
-	if (parse_opts(argc, argv, "root session", &o, msg, sizeof(msg)) != 0 || !o.root || !o.session ||
-	    o.npos)
-		status = usage("usage: receiver init --root R --session ID");
-	else
-		status = root_usable(o.root);
+	static const cmd_shape shape = {"root session", "root session", 0, 0,
+	                                "usage: receiver init --root R --session ID"};
+	status = cmd_begin(argc, argv, &shape, &o);
 	if (status != EXIT_DONE)
 		goto cleanup;
 	if (!id_valid(o.session)) {
@@ -252,17 +272,15 @@ cleanup:
 int cmd_scan(int argc, char **argv)
 {
 	opts o;
-	char msg[256], rnd[17], hex[65];
+	char rnd[17], hex[65];
 	rerr err;
 	fact_list facts = {0};
 	jv *arr = NULL;
 	char *text = NULL, *name = NULL, *path = NULL;
 	int status = EXIT_DONE;
-	if (parse_opts(argc, argv, "root base present image", &o, msg, sizeof(msg)) != 0 || !o.root ||
-	    !o.base || o.npos != 1)
-		status = usage("usage: receiver scan --root R --base DIR [--present] [--image] REL");
-	else
-		status = root_usable(o.root);
+	static const cmd_shape shape = {"root base present image", "root base", 1, 1,
+	                                "usage: receiver scan --root R --base DIR [--present] [--image] REL"};
+	status = cmd_begin(argc, argv, &shape, &o);
 	if (status != EXIT_DONE)
 		goto cleanup;
 	if (scan_collect(o.root, o.base, o.pos[0], o.present, o.image, &facts, &err) != 0) {
@@ -308,17 +326,14 @@ cleanup:
 int cmd_archive(int argc, char **argv)
 {
 	opts o;
-	char msg[256];
 	rerr err;
 	archive_result res;
 	int usage_err = 0, status = EXIT_DONE;
-	if (parse_opts(argc, argv, "root base present out", &o, msg, sizeof(msg)) != 0 || !o.root ||
-	    !o.base || !o.out || o.npos == 0)
-		status = usage(
-		    "usage: receiver archive --root R --base DIR [--present] --out R/.archive-<random>.tar "
-		    "-- REL...");
-	else
-		status = root_usable(o.root);
+	static const cmd_shape shape = {
+	    "root base present out", "root base out", 1, ANY_POS,
+	    "usage: receiver archive --root R --base DIR [--present] --out R/.archive-<random>.tar "
+	    "-- REL..."};
+	status = cmd_begin(argc, argv, &shape, &o);
 	if (status != EXIT_DONE)
 		goto cleanup;
 	if (tar_write_archive(o.root, o.base, o.pos, o.npos, o.present, o.out, &res, &usage_err, &err) != 0) {
@@ -341,15 +356,12 @@ cleanup:
 int cmd_unpack(int argc, char **argv)
 {
 	opts o;
-	char msg[256];
 	rerr err;
 	unpack_result res;
 	int usage_err = 0, status = EXIT_DONE;
-	if (parse_opts(argc, argv, "root base", &o, msg, sizeof(msg)) != 0 || !o.root || !o.base ||
-	    o.npos != 1)
-		status = usage("usage: receiver unpack --root R --base DIR ARCHIVE");
-	else
-		status = root_usable(o.root);
+	static const cmd_shape shape = {"root base", "root base", 1, 1,
+	                                "usage: receiver unpack --root R --base DIR ARCHIVE"};
+	status = cmd_begin(argc, argv, &shape, &o);
 	if (status != EXIT_DONE)
 		goto cleanup;
 	if (tar_unpack(o.root, o.base, o.pos[0], &res, &usage_err, &err) != 0) {
@@ -389,10 +401,9 @@ int cmd_remove(int argc, char **argv)
 	jv *removed = NULL;
 	size_t i;
 	int status = EXIT_DONE;
-	if (parse_opts(argc, argv, "root", &o, msg, sizeof(msg)) != 0 || !o.root || o.npos == 0)
-		status = usage("usage: receiver remove --root R NAME...");
-	else
-		status = root_usable(o.root);
+	static const cmd_shape shape = {"root", "root", 1, ANY_POS,
+	                                "usage: receiver remove --root R NAME..."};
+	status = cmd_begin(argc, argv, &shape, &o);
 	if (status != EXIT_DONE)
 		goto cleanup;
 	for (i = 0; i < o.npos; i++) {
@@ -456,13 +467,11 @@ int cmd_capture_test(int argc, char **argv)
 	capture_outcome co;
 	memset(&spec, 0, sizeof(spec));
 	memset(&co, 0, sizeof(co));
-	if (parse_opts(argc, argv, "root capture wait-ms every-ms", &o, msg, sizeof(msg)) != 0 || !o.root ||
-	    !o.capture || o.npos)
-		status = usage(
-		    "usage: receiver capture-test --root R --capture JSON [--wait-ms 120000] [--every-ms "
-		    "5000]");
-	else
-		status = root_usable(o.root);
+	static const cmd_shape shape = {
+	    "root capture wait-ms every-ms", "root capture", 0, 0,
+	    "usage: receiver capture-test --root R --capture JSON [--wait-ms 120000] [--every-ms "
+	    "5000]"};
+	status = cmd_begin(argc, argv, &shape, &o);
 	if (status != EXIT_DONE)
 		goto cleanup;
 	if ((o.wait_ms && parse_ms(o.wait_ms, 0, 3600000, &wait_ms) != 0) ||
@@ -557,15 +566,12 @@ int cmd_run(int argc, char **argv)
 int cmd_cancel(int argc, char **argv)
 {
 	opts o;
-	char msg[256];
 	rerr err;
 	jv *owner = NULL;
 	int signalled = 0, status = EXIT_DONE;
-	if (parse_opts(argc, argv, "root execution", &o, msg, sizeof(msg)) != 0 || !o.root || !o.execution ||
-	    o.npos)
-		status = usage("usage: receiver cancel --root R --execution ID");
-	else
-		status = root_usable(o.root);
+	static const cmd_shape shape = {"root execution", "root execution", 0, 0,
+	                                "usage: receiver cancel --root R --execution ID"};
+	status = cmd_begin(argc, argv, &shape, &o);
 	if (status != EXIT_DONE)
 		goto cleanup;
 	if (!execution_id_valid(o.execution)) {
@@ -640,10 +646,8 @@ int cmd_reset(int argc, char **argv)
 	     *lock_abs = NULL;
 	int status = EXIT_DONE;
 	const char *state_word = "reset";
-	if (parse_opts(argc, argv, "root id", &o, msg, sizeof(msg)) != 0 || !o.root || !o.id || o.npos)
-		status = usage("usage: receiver reset --root R --id ID");
-	else
-		status = root_usable(o.root);
+	static const cmd_shape shape = {"root id", "root id", 0, 0, "usage: receiver reset --root R --id ID"};
+	status = cmd_begin(argc, argv, &shape, &o);
 	if (status != EXIT_DONE)
 		goto cleanup;
 	if (!id_valid(o.id)) {

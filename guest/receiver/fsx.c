@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #endif
 
+#include "relay_support/fds.h"
 #include "relay_support/tree.h"
 #include "sha256.h"
 
@@ -87,54 +88,6 @@ int path_below_root(const char *root, const char *abs, const char **rel_out)
 	return 0;
 }
 
-int path_walk_check(const char *root, const char *rel, int allow_missing, int *exists_out, rerr *err)
-{
-	buf path;
-	const char *seg = rel;
-	int rc = -1;
-	struct stat st;
-	buf_init(&path);
-	buf_puts(&path, root);
-	if (exists_out)
-		*exists_out = 1;
-	if (lstat(root, &st) != 0 || S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
-		err_set(err, "guest root %s is not a real directory", root);
-		goto cleanup;
-	}
-	while (*seg) {
-		const char *end = strchr(seg, '/');
-		size_t n = end ? (size_t)(end - seg) : strlen(seg);
-		buf_putc(&path, '/');
-		buf_append(&path, seg, n);
-		if (lstat(path.data, &st) != 0) {
-			if (errno == ENOENT && allow_missing) {
-				if (exists_out)
-					*exists_out = 0;
-				rc = 0;
-				goto cleanup;
-			}
-			err_set(err, "%s: %s", path.data, strerror(errno));
-			goto cleanup;
-		}
-		if (S_ISLNK(st.st_mode)) {
-			err_set(err, "symlink %s: symbolic links are refused at and below the guest root",
-			        path.data);
-			goto cleanup;
-		}
-		if (end && !S_ISDIR(st.st_mode)) {
-			err_set(err, "%s is not a directory", path.data);
-			goto cleanup;
-		}
-		if (!end)
-			break;
-		seg = end + 1;
-	}
-	rc = 0;
-cleanup:
-	buf_free(&path);
-	return rc;
-}
-
 /* Deferred syncs (spec/guest.md §16.2 item 4). The receiver is one thread, so
  * this state needs no lock: while `defer_root_fd` is open, fsx_fsync and
  * fsync_dir only note that something is to be synced, and fsx_commit makes
@@ -199,78 +152,92 @@ int fsync_dir(const char *dir, rerr *err)
 	return 0;
 }
 
-int dir_ensure(const char *root, const char *rel, rerr *err)
+/* Walks rel below root (in path, root already in it) one component at a
+ * time: none may be a symbolic link, each a directory but the last when
+ * file_ok. A missing component ends the walk with *exists_out 0 when
+ * allow_missing, is created (0700, its parent synced) when create, and is an
+ * error otherwise. 0, or -1 with err. */
+static int walk_components(buf *path, const char *rel, int file_ok, int allow_missing, int create,
+                           int *exists_out, rerr *err)
 {
-	buf path;
 	const char *seg = rel;
-	int rc = -1;
 	struct stat st;
-	buf_init(&path);
-	buf_puts(&path, root);
-	if (*rel && !rel_path_ok(rel)) {
-		err_set(err, "invalid relative path '%s'", rel);
-		goto cleanup;
-	}
 	while (*seg) {
 		const char *end = strchr(seg, '/');
 		size_t n = end ? (size_t)(end - seg) : strlen(seg);
-		size_t parent_len = path.len;
-		buf_putc(&path, '/');
-		buf_append(&path, seg, n);
-		if (lstat(path.data, &st) != 0) {
-			if (errno != ENOENT) {
-				err_set(err, "%s: %s", path.data, strerror(errno));
-				goto cleanup;
+		size_t parent_len = path->len;
+		buf_putc(path, '/');
+		buf_append(path, seg, n);
+		if (lstat(path->data, &st) != 0) {
+			if (errno == ENOENT && allow_missing) {
+				if (exists_out)
+					*exists_out = 0;
+				return 0;
 			}
-			if (mkdir(path.data, 0700) != 0 && errno != EEXIST) {
-				err_set(err, "cannot create directory %s: %s", path.data, strerror(errno));
-				goto cleanup;
+			if (errno != ENOENT || !create) {
+				err_set(err, "%s: %s", path->data, strerror(errno));
+				return -1;
 			}
-			if (lstat(path.data, &st) != 0) {
-				err_set(err, "%s: %s", path.data, strerror(errno));
-				goto cleanup;
+			if (mkdir(path->data, 0700) != 0 && errno != EEXIST) {
+				err_set(err, "cannot create directory %s: %s", path->data, strerror(errno));
+				return -1;
 			}
-			{
-				char saved = path.data[parent_len];
-				path.data[parent_len] = '\0';
-				if (fsync_dir(path.data, err) != 0)
-					goto cleanup;
-				path.data[parent_len] = saved;
+			if (lstat(path->data, &st) != 0) {
+				err_set(err, "%s: %s", path->data, strerror(errno));
+				return -1;
 			}
+			char saved = path->data[parent_len];
+			path->data[parent_len] = '\0';
+			if (fsync_dir(path->data, err) != 0)
+				return -1;
+			path->data[parent_len] = saved;
 		}
 		if (S_ISLNK(st.st_mode)) {
 			err_set(err, "symlink %s: symbolic links are refused at and below the guest root",
-			        path.data);
-			goto cleanup;
+			        path->data);
+			return -1;
 		}
-		if (!S_ISDIR(st.st_mode)) {
-			err_set(err, "%s exists and is not a directory", path.data);
-			goto cleanup;
+		if ((end || !file_ok) && !S_ISDIR(st.st_mode)) {
+			err_set(err, "%s %s", path->data,
+			        create ? "exists and is not a directory" : "is not a directory");
+			return -1;
 		}
 		if (!end)
 			break;
 		seg = end + 1;
 	}
-	rc = 0;
-cleanup:
+	return 0;
+}
+
+int path_walk_check(const char *root, const char *rel, int allow_missing, int *exists_out, rerr *err)
+{
+	buf path;
+	struct stat st;
+	int rc = -1;
+	buf_init(&path);
+	buf_puts(&path, root);
+	if (exists_out)
+		*exists_out = 1;
+	if (lstat(root, &st) != 0 || S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode))
+		err_set(err, "guest root %s is not a real directory", root);
+	else
+		rc = walk_components(&path, rel, 1, allow_missing, 0, exists_out, err);
 	buf_free(&path);
 	return rc;
 }
 
-int write_all(int fd, const void *data, size_t len)
+int dir_ensure(const char *root, const char *rel, rerr *err)
 {
-	const char *p = data;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	buf path;
+	int rc = -1;
+	buf_init(&path);
+	buf_puts(&path, root);
+	if (*rel && !rel_path_ok(rel))
+		err_set(err, "invalid relative path '%s'", rel);
+	else
+		rc = walk_components(&path, rel, 0, 0, 1, NULL, err);
+	buf_free(&path);
+	return rc;
 }
 
 /* Writes dir/<name>.tmp-<random>; returns its malloc'd path or NULL. */
@@ -288,7 +255,7 @@ static char *write_temp(const char *dir, const char *name, const void *data, siz
 		free(tmp);
 		return NULL;
 	}
-	if (write_all(fd, data, len) != 0 || fsx_fsync(fd) != 0) {
+	if (rs_write_all(fd, data, len) != 0 || fsx_fsync(fd) != 0) {
 		err_set(err, "cannot write %s: %s", tmp, strerror(errno));
 		close(fd);
 		unlink(tmp);

@@ -52,10 +52,6 @@ int fsx_fsync(int fd);
 int fsx_defer_syncs(const char *root);
 int fsx_commit(rerr *err);
 
-/* Writes all of data[0..len) to fd (restarting after signals); 0, or -1
- * with errno. */
-int write_all(int fd, const void *data, size_t len);
-
 /* Durable write of dir/name: dir/name.tmp-<random> created
  * O_CREAT|O_EXCL|O_NOFOLLOW 0600, written, fsynced, renamed over the target,
  * directory fsynced. */

@@ -4,6 +4,7 @@
 #include "run_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,20 @@ static void note_capture_failure(run_ctx *ctx, const char *phase, const capture_
 	run_journal_note(ctx, "evidence-failure", f);
 }
 
+static int sync_capture_file(const char *path, capture_outcome *co)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fsx_fsync(fd) != 0) {
+		text_format(co->diagnostic, sizeof(co->diagnostic), "cannot sync the capture %s: %s", path,
+		            strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
 /* Takes one retained snapshot; 0 on success, 1 when it failed (diag in co),
  * -1 on an internal failure. */
 int run_take_snapshot(run_ctx *ctx, const char *phase, capture_outcome *co, rerr *err)
@@ -172,6 +187,13 @@ int run_take_snapshot(run_ctx *ctx, const char *phase, capture_outcome *co, rerr
 	ctx->phase_name = strcmp(phase, "before") == 0 ? "capture-before" : "capture-after";
 	capture_take(&ctx->capture, partial, CAPTURE_TIMEOUT_MAX_MS, &hooks, ctx->spared, ctx->spared_count,
 	             co);
+	/* The file's own data is made durable here, with the directory's (the
+	 * capture program need not sync it): under deferred syncs both ride the
+	 * next commit point. */
+	if (co->ok && sync_capture_file(partial, co) != 0) {
+		unlink(partial);
+		co->ok = 0;
+	}
 	if (co->ok && rename(partial, final_path) != 0) {
 		text_format(co->diagnostic, sizeof(co->diagnostic),
 		            "cannot rename the capture into place: %s", strerror(errno));

@@ -16,10 +16,12 @@
 #include <unistd.h>
 
 #include "../receiver_protocol.h"
+#include "capture_resident.h"
 #include "failpoint.h"
 #include "frame.h"
 #include "fsx.h"
 #include "proc.h"
+#include "relay_support/fds.h"
 #include "run.h"
 #include "serve_diag.h"
 #include "stdio_parts.h"
@@ -123,7 +125,7 @@ static void collect(int out_fd, int err_fd, buf *answer, buf *tail)
 				buf_append(answer, chunk, (size_t)n);
 				continue;
 			}
-			write_all(STDERR_FILENO, chunk, (size_t)n);
+			rs_write_all(STDERR_FILENO, chunk, (size_t)n);
 			buf_append(tail, chunk, (size_t)n);
 			if (tail->len > RECEIVER_SERVE_STDERR_TAIL) {
 				size_t drop = tail->len - RECEIVER_SERVE_STDERR_TAIL;
@@ -214,7 +216,7 @@ static void run_in_worker(const char *root, stdin_parts *parts)
 	    (WEXITSTATUS(status) == EXIT_DONE || WEXITSTATUS(status) == EXIT_USAGE ||
 	     WEXITSTATUS(status) == EXIT_INTERNAL) &&
 	    answer.len > 0)
-		write_all(STDOUT_FILENO, answer.data, answer.len);
+		rs_write_all(STDOUT_FILENO, answer.data, answer.len);
 	else
 		answer_worker_exit(parts, status, &tail);
 	buf_free(&answer);
@@ -267,9 +269,11 @@ int cmd_serve(int argc, char **argv)
 			continue;
 		}
 		RECEIVER_FAILPOINT("receiver.serve.after-read");
+		capture_resident_prepare(parts.request.data, parts.request.len);
 		run_in_worker(root, &parts);
 		stdin_parts_free(&parts);
 	}
 	buf_free(&reader.pending);
+	capture_resident_stop();
 	return status;
 }

@@ -16,6 +16,7 @@
 
 #include "../receiver_protocol.h"
 #include "fsx.h"
+#include "relay_support/fds.h"
 #include "sha256.h"
 
 /* What became of one diagnostic. */
@@ -170,7 +171,7 @@ static void diag_answer(const diag_request *d, const diag_end *e)
 	jv_write(&line, f, 0);
 	buf_putc(&line, '\n');
 	buf_append(&line, e->output.data ? e->output.data : "", e->output.len);
-	write_all(STDOUT_FILENO, line.data, line.len);
+	rs_write_all(STDOUT_FILENO, line.data, line.len);
 	buf_free(&line);
 	jv_free(f);
 }

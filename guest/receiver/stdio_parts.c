@@ -12,6 +12,7 @@
 #include "../receiver_protocol.h"
 #include "frame.h"
 #include "fsx.h"
+#include "relay_support/fds.h"
 #include "sha256.h"
 
 static int sha_hex_ok(const char *s)
@@ -25,25 +26,33 @@ static int sha_hex_ok(const char *s)
 	return 1;
 }
 
+/* Appends what one read of fd gives (64 KiB at most) to b: the byte count,
+ * 0 at the end of the file, -1 with err. */
+static ssize_t read_chunk(int fd, buf *b, rerr *err)
+{
+	char chunk[65536];
+	ssize_t n;
+	do
+		n = read(fd, chunk, sizeof(chunk));
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		err_set(err, "cannot read standard input: %s", strerror(errno));
+	else
+		buf_append(b, chunk, (size_t)n);
+	return n;
+}
+
 /* Reads fd to its end into b, at most max_bytes (one more is an error). */
 static int read_to_end(int fd, buf *b, size_t max_bytes, rerr *err)
 {
-	char chunk[65536];
 	for (;;) {
-		ssize_t n = read(fd, chunk, sizeof(chunk));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			err_set(err, "cannot read standard input: %s", strerror(errno));
-			return -1;
-		}
-		if (n == 0)
-			return 0;
-		if (b->len + (size_t)n > max_bytes) {
+		ssize_t n = read_chunk(fd, b, err);
+		if (n <= 0)
+			return (int)n;
+		if (b->len > max_bytes) {
 			err_set(err, "standard input holds more than its header announces");
 			return -1;
 		}
-		buf_append(b, chunk, (size_t)n);
 	}
 }
 
@@ -190,18 +199,10 @@ cleanup:
  * file (nothing or a part of it read), -1 on a read error. */
 static int reader_fill(stdin_reader *r, size_t want, rerr *err)
 {
-	char chunk[65536];
 	while (r->pending.len < want) {
-		ssize_t n = read(r->fd, chunk, sizeof(chunk));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			err_set(err, "cannot read standard input: %s", strerror(errno));
-			return -1;
-		}
-		if (n == 0)
-			return 1;
-		buf_append(&r->pending, chunk, (size_t)n);
+		ssize_t n = read_chunk(r->fd, &r->pending, err);
+		if (n <= 0)
+			return n < 0 ? -1 : 1;
 	}
 	return 0;
 }
@@ -479,9 +480,9 @@ void stdout_parts_emit(const char *root, jv *frame, const char *receipt_rel)
 	jv_set(frame, RECEIVER_FRAME_PARTS, parts);
 	frame_emit(frame);
 	if (receipt_text.len) {
-		write_all(STDOUT_FILENO, receipt_text.data, receipt_text.len);
+		rs_write_all(STDOUT_FILENO, receipt_text.data, receipt_text.len);
 		if (image_rel)
-			write_all(STDOUT_FILENO, image.data, image.len);
+			rs_write_all(STDOUT_FILENO, image.data, image.len);
 	}
 	jv_free(receipt);
 	free(image_rel);

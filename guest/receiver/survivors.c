@@ -18,6 +18,7 @@
 
 #include "fsx.h"
 #include "proc.h"
+#include "relay_support/fds.h"
 
 /* Room kept below the cap for the notes the drainer writes itself. */
 #define NOTE_RESERVE_BYTES 256u
@@ -69,7 +70,7 @@ static void drain_main(int log_fd, int out_fd, int err_fd)
 				if (written + take > keep)
 					take = keep > written ? keep - written : 0;
 				if (take) {
-					write_all(log_fd, chunk, take);
+					rs_write_all(log_fd, chunk, take);
 					written += take;
 				}
 				discarded += (unsigned long long)((size_t)got - take);
@@ -77,7 +78,7 @@ static void drain_main(int log_fd, int out_fd, int err_fd)
 					static const char note[] =
 					    "\n[mcp-relay: this log reached its limit of 1 MiB; "
 					    "later output is discarded and counted at the end]\n";
-					write_all(log_fd, note, sizeof note - 1);
+					rs_write_all(log_fd, note, sizeof note - 1);
 					cap_noted = 1;
 				}
 			}
@@ -87,7 +88,7 @@ static void drain_main(int log_fd, int out_fd, int err_fd)
 		char note[128];
 		text_format(note, sizeof(note), "[mcp-relay: %llu bytes of later output were discarded]\n",
 		            discarded);
-		write_all(log_fd, note, strlen(note));
+		rs_write_all(log_fd, note, strlen(note));
 	}
 	close(log_fd);
 	_exit(0);

@@ -5,6 +5,11 @@
 
 #include "x11shot.h"
 
+#if defined(__SSE2__) && !defined(X11SHOT_SCALAR)
+#include <emmintrin.h>
+#define X11SHOT_SSE2 1
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Growable byte buffer                                                      */
 
@@ -73,38 +78,75 @@ static uint32_t crc_update(uint32_t crc, const unsigned char *p, size_t len)
 	return ~crc;
 }
 
+/* The scalar Adler-32 of p[0 .. len), len <= ADLER_NMAX, without the
+ * modulo (the caller reduces). */
+static void adler_block_scalar(uint32_t *pa, uint32_t *pb, const unsigned char *p, size_t len)
+{
+	uint32_t a = *pa, b = *pb;
+	while (len >= 8) {
+		for (int k = 0; k < 8; k++) {
+			a += p[k];
+			b += a;
+		}
+		p += 8;
+		len -= 8;
+	}
+	while (len-- > 0) {
+		a += *p++;
+		b += a;
+	}
+	*pa = a;
+	*pb = b;
+}
+
+#ifdef X11SHOT_SSE2
+/* The same for len a multiple of 16: per 16 bytes, a grows by their sum
+ * and b by 16 times the a before them plus the bytes weighted 16 down to 1. */
+static void adler_block_sse2(uint32_t *pa, uint32_t *pb, const unsigned char *p, size_t len)
+{
+	const __m128i zero = _mm_setzero_si128();
+	const __m128i w_lo = _mm_setr_epi16(16, 15, 14, 13, 12, 11, 10, 9);
+	const __m128i w_hi = _mm_setr_epi16(8, 7, 6, 5, 4, 3, 2, 1);
+	__m128i v_a = zero, v_prev_a = zero, v_w = zero;
+	size_t chunks = len / 16;
+	for (size_t k = 0; k < chunks; k++) {
+		__m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k));
+		v_prev_a = _mm_add_epi32(v_prev_a, v_a);
+		v_a = _mm_add_epi32(v_a, _mm_sad_epu8(x, zero));
+		v_w = _mm_add_epi32(v_w, _mm_madd_epi16(_mm_unpacklo_epi8(x, zero), w_lo));
+		v_w = _mm_add_epi32(v_w, _mm_madd_epi16(_mm_unpackhi_epi8(x, zero), w_hi));
+	}
+	uint32_t lanes_a[4], lanes_prev[4], lanes_w[4];
+	_mm_storeu_si128((__m128i *)(void *)lanes_a, v_a);
+	_mm_storeu_si128((__m128i *)(void *)lanes_prev, v_prev_a);
+	_mm_storeu_si128((__m128i *)(void *)lanes_w, v_w);
+	uint32_t sum = lanes_a[0] + lanes_a[2]; /* _mm_sad_epu8: two 64-bit sums */
+	uint32_t prev = lanes_prev[0] + lanes_prev[2];
+	uint32_t weighted = lanes_w[0] + lanes_w[1] + lanes_w[2] + lanes_w[3];
+	*pb += (uint32_t)len * *pa + 16u * prev + weighted;
+	*pa += sum;
+}
+#endif
+
+/* Largest n keeping b < 2^32 before the modulo, rounded down to 16. */
+#define ADLER_NMAX 5536u
+
 void adler_update(adler_t *ad, const unsigned char *p, size_t len)
 {
 	uint32_t a = ad->a, b = ad->b;
 	while (len > 0) {
-		size_t n = len < 5552 ? len : 5552; /* largest n keeping b < 2^32 */
-		len -= n;
-		while (n >= 8) {
-			a += p[0];
-			b += a;
-			a += p[1];
-			b += a;
-			a += p[2];
-			b += a;
-			a += p[3];
-			b += a;
-			a += p[4];
-			b += a;
-			a += p[5];
-			b += a;
-			a += p[6];
-			b += a;
-			a += p[7];
-			b += a;
-			p += 8;
-			n -= 8;
-		}
-		while (n-- > 0) {
-			a += *p++;
-			b += a;
-		}
+		size_t n = len < ADLER_NMAX ? len : ADLER_NMAX;
+		size_t head = 0;
+#ifdef X11SHOT_SSE2
+		head = n / 16 * 16;
+		if (head)
+			adler_block_sse2(&a, &b, p, head);
+#endif
+		adler_block_scalar(&a, &b, p + head, n - head);
 		a %= 65521u;
 		b %= 65521u;
+		p += n;
+		len -= n;
 	}
 	ad->a = a;
 	ad->b = b;
@@ -250,12 +292,15 @@ static uint32_t lz_hash(uint32_t v)
 	return (v * 2654435761u) >> (32 - LZ_HASH_BITS);
 }
 
-/* Codes data[z->pos .. avail) (keeping LZ_LOOKAHEAD bytes back unless
- * `final`). data[0 .. avail) must stay in place between calls. */
+/* Codes data[z->pos - z->base .. avail) (keeping LZ_LOOKAHEAD bytes back
+ * unless `final`). data[0] is the stream's byte z->base; the LZ_WINDOW
+ * bytes before z->pos must be in data (the encoder slides the window and
+ * raises z->base). Positions in z->head are of the whole stream. */
 void deflate_run(deflater_t *z, const unsigned char *data, size_t avail, int final)
 {
 	const fixed_codes_t *fc = z->codes;
-	size_t i = z->pos;
+	size_t base = z->base;
+	size_t i = z->pos - base;
 	size_t stop = final ? avail : (avail > LZ_LOOKAHEAD ? avail - LZ_LOOKAHEAD : 0);
 	size_t hash_stop = avail >= 4 ? avail - 3 : 0; /* positions with 4 readable bytes */
 	while (i < stop) {
@@ -264,19 +309,20 @@ void deflate_run(deflater_t *z, const unsigned char *data, size_t avail, int fin
 			uint32_t v = load32(data + i);
 			uint32_t h = lz_hash(v);
 			size_t limit = avail - i < LZ_MAX_MATCH ? avail - i : LZ_MAX_MATCH;
-			size_t cands[3];
-			cands[0] = z->head[h];
-			cands[1] = i >= 3 ? i - 3 : i;                       /* the pixel to the left */
-			cands[2] = i >= z->row_bytes ? i - z->row_bytes : i; /* the pixel above */
-			z->head[h] = (uint32_t)i;
+			size_t dists[3];
+			size_t last = z->head[h];
+			dists[0] = last >= base && last - base < i ? i - (last - base) : 0;
+			dists[1] = i >= 3 ? 3 : 0;                       /* the pixel to the left */
+			dists[2] = i >= z->row_bytes ? z->row_bytes : 0; /* the pixel above */
+			z->head[h] = (uint32_t)(i + base);
 			for (int k = 0; k < 3; k++) {
-				size_t c = cands[k];
-				if (c >= i || i - c > LZ_WINDOW || load32(data + c) != v)
+				size_t d = dists[k];
+				if (d == 0 || d > LZ_WINDOW || load32(data + i - d) != v)
 					continue;
-				size_t len = match_length(data + c, data + i, limit);
+				size_t len = match_length(data + i - d, data + i, limit);
 				if (len > best_len) {
 					best_len = len;
-					best_dist = i - c;
+					best_dist = d;
 					if (len == limit)
 						break;
 				}
@@ -290,14 +336,14 @@ void deflate_run(deflater_t *z, const unsigned char *data, size_t avail, int fin
 			size_t end = i + best_len;
 			size_t step = best_len > 32 ? best_len / 8 : 1;
 			for (size_t p = i + 1; p < end && p < hash_stop; p += step)
-				z->head[lz_hash(load32(data + p))] = (uint32_t)p;
+				z->head[lz_hash(load32(data + p))] = (uint32_t)(p + base);
 			i = end;
 		} else {
 			bits_put(z, fc->lit[data[i]]);
 			i++;
 		}
 	}
-	z->pos = i;
+	z->pos = i + base;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -360,14 +360,14 @@ void find_cookie(const char *path, const display_t *d, cookie_t *cookie)
 /* ------------------------------------------------------------------------ */
 /* X11 connection setup                                                      */
 
-static uint16_t rd16(const unsigned char *p)
+uint16_t rd16(const unsigned char *p)
 {
 	uint16_t v;
 	memcpy(&v, p, 2);
 	return v;
 }
 
-static uint32_t rd32(const unsigned char *p)
+uint32_t rd32(const unsigned char *p)
 {
 	uint32_t v;
 	memcpy(&v, p, 4);
@@ -412,6 +412,7 @@ int x_setup(xconn_t *x, const display_t *d, const cookie_t *cookie, const char *
 	unsigned char head[8];
 	if (read_all_fd(x->fd, head, 8) < 0) {
 		diag("display %s closed the connection during setup: %s", display_text, strerror(errno));
+		x->setup_dropped = 1;
 		return EXIT_DISPLAY;
 	}
 	size_t extra = (size_t)rd16(head + 6) * 4;
@@ -423,6 +424,7 @@ int x_setup(xconn_t *x, const display_t *d, const cookie_t *cookie, const char *
 	int rc = 0;
 	if (read_all_fd(x->fd, s, extra) < 0) {
 		diag("display %s closed the connection during setup: %s", display_text, strerror(errno));
+		x->setup_dropped = 1;
 		rc = EXIT_DISPLAY;
 		goto cleanup;
 	}
@@ -449,6 +451,8 @@ int x_setup(xconn_t *x, const display_t *d, const cookie_t *cookie, const char *
 		rc = EXIT_DISPLAY;
 		goto cleanup;
 	}
+	x->resource_base = rd32(s + 4);
+	x->resource_mask = rd32(s + 8);
 	size_t vendor_len = rd16(s + 16);
 	unsigned nscreens = s[20], nformats = s[21];
 	x->image_msb_first = s[22] == 1;
@@ -529,26 +533,25 @@ cleanup:
 /* ------------------------------------------------------------------------ */
 /* Capture                                                                   */
 
+/* Bytes 4 to 19 of GetImage and of MIT-SHM's ShmGetImage, laid out alike:
+ * the root, the strip of `rows` rows from row y, all planes. */
+void put_image_region(unsigned char *req, const xconn_t *x, unsigned y, unsigned rows)
+{
+	uint16_t v16[4] = {0, (uint16_t)y, (uint16_t)x->width, (uint16_t)rows};
+	uint32_t planes = 0xFFFFFFFFu;
+	memcpy(req + 4, &x->root, 4);
+	memcpy(req + 8, v16, 8);
+	memcpy(req + 16, &planes, 4);
+}
+
 int send_get_image(xconn_t *x, unsigned y, unsigned rows)
 {
 	unsigned char req[20];
-	uint16_t v16;
-	uint32_t v32;
+	uint16_t len = 5;
 	req[0] = X_OPCODE_GET_IMAGE;
 	req[1] = X_FORMAT_ZPIXMAP;
-	v16 = 5;
-	memcpy(req + 2, &v16, 2);
-	memcpy(req + 4, &x->root, 4);
-	v16 = 0;
-	memcpy(req + 8, &v16, 2);
-	v16 = (uint16_t)y;
-	memcpy(req + 10, &v16, 2);
-	v16 = (uint16_t)x->width;
-	memcpy(req + 12, &v16, 2);
-	v16 = (uint16_t)rows;
-	memcpy(req + 14, &v16, 2);
-	v32 = 0xFFFFFFFFu;
-	memcpy(req + 16, &v32, 4);
+	memcpy(req + 2, &len, 2);
+	put_image_region(req, x, y, rows);
 	x->sequence++;
 	return write_all_fd(x->fd, req, sizeof req, 1);
 }
@@ -562,50 +565,89 @@ static const char *x_error_name(unsigned code)
 	return code < sizeof names / sizeof names[0] ? names[code] : "unknown";
 }
 
+/* Reads the next reply or error into head (32 bytes), skipping events.
+ * 0, or -1 with errno when the connection failed. */
+int x_next_reply(xconn_t *x, unsigned char head[32])
+{
+	for (;;) {
+		if (read_all_fd(x->fd, head, 32) < 0)
+			return -1;
+		if (head[0] == 0 || head[0] == 1)
+			return 0;
+		if (head[0] == 35) { /* GenericEvent: skip its extra data */
+			size_t skip = (size_t)rd32(head + 4) * 4;
+			unsigned char sink[256];
+			while (skip > 0) {
+				size_t n = skip < sizeof sink ? skip : sizeof sink;
+				if (read_all_fd(x->fd, sink, n) < 0)
+					return -1;
+				skip -= n;
+			}
+		}
+		/* an event: not ours */
+	}
+}
+
+/* Reads `len` bytes of a reply's extra data. */
+int x_read_data(xconn_t *x, void *data, size_t len)
+{
+	return read_all_fd(x->fd, data, len);
+}
+
 /* Reads the GetImage reply for `sequence` into strip (expect_bytes of
  * pixels). Events are skipped. Returns 0 or an exit code. */
 int read_get_image(xconn_t *x, uint16_t sequence, unsigned char *strip, size_t expect_bytes,
                    const char *display_text)
 {
-	for (;;) {
-		unsigned char head[32];
-		if (read_all_fd(x->fd, head, 32) < 0) {
-			diag("lost display %s while reading the root window: %s", display_text,
-			     strerror(errno));
-			return EXIT_DISPLAY;
-		}
-		if (head[0] == 0) {
-			diag("display %s answered GetImage with X error %u (%s); the root window could not "
-			     "be read",
-			     display_text, head[1], x_error_name(head[1]));
-			return EXIT_DISPLAY;
-		}
-		if (head[0] != 1) {
-			if (head[0] == 35) { /* GenericEvent: skip its extra data */
-				size_t skip = (size_t)rd32(head + 4) * 4;
-				unsigned char sink[256];
-				while (skip > 0) {
-					size_t n = skip < sizeof sink ? skip : sizeof sink;
-					if (read_all_fd(x->fd, sink, n) < 0)
-						return EXIT_DISPLAY;
-					skip -= n;
-				}
-			}
-			continue; /* an event: not ours */
-		}
-		size_t data_len = (size_t)rd32(head + 4) * 4;
-		if (rd16(head + 2) != sequence || data_len != pad4(expect_bytes)) {
-			diag("display %s sent an unexpected GetImage reply (sequence %u, %zu bytes; expected "
-			     "%u, "
-			     "%zu bytes)",
-			     display_text, rd16(head + 2), data_len, sequence, pad4(expect_bytes));
-			return EXIT_DISPLAY;
-		}
-		if (read_all_fd(x->fd, strip, data_len) < 0) {
-			diag("lost display %s while reading the root window: %s", display_text,
-			     strerror(errno));
-			return EXIT_DISPLAY;
-		}
-		return 0;
+	unsigned char head[32];
+	if (x_next_reply(x, head) < 0) {
+		diag("lost display %s while reading the root window: %s", display_text, strerror(errno));
+		return EXIT_DISPLAY;
 	}
+	if (head[0] == 0) {
+		diag("display %s answered GetImage with X error %u (%s); the root window could not "
+		     "be read",
+		     display_text, head[1], x_error_name(head[1]));
+		return EXIT_DISPLAY;
+	}
+	size_t data_len = (size_t)rd32(head + 4) * 4;
+	if (rd16(head + 2) != sequence || data_len != pad4(expect_bytes)) {
+		diag("display %s sent an unexpected GetImage reply (sequence %u, %zu bytes; expected "
+		     "%u, "
+		     "%zu bytes)",
+		     display_text, rd16(head + 2), data_len, sequence, pad4(expect_bytes));
+		return EXIT_DISPLAY;
+	}
+	if (read_all_fd(x->fd, strip, data_len) < 0) {
+		diag("lost display %s while reading the root window: %s", display_text, strerror(errno));
+		return EXIT_DISPLAY;
+	}
+	return 0;
+}
+
+/* GetGeometry of the root: 0 when it still has the size of the connection
+ * setup, else an exit code with a diagnostic. */
+int x_check_root_size(xconn_t *x, const char *display_text)
+{
+	unsigned char req[8], head[32];
+	uint16_t v = 2;
+	req[0] = X_OPCODE_GET_GEOMETRY;
+	req[1] = 0;
+	memcpy(req + 2, &v, 2);
+	memcpy(req + 4, &x->root, 4);
+	x->sequence++;
+	if (write_all_fd(x->fd, req, sizeof req, 1) < 0 || x_next_reply(x, head) < 0) {
+		diag("lost display %s: %s", display_text, strerror(errno));
+		return EXIT_DISPLAY;
+	}
+	if (head[0] != 1 || rd16(head + 2) != x->sequence || rd32(head + 4) != 0) {
+		diag("display %s did not answer GetGeometry of the root window", display_text);
+		return EXIT_DISPLAY;
+	}
+	if (rd16(head + 16) != x->width || rd16(head + 18) != x->height) {
+		diag("display %s is now %ux%u (was %ux%u when connected)", display_text, rd16(head + 16),
+		     rd16(head + 18), x->width, x->height);
+		return EXIT_DISPLAY;
+	}
+	return 0;
 }

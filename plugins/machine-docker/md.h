@@ -44,6 +44,8 @@
 #include "relay/transport.h"
 #include "relay_kit/clock.h"
 #include "relay_kit/durable.h"
+#include "relay_kit/error.h"
+#include "relay_kit/machine.h"
 #include "relay_kit/proc.h"
 #include "relay_kit/random.h"
 #include "relay_kit/reaper.h"
@@ -77,6 +79,7 @@ typedef struct md_image {
 
 /* Plugin state. Immutable after init except where a field says otherwise. */
 typedef struct md_state {
+	rk_machine kit; /* first: the kit's machine ops front (relay_kit/machine.h) */
 	const relay_host *host;
 	char *state_dir;  /* config stateDir */
 	char *leases_dir; /* <stateDir>/leases */
@@ -174,8 +177,8 @@ relay_status md_parse_endpoint(md_state *st, json_object *spec, const char *wher
 
 /* ---- md_util.c helpers ---------------------------------------------------- */
 
-relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+/* The kit's error (relay_kit/error.h), under machine-docker's name. */
+#define md_err(st, err, code, sys_errno, ...) rk_err((st)->host, (err), (code), (sys_errno), 0, __VA_ARGS__)
 /* snprintf for messages whose truncation is acceptable. */
 /* The kit's text (relay_kit/text.h) and the getters of
  * relay_support/json_get.h under machine-docker's names: a member of
@@ -214,6 +217,10 @@ void md_reply_free(md_reply *r);
 relay_status md_api(md_state *st, const char *method, const char *path, json_object *body_json, int upload_fd,
                     int download_fd, uint32_t timeout_ms, relay_call *call, md_reply *reply,
                     relay_error *err);
+/* GET /images/<ref>/json (20 s): md_api's status, and on RELAY_OK the engine's
+ * reply (200 with the image, 404 without it) to free with md_reply_free. */
+relay_status md_image_inspect(md_state *st, const char *ref, relay_call *call, md_reply *reply,
+                              relay_error *err);
 /* The engine's message of a failed reply ("message" of its JSON), borrowed. */
 const char *md_reply_message(const md_reply *r);
 /* Appends the percent-encoded `text` to `out` (size bytes); false when it does not fit. */
@@ -241,16 +248,19 @@ void md_ssh_stop(md_state *st);
 
 /* ---- md_lease.c --------------------------------------------------------------- */
 
-relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, json_object **doc_out,
+/* The backend of the kit's machine ops front (relay_kit/machine.h), each on an md_state. */
+relay_status lease_acquire(relay_plugin_state *state, json_object *spec, relay_call *call,
+                           json_object **doc_out, relay_error *err);
+relay_status lease_renew(relay_plugin_state *state, json_object *doc, uint64_t ttl_ms, relay_call *call,
+                         json_object **doc_out, relay_error *err);
+relay_status lease_inspect(relay_plugin_state *state, json_object *doc, relay_call *call,
+                           json_object **doc_out, relay_error *err);
+relay_status lease_release(relay_plugin_state *state, json_object *doc, const char *reason, relay_call *call,
                            relay_error *err);
-relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_object **doc_out,
-                         relay_error *err);
-relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, json_object **doc_out,
-                           relay_error *err);
-relay_status lease_release(md_state *st, json_object *doc, relay_call *call, relay_error *err);
-relay_status lease_verify_gone(md_state *st, json_object *doc, relay_call *call, relay_error *err);
-relay_status lease_find(md_state *st, const char *purpose, relay_call *call, json_object **arr_out,
-                        relay_error *err);
+relay_status lease_verify_gone(relay_plugin_state *state, json_object *doc, relay_call *call,
+                               relay_error *err);
+relay_status lease_find(relay_plugin_state *state, const char *purpose, relay_call *call,
+                        json_object **arr_out, relay_error *err);
 size_t lease_count(md_state *st);
 /* Writes `text` as file `name` (mode 0644, root) into folder `dir` of the container. */
 relay_status lease_put_file(md_state *st, const char *container, const char *dir, const char *name,
@@ -305,11 +315,12 @@ void exec_result_free(md_state *st, relay_exec_result *res);
 
 relay_status md_tstream_open(md_state *st, md_conn *conn, const relay_exec_request *req, relay_call *call,
                              unsigned flags, relay_transport_stream **out, relay_error *err);
-relay_status md_tstream_write(md_state *st, relay_transport_stream *stream, const void *data, size_t len,
-                              uint64_t timeout_ms, unsigned flags, relay_error *err);
-relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void *buf, size_t cap,
+/* The transport's stream_write, stream_read and stream_close (relay/transport.h) on an md_state. */
+relay_status md_tstream_write(relay_plugin_state *state, relay_transport_stream *stream, const void *data,
+                              size_t len, uint64_t timeout_ms, unsigned flags, relay_error *err);
+relay_status md_tstream_read(relay_plugin_state *state, relay_transport_stream *stream, void *buf, size_t cap,
                              uint64_t timeout_ms, unsigned flags, size_t *got_out, relay_error *err);
-void md_tstream_close(md_state *st, relay_transport_stream *stream, unsigned flags);
+void md_tstream_close(relay_plugin_state *state, relay_transport_stream *stream, unsigned flags);
 
 /* An unlinked temporary file under <stateDir>/tmp (O_TMPFILE), or -1 with errno. */
 int md_tmp_file(md_state *st);
@@ -357,9 +368,11 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 /* ---- md_inventory.c ------------------------------------------------------------ */
 
 const md_image *inventory_find(md_state *st, const char *key);
-json_object *inventory_images(md_state *st, relay_call *call);
-relay_status inventory_catalog(md_state *st, relay_call *call, json_object **out, relay_error *err);
-json_object *inventory_doctor(md_state *st, relay_call *call);
+/* The backend's images, catalog and doctor (relay_kit/machine.h) on an md_state. */
+json_object *inventory_images(relay_plugin_state *state, relay_call *call);
+relay_status inventory_catalog(relay_plugin_state *state, relay_call *call, json_object **out,
+                               relay_error *err);
+json_object *inventory_doctor(relay_plugin_state *state, relay_call *call);
 void inventory_free(md_state *st);
 
 /* ---- md_nodes.c ---------------------------------------------------------------- */

@@ -490,3 +490,12 @@ fail:
 	md_stream_free(s);
 	return status;
 }
+
+relay_status md_image_inspect(md_state *st, const char *ref, relay_call *call, md_reply *reply,
+                              relay_error *err)
+{
+	char path[1024] = MD_API_PREFIX "/images/";
+	md_url_encode(path, sizeof path, ref);
+	strncat(path, "/json", sizeof path - strlen(path) - 1);
+	return md_api(st, "GET", path, NULL, -1, -1, 20000, call, reply, err);
+}

@@ -38,11 +38,8 @@ extern const unsigned char machine_docker_guest_end[];
 static int base_image_id(md_state *st, const char *ref, relay_call *call, char *id, size_t size,
                          relay_error *err)
 {
-	char path[1024] = MD_API_PREFIX "/images/";
-	md_url_encode(path, sizeof path, ref);
-	strncat(path, "/json", sizeof path - strlen(path) - 1);
 	md_reply r;
-	if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, err) != RELAY_OK)
+	if (md_image_inspect(st, ref, call, &r, err) != RELAY_OK)
 		return -1;
 	int out = r.status == 200 && md_str(r.json, "Id") ? 1 : (r.status == 404 ? 0 : -1);
 	if (out == 1)
@@ -64,12 +61,9 @@ static const char *derived_label(json_object *image, const char *name)
 /* The derived image under `ref`: 1 there with the key label `key`, 0 not (or another key), -1 unknown. */
 static int derived_lookup(md_state *st, const char *ref, const char *key, relay_call *call, md_baked *facts)
 {
-	char path[1024] = MD_API_PREFIX "/images/";
-	md_url_encode(path, sizeof path, ref);
-	strncat(path, "/json", sizeof path - strlen(path) - 1);
 	md_reply r;
 	relay_error e;
-	if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
+	if (md_image_inspect(st, ref, call, &r, &e) != RELAY_OK)
 		return -1;
 	int out = r.status == 404 ? 0 : (r.status == 200 ? 1 : -1);
 	if (out == 1) {

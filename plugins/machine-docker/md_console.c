@@ -38,6 +38,7 @@
 
 #include "relay_kit/console.h"
 #include "relay_kit/netns.h"
+#include "relay_kit/text.h"
 #include "relay_support/read_small.h"
 
 /* ---- what this endpoint can do ------------------------------------------------------ */
@@ -325,8 +326,8 @@ static relay_status route(relay_plugin_state *state, const rk_console_request *q
                           char **out, relay_error *err)
 {
 	md_state *st = state;
-	json_object *doc = q->lease_json ? json_tokener_parse(q->lease_json) : NULL;
-	json_object *rec = json_object_is_type(doc, json_type_object) ? md_obj(doc, "record") : NULL;
+	json_object *doc = rk_json_object(q->lease_json);
+	json_object *rec = doc ? md_obj(doc, "record") : NULL;
 	md_state *eng = rec ? md_engine_of(st, rec, call) : st;
 	json_object_put(doc);
 	rk_console c = {&docker_console, eng->host, eng};

@@ -14,6 +14,7 @@
 #include "md_console.h"
 #include "md_egress.h"
 #include "md_lease.h"
+#include "relay_support/fds.h"
 
 static const char resolv_text[] = "# machine-docker: the relay's egress resolver (docs/egress.md)\n"
                                   "nameserver 127.0.0.1\n";
@@ -64,25 +65,6 @@ typedef struct socket_report {
 	int step;   /* 1 joining the user namespace, 2 the network namespace, 3 the socket */
 } socket_report;
 
-/* In the child: a socket of `type` bound to 127.0.0.1:port (listening for
- * TCP), or -1. Only async-signal-safe calls (the relay has threads). */
-static int bound_socket(int type, int port)
-{
-	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	int one = 1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || (type == SOCK_STREAM && listen(fd, 1024) != 0))
-		return -1;
-	return fd;
-}
-
 /* The child of sockets_in: joins the namespaces, makes the sockets, sends
  * them with its report; never returns. */
 static void socket_child(int user_ns, int net_ns, int back) __attribute__((noreturn));
@@ -102,26 +84,10 @@ static void socket_child(int user_ns, int net_ns, int back)
 	for (int i = 0; rep.err_no == 0 && i < 3; i++) {
 		rep.step = 3;
 		rep.port = ports[i];
-		if ((fds[i] = bound_socket(types[i], ports[i])) < 0)
+		if ((fds[i] = rs_loopback_socket(types[i], ports[i])) < 0)
 			rep.err_no = errno;
 	}
-	struct iovec iov = {&rep, sizeof rep};
-	struct msghdr mh;
-	memset(&mh, 0, sizeof mh);
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	char cbuf[CMSG_SPACE(sizeof fds)];
-	if (rep.err_no == 0) {
-		memset(cbuf, 0, sizeof cbuf);
-		mh.msg_control = cbuf;
-		mh.msg_controllen = sizeof cbuf;
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof fds);
-		memcpy(CMSG_DATA(c), fds, sizeof fds);
-	}
-	_exit(sendmsg(back, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof rep ? 0 : 1);
+	_exit(rs_send_fds(back, &rep, sizeof rep, fds, rep.err_no == 0 ? 3 : 0, 0) == 0 ? 0 : 1);
 }
 
 /* The three sockets of egress_listeners in the network namespace of the
@@ -172,22 +138,7 @@ static int sockets_in(pid_t pid, int fds[3], int *err_no, char *why, size_t why_
 	pair[1] = -1;
 	socket_report rep = {EIO, 0, 0};
 	int got[3], ngot = 0;
-	char cbuf[CMSG_SPACE(sizeof got)];
-	struct iovec iov = {&rep, sizeof rep};
-	struct msghdr mh;
-	memset(&mh, 0, sizeof mh);
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = cbuf;
-	mh.msg_controllen = sizeof cbuf;
-	ssize_t n;
-	do
-		n = recvmsg(pair[0], &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-			for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && ngot < 3; k++)
-				memcpy(&got[ngot++], CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+	ssize_t n = rs_recv_fds(pair[0], &rep, sizeof rep, 0, got, 3, &ngot, NULL);
 	while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
 	}
 	if (n == (ssize_t)sizeof rep && rep.err_no == 0 && ngot == 3) {

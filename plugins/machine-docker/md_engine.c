@@ -191,11 +191,8 @@ int md_container_remove(md_state *st, const char *vm, relay_call *call, relay_er
 
 relay_status md_ensure_image(md_state *st, const md_image *im, relay_call *call, relay_error *err)
 {
-	char path[1024] = MD_API_PREFIX "/images/";
-	md_url_encode(path, sizeof path, im->ref);
-	strncat(path, "/json", sizeof path - strlen(path) - 1);
 	md_reply r;
-	relay_status s = md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, err);
+	relay_status s = md_image_inspect(st, im->ref, call, &r, err);
 	if (s != RELAY_OK)
 		return s == RELAY_E_INDETERMINATE ? RELAY_E_UNAVAILABLE : s;
 	long code = r.status;

@@ -47,6 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "relay_support/numfile.h"
+
 #define EXPIRES_PATH "/.mcp-relay/expires"
 
 static volatile sig_atomic_t g_stop;
@@ -76,17 +78,12 @@ static int read_expiry(long long *stop_at_ms)
 	int fd = open(EXPIRES_PATH, O_RDONLY | O_NOFOLLOW);
 	if (fd < 0)
 		return -1;
-	char buf[128];
-	ssize_t n = read(fd, buf, sizeof buf - 1);
+	long long v[3]; /* expires, grace, backstop */
+	int rc = rs_read_numbers(fd, v, 3);
 	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	long long expires = 0, grace = 0, backstop = 0;
-	if (sscanf(buf, "%lld %lld %lld", &expires, &grace, &backstop) != 3)
-		return -1;
-	*stop_at_ms = expires + grace + backstop;
-	return 0;
+	if (rc == 0)
+		*stop_at_ms = v[0] + v[1] + v[2];
+	return rc;
 }
 
 static int run_init(int argc, char **argv)

@@ -53,12 +53,9 @@ static const struct {
 /* The image's id, or NULL when the engine does not have it. */
 static char *image_id(md_state *st, const md_image *im, relay_call *call)
 {
-	char path[1024] = MD_API_PREFIX "/images/";
-	md_url_encode(path, sizeof path, im->ref);
-	strncat(path, "/json", sizeof path - strlen(path) - 1);
 	md_reply r;
 	relay_error e;
-	if (md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
+	if (md_image_inspect(st, im->ref, call, &r, &e) != RELAY_OK)
 		return NULL;
 	char *id = r.status == 200 && md_str(r.json, "Id") ? strdup(md_str(r.json, "Id")) : NULL;
 	md_reply_free(&r);
@@ -334,8 +331,9 @@ static bool facts_has(const image_facts *f, const char *id)
 	return false;
 }
 
-json_object *inventory_images(md_state *st, relay_call *call)
+json_object *inventory_images(relay_plugin_state *state, relay_call *call)
 {
+	md_state *st = state;
 	size_t running = lease_count(st);
 	json_object *images = json_object_new_object();
 	for (size_t i = 0; i < st->image_count; i++) {
@@ -402,8 +400,10 @@ json_object *inventory_images(md_state *st, relay_call *call)
 	return out;
 }
 
-relay_status inventory_catalog(md_state *st, relay_call *call, json_object **out, relay_error *err)
+relay_status inventory_catalog(relay_plugin_state *state, relay_call *call, json_object **out,
+                               relay_error *err)
 {
+	md_state *st = state;
 	*out = NULL;
 	/* An engine that does not answer is said, not an empty catalog ("no
 	 * application matches" would blame the query). */
@@ -457,8 +457,9 @@ static void check(json_object *arr, const char *name, bool ok, const char *detai
 	json_object_array_add(arr, o);
 }
 
-json_object *inventory_doctor(md_state *st, relay_call *call)
+json_object *inventory_doctor(relay_plugin_state *state, relay_call *call)
 {
+	md_state *st = state;
 	json_object *arr = json_object_new_array();
 	char detail[1024], fix[512];
 	md_reply r;

@@ -118,7 +118,8 @@ static json_object *create_body(md_state *st, json_object *rec, const md_image *
  * archive API of Docker 20.10 may not see a file a guest process made). */
 static bool start_display(md_state *st, const char *vm, const char *user, relay_call *call)
 {
-	const char *argv[] = {"Xvfb", ":0", "-screen", "0", st->screen, "-nolisten", "tcp", NULL};
+	/* -noreset: see machine-local's launch.c (a reset delays the next capture). */
+	const char *argv[] = {"Xvfb", ":0", "-screen", "0", st->screen, "-noreset", "-nolisten", "tcp", NULL};
 	if (!md_exec_detached(st, vm, user, argv, call))
 		return false;
 	relay_error e;
@@ -283,9 +284,10 @@ static relay_status start_container(md_state *st, const char *vm, relay_call *ca
 	return s;
 }
 
-relay_status lease_acquire(md_state *st, json_object *spec, relay_call *call, json_object **doc_out,
-                           relay_error *err)
+relay_status lease_acquire(relay_plugin_state *state, json_object *spec, relay_call *call,
+                           json_object **doc_out, relay_error *err)
 {
+	md_state *st = state;
 	*doc_out = NULL;
 	const md_image *im = NULL;
 	relay_status s = check_spec(st, spec, &im, err);
@@ -404,9 +406,11 @@ done:
 
 /* ---- renew, inspect ---------------------------------------------------------------- */
 
-relay_status lease_renew(md_state *st, json_object *doc, uint64_t ttl_ms, json_object **doc_out,
-                         relay_error *err)
+relay_status lease_renew(relay_plugin_state *state, json_object *doc, uint64_t ttl_ms, relay_call *call,
+                         json_object **doc_out, relay_error *err)
 {
+	(void)call;
+	md_state *st = state;
 	const char *vm = md_str(doc, "vm");
 	if (!md_valid_name(vm) || ttl_ms == 0)
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -476,9 +480,10 @@ done:
 	return s;
 }
 
-relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, json_object **doc_out,
-                           relay_error *err)
+relay_status lease_inspect(relay_plugin_state *state, json_object *doc, relay_call *call,
+                           json_object **doc_out, relay_error *err)
 {
+	md_state *st = state;
 	const char *vm = md_str(doc, "vm");
 	if (!md_valid_name(vm))
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "inspect needs a lease document");
@@ -507,7 +512,7 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 	} else {
 		const char *lid = md_label_of(info, "lease-id");
 		const char *want = md_str(rec, "lease_id");
-		const char *state = md_str(rec, "state");
+		const char *rec_state = md_str(rec, "state");
 		if (lid == NULL || want == NULL || strcmp(lid, want) != 0)
 			s = md_err(
 			    st, err, RELAY_E_NOT_FOUND, 0,
@@ -516,9 +521,10 @@ relay_status lease_inspect(md_state *st, json_object *doc, relay_call *call, jso
 		else if (doc_out)
 			*doc_out = md_document(
 			    st, rec,
-			    state && strcmp(state, "running") == 0 && lost[0]                       ? "lost"
-			    : state && strcmp(state, "running") == 0 && !md_container_running(info) ? "failed"
-			                                                                            : state);
+			    rec_state && strcmp(rec_state, "running") == 0 && lost[0] ? "lost"
+			    : rec_state && strcmp(rec_state, "running") == 0 && !md_container_running(info)
+			        ? "failed"
+			        : rec_state);
 	}
 	json_object_put(rec);
 	json_object_put(info);

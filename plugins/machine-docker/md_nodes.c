@@ -469,12 +469,9 @@ md_state *md_node_reach(md_state *st, const char *node_id, relay_call *call, cha
 /* 1 when the engine has image `ref`, 0 when not, -1 when it cannot tell. */
 static int engine_has_image(md_state *eng, const char *ref, relay_call *call)
 {
-	char path[512] = MD_API_PREFIX "/images/";
-	md_url_encode(path, sizeof path, ref);
-	strncat(path, "/json", sizeof path - strlen(path) - 1);
 	md_reply r;
 	relay_error e;
-	if (md_api(eng, "GET", path, NULL, -1, -1, 20000, call, &r, &e) != RELAY_OK)
+	if (md_image_inspect(eng, ref, call, &r, &e) != RELAY_OK)
 		return -1;
 	int has = r.status == 200 ? 1 : (r.status == 404 ? 0 : -1);
 	md_reply_free(&r);

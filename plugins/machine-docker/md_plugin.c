@@ -45,6 +45,8 @@
 
 /* ---- init ----------------------------------------------------------------------- */
 
+static const rk_machine_backend machine_backend; /* below, with the descriptor */
+
 static void free_state(md_state *st)
 {
 	if (st == NULL)
@@ -73,6 +75,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	md_state *st = calloc(1, sizeof *st);
 	if (st == NULL)
 		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	st->kit = (rk_machine){.host = host, .backend = &machine_backend};
 	st->host = host;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_mutex_init(&st->ssh_lock, NULL);
@@ -95,6 +98,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 		goto fail;
 	}
 	st->state_dir = strdup(state_dir);
+	st->kit.store = st->state_dir;
 	const char *libexec = md_str(cfg, "libexecDir");
 	st->libexec_dir = libexec ? strdup(libexec) : NULL;
 	const char *session = md_str(cfg, "sessionId");
@@ -126,6 +130,7 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	json_object *opts = NULL; /* any type: md_parse_options refuses a non-object */
 	json_object_object_get_ex(cfg, "options", &opts);
 	s = md_parse_options(st, opts, err);
+	st->kit.endpoint = st->endpoint; /* set by the options, kept from now on */
 	if (s == RELAY_OK)
 		s = md_nodes_init(st, err);
 	if (s != RELAY_OK)
@@ -191,112 +196,6 @@ static void md_fini(relay_plugin_state *state)
 
 /* ---- machine ops ------------------------------------------------------------------ */
 
-static relay_status text_out(md_state *st, json_object *obj, char **out, relay_error *err)
-{
-	*out = md_json_out(st, obj);
-	json_object_put(obj);
-	return *out ? RELAY_OK : md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-}
-
-static json_object *parse_doc(const char *text)
-{
-	json_object *o = text ? json_tokener_parse(text) : NULL;
-	if (o && !json_object_is_type(o, json_type_object)) {
-		json_object_put(o);
-		o = NULL;
-	}
-	return o;
-}
-
-static relay_status m_acquire(relay_plugin_state *state, const char *spec_json, relay_call *call,
-                              unsigned flags, char **out, relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown acquire flags 0x%x", flags);
-	json_object *spec = parse_doc(spec_json);
-	if (spec == NULL)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "the acquire spec is not a JSON object");
-	json_object *doc = NULL;
-	relay_status s = lease_acquire(st, spec, call, &doc, err);
-	json_object_put(spec);
-	return s == RELAY_OK ? text_out(st, doc, out, err) : s;
-}
-
-static relay_status m_renew(relay_plugin_state *state, const char *lease_json, uint64_t ttl_ms,
-                            relay_call *call, unsigned flags, char **out, relay_error *err)
-{
-	(void)call;
-	md_state *st = state;
-	if (out)
-		*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown renew flags 0x%x", flags);
-	json_object *doc = parse_doc(lease_json), *fresh = NULL;
-	relay_status s = lease_renew(st, doc, ttl_ms, out ? &fresh : NULL, err);
-	json_object_put(doc);
-	return s == RELAY_OK && out ? text_out(st, fresh, out, err) : s;
-}
-
-static relay_status m_inspect(relay_plugin_state *state, const char *lease_json, relay_call *call,
-                              unsigned flags, char **out, relay_error *err)
-{
-	md_state *st = state;
-	if (out)
-		*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown inspect flags 0x%x", flags);
-	json_object *doc = parse_doc(lease_json), *fresh = NULL;
-	relay_status s = lease_inspect(st, doc, call, &fresh, err);
-	json_object_put(doc);
-	if (s != RELAY_OK)
-		return s;
-	if (out)
-		return text_out(st, fresh, out, err);
-	json_object_put(fresh);
-	return RELAY_OK;
-}
-
-static relay_status m_release(relay_plugin_state *state, const char *lease_json, const char *reason,
-                              relay_call *call, unsigned flags, relay_error *err)
-{
-	(void)reason;
-	md_state *st = state;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown release flags 0x%x", flags);
-	json_object *doc = parse_doc(lease_json);
-	relay_status s = lease_release(st, doc, call, err);
-	json_object_put(doc);
-	return s;
-}
-
-static relay_status m_verify_destroyed(relay_plugin_state *state, const char *lease_json, relay_call *call,
-                                       unsigned flags, char **check_name_out, relay_error *err)
-{
-	md_state *st = state;
-	if (check_name_out)
-		*check_name_out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown verify flags 0x%x", flags);
-	json_object *doc = parse_doc(lease_json);
-	relay_status s = lease_verify_gone(st, doc, call, err);
-	json_object_put(doc);
-	if (s == RELAY_OK && check_name_out)
-		*check_name_out = st->host->strdup("engine");
-	return s;
-}
-
-static relay_status m_images(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                             relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown images flags 0x%x", flags);
-	return text_out(st, inventory_images(st, call), out, err);
-}
-
 /* The engine's version and API version, asked once (/version) and kept. */
 static relay_status engine_version(md_state *st, relay_call *call, char *version, size_t vlen, char *api,
                                    size_t alen, relay_error *err)
@@ -332,14 +231,10 @@ static relay_status engine_version(md_state *st, relay_call *call, char *version
 
 /* The engine answers /_ping now (every call: acquire step 4); its version
  * is the one asked once. */
-static relay_status m_health(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
+static relay_status b_health(relay_plugin_state *state, relay_call *call, json_object *answer,
                              relay_error *err)
 {
 	md_state *st = state;
-	if (out)
-		*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown health flags 0x%x", flags);
 	md_reply r;
 	relay_status s = md_api(st, "GET", "/_ping", NULL, -1, -1, 10000, call, &r, err);
 	if (s != RELAY_OK)
@@ -353,66 +248,29 @@ static relay_status m_health(relay_plugin_state *state, relay_call *call, unsign
 		              code);
 	char version[64], api[32];
 	s = engine_version(st, call, version, sizeof version, api, sizeof api, err);
-	if (s != RELAY_OK || out == NULL)
+	if (s != RELAY_OK || answer == NULL)
 		return s;
-	json_object *o = json_object_new_object();
-	json_object_object_add(o, "ok", json_object_new_boolean(true));
-	json_object_object_add(o, "service", json_object_new_string(MD_PLUGIN_NAME));
-	json_object_object_add(o, "endpoint", json_object_new_string(st->endpoint));
-	json_object_object_add(o, "engineVersion", version[0] ? json_object_new_string(version) : NULL);
-	json_object_object_add(o, "apiVersion", json_object_new_string(api));
-	return text_out(st, o, out, err);
+	json_object_object_add(answer, "endpoint", json_object_new_string(st->endpoint));
+	json_object_object_add(answer, "engineVersion", version[0] ? json_object_new_string(version) : NULL);
+	json_object_object_add(answer, "apiVersion", json_object_new_string(api));
+	return RELAY_OK;
 }
 
-static relay_status m_catalog(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                              relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown catalog flags 0x%x", flags);
-	json_object *cat = NULL;
-	relay_status s = inventory_catalog(st, call, &cat, err);
-	return s == RELAY_OK ? text_out(st, cat, out, err) : s;
-}
-
-static relay_status m_find_by_purpose(relay_plugin_state *state, const char *purpose, relay_call *call,
-                                      unsigned flags, char **out, relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown find flags 0x%x", flags);
-	if (purpose == NULL)
-		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "find_by_purpose needs a purpose");
-	json_object *arr = NULL;
-	relay_status s = lease_find(st, purpose, call, &arr, err);
-	return s == RELAY_OK ? text_out(st, arr, out, err) : s;
-}
-
-static relay_status m_binding(relay_plugin_state *state, unsigned flags, char **out, relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown binding flags 0x%x", flags);
-	json_object *o = json_object_new_object();
-	json_object_object_add(o, "machine", json_object_new_string(MD_PLUGIN_NAME));
-	json_object_object_add(o, "endpoint", json_object_new_string(st->endpoint));
-	json_object_object_add(o, "store", json_object_new_string(st->state_dir));
-	json_object_object_add(o, "environmentFingerprint", NULL);
-	return text_out(st, o, out, err);
-}
-
-static relay_status m_doctor(relay_plugin_state *state, relay_call *call, unsigned flags, char **out,
-                             relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown doctor flags 0x%x", flags);
-	return text_out(st, inventory_doctor(st, call), out, err);
-}
+/* machine-docker's backend of the kit's machine ops front (relay_kit/machine.h). */
+static const rk_machine_backend machine_backend = {
+    .name = MD_PLUGIN_NAME,
+    .destroyed_check = "engine",
+    .acquire = lease_acquire,
+    .renew = lease_renew,
+    .inspect = lease_inspect,
+    .release = lease_release,
+    .verify_destroyed = lease_verify_gone,
+    .images = inventory_images,
+    .health = b_health,
+    .catalog = inventory_catalog,
+    .find_by_purpose = lease_find,
+    .doctor = inventory_doctor,
+};
 
 /* ---- transport ops ------------------------------------------------------------------- */
 
@@ -423,7 +281,7 @@ static relay_status t_open(relay_plugin_state *state, const char *lease_json, re
 	*conn_out = NULL;
 	if (flags)
 		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown open flags 0x%x", flags);
-	json_object *doc = parse_doc(lease_json);
+	json_object *doc = rk_json_object(lease_json);
 	json_object *d = md_obj(doc, "docker");
 	const char *container = md_str(d, "container");
 	const char *user = md_str(d, "user");
@@ -491,32 +349,35 @@ static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn
 	return refused != RELAY_OK ? refused : lost_or(st, c, status, call, err);
 }
 
+/* A push or a pull (fn) on the engine of the connection's guest, refused at
+ * once for a guest known lost, and a failure checked for one lost now. */
+static relay_status transfer(md_state *st, md_conn *c,
+                             relay_status (*fn)(md_state *, md_conn *, const char *, const char *,
+                                                relay_call *, unsigned, char **, relay_error *),
+                             const char *from, const char *to, relay_call *call, unsigned flags,
+                             char **facts_out, relay_error *err)
+{
+	if (facts_out)
+		*facts_out = NULL;
+	relay_status s = refuse_lost(st, c, err);
+	if (s != RELAY_OK)
+		return s;
+	s = fn(c->engine, c, from, to, call, flags, facts_out, err);
+	return lost_or(st, c, s, call, err);
+}
+
 static relay_status t_push(relay_plugin_state *state, relay_transport_conn *conn, const char *local_path,
                            const char *remote_path, relay_call *call, unsigned flags, char **facts_out,
                            relay_error *err)
 {
-	md_conn *c = conn;
-	if (facts_out)
-		*facts_out = NULL;
-	relay_status s = refuse_lost(state, c, err);
-	if (s != RELAY_OK)
-		return s;
-	s = xfer_push(c->engine, c, local_path, remote_path, call, flags, facts_out, err);
-	return lost_or(state, c, s, call, err);
+	return transfer(state, conn, xfer_push, local_path, remote_path, call, flags, facts_out, err);
 }
 
 static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn, const char *remote_path,
                            const char *local_path, relay_call *call, unsigned flags, char **facts_out,
                            relay_error *err)
 {
-	md_conn *c = conn;
-	if (facts_out)
-		*facts_out = NULL;
-	relay_status s = refuse_lost(state, c, err);
-	if (s != RELAY_OK)
-		return s;
-	s = xfer_pull(c->engine, c, remote_path, local_path, call, flags, facts_out, err);
-	return lost_or(state, c, s, call, err);
+	return transfer(state, conn, xfer_pull, remote_path, local_path, call, flags, facts_out, err);
 }
 
 static relay_status t_stream_open(relay_plugin_state *state, relay_transport_conn *conn,
@@ -529,40 +390,11 @@ static relay_status t_stream_open(relay_plugin_state *state, relay_transport_con
 	return s != RELAY_OK ? s : md_tstream_open(c->engine, c, req, call, flags, out, err);
 }
 
-static relay_status t_stream_write(relay_plugin_state *state, relay_transport_stream *stream,
-                                   const void *data, size_t len, uint64_t timeout_ms, unsigned flags,
-                                   relay_error *err)
-{
-	return md_tstream_write(state, stream, data, len, timeout_ms, flags, err);
-}
-
-static relay_status t_stream_read(relay_plugin_state *state, relay_transport_stream *stream, void *buf,
-                                  size_t cap, uint64_t timeout_ms, unsigned flags, size_t *got_out,
-                                  relay_error *err)
-{
-	return md_tstream_read(state, stream, buf, cap, timeout_ms, flags, got_out, err);
-}
-
-static void t_stream_close(relay_plugin_state *state, relay_transport_stream *stream, unsigned flags)
-{
-	md_tstream_close(state, stream, flags);
-}
-
 /* ---- descriptor ----------------------------------------------------------------------- */
 
 static const relay_machine_ops machine_ops = {
     .struct_size = sizeof(relay_machine_ops),
-    .acquire = m_acquire,
-    .renew = m_renew,
-    .inspect = m_inspect,
-    .release = m_release,
-    .verify_destroyed = m_verify_destroyed,
-    .images = m_images,
-    .health = m_health,
-    .catalog = m_catalog,
-    .find_by_purpose = m_find_by_purpose,
-    .binding = m_binding,
-    .doctor = m_doctor,
+    RK_MACHINE_FRONT,
     .egress_listeners = md_egress_listeners,
     .console_ops = &md_console_ops, /* md_console.c: x11vnc in the container's network namespace */
 };
@@ -574,9 +406,9 @@ static const relay_transport_ops transport_ops = {
     .close = t_close,
     .exec = t_exec,
     .stream_open = t_stream_open,
-    .stream_write = t_stream_write,
-    .stream_read = t_stream_read,
-    .stream_close = t_stream_close,
+    .stream_write = md_tstream_write,
+    .stream_read = md_tstream_read,
+    .stream_close = md_tstream_close,
     .push = t_push,
     .pull = t_pull,
 };

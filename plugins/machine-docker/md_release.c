@@ -194,8 +194,11 @@ static void note_volumes(json_object *rec, json_object *info)
 	}
 }
 
-relay_status lease_release(md_state *st, json_object *doc, relay_call *call, relay_error *err)
+relay_status lease_release(relay_plugin_state *state, json_object *doc, const char *reason, relay_call *call,
+                           relay_error *err)
 {
+	(void)reason;
+	md_state *st = state;
 	const char *vm = md_str(doc, "vm");
 	if (!md_valid_name(vm))
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "release needs a lease document");
@@ -261,8 +264,10 @@ done:
 	return s;
 }
 
-relay_status lease_verify_gone(md_state *st, json_object *doc, relay_call *call, relay_error *err)
+relay_status lease_verify_gone(relay_plugin_state *state, json_object *doc, relay_call *call,
+                               relay_error *err)
 {
+	md_state *st = state;
 	const char *vm = md_str(doc, "vm");
 	json_object *rec = md_obj(doc, "record");
 	if (!md_valid_name(vm) || rec == NULL)
@@ -333,9 +338,10 @@ static const char *md_list_label(json_object *item, const char *name)
 	return md_str(md_obj(item, "Labels"), key);
 }
 
-relay_status lease_find(md_state *st, const char *purpose, relay_call *call, json_object **arr_out,
-                        relay_error *err)
+relay_status lease_find(relay_plugin_state *state, const char *purpose, relay_call *call,
+                        json_object **arr_out, relay_error *err)
 {
+	md_state *st = state;
 	*arr_out = NULL;
 	json_object *list = md_list_ours(st, purpose, call, err);
 	if (list == NULL)
@@ -344,7 +350,7 @@ relay_status lease_find(md_state *st, const char *purpose, relay_call *call, jso
 	for (size_t i = 0; i < json_object_array_length(list); i++) {
 		json_object *item = json_object_array_get_idx(list, i);
 		const char *name = md_list_label(item, "purpose");
-		const char *state = md_str(item, "State");
+		const char *engine_state = md_str(item, "State");
 		json_object *rec = name ? md_record_read(st, name, NULL) : NULL;
 		if (rec == NULL) {
 			/* Our store's label but no record: rebuild what the labels say. */
@@ -374,7 +380,7 @@ relay_status lease_find(md_state *st, const char *purpose, relay_call *call, jso
 			json_object_object_add(rec, "user", json_object_new_string(user));
 		}
 		const char *rs = md_str(rec, "state");
-		bool running = state && strcmp(state, "running") == 0;
+		bool running = engine_state && strcmp(engine_state, "running") == 0;
 		json_object_array_add(found,
 		                      md_document(st, rec,
 		                                  rs && strcmp(rs, "provisioning") == 0 && running ? "running"

@@ -77,9 +77,10 @@ relay_status md_tstream_open(md_state *st, md_conn *conn, const relay_exec_reque
 	return RELAY_OK;
 }
 
-relay_status md_tstream_write(md_state *st, relay_transport_stream *stream, const void *data, size_t len,
-                              uint64_t timeout_ms, unsigned flags, relay_error *err)
+relay_status md_tstream_write(relay_plugin_state *state, relay_transport_stream *stream, const void *data,
+                              size_t len, uint64_t timeout_ms, unsigned flags, relay_error *err)
 {
+	md_state *st = state;
 	md_tstream *t = stream;
 	relay_status s = rk_stream_write_check(st->host, t != NULL, data, len, timeout_ms, flags, err);
 	if (s != RELAY_OK)
@@ -150,9 +151,10 @@ static size_t demux(md_state *st, md_tstream *t, const char *raw, size_t n, char
 	return got;
 }
 
-relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void *buf, size_t cap,
+relay_status md_tstream_read(relay_plugin_state *state, relay_transport_stream *stream, void *buf, size_t cap,
                              uint64_t timeout_ms, unsigned flags, size_t *got_out, relay_error *err)
 {
+	md_state *st = state;
 	md_tstream *t = stream;
 	*got_out = 0;
 	relay_status s = rk_stream_read_check(st->host, t != NULL, buf, cap, flags, err);
@@ -189,8 +191,9 @@ relay_status md_tstream_read(md_state *st, relay_transport_stream *stream, void 
 	}
 }
 
-void md_tstream_close(md_state *st, relay_transport_stream *stream, unsigned flags)
+void md_tstream_close(relay_plugin_state *state, relay_transport_stream *stream, unsigned flags)
 {
+	md_state *st = state;
 	(void)flags;
 	md_tstream *t = stream;
 	if (t == NULL)

@@ -20,16 +20,6 @@
 
 /* ---- helpers ----------------------------------------------------------------- */
 
-relay_status md_err(md_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
-{
-	char text[RELAY_ERROR_MESSAGE_BYTES];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(text, sizeof text, fmt, ap);
-	va_end(ap);
-	return st->host->error_set(err, code, sys_errno, "%s", text);
-}
-
 json_object *md_read_json(const char *path, int *errno_out)
 {
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);

@@ -12,6 +12,7 @@
 
 #include "local.h"
 #include "local_proto.h"
+#include "relay_support/fds.h"
 
 int ctl_connect(const char *lease_dir)
 {
@@ -50,36 +51,6 @@ int ctl_connect(const char *lease_dir)
 		return -1;
 	}
 	return fd;
-}
-
-static int send_with_fds(int conn, const void *buf, size_t len, const int *fds, int nfds)
-{
-	struct iovec iov = {(void *)buf, len};
-	struct msghdr mh;
-	memset(&mh, 0, sizeof mh);
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	char cbuf[CMSG_SPACE(sizeof(int) * 3)];
-	if (nfds > 0) {
-		memset(cbuf, 0, sizeof cbuf);
-		mh.msg_control = cbuf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-	}
-	for (;;) {
-		ssize_t w = sendmsg(conn, &mh, MSG_NOSIGNAL);
-		if (w == (ssize_t)len)
-			return 0;
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w >= 0)
-			errno = EIO;
-		return -1;
-	}
 }
 
 int ctl_spawn_cmd(int conn, const ctl_spawn *req, pid_t *pid_out, int *err_no, char *why, size_t why_size)
@@ -152,7 +123,7 @@ int ctl_spawn_cmd(int conn, const ctl_spawn *req, pid_t *pid_out, int *err_no, c
 			fds[nfds++] = req->err_fd;
 			if (req->in_fd >= 0)
 				fds[nfds++] = req->in_fd;
-			int rc = send_with_fds(conn, buf, sizeof h + len, fds, nfds);
+			int rc = rs_send_fds(conn, buf, sizeof h + len, fds, nfds, 0);
 			int e = errno;
 			close(null_fd);
 			if (rc != 0) {
@@ -168,7 +139,7 @@ int ctl_spawn_cmd(int conn, const ctl_spawn *req, pid_t *pid_out, int *err_no, c
 	}
 	if (req->in_fd >= 0)
 		fds[nfds++] = req->in_fd;
-	if (send_with_fds(conn, buf, sizeof h + len, fds, nfds) != 0) {
+	if (rs_send_fds(conn, buf, sizeof h + len, fds, nfds, 0) != 0) {
 		int e = errno;
 		free(buf);
 		*err_no = e;
@@ -206,7 +177,7 @@ int ctl_send(int conn, uint32_t op, uint32_t a)
 	h.magic = LP_MAGIC;
 	h.op = op;
 	h.a = a;
-	return send_with_fds(conn, &h, sizeof h, NULL, 0);
+	return rs_send_fds(conn, &h, sizeof h, NULL, 0, 0);
 }
 
 int ctl_recv(int conn, uint32_t *op, uint32_t *a, int32_t *c, char *text, size_t text_size, int timeout_ms)
@@ -273,29 +244,13 @@ int ctl_request_fds(int conn, uint32_t op, int *fds, int max, int *nfds, int *er
 		return -1;
 	}
 	char buf[sizeof(lp_header) + 600];
-	char cbuf[CMSG_SPACE(sizeof(int) * 8)];
-	struct iovec iov = {buf, sizeof buf - 1};
-	struct msghdr mh;
-	memset(&mh, 0, sizeof mh);
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = cbuf;
-	mh.msg_controllen = sizeof cbuf;
-	ssize_t n;
-	do
-		n = recvmsg(conn, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	int got[8], ngot = 0;
-	for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-			for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && ngot < 8; k++)
-				memcpy(&got[ngot++], CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+	int got[RS_FDS_MAX], ngot = 0, truncated = 0;
+	ssize_t n = rs_recv_fds(conn, buf, sizeof buf - 1, 0, got, RS_FDS_MAX, &ngot, &truncated);
 	lp_header h;
 	memset(&h, 0, sizeof h);
 	if (n >= (ssize_t)sizeof h)
 		memcpy(&h, buf, sizeof h);
-	if (n >= (ssize_t)sizeof h && h.magic == LP_MAGIC && h.op == LP_R_FDS && ngot <= max &&
-	    !(mh.msg_flags & MSG_CTRUNC)) {
+	if (n >= (ssize_t)sizeof h && h.magic == LP_MAGIC && h.op == LP_R_FDS && ngot <= max && !truncated) {
 		memcpy(fds, got, sizeof(int) * (size_t)ngot);
 		*nfds = ngot;
 		return 0;

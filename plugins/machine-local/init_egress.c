@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "relay_support/fds.h"
 
 #define EGRESS_PROXY_PORT 3128
 #define EGRESS_DNS_PORT   53
@@ -40,35 +41,12 @@ void egress_prepare(void)
 		    "(/proc/sys/net/ipv4/ip_unprivileged_port_start)");
 }
 
-/* A socket of `type` bound to 127.0.0.1:port (listening for TCP); the fd or -1. */
-static int bound_socket(int type, int port)
-{
-	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	int one = 1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-	    (type == SOCK_STREAM && listen(fd, 1024) != 0)) {
-		int e = errno;
-		close(fd);
-		errno = e;
-		return -1;
-	}
-	return fd;
-}
-
 int egress_sockets(int fds[3], char *why, size_t why_size)
 {
 	static const int types[3] = {SOCK_STREAM, SOCK_DGRAM, SOCK_STREAM};
 	static const int ports[3] = {EGRESS_PROXY_PORT, EGRESS_DNS_PORT, EGRESS_DNS_PORT};
 	for (int i = 0; i < 3; i++) {
-		fds[i] = bound_socket(types[i], ports[i]);
+		fds[i] = rs_loopback_socket(types[i], ports[i]);
 		if (fds[i] >= 0)
 			continue;
 		int e = errno;

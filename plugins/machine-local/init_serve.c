@@ -35,6 +35,8 @@
 #include <unistd.h>
 
 #include "local_proto.h"
+#include "relay_support/fds.h"
+#include "relay_support/numfile.h"
 
 #include "init.h"
 
@@ -111,24 +113,7 @@ static int send_packet_fds(int fd, uint32_t op, uint32_t a, int32_t c, const cha
 		memcpy(buf + sizeof h, text, tlen);
 		buf[sizeof h + tlen - 1] = '\0';
 	}
-	struct iovec iov = {buf, sizeof h + tlen};
-	struct msghdr mh;
-	memset(&mh, 0, sizeof mh);
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	char cbuf[CMSG_SPACE(sizeof(int) * 3)];
-	if (nfds > 0 && nfds <= 3) {
-		memset(cbuf, 0, sizeof cbuf);
-		mh.msg_control = cbuf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-	}
-	ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-	return w < 0 ? -1 : 0;
+	return rs_send_fds(fd, buf, sizeof h + tlen, fds, nfds, MSG_DONTWAIT);
 }
 
 static int send_packet(int fd, uint32_t op, uint32_t a, int32_t c, const char *text)
@@ -447,17 +432,12 @@ static int read_expiry(int dir_fd, long long backstop_ms, long long *kill_at_ms)
 			return 1;
 		return -1;
 	}
-	char buf[128];
-	ssize_t n = read(fd, buf, sizeof buf - 1);
+	long long v[2]; /* expires, grace */
+	int rc = rs_read_numbers(fd, v, 2);
 	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	long long expires = 0, grace = 0;
-	if (sscanf(buf, "%lld %lld", &expires, &grace) != 2)
-		return -1;
-	*kill_at_ms = expires + grace + backstop_ms;
-	return 0;
+	if (rc == 0)
+		*kill_at_ms = v[0] + v[1] + backstop_ms;
+	return rc;
 }
 
 void serve(const launch_options *o, int listen_fd, int dir_fd)
@@ -527,26 +507,10 @@ void serve(const launch_options *o, int listen_fd, int dir_fd)
 			int fd = conns[i];
 			int closed = 0;
 			if (re & POLLIN) {
-				struct iovec iov = {buf, LP_MAX_PACKET};
-				char cbuf[CMSG_SPACE(sizeof(int) * 4)];
-				struct msghdr mh;
-				memset(&mh, 0, sizeof mh);
-				mh.msg_iov = &iov;
-				mh.msg_iovlen = 1;
-				mh.msg_control = cbuf;
-				mh.msg_controllen = sizeof cbuf;
-				ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-				int fds[4];
-				int nfds = 0;
-				for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-					if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-						int cnt = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-						for (int k = 0; k < cnt && nfds < 4; k++)
-							memcpy(&fds[nfds++], CMSG_DATA(c) + k * sizeof(int),
-							       sizeof(int));
-					}
-				}
-				if (n > 0 && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+				int fds[4], nfds = 0, truncated = 0;
+				ssize_t n = rs_recv_fds(fd, buf, LP_MAX_PACKET, MSG_DONTWAIT, fds, 4, &nfds,
+				                        &truncated);
+				if (n > 0 && !truncated)
 					handle_request(o, fd, buf, (size_t)n, fds, nfds);
 				else {
 					for (int k = 0; k < nfds; k++)

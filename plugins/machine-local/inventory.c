@@ -75,8 +75,10 @@ static json_object *guest_bounds(local_state *st)
 	return b;
 }
 
-json_object *inventory_images(local_state *st)
+json_object *inventory_images(relay_plugin_state *state, relay_call *call)
 {
+	(void)call;
+	local_state *st = state;
 	size_t running = count_active(st);
 	bool acquirable = (int)running < st->max_guests;
 	json_object *images = json_object_new_object();
@@ -282,9 +284,12 @@ static bool guest_program(local_state *st, const char *name)
 	return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-relay_status inventory_catalog(local_state *st, json_object **out, relay_error *err)
+relay_status inventory_catalog(relay_plugin_state *state, relay_call *call, json_object **out,
+                               relay_error *err)
 {
+	(void)call;
 	(void)err;
+	local_state *st = state;
 	json_object *images = json_object_new_array();
 	for (size_t i = 0; i < st->image_count; i++) {
 		const local_image *im = &st->images[i];
@@ -569,8 +574,9 @@ static void image_checks(local_state *st, relay_call *call, json_object *arr)
 	}
 }
 
-json_object *inventory_doctor(local_state *st, relay_call *call)
+json_object *inventory_doctor(relay_plugin_state *state, relay_call *call)
 {
+	local_state *st = state;
 	json_object *arr = json_object_new_array();
 	char detail[512];
 	int e = try_namespaces(st);

@@ -285,7 +285,10 @@ relay_status launch_display(local_state *st, json_object *record, const char *le
 		goto cleanup;
 	}
 	env = ctl_guest_env(st, record, NULL);
-	const char *argv[] = {"Xvfb",      ":0",  "-screen",    "0", st->screen,
+	/* -noreset: a server whose last client leaves resets itself, and the next
+	 * connection (a one-shot capture, spec/guest.md §11) waits 100+ ms for it
+	 * (bench/x11shot/README.md). */
+	const char *argv[] = {"Xvfb",      ":0",  "-screen",    "0", st->screen, "-noreset",
 	                      "-nolisten", "tcp", "-displayfd", "1", NULL};
 	json_object *user = lu_get_object(record, "guestUser");
 	ctl_spawn req = {argv,

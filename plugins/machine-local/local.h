@@ -45,6 +45,8 @@
 #include "relay/transport.h"
 #include "relay_kit/clock.h"
 #include "relay_kit/durable.h"
+#include "relay_kit/error.h"
+#include "relay_kit/machine.h"
 #include "relay_kit/proc.h"
 #include "relay_kit/random.h"
 #include "relay_kit/reaper.h"
@@ -71,6 +73,7 @@ typedef struct local_user {
 
 /* Plugin state. Immutable after init except where a field says otherwise. */
 typedef struct local_state {
+	rk_machine kit; /* first: the kit's machine ops front (relay_kit/machine.h) */
 	const relay_host *host;
 	char *state_dir;       /* config stateDir */
 	char *leases_dir;      /* <stateDir>/leases */
@@ -142,8 +145,9 @@ typedef struct local_state {
 
 /* ---- lutil.c --------------------------------------------------------------- */
 
-relay_status lu_err(local_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+/* The kit's error (relay_kit/error.h); a system error is named after the message. */
+#define lu_err(st, err, code, sys_errno, ...)                                                                \
+	rk_err((st)->host, (err), (code), (sys_errno), RK_ERR_NAME_ERRNO, __VA_ARGS__)
 /* The kit's text (relay_kit/text.h) and the typed getters of
  * relay_support/json_get.h (rsj_get_*) under machine-local's names, with a
  * fallback for an absent or mistyped member. */
@@ -408,10 +412,12 @@ relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_pat
 
 /* ---- inventory.c ------------------------------------------------------------- */
 
-json_object *inventory_images(local_state *st);
-relay_status inventory_catalog(local_state *st, json_object **out, relay_error *err);
+/* The backend's images, catalog and doctor (relay_kit/machine.h) on a local_state. */
+json_object *inventory_images(relay_plugin_state *state, relay_call *call);
+relay_status inventory_catalog(relay_plugin_state *state, relay_call *call, json_object **out,
+                               relay_error *err);
 /* The doctor's checks; each image is acquired and released for real. */
-json_object *inventory_doctor(local_state *st, relay_call *call);
+json_object *inventory_doctor(relay_plugin_state *state, relay_call *call);
 
 /* ---- console.c --------------------------------------------------------------- */
 
@@ -429,8 +435,10 @@ void console_stop_all(local_state *st, json_object *record);
 void options_defaults(local_state *st);
 /* Applies the config's "options" object; refuses a bad key or value by name. */
 relay_status options_parse(local_state *st, json_object *opts, relay_error *err);
-/* The machine ops of the descriptor (plugin.c). */
+/* The machine ops of the descriptor (plugin.c), and the backend of the kit's
+ * front they serve (st->kit). */
 extern const relay_machine_ops local_machine_ops;
+extern const rk_machine_backend local_machine_backend;
 
 /* ---- reaper.c ---------------------------------------------------------------- */
 

@@ -23,27 +23,6 @@
 /* The search path of lu_find_program when PATH is unset or empty. */
 #define LU_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-relay_status lu_err(local_state *st, relay_error *err, relay_status code, int sys_errno, const char *fmt, ...)
-{
-	(void)st;
-	if (err == NULL)
-		return code;
-	err->code = code;
-	err->sys_errno = sys_errno;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof err->message, fmt, ap);
-	va_end(ap);
-	/* Name the system error unless the message already does. */
-	if (sys_errno > 0) {
-		const char *why = strerror(sys_errno);
-		size_t len = strlen(err->message);
-		if (strstr(err->message, why) == NULL && len + strlen(why) + 4 < sizeof err->message)
-			snprintf(err->message + len, sizeof err->message - len, " (%s)", why);
-	}
-	return code;
-}
-
 int lu_write_json_durable(const char *path, json_object *obj, bool sync)
 {
 	const char *text = json_object_to_json_string_ext(

@@ -152,6 +152,7 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 	local_state *st = calloc(1, sizeof *st);
 	if (st == NULL)
 		return host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	st->kit = (rk_machine){.host = host, .backend = &local_machine_backend};
 	st->host = host;
 	st->init_memfd = -1;
 	pthread_mutex_init(&st->lock, NULL);
@@ -176,6 +177,7 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 		goto fail;
 	}
 	st->state_dir = strdup(state_dir);
+	st->kit.store = st->state_dir;
 	const char *libexec = lu_get_string(cfg, "libexecDir");
 	st->libexec_dir = libexec ? strdup(libexec) : NULL;
 	const char *net = lu_get_string(cfg, "guestNetwork");

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_support/fds.h"
 
 /* The first line of `file` for the user (by name or uid): first and count. */
 static bool find_range(const char *file, const char *name, unsigned long id, unsigned long *first,
@@ -172,21 +173,6 @@ bool subids_guest_mapped(const local_state *st, json_object *record)
 
 /* ---- work inside a guest's user namespace -------------------------------------- */
 
-static bool write_all(int fd, const void *data, size_t len)
-{
-	const char *p = data;
-	while (len > 0) {
-		ssize_t w = write(fd, p, len);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return false;
-		p += w;
-		len -= (size_t)w;
-	}
-	return true;
-}
-
 /* The child: joins the namespace, runs fn, sends status, error, text. */
 static void child_run(local_state *st, pid_t init_pid, int out, subids_fn fn, void *arg)
 {
@@ -204,8 +190,8 @@ static void child_run(local_state *st, pid_t init_pid, int out, subids_fn fn, vo
 		status = fn(arg, &text, &cerr);
 	uint32_t len = text ? (uint32_t)strlen(text) : 0;
 	int32_t code = (int32_t)status;
-	bool ok = write_all(out, &code, sizeof code) && write_all(out, &cerr, sizeof cerr) &&
-	          write_all(out, &len, sizeof len) && (len == 0 || write_all(out, text, len));
+	bool ok = rs_write_all(out, &code, sizeof code) == 0 && rs_write_all(out, &cerr, sizeof cerr) == 0 &&
+	          rs_write_all(out, &len, sizeof len) == 0 && (len == 0 || rs_write_all(out, text, len) == 0);
 	_exit(ok ? 0 : 1);
 }
 

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_support/fds.h"
 
 /* The guest's network namespace and the user namespace owning it, opened;
  * 0, or -1 with *err_no set (and nothing left open). */
@@ -80,42 +81,20 @@ int net_socket_in_userns(pid_t init_pid, int domain, int type, int *err_no)
 		    (s = socket(domain, type | SOCK_CLOEXEC, 0)) < 0)
 			e = errno;
 		char data = (char)e;
-		struct iovec iov = {&data, 1};
-		union {
-			struct cmsghdr h;
-			char buf[CMSG_SPACE(sizeof(int))];
-		} control;
-		memset(&control, 0, sizeof control);
-		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-		if (s >= 0) {
-			msg.msg_control = control.buf;
-			msg.msg_controllen = sizeof control.buf;
-			struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-			c->cmsg_level = SOL_SOCKET;
-			c->cmsg_type = SCM_RIGHTS;
-			c->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(c), &s, sizeof s);
-		}
-		_exit(sendmsg(pair[1], &msg, 0) == 1 ? 0 : 1);
+		_exit(rs_send_fds(pair[1], &data, 1, &s, s >= 0 ? 1 : 0, 0) == 0 ? 0 : 1);
 	}
 	close(pair[1]);
 	pair[1] = -1;
 	char data = 0;
-	struct iovec iov = {&data, 1};
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} control;
-	struct msghdr msg = {.msg_iov = &iov,
-	                     .msg_iovlen = 1,
-	                     .msg_control = control.buf,
-	                     .msg_controllen = sizeof control.buf};
-	ssize_t n = recvmsg(pair[0], &msg, MSG_CMSG_CLOEXEC);
-	struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&msg) : NULL;
-	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-		memcpy(&fd, CMSG_DATA(c), sizeof fd);
-	else
+	int got = -1, ngot = 0;
+	ssize_t n = rs_recv_fds(pair[0], &data, 1, 0, &got, 1, &ngot, NULL);
+	if (n == 1 && ngot == 1)
+		fd = got;
+	else {
+		if (ngot == 1)
+			close(got);
 		*err_no = n == 1 && data ? data : EIO;
+	}
 	reap(child);
 done:
 	close(net);

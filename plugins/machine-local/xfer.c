@@ -238,20 +238,7 @@ relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path
 	r.facts = v.facts;
 	if (status != RELAY_OK)
 		goto cleanup;
-	facts_sort(&s.facts);
-	facts_sort(&r.facts);
-	char why[256];
-	if (!facts_equal(&s.facts, &r.facts, why, sizeof why)) {
-		status =
-		    lu_err(st, err, RELAY_E_INTEGRITY, 0, "push of %s to %s failed its SHA-256 check: %s",
-		           local_path, remote_path, why);
-		goto cleanup;
-	}
-	if (facts_out) {
-		*facts_out = facts_json(st, &r.facts);
-		if (*facts_out == NULL)
-			status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	}
+	status = facts_settle(st, &s.facts, &r.facts, local_path, remote_path, facts_out, err);
 cleanup:
 	facts_free(&s.facts);
 	facts_free(&r.facts);
@@ -413,19 +400,7 @@ relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_pat
 	status = run_transfer(&s, &r, err);
 	if (status != RELAY_OK)
 		goto cleanup;
-	facts_sort(&s.facts);
-	facts_sort(&r.facts);
-	char why[256];
-	if (!facts_equal(&s.facts, &r.facts, why, sizeof why)) {
-		status = lu_err(st, err, RELAY_E_INTEGRITY, 0, "pull of %s failed its SHA-256 check: %s",
-		                remote_path, why);
-		goto cleanup;
-	}
-	if (facts_out) {
-		*facts_out = facts_json(st, &s.facts);
-		if (*facts_out == NULL)
-			status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	}
+	status = facts_settle(st, &s.facts, &r.facts, remote_path, NULL, facts_out, err);
 cleanup:
 	if (status != RELAY_OK && created && host_parent >= 0 && local_leaf) {
 		char full[PATH_MAX];

@@ -55,14 +55,14 @@ static int fact_cmp(const void *a, const void *b)
 	return strcmp(((const fact *)a)->path, ((const fact *)b)->path);
 }
 
-void facts_sort(fact_list *l)
+static void facts_sort(fact_list *l)
 {
 	if (l->count > 1)
 		qsort(l->items, l->count, sizeof *l->items, fact_cmp);
 }
 
 /* Compares two sorted lists; on a difference writes the first one to why. */
-bool facts_equal(const fact_list *a, const fact_list *b, char *why, size_t why_size)
+static bool facts_equal(const fact_list *a, const fact_list *b, char *why, size_t why_size)
 {
 	size_t i = 0;
 	for (; i < a->count && i < b->count; i++) {
@@ -86,7 +86,7 @@ bool facts_equal(const fact_list *a, const fact_list *b, char *why, size_t why_s
 	return true;
 }
 
-char *facts_json(local_state *st, const fact_list *l)
+static char *facts_json(local_state *st, const fact_list *l)
 {
 	json_object *arr = json_object_new_array();
 	for (size_t i = 0; i < l->count; i++) {
@@ -99,6 +99,23 @@ char *facts_json(local_state *st, const fact_list *l)
 	char *text = lu_json_out(st, arr);
 	json_object_put(arr);
 	return text;
+}
+
+relay_status facts_settle(local_state *st, fact_list *sent, fact_list *arrived, const char *from,
+                          const char *to, char **facts_out, relay_error *err)
+{
+	facts_sort(sent);
+	facts_sort(arrived);
+	char why[256];
+	if (!facts_equal(sent, arrived, why, sizeof why))
+		return to ? lu_err(st, err, RELAY_E_INTEGRITY, 0,
+		                   "push of %s to %s failed its SHA-256 check: %s", from, to, why)
+		          : lu_err(st, err, RELAY_E_INTEGRITY, 0, "pull of %s failed its SHA-256 check: %s",
+		                   from, why);
+	if (facts_out == NULL)
+		return RELAY_OK;
+	*facts_out = facts_json(st, arrived);
+	return *facts_out ? RELAY_OK : lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 }
 
 /* SHA-256 of what remains readable from fd (from offset 0). */

@@ -139,9 +139,11 @@ typedef struct verifier {
 /* xfer_facts.c */
 int facts_add(fact_list *l, const char *path, uint64_t bytes, const char *sha);
 void facts_free(fact_list *l);
-void facts_sort(fact_list *l);
-bool facts_equal(const fact_list *a, const fact_list *b, char *why, size_t why_size);
-char *facts_json(local_state *st, const fact_list *l);
+/* The end of a push (from, to) or a pull (from, to NULL): both lists sorted
+ * and compared, RELAY_E_INTEGRITY naming the first difference; then
+ * *facts_out (may be NULL: not wanted) their JSON (relay/transport.h). */
+relay_status facts_settle(local_state *st, fact_list *sent, fact_list *arrived, const char *from,
+                          const char *to, char **facts_out, relay_error *err);
 int hash_fd(int fd, char *buf, size_t bufsize, char out[65], uint64_t *bytes);
 
 /* xfer_paths.c */

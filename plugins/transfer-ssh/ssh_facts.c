@@ -1,5 +1,6 @@
 #include "ssh_facts.h"
 
+#include <errno.h>
 #include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,4 +323,13 @@ char *ssh_facts_json(const relay_host *host, const ssh_facts *facts)
 cleanup:
 	json_object_put(array);
 	return result;
+}
+
+relay_status ssh_facts_answer(const relay_host *host, const ssh_facts *facts, bool no_hash,
+                              char **facts_json_out, relay_error *err)
+{
+	if (facts_json_out == NULL || no_hash)
+		return RELAY_OK;
+	*facts_json_out = ssh_facts_json(host, facts);
+	return *facts_json_out ? RELAY_OK : host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
 }

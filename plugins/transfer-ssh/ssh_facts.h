@@ -60,5 +60,10 @@ relay_status ssh_facts_compare(const relay_host *host, const char *what, const s
 /* The JSON array of relay/transport.h (sorted input), allocated with
  * host->alloc; NULL when out of memory. */
 char *ssh_facts_json(const relay_host *host, const ssh_facts *facts);
+/* A transfer's answer: *facts_json_out (may be NULL: not wanted) the JSON of
+ * `facts`, or left NULL when the guest could not hash (no_hash).
+ * RELAY_E_NO_MEMORY when out of memory. */
+relay_status ssh_facts_answer(const relay_host *host, const ssh_facts *facts, bool no_hash,
+                              char **facts_json_out, relay_error *err);
 
 #endif

@@ -15,7 +15,6 @@
 #include "relay_kit/buf.h"
 #include "relay_kit/sha256.h"
 #include "relay_support/tree.h"
-#include "relay_support/utf8_locale.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
 #include "ssh_scripts.h"
@@ -719,11 +718,7 @@ static relay_status pull_attempt(const ssh_conn *conn, const char *remote_path, 
 	if (status != RELAY_OK)
 		goto cleanup;
 	tmp_made = false;
-	if (facts_json_out && !no_hash) {
-		*facts_json_out = ssh_facts_json(host, &guest);
-		if (*facts_json_out == NULL)
-			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	}
+	status = ssh_facts_answer(host, &guest, no_hash, facts_json_out, err);
 cleanup:
 	ssh_child_destroy(&pc.child);
 	if (a)
@@ -748,14 +743,6 @@ cleanup:
 relay_status ssh_pull(const ssh_conn *conn, const char *remote_path, const char *local_path, relay_call *call,
                       unsigned flags, char **facts_json_out, relay_error *err)
 {
-	bool retry_cold = false;
-	rs_utf8_locale_scope utf8; /* names are UTF-8 whatever the relay's locale */
-	rs_utf8_locale_enter(&utf8);
-	relay_status status =
-	    pull_attempt(conn, remote_path, local_path, call, flags, true, &retry_cold, facts_json_out, err);
-	if (retry_cold)
-		status = pull_attempt(conn, remote_path, local_path, call, flags, false, &retry_cold,
-		                      facts_json_out, err);
-	rs_utf8_locale_leave(&utf8);
-	return status;
+	return ssh_session_transfer(pull_attempt, conn, remote_path, local_path, call, flags, facts_json_out,
+	                            err);
 }

@@ -13,7 +13,6 @@
 #include "relay/transport.h"
 #include "relay_kit/buf.h"
 #include "relay_kit/sha256.h"
-#include "relay_support/utf8_locale.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
 #include "ssh_scripts.h"
@@ -652,11 +651,7 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 	          "hash and commit %lld ms",
 	          list.count, (unsigned long long)list.total_bytes, remote, was_spare ? "spare" : "new",
 	          (long long)(t_streamed - t_start), (long long)(t_verified - t_streamed));
-	if (facts_json_out && !no_hash) {
-		*facts_json_out = ssh_facts_json(host, &arrived);
-		if (*facts_json_out == NULL)
-			status = host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-	}
+	status = ssh_facts_answer(host, &arrived, no_hash, facts_json_out, err);
 cleanup:
 	/* ssh first: freeing an unclosed archive flushes through the write
 	 * callback, which must then fail fast instead of finishing the stream. */
@@ -678,14 +673,6 @@ cleanup:
 relay_status ssh_push(const ssh_conn *conn, const char *local_path, const char *remote_path, relay_call *call,
                       unsigned flags, char **facts_json_out, relay_error *err)
 {
-	bool retry_cold = false;
-	rs_utf8_locale_scope utf8; /* names are UTF-8 whatever the relay's locale */
-	rs_utf8_locale_enter(&utf8);
-	relay_status status =
-	    push_attempt(conn, local_path, remote_path, call, flags, true, &retry_cold, facts_json_out, err);
-	if (retry_cold)
-		status = push_attempt(conn, local_path, remote_path, call, flags, false, &retry_cold,
-		                      facts_json_out, err);
-	rs_utf8_locale_leave(&utf8);
-	return status;
+	return ssh_session_transfer(push_attempt, conn, local_path, remote_path, call, flags, facts_json_out,
+	                            err);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "relay_kit/buf.h"
+#include "relay_support/utf8_locale.h"
 #include "ssh_scripts.h"
 
 #define SESSION_LINE_SEND_MS 10000
@@ -188,5 +189,19 @@ started:
 	ssh_spares_fill(conn);
 cleanup:
 	rk_buf_free(&line);
+	return status;
+}
+
+relay_status ssh_session_transfer(ssh_transfer_attempt attempt, const ssh_conn *conn, const char *from,
+                                  const char *to, relay_call *call, unsigned flags, char **facts_json_out,
+                                  relay_error *err)
+{
+	bool retry_cold = false;
+	rs_utf8_locale_scope utf8;
+	rs_utf8_locale_enter(&utf8);
+	relay_status status = attempt(conn, from, to, call, flags, true, &retry_cold, facts_json_out, err);
+	if (retry_cold)
+		status = attempt(conn, from, to, call, flags, false, &retry_cold, facts_json_out, err);
+	rs_utf8_locale_leave(&utf8);
 	return status;
 }

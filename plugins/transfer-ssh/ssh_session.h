@@ -75,4 +75,18 @@ relay_status ssh_session_start(const ssh_conn *conn, const char *op, const char 
  * again may succeed. */
 bool ssh_spares_note_failure(const ssh_conn *conn, const char *err_text, size_t err_len);
 
+/* One push or pull in one session (`from` and `to` its source and
+ * destination): may_use_spare as for ssh_session_start; *retry_cold set
+ * when a spare turned out dead or the guest refused a session while spares
+ * held some, before the guest did anything of the transfer. */
+typedef relay_status (*ssh_transfer_attempt)(const ssh_conn *conn, const char *from, const char *to,
+                                             relay_call *call, unsigned flags, bool may_use_spare,
+                                             bool *retry_cold, char **facts_json_out, relay_error *err);
+
+/* Runs `attempt` (a spare session allowed), and once more in a new session
+ * when it asks for that, with file names in UTF-8 whatever the relay's locale. */
+relay_status ssh_session_transfer(ssh_transfer_attempt attempt, const ssh_conn *conn, const char *from,
+                                  const char *to, relay_call *call, unsigned flags, char **facts_json_out,
+                                  relay_error *err);
+
 #endif

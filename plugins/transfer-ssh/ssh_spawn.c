@@ -1,6 +1,7 @@
 #include "ssh_spawn.h"
 
 #include "relay_kit/buf.h"
+#include "relay_support/fds.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,19 +67,6 @@ static int make_socketpair(int fds[2])
 	return 0;
 }
 
-static void close_from(int lowfd)
-{
-#if defined(__linux__) && defined(SYS_close_range)
-	if (syscall(SYS_close_range, (unsigned)lowfd, ~0u, 0u) == 0)
-		return;
-#endif
-	long max = sysconf(_SC_OPEN_MAX);
-	if (max < 0 || max > 65536)
-		max = 65536;
-	for (int fd = lowfd; fd < max; fd++)
-		close(fd);
-}
-
 static void close_fd(int *fd)
 {
 	if (*fd >= 0) {
@@ -125,7 +113,7 @@ relay_status ssh_child_start(const relay_host *host, const char *const *argv, ss
 		if (fds[3] < 0 || dup2(fds[3], 3) < 0)
 			_exit(126);
 		fcntl(3, F_SETFD, FD_CLOEXEC);
-		close_from(4);
+		rs_close_from(4);
 		execvp(argv[0], (char *const *)argv);
 		int e = errno;
 		ssize_t ignored = write(3, &e, sizeof e);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "relay_support/fds.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/strbuf.h"
@@ -18,19 +19,6 @@
 #define PROCESS_KNOWN_FLAGS                                                                                  \
 	(RELAY_PROCESS_MERGE_OUTPUT | RELAY_PROCESS_KEEP_TAIL | RELAY_PROCESS_NEW_SESSION |                  \
 	 RELAY_PROCESS_SHARED_CAP)
-
-void process_close_from(int lowfd)
-{
-#ifdef SYS_close_range
-	if (syscall(SYS_close_range, (unsigned)lowfd, ~0u, 0u) == 0)
-		return;
-#endif
-	long max = sysconf(_SC_OPEN_MAX);
-	if (max < 0 || max > 65536)
-		max = 65536;
-	for (int fd = lowfd; fd < max; fd++)
-		close(fd);
-}
 
 int process_group_gone(pid_t pgid, int wait_ms)
 {
@@ -183,7 +171,7 @@ static _Noreturn void run_child(const run *r)
 			_exit(126);
 		fcntl(3, F_SETFD, FD_CLOEXEC);
 	}
-	process_close_from(4);
+	rs_close_from(4);
 	if (req->envp)
 		execvpe(req->argv[0], (char *const *)req->argv, (char *const *)req->envp);
 	else

@@ -22,7 +22,4 @@ void process_result_release(relay_process_result *res);
  * is gone (ESRCH). */
 int process_group_gone(pid_t pgid, int wait_ms);
 
-/* Closes every descriptor >= lowfd (in a child, before exec). */
-void process_close_from(int lowfd);
-
 #endif

@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "relay_support/fds.h"
 #include "vncweb.h"
 
 #define REQUEST_MAX_BYTES 8192
@@ -83,21 +84,6 @@ static bool same_secret(const char *a, const char *b)
 	return diff == 0 && la > 0;
 }
 
-static int write_all(int fd, const void *data, size_t len)
-{
-	const char *p = data;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static void respond(int fd, int code, const char *reason, const char *type, const char *extra_headers,
                     const char *body, size_t body_len)
 {
@@ -108,8 +94,8 @@ static void respond(int fd, int code, const char *reason, const char *type, cons
 	                 "Referrer-Policy: no-referrer\r\nX-Frame-Options: DENY\r\n%s%s%s%s\r\n",
 	                 code, reason, body_len, type ? "Content-Type: " : "", type ? type : "",
 	                 type ? "\r\n" : "", extra_headers ? extra_headers : "");
-	if (n > 0 && (size_t)n < sizeof head && write_all(fd, head, (size_t)n) == 0 && body_len)
-		write_all(fd, body, body_len);
+	if (n > 0 && (size_t)n < sizeof head && rs_write_all(fd, head, (size_t)n) == 0 && body_len)
+		rs_write_all(fd, body, body_len);
 }
 
 static void refuse(int fd, int code)
@@ -220,7 +206,7 @@ static void note_event(const vncweb *w, const char *event)
 	if (w->events_path) {
 		int fd = open(w->events_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (fd >= 0) {
-			write_all(fd, line, (size_t)n);
+			rs_write_all(fd, line, (size_t)n);
 			fsync(fd);
 			close(fd);
 		}

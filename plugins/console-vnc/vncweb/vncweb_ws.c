@@ -22,27 +22,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "relay_support/fds.h"
 #include "vncweb.h"
 
 #define WS_FRAME_MAX (1u << 20)
 #define RFB_PREAMBLE 30 /* version 12, security type 1, VNC response 16, ClientInit 1 */
 #define RFB_MSG_MAX  (1u << 20)
 #define GUID         "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
-static int send_all(int fd, const void *data, size_t len)
-{
-	const unsigned char *p = data;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 static int handshake(int fd, const char *key, const char *protocol)
 {
@@ -59,7 +45,7 @@ static int handshake(int fd, const char *key, const char *protocol)
 	                 "Sec-WebSocket-Accept: %s\r\n%s%s%s\r\n",
 	                 accept, protocol ? "Sec-WebSocket-Protocol: " : "", protocol ? protocol : "",
 	                 protocol ? "\r\n" : "");
-	return send_all(fd, head, (size_t)n);
+	return rs_write_all(fd, head, (size_t)n);
 }
 
 static int ws_send(int fd, int opcode, const unsigned char *data, size_t len)
@@ -80,7 +66,7 @@ static int ws_send(int fd, int opcode, const unsigned char *data, size_t len)
 			head[2 + i] = (unsigned char)((uint64_t)len >> (56 - 8 * i));
 		h = 10;
 	}
-	return send_all(fd, head, h) == 0 && (len == 0 || send_all(fd, data, len) == 0) ? 0 : -1;
+	return rs_write_all(fd, head, h) == 0 && (len == 0 || rs_write_all(fd, data, len) == 0) ? 0 : -1;
 }
 
 typedef struct rfb_filter {
@@ -157,7 +143,7 @@ static int filter_to_vnc(vncweb *w, rfb_filter *f, int vnc, const unsigned char 
 			size_t offset = RFB_PREAMBLE - f->preamble_left;
 			if (offset <= 12 && offset + take > 12 && f->buf[pos + (12 - offset)] != 2)
 				return -1;
-			if (send_all(vnc, f->buf + pos, take) != 0)
+			if (rs_write_all(vnc, f->buf + pos, take) != 0)
 				return -1;
 			pos += take;
 			f->preamble_left -= take;
@@ -171,7 +157,7 @@ static int filter_to_vnc(vncweb *w, rfb_filter *f, int vnc, const unsigned char 
 			break;
 		if (input && !w->shared->control)
 			f->dropped++;
-		else if (send_all(vnc, f->buf + pos, (size_t)need) != 0)
+		else if (rs_write_all(vnc, f->buf + pos, (size_t)need) != 0)
 			return -1;
 		pos += (size_t)need;
 	}

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "relay_kit/clock.h"
+#include "relay_support/fds.h"
 
 static int fsync_parent(const char *path)
 {
@@ -30,20 +31,6 @@ static int fsync_parent(const char *path)
 	return rc;
 }
 
-static int write_all(int fd, const char *p, size_t left)
-{
-	while (left > 0) {
-		ssize_t w = write(fd, p, left);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? errno : EIO;
-		p += w;
-		left -= (size_t)w;
-	}
-	return 0;
-}
-
 int rk_write_durable(const char *path, const void *data, size_t len, mode_t mode, unsigned flags)
 {
 	if (flags & ~(unsigned)RK_DURABLE_SYNC)
@@ -57,7 +44,7 @@ int rk_write_durable(const char *path, const void *data, size_t len, mode_t mode
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
 	if (fd < 0)
 		return errno;
-	int rc = write_all(fd, data, len);
+	int rc = rs_write_all(fd, data, len) == 0 ? 0 : errno;
 	if (rc == 0 && (flags & RK_DURABLE_SYNC) && fsync(fd) != 0)
 		rc = errno;
 	if (close(fd) != 0 && rc == 0)

@@ -22,6 +22,16 @@ char *rk_json_text(const relay_host *host, json_object *obj)
 	return text ? host->strdup(text) : NULL;
 }
 
+json_object *rk_json_object(const char *text)
+{
+	json_object *o = text ? json_tokener_parse(text) : NULL;
+	if (o && !json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		o = NULL;
+	}
+	return o;
+}
+
 void rk_read_line(const char *path, char *out, size_t size)
 {
 	out[0] = '\0';

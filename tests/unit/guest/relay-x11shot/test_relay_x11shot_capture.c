@@ -42,6 +42,7 @@
 #include <png.h>
 
 #include "../../../fixtures/x11-pattern/pattern.h"
+#include "relay_support/fds.h"
 #include "util/fsutil.h"
 #include "util/process.h"
 #include "util/randx.h"
@@ -56,6 +57,10 @@ static char g_dir[256];
 static char g_shot[1024];
 static char g_pattern[1024];
 static int g_have_xvfb, g_have_xauth, g_have_shot, g_have_pattern;
+/* relay-x11shot's environment when a test asks which way it read the pixels. */
+static const char *const g_trace_env[] = {"PATH=/usr/bin:/bin", "HOME=/nonexistent",
+                                          "XAUTHORITY=/nonexistent/.Xauthority", "RELAY_X11SHOT_TRACE=1",
+                                          NULL};
 
 /* ------------------------------------------------------------------------ */
 /* helpers                                                                   */
@@ -86,14 +91,14 @@ static void sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-static int run(const char *const *argv, const char *const *envp, relay_process_result *res)
+static int run_in(const char *const *argv, const char *const *envp, int stdin_fd, relay_process_result *res)
 {
 	relay_process_request req;
 	memset(&req, 0, sizeof req);
 	req.struct_size = sizeof req;
 	req.argv = argv;
 	req.envp = envp;
-	req.stdin_fd = -1;
+	req.stdin_fd = stdin_fd;
 	req.stdout_fd = -1;
 	req.timeout_ms = 60000;
 	memset(res, 0, sizeof *res);
@@ -105,6 +110,11 @@ static int run(const char *const *argv, const char *const *envp, relay_process_r
 		return -1;
 	}
 	return res->exit_code;
+}
+
+static int run(const char *const *argv, const char *const *envp, relay_process_result *res)
+{
+	return run_in(argv, envp, -1, res);
 }
 
 typedef struct {
@@ -169,6 +179,9 @@ static void xauth_add(const char *file, const char *display, const char *cookie_
 
 /* Starts Xvfb with `screen` ("1280x800x24"). Returns 1 when it serves, 0 when
  * it refused to start (*why says why). */
+/* Set by a test before xvfb_start: the next servers run without MIT-SHM. */
+static int g_xvfb_no_shm;
+
 static int xvfb_start(xserver *xs, const char *screen, int with_auth, int tcp, char *why, size_t why_len)
 {
 	static unsigned next_try; /* only the test thread starts servers */
@@ -201,7 +214,7 @@ static int xvfb_start(xserver *xs, const char *screen, int with_auth, int tcp, c
 			}
 			if (nul >= 0)
 				dup2(nul, 0);
-			process_close_from(3);
+			rs_close_from(3);
 			setpgid(0, 0);
 			const char *argv[16];
 			int a = 0;
@@ -213,6 +226,10 @@ static int xvfb_start(xserver *xs, const char *screen, int with_auth, int tcp, c
 			argv[a++] = "-noreset";
 			argv[a++] = tcp ? "-listen" : "-nolisten";
 			argv[a++] = "tcp";
+			if (g_xvfb_no_shm) {
+				argv[a++] = "-extension";
+				argv[a++] = "MIT-SHM";
+			}
 			if (with_auth) {
 				argv[a++] = "-auth";
 				argv[a++] = xs->auth;
@@ -285,7 +302,7 @@ static pid_t pattern_start(const xserver *xs, unsigned width, unsigned height)
 		int nul = open("/dev/null", O_RDONLY);
 		if (nul >= 0)
 			dup2(nul, 0);
-		process_close_from(3);
+		rs_close_from(3);
 		setenv("DISPLAY", xs->display, 1);
 		if (xs->auth[0])
 			setenv("XAUTHORITY", xs->auth, 1);
@@ -740,6 +757,95 @@ static void test_unsupported_depth_exit_4(void **state)
 	}
 }
 
+/* The pattern on an Xvfb of `screen` (1280x800: sixteen strips, so both
+ * halves of the shared segment are used in turn), read with MIT-SHM or,
+ * on a server started without the extension, with GetImage: the same
+ * pixels, and the program says which way it read them. */
+static void shm_or_not(const char *screen, unsigned width, unsigned height, int no_shm, const char *says)
+{
+	xserver xs;
+	char why[600];
+	g_xvfb_no_shm = no_shm;
+	int started = xvfb_start(&xs, screen, 0, 0, why, sizeof why);
+	g_xvfb_no_shm = 0;
+	if (!started) {
+		print_message("%s\n", why);
+		fail();
+	}
+	pid_t client = pattern_start(&xs, width, height);
+	char out[512];
+	out_path(out, sizeof out, no_shm ? "no-shm.png" : "shm.png");
+	shot_result sr;
+	shot(xs.display, out, NULL, g_trace_env, &sr);
+	pattern_stop(client);
+	xvfb_stop(&xs);
+	assert_non_null(strstr(sr.err, says));
+	check_capture(out, &sr, width, height, pattern_expected);
+}
+
+static void test_capture_by_shm_and_without(void **state)
+{
+	(void)state;
+	REQUIRE_X();
+	shm_or_not("1280x800x24", 1280, 800, 0, "read with MIT-SHM");
+	shm_or_not("1280x800x24", 1280, 800, 1, "no MIT-SHM segment here; reading with GetImage");
+}
+
+/* --serve: one connection, one answer line per path; each file checked
+ * like a one-shot capture's, a failure answered and the next path served. */
+static void test_serve_answers_each_path(void **state)
+{
+	(void)state;
+	REQUIRE_X();
+	xserver xs;
+	char why[600];
+	if (!xvfb_start(&xs, "640x480x24", 0, 0, why, sizeof why)) {
+		print_message("%s\n", why);
+		fail();
+	}
+	pid_t client = pattern_start(&xs, 640, 480);
+	char out1[512], out2[512], input[512];
+	out_path(out1, sizeof out1, "serve-1.png");
+	out_path(out2, sizeof out2, "serve-2.png");
+	out_path(input, sizeof input, "serve-input.txt");
+	FILE *f = fopen(input, "w");
+	assert_non_null(f);
+	fprintf(f, "%s\n%s\nrelative.png\n%s\n", out1, out1, out2);
+	fclose(f);
+	int in_fd = open(input, O_RDONLY);
+	assert_true(in_fd >= 0);
+	const char *argv[] = {g_shot, "--display", xs.display, "--serve", NULL};
+	static const char *const env[] = {"PATH=/usr/bin:/bin", "HOME=/nonexistent",
+	                                  "XAUTHORITY=/nonexistent/.Xauthority", NULL};
+	relay_process_result res;
+	int rc = run_in(argv, env, in_fd, &res);
+	close(in_fd);
+	char got[4096];
+	snprintf(got, sizeof got, "%s", res.out ? res.out : "");
+	process_result_release(&res);
+	pattern_stop(client);
+	xvfb_stop(&xs);
+	assert_int_equal(rc, 0);
+
+	char *lines[4] = {NULL, NULL, NULL, NULL};
+	char *save = NULL;
+	int n = 0;
+	for (char *l = strtok_r(got, "\n", &save); l && n < 4; l = strtok_r(NULL, "\n", &save))
+		lines[n++] = l;
+	assert_int_equal(n, 4);
+	assert_non_null(strstr(lines[1], "{\"exit\":5,\"diagnostic\":\"cannot create "));
+	assert_non_null(
+	    strstr(lines[2], "{\"exit\":2,\"diagnostic\":\"--serve: the output must be an absolute path"));
+	const char *outs[2] = {out1, out2};
+	const char *answers[2] = {lines[0], lines[3]};
+	for (int i = 0; i < 2; i++) {
+		shot_result sr;
+		memset(&sr, 0, sizeof sr);
+		snprintf(sr.out, sizeof sr.out, "%s\n", answers[i]);
+		check_capture(outs[i], &sr, 640, 480, pattern_expected);
+	}
+}
+
 /* ------------------------------------------------------------------------ */
 /* The in-test X server                                                      */
 
@@ -753,9 +859,12 @@ typedef struct {
 	int msb_first;
 	unsigned visual_class;
 	uint32_t red_mask, green_mask, blue_mask;
-	int refuse_setup;    /* answer the setup with Failed */
-	int error_get_image; /* answer GetImage with BadMatch */
-	unsigned requests;   /* GetImage requests served */
+	int refuse_setup;     /* answer the setup with Failed */
+	int error_get_image;  /* answer GetImage with BadMatch */
+	int offer_shm;        /* QueryExtension: MIT-SHM present (opcode 131), but refuse its requests */
+	unsigned shm_refused; /* MIT-SHM requests answered with an error */
+	int trace;            /* run relay-x11shot with RELAY_X11SHOT_TRACE=1 */
+	unsigned requests;    /* GetImage requests served */
 } fake_x;
 
 static void put16(unsigned char *p, uint16_t v)
@@ -807,6 +916,39 @@ static uint32_t fx_scale(unsigned char v, uint32_t mask)
 	}
 	uint32_t value = bits >= 8 ? (uint32_t)v << (bits - 8) : (uint32_t)v >> (8 - bits);
 	return value << shift;
+}
+
+/* What relay-x11shot may ask besides GetImage: QueryExtension (MIT-SHM
+ * absent, or present when offer_shm), the MIT-SHM requests (each refused
+ * with an X error, as a server does that cannot map the segment), and
+ * GetInputFocus (the round trip after a refusal). */
+static void fx_other_request(fake_x *fx, int fd, const unsigned char *req, uint16_t seq)
+{
+	unsigned char r[32];
+	memset(r, 0, sizeof r);
+	put16(r + 2, seq);
+	if (req[0] == 98) { /* QueryExtension */
+		r[0] = 1;
+		r[8] = fx->offer_shm && memcmp(req + 8, "MIT-SHM", 7) == 0;
+		r[9] = r[8] ? 131 : 0;
+		fx_write(fd, r, sizeof r);
+	} else if (req[0] == 131 && fx->offer_shm) {
+		fx->shm_refused++;
+		if (req[1] == 6 || req[1] == 4) { /* ShmAttachFd, ShmGetImage: BadAccess */
+			r[0] = 0;
+			r[1] = 10;
+			r[10] = 131;
+			fx_write(fd, r, sizeof r);
+		}
+	} else if (req[0] == 43) { /* GetInputFocus */
+		r[0] = 1;
+		fx_write(fd, r, sizeof r);
+	} else {
+		r[0] = 0;
+		r[1] = 1; /* BadRequest */
+		r[10] = req[0];
+		fx_write(fd, r, sizeof r);
+	}
 }
 
 static void fx_serve(fake_x *fx, int fd)
@@ -881,12 +1023,19 @@ static void fx_serve(fake_x *fx, int fd)
 
 	uint16_t seq = 0;
 	for (;;) {
-		unsigned char req[20];
+		unsigned char req[64];
 		if (fx_read(fd, req, 4) < 0)
 			return;
 		uint16_t len4;
 		memcpy(&len4, req + 2, 2);
-		if (len4 != 5 || req[0] != 73 || fx_read(fd, req + 4, 16) < 0)
+		if (len4 < 1 || len4 > sizeof req / 4 || fx_read(fd, req + 4, (size_t)len4 * 4 - 4) < 0)
+			return;
+		if (req[0] != 73) {
+			seq++;
+			fx_other_request(fx, fd, req, seq);
+			continue;
+		}
+		if (len4 != 5)
 			return;
 		seq++;
 		fx->requests++;
@@ -994,8 +1143,23 @@ static void fx_capture(fake_x *fx, const char *name, shot_result *sr, char *out,
 	char file[64];
 	snprintf(file, sizeof file, "%s.png", name);
 	out_path(out, out_len, file);
-	shot(display, out, NULL, NULL, sr);
+	shot(display, out, NULL, fx->trace ? g_trace_env : NULL, sr);
 	fx_stop(fx);
+}
+
+/* What Xvfb serves: depth 24 at 32 bits per pixel, LSB first, masks
+ * ff0000/ff00/ff. */
+static void fx_bgrx(fake_x *fx, unsigned width, unsigned height)
+{
+	memset(fx, 0, sizeof *fx);
+	fx->width = width;
+	fx->height = height;
+	fx->depth = 24;
+	fx->bits_per_pixel = 32;
+	fx->visual_class = 4;
+	fx->red_mask = 0xFF0000;
+	fx->green_mask = 0xFF00;
+	fx->blue_mask = 0xFF;
 }
 
 static void test_depth32_msb_first(void **state)
@@ -1030,7 +1194,7 @@ static void test_depth24_packed_bgr_lsb_strips(void **state)
 		skip();
 	}
 	/* 24 bits per pixel with padded rows, BGR masks, and so wide that
-	 * the capture needs several GetImage strips (4 MiB each). */
+	 * the capture needs several GetImage strips (256 KiB each). */
 	fake_x fx;
 	memset(&fx, 0, sizeof fx);
 	fx.width = 5001;
@@ -1049,6 +1213,28 @@ static void test_depth24_packed_bgr_lsb_strips(void **state)
 	check_capture(out, &sr, fx.width, fx.height, pattern_expected);
 }
 
+/* A server that offers MIT-SHM but refuses the segment: the capture is
+ * read with GetImage on the same connection, pixel for pixel. */
+static void test_shm_refused_falls_back(void **state)
+{
+	(void)state;
+	if (!g_have_shot) {
+		print_message("SKIP: %s is not built (run make all)\n", g_shot);
+		skip();
+	}
+	fake_x fx;
+	fx_bgrx(&fx, 333, 211);
+	fx.offer_shm = 1;
+	fx.trace = 1;
+	shot_result sr;
+	char out[512];
+	fx_capture(&fx, "shm-refused", &sr, out, sizeof out);
+	assert_true(fx.shm_refused >= 2); /* the attachment and the first ShmGetImage */
+	assert_true(fx.requests >= 1);
+	assert_non_null(strstr(sr.err, "the server refused the shared segment; reading with GetImage"));
+	check_capture(out, &sr, fx.width, fx.height, pattern_expected);
+}
+
 static void test_fake_server_failures(void **state)
 {
 	(void)state;
@@ -1057,15 +1243,7 @@ static void test_fake_server_failures(void **state)
 		skip();
 	}
 	fake_x fx;
-	memset(&fx, 0, sizeof fx);
-	fx.width = 64;
-	fx.height = 64;
-	fx.depth = 24;
-	fx.bits_per_pixel = 32;
-	fx.visual_class = 4;
-	fx.red_mask = 0xFF0000;
-	fx.green_mask = 0xFF00;
-	fx.blue_mask = 0xFF;
+	fx_bgrx(&fx, 64, 64);
 	shot_result sr;
 	char out[512];
 
@@ -1136,6 +1314,9 @@ int main(void)
 	    cmocka_unit_test(test_depth32_msb_first),
 	    cmocka_unit_test(test_depth24_packed_bgr_lsb_strips),
 	    cmocka_unit_test(test_fake_server_failures),
+	    cmocka_unit_test(test_capture_by_shm_and_without),
+	    cmocka_unit_test(test_serve_answers_each_path),
+	    cmocka_unit_test(test_shm_refused_falls_back),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

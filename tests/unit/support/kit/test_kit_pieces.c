@@ -2,7 +2,8 @@
  * test_kit_pieces.c — the plugin kit (support/kit/relay_kit/) on its own,
  * with a host table of its own and an in-memory console backend: the
  * options' one wording, the console ledger's refusal sentences and limits,
- * the reaper loop, durable writes, a folder's sorted names, random hex.
+ * the reaper loop, durable writes, a folder's sorted names, random hex, the
+ * machine ops' front over a backend of its own, and the plugin error.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -22,9 +23,12 @@
 #include "relay_kit/console.h"
 #include "relay_kit/dir.h"
 #include "relay_kit/durable.h"
+#include "relay_kit/error.h"
+#include "relay_kit/machine.h"
 #include "relay_kit/options.h"
 #include "relay_kit/random.h"
 #include "relay_kit/reaper.h"
+#include "relay_kit/text.h"
 
 /* ---- a host table ------------------------------------------------------------------- */
 
@@ -379,12 +383,133 @@ static void test_random_hex(void **state)
 	assert_int_equal(strlen(pw), 8);
 }
 
+/* ---- the machine ops' front ------------------------------------------------------------ */
+
+typedef struct demo_machine {
+	rk_machine kit; /* first, as the front needs */
+	int calls;      /* backend calls */
+	bool healthy;
+} demo_machine;
+
+static relay_status demo_acquire(relay_plugin_state *state, json_object *spec, relay_call *call,
+                                 json_object **doc_out, relay_error *err)
+{
+	(void)call;
+	(void)err;
+	((demo_machine *)state)->calls++;
+	*doc_out = json_object_new_object();
+	json_object_object_add(*doc_out, "vm", json_object_get(json_object_object_get(spec, "name")));
+	return RELAY_OK;
+}
+
+static relay_status demo_inspect(relay_plugin_state *state, json_object *doc, relay_call *call,
+                                 json_object **doc_out, relay_error *err)
+{
+	(void)call;
+	((demo_machine *)state)->calls++;
+	if (doc == NULL)
+		return rk_err(&host, err, RELAY_E_INVALID_ARGUMENT, 0, 0, "inspect needs a lease document");
+	*doc_out = json_object_get(doc);
+	return RELAY_OK;
+}
+
+static relay_status demo_verify(relay_plugin_state *state, json_object *doc, relay_call *call,
+                                relay_error *err)
+{
+	(void)doc;
+	(void)call;
+	(void)err;
+	((demo_machine *)state)->calls++;
+	return RELAY_OK;
+}
+
+static relay_status demo_health(relay_plugin_state *state, relay_call *call, json_object *answer,
+                                relay_error *err)
+{
+	(void)call;
+	demo_machine *m = state;
+	m->calls++;
+	if (!m->healthy)
+		return rk_err(&host, err, RELAY_E_UNAVAILABLE, ENOENT, RK_ERR_NAME_ERRNO,
+		              "the store is gone");
+	if (answer)
+		json_object_object_add(answer, "extra", json_object_new_int(1));
+	return RELAY_OK;
+}
+
+static const rk_machine_backend demo_backend = {
+    .name = "demo",
+    .destroyed_check = "demo-check",
+    .acquire = demo_acquire,
+    .inspect = demo_inspect,
+    .verify_destroyed = demo_verify,
+    .health = demo_health,
+};
+
+static void test_machine_front(void **state)
+{
+	(void)state;
+	demo_machine m = {.kit = {.host = &host, .backend = &demo_backend, .store = "/s"}, .healthy = true};
+	relay_error err;
+	char *out = (char *)"untouched";
+	/* Unknown flags: refused by name before the backend, out cleared. */
+	assert_int_equal(rk_machine_inspect(&m, "{}", NULL, 0x4, &out, &err), RELAY_E_UNSUPPORTED_FLAGS);
+	assert_string_equal(err.message, "unknown inspect flags 0x4");
+	assert_null(out);
+	assert_int_equal(m.calls, 0);
+	/* A spec that is not an object never reaches the backend. */
+	assert_int_equal(rk_machine_acquire(&m, "[1]", NULL, 0, &out, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(err.message, "the acquire spec is not a JSON object");
+	assert_int_equal(m.calls, 0);
+	assert_int_equal(rk_machine_acquire(&m, "{\"name\": \"g1\"}", NULL, 0, &out, &err), RELAY_OK);
+	assert_string_equal(out, "{\"vm\":\"g1\"}");
+	free(out);
+	/* A document that is not an object reaches the backend as NULL. */
+	assert_int_equal(rk_machine_inspect(&m, "\"text\"", NULL, 0, &out, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_null(out);
+	/* Not wanted: the backend's answer is freed (ASan sees a leak otherwise). */
+	assert_int_equal(rk_machine_inspect(&m, "{\"vm\": \"g1\"}", NULL, 0, NULL, &err), RELAY_OK);
+	char *check = NULL;
+	assert_int_equal(rk_machine_verify_destroyed(&m, "{}", NULL, 0, &check, &err), RELAY_OK);
+	assert_string_equal(check, "demo-check");
+	free(check);
+	/* Health: the front's half, then the backend's; NULL out runs only the check. */
+	assert_int_equal(rk_machine_health(&m, NULL, 0, &out, &err), RELAY_OK);
+	assert_string_equal(out, "{\"ok\":true,\"service\":\"demo\",\"extra\":1}");
+	free(out);
+	int before = m.calls;
+	assert_int_equal(rk_machine_health(&m, NULL, 0, NULL, &err), RELAY_OK);
+	assert_int_equal(m.calls, before + 1);
+	m.healthy = false;
+	assert_int_equal(rk_machine_health(&m, NULL, 0, &out, &err), RELAY_E_UNAVAILABLE);
+	assert_string_equal(err.message, "the store is gone (No such file or directory)");
+	assert_null(out);
+	/* Binding is the front's own. */
+	assert_int_equal(rk_machine_binding(&m, 0, &out, &err), RELAY_OK);
+	assert_string_equal(
+	    out, "{\"machine\":\"demo\",\"endpoint\":null,\"store\":\"/s\",\"environmentFingerprint\":null}");
+	free(out);
+	assert_int_equal(rk_machine_find_by_purpose(&m, NULL, NULL, 0, &out, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(err.message, "find_by_purpose needs a purpose");
+	/* The error names the system error once, and only when asked. */
+	rk_err(&host, &err, RELAY_E_IO, ENOENT, RK_ERR_NAME_ERRNO, "gone: %s", strerror(ENOENT));
+	assert_string_equal(err.message, "gone: No such file or directory");
+	rk_err(&host, &err, RELAY_E_IO, ENOENT, 0, "gone");
+	assert_string_equal(err.message, "gone");
+	assert_int_equal(rk_err(&host, NULL, RELAY_E_IO, 0, 0, "no record"), RELAY_E_IO);
+	json_object *o = rk_json_object("{\"a\": 1}");
+	assert_non_null(o);
+	json_object_put(o);
+	assert_null(rk_json_object("[]"));
+	assert_null(rk_json_object(NULL));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_options_one_wording), cmocka_unit_test(test_console_ledger),
 	    cmocka_unit_test(test_reaper_loop),         cmocka_unit_test(test_durable_write_and_sorted_names),
-	    cmocka_unit_test(test_random_hex),
+	    cmocka_unit_test(test_random_hex),          cmocka_unit_test(test_machine_front),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
