@@ -1,14 +1,17 @@
 /*
  * guest/receiver_protocol.h — the host ⇄ receiver protocol: names and limits
  * that the core (core/src/runs/, core/src/guestio/) and the guest receiver (guest/receiver/)
- * must agree on, so neither defines them on its own. Plain C99 macros, no
- * includes: the receiver is libc-only and the core is C11.
+ * must agree on, so neither defines them on its own. Plain C99 macros, and
+ * one include, receiver_records.h (the part the core's evidence/ reads): the
+ * receiver is libc-only and the core is C11.
  *
  * The prose contract is spec/guest.md §5–§16; this file is what both sides
  * compile against.
  */
 #ifndef RELAY_RECEIVER_PROTOCOL_H
 #define RELAY_RECEIVER_PROTOCOL_H
+
+#include "receiver_records.h"
 
 /* `receiver version` reports it; the request's "protocol" key carries it. */
 #define RECEIVER_PROTOCOL_VERSION 1
@@ -119,14 +122,8 @@
  * recording of the run, from just before the script until the after-image
  * (guest/receiver/record.h); absent or null: none. */
 #define RECEIVER_REQ_VIDEO "video"
-/* The receipt's key for it: {status: "recorded", sessionId, fileName,
- * sha256, bytes, mimeType, startedAt, stoppedAt, durationMs, fps} or
- * {status: "off", reason}; absent when the request asked for none. The file
- * is RECEIVER_VIDEOS_DIR "/" sessionId "/" fileName. */
-#define RECEIVER_RECEIPT_VIDEO     "videoEvidence"
-#define RECEIVER_VIDEOS_DIR        "state/videos"
-#define RECEIVER_VIDEO_FPS_MAX     30
-#define RECEIVER_VIDEO_MAX_BYTES   (512u * 1024u * 1024u)
+/* The receipt's key for it and the video's place and limits are in
+ * receiver_records.h (RECEIVER_RECEIPT_VIDEO, RECEIVER_VIDEOS_DIR, ...). */
 #define RECEIVER_SCRIPT_PATH       "path"
 #define RECEIVER_SCRIPT_SHA256     "sha256"
 #define RECEIVER_SCRIPT_BYTES      "bytes"

@@ -19,6 +19,8 @@
 #include "proc.h"
 #include "util.h"
 
+#include "relay_support/fds.h"
+
 #define RESIDENT_PROGRAM      "relay-x11shot"
 #define RESIDENT_STOP_WAIT_MS 2000
 #define RESIDENT_ANSWER_MAX   8192
@@ -257,7 +259,7 @@ int capture_resident_take(const capture_spec *spec, const char *out_path, int64_
 	free(key);
 	buf_init(&answer);
 	line = xasprintf("%s\n", out_path);
-	if (write_all(resident.to_fd, line, strlen(line)) != 0) {
+	if (rs_write_all(resident.to_fd, line, strlen(line)) != 0) {
 		forget(1);
 		goto cleanup;
 	}

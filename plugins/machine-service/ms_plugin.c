@@ -399,8 +399,10 @@ static relay_status ms_t_exec(relay_plugin_state *state, relay_transport_conn *c
 static const relay_transport_ops transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
     /* One operation per machine at a time; the core verifies hashes; the
-     * service answers stdout and stderr as one "output". */
-    .traits = RELAY_TRANSPORT_MERGED_OUTPUT,
+     * service answers stdout and stderr as one "output", and its exec has
+     * no cancellation (a cancelled call drops the request, the command runs
+     * on: spec/machine-service.md §3.7). */
+    .traits = RELAY_TRANSPORT_MERGED_OUTPUT | RELAY_TRANSPORT_EXEC_UNCANCELLABLE,
     .open = ms_transport_open,
     .close = ms_transport_close,
     .exec = ms_t_exec,

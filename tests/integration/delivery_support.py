@@ -1,13 +1,15 @@
 """delivery_support: what the delivery integration tests share (test_delivery_*.py: background
 step downloads, relay_extract, relay_finish, release packaging, the package on disk).
 
-They drive the real mcp-relay binary (relay_client.Relay) over the fake machine backend
-tests/plugins/machine-fake, loaded through the real loader; its "guest" is this host and its
-guest root a folder under /var/tmp, so the guest receiver really runs. With `capture=True` an
-environment profile puts machine-fake in the machine slot and capture-x11 in the capture slot,
-and an Xvfb display (its number in the fake lease's "display") gives real snapshots.
+They drive the real mcp-relay binary (relay_client.Relay) over the fault shim
+tests/plugins/machine-faultshim wrapping plugins/reference-machine, loaded through the real
+loader; reference-machine's "guest" is this host and its guest root a folder under /var/tmp, so
+the guest receiver really runs. The shim's script is the control file (write_control({"faults":
+[...], "leaseExtra": {...}})), read again at every operation. With `capture=True` an environment
+profile puts the shim in the machine slot and capture-x11 in the capture slot, and an Xvfb
+display (its number in the lease's "display", the shim's leaseExtra) gives real snapshots.
 
-    env = DeliveryEnv(binary, capture=True)     # skips when machine-fake.so (or Xvfb) is missing
+    env = DeliveryEnv(binary, capture=True)     # skips when the shim (or Xvfb) is missing
     with env.relay() as r:
         r.initialize()
         g = env.acquire(r, extractions=[...])["guest"]
@@ -31,7 +33,7 @@ import tempfile
 import time
 
 from relay_client import Relay, Skip, skip
-from support_common import build_dir, events, fake_so, namespaces_missing, plugin_so, structured, text_of  # noqa: F401 (re-exported)
+from support_common import build_dir, events, namespaces_missing, plugin_so, shim_so, structured, text_of  # noqa: F401 (re-exported)
 
 TIMEOUT = 120
 
@@ -109,8 +111,10 @@ class DeliveryEnv:
                 skip(why)
             if not os.path.exists(plugin_so(binary, "machine-local")):
                 skip("machine-local.so is not built")
-        elif not os.path.exists(fake_so(binary)):
-            skip("machine-fake.so is not built (%s); build the machine-fake target" % fake_so(binary))
+        else:
+            for so in (shim_so(binary), plugin_so(binary, "reference-machine")):
+                if not os.path.exists(so):
+                    skip("%s is not built; build its target" % so)
         self.root = tempfile.mkdtemp(prefix="relay-dl-")
         os.chmod(self.root, 0o700)
         self.state_dir = os.path.join(self.root, "state")
@@ -120,15 +124,26 @@ class DeliveryEnv:
         self.control = os.path.join(self.root, "control.json")
         self.log = os.path.join(self.root, "ops.jsonl")
         self.extra_env = {}
-        control = {}
+        control = {"faults": []}
         if capture and not local:
             if not os.path.exists(plugin_so(binary, "capture-x11")):
                 skip("capture-x11.so is not built")
             self.xvfb = Xvfb()
             control["leaseExtra"] = {"display": self.xvfb.display}
             self.extra_env["VM_ENVIRONMENT_FILE"] = self._profile(
-                {"machine": fake_so(binary), "capture": "capture-x11"})
+                {"machine": shim_so(binary), "capture": "capture-x11"})
         self.write_control(control)
+
+    @property
+    def image(self):
+        """The image the backend offers: machine-local's "local", reference-machine's "folder"."""
+        return "local" if self.local else "folder"
+
+    def lease_files(self):
+        """The leases reference-machine holds (its guests' lease.json), by vm."""
+        root = os.path.join(self.state_dir, "plugins", "machine-faultshim", "guests")
+        return {vm: os.path.join(root, vm, "lease.json") for vm in (os.listdir(root) if os.path.isdir(root) else [])
+                if os.path.exists(os.path.join(root, vm, "lease.json"))}
 
     def _profile(self, plugins):
         """An environment profile whose relayPlugins choose the plugins of each slot."""
@@ -161,10 +176,11 @@ class DeliveryEnv:
         os.replace(tmp, self.control)
 
     def env(self, **extra):
-        e = {"MCP_RELAY_BACKEND": "local" if self.local else fake_so(self.binary),
+        e = {"MCP_RELAY_BACKEND": "local" if self.local else shim_so(self.binary),
              "MCP_RELAY_SESSION": "delivery",
-             "RELAY_FAKE_MACHINE_CONTROL": self.control,
-             "RELAY_FAKE_MACHINE_LOG": self.log,
+             "MCP_RELAY_FAULTSHIM_PLUGIN": plugin_so(self.binary, "reference-machine"),
+             "MCP_RELAY_FAULTSHIM_CONTROL": self.control,
+             "MCP_RELAY_FAULTSHIM_LOG": self.log,
              "HOME": self.root}
         e.update(self.extra_env)
         e.update({k: (None if v is None else str(v)) for k, v in extra.items()})
@@ -181,7 +197,7 @@ class DeliveryEnv:
 
     # -- tools ----------------------------------------------------------------
     def acquire(self, r, **overrides):
-        args = {"task": "dl", "image": "local" if self.local else "ubuntu2404", "extractions": []}
+        args = {"task": "dl", "image": self.image, "extractions": []}
         args.update(overrides)
         res = r.call_tool("relay_acquire", args, timeout=TIMEOUT)
         assert res["isError"] is False, text_of(res)
@@ -229,8 +245,9 @@ class DeliveryEnv:
             time.sleep(0.05)
 
 
-def variants(binary, kinds=("fake", "local"), **kw):
-    """Yields a DeliveryEnv per backend that can run here (machine-fake, machine-local), each
+def variants(binary, kinds=("shim", "local"), **kw):
+    """Yields a DeliveryEnv per backend that can run here (the shim over reference-machine,
+    machine-local), each
     cleaned up afterwards; prints why one cannot run; skips the test when none can."""
     ran, why = 0, []
     for kind in kinds:

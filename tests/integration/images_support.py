@@ -1,7 +1,8 @@
 """images_support: what the saved-image integration tests share (test_images_*.py).
 
-They drive the real mcp-relay binary over the fake machine backend (tests/plugins/machine-fake,
-whose "guest" is a folder on this host and whose commands run here) with the test capture
+They drive the real mcp-relay binary over the fault shim wrapping reference-machine
+(tests/plugins/machine-faultshim over plugins/reference-machine, whose "guest" is a folder on this
+host and whose commands run here) with the test capture
 plugin tests/plugins/capture-fake, selected through an environment profile (VM_ENVIRONMENT_FILE
 with relayPlugins), so that real runs take real snapshots through the real guest receiver:
 each snapshot copies <capture dir>/before.png or after.png.
@@ -25,7 +26,7 @@ import subprocess
 import time
 import zlib
 
-from lifecycle_support import Fake, structured
+from lifecycle_support import Shim, structured
 from support_common import lead_headline_rest
 from relay_client import skip
 
@@ -128,8 +129,8 @@ def check_failed(result, status):
 
 # -- the environment ---------------------------------------------------------------------------
 
-class ImagesEnv(Fake):
-    """A Fake whose relays select machine-fake and capture-fake through an environment profile."""
+class ImagesEnv(Shim):
+    """A Shim whose relays select the shim and capture-fake through an environment profile."""
 
     def __init__(self, binary, session="s1"):
         super().__init__(binary, session=session)
@@ -185,7 +186,7 @@ class ImagesEnv(Fake):
     # -- calls -----------------------------------------------------------------------------
 
     def acquire_staged(self, r, **acquire_args):
-        args = {"task": "shots", "image": "ubuntu2404", "extractions": []}
+        args = {"task": "shots", "image": self.IMAGES[self.inner], "extractions": []}
         args.update(acquire_args)
         res = r.call_tool("relay_acquire", args)
         assert res["isError"] is False, res["content"][0]["text"][:2000]
@@ -224,8 +225,8 @@ class ImagesEnv(Fake):
             time.sleep(0.05)
 
     def pulls(self, match):
-        """The fake transport's logged pulls whose guest path contains `match`."""
-        return [e for e in self.ops("pull") if match in (e.get("path") or "")]
+        """The shim's logged pulls (their end lines, with "result") whose guest path contains `match`."""
+        return [e for e in self.ended("pull") if match in (e.get("arg") or "")]
 
     def catalog_entry(self, g, image_id):
         path = os.path.join(self.session_dir, "image-catalog", g["purpose"], image_id + ".json")

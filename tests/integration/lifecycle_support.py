@@ -1,18 +1,24 @@
 """lifecycle_support: what the lifecycle integration tests share (test_lifecycle_*.py).
 
-They drive the real mcp-relay binary (through relay_client.Relay) with the fake machine
-backend tests/plugins/machine-fake loaded through the real loader, a frozen test clock
-(MCP_RELAY_TEST_CLOCK_FILE holding "@<unix ms>") and one state folder and project folder
-that outlive each relay process, so that a test can kill a relay and start another with the
-same MCP_RELAY_SESSION.
+They drive the real mcp-relay binary (through relay_client.Relay) over the fault shim
+tests/plugins/machine-faultshim wrapping a real machine plugin (reference-machine by default),
+loaded through the real loader, with a frozen test clock (MCP_RELAY_TEST_CLOCK_FILE holding
+"@<unix ms>") and one state folder and project folder that outlive each relay process, so that
+a test can kill a relay and start another with the same MCP_RELAY_SESSION.
 
-    fake = Fake(binary)                # skips the test when machine-fake.so was not built
-    with fake.relay() as r:            # a Relay on the fake, session "s1" by default
+    fake = Shim(binary)                # skips the test when the shim or the plugin is not built
+    fake.script([{"op": "acquire", "fault": "fail", "code": "at capacity", "times": 2}])
+    with fake.relay() as r:            # a Relay on the shim, session "s1" by default
         r.initialize()
-        res = r.call_tool("relay_acquire", ACQUIRE)
-    fake.ops("acquire")                # what the backend saw (one dict per logged call)
+        res = acquire(r, image=fake.image)
+    fake.ops("acquire")                # what the backend was asked (a line when each call began)
+    fake.ended("acquire")              # and how each ended ("result")
     fake.advance(60_000)               # moves relay time
     fake.cleanup()
+
+script() writes the shim's rules ({"faults": [...]}, read again by the shim at every operation);
+the log's entries carry the call's first text argument as "arg" (the acquire spec, the lease,
+the purpose).
 """
 
 import hashlib
@@ -31,19 +37,14 @@ WINDOW_MS = 15 * 60 * 1000
 BACKEND_MIN_MS = 6 * 60 * 1000
 
 
-def fake_plugin_path(binary):
-    build = os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
-    return os.path.join(build, "tests", "plugins", "machine-fake.so")
+class Backend:
+    """The shared folders, clock, script and log of one test over the plugin `so`."""
 
-
-class Fake:
-    """The fake backend's files and the shared folders of one test."""
-
-    def __init__(self, binary, session="s1", start_ms=None):
+    def __init__(self, binary, so, session="s1", start_ms=None):
         self.binary = binary
-        self.so = fake_plugin_path(binary)
+        self.so = so
         if not os.path.exists(self.so):
-            skip("machine-fake.so is not built (%s); build the machine-fake target" % self.so)
+            skip("%s is not built; build its target" % self.so)
         self.root = tempfile.mkdtemp(prefix="relay-lc-")
         os.chmod(self.root, 0o700)
         self.state_dir = os.path.join(self.root, "state")
@@ -71,7 +72,7 @@ class Fake:
         self._write_clock()
 
     def script(self, control):
-        """Writes the fake's control document (see tests/plugins/machine-fake/machine_fake.c)."""
+        """Writes the backend's control document whole."""
         tmp = self.control + ".tmp"
         with open(tmp, "w") as f:
             json.dump(control, f)
@@ -108,13 +109,9 @@ class Fake:
             if len(found) >= count:
                 return found
             if time.monotonic() > deadline:
-                raise AssertionError("the fake backend saw %d %s call(s), expected %d: %r"
+                raise AssertionError("the backend saw %d %s call(s), expected %d: %r"
                                      % (len(found), op, count, self.ops()[-10:]))
             time.sleep(0.02)
-
-    @property
-    def plugin_state(self):
-        return os.path.join(self.state_dir, "plugins", "machine-fake")
 
     @property
     def session_dir(self):
@@ -151,19 +148,73 @@ class Fake:
             "MCP_RELAY_BACKEND": self.so,
             "MCP_RELAY_SESSION": self.session,
             "MCP_RELAY_TEST_CLOCK_FILE": self.clock,
-            "RELAY_FAKE_MACHINE_CONTROL": self.control,
-            "RELAY_FAKE_MACHINE_LOG": self.log,
             "HOME": self.root,  # no ~/AGENTS.md unless a test writes one
         }
         e.update({k: (None if v is None else str(v)) for k, v in extra.items()})
         return e
 
     def relay(self, **extra):
-        """A Relay on the fake backend sharing this test's state and project folders."""
+        """A Relay on the backend sharing this test's state and project folders."""
         return Relay(self.binary, env=self.env(**extra), state_dir=self.state_dir, project=self.project)
 
     def cleanup(self):
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Shim(Backend):
+    """A test's folders over machine-faultshim wrapping the real machine plugin `inner`."""
+
+    IMAGES = {"reference-machine": "folder"}
+
+    def __init__(self, binary, inner="reference-machine", **kw):
+        build = os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
+        self.inner = inner
+        self.inner_so = os.path.join(build, "lib", "mcp-relay", "plugins", inner + ".so")
+        self.shim_so = os.path.join(build, "tests", "plugins", "machine-faultshim.so")
+        for so in (self.inner_so, self.shim_so):
+            if not os.path.exists(so):
+                skip("%s is not built; build its target" % so)
+        super().__init__(binary, self.shim_so, **kw)
+
+    @property
+    def image(self):
+        """The image the wrapped plugin offers."""
+        return self.IMAGES.get(self.inner, "ubuntu2404")
+
+    def script(self, faults, **extra):
+        """The shim's fault rules (tests/plugins/machine-faultshim/faultshim.c), as a list, and
+        what else its script holds (leaseExtra=..., binding=...)."""
+        super().script(dict({"faults": list(faults or [])}, **extra))
+
+    def spec(self, entry):
+        """The acquire spec a logged acquire carried."""
+        return json.loads(entry["arg"])
+
+    @property
+    def plugin_state(self):
+        """The wrapped plugin's stateDir: the shim's own, which it hands on."""
+        return os.path.join(self.state_dir, "plugins", "machine-faultshim")
+
+    def lease_file(self, vm):
+        """Where reference-machine keeps the lease of `vm`."""
+        return os.path.join(self.plugin_state, "guests", vm, "lease.json")
+
+    def leased_vms(self):
+        """The vms reference-machine holds a lease of, sorted."""
+        root = os.path.join(self.plugin_state, "guests")
+        return sorted(vm for vm in (os.listdir(root) if os.path.isdir(root) else [])
+                      if os.path.exists(self.lease_file(vm)))
+
+    def ended(self, op, pid=None):
+        """The log lines of the calls of `op` that ended (each with its "result")."""
+        return self.ops(op + ":end", pid=pid)
+
+    def env(self, **extra):
+        e = super().env()
+        e.update({"MCP_RELAY_FAULTSHIM_PLUGIN": self.inner_so, "MCP_RELAY_FAULTSHIM_CONTROL": self.control,
+                  "MCP_RELAY_FAULTSHIM_LOG": self.log})
+        e.update({k: (None if v is None else str(v)) for k, v in extra.items()})
+        return e
 
 
 def status(r):

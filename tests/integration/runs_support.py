@@ -3,20 +3,22 @@ relay_script, relay_probe scope guest).
 
 Each test runs against every backend variant that can run here:
 
-  fake   tests/plugins/machine-fake (MCP_RELAY_BACKEND=<machine-fake.so>): the guest is this
-         host, its guest root a folder under /var/tmp; always available once built.
+  shim   tests/plugins/machine-faultshim over plugins/reference-machine (MCP_RELAY_BACKEND=
+         <machine-faultshim.so>, MCP_RELAY_FAULTSHIM_PLUGIN=<reference-machine.so>): the guest is
+         this host, its guest root a folder under /var/tmp; the shim's script is the control file
+         ({"faults": [...], "leaseExtra": {...}}); always available once built.
   local  machine-local (MCP_RELAY_BACKEND=local): a Linux namespace sandbox; needs root,
          namespaces and overlayfs.
   service  machine-service against tests/fixtures/machine-service-standin (its own exec, push
          and pull: one command per machine at a time, no guest-side facts, so trees go as
          archives and files are checked by receiver scans), capture-cua with the stand-in's
          fake cua-driver; needs machine-service.so and the stand-in.
-  x11    machine-fake with capture-x11 (an environment profile) and a real Xvfb on this host
-         whose display the fake's leases report ("leaseExtra"): snapshots on; needs Xvfb,
+  x11    the shim with capture-x11 (an environment profile) and a real Xvfb on this host
+         whose display the shim adds to the leases ("leaseExtra"): snapshots on; needs Xvfb,
          capture-x11.so and relay-x11shot.
-  ssh    machine-fake leases carrying an "ssh" object (the fake's control "leaseExtra"), reached
+  ssh    the shim's leases carrying an "ssh" object (its script's "leaseExtra"), reached
          through transfer-ssh by a real sshd on 127.0.0.1 (an environment profile puts
-         machine-fake in the machine slot and transfer-ssh in the transport slot); needs root,
+         the shim in the machine slot and transfer-ssh in the transport slot); needs root,
          sshd, ssh, ssh-keygen and transfer-ssh.so.
 
     for v in variants(binary):            # yields only the variants that can run
@@ -25,7 +27,7 @@ Each test runs against every backend variant that can run here:
             g = v.acquire(r)              # the acquire result (guest, guestRoot, ...)
             ...
     # a variant that cannot run prints "  [ssh] skipped: <why>"; when none can, the test skips.
-    # RELAY_RUNS_VARIANTS=fake,ssh limits the variants tried.
+    # RELAY_RUNS_VARIANTS=shim,ssh limits the variants tried.
 
 Helpers talk to the guest only through the relay (diagnostic shell scripts), so every check
 works the same on every variant.
@@ -41,9 +43,12 @@ import tempfile
 import time
 
 from relay_client import NotSelected, Relay, skip, strict_skips
-from support_common import build_dir, events, fake_so, full, lead_headline_rest, namespaces_missing, plugin_so, sha256_hex, structured, text_of  # noqa: F401 (re-exported)
+from support_common import build_dir, events, full, shim_so, lead_headline_rest, namespaces_missing, plugin_so, sha256_hex, structured, text_of  # noqa: F401 (re-exported)
 
 ACQUIRE = {"task": "runs", "image": "ubuntu2404", "extractions": []}
+# The image each backend offers (the stand-in's is ACQUIRE's).
+IMAGES = {"local": "local", "shim": "folder", "x11": "folder", "ssh": "folder", "ssh-x11": "folder"}
+SHIM_KINDS = ("shim", "x11", "ssh", "ssh-x11")
 
 
 class Variant:
@@ -70,7 +75,7 @@ class Variant:
         self.xvfb = None
         self.standin = None
         self.extra_env = {}
-        self.write_control({})
+        self.write_control({"faults": []})
 
     # -- setup ---------------------------------------------------------------
     def write_control(self, control):
@@ -80,9 +85,10 @@ class Variant:
         os.replace(tmp, self.control)
 
     def env(self, **extra):
-        e = {"HOME": self.root, "RELAY_FAKE_MACHINE_CONTROL": self.control, "RELAY_FAKE_MACHINE_LOG": self.log}
-        if self.kind == "fake":
-            e["MCP_RELAY_BACKEND"] = fake_so(self.binary)
+        e = {"HOME": self.root, "MCP_RELAY_FAULTSHIM_CONTROL": self.control, "MCP_RELAY_FAULTSHIM_LOG": self.log,
+             "MCP_RELAY_FAULTSHIM_PLUGIN": plugin_so(self.binary, "reference-machine")}
+        if self.kind == "shim":
+            e["MCP_RELAY_BACKEND"] = shim_so(self.binary)
         elif self.kind == "local":
             e["MCP_RELAY_BACKEND"] = "local"
         elif self.kind == "service":
@@ -98,8 +104,7 @@ class Variant:
 
     def acquire(self, r, **overrides):
         args = dict(ACQUIRE)
-        if self.kind == "local":
-            args["image"] = "local"
+        args["image"] = IMAGES.get(self.kind, args["image"])
         args.update(overrides)
         res = r.call_tool("relay_acquire", args, timeout=120)
         assert res["isError"] is False, text_of(res)
@@ -107,7 +112,7 @@ class Variant:
         self.guest_roots.append(g["guestRoot"])
         return g
 
-    # -- the fake's operation log ----------------------------------------------
+    # -- the shim's operation log (a line when a call begins, "<op>:end" when it ends) ----
     def ops(self):
         out = []
         try:
@@ -141,7 +146,7 @@ class Variant:
             except Exception:
                 self.xvfb.kill()
         for root in self.guest_roots:
-            # fake and ssh guest roots are folders of this host
+            # shim and ssh guest roots are folders of this host
             if root.startswith("/var/tmp/") and "mcp-relay-relay-" in root and self.kind != "local":
                 shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(self.root, ignore_errors=True)
@@ -254,8 +259,9 @@ def _start_xvfb(v, screen="640x480x24"):
 def make_variant(binary, kind, sshd_env=None):
     """The variant, or (None, why it cannot run here). `sshd_env`: variables the sshd fixture
     sets in every guest session."""
-    if not os.path.exists(fake_so(binary)) and kind in ("fake", "ssh", "x11", "ssh-x11"):
-        return None, "machine-fake.so is not built (%s)" % fake_so(binary)
+    for so in (shim_so(binary), plugin_so(binary, "reference-machine")):
+        if not os.path.exists(so) and kind in SHIM_KINDS:
+            return None, "%s is not built" % so
     if kind == "local":
         why = namespaces_missing()
         if why:
@@ -300,18 +306,18 @@ def make_variant(binary, kind, sshd_env=None):
             v.cleanup()
             return None, str(e)
         v.display = display
-        v.write_control({"leaseExtra": {"display": display}})
+        v.write_control({"faults": [], "leaseExtra": {"display": display}})
         v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(
-            v, {"machine": fake_so(binary), "capture": "capture-x11"})
+            v, {"machine": shim_so(binary), "capture": "capture-x11"})
     if kind == "ssh":
         try:
             ssh = _start_sshd(v)
         except Exception as e:  # noqa: BLE001
             v.cleanup()
             return None, "sshd could not start: %s" % e
-        v.write_control({"leaseExtra": {"ssh": ssh}})
+        v.write_control({"faults": [], "leaseExtra": {"ssh": ssh}})
         v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(
-            v, {"machine": fake_so(binary), "transport": "transfer-ssh"})
+            v, {"machine": shim_so(binary), "transport": "transfer-ssh"})
     if kind == "ssh-x11":
         # GUI work over transfer-ssh: the sshd fixture's guest is this host, with a real
         # 1280x800 Xvfb as its display and capture-x11 for the snapshots.
@@ -321,18 +327,18 @@ def make_variant(binary, kind, sshd_env=None):
         except Exception as e:  # noqa: BLE001
             v.cleanup()
             return None, "sshd or Xvfb could not start: %s" % e
-        v.write_control({"leaseExtra": {"ssh": ssh, "display": v.display}})
+        v.write_control({"faults": [], "leaseExtra": {"ssh": ssh, "display": v.display}})
         v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(
-            v, {"machine": fake_so(binary), "transport": "transfer-ssh", "capture": "capture-x11"})
+            v, {"machine": shim_so(binary), "transport": "transfer-ssh", "capture": "capture-x11"})
     return v, None
 
 
-def variants(binary, kinds=("fake", "local", "ssh", "service")):
+def variants(binary, kinds=("shim", "local", "ssh", "service")):
     """Yields each variant that can run here (cleaned up afterwards); prints why others cannot.
     Skips the test when none can."""
     ran = 0
     reasons = []
-    only = os.environ.get("RELAY_RUNS_VARIANTS")  # e.g. "fake,ssh" to run a subset
+    only = os.environ.get("RELAY_RUNS_VARIANTS")  # e.g. "shim,ssh" to run a subset
     for kind in kinds:
         if only and kind not in only.split(","):
             print("  [%s] skipped: not in RELAY_RUNS_VARIANTS=%s" % (kind, only), flush=True)

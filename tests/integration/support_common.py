@@ -13,8 +13,9 @@ def build_dir(binary):
     return os.environ.get("RELAY_BUILD_DIR") or os.path.dirname(os.path.abspath(binary))
 
 
-def fake_so(binary):
-    return os.path.join(build_dir(binary), "tests", "plugins", "machine-fake.so")
+def shim_so(binary):
+    """tests/plugins/machine-faultshim: wraps a real machine plugin and injects faults by a script."""
+    return os.path.join(build_dir(binary), "tests", "plugins", "machine-faultshim.so")
 
 
 def plugin_so(binary, name):

@@ -16,7 +16,8 @@ point, and asserted zero:
   lost       a file of the evidence folder at the moment of the crash (derived files aside)
              whose bytes are nowhere in the delivered package, or a receipt the guest holds
              that the package does not
-  leases     leases the fake backend still holds, and registry rows, after the finish (and a
+  leases     leases the backend (the shim over reference-machine) still holds, and registry rows,
+             after the finish (and a
              release of anything left)
   unverified `mcp-relay review` of the delivered package does not verify it
 
@@ -93,7 +94,7 @@ def tree_hashes(root):
 class Life:
     """One guest's life across relays, with what the counts need."""
 
-    acquire_args = {"task": "matrix", "image": "ubuntu2404", "extractions": DECLARED}
+    acquire_args = {"task": "matrix", "image": "folder", "extractions": DECLARED}
 
     def hit(self, res):
         """True when the step's answer shows the failpoint fired in the guest."""
@@ -162,9 +163,8 @@ class Life:
         raise AssertionError(name)
 
     def leases_left(self, env):
-        """Leases the backend still holds (machine-fake's lease files)."""
-        leases_dir = os.path.join(env.state_dir, "plugins", "machine-fake", "leases")
-        return [n for n in os.listdir(leases_dir)] if os.path.isdir(leases_dir) else []
+        """Leases the backend still holds (reference-machine's lease files, under the shim)."""
+        return sorted(env.lease_files())
 
     def snapshot(self):
         if self.got:
@@ -336,7 +336,7 @@ def matrix(binary, action):
         skip("this build has no failpoints (configure with -DRELAY_FAILPOINTS=ON, as scripts/test does)")
     only = [p for p in os.environ.get("RELAY_CRASH_POINTS", "").split(",") if p]
     # The resident channel's points (run.resident.*, receiver.serve.*) need a transport with the
-    # stream trait, which machine-fake's lacks: test_crash_matrix_local.py runs them.
+    # stream trait, which the shim's transport lacks: test_crash_matrix_local.py runs them.
     points = [p for p, can_error in catalogue()
               if (not only or p in only) and (action == "crash" or can_error)
               and not p.startswith(("run.resident.", "receiver.serve."))]

@@ -12,7 +12,7 @@ guest's life (acquire, stage, two runs, finish) runs with MCP_RELAY_FAILPOINTS=<
 the receiver ends with _exit(86) there and the call's answer names the failpoint; the relay is
 then killed, another starts with the same session and no failpoint, takes the guest back
 (machine-local guests outlive their relay), and the life goes on to a delivered package.
-Counted, per point, as on machine-fake (test_crash_matrix.py), and asserted zero: runs
+Counted, per point, as on the shim over reference-machine (test_crash_matrix.py), and asserted zero: runs
 executed twice, evidence lost, leases left (the store's lease folders and registry rows after
 the finish), packages that do not verify.
 
@@ -86,7 +86,7 @@ def test_receiver_crash_matrix_local(binary):
         skip("this build has no failpoints (configure with -DRELAY_FAILPOINTS=ON, as scripts/test does)")
     only = [p for p in os.environ.get("RELAY_CRASH_POINTS", "").split(",") if p]
     # the receiver's points, and the relay's on the resident channel (spec/guest.md §17), which only a
-    # transport with the stream trait reaches (machine-fake has none)
+    # transport with the stream trait reaches (the shim over reference-machine has none)
     points = [p for p, _e in catalogue() if (p.startswith("receiver.") or p.startswith("run.resident."))
               and (not only or p in only)]
     assert len(points) >= 9 or only, points

@@ -5,7 +5,7 @@ arrives corrupted) is not retried and does not pause; relay_finish brings home w
 downloads left behind, and the coalesced count covers the steps it took over. A queue past
 its bound of 64 jobs, and not paused, holds the next run back until the oldest job is done.
 
-Transport failures are scripted through machine-fake's "pull" control entries.
+Transport failures are scripted as pull rules of the fault shim (tests/plugins/machine-faultshim).
 """
 
 import os
@@ -42,7 +42,8 @@ def test_pause_after_transient_failure(binary):
                          "coalesced": 0, "paused": False, "state": "open"}, d
 
             # A transport that resets every archive pull: three attempts, then a pause.
-            env.write_control({"pull": [{"result": "transient", "match": "/.archive-", "times": -1}]})
+            env.write_control({"faults": [{"op": "pull", "match": "/.archive-", "fault": "fail", "code": "transient failure",
+                                          "reason": "connection reset (fault script)", "times": -1}]})
             first = structured(env.run(r, g, "echo first"))["executionId"]
             rec = wait_record(evidence, first)
             assert rec["status"] == "failed", rec
@@ -52,7 +53,7 @@ def test_pause_after_transient_failure(binary):
             assert d["failed"] == 1 and d["state"] == "open", d
 
             # relay_status answers from memory and does not lift it.
-            env.write_control({})
+            env.write_control({"faults": []})
             time.sleep(0.3)
             assert env.status_guest(r, g)["downloads"]["paused"] is True
 
@@ -63,7 +64,7 @@ def test_pause_after_transient_failure(binary):
             assert wait_record(evidence, second)["status"] == "downloaded"
 
             # A copy that arrives corrupted is a lasting failure: one attempt, no pause.
-            env.write_control({"pull": [{"result": "corrupt", "match": "/.archive-", "times": 1}]})
+            env.write_control({"faults": [{"op": "pull", "match": "/.archive-", "fault": "corrupt", "times": 1}]})
             third = structured(env.run(r, g, "echo third"))["executionId"]
             rec = wait_record(evidence, third)
             assert rec["status"] == "failed" and len(rec["attempts"]) == 1, rec
@@ -96,7 +97,8 @@ def test_queue_bound_holds_the_next_run_back(binary):
             acq = env.acquire(r)
             g = acq["guest"]
             env.stage(r, g)
-            env.write_control({"pull": [{"match": "/.archive-", "delayMs": 45000, "times": 1}]})
+            env.write_control({"faults": [{"op": "pull", "match": "/.archive-", "fault": "delay", "delayMs": 45000,
+                                          "times": 1}]})
             env.run(r, g, "true")
             env.wait_downloads(r, g, lambda d: d["inFlight"] == 1, what="the slow download in flight")
             for i in range(64):

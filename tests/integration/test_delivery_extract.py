@@ -100,7 +100,7 @@ def test_extract_from_a_sealed_package(binary):
             g = env.acquire(r, extractions=[{"name": "out", "path": "out.txt"}])["guest"]
             env.stage(r, g)
             env.run(r, g, "echo out > out.txt")
-            env.write_control({"verify": [{"result": "unverified", "times": 1}]})
+            env.write_control({"faults": [{"op": "verify_destroyed", "fault": "fail", "code": "unverified", "times": 1}]})
             fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
             assert code_of(fin) == "destruction-unverified", text_of(fin)
             res = r.call_tool("relay_extract", {"guest": g, "names": ["out"]})

@@ -6,7 +6,8 @@ package (no step staging left, manifest, OPENING.txt, review), index.html in hea
 with every step and its images, and `mcp-relay review` of the package before and after it is
 edited.
 
-Backends: machine-fake with capture-x11 (always, once built); machine-local when it can run
+Backends: the fault shim over reference-machine with capture-x11 (always, once built);
+machine-local when it can run
 here (root, namespaces, overlayfs).
 """
 

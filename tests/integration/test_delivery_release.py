@@ -116,7 +116,7 @@ def test_release_unstaged_and_failed_destruction(binary):
             acq = env.acquire(r)
             g, evidence = acq["guest"], acq["evidencePath"]
             before = files_under(evidence) if os.path.isdir(evidence) else []
-            env.write_control({"verify": [{"result": "unverified", "times": 1}]})
+            env.write_control({"faults": [{"op": "verify_destroyed", "fault": "fail", "code": "unverified", "times": 1}]})
             rel = r.call_tool("relay_release", {"guest": g}, timeout=300)
             assert rel["isError"] is True, text_of(rel)
             assert structured(rel)["error"]["code"] == "destruction-unverified", text_of(rel)

@@ -75,7 +75,7 @@ def test_unverified_destruction_then_second_finish(binary):
             g, evidence = acq["guest"], acq["evidencePath"]
             env.stage(r, g)
             env.run(r, g, "true")
-            env.write_control({"verify": [{"result": "unverified", "times": 1}]})
+            env.write_control({"faults": [{"op": "verify_destroyed", "fault": "fail", "code": "unverified", "times": 1}]})
             fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
             assert fin["isError"] is True, text_of(fin)
             s = structured(fin)

@@ -56,7 +56,7 @@ def check_shortfall(res, operation):
 def test_space_shortfall_keeps_the_guest(binary):
     point = mount_tmpfs()
     try:
-        for kind in ("fake", "local"):
+        for kind in ("shim", "local"):
             project = os.path.join(point, kind)
             os.mkdir(project, 0o700)
             for env in variants(binary, kinds=(kind,), project=project):

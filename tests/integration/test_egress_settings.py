@@ -27,11 +27,11 @@ def test_bad_rule_is_an_invalid_setting_naming_it(binary):
 
 
 def test_profile_network_wins_and_a_plugin_without_egress_refuses(binary):
-    v, why = make_variant(binary, "fake")
+    v, why = make_variant(binary, "shim")
     assert v is not None, why
     try:
-        from support_common import fake_so
-        path = _write_profile(v, {"machine": fake_so(binary)})
+        from support_common import shim_so
+        path = _write_profile(v, {"machine": shim_so(binary)})
         import json
         profile = json.load(open(path))
         profile["relayNetwork"] = {"guestNetwork": "allow", "egressAllow": "pypi.org,*.pythonhosted.org"}

@@ -10,13 +10,14 @@ nothing replayed and nothing written outside the evidence folder.
                                call is made once more and the session ends in a verified package
                                with every run executed at most once and no machine left
   test_ssh_dropped_mid_push_and_mid_pull
-                               transfer-ssh to a real sshd on 127.0.0.1 (machine-fake leases):
+                               transfer-ssh to a real sshd on 127.0.0.1 (leases of the fault
+                               shim over reference-machine):
                                every connection of the sshd is killed while a 96 MiB file is
                                part-way written in the guest (relay_stage) and on the host
                                (relay_extract); each call succeeds or fails keeping the guest
                                and succeeds when made again, and the copies are whole
   test_guest_disk_full_during_stage
-                               the guest's disk (a 1 MiB tmpfs over the fake guest's workspace)
+                               the guest's disk (a 1 MiB tmpfs over the guest's workspace)
                                too small for the workspace: relay_stage fails, the guest is
                                kept, and once the disk is larger the same stage succeeds
   test_sparse_2gib_output_and_state
@@ -341,7 +342,7 @@ def test_guest_disk_full_during_stage(binary):
             subprocess.run(["mount", "-o", "remount,size=64m", disk], check=True)
             res = r.call_tool("relay_stage", {"guest": g, "workspace": "ws"}, timeout=300)
             assert not res["isError"], "the stage after the disk grew: " + text_of(res)
-            umount(disk)  # the fake removes its guest's folder at release; a mount would stay
+            umount(disk)  # the guest's folder is removed at release; a mount would stay
             disk = None
             fin = r.call_tool("relay_finish", {"guest": g}, timeout=300)
             assert not fin["isError"], text_of(fin)

@@ -67,7 +67,7 @@ def test_file_names_not_utf8_leave_as_utf8(binary):
     # Defect 1: a workspace file named by bytes that are not UTF-8 reached stdout raw, and
     # every later relay_status repeated it. Every line must be UTF-8 (relay_client's recv
     # fails on one that is not), whatever the stage answers.
-    for v in variants(binary, kinds=("fake", "local")):
+    for v in variants(binary, kinds=("shim", "local")):
         ws = os.path.join(v.project, "ws").encode()
         os.makedirs(ws, exist_ok=True)
         with open(os.path.join(ws, b"not-utf8-\xff\xfe"), "wb") as f:

@@ -1,6 +1,6 @@
 """relay_image display and reference selectors after real runs (spec/images.md §1.1, §1.3, §3, §7, §8).
 
-Real relay_stage and relay_script runs over machine-fake take real snapshots (capture-fake
+Real relay_stage and relay_script runs over the fault shim on reference-machine take real snapshots (capture-fake
 copies prepared PNGs) through the real guest receiver; the background step download brings
 them home; relay_image resolves, cross-checks, publishes and presents them.
 """

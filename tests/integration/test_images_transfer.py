@@ -3,8 +3,8 @@ byte-transfer attempts, metadata included; only transient failures tried again; 
 unsafe paths and integrity failures final; a pulled copy that differs discarded; and an image
 block kept beside isError when a later step failed (spec/mcp.md §7, §16 item 30).
 
-The fake transport's pulls are scripted through the control file (tests/plugins/machine-fake/
-fake_transport.c). The step download of each run is made to fail for good (its archive pull is
+The pulls are scripted as rules of the fault shim over reference-machine (tests/plugins/
+machine-faultshim). The step download of each run is made to fail for good (its archive pull is
 refused), so the originals stay in the guest and relay_image must pull them itself.
 """
 
@@ -22,7 +22,26 @@ from relay_client import run_tests
 
 BEFORE = png(48, 32, seed=11)
 AFTER = png(48, 32, seed=12)
-NO_DOWNLOADS = {"result": "refused", "match": "/.archive-", "times": -1}
+# The shim's status names for the results these tests speak of, and back.
+CODES = {"transient": "transient failure", "refused": "refused", "unsafe-path": "unsafe path",
+         "not-found": "not found"}
+SHORT = {v: k for k, v in CODES.items()}
+# What a transport says with each (the relay words its diagnostics from them).
+REASONS = {"transient": "connection reset while pulling (fault script)",
+           "refused": "the guest refused to send the file (HTTP 403, fault script)",
+           "unsafe-path": "the guest path resolves through a symbolic link (fault script)",
+           "not-found": "the file does not exist in the guest (fault script)"}
+
+
+def pull_rule(result, match, times=1):
+    """A shim rule for the pulls whose guest path holds `match`: `result` ("corrupt" or a CODES key)."""
+    if result == "corrupt":
+        return {"op": "pull", "match": match, "fault": "corrupt", "times": times}
+    return {"op": "pull", "match": match, "fault": "fail", "code": CODES[result], "reason": REASONS[result],
+            "times": times}
+
+
+NO_DOWNLOADS = pull_rule("refused", "/.archive-", times=-1)
 
 
 def prepared(env, r, extra_pulls=()):
@@ -30,18 +49,18 @@ def prepared(env, r, extra_pulls=()):
     `extra_pulls`. Returns (guest, run result)."""
     env.set_capture(before=BEFORE, after=AFTER)
     g = env.acquire_staged(r)
-    env.script({"pull": [NO_DOWNLOADS]})
+    env.script([NO_DOWNLOADS])
     run = structured(env.run(r, g, "true"))
     record = env.wait_downloaded(g, run["executionId"])
     assert record["status"] == "failed", record
-    env.script({"pull": [NO_DOWNLOADS] + list(extra_pulls)})
+    env.script([NO_DOWNLOADS] + list(extra_pulls))
     image_dir = os.path.join(g["evidencePath"], "host", "images", run["imageDelivery"]["image"]["imageId"])
     assert not os.path.exists(os.path.join(image_dir, "original.png"))
     return g, run
 
 
 def after_pulls(env, run):
-    return [e["result"] for e in env.pulls(run["executionId"] + "-after.png")]
+    return [SHORT.get(e["result"], e["result"]) for e in env.pulls(run["executionId"] + "-after.png")]
 
 
 def reference(run):
@@ -60,7 +79,7 @@ def test_fails_twice_then_succeeds(binary):
     try:
         with env.relay() as r:
             r.initialize()
-            g, run = prepared(env, r, [{"result": "transient", "match": "-after.png", "times": 2}])
+            g, run = prepared(env, r, [pull_rule("transient", "-after.png", times=2)])
             d, preview = check_attached(env.image(r, g, reference(run)))
             assert preview == AFTER
             assert after_pulls(env, run) == ["transient", "transient", "ok"]
@@ -75,7 +94,7 @@ def test_fails_three_times(binary):
     try:
         with env.relay() as r:
             r.initialize()
-            g, run = prepared(env, r, [{"result": "transient", "match": "-after.png", "times": 3}])
+            g, run = prepared(env, r, [pull_rule("transient", "-after.png", times=3)])
             res = env.image(r, g, reference(run))
             d = check_failed(res, "transfer-failed")
             assert "3 transfer attempts" in d["diagnostic"] and "never by repeating the input" in d["diagnostic"]
@@ -101,7 +120,7 @@ def test_budget_is_shared_with_metadata(binary):
     try:
         with env.relay() as r:
             r.initialize()
-            g, run = prepared(env, r, [{"result": "transient", "match": "-after.png", "times": 2}])
+            g, run = prepared(env, r, [pull_rule("transient", "-after.png", times=2)])
             res = env.image(r, g, display_target(run, "after"))
             check_failed(res, "transfer-failed")
             assert len(env.pulls("/state/records/action/action-" + run["executionId"])) == 1
@@ -123,7 +142,7 @@ def test_lost_receipt_is_fetched_from_the_guest(binary):
         with env.relay() as r:
             r.initialize()
             g = env.acquire_staged(r)
-            env.script({"pull": [NO_DOWNLOADS, {"result": "refused", "match": "/state/receiver/receipts/"}]})
+            env.script([NO_DOWNLOADS, pull_rule("refused", "/state/receiver/receipts/")])
             res = env.run(r, g, "true", expect_error=True)
             run = structured(res)
             assert run["outcome"]["kind"] == "uncertain", run["outcome"]
@@ -152,9 +171,8 @@ def test_lasting_failures_are_not_retried(binary):
     try:
         with env.relay() as r:
             r.initialize()
-            g, run = prepared(env, r, [{"result": "refused", "match": "-after.png"},
-                                       {"result": "unsafe-path", "match": "-after.png"},
-                                       {"result": "not-found", "match": "-after.png"}])
+            g, run = prepared(env, r, [pull_rule("refused", "-after.png"), pull_rule("unsafe-path", "-after.png"),
+                                       pull_rule("not-found", "-after.png")])
             check_failed(env.image(r, g, reference(run)), "transfer-failed")
             assert after_pulls(env, run) == ["refused"]
             d = check_failed(env.image(r, g, reference(run)), "unsafe-path")
@@ -172,7 +190,7 @@ def test_integrity(binary):
     try:
         with env.relay() as r:
             r.initialize()
-            g, run = prepared(env, r, [{"result": "corrupt", "match": "-after.png"}])
+            g, run = prepared(env, r, [pull_rule("corrupt", "-after.png")])
             # a transport that delivers other bytes than the guest holds: discarded
             d = check_failed(env.image(r, g, reference(run)), "integrity-failed")
             assert "discarded" in d["diagnostic"]
@@ -207,9 +225,8 @@ def test_gone_guest_is_stale(binary):
         with env.relay() as r:
             r.initialize()
             g, run = prepared(env, r)
-            control = env.read_control()
-            control["inspect"] = [{"result": "not-found"}]
-            env.script(control)
+            env.script(env.read_control()["faults"]
+                       + [{"op": "inspect", "fault": "fail", "code": "not found", "times": 1}])
             d = check_failed(env.image(r, g, reference(run)), "stale-reference")
             assert d["diagnostic"] == "the saved image's guest is no longer available"
             assert after_pulls(env, run) == []

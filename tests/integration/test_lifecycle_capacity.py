@@ -1,29 +1,36 @@
 #!/usr/bin/env python3
 """Waiting for capacity (spec/lifecycle.md §5; spec/tools.md §3.4 steps 10-12; spec/mcp.md §16 item 31).
 
-The fake backend refuses for capacity as scripted; the test moves the frozen relay clock
-15 s at a time, so the wait is checked without waiting real time.
+The fault shim (tests/plugins/machine-faultshim) over reference-machine refuses for capacity
+as scripted; the test moves the frozen relay clock 15 s at a time, so the wait is checked
+without waiting real time.
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests  # noqa: E402
-from lifecycle_support import (Fake, registry_rows, response_for, send_call, status,  # noqa: E402
+from lifecycle_support import (Shim, registry_rows, response_for, send_call, status,  # noqa: E402
                                wait_status)
 
 REASON = "macOS VM limit reached (2 active)"
-ARGS = {"task": "demo", "image": "ubuntu2404", "extractions": []}
+ARGS = {"task": "demo", "extractions": []}
+CAPACITY = {"op": "acquire", "fault": "fail", "code": "at capacity", "reason": REASON}
+
+
+def args(fake, **kw):
+    """The acquisition's arguments with the image the wrapped plugin offers."""
+    return dict(ARGS, image=fake.image, **kw)
 
 
 def test_capacity_wait_ends_in_success_with_progress(binary):
     # Item 31: two capacity refusals, then the lease; progress notifications with the token.
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"result": "capacity", "reason": REASON, "times": 2}]})
+        fake.script([dict(CAPACITY, times=2)])
         with fake.relay(MCP_RELAY_MAX_GUESTS=1) as r:
             r.initialize()
-            rid = send_call(r, "relay_acquire", ARGS, progress_token="acq-1")
+            rid = send_call(r, "relay_acquire", args(fake), progress_token="acq-1")
             fake.wait_ops("acquire", 1)
             # While waiting: status shows it, and it counts against the guest limit.
             s = wait_status(r, lambda s: s["guests"] and s["guests"][0]["phase"] == "waiting-for-capacity",
@@ -32,7 +39,7 @@ def test_capacity_wait_ends_in_success_with_progress(binary):
             assert g["capacityReason"] == REASON, g
             assert g["waitingSince"] is not None, g
             assert g["active"] is False
-            limited = r.call_tool("relay_acquire", dict(ARGS, task="other"))
+            limited = r.call_tool("relay_acquire", args(fake, task="other"))
             assert limited["isError"] is True
             assert limited["structuredContent"]["error"]["code"] == "guest-limit", limited
             assert "demo-1" in limited["structuredContent"]["error"]["message"]
@@ -63,12 +70,12 @@ def test_capacity_wait_ends_in_success_with_progress(binary):
 
 
 def test_capacity_wait_times_out_with_the_backend_reason(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"result": "capacity", "reason": REASON, "times": -1}]})
+        fake.script([dict(CAPACITY, times=-1)])
         with fake.relay(MCP_RELAY_CAPACITY_WAIT=30) as r:
             r.initialize()
-            rid = send_call(r, "relay_acquire", ARGS)
+            rid = send_call(r, "relay_acquire", args(fake))
             fake.wait_ops("acquire", 1)
             fake.advance(15_000)
             fake.wait_ops("acquire", 2)
@@ -92,12 +99,12 @@ def test_capacity_wait_times_out_with_the_backend_reason(binary):
 
 
 def test_no_capacity_wait_when_the_budget_is_zero(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"result": "capacity", "reason": REASON, "times": -1}]})
+        fake.script([dict(CAPACITY, times=-1)])
         with fake.relay(MCP_RELAY_CAPACITY_WAIT=0) as r:
             r.initialize()
-            result = r.call_tool("relay_acquire", ARGS)
+            result = r.call_tool("relay_acquire", args(fake))
             sc = result["structuredContent"]
             assert sc["error"]["code"] == "capacity-timeout", sc
             assert sc["waitedForCapacityMs"] == 0 and sc["capacityWaitSeconds"] == 0, sc
@@ -107,13 +114,14 @@ def test_no_capacity_wait_when_the_budget_is_zero(binary):
 
 
 def test_other_refusals_pass_through_at_once_even_while_waiting(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"result": "capacity", "reason": REASON},
-                                 {"result": "refuse", "reason": "image is quarantined"}]})
+        fake.script([dict(CAPACITY, times=1),
+                         {"op": "acquire", "fault": "fail", "code": "refused", "reason": "image is quarantined",
+                          "times": 1}])
         with fake.relay() as r:
             r.initialize()
-            rid = send_call(r, "relay_acquire", ARGS)
+            rid = send_call(r, "relay_acquire", args(fake))
             fake.wait_ops("acquire", 1)
             fake.advance(15_000)
             result = response_for(r, rid, timeout=30)["result"]
@@ -122,8 +130,8 @@ def test_other_refusals_pass_through_at_once_even_while_waiting(binary):
             assert sc["error"]["message"] == "image is quarantined", sc
             assert len(fake.ops("acquire")) == 2
             # A definite refusal without any wait: answered at once.
-            fake.script({"acquire": [{"result": "refuse", "reason": "no"}]})
-            direct = r.call_tool("relay_acquire", ARGS)["structuredContent"]
+            fake.script([{"op": "acquire", "fault": "fail", "code": "refused", "reason": "no", "times": 1}])
+            direct = r.call_tool("relay_acquire", args(fake))["structuredContent"]
             assert direct["error"]["code"] == "backend-refused", direct
         assert registry_rows(fake.registry_text()) == []
     finally:
@@ -131,12 +139,12 @@ def test_other_refusals_pass_through_at_once_even_while_waiting(binary):
 
 
 def test_cancelling_a_capacity_wait_leases_nothing(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"result": "capacity", "reason": REASON, "times": -1}]})
+        fake.script([dict(CAPACITY, times=-1)])
         with fake.relay() as r:
             r.initialize()
-            rid = send_call(r, "relay_acquire", ARGS)
+            rid = send_call(r, "relay_acquire", args(fake))
             fake.wait_ops("acquire", 1)
             r.notify("notifications/cancelled", {"requestId": rid, "reason": "changed my mind"})
             s = wait_status(r, lambda s: s["closedGuests"], what="the guest closed")
@@ -153,18 +161,18 @@ def test_cancelling_a_capacity_wait_leases_nothing(binary):
 
 
 def test_unknown_outcome_is_settled_by_purpose(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         # The answer is lost but the lease exists: adopted after one lookup by purpose.
-        fake.script({"acquire": [{"result": "indeterminate", "effect": True}]})
+        fake.script([{"op": "acquire", "fault": "drop", "times": 1}])
         with fake.relay() as r:
             r.initialize()
-            res = r.call_tool("relay_acquire", ARGS)
+            res = r.call_tool("relay_acquire", args(fake))
             assert res["isError"] is False, res
-            assert len(fake.ops("findByPurpose")) == 1
+            assert len(fake.ops("find_by_purpose")) == 1
             # Lost and nothing created: held as uncertain, never acquired again.
-            fake.script({"acquire": [{"result": "indeterminate"}]})
-            res = r.call_tool("relay_acquire", ARGS)
+            fake.script([{"op": "acquire", "fault": "fail", "code": "outcome indeterminate", "times": 1}])
+            res = r.call_tool("relay_acquire", args(fake))
             sc = res["structuredContent"]
             assert sc["error"]["code"] == "outcome-unknown" and sc["guest"] == "demo-2", sc
             g = [x for x in status(r)["guests"] if x["guest"] == "demo-2"][0]
@@ -177,7 +185,7 @@ def test_unknown_outcome_is_settled_by_purpose(binary):
 
 
 def test_acquire_records_intent_row_and_probes(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         probes = os.path.join(fake.session_dir, "probes")
         os.makedirs(probes, mode=0o700)
@@ -185,12 +193,12 @@ def test_acquire_records_intent_row_and_probes(binary):
             f.write('{"scope": "host"}\n')
         with fake.relay() as r:
             r.initialize()
-            res = r.call_tool("relay_acquire", dict(ARGS, ttlHours=2))
+            res = r.call_tool("relay_acquire", args(fake, ttlHours=2))
             assert res["isError"] is False, res
             sc = res["structuredContent"]
             head = res["content"][0]["text"].split("\n")[0]
-            assert head == ("Acquired guest demo-1 (ubuntu2404) for task demo; lease deadline %s; next: relay_stage"
-                            % sc["deadline"]), head
+            assert head == ("Acquired guest demo-1 (%s) for task demo; lease deadline %s; next: relay_stage"
+                            % (fake.image, sc["deadline"])), head
             assert sc["waitedForCapacityMs"] == 0 and sc["guestsHeld"] == ["demo-1"], sc
             assert sc["purpose"].startswith("relay-demo-") and len(sc["purpose"]) == len("relay-demo-") + 8
             assert sc["guestRoot"].endswith("-mcp-relay-" + sc["purpose"]), sc
@@ -203,12 +211,12 @@ def test_acquire_records_intent_row_and_probes(binary):
             record = fake.record("demo-1")
             assert record["deadlineMs"] - record["acquiredAtMs"] == 2 * 3600 * 1000
             assert record["registryRow"]["taskName"] == sc["purpose"], record["registryRow"]
-            assert record["binding"]["machine"] == "machine-fake", record["binding"]
+            assert record["binding"]["machine"] == fake.inner, record["binding"]
             assert record["acquisitionInFlight"] is False
-            assert fake.ops("acquire")[0]["ttl_ms"] == 15 * 60 * 1000
+            assert fake.spec(fake.ops("acquire")[0])["ttlMs"] == 15 * 60 * 1000
             # A short TTL asks for the TTL itself, not the window.
-            short = r.call_tool("relay_acquire", dict(ARGS, ttlHours=0.1))["structuredContent"]
-            assert fake.ops("acquire")[-1]["ttl_ms"] == 6 * 60 * 1000, fake.ops("acquire")[-1]
+            short = r.call_tool("relay_acquire", args(fake, ttlHours=0.1))["structuredContent"]
+            assert fake.spec(fake.ops("acquire")[-1])["ttlMs"] == 6 * 60 * 1000, fake.ops("acquire")[-1]
             assert short["guest"] == "demo-2"
     finally:
         fake.cleanup()

@@ -12,7 +12,7 @@ A reservation the earlier process left before its acquisition got a purpose (end
 the name's reservation and its identities) is closed the same way at restart: no lease
 request can have been sent.
 
-Runs on the fake machine backend (the core's rule, for every backend) and on machine-local
+Runs on the fault shim over reference-machine (the core's rule, for every backend) and on machine-local
 with image "nope" (the reproduction of the issue), each with two relay processes.
 """
 import json
@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import Relay, run_tests, skip  # noqa: E402
-from lifecycle_support import Fake, acquire, status  # noqa: E402
+from lifecycle_support import Shim, acquire, status  # noqa: E402
 from support_common import plugin_so, structured, text_of  # noqa: E402
 
 
@@ -46,8 +46,8 @@ def check_second_process(r, names):
         assert structured(res)["error"]["code"] in ("guest-closed", "nothing-held"), text_of(res)
 
 
-def test_refused_acquires_leave_no_phantom_fake(binary):
-    fake = Fake(binary)
+def test_refused_acquires_leave_no_phantom_on_the_shim(binary):
+    fake = Shim(binary)
     try:
         with fake.relay(MCP_RELAY_MAX_GUESTS=1) as r:
             r.initialize()
@@ -58,7 +58,7 @@ def test_refused_acquires_leave_no_phantom_fake(binary):
             r.initialize()
             check_second_process(r, ["typo%d-1" % i for i in range(4)])
             # The only place the limit allows is free.
-            got = acquire(r)
+            got = acquire(r, image=fake.image)
             assert got["guest"] == "demo-1", got
             assert r.call_tool("relay_release", {"guest": "demo-1"})["isError"] is False
     finally:
@@ -66,7 +66,7 @@ def test_refused_acquires_leave_no_phantom_fake(binary):
 
 
 def test_a_bare_reservation_is_closed_at_restart(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
@@ -88,7 +88,7 @@ def test_a_bare_reservation_is_closed_at_restart(binary):
                 deadline_s = status(r)
             check_second_process(r, ["typo-1"])
             assert fake.ops("acquire") == [], fake.ops()
-            assert acquire(r)["guest"] == "demo-1"
+            assert acquire(r, image=fake.image)["guest"] == "demo-1"
             assert r.call_tool("relay_release", {"guest": "demo-1"})["isError"] is False
     finally:
         fake.cleanup()
@@ -99,7 +99,7 @@ def test_refused_acquires_leave_no_phantom_local(binary):
         skip("machine-local's image \"local\" needs root here")
     if not os.path.exists(plugin_so(binary, "machine-local")):
         skip("machine-local.so is not built")
-    fake = Fake(binary)  # only its folders
+    fake = Shim(binary)  # only its folders
     try:
         env = {"MCP_RELAY_BACKEND": "local", "MCP_RELAY_SESSION": "refused-local", "MCP_RELAY_MAX_GUESTS": "1",
                "HOME": fake.root}

@@ -14,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import Relay, run_tests  # noqa: E402
-from lifecycle_support import Fake, acquire, registry_rows, response_for, send_call  # noqa: E402
+from lifecycle_support import Shim, acquire, registry_rows, response_for, send_call  # noqa: E402
 
 TABLE = ("# Notes\r\n\r\n## Using VMs\r\n\r\n"
          "| Machine | OS | Task Name | Agent | Project | Start Date |\r\n"
@@ -34,7 +34,7 @@ def write(path, text):
 
 
 def test_invalid_registry_setting_stops_the_server(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         bad = os.path.join(fake.root, "bad.md")
         write(bad, "# no table here\n")
@@ -59,7 +59,7 @@ def test_invalid_registry_setting_stops_the_server(binary):
 
 
 def test_configured_registry_keeps_other_rows_and_line_endings(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         path = os.path.join(fake.root, "team-registry.md")
         write(path, TABLE)
@@ -67,13 +67,13 @@ def test_configured_registry_keeps_other_rows_and_line_endings(binary):
         os.symlink(path, link)  # updated at its target; the link stays a link
         with fake.relay(MCP_RELAY_REGISTRY=link) as r:
             r.initialize()
-            got = acquire(r)
+            got = acquire(r, image=fake.image)
             text = read(path)
             rows = registry_rows(text)
             assert len(rows) == 1, text
             row = rows[0]
             cells = [c.strip() for c in row.strip("|").split("|")]
-            assert cells == ["localhost (machine-fake %s)" % got["purpose"], "ubuntu2404", got["purpose"],
+            assert cells == ["localhost (machine-faultshim %s)" % got["purpose"], fake.image, got["purpose"],
                              "mcp-relay s1", os.path.realpath(fake.project), cells[5]], cells
             # Right after the last row, with the file's CRLF line ending.
             assert ("| mac-mini-2 | macos26 | someone-elses-task | codex | /home/b/p | 2026-01-01 |\r\n"
@@ -90,13 +90,13 @@ def test_configured_registry_keeps_other_rows_and_line_endings(binary):
 
 
 def test_agents_md_is_used_only_when_it_holds_a_valid_table(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         agents = os.path.join(fake.root, "AGENTS.md")  # HOME is fake.root
         write(agents, TABLE.replace("\r\n", "\n"))
         with fake.relay() as r:
             r.initialize()
-            acquire(r)
+            acquire(r, image=fake.image)
             assert len(registry_rows(read(agents))) == 1
             assert not os.path.exists(os.path.join(fake.state_dir, "registry.md"))
             r.call_tool("relay_release", {"guest": "demo-1"})
@@ -106,7 +106,7 @@ def test_agents_md_is_used_only_when_it_holds_a_valid_table(binary):
         write(agents, invalid)
         with fake.relay() as r:
             r.initialize()
-            acquire(r)
+            acquire(r, image=fake.image)
             managed = os.path.join(fake.state_dir, "registry.md")
             assert len(registry_rows(read(managed))) == 1
             assert read(managed).startswith("# mcp-relay task registry\n\n## Using VMs\n")
@@ -117,7 +117,7 @@ def test_agents_md_is_used_only_when_it_holds_a_valid_table(binary):
 
 
 def test_registry_lock_timeout_refuses_the_acquisition(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         path = os.path.join(fake.root, "registry.md")
         write(path, TABLE)
@@ -126,7 +126,7 @@ def test_registry_lock_timeout_refuses_the_acquisition(binary):
         try:
             with fake.relay(MCP_RELAY_REGISTRY=path) as r:
                 r.initialize()
-                res = r.call_tool("relay_acquire", {"task": "demo", "image": "ubuntu2404", "extractions": []},
+                res = r.call_tool("relay_acquire", {"task": "demo", "image": fake.image, "extractions": []},
                                   timeout=60)
                 err = res["structuredContent"]["error"]
                 assert err["code"] == "registry-conflict", err
@@ -142,7 +142,7 @@ def test_registry_lock_timeout_refuses_the_acquisition(binary):
 
 
 def test_two_processes_fighting_over_the_registry_lose_no_row(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         path = os.path.join(fake.root, "shared-registry.md")
         write(path, TABLE)
@@ -157,7 +157,7 @@ def test_two_processes_fighting_over_the_registry_lose_no_row(binary):
             pending = []
             for r in relays:
                 pending.append((r, [send_call(r, "relay_acquire",
-                                              {"task": "fight", "image": "ubuntu2404", "extractions": []})
+                                              {"task": "fight", "image": fake.image, "extractions": []})
                                     for _ in range(4)]))
             names = []
             for r, ids in pending:
@@ -181,13 +181,13 @@ def test_two_processes_fighting_over_the_registry_lose_no_row(binary):
 
 
 def test_rows_of_other_agents_are_never_touched(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         path = os.path.join(fake.root, "registry.md")
         write(path, TABLE)
         with fake.relay(MCP_RELAY_REGISTRY=path) as r:
             r.initialize()
-            got = acquire(r)
+            got = acquire(r, image=fake.image)
             # Someone edits our row by hand: the row is no longer ours to remove.
             text = read(path)
             edited = text.replace("| mcp-relay s1 |", "| someone else |")

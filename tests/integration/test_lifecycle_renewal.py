@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lease renewal against the fake machine backend (spec/lifecycle.md §6).
+"""Lease renewal against the fault shim over reference-machine (spec/lifecycle.md §6).
 
 Relay time is a frozen test clock that the test moves, so renewal is checked at exact
 instants without waiting real minutes: every renewal the backend sees asks for at most the
@@ -14,21 +14,21 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests  # noqa: E402
-from lifecycle_support import (BACKEND_MIN_MS, WINDOW_MS, Fake, acquire, guest_entry,  # noqa: E402
+from lifecycle_support import (BACKEND_MIN_MS, WINDOW_MS, Shim, acquire, guest_entry,  # noqa: E402
                                registry_rows, status, wait_status)
 
 
 def test_renewal_never_passes_the_deadline_and_stops_at_it(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            got = acquire(r, ttlHours=0.5)
+            got = acquire(r, ttlHours=0.5, image=fake.image)
             pid = r.proc.pid
             first = fake.wait_ops("acquire", 1)[0]
-            deadline = first["deadline_ms"]
-            assert deadline == first["time"] + 30 * 60 * 1000, first
-            assert first["ttl_ms"] == WINDOW_MS, first  # min(15 min, ttlHours)
+            deadline = fake.spec(first)["deadlineMs"]
+            assert deadline == first["timeMs"] + 30 * 60 * 1000, first
+            assert fake.spec(first)["ttlMs"] == WINDOW_MS, first  # min(15 min, ttlHours)
             # Move relay time in 3-minute steps; each step is due for one beat.
             renewals = 0
             for step in range(1, 13):
@@ -37,15 +37,16 @@ def test_renewal_never_passes_the_deadline_and_stops_at_it(binary):
                 if remaining >= BACKEND_MIN_MS:
                     renewals += 1
                     renew = fake.wait_ops("renew", renewals, pid=pid)[-1]
-                    assert renew["time"] == fake.now_ms, renew
-                    assert renew["ttl_ms"] == min(WINDOW_MS, remaining), (renew, remaining)
+                    assert renew["timeMs"] == fake.now_ms, renew
+                    assert renew["ttlMs"] == min(WINDOW_MS, remaining), (renew, remaining)
                 else:
                     wait_status(r, lambda s: s["guests"][0]["renewal"]["state"] == "stopped",
                                 what="renewal stopped")
             for renew in fake.ops("renew"):
-                assert renew["ttl_ms"] <= WINDOW_MS, renew
-                assert renew["time"] + renew["ttl_ms"] <= deadline, renew
-                assert renew["expires_at_ms"] <= deadline, renew
+                assert renew["ttlMs"] <= WINDOW_MS, renew
+                assert renew["timeMs"] + renew["ttlMs"] <= deadline, renew
+            with open(fake.lease_file(got["vm"])) as f:
+                assert json.load(f)["expiresAtMs"] <= deadline  # what the backend holds
             assert renewals == 8, renewals  # at 3, 6, ..., 21 and 24 minutes
             g = guest_entry(r, "demo-1")
             assert g["renewal"]["state"] == "stopped" and g["active"] is False, g
@@ -62,12 +63,13 @@ def test_renewal_never_passes_the_deadline_and_stops_at_it(binary):
 
 
 def test_failed_beat_is_recorded_looked_up_and_retried(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            got = acquire(r)
-            fake.script({"renew": [{"result": "fail", "reason": "service restarting"}]})
+            got = acquire(r, image=fake.image)
+            fake.script([{"op": "renew", "fault": "fail", "code": "unavailable", "reason": "service restarting",
+                          "times": 1}])
             fake.advance(61_000)
             fake.wait_ops("renew", 1)
             g = wait_status(r, lambda s: s["guests"][0]["renewal"]["state"] == "failing",
@@ -86,15 +88,14 @@ def test_failed_beat_is_recorded_looked_up_and_retried(binary):
 
 
 def test_lease_lost_at_the_backend_is_closed_as_absent(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            got = acquire(r)
+            got = acquire(r, image=fake.image)
             assert len(registry_rows(fake.registry_text())) == 1
             # The backend forgets the machine (its reaper took it).
-            os.remove(os.path.join(fake.plugin_state, "leases", got["vm"] + ".json"))
-            shutil.rmtree(os.path.join(fake.plugin_state, "machines", got["vm"]))
+            shutil.rmtree(os.path.dirname(fake.lease_file(got["vm"])))
             fake.advance(61_000)
             s = wait_status(r, lambda s: s["closedGuests"], what="the guest closed")
             assert s["closedGuests"][0]["guest"] == "demo-1"
@@ -104,7 +105,7 @@ def test_lease_lost_at_the_backend_is_closed_as_absent(binary):
             with open(got["evidencePath"] + ".lifecycle.json") as f:
                 record = f.read()
             assert "backend lease absent and destruction verified" in record, record
-            assert fake.ops("verify"), fake.ops()
+            assert fake.ops("verify_destroyed"), fake.ops()
     finally:
         fake.cleanup()
 
@@ -113,28 +114,34 @@ def test_a_crashed_client_leaves_at_most_one_window(binary):
     # The backend's expiry is never more than the window ahead of the last renewal, so a
     # relay that dies without ending its session holds the machine for at most the window
     # plus the backend's grace.
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            got = acquire(r, ttlHours=8)
+            got = acquire(r, ttlHours=8, image=fake.image)
             for n in range(1, 4):
                 fake.advance(5 * 60 * 1000)
                 fake.wait_ops("renew", n)
             r.proc.kill()
             r.proc.wait(timeout=10)
-        with open(os.path.join(fake.plugin_state, "leases", got["vm"] + ".json")) as f:
+        with open(fake.lease_file(got["vm"])) as f:
             lease = json.load(f)
         assert lease["expiresAtMs"] - fake.now_ms <= WINDOW_MS, lease
-        # With expiry reclaiming on, the backend takes it back after the window.
-        fake.script({"reclaimExpired": True, "graceMs": 0})
+        # After the window, a backend that reclaims expired leases (reference-machine has no
+        # reaper, so the test is that backend here) finds exactly this one expired, and another
+        # session leases beside it.
         fake.advance(WINDOW_MS + 1000)
+        expired = []
+        for vm in fake.leased_vms():
+            with open(fake.lease_file(vm)) as f:
+                if json.load(f)["expiresAtMs"] < fake.now_ms:
+                    expired.append(vm)
+                    shutil.rmtree(os.path.dirname(fake.lease_file(vm)))
+        assert expired == [got["vm"]], expired
         fake.session = "other-session"
         with fake.relay() as r2:
             r2.initialize()
-            acquire(r2, task="other")
-        expired = fake.ops("expire")
-        assert [e["lease"] for e in expired] == [got["vm"]], expired
+            acquire(r2, task="other", image=fake.image)
     finally:
         fake.cleanup()
 

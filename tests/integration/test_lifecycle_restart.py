@@ -4,7 +4,7 @@
 A relay is killed with SIGKILL at different points (after acquire, during a slow acquire,
 during a capacity wait, during a release) and a new one is started with the same
 MCP_RELAY_SESSION: its guests come back by name, nothing is sent twice (the fake backend's
-log is counted per process), and the guest can then be released with nothing lost. A lease
+log is counted per process: the fault shim over reference-machine), and the guest can then be released with nothing lost. A lease
 restored under a different environment is refused before any backend operation; a record
 this relay cannot read is left untouched; the state of a relay from before several guests
 is migrated into one guest named from its task; a session still locked by another process
@@ -20,10 +20,15 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests  # noqa: E402
-from lifecycle_support import (Fake, acquire, guest_entry, kill9, registry_rows,  # noqa: E402
+from lifecycle_support import (Shim, acquire, guest_entry, kill9, registry_rows,  # noqa: E402
                                response_for, send_call, status, wait_status)
 
-ARGS = {"task": "demo", "image": "ubuntu2404", "extractions": [{"name": "out", "path": "out"}]}
+ARGS = {"task": "demo", "extractions": [{"name": "out", "path": "out"}]}
+
+
+def args(fake):
+    """ARGS with the image the wrapped plugin offers."""
+    return dict(ARGS, image=fake.image)
 
 
 def settled(name, phase):
@@ -35,6 +40,13 @@ def settled(name, phase):
     return check
 
 
+def wait_for(predicate, what, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "waited in vain for " + what
+        time.sleep(0.02)
+
+
 def release_ok(r, name):
     res = r.call_tool("relay_release", {"guest": name})
     assert res["isError"] is False, res["content"][0]["text"]
@@ -42,11 +54,11 @@ def release_ok(r, name):
 
 
 def test_sigkill_after_acquire_then_restart(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            got = acquire(r, **ARGS)
+            got = acquire(r, **args(fake))
             kill9(r)
         record = fake.record("demo-1")
         assert record["phase"] == "ready" and record["lease"]["vm"] == got["vm"]
@@ -63,9 +75,9 @@ def test_sigkill_after_acquire_then_restart(binary):
             assert fake.ops("inspect", pid=pid), fake.ops()
             # Renewal resumed at once, in the usual window.
             renew = fake.wait_ops("renew", 1, pid=pid)[0]
-            assert renew["ttl_ms"] == 15 * 60 * 1000, renew
+            assert renew["ttlMs"] == 15 * 60 * 1000, renew
             # The name counter continues.
-            assert acquire(r)["guest"] == "demo-2"
+            assert acquire(r, image=fake.image)["guest"] == "demo-2"
             done = release_ok(r, "demo-1")
             assert done["destructionVerified"] is True
             release_ok(r, "demo-2")
@@ -76,13 +88,13 @@ def test_sigkill_after_acquire_then_restart(binary):
 
 
 def test_status_shows_reconciling_and_calls_wait_for_it(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            acquire(r)
+            acquire(r, image=fake.image)
             kill9(r)
-        fake.script({"inspect": [{"delayMs": 1500}]})
+        fake.script([{"op": "inspect", "fault": "delay", "delayMs": 1500, "times": 1}])
         with fake.relay() as r:
             r.initialize()
             g = guest_entry(r, "demo-1")
@@ -98,23 +110,23 @@ def test_status_shows_reconciling_and_calls_wait_for_it(binary):
 
 
 def test_sigkill_during_a_slow_acquire_whose_lease_exists(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"delayMs": 3600000, "effectBeforeDelay": True, "effect": True}]})
+        fake.script([{"op": "acquire", "fault": "hang", "delayMs": 3600000, "times": 1}])
         with fake.relay() as r:
             r.initialize()
-            send_call(r, "relay_acquire", ARGS)
+            send_call(r, "relay_acquire", args(fake))
             fake.wait_ops("acquire", 1)
-            time.sleep(0.1)
+            wait_for(lambda: fake.leased_vms(), "the backend to hold the lease")  # the hang's effect
             kill9(r)
         assert fake.record("demo-1")["acquisitionInFlight"] is True
-        fake.script({})
+        fake.script([])
         with fake.relay() as r:
             r.initialize()
             pid = r.proc.pid
             wait_status(r, settled("demo-1", "ready"), what="the lease adopted by its purpose")
             assert fake.ops("acquire", pid=pid) == []
-            assert len(fake.ops("findByPurpose", pid=pid)) == 1
+            assert len(fake.ops("find_by_purpose", pid=pid)) == 1
             assert fake.record("demo-1")["acquisitionInFlight"] is False
             release_ok(r, "demo-1")
         assert registry_rows(fake.registry_text()) == []
@@ -123,15 +135,15 @@ def test_sigkill_during_a_slow_acquire_whose_lease_exists(binary):
 
 
 def test_sigkill_during_a_slow_acquire_that_leased_nothing(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"delayMs": 3600000}]})
+        fake.script([{"op": "acquire", "fault": "delay", "delayMs": 3600000, "times": 1}])
         with fake.relay() as r:
             r.initialize()
-            send_call(r, "relay_acquire", ARGS)
+            send_call(r, "relay_acquire", args(fake))
             fake.wait_ops("acquire", 1)
             kill9(r)
-        fake.script({})
+        fake.script([])
         with fake.relay() as r:
             r.initialize()
             pid = r.proc.pid
@@ -150,12 +162,13 @@ def test_sigkill_during_a_slow_acquire_that_leased_nothing(binary):
 
 
 def test_sigkill_during_a_capacity_wait(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"result": "capacity", "reason": "limit reached", "times": -1}]})
+        fake.script([{"op": "acquire", "fault": "fail", "code": "at capacity", "reason": "limit reached",
+                      "times": -1}])
         with fake.relay() as r:
             r.initialize()
-            send_call(r, "relay_acquire", ARGS)
+            send_call(r, "relay_acquire", args(fake))
             fake.wait_ops("acquire", 1)
             wait_status(r, settled("demo-1", "waiting-for-capacity"), what="waiting")
             kill9(r)
@@ -175,18 +188,18 @@ def test_sigkill_during_a_capacity_wait(binary):
 
 
 def test_sigkill_during_a_release_before_destruction(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            got = acquire(r)
-            fake.script({"release": [{"delayMs": 3600000}]})
+            got = acquire(r, image=fake.image)
+            fake.script([{"op": "release", "fault": "delay", "delayMs": 3600000, "times": 1}])
             send_call(r, "relay_release", {"guest": "demo-1"})
             fake.wait_ops("release", 1)
             kill9(r)
         record = fake.record("demo-1")
         assert record["phase"] == "releasing" and record["renewal"]["state"] == "stopped", record
-        fake.script({})
+        fake.script([])
         with fake.relay() as r:
             r.initialize()
             pid = r.proc.pid
@@ -200,23 +213,25 @@ def test_sigkill_during_a_release_before_destruction(binary):
             done = release_ok(r, "demo-1")
             assert done["destructionVerified"] is True
             assert len(fake.ops("release", pid=pid)) == 1
-        assert not os.path.exists(os.path.join(fake.plugin_state, "leases", got["vm"] + ".json"))
+        assert not os.path.exists(fake.lease_file(got["vm"]))
         assert registry_rows(fake.registry_text()) == []
     finally:
         fake.cleanup()
 
 
 def test_sigkill_during_a_release_after_destruction(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            got = acquire(r)
-            fake.script({"release": [{"delayMs": 3600000, "effectBeforeDelay": True}]})
+            got = acquire(r, image=fake.image)
+            fake.script([{"op": "release", "fault": "hang", "delayMs": 3600000, "times": 1}])
             send_call(r, "relay_release", {"guest": "demo-1"})
             fake.wait_ops("release", 1)
+            wait_for(lambda: not fake.leased_vms() and not os.path.exists(os.path.dirname(fake.lease_file(got["vm"]))),
+                     "the backend to destroy the guest")  # the hang's effect, before its answer
             kill9(r)
-        fake.script({})
+        fake.script([])
         with fake.relay() as r:
             r.initialize()
             s = wait_status(r, lambda s: s["closedGuests"], what="the guest closed")
@@ -230,14 +245,16 @@ def test_sigkill_during_a_release_after_destruction(binary):
 
 
 def test_a_lease_of_another_environment_is_never_operated_on(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            acquire(r)
+            acquire(r, image=fake.image)
             kill9(r)
         before = open(os.path.join(fake.session_dir, "guests", "demo-1", "lease.json"), "rb").read()
-        with fake.relay(RELAY_FAKE_MACHINE_STORE="/srv/another-store") as r:
+        fake.script([], binding={"machine": "reference-machine", "endpoint": None, "store": "/srv/another-store",
+                                 "environmentFingerprint": None})
+        with fake.relay() as r:
             r.initialize()
             pid = r.proc.pid
             wait_status(r, settled("demo-1", "unavailable"), what="an unavailable guest")
@@ -253,6 +270,7 @@ def test_a_lease_of_another_environment_is_never_operated_on(binary):
         after = open(os.path.join(fake.session_dir, "guests", "demo-1", "lease.json"), "rb").read()
         assert before == after  # the record is left untouched
         # With its own environment it is taken back.
+        fake.script([])
         with fake.relay() as r:
             r.initialize()
             wait_status(r, settled("demo-1", "ready"), what="taken back")
@@ -262,7 +280,7 @@ def test_a_lease_of_another_environment_is_never_operated_on(binary):
 
 
 def test_an_unreadable_record_is_left_untouched(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         folder = os.path.join(fake.session_dir, "guests", "odd-1")
         os.makedirs(folder, mode=0o700)
@@ -283,17 +301,17 @@ def test_an_unreadable_record_is_left_untouched(binary):
 
 
 def test_a_session_held_by_another_process_waits_for_it(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         first = fake.relay()
         first.initialize()
-        acquire(first)
+        acquire(first, image=fake.image)
         second = fake.relay()
         try:
             second.initialize()
             g = guest_entry(second, "demo-1")
             assert g["phase"] == "reconciling", g
-            refused = second.call_tool("relay_acquire", ARGS)["structuredContent"]
+            refused = second.call_tool("relay_acquire", args(fake))["structuredContent"]
             assert refused["error"]["code"] == "session-locked", refused
             assert str(first.proc.pid) in refused["error"]["message"], refused
             first.close_stdin()
@@ -309,11 +327,11 @@ def test_a_session_held_by_another_process_waits_for_it(binary):
 
 
 def test_a_session_lock_that_never_comes_makes_guests_unavailable(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         first = fake.relay()
         first.initialize()
-        acquire(first)
+        acquire(first, image=fake.image)
         # The wait lasts MCP_RELAY_SHUTDOWN_GRACE_MS + 10 s.
         second = fake.relay(MCP_RELAY_SHUTDOWN_GRACE_MS=0)
         try:
@@ -330,12 +348,12 @@ def test_a_session_lock_that_never_comes_makes_guests_unavailable(binary):
 
 
 def test_single_guest_state_is_migrated_to_one_guest(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         # The older relay's record, bound to a machine service the fake stands in for.
         binding = {"machine": "machine-service", "endpoint": "http://localhost:6240",
                    "store": "/srv/tart", "environmentFingerprint": None}
-        fake.script({"binding": binding})
+        fake.script([], binding=binding)
         purpose = "relay-legacy-0badcafe"
         vm = "pilot-" + purpose + "-a1b2c3"
         now = fake.now_ms
@@ -355,13 +373,13 @@ def test_single_guest_state_is_migrated_to_one_guest(binary):
         with open(os.path.join(fake.session_dir, "lease.json"), "w") as f:
             json.dump(old, f)
         open(os.path.join(fake.session_dir, "owner.lock"), "w").close()
-        # The backend knows that lease.
-        os.makedirs(os.path.join(fake.plugin_state, "leases"), mode=0o700)
-        os.makedirs(os.path.join(fake.plugin_state, "machines", vm), mode=0o700)
+        # The backend knows that lease (reference-machine's record of it).
+        folder = os.path.dirname(fake.lease_file(vm))
+        os.makedirs(os.path.join(folder, "home"), mode=0o700)
         stored = {"vm": vm, "purpose": purpose, "image": "ubuntu2404", "lease_id": "1" * 32,
-                  "state": "running", "expiresAtMs": now + 600000, "deadlineMs": now + 4 * 3600000,
-                  "home": os.path.join(fake.plugin_state, "machines", vm)}
-        with open(os.path.join(fake.plugin_state, "leases", vm + ".json"), "w") as f:
+                  "state": "running", "expiresAtMs": now + 600000, "console": None, "display": None,
+                  "ssh": None, "record": {"folder": folder}}
+        with open(fake.lease_file(vm), "w") as f:
             json.dump(stored, f)
         with fake.relay() as r:
             r.initialize()
@@ -374,14 +392,14 @@ def test_single_guest_state_is_migrated_to_one_guest(binary):
             assert os.path.exists(os.path.join(fake.session_dir, "guests", "legacy-1", "lease.json"))
             with open(os.path.join(fake.session_dir, "session.json")) as f:
                 assert json.load(f)["counters"]["legacy"] == 2
-            assert acquire(r, task="legacy")["guest"] == "legacy-2"
+            assert acquire(r, task="legacy", image=fake.image)["guest"] == "legacy-2"
             assert fake.ops("acquire", pid=r.proc.pid) and len(fake.ops("acquire")) == 1
     finally:
         fake.cleanup()
 
 
 def test_session_key_is_the_documented_derivation(binary):
-    fake = Fake(binary, session="my-session@host")
+    fake = Shim(binary, session="my-session@host")
     try:
         with fake.relay() as r:
             r.initialize()

@@ -2,7 +2,7 @@
 """Restart with work on the guest (spec/lifecycle.md §8 step 3.7; spec/guest.md: nothing replayed).
 
 The relay is killed with SIGKILL after relay_stage, during a relay_script run and during
-relay_finish, then restarted with the same MCP_RELAY_SESSION on the fake backend (whose guest
+relay_finish, then restarted with the same MCP_RELAY_SESSION on the fault shim over reference-machine (whose guest
 is this host, so the test counts executions in the guest's workspace directly): the guest
 comes back by name, still staged, no run executes twice, later runs are new executions, and
 the finish completes with the evidence kept.
@@ -14,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests  # noqa: E402
-from lifecycle_support import (Fake, acquire, guest_entry, kill9, registry_rows, send_call,  # noqa: E402
+from lifecycle_support import (Shim, acquire, guest_entry, kill9, registry_rows, send_call,  # noqa: E402
                                wait_status)
 
 COUNT = 'echo run >> "$RELAY_WORKSPACE/count.txt"; echo ran'
@@ -27,7 +27,7 @@ def ready(name):
 
 
 def staged_guest(fake, r):
-    got = acquire(r)
+    got = acquire(r, image=fake.image)
     res = r.call_tool("relay_stage", {"guest": got["guest"]}, timeout=300)
     if res["isError"]:
         raise AssertionError("relay_stage failed: %s" % res["content"][0]["text"])
@@ -50,14 +50,15 @@ def count_lines(got):
 
 
 def cleanup_guest_root(got):
-    # The fake's guest root is a host folder; releasing removes it, a failed test may not.
+    # The guest root is a host folder (reference-machine's guests are folders of this host);
+    # releasing removes it, a failed test may not.
     import shutil
     if got and got.get("guestRoot", "").startswith("/var/tmp/"):
         shutil.rmtree(got["guestRoot"], ignore_errors=True)
 
 
 def test_sigkill_after_stage_then_restart(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     got = None
     try:
         with fake.relay() as r:
@@ -91,7 +92,7 @@ def test_sigkill_after_stage_then_restart(binary):
 
 
 def test_sigkill_during_a_script_then_restart(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     got = None
     try:
         with fake.relay() as r:
@@ -130,7 +131,7 @@ def test_sigkill_during_a_script_then_restart(binary):
 
 
 def test_sigkill_during_finish_then_restart(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     got = None
     try:
         with fake.relay() as r:
@@ -138,7 +139,7 @@ def test_sigkill_during_finish_then_restart(binary):
             got = staged_guest(fake, r)
             assert run(r, "demo-1", COUNT)["isError"] is False
             # The destroy request of the finish hangs: the relay is killed during it.
-            fake.script({"release": [{"delayMs": 3600000}]})
+            fake.script([{"op": "release", "fault": "delay", "delayMs": 3600000, "times": 1}])
             send_call(r, "relay_finish", {"guest": "demo-1"})
             fake.wait_ops("release", 1, timeout=300)
             kill9(r)
@@ -148,7 +149,7 @@ def test_sigkill_during_finish_then_restart(binary):
         assert delivered
         with open(manifest, "rb") as f:
             manifest_bytes = f.read()
-        fake.script({})
+        fake.script([])
         with fake.relay() as r:
             r.initialize()
             wait_status(r, lambda s: any(g["guest"] == "demo-1" and g["phase"] not in ("reconciling",)
@@ -168,7 +169,7 @@ def test_sigkill_during_finish_then_restart(binary):
         with open(manifest, "rb") as f:
             assert f.read() == manifest_bytes  # nothing lost or rewritten
         assert registry_rows(fake.registry_text()) == []
-        assert not os.path.exists(os.path.join(fake.plugin_state, "leases", got["vm"] + ".json"))
+        assert not os.path.exists(fake.lease_file(got["vm"]))
     finally:
         cleanup_guest_root(got)
         fake.cleanup()

@@ -2,7 +2,7 @@
 """The end of the session with guests held (spec/lifecycle.md §11; spec/mcp.md §16 items 34-37).
 
 Every trigger (stdin closed, a failed write to stdout, SIGTERM, SIGINT, SIGHUP, the parent
-process killed) with each MCP_RELAY_ON_EXIT mode, checked at the fake backend: pause sends a
+process killed) with each MCP_RELAY_ON_EXIT mode, checked at the fault shim over reference-machine: pause sends a
 last renewal reaching exactly to the lease's deadline and releases nothing; release destroys
 the machine through the verified release path and removes the registry row. Then the grace
 period: an operation in flight completes first; a hung one is cancelled at the grace deadline
@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests  # noqa: E402
-from lifecycle_support import (Fake, acquire, kill9, registry_rows, response_for, send_call,  # noqa: E402
+from lifecycle_support import (Shim, acquire, kill9, registry_rows, response_for, send_call,  # noqa: E402
                                status)
 
 EXIT_S = 60
@@ -41,7 +41,7 @@ def check_pause(fake, got, pid):
     assert renewals, fake.ops()
     last = renewals[-1]
     # A last renewal that carries the lease exactly to its deadline, and no release.
-    assert last["time"] + last["ttl_ms"] == last["deadline_ms"], last
+    assert last["timeMs"] + last["ttlMs"] == fake.record("demo-1")["deadlineMs"], last
     assert fake.ops("release") == [], fake.ops("release")
     record = fake.record("demo-1")
     assert record["renewal"]["state"] == "paused", record["renewal"]
@@ -54,8 +54,8 @@ def check_pause(fake, got, pid):
 def check_release(fake, got):
     releases = fake.ops("release")
     assert len(releases) == 1, releases
-    assert releases[0]["lease"] == got["vm"]
-    assert fake.ops("verify")[-1]["result"] == "ok"
+    assert json.loads(releases[0]["arg"])["vm"] == got["vm"]
+    assert fake.ended("verify_destroyed")[-1]["result"] == "ok"
     record = fake.record("demo-1")
     assert record["closed"]["reason"] == "released", record["closed"]
     assert registry_rows(fake.registry_text()) == []
@@ -64,7 +64,7 @@ def check_release(fake, got):
 
 
 def end_session(binary, mode, trigger):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         env = {"MCP_RELAY_ON_EXIT": mode} if mode else {}
         if trigger == "parent-exited":
@@ -73,7 +73,7 @@ def end_session(binary, mode, trigger):
         else:
             with fake.relay(**env) as r:
                 r.initialize()
-                got = acquire(r)
+                got = acquire(r, image=fake.image)
                 pid = r.proc.pid
                 trigger_end(r, trigger)
                 code = r.wait(timeout=EXIT_S)
@@ -150,7 +150,7 @@ def end_by_parent_exit(fake, extra_env):
                      "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                                 "clientInfo": {"name": "t", "version": "1"}}})
         client.recv()
-        res = client.call(2, "relay_acquire", {"task": "demo", "image": "ubuntu2404", "extractions": []})
+        res = client.call(2, "relay_acquire", {"task": "demo", "image": fake.image, "extractions": []})
         assert res["isError"] is False, res
         launcher.kill()  # the parent goes away; stdin stays open
         launcher.wait()
@@ -193,13 +193,13 @@ def test_every_trigger_releases_with_release(binary):
 # -- the grace period -------------------------------------------------------------------------
 
 def test_grace_period_cancels_a_hung_acquisition_and_records_it_uncertain(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         # The lease request hangs at the backend (it never answers by itself).
-        fake.script({"acquire": [{"delayMs": 3600000}]})
+        fake.script([{"op": "acquire", "fault": "delay", "delayMs": 3600000, "times": 1}])
         with fake.relay(MCP_RELAY_SHUTDOWN_GRACE_MS=300) as r:
             r.initialize()
-            rid = send_call(r, "relay_acquire", {"task": "demo", "image": "ubuntu2404", "extractions": []})
+            rid = send_call(r, "relay_acquire", {"task": "demo", "image": fake.image, "extractions": []})
             fake.wait_ops("acquire", 1)
             r.close_stdin()
             assert r.wait(timeout=EXIT_S) == 0
@@ -208,7 +208,7 @@ def test_grace_period_cancels_a_hung_acquisition_and_records_it_uncertain(binary
         assert "an operation was still running" in stderr and "cancelling it" in stderr, stderr
         # The cancelled call gets no response.
         assert not any(json.loads(line).get("id") == rid for line in lines if line.strip()), lines
-        assert fake.ops("acquire-cancelled"), fake.ops()
+        assert [o["result"] for o in fake.ended("acquire")] == ["cancelled"], fake.ops()
         record = fake.record("demo-1")
         assert record["phase"] == "acquisition-uncertain", record["phase"]
         assert record["acquisitionInFlight"] is True
@@ -236,40 +236,40 @@ def test_grace_period_cancels_a_hung_acquisition_and_records_it_uncertain(binary
 
 
 def test_release_mode_lets_the_operation_in_flight_complete_first(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"delayMs": 1500}]})
+        fake.script([{"op": "acquire", "fault": "delay", "delayMs": 1500, "times": 1}])
         with fake.relay(MCP_RELAY_ON_EXIT="release", MCP_RELAY_SHUTDOWN_GRACE_MS=30000) as r:
             r.initialize()
-            rid = send_call(r, "relay_acquire", {"task": "demo", "image": "ubuntu2404", "extractions": []})
+            rid = send_call(r, "relay_acquire", {"task": "demo", "image": fake.image, "extractions": []})
             fake.wait_ops("acquire", 1)
             r.close_stdin()
             resp = response_for(r, rid, timeout=EXIT_S)
             assert resp["result"]["isError"] is False, resp  # answered while stdout works
             assert r.wait(timeout=EXIT_S) == 0
             assert "cancelling" not in r.stderr_text()
-        ops = [o["op"] for o in fake.ops(("acquired", "release"))]
-        assert ops == ["acquired", "release"], ops
+        ops = [(o["op"], o.get("result")) for o in fake.ops(("acquire:end", "release"))]
+        assert ops == [("acquire:end", "ok"), ("release", None)], ops
         assert fake.record("demo-1")["closed"]["reason"] == "released"
     finally:
         fake.cleanup()
 
 
 def test_hung_release_is_cancelled_then_released_directly(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay(MCP_RELAY_ON_EXIT="release", MCP_RELAY_SHUTDOWN_GRACE_MS=500) as r:
             r.initialize()
-            acquire(r)
+            acquire(r, image=fake.image)
             # The first destroy request hangs; the direct one after the grace succeeds.
-            fake.script({"release": [{"delayMs": 3600000}]})
+            fake.script([{"op": "release", "fault": "delay", "delayMs": 3600000, "times": 1}])
             r.close_stdin()
             assert r.wait(timeout=EXIT_S) == 0, r.stderr_text()
             stderr = r.stderr_text()
         assert "cancelling it" in stderr, stderr
         releases = fake.ops("release")
         assert len(releases) == 2, releases
-        assert fake.ops("release-cancelled"), fake.ops()
+        assert [o["result"] for o in fake.ended("release")] == ["cancelled", "ok"], fake.ops()
         assert fake.record("demo-1")["closed"]["reason"] == "released"
         assert registry_rows(fake.registry_text()) == []
     finally:
@@ -277,12 +277,13 @@ def test_hung_release_is_cancelled_then_released_directly(binary):
 
 
 def test_failed_release_keeps_the_record_and_exits_1(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay(MCP_RELAY_ON_EXIT="release") as r:
             r.initialize()
-            got = acquire(r)
-            fake.script({"release": [{"result": "fail", "reason": "backend refuses teardown", "times": -1}]})
+            got = acquire(r, image=fake.image)
+            fake.script([{"op": "release", "fault": "fail", "code": "unavailable",
+                          "reason": "backend refuses teardown", "times": -1}])
             r.close_stdin()
             assert r.wait(timeout=EXIT_S) == 1
             stderr = r.stderr_text()
@@ -296,19 +297,19 @@ def test_failed_release_keeps_the_record_and_exits_1(binary):
         assert len(registry_rows(fake.registry_text())) == 1
         assert fake.events(got["evidencePath"], "release-failed")
         # The machine is still there at the backend, owned by the kept record.
-        assert os.path.exists(os.path.join(fake.plugin_state, "leases", got["vm"] + ".json"))
+        assert os.path.exists(fake.lease_file(got["vm"]))
     finally:
         fake.cleanup()
 
 
 def test_second_sigterm_skips_the_rest_of_the_grace_period(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"delayMs": 3600000}]})
+        fake.script([{"op": "acquire", "fault": "delay", "delayMs": 3600000, "times": 1}])
         # A grace period longer than this test's patience: only the second signal ends it.
         with fake.relay(MCP_RELAY_SHUTDOWN_GRACE_MS=3600000) as r:
             r.initialize()
-            send_call(r, "relay_acquire", {"task": "demo", "image": "ubuntu2404", "extractions": []})
+            send_call(r, "relay_acquire", {"task": "demo", "image": fake.image, "extractions": []})
             fake.wait_ops("acquire", 1)
             r.signal(signal.SIGTERM)
             time.sleep(0.3)
@@ -321,12 +322,13 @@ def test_second_sigterm_skips_the_rest_of_the_grace_period(binary):
 
 
 def test_capacity_wait_stops_at_the_end_of_the_session(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"acquire": [{"result": "capacity", "reason": "limit reached", "times": -1}]})
+        fake.script([{"op": "acquire", "fault": "fail", "code": "at capacity", "reason": "limit reached",
+                          "times": -1}])
         with fake.relay() as r:
             r.initialize()
-            rid = send_call(r, "relay_acquire", {"task": "demo", "image": "ubuntu2404", "extractions": []})
+            rid = send_call(r, "relay_acquire", {"task": "demo", "image": fake.image, "extractions": []})
             fake.wait_ops("acquire", 1)
             r.close_stdin()
             resp = response_for(r, rid, timeout=EXIT_S)
@@ -340,12 +342,12 @@ def test_capacity_wait_stops_at_the_end_of_the_session(binary):
 
 
 def test_calls_queued_behind_a_running_one_are_refused(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        fake.script({"release": [{"delayMs": 1500}]})
+        fake.script([{"op": "release", "fault": "delay", "delayMs": 1500, "times": 1}])
         with fake.relay() as r:
             r.initialize()
-            acquire(r)
+            acquire(r, image=fake.image)
             first = send_call(r, "relay_release", {"guest": "demo-1"})
             fake.wait_ops("release", 1)
             second = send_call(r, "relay_release", {"guest": "demo-1"})
@@ -362,12 +364,13 @@ def test_calls_queued_behind_a_running_one_are_refused(binary):
 
 
 def test_failed_final_renewal_pauses_anyway_and_exits_1(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            got = acquire(r)
-            fake.script({"renew": [{"result": "fail", "reason": "service gone", "times": -1}]})
+            got = acquire(r, image=fake.image)
+            fake.script([{"op": "renew", "fault": "fail", "code": "unavailable", "reason": "service gone",
+                          "times": -1}])
             r.close_stdin()
             assert r.wait(timeout=EXIT_S) == 1
             assert "the final renewal of demo-1 failed: service gone" in r.stderr_text()
@@ -382,11 +385,11 @@ def test_failed_final_renewal_pauses_anyway_and_exits_1(binary):
 
 def test_sigkill_leaves_the_lease_to_the_backend(binary):
     # SIGKILL cannot be handled: nothing is paused or released; the window is the safety net.
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
         with fake.relay() as r:
             r.initialize()
-            acquire(r)
+            acquire(r, image=fake.image)
             kill9(r)
         assert fake.ops("release") == []
         assert len(fake.ops("renew")) == 0

@@ -2,14 +2,14 @@
 """The capture wait of relay_stage (spec/guest.md §11.3): when the image lists capture software and no
 test screenshot arrives within 120 s, staging fails with capture-unavailable and the capture
 command's last diagnostic, sending a progress notification every 5 s meanwhile. Uses
-machine-fake with tests/plugins/capture-fake (scripted to fail) selected by an environment
+the fault shim over reference-machine with tests/plugins/capture-fake (scripted to fail) selected by an environment
 profile. Takes about two minutes."""
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
-from runs_support import (_write_profile, build_dir, fake_so, run, stage, structured, text_of,  # noqa: E402
+from runs_support import (_write_profile, build_dir, shim_so, run, stage, structured, text_of,  # noqa: E402
                           variants)
 
 
@@ -17,12 +17,12 @@ def test_capture_unavailable_after_120_seconds(binary):
     capture = os.path.join(build_dir(binary), "tests", "plugins", "capture-fake.so")
     if not os.path.exists(capture):
         skip("capture-fake.so is not built (%s)" % capture)
-    for v in variants(binary, kinds=("fake",)):
+    for v in variants(binary, kinds=("shim",)):
         shots = os.path.join(v.root, "shots")
         os.makedirs(shots)
         open(os.path.join(shots, "fail-before"), "w").close()
         open(os.path.join(shots, "fail-after"), "w").close()
-        v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(v, {"machine": fake_so(binary), "capture": capture})
+        v.extra_env["VM_ENVIRONMENT_FILE"] = _write_profile(v, {"machine": shim_so(binary), "capture": capture})
         with v.relay(RELAY_FAKE_CAPTURE_DIR=shots) as r:
             r.initialize()
             g = v.acquire(r)

@@ -62,7 +62,7 @@ def test_probe_guest_before_and_after_staging(binary):
 
 
 def test_probe_refusals(binary):
-    for v in variants(binary, kinds=("fake",)):
+    for v in variants(binary, kinds=("shim",)):
         with v.relay() as r:
             r.initialize()
             res = r.call_tool("relay_probe", {"scope": "guest", "guest": "nobody-1"})
@@ -74,7 +74,7 @@ def test_probe_refusals(binary):
 def test_probe_without_python(binary):
     if not shutil.which("python3"):
         print("  python3 is missing here, so the ready case is what the other test covers")
-    for v in variants(binary, kinds=("fake",)):
+    for v in variants(binary, kinds=("shim",)):
         # A PATH without python3, node or tsx: each is reported not ready, with the shell's words.
         bindir = os.path.join(v.root, "minbin")
         os.makedirs(bindir)

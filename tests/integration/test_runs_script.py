@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """relay_script (spec/tools.md §3.6, spec/guest.md §6-§15): recorded runs in the four languages, timeouts
 that kill the whole process tree, the output bound, nonzero exits, the replay rule, the
-receiver lock, diagnostic scripts, cancellation and progress, over machine-fake,
-machine-local and transfer-ssh (runs_support.py)."""
+receiver lock, diagnostic scripts, cancellation and progress, over the fault shim on
+reference-machine, machine-local and transfer-ssh (runs_support.py)."""
 import json
 import os
 import random
@@ -100,7 +100,7 @@ def test_languages(binary):
 
 
 def test_step_derivation_and_reuse(binary):
-    for v in variants(binary, kinds=("fake",)):
+    for v in variants(binary, kinds=("shim",)):
         with v.relay() as r:
             r.initialize()
             g = staged_guest(v, r)
@@ -148,7 +148,7 @@ def test_timeout_kills_the_process_tree(binary):
             assert left == "0", "processes of the run survived: %s" % left
             # A script that ends on its own leaves what it started running (spec/guest.md §16.1),
             # and the result names it.
-            nap = "305.%d" % random.randint(1000, 9999)  # the fake's guest is this machine
+            nap = "305.%d" % random.randint(1000, 9999)  # the shim's (reference-machine's) guest is this machine
             s = structured(run(r, name, "sleep %s &\necho bye" % nap))
             assert s["outcome"]["kind"] == "completed" and s["stdout"] == "bye\n", s
             assert s["terminationConfirmed"] is True, s
@@ -324,7 +324,7 @@ def test_diagnostic_scripts(binary):
 
 
 def test_not_staged_and_sealed_refusals(binary):
-    for v in variants(binary, kinds=("fake",)):
+    for v in variants(binary, kinds=("shim",)):
         with v.relay() as r:
             r.initialize()
             g = v.acquire(r)
@@ -409,7 +409,7 @@ def test_cancellation(binary):
 
 
 def test_progress_while_a_run_lasts(binary):
-    for v in variants(binary, kinds=("fake",)):
+    for v in variants(binary, kinds=("shim",)):
         with v.relay() as r:
             r.initialize()
             g = staged_guest(v, r)

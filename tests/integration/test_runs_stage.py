@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """relay_stage (spec/tools.md §3.5, spec/guest.md §2-§4): pushes verified by the receiver, host path
 rules, limits before anything is sent, integrity, already-staged, unsupported platforms and
-recording resets, over machine-fake, machine-local and transfer-ssh (runs_support.py)."""
+recording resets, over the fault shim on reference-machine, machine-local and transfer-ssh
+(runs_support.py)."""
 import json
 import os
 import sys
@@ -24,6 +25,11 @@ def test_stage_pushes_verified_files(binary):
             r.initialize()
             g = v.acquire(r)
             name, root = g["guest"], g["guestRoot"]
+            if v.kind == "shim":
+                # The workspace's push refused as a transport built before RELAY_XFER_CALLER_VERIFIES
+                # refuses the flag (reference-machine knows it; the shim's script stands in).
+                v.write_control({"faults": [{"op": "push", "match": root + "/workspace", "fault": "fail",
+                                             "code": "unsupported flags", "times": 1}]})
             res = stage(r, name, workspace="ws", files=[{"local": "fixtures/users.csv", "path": "data/users.csv"}])
             assert res["isError"] is False, text_of(res)
             s = structured(res)
@@ -52,13 +58,12 @@ def test_stage_pushes_verified_files(binary):
             ev = events(g["evidencePath"], "stage")
             assert len(ev) == 1 and ev[0]["details"]["recordingSessionId"] == s["recordingSessionId"], ev
             assert os.listdir(os.path.join(g["evidencePath"], "host", "transfers")), "no transfer record"
-            if v.kind == "fake":
-                # The workspace goes with RELAY_XFER_CALLER_VERIFIES (the scan checks it); the
-                # fake refuses the flag like a transport built before it, and the core pushes
-                # again without it.
+            if v.kind == "shim":
+                # The workspace goes with RELAY_XFER_CALLER_VERIFIES (the scan checks it); refused
+                # like a transport built before it (the script above), the core pushes again without it.
                 pushes = [e["result"] for e in v.ops()
-                          if e.get("op") == "push" and e.get("path") == root + "/workspace"]
-                assert pushes == ["unsupported-flags", "ok"], pushes
+                          if e.get("op") == "push:end" and e.get("arg") == root + "/workspace"]
+                assert pushes == ["unsupported flags", "ok"], pushes
             journal = sh(r, name, "cat %s/state/journal/events.jsonl" % root)
             assert '"session-start"' in journal, journal
             # No transient file is left in the guest root.
@@ -96,7 +101,7 @@ def test_transfer_ssh_options(binary):
 
 
 def test_limits_refused_before_anything_is_sent(binary):
-    for v in variants(binary, kinds=("fake",)):
+    for v in variants(binary, kinds=("shim",)):
         many = os.path.join(v.project, "many")
         os.makedirs(many)
         for i in range(10001):
@@ -126,7 +131,7 @@ def test_limits_refused_before_anything_is_sent(binary):
 
 
 def test_host_path_rules(binary):
-    for v in variants(binary, kinds=("fake",)):
+    for v in variants(binary, kinds=("shim",)):
         p = v.project
         write_tree(p, {"ws/a.txt": "a", "real/x.txt": "x", "ok.sh": "echo ok\n"})
         os.symlink(os.path.join(p, "real"), os.path.join(p, "linked"))
@@ -171,7 +176,7 @@ def test_host_path_rules(binary):
 
 
 def test_changed_source_is_detected(binary):
-    for v in variants(binary, kinds=("fake", "ssh")):
+    for v in variants(binary, kinds=("shim", "ssh")):
         ws = os.path.join(v.project, "ws")
         write_tree(ws, {"steady.txt": "steady\n", "moving.txt": "x" * 4096})
         stop = threading.Event()
@@ -245,7 +250,7 @@ def test_already_staged_and_corrected_paths(binary):
 
 
 def test_unsupported_platform(binary):
-    for v in variants(binary, kinds=("fake",)):
+    for v in variants(binary, kinds=("shim",)):
         receivers = os.path.join(v.root, "receivers", "linux-riscv99")
         os.makedirs(receivers)
         with open(os.path.join(receivers, "receiver"), "w") as f:

@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lifecycle_support import Fake, acquire, status, wait_status  # noqa: E402
+from lifecycle_support import Shim, acquire, status, wait_status  # noqa: E402
 from relay_client import Relay, run_tests  # noqa: E402
 from support_common import structured, text_of  # noqa: E402
 
@@ -40,9 +40,9 @@ def one_shot(fake, calls, **env):
 
 @contextlib.contextmanager
 def live_relays(binary):
-    """(the Fake, a function starting a relay on the project's own identity); every relay
-    started is closed, and the Fake cleaned up, at the end."""
-    fake = Fake(binary)
+    """(the Shim, a function starting a relay on the project's own identity); every relay
+    started is closed, and the Shim cleaned up, at the end."""
+    fake = Shim(binary)
     started = []
 
     def start():
@@ -65,9 +65,9 @@ def settled(name):
 
 
 def test_one_shot_servers_in_a_row_share_the_project_guests(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        (acquired, st), _ = one_shot(fake, [("relay_acquire", {"task": "hello", "image": "ubuntu2404",
+        (acquired, st), _ = one_shot(fake, [("relay_acquire", {"task": "hello", "image": fake.image,
                                                                "extractions": []}),
                                             ("relay_status", {})])
         assert acquired["isError"] is False, text_of(acquired)
@@ -88,7 +88,7 @@ def test_one_shot_servers_in_a_row_share_the_project_guests(binary):
             r.close()
         # A third one sees it closed, and acquiring continues the names.
         (st, again), _ = one_shot(fake, [("relay_status", {}),
-                                         ("relay_acquire", {"task": "hello", "image": "ubuntu2404",
+                                         ("relay_acquire", {"task": "hello", "image": fake.image,
                                                             "extractions": []})])
         s = structured(st)
         assert [c["guest"] for c in s["closedGuests"]] == ["hello-1"], s
@@ -98,10 +98,10 @@ def test_one_shot_servers_in_a_row_share_the_project_guests(binary):
 
 
 def test_two_projects_never_share_an_identity(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     other = tempfile.mkdtemp(prefix="relay-other-project-")
     try:
-        (a,), _ = one_shot(fake, [("relay_acquire", {"task": "one", "image": "ubuntu2404", "extractions": []})])
+        (a,), _ = one_shot(fake, [("relay_acquire", {"task": "one", "image": fake.image, "extractions": []})])
         assert a["isError"] is False, text_of(a)
         (st,), _ = one_shot(fake, [("relay_status", {})], MCP_RELAY_PROJECT=other)
         s = structured(st)
@@ -116,7 +116,7 @@ def test_a_second_live_process_takes_a_fresh_identity(binary):
     with live_relays(binary) as (fake, start):
         first = start()
         first.initialize()
-        acquire(first, task="live")
+        acquire(first, task="live", image=fake.image)
         s1 = status(first)
         assert s1["sessionId"] == project_identity(fake.project), s1
         second = start()
@@ -129,7 +129,7 @@ def test_a_second_live_process_takes_a_fresh_identity(binary):
         assert "MCP_RELAY_SESSION" in note, note
         # It does not see the first one's guest, and it can acquire its own.
         assert s2["guests"] == [], s2
-        own = acquire(second, task="live")
+        own = acquire(second, task="live", image=fake.image)
         assert own["guest"] == "live-1", own
         with open(second.stderr_path, errors="replace") as f:
             err = f.read()
@@ -144,7 +144,7 @@ def test_a_restart_waits_for_the_ending_process_instead_of_a_fresh_identity(bina
     with live_relays(binary) as (fake, start):
         first = start()
         first.initialize()
-        acquire(first, task="restart")
+        acquire(first, task="restart", image=fake.image)
         first.close_stdin()
         second = start()
         second.initialize()
@@ -155,9 +155,9 @@ def test_a_restart_waits_for_the_ending_process_instead_of_a_fresh_identity(bina
 
 
 def test_a_fixed_session_keeps_working(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     try:
-        (a, st), _ = one_shot(fake, [("relay_acquire", {"task": "fixed", "image": "ubuntu2404",
+        (a, st), _ = one_shot(fake, [("relay_acquire", {"task": "fixed", "image": fake.image,
                                                         "extractions": []}),
                                      ("relay_status", {})], MCP_RELAY_SESSION="my-fixed-session")
         assert a["isError"] is False, text_of(a)
@@ -179,7 +179,7 @@ def test_a_fixed_session_keeps_working(binary):
 
 
 def test_claude_project_dir_is_the_project_when_mcp_relay_project_is_unset(binary):
-    fake = Fake(binary)
+    fake = Shim(binary)
     elsewhere = tempfile.mkdtemp(prefix="relay-cwd-")
     try:
         # Claude Code sets CLAUDE_PROJECT_DIR in the server's environment; the working folder

@@ -4,7 +4,7 @@
  *
  * Shipped implementations: machine-local (Linux namespace sandboxes, the
  * embedded default) and machine-service (HTTP to the loopback machine
- * service). tests/plugins/machine-fake is the libvirt-style test:/// driver.
+ * service). tests/plugins/machine-faultshim wraps any of them and injects faults.
  *
  * THE LEASE DOCUMENT. Every operation that returns a lease returns one JSON
  * object (UTF-8 text, owned by caller, free with host->free) with these keys;

@@ -88,6 +88,13 @@ typedef void relay_transport_stream;
  * new for a transport without it (a 1.0-1.3 ops table is shorter, so the
  * four slots read as NULL). spec/guest.md §17: the resident receiver. */
 #define RELAY_TRANSPORT_STREAM 0x10u
+/* A statement only (any ABI version; a core that does not know the bit
+ * ignores it): this transport cannot stop a running command when its call
+ * is cancelled. exec() still answers RELAY_E_CANCELLED promptly, but the
+ * command may run on to its end in the guest (machine-service: the
+ * service's POST /machines/<vm>/exec has no cancellation; dropping the
+ * request leaves the command running). plugin-test check 60 names it. */
+#define RELAY_TRANSPORT_EXEC_UNCANCELLABLE 0x20u
 
 /* Flags of exec(). The rules without flags, the same as host->process_run
  * with RELAY_PROCESS_EXEC_RULES (relay/host.h): envp is added to the guest

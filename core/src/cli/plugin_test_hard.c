@@ -81,6 +81,7 @@ static void cancel_exec(pt_run *run)
 	         PT_CANCELLED_SLEEP_S, run->guest_root);
 	snprintf(probe, sizeof probe, "test -e '%s/pt-cancel-marker' && echo survived || echo gone",
 	         run->guest_root);
+	bool uncancellable = (run->plugin->transport.traits & RELAY_TRANSPORT_EXEC_UNCANCELLABLE) != 0;
 	pt_exec_job job = {.run = run, .script = script, .call = relay_call_new_internal()};
 	atomic_init(&job.done, false);
 	pthread_t thread;
@@ -113,14 +114,28 @@ static void cancel_exec(pt_run *run)
 		        "exec answered RELAY_E_CANCELLED %lld ms after its call was cancelled: answer "
 		        "within %d ms",
 		        (long long)answer_ms, PT_CANCEL_PROMPT_MS);
-	else if (sh_prints(run, probe, "gone\n"))
-		pt_ran(run, 60);
+	else if (sh_prints(run, probe, "gone\n")) {
+		if (uncancellable)
+			pt_fail(
+			    run, 60,
+			    "the transport declares RELAY_TRANSPORT_EXEC_UNCANCELLABLE, but its cancelled "
+			    "exec stopped the command: drop the trait");
+		else
+			pt_ran(run, 60);
+	} else if (sh_prints(run, probe, "survived\n") && uncancellable)
+		pt_fail(
+		    run, 60,
+		    "exec cannot be cancelled: the transport declares RELAY_TRANSPORT_EXEC_UNCANCELLABLE, "
+		    "and its cancelled exec answered RELAY_E_CANCELLED while the command ran on and "
+		    "wrote its marker %d s in; the check passes only for a transport that stops a "
+		    "running command on cancellation",
+		    PT_CANCELLED_SLEEP_S);
 	else if (sh_prints(run, probe, "survived\n"))
 		pt_fail(run, 60,
 		        "exec answered RELAY_E_CANCELLED, but its command ran on and wrote its marker %d s "
 		        "in: stop the command itself on cancellation (kill its process group, or the "
 		        "backend's own cancellation of an exec); a backend that cannot cancel an exec "
-		        "cannot pass this check",
+		        "declares RELAY_TRANSPORT_EXEC_UNCANCELLABLE and cannot pass this check",
 		        PT_CANCELLED_SLEEP_S);
 	else
 		pt_fail(run, 60,

@@ -138,7 +138,7 @@ static relay_status publish_images(manager *m, guest *g, const dl_job *job, cons
 	if (snaps == NULL || json_object_array_length(snaps) == 0)
 		return RELAY_OK;
 	json_object *published = NULL;
-	relay_status st = image_delivery_publish_step(m, g, job->evidence, receipt, &published, err);
+	relay_status st = image_delivery_publish_step(m, g, job->evidence, &rc, &published, err);
 	size_t n = published ? json_object_array_length(published) : 0;
 	for (size_t i = 0; st == RELAY_OK && i < n; i++) {
 		json_object *p = json_object_array_get_idx(published, i);

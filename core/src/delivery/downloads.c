@@ -224,7 +224,7 @@ static void *worker_main(void *arg)
 
 /* ---- the API ----------------------------------------------------------------------- */
 
-void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, const json_object *receipt,
+void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, const gio_receipt *receipt,
                             const char *receipt_sha256, int64_t receipt_bytes)
 {
 	downloads_queue *q = queue_of(m, g);
@@ -245,7 +245,7 @@ void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, cons
 		return;
 	}
 	job->evidence = evidence;
-	job->receipt = receipt ? json_object_deep_copy_any(receipt) : NULL;
+	job->receipt = receipt && receipt->json ? json_object_deep_copy_any(receipt->json) : NULL;
 	if (receipt_sha256 && sha256_hex_valid(receipt_sha256)) {
 		snprintf(job->receipt_sha256, sizeof job->receipt_sha256, "%s", receipt_sha256);
 		job->receipt_bytes = receipt_bytes;

@@ -88,7 +88,7 @@ done:
 
 /* ---- relay_script -------------------------------------------------------------------- */
 
-void image_delivery_for_run(manager *m, guest *g, const json_object *request, const json_object *receipt,
+void image_delivery_for_run(manager *m, guest *g, const json_object *request, const gio_receipt *rc,
                             const char *recording, image_delivery_result *out)
 {
 	memset(out, 0, sizeof *out);
@@ -103,15 +103,13 @@ void image_delivery_for_run(manager *m, guest *g, const json_object *request, co
 	const char *rec = recording ? recording : c.evidence;
 	if (!idl_plan_captures(&c, request, "after"))
 		goto done;
-	if (receipt == NULL) {
+	if (rc == NULL) {
 		dctx_status(&c, IMAGE_STATUS_PENDING, NULL);
 		goto done;
 	}
-	gio_receipt rc;
-	gio_receipt_read(receipt, &rc);
-	json_object *ev = rc.image_evidence;
+	json_object *ev = rc->image_evidence;
 	char why[256];
-	if (ev == NULL || !idl_image_evidence_valid(ev, rc.session_id, rc.execution_id, why, sizeof why)) {
+	if (ev == NULL || !idl_image_evidence_valid(ev, rc->session_id, rc->execution_id, why, sizeof why)) {
 		dctx_status(&c, IMAGE_STATUS_INTEGRITY_FAILED, "%s",
 		            ev ? why : "the run's receipt has no imageEvidence");
 		goto done;
@@ -119,7 +117,7 @@ void image_delivery_for_run(manager *m, guest *g, const json_object *request, co
 	json_object *snap = idl_snapshot_for_phase(ev, "after");
 	if (snap == NULL) {
 		const char *st = jsonx_get_str(ev, "status");
-		const char *diag = rc.outcome.diagnostic;
+		const char *diag = rc->outcome.diagnostic;
 		if (idl_str_eq(st, "capture-failed"))
 			dctx_status(&c, IMAGE_STATUS_CAPTURE_FAILED,
 			            "the after-snapshot capture failed in the guest%s%s", diag ? ": " : "",
@@ -128,7 +126,7 @@ void image_delivery_for_run(manager *m, guest *g, const json_object *request, co
 			dctx_status(&c, IMAGE_STATUS_CAPTURE_UNKNOWN,
 			            "the after-snapshot's result cannot be decided%s%s", diag ? ": " : "",
 			            diag ? diag : "");
-		else if (rc.outcome.kind == GIO_OUTCOME_REFUSED)
+		else if (rc->outcome.kind == GIO_OUTCOME_REFUSED)
 			dctx_status(
 			    &c, IMAGE_STATUS_NOT_REQUESTED,
 			    "the run was refused before its script started; no after-image was taken");

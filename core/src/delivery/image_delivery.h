@@ -39,6 +39,7 @@
 #include "delivery/image_identity.h"
 #include "delivery/image_publish.h"
 #include "delivery/image_result.h"
+#include "guestio/receiver_api.h"
 #include "relay/status.h"
 #include "session/manager_internal.h"
 
@@ -57,8 +58,8 @@ void image_delivery_retrieve(manager *m, guest *g, const json_object *target, re
  * The imageDelivery of a recorded run's result (spec/images.md §8.1, spec/tools.md
  * §3.6 step 9). `request` is the run's request (spec/guest.md §6; its
  * snapshots.group and capture decide the plan; NULL: a standalone run with
- * snapshots on), `receipt` the receipt the host pulled and validated (NULL
- * when it did not come home), `recording` the run's evidence folder (NULL:
+ * snapshots on), `receipt` the receipt the host pulled and validated, as
+ * runs/ read it (NULL when it did not come home), `recording` the run's evidence folder (NULL:
  * the guest's current one). Gives:
  *   not-requested     snapshots off, or a first/member group event, or
  *                     imageEvidence not-requested
@@ -72,7 +73,7 @@ void image_delivery_retrieve(manager *m, guest *g, const json_object *target, re
  *   integrity-failed  a malformed after descriptor or a catalog conflict
  * Never talks to the guest.
  */
-void image_delivery_for_run(manager *m, guest *g, const json_object *request, const json_object *receipt,
+void image_delivery_for_run(manager *m, guest *g, const json_object *request, const gio_receipt *receipt,
                             const char *recording, image_delivery_result *out);
 
 #endif

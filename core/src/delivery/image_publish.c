@@ -41,9 +41,9 @@ static relay_status write_downloaded_receipt(const char *image_dir, json_object 
 	return st;
 }
 
-relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording,
-                                           const json_object *receipt, const json_object *part,
-                                           const void *data, size_t len, relay_error *err)
+relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording, const gio_receipt *rc,
+                                           const json_object *part, const void *data, size_t len,
+                                           relay_error *err)
 {
 	image_delivery_result unused;
 	memset(&unused, 0, sizeof unused);
@@ -57,11 +57,9 @@ relay_status image_delivery_publish_answer(manager *m, guest *g, const char *rec
 		st = err->code ? err->code : RELAY_E_INTERNAL;
 		goto cleanup;
 	}
-	gio_receipt rc;
-	gio_receipt_read(receipt, &rc);
-	json_object *ev = rc.image_evidence;
+	json_object *ev = rc->image_evidence;
 	char why[256];
-	if (ev == NULL || !idl_image_evidence_valid(ev, rc.session_id, rc.execution_id, why, sizeof why)) {
+	if (ev == NULL || !idl_image_evidence_valid(ev, rc->session_id, rc->execution_id, why, sizeof why)) {
 		st = relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s",
 		                     ev ? why : "the receipt has no imageEvidence");
 		goto cleanup;
@@ -120,9 +118,8 @@ cleanup:
 	return st;
 }
 
-relay_status image_delivery_publish_step(manager *m, guest *g, const char *recording,
-                                         const json_object *receipt, json_object **published_out,
-                                         relay_error *err)
+relay_status image_delivery_publish_step(manager *m, guest *g, const char *recording, const gio_receipt *rc,
+                                         json_object **published_out, relay_error *err)
 {
 	if (published_out)
 		*published_out = NULL;
@@ -136,12 +133,10 @@ relay_status image_delivery_publish_step(manager *m, guest *g, const char *recor
 		goto cleanup;
 	}
 	const char *rec = recording ? recording : c.evidence;
-	gio_receipt rc;
-	gio_receipt_read(receipt, &rc);
-	json_object *ev = rc.image_evidence;
-	const char *eid = rc.execution_id;
+	json_object *ev = rc->image_evidence;
+	const char *eid = rc->execution_id;
 	char why[256];
-	if (ev == NULL || !idl_image_evidence_valid(ev, rc.session_id, eid, why, sizeof why)) {
+	if (ev == NULL || !idl_image_evidence_valid(ev, rc->session_id, eid, why, sizeof why)) {
 		st = relay_error_set(err, RELAY_E_PROTOCOL, 0, "%s",
 		                     ev ? why : "the receipt has no imageEvidence");
 		goto cleanup;

@@ -18,6 +18,7 @@
 #include <json-c/json.h>
 #include <stddef.h>
 
+#include "guestio/receiver_api.h"
 #include "relay/status.h"
 #include "session/manager_internal.h"
 #include "util/error.h"
@@ -33,7 +34,7 @@
  * (RELAY_E_INTEGRITY for a conflicting original or catalog entry).
  */
 relay_status image_delivery_publish_step(manager *m, guest *g, const char *recording,
-                                         const json_object *receipt, json_object **published_out,
+                                         const gio_receipt *receipt, json_object **published_out,
                                          relay_error *err);
 
 /*
@@ -47,7 +48,7 @@ relay_status image_delivery_publish_step(manager *m, guest *g, const char *recor
  * RELAY_E_INTEGRITY when it is not the after-snapshot's bytes.
  */
 relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording,
-                                           const json_object *receipt, const json_object *part,
+                                           const gio_receipt *receipt, const json_object *part,
                                            const void *data, size_t len, relay_error *err);
 
 #endif

@@ -17,16 +17,18 @@
 #include <json-c/json.h>
 #include <stdint.h>
 
+#include "guestio/receiver_api.h"
 #include "session/manager_internal.h"
 
 /* Queues the step download of one recorded run (spec/evidence.md §5.1-§5.2).
  * `execution_id` is the run's id; `receipt` (borrowed, may be NULL when the
  * host holds no receipt: the job then archives the step's first files in
- * present mode) is the receipt pulled right after the run, whose bytes are
+ * present mode) is the receipt pulled right after the run as runs/ read it
+ * (the job keeps a copy of receipt->json), whose bytes are
  * pinned by `receipt_sha256` (may be NULL) and `receipt_bytes` (-1 when
  * unknown). Called once per run that reached the receiver, after the host
  * files of the run are written. */
-void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, const json_object *receipt,
+void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, const gio_receipt *receipt,
                             const char *receipt_sha256, int64_t receipt_bytes);
 
 /* Closes the guest's queue before a recording reset pulls the state

@@ -11,7 +11,7 @@
 
 #include "evidence/archive.h"
 #include "evidence/fswalk.h"
-#include "receiver_protocol.h"
+#include "receiver_records.h"
 #include "util/error.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"

@@ -1,6 +1,6 @@
 /*
  * evidence/review_video.c — a step's screen recording in the review
- * (MCP_RELAY_RECORD=video; the receipt's videoEvidence, receiver_protocol.h):
+ * (MCP_RELAY_RECORD=video; the receipt's videoEvidence, receiver_records.h):
  * the file named by the receipt must be in the package with the receipt's
  * size and SHA-256, else the derivation meets a hard error and the package
  * fails verification.
@@ -10,7 +10,7 @@
 
 #include "evidence/journal.h"
 #include "evidence/review_state.h"
-#include "receiver_protocol.h"
+#include "receiver_records.h"
 #include "util/jsonx.h"
 
 static bool name_ok(const char *s)

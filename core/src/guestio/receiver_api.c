@@ -279,6 +279,7 @@ char *gio_receipt_rel(const char *execution_id)
 void gio_receipt_read(const json_object *receipt, gio_receipt *out)
 {
 	memset(out, 0, sizeof *out);
+	out->json = (json_object *)receipt;
 	out->execution_id = jsonx_get_str(receipt, RECEIVER_RCPT_EXECUTION_ID);
 	out->session_id = jsonx_get_str(receipt, RECEIVER_RCPT_SESSION_ID);
 	out->request_sha256 = jsonx_get_str(receipt, RECEIVER_RCPT_REQUEST_SHA256);

@@ -3,8 +3,8 @@
  * as C: one typed function per receiver subcommand the rooms above use, so
  * no room builds a receiver argv array or reads a frame key as a literal.
  * The names and limits themselves are guest/receiver_protocol.h, which
- * scripts/layers keeps to guestio/ and runs/ (and evidence/, which reads the
- * receiver's records inside packages).
+ * scripts/layers keeps to guestio/ and runs/ (evidence/ reads the receiver's
+ * records inside packages through guest/receiver_records.h).
  *
  * Every function runs `R/receiver <subcommand> ...` through gio_receiver()
  * (guestio/receiver_cmd.c: the transient-retry rule, exit 2 =
@@ -130,10 +130,14 @@ typedef struct gio_outcome {
 void gio_outcome_read(const json_object *outcome, gio_outcome *out);
 
 /* A receipt (spec/guest.md §7.5) read once into what delivery/ and tools/ look
- * at; everything borrowed from the receipt JSON, NULL where absent. Reading
- * checks nothing: runs/ validates a receipt before anyone takes it
- * (run_receipt_problem). */
+ * at: runs/ reads the receipt it brought home and hands the struct on, and
+ * no room above it takes the receipt's JSON or names its keys. Everything
+ * is borrowed from the receipt JSON (`json`, which must outlive the struct),
+ * NULL where absent. Reading checks nothing: runs/ validates a receipt
+ * before anyone takes it (run_receipt_problem). */
 typedef struct gio_receipt {
+	json_object *json; /* the receipt itself, for what keeps or checks it whole
+	                      (a step download's copy, evidence_step_expected) */
 	const char *execution_id;
 	const char *session_id;
 	const char *request_sha256;

@@ -60,6 +60,7 @@ typedef struct run_ctx {
 	const char *channel; /* the execution record's `channel`: resident, one-shot or pushed */
 	uint64_t limit_ms;
 	json_object *frame, *receipt, *outcome;
+	gio_receipt rc; /* `receipt` read once (when it came home): what delivery/ takes */
 	int64_t receipt_bytes;
 	receipt_state rs;
 } run_ctx;
@@ -373,7 +374,8 @@ static void run_take_receipt(run_ctx *x, json_object *fr, const gio_run_answer *
 	                                           x->receipt_sha, &x->receipt_bytes, &perr) == RELAY_OK) {
 		x->rs = RECEIPT_HOME;
 		RELAY_FAILPOINT("run.after-receipt");
-		x->outcome = json_object_get(jsonx_get_obj(x->receipt, RECEIVER_RCPT_OUTCOME));
+		gio_receipt_read(x->receipt, &x->rc);
+		x->outcome = json_object_get(x->rc.outcome_json);
 	} else {
 		x->outcome = run_outcome_uncertain("the receipt could not be brought home: %s", perr.message);
 	}
@@ -437,7 +439,7 @@ static void run_read_answer(run_ctx *x, relay_status st, const gio_supervision *
 	if (x->receipt && answer.image) {
 		relay_error ierr;
 		memset(&ierr, 0, sizeof ierr);
-		if (image_delivery_publish_answer(x->m, x->g, x->evidence, x->receipt, answer.image_part,
+		if (image_delivery_publish_answer(x->m, x->g, x->evidence, &x->rc, answer.image_part,
 		                                  answer.image, answer.image_len, &ierr) != RELAY_OK)
 			log_warning(
 			    "relay_script %s: the after-image on the receiver's answer was not taken (%s); "
@@ -515,7 +517,7 @@ static int run_result_facts(run_ctx *x)
 	json_object *network = run_network_facts(x->m, x->g, x->exec_id);
 	if (network)
 		jsonx_add(out, "network", network);
-	json_object *ev = x->receipt ? jsonx_get_obj(x->receipt, RECEIVER_RCPT_IMAGE_EVIDENCE) : NULL;
+	json_object *ev = x->receipt ? x->rc.image_evidence : NULL;
 	jsonx_add(out, "imageEvidence", ev ? json_object_get(ev) : NULL);
 	json_object *recording = run_recording_fact(x->receipt, x->request);
 	if (recording)
@@ -528,7 +530,8 @@ static int run_result_facts(run_ctx *x)
 		              "the receiver recorded no execution, so no after-image exists");
 		jsonx_add(out, "imageDelivery", d);
 	} else {
-		image_delivery_for_run(x->m, x->g, x->request, x->receipt, x->evidence, &x->out->image);
+		image_delivery_for_run(x->m, x->g, x->request, x->receipt ? &x->rc : NULL, x->evidence,
+		                       &x->out->image);
 		jsonx_add(out, "imageDelivery", image_delivery_json(&x->out->image));
 	}
 	return run_finish(x->m, x->g, out, x->exec_id, x->out);
@@ -603,7 +606,7 @@ int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcom
 	/* The step's background download (spec/evidence.md §5): every run whose
 	 * request reached the receiver, with or without a receipt at home. */
 	if (x.rs != RECEIPT_NONE)
-		downloads_enqueue_step(m, g, x.exec_id, x.receipt,
+		downloads_enqueue_step(m, g, x.exec_id, x.receipt ? &x.rc : NULL,
 		                       x.rs == RECEIPT_HOME ? x.receipt_sha : NULL,
 		                       x.rs == RECEIPT_HOME ? x.receipt_bytes : -1);
 cleanup:

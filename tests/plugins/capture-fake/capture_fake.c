@@ -12,7 +12,7 @@
  * Without the variable, snapshots are off ("RELAY_FAKE_CAPTURE_DIR is not
  * set"). The variable is read at every plan, so a test sets it per relay.
  *
- * It works with a guest whose commands run on this host (machine-fake) or
+ * It works with a guest whose commands run on this host (reference-machine) or
  * that sees the same folder.
  */
 #include <json-c/json.h>

@@ -11,7 +11,15 @@
  *            lost: out-parameters are freed and it answers
  *            RELAY_E_INDETERMINATE (the backend acted, the caller cannot
  *            know it);
- *   "delay"  the call is forwarded after `delayMs` milliseconds.
+ *   "delay"  the call is forwarded after `delayMs` milliseconds (a call
+ *            cancelled meanwhile answers RELAY_E_CANCELLED unforwarded);
+ *   "hang"   the call is forwarded at once and its answer held back
+ *            `delayMs` milliseconds: the backend acted, so a relay killed
+ *            meanwhile leaves the effect behind; a call cancelled meanwhile
+ *            answers RELAY_E_CANCELLED (its answer freed);
+ *   "corrupt" (pull only) the file is pulled and its last byte changed on
+ *            the host while the answer's facts still describe the guest's
+ *            file: a transport that does not notice.
  *
  * Options (init configuration "options", or the environment for the
  * relay's MCP_RELAY_BACKEND use):
@@ -19,190 +27,59 @@
  *    "options": {...the real plugin's options},
  *    "faults": [{"op": "acquire"|"release"|..., "match": "<substring of the
  *                call's first text argument: spec, lease or purpose>",
- *                "nth": <1-based among matching calls; 0 or absent: every>,
- *                "fault": "fail"|"drop"|"delay",
+ *                "nth": <1-based among matching calls: the first it applies
+ *                        to; 0 or absent: from the first>,
+ *                "times": <how many calls it applies to; -1: no end; absent:
+ *                          1 with "nth", no end without>,
+ *                "fault": "fail"|"drop"|"delay"|"hang"|"corrupt",
  *                "code": "<status name of relay_status_str, e.g.
- *                         \"unavailable\">", "delayMs": <ms>}, ...]}
+ *                         \"unavailable\", \"at capacity\">",
+ *                "reason": "<the failure's message; default: the shim's>",
+ *                "delayMs": <ms>}, ...]}
  *                                                   MCP_RELAY_FAULTSHIM_FAULTS
+ * The first rule that applies to a call wins, so a list is a sequence:
+ * [{"op":"acquire","fault":"fail","code":"at capacity","times":2}] refuses
+ * twice and then forwards.
+ *
+ * A script that changes while the relay runs (MCP_RELAY_FAULTSHIM_CONTROL,
+ * else options "control"): a file holding {"faults": [...]}, read again at
+ * every operation when it changed (its counters start again); while it is
+ * named, it is the script. Beside "faults" (there or in the options),
+ * "leaseExtra" holds members merged into every lease document acquire,
+ * renew and inspect answer ({"ssh": {...}} for a lease the core reaches
+ * through transfer-ssh, {"display": ":5"} for a capture plugin), and
+ * "binding" answers binding in place of the wrapped plugin (another
+ * environment's store).
+ *
+ * The operation log (MCP_RELAY_FAULTSHIM_LOG, else options "log"): {"op":
+ * "init"} when a process loads the shim, then two JSON lines per call, one
+ * when it begins, {"op", "arg" (its first text argument: spec, lease or
+ * purpose; or null), "pid", "timeMs" (host->now_ms), "ttlMs" (renew only),
+ * "fault" (the rule's, or null)}, and one when it ends, the same with "op"
+ * "<op>:end" and "result" ("ok" or the status name). Tests read it to count
+ * what the backend was asked.
+ *
+ * The transport's traits are the wrapped plugin's (but the stream's) when
+ * MCP_RELAY_FAULTSHIM_PLUGIN names it as the loader calls the entry, and
+ * none when only options.plugin does.
  * The real plugin gets the same configuration with its own "options". An
  * optional operation it lacks answers RELAY_E_UNSUPPORTED (the shim's table
  * is fixed before init), except health, which then answers RELAY_OK with
- * no document (nothing to check, as the NULL slot means); a real plugin without a transport answers
- * RELAY_E_UNSUPPORTED at open. `mcp-relay plugin-test` checks 66 and 67 use
+ * no document (nothing to check, as the NULL slot means); a real plugin
+ * without a transport answers RELAY_E_UNSUPPORTED at open. `mcp-relay plugin-test` checks 66 and 67 use
  * purposes with "-retry-" and "-indeterminate-" for their faults
  * (docs/development.md, "The conformance runner").
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <json-c/json.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include "relay/machine.h"
-#include "relay/plugin.h"
-#include "relay/transport.h"
-
-#define FS_NAME      "machine-faultshim"
-#define FS_MAX_RULES 32
-
-typedef enum fs_fault { FS_FAIL, FS_DROP, FS_DELAY } fs_fault;
-
-typedef struct fs_rule {
-	char op[32];
-	char match[256]; /* "" matches every call */
-	unsigned nth;    /* 0 = every matching call */
-	unsigned seen;   /* matching calls so far; under fs_state.lock */
-	fs_fault fault;
-	relay_status code;
-	unsigned delay_ms;
-} fs_rule;
-
-typedef struct fs_state {
-	const relay_host *host;
-	const relay_plugin_descriptor *inner;
-	relay_machine_ops machine;     /* the real plugin's, copied by its size */
-	relay_transport_ops transport; /* zero when it has none */
-	relay_plugin_state *inner_state;
-	pthread_mutex_t lock; /* the rules' counters: operations run on many threads */
-	fs_rule rules[FS_MAX_RULES];
-	size_t rule_count;
-} fs_state;
-
-/* ---- the script ----------------------------------------------------------- */
-
-static const char *json_str(json_object *obj, const char *key)
-{
-	json_object *v = NULL;
-	return json_object_object_get_ex(obj, key, &v) && json_object_is_type(v, json_type_string)
-	           ? json_object_get_string(v)
-	           : NULL;
-}
-
-static relay_status status_named(const char *name, relay_status *out)
-{
-	for (int s = 1; s < RELAY_STATUS_COUNT_; s++)
-		if (name && strcmp(name, relay_status_str((relay_status)s)) == 0) {
-			*out = (relay_status)s;
-			return RELAY_OK;
-		}
-	return RELAY_E_INVALID_ARGUMENT;
-}
-
-static relay_status parse_rule(fs_state *st, json_object *r, relay_error *err)
-{
-	if (st->rule_count == FS_MAX_RULES)
-		return st->host->error_set(err, RELAY_E_TOO_LARGE, 0, "%s: at most %d faults", FS_NAME,
-		                           FS_MAX_RULES);
-	fs_rule *rule = &st->rules[st->rule_count];
-	memset(rule, 0, sizeof *rule);
-	const char *op = json_str(r, "op"), *fault = json_str(r, "fault"), *match = json_str(r, "match");
-	json_object *v = NULL;
-	if (op == NULL || fault == NULL || strlen(op) >= sizeof rule->op)
-		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                           "%s: a fault needs an \"op\" and a \"fault\"", FS_NAME);
-	snprintf(rule->op, sizeof rule->op, "%s", op);
-	snprintf(rule->match, sizeof rule->match, "%s", match ? match : "");
-	if (json_object_object_get_ex(r, "nth", &v))
-		rule->nth = (unsigned)json_object_get_int(v);
-	if (json_object_object_get_ex(r, "delayMs", &v))
-		rule->delay_ms = (unsigned)json_object_get_int(v);
-	rule->code = RELAY_E_UNAVAILABLE;
-	if (strcmp(fault, "fail") == 0)
-		rule->fault = FS_FAIL;
-	else if (strcmp(fault, "drop") == 0)
-		rule->fault = FS_DROP;
-	else if (strcmp(fault, "delay") == 0)
-		rule->fault = FS_DELAY;
-	else
-		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                           "%s: unknown fault %s; accepted: fail, drop, delay", FS_NAME,
-		                           fault);
-	const char *code = json_str(r, "code");
-	if (code && status_named(code, &rule->code) != RELAY_OK)
-		return st->host->error_set(
-		    err, RELAY_E_INVALID_ARGUMENT, 0,
-		    "%s: unknown code %s; give a name relay_status_str answers, such as "
-		    "\"unavailable\"",
-		    FS_NAME, code);
-	st->rule_count++;
-	return RELAY_OK;
-}
-
-static relay_status parse_faults(fs_state *st, json_object *faults, relay_error *err)
-{
-	if (faults == NULL)
-		return RELAY_OK;
-	if (!json_object_is_type(faults, json_type_array))
-		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                           "%s: \"faults\" must be an array", FS_NAME);
-	for (size_t i = 0; i < json_object_array_length(faults); i++) {
-		relay_status s = parse_rule(st, json_object_array_get_idx(faults, i), err);
-		if (s != RELAY_OK)
-			return s;
-	}
-	return RELAY_OK;
-}
-
-/* The rule that applies to this call of `op` with text argument `arg`
- * (may be NULL), counting it; NULL for none. */
-static const fs_rule *fs_match(fs_state *st, const char *op, const char *arg)
-{
-	const fs_rule *hit = NULL;
-	pthread_mutex_lock(&st->lock);
-	for (size_t i = 0; i < st->rule_count; i++) {
-		fs_rule *r = &st->rules[i];
-		if (strcmp(r->op, op) != 0 || (r->match[0] && (arg == NULL || strstr(arg, r->match) == NULL)))
-			continue;
-		r->seen++;
-		if (hit == NULL && (r->nth == 0 || r->seen == r->nth))
-			hit = r;
-	}
-	pthread_mutex_unlock(&st->lock);
-	return hit;
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec left = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-	while (nanosleep(&left, &left) != 0 && errno == EINTR) {
-	}
-}
-
-/* Before forwarding: RELAY_OK to forward, else the injected failure. */
-static relay_status fs_before(fs_state *st, const fs_rule *r, const char *op, relay_error *err)
-{
-	if (r == NULL)
-		return RELAY_OK;
-	if (r->fault == FS_DELAY)
-		sleep_ms(r->delay_ms);
-	if (r->fault != FS_FAIL)
-		return RELAY_OK;
-	st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: %s fails with %s", op,
-	              relay_status_str(r->code));
-	return st->host->error_set(err, r->code, 0, "%s: %s failed by the fault script (%s)", FS_NAME, op,
-	                           relay_status_str(r->code));
-}
-
-/* After forwarding: a "drop" turns a success into RELAY_E_INDETERMINATE
- * and frees what the call answered. */
-static relay_status fs_after(fs_state *st, const fs_rule *r, const char *op, relay_status status, char **out,
-                             relay_error *err)
-{
-	if (r == NULL || r->fault != FS_DROP || status != RELAY_OK)
-		return status;
-	if (out) {
-		st->host->free(*out);
-		*out = NULL;
-	}
-	st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: the answer of %s is dropped", op);
-	return st->host->error_set(err, RELAY_E_INDETERMINATE, 0,
-	                           "%s: the answer of %s was lost after it succeeded (fault script)", FS_NAME,
-	                           op);
-}
+#include "fs.h"
 
 static relay_status fs_missing(fs_state *st, const char *op, unsigned flags, relay_error *err)
 {
@@ -215,18 +92,22 @@ static relay_status fs_missing(fs_state *st, const char *op, unsigned flags, rel
 
 /* One forwarded operation with an out-parameter: `call_expr` calls the
  * real plugin and assigns `status`. */
-#define FS_FORWARD(st, opname, arg, out, err, present, call_expr)                                            \
+#define FS_FORWARD(st, opname, arg, ttl, call, out, err, present, call_expr)                                 \
 	do {                                                                                                 \
 		if (out)                                                                                     \
 			*(out) = NULL;                                                                       \
 		if (!(present))                                                                              \
 			return fs_missing((st), (opname), flags, (err));                                     \
-		const fs_rule *rule_ = fs_match((st), (opname), (arg));                                      \
-		relay_status status = fs_before((st), rule_, (opname), (err));                               \
-		if (status != RELAY_OK)                                                                      \
-			return status;                                                                       \
-		status = (call_expr);                                                                        \
-		return fs_after((st), rule_, (opname), status, (out), (err));                                \
+		fs_rule copy_;                                                                               \
+		const fs_rule *rule_ = fs_match((st), (opname), (arg), &copy_);                              \
+		fs_log((st), (opname), (arg), (ttl), rule_, false, RELAY_OK);                                \
+		relay_status status = fs_before((st), rule_, (opname), (call), (err));                       \
+		if (status == RELAY_OK) {                                                                    \
+			status = (call_expr);                                                                \
+			status = fs_after((st), rule_, (opname), status, (out), (call), (err));              \
+		}                                                                                            \
+		fs_log((st), (opname), (arg), (ttl), rule_, true, status);                                   \
+		return status;                                                                               \
 	} while (0)
 
 /* ---- machine -------------------------------------------------------------- */
@@ -235,7 +116,7 @@ static relay_status fs_acquire(relay_plugin_state *s, const char *spec, relay_ca
                                char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "acquire", spec, out, err, 1,
+	FS_FORWARD(st, "acquire", spec, -1, call, out, err, 1,
 	           st->machine.acquire(st->inner_state, spec, call, flags, out, err));
 }
 
@@ -243,7 +124,7 @@ static relay_status fs_renew(relay_plugin_state *s, const char *lease, uint64_t 
                              unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "renew", lease, out, err, 1,
+	FS_FORWARD(st, "renew", lease, (int64_t)ttl_ms, call, out, err, 1,
 	           st->machine.renew(st->inner_state, lease, ttl_ms, call, flags, out, err));
 }
 
@@ -251,7 +132,7 @@ static relay_status fs_inspect(relay_plugin_state *s, const char *lease, relay_c
                                char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "inspect", lease, out, err, 1,
+	FS_FORWARD(st, "inspect", lease, -1, call, out, err, 1,
 	           st->machine.inspect(st->inner_state, lease, call, flags, out, err));
 }
 
@@ -260,7 +141,7 @@ static relay_status fs_release(relay_plugin_state *s, const char *lease, const c
 {
 	fs_state *st = s;
 	char **none = NULL;
-	FS_FORWARD(st, "release", lease, none, err, 1,
+	FS_FORWARD(st, "release", lease, -1, call, none, err, 1,
 	           st->machine.release(st->inner_state, lease, reason, call, flags, err));
 }
 
@@ -268,7 +149,7 @@ static relay_status fs_verify_destroyed(relay_plugin_state *s, const char *lease
                                         unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "verify_destroyed", lease, out, err, 1,
+	FS_FORWARD(st, "verify_destroyed", lease, -1, call, out, err, 1,
 	           st->machine.verify_destroyed(st->inner_state, lease, call, flags, out, err));
 }
 
@@ -276,7 +157,7 @@ static relay_status fs_images(relay_plugin_state *s, relay_call *call, unsigned 
                               relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "images", NULL, out, err, 1,
+	FS_FORWARD(st, "images", NULL, -1, call, out, err, 1,
 	           st->machine.images(st->inner_state, call, flags, out, err));
 }
 
@@ -291,7 +172,7 @@ static relay_status fs_health(relay_plugin_state *s, relay_call *call, unsigned 
 			*out = NULL;
 		return RELAY_OK;
 	}
-	FS_FORWARD(st, "health", NULL, out, err, st->machine.health != NULL,
+	FS_FORWARD(st, "health", NULL, -1, call, out, err, st->machine.health != NULL,
 	           st->machine.health(st->inner_state, call, flags, out, err));
 }
 
@@ -299,7 +180,7 @@ static relay_status fs_catalog(relay_plugin_state *s, relay_call *call, unsigned
                                relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "catalog", NULL, out, err, st->machine.catalog != NULL,
+	FS_FORWARD(st, "catalog", NULL, -1, call, out, err, st->machine.catalog != NULL,
 	           st->machine.catalog(st->inner_state, call, flags, out, err));
 }
 
@@ -307,7 +188,7 @@ static relay_status fs_find_by_purpose(relay_plugin_state *s, const char *purpos
                                        unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "find_by_purpose", purpose, out, err, st->machine.find_by_purpose != NULL,
+	FS_FORWARD(st, "find_by_purpose", purpose, -1, call, out, err, st->machine.find_by_purpose != NULL,
 	           st->machine.find_by_purpose(st->inner_state, purpose, call, flags, out, err));
 }
 
@@ -315,7 +196,7 @@ static relay_status fs_doctor(relay_plugin_state *s, relay_call *call, unsigned 
                               relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "doctor", NULL, out, err, st->machine.doctor != NULL,
+	FS_FORWARD(st, "doctor", NULL, -1, call, out, err, st->machine.doctor != NULL,
 	           st->machine.doctor(st->inner_state, call, flags, out, err));
 }
 
@@ -326,7 +207,7 @@ static relay_status fs_console_capabilities(relay_plugin_state *s, relay_call *c
 {
 	fs_state *st = s;
 	const relay_machine_console_ops *c = st->machine.console_ops;
-	FS_FORWARD(st, "console_capabilities", NULL, out, err, c != NULL,
+	FS_FORWARD(st, "console_capabilities", NULL, -1, call, out, err, c != NULL,
 	           c->capabilities(st->inner_state, call, flags, out, err));
 }
 
@@ -335,7 +216,7 @@ static relay_status fs_console_resolve(relay_plugin_state *s, const char *lease,
 {
 	fs_state *st = s;
 	const relay_machine_console_ops *c = st->machine.console_ops;
-	FS_FORWARD(st, "console_resolve", lease, out, err, c != NULL,
+	FS_FORWARD(st, "console_resolve", lease, -1, call, out, err, c != NULL,
 	           c->resolve(st->inner_state, lease, call, flags, out, err));
 }
 
@@ -346,7 +227,7 @@ static relay_status fs_console_attempt(relay_plugin_state *s, bool open, const c
 {
 	fs_state *st = s;
 	const relay_machine_console_ops *c = st->machine.console_ops;
-	FS_FORWARD(st, open ? "console_open" : "console_cancel", lease, out, err, c != NULL,
+	FS_FORWARD(st, open ? "console_open" : "console_cancel", lease, -1, call, out, err, c != NULL,
 	           (open ? c->open : c->cancel)(st->inner_state, lease, console_id, attempt_id, call, flags,
 	                                        out, err));
 }
@@ -378,6 +259,14 @@ static relay_status fs_binding(relay_plugin_state *s, unsigned flags, char **out
 {
 	fs_state *st = s;
 	*out = NULL;
+	json_object *scripted = flags == 0 ? fs_script_obj(st, "binding") : NULL;
+	if (scripted) {
+		*out = st->host->strdup(json_object_to_json_string_ext(scripted, JSON_C_TO_STRING_PLAIN));
+		json_object_put(scripted);
+		return *out ? RELAY_OK
+		            : st->host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "%s: out of memory",
+		                                  FS_NAME);
+	}
 	if (st->machine.binding)
 		return st->machine.binding(st->inner_state, flags, out, err);
 	if (flags != 0)
@@ -418,16 +307,18 @@ static relay_status fs_open(relay_plugin_state *s, const char *lease, relay_call
 	*conn_out = NULL;
 	if (st->transport.open == NULL)
 		return fs_missing(st, "open", flags, err);
-	const fs_rule *rule = fs_match(st, "open", lease);
-	relay_status status = fs_before(st, rule, "open", err);
-	if (status != RELAY_OK)
-		return status;
-	status = st->transport.open(st->inner_state, lease, call, flags, conn_out, err);
-	if (rule && rule->fault == FS_DROP && status == RELAY_OK) {
+	fs_rule copy;
+	const fs_rule *rule = fs_match(st, "open", lease, &copy);
+	fs_log(st, "open", lease, -1, rule, false, RELAY_OK);
+	relay_status status = fs_before(st, rule, "open", call, err);
+	if (status == RELAY_OK)
+		status = st->transport.open(st->inner_state, lease, call, flags, conn_out, err);
+	if (rule && status == RELAY_OK &&
+	    (status = fs_after(st, rule, "open", status, NULL, call, err)) != RELAY_OK) {
 		st->transport.close(st->inner_state, *conn_out, 0);
 		*conn_out = NULL;
-		status = fs_after(st, rule, "open", status, NULL, err);
 	}
+	fs_log(st, "open", lease, -1, rule, true, status);
 	return status;
 }
 
@@ -444,17 +335,19 @@ static relay_status fs_exec(relay_plugin_state *s, relay_transport_conn *conn, c
 	fs_state *st = s;
 	const char *arg =
 	    req && req->argv ? req->argv[req->argv[0] && req->argv[1] && req->argv[2] ? 2 : 0] : NULL;
-	const fs_rule *rule = fs_match(st, "exec", arg);
-	relay_status status = fs_before(st, rule, "exec", err);
-	if (status != RELAY_OK)
-		return status;
-	status = st->transport.exec(st->inner_state, conn, req, call, flags, res, err);
-	if (rule && rule->fault == FS_DROP && status == RELAY_OK) {
+	fs_rule copy;
+	const fs_rule *rule = fs_match(st, "exec", arg, &copy);
+	fs_log(st, "exec", arg, -1, rule, false, RELAY_OK);
+	relay_status status = fs_before(st, rule, "exec", call, err);
+	if (status == RELAY_OK)
+		status = st->transport.exec(st->inner_state, conn, req, call, flags, res, err);
+	if (rule && status == RELAY_OK &&
+	    (status = fs_after(st, rule, "exec", status, NULL, call, err)) != RELAY_OK) {
 		st->host->free(res->out);
 		st->host->free(res->err);
 		res->out = res->err = NULL;
-		status = fs_after(st, rule, "exec", status, NULL, err);
 	}
+	fs_log(st, "exec", arg, -1, rule, true, status);
 	return status;
 }
 
@@ -463,22 +356,54 @@ static relay_status fs_push(relay_plugin_state *s, relay_transport_conn *conn, c
                             relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "push", remote, out, err, 1,
+	FS_FORWARD(st, "push", remote, -1, call, out, err, 1,
 	           st->transport.push(st->inner_state, conn, local, remote, call, flags, out, err));
+}
+
+/* The last byte of the regular file `path` changed in place (a tree is
+ * left alone). */
+static void corrupt_last_byte(fs_state *st, const char *path)
+{
+	FILE *f = fopen(path, "r+b");
+	int c = f && fseek(f, -1, SEEK_END) == 0 ? fgetc(f) : EOF;
+	if (c != EOF && fseek(f, -1, SEEK_END) == 0 && fputc(c ^ 0x5a, f) != EOF)
+		st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: the pull of %s arrives corrupted",
+		              path);
+	if (f)
+		fclose(f);
 }
 
 static relay_status fs_pull(relay_plugin_state *s, relay_transport_conn *conn, const char *remote,
                             const char *local, relay_call *call, unsigned flags, char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "pull", remote, out, err, 1,
-	           st->transport.pull(st->inner_state, conn, remote, local, call, flags, out, err));
+	if (out)
+		*out = NULL;
+	fs_rule copy;
+	const fs_rule *rule = fs_match(st, "pull", remote, &copy);
+	fs_log(st, "pull", remote, -1, rule, false, RELAY_OK);
+	relay_status status = fs_before(st, rule, "pull", call, err);
+	if (status == RELAY_OK)
+		status = st->transport.pull(st->inner_state, conn, remote, local, call, flags, out, err);
+	if (status == RELAY_OK && rule && rule->fault == FS_CORRUPT)
+		corrupt_last_byte(st, local);
+	else
+		status = fs_after(st, rule, "pull", status, out, call, err);
+	fs_log(st, "pull", remote, -1, rule, true, status);
+	return status;
 }
+
+/* The traits the shim forwards as they are (the stream's slots it has not). */
+#define FS_FORWARDED_TRAITS                                                                                  \
+	(RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS | RELAY_TRANSPORT_STDIO_BYTES |            \
+	 RELAY_TRANSPORT_MERGED_OUTPUT | RELAY_TRANSPORT_EXEC_UNCANCELLABLE)
 
 static const relay_transport_ops fs_transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
-    /* The wrapped transport's traits cannot be known before init: the core
-     * serialises operations and verifies transfers through the receiver. */
+    /* No traits when the wrapped plugin is named only at init (options.plugin):
+     * the core serialises operations and verifies transfers through the
+     * receiver. Named by MCP_RELAY_FAULTSHIM_PLUGIN, its traits are read when
+     * the loader calls the entry (fs_entry_setup, below). */
     .traits = 0,
     .open = fs_open,
     .close = fs_close,
@@ -486,6 +411,9 @@ static const relay_transport_ops fs_transport_ops = {
     .push = fs_push,
     .pull = fs_pull,
 };
+
+/* What the loader was given (fs_entry_setup, at the end). */
+static relay_transport_ops fs_transport_live;
 
 /* ---- init and fini --------------------------------------------------------- */
 
@@ -509,6 +437,13 @@ static relay_status load_inner(fs_state *st, const char *path, relay_error *err)
 	if ((d->kinds & RELAY_KIND_TRANSPORT) && d->transport != NULL &&
 	    d->transport_ops_size >= RELAY_TRANSPORT_OPS_MIN_SIZE)
 		relay_sized_copy(&st->transport, sizeof st->transport, d->transport, d->transport_ops_size);
+	uint32_t declared = fs_transport_live.traits & ~st->transport.traits;
+	if (declared != 0)
+		return st->host->error_set(
+		    err, RELAY_E_INVALID_ARGUMENT, 0,
+		    "%s: the shim declared the traits 0x%x of MCP_RELAY_FAULTSHIM_PLUGIN "
+		    "at load, which %s lacks: wrap the plugin that variable names",
+		    FS_NAME, declared, path);
 	return RELAY_OK;
 }
 
@@ -527,16 +462,26 @@ static char *inner_config(fs_state *st, json_object *config, json_object *option
 	return text;
 }
 
+/* An option of ours, else the environment's `name` (the relay's MCP_RELAY_BACKEND use). */
+static const char *option_or_env(json_object *options, const char *key, const char *name)
+{
+	const char *v = fs_json_str(options, key);
+	return v ? v : getenv(name);
+}
+
 static relay_status fs_setup(fs_state *st, const char *config_json, relay_error *err)
 {
 	json_object *config = json_tokener_parse(config_json), *options = NULL, *faults = NULL;
 	json_object_object_get_ex(config, "options", &options);
-	const char *path = json_str(options, "plugin");
-	if (path == NULL)
-		path = getenv("MCP_RELAY_FAULTSHIM_PLUGIN");
+	const char *path = option_or_env(options, "plugin", "MCP_RELAY_FAULTSHIM_PLUGIN");
 	json_object *env_faults = NULL;
 	if (!json_object_object_get_ex(options, "faults", &faults) && getenv("MCP_RELAY_FAULTSHIM_FAULTS"))
 		faults = env_faults = json_tokener_parse(getenv("MCP_RELAY_FAULTSHIM_FAULTS"));
+	const char *control = option_or_env(options, "control", "MCP_RELAY_FAULTSHIM_CONTROL");
+	const char *log = option_or_env(options, "log", "MCP_RELAY_FAULTSHIM_LOG");
+	snprintf(st->control, sizeof st->control, "%s", control ? control : "");
+	snprintf(st->log, sizeof st->log, "%s", log ? log : "");
+	st->doc = json_object_get(options);
 	relay_status status = RELAY_OK;
 	char *inner = NULL;
 	if (config == NULL || path == NULL)
@@ -545,7 +490,7 @@ static relay_status fs_setup(fs_state *st, const char *config_json, relay_error 
 		                             "MCP_RELAY_FAULTSHIM_PLUGIN",
 		                             FS_NAME);
 	if (status == RELAY_OK)
-		status = parse_faults(st, faults, err);
+		status = fs_parse_faults(st, faults, err);
 	if (status == RELAY_OK)
 		status = load_inner(st, path, err);
 	if (status == RELAY_OK && (inner = inner_config(st, config, options)) == NULL)
@@ -573,10 +518,12 @@ static relay_status fs_init(const relay_host *host, const char *config_json, uns
 	pthread_mutex_init(&st->lock, NULL);
 	relay_status status = fs_setup(st, config_json, err);
 	if (status != RELAY_OK) {
+		json_object_put(st->doc);
 		pthread_mutex_destroy(&st->lock);
 		host->free(st);
 		return status;
 	}
+	fs_log(st, "init", NULL, -1, NULL, false, RELAY_OK);
 	*state_out = st;
 	return RELAY_OK;
 }
@@ -588,6 +535,7 @@ static void fs_fini(relay_plugin_state *state)
 		return;
 	if (st->inner->fini)
 		st->inner->fini(st->inner_state);
+	json_object_put(st->doc);
 	pthread_mutex_destroy(&st->lock);
 	st->host->free(st);
 }
@@ -607,4 +555,33 @@ static const relay_plugin_descriptor fs_descriptor = {
     .transport_ops_size = sizeof(relay_transport_ops),
 };
 
-RELAY_PLUGIN_DEFINE_ENTRY(fs_descriptor)
+/* The descriptor the loader gets: fs_descriptor with the traits of the
+ * plugin MCP_RELAY_FAULTSHIM_PLUGIN names (masked to FS_FORWARDED_TRAITS),
+ * since the loader copies the transport table before init. Written once
+ * under fs_entry_once, only read after: the one mutable global. */
+static relay_plugin_descriptor fs_descriptor_live;
+static pthread_once_t fs_entry_once = PTHREAD_ONCE_INIT;
+
+static void fs_entry_setup(void)
+{
+	fs_transport_live = fs_transport_ops;
+	fs_descriptor_live = fs_descriptor;
+	fs_descriptor_live.transport = &fs_transport_live;
+	const char *path = getenv("MCP_RELAY_FAULTSHIM_PLUGIN");
+	void *handle = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL; /* never closed */
+	relay_plugin_entry_fn entry =
+	    handle ? (relay_plugin_entry_fn)dlsym(handle, RELAY_PLUGIN_ENTRY_SYMBOL) : NULL;
+	const relay_plugin_descriptor *d = entry ? entry(RELAY_ABI_VERSION) : NULL;
+	if (d && (d->kinds & RELAY_KIND_TRANSPORT) && d->transport &&
+	    d->transport_ops_size >= RELAY_TRANSPORT_OPS_MIN_SIZE)
+		fs_transport_live.traits = d->transport->traits & FS_FORWARDED_TRAITS;
+}
+
+RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version);
+RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)
+{
+	if (RELAY_ABI_MAJOR(host_abi_version) != RELAY_ABI_VERSION_MAJOR)
+		return NULL;
+	pthread_once(&fs_entry_once, fs_entry_setup);
+	return &fs_descriptor_live;
+}
