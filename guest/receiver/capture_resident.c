@@ -17,6 +17,7 @@
 #include "fsx.h"
 #include "json.h"
 #include "proc.h"
+#include "relay_support/fds.h"
 #include "util.h"
 
 #include "relay_support/fds.h"

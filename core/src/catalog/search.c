@@ -262,7 +262,7 @@ static void prune_diagnostics(const char *dir, int64_t now_ms)
 	free(names);
 }
 
-static void record_search(manager *m, const char *needle, const char *os, json_object *result,
+static void record_search(session_manager *m, const char *needle, const char *os, json_object *result,
                           const char *failure, const char *code, const catalog_view *v)
 {
 	int64_t now = clock_now_ms();
@@ -333,7 +333,7 @@ static void record_search(manager *m, const char *needle, const char *os, json_o
 
 /* ---- the search ---------------------------------------------------------------------------- */
 
-int catalog_search(manager *m, const char *name, const char *os, relay_call *call, catalog_found *out)
+int catalog_search(session_manager *m, const char *name, const char *os, relay_call *call, catalog_found *out)
 {
 	memset(out, 0, sizeof *out);
 	relay_outcome *o = &out->outcome;
@@ -349,7 +349,7 @@ int catalog_search(manager *m, const char *name, const char *os, relay_call *cal
 		             "Invalid relay_search input: /name search name must not be blank");
 		goto done;
 	}
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	if (machine == NULL || machine->machine.catalog == NULL) {
 		const char *why = machine == NULL ? (m->backends->load_errors[SLOT_MACHINE]

@@ -40,7 +40,8 @@ json_object *catalog_match(catalog_view *v, const char *needle, const char *os, 
  * records the search under <session>/search-diagnostics/. 0, or -1 with
  * the failure in out->outcome; free `out` with catalog_found_free in both
  * cases. Waits for the backends; call on a detached thread. */
-int catalog_search(manager *m, const char *name, const char *os, relay_call *call, catalog_found *out);
+int catalog_search(session_manager *m, const char *name, const char *os, relay_call *call,
+                   catalog_found *out);
 void catalog_found_free(catalog_found *found);
 
 #endif

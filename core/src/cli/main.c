@@ -64,32 +64,33 @@ typedef struct serve_state {
 } serve_state;
 
 /* The session answers the server's tools/call (mcp/server.h). */
-static void session_dispatch(void *backend, relay_tool tool, json_object *args, relay_call *call)
+static void serve_dispatch(void *backend, relay_tool tool, json_object *args, relay_call *call)
 {
-	manager_dispatch(backend, tool, args, call);
+	session_dispatch(backend, tool, args, call);
 }
 
-static int session_end(void *backend, const char *reason)
+static int serve_end(void *backend, const char *reason)
 {
-	return manager_end_session(backend, reason);
+	return session_end(backend, reason);
 }
 
-static void session_hurry_end(void *backend)
+static void serve_hurry_end(void *backend)
 {
-	manager_hurry_end(backend);
+	session_hurry_end(backend);
 }
 
 static const mcp_handler session_handler = {
-    .dispatch = session_dispatch,
-    .end_session = session_end,
-    .hurry_end = session_hurry_end,
+    .dispatch = serve_dispatch,
+    .end_session = serve_end,
+    .hurry_end = serve_hurry_end,
 };
 
 static void *start_manager(void *arg, char *errbuf, size_t errlen)
 {
 	serve_state *st = arg;
 	backends_select(&st->backends, &st->settings);
-	manager *m = manager_create(&st->settings, &st->backends, tools_session_hooks(), errbuf, errlen);
+	session_manager *m =
+	    session_create(&st->settings, &st->backends, tools_session_hooks(), errbuf, errlen);
 	/* The identity, and so the session folder, may have changed (a fresh
 	 * one when another live process holds the project's). */
 	char *results_dir = m ? fs_path_join(st->settings.session_dir, "results") : NULL;

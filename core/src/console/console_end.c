@@ -15,7 +15,7 @@
 
 #define CONSOLE_END_TIMEOUT_MS 30000
 
-void console_record_take_overs(manager *m, guest *g, const json_object *obs, const char *console_id,
+void console_record_take_overs(session_manager *m, guest *g, const json_object *obs, const char *console_id,
                                const char *attempt_id)
 {
 	json_object *takes = jsonx_get_array(jsonx_get_obj(obs, "live_view"), "take_overs");
@@ -29,29 +29,32 @@ void console_record_take_overs(manager *m, guest *g, const json_object *obs, con
 	}
 }
 
-/* The attempt to end, copied under the lock; NULL when none is active. */
-static char *active_attempt(manager *m, guest *g)
+/* The attempt to end, copied under the locks (the session's for the lease,
+ * then the slice's); NULL when none is active. */
+static char *active_attempt(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
+	slice_lock(g->console);
 	const char *id = jsonx_get_str(g->console->attempt, "attempt_id");
 	const char *status = jsonx_get_str(g->console->attempt, "status");
 	char *attempt_id = g->console->vnc && g->lease_document && id && !console_attempt_terminal(status)
 	                       ? strdup(id)
 	                       : NULL;
-	if (attempt_id) {
+	if (attempt_id)
 		jsonx_add_str(g->console->attempt, "status", "uncertain"); /* until the cancel answers */
+	slice_unlock(g->console);
+	if (attempt_id)
 		guest_save(g);
-	}
-	manager_unlock(m);
+	session_unlock(m);
 	return attempt_id;
 }
 
-void console_end_with_guest(manager *m, guest *g, relay_call *call, const char *why)
+void console_end_with_guest(session_manager *m, guest *g, relay_call *call, const char *why)
 {
 	char *attempt_id = active_attempt(m, g);
 	if (attempt_id == NULL)
 		return;
-	relay_call *own = call ? call : manager_internal_call(m, CONSOLE_END_TIMEOUT_MS);
+	relay_call *own = call ? call : session_internal_call(m, CONSOLE_END_TIMEOUT_MS);
 	json_object *obs = NULL;
 	console_guest_facts facts;
 	relay_outcome o = OUTCOME_INIT;
@@ -75,6 +78,6 @@ void console_end_with_guest(manager *m, guest *g, relay_call *call, const char *
 done:
 	outcome_free(&o);
 	if (call == NULL && own)
-		manager_internal_call_done(m, own);
+		session_internal_call_done(m, own);
 	free(attempt_id);
 }

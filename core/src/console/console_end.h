@@ -16,7 +16,7 @@
 
 /* One console-take-over event {console_id, attempt_id, start, end} per
  * entry of `obs`'s live_view.take_overs (a cancel's observation). */
-void console_record_take_overs(manager *m, guest *g, const json_object *obs, const char *console_id,
+void console_record_take_overs(session_manager *m, guest *g, const json_object *obs, const char *console_id,
                                const char *attempt_id);
 
 /* Cancels g's active or uncertain console attempt before its evidence is
@@ -26,6 +26,6 @@ void console_record_take_overs(manager *m, guest *g, const json_object *obs, con
  * stops the caller: the release that follows stops the viewer either way.
  * `call` may be NULL (an internal call bounded by 30 s is used). On g's
  * queue, without the lock. */
-void console_end_with_guest(manager *m, guest *g, relay_call *call, const char *why);
+void console_end_with_guest(session_manager *m, guest *g, relay_call *call, const char *why);
 
 #endif

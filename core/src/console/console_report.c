@@ -322,7 +322,7 @@ bool console_attempt_terminal(const char *status)
 
 /* ---- relay_acquire step 6 ---------------------------------------------------------------- */
 
-static const char *image_os(manager *m, const char *image, relay_call *call)
+static const char *image_os(session_manager *m, const char *image, relay_call *call)
 {
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	char *text = NULL;
@@ -343,8 +343,8 @@ static const char *image_os(manager *m, const char *image, relay_call *call)
 	return os;
 }
 
-int console_vnc_check(manager *m, const char *image, relay_call *call, const char **code_out, char *msg,
-                      size_t len)
+int console_vnc_check(session_manager *m, const char *image, relay_call *call, const char **code_out,
+                      char *msg, size_t len)
 {
 	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
 	*code_out = "console-unavailable";
@@ -425,22 +425,25 @@ static char *dup_or_null(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
-/* Under the lock. */
-static void read_facts(manager *m, guest *g, console_guest_facts *f)
+/* The facts of the guest's lease (`lease_text`, handed over; NULL when it
+ * holds none) and console slice. Under the slice's lock. */
+static void read_facts(guest *g, char *lease_text, console_guest_facts *f)
 {
-	(void)m;
 	memset(f, 0, sizeof *f);
-	if (g->lease_document == NULL)
+	json_object *lease = lease_text ? jsonx_parse_str(lease_text, NULL, 0) : NULL;
+	if (lease == NULL) {
+		free(lease_text);
 		return;
-	f->lease_text = jsonx_to_string(g->lease_document, 0);
-	f->vm = dup_or_null(jsonx_get_str(g->lease_document, "vm"));
-	f->lease_id = dup_or_null(jsonx_get_str(g->lease_document, "lease_id"));
-	json_object *lease_console = jsonx_get_obj(g->lease_document, "console");
+	}
+	f->lease_text = lease_text;
+	f->vm = dup_or_null(jsonx_get_str(lease, "vm"));
+	f->lease_id = dup_or_null(jsonx_get_str(lease, "lease_id"));
+	json_object *lease_console = jsonx_get_obj(lease, "console");
 	const char *console_id = jsonx_get_str(lease_console, "console_id");
 	if (console_id == NULL)
 		console_id = jsonx_get_str(g->console->observation, "console_id");
 	f->console_id = dup_or_null(console_id);
-	const char *fp = jsonx_get_str(jsonx_get_obj(g->lease_document, "record"), "environment_fingerprint");
+	const char *fp = jsonx_get_str(jsonx_get_obj(lease, "record"), "environment_fingerprint");
 	if (fp == NULL)
 		fp = jsonx_get_str(lease_console, "environment_fingerprint");
 	f->lease_fp = dup_or_null(fp);
@@ -448,27 +451,30 @@ static void read_facts(manager *m, guest *g, console_guest_facts *f)
 	f->attempt_status = dup_or_null(jsonx_get_str(g->console->attempt, "status"));
 	f->attempts_used =
 	    g->console->attempt_ids ? (int)json_object_array_length(g->console->attempt_ids) : 0;
+	json_object_put(lease);
 }
 
-void console_mark_unknown(manager *m, guest *g)
+void console_mark_unknown(session_manager *m, guest *g)
 {
-	manager_lock(m);
-	if (g->console->observation) {
+	slice_lock(g->console);
+	bool known = g->console->observation != NULL;
+	if (known)
 		jsonx_add_str(g->console->observation, "status", "unknown");
-		guest_save(g);
-	}
-	manager_unlock(m);
+	slice_unlock(g->console);
+	if (known)
+		guest_persist(m, g);
 }
 
-int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
+int console_resolve_guest(session_manager *m, guest *g, relay_call *call, json_object **obs_out,
                           console_guest_facts *facts_out, relay_outcome *o)
 {
 	*obs_out = NULL;
-	manager_wait_startup(m);
-	manager_lock(m);
+	session_wait_startup(m);
+	char *lease_text = guest_lease_text(m, g);
+	slice_lock(g->console);
 	bool vnc = g->console->vnc;
-	read_facts(m, g, facts_out);
-	manager_unlock(m);
+	read_facts(g, lease_text, facts_out);
+	slice_unlock(g->console);
 	console_guest_facts *f = facts_out;
 	if (!vnc || f->lease_text == NULL || f->lease_id == NULL || f->console_id == NULL) {
 		outcome_fail(
@@ -516,7 +522,7 @@ int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **
 	}
 	/* Step 5: store it; the current attempt follows the backend when the
 	 * report speaks of it. */
-	manager_lock(m);
+	slice_lock(g->console);
 	json_object_put(g->console->observation);
 	g->console->observation = json_object_get(obs);
 	const char *report_attempt = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "attempt_id");
@@ -527,8 +533,8 @@ int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **
 		free(f->attempt_status);
 		f->attempt_status = dup_or_null(status);
 	}
-	guest_save(g);
-	manager_unlock(m);
+	slice_unlock(g->console);
+	guest_persist(m, g);
 	*obs_out = obs;
 	return 0;
 fail:
@@ -548,7 +554,7 @@ static int console_named_check(const json_object *obs, const char *console_id, r
 	                    console_id, resolved_console ? resolved_console : "unknown");
 }
 
-int console_resolve_named(manager *m, guest *g, relay_call *call, const char *console_id,
+int console_resolve_named(session_manager *m, guest *g, relay_call *call, const char *console_id,
                           json_object **obs_out, console_guest_facts *facts_out, relay_outcome *o)
 {
 	if (console_resolve_guest(m, g, call, obs_out, facts_out, o) != 0)
@@ -561,9 +567,9 @@ int console_resolve_named(manager *m, guest *g, relay_call *call, const char *co
 	return -1;
 }
 
-json_object *console_attempt_request(manager *m, guest *g, relay_call *call, const console_guest_facts *facts,
-                                     console_operation operation, const char *console_id,
-                                     const char *attempt_id, relay_outcome *o)
+json_object *console_attempt_request(session_manager *m, guest *g, relay_call *call,
+                                     const console_guest_facts *facts, console_operation operation,
+                                     const char *console_id, const char *attempt_id, relay_outcome *o)
 {
 	bool opening = operation == CONSOLE_OPEN;
 	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
@@ -613,12 +619,12 @@ json_object *console_attempt_request(manager *m, guest *g, relay_call *call, con
 		return NULL;
 	}
 	const char *attempt_status = jsonx_get_str(jsonx_get_obj(obs, "attempt"), "status");
-	manager_lock(m);
+	slice_lock(g->console);
 	json_object_put(g->console->observation);
 	g->console->observation = json_object_get(obs);
 	jsonx_add_str(g->console->attempt, "status", attempt_status);
-	guest_save(g);
-	manager_unlock(m);
+	slice_unlock(g->console);
+	guest_persist(m, g);
 	json_object *d = json_object_new_object();
 	jsonx_add_str(d, "attempt_id", attempt_id);
 	jsonx_add_str(d, "status", attempt_status);
@@ -686,9 +692,9 @@ json_object *console_status_result(const char *guest_name, const json_object *ob
 	return r;
 }
 
-int console_acquisition_capabilities(manager *m, relay_call *call, relay_outcome *o)
+int console_acquisition_capabilities(session_manager *m, relay_call *call, relay_outcome *o)
 {
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	loaded_plugin *console = m->backends->plugins[SLOT_CONSOLE];
 	relay_error err;

@@ -34,7 +34,7 @@ json_object *console_capabilities_unconfigured(void);
  * console plugin's report normalised (or "unconfigured" without one). 0
  * with the capabilities in o->facts; -1 with backend-unavailable or
  * console-unavailable. Waits for the backends. */
-int console_acquisition_capabilities(manager *m, relay_call *call, relay_outcome *o);
+int console_acquisition_capabilities(session_manager *m, relay_call *call, relay_outcome *o);
 
 /* spec/machine-service.md §9.4: the allow-listed observation of a console
  * report, a new reference; NULL when schemaVersion is not 1. */
@@ -73,11 +73,11 @@ void console_guest_facts_free(console_guest_facts *facts);
  * with the failure in `o` (console-unavailable, backend-unavailable,
  * console-identity-mismatch; facts freed). Call without the lock, on g's
  * queue. */
-int console_resolve_guest(manager *m, guest *g, relay_call *call, json_object **obs_out,
+int console_resolve_guest(session_manager *m, guest *g, relay_call *call, json_object **obs_out,
                           console_guest_facts *facts_out, relay_outcome *o);
 
 /* Marks the stored observation's status "unknown" (a failed console call). */
-void console_mark_unknown(manager *m, guest *g);
+void console_mark_unknown(session_manager *m, guest *g);
 
 /* The console status result of spec/tools.md §3.11: {"guest", the observation's
  * fields, "screenshotEvidence": false, "leaseReleased": false}; `attempt`
@@ -88,7 +88,7 @@ json_object *console_status_result(const char *guest_name, const json_object *ob
  * is the one the resolved observation names (spec/tools.md §3.12 step 2,
  * §3.13; console-identity-mismatch otherwise): 0 with *obs_out and
  * *facts_out filled, or -1 with the failure in `o` (and nothing to free). */
-int console_resolve_named(manager *m, guest *g, relay_call *call, const char *console_id,
+int console_resolve_named(session_manager *m, guest *g, relay_call *call, const char *console_id,
                           json_object **obs_out, console_guest_facts *facts_out, relay_outcome *o);
 
 typedef enum console_operation { CONSOLE_OPEN, CONSOLE_CANCEL } console_operation;
@@ -102,16 +102,16 @@ typedef enum console_operation { CONSOLE_OPEN, CONSOLE_CANCEL } console_operatio
  * console-cancel-uncertain, marks the console unknown, and returns NULL
  * with outcome-unknown in `o` (facts: {attempt_id}). Call without the
  * lock, on g's queue. */
-json_object *console_attempt_request(manager *m, guest *g, relay_call *call, const console_guest_facts *facts,
-                                     console_operation operation, const char *console_id,
-                                     const char *attempt_id, relay_outcome *o);
+json_object *console_attempt_request(session_manager *m, guest *g, relay_call *call,
+                                     const console_guest_facts *facts, console_operation operation,
+                                     const char *console_id, const char *attempt_id, relay_outcome *o);
 
 /* The relay-side view of an attempt whose backend state is unknown. */
 json_object *console_uncertain_attempt(const char *attempt_id);
 
 /* relay_acquire step 6: with vnc: true the backend for the image's OS must
  * be available. 0 when it is; -1 with the refusal's code and message. */
-int console_vnc_check(manager *m, const char *image, relay_call *call, const char **code_out, char *msg,
-                      size_t len);
+int console_vnc_check(session_manager *m, const char *image, relay_call *call, const char **code_out,
+                      char *msg, size_t len);
 
 #endif

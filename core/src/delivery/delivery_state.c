@@ -5,9 +5,12 @@
  */
 #include "delivery/delivery_state.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 
+#include "session/slice.h"
 #include "util/jsonx.h"
+#include "util/record.h"
 
 static json_object *new_counters(void)
 {
@@ -23,24 +26,26 @@ static json_object *new_counters(void)
 	return d;
 }
 
-static void *slice_create(void)
-{
-	delivery_state *d = calloc(1, sizeof *d);
-	if (d == NULL)
-		return NULL;
-	d->extractions = json_object_new_array();
-	d->counters = new_counters();
-	return d;
-}
+/* The slice's facts in the ownership record (spec/lifecycle.md §9) and,
+ * with the declarations under their status name, in the status entry. */
+#define F(key, kind, field) RECORD_FIELD(delivery_state, key, kind, field)
+/* clang-format off */
+static const record_field record_fields[] = {
+    F("extractions", RECORD_JSON, extractions), F("fullWorkspace", RECORD_BOOL, full_workspace),
+    F("downloads", RECORD_JSON, counters)};
+static const record_field status_fields[] = {
+    F("declarations", RECORD_JSON, extractions), F("fullWorkspace", RECORD_BOOL, full_workspace),
+    F("downloads", RECORD_JSON, counters)};
+/* clang-format on */
+#undef F
 
-static void slice_destroy(void *slice)
+static void slice_reset(void *slice)
 {
 	delivery_state *d = slice;
-	if (d == NULL)
-		return;
-	json_object_put(d->extractions);
-	json_object_put(d->counters);
-	free(d);
+	if (d->extractions == NULL)
+		d->extractions = json_object_new_array();
+	if (d->counters == NULL)
+		d->counters = new_counters();
 }
 
 static void slice_reserve(guest *g, const json_object *args)
@@ -54,46 +59,10 @@ static void slice_reserve(guest *g, const json_object *args)
 	}
 }
 
-static void slice_to_record(const guest *g, json_object *r)
-{
-	const delivery_state *d = g->delivery;
-	jsonx_add(r, "extractions", d->extractions ? json_object_get(d->extractions) : NULL);
-	jsonx_add_bool(r, "fullWorkspace", d->full_workspace);
-	jsonx_add(r, "downloads", json_object_get(d->counters));
-}
-
-static void slice_from_record(guest *g, const json_object *r)
-{
-	delivery_state *d = g->delivery;
-	json_object_put(d->extractions);
-	json_object *extractions = NULL;
-	if (json_object_object_get_ex(r, "extractions", &extractions) && extractions)
-		d->extractions = json_object_get(extractions);
-	else
-		d->extractions = json_object_new_array();
-	d->full_workspace = false;
-	jsonx_get_bool(r, "fullWorkspace", &d->full_workspace);
-	json_object_put(d->counters);
-	json_object *counters = NULL;
-	if (json_object_object_get_ex(r, "downloads", &counters) && counters)
-		d->counters = json_object_get(counters);
-	else
-		d->counters = new_counters();
-}
-
-static void slice_to_status(const guest *g, json_object *s)
-{
-	const delivery_state *d = g->delivery;
-	jsonx_add(s, "declarations", d->extractions ? json_object_get(d->extractions) : NULL);
-	jsonx_add_bool(s, "fullWorkspace", d->full_workspace);
-	jsonx_add(s, "downloads", json_object_get(d->counters));
-}
-
 const guest_slice_ops delivery_slice_ops = {
-    .create = slice_create,
-    .destroy = slice_destroy,
+    .size = sizeof(delivery_state),
+    GUEST_SLICE_RECORD(record_fields),
+    GUEST_SLICE_STATUS(status_fields),
+    .reset = slice_reset,
     .reserve = slice_reserve,
-    .to_record = slice_to_record,
-    .from_record = slice_from_record,
-    .to_status = slice_to_status,
 };

@@ -5,9 +5,15 @@
  * lease.json) and queue (downloads.h). The session holds the pointer
  * (guest->delivery) and never looks inside.
  *
- * Locking: the fields are read and written under the manager's lock, like
- * the guest's own. delivery/ writes them; lease/ and runs/ read the
- * declarations for their results.
+ * Locking (session/guest.h): the slice has its own lock (head,
+ * session/slice.h; a leaf, after the session's lock). The declarations are
+ * written only by the slice operations, which run with both locks held, so
+ * they are read under either: lease/ and runs/ read them for their results
+ * under the session's, extraction_declarations() under the slice's. The
+ * counters and the queue pointer are the slice's alone: the download queue
+ * publishes its counters under it from inside its own lock, and downloads.c
+ * creates the queue under the session's lock (it reads the phase) and the
+ * slice's.
  */
 #ifndef RELAY_DELIVERY_DELIVERY_STATE_H
 #define RELAY_DELIVERY_DELIVERY_STATE_H
@@ -16,10 +22,12 @@
 #include <stdbool.h>
 
 #include "session/manager_internal.h"
+#include "session/slice.h"
 
 struct downloads_queue;
 
 typedef struct delivery_state {
+	slice_head head;          /* the slice's lock */
 	json_object *extractions; /* [{name, path}], from relay_acquire */
 	bool full_workspace;      /* relay_acquire's fullWorkspace */
 	json_object

@@ -129,8 +129,8 @@ cleanup:
 
 /* Publishes the step's display originals (spec/evidence.md §5.2, spec/images.md §5)
  * and names the record's image: the after-image when there is one. */
-static relay_status publish_images(manager *m, guest *g, const dl_job *job, const json_object *receipt,
-                                   attempt_out *out, relay_error *err)
+static relay_status publish_images(session_manager *m, guest *g, const dl_job *job,
+                                   const json_object *receipt, attempt_out *out, relay_error *err)
 {
 	gio_receipt rc;
 	gio_receipt_read(receipt, &rc);
@@ -172,8 +172,8 @@ static json_object *expected_minus(const json_object *b, const json_object *a)
 	return out;
 }
 
-static relay_status attempt_once(manager *m, guest *g, const dl_job *job, relay_call *call, attempt_out *out,
-                                 relay_error *err)
+static relay_status attempt_once(session_manager *m, guest *g, const dl_job *job, relay_call *call,
+                                 attempt_out *out, relay_error *err)
 {
 	guest_io io;
 	json_object *receipt = NULL, *expected = NULL, *facts = NULL, *more = NULL, *more_facts = NULL;
@@ -303,7 +303,7 @@ static bool pause_ms(relay_call *call, int64_t ms)
 
 /* Runs one job with its attempts. Returns the end status; *transient says
  * whether its last failure was transient. */
-const char *download_job_run(manager *m, guest *g, const dl_job *job, relay_call *call,
+const char *download_job_run(session_manager *m, guest *g, const dl_job *job, relay_call *call,
                              bool (*was_aborted)(void *ctx), void *aborted_ctx, bool *transient)
 {
 	*transient = false;

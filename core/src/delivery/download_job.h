@@ -56,7 +56,7 @@ void download_record_set(json_object *record, const char *key, const char *value
  * queue aborted the job (then it ends `cancelled` and writes nothing more)
  * or its deadline passed. Called without any lock.
  */
-const char *download_job_run(manager *m, guest *g, const dl_job *job, relay_call *call,
+const char *download_job_run(session_manager *m, guest *g, const dl_job *job, relay_call *call,
                              bool (*was_aborted)(void *ctx), void *aborted_ctx, bool *transient);
 
 #endif

@@ -38,7 +38,7 @@ typedef enum dl_state { DL_OPEN = 0, DL_CLOSING, DL_CLOSED } dl_state;
 static const char *const state_names[] = {"open", "closing", "closed"};
 
 struct downloads_queue {
-	manager *m;
+	session_manager *m;
 	guest *g;
 	pthread_mutex_t lock;
 	pthread_cond_t changed;
@@ -83,10 +83,10 @@ static void publish(downloads_queue *q)
 	jsonx_add_int(d, "coalesced", q->coalesced);
 	jsonx_add_bool(d, "paused", q->paused);
 	jsonx_add_str(d, "state", state_names[q->state]);
-	manager_lock(q->m);
+	slice_lock(q->g->delivery);
 	json_object_put(q->g->delivery->counters);
 	q->g->delivery->counters = d;
-	manager_unlock(q->m);
+	slice_unlock(q->g->delivery);
 	pthread_cond_broadcast(&q->changed);
 }
 
@@ -115,10 +115,11 @@ static json_object *json_object_deep_copy_any(const json_object *value)
 }
 
 /* The guest's queue, created on first use (counters continue those of the
- * record). */
-static downloads_queue *queue_of(manager *m, guest *g)
+ * record). The session's lock for the phase, the slice's for the rest. */
+static downloads_queue *queue_of(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
+	slice_lock(g->delivery);
 	downloads_queue *q = g->delivery->queue;
 	if (q == NULL) {
 		q = calloc(1, sizeof *q);
@@ -138,7 +139,17 @@ static downloads_queue *queue_of(manager *m, guest *g)
 			g->delivery->queue = q;
 		}
 	}
-	manager_unlock(m);
+	slice_unlock(g->delivery);
+	session_unlock(m);
+	return q;
+}
+
+/* The guest's queue if it has one (NULL otherwise), under the slice's lock. */
+static downloads_queue *queue_if_any(guest *g)
+{
+	slice_lock(g->delivery);
+	downloads_queue *q = g->delivery->queue;
+	slice_unlock(g->delivery);
 	return q;
 }
 
@@ -182,7 +193,7 @@ static void *worker_main(void *arg)
 		q->queued--;
 		q->running = job;
 		q->aborting = false;
-		relay_call *call = manager_internal_call(q->m, DOWNLOADS_DEADLINE_MS);
+		relay_call *call = session_internal_call(q->m, DOWNLOADS_DEADLINE_MS);
 		q->running_call = call;
 		publish(q);
 		pthread_mutex_unlock(&q->lock);
@@ -202,7 +213,7 @@ static void *worker_main(void *arg)
 
 		pthread_mutex_lock(&q->lock);
 		q->running_call = NULL;
-		manager_internal_call_done(q->m, call);
+		session_internal_call_done(q->m, call);
 		q->running = NULL;
 		job->ended = true;
 		job->end_status = status;
@@ -224,13 +235,13 @@ static void *worker_main(void *arg)
 
 /* ---- the API ----------------------------------------------------------------------- */
 
-void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, const gio_receipt *receipt,
-                            const char *receipt_sha256, int64_t receipt_bytes)
+void downloads_enqueue_step(session_manager *m, guest *g, const char *execution_id,
+                            const gio_receipt *receipt, const char *receipt_sha256, int64_t receipt_bytes)
 {
 	downloads_queue *q = queue_of(m, g);
-	manager_lock(m);
+	session_lock(m);
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (q == NULL || evidence == NULL || execution_id == NULL) {
 		free(evidence);
 		log_error("guest %s: cannot queue the step download of %s", g->name,
@@ -291,13 +302,12 @@ void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, cons
 	pthread_mutex_unlock(&q->lock);
 }
 
-void downloads_guest_reached(manager *m, guest *g)
+void downloads_guest_reached(session_manager *m, guest *g)
 {
 	if (in_download_worker)
 		return;
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	(void)m;
+	downloads_queue *q = queue_if_any(g);
 	if (q == NULL)
 		return;
 	pthread_mutex_lock(&q->lock);
@@ -334,7 +344,7 @@ static void coalesce_queued(downloads_queue *q, const char *by)
 	q->tail = NULL;
 }
 
-void downloads_close(manager *m, guest *g, const char *by, relay_call *call)
+void downloads_close(session_manager *m, guest *g, const char *by, relay_call *call)
 {
 	downloads_queue *q = queue_of(m, g);
 	if (q == NULL)
@@ -362,20 +372,20 @@ void downloads_close(manager *m, guest *g, const char *by, relay_call *call)
 	pthread_mutex_unlock(&q->lock);
 }
 
-void downloads_close_for_reset(manager *m, guest *g)
+void downloads_close_for_reset(session_manager *m, guest *g)
 {
 	downloads_close(m, g, "reset", NULL);
 }
 
-void downloads_reopen(manager *m, guest *g)
+void downloads_reopen(session_manager *m, guest *g)
 {
 	downloads_queue *q = queue_of(m, g);
 	if (q == NULL)
 		return;
 	pthread_mutex_lock(&q->lock);
-	manager_lock(m);
+	session_lock(m);
 	bool closed = g->phase == PHASE_CLOSED;
-	manager_unlock(m);
+	session_unlock(m);
 	if (!closed) {
 		q->state = DL_OPEN;
 		q->stopping = false;
@@ -386,11 +396,10 @@ void downloads_reopen(manager *m, guest *g)
 	pthread_mutex_unlock(&q->lock);
 }
 
-void downloads_shutdown(manager *m, guest *g)
+void downloads_shutdown(session_manager *m, guest *g)
 {
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	(void)m;
+	downloads_queue *q = queue_if_any(g);
 	if (q == NULL)
 		return;
 	pthread_mutex_lock(&q->lock);
@@ -412,11 +421,11 @@ void downloads_shutdown(manager *m, guest *g)
 	pthread_mutex_unlock(&q->lock);
 }
 
-int downloads_resume(manager *m, guest *g)
+int downloads_resume(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (evidence == NULL)
 		return 0;
 	strbuf dir = STRBUF_INIT;
@@ -486,12 +495,11 @@ static dl_job *find_job(downloads_queue *q, const char *execution_id, dl_job **p
 	return NULL;
 }
 
-downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execution_id,
+downloads_wait_result downloads_expedite(session_manager *m, guest *g, const char *execution_id,
                                          int64_t deadline_mono_ms, relay_call *call)
 {
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	(void)m;
+	downloads_queue *q = queue_if_any(g);
 	if (q == NULL || execution_id == NULL)
 		return DOWNLOADS_WAIT_NONE;
 	pthread_mutex_lock(&q->lock);
@@ -546,11 +554,10 @@ downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execu
 	return result;
 }
 
-bool downloads_pending(manager *m, guest *g, const char *execution_id)
+bool downloads_pending(session_manager *m, guest *g, const char *execution_id)
 {
-	manager_lock(m);
-	downloads_queue *q = g->delivery->queue;
-	manager_unlock(m);
+	(void)m;
+	downloads_queue *q = queue_if_any(g);
 	if (q == NULL || execution_id == NULL)
 		return false;
 	pthread_mutex_lock(&q->lock);
@@ -593,7 +600,7 @@ void downloads_free(guest *g)
 /* The end of the session in pause mode: the step download in flight is
  * aborted and writes nothing more; queued steps keep their `queued`
  * records for the next process (lifecycle.h). */
-void recording_detach(manager *m, guest *g)
+void recording_detach(session_manager *m, guest *g)
 {
 	downloads_shutdown(m, g);
 }
@@ -601,7 +608,7 @@ void recording_detach(manager *m, guest *g)
 /* At restart, for a staged guest not delivered: the steps whose records
  * still say `queued` are queued again. Nothing is replayed; the recording
  * itself needs nothing more on the host (lifecycle.h). */
-int recording_reattach(manager *m, guest *g, char *errbuf, size_t errlen)
+int recording_reattach(session_manager *m, guest *g, char *errbuf, size_t errlen)
 {
 	(void)errbuf;
 	(void)errlen;

@@ -57,26 +57,26 @@ typedef struct downloads_queue downloads_queue; /* guest->delivery->queue (deliv
 
 /* An operation reached the guest: lifts a pause. Called by the manager for
  * every guest transport use outside the download worker. */
-void downloads_guest_reached(manager *m, guest *g);
+void downloads_guest_reached(session_manager *m, guest *g);
 
 /* Takes the queue over for a lifecycle operation (§5.6 items 1-3): state
  * `closing`, pause lifted, waits only for the download in flight (within
  * its own deadline, or until `call` is cancelled), marks every job not yet
  * started `coalesced` with coalescedBy `by` ("finish", "release" or
  * "reset"). Returns when nothing runs. */
-void downloads_close(manager *m, guest *g, const char *by, relay_call *call);
+void downloads_close(session_manager *m, guest *g, const char *by, relay_call *call);
 
 /* The guest is gone (closed) or the session ends: aborts the download in
  * flight (it ends `cancelled` and writes nothing more: its record keeps
  * saying `queued`), keeps queued jobs and their records, state `closed`,
  * and stops the worker. Safe to call twice; downloads_reopen() starts it
  * again while the guest is held. */
-void downloads_shutdown(manager *m, guest *g);
+void downloads_shutdown(session_manager *m, guest *g);
 
 /* After a restart (recording reattached): queues again every step whose
  * record under host/evidence-downloads/ still says `queued`. Returns how
  * many were queued. */
-int downloads_resume(manager *m, guest *g);
+int downloads_resume(session_manager *m, guest *g);
 
 /* The recording hooks the lease room calls (lease/lifecycle.h describes
  * them; their bodies are here, below lease/, so lease includes this header
@@ -89,8 +89,8 @@ int downloads_resume(manager *m, guest *g);
  * recording_reattach(): at restart, for a staged guest not delivered: the
  * steps whose records still say `queued` are queued again
  * (downloads_resume). Nothing is replayed. Always 0 (errbuf untouched). */
-void recording_detach(manager *m, guest *g);
-int recording_reattach(manager *m, guest *g, char *errbuf, size_t errlen);
+void recording_detach(session_manager *m, guest *g);
+int recording_reattach(session_manager *m, guest *g, char *errbuf, size_t errlen);
 
 /* For relay_image (spec/images.md §7 step 4). */
 typedef enum downloads_wait_result {
@@ -106,13 +106,13 @@ typedef enum downloads_wait_result {
  * queued or running, waits until it ends, `deadline_mono_ms`
  * (clock_monotonic_ms) passes or `call` is cancelled. Nothing else is waited
  * for. */
-downloads_wait_result downloads_expedite(manager *m, guest *g, const char *execution_id,
+downloads_wait_result downloads_expedite(session_manager *m, guest *g, const char *execution_id,
                                          int64_t deadline_mono_ms, relay_call *call);
 
 /* True while the step download of `execution_id` is queued or running. */
-bool downloads_pending(manager *m, guest *g, const char *execution_id);
+bool downloads_pending(session_manager *m, guest *g, const char *execution_id);
 
-/* Frees the per-guest queue (worker stopped first). For manager_destroy /
+/* Frees the per-guest queue (worker stopped first). For session_destroy /
  * guest_free. */
 void downloads_free(guest *g);
 

@@ -44,14 +44,15 @@ const char *extraction_failure_code(extraction_failure failure)
 	return "transfer-failed";
 }
 
-json_object *extraction_declarations(manager *m, guest *g, bool *full_workspace_out)
+json_object *extraction_declarations(session_manager *m, guest *g, bool *full_workspace_out)
 {
-	manager_lock(m);
+	(void)m;
+	slice_lock(g->delivery);
 	json_object *decl =
 	    g->delivery->extractions ? json_object_get(g->delivery->extractions) : json_object_new_array();
 	if (full_workspace_out)
 		*full_workspace_out = g->delivery->full_workspace;
-	manager_unlock(m);
+	slice_unlock(g->delivery);
 	return decl;
 }
 
@@ -589,8 +590,8 @@ json_object *extraction_declaration(const json_object *decl, const char *name)
 
 /* A failed pull of relay_extract: lastError, the operation-failed event,
  * and the outcome (facts already hold what was pulled). Returns -1. */
-static int extract_failed(manager *m, guest *g, const char *name, const char *path, extraction_failure f,
-                          const relay_error *err, relay_outcome *o)
+static int extract_failed(session_manager *m, guest *g, const char *name, const char *path,
+                          extraction_failure f, const relay_error *err, relay_outcome *o)
 {
 	guest_set_last_error(m, g, "relay_extract of %s failed: %s", name, err->message);
 	json_object *details = json_object_new_object();
@@ -607,7 +608,7 @@ static int extract_failed(manager *m, guest *g, const char *name, const char *pa
 	                    name, err->message);
 }
 
-int extraction_pull_named(manager *m, guest *g, const json_object *names, const json_object *decl,
+int extraction_pull_named(session_manager *m, guest *g, const json_object *names, const json_object *decl,
                           relay_call *call, relay_outcome *o)
 {
 	json_object *facts = outcome_facts(o);

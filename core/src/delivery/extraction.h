@@ -59,7 +59,7 @@ extraction_failure extraction_pull(guest_io *io, const char *name, const char *p
 
 /* The declared outputs of the guest ([{name, path}], a new reference) and
  * whether the full workspace is declared. */
-json_object *extraction_declarations(manager *m, guest *g, bool *full_workspace_out);
+json_object *extraction_declarations(session_manager *m, guest *g, bool *full_workspace_out);
 
 /* The declaration named `name` in `decl` (as extraction_declarations()
  * returns it), borrowed, or NULL. */
@@ -73,7 +73,7 @@ json_object *extraction_declaration(const json_object *decl, const char *name);
  * and the facts {guest, extractions} of the outputs pulled before the
  * failure (they stay on disk); a failed pull also sets lastError and
  * records an operation-failed event. The guest is kept in every case. */
-int extraction_pull_named(manager *m, guest *g, const json_object *names, const json_object *decl,
+int extraction_pull_named(session_manager *m, guest *g, const json_object *names, const json_object *decl,
                           relay_call *call, relay_outcome *o);
 
 /* Pulls every declaration for finish (`strict_other` true) or release

@@ -42,14 +42,14 @@ static void progress(relay_call *call, int step, const char *what)
 
 /* Back to staged after a failure before delivery: the queue reopens,
  * lastError and an operation-failed event say what happened. Returns -1. */
-static int fail_kept(manager *m, guest *g, const finish_report *r, const char *code, const char *message,
-                     relay_outcome *o)
+static int fail_kept(session_manager *m, guest *g, const finish_report *r, const char *code,
+                     const char *message, relay_outcome *o)
 {
-	manager_lock(m);
+	session_lock(m);
 	if (g->phase == PHASE_FINISHING)
 		g->phase = PHASE_STAGED;
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	downloads_reopen(m, g);
 	guest_set_last_error(m, g, "relay_finish failed: %s", message);
 	json_object *details = json_object_new_object();
@@ -77,7 +77,7 @@ static char *path_in(const char *dir, const char *leaf)
 	return strbuf_detach(&sb, NULL);
 }
 
-json_object *finish_facts(manager *m, guest *g, const finish_report *report, bool released)
+json_object *finish_facts(session_manager *m, guest *g, const finish_report *report, bool released)
 {
 	json_object *r = json_object_new_object();
 	jsonx_add_str(r, "guest", g->name);
@@ -104,9 +104,9 @@ json_object *finish_facts(manager *m, guest *g, const finish_report *report, boo
 	          report->extractions ? json_object_get(report->extractions) : json_object_new_array());
 	jsonx_add_bool(r, "released", released);
 	jsonx_add_bool(r, "destructionVerified", released);
-	manager_lock(m);
-	jsonx_add(r, "guestsHeld", manager_open_guest_names_json(m));
-	manager_unlock(m);
+	session_lock(m);
+	jsonx_add(r, "guestsHeld", session_open_guest_names_json(m));
+	session_unlock(m);
 	return r;
 }
 
@@ -133,7 +133,7 @@ static void take_review(finish_report *r, evidence_delivery_result *res)
 
 /* The verdicts of an already delivered package (a retry after a failed
  * destruction): re-verified, not rewritten. */
-static relay_status reverify(manager *m, guest *g, finish_report *r, relay_error *err)
+static relay_status reverify(session_manager *m, guest *g, finish_report *r, relay_error *err)
 {
 	evidence_delivery_result res;
 	relay_status st = packaging_deliver(m, g, &res, err);
@@ -147,7 +147,7 @@ static relay_status reverify(manager *m, guest *g, finish_report *r, relay_error
 
 /* Steps 5-6: every declared output (a never-produced one is only
  * recorded), then the recording. */
-static int pull_outputs_and_recording(manager *m, guest *g, finish_report *r, relay_call *call,
+static int pull_outputs_and_recording(session_manager *m, guest *g, finish_report *r, relay_call *call,
                                       relay_outcome *o)
 {
 	relay_error err;
@@ -181,7 +181,7 @@ static int pull_outputs_and_recording(manager *m, guest *g, finish_report *r, re
 
 /* Steps 4-7: downloads, outputs, recording, package, verification; the
  * guest sealed. */
-static int deliver(manager *m, guest *g, finish_report *r, relay_call *call, relay_outcome *o)
+static int deliver(session_manager *m, guest *g, finish_report *r, relay_call *call, relay_outcome *o)
 {
 	relay_error err;
 	memset(&err, 0, sizeof err);
@@ -225,25 +225,25 @@ static int deliver(manager *m, guest *g, finish_report *r, relay_call *call, rel
 		    "this attempt were removed",
 		    o);
 	}
-	manager_lock(m);
+	session_lock(m);
 	g->delivered = true; /* sealed: later events go beside the package */
 	free(g->last_error);
 	g->last_error = NULL;
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	RELAY_FAILPOINT("finish.after-seal");
 	return 0;
 }
 
-int finish_package(manager *m, guest *g, relay_call *call, finish_report *report, relay_outcome *o)
+int finish_package(session_manager *m, guest *g, relay_call *call, finish_report *report, relay_outcome *o)
 {
 	memset(report, 0, sizeof *report);
-	manager_lock(m);
+	session_lock(m);
 	bool delivered = g->delivered;
 	report->evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
 	g->phase = PHASE_FINISHING;
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	guest_event(m, g, "finish", "relay_finish", NULL);
 
 	/* 3. An earlier finish delivered and verified: straight to step 8. One
@@ -260,9 +260,9 @@ int finish_package(manager *m, guest *g, relay_call *call, finish_report *report
 		                    "the package of %s was delivered earlier but does not verify now: %s; "
 		                    "the guest is kept",
 		                    g->name, err.message);
-	manager_lock(m);
+	session_lock(m);
 	g->delivered = true;
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	return 0;
 }

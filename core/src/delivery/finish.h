@@ -53,9 +53,9 @@ void finish_report_free(finish_report *r);
  * shape {guest, delivered: false, ...}: the guest is then kept (back to
  * staged, its queue reopened, lastError and an operation-failed event).
  */
-int finish_package(manager *m, guest *g, relay_call *call, finish_report *report, relay_outcome *o);
+int finish_package(session_manager *m, guest *g, relay_call *call, finish_report *report, relay_outcome *o);
 
 /* The finish result's delivery facts (spec/tools.md §3.9) with `released`. */
-json_object *finish_facts(manager *m, guest *g, const finish_report *report, bool released);
+json_object *finish_facts(session_manager *m, guest *g, const finish_report *report, bool released);
 
 #endif

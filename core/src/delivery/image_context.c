@@ -62,7 +62,7 @@ static json_object *normalized_backend(const json_object *binding)
 	return b;
 }
 
-bool dctx_init(dctx *c, manager *m, guest *g, relay_call *call, int64_t deadline_mono_ms,
+bool dctx_init(dctx *c, session_manager *m, guest *g, relay_call *call, int64_t deadline_mono_ms,
                image_delivery_result *out, relay_error *err)
 {
 	memset(c, 0, sizeof *c);
@@ -72,7 +72,7 @@ bool dctx_init(dctx *c, manager *m, guest *g, relay_call *call, int64_t deadline
 	c->deadline_mono_ms = deadline_mono_ms;
 	c->attempts_left = IMAGE_DELIVERY_ATTEMPTS;
 	c->out = out;
-	manager_lock(m);
+	session_lock(m);
 	c->owner = idl_dup(m->settings->session_id);
 	c->session_dir = idl_dup(m->settings->session_dir);
 	c->name = idl_dup(g->name);
@@ -85,7 +85,7 @@ bool dctx_init(dctx *c, manager *m, guest *g, relay_call *call, int64_t deadline
 	c->extractions = idl_json_copy(g->delivery->extractions);
 	c->staged = g->staged;
 	c->closed = g->phase == PHASE_CLOSED || g->delivered || g->released || g->closed != NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (c->owner == NULL || c->session_dir == NULL || c->name == NULL || c->backend == NULL) {
 		relay_error_set(err, RELAY_E_NO_MEMORY, 0, "out of memory reading guest %s",
 		                g->name ? g->name : "(unnamed)");

@@ -26,7 +26,7 @@
 #include "util/sha256.h"
 
 typedef struct dctx {
-	manager *m;
+	session_manager *m;
 	guest *g;
 	relay_call *call;
 	int64_t deadline_mono_ms;
@@ -62,7 +62,7 @@ typedef struct dctx {
  * (RELAY_E_NO_MEMORY), no lease yet (RELAY_E_NOT_FOUND), or the binding's
  * failure. `out` is where statuses go (borrowed); `call` may be NULL.
  * Call dctx_free() in every case. */
-bool dctx_init(dctx *c, manager *m, guest *g, relay_call *call, int64_t deadline_mono_ms,
+bool dctx_init(dctx *c, session_manager *m, guest *g, relay_call *call, int64_t deadline_mono_ms,
                image_delivery_result *out, relay_error *err);
 void dctx_free(dctx *c);
 

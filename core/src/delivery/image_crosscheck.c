@@ -55,7 +55,7 @@ bool idl_own_recording(dctx *c, const char *path, bool *current)
 char *idl_recording_owner_elsewhere(dctx *c, const char *session_id)
 {
 	char *owner = NULL;
-	manager_lock(c->m);
+	session_lock(c->m);
 	for (guest *o = c->m->guests; o && owner == NULL; o = o->next) {
 		if (o == c->g)
 			continue;
@@ -72,7 +72,7 @@ char *idl_recording_owner_elsewhere(dctx *c, const char *session_id)
 			               session_id))
 				owner = idl_dup(o->name);
 	}
-	manager_unlock(c->m);
+	session_unlock(c->m);
 	return owner;
 }
 
@@ -80,11 +80,11 @@ char *idl_recording_owner_elsewhere(dctx *c, const char *session_id)
 char *idl_guest_of_purpose(dctx *c, const char *purpose)
 {
 	char *name = NULL;
-	manager_lock(c->m);
+	session_lock(c->m);
 	for (guest *o = c->m->guests; o && name == NULL; o = o->next)
 		if (idl_str_eq(o->purpose, purpose))
 			name = idl_dup(o->name);
-	manager_unlock(c->m);
+	session_unlock(c->m);
 	return name;
 }
 

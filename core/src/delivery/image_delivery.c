@@ -27,7 +27,7 @@
 
 /* ---- relay_image --------------------------------------------------------------------- */
 
-void image_delivery_retrieve(manager *m, guest *g, const json_object *target, relay_call *call,
+void image_delivery_retrieve(session_manager *m, guest *g, const json_object *target, relay_call *call,
                              int64_t started_mono_ms, image_delivery_result *out)
 {
 	memset(out, 0, sizeof *out);
@@ -88,7 +88,7 @@ done:
 
 /* ---- relay_script -------------------------------------------------------------------- */
 
-void image_delivery_for_run(manager *m, guest *g, const json_object *request, const gio_receipt *rc,
+void image_delivery_for_run(session_manager *m, guest *g, const json_object *request, const gio_receipt *rc,
                             const char *recording, image_delivery_result *out)
 {
 	memset(out, 0, sizeof *out);

@@ -51,7 +51,7 @@
  * exports a folder, never acquires. Runs on the guest's queue; a closed
  * guest is allowed and answers stale-reference.
  */
-void image_delivery_retrieve(manager *m, guest *g, const json_object *target, relay_call *call,
+void image_delivery_retrieve(session_manager *m, guest *g, const json_object *target, relay_call *call,
                              int64_t started_mono_ms, image_delivery_result *out);
 
 /*
@@ -73,7 +73,7 @@ void image_delivery_retrieve(manager *m, guest *g, const json_object *target, re
  *   integrity-failed  a malformed after descriptor or a catalog conflict
  * Never talks to the guest.
  */
-void image_delivery_for_run(manager *m, guest *g, const json_object *request, const gio_receipt *receipt,
-                            const char *recording, image_delivery_result *out);
+void image_delivery_for_run(session_manager *m, guest *g, const json_object *request,
+                            const gio_receipt *receipt, const char *recording, image_delivery_result *out);
 
 #endif

@@ -29,7 +29,7 @@ bool idl_confirm_guest(dctx *c)
 		return true;
 	if (dctx_out_of_time(c, "confirming the guest"))
 		return false;
-	manager_wait_startup(c->m);
+	session_wait_startup(c->m);
 	loaded_plugin *machine = c->m->backends->plugins[SLOT_MACHINE];
 	char *lease = guest_lease_text(c->m, c->g);
 	relay_error err;
@@ -42,10 +42,10 @@ bool idl_confirm_guest(dctx *c)
 	if (machine && machine->machine.inspect) {
 		int64_t limit =
 		    dctx_remaining_ms(c) < CONFIRM_TIMEOUT_MS ? dctx_remaining_ms(c) : CONFIRM_TIMEOUT_MS;
-		relay_call *sub = manager_internal_call(c->m, limit);
+		relay_call *sub = session_internal_call(c->m, limit);
 		char *answer = NULL;
 		relay_status st = machine->machine.inspect(machine->state, lease, sub, 0, &answer, &err);
-		manager_internal_call_done(c->m, sub);
+		session_internal_call_done(c->m, sub);
 		json_object *doc = answer ? jsonx_parse_str(answer, NULL, 0) : NULL;
 		free(answer);
 		if (st == RELAY_E_NOT_FOUND) {
@@ -70,10 +70,10 @@ bool idl_confirm_guest(dctx *c)
 	if (ok && machine && machine->machine.health) {
 		int64_t limit =
 		    dctx_remaining_ms(c) < CONFIRM_TIMEOUT_MS ? dctx_remaining_ms(c) : CONFIRM_TIMEOUT_MS;
-		relay_call *sub = manager_internal_call(c->m, limit);
+		relay_call *sub = session_internal_call(c->m, limit);
 		memset(&err, 0, sizeof err);
 		relay_status st = machine->machine.health(machine->state, sub, 0, NULL, &err);
-		manager_internal_call_done(c->m, sub);
+		session_internal_call_done(c->m, sub);
 		if (st != RELAY_OK) {
 			dctx_status(c, IMAGE_STATUS_TRANSFER_FAILED,
 			            "the machine backend of guest %s failed its identity check: %s", c->name,
@@ -131,14 +131,14 @@ bool idl_guest_pull(dctx *c, const char *remote, const char *local, const char *
 			return false;
 		}
 		c->attempts_left--;
-		relay_call *sub = manager_internal_call(c->m, dctx_remaining_ms(c));
+		relay_call *sub = session_internal_call(c->m, dctx_remaining_ms(c));
 		relay_error err;
 		memset(&err, 0, sizeof err);
 		char *facts = NULL;
 		relay_status st = c->io.plugin->transport.pull(c->io.plugin->state, c->io.conn, remote, local,
 		                                               sub, 0, &facts, &err);
 		bool sub_cancelled = relay_call_is_cancelled(sub);
-		manager_internal_call_done(c->m, sub);
+		session_internal_call_done(c->m, sub);
 		free(facts);
 		if (st == RELAY_OK) {
 			struct stat sb;

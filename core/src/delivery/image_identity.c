@@ -209,7 +209,7 @@ cleanup:
 	return image;
 }
 
-json_object *image_delivery_display_image(manager *m, guest *g, const char *recording,
+json_object *image_delivery_display_image(session_manager *m, guest *g, const char *recording,
                                           const json_object *snapshot, bool catalog, char **file_name_out,
                                           relay_error *err)
 {

@@ -57,7 +57,7 @@ json_object *idl_snapshot_for_phase(const json_object *ev, const char *phase);
  * (RELAY_E_PROTOCOL) or a catalog conflict (RELAY_E_INTEGRITY).
  * *file_name_out (may be NULL) receives the snapshot's fileName (malloc'd).
  */
-json_object *image_delivery_display_image(manager *m, guest *g, const char *recording,
+json_object *image_delivery_display_image(session_manager *m, guest *g, const char *recording,
                                           const json_object *snapshot, bool catalog, char **file_name_out,
                                           relay_error *err);
 

@@ -41,9 +41,9 @@ static relay_status write_downloaded_receipt(const char *image_dir, json_object 
 	return st;
 }
 
-relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording, const gio_receipt *rc,
-                                           const json_object *part, const void *data, size_t len,
-                                           relay_error *err)
+relay_status image_delivery_publish_answer(session_manager *m, guest *g, const char *recording,
+                                           const gio_receipt *rc, const json_object *part, const void *data,
+                                           size_t len, relay_error *err)
 {
 	image_delivery_result unused;
 	memset(&unused, 0, sizeof unused);
@@ -118,8 +118,8 @@ cleanup:
 	return st;
 }
 
-relay_status image_delivery_publish_step(manager *m, guest *g, const char *recording, const gio_receipt *rc,
-                                         json_object **published_out, relay_error *err)
+relay_status image_delivery_publish_step(session_manager *m, guest *g, const char *recording,
+                                         const gio_receipt *rc, json_object **published_out, relay_error *err)
 {
 	if (published_out)
 		*published_out = NULL;

@@ -33,7 +33,7 @@
  * [{imageId, phase}] of what was published. A failure of one image stops
  * (RELAY_E_INTEGRITY for a conflicting original or catalog entry).
  */
-relay_status image_delivery_publish_step(manager *m, guest *g, const char *recording,
+relay_status image_delivery_publish_step(session_manager *m, guest *g, const char *recording,
                                          const gio_receipt *receipt, json_object **published_out,
                                          relay_error *err);
 
@@ -47,7 +47,7 @@ relay_status image_delivery_publish_step(manager *m, guest *g, const char *recor
  * attaches it. A later step download finds it published and keeps it.
  * RELAY_E_INTEGRITY when it is not the after-snapshot's bytes.
  */
-relay_status image_delivery_publish_answer(manager *m, guest *g, const char *recording,
+relay_status image_delivery_publish_answer(session_manager *m, guest *g, const char *recording,
                                            const gio_receipt *receipt, const json_object *part,
                                            const void *data, size_t len, relay_error *err);
 

@@ -11,14 +11,14 @@
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
-relay_status network_evidence_write(manager *m, guest *g, const char *evidence, relay_error *err)
+relay_status network_evidence_write(session_manager *m, guest *g, const char *evidence, relay_error *err)
 {
-	manager_lock(m);
+	session_lock(m);
 	bool egress = g->network && strcmp(g->network, "nat") != 0;
 	char *mode = egress ? strdup(g->network) : NULL;
 	strbuf log = STRBUF_INIT, out = STRBUF_INIT;
 	strbuf_printf(&log, "%s/network.jsonl", g->dir);
-	manager_unlock(m);
+	session_unlock(m);
 	strbuf_printf(&out, "%s/network.json", evidence);
 	relay_status st = RELAY_OK;
 	if (!egress)

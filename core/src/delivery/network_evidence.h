@@ -10,6 +10,6 @@
 
 /* Writes <evidence>/network.json for a guest under allow or internet (a
  * guest under nat has none). Before the manifest, so it is listed there. */
-relay_status network_evidence_write(manager *m, guest *g, const char *evidence, relay_error *err);
+relay_status network_evidence_write(session_manager *m, guest *g, const char *evidence, relay_error *err);
 
 #endif

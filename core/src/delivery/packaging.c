@@ -248,16 +248,16 @@ cleanup:
 
 /* ---- delivery ------------------------------------------------------------------------------- */
 
-void packaging_identity_init(manager *m, guest *g, packaging_identity *out)
+void packaging_identity_init(session_manager *m, guest *g, packaging_identity *out)
 {
 	memset(out, 0, sizeof *out);
-	manager_lock(m);
+	session_lock(m);
 	out->guest = g->name ? strdup(g->name) : NULL;
 	out->image = g->image ? strdup(g->image) : NULL;
 	out->purpose = g->purpose ? strdup(g->purpose) : NULL;
 	if (g->acquired_at_ms > 0)
 		time_format_iso_millis(g->acquired_at_ms, out->acquired_at);
-	manager_unlock(m);
+	session_unlock(m);
 	out->identity.guest = out->guest;
 	out->identity.image = out->image;
 	out->identity.task_id = out->purpose;
@@ -272,7 +272,7 @@ void packaging_identity_free(packaging_identity *id)
 	memset(id, 0, sizeof *id);
 }
 
-static relay_status deliver_folder(manager *m, const char *folder, const packaging_identity *id,
+static relay_status deliver_folder(session_manager *m, const char *folder, const packaging_identity *id,
                                    const char *session_id, evidence_delivery_result *result, relay_error *err)
 {
 	evidence_delivery_options opts;
@@ -284,11 +284,11 @@ static relay_status deliver_folder(manager *m, const char *folder, const packagi
 	return evidence_package_deliver(folder, &opts, result, err);
 }
 
-relay_status packaging_deliver_previous(manager *m, guest *g, relay_error *err)
+relay_status packaging_deliver_previous(session_manager *m, guest *g, relay_error *err)
 {
-	manager_lock(m);
+	session_lock(m);
 	json_object *prev = g->previous_evidence ? json_object_get(g->previous_evidence) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	packaging_identity id;
 	packaging_identity_init(m, g, &id);
 	relay_status st = RELAY_OK;
@@ -319,11 +319,12 @@ relay_status packaging_deliver_previous(manager *m, guest *g, relay_error *err)
 	return st;
 }
 
-relay_status packaging_deliver(manager *m, guest *g, evidence_delivery_result *result, relay_error *err)
+relay_status packaging_deliver(session_manager *m, guest *g, evidence_delivery_result *result,
+                               relay_error *err)
 {
-	manager_lock(m);
+	session_lock(m);
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (evidence == NULL) {
 		memset(result, 0, sizeof *result);
 		return relay_error_set(err, RELAY_E_NOT_FOUND, 0, "guest %s has no evidence folder", g->name);
@@ -336,11 +337,11 @@ relay_status packaging_deliver(manager *m, guest *g, evidence_delivery_result *r
 	return st;
 }
 
-void packaging_record_delivery_error(manager *m, guest *g, const char *error_text)
+void packaging_record_delivery_error(session_manager *m, guest *g, const char *error_text)
 {
-	manager_lock(m);
+	session_lock(m);
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (evidence) {
 		relay_error err;
 		if (evidence_write_delivery_error(evidence, error_text, clock_now_ms(), &err) != RELAY_OK)
@@ -364,15 +365,15 @@ static json_object *delivery_error_json(const char *text)
 	return e;
 }
 
-json_object *release_package(manager *m, guest *g, relay_call *call)
+json_object *release_package(session_manager *m, guest *g, relay_call *call)
 {
 	json_object *out = json_object_new_object();
 	json_object *incomplete = NULL, *done = NULL;
 	char *failure = NULL;
 	bool delivered = false;
-	manager_lock(m);
+	session_lock(m);
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	guest_io io;
 	bool io_open = false;
 	relay_error err;
@@ -417,10 +418,10 @@ json_object *release_package(manager *m, guest *g, relay_call *call)
 		failure = strdup(err.message[0] ? err.message : "package verification failed");
 		goto done;
 	}
-	manager_lock(m);
+	session_lock(m);
 	g->delivered = true;
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 done:
 	if (io_open)
 		gio_end(&io);

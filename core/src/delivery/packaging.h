@@ -56,22 +56,23 @@ typedef struct packaging_identity {
 	char *guest, *image, *purpose;
 	char acquired_at[25];
 } packaging_identity;
-void packaging_identity_init(manager *m, guest *g, packaging_identity *out);
+void packaging_identity_init(session_manager *m, guest *g, packaging_identity *out);
 void packaging_identity_free(packaging_identity *id);
 
 /* Delivers each earlier recording of the guest (previousEvidence) that has
  * no manifest yet, as its own package (no guest I/O). RELAY_OK, or the
  * first failure ("package verification failed: ..."). */
-relay_status packaging_deliver_previous(manager *m, guest *g, relay_error *err);
+relay_status packaging_deliver_previous(session_manager *m, guest *g, relay_error *err);
 
 /* Writes and verifies the guest's current package (evidence_package_deliver
  * with the guest's identity). On failure the derived files this attempt
  * created are already removed; the caller records the delivery error. */
-relay_status packaging_deliver(manager *m, guest *g, evidence_delivery_result *result, relay_error *err);
+relay_status packaging_deliver(session_manager *m, guest *g, evidence_delivery_result *result,
+                               relay_error *err);
 
 /* Records a failed delivery: <evidence>.delivery-error.json {error, at} and
  * a `delivery-failed` event. */
-void packaging_record_delivery_error(manager *m, guest *g, const char *error_text);
+void packaging_record_delivery_error(session_manager *m, guest *g, const char *error_text);
 
 /* relay_release step 3 (the release path, lease/release.c, calls it): for
  * a staged guest not delivered, closes the download queue (coalescedBy
@@ -82,6 +83,6 @@ void packaging_record_delivery_error(manager *m, guest *g, const char *error_tex
  * <evidence>.delivery-error.json and returned in deliveryError; it never
  * stops the release. Returns {delivered, deliveryVerified, manifestPath,
  * deliveryError, incompleteExtractions}. */
-json_object *release_package(manager *m, guest *g, relay_call *call);
+json_object *release_package(session_manager *m, guest *g, relay_call *call);
 
 #endif

@@ -28,16 +28,16 @@
  * pinned by `receipt_sha256` (may be NULL) and `receipt_bytes` (-1 when
  * unknown). Called once per run that reached the receiver, after the host
  * files of the run are written. */
-void downloads_enqueue_step(manager *m, guest *g, const char *execution_id, const gio_receipt *receipt,
-                            const char *receipt_sha256, int64_t receipt_bytes);
+void downloads_enqueue_step(session_manager *m, guest *g, const char *execution_id,
+                            const gio_receipt *receipt, const char *receipt_sha256, int64_t receipt_bytes);
 
 /* Closes the guest's queue before a recording reset pulls the state
  * (spec/evidence.md §5.6 steps 1-3): lifts a pause, waits only for the download
  * in flight, marks every job not started `coalesced` with coalescedBy
  * "reset". */
-void downloads_close_for_reset(manager *m, guest *g);
+void downloads_close_for_reset(session_manager *m, guest *g);
 
 /* Reopens the queue after the reset (spec/evidence.md §5.6, last paragraph). */
-void downloads_reopen(manager *m, guest *g);
+void downloads_reopen(session_manager *m, guest *g);
 
 #endif

@@ -208,7 +208,7 @@ relay_status gio_exec_supervised(guest_io *io, gio_supervision *sv, const char *
 	memset(&w, 0, sizeof w);
 	w.io = io;
 	w.sv = sv;
-	w.exec_call = manager_internal_call(io->m, 0);
+	w.exec_call = session_internal_call(io->m, 0);
 	pthread_mutex_init(&w.lock, NULL);
 	pthread_cond_init(&w.cond, NULL);
 	pthread_t thread;
@@ -224,7 +224,7 @@ relay_status gio_exec_supervised(guest_io *io, gio_supervision *sv, const char *
 	}
 	if (!sv->cancelled && relay_call_is_cancelled(io->call))
 		sv->cancelled = true;
-	manager_internal_call_done(io->m, w.exec_call);
+	session_internal_call_done(io->m, w.exec_call);
 	pthread_mutex_destroy(&w.lock);
 	pthread_cond_destroy(&w.cond);
 	return st;

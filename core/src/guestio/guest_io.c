@@ -28,7 +28,7 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
-relay_status gio_begin(guest_io *io, manager *m, guest *g, relay_call *call, relay_error *err)
+relay_status gio_begin(guest_io *io, session_manager *m, guest *g, relay_call *call, relay_error *err)
 {
 	memset(io, 0, sizeof *io);
 	loaded_plugin *plugin = NULL;
@@ -42,10 +42,10 @@ relay_status gio_begin(guest_io *io, manager *m, guest *g, relay_call *call, rel
 	io->plugin = plugin;
 	io->conn = conn;
 	io->traits = plugin->transport.traits;
-	manager_lock(m);
+	session_lock(m);
 	io->root = g->guest_root ? strdup(g->guest_root) : NULL;
 	io->evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	io->receiver = io->root ? fs_path_join(io->root, "receiver") : NULL;
 	io->transfers = json_object_new_array();
 	pthread_mutex_init(&io->transfers_lock, NULL);
@@ -85,9 +85,9 @@ const char *gio_scratch(guest_io *io, relay_error *err)
 		return io->scratch;
 	char hex[17];
 	random_hex(hex, 16);
-	manager_lock(io->m);
+	session_lock(io->m);
 	char *dir = io->g->dir ? strdup(io->g->dir) : NULL;
-	manager_unlock(io->m);
+	session_unlock(io->m);
 	if (dir == NULL) {
 		relay_error_set(err, RELAY_E_INTERNAL, 0, "guest %s has no state folder", io->g->name);
 		return NULL;

@@ -50,7 +50,7 @@
 #define GIO_REMOVE_BATCH_BYTES 65536
 
 typedef struct guest_io {
-	manager *m;
+	session_manager *m;
 	guest *g;
 	relay_call *call;             /* the tool call (progress, cancellation); may be NULL */
 	struct loaded_plugin *plugin; /* transport plugin; borrowed from the guest */
@@ -70,7 +70,7 @@ typedef struct guest_io {
 /* Opens the guest's transport and fills `io`. RELAY_OK, or a failure (the
  * transport could not be opened) with err filled; `io` is then cleared and
  * need not be ended. */
-relay_status gio_begin(guest_io *io, manager *m, guest *g, relay_call *call, relay_error *err);
+relay_status gio_begin(guest_io *io, session_manager *m, guest *g, relay_call *call, relay_error *err);
 /* Removes transients (best effort, 60 s) and the scratch folder; frees. */
 void gio_end(guest_io *io);
 

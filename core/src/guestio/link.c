@@ -8,44 +8,32 @@
 
 #include "loader/loader.h"
 #include "util/error.h"
-#include "util/jsonx.h"
-
-static void *slice_create(void)
-{
-	return calloc(1, sizeof(gio_link));
-}
-
-static void slice_destroy(void *slice)
-{
-	free(slice);
-}
 
 const guest_slice_ops gio_link_ops = {
-    .create = slice_create,
-    .destroy = slice_destroy,
+    .size = sizeof(gio_link),
 };
 
-relay_status gio_link_transport(manager *m, guest *g, loaded_plugin **plugin_out,
+relay_status gio_link_transport(session_manager *m, guest *g, loaded_plugin **plugin_out,
                                 relay_transport_conn **conn_out, relay_error *err)
 {
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	m->hooks->guest_reached(m, g); /* an operation reaches the guest: lifts a download pause */
 	/* A call and a step download may reach a guest without a connection
 	 * at the same moment: one opens, the other waits for it, so a guest
 	 * never holds two connections (the loser's would leak its master). */
-	manager_lock(m);
 	gio_link *link = g->link;
+	slice_lock(link);
 	while (link->transport_opening && link->transport_conn == NULL)
-		pthread_cond_wait(&m->changed, &m->lock);
+		slice_wait(link);
 	if (link->transport_conn) {
 		*plugin_out = link->transport_plugin;
 		*conn_out = link->transport_conn;
-		manager_unlock(m);
+		slice_unlock(link);
 		return RELAY_OK;
 	}
 	link->transport_opening = true;
-	char *lease = g->lease_document ? jsonx_to_string(g->lease_document, 0) : NULL;
-	manager_unlock(m);
+	slice_unlock(link);
+	char *lease = guest_lease_text(m, g);
 	relay_status status = RELAY_OK;
 	relay_transport_conn *conn = NULL;
 	loaded_plugin *plugin = NULL;
@@ -64,7 +52,7 @@ relay_status gio_link_transport(manager *m, guest *g, loaded_plugin **plugin_out
 	status = plugin->transport.open(plugin->state, lease, NULL, 0, &conn, err);
 cleanup:
 	free(lease);
-	manager_lock(m);
+	slice_lock(link);
 	link->transport_opening = false;
 	if (status == RELAY_OK) {
 		link->transport_plugin = plugin;
@@ -72,20 +60,21 @@ cleanup:
 		*plugin_out = plugin;
 		*conn_out = conn;
 	}
-	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	slice_broadcast(link);
+	slice_unlock(link);
 	return status;
 }
 
-void gio_link_close(manager *m, guest *g)
+void gio_link_close(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	(void)m;
 	gio_link *link = g->link;
+	slice_lock(link);
 	loaded_plugin *plugin = link->transport_plugin;
 	relay_transport_conn *conn = link->transport_conn;
 	link->transport_conn = NULL;
 	link->transport_plugin = NULL;
-	manager_unlock(m);
+	slice_unlock(link);
 	if (plugin && conn)
 		plugin->transport.close(plugin->state, conn, 0);
 }

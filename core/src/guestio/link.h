@@ -6,9 +6,10 @@
  * ownership record. The session holds the pointer (guest->link) and never
  * looks inside.
  *
- * Locking: the fields are read and written under the manager's lock; a
- * thread opening the connection sets transport_opening and the others wait
- * on the manager's `changed`. Only guestio/ writes them.
+ * Locking: the fields are read and written under the slice's own lock
+ * (head, session/slice.h; a leaf); a thread opening the connection sets
+ * transport_opening and the others wait on the slice's condition. Only
+ * guestio/ writes them.
  */
 #ifndef RELAY_GUESTIO_LINK_H
 #define RELAY_GUESTIO_LINK_H
@@ -17,10 +18,12 @@
 
 #include "relay/transport.h"
 #include "session/manager_internal.h"
+#include "session/slice.h"
 
 struct gio_resident;
 
 typedef struct gio_link {
+	slice_head head;                        /* the slice's lock; its condition: opening ended */
 	struct loaded_plugin *transport_plugin; /* chosen at first use */
 	relay_transport_conn *transport_conn;   /* open connection, or NULL */
 	bool transport_opening;                 /* a thread is in transport.open for this guest */
@@ -33,13 +36,13 @@ extern const guest_slice_ops gio_link_ops;
 
 /* The transport connection of a guest, opened on first use with the plugin
  * backends_transport_for() picks; tells the rooms above an operation
- * reaches the guest (manager_hooks.guest_reached). RELAY_OK with
+ * reaches the guest (session_hooks.guest_reached). RELAY_OK with
  * *plugin_out and *conn_out borrowed from the guest. Call without the lock
  * (from the guest's queue or a download worker). */
-relay_status gio_link_transport(manager *m, guest *g, struct loaded_plugin **plugin_out,
+relay_status gio_link_transport(session_manager *m, guest *g, struct loaded_plugin **plugin_out,
                                 relay_transport_conn **conn_out, relay_error *err);
 /* Closes the guest's transport connection, if open (the release). Call
  * without the lock, once nothing uses the connection any more. */
-void gio_link_close(manager *m, guest *g);
+void gio_link_close(session_manager *m, guest *g);
 
 #endif

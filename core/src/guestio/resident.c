@@ -50,16 +50,17 @@ static void resident_free(gio_resident *r)
 }
 
 /* Takes the guest's channel out of its record (NULL when it has none). */
-static gio_resident *resident_take(manager *m, guest *g)
+static gio_resident *resident_take(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	(void)m;
+	slice_lock(g->link);
 	gio_resident *r = g->link->resident;
 	g->link->resident = NULL;
-	manager_unlock(m);
+	slice_unlock(g->link);
 	return r;
 }
 
-void gio_resident_close(manager *m, guest *g)
+void gio_resident_close(session_manager *m, guest *g)
 {
 	resident_free(resident_take(m, g));
 }
@@ -105,9 +106,9 @@ relay_status gio_resident_ensure(guest_io *io, relay_error *err)
 {
 	gio_resident *r = resident_take(io->m, io->g);
 	if (r && resident_alive(r)) {
-		manager_lock(io->m);
+		slice_lock(io->g->link);
 		io->g->link->resident = r;
-		manager_unlock(io->m);
+		slice_unlock(io->g->link);
 		return RELAY_OK;
 	}
 	resident_free(r);
@@ -144,9 +145,9 @@ relay_status gio_resident_ensure(guest_io *io, relay_error *err)
 	r->plugin = io->plugin;
 	r->stream = stream;
 	r->last_used_ms = clock_monotonic_ms();
-	manager_lock(io->m);
+	slice_lock(io->g->link);
 	io->g->link->resident = r;
-	manager_unlock(io->m);
+	slice_unlock(io->g->link);
 	log_debug("guest %s: receiver serve started on a %s stream", io->g->name,
 	          io->plugin->descriptor.name);
 	return RELAY_OK;
@@ -305,9 +306,9 @@ gio_resident_end gio_resident_request(guest_io *io, gio_supervision *sv, const v
 	strbuf_free(&b);
 	if (r) {
 		r->last_used_ms = clock_monotonic_ms();
-		manager_lock(io->m);
+		slice_lock(io->g->link);
 		io->g->link->resident = r; /* the guest's queue lets no other call open one meanwhile */
-		manager_unlock(io->m);
+		slice_unlock(io->g->link);
 	}
 	return end;
 }

@@ -72,6 +72,6 @@ gio_resident_end gio_resident_request(guest_io *io, gio_supervision *sv, const v
 
 /* Closes the guest's channel, if it has one (at release, or when a
  * request leaves it broken). `serve` sees end of input and exits. */
-void gio_resident_close(manager *m, guest *g);
+void gio_resident_close(session_manager *m, guest *g);
 
 #endif

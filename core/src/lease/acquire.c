@@ -3,7 +3,7 @@
  * checks, the identities and record, the registry row, the lease request
  * with its capacity wait, the reconciliation of an unknown outcome, and the
  * console a vnc acquisition must carry. The name was reserved at dispatch
- * (manager_reserve_guest); the result is built by tools/tool_acquire.c.
+ * (session_reserve_guest); the result is built by tools/tool_acquire.c.
  */
 #include "lease/acquire.h"
 
@@ -24,22 +24,22 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
-static bool session_ending(manager *m)
+static bool session_ending(session_manager *m)
 {
-	manager_lock(m);
+	session_lock(m);
 	bool ending = m->ending;
-	manager_unlock(m);
+	session_unlock(m);
 	return ending;
 }
 
 /* Fills the identities of step 7 under the lock. */
-static void fix_identities(manager *m, guest *g)
+static void fix_identities(session_manager *m, guest *g)
 {
 	char hex[9], stamp[22];
 	random_hex(hex, 8);
 	int64_t now = clock_now_ms();
 	time_format_stamp(now, stamp);
-	manager_lock(m);
+	session_lock(m);
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "relay-%s-%s", g->task, hex);
 	g->purpose = strbuf_detach(&sb, NULL);
@@ -51,21 +51,22 @@ static void fix_identities(manager *m, guest *g)
 	g->guest_root = strbuf_detach(&sb, NULL);
 	g->lease->acquisition_in_flight = true;
 	json_object_put(g->binding);
-	g->binding = lifecycle_binding_json(m);
+	g->binding = lease_binding_json(m);
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 }
 
 /* Closes a guest that got no lease (steps 11-12). Returns -1. */
-static int not_acquired(manager *m, guest *g, relay_outcome *o, const char *code, const char *message)
+static int not_acquired(session_manager *m, guest *g, relay_outcome *o, const char *code, const char *message)
 {
-	lifecycle_registry_remove(m, g);
+	lease_registry_remove(m, g);
 	guest_close(m, g, "not-acquired");
 	return outcome_fail(o, code, "%s", message);
 }
 
 /* Step 5: the image must be offered and its base available. */
-static int check_image(manager *m, guest *g, loaded_plugin *machine, relay_call *call, relay_outcome *o)
+static int check_image(session_manager *m, guest *g, loaded_plugin *machine, relay_call *call,
+                       relay_outcome *o)
 {
 	char *images_text = NULL;
 	relay_error err;
@@ -76,7 +77,7 @@ static int check_image(manager *m, guest *g, loaded_plugin *machine, relay_call 
 		return not_acquired(m, g, o, "backend-unavailable",
 		                    err.message[0] ? err.message : relay_status_str(st));
 	}
-	json_object *inventory = lifecycle_parse_taken(images_text);
+	json_object *inventory = lease_parse_taken(images_text);
 	json_object *images = jsonx_get_obj(inventory, "images");
 	json_object *entry = jsonx_get_obj(images, g->image);
 	bool available = false, fetchable = false;
@@ -110,9 +111,9 @@ static int check_image(manager *m, guest *g, loaded_plugin *machine, relay_call 
 	return rc;
 }
 
-static char *acquire_spec(manager *m, guest *g, bool vnc)
+static char *acquire_spec(session_manager *m, guest *g, bool vnc)
 {
-	manager_lock(m);
+	session_lock(m);
 	json_object *spec = json_object_new_object();
 	jsonx_add_str(spec, "guest", g->name);
 	jsonx_add_str(spec, "task", g->task);
@@ -125,16 +126,16 @@ static char *acquire_spec(manager *m, guest *g, bool vnc)
 	jsonx_add_int(spec, "ttlMs",
 	              ttl_ms < LIFECYCLE_RENEWAL_WINDOW_MS ? ttl_ms : LIFECYCLE_RENEWAL_WINDOW_MS);
 	jsonx_add_int(spec, "deadlineMs", g->lease->deadline_ms);
-	manager_unlock(m);
+	session_unlock(m);
 	char *text = jsonx_to_string(spec, 0);
 	json_object_put(spec);
 	return text;
 }
 
 /* Stores an arrived lease (step 14). Under no lock. */
-static void adopt_lease(manager *m, guest *g, json_object *lease)
+static void adopt_lease(session_manager *m, guest *g, json_object *lease)
 {
-	manager_lock(m);
+	session_lock(m);
 	json_object_put(g->lease_document);
 	g->lease_document = lease;
 	g->lease->acquisition_in_flight = false;
@@ -142,8 +143,7 @@ static void adopt_lease(manager *m, guest *g, json_object *lease)
 	if (jsonx_get_int(lease, "expiresAtMs", &expires))
 		g->lease->expires_at_ms = expires;
 	const char *state = jsonx_get_str(lease, "state");
-	free(g->lease->guest_state);
-	g->lease->guest_state = strdup(state ? state : "unknown");
+	lease_set_guest_state(g, state);
 	g->lease->last_renewed_at_ms = clock_now_ms();
 	g->phase = PHASE_READY;
 	g->lease->renewal = RENEWAL_RENEWING;
@@ -151,27 +151,28 @@ static void adopt_lease(manager *m, guest *g, json_object *lease)
 	free(g->lease->capacity_reason);
 	g->lease->capacity_reason = NULL;
 	guest_save(g);
-	manager_unlock(m);
-	lifecycle_renewal_start(m, g);
+	session_unlock(m);
+	lease_renewal_begin(m, g);
 }
 
 /* Step 13: an unknown outcome is reconciled by purpose, once (10 s), on a
  * call of its own so that a cancelled acquisition can still be settled.
  * 0 when exactly one lease was found and adopted; else -1 with
  * outcome-unknown in `o` (the guest kept, phase acquisition-uncertain). */
-static int reconcile_unknown(manager *m, guest *g, loaded_plugin *machine, const char *why, relay_outcome *o)
+static int reconcile_unknown(session_manager *m, guest *g, loaded_plugin *machine, const char *why,
+                             relay_outcome *o)
 {
 	relay_error err;
 	memset(&err, 0, sizeof err);
 	char *found_text = NULL;
-	relay_call *lookup = manager_internal_call(m, LIFECYCLE_LOOKUP_TIMEOUT_MS);
+	relay_call *lookup = session_internal_call(m, LIFECYCLE_LOOKUP_TIMEOUT_MS);
 	relay_status st =
 	    machine->machine.find_by_purpose
 	        ? machine->machine.find_by_purpose(machine->state, g->purpose, lookup, 0, &found_text, &err)
 	        : RELAY_E_UNSUPPORTED;
-	manager_internal_call_done(m, lookup);
+	session_internal_call_done(m, lookup);
 	if (st == RELAY_OK) {
-		json_object *found = lifecycle_parse_taken(found_text);
+		json_object *found = lease_parse_taken(found_text);
 		if (json_object_is_type(found, json_type_array) && json_object_array_length(found) == 1) {
 			json_object *lease = json_object_get(json_object_array_get_idx(found, 0));
 			json_object_put(found);
@@ -182,14 +183,14 @@ static int reconcile_unknown(manager *m, guest *g, loaded_plugin *machine, const
 	} else {
 		free(found_text);
 	}
-	manager_lock(m);
+	session_lock(m);
 	g->phase = PHASE_ACQUISITION_UNCERTAIN;
 	free(g->last_error);
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "acquisition outcome unknown for purpose %s (%s)", g->purpose, why);
 	g->last_error = strbuf_detach(&sb, NULL);
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	jsonx_add_str(outcome_facts(o), "guest", g->name);
 	return outcome_fail(
 	    o, "outcome-unknown",
@@ -198,9 +199,9 @@ static int reconcile_unknown(manager *m, guest *g, loaded_plugin *machine, const
 	    g->purpose, g->name, why);
 }
 
-static json_object *acquire_result(manager *m, guest *g, const acquire_console *console_room)
+static json_object *acquire_result(session_manager *m, guest *g, const lease_acquire_console *console_room)
 {
-	manager_lock(m);
+	session_lock(m);
 	json_object *r = json_object_new_object();
 	char when[21];
 	jsonx_add_str(r, "guest", g->name);
@@ -231,17 +232,17 @@ static json_object *acquire_result(manager *m, guest *g, const acquire_console *
 	jsonx_add_bool(r, "fullWorkspace", g->delivery->full_workspace);
 	jsonx_add(r, "console", console_room->observation_of(g));
 	jsonx_add_str(r, "evidencePath", g->evidence_path);
-	jsonx_add(r, "guestsHeld", manager_open_guest_names_json(m));
+	jsonx_add(r, "guestsHeld", session_open_guest_names_json(m));
 	jsonx_add_int(r, "maxGuests", m->settings->max_guests);
-	manager_unlock(m);
+	session_unlock(m);
 	return r;
 }
 
 /* Steps 4-6, before anything is recorded: the session still takes work, the
  * backend answers for its identity, the image is offered, and with vnc the
  * console backend of the image's OS is available. 0, or -1 (closed). */
-static int acquire_checks(manager *m, guest *g, loaded_plugin *machine, relay_call *call,
-                          const acquire_console *console, relay_outcome *o)
+static int acquire_checks(session_manager *m, guest *g, loaded_plugin *machine, relay_call *call,
+                          const lease_acquire_console *console, relay_outcome *o)
 {
 	char errbuf[512];
 	if (relay_call_is_cancelled(call))
@@ -293,23 +294,23 @@ static int acquire_checks(manager *m, guest *g, loaded_plugin *machine, relay_ca
 
 /* Steps 7-8: identities, the record, the registry row, the intent. 0, or
  * -1 (closed). */
-static int acquire_record(manager *m, guest *g, relay_outcome *o)
+static int acquire_record(session_manager *m, guest *g, relay_outcome *o)
 {
 	char errbuf[512];
 	fix_identities(m, g);
 	if (guest_ensure_evidence_dir(m, g, errbuf, sizeof errbuf) != 0)
 		return not_acquired(m, g, o, "path-refused", errbuf);
-	if (lifecycle_registry_add(m, g, o) != 0) {
+	if (lease_registry_add(m, g, o) != 0) {
 		/* The result shows the guest as it was when the row was refused. */
-		manager_lock(m);
+		session_lock(m);
 		jsonx_add(outcome_facts(o), "guestState", guest_status_json(g));
-		manager_unlock(m);
+		session_unlock(m);
 		guest_close(m, g, "not-acquired");
 		return -1;
 	}
 	guest_event(m, g, "acquire-intent", "relay_acquire", NULL);
 	RELAY_FAILPOINT("acquire.after-intent");
-	lifecycle_copy_probes(m, g);
+	lease_copy_probes(m, g);
 	return 0;
 }
 
@@ -322,8 +323,8 @@ typedef struct capacity_wait {
 /* A capacity answer (`reason`): records the wait, and either waits for the
  * next attempt (0) or ends the acquisition when the budget is spent or
  * the wait is stopped (-1, closed). */
-static int wait_for_capacity(manager *m, guest *g, relay_call *call, capacity_wait *w, const char *reason,
-                             relay_outcome *o)
+static int wait_for_capacity(session_manager *m, guest *g, relay_call *call, capacity_wait *w,
+                             const char *reason, relay_outcome *o)
 {
 	int64_t now = clock_now_ms();
 	if (w->first_ms == 0)
@@ -335,7 +336,7 @@ static int wait_for_capacity(manager *m, guest *g, relay_call *call, capacity_wa
 	jsonx_add_str(details, "reason", reason);
 	jsonx_add_int(details, "waitedMs", waited);
 	guest_event(m, g, "capacity-wait", reason, details);
-	manager_lock(m);
+	session_lock(m);
 	g->phase = PHASE_WAITING_FOR_CAPACITY;
 	if (g->lease->waiting_since_ms == 0)
 		g->lease->waiting_since_ms = w->first_ms;
@@ -343,9 +344,9 @@ static int wait_for_capacity(manager *m, guest *g, relay_call *call, capacity_wa
 	free(g->lease->capacity_reason);
 	g->lease->capacity_reason = strdup(reason);
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	if (next_attempt - w->first_ms > budget_ms) {
-		lifecycle_registry_remove(m, g);
+		lease_registry_remove(m, g);
 		guest_close(m, g, "not-acquired");
 		jsonx_add_int(outcome_facts(o), "waitedForCapacityMs", waited);
 		jsonx_add_int(outcome_facts(o), "capacityWaitSeconds", m->settings->capacity_wait_s);
@@ -360,7 +361,7 @@ static int wait_for_capacity(manager *m, guest *g, relay_call *call, capacity_wa
 	         "host at capacity: %s; asking again in 15 s; waited %lld s of %lld s", reason,
 	         (long long)(waited / 1000), (long long)m->settings->capacity_wait_s);
 	relay_call_progress(call, ++w->progress, -1, message, true);
-	if (lifecycle_wait_until(m, call, next_attempt) != 0) {
+	if (lease_wait_until(m, call, next_attempt) != 0) {
 		if (relay_call_is_cancelled(call))
 			lifecycle_record_cancelled(m, g, "relay_acquire", false,
 			                           "cancelled while waiting for capacity; nothing was "
@@ -375,7 +376,7 @@ static int wait_for_capacity(manager *m, guest *g, relay_call *call, capacity_wa
 /* Cancelled after the request was sent: its effect is not known. It is
  * settled by purpose, never sent again. Returns -1 (shutting-down when the
  * lease arrived and is kept, outcome-unknown otherwise). */
-static int cancelled_after_request(manager *m, guest *g, loaded_plugin *machine, relay_outcome *o)
+static int cancelled_after_request(session_manager *m, guest *g, loaded_plugin *machine, relay_outcome *o)
 {
 	lifecycle_record_cancelled(m, g, "relay_acquire", true,
 	                           "cancelled after the lease request was sent; its outcome is uncertain");
@@ -395,7 +396,7 @@ static int cancelled_after_request(manager *m, guest *g, loaded_plugin *machine,
 
 /* A refusal of the lease request (step 11-12), or an unknown outcome
  * (step 13). 0 when a lease was found and adopted; else -1. */
-static int request_failed(manager *m, guest *g, loaded_plugin *machine, relay_status st,
+static int request_failed(session_manager *m, guest *g, loaded_plugin *machine, relay_status st,
                           const relay_error *err, relay_outcome *o)
 {
 	switch (st) {
@@ -414,7 +415,7 @@ static int request_failed(manager *m, guest *g, loaded_plugin *machine, relay_st
 
 /* Steps 9-13: the lease request, waiting for capacity. 0 with the lease
  * adopted (renewal started); else -1. */
-static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_call *call, bool vnc,
+static int request_lease(session_manager *m, guest *g, loaded_plugin *machine, relay_call *call, bool vnc,
                          capacity_wait *w, relay_outcome *o)
 {
 	char *spec = acquire_spec(m, g, vnc);
@@ -445,16 +446,16 @@ static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_cal
 		relay_status st = machine->machine.acquire(machine->state, spec, call, 0, &lease_text, &err);
 		if (st == RELAY_OK) {
 			RELAY_FAILPOINT("acquire.after-request");
-			json_object *lease = lifecycle_parse_taken(lease_text);
+			json_object *lease = lease_parse_taken(lease_text);
 			if (lease == NULL || jsonx_get_str(lease, "vm") == NULL) {
 				json_object_put(lease);
 				rc = reconcile_unknown(m, g, machine,
 				                       "the backend answered a malformed lease", o);
 				break;
 			}
-			manager_lock(m);
+			session_lock(m);
 			g->lease->waited_for_capacity_ms = w->first_ms ? attempt_started_ms - w->first_ms : 0;
-			manager_unlock(m);
+			session_unlock(m);
 			adopt_lease(m, g, lease);
 			RELAY_FAILPOINT("acquire.after-adopt");
 			rc = 0;
@@ -477,18 +478,19 @@ static int request_lease(manager *m, guest *g, loaded_plugin *machine, relay_cal
 /* Step 14: with vnc, the lease must carry its identity and a ready
  * console, stored as the relay's observation (the console room's). 0, or -1
  * with outcome-unknown (ownership kept). */
-static int check_console(manager *m, guest *g, const acquire_console *console_room, relay_outcome *o)
+static int check_console(session_manager *m, guest *g, const lease_acquire_console *console_room,
+                         relay_outcome *o)
 {
 	if (!console_room->vnc_wanted(g))
 		return 0;
-	manager_lock(m);
+	session_lock(m);
 	json_object *console = jsonx_get_obj(g->lease_document, "console");
 	const char *status = jsonx_get_str(console, "status");
 	bool ok = jsonx_get_str(g->lease_document, "lease_id") && jsonx_get_str(console, "console_id") &&
 	          status && strcmp(status, "ready") == 0;
 	if (ok)
 		console_room->store_observation(g, console);
-	manager_unlock(m);
+	session_unlock(m);
 	if (ok)
 		return 0;
 	guest_set_last_error(m, g, "VNC acquisition did not return a ready console and lease identity");
@@ -497,9 +499,10 @@ static int check_console(manager *m, guest *g, const acquire_console *console_ro
 	                    "kept for reconciliation");
 }
 
-int lease_acquire(manager *m, guest *g, relay_call *call, const acquire_console *console, relay_outcome *o)
+int lease_acquire(session_manager *m, guest *g, relay_call *call, const lease_acquire_console *console,
+                  relay_outcome *o)
 {
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	capacity_wait wait = {0, 0};
 	if (acquire_checks(m, g, machine, call, console, o) != 0 || acquire_record(m, g, o) != 0 ||
@@ -516,14 +519,14 @@ int lease_acquire(manager *m, guest *g, relay_call *call, const acquire_console 
 		    "arrived and is kept: finish or release %s",
 		    g->name);
 	json_object *acquired = json_object_new_object();
-	manager_lock(m);
+	session_lock(m);
 	jsonx_add_str(acquired, "guest", g->name);
 	jsonx_add_str(acquired, "task", g->task);
 	jsonx_add_str(acquired, "image", g->image);
 	jsonx_add_str(acquired, "purpose", g->purpose);
 	jsonx_add_str(acquired, "vm", g->lease_document ? jsonx_get_str(g->lease_document, "vm") : NULL);
 	jsonx_add_str(acquired, "network", g->network);
-	manager_unlock(m);
+	session_unlock(m);
 	guest_event(m, g, "acquire", "relay_acquire", acquired);
 	outcome_free(o);
 	o->facts = acquire_result(m, g, console);

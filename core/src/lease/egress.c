@@ -28,15 +28,15 @@ int lease_egress_check(const loaded_plugin *machine, const char *network, char *
 	return -1;
 }
 
-void lease_egress_start(manager *m, guest *g, loaded_plugin *machine)
+void lease_egress_start(session_manager *m, guest *g, loaded_plugin *machine)
 {
-	manager_lock(m);
+	session_lock(m);
 	bool wanted = lease_egress_wanted(g->network) && g->egress == NULL && g->lease_document != NULL;
 	char *lease = wanted ? jsonx_to_string(g->lease_document, 0) : NULL;
 	char *mode = wanted ? strdup(g->network) : NULL;
 	strbuf log_path = STRBUF_INIT;
 	strbuf_printf(&log_path, "%s/network.jsonl", g->dir);
-	manager_unlock(m);
+	session_unlock(m);
 	if (!wanted || machine->machine.egress_listeners == NULL)
 		goto cleanup;
 	relay_error err;
@@ -57,9 +57,9 @@ void lease_egress_start(manager *m, guest *g, loaded_plugin *machine)
 		                     err.message);
 		goto cleanup;
 	}
-	manager_lock(m);
+	session_lock(m);
 	g->egress = proxy;
-	manager_unlock(m);
+	session_unlock(m);
 cleanup:
 	free(lease);
 	free(mode);

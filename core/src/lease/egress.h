@@ -20,6 +20,6 @@ int lease_egress_check(const loaded_plugin *machine, const char *network, char *
 /* Starts the guest's proxy; a failure is the guest's lastError (the guest
  * then has no way out at all: nothing listens on its 127.0.0.1:3128). Call
  * without the lock. */
-void lease_egress_start(manager *m, guest *g, loaded_plugin *machine);
+void lease_egress_start(session_manager *m, guest *g, loaded_plugin *machine);
 
 #endif

@@ -4,57 +4,60 @@
  */
 #include "lease/lease_state.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "session/slice.h"
 #include "util/clock.h"
 #include "util/jsonx.h"
-#include "util/timefmt.h"
+#include "util/record.h"
 
 #define RENEWAL_WINDOW_MINUTES 15
 
 static const char *const renewal_names[] = {"none", "renewing", "failing", "stopped", "paused"};
 
-const char *renewal_state_name(renewal_state state)
+const char *lease_renewal_state_name(lease_renewal_state state)
 {
 	return (unsigned)state < sizeof renewal_names / sizeof renewal_names[0] ? renewal_names[state]
 	                                                                        : "none";
 }
 
-static renewal_state renewal_from_name(const char *name)
+static lease_renewal_state renewal_from_name(const char *name)
 {
 	for (size_t i = 0; name && i < sizeof renewal_names / sizeof renewal_names[0]; i++)
 		if (strcmp(name, renewal_names[i]) == 0)
-			return (renewal_state)i;
+			return (lease_renewal_state)i;
 	return RENEWAL_NONE;
 }
 
-static void *slice_create(void)
-{
-	lease_state *l = calloc(1, sizeof *l);
-	if (l)
-		l->renewal = RENEWAL_NONE;
-	return l;
-}
+/* The slice's facts in the ownership record (spec/lifecycle.md §9); the
+ * renewal's go into an object of their own. */
+#define F(key, kind, field) RECORD_FIELD(lease_state, key, kind, field)
+/* clang-format off */
+static const record_field record_fields[] = {
+    F("deadline", RECORD_TIME, deadline_ms), F("deadlineMs", RECORD_INT64, deadline_ms),
+    F("ttlHours", RECORD_DOUBLE, ttl_hours), F("env", RECORD_STR, env_pack),
+    F("registryRow", RECORD_JSON, registry_row), F("acquisitionInFlight", RECORD_BOOL, acquisition_in_flight),
+    F("waitedForCapacityMs", RECORD_INT64, waited_for_capacity_ms), F("guestState", RECORD_STR, guest_state)};
+static const record_field renewal_fields[] = {
+    F("expiresAt", RECORD_TIME, expires_at_ms), F("expiresAtMs", RECORD_INT64, expires_at_ms),
+    F("lastRenewedAt", RECORD_TIME, last_renewed_at_ms), F("lastRenewedAtMs", RECORD_INT64, last_renewed_at_ms)};
+/* clang-format on */
+#undef F
 
-/* Frees the recorded facts and resets them to NULL. */
-static void free_recorded(lease_state *l)
-{
-	free(l->env_pack);
-	free(l->capacity_reason);
-	free(l->guest_state);
-	json_object_put(l->registry_row);
-	l->env_pack = l->capacity_reason = l->guest_state = NULL;
-	l->registry_row = NULL;
-}
-
-static void slice_destroy(void *slice)
+static void slice_release(void *slice)
 {
 	lease_state *l = slice;
-	if (l == NULL)
-		return;
-	free_recorded(l);
-	free(l);
+	free(l->capacity_reason);
+	l->capacity_reason = NULL;
+}
+
+static void slice_reset(void *slice)
+{
+	lease_state *l = slice;
+	slice_release(l);
+	l->ttl_hours = 4;
 }
 
 static void slice_reserve(guest *g, const json_object *args)
@@ -67,17 +70,6 @@ static void slice_reserve(guest *g, const json_object *args)
 	l->env_pack = strdup(env ? env : "none");
 }
 
-static void add_time(json_object *obj, const char *key, int64_t unix_ms)
-{
-	if (unix_ms <= 0) {
-		jsonx_add_null(obj, key);
-		return;
-	}
-	char text[21];
-	time_format_iso_seconds(unix_ms, text);
-	jsonx_add_str(obj, key, text);
-}
-
 static void slice_to_record(const guest *g, json_object *r)
 {
 	const lease_state *l = g->lease;
@@ -85,52 +77,20 @@ static void slice_to_record(const guest *g, json_object *r)
 	/* While reconciling, the record keeps the phase it was found in. */
 	if (reconciling)
 		jsonx_add_str(r, "phase", guest_phase_name(l->restored_phase));
-	add_time(r, "deadline", l->deadline_ms);
-	jsonx_add_int(r, "deadlineMs", l->deadline_ms);
-	jsonx_add_double(r, "ttlHours", l->ttl_hours);
-	jsonx_add_str(r, "env", l->env_pack);
-	jsonx_add(r, "registryRow", l->registry_row ? json_object_get(l->registry_row) : NULL);
-	jsonx_add_bool(r, "acquisitionInFlight", l->acquisition_in_flight);
-	jsonx_add_int(r, "waitedForCapacityMs", l->waited_for_capacity_ms);
 	json_object *renewal = json_object_new_object();
-	jsonx_add_str(renewal, "state", renewal_state_name(reconciling ? l->restored_renewal : l->renewal));
-	add_time(renewal, "expiresAt", l->expires_at_ms);
-	jsonx_add_int(renewal, "expiresAtMs", l->expires_at_ms);
-	add_time(renewal, "lastRenewedAt", l->last_renewed_at_ms);
-	jsonx_add_int(renewal, "lastRenewedAtMs", l->last_renewed_at_ms);
+	jsonx_add_str(renewal, "state",
+	              lease_renewal_state_name(reconciling ? l->restored_renewal : l->renewal));
+	record_write(l, RECORD_FIELDS(renewal_fields), renewal);
 	jsonx_add(r, "renewal", renewal);
-	jsonx_add_str(r, "guestState", l->guest_state);
-}
-
-static char *dup_str(const json_object *obj, const char *key)
-{
-	const char *s = jsonx_get_str(obj, key);
-	return s ? strdup(s) : NULL;
 }
 
 static void slice_from_record(guest *g, const json_object *r)
 {
 	lease_state *l = g->lease;
-	free_recorded(l);
-	l->deadline_ms = 0;
-	jsonx_get_int(r, "deadlineMs", &l->deadline_ms);
-	l->ttl_hours = 4;
-	jsonx_get_double(r, "ttlHours", &l->ttl_hours);
-	l->env_pack = dup_str(r, "env");
-	json_object *row = NULL;
-	if (json_object_object_get_ex(r, "registryRow", &row) && row)
-		l->registry_row = json_object_get(row);
-	l->acquisition_in_flight = false;
-	jsonx_get_bool(r, "acquisitionInFlight", &l->acquisition_in_flight);
-	l->waited_for_capacity_ms = 0;
-	jsonx_get_int(r, "waitedForCapacityMs", &l->waited_for_capacity_ms);
 	json_object *renewal = jsonx_get_obj(r, "renewal");
 	l->renewal = renewal_from_name(jsonx_get_str(renewal, "state"));
-	l->expires_at_ms = 0;
-	jsonx_get_int(renewal, "expiresAtMs", &l->expires_at_ms);
-	l->last_renewed_at_ms = 0;
-	jsonx_get_int(renewal, "lastRenewedAtMs", &l->last_renewed_at_ms);
-	l->guest_state = dup_str(r, "guestState");
+	record_clear(l, RECORD_FIELDS(renewal_fields));
+	record_read(l, RECORD_FIELDS(renewal_fields), renewal);
 }
 
 static void slice_to_status(const guest *g, json_object *s)
@@ -139,14 +99,14 @@ static void slice_to_status(const guest *g, json_object *s)
 	jsonx_add_bool(s, "active", l->renewal == RENEWAL_RENEWING || l->renewal == RENEWAL_FAILING);
 	jsonx_add_str(s, "guestState", l->guest_state ? l->guest_state : "unknown");
 	json_object *renewal = json_object_new_object();
-	jsonx_add_str(renewal, "state", renewal_state_name(l->renewal));
-	add_time(renewal, "deadline", l->deadline_ms);
-	add_time(renewal, "expiresAt", l->expires_at_ms);
-	add_time(renewal, "lastRenewedAt", l->last_renewed_at_ms);
+	jsonx_add_str(renewal, "state", lease_renewal_state_name(l->renewal));
+	record_add_time(renewal, "deadline", l->deadline_ms);
+	record_add_time(renewal, "expiresAt", l->expires_at_ms);
+	record_add_time(renewal, "lastRenewedAt", l->last_renewed_at_ms);
 	jsonx_add_int(renewal, "windowMinutes", RENEWAL_WINDOW_MINUTES);
 	jsonx_add(s, "renewal", renewal);
 	jsonx_add_double(s, "ttlHours", l->ttl_hours);
-	add_time(s, "waitingSince", l->waiting_since_ms);
+	record_add_time(s, "waitingSince", l->waiting_since_ms);
 	/* While waiting, the time waited so far (spec/lifecycle.md §7). */
 	int64_t waited = l->waited_for_capacity_ms;
 	if (g->phase == PHASE_WAITING_FOR_CAPACITY && l->waiting_since_ms > 0 &&
@@ -162,8 +122,10 @@ static void slice_close(guest *g)
 }
 
 const guest_slice_ops lease_slice_ops = {
-    .create = slice_create,
-    .destroy = slice_destroy,
+    .size = sizeof(lease_state),
+    GUEST_SLICE_RECORD(record_fields),
+    .reset = slice_reset,
+    .release = slice_release,
     .reserve = slice_reserve,
     .to_record = slice_to_record,
     .from_record = slice_from_record,
@@ -171,24 +133,34 @@ const guest_slice_ops lease_slice_ops = {
     .close = slice_close,
 };
 
-bool lease_is_live(manager *m, guest *g)
+bool lease_is_live(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	const lease_state *l = g->lease;
 	const char *state = l->guest_state ? l->guest_state : jsonx_get_str(g->lease_document, "state");
 	int64_t now = clock_now_ms();
 	bool live = state && strcmp(state, "running") == 0 && l->deadline_ms > now &&
 	            (l->expires_at_ms == 0 || l->expires_at_ms > now) && g->phase != PHASE_RELEASING &&
 	            g->phase != PHASE_FINISHING;
-	manager_unlock(m);
+	session_unlock(m);
 	return live;
 }
 
-char *lease_guest_state_copy(manager *m, guest *g)
+char *lease_guest_state_copy(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	(void)m;
+	slice_lock(g->lease);
 	const char *state = g->lease->guest_state;
 	char *copy = strdup(state ? state : "unknown");
-	manager_unlock(m);
+	slice_unlock(g->lease);
 	return copy;
+}
+
+void lease_set_guest_state(guest *g, const char *state)
+{
+	char *copy = strdup(state ? state : "unknown");
+	slice_lock(g->lease);
+	free(g->lease->guest_state);
+	g->lease->guest_state = copy;
+	slice_unlock(g->lease);
 }

@@ -4,9 +4,15 @@
  * guest's registry row, renewal and its beats, and what a restart found on
  * disk. The session holds the pointer (guest->lease) and never looks inside.
  *
- * Locking: the fields are read and written under the manager's lock, like
- * the guest's own. Only lease/ writes them; the rooms above read them
- * through lease_facts_of(), which takes the lock itself.
+ * Locking (session/guest.h): the slice has its own lock (head,
+ * session/slice.h), but its facts change together with the guest's phase
+ * and lease document, so lease/ reads and writes them under the session's
+ * lock. A fact read under the slice's lock alone is written with both held
+ * (the session's first): the guest's state, through lease_set_guest_state()
+ * and read by lease_guest_state_copy(). The session's slice operations run
+ * with both held. The rooms above read the slice through the accessors
+ * below, which take the lock they need: lease_is_live() the session's (it
+ * reads the phase), lease_guest_state_copy() the slice's.
  */
 #ifndef RELAY_LEASE_LEASE_STATE_H
 #define RELAY_LEASE_LEASE_STATE_H
@@ -16,16 +22,19 @@
 #include <stdint.h>
 
 #include "session/manager_internal.h"
+#include "session/slice.h"
 
-typedef enum renewal_state {
+typedef enum lease_renewal_state {
 	RENEWAL_NONE = 0,
 	RENEWAL_RENEWING,
 	RENEWAL_FAILING,
 	RENEWAL_STOPPED,
 	RENEWAL_PAUSED,
-} renewal_state;
+} lease_renewal_state;
 
 typedef struct lease_state {
+	slice_head head; /* the slice's lock (session/slice.h) */
+
 	/* acquisition (acquire.c, from relay_acquire's arguments at reserve) */
 	int64_t deadline_ms; /* the lease's end: acquired_at + ttl */
 	double ttl_hours;
@@ -39,14 +48,14 @@ typedef struct lease_state {
 	char *capacity_reason;
 
 	/* renewal (renewal.c, acquire.c, reconcile.c) */
-	renewal_state renewal;
+	lease_renewal_state renewal;
 	int64_t expires_at_ms; /* last confirmed expiry; 0 = unknown */
 	int64_t last_renewed_at_ms;
 	char *guest_state; /* pending | provisioning | running | releasing | unknown */
 
 	/* restart (spec/lifecycle.md §8, reconcile.c) */
-	guest_phase restored_phase;     /* the phase on disk while the guest's is PHASE_RECONCILING */
-	renewal_state restored_renewal; /* the renewal state on disk while reconciling */
+	guest_phase restored_phase;           /* the phase on disk while the guest's is PHASE_RECONCILING */
+	lease_renewal_state restored_renewal; /* the renewal state on disk while reconciling */
 
 	/* runtime only (renewal.c): not in the record */
 	bool beat_in_flight;  /* a renewal beat is running (one at a time) */
@@ -58,13 +67,16 @@ typedef struct lease_state {
  * the relay's guest_rooms). */
 extern const guest_slice_ops lease_slice_ops;
 
-const char *renewal_state_name(renewal_state state);
+const char *lease_renewal_state_name(lease_renewal_state state);
 
 /* Whether the lease of `g` is running and unexpired, and the guest neither
  * releasing nor finishing (console_open step 4). Takes the manager's lock. */
-bool lease_is_live(manager *m, guest *g);
+bool lease_is_live(session_manager *m, guest *g);
 /* The guest's state as the backend last reported it ("unknown" when none),
- * copied under the manager's lock (malloc'd; NULL when out of memory). */
-char *lease_guest_state_copy(manager *m, guest *g);
+ * copied under the slice's lock (malloc'd; NULL when out of memory). */
+char *lease_guest_state_copy(session_manager *m, guest *g);
+/* Records the guest's state as the backend reported it (NULL: "unknown").
+ * lease/ only, under the session's lock; takes the slice's. */
+void lease_set_guest_state(guest *g, const char *state);
 
 #endif

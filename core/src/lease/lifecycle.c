@@ -22,7 +22,7 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
-json_object *lifecycle_parse_taken(char *text)
+json_object *lease_parse_taken(char *text)
 {
 	json_object *obj = text ? jsonx_parse_str(text, NULL, 0) : NULL;
 	free(text);
@@ -31,7 +31,7 @@ json_object *lifecycle_parse_taken(char *text)
 
 /* ---- binding ------------------------------------------------------------------ */
 
-json_object *lifecycle_binding_json(manager *m)
+json_object *lease_binding_json(session_manager *m)
 {
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	if (machine && machine->machine.binding) {
@@ -70,7 +70,7 @@ static bool same_value(const char *a, const char *b)
 	return strcmp(a, b) == 0;
 }
 
-bool lifecycle_binding_equal(const json_object *a, const json_object *b)
+bool lease_binding_equal(const json_object *a, const json_object *b)
 {
 	static const char *const keys[] = {"machine", "endpoint", "store", "environmentFingerprint"};
 	if (!json_object_is_type(a, json_type_object) || !json_object_is_type(b, json_type_object))
@@ -87,7 +87,7 @@ static const char *const row_keys[REGISTRY_CELLS] = {"machine", "os",      "task
                                                      "agent",   "project", "startDate"};
 
 /* The Machine cell (spec/lifecycle.md §10). Under lock. */
-static char *machine_cell(manager *m, guest *g)
+static char *machine_cell(session_manager *m, guest *g)
 {
 	const relay_settings *s = m->settings;
 	const char *plugin = backends_display_name(m->backends, SLOT_MACHINE);
@@ -115,9 +115,9 @@ static bool row_from_json(const json_object *cells, registry_row *row)
 	return true;
 }
 
-int lifecycle_registry_add(manager *m, guest *g, relay_outcome *o)
+int lease_registry_add(session_manager *m, guest *g, relay_outcome *o)
 {
-	manager_lock(m);
+	session_lock(m);
 	char *machine = machine_cell(m, g);
 	char stamp[22];
 	time_format_stamp(g->acquired_at_ms, stamp);
@@ -140,7 +140,7 @@ int lifecycle_registry_add(manager *m, guest *g, relay_outcome *o)
 	registry_row row;
 	row_from_json(cells, &row);
 	json_object_get(cells);
-	manager_unlock(m);
+	session_unlock(m);
 
 	char errbuf[768];
 	registry_outcome outcome = registry_add(&m->registry, &row, errbuf, sizeof errbuf);
@@ -148,11 +148,11 @@ int lifecycle_registry_add(manager *m, guest *g, relay_outcome *o)
 	if (outcome == REGISTRY_CHANGED || outcome == REGISTRY_UNCHANGED)
 		return 0;
 	/* Nothing of ours is in the file: forget the row. */
-	manager_lock(m);
+	session_lock(m);
 	json_object_put(g->lease->registry_row);
 	g->lease->registry_row = NULL;
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	if (outcome == REGISTRY_CONFLICT || outcome == REGISTRY_LOCK_TIMEOUT)
 		return outcome_fail(o, "registry-conflict", "%s (registry %s); nothing was acquired", errbuf,
 		                    m->registry.path);
@@ -161,11 +161,11 @@ int lifecycle_registry_add(manager *m, guest *g, relay_outcome *o)
 	                    m->registry.path, errbuf);
 }
 
-int lifecycle_registry_remove(manager *m, guest *g)
+int lease_registry_remove(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	json_object *cells = g->lease->registry_row ? json_object_get(g->lease->registry_row) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (cells == NULL)
 		return 0;
 	registry_row row;
@@ -184,23 +184,23 @@ int lifecycle_registry_remove(manager *m, guest *g)
 	}
 	json_object_put(cells);
 	if (rc == 0) {
-		manager_lock(m);
+		session_lock(m);
 		json_object_put(g->lease->registry_row);
 		g->lease->registry_row = NULL;
 		guest_save(g);
-		manager_unlock(m);
+		session_unlock(m);
 	}
 	return rc;
 }
 
 /* ---- probes ------------------------------------------------------------------------ */
 
-void lifecycle_copy_probes(manager *m, guest *g)
+void lease_copy_probes(session_manager *m, guest *g)
 {
 	char *probes = fs_path_join(m->settings->session_dir, "probes");
-	manager_lock(m);
+	session_lock(m);
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	DIR *dir = probes ? opendir(probes) : NULL;
 	if (dir == NULL || evidence == NULL)
 		goto cleanup;
@@ -234,36 +234,36 @@ cleanup:
 
 /* ---- renewal, as the tools see it ------------------------------------------------------ */
 
-void lifecycle_renewal_start(manager *m, guest *g)
+void lease_renewal_begin(session_manager *m, guest *g)
 {
-	renewal_start(m, g, false);
+	lease_renewal_start(m, g, false);
 }
 
-void lifecycle_renewal_stop(manager *m, guest *g)
+void lease_renewal_end(session_manager *m, guest *g)
 {
-	renewal_stop(m, g);
+	lease_renewal_stop(m, g);
 }
 
-int lifecycle_wait_until(manager *m, relay_call *call, int64_t deadline_ms)
+int lease_wait_until(session_manager *m, relay_call *call, int64_t deadline_ms)
 {
-	manager_lock(m);
+	session_lock(m);
 	for (;;) {
 		if (m->ending || relay_call_is_cancelled(call)) {
-			manager_unlock(m);
+			session_unlock(m);
 			return -1;
 		}
 		if (clock_wait_until_ms(&m->changed, &m->lock, deadline_ms, 500))
 			break;
 	}
-	manager_unlock(m);
+	session_unlock(m);
 	return 0;
 }
 
 /* ---- records ---------------------------------------------------------------------------- */
 
-void lifecycle_write_record(manager *m, guest *g, const char *reason, bool failed)
+void lease_write_record(session_manager *m, guest *g, const char *reason, bool failed)
 {
-	manager_lock(m);
+	session_lock(m);
 	json_object *record = json_object_new_object();
 	jsonx_add_str(record, "purpose", g->purpose);
 	jsonx_add_str(record, "vm", g->lease_document ? jsonx_get_str(g->lease_document, "vm") : NULL);
@@ -275,7 +275,7 @@ void lifecycle_write_record(manager *m, guest *g, const char *reason, bool faile
 	time_format_iso_seconds(clock_now_ms(), at);
 	jsonx_add_str(record, "finishedAt", at);
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (evidence) {
 		strbuf path = STRBUF_INIT;
 		strbuf_printf(&path, "%s.lifecycle.json", evidence);
@@ -288,11 +288,11 @@ void lifecycle_write_record(manager *m, guest *g, const char *reason, bool faile
 	json_object_put(record);
 }
 
-void lifecycle_close_absent(manager *m, guest *g, const char *why)
+void lease_close_absent(session_manager *m, guest *g, const char *why)
 {
-	renewal_stop(m, g);
-	lifecycle_registry_remove(m, g);
-	lifecycle_write_record(m, g, why, false);
+	lease_renewal_stop(m, g);
+	lease_registry_remove(m, g);
+	lease_write_record(m, g, why, false);
 	guest_event(m, g, "release", why, NULL);
 	guest_close(m, g, "absent");
 	log_info("guest %s is gone at the backend (%s); closed", g->name, why);

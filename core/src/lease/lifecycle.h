@@ -12,7 +12,7 @@
  *   release.c       the release path shared by relay_release, relay_finish's
  *                   destruction step and the end of the session
  *   reconcile.c     taking back an earlier process's guests (reconcile.h)
- *   session_end.c   the end of the session (lifecycle_end_guests)
+ *   session_end.c   the end of the session (lease_end_guests)
  *   lifecycle.c     binding, registry glue, probes, waiting, records
  * The task registry file itself is registry/ (below the profile).
  *
@@ -43,46 +43,46 @@
 
 /* The JSON of a plugin's answer, which it takes and frees (may be NULL):
  * a new reference, or NULL when absent or not JSON. */
-json_object *lifecycle_parse_taken(char *text);
+json_object *lease_parse_taken(char *text);
 
 /* {machine, endpoint, store, environmentFingerprint} for new leases: the
  * machine plugin's binding() when it has one. A new reference. */
-json_object *lifecycle_binding_json(manager *m);
+json_object *lease_binding_json(session_manager *m);
 /* True when two bindings name the same machine plugin, endpoint, store and
  * environment fingerprint. */
-bool lifecycle_binding_equal(const json_object *a, const json_object *b);
+bool lease_binding_equal(const json_object *a, const json_object *b);
 
 /* Builds the guest's six registry cells (spec/lifecycle.md §10) into
  * g->lease->registry_row, saves the record, then adds the row. 0, or -1 with the
  * failure in `o` (registry-conflict for a conflicting row or a lock
  * timeout, else internal); then no row of ours is in the file. */
-int lifecycle_registry_add(manager *m, guest *g, relay_outcome *o);
+int lease_registry_add(session_manager *m, guest *g, relay_outcome *o);
 /* Removes the guest's row if it wrote one. 0, or -1 (logged) when the row
  * could not be removed (it then stays, naming this session). */
-int lifecycle_registry_remove(manager *m, guest *g);
+int lease_registry_remove(session_manager *m, guest *g);
 
 /* Copies the JSON records of <session>/probes/ into <evidence>/host/probes/. */
-void lifecycle_copy_probes(manager *m, guest *g);
+void lease_copy_probes(session_manager *m, guest *g);
 
 /* Starts renewal of a freshly leased guest: state renewing, first beat one
  * interval from now. */
-void lifecycle_renewal_start(manager *m, guest *g);
+void lease_renewal_begin(session_manager *m, guest *g);
 /* Stops renewal of the guest's lease for good (a release or the
  * destruction step of a finish begins): state stopped. */
-void lifecycle_renewal_stop(manager *m, guest *g);
+void lease_renewal_end(session_manager *m, guest *g);
 
 /* Waits until relay time reaches deadline_ms. Returns 0 when reached, -1
  * when the call was cancelled or the session began to end. */
-int lifecycle_wait_until(manager *m, relay_call *call, int64_t deadline_ms);
+int lease_wait_until(session_manager *m, relay_call *call, int64_t deadline_ms);
 
 /* Writes <evidence>.lifecycle.json: {purpose, vm, released, reason, failed,
  * delivered, finishedAt}. */
-void lifecycle_write_record(manager *m, guest *g, const char *reason, bool failed);
+void lease_write_record(session_manager *m, guest *g, const char *reason, bool failed);
 
 /* Closes a guest whose lease the backend no longer knows and whose
  * destruction was verified: registry row removed, lifecycle record with
  * `why`, closed as `absent`. */
-void lifecycle_close_absent(manager *m, guest *g, const char *why);
+void lease_close_absent(session_manager *m, guest *g, const char *why);
 
 /* The release path (spec/tools.md §3.10 steps 2-7). Regular: packaging through
  * release_package() (delivery/packaging.h) when staged and not delivered,
@@ -96,18 +96,18 @@ void lifecycle_close_absent(manager *m, guest *g, const char *why);
  * (backend-unavailable, outcome-unknown, shutting-down,
  * destruction-unverified). Call from the guest's queue or the end of the
  * session. */
-int lifecycle_release(manager *m, guest *g, relay_call *call, bool direct, relay_outcome *o);
+int lease_release_guest(session_manager *m, guest *g, relay_call *call, bool direct, relay_outcome *o);
 
 /* relay_finish step 8 (spec/tools.md §3.9): the same destruction and
- * verification as lifecycle_release (steps 2 and 4-7, no packaging: the
+ * verification as lease_release_guest (steps 2 and 4-7, no packaging: the
  * guest is delivered), recorded and closed with reason "finished". The
- * same answers as lifecycle_release. */
-int lifecycle_release_finished(manager *m, guest *g, relay_call *call, relay_outcome *o);
+ * same answers as lease_release_guest. */
+int lease_release_finished(session_manager *m, guest *g, relay_call *call, relay_outcome *o);
 
 /* The end of the session for every guest (spec/lifecycle.md §11.2 steps 1-5;
  * session_end.c), the session's end_guests hook: lets running work finish
  * within the grace period, then pauses or releases each guest. Returns 0,
  * or 1 when a guest's final renewal or release failed. */
-int lifecycle_end_guests(manager *m, const char *reason);
+int lease_end_guests(session_manager *m, const char *reason);
 
 #endif

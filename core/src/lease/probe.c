@@ -4,7 +4,7 @@
  * held, read in parallel with 5 s each; a fact that cannot be read is
  * reported with a diagnostic and the probe itself does not fail. The full
  * result is kept as <session>/probes/<ms>-<uuid>.json, which
- * lifecycle_copy_probes() copies into the evidence of later acquisitions.
+ * lease_copy_probes() copies into the evidence of later acquisitions.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -43,7 +43,7 @@ typedef struct probe_run {
 	int refs;
 	bool done[TASK_COUNT];
 	bool abandoned;
-	manager *m;
+	session_manager *m;
 	/* results, under mu */
 	json_object *host_facts;
 	relay_status health_status;
@@ -268,7 +268,7 @@ static json_object *capabilities_block(void)
 	return caps;
 }
 
-static const char *service_endpoint(manager *m, char *buf, size_t len)
+static const char *service_endpoint(session_manager *m, char *buf, size_t len)
 {
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	if (machine == NULL || machine->machine.binding == NULL)
@@ -289,7 +289,7 @@ static const char *service_endpoint(manager *m, char *buf, size_t len)
 	return endpoint;
 }
 
-static void save_probe(manager *m, json_object *result)
+static void save_probe(session_manager *m, json_object *result)
 {
 	char *dir = fs_path_join(m->settings->session_dir, "probes");
 	relay_error err;
@@ -320,7 +320,7 @@ typedef struct probe_snapshot {
 /* Starts the three reads, each on a thread of its own, and waits for them
  * for at most PROBE_LIMIT_MS of real time; a read still running then
  * finishes on its own. 0, or -1 when out of memory. */
-static int run_reads(manager *m, probe_snapshot *snap)
+static int run_reads(session_manager *m, probe_snapshot *snap)
 {
 	probe_run *run = calloc(1, sizeof *run);
 	if (run == NULL)
@@ -409,7 +409,7 @@ static json_object *local_block(probe_snapshot *snap)
 
 /* The backend block: which machine plugin, its service endpoint, whether
  * it answered its health check, and its images and capacity. */
-static json_object *backend_block(manager *m, const probe_snapshot *snap, bool *reachable_out)
+static json_object *backend_block(session_manager *m, const probe_snapshot *snap, bool *reachable_out)
 {
 	json_object *backend = json_object_new_object();
 	char endpoint_buf[512];
@@ -451,9 +451,9 @@ static json_object *backend_block(manager *m, const probe_snapshot *snap, bool *
 	return backend;
 }
 
-int lease_probe_host(manager *m, relay_outcome *o, bool *reachable_out, size_t *held_out)
+int lease_probe_host(session_manager *m, relay_outcome *o, bool *reachable_out, size_t *held_out)
 {
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	probe_snapshot snap;
 	memset(&snap, 0, sizeof snap);
 	if (run_reads(m, &snap) != 0)
@@ -471,7 +471,7 @@ int lease_probe_host(manager *m, relay_outcome *o, bool *reachable_out, size_t *
 	jsonx_add(result, "backend", backend);
 	jsonx_add(result, "environment",
 	          m->settings->environment ? environment_identity(m->settings->environment) : NULL);
-	manager_lock(m);
+	session_lock(m);
 	json_object *guests = json_object_new_array();
 	size_t held = 0;
 	for (guest *g = m->guests; g; g = g->next) {
@@ -480,7 +480,7 @@ int lease_probe_host(manager *m, relay_outcome *o, bool *reachable_out, size_t *
 		json_object_array_add(guests, guest_status_json(g));
 		held++;
 	}
-	manager_unlock(m);
+	session_unlock(m);
 	jsonx_add(result, "guests", guests);
 	jsonx_add_int(result, "maxGuests", m->settings->max_guests);
 	jsonx_add(result, "capabilities", capabilities_block());

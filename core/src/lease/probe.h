@@ -18,6 +18,6 @@
  * local, backend, environment, guests, maxGuests, capabilities),
  * *reachable_out and *held_out (open guests); -1 only when out of memory.
  * Waits for the backends; call on a detached thread or a guest's queue. */
-int lease_probe_host(manager *m, relay_outcome *o, bool *reachable_out, size_t *held_out);
+int lease_probe_host(session_manager *m, relay_outcome *o, bool *reachable_out, size_t *held_out);
 
 #endif

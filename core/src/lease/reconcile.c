@@ -31,7 +31,7 @@
 
 #define DEFAULT_SERVICE_ORIGIN "http://localhost:6240"
 
-bool reconcile_valid_guest_name(const char *name)
+bool lease_reconcile_valid_guest_name(const char *name)
 {
 	size_t n = strlen(name);
 	if (n == 0 || n > 48)
@@ -47,7 +47,7 @@ bool reconcile_valid_guest_name(const char *name)
 
 /* ---- counters ------------------------------------------------------------------------ */
 
-bool reconcile_counter_past(manager *m, const char *task, const char *name)
+bool lease_reconcile_counter_past(session_manager *m, const char *task, const char *name)
 {
 	if (task == NULL || name == NULL)
 		return false;
@@ -68,11 +68,11 @@ bool reconcile_counter_past(manager *m, const char *task, const char *name)
 
 /* ---- scanning --------------------------------------------------------------------------- */
 
-static void reconcile_work(manager *m, guest *g, relay_call *call, void *ctx);
+static void reconcile_work(session_manager *m, guest *g, relay_call *call, void *ctx);
 
 /* A guest whose record cannot be used, listed so that it counts and is
  * refused by name. */
-static guest *unreadable_guest(manager *m, const char *name, const char *path, const char *why)
+static guest *unreadable_guest(session_manager *m, const char *name, const char *path, const char *why)
 {
 	guest *g = guest_new(m->hooks->rooms);
 	if (g == NULL)
@@ -99,7 +99,7 @@ static int by_acquisition(const void *a, const void *b)
 	return strcmp(ga->name, gb->name);
 }
 
-void reconcile_scan(manager *m)
+void lease_reconcile_scan(session_manager *m)
 {
 	char *guests_dir = fs_path_join(m->settings->session_dir, "guests");
 	DIR *dir = guests_dir ? opendir(guests_dir) : NULL;
@@ -110,11 +110,11 @@ void reconcile_scan(manager *m)
 	struct dirent *entry;
 	while ((entry = readdir(dir)) != NULL) {
 		const char *name = entry->d_name;
-		if (!reconcile_valid_guest_name(name))
+		if (!lease_reconcile_valid_guest_name(name))
 			continue;
-		manager_lock(m);
-		bool known = manager_find_guest(m, name) != NULL;
-		manager_unlock(m);
+		session_lock(m);
+		bool known = session_find_guest(m, name) != NULL;
+		session_unlock(m);
 		if (known)
 			continue;
 		char *gdir = fs_path_join(guests_dir, name);
@@ -178,7 +178,7 @@ void reconcile_scan(manager *m)
 	}
 	if (count > 1)
 		qsort(found, count, sizeof *found, by_acquisition);
-	manager_lock(m);
+	session_lock(m);
 	bool counters_moved = false;
 	for (size_t i = 0; i < count; i++) {
 		guest *g = found[i];
@@ -187,15 +187,15 @@ void reconcile_scan(manager *m)
 		while (*tail)
 			tail = &(*tail)->next;
 		*tail = g;
-		counters_moved |= reconcile_counter_past(m, g->task, g->name);
+		counters_moved |= lease_reconcile_counter_past(m, g->task, g->name);
 	}
 	if (counters_moved && m->session_lock_fd >= 0)
-		manager_save_session(m);
+		session_save(m);
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 	for (size_t i = 0; i < count; i++)
 		if (found[i]->phase == PHASE_RECONCILING)
-			manager_queue_internal(m, found[i], reconcile_work, NULL, NULL, 0);
+			session_queue_internal(m, found[i], reconcile_work, NULL, NULL, 0);
 cleanup:
 	if (dir)
 		closedir(dir);
@@ -208,16 +208,16 @@ cleanup:
 /* The guest cannot be taken back: it stays listed, counts toward the limit,
  * and every call on it is refused with the reason. Its record is never
  * rewritten by this process. */
-static void make_unavailable(manager *m, guest *g, const char *fmt, ...)
+static void make_unavailable(session_manager *m, guest *g, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void make_unavailable(manager *m, guest *g, const char *fmt, ...)
+static void make_unavailable(session_manager *m, guest *g, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
 	strbuf sb = STRBUF_INIT;
 	strbuf_vprintf(&sb, fmt, ap);
 	va_end(ap);
-	manager_lock(m);
+	session_lock(m);
 	free(g->last_error);
 	g->last_error = strbuf_detach(&sb, NULL);
 	g->phase = PHASE_UNAVAILABLE;
@@ -228,7 +228,7 @@ static void make_unavailable(manager *m, guest *g, const char *fmt, ...)
 		g->owner_lock_fd = -1;
 	}
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 	log_error("guest %s is unavailable: %s", g->name, g->last_error);
 }
 
@@ -236,7 +236,7 @@ static void make_unavailable(manager *m, guest *g, const char *fmt, ...)
  * deployment: a machine slot working through the machine service
  * (backends_uses_service) at http://localhost:6240, Tart home ~/.tart, no
  * environment. */
-static bool default_deployment(manager *m, const json_object *current)
+static bool default_deployment(session_manager *m, const json_object *current)
 {
 	const char *home = getenv("HOME");
 	if (home == NULL)
@@ -258,8 +258,8 @@ static const char *console_id(const json_object *lease)
 
 /* Finds the lease of an acquisition the earlier process had in flight.
  * Returns true when exactly one was found and adopted. */
-static bool adopt_by_purpose(manager *m, guest *g, loaded_plugin *machine, relay_call *call, char *why,
-                             size_t why_len)
+static bool adopt_by_purpose(session_manager *m, guest *g, loaded_plugin *machine, relay_call *call,
+                             char *why, size_t why_len)
 {
 	char *text = NULL;
 	relay_error err;
@@ -281,7 +281,7 @@ static bool adopt_by_purpose(manager *m, guest *g, loaded_plugin *machine, relay
 	else
 		adopted = true;
 	if (adopted) {
-		manager_lock(m);
+		session_lock(m);
 		json_object_put(g->lease_document);
 		g->lease_document = json_object_get(json_object_array_get_idx(found, 0));
 		g->lease->acquisition_in_flight = false;
@@ -289,7 +289,7 @@ static bool adopt_by_purpose(manager *m, guest *g, loaded_plugin *machine, relay
 		if (jsonx_get_int(g->lease_document, "expiresAtMs", &expires))
 			g->lease->expires_at_ms = expires;
 		guest_save(g);
-		manager_unlock(m);
+		session_unlock(m);
 	}
 	json_object_put(found);
 	return adopted;
@@ -299,14 +299,14 @@ static bool adopt_by_purpose(manager *m, guest *g, loaded_plugin *machine, relay
  * again now that it is ours. True when the guest is ours and open (phase
  * reconciling, restored_* set); otherwise it was made unavailable or found
  * closed. */
-static bool take_ownership(manager *m, guest *g)
+static bool take_ownership(session_manager *m, guest *g)
 {
 	char why[RELAY_ERROR_MESSAGE_BYTES + 512];
-	manager_lock(m);
+	session_lock(m);
 	bool session_held = m->session_lock_fd >= 0;
 	long holder = m->session_lock_holder_pid;
 	bool readonly = g->record_readonly;
-	manager_unlock(m);
+	session_unlock(m);
 	if (!session_held) {
 		make_unavailable(m, g, "another mcp-relay process, pid %ld, holds session %s", holder,
 		                 m->settings->session_id);
@@ -342,7 +342,7 @@ static bool take_ownership(manager *m, guest *g)
 	memset(&err, 0, sizeof err);
 	relay_status st =
 	    path ? fs_read_json(path, RECONCILE_RECORD_MAX_BYTES, &record, &err) : RELAY_E_NO_MEMORY;
-	manager_lock(m);
+	session_lock(m);
 	int reloaded = st == RELAY_OK ? guest_reload(g, record, why, sizeof why) : -1;
 	if (st != RELAY_OK)
 		snprintf(why, sizeof why, "%s", err.message);
@@ -360,7 +360,7 @@ static bool take_ownership(manager *m, guest *g)
 		}
 	}
 	guest_phase now_phase = g->phase;
-	manager_unlock(m);
+	session_unlock(m);
 	json_object_put(record);
 	if (reloaded != 0) {
 		close(fd);
@@ -379,17 +379,16 @@ static bool take_ownership(manager *m, guest *g)
 /* Step 3: the binding, before any backend operation. True when the record
  * belongs to the current machine environment (a record without one is
  * bound to it now); otherwise the guest was made unavailable. */
-static bool check_binding(manager *m, guest *g)
+static bool check_binding(session_manager *m, guest *g)
 {
-	json_object *current = lifecycle_binding_json(m);
-	manager_lock(m);
-	bool bound =
-	    g->binding ? lifecycle_binding_equal(g->binding, current) : default_deployment(m, current);
+	json_object *current = lease_binding_json(m);
+	session_lock(m);
+	bool bound = g->binding ? lease_binding_equal(g->binding, current) : default_deployment(m, current);
 	if (bound && g->binding == NULL) {
 		g->binding = json_object_get(current);
 		guest_save(g);
 	}
-	manager_unlock(m);
+	session_unlock(m);
 	json_object_put(current);
 	if (!bound)
 		make_unavailable(m, g,
@@ -401,25 +400,25 @@ static bool check_binding(manager *m, guest *g)
 /* What the record said before the guest was taken back. */
 typedef struct restored_facts {
 	guest_phase phase;
-	renewal_state renewal;
+	lease_renewal_state renewal;
 	bool in_flight;  /* an acquisition in flight: its lease request may have been sent */
 	bool never_sent; /* an acquisition whose lease request was never sent */
 } restored_facts;
 
-static restored_facts read_restored(manager *m, guest *g)
+static restored_facts read_restored(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	restored_facts r = {g->lease->restored_phase, g->lease->restored_renewal,
 	                    g->lease->acquisition_in_flight && g->lease_document == NULL,
 	                    !g->lease->acquisition_in_flight && g->lease_document == NULL};
-	manager_unlock(m);
+	session_unlock(m);
 	return r;
 }
 
 /* Without a machine backend the guest keeps the phase it had and says why. */
-static void no_machine(manager *m, guest *g, const restored_facts *r)
+static void no_machine(session_manager *m, guest *g, const restored_facts *r)
 {
-	manager_lock(m);
+	session_lock(m);
 	g->phase = r->phase == PHASE_RECONCILING ? PHASE_READY : r->phase;
 	g->lease->renewal = r->renewal;
 	free(g->last_error);
@@ -429,19 +428,19 @@ static void no_machine(manager *m, guest *g, const restored_facts *r)
 	                                                     : "no machine plugin is configured");
 	g->last_error = strbuf_detach(&sb, NULL);
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 }
 
 /* Step 4: an acquisition in flight when the earlier process ended. True
  * when that settled the guest (closed, or kept as uncertain); false to go
  * on (nothing in flight, or its lease adopted by purpose). */
-static bool settle_acquisition(manager *m, guest *g, loaded_plugin *machine, relay_call *call,
+static bool settle_acquisition(session_manager *m, guest *g, loaded_plugin *machine, relay_call *call,
                                const restored_facts *r)
 {
 	char why[RELAY_ERROR_MESSAGE_BYTES + 512];
 	if (r->never_sent) {
 		/* The lease request was never sent: nothing can exist. */
-		lifecycle_registry_remove(m, g);
+		lease_registry_remove(m, g);
 		guest_close(m, g, "not-acquired");
 		log_info("guest %s was never acquired (the earlier process ended before its lease request); "
 		         "closed",
@@ -450,7 +449,7 @@ static bool settle_acquisition(manager *m, guest *g, loaded_plugin *machine, rel
 	}
 	if (!r->in_flight || adopt_by_purpose(m, g, machine, call, why, sizeof why))
 		return false;
-	manager_lock(m);
+	session_lock(m);
 	g->phase = PHASE_ACQUISITION_UNCERTAIN;
 	free(g->last_error);
 	strbuf sb = STRBUF_INIT;
@@ -463,7 +462,7 @@ static bool settle_acquisition(manager *m, guest *g, loaded_plugin *machine, rel
 	g->last_error = strbuf_detach(&sb, NULL);
 	guest_save(g);
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 	log_info("guest %s: %s", g->name, g->last_error);
 	return true;
 }
@@ -471,9 +470,9 @@ static bool settle_acquisition(manager *m, guest *g, loaded_plugin *machine, rel
 /* Step 5, a lease the backend knows: adopted when it names this guest's
  * purpose, lease and console. False when it names another (the guest is
  * then made unavailable). */
-static bool adopt_found(manager *m, guest *g, json_object *found)
+static bool adopt_found(session_manager *m, guest *g, json_object *found)
 {
-	manager_lock(m);
+	session_lock(m);
 	const char *record_id = jsonx_get_str(g->lease_document, "lease_id");
 	const char *record_console = console_id(g->lease_document);
 	const char *found_purpose = jsonx_get_str(found, "purpose");
@@ -489,14 +488,13 @@ static bool adopt_found(manager *m, guest *g, json_object *found)
 		if (jsonx_get_int(found, "expiresAtMs", &expires) && expires > 0)
 			g->lease->expires_at_ms = expires;
 		const char *state = jsonx_get_str(found, "state");
-		free(g->lease->guest_state);
-		g->lease->guest_state = strdup(state ? state : "unknown");
+		lease_set_guest_state(g, state);
 		if (state && strcmp(state, "failed") == 0) {
 			free(g->last_error);
 			g->last_error = strdup("the backend reports the guest failed");
 		}
 	}
-	manager_unlock(m);
+	session_unlock(m);
 	if (!same)
 		make_unavailable(m, g,
 		                 "lease ownership identity mismatch: the backend's lease for %s names "
@@ -507,8 +505,8 @@ static bool adopt_found(manager *m, guest *g, json_object *found)
 
 /* Step 6: gone at the backend; closed only when destruction is verified
  * independently. True when it was closed. */
-static bool settle_absent(manager *m, guest *g, loaded_plugin *machine, relay_call *call, const char *lease,
-                          guest_phase restored_phase)
+static bool settle_absent(session_manager *m, guest *g, loaded_plugin *machine, relay_call *call,
+                          const char *lease, guest_phase restored_phase)
 {
 	char *check = NULL;
 	relay_error verr;
@@ -524,18 +522,18 @@ static bool settle_absent(manager *m, guest *g, loaded_plugin *machine, relay_ca
 		    g->name, verr.message[0] ? verr.message : relay_status_str(verified));
 		return false;
 	}
-	manager_lock(m);
+	session_lock(m);
 	bool finished = restored_phase == PHASE_FINISHING && g->delivered;
-	manager_unlock(m);
+	session_unlock(m);
 	if (finished) {
 		/* A finish that delivered and destroyed, killed before its
 		 * bookkeeping: it finished. */
-		lifecycle_registry_remove(m, g);
-		lifecycle_write_record(m, g, "finished", false);
+		lease_registry_remove(m, g);
+		lease_write_record(m, g, "finished", false);
 		guest_close(m, g, "finished");
 		log_info("guest %s had finished before the restart; closed", g->name);
 	} else {
-		lifecycle_close_absent(m, g, "backend lease absent and destruction verified");
+		lease_close_absent(m, g, "backend lease absent and destruction verified");
 	}
 	return true;
 }
@@ -543,7 +541,7 @@ static bool settle_absent(manager *m, guest *g, loaded_plugin *machine, relay_ca
 /* Steps 5-6: the lease looked up. True when that ended the work (the guest
  * closed or made unavailable); false to go on (found, kept with an error,
  * or the lookup failed and renewal tries again). */
-static bool look_up_lease(manager *m, guest *g, loaded_plugin *machine, relay_call *call,
+static bool look_up_lease(session_manager *m, guest *g, loaded_plugin *machine, relay_call *call,
                           guest_phase restored_phase)
 {
 	char *lease = guest_lease_text(m, g);
@@ -559,15 +557,14 @@ static bool look_up_lease(manager *m, guest *g, loaded_plugin *machine, relay_ca
 	} else if (st == RELAY_E_NOT_FOUND) {
 		ended = settle_absent(m, g, machine, call, lease, restored_phase);
 	} else {
-		manager_lock(m);
-		free(g->lease->guest_state);
-		g->lease->guest_state = strdup("unknown");
+		session_lock(m);
+		lease_set_guest_state(g, NULL);
 		free(g->last_error);
 		strbuf sb = STRBUF_INIT;
 		strbuf_printf(&sb, "the lease lookup at restart failed: %s; renewal goes on and tries again",
 		              err.message[0] ? err.message : relay_status_str(st));
 		g->last_error = strbuf_detach(&sb, NULL);
-		manager_unlock(m);
+		session_unlock(m);
 	}
 	json_object_put(found);
 	free(lease);
@@ -577,9 +574,9 @@ static bool look_up_lease(manager *m, guest *g, loaded_plugin *machine, relay_ca
 /* Steps 7-8: the phase it had (an acquisition found by its purpose is
  * ready), the recording reattached without replaying anything, renewal
  * resumed at once in the usual window. */
-static void resume_guest(manager *m, guest *g, const restored_facts *r)
+static void resume_guest(session_manager *m, guest *g, const restored_facts *r)
 {
-	manager_lock(m);
+	session_lock(m);
 	guest_phase phase = r->phase;
 	if (phase == PHASE_ACQUIRING || phase == PHASE_WAITING_FOR_CAPACITY ||
 	    phase == PHASE_ACQUISITION_UNCERTAIN || phase == PHASE_RECONCILING ||
@@ -589,7 +586,7 @@ static void resume_guest(manager *m, guest *g, const restored_facts *r)
 	g->lease->renewal = r->renewal;
 	bool reattach = g->staged && !g->delivered;
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 
 	/* 7. The recording, reattached without replaying anything. */
 	if (reattach) {
@@ -607,28 +604,28 @@ static void resume_guest(manager *m, guest *g, const restored_facts *r)
 	    phase != PHASE_RELEASING && (r->in_flight || r->renewal == RENEWAL_RENEWING ||
 	                                 r->renewal == RENEWAL_FAILING || r->renewal == RENEWAL_PAUSED);
 	if (resume) {
-		renewal_start(m, g, true);
+		lease_renewal_start(m, g, true);
 	} else {
-		manager_lock(m);
+		session_lock(m);
 		guest_save(g);
-		manager_unlock(m);
+		session_unlock(m);
 	}
-	manager_lock(m);
+	session_lock(m);
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 	log_info("took back guest %s (%s, renewal %s)", g->name, guest_phase_name(phase),
-	         resume ? "resumed" : renewal_state_name(r->renewal));
+	         resume ? "resumed" : lease_renewal_state_name(r->renewal));
 }
 
 /* A reservation the earlier process left before the acquisition got its
  * purpose (acquire.c step 7): no lease request was ever sent, so nothing
  * can exist at the backend and the binding was never fixed. Closed; true
  * when it was. */
-static bool settle_reservation(manager *m, guest *g)
+static bool settle_reservation(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	bool reserved_only = g->purpose == NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (!reserved_only)
 		return false;
 	guest_close(m, g, "not-acquired");
@@ -638,10 +635,10 @@ static bool settle_reservation(manager *m, guest *g)
 	return true;
 }
 
-static void reconcile_work(manager *m, guest *g, relay_call *call, void *ctx)
+static void reconcile_work(session_manager *m, guest *g, relay_call *call, void *ctx)
 {
 	(void)ctx;
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	if (!take_ownership(m, g) || settle_reservation(m, g) || !check_binding(m, g))
 		return;
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];

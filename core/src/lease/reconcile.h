@@ -19,10 +19,10 @@
 /* Migrates the one ownership record of a relay from before several guests
  * (<session>/lease.json) into guests/<task>-<n>/ (§8 step 2). Call with the
  * session lock held and without the manager's lock. */
-void reconcile_migrate_legacy(manager *m);
+void lease_reconcile_migrate_legacy(session_manager *m);
 
 /* Adds every guest under guests/ the manager does not know yet, and queues
  * a reconcile job for each one that is not closed. Without the lock. */
-void reconcile_scan(manager *m);
+void lease_reconcile_scan(session_manager *m);
 
 #endif

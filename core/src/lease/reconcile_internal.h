@@ -15,10 +15,10 @@
 
 /* A guest (or task) name as relay_acquire makes them: [a-z0-9][a-z0-9-]*,
  * at most 48 bytes. */
-bool reconcile_valid_guest_name(const char *name);
+bool lease_reconcile_valid_guest_name(const char *name);
 
 /* Keeps a restored name's number from ever being handed out again. Under
  * lock. Returns true when the counter moved. */
-bool reconcile_counter_past(manager *m, const char *task, const char *name);
+bool lease_reconcile_counter_past(session_manager *m, const char *task, const char *name);
 
 #endif

@@ -179,7 +179,7 @@ static json_object *legacy_convert(json_object *old, const char *name, int64_t n
 	return r;
 }
 
-void reconcile_migrate_legacy(manager *m)
+void lease_reconcile_migrate_legacy(session_manager *m)
 {
 	const char *session_dir = m->settings->session_dir;
 	char *old_path = fs_path_join(session_dir, "lease.json");
@@ -194,7 +194,7 @@ void reconcile_migrate_legacy(manager *m)
 	if (!json_object_is_type(old, json_type_object) || json_object_object_length(old) == 0)
 		goto cleanup;
 	const char *task = jsonx_get_str(old, "task");
-	if (task == NULL || strlen(task) > 36 || !reconcile_valid_guest_name(task) ||
+	if (task == NULL || strlen(task) > 36 || !lease_reconcile_valid_guest_name(task) ||
 	    jsonx_get_str(old, "purpose") == NULL) {
 		log_error("the single-guest record %s has no usable task or purpose; it is left untouched",
 		          old_path);
@@ -216,9 +216,9 @@ void reconcile_migrate_legacy(manager *m)
 		char rel[96];
 		snprintf(rel, sizeof rel, "guests/%s", name);
 		guest_dir = fs_path_join(session_dir, rel);
-		manager_lock(m);
-		bool known = manager_find_guest(m, name) != NULL;
-		manager_unlock(m);
+		session_lock(m);
+		bool known = session_find_guest(m, name) != NULL;
+		session_unlock(m);
 		if (guest_dir == NULL || (!known && !fs_exists_nofollow(guest_dir)))
 			break;
 	}
@@ -250,10 +250,10 @@ void reconcile_migrate_legacy(manager *m)
 	if (rename(old_path, strbuf_str(&migrated)) != 0)
 		log_error("cannot rename %s to %s: %s", old_path, strbuf_str(&migrated), strerror(errno));
 	strbuf_free(&migrated);
-	manager_lock(m);
-	reconcile_counter_past(m, task, name);
-	manager_save_session(m);
-	manager_unlock(m);
+	session_lock(m);
+	lease_reconcile_counter_past(m, task, name);
+	session_save(m);
+	session_unlock(m);
 	log_info("migrated the single-guest state of task %s into guest %s", task, name);
 cleanup:
 	if (old_lock >= 0)

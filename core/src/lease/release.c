@@ -39,11 +39,11 @@ typedef struct request_call {
 	bool internal;
 } request_call;
 
-static request_call request_begin(manager *m, relay_call *caller, int64_t timeout_ms)
+static request_call request_begin(session_manager *m, relay_call *caller, int64_t timeout_ms)
 {
 	request_call rc = {NULL, false};
 	if (caller == NULL) {
-		rc.call = manager_internal_call(m, timeout_ms);
+		rc.call = session_internal_call(m, timeout_ms);
 		rc.internal = true;
 	} else {
 		/* The caller's call carries cancellation and progress; a
@@ -53,18 +53,19 @@ static request_call request_begin(manager *m, relay_call *caller, int64_t timeou
 	return rc;
 }
 
-static void request_done(manager *m, request_call *rc)
+static void request_done(session_manager *m, request_call *rc)
 {
 	if (rc->internal)
-		manager_internal_call_done(m, rc->call);
+		session_internal_call_done(m, rc->call);
 	rc->call = NULL;
 }
 
 /* The relay_release facts and headline of a guest released for `reason`,
  * into `o`. Returns 0. */
-static int release_result(manager *m, guest *g, const char *reason, json_object *package, relay_outcome *o)
+static int release_result(session_manager *m, guest *g, const char *reason, json_object *package,
+                          relay_outcome *o)
 {
-	manager_lock(m);
+	session_lock(m);
 	json_object *r = json_object_new_object();
 	jsonx_add_str(r, "guest", g->name);
 	jsonx_add_bool(r, "released", true);
@@ -94,10 +95,10 @@ static int release_result(manager *m, guest *g, const char *reason, json_object 
 	          incomplete ? json_object_get(incomplete) : json_object_new_array());
 	jsonx_add_str(r, "evidencePath", g->evidence_path);
 	jsonx_add_bool(r, "destructionVerified", strcmp(reason, "not-acquired") != 0);
-	jsonx_add(r, "guestsHeld", manager_open_guest_names_json(m));
+	jsonx_add(r, "guestsHeld", session_open_guest_names_json(m));
 	char *name = strdup(g->name);
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	strbuf headline = STRBUF_INIT;
 	strbuf_printf(&headline, "Released guest %s: %s; evidence kept at %s", name,
 	              strcmp(reason, "not-acquired") == 0 ? "nothing was ever leased for it"
@@ -111,7 +112,7 @@ static int release_result(manager *m, guest *g, const char *reason, json_object 
 	return 0;
 }
 
-static void close_transport(manager *m, guest *g)
+static void close_transport(session_manager *m, guest *g)
 {
 	downloads_shutdown(m, g); /* no step download may use the connection any more */
 	gio_resident_close(m, g); /* `receiver serve` sees end of input and exits */
@@ -121,8 +122,8 @@ static void close_transport(manager *m, guest *g)
 /* Step 4: an acquisition whose outcome is unknown is looked up by purpose.
  * Returns 0 to go on (g->lease_document set); 1 when nothing was leased (the
  * release is done, `o` filled); -1 with the failure in `o`. */
-static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_call *call, guest_phase prior,
-                            relay_outcome *o)
+static int settle_uncertain(session_manager *m, guest *g, loaded_plugin *machine, relay_call *call,
+                            guest_phase prior, relay_outcome *o)
 {
 	relay_error err;
 	memset(&err, 0, sizeof err);
@@ -135,11 +136,11 @@ static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_
 	                          "the machine plugin cannot look leases up by purpose");
 	request_done(m, &rc);
 	json_object *found =
-	    st == RELAY_OK ? lifecycle_parse_taken(found_text) : (free(found_text), (json_object *)NULL);
+	    st == RELAY_OK ? lease_parse_taken(found_text) : (free(found_text), (json_object *)NULL);
 	size_t n = json_object_is_type(found, json_type_array) ? json_object_array_length(found) : 0;
 	if (st == RELAY_OK && n == 0) {
 		json_object_put(found);
-		lifecycle_registry_remove(m, g);
+		lease_registry_remove(m, g);
 		guest_event(m, g, "release", "nothing was leased for this purpose", NULL);
 		guest_close(m, g, "not-acquired");
 		release_result(m, g, "not-acquired", NULL, o);
@@ -147,10 +148,10 @@ static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_
 	}
 	if (st != RELAY_OK || n != 1) {
 		json_object_put(found);
-		manager_lock(m);
+		session_lock(m);
 		g->phase = prior;
 		guest_save(g);
-		manager_unlock(m);
+		session_unlock(m);
 		if (st == RELAY_OK)
 			return outcome_fail(
 			    o, "outcome-unknown",
@@ -163,12 +164,12 @@ static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_
 		    "kept; call relay_release again later",
 		    g->purpose, err.message[0] ? err.message : relay_status_str(st));
 	}
-	manager_lock(m);
+	session_lock(m);
 	json_object_put(g->lease_document);
 	g->lease_document = json_object_get(json_object_array_get_idx(found, 0));
 	g->lease->acquisition_in_flight = false;
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	json_object_put(found);
 	return 0;
 }
@@ -177,7 +178,7 @@ static int settle_uncertain(manager *m, guest *g, loaded_plugin *machine, relay_
  * `direct`), with a lookup after each failure. 0 when the backend
  * destroyed it or no longer knows it; -1 with outcome-unknown (cancelled
  * after the request) or destruction-unverified in `o`. */
-static int destroy(manager *m, guest *g, loaded_plugin *machine, relay_call *call, const char *lease,
+static int destroy(session_manager *m, guest *g, loaded_plugin *machine, relay_call *call, const char *lease,
                    bool direct, relay_outcome *o)
 {
 	bool released = false, cancelled = false;
@@ -242,34 +243,34 @@ static int destroy(manager *m, guest *g, loaded_plugin *machine, relay_call *cal
 	return 0;
 }
 
-static int release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason,
+static int release_path(session_manager *m, guest *g, relay_call *call, bool direct, const char *reason,
                         relay_outcome *o);
 
-int lifecycle_release(manager *m, guest *g, relay_call *call, bool direct, relay_outcome *o)
+int lease_release_guest(session_manager *m, guest *g, relay_call *call, bool direct, relay_outcome *o)
 {
 	return release_path(m, g, call, direct, "released", o);
 }
 
-int lifecycle_release_finished(manager *m, guest *g, relay_call *call, relay_outcome *o)
+int lease_release_finished(session_manager *m, guest *g, relay_call *call, relay_outcome *o)
 {
 	return release_path(m, g, call, false, "finished", o);
 }
 
 /* `reason` is "released", or "finished" for relay_finish's destruction step
  * (the package is delivered, so nothing is packaged). */
-static int release_path(manager *m, guest *g, relay_call *call, bool direct, const char *reason,
+static int release_path(session_manager *m, guest *g, relay_call *call, bool direct, const char *reason,
                         relay_outcome *o)
 {
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	if (machine == NULL)
 		return outcome_fail(o, "backend-unavailable", "the machine backend is not available: %s",
 		                    m->backends->load_errors[SLOT_MACHINE]
 		                        ? m->backends->load_errors[SLOT_MACHINE]
 		                        : "no machine plugin is configured");
-	manager_lock(m);
+	session_lock(m);
 	if (g->phase == PHASE_CLOSED) {
-		manager_unlock(m);
+		session_unlock(m);
 		return release_result(m, g,
 		                      jsonx_get_str(g->closed, "reason") ? jsonx_get_str(g->closed, "reason")
 		                                                         : "released",
@@ -279,10 +280,10 @@ static int release_path(manager *m, guest *g, relay_call *call, bool direct, con
 	bool uncertain = prior == PHASE_ACQUISITION_UNCERTAIN || g->lease_document == NULL;
 	bool package = !direct && g->staged && !g->delivered;
 	g->phase = PHASE_RELEASING;
-	manager_unlock(m);
+	session_unlock(m);
 	/* Step 2: renewal stops; the lease lapses within its current window if
 	 * the release cannot complete. */
-	renewal_stop(m, g);
+	lease_renewal_stop(m, g);
 	guest_event(m, g, "release",
 	            direct                            ? "the session ended; direct release"
 	            : strcmp(reason, "finished") == 0 ? "relay_finish: the package is delivered and verified"
@@ -356,11 +357,11 @@ static int release_path(manager *m, guest *g, relay_call *call, bool direct, con
 	RELAY_FAILPOINT("release.after-verify");
 	RELAY_FAILPOINT("release.after-verify");
 	/* Step 7. */
-	manager_lock(m);
+	session_lock(m);
 	g->released = true;
-	manager_unlock(m);
-	lifecycle_registry_remove(m, g);
-	lifecycle_write_record(m, g, reason, false);
+	session_unlock(m);
+	lease_registry_remove(m, g);
+	lease_write_record(m, g, reason, false);
 	recording_detach(m, g);
 	guest_close(m, g, reason);
 	release_result(m, g, reason, packaged, o);

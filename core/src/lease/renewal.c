@@ -37,7 +37,7 @@ static bool renewing(const guest *g)
 	       (g->lease->renewal == RENEWAL_RENEWING || g->lease->renewal == RENEWAL_FAILING);
 }
 
-void renewal_store_confirmed(guest *g, json_object *doc, int64_t now)
+void lease_renewal_store_confirmed(guest *g, json_object *doc, int64_t now)
 {
 	if (doc == NULL)
 		return;
@@ -46,8 +46,7 @@ void renewal_store_confirmed(guest *g, json_object *doc, int64_t now)
 		g->lease->expires_at_ms = expires;
 	const char *state = jsonx_get_str(doc, "state");
 	if (state) {
-		free(g->lease->guest_state);
-		g->lease->guest_state = strdup(state);
+		lease_set_guest_state(g, state);
 	}
 	json_object_put(g->lease_document);
 	g->lease_document = doc;
@@ -60,15 +59,15 @@ void renewal_store_confirmed(guest *g, json_object *doc, int64_t now)
  * If the backend no longer knows it and destruction is verified, the guest
  * is closed as absent; a lease the backend reports lost is recorded so
  * (lease/watch.c); otherwise nothing changes and the next beat tries again. */
-static void lookup_after_failed_beat(manager *m, guest *g, relay_call *call, void *ctx)
+static void lookup_after_failed_beat(session_manager *m, guest *g, relay_call *call, void *ctx)
 {
 	(void)ctx;
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
-	manager_lock(m);
+	session_lock(m);
 	g->lease->lookup_queued = false;
 	bool open = g->phase != PHASE_CLOSED && g->phase != PHASE_UNAVAILABLE && g->lease_document != NULL;
 	char *lease = open ? jsonx_to_string(g->lease_document, 0) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (lease == NULL || machine == NULL) {
 		free(lease);
 		return;
@@ -78,14 +77,14 @@ static void lookup_after_failed_beat(manager *m, guest *g, relay_call *call, voi
 	memset(&err, 0, sizeof err);
 	relay_status st = machine->machine.inspect(machine->state, lease, call, 0, &found, &err);
 	if (st == RELAY_OK) {
-		watch_store_observed(m, g, found ? jsonx_parse_str(found, NULL, 0) : NULL);
+		lease_watch_store_observed(m, g, found ? jsonx_parse_str(found, NULL, 0) : NULL);
 	} else if (st == RELAY_E_NOT_FOUND) {
 		char *check = NULL;
 		relay_error verr;
 		memset(&verr, 0, sizeof verr);
 		if (machine->machine.verify_destroyed(machine->state, lease, call, 0, &check, &verr) ==
 		    RELAY_OK)
-			lifecycle_close_absent(m, g, "backend lease absent and destruction verified");
+			lease_close_absent(m, g, "backend lease absent and destruction verified");
 		else
 			guest_set_last_error(
 			    m, g,
@@ -99,30 +98,30 @@ static void lookup_after_failed_beat(manager *m, guest *g, relay_call *call, voi
 }
 
 /* Queues the lookup whose lookup_queued the caller set. */
-static void queue_lookup_work(manager *m, guest *g)
+static void queue_lookup_work(session_manager *m, guest *g)
 {
-	if (!manager_queue_internal(m, g, lookup_after_failed_beat, NULL, NULL,
+	if (!session_queue_internal(m, g, lookup_after_failed_beat, NULL, NULL,
 	                            LIFECYCLE_LOOKUP_TIMEOUT_MS)) {
-		manager_lock(m);
+		session_lock(m);
 		g->lease->lookup_queued = false;
-		manager_unlock(m);
+		session_unlock(m);
 	}
 }
 
 /* ---- one beat ------------------------------------------------------------------------------ */
 
 typedef struct beat_arg {
-	manager *m;
+	session_manager *m;
 	guest *g;
 } beat_arg;
 
-static void beat(manager *m, guest *g)
+static void beat(session_manager *m, guest *g)
 {
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	int64_t now = clock_now_ms();
-	manager_lock(m);
+	session_lock(m);
 	if (!renewing(g)) {
-		manager_unlock(m);
+		session_unlock(m);
 		return;
 	}
 	int64_t ttl = renewal_ttl_ms(g->lease->deadline_ms, now);
@@ -143,7 +142,7 @@ static void beat(manager *m, guest *g)
 			jsonx_add_null(details, "expiresAt");
 		}
 		pthread_cond_broadcast(&m->changed);
-		manager_unlock(m);
+		session_unlock(m);
 		guest_event(m, g, "renewal-stopped",
 		            "the lease deadline is less than the backend's minimum renewal away", details);
 		log_info("renewal of %s stopped: its deadline is near; the lease lapses at its last "
@@ -152,7 +151,7 @@ static void beat(manager *m, guest *g)
 		return;
 	}
 	char *lease = g->lease_document ? jsonx_to_string(g->lease_document, 0) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (lease == NULL || machine == NULL) {
 		free(lease);
 		return;
@@ -160,43 +159,42 @@ static void beat(manager *m, guest *g)
 	char *renewed = NULL;
 	relay_error err;
 	memset(&err, 0, sizeof err);
-	relay_call *call = manager_internal_call(m, LIFECYCLE_LOOKUP_TIMEOUT_MS);
+	relay_call *call = session_internal_call(m, LIFECYCLE_LOOKUP_TIMEOUT_MS);
 	relay_status st =
 	    machine->machine.renew(machine->state, lease, (uint64_t)ttl, call, 0, &renewed, &err);
-	manager_internal_call_done(m, call);
+	session_internal_call_done(m, call);
 	free(lease);
 	json_object *doc = renewed ? jsonx_parse_str(renewed, NULL, 0) : NULL;
 	free(renewed);
 	bool queue_lookup = false;
-	manager_lock(m);
+	session_lock(m);
 	if (!renewing(g)) {
 		/* A release or the pause began while the beat was in flight. */
-		manager_unlock(m);
+		session_unlock(m);
 		json_object_put(doc);
 		return;
 	}
 	if (st == RELAY_OK) {
-		renewal_store_confirmed(g, doc, now);
+		lease_renewal_store_confirmed(g, doc, now);
 		doc = NULL;
 		g->lease->last_renewed_at_ms = clock_now_ms();
 		g->lease->renewal = RENEWAL_RENEWING;
 		guest_save(g);
-		manager_unlock(m);
+		session_unlock(m);
 		return;
 	}
 	free(g->last_error);
 	strbuf sb = STRBUF_INIT;
 	strbuf_printf(&sb, "Heartbeat lost: %s", err.message[0] ? err.message : relay_status_str(st));
 	g->last_error = strbuf_detach(&sb, NULL);
-	free(g->lease->guest_state);
-	g->lease->guest_state = strdup("unknown");
+	lease_set_guest_state(g, NULL);
 	g->lease->renewal = RENEWAL_FAILING;
 	guest_save(g);
 	if (!g->lease->lookup_queued && !m->ending) {
 		g->lease->lookup_queued = true;
 		queue_lookup = true;
 	}
-	manager_unlock(m);
+	session_unlock(m);
 	json_object_put(doc);
 	json_object *details = json_object_new_object();
 	jsonx_add_str(details, "error", err.message);
@@ -208,13 +206,13 @@ static void beat(manager *m, guest *g)
 		queue_lookup_work(m, g);
 }
 
-void renewal_queue_lookup(manager *m, guest *g)
+void lease_renewal_queue_lookup(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	bool queue = !g->lease->lookup_queued && !m->ending && g->phase != PHASE_CLOSED;
 	if (queue)
 		g->lease->lookup_queued = true;
-	manager_unlock(m);
+	session_unlock(m);
 	if (queue)
 		queue_lookup_work(m, g);
 }
@@ -222,15 +220,15 @@ void renewal_queue_lookup(manager *m, guest *g)
 static void *beat_main(void *arg)
 {
 	beat_arg *b = arg;
-	manager *m = b->m;
+	session_manager *m = b->m;
 	guest *g = b->g;
 	free(b);
 	beat(m, g);
-	manager_lock(m);
+	session_lock(m);
 	g->lease->beat_in_flight = false;
 	m->beats_running--;
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 	return NULL;
 }
 
@@ -240,8 +238,8 @@ static void *beat_main(void *arg)
  * ends when the session ends. */
 static void *scheduler_main(void *arg)
 {
-	manager *m = arg;
-	manager_lock(m);
+	session_manager *m = arg;
+	session_lock(m);
 	while (!m->renewal_halted) {
 		int64_t now = clock_now_ms();
 		int64_t next = now + LIFECYCLE_BEAT_INTERVAL_MS;
@@ -265,20 +263,20 @@ static void *scheduler_main(void *arg)
 				pthread_detach(thread);
 			} else {
 				/* No thread: beat here, without the lock. */
-				manager_unlock(m);
+				session_unlock(m);
 				beat_main(b);
-				manager_lock(m);
+				session_lock(m);
 			}
 		}
 		clock_wait_until_ms(&m->changed, &m->lock, next, 1000);
 	}
 	m->renewal_started = false;
-	manager_unlock(m);
+	session_unlock(m);
 	return NULL;
 }
 
 /* Under lock. */
-static void ensure_scheduler(manager *m)
+static void ensure_scheduler(session_manager *m)
 {
 	if (m->renewal_started || m->renewal_halted)
 		return;
@@ -291,59 +289,59 @@ static void ensure_scheduler(manager *m)
 	}
 }
 
-void renewal_start(manager *m, guest *g, bool beat_now)
+void lease_renewal_start(session_manager *m, guest *g, bool beat_now)
 {
-	manager_lock(m);
+	session_lock(m);
 	g->lease->renewal = RENEWAL_RENEWING;
 	g->lease->next_beat_ms = clock_now_ms() + (beat_now ? 0 : LIFECYCLE_BEAT_INTERVAL_MS);
 	guest_save(g);
 	ensure_scheduler(m);
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
-	watch_start(m); /* the backend may say a lease changed between beats */
+	session_unlock(m);
+	lease_watch_start(m); /* the backend may say a lease changed between beats */
 }
 
-void renewal_stop(manager *m, guest *g)
+void lease_renewal_stop(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	if (g->lease->renewal != RENEWAL_NONE)
 		g->lease->renewal = RENEWAL_STOPPED;
 	guest_save(g);
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 }
 
-void renewal_halt(manager *m)
+void lease_renewal_halt(session_manager *m)
 {
-	watch_stop(); /* before the lock: a call in flight takes it */
-	manager_lock(m);
+	lease_watch_stop(); /* before the lock: a call in flight takes it */
+	session_lock(m);
 	m->renewal_halted = true;
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 }
 
-void renewal_wait_beat(manager *m, guest *g)
+void lease_renewal_wait_beat(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	while (g->lease->beat_in_flight)
 		pthread_cond_wait(&m->changed, &m->lock);
-	manager_unlock(m);
+	session_unlock(m);
 }
 
 /* ---- the pause --------------------------------------------------------------------------- */
 
-int renewal_pause(manager *m, guest *g, const char *reason)
+int lease_renewal_pause(session_manager *m, guest *g, const char *reason)
 {
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
-	renewal_wait_beat(m, g);
-	manager_lock(m);
+	lease_renewal_wait_beat(m, g);
+	session_lock(m);
 	if (!renewing(g)) {
-		manager_unlock(m);
+		session_unlock(m);
 		return 0;
 	}
 	int64_t remaining = renewal_final_ttl_ms(g->lease->deadline_ms, clock_now_ms());
 	char *lease = g->lease_document ? jsonx_to_string(g->lease_document, 0) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	int status = 0;
 	char failure[RELAY_ERROR_MESSAGE_BYTES] = "";
 	if (lease && machine && remaining > 0) {
@@ -353,17 +351,17 @@ int renewal_pause(manager *m, guest *g, const char *reason)
 		char *renewed = NULL;
 		relay_error err;
 		memset(&err, 0, sizeof err);
-		relay_call *call = manager_internal_call(m, LIFECYCLE_LOOKUP_TIMEOUT_MS);
+		relay_call *call = session_internal_call(m, LIFECYCLE_LOOKUP_TIMEOUT_MS);
 		relay_status st = machine->machine.renew(machine->state, lease, (uint64_t)remaining, call, 0,
 		                                         &renewed, &err);
-		manager_internal_call_done(m, call);
+		session_internal_call_done(m, call);
 		json_object *doc = renewed ? jsonx_parse_str(renewed, NULL, 0) : NULL;
 		free(renewed);
 		if (st == RELAY_OK) {
-			manager_lock(m);
-			renewal_store_confirmed(g, doc, clock_now_ms());
+			session_lock(m);
+			lease_renewal_store_confirmed(g, doc, clock_now_ms());
 			g->lease->last_renewed_at_ms = clock_now_ms();
-			manager_unlock(m);
+			session_unlock(m);
 		} else {
 			json_object_put(doc);
 			snprintf(failure, sizeof failure, "%s",
@@ -375,7 +373,7 @@ int renewal_pause(manager *m, guest *g, const char *reason)
 		         "the deadline is less than the backend's minimum renewal away");
 	}
 	free(lease);
-	manager_lock(m);
+	session_lock(m);
 	g->lease->renewal = RENEWAL_PAUSED;
 	guest_save(g);
 	json_object *details = json_object_new_object();
@@ -390,7 +388,7 @@ int renewal_pause(manager *m, guest *g, const char *reason)
 	time_format_iso_seconds(g->lease->deadline_ms, when);
 	jsonx_add_str(details, "deadline", when);
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 	if (status != 0) {
 		json_object *fd = json_object_new_object();
 		jsonx_add_str(fd, "error", failure);

@@ -29,26 +29,26 @@ int64_t renewal_final_ttl_ms(int64_t deadline_ms, int64_t now_ms);
 
 /* Starts or resumes renewal: state renewing; the first beat one interval
  * from now, or at once with `beat_now` (a restart). */
-void renewal_start(manager *m, guest *g, bool beat_now);
+void lease_renewal_start(session_manager *m, guest *g, bool beat_now);
 /* Stops renewal for good (state stopped). A beat in flight lands without
  * effect. */
-void renewal_stop(manager *m, guest *g);
+void lease_renewal_stop(session_manager *m, guest *g);
 /* The end of the session: no new beats are started. */
-void renewal_halt(manager *m);
+void lease_renewal_halt(session_manager *m);
 /* Queues one lease lookup (inspect) in the guest's queue unless one is
  * queued already (lookup_queued) or the guest is closed. Takes the lock. */
-void renewal_queue_lookup(manager *m, guest *g);
+void lease_renewal_queue_lookup(session_manager *m, guest *g);
 /* Stores what a successful renew or inspect confirmed: the expiry, the
  * state and the document. Under lock; takes `doc` (may be NULL). */
-void renewal_store_confirmed(guest *g, json_object *doc, int64_t now);
+void lease_renewal_store_confirmed(guest *g, json_object *doc, int64_t now);
 /* Waits until the guest has no beat in flight. */
-void renewal_wait_beat(manager *m, guest *g);
+void lease_renewal_wait_beat(session_manager *m, guest *g);
 /* Pause at the end of the session (spec/lifecycle.md §11.2 step 5): lets a beat
  * in flight land, sends one last renewal carrying the lease to its deadline
  * (when at least the backend minimum is left), records the confirmed expiry,
  * sets the state paused and writes renewal-paused (or final-renewal-failed).
  * Does nothing for a guest that is not being renewed. Returns 0, or 1 when
  * the final renewal failed. */
-int renewal_pause(manager *m, guest *g, const char *reason);
+int lease_renewal_pause(session_manager *m, guest *g, const char *reason);
 
 #endif

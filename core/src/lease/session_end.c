@@ -3,7 +3,7 @@
  * operations finish within MCP_RELAY_SHUTDOWN_GRACE_MS, cancel what still
  * runs, then pause or release every guest still held.
  *
- * The MCP layer calls manager_end_session() once, on the first trigger; the
+ * The MCP layer calls session_end() once, on the first trigger; the
  * session hands over here through its end_guests hook (tools/dispatch.c),
  * which blocks until the guests are dealt with and returns the exit status.
  */
@@ -21,11 +21,11 @@
 
 #define CANCEL_WAIT_MS 5000
 
-static guest_phase phase_of(manager *m, guest *g)
+static guest_phase phase_of(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	guest_phase phase = g->phase;
-	manager_unlock(m);
+	session_unlock(m);
 	return phase;
 }
 
@@ -38,13 +38,13 @@ static bool acted_on(guest_phase phase)
 
 /* Step 3: the release of one guest through the normal path, queued after
  * the operation it may be running. */
-static void release_at_end(manager *m, guest *g, relay_call *call, void *ctx)
+static void release_at_end(session_manager *m, guest *g, relay_call *call, void *ctx)
 {
 	(void)ctx;
 	if (!acted_on(phase_of(m, g)))
 		return;
 	relay_outcome o = OUTCOME_INIT;
-	if (lifecycle_release(m, g, call, false, &o) != 0)
+	if (lease_release_guest(m, g, call, false, &o) != 0)
 		log_warning("the release of %s at the end of the session did not complete: %s", g->name,
 		            o.message ? o.message : "");
 	outcome_free(&o);
@@ -52,17 +52,17 @@ static void release_at_end(manager *m, guest *g, relay_call *call, void *ctx)
 
 /* Waits until nothing runs or `until_mono_ms` passes (or a second signal
  * asks to hurry, when `honour_hurry`). True when idle. */
-static bool wait_idle(manager *m, int64_t until_mono_ms, bool honour_hurry)
+static bool wait_idle(session_manager *m, int64_t until_mono_ms, bool honour_hurry)
 {
 	for (;;) {
-		if (!manager_busy(m))
+		if (!session_busy(m))
 			return true;
-		manager_lock(m);
+		session_lock(m);
 		bool hurry = m->hurry;
-		manager_unlock(m);
+		session_unlock(m);
 		if ((honour_hurry && hurry) || clock_monotonic_ms() >= until_mono_ms)
 			return false;
-		manager_lock(m);
+		session_lock(m);
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 20 * 1000000L;
@@ -71,11 +71,11 @@ static bool wait_idle(manager *m, int64_t until_mono_ms, bool honour_hurry)
 			ts.tv_nsec -= 1000000000L;
 		}
 		pthread_cond_timedwait(&m->changed, &m->lock, &ts);
-		manager_unlock(m);
+		session_unlock(m);
 	}
 }
 
-static void release_failed(manager *m, guest *g, const char *why)
+static void release_failed(session_manager *m, guest *g, const char *why)
 {
 	json_object *details = json_object_new_object();
 	jsonx_add_str(details, "error", why);
@@ -85,18 +85,18 @@ static void release_failed(manager *m, guest *g, const char *why)
 	          g->name, why);
 }
 
-int lifecycle_end_guests(manager *m, const char *reason)
+int lease_end_guests(session_manager *m, const char *reason)
 {
 	const relay_settings *s = m->settings;
 	int64_t started = clock_monotonic_ms();
 	int64_t grace_end = started + s->shutdown_grace_ms;
 	const char *why = reason ? reason : "ended";
 	size_t n = 0;
-	guest **list = manager_snapshot_guests(m, &n);
+	guest **list = session_snapshot_guests(m, &n);
 
 	/* Step 1: no new work; calls queued behind another call are answered
 	 * shutting-down; renewal beats stop being scheduled. */
-	renewal_halt(m);
+	lease_renewal_halt(m);
 	char dropped[128];
 	snprintf(dropped, sizeof dropped, "the session is ending (%s)", why);
 	for (size_t i = 0; i < n; i++)
@@ -105,7 +105,7 @@ int lifecycle_end_guests(manager *m, const char *reason)
 	bool held = false;
 	for (size_t i = 0; i < n && !held; i++)
 		held = phase_of(m, list[i]) != PHASE_CLOSED;
-	if (!held && !manager_busy(m)) {
+	if (!held && !session_busy(m)) {
 		free(list);
 		return 0; /* nothing held, nothing running: exit at once */
 	}
@@ -118,7 +118,7 @@ int lifecycle_end_guests(manager *m, const char *reason)
 		for (size_t i = 0; i < n; i++) {
 			guest_phase phase = phase_of(m, list[i]);
 			if (phase != PHASE_CLOSED && phase != PHASE_UNAVAILABLE)
-				manager_queue_internal(m, list[i], release_at_end, NULL, NULL, 0);
+				session_queue_internal(m, list[i], release_at_end, NULL, NULL, 0);
 		}
 	}
 
@@ -127,7 +127,7 @@ int lifecycle_end_guests(manager *m, const char *reason)
 	if (!wait_idle(m, grace_end, true)) {
 		log_error("an operation was still running %lld ms after the session ended; cancelling it",
 		          (long long)(clock_monotonic_ms() - started));
-		manager_cancel_tracked(m);
+		session_cancel_tracked(m);
 		if (!wait_idle(m, clock_monotonic_ms() + CANCEL_WAIT_MS, false))
 			log_error("the cancelled operation did not stop; continuing without it");
 	}
@@ -135,7 +135,7 @@ int lifecycle_end_guests(manager *m, const char *reason)
 	/* Step 5: each guest still held. */
 	int status = 0;
 	free(list);
-	list = manager_snapshot_guests(m, &n);
+	list = session_snapshot_guests(m, &n);
 	for (size_t i = 0; i < n; i++) {
 		guest *g = list[i];
 		guest_phase phase = phase_of(m, g);
@@ -145,20 +145,20 @@ int lifecycle_end_guests(manager *m, const char *reason)
 			/* An uncertain acquisition keeps its record for a restart. */
 			if (phase == PHASE_ACQUISITION_UNCERTAIN)
 				continue;
-			status |= renewal_pause(m, g, why);
+			status |= lease_renewal_pause(m, g, why);
 			recording_detach(m, g);
 			continue;
 		}
 		if (queue_active(&g->queue)) {
 			/* Its operation did not stop when cancelled: a second
 			 * release beside it could race it. */
-			renewal_stop(m, g);
+			lease_renewal_stop(m, g);
 			release_failed(m, g, "an operation on the guest did not stop after the grace period");
 			status = 1;
 			continue;
 		}
 		relay_outcome o = OUTCOME_INIT;
-		if (lifecycle_release(m, g, NULL, true, &o) != 0) {
+		if (lease_release_guest(m, g, NULL, true, &o) != 0) {
 			release_failed(m, g, o.message ? o.message : "the direct release failed");
 			status = 1;
 		}

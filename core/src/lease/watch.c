@@ -17,28 +17,28 @@
 /* host->lease_changed: the guest holding lease `vm` gets a lookup. */
 static void on_lease_changed(void *ctx, const char *vm)
 {
-	manager *m = ctx;
+	session_manager *m = ctx;
 	guest *found = NULL;
-	manager_lock(m);
+	session_lock(m);
 	for (guest *g = m->guests; g && found == NULL; g = g->next) {
 		const char *held = jsonx_get_str(g->lease_document, "vm");
 		if (g->phase != PHASE_CLOSED && g->phase != PHASE_UNAVAILABLE && held &&
 		    strcmp(held, vm) == 0)
 			found = g;
 	}
-	manager_unlock(m);
+	session_unlock(m);
 	if (found) {
 		log_info("the backend says the lease of %s (%s) changed; looking it up", found->name, vm);
-		renewal_queue_lookup(m, found);
+		lease_renewal_queue_lookup(m, found);
 	}
 }
 
-void watch_start(manager *m)
+void lease_watch_start(session_manager *m)
 {
 	loader_set_lease_changed(on_lease_changed, m);
 }
 
-void watch_stop(void)
+void lease_watch_stop(void)
 {
 	loader_set_lease_changed(NULL, NULL);
 }
@@ -48,16 +48,16 @@ static bool is_lost(const char *state)
 	return state && strcmp(state, "lost") == 0;
 }
 
-void watch_store_observed(manager *m, guest *g, json_object *doc)
+void lease_watch_store_observed(session_manager *m, guest *g, json_object *doc)
 {
-	manager_lock(m);
+	session_lock(m);
 	if (g->phase == PHASE_CLOSED) {
-		manager_unlock(m);
+		session_unlock(m);
 		json_object_put(doc);
 		return;
 	}
 	bool was_lost = is_lost(g->lease->guest_state);
-	renewal_store_confirmed(g, doc, clock_now_ms());
+	lease_renewal_store_confirmed(g, doc, clock_now_ms());
 	char *reason = NULL;
 	json_object *details = NULL;
 	if (is_lost(g->lease->guest_state) && !was_lost) {
@@ -80,7 +80,7 @@ void watch_store_observed(manager *m, guest *g, json_object *doc)
 		pthread_cond_broadcast(&m->changed);
 	}
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	if (details == NULL)
 		return;
 	guest_event(m, g, "guest-lost", reason, details);

@@ -20,13 +20,13 @@
 
 /* Routes host->lease_changed to this manager's guests (idempotent). Call
  * without the manager's lock. */
-void watch_start(manager *m);
+void lease_watch_start(session_manager *m);
 /* No call reaches the manager after it returns. Call without the lock. */
-void watch_stop(void);
+void lease_watch_stop(void);
 
 /* Stores a lease document an inspect confirmed (takes `doc`, may be NULL;
  * nothing for a closed guest) and records the guest lost when the document
  * says so for the first time. Call without the lock. */
-void watch_store_observed(manager *m, guest *g, json_object *doc);
+void lease_watch_store_observed(session_manager *m, guest *g, json_object *doc);
 
 #endif

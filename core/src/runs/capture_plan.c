@@ -9,21 +9,22 @@
 #include "util/jsonx.h"
 #include "util/log.h"
 
-json_object *capture_catalog_applications(manager *m, guest *g, relay_call *call, char *diag, size_t diag_len)
+json_object *capture_catalog_applications(session_manager *m, guest *g, relay_call *call, char *diag,
+                                          size_t diag_len)
 {
 	if (diag && diag_len)
 		diag[0] = '\0';
 	json_object *apps = json_object_new_array();
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	loaded_plugin *machine = m->backends->plugins[SLOT_MACHINE];
 	if (machine == NULL || machine->machine.catalog == NULL) {
 		if (diag)
 			snprintf(diag, diag_len, "the machine backend offers no application catalog");
 		return apps;
 	}
-	manager_lock(m);
+	session_lock(m);
 	char *image = g->image ? strdup(g->image) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	char *text = NULL;
 	relay_error err;
 	memset(&err, 0, sizeof err);
@@ -65,9 +66,9 @@ json_object *capture_catalog_applications(manager *m, guest *g, relay_call *call
 	return apps;
 }
 
-const char *capture_plugin_name(manager *m)
+const char *capture_plugin_name(session_manager *m)
 {
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	loaded_plugin *capture = m->backends->plugins[SLOT_CAPTURE];
 	return capture ? capture->descriptor.name : NULL;
 }
@@ -129,10 +130,10 @@ static const char *plan_problem(json_object *plan)
 	return NULL;
 }
 
-json_object *capture_plan_for(manager *m, guest *g, json_object *applications, const char *platform,
+json_object *capture_plan_for(session_manager *m, guest *g, json_object *applications, const char *platform,
                               const char *cua_driver)
 {
-	manager_wait_startup(m);
+	session_wait_startup(m);
 	loaded_plugin *capture = m->backends->plugins[SLOT_CAPTURE];
 	if (capture == NULL || capture->capture.plan == NULL) {
 		char because[512];
@@ -142,10 +143,10 @@ json_object *capture_plan_for(manager *m, guest *g, json_object *applications, c
 		return disabled_plan(because);
 	}
 	json_object *context = json_object_new_object();
-	manager_lock(m);
+	session_lock(m);
 	jsonx_add(context, "lease", g->lease_document ? json_object_get(g->lease_document) : NULL);
 	jsonx_add_str(context, "guestRoot", g->guest_root);
-	manager_unlock(m);
+	session_unlock(m);
 	jsonx_add(context, "applications",
 	          applications ? json_object_get(applications) : json_object_new_array());
 	jsonx_add_str(context, "platform", platform);

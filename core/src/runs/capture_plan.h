@@ -23,11 +23,11 @@
  * catalog entry for the guest's image, or [] when the plugin has no
  * catalog, does not list the image, or fails. `diag` (may be NULL) receives
  * why the list is empty when the catalog could not be read. */
-json_object *capture_catalog_applications(manager *m, guest *g, relay_call *call, char *diag,
+json_object *capture_catalog_applications(session_manager *m, guest *g, relay_call *call, char *diag,
                                           size_t diag_len);
 
 /* The capture plugin's name, or NULL when no capture plugin is loaded. */
-const char *capture_plugin_name(manager *m);
+const char *capture_plugin_name(session_manager *m);
 
 /* Asks the capture plugin for a plan (relay/capture.h) with the context
  * {lease, applications, platform, guestRoot, cuaDriver}. `applications`
@@ -38,7 +38,7 @@ const char *capture_plugin_name(manager *m);
  * not null exactly when enabled; argv with exactly one "@OUT@"; stage
  * entries with an absolute local file and a safe relative remote) is
  * turned into a disabled plan naming the rule. */
-json_object *capture_plan_for(manager *m, guest *g, json_object *applications, const char *platform,
+json_object *capture_plan_for(session_manager *m, guest *g, json_object *applications, const char *platform,
                               const char *cua_driver);
 
 #endif

@@ -175,7 +175,7 @@ static json_object *runtimes_json(const char *node_cmd, const check *shell, cons
 
 /* The image's catalog and the snapshot verdict, added to `r`; returns the
  * catalog's applications (new reference). */
-static json_object *catalog_and_snapshots(manager *m, guest *g, relay_call *call, json_object *r,
+static json_object *catalog_and_snapshots(session_manager *m, guest *g, relay_call *call, json_object *r,
                                           const char *image, const char *key, const char *cua, bool staged,
                                           int snapshots, json_object *stored_plan)
 {
@@ -219,18 +219,20 @@ static json_object *catalog_and_snapshots(manager *m, guest *g, relay_call *call
 	return apps;
 }
 
-int probe_guest(manager *m, guest *g, relay_call *call, relay_outcome *o)
+int probe_guest(session_manager *m, guest *g, relay_call *call, relay_outcome *o)
 {
 	char observed[21];
 	time_format_iso_seconds(clock_now_ms(), observed);
-	manager_lock(m);
+	session_lock(m);
+	bool staged = g->staged;
+	char *image = g->image ? strdup(g->image) : NULL;
+	session_unlock(m);
+	slice_lock(g->run);
 	char *node = strdup(g->run->node_path ? g->run->node_path : "node");
 	char *cua = g->run->cua_driver ? strdup(g->run->cua_driver) : NULL;
-	bool staged = g->staged;
 	int snapshots = g->run->snapshots;
 	json_object *stored_plan = g->run->capture_plan ? json_object_get(g->run->capture_plan) : NULL;
-	char *image = g->image ? strdup(g->image) : NULL;
-	manager_unlock(m);
+	slice_unlock(g->run);
 
 	guest_io io;
 	relay_error err;

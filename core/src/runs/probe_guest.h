@@ -15,6 +15,6 @@
 /* 0 with o->facts the probe's structured content {scope, guest,
  * observedAt, platform, runtimes, catalog, snapshots, captureVerified,
  * staged}; a check that cannot run is a fact, not a failure. */
-int probe_guest(manager *m, guest *g, relay_call *call, relay_outcome *o);
+int probe_guest(session_manager *m, guest *g, relay_call *call, relay_outcome *o);
 
 #endif

@@ -19,12 +19,15 @@
 
 /* Steps 1 and 3: a staged recording, and the pending reset persisted.
  * The pending reset (new reference), or NULL with `o` failed. */
-static json_object *pending_begin(manager *m, guest *g, relay_outcome *o)
+static json_object *pending_begin(session_manager *m, guest *g, relay_outcome *o)
 {
-	manager_lock(m);
-	if (g->run->pending_reset == NULL) {
+	session_lock(m);
+	slice_lock(g->run);
+	json_object *pending = g->run->pending_reset ? json_object_get(g->run->pending_reset) : NULL;
+	slice_unlock(g->run);
+	if (pending == NULL) {
 		if (!g->staged || g->recording_session_id == NULL) {
-			manager_unlock(m);
+			session_unlock(m);
 			outcome_fail(
 			    o, "not-staged",
 			    "a recording reset needs a staged recording; %s has none (use relay_stage "
@@ -42,16 +45,19 @@ static json_object *pending_begin(manager *m, guest *g, relay_outcome *o)
 		strbuf_printf(&sb, "%s-recording-%.8s", g->evidence_path, uuid);
 		jsonx_add_str(p, "to", strbuf_str(&sb));
 		strbuf_free(&sb);
-		g->run->pending_reset = p;
+		slice_lock(g->run);
+		g->run->pending_reset = json_object_get(p);
+		slice_unlock(g->run);
+		pending = p;
 		guest_save(g);
 	}
-	json_object *pending = json_object_get(g->run->pending_reset);
-	manager_unlock(m);
+	session_unlock(m);
 	return pending;
 }
 
 /* Step 6: the host's bookkeeping once the guest step is done. */
-static void reset_finish(manager *m, guest *g, guest_io *io, json_object *pending, json_object **reset_out)
+static void reset_finish(session_manager *m, guest *g, guest_io *io, json_object *pending,
+                         json_object **reset_out)
 {
 	const char *id = jsonx_get_str(pending, "id");
 	const char *from = jsonx_get_str(pending, "from");
@@ -59,7 +65,7 @@ static void reset_finish(manager *m, guest *g, guest_io *io, json_object *pendin
 	const char *to = jsonx_get_str(pending, "to");
 	char errbuf[512];
 	strbuf sb = STRBUF_INIT;
-	manager_lock(m);
+	session_lock(m);
 	json_object *prev = json_object_new_object();
 	jsonx_add_str(prev, "path", from);
 	jsonx_add_str(prev, "sessionId", from_session);
@@ -74,10 +80,12 @@ static void reset_finish(manager *m, guest *g, guest_io *io, json_object *pendin
 		g->phase = PHASE_READY;
 	free(g->recording_session_id);
 	g->recording_session_id = NULL;
+	slice_lock(g->run);
 	json_object_put(g->run->pending_reset);
 	g->run->pending_reset = NULL;
+	slice_unlock(g->run);
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	free(io->evidence);
 	io->evidence = strdup(to);
 	if (guest_ensure_evidence_dir(m, g, errbuf, sizeof errbuf) != 0)
@@ -96,7 +104,7 @@ static void reset_finish(manager *m, guest *g, guest_io *io, json_object *pendin
 	strbuf_free(&sb);
 }
 
-int recording_reset(manager *m, guest *g, guest_io *io, json_object **reset_out, relay_outcome *o)
+int recording_reset(session_manager *m, guest *g, guest_io *io, json_object **reset_out, relay_outcome *o)
 {
 	*reset_out = NULL;
 	relay_error err;

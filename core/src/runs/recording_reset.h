@@ -42,6 +42,6 @@
  *
  * Guest fields written (session/guest.h): pending_reset, previous_evidence,
  * evidence_path, staged, phase, recording_session_id, last_error. */
-int recording_reset(manager *m, guest *g, guest_io *io, json_object **reset_out, relay_outcome *o);
+int recording_reset(session_manager *m, guest *g, guest_io *io, json_object **reset_out, relay_outcome *o);
 
 #endif

@@ -82,16 +82,16 @@ static json_object *diagnostic_outcome(relay_status st, bool cancelled, const re
 	return outcome;
 }
 
-int run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call, run_outcome *result)
+int run_diagnostic(session_manager *m, guest *g, run_call *c, relay_call *call, run_outcome *result)
 {
 	char exec_id[48], hex32[33];
 	random_hex(hex32, 32);
 	snprintf(exec_id, sizeof exec_id, "diagnostic-%s", hex32);
-	manager_lock(m);
+	session_lock(m);
 	bool staged = g->staged;
 	char *root = g->guest_root ? strdup(g->guest_root) : NULL;
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	relay_error err;
 	memset(&err, 0, sizeof err);
 	strbuf sb = STRBUF_INIT;

@@ -23,7 +23,7 @@
 /* The step of a recorded run: the caller's fields over the derived ones.
  * Takes the run number under the lock (a derived id that was used before
  * moves on to the next number). New reference; *run_seq_out the number. */
-json_object *run_derive_step(manager *m, guest *g, const run_call *c, const char *title,
+json_object *run_derive_step(session_manager *m, guest *g, const run_call *c, const char *title,
                              int64_t *run_seq_out);
 /* The request's snapshots block (spec/guest.md §6.1, §10): {afterIntervalMs,
  * group}. *after_ms_out is the interval the exec limit adds (0 when none);
@@ -141,10 +141,10 @@ relay_status run_pull_receipt(guest_io *io, json_object *frame_receipt, const ch
 /* ---- host files, outcomes, the result (run_result.c) ---- */
 
 /* Writes <evidence>/host/<sub>/<name> durably (0600, folders 0700). */
-relay_status run_write_host_file(manager *m, guest *g, const char *evidence, const char *sub,
+relay_status run_write_host_file(session_manager *m, guest *g, const char *evidence, const char *sub,
                                  const char *name, const void *data, size_t len, relay_error *err);
 /* The same with a JSON object, pretty, with a final newline. */
-relay_status run_write_host_json(manager *m, guest *g, const char *evidence, const char *sub,
+relay_status run_write_host_json(session_manager *m, guest *g, const char *evidence, const char *sub,
                                  const char *name, const json_object *obj, relay_error *err);
 void run_now_iso_millis(char out[25]);
 
@@ -163,26 +163,26 @@ char *run_failure_message(const json_object *outcome, const char *execution_id);
  * and, when the execution failed or its after-image cannot be delivered,
  * the failure (code, sentence, the guest's lastError). Takes `facts`.
  * Returns 0 or -1 as the outcome. */
-int run_finish(manager *m, guest *g, json_object *facts, const char *execution_id, run_outcome *out);
+int run_finish(session_manager *m, guest *g, json_object *facts, const char *execution_id, run_outcome *out);
 
 /* The result as the host receipt records it (host/receipts, diagnostics):
  * the facts, and for a failure "error" {code, message} and, with
  * `guest_state`, the guest's status entry as the result shows it. New
  * reference. */
-json_object *run_result_record(manager *m, guest *g, const run_outcome *out, bool guest_state);
+json_object *run_result_record(session_manager *m, guest *g, const run_outcome *out, bool guest_state);
 
 /* What a recorded run records after it: host/receipts, events, the
  * cancellation. */
-void run_record_end(manager *m, guest *g, const char *evidence, const char *execution_id,
+void run_record_end(session_manager *m, guest *g, const char *evidence, const char *execution_id,
                     const run_outcome *out, const json_object *step, bool cancelled);
 
 /* A run stopped before its request reached the guest: nothing ran. The
  * host receipt, lastError and (cancelled) the record; fails `out`. */
-int run_not_dispatched(manager *m, guest *g, const char *evidence, const char *execution_id, const char *code,
-                       bool cancelled, run_outcome *out, const char *fmt, ...)
+int run_not_dispatched(session_manager *m, guest *g, const char *evidence, const char *execution_id,
+                       const char *code, bool cancelled, run_outcome *out, const char *fmt, ...)
     __attribute__((format(printf, 8, 9)));
 
 /* Marks a step id used once its request is dispatched. */
-void run_use_step_id(manager *m, guest *g, const char *id);
+void run_use_step_id(session_manager *m, guest *g, const char *id);
 
 #endif

@@ -9,23 +9,23 @@
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
-void run_network_step(manager *m, guest *g, const char *execution_id)
+void run_network_step(session_manager *m, guest *g, const char *execution_id)
 {
-	manager_lock(m);
+	session_lock(m);
 	struct egress_proxy *proxy = g->egress;
-	manager_unlock(m);
+	session_unlock(m);
 	/* The proxy lives until guest_close, which no run overlaps. */
 	egress_proxy_step(proxy, execution_id);
 }
 
-json_object *run_network_facts(manager *m, guest *g, const char *execution_id)
+json_object *run_network_facts(session_manager *m, guest *g, const char *execution_id)
 {
-	manager_lock(m);
+	session_lock(m);
 	bool egress = g->network && strcmp(g->network, "nat") != 0;
 	char *mode = egress ? strdup(g->network) : NULL;
 	strbuf path = STRBUF_INIT;
 	strbuf_printf(&path, "%s/network.jsonl", g->dir);
-	manager_unlock(m);
+	session_unlock(m);
 	json_object *out = NULL;
 	if (!egress || mode == NULL || !strbuf_ok(&path))
 		goto cleanup;

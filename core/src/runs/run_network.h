@@ -11,11 +11,11 @@
 #include "session/manager_internal.h"
 
 /* Tells the guest's proxy (if any) that `execution_id` runs (NULL: none). */
-void run_network_step(manager *m, guest *g, const char *execution_id);
+void run_network_step(session_manager *m, guest *g, const char *execution_id);
 
 /* The run's "network" facts: {"mode", "allowed", "refused", "refusedDestinations":
  * ["name:port", ...], "lookupsRefused", "proxyStopped": "<detail>"|null,
  * "cut"}, or NULL under nat (a new reference). */
-json_object *run_network_facts(manager *m, guest *g, const char *execution_id);
+json_object *run_network_facts(session_manager *m, guest *g, const char *execution_id);
 
 #endif

@@ -35,7 +35,7 @@ typedef enum receipt_state {
 
 /* One recorded run on its way (all owned unless said). */
 typedef struct run_ctx {
-	manager *m;
+	session_manager *m;
 	guest *g;
 	run_call *c;
 	relay_call *call;
@@ -81,15 +81,17 @@ static void run_prepare(run_ctx *x)
 	random_hex(hex12, 12);
 	snprintf(x->exec_id, sizeof x->exec_id, "run-%s", hex32);
 	snprintf(x->attempt_id, sizeof x->attempt_id, "att-%s", hex12);
-	manager_lock(x->m);
+	session_lock(x->m);
 	x->root = strdup(x->g->guest_root);
 	x->evidence = strdup(x->g->evidence_path);
 	x->session = x->g->recording_session_id ? strdup(x->g->recording_session_id) : NULL;
+	session_unlock(x->m);
+	slice_lock(x->g->run);
 	x->node_path = x->g->run->node_path ? strdup(x->g->run->node_path) : NULL;
 	x->snapshots_on = x->g->run->snapshots == 1;
 	json_object *capture = x->snapshots_on ? jsonx_get_obj(x->g->run->capture_plan, "capture") : NULL;
 	x->capture = capture ? json_object_get(capture) : NULL;
-	manager_unlock(x->m);
+	slice_unlock(x->g->run);
 	if (x->capture == NULL)
 		x->snapshots_on = false;
 	x->title = run_derive_title(x->c);
@@ -563,7 +565,7 @@ static void run_ctx_free(run_ctx *x)
 	json_object_put(x->outcome);
 }
 
-int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcome *out)
+int run_recorded(session_manager *m, guest *g, run_call *c, relay_call *call, run_outcome *out)
 {
 	run_ctx x;
 	memset(&x, 0, sizeof x);

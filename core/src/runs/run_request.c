@@ -42,20 +42,21 @@ void run_call_free(run_call *c)
 	memset(c, 0, sizeof *c);
 }
 
-static bool step_id_used(manager *m, guest *g, const char *id)
+static bool step_id_used(session_manager *m, guest *g, const char *id)
 {
 	bool used = false;
-	manager_lock(m);
+	(void)m;
+	slice_lock(g->run);
 	size_t n = g->run->used_step_ids ? json_object_array_length(g->run->used_step_ids) : 0;
 	for (size_t i = 0; i < n && !used; i++) {
 		const char *s = json_object_get_string(json_object_array_get_idx(g->run->used_step_ids, i));
 		used = s && strcmp(s, id) == 0;
 	}
-	manager_unlock(m);
+	slice_unlock(g->run);
 	return used;
 }
 
-int run_call_parse(manager *m, guest *g, json_object *args, run_call *out, relay_outcome *o)
+int run_call_parse(session_manager *m, guest *g, json_object *args, run_call *out, relay_outcome *o)
 {
 	memset(out, 0, sizeof *out);
 	const char *language = jsonx_get_str(args, "language");

@@ -79,7 +79,7 @@ typedef struct run_call {
  * caller frees *out with run_call_free), else -1 with `o` failed
  * (invalid-input or path-refused), with nothing sent anywhere. *out is
  * filled as far as it got in both cases. */
-int run_call_parse(manager *m, guest *g, json_object *args, run_call *out, relay_outcome *o);
+int run_call_parse(session_manager *m, guest *g, json_object *args, run_call *out, relay_outcome *o);
 void run_call_free(run_call *c);
 
 /* The derived step title (spec/guest.md §14), malloc'd. */
@@ -109,9 +109,9 @@ void run_outcome_free(run_outcome *o);
  * (zeroed by the caller); 0 when the result is a success, -1 when it is an
  * error. What the run recorded (host/receipts, events, the step download)
  * is done either way. */
-int run_recorded(manager *m, guest *g, run_call *c, relay_call *call, run_outcome *out);
+int run_recorded(session_manager *m, guest *g, run_call *c, relay_call *call, run_outcome *out);
 
 /* A diagnostic shell script (spec/guest.md §13); as run_recorded. */
-int run_diagnostic(manager *m, guest *g, run_call *c, relay_call *call, run_outcome *out);
+int run_diagnostic(session_manager *m, guest *g, run_call *c, relay_call *call, run_outcome *out);
 
 #endif

@@ -21,7 +21,7 @@
 
 /* ---- host files ------------------------------------------------------------------ */
 
-relay_status run_write_host_file(manager *m, guest *g, const char *evidence, const char *sub,
+relay_status run_write_host_file(session_manager *m, guest *g, const char *evidence, const char *sub,
                                  const char *name, const void *data, size_t len, relay_error *err)
 {
 	char errbuf[512];
@@ -38,7 +38,7 @@ relay_status run_write_host_file(manager *m, guest *g, const char *evidence, con
 	return st;
 }
 
-relay_status run_write_host_json(manager *m, guest *g, const char *evidence, const char *sub,
+relay_status run_write_host_json(session_manager *m, guest *g, const char *evidence, const char *sub,
                                  const char *name, const json_object *obj, relay_error *err)
 {
 	char *text = jsonx_to_string(obj, JSONX_PRETTY);
@@ -170,7 +170,7 @@ static const char *delivery_code(const char *status)
 	return status ? "delivery-failed" : "delivery-(null)";
 }
 
-int run_finish(manager *m, guest *g, json_object *facts, const char *execution_id, run_outcome *out)
+int run_finish(session_manager *m, guest *g, json_object *facts, const char *execution_id, run_outcome *out)
 {
 	out->is_run_result = true;
 	json_object_put(out->base.facts);
@@ -179,9 +179,9 @@ int run_finish(manager *m, guest *g, json_object *facts, const char *execution_i
 	json_object *d = jsonx_get_obj(facts, "imageDelivery");
 	bool failed = run_execution_failed(outcome);
 	jsonx_add_bool(facts, "executionFailed", failed);
-	manager_lock(m);
+	session_lock(m);
 	jsonx_add_str(facts, "evidencePath", g->evidence_path);
-	manager_unlock(m);
+	session_unlock(m);
 	jsonx_add_bool(facts, "leaseReleased", false);
 	if (!failed && !image_delivery_status_is_error(jsonx_get_str(d, "status")))
 		return 0;
@@ -206,7 +206,7 @@ int run_finish(manager *m, guest *g, json_object *facts, const char *execution_i
 	return -1;
 }
 
-json_object *run_result_record(manager *m, guest *g, const run_outcome *out, bool guest_state)
+json_object *run_result_record(session_manager *m, guest *g, const run_outcome *out, bool guest_state)
 {
 	json_object *rec = json_object_new_object();
 	json_object_object_foreach(out->base.facts, key, value)
@@ -220,14 +220,14 @@ json_object *run_result_record(manager *m, guest *g, const run_outcome *out, boo
 	jsonx_add_str(error, "message", out->base.message ? out->base.message : "");
 	jsonx_add(rec, "error", error);
 	if (guest_state) {
-		manager_lock(m);
+		session_lock(m);
 		jsonx_add(rec, "guestState", guest_status_json(g));
-		manager_unlock(m);
+		session_unlock(m);
 	}
 	return rec;
 }
 
-void run_record_end(manager *m, guest *g, const char *evidence, const char *execution_id,
+void run_record_end(session_manager *m, guest *g, const char *evidence, const char *execution_id,
                     const run_outcome *out, const json_object *step, bool cancelled)
 {
 	relay_error err;
@@ -258,8 +258,8 @@ void run_record_end(manager *m, guest *g, const char *evidence, const char *exec
 		    "never replayed");
 }
 
-int run_not_dispatched(manager *m, guest *g, const char *evidence, const char *execution_id, const char *code,
-                       bool cancelled, run_outcome *out, const char *fmt, ...)
+int run_not_dispatched(session_manager *m, guest *g, const char *evidence, const char *execution_id,
+                       const char *code, bool cancelled, run_outcome *out, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -297,10 +297,10 @@ int run_not_dispatched(manager *m, guest *g, const char *evidence, const char *e
 	return -1;
 }
 
-void run_use_step_id(manager *m, guest *g, const char *id)
+void run_use_step_id(session_manager *m, guest *g, const char *id)
 {
-	manager_lock(m);
+	slice_lock(g->run);
 	json_object_array_add(g->run->used_step_ids, json_object_new_string(id));
-	guest_save(g);
-	manager_unlock(m);
+	slice_unlock(g->run);
+	guest_persist(m, g);
 }

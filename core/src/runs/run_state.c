@@ -4,48 +4,32 @@
  */
 #include "runs/run_state.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "session/slice.h"
 #include "util/jsonx.h"
+#include "util/record.h"
 
-/* Frees the recorded facts and resets them to their empty values. */
-static void reset_recorded(run_state *r)
-{
-	free(r->platform);
-	free(r->node_path);
-	free(r->cua_driver);
-	r->platform = r->node_path = r->cua_driver = NULL;
-	json_object_put(r->capture_plan);
-	json_object_put(r->used_step_ids);
-	json_object_put(r->pending_reset);
-	r->capture_plan = r->used_step_ids = r->pending_reset = NULL;
-	r->snapshots = -1;
-	r->run_seq = 0;
-}
+/* The slice's facts in the ownership record (spec/lifecycle.md §9), but
+ * snapshots (unknown, off or on); the platform in the status entry too. */
+#define F(key, kind, field) RECORD_FIELD(run_state, key, kind, field)
+/* clang-format off */
+static const record_field record_fields[] = {
+    F("platform", RECORD_STR, platform), F("nodePath", RECORD_STR, node_path),
+    F("cuaDriver", RECORD_STR, cua_driver), F("capturePlan", RECORD_JSON, capture_plan),
+    F("runSeq", RECORD_INT64, run_seq), F("usedStepIds", RECORD_JSON, used_step_ids),
+    F("pendingReset", RECORD_JSON, pending_reset)};
+/* clang-format on */
+#undef F
 
-static void *slice_create(void)
-{
-	run_state *r = calloc(1, sizeof *r);
-	if (r == NULL)
-		return NULL;
-	r->snapshots = -1;
-	r->used_step_ids = json_object_new_array();
-	return r;
-}
-
-static void slice_destroy(void *slice)
+static void slice_reset(void *slice)
 {
 	run_state *r = slice;
-	if (r == NULL)
-		return;
-	reset_recorded(r);
-	free(r);
-}
-
-static json_object *ref(json_object *obj)
-{
-	return obj ? json_object_get(obj) : NULL;
+	r->snapshots = -1;
+	if (r->used_step_ids == NULL)
+		r->used_step_ids = json_object_new_array();
 }
 
 static void add_snapshots(json_object *obj, int snapshots)
@@ -58,62 +42,39 @@ static void add_snapshots(json_object *obj, int snapshots)
 
 static void slice_to_record(const guest *g, json_object *out)
 {
-	const run_state *r = g->run;
-	jsonx_add_str(out, "platform", r->platform);
-	jsonx_add_str(out, "nodePath", r->node_path);
-	jsonx_add_str(out, "cuaDriver", r->cua_driver);
-	add_snapshots(out, r->snapshots);
-	jsonx_add(out, "capturePlan", ref(r->capture_plan));
-	jsonx_add_int(out, "runSeq", r->run_seq);
-	jsonx_add(out, "usedStepIds", ref(r->used_step_ids));
-	jsonx_add(out, "pendingReset", ref(r->pending_reset));
-}
-
-static char *dup_str(const json_object *obj, const char *key)
-{
-	const char *s = jsonx_get_str(obj, key);
-	return s ? strdup(s) : NULL;
-}
-
-static json_object *dup_ref(const json_object *obj, const char *key)
-{
-	json_object *value = NULL;
-	if (!json_object_object_get_ex(obj, key, &value) || value == NULL)
-		return NULL;
-	return json_object_get(value);
+	add_snapshots(out, g->run->snapshots);
 }
 
 static void slice_from_record(guest *g, const json_object *in)
 {
-	run_state *r = g->run;
-	reset_recorded(r);
-	r->platform = dup_str(in, "platform");
-	r->node_path = dup_str(in, "nodePath");
-	r->cua_driver = dup_str(in, "cuaDriver");
 	bool snapshots = false;
 	if (jsonx_get_bool(in, "snapshots", &snapshots))
-		r->snapshots = snapshots ? 1 : 0;
-	r->capture_plan = dup_ref(in, "capturePlan");
-	jsonx_get_int(in, "runSeq", &r->run_seq);
-	r->used_step_ids = dup_ref(in, "usedStepIds");
-	if (r->used_step_ids == NULL)
-		r->used_step_ids = json_object_new_array();
-	r->pending_reset = dup_ref(in, "pendingReset");
+		g->run->snapshots = snapshots ? 1 : 0;
 }
 
 static void slice_to_status(const guest *g, json_object *out)
 {
 	const run_state *r = g->run;
-	jsonx_add_str(out, "platform", r->platform);
 	add_snapshots(out, r->snapshots);
 	jsonx_add_bool(out, "recordingResetPending", r->pending_reset != NULL);
 	jsonx_add_int(out, "runs", r->run_seq);
 }
 
 const guest_slice_ops run_slice_ops = {
-    .create = slice_create,
-    .destroy = slice_destroy,
+    .size = sizeof(run_state),
+    GUEST_SLICE_RECORD(record_fields),
+    .status = record_fields, /* platform */
+    .status_count = 1,
+    .reset = slice_reset,
     .to_record = slice_to_record,
     .from_record = slice_from_record,
     .to_status = slice_to_status,
 };
+
+bool run_reset_pending(const guest *g)
+{
+	slice_lock(g->run);
+	bool pending = g->run->pending_reset != NULL;
+	slice_unlock(g->run);
+	return pending;
+}

@@ -5,9 +5,10 @@
  * recording (their count, the step ids used, a pending recording reset).
  * The session holds the pointer (guest->run) and never looks inside.
  *
- * Locking: the fields are read and written under the manager's lock, like
- * the guest's own. Only runs/ writes them; tools/ reads a pending reset
- * under the lock with the guest's other facts it checks.
+ * Locking: the fields are read and written under the slice's own lock
+ * (head, session/slice.h; a leaf: after the session's lock where a reader
+ * needs the guest's fields too, and released before the record is saved).
+ * Only runs/ writes them; tools/ asks run_reset_pending().
  */
 #ifndef RELAY_RUNS_RUN_STATE_H
 #define RELAY_RUNS_RUN_STATE_H
@@ -17,8 +18,11 @@
 #include <stdint.h>
 
 #include "session/manager_internal.h"
+#include "session/slice.h"
 
 typedef struct run_state {
+	slice_head head; /* the slice's lock */
+
 	/* staging (stage*.c) */
 	char *platform; /* linux-x86_64 */
 	char *node_path;
@@ -35,5 +39,9 @@ typedef struct run_state {
 /* The slice operations the session calls (tools/dispatch.c puts them in
  * the relay's guest_rooms). */
 extern const guest_slice_ops run_slice_ops;
+
+/* Whether a recording reset is pending (relay_stage, relay_script). Takes
+ * the slice's lock (callers may hold the session's). */
+bool run_reset_pending(const guest *g);
 
 #endif

@@ -91,11 +91,12 @@ char *run_derive_because(const run_call *c, const char *title)
 	return out;
 }
 
-json_object *run_derive_step(manager *m, guest *g, const run_call *c, const char *title, int64_t *run_seq_out)
+json_object *run_derive_step(session_manager *m, guest *g, const run_call *c, const char *title,
+                             int64_t *run_seq_out)
 {
 	const char *given_id = c->step ? jsonx_get_str(c->step, "id") : NULL;
 	char id[160];
-	manager_lock(m);
+	slice_lock(g->run);
 	int64_t seq = g->run->run_seq;
 	for (;;) {
 		seq++;
@@ -115,8 +116,8 @@ json_object *run_derive_step(manager *m, guest *g, const run_call *c, const char
 			break;
 	}
 	g->run->run_seq = seq;
-	guest_save(g);
-	manager_unlock(m);
+	slice_unlock(g->run);
+	guest_persist(m, g);
 	*run_seq_out = seq;
 	json_object *step = json_object_new_object();
 	jsonx_add_str(step, "id", id);

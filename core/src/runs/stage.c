@@ -147,7 +147,7 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 {
 	relay_error err;
 	memset(&err, 0, sizeof err);
-	manager *m = s->m;
+	session_manager *m = s->m;
 	guest *g = s->g;
 	RELAY_FAILPOINT("stage.before-init");
 	char hex[17], session[24];
@@ -156,7 +156,7 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 	/* The session is kept before the receiver's init, so a stage cut short
 	 * after it (a crash, failpoint stage.after-init) is retried with the
 	 * session the guest's state/ holds. */
-	manager_lock(m);
+	session_lock(m);
 	if (g->recording_session_id && strlen(g->recording_session_id) < sizeof session)
 		snprintf(session, sizeof session, "%s", g->recording_session_id);
 	else {
@@ -164,7 +164,7 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 		g->recording_session_id = strdup(session);
 		guest_save(g);
 	}
-	manager_unlock(m);
+	session_unlock(m);
 	relay_status st = gio_rcv_init(&s->io, session, &err);
 	if (st != RELAY_OK)
 		return stage_fail(
@@ -177,9 +177,10 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 	const char *node_given = jsonx_get_str(s->args, "nodePath");
 	const char *cua_given = jsonx_get_str(s->args, "cuaDriver");
 	const char *plan_cua = jsonx_get_str(plan, "cuaDriver");
-	manager_lock(m);
+	session_lock(m);
 	g->staged = true;
 	g->phase = PHASE_STAGED;
+	slice_lock(g->run);
 	free(g->run->platform);
 	g->run->platform = strdup(s->platform);
 	if (node_given) {
@@ -193,10 +194,11 @@ static int stage_start_recording(stage_ctx *s, json_object *plan, bool enabled)
 	g->run->snapshots = enabled ? 1 : 0;
 	json_object_put(g->run->capture_plan);
 	g->run->capture_plan = json_object_get(plan);
+	slice_unlock(g->run);
 	free(g->recording_session_id);
 	g->recording_session_id = strdup(session);
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 	json_object *d = json_object_new_object();
 	jsonx_add_str(d, "platform", s->platform);
 	jsonx_add_str(d, "recordingSessionId", session);
@@ -219,9 +221,9 @@ static int stage_fresh(stage_ctx *s, json_object *reset)
 		goto cleanup;
 	stage_phase_mark(s, "receiver");
 	const char *cua_given = jsonx_get_str(s->args, "cuaDriver");
-	manager_lock(s->m);
+	slice_lock(s->g->run);
 	char *cua_stored = s->g->run->cua_driver ? strdup(s->g->run->cua_driver) : NULL;
-	manager_unlock(s->m);
+	slice_unlock(s->g->run);
 	apps = capture_catalog_applications(s->m, s->g, s->call, NULL, 0);
 	plan = capture_plan_for(s->m, s->g, apps, s->platform, cua_given ? cua_given : cua_stored);
 	free(cua_stored);
@@ -285,7 +287,7 @@ cleanup:
 	return r;
 }
 
-int stage_guest(manager *m, guest *g, json_object *args, relay_call *call, relay_outcome *o)
+int stage_guest(session_manager *m, guest *g, json_object *args, relay_call *call, relay_outcome *o)
 {
 	stage_ctx s;
 	memset(&s, 0, sizeof s);
@@ -302,9 +304,9 @@ int stage_guest(manager *m, guest *g, json_object *args, relay_call *call, relay
 	bool want_reset = false;
 	jsonx_get_bool(args, "resetRecording", &want_reset);
 	bool gives_content = jsonx_has(args, "workspace") || jsonx_has(args, "files");
-	manager_lock(m);
-	bool pending = g->run->pending_reset != NULL, staged = g->staged;
-	manager_unlock(m);
+	session_lock(m);
+	bool pending = run_reset_pending(g), staged = g->staged;
+	session_unlock(m);
 	/* Step 2: host inputs and limits, before anything is sent. */
 	int r = stage_check_inputs(&s);
 	if (r)

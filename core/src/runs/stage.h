@@ -34,6 +34,6 @@
  * integrity-failed, unsupported-platform, already-staged,
  * capture-unavailable, space-shortfall, receiver-locked, reset-pending,
  * not-staged), facts {guest, staged: false} where the step recorded one. */
-int stage_guest(manager *m, guest *g, json_object *args, relay_call *call, relay_outcome *o);
+int stage_guest(session_manager *m, guest *g, json_object *args, relay_call *call, relay_outcome *o);
 
 #endif

@@ -27,7 +27,7 @@
 #define RM_BATCH_BYTES         65536
 
 typedef struct stage_ctx {
-	manager *m;
+	session_manager *m;
 	guest *g;
 	relay_call *call;
 	json_object *args;

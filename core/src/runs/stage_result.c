@@ -28,11 +28,12 @@
 
 int stage_result(stage_ctx *s, json_object *files, json_object *updated, json_object *reset)
 {
-	manager *m = s->m;
+	session_manager *m = s->m;
 	guest *g = s->g;
 	const char *plugin_name = capture_plugin_name(m);
 	json_object *r = json_object_new_object();
-	manager_lock(m);
+	session_lock(m);
+	slice_lock(g->run);
 	jsonx_add_str(r, "guest", g->name);
 	jsonx_add_bool(r, "staged", g->staged);
 	json_object *rec = json_object_new_object();
@@ -80,7 +81,8 @@ int stage_result(stage_ctx *s, json_object *files, json_object *updated, json_ob
 	jsonx_add_str(snap, "because", because ? because : "no capture plan");
 	jsonx_add(caps, "snapshots", snap);
 	jsonx_add(r, "capabilities", caps);
-	manager_unlock(m);
+	slice_unlock(g->run);
+	session_unlock(m);
 	json_object_put(s->o->facts);
 	s->o->facts = r;
 	return 0;
@@ -134,9 +136,9 @@ int stage_correct_paths(stage_ctx *s, json_object *reset)
 		json_object_array_add(updated, check_executable(s, "cuaDriver", cua));
 	/* Reattach the recording session: `receiver init` with the same id
 	 * answers created: false and refuses another session's state. */
-	manager_lock(s->m);
+	session_lock(s->m);
 	char *session = s->g->recording_session_id ? strdup(s->g->recording_session_id) : NULL;
-	manager_unlock(s->m);
+	session_unlock(s->m);
 	relay_error err;
 	memset(&err, 0, sizeof err);
 	s->io.receiver_ready = true;
@@ -157,7 +159,7 @@ int stage_correct_paths(stage_ctx *s, json_object *reset)
 		plan = capture_plan_for(s->m, s->g, apps, s->platform, cua);
 		json_object_put(apps);
 	}
-	manager_lock(s->m);
+	slice_lock(s->g->run);
 	if (node) {
 		free(s->g->run->node_path);
 		s->g->run->node_path = strdup(node);
@@ -174,8 +176,8 @@ int stage_correct_paths(stage_ctx *s, json_object *reset)
 			jsonx_add_str(s->g->run->capture_plan, "cuaDriver", cua);
 		}
 	}
-	guest_save(s->g);
-	manager_unlock(s->m);
+	slice_unlock(s->g->run);
+	guest_persist(s->m, s->g);
 	json_object_put(plan);
 	if (node || cua) {
 		json_object *d = json_object_new_object();

@@ -13,11 +13,11 @@
 #include "util/randx.h"
 #include "util/timefmt.h"
 
-int guest_ensure_evidence_dir(manager *m, guest *g, char *errbuf, size_t errlen)
+int guest_ensure_evidence_dir(session_manager *m, guest *g, char *errbuf, size_t errlen)
 {
-	manager_lock(m);
+	session_lock(m);
 	char *path = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (path == NULL) {
 		snprintf(errbuf, errlen, "the guest has no evidence folder yet");
 		return -1;
@@ -65,13 +65,13 @@ cleanup:
 	return rc;
 }
 
-void guest_event(manager *m, guest *g, const char *kind, const char *because, json_object *details)
+void guest_event(session_manager *m, guest *g, const char *kind, const char *because, json_object *details)
 {
 	char errbuf[256];
-	manager_lock(m);
+	session_lock(m);
 	bool sealed = g->delivered;
 	char *evidence = g->evidence_path ? strdup(g->evidence_path) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (evidence == NULL) {
 		json_object_put(details);
 		return;
@@ -108,7 +108,8 @@ void guest_event(manager *m, guest *g, const char *kind, const char *because, js
 	free(evidence);
 }
 
-void lifecycle_record_cancelled(manager *m, guest *g, const char *operation, bool uncertain, const char *why)
+void lifecycle_record_cancelled(session_manager *m, guest *g, const char *operation, bool uncertain,
+                                const char *why)
 {
 	json_object *details = json_object_new_object();
 	jsonx_add_str(details, "operation", operation);

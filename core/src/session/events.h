@@ -14,16 +14,17 @@
 
 /* Writes one event; `details` (may be NULL) is taken. Never fails the
  * caller: a write failure is logged. Call without the manager's lock. */
-void guest_event(manager *m, guest *g, const char *kind, const char *because, json_object *details);
+void guest_event(session_manager *m, guest *g, const char *kind, const char *because, json_object *details);
 
 /* Creates the evidence folder (0700, no symlinked component below the
  * project folder). 0, or -1 with a reason. */
-int guest_ensure_evidence_dir(manager *m, guest *g, char *errbuf, size_t errlen);
+int guest_ensure_evidence_dir(session_manager *m, guest *g, char *errbuf, size_t errlen);
 
 /* Records an `operation-cancelled` event for `operation` ("relay_acquire",
  * ...). `uncertain` says the operation had started and its effect is not
  * known (never replayed). Used by every room whose operations can be
  * cancelled (lease/, runs/, tools/). */
-void lifecycle_record_cancelled(manager *m, guest *g, const char *operation, bool uncertain, const char *why);
+void lifecycle_record_cancelled(session_manager *m, guest *g, const char *operation, bool uncertain,
+                                const char *why);
 
 #endif

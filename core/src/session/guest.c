@@ -1,13 +1,15 @@
 #include "session/guest.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "session/slice.h"
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 #include "util/log.h"
-#include "util/timefmt.h"
+#include "util/record.h"
 
 #define RECORD_SCHEMA_VERSION 1
 
@@ -29,52 +31,113 @@ int guest_phase_from_name(const char *name)
 	return -1;
 }
 
-/* The rooms' slice operations, in the table's order (guest.h). */
+/* The rooms' slices and their operations, in the table's order (guest.h). */
 #define SLICES 5
-static void slice_ops(const guest *g, const guest_slice_ops *ops[SLICES])
+static void slices_of(const guest *g, const guest_slice_ops *ops[SLICES], void *data[SLICES])
 {
 	ops[0] = g->rooms->lease;
 	ops[1] = g->rooms->run;
 	ops[2] = g->rooms->console;
 	ops[3] = g->rooms->delivery;
 	ops[4] = g->rooms->link;
+	data[0] = g->lease;
+	data[1] = g->run;
+	data[2] = g->console;
+	data[3] = g->delivery;
+	data[4] = g->link;
+}
+
+void *guest_slice_new(const guest_slice_ops *ops)
+{
+	void *slice = slice_alloc(ops->size);
+	if (slice && ops->reset)
+		ops->reset(slice);
+	return slice;
+}
+
+void guest_slice_free(const guest_slice_ops *ops, void *slice)
+{
+	if (slice == NULL)
+		return;
+	if (ops->release)
+		ops->release(slice);
+	record_clear(slice, ops->record, ops->record_count);
+	slice_free(slice);
 }
 
 /* Creates the rooms' empty slices; false when out of memory. */
 static bool create_slices(guest *g)
 {
 	const guest_rooms *r = g->rooms;
-	if (r->lease->create && (g->lease = r->lease->create()) == NULL)
-		return false;
-	if (r->run->create && (g->run = r->run->create()) == NULL)
-		return false;
-	if (r->console->create && (g->console = r->console->create()) == NULL)
-		return false;
-	if (r->delivery->create && (g->delivery = r->delivery->create()) == NULL)
-		return false;
-	if (r->link->create && (g->link = r->link->create()) == NULL)
-		return false;
-	return true;
+	return (g->lease = guest_slice_new(r->lease)) != NULL && (g->run = guest_slice_new(r->run)) != NULL &&
+	       (g->console = guest_slice_new(r->console)) != NULL &&
+	       (g->delivery = guest_slice_new(r->delivery)) != NULL &&
+	       (g->link = guest_slice_new(r->link)) != NULL;
 }
 
 static void destroy_slices(guest *g)
 {
-	const guest_rooms *r = g->rooms;
-	if (r->lease->destroy)
-		r->lease->destroy(g->lease);
+	const guest_slice_ops *ops[SLICES];
+	void *data[SLICES];
+	slices_of(g, ops, data);
+	for (size_t i = 0; i < SLICES; i++)
+		guest_slice_free(ops[i], data[i]);
 	g->lease = NULL;
-	if (r->run->destroy)
-		r->run->destroy(g->run);
 	g->run = NULL;
-	if (r->console->destroy)
-		r->console->destroy(g->console);
 	g->console = NULL;
-	if (r->delivery->destroy)
-		r->delivery->destroy(g->delivery);
 	g->delivery = NULL;
-	if (r->link->destroy)
-		r->link->destroy(g->link);
 	g->link = NULL;
+}
+
+/* Which of a slice's operations a walk does. */
+typedef enum slice_op { OP_RESERVE, OP_TO_RECORD, OP_FROM_RECORD, OP_TO_STATUS, OP_CLOSE } slice_op;
+
+/* One operation on one slice, under its lock (the session's is held). */
+static void slice_do(guest *g, const guest_slice_ops *ops, void *slice, slice_op op, json_object *obj)
+{
+	switch (op) {
+	case OP_RESERVE:
+		if (ops->reserve)
+			ops->reserve(g, obj);
+		break;
+	case OP_TO_RECORD:
+		record_write(slice, ops->record, ops->record_count, obj);
+		if (ops->to_record)
+			ops->to_record(g, obj);
+		break;
+	case OP_FROM_RECORD:
+		record_clear(slice, ops->record, ops->record_count);
+		if (ops->reset)
+			ops->reset(slice);
+		record_read(slice, ops->record, ops->record_count, obj);
+		if (ops->from_record)
+			ops->from_record(g, obj);
+		break;
+	case OP_TO_STATUS:
+		record_write(slice, ops->status, ops->status_count, obj);
+		if (ops->to_status)
+			ops->to_status(g, obj);
+		break;
+	case OP_CLOSE:
+		if (ops->close)
+			ops->close(g);
+		break;
+	}
+}
+
+/* Does one operation on every slice, each under its slice's lock
+ * (slice.h). `obj` is relay_acquire's arguments, the record or the status
+ * entry. */
+static void walk_slices(guest *g, slice_op op, json_object *obj)
+{
+	const guest_slice_ops *ops[SLICES];
+	void *data[SLICES];
+	slices_of(g, ops, data);
+	for (size_t i = 0; i < SLICES; i++) {
+		slice_lock(data[i]);
+		slice_do(g, ops[i], data[i], op, obj);
+		slice_unlock(data[i]);
+	}
 }
 
 guest *guest_new(const guest_rooms *rooms)
@@ -96,38 +159,48 @@ guest *guest_new(const guest_rooms *rooms)
 
 void guest_slices_reserve(guest *g, const json_object *args)
 {
-	const guest_slice_ops *ops[SLICES];
-	slice_ops(g, ops);
-	for (size_t i = 0; i < SLICES; i++)
-		if (ops[i]->reserve)
-			ops[i]->reserve(g, args);
+	walk_slices(g, OP_RESERVE, (json_object *)args);
 }
 
 void guest_slices_close(guest *g)
 {
-	const guest_slice_ops *ops[SLICES];
-	slice_ops(g, ops);
-	for (size_t i = 0; i < SLICES; i++)
-		if (ops[i]->close)
-			ops[i]->close(g);
+	walk_slices(g, OP_CLOSE, NULL);
 }
 
+/* The guest's own facts in the ownership record (spec/lifecycle.md §9), in
+ * the record's order: those before the phase, then those after it; and in
+ * the status entry (spec/lifecycle.md §7): the names, then (after the
+ * phase, binding and the lease's ids) the rest. */
+#define F(key, kind, field) RECORD_FIELD(guest, key, kind, field)
+/* clang-format off */
+static const record_field record_head[] = {
+    F("guest", RECORD_STR, name), F("task", RECORD_STR, task), F("image", RECORD_STR, image),
+    F("purpose", RECORD_STR, purpose), F("binding", RECORD_JSON, binding),
+    F("evidencePath", RECORD_STR, evidence_path), F("guestRoot", RECORD_STR, guest_root),
+    F("acquiredAt", RECORD_TIME, acquired_at_ms), F("acquiredAtMs", RECORD_INT64, acquired_at_ms),
+    F("network", RECORD_STR, network), F("lease", RECORD_JSON, lease_document)};
+static const record_field record_tail[] = {
+    F("lastError", RECORD_STR, last_error), F("staged", RECORD_BOOL, staged),
+    F("recordingSessionId", RECORD_STR, recording_session_id),
+    F("previousEvidence", RECORD_JSON, previous_evidence), F("delivered", RECORD_BOOL, delivered),
+    F("released", RECORD_BOOL, released), F("closed", RECORD_JSON, closed)};
+static const record_field status_rest[] = {
+    F("acquiredAt", RECORD_TIME, acquired_at_ms), F("network", RECORD_STR, network),
+    F("staged", RECORD_BOOL, staged), F("recordingSessionId", RECORD_STR, recording_session_id),
+    F("lastError", RECORD_STR, last_error), F("delivered", RECORD_BOOL, delivered),
+    F("evidencePath", RECORD_STR, evidence_path), F("previousEvidence", RECORD_JSON, previous_evidence),
+    F("guestRoot", RECORD_STR, guest_root)};
+/* clang-format on */
+#undef F
+
 /* Frees every fact of a guest (not its queue or runtime fields) and resets
- * the pointers to NULL. */
+ * them to their empty values. */
 static void free_facts(guest *g)
 {
-	char **strings[] = {
-	    &g->name,          &g->task,       &g->image,   &g->purpose,    &g->dir,
-	    &g->evidence_path, &g->guest_root, &g->network, &g->last_error, &g->recording_session_id};
-	for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
-		free(*strings[i]);
-		*strings[i] = NULL;
-	}
-	json_object **objects[] = {&g->binding, &g->lease_document, &g->previous_evidence, &g->closed};
-	for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
-		json_object_put(*objects[i]);
-		*objects[i] = NULL;
-	}
+	record_clear(g, RECORD_FIELDS(record_head));
+	record_clear(g, RECORD_FIELDS(record_tail));
+	free(g->dir);
+	g->dir = NULL;
 }
 
 void guest_free(guest *g)
@@ -140,65 +213,15 @@ void guest_free(guest *g)
 	free(g);
 }
 
-static void add_time(json_object *obj, const char *key, int64_t unix_ms)
-{
-	if (unix_ms <= 0) {
-		jsonx_add_null(obj, key);
-		return;
-	}
-	char text[21];
-	time_format_iso_seconds(unix_ms, text);
-	jsonx_add_str(obj, key, text);
-}
-
-static json_object *ref(json_object *obj)
-{
-	return obj ? json_object_get(obj) : NULL;
-}
-
 json_object *guest_record_json(const guest *g)
 {
 	json_object *r = json_object_new_object();
 	jsonx_add_int(r, "schemaVersion", RECORD_SCHEMA_VERSION);
-	jsonx_add_str(r, "guest", g->name);
-	jsonx_add_str(r, "task", g->task);
-	jsonx_add_str(r, "image", g->image);
-	jsonx_add_str(r, "purpose", g->purpose);
-	jsonx_add(r, "binding", ref(g->binding));
-	jsonx_add_str(r, "evidencePath", g->evidence_path);
-	jsonx_add_str(r, "guestRoot", g->guest_root);
-	add_time(r, "acquiredAt", g->acquired_at_ms);
-	jsonx_add_int(r, "acquiredAtMs", g->acquired_at_ms);
-	jsonx_add_str(r, "network", g->network);
-	jsonx_add(r, "lease", ref(g->lease_document));
+	record_write(g, RECORD_FIELDS(record_head), r);
 	jsonx_add_str(r, "phase", guest_phase_name(g->phase));
-	jsonx_add_str(r, "lastError", g->last_error);
-	jsonx_add_bool(r, "staged", g->staged);
-	jsonx_add_str(r, "recordingSessionId", g->recording_session_id);
-	jsonx_add(r, "previousEvidence", ref(g->previous_evidence));
-	jsonx_add_bool(r, "delivered", g->delivered);
-	jsonx_add_bool(r, "released", g->released);
-	jsonx_add(r, "closed", ref(g->closed));
-	const guest_slice_ops *ops[SLICES];
-	slice_ops(g, ops);
-	for (size_t i = 0; i < SLICES; i++)
-		if (ops[i]->to_record)
-			ops[i]->to_record(g, r);
+	record_write(g, RECORD_FIELDS(record_tail), r);
+	walk_slices((guest *)g, OP_TO_RECORD, r);
 	return r;
-}
-
-static char *dup_str(const json_object *obj, const char *key)
-{
-	const char *s = jsonx_get_str(obj, key);
-	return s ? strdup(s) : NULL;
-}
-
-static json_object *dup_ref(const json_object *obj, const char *key)
-{
-	json_object *value = NULL;
-	if (!json_object_object_get_ex(obj, key, &value) || value == NULL)
-		return NULL;
-	return json_object_get(value);
 }
 
 /* Checks that a record is one this relay wrote (schemaVersion 1 with a
@@ -228,41 +251,14 @@ static bool record_usable(const json_object *r, char *errbuf, size_t errlen)
 	return true;
 }
 
-/* Fills the facts of `g` (all NULL) from a usable record. */
+/* Fills the facts of `g` (empty) from a usable record. */
 static void fill_from_record(guest *g, const json_object *r)
 {
 	g->previous_evidence = json_object_new_array();
-	g->name = strdup(jsonx_get_str(r, "guest"));
-	g->task = dup_str(r, "task");
-	g->image = dup_str(r, "image");
-	g->purpose = dup_str(r, "purpose");
-	g->binding = dup_ref(r, "binding");
-	g->evidence_path = dup_str(r, "evidencePath");
-	g->guest_root = dup_str(r, "guestRoot");
-	g->acquired_at_ms = 0;
-	jsonx_get_int(r, "acquiredAtMs", &g->acquired_at_ms);
-	g->network = dup_str(r, "network");
-	g->lease_document = dup_ref(r, "lease");
+	record_read(g, RECORD_FIELDS(record_head), r);
 	g->phase = (guest_phase)guest_phase_from_name(jsonx_get_str(r, "phase"));
-	g->last_error = dup_str(r, "lastError");
-	g->staged = false;
-	jsonx_get_bool(r, "staged", &g->staged);
-	g->recording_session_id = dup_str(r, "recordingSessionId");
-	json_object *previous = dup_ref(r, "previousEvidence");
-	if (previous) {
-		json_object_put(g->previous_evidence);
-		g->previous_evidence = previous;
-	}
-	g->delivered = false;
-	jsonx_get_bool(r, "delivered", &g->delivered);
-	g->released = false;
-	jsonx_get_bool(r, "released", &g->released);
-	g->closed = dup_ref(r, "closed");
-	const guest_slice_ops *ops[SLICES];
-	slice_ops(g, ops);
-	for (size_t i = 0; i < SLICES; i++)
-		if (ops[i]->from_record)
-			ops[i]->from_record(g, r);
+	record_read(g, RECORD_FIELDS(record_tail), r);
+	walk_slices(g, OP_FROM_RECORD, (json_object *)r);
 }
 
 guest *guest_from_record(const guest_rooms *rooms, const json_object *r, char *errbuf, size_t errlen)
@@ -316,29 +312,12 @@ int guest_save(const guest *g)
 json_object *guest_status_json(const guest *g)
 {
 	json_object *s = json_object_new_object();
-	jsonx_add_str(s, "guest", g->name);
-	jsonx_add_str(s, "task", g->task);
-	jsonx_add_str(s, "image", g->image);
-	jsonx_add_str(s, "purpose", g->purpose);
+	record_write(g, record_head, 4, s); /* guest, task, image, purpose */
 	jsonx_add_str(s, "phase", guest_phase_name(g->phase));
-	jsonx_add(s, "binding", ref(g->binding));
-	const char *vm = g->lease_document ? jsonx_get_str(g->lease_document, "vm") : NULL;
-	const char *lease_id = g->lease_document ? jsonx_get_str(g->lease_document, "lease_id") : NULL;
-	jsonx_add_str(s, "vm", vm);
-	jsonx_add_str(s, "lease_id", lease_id);
-	add_time(s, "acquiredAt", g->acquired_at_ms);
-	jsonx_add_str(s, "network", g->network);
-	jsonx_add_bool(s, "staged", g->staged);
-	jsonx_add_str(s, "recordingSessionId", g->recording_session_id);
-	jsonx_add_str(s, "lastError", g->last_error);
-	jsonx_add_bool(s, "delivered", g->delivered);
-	jsonx_add_str(s, "evidencePath", g->evidence_path);
-	jsonx_add(s, "previousEvidence", ref(g->previous_evidence));
-	jsonx_add_str(s, "guestRoot", g->guest_root);
-	const guest_slice_ops *ops[SLICES];
-	slice_ops(g, ops);
-	for (size_t i = 0; i < SLICES; i++)
-		if (ops[i]->to_status)
-			ops[i]->to_status(g, s);
+	jsonx_add(s, "binding", g->binding ? json_object_get(g->binding) : NULL);
+	jsonx_add_str(s, "vm", jsonx_get_str(g->lease_document, "vm"));
+	jsonx_add_str(s, "lease_id", jsonx_get_str(g->lease_document, "lease_id"));
+	record_write(g, RECORD_FIELDS(status_rest), s);
+	walk_slices((guest *)g, OP_TO_STATUS, s);
 	return s;
 }

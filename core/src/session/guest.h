@@ -4,10 +4,24 @@
  * session (guest_slice_ops: lease/, runs/, console/, delivery/, guestio/),
  * and its ownership record on disk (spec/lifecycle.md §3, §7, §9).
  *
- * Locking: every field, and every slice's, is read and written under the
- * manager's lock (manager_lock()/manager_unlock()), except `queue`, which
- * has its own. Long operations never hold the manager's lock: they copy
- * what they need, unlock, work, and lock again to publish results.
+ * Locking (after libvirt's per-object lock): the guest's own fields and
+ * the session's list are guarded by the session's lock (session_lock());
+ * each room's slice by its own (session/slice.h), which that room's
+ * accessors take; `queue` has its own. The order, to stay deadlock-free:
+ *
+ *   a download queue's lock (delivery/downloads.c)
+ *     before the session's lock (session_lock)
+ *       before one slice's lock (slice_lock; a leaf)
+ *
+ * A slice's lock is a leaf: holding it, code takes no other lock (not the
+ * session's, not another slice's, not a queue's) and does no I/O, so a
+ * reader that needs a guest's fields and a slice's takes the session's
+ * lock first. The session calls the slice operations below with both held
+ * (or on a guest no other thread sees yet). The lease slice's fields change
+ * with the guest's phase and lease document, so lease/ writes them with
+ * both locks held and reads them under either (lease_state.h). Long
+ * operations hold no lock: they copy what they need, unlock, work, and lock
+ * again to publish results.
  *
  * Writers: each group below names the rooms that may write its fields
  * ("writes: ..."); every room may read them all. A slice's fields are its
@@ -26,6 +40,7 @@
 
 #include "relay/transport.h"
 #include "session/queue.h"
+#include "util/record.h"
 
 typedef enum guest_phase {
 	PHASE_ACQUIRING = 0,
@@ -50,26 +65,42 @@ struct gio_link;
 struct guest;
 
 /* One room's slice of a guest, after libvirt's per-object private data: the
- * room above the session defines the slice's type and these operations, the
- * guest holds the pointer, and the session calls them without looking
- * inside. Every slot may be NULL (nothing to do). They run under the
- * manager's lock, or on a guest no other thread sees yet. */
+ * room above the session defines the slice's type and describes it here,
+ * the guest holds the pointer, and the session makes, records, reads back,
+ * reports and frees it without looking inside (session/guest.c does it
+ * once for every slice). The callbacks may be NULL (nothing to do); they
+ * run under the session's lock and the slice's own, or on a guest no other
+ * thread sees yet. */
 typedef struct guest_slice_ops {
-	/* A slice with empty facts, or NULL when out of memory. */
-	void *(*create)(void);
-	void (*destroy)(void *slice);
+	/* sizeof the room's struct, which starts with a slice_head
+	 * (session/slice.h). */
+	size_t size;
+	/* The slice's facts in the ownership record (spec/lifecycle.md §9),
+	 * written and read back in this order and freed with the slice; and
+	 * those in the status entry (spec/lifecycle.md §7). */
+	const record_field *record;
+	size_t record_count;
+	const record_field *status;
+	size_t status_count;
+	/* Sets the empty values that are not zero (-1, [], a default): on a new
+	 * slice, and before a record is read into it. */
+	void (*reset)(void *slice);
+	/* Frees what the slice owns outside its record table. */
+	void (*release)(void *slice);
 	/* relay_acquire's validated arguments, when the session reserves the guest. */
 	void (*reserve)(struct guest *g, const json_object *args);
-	/* Adds the slice's facts to the ownership record (spec/lifecycle.md §9). */
+	/* What the tables cannot say, after them: the slice's record facts,
+	 * read back facts (runtime facts, not in the record, are kept), status. */
 	void (*to_record)(const struct guest *g, json_object *record);
-	/* Replaces the slice's recorded facts with those of a usable record;
-	 * runtime facts (not in the record) are kept. */
 	void (*from_record)(struct guest *g, const json_object *record);
-	/* Adds the slice's facts to the status entry (spec/lifecycle.md §7). */
 	void (*to_status)(const struct guest *g, json_object *status);
 	/* The guest is being closed (phase closed is set). */
 	void (*close)(struct guest *g);
 } guest_slice_ops;
+
+/* A slice's record and status tables in its guest_slice_ops initialiser. */
+#define GUEST_SLICE_RECORD(table) .record = (table), .record_count = sizeof(table) / sizeof((table)[0])
+#define GUEST_SLICE_STATUS(table) .status = (table), .status_count = sizeof(table) / sizeof((table)[0])
 
 /* The slices of the rooms above the session, in the order the session calls
  * them (tools/dispatch.c fills the table the relay uses; static storage).
@@ -152,9 +183,15 @@ int guest_phase_from_name(const char *name);
  * initialised queue; NULL when out of memory. */
 guest *guest_new(const guest_rooms *rooms);
 /* Frees the guest's facts, slices and queue. The download queue's worker
- * must be stopped first (manager_hooks's guest_release_rooms); a guest that
+ * must be stopped first (session_hooks's guest_release_rooms); a guest that
  * never queued a download has none. */
 void guest_free(guest *g);
+
+/* A slice of that type with empty facts and its lock made, or NULL when
+ * out of memory; and freeing one (NULL: nothing). The session makes and
+ * frees the guest's; a room's unit test may make one without a session. */
+void *guest_slice_new(const guest_slice_ops *ops);
+void guest_slice_free(const guest_slice_ops *ops, void *slice);
 
 /* Hands relay_acquire's validated arguments to the rooms' slices (reserve). */
 void guest_slices_reserve(guest *g, const json_object *args);

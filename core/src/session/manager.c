@@ -30,17 +30,17 @@
 #include "util/strbuf.h"
 #include "util/timefmt.h"
 
-void manager_lock(manager *m)
+void session_lock(session_manager *m)
 {
 	pthread_mutex_lock(&m->lock);
 }
 
-void manager_unlock(manager *m)
+void session_unlock(session_manager *m)
 {
 	pthread_mutex_unlock(&m->lock);
 }
 
-guest *manager_find_guest(manager *m, const char *name)
+guest *session_find_guest(session_manager *m, const char *name)
 {
 	for (guest *g = m->guests; g; g = g->next)
 		if (strcmp(g->name, name) == 0)
@@ -48,7 +48,7 @@ guest *manager_find_guest(manager *m, const char *name)
 	return NULL;
 }
 
-int manager_open_guest_count(manager *m)
+int session_open_guest_count(session_manager *m)
 {
 	int n = 0;
 	for (guest *g = m->guests; g; g = g->next)
@@ -57,7 +57,7 @@ int manager_open_guest_count(manager *m)
 	return n;
 }
 
-char *manager_open_guest_names(manager *m)
+char *session_open_guest_names(session_manager *m)
 {
 	strbuf sb = STRBUF_INIT;
 	for (guest *g = m->guests; g; g = g->next) {
@@ -70,7 +70,7 @@ char *manager_open_guest_names(manager *m)
 	return strbuf_detach(&sb, NULL);
 }
 
-json_object *manager_open_guest_names_json(manager *m)
+json_object *session_open_guest_names_json(session_manager *m)
 {
 	json_object *names = json_object_new_array();
 	for (guest *g = m->guests; g; g = g->next)
@@ -113,7 +113,7 @@ int lock_file_take(const char *path, long *holder_pid_out)
 	return fd;
 }
 
-int manager_save_session(manager *m)
+int session_save(session_manager *m)
 {
 	json_object *session = json_object_new_object();
 	jsonx_add_int(session, "schemaVersion", 1);
@@ -136,7 +136,7 @@ int manager_save_session(manager *m)
 
 /* Reads counters from an existing session.json (a restart with the same
  * MCP_RELAY_SESSION continues the names). */
-static void load_session(manager *m)
+static void load_session(session_manager *m)
 {
 	char *path = fs_path_join(m->settings->session_dir, "session.json");
 	json_object *session = NULL;
@@ -158,7 +158,7 @@ static void load_session(manager *m)
 
 /* Takes session.lock; when another process holds it, startup retries in the
  * background (spec/lifecycle.md §8 step 1). Under the lock or before threads. */
-static bool take_session_lock(manager *m)
+static bool take_session_lock(session_manager *m)
 {
 	char *path = fs_path_join(m->settings->session_dir, "session.lock");
 	long holder = 0;
@@ -176,7 +176,7 @@ static bool take_session_lock(manager *m)
 
 /* ---- calls being worked on, and their deadlines ------------------------------- */
 
-void manager_track_call(manager *m, relay_call *call, int64_t timeout_ms)
+void session_track_call(session_manager *m, relay_call *call, int64_t timeout_ms)
 {
 	if (call == NULL)
 		return;
@@ -185,18 +185,18 @@ void manager_track_call(manager *m, relay_call *call, int64_t timeout_ms)
 		return; /* untracked: it cannot be cancelled at the grace deadline */
 	t->call = call;
 	t->deadline_mono_ms = timeout_ms > 0 ? clock_monotonic_ms() + timeout_ms : 0;
-	manager_lock(m);
+	session_lock(m);
 	t->next = m->tracked;
 	m->tracked = t;
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 }
 
-void manager_untrack_call(manager *m, relay_call *call)
+void session_untrack_call(session_manager *m, relay_call *call)
 {
 	if (call == NULL)
 		return;
-	manager_lock(m);
+	session_lock(m);
 	for (tracked_call **p = &m->tracked; *p; p = &(*p)->next) {
 		if ((*p)->call == call) {
 			tracked_call *t = *p;
@@ -206,13 +206,13 @@ void manager_untrack_call(manager *m, relay_call *call)
 		}
 	}
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 }
 
-int manager_cancel_tracked(manager *m)
+int session_cancel_tracked(session_manager *m)
 {
 	int n = 0;
-	manager_lock(m);
+	session_lock(m);
 	for (tracked_call *t = m->tracked; t; t = t->next) {
 		if (!relay_call_is_cancelled(t->call)) {
 			relay_call_cancel(t->call);
@@ -220,7 +220,7 @@ int manager_cancel_tracked(manager *m)
 		}
 	}
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 	return n;
 }
 
@@ -228,8 +228,8 @@ int manager_cancel_tracked(manager *m)
  * manager; it lives as long as the process. */
 static void *watcher_main(void *arg)
 {
-	manager *m = arg;
-	manager_lock(m);
+	session_manager *m = arg;
+	session_lock(m);
 	for (;;) {
 		int64_t now = clock_monotonic_ms();
 		int64_t next = now + 1000;
@@ -255,18 +255,18 @@ static void *watcher_main(void *arg)
 	return NULL;
 }
 
-relay_call *manager_internal_call(manager *m, int64_t timeout_ms)
+relay_call *session_internal_call(session_manager *m, int64_t timeout_ms)
 {
 	relay_call *call = relay_call_new_internal();
-	manager_track_call(m, call, timeout_ms);
+	session_track_call(m, call, timeout_ms);
 	return call;
 }
 
-void manager_internal_call_done(manager *m, relay_call *call)
+void session_internal_call_done(session_manager *m, relay_call *call)
 {
 	if (call == NULL)
 		return;
-	manager_untrack_call(m, call);
+	session_untrack_call(m, call);
 	relay_call_complete(call, NULL);
 }
 
@@ -274,9 +274,9 @@ void manager_internal_call_done(manager *m, relay_call *call)
 
 typedef struct internal_job {
 	guest_job base;
-	manager *mgr;
+	session_manager *mgr;
 	guest *g;
-	internal_work_fn work;
+	session_work_fn work;
 	void *ctx;
 	void (*ctx_free)(void *);
 	int64_t timeout_ms;
@@ -292,9 +292,9 @@ static void internal_job_free(internal_job *job)
 static void internal_job_run(guest_job *base)
 {
 	internal_job *job = (internal_job *)base;
-	relay_call *call = manager_internal_call(job->mgr, job->timeout_ms);
+	relay_call *call = session_internal_call(job->mgr, job->timeout_ms);
 	job->work(job->mgr, job->g, call, job->ctx);
-	manager_internal_call_done(job->mgr, call);
+	session_internal_call_done(job->mgr, call);
 	internal_job_free(job);
 }
 
@@ -304,8 +304,8 @@ static void internal_job_drop(guest_job *base, const char *why)
 	internal_job_free((internal_job *)base);
 }
 
-bool manager_queue_internal(manager *m, guest *g, internal_work_fn work, void *ctx, void (*ctx_free)(void *),
-                            int64_t timeout_ms)
+bool session_queue_internal(session_manager *m, guest *g, session_work_fn work, void *ctx,
+                            void (*ctx_free)(void *), int64_t timeout_ms)
 {
 	internal_job *job = calloc(1, sizeof *job);
 	if (job == NULL) {
@@ -313,14 +313,13 @@ bool manager_queue_internal(manager *m, guest *g, internal_work_fn work, void *c
 			ctx_free(ctx);
 		return false;
 	}
-	job->base.run = internal_job_run;
-	job->base.drop = internal_job_drop;
-	job->mgr = m;
-	job->g = g;
-	job->work = work;
-	job->ctx = ctx;
-	job->ctx_free = ctx_free;
-	job->timeout_ms = timeout_ms;
+	*job = (internal_job){.base = {.run = internal_job_run, .drop = internal_job_drop},
+	                      .mgr = m,
+	                      .g = g,
+	                      .work = work,
+	                      .ctx = ctx,
+	                      .ctx_free = ctx_free,
+	                      .timeout_ms = timeout_ms};
 	if (!queue_push(&g->queue, &job->base)) {
 		internal_job_free(job);
 		return false;
@@ -328,9 +327,9 @@ bool manager_queue_internal(manager *m, guest *g, internal_work_fn work, void *c
 	return true;
 }
 
-guest **manager_snapshot_guests(manager *m, size_t *n_out)
+guest **session_snapshot_guests(session_manager *m, size_t *n_out)
 {
-	manager_lock(m);
+	session_lock(m);
 	size_t n = 0;
 	for (guest *g = m->guests; g; g = g->next)
 		n++;
@@ -338,53 +337,53 @@ guest **manager_snapshot_guests(manager *m, size_t *n_out)
 	size_t i = 0;
 	for (guest *g = m->guests; g && list && i < n; g = g->next)
 		list[i++] = g;
-	manager_unlock(m);
+	session_unlock(m);
 	*n_out = list ? i : 0;
 	return list;
 }
 
-bool manager_busy(manager *m)
+bool session_busy(session_manager *m)
 {
-	manager_lock(m);
+	session_lock(m);
 	bool busy = m->detached_running > 0;
 	for (guest *g = m->guests; g && !busy; g = g->next)
 		busy = queue_active(&g->queue);
-	manager_unlock(m);
+	session_unlock(m);
 	return busy;
 }
 
 /* ---- startup ---------------------------------------------------------------------- */
 
 /* True when guests found on disk need the backends for reconciliation. */
-static bool guests_on_disk(manager *m)
+static bool guests_on_disk(session_manager *m)
 {
-	manager_lock(m);
+	session_lock(m);
 	bool any = false;
 	for (guest *g = m->guests; g && !any; g = g->next)
 		any = g->phase != PHASE_CLOSED;
-	manager_unlock(m);
+	session_unlock(m);
 	return any;
 }
 
 static void *startup_main(void *arg)
 {
-	manager *m = arg;
+	session_manager *m = arg;
 	/* Plugins load now only when earlier guests must be taken back;
 	 * otherwise on the first call that needs a backend. */
 	if (guests_on_disk(m))
 		backends_ensure_loaded(m->backends, m->settings);
-	manager_lock(m);
+	session_lock(m);
 	bool waiting = m->session_locked_elsewhere;
-	manager_unlock(m);
+	session_unlock(m);
 	if (waiting) {
 		/* Normal while an earlier process is in its shutdown grace. */
 		int64_t give_up = clock_monotonic_ms() + m->settings->shutdown_grace_ms + 10000;
 		bool taken = false;
 		while (clock_monotonic_ms() < give_up) {
-			manager_lock(m);
+			session_lock(m);
 			bool ending = m->ending;
 			taken = !ending && take_session_lock(m);
-			manager_unlock(m);
+			session_unlock(m);
 			if (taken || ending)
 				break;
 			sleep(1);
@@ -392,9 +391,9 @@ static void *startup_main(void *arg)
 		if (taken) {
 			/* The earlier process may have moved the counters or left
 			 * guests we have not listed yet. */
-			manager_lock(m);
+			session_lock(m);
 			load_session(m);
-			manager_unlock(m);
+			session_unlock(m);
 			m->hooks->take_back_guests(m, true);
 		} else {
 			log_error("another mcp-relay process, pid %ld, holds session %s; its guests stay "
@@ -403,25 +402,25 @@ static void *startup_main(void *arg)
 			          m->session_lock_holder_pid, m->settings->session_id);
 		}
 	}
-	manager_lock(m);
+	session_lock(m);
 	m->startup_done = true;
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 	return NULL;
 }
 
-void manager_wait_startup(manager *m)
+void session_wait_startup(session_manager *m)
 {
-	manager_lock(m);
+	session_lock(m);
 	while (!m->startup_done)
 		pthread_cond_wait(&m->changed, &m->lock);
-	manager_unlock(m);
+	session_unlock(m);
 	backends_ensure_loaded(m->backends, m->settings);
 }
 
 /* True when the session.lock of the current identity says its holder's
  * session is ending (mark_session_lock_ending). */
-static bool session_lock_ending(manager *m)
+static bool session_lock_ending(session_manager *m)
 {
 	char *path = fs_path_join(m->settings->session_dir, "session.lock");
 	bool ending = false;
@@ -446,7 +445,7 @@ static bool session_lock_ending(manager *m)
  * A holder gets HOLDER_SETTLE_MS to say it is ending, since a host restarting
  * a server starts the new one as it closes the old. Before threads. */
 #define HOLDER_SETTLE_MS 2000
-static int settle_session(manager *m, relay_settings *settings, char *errbuf, size_t errlen)
+static int settle_session(session_manager *m, relay_settings *settings, char *errbuf, size_t errlen)
 {
 	if (take_session_lock(m) || !m->session_locked_elsewhere ||
 	    settings->session_source != SESSION_FROM_PROJECT)
@@ -476,22 +475,22 @@ static int settle_session(manager *m, relay_settings *settings, char *errbuf, si
 	return 0;
 }
 
-static bool hooks_complete(const manager_hooks *h)
+static bool hooks_complete(const session_hooks *h)
 {
 	return h && h->size >= sizeof *h && h->dispatch && h->take_back_guests && h->end_guests &&
 	       h->guest_reached && h->guest_closing && h->guest_release_rooms && h->guest_ending &&
 	       h->rooms && h->rooms->size == sizeof(guest_rooms);
 }
 
-manager *manager_create(relay_settings *settings, const relay_backends *backends, const manager_hooks *hooks,
-                        char *errbuf, size_t errlen)
+session_manager *session_create(relay_settings *settings, const relay_backends *backends,
+                                const session_hooks *hooks, char *errbuf, size_t errlen)
 {
 	if (!hooks_complete(hooks)) {
 		snprintf(errbuf, errlen,
-		         "the session was created without a complete hook table (manager_hooks)");
+		         "the session was created without a complete hook table (session_hooks)");
 		return NULL;
 	}
-	manager *m = calloc(1, sizeof *m);
+	session_manager *m = calloc(1, sizeof *m);
 	if (m == NULL) {
 		snprintf(errbuf, errlen, "out of memory");
 		return NULL;
@@ -540,14 +539,14 @@ manager *manager_create(relay_settings *settings, const relay_backends *backends
 
 /* ---- dispatch ---------------------------------------------------------------- */
 
-void manager_dispatch(manager *m, relay_tool tool, json_object *args, relay_call *call)
+void session_dispatch(session_manager *m, relay_tool tool, json_object *args, relay_call *call)
 {
 	m->hooks->dispatch(m, tool, args, call);
 }
 
 /* ---- answers shared by the tools ------------------------------------------------- */
 
-void guest_set_last_error(manager *m, guest *g, const char *fmt, ...)
+void guest_set_last_error(session_manager *m, guest *g, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -558,24 +557,24 @@ void guest_set_last_error(manager *m, guest *g, const char *fmt, ...)
 	 * repeats it (spec/tools.md §5.3). */
 	char *text = strbuf_ok(&sb) ? utf8_sanitize(sb.data, sb.len, NULL) : NULL;
 	strbuf_free(&sb);
-	manager_lock(m);
+	session_lock(m);
 	free(g->last_error);
 	g->last_error = text;
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 }
 
-void guest_persist(manager *m, guest *g)
+void guest_persist(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	guest_save(g);
-	manager_unlock(m);
+	session_unlock(m);
 }
 
-void guest_close(manager *m, guest *g, const char *reason)
+void guest_close(session_manager *m, guest *g, const char *reason)
 {
 	m->hooks->guest_closing(m, g); /* nothing more is written for a closed guest */
-	manager_lock(m);
+	session_lock(m);
 	g->phase = PHASE_CLOSED;
 	guest_slices_close(g);
 	json_object_put(g->closed);
@@ -593,15 +592,15 @@ void guest_close(manager *m, guest *g, const char *reason)
 	struct egress_proxy *egress = g->egress;
 	g->egress = NULL;
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 	egress_proxy_stop(egress); /* the guest's 127.0.0.1:3128 and :53 close with it */
 }
 
-char *guest_lease_text(manager *m, guest *g)
+char *guest_lease_text(session_manager *m, guest *g)
 {
-	manager_lock(m);
+	session_lock(m);
 	char *text = g->lease_document ? jsonx_to_string(g->lease_document, 0) : NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	return text;
 }
 
@@ -611,7 +610,7 @@ char *guest_lease_text(manager *m, guest *g)
  * on the same project meanwhile waits for this one instead of taking a
  * fresh identity (spec/lifecycle.md §2, §8 step 1). Under the lock (the startup
  * thread may take session_lock_fd meanwhile). */
-static void mark_session_lock_ending(manager *m)
+static void mark_session_lock_ending(session_manager *m)
 {
 	if (m->session_lock_fd < 0)
 		return;
@@ -623,9 +622,9 @@ static void mark_session_lock_ending(manager *m)
 	}
 }
 
-int manager_end_session(manager *m, const char *reason)
+int session_end(session_manager *m, const char *reason)
 {
-	manager_lock(m);
+	session_lock(m);
 	bool already = m->ending;
 	m->ending = true;
 	if (!already) {
@@ -633,7 +632,7 @@ int manager_end_session(manager *m, const char *reason)
 		mark_session_lock_ending(m);
 	}
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 	if (already)
 		return 0;
 	/* The hook (lease/session_end.c): stop taking work, let running work finish within the
@@ -641,15 +640,15 @@ int manager_end_session(manager *m, const char *reason)
 	return m->hooks->end_guests(m, reason);
 }
 
-void manager_hurry_end(manager *m)
+void session_hurry_end(session_manager *m)
 {
-	manager_lock(m);
+	session_lock(m);
 	m->hurry = true;
 	pthread_cond_broadcast(&m->changed);
-	manager_unlock(m);
+	session_unlock(m);
 }
 
-void manager_destroy(manager *m)
+void session_destroy(session_manager *m)
 {
 	if (m == NULL)
 		return;

@@ -19,10 +19,10 @@
 #include "session/manager.h"
 #include "util/outcome.h"
 
-struct manager {
+struct session_manager {
 	const relay_settings *settings; /* borrowed */
 	relay_backends *backends;       /* borrowed */
-	const manager_hooks *hooks;     /* borrowed: the rooms above (manager.h) */
+	const session_hooks *hooks;     /* borrowed: the rooms above (manager.h) */
 
 	/* `lock` guards the guest list, every guest's fields, the counters and
 	 * the session flags below. Never held across backend or guest I/O. */
@@ -62,39 +62,40 @@ typedef struct tracked_call {
 	struct tracked_call *next;
 } tracked_call;
 
-void manager_lock(manager *m);
-void manager_unlock(manager *m);
+void session_lock(session_manager *m);
+void session_unlock(session_manager *m);
 
 /* The guest with that name (closed ones included), or NULL. Under lock. */
-guest *manager_find_guest(manager *m, const char *name);
+guest *session_find_guest(session_manager *m, const char *name);
 /* Guests that are not closed. Under lock. */
-int manager_open_guest_count(manager *m);
+int session_open_guest_count(session_manager *m);
 /* "a-1, b-1" of the open guests (malloc'd). Under lock. */
-char *manager_open_guest_names(manager *m);
+char *session_open_guest_names(session_manager *m);
 /* JSON array of open guest names. Under lock. */
-json_object *manager_open_guest_names_json(manager *m);
+json_object *session_open_guest_names_json(session_manager *m);
 
 /* Waits until the backends are loaded (startup runs in the background). */
-void manager_wait_startup(manager *m);
+void session_wait_startup(session_manager *m);
 
 /* Writes session.json durably (counters). Under lock. 0 or -1. */
-int manager_save_session(manager *m);
+int session_save(session_manager *m);
 
 /* The relay_status object (spec/lifecycle.md §7). Under lock. */
-json_object *manager_status_json(manager *m);
+json_object *session_status_json(session_manager *m);
 
 /* Records lastError (under lock) and saves the record. Call without the lock. */
-void guest_set_last_error(manager *m, guest *g, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void guest_set_last_error(session_manager *m, guest *g, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Persists the guest's record (takes the lock itself). */
-void guest_persist(manager *m, guest *g);
+void guest_persist(session_manager *m, guest *g);
 
 /* Closes a guest: phase closed with {at, reason, evidencePath}, the owner
  * lock released, the record saved. Call without the lock. */
-void guest_close(manager *m, guest *g, const char *reason);
+void guest_close(session_manager *m, guest *g, const char *reason);
 
 /* The lease document of a guest as compact JSON text (malloc'd), or NULL. */
-char *guest_lease_text(manager *m, guest *g);
+char *guest_lease_text(session_manager *m, guest *g);
 
 /* Takes the flock at `path` (O_RDWR|O_CREAT|O_NOFOLLOW|O_CLOEXEC, 0600,
  * LOCK_EX|LOCK_NB) and writes our pid into it. Returns the fd, or -1 with
@@ -105,16 +106,16 @@ int lock_file_take(const char *path, long *holder_pid_out);
 /* Calls being worked on. Track before the work starts and untrack before
  * the call is completed; `timeout_ms` > 0 cancels it after that much real
  * time. Take the lock themselves. */
-void manager_track_call(manager *m, relay_call *call, int64_t timeout_ms);
-void manager_untrack_call(manager *m, relay_call *call);
+void session_track_call(session_manager *m, relay_call *call, int64_t timeout_ms);
+void session_untrack_call(session_manager *m, relay_call *call);
 /* Cancels every tracked call (the grace deadline). Returns how many. */
-int manager_cancel_tracked(manager *m);
+int session_cancel_tracked(session_manager *m);
 
 /* An internal call (mcp/call.h) tracked with `timeout_ms` (0: none), for
- * work the session starts by itself; end it with manager_internal_call_done.
+ * work the session starts by itself; end it with session_internal_call_done.
  * NULL when out of memory (work then runs uncancellable with a NULL call). */
-relay_call *manager_internal_call(manager *m, int64_t timeout_ms);
-void manager_internal_call_done(manager *m, relay_call *call);
+relay_call *session_internal_call(session_manager *m, int64_t timeout_ms);
+void session_internal_call_done(session_manager *m, relay_call *call);
 
 /* Work the session queues on a guest by itself (reconciliation, a lookup
  * after a failed beat, the release at the end of the session). It runs in
@@ -122,24 +123,24 @@ void manager_internal_call_done(manager *m, relay_call *call);
  * `timeout_ms` (0: none). `ctx` is handed over: `ctx_free` (may be NULL) is
  * called after the work ran or when it was dropped. Returns false when the
  * queue no longer takes work (ctx freed). */
-typedef void (*internal_work_fn)(manager *m, guest *g, relay_call *call, void *ctx);
-bool manager_queue_internal(manager *m, guest *g, internal_work_fn work, void *ctx, void (*ctx_free)(void *),
-                            int64_t timeout_ms);
+typedef void (*session_work_fn)(session_manager *m, guest *g, relay_call *call, void *ctx);
+bool session_queue_internal(session_manager *m, guest *g, session_work_fn work, void *ctx,
+                            void (*ctx_free)(void *), int64_t timeout_ms);
 
 /* True while any tool or internal work runs or waits, on a guest queue or
  * detached. Takes the lock itself. */
-bool manager_busy(manager *m);
+bool session_busy(session_manager *m);
 
 /* The guests of the session, in acquisition order (malloc'd; *n_out of
- * them). Guests are never freed before manager_destroy(), so the pointers
+ * them). Guests are never freed before session_destroy(), so the pointers
  * stay valid. Takes the lock itself. */
-guest **manager_snapshot_guests(manager *m, size_t *n_out);
+guest **session_snapshot_guests(session_manager *m, size_t *n_out);
 
 /* Reserves a new guest for relay_acquire under the lock (session/reserve.c):
  * checks the session lock and the limit, takes the next name, creates
  * guests/<name>/ with its owner lock and a record in phase acquiring.
  * Returns the guest, or NULL with the refusal in *refusal (session-locked,
  * guest-limit, internal). `args` are relay_acquire's validated arguments. */
-guest *manager_reserve_guest(manager *m, json_object *args, relay_outcome *refusal);
+guest *session_reserve_guest(session_manager *m, json_object *args, relay_outcome *refusal);
 
 #endif

@@ -12,7 +12,7 @@
 #include "util/fsutil.h"
 #include "util/jsonx.h"
 
-guest *manager_reserve_guest(manager *m, json_object *args, relay_outcome *refusal)
+guest *session_reserve_guest(session_manager *m, json_object *args, relay_outcome *refusal)
 {
 	const relay_settings *s = m->settings;
 	if (m->session_locked_elsewhere) {
@@ -22,9 +22,9 @@ guest *manager_reserve_guest(manager *m, json_object *args, relay_outcome *refus
 		             m->session_lock_holder_pid, s->session_id);
 		return NULL;
 	}
-	int open = manager_open_guest_count(m);
+	int open = session_open_guest_count(m);
 	if (open >= s->max_guests) {
-		char *names = manager_open_guest_names(m);
+		char *names = session_open_guest_names(m);
 		outcome_fail(refusal, "guest-limit",
 		             "This session already holds %d guest%s (%s), the most "
 		             "MCP_RELAY_MAX_GUESTS allows; finish or release one before acquiring another.",
@@ -41,11 +41,11 @@ guest *manager_reserve_guest(manager *m, json_object *args, relay_outcome *refus
 	 * would overwrite that record. */
 	for (;; n++) {
 		snprintf(name, sizeof name, "%s-%lld", task, (long long)n);
-		if (manager_find_guest(m, name) == NULL)
+		if (session_find_guest(m, name) == NULL)
 			break;
 	}
 	jsonx_add_int(m->counters, task, n + 1);
-	if (manager_save_session(m) != 0) {
+	if (session_save(m) != 0) {
 		outcome_fail(refusal, "internal",
 		             "cannot record the guest counter in %s/session.json; nothing was acquired",
 		             s->session_dir);

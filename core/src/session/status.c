@@ -6,7 +6,7 @@
 #include "session/manager_internal.h"
 #include "util/jsonx.h"
 
-json_object *manager_status_json(manager *m)
+json_object *session_status_json(session_manager *m)
 {
 	const relay_settings *s = m->settings;
 	json_object *status = json_object_new_object();

@@ -10,8 +10,8 @@
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
-tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt,
-                         ...)
+tool_result *guest_error(session_manager *m, guest *g, json_object *structured, const char *code,
+                         const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -21,14 +21,14 @@ tool_result *guest_error(manager *m, guest *g, json_object *structured, const ch
 	tool_result *r = tool_result_error(structured, code, "%s", strbuf_str(&sb));
 	strbuf_free(&sb);
 	if (r && g) {
-		manager_lock(m);
+		session_lock(m);
 		jsonx_add(r->structured, "guestState", guest_status_json(g));
-		manager_unlock(m);
+		session_unlock(m);
 	}
 	return r;
 }
 
-tool_result *tools_failure(manager *m, guest *g, relay_outcome *o)
+tool_result *tools_failure(session_manager *m, guest *g, relay_outcome *o)
 {
 	json_object *facts = outcome_take_facts(o);
 	/* A room that closed the guest on failure may have kept its state at

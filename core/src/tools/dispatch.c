@@ -26,7 +26,7 @@
 
 typedef struct tool_job {
 	guest_job base;
-	manager *mgr;
+	session_manager *mgr;
 	relay_tool tool;
 	json_object *args;
 	relay_call *call;
@@ -64,39 +64,39 @@ static void job_free(tool_job *job)
 
 static void job_drop(guest_job *base, const char *why);
 
-static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char *name, guest **g_out);
+static tool_result *refuse_guest_locked(session_manager *m, relay_tool tool, const char *name, guest **g_out);
 
 static void job_run(guest_job *base)
 {
 	tool_job *job = (tool_job *)base;
-	manager *m = job->mgr;
+	session_manager *m = job->mgr;
 	tool_result *result = NULL;
 	/* A call that waited behind another on its guest is checked again: the
 	 * session may be ending, or the guest closed or found unavailable
 	 * meanwhile (spec/tools.md §2.1, spec/lifecycle.md §11.2 step 1). */
 	if (job->g && job->tool != TOOL_ACQUIRE) {
-		manager_lock(m);
+		session_lock(m);
 		bool ending = m->ending;
 		guest *g = NULL;
 		if (!ending)
 			result = refuse_guest_locked(m, job->tool, job->g->name, &g);
-		manager_unlock(m);
+		session_unlock(m);
 		if (ending) {
 			job_drop(base, m->end_reason[0] ? m->end_reason : "the session is ending");
 			return;
 		}
 	}
 	if (result == NULL) {
-		manager_track_call(m, job->call, 0);
+		session_track_call(m, job->call, 0);
 		result = handler_for(job->tool)(m, job->g, job->args, job->call);
-		manager_untrack_call(m, job->call);
+		session_untrack_call(m, job->call);
 	}
 	relay_call_complete(job->call, result);
 	if (job->detached) {
-		manager_lock(m);
+		session_lock(m);
 		m->detached_running--;
 		pthread_cond_broadcast(&m->changed);
-		manager_unlock(m);
+		session_unlock(m);
 	}
 	job_free(job);
 }
@@ -126,7 +126,7 @@ static bool job_cancelled_before_start(const guest_job *base)
 	return relay_call_is_cancelled(job->call);
 }
 
-static tool_job *job_new(manager *m, relay_tool tool, json_object *args, relay_call *call, guest *g)
+static tool_job *job_new(session_manager *m, relay_tool tool, json_object *args, relay_call *call, guest *g)
 {
 	tool_job *job = calloc(1, sizeof *job);
 	if (job == NULL)
@@ -144,11 +144,11 @@ static tool_job *job_new(manager *m, relay_tool tool, json_object *args, relay_c
 
 /* The shared refusals of a per-guest tool (spec/tools.md §2.1, §2.7), under lock.
  * Returns NULL when the guest may be operated on. */
-static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char *name, guest **g_out)
+static tool_result *refuse_guest_locked(session_manager *m, relay_tool tool, const char *name, guest **g_out)
 {
-	guest *g = manager_find_guest(m, name);
+	guest *g = session_find_guest(m, name);
 	*g_out = g;
-	if (tool == TOOL_RELEASE && manager_open_guest_count(m) == 0) {
+	if (tool == TOOL_RELEASE && session_open_guest_count(m) == 0) {
 		json_object *s = json_object_new_object();
 		jsonx_add_bool(s, "released", false);
 		jsonx_add(s, "guestsHeld", json_object_new_array());
@@ -162,7 +162,7 @@ static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char 
 		    "expiry reclaim it.");
 	}
 	if (g == NULL) {
-		char *held = manager_open_guest_names(m);
+		char *held = session_open_guest_names(m);
 		tool_result *r = tool_result_error(NULL, "unknown-guest",
 		                                   "This session has no guest named %s. Guests held: %s. Use "
 		                                   "the name relay_acquire returned.",
@@ -188,7 +188,7 @@ static tool_result *refuse_guest_locked(manager *m, relay_tool tool, const char 
 	return NULL;
 }
 
-static void dispatch(manager *m, relay_tool tool, json_object *args, relay_call *call)
+static void dispatch(session_manager *m, relay_tool tool, json_object *args, relay_call *call)
 {
 	if (tool == TOOL_STATUS) {
 		tool_result *r = tool_status(m, NULL, args, call);
@@ -196,9 +196,9 @@ static void dispatch(manager *m, relay_tool tool, json_object *args, relay_call 
 		relay_call_complete(call, r);
 		return;
 	}
-	manager_lock(m);
+	session_lock(m);
 	if (m->ending) {
-		manager_unlock(m);
+		session_unlock(m);
 		json_object_put(args);
 		relay_call_complete(
 		    call, tool_result_error(NULL, "shutting-down",
@@ -211,13 +211,13 @@ static void dispatch(manager *m, relay_tool tool, json_object *args, relay_call 
 	const char *name = jsonx_get_str(args, "guest");
 	bool queued = contract_tool_is_per_guest(tool) || (tool == TOOL_PROBE && name != NULL);
 	if (tool == TOOL_ACQUIRE) {
-		g = manager_reserve_guest(m, args, &reserve);
+		g = session_reserve_guest(m, args, &reserve);
 		queued = g != NULL;
 	} else if (queued) {
 		refusal = refuse_guest_locked(m, tool, name, &g);
 	}
 	if (refusal || outcome_failed(&reserve)) {
-		manager_unlock(m);
+		session_unlock(m);
 		json_object_put(args);
 		/* tools_failure takes no lock without a guest. */
 		relay_call_complete(call, refusal ? refusal : tools_failure(m, NULL, &reserve));
@@ -226,7 +226,7 @@ static void dispatch(manager *m, relay_tool tool, json_object *args, relay_call 
 	outcome_free(&reserve);
 	if (!queued)
 		m->detached_running++;
-	manager_unlock(m);
+	session_unlock(m);
 
 	tool_job *job = job_new(m, tool, args, call, g);
 	if (job == NULL) {
@@ -246,11 +246,11 @@ static void dispatch(manager *m, relay_tool tool, json_object *args, relay_call 
 
 /* ---- the session's hooks ------------------------------------------------------ */
 
-static void take_back_guests(manager *m, bool migrate_legacy)
+static void take_back_guests(session_manager *m, bool migrate_legacy)
 {
 	if (migrate_legacy)
-		reconcile_migrate_legacy(m);
-	reconcile_scan(m);
+		lease_reconcile_migrate_legacy(m);
+	lease_reconcile_scan(m);
 }
 
 /* The rooms' slices of a guest, in the order the session calls them. */
@@ -268,11 +268,11 @@ const guest_rooms *tools_guest_rooms(void)
 	return &rooms;
 }
 
-static const manager_hooks session_hooks = {
-    .size = sizeof(manager_hooks),
+static const session_hooks relay_hooks = {
+    .size = sizeof(session_hooks),
     .dispatch = dispatch,
     .take_back_guests = take_back_guests,
-    .end_guests = lifecycle_end_guests,
+    .end_guests = lease_end_guests,
     .guest_reached = downloads_guest_reached,
     .guest_closing = downloads_shutdown,
     .guest_release_rooms = downloads_free,
@@ -280,7 +280,7 @@ static const manager_hooks session_hooks = {
     .rooms = &rooms,
 };
 
-const manager_hooks *tools_session_hooks(void)
+const session_hooks *tools_session_hooks(void)
 {
-	return &session_hooks;
+	return &relay_hooks;
 }

@@ -1,5 +1,5 @@
 /* relay_acquire (spec/tools.md §3.4): the name was reserved at dispatch
- * (manager_reserve_guest); the lease is lease_acquire() (lease/acquire.c);
+ * (session_reserve_guest); the lease is lease_acquire() (lease/acquire.c);
  * this builds the result. */
 #include "console/console_report.h"
 #include "console/console_state.h"
@@ -7,14 +7,14 @@
 #include "tools/tools.h"
 #include "util/jsonx.h"
 
-static const acquire_console console_room = {
+static const lease_acquire_console console_room = {
     .vnc_wanted = console_vnc_wanted,
     .vnc_check = console_vnc_check,
     .store_observation = console_store_acquired,
     .observation_of = console_observation_of,
 };
 
-tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_acquire(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	(void)args;
 	relay_outcome o = OUTCOME_INIT;

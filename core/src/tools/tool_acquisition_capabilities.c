@@ -15,7 +15,7 @@ static bool os_available(json_object *caps, const char *os)
 	return available;
 }
 
-tool_result *tool_acquisition_capabilities(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_acquisition_capabilities(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	(void)g;
 	(void)args;

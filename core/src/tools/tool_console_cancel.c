@@ -10,7 +10,7 @@
 #include "tools/tools.h"
 #include "util/jsonx.h"
 
-tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_console_cancel(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	const char *console_id = jsonx_get_str(args, "console_id");
 	const char *attempt_id = jsonx_get_str(args, "attempt_id");
@@ -27,10 +27,10 @@ tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_
 		                facts.attempt_id ? facts.attempt_id : "there is none");
 		goto done;
 	}
-	manager_lock(m);
+	slice_lock(g->console);
 	jsonx_add_str(g->console->attempt, "status", "uncertain");
-	guest_save(g);
-	manager_unlock(m);
+	slice_unlock(g->console);
+	guest_persist(m, g);
 	json_object *details = json_object_new_object();
 	jsonx_add_str(details, "console_id", console_id);
 	jsonx_add_str(details, "attempt_id", attempt_id);

@@ -16,9 +16,9 @@
 
 #define CONSOLE_ATTEMPT_LIMIT 64
 
-static bool attempt_used(manager *m, guest *g, const char *attempt_id)
+static bool attempt_used(guest *g, const char *attempt_id)
 {
-	manager_lock(m);
+	slice_lock(g->console);
 	bool used = false;
 	size_t n = g->console->attempt_ids ? json_object_array_length(g->console->attempt_ids) : 0;
 	for (size_t i = 0; i < n && !used; i++) {
@@ -26,7 +26,7 @@ static bool attempt_used(manager *m, guest *g, const char *attempt_id)
 		    json_object_get_string(json_object_array_get_idx(g->console->attempt_ids, i));
 		used = id && strcmp(id, attempt_id) == 0;
 	}
-	manager_unlock(m);
+	slice_unlock(g->console);
 	return used;
 }
 
@@ -60,7 +60,7 @@ static tool_result *open_result(guest *g, json_object *obs, json_object *attempt
 	                      g->name, status ? status : "unknown", live_text);
 }
 
-tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_console_open(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	const char *console_id = jsonx_get_str(args, "console_id");
 	const char *attempt_id = jsonx_get_str(args, "attempt_id");
@@ -106,7 +106,7 @@ tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_ca
 		goto done;
 	}
 	/* Step 6. */
-	if (attempt_used(m, g, attempt_id)) {
+	if (attempt_used(g, attempt_id)) {
 		r = guest_error(m, g, NULL, "console-attempt-reused",
 		                "attempt %s was used before on %s; historical launches are never replayed; "
 		                "choose a fresh "
@@ -132,15 +132,15 @@ tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_ca
 		goto done;
 	}
 	/* Step 8: stored as uncertain before the request. */
-	manager_lock(m);
+	slice_lock(g->console);
 	json_object_put(g->console->attempt);
 	g->console->attempt = json_object_new_object();
 	jsonx_add_str(g->console->attempt, "console_id", console_id);
 	jsonx_add_str(g->console->attempt, "attempt_id", attempt_id);
 	jsonx_add_str(g->console->attempt, "status", "uncertain");
 	json_object_array_add(g->console->attempt_ids, json_object_new_string(attempt_id));
-	guest_save(g);
-	manager_unlock(m);
+	slice_unlock(g->console);
+	guest_persist(m, g);
 	json_object *details = json_object_new_object();
 	jsonx_add_str(details, "console_id", console_id);
 	jsonx_add_str(details, "attempt_id", attempt_id);

@@ -8,7 +8,7 @@
 #include "tools/tools.h"
 #include "util/jsonx.h"
 
-tool_result *tool_console_resolve(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_console_resolve(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	(void)args;
 	json_object *obs = NULL;

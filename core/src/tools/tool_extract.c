@@ -32,15 +32,15 @@ static char *declared_names(json_object *decl)
 	return strbuf_detach(&sb, NULL);
 }
 
-tool_result *tool_extract(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_extract(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	tool_result *result = NULL;
 	json_object *names = jsonx_get_array(args, "names");
 	bool full = false;
 	json_object *decl = extraction_declarations(m, g, &full);
-	manager_lock(m);
+	session_lock(m);
 	bool delivered = g->delivered, staged = g->staged;
-	manager_unlock(m);
+	session_unlock(m);
 
 	/* 1. Refusals, before anything reaches the guest. */
 	if (delivered) {

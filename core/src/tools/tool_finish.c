@@ -20,7 +20,7 @@
 /* Step 8: destruction, verified. The result of relay_finish either way:
  * on a failure the package stands and the guest stays held with
  * delivered: true (step 9). */
-static tool_result *destroy(manager *m, guest *g, const finish_report *fr, relay_call *call)
+static tool_result *destroy(session_manager *m, guest *g, const finish_report *fr, relay_call *call)
 {
 	relay_call_progress(call, FINISH_STEPS, FINISH_STEPS, "destruction", true);
 	tool_result *result = NULL;
@@ -45,13 +45,13 @@ static tool_result *destroy(manager *m, guest *g, const finish_report *fr, relay
 	                      fr->execution ? fr->execution : "uncertain");
 }
 
-tool_result *tool_finish(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_finish(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	(void)args;
-	manager_lock(m);
+	session_lock(m);
 	bool staged = g->staged, delivered = g->delivered;
 	guest_phase phase = g->phase;
-	manager_unlock(m);
+	session_unlock(m);
 
 	/* 1. Nothing recorded, nothing to package. */
 	if (!staged && !delivered)

@@ -15,7 +15,7 @@
 #include "util/clock.h"
 #include "util/jsonx.h"
 
-tool_result *tool_image(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_image(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	int64_t started_mono_ms = clock_monotonic_ms();
 	image_delivery_result r;

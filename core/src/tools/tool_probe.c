@@ -7,7 +7,7 @@
 #include "tools/tools.h"
 #include "util/jsonx.h"
 
-tool_result *tool_probe(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_probe(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	const char *scope = jsonx_get_str(args, "scope");
 	if (scope && strcmp(scope, "guest") == 0)

@@ -16,7 +16,7 @@ static const char *ready_word(json_object *runtimes, const char *language)
 	return ready ? "yes" : "no";
 }
 
-tool_result *tool_probe_guest(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_probe_guest(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	(void)args;
 	relay_outcome o = OUTCOME_INIT;

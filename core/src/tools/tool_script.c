@@ -101,7 +101,7 @@ static void set_run_lead(tool_result *r, const json_object *structured)
  * its facts, the compact headline {imageDelivery, executionFailed}, the
  * lead sentence, the text without imageDelivery, the after-image's
  * preview. A run that was not sent is its error alone. Frees `o`. */
-static tool_result *run_answer(manager *m, guest *g, run_outcome *o)
+static tool_result *run_answer(session_manager *m, guest *g, run_outcome *o)
 {
 	if (!o->is_run_result) {
 		tool_result *r = tools_failure(m, g, &o->base);
@@ -126,16 +126,16 @@ static tool_result *run_answer(manager *m, guest *g, run_outcome *o)
 	return r;
 }
 
-tool_result *tool_script(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_script(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	bool diagnostic = false;
 	jsonx_get_bool(args, "diagnostic", &diagnostic);
-	manager_lock(m);
+	session_lock(m);
 	bool sealed = g->delivered;
-	bool reset_pending = g->run->pending_reset != NULL;
+	bool reset_pending = run_reset_pending(g);
 	bool staged = g->staged && g->phase == PHASE_STAGED;
 	bool leased = g->lease_document != NULL && g->guest_root != NULL;
-	manager_unlock(m);
+	session_unlock(m);
 	if (sealed)
 		return guest_error(
 		    m, g, NULL, "sealed",

@@ -4,7 +4,7 @@
 #include "tools/tools.h"
 #include "util/jsonx.h"
 
-tool_result *tool_search(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_search(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	(void)g;
 	const char *os = jsonx_get_str(args, "os");

@@ -44,14 +44,14 @@ static char *stage_headline(const json_object *facts)
 	return strbuf_detach(&head, NULL);
 }
 
-tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_stage(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	bool want_reset = false;
 	jsonx_get_bool(args, "resetRecording", &want_reset);
-	manager_lock(m);
+	session_lock(m);
 	bool sealed = g->delivered, leased = g->lease_document != NULL && g->guest_root != NULL;
-	bool pending = g->run->pending_reset != NULL, staged = g->staged;
-	manager_unlock(m);
+	bool pending = run_reset_pending(g), staged = g->staged;
+	session_unlock(m);
 	if (sealed)
 		return guest_error(
 		    m, g, NULL, "sealed",

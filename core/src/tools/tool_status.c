@@ -5,14 +5,14 @@
 #include "util/jsonx.h"
 #include "util/strbuf.h"
 
-tool_result *tool_status(manager *m, guest *g, json_object *args, relay_call *call)
+tool_result *tool_status(session_manager *m, guest *g, json_object *args, relay_call *call)
 {
 	(void)g;
 	(void)args;
 	(void)call;
-	manager_lock(m);
-	json_object *status = manager_status_json(m);
-	manager_unlock(m);
+	session_lock(m);
+	json_object *status = session_status_json(m);
+	session_unlock(m);
 	json_object *guests = jsonx_get_array(status, "guests");
 	size_t n = json_object_array_length(guests);
 	bool active = false;

@@ -15,38 +15,38 @@
 /* An error result of a per-guest tool: adds "guestState" (the guest's status
  * entry, read under the lock) beside "error" (spec/tools.md §2.3). Takes
  * ownership of `structured` (may be NULL). Call without the lock. */
-tool_result *guest_error(manager *m, guest *g, json_object *structured, const char *code, const char *fmt,
-                         ...) __attribute__((format(printf, 5, 6)));
+tool_result *guest_error(session_manager *m, guest *g, json_object *structured, const char *code,
+                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* The error result of a failed domain outcome (util/outcome.h): its code
  * and sentence, its facts as the structured content, and "guestState" when
  * `g` is not NULL (as guest_error) and the facts carry none already. Frees
  * the outcome. Call without the lock. */
-tool_result *tools_failure(manager *m, guest *g, relay_outcome *o);
+tool_result *tools_failure(session_manager *m, guest *g, relay_outcome *o);
 
 /* Tool handlers: run on the guest's queue (per-guest tools and acquire) or a
  * detached thread; `g` is NULL for tools without a guest. They return the
  * result; the caller completes the call. */
-typedef tool_result *(*tool_handler)(manager *m, guest *g, json_object *args, relay_call *call);
+typedef tool_result *(*tool_handler)(session_manager *m, guest *g, json_object *args, relay_call *call);
 
-tool_result *tool_status(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_acquire(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_release(manager *m, guest *g, json_object *args, relay_call *call);
-/* relay_finish step 8 (spec/tools.md §3.9): lifecycle_release_finished() as a
+tool_result *tool_status(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_acquire(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_release(session_manager *m, guest *g, json_object *args, relay_call *call);
+/* relay_finish step 8 (spec/tools.md §3.9): lease_release_finished() as a
  * release-shaped result (success, or the error that kept the guest). */
-tool_result *tools_release_finished(manager *m, guest *g, relay_call *call);
-tool_result *tool_search(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_probe(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tools_release_finished(session_manager *m, guest *g, relay_call *call);
+tool_result *tool_search(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_probe(session_manager *m, guest *g, json_object *args, relay_call *call);
 /* relay_probe with scope "guest" (spec/tools.md §3.2); tool_probe() hands over. */
-tool_result *tool_probe_guest(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_acquisition_capabilities(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_stage(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_script(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_image(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_extract(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_finish(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_console_resolve(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_console_open(manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_console_cancel(manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_probe_guest(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_acquisition_capabilities(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_stage(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_script(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_image(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_extract(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_finish(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_console_resolve(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_console_open(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_result *tool_console_cancel(session_manager *m, guest *g, json_object *args, relay_call *call);
 
 #endif

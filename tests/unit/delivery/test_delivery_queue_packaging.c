@@ -37,7 +37,7 @@
 typedef struct fixture {
 	fx_pkg pkg;
 	relay_settings settings;
-	struct manager m;
+	struct session_manager m;
 	guest g;
 } fixture;
 
@@ -59,7 +59,8 @@ static int setup(void **state)
 	f->g.evidence_path = strdup(f->pkg.dir);
 	f->g.acquired_at_ms = 1790000000000;
 	f->g.phase = PHASE_STAGED;
-	f->g.delivery = delivery_slice_ops.create(); /* the delivery room's slice, without a session */
+	f->g.delivery =
+	    guest_slice_new(&delivery_slice_ops); /* the delivery room's slice, without a session */
 	f->m.guests = &f->g;
 	*state = f;
 	return 0;
@@ -69,7 +70,7 @@ static int teardown(void **state)
 {
 	fixture *f = *state;
 	downloads_free(&f->g);
-	delivery_slice_ops.destroy(f->g.delivery);
+	guest_slice_free(&delivery_slice_ops, f->g.delivery);
 	free(f->g.name);
 	free(f->g.image);
 	free(f->g.purpose);

@@ -114,14 +114,14 @@ static void test_binding_equality(void **state)
 	    jsonx_parse_str("{\"machine\":\"other\",\"endpoint\":null,\"store\":\"/s\"}", NULL, 0);
 	json_object *not_object = json_object_new_string("m");
 	/* null and absent are the same; other keys do not count. */
-	assert_true(lifecycle_binding_equal(a, b));
-	assert_true(lifecycle_binding_equal(b, a));
+	assert_true(lease_binding_equal(a, b));
+	assert_true(lease_binding_equal(b, a));
 	/* Each of the four keys counts. */
-	assert_false(lifecycle_binding_equal(a, c));
-	assert_false(lifecycle_binding_equal(a, d));
-	assert_false(lifecycle_binding_equal(a, e));
-	assert_false(lifecycle_binding_equal(a, not_object));
-	assert_false(lifecycle_binding_equal(NULL, NULL));
+	assert_false(lease_binding_equal(a, c));
+	assert_false(lease_binding_equal(a, d));
+	assert_false(lease_binding_equal(a, e));
+	assert_false(lease_binding_equal(a, not_object));
+	assert_false(lease_binding_equal(NULL, NULL));
 	json_object_put(a);
 	json_object_put(b);
 	json_object_put(c);
@@ -133,35 +133,35 @@ static void test_binding_equality(void **state)
 static void test_plugin_answers_parsed_and_freed(void **state)
 {
 	(void)state;
-	json_object *obj = lifecycle_parse_taken(strdup("{\"vm\":\"v-1\"}"));
+	json_object *obj = lease_parse_taken(strdup("{\"vm\":\"v-1\"}"));
 	assert_non_null(obj);
 	assert_string_equal(jsonx_get_str(obj, "vm"), "v-1");
 	json_object_put(obj);
 	/* Not JSON, or nothing: NULL (the text is freed either way; the
 	 * sanitizer build finds a leak). */
-	assert_null(lifecycle_parse_taken(strdup("{\"vm\":")));
-	assert_null(lifecycle_parse_taken(NULL));
+	assert_null(lease_parse_taken(strdup("{\"vm\":")));
+	assert_null(lease_parse_taken(NULL));
 }
 
 static void test_guest_names_a_restart_takes_back(void **state)
 {
 	(void)state;
-	assert_true(reconcile_valid_guest_name("login-test-1"));
-	assert_true(reconcile_valid_guest_name("a"));
-	assert_true(reconcile_valid_guest_name("0-"));
+	assert_true(lease_reconcile_valid_guest_name("login-test-1"));
+	assert_true(lease_reconcile_valid_guest_name("a"));
+	assert_true(lease_reconcile_valid_guest_name("0-"));
 	char longest[50];
 	memset(longest, 'a', 48);
 	longest[48] = '\0';
-	assert_true(reconcile_valid_guest_name(longest));
+	assert_true(lease_reconcile_valid_guest_name(longest));
 	longest[48] = 'a';
 	longest[49] = '\0';
-	assert_false(reconcile_valid_guest_name(longest));
-	assert_false(reconcile_valid_guest_name(""));
-	assert_false(reconcile_valid_guest_name("-a"));
-	assert_false(reconcile_valid_guest_name("Login-1"));
-	assert_false(reconcile_valid_guest_name("a_1"));
-	assert_false(reconcile_valid_guest_name("../a"));
-	assert_false(reconcile_valid_guest_name("a.1"));
+	assert_false(lease_reconcile_valid_guest_name(longest));
+	assert_false(lease_reconcile_valid_guest_name(""));
+	assert_false(lease_reconcile_valid_guest_name("-a"));
+	assert_false(lease_reconcile_valid_guest_name("Login-1"));
+	assert_false(lease_reconcile_valid_guest_name("a_1"));
+	assert_false(lease_reconcile_valid_guest_name("../a"));
+	assert_false(lease_reconcile_valid_guest_name("a.1"));
 }
 
 static void test_egress_needs_egress_listeners(void **state)

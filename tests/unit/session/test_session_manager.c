@@ -40,7 +40,7 @@
 
 /* ---- a manager without tools/ ------------------------------------------------------ */
 
-static void no_dispatch(manager *m, relay_tool tool, json_object *args, relay_call *call)
+static void no_dispatch(session_manager *m, relay_tool tool, json_object *args, relay_call *call)
 {
 	(void)m;
 	(void)tool;
@@ -51,9 +51,9 @@ static void no_dispatch(manager *m, relay_tool tool, json_object *args, relay_ca
 
 /* The relay's own hook table (lease/ and delivery/ below tools/), with a
  * dispatcher that must never be reached: nothing here goes through a tool. */
-static const manager_hooks *lease_hooks(void)
+static const session_hooks *lease_hooks(void)
 {
-	static manager_hooks hooks; /* written before any manager exists, then only read */
+	static session_hooks hooks; /* written before any manager exists, then only read */
 	hooks = *tools_session_hooks();
 	hooks.dispatch = no_dispatch;
 	return &hooks;
@@ -119,7 +119,7 @@ static void fixture_done(fixture *f)
 
 /* Kept for the life of the test process: the manager borrows them, and its
  * threads outlive the test (a manager is not destroyed while they run). */
-static manager *start(void)
+static session_manager *start(void)
 {
 	relay_settings *settings = calloc(1, sizeof *settings);
 	relay_backends *backends = calloc(1, sizeof *backends);
@@ -128,22 +128,22 @@ static manager *start(void)
 	char errbuf[1024] = "";
 	assert_int_equal(settings_load(settings, errbuf, sizeof errbuf), 0);
 	backends_select(backends, settings);
-	manager *m = manager_create(settings, backends, lease_hooks(), errbuf, sizeof errbuf);
+	session_manager *m = session_create(settings, backends, lease_hooks(), errbuf, sizeof errbuf);
 	assert_non_null(m);
 	return m;
 }
 
 /* Waits until no guest is being taken back (at most 60 s). */
-static void wait_reconciled(manager *m)
+static void wait_reconciled(session_manager *m)
 {
 	int64_t give_up = clock_monotonic_ms() + 60000;
 	for (;;) {
-		manager_lock(m);
+		session_lock(m);
 		bool pending = false;
 		for (guest *g = m->guests; g; g = g->next)
 			pending |= g->phase == PHASE_RECONCILING;
-		manager_unlock(m);
-		if (!pending && !manager_busy(m))
+		session_unlock(m);
+		if (!pending && !session_busy(m))
 			return;
 		assert_true(clock_monotonic_ms() < give_up);
 		struct timespec pause = {0, 20 * 1000000L};
@@ -166,16 +166,16 @@ static void test_reserve_names_and_limit(void **state)
 	(void)state;
 	fixture f;
 	fixture_init(&f, "unit-reserve", 2);
-	manager *m = start();
+	session_manager *m = start();
 	json_object *args = acquire_args("login");
 	relay_outcome o = OUTCOME_INIT;
 
-	manager_lock(m);
-	guest *first = manager_reserve_guest(m, args, &o);
-	guest *second = manager_reserve_guest(m, args, &o);
+	session_lock(m);
+	guest *first = session_reserve_guest(m, args, &o);
+	guest *second = session_reserve_guest(m, args, &o);
 	assert_false(outcome_failed(&o));
-	guest *third = manager_reserve_guest(m, args, &o);
-	manager_unlock(m);
+	guest *third = session_reserve_guest(m, args, &o);
+	session_unlock(m);
 
 	assert_non_null(first);
 	assert_non_null(second);
@@ -209,18 +209,18 @@ static void test_reserve_names_and_limit(void **state)
 
 	/* A closed guest frees its place; its name is not handed out again. */
 	guest_close(m, first, "not-acquired");
-	manager_lock(m);
-	guest *fourth = manager_reserve_guest(m, args, &o);
-	manager_unlock(m);
+	session_lock(m);
+	guest *fourth = session_reserve_guest(m, args, &o);
+	session_unlock(m);
 	assert_non_null(fourth);
 	assert_string_equal(fourth->name, "login-3");
 	assert_false(outcome_failed(&o));
 
 	/* The status object lists the closed guest apart; this machine slot
 	 * does not work through the machine service. */
-	manager_lock(m);
-	json_object *status = manager_status_json(m);
-	manager_unlock(m);
+	session_lock(m);
+	json_object *status = session_status_json(m);
+	session_unlock(m);
 	assert_int_equal(json_object_array_length(jsonx_get_array(status, "guests")), 2);
 	json_object *closed = json_object_array_get_idx(jsonx_get_array(status, "closedGuests"), 0);
 	assert_string_equal(jsonx_get_str(closed, "guest"), "login-1");
@@ -236,17 +236,17 @@ static void test_reserve_refused_while_the_session_is_held(void **state)
 	(void)state;
 	fixture f;
 	fixture_init(&f, "unit-held", 4);
-	manager *holder = start();
+	session_manager *holder = start();
 	assert_true(holder->session_lock_fd >= 0);
 	/* A second session object on the same identity: session.lock is held
 	 * (flock is per open file, so even by this process). */
-	manager *second = start();
+	session_manager *second = start();
 	assert_true(second->session_locked_elsewhere);
 	json_object *args = acquire_args("login");
 	relay_outcome o = OUTCOME_INIT;
-	manager_lock(second);
-	guest *g = manager_reserve_guest(second, args, &o);
-	manager_unlock(second);
+	session_lock(second);
+	guest *g = session_reserve_guest(second, args, &o);
+	session_unlock(second);
 	assert_null(g);
 	assert_string_equal(o.code, "session-locked");
 	char pid[32];
@@ -255,13 +255,13 @@ static void test_reserve_refused_while_the_session_is_held(void **state)
 	assert_non_null(strstr(o.message, "unit-held"));
 	outcome_free(&o);
 	/* The holder still reserves. */
-	manager_lock(holder);
-	g = manager_reserve_guest(holder, args, &o);
-	manager_unlock(holder);
+	session_lock(holder);
+	g = session_reserve_guest(holder, args, &o);
+	session_unlock(holder);
 	assert_non_null(g);
 	assert_false(outcome_failed(&o));
 	/* The waiting one gives up when its session ends. */
-	manager_end_session(second, "test");
+	session_end(second, "test");
 	json_object_put(args);
 	fixture_done(&f);
 }
@@ -276,14 +276,14 @@ static void test_incomplete_hooks_refused(void **state)
 	char errbuf[512] = "";
 	assert_int_equal(settings_load(&settings, errbuf, sizeof errbuf), 0);
 	backends_select(&backends, &settings);
-	manager_hooks partial = *tools_session_hooks();
+	session_hooks partial = *tools_session_hooks();
 	partial.end_guests = NULL;
-	assert_null(manager_create(&settings, &backends, &partial, errbuf, sizeof errbuf));
-	assert_non_null(strstr(errbuf, "manager_hooks"));
-	manager_hooks old = *tools_session_hooks();
+	assert_null(session_create(&settings, &backends, &partial, errbuf, sizeof errbuf));
+	assert_non_null(strstr(errbuf, "session_hooks"));
+	session_hooks old = *tools_session_hooks();
 	old.size = sizeof old - 1;
-	assert_null(manager_create(&settings, &backends, &old, errbuf, sizeof errbuf));
-	assert_null(manager_create(&settings, &backends, NULL, errbuf, sizeof errbuf));
+	assert_null(session_create(&settings, &backends, &old, errbuf, sizeof errbuf));
+	assert_null(session_create(&settings, &backends, NULL, errbuf, sizeof errbuf));
 	backends_free(&backends);
 	settings_free(&settings);
 	fixture_done(&f);
@@ -339,11 +339,11 @@ static void write_record(const fixture *f, const char *name, const char *task, g
 	guest_free(g);
 }
 
-static guest *find(manager *m, const char *name)
+static guest *find(session_manager *m, const char *name)
 {
-	manager_lock(m);
-	guest *g = manager_find_guest(m, name);
-	manager_unlock(m);
+	session_lock(m);
+	guest *g = session_find_guest(m, name);
+	session_unlock(m);
 	assert_non_null(g);
 	return g;
 }
@@ -390,7 +390,7 @@ static void test_reconcile_records_on_disk(void **state)
 	char byte;
 	assert_int_equal(read(ready[0], &byte, 1), 1);
 
-	manager *m = start();
+	session_manager *m = start();
 	wait_reconciled(m);
 
 	/* Bound to this relay's machine slot: taken back in the phase it had;
@@ -423,16 +423,16 @@ static void test_reconcile_records_on_disk(void **state)
 	 * included (its record stays as it was). */
 	json_object *args = acquire_args("web");
 	relay_outcome o = OUTCOME_INIT;
-	manager_lock(m);
-	guest *next = manager_reserve_guest(m, args, &o);
-	manager_unlock(m);
+	session_lock(m);
+	guest *next = session_reserve_guest(m, args, &o);
+	session_unlock(m);
 	assert_non_null(next);
 	assert_string_equal(next->name, "web-6");
 	json_object_put(args);
 	args = acquire_args("api");
-	manager_lock(m);
-	next = manager_reserve_guest(m, args, &o);
-	manager_unlock(m);
+	session_lock(m);
+	next = session_reserve_guest(m, args, &o);
+	session_unlock(m);
 	assert_non_null(next);
 	assert_string_equal(next->name, "api-2");
 	json_object_put(args);
