@@ -20,8 +20,6 @@
 #include "relay_support/fds.h"
 #include "util.h"
 
-#include "relay_support/fds.h"
-
 #define RESIDENT_PROGRAM      "relay-x11shot"
 #define RESIDENT_STOP_WAIT_MS 2000
 #define RESIDENT_ANSWER_MAX   8192
