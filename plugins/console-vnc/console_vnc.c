@@ -1,6 +1,7 @@
 /*
  * console-vnc — the console plugin (relay/console.h). It reaches the
- * machine backend through the machine plugin's `console` passthrough
+ * machine backend through the machine's typed console (the link's
+ * `console`, ABI 1.7; the core adapts an older machine's string slot)
  * (machine-service: HTTP; machine-local: x11vnc on the guest's display) and
  * normalises what comes back (spec/machine-service.md §3.2, §9, spec/tools.md
  * §3.3, §3.11-§3.13):
@@ -268,20 +269,22 @@ static relay_status check_link(vnc_state *st, const relay_machine_link *machine,
 	if (machine == NULL || machine->ops == NULL)
 		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                           "console-vnc needs the machine plugin");
-	if (machine->ops->struct_size < offsetof(relay_machine_ops, console) + sizeof(void *) ||
-	    machine->ops->console == NULL)
+	if (!RELAY_SIZED_HAS(machine, console_state) || machine->console == NULL)
 		return st->host->error_set(
 		    err, RELAY_E_UNSUPPORTED, 0,
 		    "backend lacks acquisition capabilities; upgrade the machine service for VNC "
-		    "(machine plugin %s has no console passthrough)",
+		    "(machine plugin %s has no console)",
 		    machine->name ? machine->name : "?");
 	return RELAY_OK;
 }
 
-/* Calls the machine plugin's console op with a body of exactly the given
- * fields, and normalises the answer as a report. */
+/* The machine console's slots console-vnc calls with a lease. */
+typedef enum vnc_op { VNC_RESOLVE, VNC_OPEN, VNC_CANCEL } vnc_op;
+
+/* Calls the machine's typed console for the lease (resolve: no ids), and
+ * normalises the answer as a report. */
 static relay_status call_console(vnc_state *st, const relay_machine_link *machine, const char *lease_json,
-                                 const char *op, const char *console_id, const char *attempt_id,
+                                 vnc_op kind, const char *console_id, const char *attempt_id,
                                  relay_call *call, char **report_out, relay_error *err)
 {
 	*report_out = NULL;
@@ -289,27 +292,21 @@ static relay_status call_console(vnc_state *st, const relay_machine_link *machin
 	if (s != RELAY_OK)
 		return s;
 	json_object *lease = lease_json ? json_tokener_parse(lease_json) : NULL;
-	const char *lease_id = rsj_get_str(lease, "lease_id");
-	if (lease_id == NULL) {
-		if (lease)
-			json_object_put(lease);
+	bool has_lease_id = rsj_get_str(lease, "lease_id") != NULL;
+	json_object_put(lease);
+	if (!has_lease_id)
 		return st->host->error_set(
 		    err, RELAY_E_INVALID_ARGUMENT, 0,
 		    "this guest was acquired without a console; console sharing is never added to an "
 		    "existing lease (its lease has no lease_id)");
-	}
-	json_object *body = json_object_new_object();
-	json_object_object_add(body, "lease_id", json_object_new_string(lease_id));
-	if (console_id)
-		json_object_object_add(body, "console_id", json_object_new_string(console_id));
-	if (attempt_id)
-		json_object_object_add(body, "attempt_id", json_object_new_string(attempt_id));
+	const relay_machine_console_ops *c = machine->console;
 	char *raw = NULL;
-	s = machine->ops->console(machine->state, lease_json, op,
-	                          json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN), call, 0, &raw,
-	                          err);
-	json_object_put(body);
-	json_object_put(lease);
+	if (kind == VNC_RESOLVE)
+		s = c->resolve(machine->console_state, lease_json, call, 0, &raw, err);
+	else if (kind == VNC_OPEN)
+		s = c->open(machine->console_state, lease_json, console_id, attempt_id, call, 0, &raw, err);
+	else
+		s = c->cancel(machine->console_state, lease_json, console_id, attempt_id, call, 0, &raw, err);
 	if (s != RELAY_OK) {
 		st->host->free(raw);
 		return s;
@@ -331,7 +328,7 @@ static relay_status vnc_capabilities(relay_plugin_state *state, const relay_mach
 	if (s != RELAY_OK)
 		return s;
 	char *raw = NULL;
-	s = machine->ops->console(machine->state, NULL, "capabilities", "{}", call, 0, &raw, err);
+	s = machine->console->capabilities(machine->console_state, call, 0, &raw, err);
 	if (s != RELAY_OK) {
 		st->host->free(raw);
 		return s;
@@ -350,7 +347,7 @@ static relay_status vnc_resolve(relay_plugin_state *state, const relay_machine_l
 	if (flags != 0)
 		return st->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown resolve flags 0x%x",
 		                           flags);
-	return call_console(st, machine, lease_json, "resolve", NULL, NULL, call, out, err);
+	return call_console(st, machine, lease_json, VNC_RESOLVE, NULL, NULL, call, out, err);
 }
 
 static relay_status check_ids(vnc_state *st, const char *console_id, const char *attempt_id, relay_error *err)
@@ -374,7 +371,7 @@ static relay_status vnc_open(relay_plugin_state *state, const relay_machine_link
 	relay_status s = check_ids(st, console_id, attempt_id, err);
 	if (s != RELAY_OK)
 		return s;
-	return call_console(st, machine, lease_json, "open", console_id, attempt_id, call, out, err);
+	return call_console(st, machine, lease_json, VNC_OPEN, console_id, attempt_id, call, out, err);
 }
 
 static relay_status vnc_cancel(relay_plugin_state *state, const relay_machine_link *machine,
@@ -389,7 +386,7 @@ static relay_status vnc_cancel(relay_plugin_state *state, const relay_machine_li
 	relay_status s = check_ids(st, console_id, attempt_id, err);
 	if (s != RELAY_OK)
 		return s;
-	return call_console(st, machine, lease_json, "cancel", console_id, attempt_id, call, out, err);
+	return call_console(st, machine, lease_json, VNC_CANCEL, console_id, attempt_id, call, out, err);
 }
 
 static relay_status vnc_init(const relay_host *host, const char *config_json, unsigned flags,
@@ -434,4 +431,5 @@ static const relay_plugin_descriptor descriptor = {
     .console_ops_size = sizeof(relay_console_ops),
 };
 
-RELAY_PLUGIN_DEFINE_ENTRY(descriptor)
+/* Refuses a host older than 1.7: its machine link has no typed console. */
+RELAY_PLUGIN_DEFINE_ENTRY_SINCE(descriptor, 7)

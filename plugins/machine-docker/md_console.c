@@ -1,5 +1,5 @@
 /*
- * md_console.c — machine-docker's console passthrough (md_console.h), the
+ * md_console.c — machine-docker's typed console (md_console.h), the
  * same console machine-local serves (plugins/machine-local/console.c), so
  * console-vnc works unchanged:
  *
@@ -25,21 +25,11 @@
  * namespace is on another host.
  */
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "md.h"
@@ -47,6 +37,9 @@
 #include "md_lease.h"
 
 #include "relay_kit/console.h"
+#include "relay_kit/netns.h"
+#include "relay_kit/text.h"
+#include "relay_support/read_small.h"
 
 /* ---- what this endpoint can do ------------------------------------------------------ */
 
@@ -79,16 +72,9 @@ const char *md_console_unreachable(md_state *st, char *why, size_t size)
 	return NULL;
 }
 
-/* One console operation: the state and the container's init on this host
- * (0 when it does not run), found by guest_state. */
-typedef struct console_call {
-	md_state *st;
-	pid_t pid;
-} console_call;
-
 static json_object *console_caps(void *ctx, relay_call *call)
 {
-	md_state *st = ((console_call *)ctx)->st;
+	md_state *st = ctx;
 	char why[512];
 	json_object *out = rk_console_capabilities(
 	    MD_PLUGIN_NAME, md_console_unreachable(st, why, sizeof why), "not-offered-by-machine-docker");
@@ -138,70 +124,14 @@ const char *md_console_probe_text(md_state *st, bool known, bool xvfb, bool x11v
 
 /* ---- the container's network namespace ------------------------------------------------- */
 
-typedef struct netns_job {
-	pid_t pid;               /* the container's init on this host */
-	const char *const *argv; /* NULL: make a TCP socket */
-	const char *const *envp;
-	int result; /* the socket or the viewer's pid, -1 on failure */
-	int err_no;
-} netns_job;
-
-/* Runs in a thread of its own: namespaces are per thread, so switching this
- * one never affects another. A socket keeps the namespace it was made in. */
-static void *netns_thread(void *arg)
-{
-	netns_job *job = arg;
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/ns/net", (int)job->pid);
-	int guest = open(path, O_RDONLY | O_CLOEXEC);
-	job->result = -1;
-	if (guest < 0 || setns(guest, CLONE_NEWNET) != 0) {
-		job->err_no = errno;
-	} else if (job->argv == NULL) {
-		job->result = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		job->err_no = job->result < 0 ? errno : 0;
-	} else {
-		posix_spawn_file_actions_t fa;
-		posix_spawnattr_t attr;
-		posix_spawn_file_actions_init(&fa);
-		posix_spawnattr_init(&attr);
-		posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-		posix_spawnattr_setpgroup(&attr, 0);
-		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-		posix_spawn_file_actions_adddup2(&fa, 2, 1); /* never the MCP stream */
-		posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-		pid_t pid = -1;
-		int rc = posix_spawnp(&pid, job->argv[0], &fa, &attr, (char *const *)job->argv,
-		                      (char *const *)job->envp);
-		posix_spawn_file_actions_destroy(&fa);
-		posix_spawnattr_destroy(&attr);
-		job->result = rc == 0 ? pid : -1;
-		job->err_no = rc;
-	}
-	if (guest >= 0)
-		close(guest);
-	return NULL; /* the thread ends in the guest's namespace; nothing else runs on it */
-}
-
-static int netns_run(netns_job *job)
-{
-	pthread_t t;
-	int rc = pthread_create(&t, NULL, netns_thread, job);
-	if (rc != 0) {
-		job->err_no = rc;
-		return -1;
-	}
-	pthread_join(t, NULL);
-	return job->result;
-}
-
-/* The kit's way into the namespace (rk_console_in_netns_fn): ctx is the pid. */
+/* The kit's way into the namespace (rk_console_in_netns_fn): ctx is the
+ * pid; a viewer's output goes to the relay's standard error. */
 static int in_container_netns(void *ctx, const char *const *argv, const char *const *envp, int *err_no)
 {
-	netns_job job = {.pid = *(pid_t *)ctx, .argv = argv, .envp = envp};
-	int result = netns_run(&job);
-	*err_no = job.err_no;
-	return result;
+	pid_t pid = *(pid_t *)ctx;
+	if (argv == NULL)
+		return rk_netns_socket(pid, AF_INET, SOCK_STREAM, err_no);
+	return (int)rk_netns_spawn(pid, argv, envp, 2, err_no);
 }
 
 /* The host pid of the container's init, when the engine's State.Pid is a
@@ -213,14 +143,9 @@ pid_t md_container_init_pid(json_object *info)
 		return 0;
 	char path[64], cmd[64];
 	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, cmd, sizeof cmd - 1);
-	close(fd);
+	ssize_t n = rs_read_small(path, 0, cmd, sizeof cmd);
 	if (n <= 0)
 		return 0;
-	cmd[n] = '\0';
 	size_t first = strlen(cmd);
 	return strcmp(cmd, MD_GUEST_INIT) == 0 && (size_t)n > first + 1 &&
 	               strcmp(cmd + first + 1, "init") == 0
@@ -234,12 +159,10 @@ static const rk_console_backend docker_console;
 static void x11vnc_stop(void *ctx, json_object *rec, json_object *a, bool in_guest);
 
 static relay_status x11vnc_open(void *ctx, json_object *rec, const char *attempt_id, json_object *a,
-                                relay_call *call, relay_error *err)
+                                pid_t pid, relay_call *call, relay_error *err)
 {
 	(void)attempt_id;
-	console_call *cc = ctx;
-	md_state *st = cc->st;
-	pid_t pid = cc->pid;
+	md_state *st = ctx;
 	const char *vm = md_str(rec, "vm");
 	const char *container = md_container_of(rec);
 	const char *user = md_str(rec, "user");
@@ -283,7 +206,7 @@ static relay_status x11vnc_open(void *ctx, json_object *rec, const char *attempt
 	char banner[16];
 	int e = 0;
 	if (!rk_console_rfb_banner(in_container_netns, &pid, banner, 15000, &e)) {
-		x11vnc_stop(cc, rec, a, true);
+		x11vnc_stop(st, rec, a, true);
 		rk_console_set(a, "failed", "worker-failed");
 		return md_err(st, err, RELAY_E_REFUSED, e,
 		              "x11vnc did not answer on 127.0.0.1:5900 in the network namespace of guest %s "
@@ -296,17 +219,17 @@ static relay_status x11vnc_open(void *ctx, json_object *rec, const char *attempt
 	snprintf(events, sizeof events, "%s/%s-console-%s.events.jsonl", st->leases_dir, vm, token);
 	rk_console_viewer v = {vm,     "container's",   pid, password,           pwfile,
 	                       events, st->libexec_dir, 2,   in_container_netns, &pid};
-	rk_console c = {&docker_console, st->host, cc};
+	rk_console c = {&docker_console, st->host, st};
 	s = rk_console_viewer_start(&c, a, &v, err);
 	if (s != RELAY_OK)
-		x11vnc_stop(cc, rec, a, true);
+		x11vnc_stop(st, rec, a, true);
 	return s;
 }
 
 /* Stops the attempt's viewer (this host) and, when `in_guest`, its x11vnc. */
 static void x11vnc_stop(void *ctx, json_object *rec, json_object *a, bool in_guest)
 {
-	md_state *st = ((console_call *)ctx)->st;
+	md_state *st = ctx;
 	bool confirmed = rk_console_viewer_stop(a);
 	const char *pidfile = md_str(a, "x11vncPidFile");
 	if (in_guest && pidfile) {
@@ -334,7 +257,7 @@ static bool container_name_ok(const char *vm)
 
 static json_object *record_locked(void *ctx, const char *vm, int *lock_out, int *errno_out)
 {
-	md_state *st = ((console_call *)ctx)->st;
+	md_state *st = ctx;
 	*lock_out = md_record_lock(st, vm);
 	return *lock_out >= 0 ? md_record_read(st, vm, errno_out) : NULL;
 }
@@ -347,21 +270,21 @@ static void record_unlock(void *ctx, int lock)
 
 static int record_save(void *ctx, json_object *rec)
 {
-	return md_record_write(((console_call *)ctx)->st, rec);
+	return md_record_write(ctx, rec);
 }
 
-/* The container's init on this host (cc->pid), 0 when it no longer runs;
+/* The container's init on this host (*pid_out), 0 when it no longer runs;
  * an open is refused when the engine's init is not a process of this host. */
-static int container_state(void *ctx, json_object *rec, const char *op, relay_call *call, relay_error *err)
+static int container_state(void *ctx, json_object *rec, const char *op, relay_call *call, pid_t *pid_out,
+                           relay_error *err)
 {
-	console_call *cc = ctx;
-	md_state *st = cc->st;
+	md_state *st = ctx;
 	json_object *info = NULL;
 	int found = md_container_get(st, md_container_of(rec), call, &info);
 	bool running = found == 1 && md_container_running(info);
-	cc->pid = running ? md_container_init_pid(info) : 0;
-	int state = cc->pid > 0 ? 1 : 0;
-	if (running && cc->pid == 0 && strcmp(op, "open") == 0) {
+	*pid_out = running ? md_container_init_pid(info) : 0;
+	int state = *pid_out > 0 ? 1 : 0;
+	if (running && *pid_out == 0 && strcmp(op, "open") == 0) {
 		md_err(st, err, RELAY_E_REFUSED, 0,
 		       "the engine names process %lld as the init of %s, and it is not a guest of this host: "
 		       "the engine at %s does not run here",
@@ -387,22 +310,28 @@ static const rk_console_backend docker_console = {
 void md_console_prepare(md_state *st, json_object *rec)
 {
 	json_object_object_add(rec, "vnc", json_object_new_boolean(true));
-	console_call cc = {st, 0};
-	rk_console c = {&docker_console, st->host, &cc};
+	rk_console c = {&docker_console, st->host, st};
 	rk_console_prepare(&c, rec);
 }
 
 void md_console_stop_all(md_state *st, json_object *rec)
 {
-	console_call cc = {st, 0};
-	rk_console c = {&docker_console, st->host, &cc};
+	rk_console c = {&docker_console, st->host, st};
 	rk_console_stop_all(&c, rec); /* x11vnc goes with the container */
 }
 
-relay_status md_console_op(md_state *st, const char *lease_json, const char *op, const char *request_json,
-                           relay_call *call, char **response_out, relay_error *err)
+/* The typed console: a Swarm task's display is on the engine of its node
+ * (md_engine_of), any other lease's on this plugin's engine. */
+static relay_status route(relay_plugin_state *state, const rk_console_request *q, relay_call *call,
+                          char **out, relay_error *err)
 {
-	console_call cc = {st, 0};
-	rk_console c = {&docker_console, st->host, &cc};
-	return rk_console_op(&c, lease_json, op, request_json, call, response_out, err);
+	md_state *st = state;
+	json_object *doc = rk_json_object(q->lease_json);
+	json_object *rec = doc ? md_obj(doc, "record") : NULL;
+	md_state *eng = rec ? md_engine_of(st, rec, call) : st;
+	json_object_put(doc);
+	rk_console c = {&docker_console, eng->host, eng};
+	return rk_console_ledger(&c, q, call, out, err);
 }
+
+RK_CONSOLE_DEFINE_OPS(md_console_ops, route);

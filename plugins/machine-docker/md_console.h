@@ -1,5 +1,5 @@
 /*
- * md_console.h — machine-docker's console (relay/machine.h `console`,
+ * md_console.h — machine-docker's console (relay/machine.h `console_ops`,
  * spec/machine-service.md §9): x11vnc on the guest's own Xvfb display,
  * view-only with a one-time password, listening on 127.0.0.1:5900 inside
  * the container's network namespace, which this host reaches as
@@ -39,8 +39,7 @@ void md_console_stop_all(md_state *st, json_object *rec);
 bool md_exec_detached(md_state *st, const char *vm, const char *user, const char *const *argv,
                       relay_call *call);
 
-/* The passthrough: "capabilities", "resolve", "open", "cancel". */
-relay_status md_console_op(md_state *st, const char *lease_json, const char *op, const char *request_json,
-                           relay_call *call, char **response_out, relay_error *err);
+/* The typed console of relay/machine.h (ABI 1.7) over the kit's ledger. */
+extern const relay_machine_console_ops md_console_ops;
 
 #endif

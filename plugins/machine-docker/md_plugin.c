@@ -392,28 +392,11 @@ static relay_status t_stream_open(relay_plugin_state *state, relay_transport_con
 
 /* ---- descriptor ----------------------------------------------------------------------- */
 
-/* The console passthrough (md_console.c): x11vnc on the guest's display in
- * the container's network namespace, for an engine on this host. */
-static relay_status m_console(relay_plugin_state *state, const char *lease_json, const char *op,
-                              const char *request_json, relay_call *call, unsigned flags, char **out,
-                              relay_error *err)
-{
-	md_state *st = state;
-	*out = NULL;
-	if (flags)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown console flags 0x%x", flags);
-	/* A Swarm task's display is on the engine of its node. */
-	json_object *doc = rk_json_object(lease_json);
-	md_state *eng = doc && md_obj(doc, "record") ? md_engine_of(st, md_obj(doc, "record"), call) : st;
-	json_object_put(doc);
-	return md_console_op(eng, lease_json, op, request_json, call, out, err);
-}
-
 static const relay_machine_ops machine_ops = {
     .struct_size = sizeof(relay_machine_ops),
     RK_MACHINE_FRONT,
-    .console = m_console,
     .egress_listeners = md_egress_listeners,
+    .console_ops = &md_console_ops, /* md_console.c: x11vnc in the container's network namespace */
 };
 
 static const relay_transport_ops transport_ops = {

@@ -1,6 +1,6 @@
 /*
- * console.c — the console passthrough of machine-local (relay/machine.h
- * `console`, spec/machine-service.md §9): x11vnc on the guest's own Xvfb
+ * console.c — the typed console of machine-local (relay/machine.h
+ * `console_ops`, spec/machine-service.md §9): x11vnc on the guest's own Xvfb
  * display, listening on the guest's loopback (127.0.0.1:5900 inside its
  * network namespace), view-only, with a one-time password that x11vnc
  * reads from a file and deletes.
@@ -185,12 +185,11 @@ done:
 }
 
 static relay_status open_attempt(void *ctx, json_object *record, const char *attempt_id, json_object *attempt,
-                                 relay_call *call, relay_error *err)
+                                 pid_t init_pid, relay_call *call, relay_error *err)
 {
 	(void)call;
 	local_state *st = ctx;
 	const char *lease_dir = lu_get_string(lu_get_object(record, "paths"), "leaseDir");
-	pid_t init_pid = (pid_t)lu_get_int(lu_get_object(lu_get_object(record, "pids"), "init"), "pid", 0);
 	json_object *user = lu_get_object(record, "guestUser");
 	char password[9], name[64], rnd[17];
 	rk_random_password(st->host, password, 8);
@@ -285,7 +284,8 @@ static int write_record(void *ctx, json_object *record)
 	return lease_write(ctx, record, true);
 }
 
-static int guest_state(void *ctx, json_object *record, const char *op, relay_call *call, relay_error *err)
+static int guest_state(void *ctx, json_object *record, const char *op, relay_call *call, pid_t *init_pid_out,
+                       relay_error *err)
 {
 	(void)ctx;
 	(void)op;
@@ -295,6 +295,7 @@ static int guest_state(void *ctx, json_object *record, const char *op, relay_cal
 	if (pidfd < 0)
 		return 0;
 	close(pidfd);
+	*init_pid_out = (pid_t)lu_get_int(lu_get_object(lu_get_object(record, "pids"), "init"), "pid", 0);
 	return 1;
 }
 
@@ -321,9 +322,13 @@ void console_stop_all(local_state *st, json_object *record)
 	rk_console_stop_all(&c, record);
 }
 
-relay_status console_op(local_state *st, const char *lease_json, const char *op, const char *request_json,
-                        relay_call *call, char **response_out, relay_error *err)
+/* The typed console: every lease of this plugin is its own. */
+static relay_status route(relay_plugin_state *state, const rk_console_request *q, relay_call *call,
+                          char **out, relay_error *err)
 {
+	local_state *st = state;
 	rk_console c = {&local_console, st->host, st};
-	return rk_console_op(&c, lease_json, op, request_json, call, response_out, err);
+	return rk_console_ledger(&c, q, call, out, err);
 }
+
+RK_CONSOLE_DEFINE_OPS(local_console_ops, route);

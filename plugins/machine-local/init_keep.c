@@ -46,6 +46,8 @@
 
 #include "init.h"
 
+#include "relay_support/read_small.h"
+
 enum {
 	KEEP_HOLD_FD = 3,
 	KEEP_STATUS_FD = 4,
@@ -128,13 +130,8 @@ static void end_children(void)
 	snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
 	for (int round = 0; round < 8; round++) {
 		char text[512];
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
-		if (fd >= 0)
-			close(fd);
-		if (n <= 0)
+		if (rs_read_small(path, 0, text, sizeof text) <= 0)
 			break;
-		text[n] = '\0';
 		char *p = text;
 		for (;;) {
 			char *end = NULL;
@@ -174,15 +171,9 @@ static void end_process(int pidfd)
 
 static pid_t read_pidfile(const char *path)
 {
-	char text[32] = "";
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
+	char text[32];
+	if (rs_read_small(path, O_NOFOLLOW, text, sizeof text) <= 0)
 		return 0;
-	ssize_t n = read(fd, text, sizeof text - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	text[n] = '\0';
 	long pid = strtol(text, NULL, 10);
 	return pid > 0 && pid < 0x7fffffff ? (pid_t)pid : 0;
 }

@@ -24,7 +24,7 @@
  *                xfer_facts.c, xfer_paths.c, xfer_send.c, xfer_receive.c
  *                share xfer_int.h
  *   inventory.c  images, catalog, doctor, health
- *   console.c    x11vnc console passthrough: the backend of the kit's
+ *   console.c    the typed console over x11vnc: the backend of the kit's
  *                console (relay_kit/console.h)
  *   reaper.c     the background reaper and the scan at start
  */
@@ -424,8 +424,8 @@ json_object *inventory_doctor(relay_plugin_state *state, relay_call *call);
 json_object *console_capabilities(local_state *st);
 /* The console record made at acquire with vnc: true (ready or an error). */
 relay_status console_prepare(local_state *st, json_object *record, relay_error *err);
-relay_status console_op(local_state *st, const char *lease_json, const char *op, const char *request_json,
-                        relay_call *call, char **response_out, relay_error *err);
+/* The typed console of relay/machine.h (ABI 1.7) over the kit's ledger. */
+extern const relay_machine_console_ops local_console_ops;
 /* Stops whatever console attempt runs (release). */
 void console_stop_all(local_state *st, json_object *record);
 

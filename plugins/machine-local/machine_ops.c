@@ -3,7 +3,8 @@
  * (relay_kit/machine.h: the front checks flags, parses the document and
  * hands the answer back as text): acquire, renew, inspect, release and
  * verify_destroyed on the lease store, health, find_by_purpose and binding;
- * images, catalog and doctor are inventory.c's, the console console.c's.
+ * images, catalog and doctor are inventory.c's, the typed console
+ * (console_ops) console.c's.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -186,17 +187,6 @@ static relay_status b_find_by_purpose(relay_plugin_state *state, const char *pur
 	return RELAY_OK;
 }
 
-static relay_status m_console(relay_plugin_state *state, const char *lease_json, const char *op,
-                              const char *request_json, relay_call *call, unsigned flags, char **out,
-                              relay_error *err)
-{
-	local_state *st = state;
-	*out = NULL;
-	if (flags)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown console flags 0x%x", flags);
-	return console_op(st, lease_json, op, request_json, call, out, err);
-}
-
 const rk_machine_backend local_machine_backend = {
     .name = LOCAL_PLUGIN_NAME,
     .destroyed_check = "namespace",
@@ -215,6 +205,6 @@ const rk_machine_backend local_machine_backend = {
 const relay_machine_ops local_machine_ops = {
     .struct_size = sizeof(relay_machine_ops),
     RK_MACHINE_FRONT,
-    .console = m_console,
     .egress_listeners = local_egress_listeners,
+    .console_ops = &local_console_ops,
 };

@@ -16,8 +16,6 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -31,6 +29,8 @@
 #include <unistd.h>
 
 #include "local.h"
+
+#include "relay_kit/netns.h"
 
 extern char **environ;
 
@@ -389,97 +389,18 @@ relay_status net_start_helper(local_state *st, pid_t init_pid, pid_t launcher_pi
 
 /* ---- work inside a guest's network namespace --------------------------------- */
 
-typedef struct netns_job {
-	pid_t init_pid;
-	int domain, type;
-	const char *const *argv;
-	const char *const *envp;
-	int log_fd;
-	int result;
-	int err_no;
-} netns_job;
-
-/* Runs in a thread of its own: namespaces are per thread, so switching this
- * one never affects another. */
-static void *netns_thread(void *arg)
-{
-	netns_job *job = arg;
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/ns/net", (int)job->init_pid);
-	int guest = open(path, O_RDONLY | O_CLOEXEC);
-	int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-	job->result = -1;
-	if (guest < 0 || self < 0 || setns(guest, CLONE_NEWNET) != 0) {
-		job->err_no = errno;
-		goto done;
-	}
-	if (job->argv == NULL) {
-		job->result = socket(job->domain, job->type | SOCK_CLOEXEC, 0);
-		job->err_no = errno;
-	} else {
-		posix_spawn_file_actions_t fa;
-		posix_spawnattr_t attr;
-		posix_spawn_file_actions_init(&fa);
-		posix_spawnattr_init(&attr);
-		posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-		posix_spawnattr_setpgroup(&attr, 0);
-		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-		if (job->log_fd >= 0) {
-			posix_spawn_file_actions_adddup2(&fa, job->log_fd, 1);
-			posix_spawn_file_actions_adddup2(&fa, job->log_fd, 2);
-		} else {
-			posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-			posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-		}
-		posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-		pid_t pid = -1;
-		int rc = posix_spawnp(&pid, job->argv[0], &fa, &attr, (char *const *)job->argv,
-		                      (char *const *)(job->envp ? job->envp : (const char *const *)environ));
-		posix_spawn_file_actions_destroy(&fa);
-		posix_spawnattr_destroy(&attr);
-		job->result = rc == 0 ? pid : -1;
-		job->err_no = rc;
-	}
-	if (setns(self, CLONE_NEWNET) != 0) {
-		/* Cannot happen for a thread that only switched its network
-		 * namespace; the thread ends here either way. */
-	}
-done:
-	if (guest >= 0)
-		close(guest);
-	if (self >= 0)
-		close(self);
-	return NULL;
-}
-
-static int run_netns_job(netns_job *job)
-{
-	pthread_t t;
-	int rc = pthread_create(&t, NULL, netns_thread, job);
-	if (rc != 0) {
-		job->err_no = rc;
-		return -1;
-	}
-	pthread_join(t, NULL);
-	return job->result;
-}
-
 int net_socket_in(pid_t init_pid, int domain, int type, int *err_no)
 {
-	netns_job job = {init_pid, domain, type, NULL, NULL, -1, -1, 0};
-	int fd = run_netns_job(&job);
-	*err_no = job.err_no;
-	if (fd < 0 && job.err_no == EPERM && geteuid() != 0)
+	int fd = rk_netns_socket(init_pid, domain, type, err_no);
+	if (fd < 0 && *err_no == EPERM && geteuid() != 0)
 		fd = net_socket_in_userns(init_pid, domain, type, err_no); /* userns.c */
 	return fd;
 }
 
 pid_t net_spawn_in(pid_t init_pid, const char *const *argv, const char *const *envp, int log_fd, int *err_no)
 {
-	netns_job job = {init_pid, 0, 0, argv, envp, log_fd, -1, 0};
-	int pid = run_netns_job(&job);
-	*err_no = job.err_no;
-	if (pid < 0 && job.err_no == EPERM && geteuid() != 0)
+	pid_t pid = rk_netns_spawn(init_pid, argv, envp, log_fd, err_no);
+	if (pid < 0 && *err_no == EPERM && geteuid() != 0)
 		pid = net_spawn_in_userns(init_pid, argv, envp, log_fd, err_no); /* userns.c */
-	return (pid_t)pid;
+	return pid;
 }

@@ -1,6 +1,6 @@
 /*
- * The console passthrough of the machine-service plugin (relay/machine.h
- * `console`): GET /acquisition-capabilities (§3.2) and the console routes
+ * The typed console of the machine-service plugin (relay/machine.h
+ * `console_ops`): GET /acquisition-capabilities (§3.2) and the console routes
  * POST /machines/<vm>/console/{resolve,open,cancel} (§9). Answers are
  * returned as the service wrote them; the console plugin and the core
  * normalise them. Failures name the HTTP status and never the body (§9.1).
@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "relay_kit/console_ops.h"
 
 #include "ms_http.h"
 #include "ms_plugin.h"
@@ -81,42 +83,28 @@ static relay_status capabilities(ms_state *s, relay_call *call, char **out, rela
 	return status;
 }
 
-relay_status ms_console(relay_plugin_state *state, const char *lease_json, const char *op,
-                        const char *request_json, relay_call *call, unsigned flags, char **response_json_out,
-                        relay_error *err)
+/* The typed console (relay_kit/console_ops.h): capabilities, or the
+ * route of resolve, open and cancel for the lease document's lease_id. */
+static relay_status route(relay_plugin_state *state, const rk_console_request *q, relay_call *call,
+                          char **response_json_out, relay_error *err)
 {
 	ms_state *s = state;
 	const relay_host *host = s->host;
-	*response_json_out = NULL;
-	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown console flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
-	if (op == NULL)
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "%s: no console operation was named",
-		                       MS_PLUGIN_NAME);
-	if (strcmp(op, "capabilities") == 0)
+	if (q->kind == RK_CONSOLE_CAPABILITIES)
 		return capabilities(s, call, response_json_out, err);
-	bool resolve = strcmp(op, "resolve") == 0;
-	if (!resolve && strcmp(op, "open") != 0 && strcmp(op, "cancel") != 0)
-		return host->error_set(
-		    err, RELAY_E_UNSUPPORTED, 0,
-		    "%s: unknown console operation %s (capabilities, resolve, open, cancel)", MS_PLUGIN_NAME,
-		    op);
+	bool resolve = q->kind == RK_CONSOLE_RESOLVE;
+	const char *op = q->name;
 	ms_lease_ref ref;
-	relay_status status = ms_lease_ref_parse(s, lease_json, &ref, err);
+	relay_status status = ms_lease_ref_parse(s, q->lease_json, &ref, err);
 	if (status != RELAY_OK)
 		return status;
-	json_object *request =
-	    request_json ? ms_json_parse(request_json, strlen(request_json), NULL, 0) : NULL;
 	json_object *body = NULL;
 	char *path = NULL;
 	ms_reply reply;
 	memset(&reply, 0, sizeof reply);
-	const char *lease_id = rsj_get_str(request, "lease_id");
-	if (lease_id == NULL && ref.lease_id[0])
-		lease_id = ref.lease_id;
-	const char *console_id = rsj_get_str(request, "console_id");
-	const char *attempt_id = rsj_get_str(request, "attempt_id");
+	const char *lease_id = ref.lease_id[0] ? ref.lease_id : NULL;
+	const char *console_id = q->console_id;
+	const char *attempt_id = q->attempt_id;
 	if (!valid_identity(lease_id) ||
 	    (!resolve && (!valid_identity(console_id) || !valid_identity(attempt_id)))) {
 		status = host->error_set(
@@ -170,7 +158,8 @@ cleanup:
 	ms_reply_free(&reply);
 	free(path);
 	json_object_put(body);
-	json_object_put(request);
 	ms_lease_ref_free(&ref);
 	return status;
 }
+
+RK_CONSOLE_DEFINE_OPS(ms_console_ops, route);

@@ -28,7 +28,7 @@ static void check_capabilities(ms_state *s, relay_call *call, json_object *list)
 	char *caps_text = NULL;
 	relay_error err;
 	memset(&err, 0, sizeof err);
-	relay_status status = ms_console(s, NULL, "capabilities", NULL, call, 0, &caps_text, &err);
+	relay_status status = ms_console_ops.capabilities(s, call, 0, &caps_text, &err);
 	char detail[300];
 	if (status == RELAY_E_UNSUPPORTED) {
 		add_check(

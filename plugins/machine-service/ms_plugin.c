@@ -370,8 +370,8 @@ static const relay_machine_ops machine_ops = {
     .catalog = ms_catalog,
     .find_by_purpose = ms_find_by_purpose,
     .binding = ms_binding,
-    .console = ms_console,
     .doctor = ms_doctor,
+    .console_ops = &ms_console_ops,
 };
 
 /* ms_transport_exec fills a whole result; the caller's may be smaller

@@ -4,7 +4,7 @@
  * One shared object provides two kinds (spec/machine-service.md):
  *   machine    lease, renew, inspect, release and verify guests; images, the
  *              application catalog, find-by-purpose, the binding, the
- *              console passthrough and doctor checks (ms_lease.c,
+ *              typed console and doctor checks (ms_lease.c,
  *              ms_inventory.c, ms_console.c, ms_doctor.c);
  *   transport  exec, push and pull through the service's own routes
  *              (ms_transport.c), used whenever a lease carries no SSH
@@ -113,9 +113,8 @@ relay_status ms_catalog(relay_plugin_state *state, relay_call *call, unsigned fl
 relay_status ms_health_op(relay_plugin_state *state, relay_call *call, unsigned flags, char **health_json_out,
                           relay_error *err);
 relay_status ms_binding(relay_plugin_state *state, unsigned flags, char **binding_json_out, relay_error *err);
-relay_status ms_console(relay_plugin_state *state, const char *lease_json, const char *op,
-                        const char *request_json, relay_call *call, unsigned flags, char **response_json_out,
-                        relay_error *err);
+/* The typed console (ms_console.c, ABI 1.7). */
+extern const relay_machine_console_ops ms_console_ops;
 relay_status ms_doctor(relay_plugin_state *state, relay_call *call, unsigned flags, char **checks_json_out,
                        relay_error *err);
 

@@ -396,11 +396,4 @@ static const relay_plugin_descriptor rm_descriptor = {
 };
 
 /* exec() relies on RELAY_PROCESS_EXEC_RULES (ABI 1.2): refuse older hosts. */
-RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version);
-RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)
-{
-	if (RELAY_ABI_MAJOR(host_abi_version) != RELAY_ABI_VERSION_MAJOR ||
-	    RELAY_ABI_MINOR(host_abi_version) < 2)
-		return NULL;
-	return &rm_descriptor;
-}
+RELAY_PLUGIN_DEFINE_ENTRY_SINCE(rm_descriptor, 2)

@@ -170,6 +170,48 @@ static relay_status broken_pull(relay_plugin_state *s, relay_transport_conn *c, 
 }
 #endif
 
+#ifdef BREAK_CONSOLE /* check 46: a typed console whose open takes any attempt id */
+static relay_status console_answer(relay_plugin_state *s, unsigned flags, char **out, relay_error *err)
+{
+	*out = NULL;
+	if (flags != 0)
+		return relay_error_put(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown console flags");
+	*out = ((rm_state *)s)->host->strdup("{\"schemaVersion\":1}");
+	return RELAY_OK;
+}
+
+static relay_status broken_console_caps(relay_plugin_state *s, relay_call *c, unsigned flags, char **out,
+                                        relay_error *err)
+{
+	(void)c;
+	return console_answer(s, flags, out, err);
+}
+
+static relay_status broken_console_resolve(relay_plugin_state *s, const char *lease, relay_call *c,
+                                           unsigned flags, char **out, relay_error *err)
+{
+	(void)lease, (void)c;
+	return console_answer(s, flags, out, err);
+}
+
+static relay_status broken_console_attempt(relay_plugin_state *s, const char *lease, const char *console_id,
+                                           const char *attempt_id, relay_call *c, unsigned flags, char **out,
+                                           relay_error *err)
+{
+	(void)lease, (void)console_id, (void)attempt_id, (void)c;
+	return console_answer(s, flags, out, err);
+}
+
+static const relay_machine_console_ops broken_console_ops = {
+    .struct_size = sizeof(relay_machine_console_ops),
+    .capabilities = broken_console_caps,
+    .resolve = broken_console_resolve,
+    .open = broken_console_attempt,
+    .cancel = broken_console_attempt,
+};
+
+#endif
+
 /* ---- the tables with the broken slot -------------------------------------- */
 
 static relay_machine_ops broken_machine_ops(void)
@@ -183,6 +225,9 @@ static relay_machine_ops broken_machine_ops(void)
 #endif
 #ifdef BREAK_RELEASE
 	ops.release = broken_release;
+#endif
+#ifdef BREAK_CONSOLE
+	ops.console_ops = &broken_console_ops;
 #endif
 	return ops;
 }

@@ -52,6 +52,44 @@ static relay_status stub_plan(relay_plugin_state *s, const char *ctx, unsigned f
 	return RELAY_E_UNSUPPORTED;
 }
 
+static relay_status stub_caps(relay_plugin_state *s, relay_call *c, unsigned f, char **out, relay_error *e)
+{
+	(void)s, (void)c, (void)f, (void)out, (void)e;
+	return RELAY_E_UNSUPPORTED;
+}
+static relay_status stub_attempt(relay_plugin_state *s, const char *lease, const char *console_id,
+                                 const char *attempt_id, relay_call *c, unsigned f, char **out,
+                                 relay_error *e)
+{
+	(void)s, (void)lease, (void)console_id, (void)attempt_id, (void)c, (void)f, (void)out, (void)e;
+	return RELAY_E_UNSUPPORTED;
+}
+__attribute__((unused)) static relay_status stub_string_console(relay_plugin_state *s, const char *lease,
+                                                                const char *op, const char *request,
+                                                                relay_call *c, unsigned f, char **out,
+                                                                relay_error *e)
+{
+	(void)s, (void)lease, (void)op, (void)request, (void)c, (void)f, (void)out, (void)e;
+	return RELAY_E_UNSUPPORTED;
+}
+
+/* The typed console (ABI 1.7), broken by BREAK_CONSOLE_SIZE (a table of 8
+ * bytes), BREAK_CONSOLE_MISSING (no cancel) or BREAK_CONSOLE_BOTH (the
+ * string slot of 1.0-1.6 filled too). */
+#ifndef BREAK_CONSOLE_SIZE
+#define BREAK_CONSOLE_SIZE 0
+#endif
+#ifndef BREAK_CONSOLE_MISSING
+#define BREAK_CONSOLE_MISSING 0
+#endif
+static const relay_machine_console_ops console_ops = {
+    .struct_size = BREAK_CONSOLE_SIZE ? 8 : sizeof(relay_machine_console_ops),
+    .capabilities = stub_caps,
+    .resolve = stub_lease_op,
+    .open = stub_attempt,
+    .cancel = BREAK_CONSOLE_MISSING ? NULL : stub_attempt,
+};
+
 static relay_status plugin_init(const relay_host *host, const char *config, unsigned flags,
                                 relay_plugin_state **state_out, relay_error *err)
 {
@@ -77,6 +115,10 @@ static const relay_machine_ops machine_ops = {
 #endif
     .verify_destroyed = stub_lease_op,
     .images = stub_images,
+#ifdef BREAK_CONSOLE_BOTH
+    .console = stub_string_console,
+#endif
+    .console_ops = &console_ops,
 };
 
 static const relay_capture_ops capture_ops = {

@@ -85,7 +85,7 @@ def test_machine_local(binary):
     if why:
         skip(why)
     path = plugin_so(binary, "machine-local")
-    passes(binary, "machine", path, need=LEASE[:4] + LEASE[5:] + RESTART)
+    passes(binary, "machine", path, need=LEASE[:4] + LEASE[5:] + RESTART + [46])
     passes(binary, "transport", path, need=TRANSPORT + STREAM + HARD)
 
 
@@ -110,7 +110,7 @@ def test_machine_service_against_standin(binary):
     try:
         opts = json.dumps({"destructionCheck": "service"})
         path = plugin_so(binary, "machine-service")
-        passes(binary, "machine", path, "--service-url", s.url, "--options", opts, need=[10, 11, 12, 13, 15, 16])
+        passes(binary, "machine", path, "--service-url", s.url, "--options", opts, need=[10, 11, 12, 13, 15, 16, 46])
         # Its transport: the service joins stdout and stderr (RELAY_TRANSPORT_MERGED_OUTPUT), and its
         # exec has no cancellation (spec/machine-service.md §3.7: a dropped request leaves the command
         # running), which it declares (RELAY_TRANSPORT_EXEC_UNCANCELLABLE): check 60 fails with the
@@ -139,7 +139,8 @@ def test_machine_docker_against_podman(binary):
         if eng.runtime:
             opts["runtime"] = eng.runtime
         path = plugin_so(binary, "machine-docker")
-        passes(binary, "machine", path, "--options", json.dumps(opts), "--image", "minimal", need=[10, 11, 12, 15])
+        passes(binary, "machine", path, "--options", json.dumps(opts), "--image", "minimal",
+               need=[10, 11, 12, 15, 46])
         passes(binary, "transport", path, "--options", json.dumps(opts), "--image", "minimal",
                need=[20, 21, 30] + STREAM)
         # The same fault script as over reference-machine and machine-local (issue 26.4).
@@ -164,6 +165,8 @@ BROKEN = {
     "cancel": {60: "exec of sleep 3 whose call was cancelled after 500 ms answered RELAY_OK (it ran to its end)",
                61: "push of 1 MiB with a call cancelled as it began answered RELAY_OK",
                62: "pull of 1 MiB with a call cancelled as it began answered RELAY_OK"},
+    "console": {46: "the machine console's open with the attempt id \"bad id!\" answered RELAY_OK: refuse an "
+                    "invalid attempt id before launching anything"},
 }
 
 

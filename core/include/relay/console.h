@@ -3,8 +3,9 @@
  * console viewing (resolve, open on explicit user request, cancel).
  *
  * Shipped implementation: console-vnc. It reaches the machine backend
- * through the machine plugin's `console` passthrough (relay/machine.h), so
- * one console plugin serves machine-service (HTTP) and machine-local
+ * through the machine's typed console (relay_machine_console_ops of
+ * relay/machine.h, lent as relay_machine_link.console), so one console
+ * plugin serves machine-service (HTTP), machine-local and machine-docker
  * (x11vnc on the guest's own display) alike.
  *
  * Reports are JSON objects (UTF-8, owned by caller, free with host->free)
@@ -28,10 +29,19 @@ extern "C" {
 
 /* The machine plugin of the same profile, lent to the console plugin. */
 typedef struct relay_machine_link {
-	uint32_t struct_size;         /* sizeof(relay_machine_link) */
+	uint32_t struct_size;         /* sizeof(relay_machine_link) as the core compiled it */
 	const char *name;             /* machine plugin name; borrowed */
-	const relay_machine_ops *ops; /* borrowed; ops->console may be NULL */
+	const relay_machine_ops *ops; /* borrowed */
 	relay_plugin_state *state;    /* the machine plugin's state; borrowed */
+	/* ABI 1.7. The machine's console, typed; NULL when it has none. Call
+	 * its slots with `console_state`, never with `state`: for a machine
+	 * plugin of 1.0-1.6 that fills only the string slot `console` this is
+	 * the core's adapter (loader/console_adapt.c) and `console_state` the
+	 * adapter's own; for a 1.7 one, its console_ops and its state. Read
+	 * both only when RELAY_SIZED_HAS(link, console_state): a 1.0-1.6 host's
+	 * link ends at `state` (console-vnc refuses such hosts in its entry). */
+	const relay_machine_console_ops *console;
+	relay_plugin_state *console_state;
 } relay_machine_link;
 
 typedef struct relay_console_ops {

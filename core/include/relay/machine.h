@@ -161,11 +161,16 @@ typedef struct relay_machine_ops {
 	relay_status (*binding)(relay_plugin_state *state, unsigned flags, char **binding_json_out,
 	                        relay_error *err);
 
-	/* Console passthrough for console plugins (relay/console.h). `op`
-	 * (borrowed) is "capabilities", "resolve", "open" or "cancel";
-	 * `lease_json` is NULL for "capabilities"; `request_json` (borrowed)
-	 * the operation's body ({"lease_id", "console_id", "attempt_id"}).
-	 * *response_json_out (owned) is the backend's report, unnormalised. */
+	/* ABI 1.0-1.6: the console as one string switch. `op` (borrowed) is
+	 * "capabilities", "resolve", "open" or "cancel"; `lease_json` is NULL
+	 * for "capabilities"; `request_json` (borrowed) the operation's body
+	 * ({"lease_id", "console_id", "attempt_id"}). *response_json_out
+	 * (owned) is the backend's report, unnormalised. Superseded by
+	 * `console_ops` (1.7): a new plugin leaves this NULL. The core keeps an
+	 * older plugin that fills it working: the loader turns it into a
+	 * relay_machine_console_ops of its own (loader/console_adapt.c), so a
+	 * console plugin only ever sees the typed table. A table filling both
+	 * this slot and `console_ops` is refused (loader check 8). */
 	relay_status (*console)(relay_plugin_state *state, const char *lease_json, const char *op,
 	                        const char *request_json, relay_call *call, unsigned flags,
 	                        char **response_json_out, relay_error *err);
@@ -189,7 +194,65 @@ typedef struct relay_machine_ops {
 	 * it then refuses "allow" and "internet" at acquire. */
 	relay_status (*egress_listeners)(relay_plugin_state *state, const char *lease_json, unsigned flags,
 	                                 int fds_out[3], relay_error *err);
+
+	/* ABI 1.7. The console of this backend for console plugins
+	 * (relay/console.h), typed (relay_machine_console_ops below; static
+	 * storage). NULL = no console: acquire refuses "vnc": true and the
+	 * console tools answer that the backend has none. */
+	const struct relay_machine_console_ops *console_ops;
 } relay_machine_ops;
+
+/*
+ * ABI 1.7: the console sub-table (spec/machine-service.md §9). Every slot is
+ * required when the table is given; each refuses an unknown bit of `flags`
+ * (none is defined) with RELAY_E_UNSUPPORTED_FLAGS before anything else,
+ * and fills the caller's `err` on every failure. Reports and capabilities
+ * are JSON objects (UTF-8, owned by caller, free with host->free) as the
+ * backend wrote them; the console plugin and the core normalise them. After
+ * a failure *..._out is NULL. `lease_json` is the lease document (borrowed);
+ * its "lease_id" is the identity the backend checks ("Console lease identity
+ * mismatch" when it is not the backend's). `console_id` is the lease's
+ * "console"."console_id" and `attempt_id` the caller's attempt (both
+ * borrowed, 1 to 120 of [A-Za-z0-9_.-], starting with a letter or digit;
+ * RELAY_E_INVALID_ARGUMENT otherwise, "Invalid console request identity or
+ * fields"). No slot takes a time: a slot answers within the backend's own
+ * bounds (machine-local and machine-docker wait at most 15 s for x11vnc's
+ * banner) and `call` cancels it.
+ */
+typedef struct relay_machine_console_ops {
+	uint32_t struct_size; /* sizeof(relay_machine_console_ops) as compiled by the plugin */
+
+	/* Acquisition capabilities (spec/machine-service.md §3.2):
+	 * {"schemaVersion": 1, "options": {"vnc": {"default": false,
+	 * "backends": {"linux": {...}, "macos": {...}}}}}. No lease. */
+	relay_status (*capabilities)(relay_plugin_state *state, relay_call *call, unsigned flags,
+	                             char **capabilities_json_out, relay_error *err);
+
+	/* The console report of the lease (§9.2). No side effect.
+	 * RELAY_E_NOT_FOUND when the lease is not held or has no console
+	 * ("Console unavailable after restart or for this lease; ..."). */
+	relay_status (*resolve)(relay_plugin_state *state, const char *lease_json, relay_call *call,
+	                        unsigned flags, char **report_json_out, relay_error *err);
+
+	/* Opens viewing for attempt `attempt_id` of console `console_id`:
+	 * called only on an explicit user request. An attempt id seen before
+	 * answers its existing report and launches nothing. RELAY_E_REFUSED
+	 * with the spec's sentence when the console is revoked, another attempt
+	 * is active or the attempt limit is reached; RELAY_E_INDETERMINATE when
+	 * the outcome is unknown (resolve before another open). */
+	relay_status (*open)(relay_plugin_state *state, const char *lease_json, const char *console_id,
+	                     const char *attempt_id, relay_call *call, unsigned flags, char **report_json_out,
+	                     relay_error *err);
+
+	/* Stops what attempt `attempt_id` started (an attempt never opened is
+	 * recorded as cancelled). Never releases the guest. */
+	relay_status (*cancel)(relay_plugin_state *state, const char *lease_json, const char *console_id,
+	                       const char *attempt_id, relay_call *call, unsigned flags,
+	                       char **report_json_out, relay_error *err);
+} relay_machine_console_ops;
+
+/* Smallest console sub-table the loader accepts (all four slots). */
+#define RELAY_MACHINE_CONSOLE_OPS_MIN_SIZE (offsetof(relay_machine_console_ops, cancel) + sizeof(void *))
 
 /* Smallest machine ops table the 1.x loader accepts. */
 #define RELAY_MACHINE_OPS_MIN_SIZE (offsetof(relay_machine_ops, images) + sizeof(void *))

@@ -24,7 +24,10 @@
  *   6. the kinds provided include the profile slot it was chosen for;
  *   7. no plugin already loaded has the same name;
  *   8. the ops table of each kind provided is present, at least as large as
- *      its _MIN_SIZE, and has every required operation;
+ *      its _MIN_SIZE, and has every required operation; a machine table's
+ *      console_ops (1.7), when set, is at least
+ *      RELAY_MACHINE_CONSOLE_OPS_MIN_SIZE with all four slots, and is not
+ *      set together with the 1.0-1.6 string slot `console`;
  *   9. init() returns RELAY_OK.
  * After a successful init the object is never dlclose()d (its code may be
  * referenced by threads the plugin started); fini() is called at exit.
@@ -95,9 +98,10 @@ extern "C" {
 #define RELAY_ABI_VERSION_MAJOR 1u
 /* 1.1: RELAY_TRANSPORT_STDIO_BYTES; 1.2: RELAY_PROCESS_EXEC_RULES; 1.3: machine
  * egress_listeners; 1.4: RELAY_TRANSPORT_STREAM; 1.5: host->lease_changed and
- * the lease state "lost"; 1.6: the host's remove_tree and write_durable
+ * the lease state "lost"; 1.6: the host's remove_tree and write_durable;
+ * 1.7: the machine's typed console_ops and the machine link's console
  * (docs/plugin-abi.md) */
-#define RELAY_ABI_VERSION_MINOR      6u
+#define RELAY_ABI_VERSION_MINOR      7u
 #define RELAY_ABI_MAKE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define RELAY_ABI_VERSION            RELAY_ABI_MAKE(RELAY_ABI_VERSION_MAJOR, RELAY_ABI_VERSION_MINOR)
 #define RELAY_ABI_MAJOR(v)           ((uint32_t)(v) >> 16)
@@ -236,9 +240,10 @@ typedef const relay_plugin_descriptor *(*relay_plugin_entry_fn)(uint32_t host_ab
 /* Defines the exported entry of a plugin that works with every 1.x host:
  * it returns &descriptor (a static const relay_plugin_descriptor) to a host
  * of the same major version and refuses (NULL) any other. A plugin that
- * needs services of a later minor writes its own entry instead and refuses
- * older hosts there (plugins/reference/capture_reference.c spells the
- * entry out). Use once, at file scope:
+ * needs services of a later minor uses RELAY_PLUGIN_DEFINE_ENTRY_SINCE below,
+ * or writes its own entry and refuses older hosts there
+ * (plugins/reference/capture_reference.c spells the entry out). Use once,
+ * at file scope:
  *
  *     RELAY_PLUGIN_DEFINE_ENTRY(descriptor)
  */
@@ -247,6 +252,22 @@ typedef const relay_plugin_descriptor *(*relay_plugin_entry_fn)(uint32_t host_ab
 	RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)  \
 	{                                                                                                    \
 		return RELAY_ABI_MAJOR(host_abi_version) == RELAY_ABI_VERSION_MAJOR ? &(descriptor) : NULL;  \
+	}
+
+/* The entry of a plugin that needs the services of minor `min_minor` or
+ * later: it refuses (NULL) a host of another major or of an older minor,
+ * which the loader reports as check 3. Use once, at file scope:
+ *
+ *     RELAY_PLUGIN_DEFINE_ENTRY_SINCE(descriptor, 7)
+ */
+#define RELAY_PLUGIN_DEFINE_ENTRY_SINCE(descriptor, min_minor)                                               \
+	RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version); \
+	RELAY_PLUGIN_EXPORT const relay_plugin_descriptor *relay_plugin_entry_v1(uint32_t host_abi_version)  \
+	{                                                                                                    \
+		return RELAY_ABI_MAJOR(host_abi_version) == RELAY_ABI_VERSION_MAJOR &&                       \
+		               RELAY_ABI_MINOR(host_abi_version) >= (min_minor)                              \
+		           ? &(descriptor)                                                                   \
+		           : NULL;                                                                           \
 	}
 
 #ifdef __cplusplus

@@ -123,6 +123,7 @@ static const struct {
     {53, "stream: close ends the command's input"},
     {54, "stream: a broken stream says so"},
     {45, "console operations answer cleanly"},
+    {46, "the machine's typed console answers by its rules"},
     {60, "exec: a cancelled call ends the command"},
     {61, "push: a cancelled call stops it"},
     {62, "pull: a cancelled call stops it"},
@@ -304,6 +305,8 @@ static void run_checks(pt_run *run)
 	if (run->kind == RELAY_KIND_MACHINE ||
 	    (run->kind == RELAY_KIND_TRANSPORT && !run->lease_json && machine))
 		pt_machine_acquire(run);
+	if (machine) /* as the flags of every machine op are, whichever kind is tested */
+		pt_check_machine_console(run);
 	pt_check_flags(run);
 	if (run->kind == RELAY_KIND_MACHINE) {
 		pt_machine_lifecycle(run);

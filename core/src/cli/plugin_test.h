@@ -75,10 +75,11 @@ const char *pt_status(relay_status status);
  * NULL for an operation without one). */
 void pt_refusal(pt_run *run, const char *kind, const char *op, relay_status status, const relay_error *err,
                 char **out);
-void pt_check_tables(pt_run *run);  /* check 2 */
-void pt_check_flags(pt_run *run);   /* checks 3, 4, 5 */
-void pt_check_capture(pt_run *run); /* check 40 */
-void pt_check_console(pt_run *run); /* check 45 */
+void pt_check_tables(pt_run *run);          /* check 2 */
+void pt_check_flags(pt_run *run);           /* checks 3, 4, 5 */
+void pt_check_capture(pt_run *run);         /* check 40 */
+void pt_check_console(pt_run *run);         /* check 45 */
+void pt_check_machine_console(pt_run *run); /* check 46 (and 3-5 for its slots) */
 
 /* ---- plugin_test_machine.c ---- */
 void pt_machine_acquire(pt_run *run);   /* checks 10, 11 */

@@ -116,6 +116,67 @@ static relay_status check_required_ops(const loaded_plugin *p, const relay_plugi
 	return RELAY_OK;
 }
 
+/* Check 8, the machine's console (ABI 1.7): the typed table, when given,
+ * is large enough, has its four slots, and is not given together with the
+ * string slot of 1.0-1.6 (which of the two would answer is then unclear,
+ * so neither does). Fills p->machine_console: the copy, or the adapter
+ * over the string slot. */
+static relay_status check_machine_console(loaded_plugin *p, const char *name, relay_error *err)
+{
+	const relay_machine_console_ops *typed = p->machine.console_ops;
+	if (typed != NULL && p->machine.console != NULL)
+		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "plugin %s (%s) fills both the machine console slot of ABI 1.0-1.6 "
+		                       "and console_ops of 1.7: fill only console_ops",
+		                       name, p->path);
+	if (typed == NULL) {
+		if (p->machine.console != NULL) {
+			p->console_adapter.console = p->machine.console;
+			p->machine_console = console_adapter_ops;
+		}
+		return RELAY_OK;
+	}
+	if (typed->struct_size < RELAY_MACHINE_CONSOLE_OPS_MIN_SIZE)
+		return relay_error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "plugin %s (%s) has a machine console table of %u bytes, smaller than "
+		                       "the %zu bytes of plugin ABI 1.7",
+		                       name, p->path, typed->struct_size,
+		                       (size_t)RELAY_MACHINE_CONSOLE_OPS_MIN_SIZE);
+	copy_sized(&p->machine_console, sizeof p->machine_console, typed, typed->struct_size);
+	const struct {
+		const char *op;
+		const void *fn;
+	} slots[] = {
+	    {"capabilities", (const void *)p->machine_console.capabilities},
+	    {"resolve", (const void *)p->machine_console.resolve},
+	    {"open", (const void *)p->machine_console.open},
+	    {"cancel", (const void *)p->machine_console.cancel},
+	};
+	for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++)
+		if (slots[i].fn == NULL)
+			return relay_error_set(
+			    err, RELAY_E_INVALID_ARGUMENT, 0,
+			    "plugin %s (%s) lacks the required machine console operation %s", name, p->path,
+			    slots[i].op);
+	return RELAY_OK;
+}
+
+void loader_machine_link(loaded_plugin *p, relay_machine_link *out)
+{
+	memset(out, 0, sizeof *out);
+	out->struct_size = sizeof *out;
+	out->name = p->descriptor.name;
+	out->ops = &p->machine;
+	out->state = p->state;
+	if (p->machine_console.struct_size == 0)
+		return;
+	out->console = &p->machine_console;
+	/* The state as it is now (plugin-test's restart gives the plugin a new one). */
+	p->console_adapter.state = p->state;
+	out->console_state =
+	    p->console_adapter.console ? (relay_plugin_state *)&p->console_adapter : p->state;
+}
+
 static bool valid_plugin_name(const char *name)
 {
 	if (name == NULL || *name == '\0' || strlen(name) > 63)
@@ -284,6 +345,8 @@ relay_status loader_load(plugin_registry *registry, const char *path, relay_plug
 	if (desc->kinds & RELAY_KIND_CONSOLE)
 		copy_sized(&p->console, sizeof p->console, desc->console, desc->console_ops_size);
 	status = check_required_ops(p, desc, err);
+	if (status == RELAY_OK && (desc->kinds & RELAY_KIND_MACHINE))
+		status = check_machine_console(p, name, err);
 	if (status != RELAY_OK)
 		goto fail;
 

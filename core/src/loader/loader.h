@@ -17,6 +17,8 @@
 #include "relay/plugin.h"
 #include "relay/transport.h"
 
+#include "loader/console_adapt.h"
+
 #define LOADER_MAX_PLUGINS 16
 
 /* One loaded plugin. Descriptor and ops tables are zero-filled copies of
@@ -32,6 +34,12 @@ typedef struct loaded_plugin {
 	relay_console_ops console;
 	relay_plugin_state *state; /* from init() */
 	bool initialised;
+	/* The machine's console, typed (ABI 1.7): a zero-filled copy of the
+	 * plugin's console_ops, or console_adapter_ops over its 1.0-1.6 string
+	 * slot (console_adapter); zeroed when it has neither.
+	 * loader_machine_link() lends it with the state its slots take. */
+	relay_machine_console_ops machine_console;
+	console_adapter console_adapter;
 } loaded_plugin;
 
 typedef struct plugin_registry {
@@ -49,6 +57,10 @@ typedef struct plugin_registry {
  * loader message. */
 relay_status loader_load(plugin_registry *registry, const char *path, relay_plugin_kind slot,
                          const char *config_json, loaded_plugin **out, relay_error *err);
+
+/* The machine link a console plugin gets for the machine plugin `p`
+ * (relay/console.h): its name, ops and state, and its typed console. */
+void loader_machine_link(loaded_plugin *p, relay_machine_link *out);
 
 /* Calls fini() of every initialised plugin, in reverse load order, and frees
  * the registry's records (handles stay open). */

@@ -205,12 +205,8 @@ void backends_load(relay_backends *b, const relay_settings *s)
 		free(state_dir);
 		free(path);
 	}
-	if (b->plugins[SLOT_MACHINE]) {
-		b->machine_link.struct_size = sizeof b->machine_link;
-		b->machine_link.name = b->plugins[SLOT_MACHINE]->descriptor.name;
-		b->machine_link.ops = &b->plugins[SLOT_MACHINE]->machine;
-		b->machine_link.state = b->plugins[SLOT_MACHINE]->state;
-	}
+	if (b->plugins[SLOT_MACHINE])
+		loader_machine_link(b->plugins[SLOT_MACHINE], &b->machine_link);
 	pthread_mutex_lock(&b->lock);
 	b->loaded = true;
 	pthread_cond_broadcast(&b->ready);

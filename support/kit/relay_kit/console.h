@@ -6,6 +6,10 @@
  * capabilities, the spec's refusal sentences, and the viewer on this host
  * (MCP_RELAY_VNC_VIEWER: a program, "browser" for the live view, or unset).
  *
+ * A plugin's typed console (relay_machine_console_ops, ABI 1.7) is
+ * RK_CONSOLE_DEFINE_OPS(table, route) of relay_kit/console_ops.h, its
+ * route making the call's rk_console and calling rk_console_ledger.
+ *
  * The ledger lives in the record as
  *   "console":        the last report (the lease document's "console"),
  *   "consolePrivate": {"attempts": {<attempt id>: {...}}, "order": [ids],
@@ -31,6 +35,7 @@
 #include <sys/types.h>
 
 #include "relay/host.h"
+#include "relay_kit/console_ops.h"
 
 #define RK_CONSOLE_VNC_PORT     5900
 #define RK_CONSOLE_MAX_ATTEMPTS 64
@@ -48,13 +53,16 @@ typedef struct rk_console_backend {
 	/* Writes the record durably: 0, or -1 with errno. */
 	int (*write)(void *ctx, json_object *record);
 	/* Whether the guest runs, before an operation (op: "resolve", "open"
-	 * or "cancel"): 1 runs, 0 does not, -1 refused (err set). */
+	 * or "cancel"): 1 runs, with *init_pid_out the host pid of its init
+	 * (whose network namespace x11vnc listens in), 0 does not, -1 refused
+	 * (err set). */
 	int (*guest_state)(void *ctx, json_object *record, const char *op, relay_call *call,
-	                   relay_error *err);
-	/* Starts x11vnc and the viewer for a new attempt (status "preparing");
-	 * sets the attempt's status and reason either way. */
+	                   pid_t *init_pid_out, relay_error *err);
+	/* Starts x11vnc and the viewer for a new attempt (status "preparing")
+	 * of the guest whose init is init_pid; sets the attempt's status and
+	 * reason either way. */
 	relay_status (*open)(void *ctx, json_object *record, const char *attempt_id, json_object *attempt,
-	                     relay_call *call, relay_error *err);
+	                     pid_t init_pid, relay_call *call, relay_error *err);
 	/* Stops the attempt's viewer and, when the guest runs, its x11vnc;
 	 * sets viewer_cleanup. */
 	void (*stop)(void *ctx, json_object *record, json_object *attempt, bool guest_runs);
@@ -72,11 +80,13 @@ typedef struct rk_console {
 
 /* ---- the ledger and the report (console.c) ------------------------------------------ */
 
-/* The console operation `op` ("capabilities", "resolve", "open", "cancel")
- * on the lease of `lease_json` with the request body `request_json`; the
- * answer (the report) in *response_out (host->strdup). */
-relay_status rk_console_op(const rk_console *c, const char *lease_json, const char *op,
-                           const char *request_json, relay_call *call, char **response_out, relay_error *err);
+/* Answers request `q` of the typed console (relay_kit/console_ops.h) over
+ * the ledger: capabilities from the backend; resolve, open and cancel on
+ * the record of the lease document's vm, under its lock, with the spec's
+ * refusals. The answer (the report) in *out (host->strdup). A plugin's
+ * rk_console_route_fn makes its rk_console and calls this. */
+relay_status rk_console_ledger(const rk_console *c, const rk_console_request *q, relay_call *call, char **out,
+                               relay_error *err);
 /* Gives a record acquired with a console its console id and first report
  * (ready) and an empty ledger. */
 void rk_console_prepare(const rk_console *c, json_object *record);

@@ -9,7 +9,7 @@
  * A plugin state that uses the front begins with an rk_machine (the host,
  * the backend's table, its store and endpoint); the plugin's
  * relay_machine_ops lists RK_MACHINE_FRONT and adds the slots the front does
- * not serve (console, egress_listeners). The front answers binding itself.
+ * not serve (console_ops, egress_listeners). The front answers binding itself.
  */
 #ifndef RELAY_KIT_MACHINE_H
 #define RELAY_KIT_MACHINE_H

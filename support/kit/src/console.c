@@ -227,11 +227,10 @@ void rk_console_stop_all(const rk_console *c, json_object *record)
 /* ---- the operations -------------------------------------------------------------------- */
 
 /* The record's identity checks of a request (the spec's sentences). */
-static relay_status check_request(const rk_console *c, json_object *record, json_object *body, const char *op,
-                                  relay_error *err)
+static relay_status check_request(const rk_console *c, json_object *record, const rk_console_request *q,
+                                  const char *lease_id, relay_error *err)
 {
 	const relay_host *h = c->host;
-	const char *lease_id = rsj_get_str(body, "lease_id");
 	const char *held = rsj_get_str(record, "lease_id");
 	if (lease_id == NULL || held == NULL || strcmp(lease_id, held) != 0)
 		return h->error_set(err, RELAY_E_REFUSED, 0, "Console lease identity mismatch");
@@ -240,20 +239,19 @@ static relay_status check_request(const rk_console *c, json_object *record, json
 		return h->error_set(err, RELAY_E_NOT_FOUND, 0,
 		                    "this guest was acquired without a console; console sharing is never "
 		                    "added to an existing lease");
-	if (strcmp(op, "resolve") == 0)
+	if (q->kind == RK_CONSOLE_RESOLVE)
 		return RELAY_OK;
-	const char *console_id = rsj_get_str(body, "console_id");
 	const char *own = rsj_get_str(console, "console_id");
-	if (console_id == NULL || own == NULL || strcmp(console_id, own) != 0)
+	if (q->console_id == NULL || own == NULL || strcmp(q->console_id, own) != 0)
 		return h->error_set(err, RELAY_E_REFUSED, 0, "Console identity mismatch");
-	if (!valid_attempt_id(rsj_get_str(body, "attempt_id")))
+	if (!valid_attempt_id(q->attempt_id))
 		return h->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                    "Invalid console request identity or fields");
 	return RELAY_OK;
 }
 
 /* Opens attempt `attempt_id` (new) when the console is ready. */
-static relay_status op_open(const rk_console *c, json_object *record, const char *attempt_id, bool runs,
+static relay_status op_open(const rk_console *c, json_object *record, const char *attempt_id, pid_t init_pid,
                             relay_call *call, relay_error *err)
 {
 	const relay_host *h = c->host;
@@ -261,6 +259,7 @@ static relay_status op_open(const rk_console *c, json_object *record, const char
 	json_object *attempts = rsj_get_obj(priv, "attempts");
 	json_object *order = NULL;
 	json_object_object_get_ex(priv, "order", &order);
+	bool runs = init_pid > 0;
 	json_object *cur = rk_console_report(c, record, NULL, runs);
 	bool ready = strcmp(rsj_get_str(cur, "status"), "ready") == 0;
 	json_object_put(cur);
@@ -280,7 +279,7 @@ static relay_status op_open(const rk_console *c, json_object *record, const char
 	json_object_object_add(attempts, attempt_id, attempt);
 	json_object_array_add(order, json_object_new_string(attempt_id));
 	put_text(priv, "current", attempt_id);
-	relay_status s = c->ops->open(c->ctx, record, attempt_id, attempt, call, err);
+	relay_status s = c->ops->open(c->ctx, record, attempt_id, attempt, init_pid, call, err);
 	json_object_object_add(record, "console", rk_console_report(c, record, NULL, runs));
 	if (c->ops->write(c->ctx, record) != 0 && s == RELAY_OK)
 		s = h->error_set(err, RELAY_E_INDETERMINATE, errno,
@@ -323,8 +322,9 @@ static relay_status answer(const rk_console *c, json_object *out, char **respons
 }
 
 /* resolve, open, cancel on the record of the lease, under its lock. */
-static relay_status on_record(const rk_console *c, const char *vm, json_object *body, const char *op,
-                              relay_call *call, char **response_out, relay_error *err)
+static relay_status on_record(const rk_console *c, const char *vm, const char *lease_id,
+                              const rk_console_request *q, relay_call *call, char **response_out,
+                              relay_error *err)
 {
 	int lock = -1, e = 0;
 	json_object *record = c->ops->lock_read(c->ctx, vm, &lock, &e), *out = NULL;
@@ -336,21 +336,23 @@ static relay_status on_record(const rk_console *c, const char *vm, json_object *
 		                       vm);
 		goto done;
 	}
-	s = check_request(c, record, body, op, err);
-	int runs = s == RELAY_OK ? c->ops->guest_state(c->ctx, record, op, call, err) : -1;
+	s = check_request(c, record, q, lease_id, err);
+	pid_t init_pid = 0;
+	int runs = s == RELAY_OK ? c->ops->guest_state(c->ctx, record, q->name, call, &init_pid, err) : -1;
 	if (s == RELAY_OK && runs < 0)
 		s = err ? err->code : RELAY_E_REFUSED;
 	if (s != RELAY_OK)
 		goto done;
-	const char *attempt_id = rsj_get_str(body, "attempt_id");
-	if (strcmp(op, "open") == 0 &&
-	    rsj_get_obj(rsj_get_obj(private_of(record), "attempts"), attempt_id) == NULL)
-		s = op_open(c, record, attempt_id, runs == 1, call, err);
-	else if (strcmp(op, "cancel") == 0)
-		s = op_cancel(c, record, attempt_id, runs == 1, err);
+	if (runs != 1)
+		init_pid = 0;
+	if (q->kind == RK_CONSOLE_OPEN &&
+	    rsj_get_obj(rsj_get_obj(private_of(record), "attempts"), q->attempt_id) == NULL)
+		s = op_open(c, record, q->attempt_id, init_pid, call, err);
+	else if (q->kind == RK_CONSOLE_CANCEL)
+		s = op_cancel(c, record, q->attempt_id, runs == 1, err);
 	if (s != RELAY_OK)
 		goto done;
-	out = rk_console_report(c, record, strcmp(op, "resolve") == 0 ? NULL : attempt_id, runs == 1);
+	out = rk_console_report(c, record, q->kind == RK_CONSOLE_RESOLVE ? NULL : q->attempt_id, runs == 1);
 	s = answer(c, out, response_out, err);
 done:
 	json_object_put(out);
@@ -360,30 +362,24 @@ done:
 	return s;
 }
 
-relay_status rk_console_op(const rk_console *c, const char *lease_json, const char *op,
-                           const char *request_json, relay_call *call, char **response_out, relay_error *err)
+relay_status rk_console_ledger(const rk_console *c, const rk_console_request *q, relay_call *call, char **out,
+                               relay_error *err)
 {
-	*response_out = NULL;
-	if (op == NULL)
-		return c->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "console needs an operation");
-	if (strcmp(op, "capabilities") == 0) {
+	*out = NULL;
+	if (q->kind == RK_CONSOLE_CAPABILITIES) {
 		json_object *caps = c->ops->capabilities(c->ctx, call);
-		relay_status s = answer(c, caps, response_out, err);
+		relay_status s = answer(c, caps, out, err);
 		json_object_put(caps);
 		return s;
 	}
-	if (strcmp(op, "resolve") != 0 && strcmp(op, "open") != 0 && strcmp(op, "cancel") != 0)
-		return c->host->error_set(err, RELAY_E_UNSUPPORTED, 0, "unknown console operation %s", op);
-	json_object *lease = lease_json ? json_tokener_parse(lease_json) : NULL;
-	json_object *body = request_json ? json_tokener_parse(request_json) : NULL;
+	json_object *lease = q->lease_json ? json_tokener_parse(q->lease_json) : NULL;
 	const char *vm = rsj_get_str(lease, "vm");
 	relay_status s;
-	if (vm == NULL || body == NULL || (c->ops->valid_name && !c->ops->valid_name(vm)))
+	if (vm == NULL || (c->ops->valid_name && !c->ops->valid_name(vm)))
 		s = c->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
-		                       "console needs a lease document and a request body");
+		                       "console %s needs a lease document naming its vm", q->name);
 	else
-		s = on_record(c, vm, body, op, call, response_out, err);
+		s = on_record(c, vm, rsj_get_str(lease, "lease_id"), q, call, out, err);
 	json_object_put(lease);
-	json_object_put(body);
 	return s;
 }

@@ -72,6 +72,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,13 +200,59 @@ static relay_status fs_doctor(relay_plugin_state *s, relay_call *call, unsigned 
 	           st->machine.doctor(st->inner_state, call, flags, out, err));
 }
 
-static relay_status fs_console(relay_plugin_state *s, const char *lease, const char *op, const char *request,
-                               relay_call *call, unsigned flags, char **out, relay_error *err)
+/* The wrapped plugin's typed console (ABI 1.7), forwarded like the rest
+ * (op names "console_capabilities", "console_resolve", ...). */
+static relay_status fs_console_capabilities(relay_plugin_state *s, relay_call *call, unsigned flags,
+                                            char **out, relay_error *err)
 {
 	fs_state *st = s;
-	FS_FORWARD(st, "console", lease, -1, call, out, err, st->machine.console != NULL,
-	           st->machine.console(st->inner_state, lease, op, request, call, flags, out, err));
+	const relay_machine_console_ops *c = st->machine.console_ops;
+	FS_FORWARD(st, "console_capabilities", NULL, -1, call, out, err, c != NULL,
+	           c->capabilities(st->inner_state, call, flags, out, err));
 }
+
+static relay_status fs_console_resolve(relay_plugin_state *s, const char *lease, relay_call *call,
+                                       unsigned flags, char **out, relay_error *err)
+{
+	fs_state *st = s;
+	const relay_machine_console_ops *c = st->machine.console_ops;
+	FS_FORWARD(st, "console_resolve", lease, -1, call, out, err, c != NULL,
+	           c->resolve(st->inner_state, lease, call, flags, out, err));
+}
+
+/* open and cancel, forwarded as "console_open" and "console_cancel". */
+static relay_status fs_console_attempt(relay_plugin_state *s, bool open, const char *lease,
+                                       const char *console_id, const char *attempt_id, relay_call *call,
+                                       unsigned flags, char **out, relay_error *err)
+{
+	fs_state *st = s;
+	const relay_machine_console_ops *c = st->machine.console_ops;
+	FS_FORWARD(st, open ? "console_open" : "console_cancel", lease, -1, call, out, err, c != NULL,
+	           (open ? c->open : c->cancel)(st->inner_state, lease, console_id, attempt_id, call, flags,
+	                                        out, err));
+}
+
+static relay_status fs_console_open(relay_plugin_state *s, const char *lease, const char *console_id,
+                                    const char *attempt_id, relay_call *call, unsigned flags, char **out,
+                                    relay_error *err)
+{
+	return fs_console_attempt(s, true, lease, console_id, attempt_id, call, flags, out, err);
+}
+
+static relay_status fs_console_cancel(relay_plugin_state *s, const char *lease, const char *console_id,
+                                      const char *attempt_id, relay_call *call, unsigned flags, char **out,
+                                      relay_error *err)
+{
+	return fs_console_attempt(s, false, lease, console_id, attempt_id, call, flags, out, err);
+}
+
+static const relay_machine_console_ops fs_console_ops = {
+    .struct_size = sizeof(relay_machine_console_ops),
+    .capabilities = fs_console_capabilities,
+    .resolve = fs_console_resolve,
+    .open = fs_console_open,
+    .cancel = fs_console_cancel,
+};
 
 /* The real plugin's binding, or the record the core would make for it. */
 static relay_status fs_binding(relay_plugin_state *s, unsigned flags, char **out, relay_error *err)
@@ -245,8 +292,8 @@ static const relay_machine_ops fs_machine_ops = {
     .catalog = fs_catalog,
     .find_by_purpose = fs_find_by_purpose,
     .binding = fs_binding,
-    .console = fs_console,
     .doctor = fs_doctor,
+    .console_ops = &fs_console_ops,
     /* egress_listeners: NULL, so the relay refuses "allow" and "internet"
      * guests of a wrapped plugin at acquire. */
 };

@@ -175,19 +175,27 @@ static void test_duplicate_name_and_no_dlclose(void **state)
 	dlclose(still); /* drops only the reference this check took */
 }
 
+/* Loads tests/abi/<name>.so for `slot`, which must succeed. */
+static loaded_plugin *load_ok(plugin_registry *registry, const char *name, relay_plugin_kind slot)
+{
+	char path[PATH_MAX];
+	plugin_path(name, path, sizeof path);
+	loaded_plugin *p = NULL;
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	if (loader_load(registry, path, slot, "{}", &p, &err) != RELAY_OK)
+		fail_msg("%s: %s", name, err.message);
+	return p;
+}
+
 /* A transport built against ABI 1.1 (its table ends at pull) loads, and the
  * stream slots of ABI 1.4 read as NULL: the core keeps it off the resident
  * channel (spec/guest.md §17) on the one-shot path. */
 static void test_older_transport_loads_without_stream(void **state)
 {
 	(void)state;
-	char path[PATH_MAX];
-	plugin_path("abi-old-transport", path, sizeof path);
 	plugin_registry registry = {0};
-	loaded_plugin *p = NULL;
-	relay_error err;
-	memset(&err, 0, sizeof err);
-	assert_int_equal(loader_load(&registry, path, RELAY_KIND_TRANSPORT, "{}", &p, &err), RELAY_OK);
+	loaded_plugin *p = load_ok(&registry, "abi-old-transport", RELAY_KIND_TRANSPORT);
 	assert_non_null(p->transport.exec);
 	assert_non_null(p->transport.pull);
 	assert_null(p->transport.stream_open);
@@ -196,6 +204,73 @@ static void test_older_transport_loads_without_stream(void **state)
 	assert_null(p->transport.stream_close);
 	assert_int_equal(p->transport.traits & RELAY_TRANSPORT_STREAM, 0);
 	assert_int_equal(p->transport.struct_size, RELAY_TRANSPORT_OPS_MIN_SIZE);
+	loader_shutdown(&registry);
+}
+
+/* Check 8 for the typed console of ABI 1.7: a table too small, a NULL
+ * slot, and a table given with the string slot of 1.0-1.6 too. */
+static void test_machine_console_table(void **state)
+{
+	(void)state;
+	expect_failure("abi-console-size", RELAY_KIND_MACHINE,
+	               "plugin abi-broken ({path}) has a machine console table of 8 bytes, smaller than the "
+	               "40 bytes of plugin ABI 1.7");
+	expect_failure("abi-console-missing", RELAY_KIND_MACHINE,
+	               "plugin abi-broken ({path}) lacks the required machine console operation cancel");
+	expect_failure("abi-console-both", RELAY_KIND_MACHINE,
+	               "plugin abi-broken ({path}) fills both the machine console slot of ABI 1.0-1.6 and "
+	               "console_ops of 1.7: fill only console_ops");
+	/* A good typed table is lent as it is, with the plugin's state. */
+	plugin_registry registry = {0};
+	loaded_plugin *p = load_ok(&registry, "abi-good", RELAY_KIND_MACHINE);
+	relay_machine_link link;
+	loader_machine_link(p, &link);
+	assert_non_null(link.console);
+	assert_ptr_equal(link.console->cancel, p->machine.console_ops->cancel);
+	assert_ptr_equal(link.console_state, p->state);
+	loader_shutdown(&registry);
+}
+
+/* A machine built against ABI 1.6 with the string console loads, and the
+ * typed console lent to console plugins reaches its slot through the
+ * adapter with the operation and body a 1.6 console plugin sent. */
+static void answer_is(relay_status st, char **out, const char *expected)
+{
+	assert_int_equal(st, RELAY_OK);
+	assert_string_equal(*out, expected);
+	free(*out);
+	*out = NULL;
+}
+
+static void test_older_machine_console_adapted(void **state)
+{
+	(void)state;
+	plugin_registry registry = {0};
+	loaded_plugin *p = load_ok(&registry, "abi-old-console", RELAY_KIND_MACHINE);
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	assert_null(p->machine.console_ops); /* past a 1.6 table's size */
+	relay_machine_link link;
+	loader_machine_link(p, &link);
+	assert_ptr_equal(link.console, &p->machine_console);
+	assert_ptr_equal(link.console->open, console_adapter_ops.open);
+	const relay_machine_console_ops *c = link.console;
+	void *cs = link.console_state;
+	const char *lease = "{\"vm\":\"v1\",\"lease_id\":\"L1\"}";
+	char *out = NULL;
+	answer_is(c->capabilities(cs, NULL, 0, &out, &err), &out, "{\"op\":\"capabilities\",\"body\":{}}");
+	answer_is(c->resolve(cs, lease, NULL, 0, &out, &err), &out,
+	          "{\"op\":\"resolve\",\"body\":{\"lease_id\":\"L1\"}}");
+	answer_is(
+	    c->open(cs, lease, "c1", "a1", NULL, 0, &out, &err), &out,
+	    "{\"op\":\"open\",\"body\":{\"lease_id\":\"L1\",\"console_id\":\"c1\",\"attempt_id\":\"a1\"}}");
+	answer_is(
+	    c->cancel(cs, lease, "c1", "a1", NULL, 0, &out, &err), &out,
+	    "{\"op\":\"cancel\",\"body\":{\"lease_id\":\"L1\",\"console_id\":\"c1\",\"attempt_id\":\"a1\"}}");
+	/* R1 in the adapter: the typed slots know no flag. */
+	assert_int_equal(c->cancel(cs, lease, "c1", "a1", NULL, 0x2, &out, &err), RELAY_E_UNSUPPORTED_FLAGS);
+	assert_string_equal(err.message, "unknown console cancel flags 0x2");
+	assert_null(out);
 	loader_shutdown(&registry);
 }
 
@@ -231,6 +306,8 @@ int main(void)
 	    cmocka_unit_test(test_init_failed),
 	    cmocka_unit_test(test_duplicate_name_and_no_dlclose),
 	    cmocka_unit_test(test_older_transport_loads_without_stream),
+	    cmocka_unit_test(test_machine_console_table),
+	    cmocka_unit_test(test_older_machine_console_adapted),
 	    cmocka_unit_test(test_find_plugin_search_path),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,11 +1,10 @@
 /*
  * test_console_vnc_normalise — plugins/console-vnc through the real loader,
- * against a machine link whose console passthrough answers what the test
- * sets: schemaVersion checks, token normalisation ("unknown" and null
- * reasons), booleans or "unknown", the allow-list, the exact request body
- * the backend receives, errors passed through, a machine plugin without a
- * console, and id checks. (The real passthrough of machine-local is tested
- * in test_machine_local_display.)
+ * against a machine link whose console (a string slot behind the core's
+ * adapter of ABI 1.0-1.6 plugins) answers what the test sets: schemaVersion checks, token normalisation
+ * ("unknown" and null reasons), booleans or "unknown", the allow-list, the exact request body the backend
+ * receives, errors passed through, a machine plugin without a console, and id checks. (The real typed console
+ * of machine-local is tested in test_machine_local_display.)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -74,7 +73,10 @@ static void test_capabilities(void **state)
 	memset(&g_ops, 0, sizeof g_ops);
 	g_ops.struct_size = sizeof g_ops;
 	g_ops.console = fake_console;
-	relay_machine_link link = {sizeof link, "fake", &g_ops, NULL};
+	/* The string slot reached through the core's adapter, as a 1.0-1.6
+	 * machine plugin is (loader/console_adapt.c). */
+	console_adapter adapter = {fake_console, NULL};
+	relay_machine_link link = {sizeof link, "fake", &g_ops, NULL, &console_adapter_ops, &adapter};
 	g_status = RELAY_OK;
 	g_answer = "{\"schemaVersion\":1,\"options\":{\"vnc\":{\"default\":false,\"backends\":{"
 	           "\"linux\":{\"available\":true,\"status\":\"configured\",\"backend\":\"x11vnc\","
@@ -118,8 +120,9 @@ static void test_capabilities(void **state)
 	assert_string_equal(err.message, "unsupported or malformed acquisition-capabilities schema");
 	g_answer = "{\"schemaVersion\":2}";
 	assert_int_equal(p->console.capabilities(p->state, &link, NULL, 0, &out, &err), RELAY_E_PROTOCOL);
-	/* A machine plugin without a console passthrough. */
+	/* A machine plugin without a console. */
 	g_ops.console = NULL;
+	link.console = NULL;
 	assert_int_equal(p->console.capabilities(p->state, &link, NULL, 0, &out, &err), RELAY_E_UNSUPPORTED);
 	assert_non_null(strstr(err.message, "lacks acquisition capabilities"));
 	assert_int_equal(p->console.capabilities(p->state, &link, NULL, 1, &out, &err),
@@ -135,7 +138,10 @@ static void test_reports(void **state)
 	memset(&g_ops, 0, sizeof g_ops);
 	g_ops.struct_size = sizeof g_ops;
 	g_ops.console = fake_console;
-	relay_machine_link link = {sizeof link, "fake", &g_ops, NULL};
+	/* The string slot reached through the core's adapter, as a 1.0-1.6
+	 * machine plugin is (loader/console_adapt.c). */
+	console_adapter adapter = {fake_console, NULL};
+	relay_machine_link link = {sizeof link, "fake", &g_ops, NULL, &console_adapter_ops, &adapter};
 	g_status = RELAY_OK;
 	g_answer =
 	    "{\"schemaVersion\":1,\"vm\":\"local-x-1\",\"lease_id\":\"abc123\",\"console_id\":\"c1\","

@@ -114,23 +114,24 @@ static void test_no_engine_and_input_checks(void **state)
 	assert_true(p->descriptor.kinds & RELAY_KIND_TRANSPORT);
 	assert_true(p->transport.traits & RELAY_TRANSPORT_STDIO_BYTES);
 
-	/* The console passthrough answers capabilities without an engine: a unix://
+	/* The typed console answers capabilities without an engine: a unix://
 	 * endpoint is on this host, so linux is offered to root (who can enter a
-	 * container's network namespace); macos never. */
+	 * container's network namespace); macos never. No string slot. */
 	char *out = NULL;
-	assert_non_null(p->machine.console);
-	assert_int_equal(p->machine.console(p->state, NULL, "capabilities", "{}", NULL, 0, &out, &err),
-	                 RELAY_OK);
+	assert_null(p->machine.console);
+	const relay_machine_console_ops *console = p->machine.console_ops;
+	assert_non_null(console);
+	assert_int_equal(console->capabilities(p->state, NULL, 0, &out, &err), RELAY_OK);
 	assert_non_null(strstr(out, "not-offered-by-machine-docker"));
 	if (geteuid() == 0)
 		assert_non_null(strstr(out, "\"available\":true,\"status\":\"configured\""));
 	free(out);
 	out = NULL;
-	assert_int_equal(p->machine.console(p->state, "{}", "open", "{}", NULL, 0, &out, &err),
+	assert_int_equal(console->open(p->state, "{}", "c", "a1", NULL, 0, &out, &err),
 	                 RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(err.message, "console open needs a lease document naming its vm");
 	assert_null(out);
-	assert_int_equal(p->machine.console(p->state, "{}", "reboot", "{}", NULL, 0, &out, &err),
-	                 RELAY_E_UNSUPPORTED);
+	assert_int_equal(console->resolve(p->state, "{}", NULL, 0x4, &out, &err), RELAY_E_UNSUPPORTED_FLAGS);
 	assert_null(out);
 
 	/* Nothing at the endpoint: unavailable, naming it and how to start one. */

@@ -307,7 +307,10 @@ static void test_vnc_console(void **state)
 	ml_env e;
 	ml_load(&e, NULL);
 	loaded_plugin *vnc = load_other(&e, "console-vnc", RELAY_KIND_CONSOLE);
-	relay_machine_link link = {sizeof link, "machine-local", &e.p->machine, e.p->state};
+	relay_machine_link link;
+	loader_machine_link(e.p, &link); /* the typed console (ABI 1.7), as the core lends it */
+	assert_ptr_equal(link.console_state, e.p->state);
+	assert_null(e.p->machine.console);
 
 	json_object *caps = console_call(vnc, &link, NULL, "capabilities", NULL, NULL, RELAY_OK);
 	json_object *linux_b = jsonx_get_obj(

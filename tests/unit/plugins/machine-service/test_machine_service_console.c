@@ -31,12 +31,22 @@ static void start_vnc(void)
 	ms_load(&fx, "{\"destructionCheck\":\"service\"}");
 }
 
-static relay_status console_op(const char *lease, const char *op, const char *request, char **out,
-                               relay_error *err)
+/* One call of the typed console (relay/machine.h console_ops): op
+ * "capabilities", "resolve", "open" or "cancel". */
+static relay_status console_op(const char *lease, const char *op, const char *console_id,
+                               const char *attempt_id, char **out, relay_error *err)
 {
 	memset(err, 0, sizeof *err);
 	*out = NULL;
-	return fx.plugin->machine.console(fx.plugin->state, lease, op, request, NULL, 0, out, err);
+	const relay_machine_console_ops *c = fx.plugin->machine.console_ops;
+	relay_plugin_state *st = fx.plugin->state;
+	if (strcmp(op, "capabilities") == 0)
+		return c->capabilities(st, NULL, 0, out, err);
+	if (strcmp(op, "resolve") == 0)
+		return c->resolve(st, lease, NULL, 0, out, err);
+	if (strcmp(op, "open") == 0)
+		return c->open(st, lease, console_id, attempt_id, NULL, 0, out, err);
+	return c->cancel(st, lease, console_id, attempt_id, NULL, 0, out, err);
 }
 
 static void test_capabilities(void **state)
@@ -45,7 +55,7 @@ static void test_capabilities(void **state)
 	start_vnc();
 	char *out = NULL;
 	relay_error err;
-	assert_int_equal(console_op(NULL, "capabilities", NULL, &out, &err), RELAY_OK);
+	assert_int_equal(console_op(NULL, "capabilities", NULL, NULL, &out, &err), RELAY_OK);
 	json_object *caps = ms_parse(out);
 	json_object *backends =
 	    jsonx_get_obj(jsonx_get_obj(jsonx_get_obj(caps, "options"), "vnc"), "backends");
@@ -58,18 +68,19 @@ static void test_capabilities(void **state)
 	ms_fault(
 	    &fx,
 	    "{\"route\":\"acquisition-capabilities\",\"status\":404,\"times\":1,\"error\":\"not found\"}");
-	assert_int_equal(console_op(NULL, "capabilities", NULL, &out, &err), RELAY_E_UNSUPPORTED);
+	assert_int_equal(console_op(NULL, "capabilities", NULL, NULL, &out, &err), RELAY_E_UNSUPPORTED);
 	assert_string_equal(err.message,
 	                    "backend lacks acquisition capabilities; upgrade the machine service for VNC");
 	/* A report that breaks the schema. */
 	ms_fault(&fx, "{\"route\":\"acquisition-capabilities\",\"status\":200,\"times\":1,\"error\":\"x\"}");
-	assert_int_equal(console_op(NULL, "capabilities", NULL, &out, &err), RELAY_E_PROTOCOL);
+	assert_int_equal(console_op(NULL, "capabilities", NULL, NULL, &out, &err), RELAY_E_PROTOCOL);
 	assert_string_equal(err.message, "unsupported or malformed acquisition-capabilities schema");
-	/* Unknown operations and flags. */
-	assert_int_equal(console_op(NULL, "reboot", NULL, &out, &err), RELAY_E_UNSUPPORTED);
+	/* Unknown flags; no string slot. */
+	assert_null(fx.plugin->machine.console);
 	assert_int_equal(
-	    fx.plugin->machine.console(fx.plugin->state, NULL, "capabilities", NULL, NULL, 0x10, &out, &err),
+	    fx.plugin->machine.console_ops->capabilities(fx.plugin->state, NULL, 0x10, &out, &err),
 	    RELAY_E_UNSUPPORTED_FLAGS);
+	assert_null(out);
 }
 
 static void test_vnc_acquisition_and_console_routes(void **state)
@@ -98,10 +109,10 @@ static void test_vnc_acquisition_and_console_routes(void **state)
 	json_object_put(body);
 	json_object_put(reqs);
 
-	char request[512], path[512];
+	char request[64], path[512];
 	char *out = NULL;
-	/* resolve: exactly {lease_id}, taken from the lease when not given. */
-	assert_int_equal(console_op(lease, "resolve", "{}", &out, &err), RELAY_OK);
+	/* resolve: exactly {lease_id}, taken from the lease. */
+	assert_int_equal(console_op(lease, "resolve", NULL, NULL, &out, &err), RELAY_OK);
 	json_object *report = ms_parse(out);
 	assert_string_equal(jsonx_get_str(report, "status"), "ready");
 	assert_string_equal(jsonx_get_str(report, "console_id"), console_id);
@@ -116,10 +127,7 @@ static void test_vnc_acquisition_and_console_routes(void **state)
 	json_object_put(reqs);
 
 	/* open: exactly three keys; the attempt launches. */
-	snprintf(request, sizeof request,
-	         "{\"lease_id\":\"%s\",\"console_id\":\"%s\",\"attempt_id\":\"open-1\",\"x\":1}", lease_id,
-	         console_id);
-	assert_int_equal(console_op(lease, "open", request, &out, &err), RELAY_OK);
+	assert_int_equal(console_op(lease, "open", console_id, "open-1", &out, &err), RELAY_OK);
 	report = ms_parse(out);
 	json_object *attempt = jsonx_get_obj(report, "attempt");
 	assert_string_equal(jsonx_get_str(attempt, "attempt_id"), "open-1");
@@ -134,19 +142,15 @@ static void test_vnc_acquisition_and_console_routes(void **state)
 	json_object_put(reqs);
 
 	/* A refusal names the status only, never the body. */
-	snprintf(request, sizeof request,
-	         "{\"lease_id\":\"%s\",\"console_id\":\"%s\",\"attempt_id\":\"open-2\"}", lease_id,
-	         console_id);
-	assert_int_equal(console_op(lease, "open", request, &out, &err), RELAY_E_REFUSED);
+	snprintf(request, sizeof request, "open-2"); /* the attempt */
+	assert_int_equal(console_op(lease, "open", console_id, request, &out, &err), RELAY_E_REFUSED);
 	assert_string_equal(
 	    err.message,
 	    "Console API unavailable or request outcome unknown (HTTP 409); resolve before another open");
 
 	/* cancel. */
-	snprintf(request, sizeof request,
-	         "{\"lease_id\":\"%s\",\"console_id\":\"%s\",\"attempt_id\":\"open-1\"}", lease_id,
-	         console_id);
-	assert_int_equal(console_op(lease, "cancel", request, &out, &err), RELAY_OK);
+	snprintf(request, sizeof request, "open-1"); /* the attempt */
+	assert_int_equal(console_op(lease, "cancel", console_id, request, &out, &err), RELAY_OK);
 	report = ms_parse(out);
 	assert_string_equal(jsonx_get_str(jsonx_get_obj(report, "attempt"), "status"), "cancelled");
 	json_object_put(report);
@@ -154,22 +158,17 @@ static void test_vnc_acquisition_and_console_routes(void **state)
 
 	/* An open whose answer never arrives is indeterminate. */
 	ms_fault(&fx, "{\"route\":\"console\",\"dropConnection\":true,\"times\":1}");
-	snprintf(request, sizeof request,
-	         "{\"lease_id\":\"%s\",\"console_id\":\"%s\",\"attempt_id\":\"open-3\"}", lease_id,
-	         console_id);
-	assert_int_equal(console_op(lease, "open", request, &out, &err), RELAY_E_INDETERMINATE);
+	snprintf(request, sizeof request, "open-3"); /* the attempt */
+	assert_int_equal(console_op(lease, "open", console_id, request, &out, &err), RELAY_E_INDETERMINATE);
 	assert_non_null(strstr(err.message, "(HTTP 0)"));
 	ms_fault(&fx, "{\"route\":\"console\",\"status\":500,\"times\":1,\"error\":\"secret-detail\"}");
-	assert_int_equal(console_op(lease, "cancel", request, &out, &err), RELAY_E_INDETERMINATE);
+	assert_int_equal(console_op(lease, "cancel", console_id, request, &out, &err), RELAY_E_INDETERMINATE);
 	assert_null(strstr(err.message, "secret-detail"));
 	/* A resolve that fails is unavailable, not indeterminate. */
 	ms_fault(&fx, "{\"route\":\"console\",\"status\":500,\"times\":1}");
-	assert_int_equal(console_op(lease, "resolve", NULL, &out, &err), RELAY_E_UNAVAILABLE);
+	assert_int_equal(console_op(lease, "resolve", NULL, NULL, &out, &err), RELAY_E_UNAVAILABLE);
 	/* Identities that break the pattern never reach the service. */
-	assert_int_equal(console_op(lease, "open",
-	                            "{\"lease_id\":\"x\",\"console_id\":\"a b\",\"attempt_id\":\"y\"}", &out,
-	                            &err),
-	                 RELAY_E_INVALID_ARGUMENT);
+	assert_int_equal(console_op(lease, "open", "a b", "y", &out, &err), RELAY_E_INVALID_ARGUMENT);
 	json_object_put(doc);
 	free(lease);
 }

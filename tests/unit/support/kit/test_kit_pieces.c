@@ -164,16 +164,21 @@ static int mem_write(void *ctx, json_object *record)
 	return 0;
 }
 
-static int mem_guest_state(void *ctx, json_object *record, const char *op, relay_call *call, relay_error *err)
+#define MEM_INIT_PID 4242
+
+static int mem_guest_state(void *ctx, json_object *record, const char *op, relay_call *call,
+                           pid_t *init_pid_out, relay_error *err)
 {
 	(void)record, (void)op, (void)call, (void)err;
+	*init_pid_out = MEM_INIT_PID;
 	return ((memory_backend *)ctx)->runs ? 1 : 0;
 }
 
 static relay_status mem_open(void *ctx, json_object *record, const char *attempt_id, json_object *attempt,
-                             relay_call *call, relay_error *err)
+                             pid_t init_pid, relay_call *call, relay_error *err)
 {
 	(void)record, (void)attempt_id, (void)call, (void)err;
+	assert_int_equal(init_pid, MEM_INIT_PID); /* the guest_state's pid reaches open */
 	((memory_backend *)ctx)->opens++;
 	rk_console_set(attempt, "launched", NULL);
 	return RELAY_OK;
@@ -203,19 +208,34 @@ static const rk_console_backend memory_console = {
     .capabilities = mem_caps,
 };
 
-/* op on vm-1 with the given attempt; the answer parsed (NULL after a refusal, err set). */
+/* The typed console over the ledger, its state the test's rk_console. */
+static relay_status mem_route(relay_plugin_state *state, const rk_console_request *q, relay_call *call,
+                              char **out, relay_error *err)
+{
+	return rk_console_ledger(state, q, call, out, err);
+}
+
+RK_CONSOLE_DEFINE_OPS(memory_console_ops, mem_route);
+
+/* op ("open", "cancel", "resolve") on vm-1 with the given lease id and
+ * attempt through the typed slots; the answer parsed (NULL after a
+ * refusal, err set). */
 static json_object *console(rk_console *c, const char *op, const char *lease_id, const char *attempt,
                             relay_error *err)
 {
 	memory_backend *m = c->ctx;
 	const char *cid = json_object_get_string(
 	    json_object_object_get(json_object_object_get(m->record, "console"), "console_id"));
-	char body[512];
-	snprintf(body, sizeof body, "{\"lease_id\": \"%s\", \"console_id\": \"%s\", \"attempt_id\": \"%s\"}",
-	         lease_id, cid ? cid : "", attempt);
+	char lease[256];
+	snprintf(lease, sizeof lease, "{\"vm\": \"vm-1\", \"lease_id\": \"%s\"}", lease_id);
 	char *out = NULL;
-	relay_status s = rk_console_op(c, "{\"vm\": \"vm-1\"}", op, body, NULL, &out, err);
+	const relay_machine_console_ops *t = &memory_console_ops;
+	relay_status s =
+	    strcmp(op, "open") == 0     ? t->open(c, lease, cid ? cid : "", attempt, NULL, 0, &out, err)
+	    : strcmp(op, "cancel") == 0 ? t->cancel(c, lease, cid ? cid : "", attempt, NULL, 0, &out, err)
+	                                : t->resolve(c, lease, NULL, 0, &out, err);
 	json_object *answer = s == RELAY_OK ? json_tokener_parse(out) : NULL;
+	assert_true(s == RELAY_OK || out == NULL);
 	free(out);
 	return answer;
 }
@@ -237,6 +257,10 @@ static void test_console_ledger(void **state)
 	assert_string_equal(text_at(m.record, "console", "source"), "memory");
 	relay_error err;
 	memset(&err, 0, sizeof err);
+	char *caps = NULL;
+	assert_int_equal(memory_console_ops.capabilities(&c, NULL, 0, &caps, &err), RELAY_OK);
+	assert_non_null(strstr(caps, "\"service\":\"memory\""));
+	free(caps);
 
 	json_object *a = console(&c, "open", "L1", "a1", &err);
 	assert_non_null(a);
@@ -271,11 +295,14 @@ static void test_console_ledger(void **state)
 	json_object_put(m.record);
 	m.record = NULL;
 	char *out = NULL;
-	assert_int_equal(rk_console_op(&c, "{\"vm\": \"vm-1\"}", "resolve", "{}", NULL, &out, &err),
+	assert_int_equal(memory_console_ops.resolve(&c, "{\"vm\": \"vm-1\"}", NULL, 0, &out, &err),
 	                 RELAY_E_NOT_FOUND);
 	assert_non_null(strstr(err.message, "Console unavailable after restart or for this lease"));
-	assert_int_equal(rk_console_op(&c, "{\"vm\": \"vm-1\"}", "bogus", "{}", NULL, &out, &err),
-	                 RELAY_E_UNSUPPORTED);
+	/* R1: an unknown flag bit is refused before anything else */
+	assert_int_equal(memory_console_ops.open(&c, "{\"vm\": \"vm-1\"}", "c", "a1", NULL, 0x8, &out, &err),
+	                 RELAY_E_UNSUPPORTED_FLAGS);
+	assert_string_equal(err.message, "unknown console open flags 0x8");
+	assert_null(out);
 	assert_int_equal(m.opens, 1);
 }
 
