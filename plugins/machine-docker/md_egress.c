@@ -14,6 +14,7 @@
 #include "md_console.h"
 #include "md_egress.h"
 #include "md_lease.h"
+#include "relay_kit/guest_facts.h"
 #include "relay_support/fds.h"
 
 static const char resolv_text[] = "# machine-docker: the relay's egress resolver (docs/egress.md)\n"
@@ -34,13 +35,8 @@ bool md_egress_reachable(md_state *st, char *why, size_t size)
 
 void md_egress_env(json_object *env)
 {
-	static const char *const vars[] = {
-	    "HTTP_PROXY=http://127.0.0.1:3128",   "HTTPS_PROXY=http://127.0.0.1:3128",
-	    "ALL_PROXY=socks5h://127.0.0.1:3128", "NO_PROXY=localhost,127.0.0.1,::1",
-	    "http_proxy=http://127.0.0.1:3128",   "https_proxy=http://127.0.0.1:3128",
-	    "all_proxy=socks5h://127.0.0.1:3128", "no_proxy=localhost,127.0.0.1,::1"};
-	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-		json_object_array_add(env, json_object_new_string(vars[i]));
+	for (size_t i = 0; i < RK_EGRESS_PROXY_ENV_COUNT; i++)
+		json_object_array_add(env, json_object_new_string(rk_egress_proxy_env[i]));
 }
 
 void md_egress_binds(md_state *st, json_object *binds)

@@ -199,8 +199,10 @@ static void leave_drainer(int out_fd, int err_fd)
 
 static int run_exec(const char *pidfile, char **argv)
 {
-	int sync_pipe[2], out_pipe[2], err_pipe[2];
-	if (pipe(sync_pipe) != 0 || pipe(out_pipe) != 0 || pipe(err_pipe) != 0) {
+	/* session_pipe: closed by the child once it leads its own session, so the
+	 * group id is written only when a kill of that group reaches it. */
+	int sync_pipe[2], session_pipe[2], out_pipe[2], err_pipe[2];
+	if (pipe(sync_pipe) != 0 || pipe(session_pipe) != 0 || pipe(out_pipe) != 0 || pipe(err_pipe) != 0) {
 		perror("mcp-relay exec: pipe");
 		return 126;
 	}
@@ -211,6 +213,7 @@ static int run_exec(const char *pidfile, char **argv)
 	}
 	if (pid == 0) {
 		close(sync_pipe[1]);
+		close(session_pipe[0]);
 		close(out_pipe[0]);
 		close(err_pipe[0]);
 		dup2(out_pipe[1], 1);
@@ -218,6 +221,7 @@ static int run_exec(const char *pidfile, char **argv)
 		close(out_pipe[1]);
 		close(err_pipe[1]);
 		setsid();
+		close(session_pipe[1]);
 		char go;
 		/* Wait until the parent has written the group id. */
 		while (read(sync_pipe[0], &go, 1) < 0 && errno == EINTR) {
@@ -230,8 +234,13 @@ static int run_exec(const char *pidfile, char **argv)
 		_exit(e == ENOENT ? 127 : 126);
 	}
 	close(sync_pipe[0]);
+	close(session_pipe[1]);
 	close(out_pipe[1]);
 	close(err_pipe[1]);
+	char none;
+	while (read(session_pipe[0], &none, 1) < 0 && errno == EINTR) {
+	}
+	close(session_pipe[0]);
 	int wrote = write_pid(pidfile, pid);
 	ssize_t ignored = write(sync_pipe[1], "g", 1);
 	(void)ignored;

@@ -25,6 +25,7 @@
 #include "md_console.h"
 #include "md_egress.h"
 #include "md_lease.h"
+#include "relay_kit/guest_facts.h"
 #include "relay_support/json_get.h"
 
 const md_image *inventory_find(md_state *st, const char *key)
@@ -86,62 +87,18 @@ void inventory_free(md_state *st)
 	st->facts = NULL;
 }
 
-static void parse_dpkg(const char *text, json_object *apps)
+/* One installed package as a catalog application (at most 20,000). */
+static void add_dpkg_app(void *ctx, const char *id, const char *name, const char *version)
 {
-	char pkg[256] = "", status[128] = "", version[256] = "", arch[64] = "", multi[32] = "";
-	const char *p = text;
-	for (;;) {
-		const char *nl = strchr(p, '\n');
-		size_t len = nl ? (size_t)(nl - p) : strlen(p);
-		if (len == 0 || !nl) {
-			if (pkg[0] && strstr(status, " installed") && strncmp(status, "deinstall", 9) != 0 &&
-			    strstr(status, "config-files") == NULL) {
-				char id[400];
-				if (strcmp(multi, "same") == 0 && arch[0])
-					snprintf(id, sizeof id, "dpkg:%s:%s", pkg, arch);
-				else
-					snprintf(id, sizeof id, "dpkg:%s", pkg);
-				if (strlen(id) <= 128 && json_object_array_length(apps) < 20000) {
-					json_object *a = json_object_new_object();
-					json_object_object_add(a, "id", json_object_new_string(id));
-					json_object_object_add(a, "name", json_object_new_string(pkg));
-					json_object_object_add(a, "aliases", json_object_new_array());
-					json_object_object_add(a, "version",
-					                       version[0] ? json_object_new_string(version)
-					                                  : NULL);
-					json_object_array_add(apps, a);
-				}
-			}
-			pkg[0] = status[0] = version[0] = arch[0] = multi[0] = '\0';
-			if (!nl)
-				break;
-			p = nl + 1;
-			continue;
-		}
-		struct {
-			const char *key;
-			char *out;
-			size_t size;
-		} fields[] = {{"Package", pkg, sizeof pkg},
-		              {"Status", status, sizeof status},
-		              {"Version", version, sizeof version},
-		              {"Architecture", arch, sizeof arch},
-		              {"Multi-Arch", multi, sizeof multi}};
-		for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-			size_t kl = strlen(fields[i].key);
-			if (len > kl + 1 && strncmp(p, fields[i].key, kl) == 0 && p[kl] == ':') {
-				const char *v = p + kl + 1;
-				while (*v == ' ')
-					v++;
-				size_t vl = len - (size_t)(v - p);
-				if (vl >= fields[i].size)
-					vl = fields[i].size - 1;
-				memcpy(fields[i].out, v, vl);
-				fields[i].out[vl] = '\0';
-			}
-		}
-		p = nl + 1;
-	}
+	json_object *apps = ctx;
+	if (json_object_array_length(apps) >= 20000)
+		return;
+	json_object *a = json_object_new_object();
+	json_object_object_add(a, "id", json_object_new_string(id));
+	json_object_object_add(a, "name", json_object_new_string(name));
+	json_object_object_add(a, "aliases", json_object_new_array());
+	json_object_object_add(a, "version", version ? json_object_new_string(version) : NULL);
+	json_object_array_add(apps, a);
 }
 
 /* Reads one regular file of a container (at most 32 MiB) through the archive API. */
@@ -247,7 +204,7 @@ static bool probe_image(md_state *st, const md_image *im, const char *id, relay_
 	snprintf(f->architecture, sizeof f->architecture, "%s", st->arch);
 	char *dpkg = read_container_file(st, name, "/var/lib/dpkg/status", call);
 	if (dpkg)
-		parse_dpkg(dpkg, f->apps);
+		rk_dpkg_installed_each(dpkg, add_dpkg_app, f->apps);
 	free(dpkg);
 	md_add_package_commands(st, name, f->apps, call);
 	for (size_t i = 0; i < PROBE_COUNT; i++)

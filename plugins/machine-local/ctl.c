@@ -12,6 +12,7 @@
 
 #include "local.h"
 #include "local_proto.h"
+#include "relay_kit/guest_facts.h"
 #include "relay_support/fds.h"
 
 int ctl_connect(const char *lease_dir)
@@ -321,13 +322,8 @@ char **ctl_guest_env(local_state *st, json_object *record, const char *const *ex
 	 * loopback is the only way out (docs/egress.md). */
 	const char *access = lu_get_string(lu_get_object(record, "network"), "access");
 	if (access && strcmp(access, "egress") == 0) {
-		static const char *const proxy_env[] = {
-		    "HTTP_PROXY=http://127.0.0.1:3128",   "HTTPS_PROXY=http://127.0.0.1:3128",
-		    "ALL_PROXY=socks5h://127.0.0.1:3128", "NO_PROXY=localhost,127.0.0.1,::1",
-		    "http_proxy=http://127.0.0.1:3128",   "https_proxy=http://127.0.0.1:3128",
-		    "all_proxy=socks5h://127.0.0.1:3128", "no_proxy=localhost,127.0.0.1,::1"};
-		for (size_t i = 0; i < sizeof proxy_env / sizeof proxy_env[0]; i++)
-			snprintf(base[nb++], sizeof base[0], "%s", proxy_env[i]);
+		for (size_t i = 0; i < RK_EGRESS_PROXY_ENV_COUNT; i++)
+			snprintf(base[nb++], sizeof base[0], "%s", rk_egress_proxy_env[i]);
 	}
 	size_t ne = 0;
 	while (extra && extra[ne])

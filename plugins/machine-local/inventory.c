@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_kit/guest_facts.h"
 
 static size_t count_active(local_state *st)
 {
@@ -219,59 +220,39 @@ static void apps_drop_x_servers(app_list *l)
 	l->count = kept;
 }
 
-static void field_value(const char *line, const char *key, char *out, size_t size)
+static void add_dpkg_app(void *ctx, const char *id, const char *name, const char *version)
 {
-	size_t kl = strlen(key);
-	if (strncmp(line, key, kl) != 0 || line[kl] != ':')
-		return;
-	const char *v = line + kl + 1;
-	while (*v == ' ' || *v == '\t')
-		v++;
-	snprintf(out, size, "%s", v);
-	size_t n = strlen(out);
-	while (n && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' '))
-		out[--n] = '\0';
+	apps_add(ctx, id, name, version);
 }
 
-/* Reads <tree>/var/lib/dpkg/status: every installed package becomes
- * dpkg:<package> (dpkg:<package>:<arch> for Multi-Arch: same, as
- * `dpkg-query -W` names them). */
+/* Reads <tree>/var/lib/dpkg/status (at most 64 MiB): every installed package
+ * becomes an application (relay_kit/guest_facts.h names them). */
 static void read_dpkg(const char *tree, app_list *apps)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof path, "%s%svar/lib/dpkg/status", tree, strcmp(tree, "/") == 0 ? "" : "/");
-	FILE *f = fopen(path, "re");
-	if (f == NULL)
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat sb;
+	if (fd < 0)
 		return;
-	char line[8192];
-	char pkg[256] = "", status[128] = "", version[256] = "", arch[64] = "", multi[32] = "";
-	bool more = true;
-	while (more) {
-		more = fgets(line, sizeof line, f) != NULL;
-		if (!more || line[0] == '\n' || line[0] == '\r') {
-			if (pkg[0] && strstr(status, " installed") && strncmp(status, "deinstall", 9) != 0 &&
-			    strstr(status, "not-installed") == NULL &&
-			    strstr(status, "config-files") == NULL) {
-				char id[400];
-				if (strcmp(multi, "same") == 0 && arch[0])
-					snprintf(id, sizeof id, "dpkg:%s:%s", pkg, arch);
-				else
-					snprintf(id, sizeof id, "dpkg:%s", pkg);
-				if (strlen(id) <= 128)
-					apps_add(apps, id, pkg, version[0] ? version : NULL);
-			}
-			pkg[0] = status[0] = version[0] = arch[0] = multi[0] = '\0';
+	char *text = NULL;
+	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size < (off_t)64 << 20)
+		text = malloc((size_t)sb.st_size + 1);
+	size_t got = 0;
+	while (text && got < (size_t)sb.st_size) {
+		ssize_t n = read(fd, text + got, (size_t)sb.st_size - got);
+		if (n < 0 && errno == EINTR)
 			continue;
-		}
-		if (line[0] == ' ' || line[0] == '\t')
-			continue;
-		field_value(line, "Package", pkg, sizeof pkg);
-		field_value(line, "Status", status, sizeof status);
-		field_value(line, "Version", version, sizeof version);
-		field_value(line, "Architecture", arch, sizeof arch);
-		field_value(line, "Multi-Arch", multi, sizeof multi);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
 	}
-	fclose(f);
+	close(fd);
+	if (text) {
+		text[got] = '\0';
+		rk_dpkg_installed_each(text, add_dpkg_app, apps);
+	}
+	free(text);
 }
 
 static bool guest_program(local_state *st, const char *name)

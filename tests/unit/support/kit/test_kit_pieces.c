@@ -24,6 +24,7 @@
 #include "relay_kit/dir.h"
 #include "relay_kit/durable.h"
 #include "relay_kit/error.h"
+#include "relay_kit/guest_facts.h"
 #include "relay_kit/machine.h"
 #include "relay_kit/options.h"
 #include "relay_kit/random.h"
@@ -504,12 +505,47 @@ static void test_machine_front(void **state)
 	assert_null(rk_json_object(NULL));
 }
 
+/* The dpkg status walk of both machine backends' catalogs: installed
+ * stanzas only, Multi-Arch: same named with the arch, continuation lines
+ * and CRLF endings passed over, a last stanza without a blank line kept. */
+static void add_seen(void *ctx, const char *id, const char *name, const char *version)
+{
+	char *seen = ctx;
+	size_t used = strlen(seen);
+	snprintf(seen + used, 1024 - used, "%s|%s|%s;", id, name, version ? version : "-");
+}
+
+static void test_dpkg_installed_each(void **unused)
+{
+	(void)unused;
+	const char *status = "Package: bash\nStatus: install ok installed\nVersion: 5.2.15-2\n"
+	                     "Description: the shell\n  Package: not-a-field\n\n"
+	                     "Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n\n"
+	                     "Package: never\nStatus: purge ok not-installed\n\n"
+	                     "Package: half\nStatus: install ok half-installed\n\n"
+	                     "Package: libc6\r\nStatus: install ok installed\r\nArchitecture: amd64\r\n"
+	                     "Multi-Arch: same  \r\nVersion: 2.36-9\r\n\r\n"
+	                     "Package: noversion\nStatus: install ok installed";
+	char seen[1024] = "";
+	rk_dpkg_installed_each(status, add_seen, seen);
+	assert_string_equal(seen, "dpkg:bash|bash|5.2.15-2;dpkg:libc6:amd64|libc6|2.36-9;"
+	                          "dpkg:noversion|noversion|-;");
+	seen[0] = '\0';
+	rk_dpkg_installed_each("", add_seen, seen);
+	rk_dpkg_installed_each(NULL, add_seen, seen);
+	rk_dpkg_installed_each("no status file\n\n\n", add_seen, seen);
+	assert_string_equal(seen, "");
+	assert_int_equal(RK_EGRESS_PROXY_ENV_COUNT, 8);
+	assert_string_equal(rk_egress_proxy_env[0], "HTTP_PROXY=http://127.0.0.1:3128");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_options_one_wording), cmocka_unit_test(test_console_ledger),
 	    cmocka_unit_test(test_reaper_loop),         cmocka_unit_test(test_durable_write_and_sorted_names),
 	    cmocka_unit_test(test_random_hex),          cmocka_unit_test(test_machine_front),
+	    cmocka_unit_test(test_dpkg_installed_each),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
