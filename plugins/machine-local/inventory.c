@@ -225,33 +225,16 @@ static void add_dpkg_app(void *ctx, const char *id, const char *name, const char
 	apps_add(ctx, id, name, version);
 }
 
-/* Reads <tree>/var/lib/dpkg/status (at most 64 MiB): every installed package
- * becomes an application (relay_kit/guest_facts.h names them). */
+/* Reads <tree>/var/lib/dpkg/status (its first 64 MiB): every installed
+ * package becomes an application (relay_kit/guest_facts.h names them). */
 static void read_dpkg(const char *tree, app_list *apps)
 {
 	char path[PATH_MAX];
-	snprintf(path, sizeof path, "%s%svar/lib/dpkg/status", tree, strcmp(tree, "/") == 0 ? "" : "/");
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat sb;
-	if (fd < 0)
-		return;
-	char *text = NULL;
-	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size < (off_t)64 << 20)
-		text = malloc((size_t)sb.st_size + 1);
-	size_t got = 0;
-	while (text && got < (size_t)sb.st_size) {
-		ssize_t n = read(fd, text + got, (size_t)sb.st_size - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	close(fd);
-	if (text) {
-		text[got] = '\0';
+	lu_tree_path(path, sizeof path, tree, "var/lib/dpkg/status");
+	size_t len = 0;
+	char *text = lu_read_small(path, (size_t)64 << 20, &len);
+	if (text)
 		rk_dpkg_installed_each(text, add_dpkg_app, apps);
-	}
 	free(text);
 }
 
