@@ -81,11 +81,7 @@ typedef struct md_image {
 typedef struct md_state {
 	rk_machine kit; /* first: the kit's machine ops front (relay_kit/machine.h) */
 	const relay_host *host;
-	char *state_dir;  /* config stateDir */
-	char *leases_dir; /* <stateDir>/leases */
-	char *libexec_dir;
-	char *session_id;      /* config sessionId, may be NULL */
-	char *default_network; /* config guestNetwork: nat | internet */
+	char *session_id;   /* config sessionId, may be NULL */
 	char endpoint[512];    /* as configured: unix:///path, ssh://user@host[:port], tcp://host:port */
 	char socket_path[256]; /* the unix socket libcurl connects to */
 	md_image images[MD_MAX_IMAGES];

@@ -42,7 +42,7 @@ void md_egress_env(json_object *env)
 void md_egress_binds(md_state *st, json_object *binds)
 {
 	char path[1100], bind[1200];
-	md_textf(path, sizeof path, "%s/egress-resolv.conf", st->state_dir);
+	md_textf(path, sizeof path, "%s/egress-resolv.conf", st->kit.state_dir);
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd >= 0) {
 		ssize_t n = write(fd, resolv_text, sizeof resolv_text - 1);

@@ -102,7 +102,7 @@ relay_status md_put_entries(md_state *st, const char *container, const char *dir
 	int fd = md_tmp_file(st);
 	if (fd < 0)
 		return md_err(st, err, RELAY_E_IO, errno, "cannot create a temporary archive under %s",
-		              st->state_dir);
+		              st->kit.state_dir);
 	struct archive *a = archive_write_new();
 	archive_write_set_format_pax_restricted(a);
 	archive_write_set_bytes_in_last_block(a, 1);
@@ -242,7 +242,7 @@ void md_make_labels(md_state *st, json_object *rec, const md_image *im, json_obj
 {
 	char text[64];
 	md_add_label(labels, "plugin", MD_PLUGIN_NAME);
-	md_add_label(labels, "store", st->state_dir);
+	md_add_label(labels, "store", st->kit.state_dir);
 	md_add_label(labels, "owner", st->owner);
 	md_add_label(labels, "session", st->session_id);
 	md_add_label(labels, "guest", md_str(rec, "guest"));

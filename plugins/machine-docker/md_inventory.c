@@ -524,17 +524,17 @@ json_object *inventory_doctor(relay_plugin_state *state, relay_call *call)
 	/* The guest network as acquire takes it (md_lease.c check_spec): allow
 	 * and internet need the egress proxy in the container's namespace. */
 	char why[600] = "";
-	bool nat = strcmp(st->default_network, "nat") == 0;
+	bool nat = strcmp(st->kit.default_network, "nat") == 0;
 	bool net_ok = nat || md_egress_reachable(st, why, sizeof why);
-	md_textf(detail, sizeof detail, "guest network %s: %s", st->default_network,
+	md_textf(detail, sizeof detail, "guest network %s: %s", st->kit.default_network,
 	         nat      ? "the guest's own loopback only"
 	         : net_ok ? "through the relay's egress proxy in the guest's namespace"
 	                  : why);
 	check(arr, "network", net_ok, detail,
 	      net_ok ? NULL
 	             : "set MCP_RELAY_GUEST_NETWORK=nat, or use an engine on this host the relay can enter");
-	bool writable = access(st->leases_dir, W_OK) == 0;
-	md_textf(detail, sizeof detail, "lease records go to %s", st->leases_dir);
+	bool writable = access(st->kit.leases_dir, W_OK) == 0;
+	md_textf(detail, sizeof detail, "lease records go to %s", st->kit.leases_dir);
 	check(arr, "state folder", writable, detail,
 	      writable ? NULL : "make the relay's state folder writable");
 	return arr;

@@ -156,7 +156,7 @@ static relay_status check_spec(md_state *st, json_object *spec, const md_image *
 		              key, known[0] ? known : "none");
 	}
 	if (network == NULL)
-		network = st->default_network;
+		network = st->kit.default_network;
 	/* allow and internet: the container keeps NetworkMode none, and the
 	 * relay's egress proxy listens in its loopback (md_egress.c). That needs
 	 * its network namespace on this host. */
@@ -201,7 +201,7 @@ static json_object *new_record(md_state *st, json_object *spec, const md_image *
 	json_object_object_add(rec, "graceMs", json_object_new_int64(st->grace_ms));
 	json_object_object_add(rec, "user", json_object_new_string(user));
 	json_object_object_add(rec, "network", json_object_new_string("none"));
-	const char *egress = md_str(spec, "network") ? md_str(spec, "network") : st->default_network;
+	const char *egress = md_str(spec, "network") ? md_str(spec, "network") : st->kit.default_network;
 	json_object_object_add(rec, "egress",
 	                       strcmp(egress, "nat") != 0 ? json_object_new_string(egress) : NULL);
 	json_object_object_add(rec, "endpoint", json_object_new_string(st->endpoint));
@@ -313,7 +313,7 @@ relay_status lease_acquire(relay_plugin_state *state, json_object *spec, relay_c
 	snprintf(user, sizeof user, "%u:%u", (unsigned)st->guest_uid, (unsigned)st->guest_gid);
 	/* 1. The derived image with the guest program (made once per base image). */
 	bool service = md_swarm_manager(st, call) && st->swarm;
-	const char *network = md_str(spec, "network") ? md_str(spec, "network") : st->default_network;
+	const char *network = md_str(spec, "network") ? md_str(spec, "network") : st->kit.default_network;
 	if (service && strcmp(network, "nat") != 0) {
 		s = md_err(
 		    st, err, RELAY_E_REFUSED, 0,
@@ -339,7 +339,7 @@ relay_status lease_acquire(relay_plugin_state *state, json_object *spec, relay_c
 	lock = md_record_lock(st, purpose);
 	int e = lock >= 0 ? md_record_write(st, rec) : errno;
 	if (e != 0) {
-		s = md_err(st, err, RELAY_E_IO, e, "cannot write the lease record under %s", st->leases_dir);
+		s = md_err(st, err, RELAY_E_IO, e, "cannot write the lease record under %s", st->kit.leases_dir);
 		goto done;
 	}
 	/* 3. Create and start: a one-replica service the Swarm manager places, or a container. */

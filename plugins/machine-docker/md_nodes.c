@@ -174,12 +174,12 @@ static md_state *engine_new(md_state *st, json_object *spec, const char *where, 
 		pthread_mutex_lock(&st->nodes->lock);
 		n = ++st->nodes->next_socket;
 		pthread_mutex_unlock(&st->nodes->lock);
-		if (snprintf(eng->socket_path, sizeof eng->socket_path, "%s/n%u.sock", st->state_dir, n) >=
+		if (snprintf(eng->socket_path, sizeof eng->socket_path, "%s/n%u.sock", st->kit.state_dir, n) >=
 		    100) {
 			md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 			       "%s: the state folder %s is too long for a unix socket path; use a shorter "
 			       "MCP_RELAY_STATE_DIR with ssh:// endpoints",
-			       where, st->state_dir);
+			       where, st->kit.state_dir);
 			engine_free(eng);
 			return NULL;
 		}
@@ -489,7 +489,7 @@ static relay_status copy_image(md_state *st, md_state *eng, const char *ref, int
 		*saved_fd = md_tmp_file(st);
 		if (*saved_fd < 0)
 			return md_err(st, err, RELAY_E_IO, errno, "cannot make a temporary file under %s/tmp",
-			              st->state_dir);
+			              st->kit.state_dir);
 		char path[512] = MD_API_PREFIX "/images/";
 		md_url_encode(path, sizeof path, ref);
 		strncat(path, "/get", sizeof path - strlen(path) - 1);
@@ -597,7 +597,7 @@ static int64_t guests_on(md_state *st, json_object *tasks, const char *node_id)
 		const char *id = md_str(task, "NodeID");
 		const char *store =
 		    md_str(md_obj(md_obj(md_obj(task, "Spec"), "ContainerSpec"), "Labels"), key);
-		if (id && strcmp(id, node_id) == 0 && store && strcmp(store, st->state_dir) == 0)
+		if (id && strcmp(id, node_id) == 0 && store && strcmp(store, st->kit.state_dir) == 0)
 			n++;
 	}
 	return n;

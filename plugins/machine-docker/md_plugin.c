@@ -42,6 +42,7 @@
 #include "md.h"
 #include "md_console.h"
 #include "md_egress.h"
+#include "relay_kit/machine_config.h"
 
 /* ---- init ----------------------------------------------------------------------- */
 
@@ -55,11 +56,8 @@ static void free_state(md_state *st)
 		free(st->images[i].key);
 		free(st->images[i].ref);
 	}
-	free(st->state_dir);
-	free(st->leases_dir);
-	free(st->libexec_dir);
+	rk_machine_config_free(&st->kit);
 	free(st->session_id);
-	free(st->default_network);
 	inventory_free(st);
 	md_nodes_free(st);
 	pthread_mutex_destroy(&st->lock);
@@ -91,21 +89,16 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 		goto fail;
 	}
 	cfg = json_tokener_parse(config_json ? config_json : "{}");
-	const char *state_dir = md_str(cfg, "stateDir");
-	if (cfg == NULL || state_dir == NULL || state_dir[0] != '/' || strlen(state_dir) > 1000) {
-		s = md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		           "machine-docker needs an absolute \"stateDir\"");
+	static const rk_machine_config_rules rules = {.state_dir_max_bytes = 1000};
+	s = rk_machine_config_read(&st->kit, cfg, &rules, err);
+	if (s != RELAY_OK)
 		goto fail;
-	}
-	st->state_dir = strdup(state_dir);
-	st->kit.store = st->state_dir;
-	const char *libexec = md_str(cfg, "libexecDir");
-	st->libexec_dir = libexec ? strdup(libexec) : NULL;
 	const char *session = md_str(cfg, "sessionId");
 	st->session_id = session ? strdup(session) : NULL;
-	const char *net = md_str(cfg, "guestNetwork");
-	st->default_network =
-	    strdup(net && (strcmp(net, "internet") == 0 || strcmp(net, "allow") == 0) ? net : "nat");
+	if (session && st->session_id == NULL) {
+		s = md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+		goto fail;
+	}
 	st->max_guests = 8;
 	st->grace_ms = 300000;
 	st->backstop_ms = 60000;
@@ -135,17 +128,6 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 		s = md_nodes_init(st, err);
 	if (s != RELAY_OK)
 		goto fail;
-	size_t len = strlen(st->state_dir) + 8;
-	st->leases_dir = malloc(len);
-	if (st->leases_dir == NULL || st->state_dir == NULL || st->default_network == NULL) {
-		s = md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto fail;
-	}
-	snprintf(st->leases_dir, len, "%s/leases", st->state_dir);
-	if (mkdir(st->leases_dir, 0700) != 0 && errno != EEXIST) {
-		s = md_err(st, err, RELAY_E_IO, errno, "cannot create the lease store %s", st->leases_dir);
-		goto fail;
-	}
 	struct utsname un;
 	uname(&un);
 	snprintf(st->arch, sizeof st->arch, "%.15s",
@@ -158,11 +140,11 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	snprintf(st->owner, sizeof st->owner, "%s:%d:%llu", st->boot_id, (int)st->self_pid, st->self_start);
 	if (st->ssh.enabled) {
 		/* The forwarded socket lives in the state folder. */
-		if (snprintf(st->socket_path, sizeof st->socket_path, "%s/ssh.sock", st->state_dir) >= 100) {
+		if (snprintf(st->socket_path, sizeof st->socket_path, "%s/ssh.sock", st->kit.state_dir) >= 100) {
 			s = md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 			           "the state folder %s is too long for a unix socket path; use a shorter "
 			           "MCP_RELAY_STATE_DIR with an ssh:// endpoint",
-			           st->state_dir);
+			           st->kit.state_dir);
 			goto fail;
 		}
 		s = md_ssh_ensure(st, err);

@@ -32,7 +32,7 @@ bool md_valid_name(const char *s)
 
 static void md_record_path(md_state *st, const char *vm, const char *ext, char *out, size_t size)
 {
-	snprintf(out, size, "%s/%s.%s", st->leases_dir, vm, ext);
+	snprintf(out, size, "%s/%s.%s", st->kit.leases_dir, vm, ext);
 }
 
 json_object *md_record_read(md_state *st, const char *vm, int *errno_out)

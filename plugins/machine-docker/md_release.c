@@ -303,7 +303,7 @@ static json_object *md_list_ours(md_state *st, const char *purpose, relay_call *
 	json_object *filters = json_object_new_object();
 	json_object *labels = json_object_new_array();
 	char text[1200];
-	snprintf(text, sizeof text, MD_LABEL "store=%s", st->state_dir);
+	snprintf(text, sizeof text, MD_LABEL "store=%s", st->kit.state_dir);
 	json_object_array_add(labels, json_object_new_string(text));
 	if (purpose) {
 		snprintf(text, sizeof text, MD_LABEL "purpose=%s", purpose);
@@ -395,7 +395,7 @@ relay_status lease_find(relay_plugin_state *state, const char *purpose, relay_ca
 
 size_t lease_count(md_state *st)
 {
-	DIR *d = opendir(st->leases_dir);
+	DIR *d = opendir(st->kit.leases_dir);
 	size_t n = 0;
 	struct dirent *de;
 	while (d && (de = readdir(d)) != NULL) {

@@ -64,7 +64,7 @@ static void log_path_of(const md_state *st, char *out, size_t size)
 	if (n > 5 && strcmp(st->socket_path + n - 5, ".sock") == 0)
 		md_textf(out, size, "%.*s.log", (int)(n - 5), st->socket_path);
 	else
-		md_textf(out, size, "%s/ssh.log", st->state_dir);
+		md_textf(out, size, "%s/ssh.log", st->kit.state_dir);
 }
 
 /* The last two lines ssh wrote (its verdict: "Host key verification

@@ -390,7 +390,7 @@ void md_swarm_watch(md_state *st)
 	pthread_mutex_lock(&st->lock);
 	bool swarm = st->swarm_known > 0;
 	pthread_mutex_unlock(&st->lock);
-	DIR *d = swarm ? opendir(st->leases_dir) : NULL;
+	DIR *d = swarm ? opendir(st->kit.leases_dir) : NULL;
 	struct dirent *de;
 	while (d && (de = readdir(d)) != NULL) {
 		char vm[128];

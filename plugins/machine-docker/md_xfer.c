@@ -58,7 +58,7 @@ static bool clean_abs_path(const char *p)
 int md_tmp_file(md_state *st)
 {
 	char dir[PATH_MAX];
-	snprintf(dir, sizeof dir, "%s/tmp", st->state_dir);
+	snprintf(dir, sizeof dir, "%s/tmp", st->kit.state_dir);
 	mkdir(dir, 0700);
 	return open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 }
@@ -590,7 +590,7 @@ relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, con
 	md_reply r = {0};
 	if (tar_fd < 0) {
 		s = md_err(st, err, RELAY_E_IO, errno, "cannot create a temporary archive under %s",
-		           st->state_dir);
+		           st->kit.state_dir);
 		goto done;
 	}
 	s = md_check_pull_path(st, conn->container, remote_path, err);

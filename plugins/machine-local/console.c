@@ -232,7 +232,7 @@ static relay_status open_attempt(void *ctx, json_object *record, const char *att
 	                       password,
 	                       pwfile,
 	                       events,
-	                       st->libexec_dir,
+	                       st->kit.libexec_dir,
 	                       log_fd,
 	                       in_guest_netns,
 	                       &target};

@@ -240,10 +240,10 @@ static void read_dpkg(const char *tree, app_list *apps)
 
 static bool guest_program(local_state *st, const char *name)
 {
-	if (st->libexec_dir == NULL)
+	if (st->kit.libexec_dir == NULL)
 		return false;
 	char path[PATH_MAX];
-	snprintf(path, sizeof path, "%s/%s/%s", st->libexec_dir, st->platform, name);
+	snprintf(path, sizeof path, "%s/%s/%s", st->kit.libexec_dir, st->platform, name);
 	struct stat sb;
 	return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
@@ -566,8 +566,8 @@ json_object *inventory_doctor(relay_plugin_state *state, relay_call *call)
 	check(arr, "overlayfs", overlay,
 	      overlay ? "overlayfs is available" : "overlayfs is not in /proc/filesystems",
 	      overlay ? NULL : "load the overlay module (sudo modprobe overlay)");
-	bool writable = access(st->leases_dir, W_OK) == 0;
-	snprintf(detail, sizeof detail, "lease records go to %s", st->leases_dir);
+	bool writable = access(st->kit.leases_dir, W_OK) == 0;
+	snprintf(detail, sizeof detail, "lease records go to %s", st->kit.leases_dir);
 	check(arr, "state folder", writable, detail,
 	      writable ? NULL : "make the relay's state folder writable");
 	subids_check(st, arr);

@@ -104,7 +104,7 @@ static void init_argv(local_state *st, const char *lease_dir, const char *tree, 
 		argv[ac++] = a->rlimits[i];
 	}
 	argv[ac++] = "--mask";
-	argv[ac++] = st->state_dir;
+	argv[ac++] = st->kit.state_dir;
 	for (size_t i = 0; i < st->mask_count; i++) {
 		argv[ac++] = "--mask";
 		argv[ac++] = st->masks[i];

@@ -28,10 +28,10 @@
 
 char *lease_dir_of(local_state *st, const char *vm)
 {
-	size_t len = strlen(st->leases_dir) + strlen(vm) + 2;
+	size_t len = strlen(st->kit.leases_dir) + strlen(vm) + 2;
 	char *dir = malloc(len);
 	if (dir)
-		snprintf(dir, len, "%s/%s", st->leases_dir, vm);
+		snprintf(dir, len, "%s/%s", st->kit.leases_dir, vm);
 	return dir;
 }
 
@@ -43,7 +43,7 @@ json_object *lease_read(local_state *st, const char *vm, int *errno_out)
 		return NULL;
 	}
 	char path[PATH_MAX];
-	snprintf(path, sizeof path, "%s/%s/lease.json", st->leases_dir, vm);
+	snprintf(path, sizeof path, "%s/%s/lease.json", st->kit.leases_dir, vm);
 	return lu_read_json(path, 1u << 20, errno_out);
 }
 
@@ -53,7 +53,7 @@ int lease_write(local_state *st, json_object *record, bool sync)
 	if (vm == NULL)
 		return EINVAL;
 	char path[PATH_MAX];
-	snprintf(path, sizeof path, "%s/%s/lease.json", st->leases_dir, vm);
+	snprintf(path, sizeof path, "%s/%s/lease.json", st->kit.leases_dir, vm);
 	return lu_write_json_durable(path, record, sync);
 }
 
@@ -63,7 +63,7 @@ int lease_write_expires(local_state *st, json_object *record)
 	if (vm == NULL)
 		return EINVAL;
 	char path[PATH_MAX], text[64];
-	snprintf(path, sizeof path, "%s/%s/expires", st->leases_dir, vm);
+	snprintf(path, sizeof path, "%s/%s/expires", st->kit.leases_dir, vm);
 	int n = snprintf(text, sizeof text, "%lld %lld\n", (long long)lu_get_int(record, "expiresAtMs", 0),
 	                 (long long)lu_get_int(record, "graceMs", st->grace_ms));
 	return lu_write_durable(path, text, (size_t)n, 0600, false);
@@ -72,7 +72,7 @@ int lease_write_expires(local_state *st, json_object *record)
 int lease_lock(local_state *st, const char *vm, bool wait)
 {
 	char path[PATH_MAX];
-	snprintf(path, sizeof path, "%s/%s/lock", st->leases_dir, vm);
+	snprintf(path, sizeof path, "%s/%s/lock", st->kit.leases_dir, vm);
 	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
@@ -94,7 +94,7 @@ void lease_unlock(int fd)
 json_object *lease_list(local_state *st)
 {
 	json_object *arr = json_object_new_array();
-	DIR *d = opendir(st->leases_dir);
+	DIR *d = opendir(st->kit.leases_dir);
 	if (d == NULL)
 		return arr;
 	struct dirent *de;

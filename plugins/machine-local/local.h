@@ -75,10 +75,6 @@ typedef struct local_user {
 typedef struct local_state {
 	rk_machine kit; /* first: the kit's machine ops front (relay_kit/machine.h) */
 	const relay_host *host;
-	char *state_dir;       /* config stateDir */
-	char *leases_dir;      /* <stateDir>/leases */
-	char *libexec_dir;     /* config libexecDir, may be NULL */
-	char *default_network; /* config guestNetwork */
 	local_image images[LOCAL_MAX_IMAGES];
 	size_t image_count;
 	char *masks[LOCAL_MAX_MASKS]; /* extra guest paths hidden by an empty read-only mount */

@@ -158,12 +158,12 @@ static relay_status b_health(relay_plugin_state *state, relay_call *call, json_o
 {
 	(void)call;
 	local_state *st = state;
-	if (access(st->leases_dir, W_OK) != 0)
+	if (access(st->kit.leases_dir, W_OK) != 0)
 		return lu_err(st, err, RELAY_E_UNAVAILABLE, errno, "the lease store %s is not writable",
-		              st->leases_dir);
+		              st->kit.leases_dir);
 	if (answer) {
 		json_object_object_add(answer, "rootless", json_object_new_boolean(st->rootless));
-		json_object_object_add(answer, "store", json_object_new_string(st->state_dir));
+		json_object_object_add(answer, "store", json_object_new_string(st->kit.state_dir));
 	}
 	return RELAY_OK;
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_kit/machine_config.h"
 
 /* The guest init program, embedded at build time (init_blob.c). */
 extern const unsigned char machine_local_init_start[];
@@ -128,10 +129,7 @@ static void free_state(local_state *st)
 		free(st->masks[i]);
 	for (size_t i = 0; i < st->reserved_count; i++)
 		free(st->reserved[i]);
-	free(st->state_dir);
-	free(st->leases_dir);
-	free(st->libexec_dir);
-	free(st->default_network);
+	rk_machine_config_free(&st->kit);
 	free(st->slirp_path);
 	free(st->pasta_path);
 	free(st->newuidmap_path);
@@ -163,26 +161,12 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 		goto fail;
 	}
 	cfg = json_tokener_parse(config_json ? config_json : "{}");
-	if (cfg == NULL || !json_object_is_type(cfg, json_type_object)) {
-		status = lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		                "the plugin configuration is not a JSON object");
+	/* The state folder goes into the mount options of overlays and into
+	 * the helpers' command lines, where ',' and ':' separate. */
+	static const rk_machine_config_rules rules = {.state_dir_max_bytes = 512, .state_dir_refused = ",:\n"};
+	status = rk_machine_config_read(&st->kit, cfg, &rules, err);
+	if (status != RELAY_OK)
 		goto fail;
-	}
-	const char *state_dir = lu_get_string(cfg, "stateDir");
-	if (state_dir == NULL || state_dir[0] != '/' || strpbrk(state_dir, ",:\n") ||
-	    strlen(state_dir) > 512) {
-		status = lu_err(
-		    st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		    "machine-local needs an absolute \"stateDir\" of at most 512 bytes without ',' or ':'");
-		goto fail;
-	}
-	st->state_dir = strdup(state_dir);
-	st->kit.store = st->state_dir;
-	const char *libexec = lu_get_string(cfg, "libexecDir");
-	st->libexec_dir = libexec ? strdup(libexec) : NULL;
-	const char *net = lu_get_string(cfg, "guestNetwork");
-	st->default_network =
-	    strdup(net && (strcmp(net, "internet") == 0 || strcmp(net, "allow") == 0) ? net : "nat");
 	options_defaults(st);
 	status = options_parse(st, lu_get_object(cfg, "options"), err);
 	if (status != RELAY_OK)
@@ -198,18 +182,6 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 		st->user.uid = 0;
 		st->user.gid = 0;
 		snprintf(st->user.home, sizeof st->user.home, "/root");
-	}
-	size_t len = strlen(st->state_dir) + 8;
-	st->leases_dir = malloc(len);
-	if (st->leases_dir == NULL || st->state_dir == NULL || st->default_network == NULL) {
-		status = lu_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
-		goto fail;
-	}
-	snprintf(st->leases_dir, len, "%s/leases", st->state_dir);
-	int e = lu_mkdir_p(st->leases_dir, 0700);
-	if (e != 0) {
-		status = lu_err(st, err, RELAY_E_IO, e, "cannot create the lease store %s", st->leases_dir);
-		goto fail;
 	}
 	struct utsname un;
 	uname(&un);

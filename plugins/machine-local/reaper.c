@@ -62,7 +62,7 @@ static bool should_reap(local_state *st, json_object *rec, const char **why)
 
 static void remove_orphan_folders(local_state *st)
 {
-	DIR *d = opendir(st->leases_dir);
+	DIR *d = opendir(st->kit.leases_dir);
 	if (d == NULL)
 		return;
 	struct dirent *de;
@@ -71,7 +71,7 @@ static void remove_orphan_folders(local_state *st)
 		if (de->d_name[0] == '.')
 			continue;
 		char path[PATH_MAX], rec[PATH_MAX];
-		lu_textf(path, sizeof path, "%s/%s", st->leases_dir, de->d_name);
+		lu_textf(path, sizeof path, "%s/%s", st->kit.leases_dir, de->d_name);
 		lu_textf(rec, sizeof rec, "%s/lease.json", path);
 		struct stat sb;
 		if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode) || now - sb.st_mtime < 60)

@@ -175,7 +175,7 @@ static relay_status check_spec(local_state *st, json_object *spec, acquire_req *
 	if (ttl_ms <= 0)
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "acquire needs a positive \"ttlMs\"");
 	if (network == NULL)
-		network = st->default_network;
+		network = st->kit.default_network;
 	q->network = network;
 	if (strcmp(network, "nat") != 0 && strcmp(network, "internet") != 0 && strcmp(network, "allow") != 0)
 		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,

@@ -36,7 +36,7 @@ static int open_claims(local_state *st, int *lock_out)
 {
 	*lock_out = -1;
 	char path[PATH_MAX];
-	lu_textf(path, sizeof path, "%s/uids", st->state_dir);
+	lu_textf(path, sizeof path, "%s/uids", st->kit.state_dir);
 	if (mkdir(path, 0700) != 0 && errno != EEXIST)
 		return -1;
 	int dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -144,7 +144,7 @@ relay_status uids_claim(local_state *st, const char *vm, local_user *user, relay
 	int dir = open_claims(st, &lock);
 	if (dir < 0)
 		return lu_err(st, err, RELAY_E_IO, errno, "cannot lock the guest uid claims in %s/uids",
-		              st->state_dir);
+		              st->kit.state_dir);
 	bool *busy = calloc(st->user_count, sizeof *busy);
 	relay_status status = RELAY_OK;
 	if (busy == NULL) {
@@ -163,7 +163,7 @@ relay_status uids_claim(local_state *st, const char *vm, local_user *user, relay
 			if (errno == EEXIST)
 				continue;
 			status = lu_err(st, err, RELAY_E_IO, errno, "cannot claim guest uid %s in %s/uids",
-			                name, st->state_dir);
+			                name, st->kit.state_dir);
 			goto cleanup;
 		}
 		if (fsync(dir) != 0) {

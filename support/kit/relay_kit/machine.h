@@ -7,7 +7,8 @@
  * do differently.
  *
  * A plugin state that uses the front begins with an rk_machine (the host,
- * the backend's table, its store and endpoint); the plugin's
+ * the backend's table, its store and endpoint, and the configuration every
+ * machine plugin reads, relay_kit/machine_config.h); the plugin's
  * relay_machine_ops lists RK_MACHINE_FRONT and adds the slots the front does
  * not serve (console_ops, egress_listeners). The front answers binding itself.
  */
@@ -59,6 +60,12 @@ typedef struct rk_machine {
 	 * and its endpoint (NULL: none), binding's "store" and "endpoint". */
 	const char *store;
 	const char *endpoint;
+	/* The configuration's common members, owned, filled by
+	 * rk_machine_config_read (relay_kit/machine_config.h); NULL until then. */
+	char *state_dir;       /* "stateDir", also the store */
+	char *leases_dir;      /* <stateDir>/leases */
+	char *libexec_dir;     /* "libexecDir", may be NULL */
+	char *default_network; /* "guestNetwork": nat | internet | allow */
 } rk_machine;
 
 relay_status rk_machine_acquire(relay_plugin_state *state, const char *spec_json, relay_call *call,
