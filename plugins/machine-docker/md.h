@@ -81,7 +81,7 @@ typedef struct md_image {
 typedef struct md_state {
 	rk_machine kit; /* first: the kit's machine ops front (relay_kit/machine.h) */
 	const relay_host *host;
-	char *session_id;   /* config sessionId, may be NULL */
+	char *session_id;      /* config sessionId, may be NULL */
 	char endpoint[512];    /* as configured: unix:///path, ssh://user@host[:port], tcp://host:port */
 	char socket_path[256]; /* the unix socket libcurl connects to */
 	md_image images[MD_MAX_IMAGES];

@@ -217,7 +217,7 @@ static relay_status x11vnc_open(void *ctx, json_object *rec, const char *attempt
 	char pwfile[PATH_MAX], events[PATH_MAX];
 	snprintf(pwfile, sizeof pwfile, "%s/%s.vnc-%s.passwd", st->kit.leases_dir, vm, token);
 	snprintf(events, sizeof events, "%s/%s-console-%s.events.jsonl", st->kit.leases_dir, vm, token);
-	rk_console_viewer v = {vm,     "container's",   pid, password,           pwfile,
+	rk_console_viewer v = {vm,     "container's",       pid, password,           pwfile,
 	                       events, st->kit.libexec_dir, 2,   in_container_netns, &pid};
 	rk_console c = {&docker_console, st->host, st};
 	s = rk_console_viewer_start(&c, a, &v, err);

@@ -339,7 +339,8 @@ relay_status lease_acquire(relay_plugin_state *state, json_object *spec, relay_c
 	lock = md_record_lock(st, purpose);
 	int e = lock >= 0 ? md_record_write(st, rec) : errno;
 	if (e != 0) {
-		s = md_err(st, err, RELAY_E_IO, e, "cannot write the lease record under %s", st->kit.leases_dir);
+		s = md_err(st, err, RELAY_E_IO, e, "cannot write the lease record under %s",
+		           st->kit.leases_dir);
 		goto done;
 	}
 	/* 3. Create and start: a one-replica service the Swarm manager places, or a container. */

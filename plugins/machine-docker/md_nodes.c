@@ -174,8 +174,8 @@ static md_state *engine_new(md_state *st, json_object *spec, const char *where, 
 		pthread_mutex_lock(&st->nodes->lock);
 		n = ++st->nodes->next_socket;
 		pthread_mutex_unlock(&st->nodes->lock);
-		if (snprintf(eng->socket_path, sizeof eng->socket_path, "%s/n%u.sock", st->kit.state_dir, n) >=
-		    100) {
+		if (snprintf(eng->socket_path, sizeof eng->socket_path, "%s/n%u.sock", st->kit.state_dir,
+		             n) >= 100) {
 			md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 			       "%s: the state folder %s is too long for a unix socket path; use a shorter "
 			       "MCP_RELAY_STATE_DIR with ssh:// endpoints",

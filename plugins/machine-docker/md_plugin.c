@@ -140,7 +140,8 @@ static relay_status md_init(const relay_host *host, const char *config_json, uns
 	snprintf(st->owner, sizeof st->owner, "%s:%d:%llu", st->boot_id, (int)st->self_pid, st->self_start);
 	if (st->ssh.enabled) {
 		/* The forwarded socket lives in the state folder. */
-		if (snprintf(st->socket_path, sizeof st->socket_path, "%s/ssh.sock", st->kit.state_dir) >= 100) {
+		if (snprintf(st->socket_path, sizeof st->socket_path, "%s/ssh.sock", st->kit.state_dir) >=
+		    100) {
 			s = md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 			           "the state folder %s is too long for a unix socket path; use a shorter "
 			           "MCP_RELAY_STATE_DIR with an ssh:// endpoint",

@@ -226,16 +226,9 @@ static relay_status open_attempt(void *ctx, json_object *record, const char *att
 	rk_console_endpoint(attempt, init_pid, banner);
 	snprintf(pwfile, sizeof pwfile, "%s/console-%s.passwd", lease_dir, attempt_id);
 	snprintf(events, sizeof events, "%s/console-%s.events.jsonl", lease_dir, attempt_id);
-	rk_console_viewer v = {lu_get_string(record, "vm"),
-	                       "guest's",
-	                       init_pid,
-	                       password,
-	                       pwfile,
-	                       events,
-	                       st->kit.libexec_dir,
-	                       log_fd,
-	                       in_guest_netns,
-	                       &target};
+	rk_console_viewer v = {
+	    lu_get_string(record, "vm"), "guest's", init_pid,       password, pwfile, events,
+	    st->kit.libexec_dir,         log_fd,    in_guest_netns, &target};
 	rk_console c = {&local_console, st->host, st};
 	status = rk_console_viewer_start(&c, attempt, &v, err);
 	if (status != RELAY_OK)

@@ -163,7 +163,8 @@ static relay_status local_init(const relay_host *host, const char *config_json, 
 	cfg = json_tokener_parse(config_json ? config_json : "{}");
 	/* The state folder goes into the mount options of overlays and into
 	 * the helpers' command lines, where ',' and ':' separate. */
-	static const rk_machine_config_rules rules = {.state_dir_max_bytes = 512, .state_dir_refused = ",:\n"};
+	static const rk_machine_config_rules rules = {.state_dir_max_bytes = 512,
+	                                              .state_dir_refused = ",:\n"};
 	status = rk_machine_config_read(&st->kit, cfg, &rules, err);
 	if (status != RELAY_OK)
 		goto fail;

@@ -51,8 +51,8 @@ relay_status rk_machine_config_read(rk_machine *kit, json_object *cfg, const rk_
 	snprintf(kit->leases_dir, len, "%s/leases", state_dir);
 	kit->store = kit->state_dir;
 	if (rs_mkdir_p(kit->leases_dir, 0700, 0, NULL) != 0)
-		return rk_err(host, err, RELAY_E_IO, errno, RK_ERR_NAME_ERRNO, "cannot create the lease store %s",
-		              kit->leases_dir);
+		return rk_err(host, err, RELAY_E_IO, errno, RK_ERR_NAME_ERRNO,
+		              "cannot create the lease store %s", kit->leases_dir);
 	return RELAY_OK;
 }
 
