@@ -33,6 +33,7 @@
 
 #include "md.h"
 #include "relay_kit/dir.h"
+#include "relay_kit/xfer.h"
 #include "relay_support/tree.h"
 #include "relay_support/utf8_locale.h"
 
@@ -377,13 +378,13 @@ static relay_status view_lost_error(md_state *st, const char *container, relay_e
 relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
 {
-	if (facts_out)
-		*facts_out = NULL;
-	if (flags & ~PUSH_FLAGS)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown push flags 0x%x", flags);
-	if (local_path == NULL || !clean_abs_path(remote_path) || strcmp(remote_path, "/") == 0)
+	relay_status begun =
+	    rk_xfer_begin(st->host, "push", flags, PUSH_FLAGS, local_path, remote_path, facts_out, err);
+	if (begun != RELAY_OK)
+		return begun;
+	if (!clean_abs_path(remote_path) || strcmp(remote_path, "/") == 0)
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "push needs a local path and an absolute guest path without \"..\"");
+		              "push needs an absolute guest path without \"..\", not %.200s", remote_path);
 	bool tree = (flags & RELAY_XFER_TREE) != 0;
 	struct stat sb;
 	if (lstat(local_path, &sb) != 0)
@@ -567,13 +568,13 @@ static relay_status write_tree_entry(md_state *st, struct archive *a, const char
 relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, const char *local_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
 {
-	if (facts_out)
-		*facts_out = NULL;
-	if (flags & ~PULL_FLAGS)
-		return md_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown pull flags 0x%x", flags);
-	if (local_path == NULL || !clean_abs_path(remote_path) || strcmp(remote_path, "/") == 0)
+	relay_status begun =
+	    rk_xfer_begin(st->host, "pull", flags, PULL_FLAGS, local_path, remote_path, facts_out, err);
+	if (begun != RELAY_OK)
+		return begun;
+	if (!clean_abs_path(remote_path) || strcmp(remote_path, "/") == 0)
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
-		              "pull needs a local path and an absolute guest path without \"..\"");
+		              "pull needs an absolute guest path without \"..\", not %.200s", remote_path);
 	bool tree = (flags & RELAY_XFER_TREE) != 0;
 	struct stat lsb;
 	if (lstat(local_path, &lsb) == 0)

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_kit/xfer.h"
 #include "xfer_int.h"
 
 /* ---- push -------------------------------------------------------------------- */
@@ -127,15 +128,14 @@ static relay_status open_push_source(local_state *st, const char *local_path, bo
 relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
 {
-	if (facts_out)
-		*facts_out = NULL;
 	/* RELAY_XFER_CALLER_VERIFIES is accepted and changes nothing: both
 	 * sides are hashed anyway (the direct copy's check is cheap next to
 	 * the file creation it guards). */
-	if (flags & ~(RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES))
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown push flags 0x%x", flags);
-	if (local_path == NULL || remote_path == NULL)
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "push needs a local and a remote path");
+	relay_status begun =
+	    rk_xfer_begin(st->host, "push", flags, RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES, local_path,
+	                  remote_path, facts_out, err);
+	if (begun != RELAY_OK)
+		return begun;
 	/* A call cancelled before the first byte moves (the walks below only
 	 * ask between tree entries; plugin-test check 61). */
 	if (st->host->call_cancelled(call))
@@ -306,12 +306,10 @@ static relay_status open_pull_source(guest_ctx *g, char **comps, int ncomp, cons
 relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_path, const char *local_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
 {
-	if (facts_out)
-		*facts_out = NULL;
-	if (flags & ~RELAY_XFER_TREE)
-		return lu_err(st, err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown pull flags 0x%x", flags);
-	if (local_path == NULL || remote_path == NULL || local_path[0] == '\0')
-		return lu_err(st, err, RELAY_E_INVALID_ARGUMENT, 0, "pull needs a remote and a local path");
+	relay_status begun =
+	    rk_xfer_begin(st->host, "pull", flags, RELAY_XFER_TREE, local_path, remote_path, facts_out, err);
+	if (begun != RELAY_OK)
+		return begun;
 	if (st->host->call_cancelled(call)) /* as push (plugin-test check 62) */
 		return lu_err(st, err, RELAY_E_CANCELLED, 0, "pull cancelled before it began");
 	const bool tree = (flags & RELAY_XFER_TREE) != 0;

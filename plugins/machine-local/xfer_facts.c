@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "local.h"
+#include "relay_kit/xfer.h"
 #include "xfer_int.h"
 
 /* ---- facts ---------------------------------------------------------------- */
@@ -89,14 +90,14 @@ static bool facts_equal(const fact_list *a, const fact_list *b, char *why, size_
 static char *facts_json(local_state *st, const fact_list *l)
 {
 	json_object *arr = json_object_new_array();
-	for (size_t i = 0; i < l->count; i++) {
-		json_object *o = json_object_new_object();
-		json_object_object_add(o, "path", json_object_new_string(l->items[i].path));
-		json_object_object_add(o, "bytes", json_object_new_int64((int64_t)l->items[i].bytes));
-		json_object_object_add(o, "sha256", json_object_new_string(l->items[i].sha256));
-		json_object_array_add(arr, o);
-	}
-	char *text = lu_json_out(st, arr);
+	if (arr == NULL)
+		return NULL;
+	char *text = NULL;
+	for (size_t i = 0; i < l->count; i++)
+		if (rk_xfer_fact_add(arr, l->items[i].path, l->items[i].bytes, l->items[i].sha256) != 0)
+			goto done;
+	text = lu_json_out(st, arr);
+done:
 	json_object_put(arr);
 	return text;
 }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "relay_kit/xfer.h"
+
 void ssh_facts_free(ssh_facts *facts)
 {
 	for (size_t i = 0; i < facts->count; i++)
@@ -306,18 +308,10 @@ char *ssh_facts_json(const relay_host *host, const ssh_facts *facts)
 	json_object *array = json_object_new_array();
 	if (array == NULL)
 		return NULL;
-	for (size_t i = 0; i < facts->count; i++) {
-		json_object *o = json_object_new_object();
-		if (o == NULL || json_object_array_add(array, o) != 0) {
-			json_object_put(o);
+	for (size_t i = 0; i < facts->count; i++)
+		if (rk_xfer_fact_add(array, facts->items[i].path, facts->items[i].bytes,
+		                     facts->items[i].sha256) != 0)
 			goto cleanup;
-		}
-		if (json_object_object_add(o, "path", json_object_new_string(facts->items[i].path)) != 0 ||
-		    json_object_object_add(o, "bytes",
-		                           json_object_new_int64((int64_t)facts->items[i].bytes)) != 0 ||
-		    json_object_object_add(o, "sha256", json_object_new_string(facts->items[i].sha256)) != 0)
-			goto cleanup;
-	}
 	result = host->strdup(
 	    json_object_to_json_string_ext(array, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 cleanup:

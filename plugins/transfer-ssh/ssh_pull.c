@@ -14,6 +14,7 @@
 #include "relay/transport.h"
 #include "relay_kit/buf.h"
 #include "relay_kit/sha256.h"
+#include "relay_kit/xfer.h"
 #include "relay_support/tree.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
@@ -625,12 +626,10 @@ static relay_status pull_attempt(const ssh_conn *conn, const char *remote_path, 
 	char what[200];
 
 	*retry_cold = false;
-	if (facts_json_out)
-		*facts_json_out = NULL;
-	if (flags & ~RELAY_XFER_TREE)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown pull flags 0x%x", flags);
-	if (local_path == NULL || local_path[0] == '\0')
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "pull needs a host path");
+	status =
+	    rk_xfer_begin(host, "pull", flags, RELAY_XFER_TREE, local_path, remote_path, facts_json_out, err);
+	if (status != RELAY_OK)
+		return status;
 	status = ssh_guest_path(host, remote_path, &remote, err);
 	if (status != RELAY_OK)
 		return status;

@@ -13,6 +13,7 @@
 #include "relay/transport.h"
 #include "relay_kit/buf.h"
 #include "relay_kit/sha256.h"
+#include "relay_kit/xfer.h"
 #include "ssh_facts.h"
 #include "ssh_paths.h"
 #include "ssh_scripts.h"
@@ -548,12 +549,10 @@ static relay_status push_attempt(const ssh_conn *conn, const char *local_path, c
 	char what[200];
 
 	*retry_cold = false;
-	if (facts_json_out)
-		*facts_json_out = NULL;
-	if (flags & ~(RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES))
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown push flags 0x%x", flags);
-	if (local_path == NULL)
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "push needs a host path");
+	status = rk_xfer_begin(host, "push", flags, RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES, local_path,
+	                       remote_path, facts_json_out, err);
+	if (status != RELAY_OK)
+		return status;
 	status = ssh_guest_path(host, remote_path, &remote, err);
 	if (status != RELAY_OK)
 		return status;
