@@ -356,10 +356,15 @@ char *md_b64_decode(const char *in);
  * RELAY_E_TRANSIENT naming it. */
 relay_status md_check_pull_path(md_state *st, const char *container, const char *remote_path,
                                 relay_error *err);
+/* The flags push and pull accept. */
+#define MD_PUSH_FLAGS (RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES)
+#define MD_PULL_FLAGS RELAY_XFER_TREE
+/* A push or pull (md_xfer.c) after the kit's first checks (relay_kit/xfer.h,
+ * md_plugin.c); neither answers facts. */
 relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, const char *remote_path,
-                       relay_call *call, unsigned flags, char **facts_out, relay_error *err);
+                       relay_call *call, unsigned flags, relay_error *err);
 relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, const char *local_path,
-                       relay_call *call, unsigned flags, char **facts_out, relay_error *err);
+                       relay_call *call, unsigned flags, relay_error *err);
 
 /* ---- md_inventory.c ------------------------------------------------------------ */
 

@@ -43,6 +43,7 @@
 #include "md_console.h"
 #include "md_egress.h"
 #include "relay_kit/machine_config.h"
+#include "relay_kit/xfer.h"
 
 /* ---- init ----------------------------------------------------------------------- */
 
@@ -332,20 +333,22 @@ static relay_status t_exec(relay_plugin_state *state, relay_transport_conn *conn
 	return refused != RELAY_OK ? refused : lost_or(st, c, status, call, err);
 }
 
-/* A push or a pull (fn) on the engine of the connection's guest, refused at
- * once for a guest known lost, and a failure checked for one lost now. */
-static relay_status transfer(md_state *st, md_conn *c,
-                             relay_status (*fn)(md_state *, md_conn *, const char *, const char *,
-                                                relay_call *, unsigned, char **, relay_error *),
-                             const char *from, const char *to, relay_call *call, unsigned flags,
-                             char **facts_out, relay_error *err)
+/* A push or a pull on the engine of the connection's guest: the kit's first
+ * checks, refused at once for a guest known lost, and a failure checked for
+ * one lost now. No facts (md_xfer.c). */
+static relay_status transfer(md_state *st, md_conn *c, bool push, const char *host_path,
+                             const char *guest_path, relay_call *call, unsigned flags, char **facts_out,
+                             relay_error *err)
 {
-	if (facts_out)
-		*facts_out = NULL;
-	relay_status s = refuse_lost(st, c, err);
+	relay_status s =
+	    rk_xfer_begin(st->host, push ? "push" : "pull", flags, push ? MD_PUSH_FLAGS : MD_PULL_FLAGS,
+	                  host_path, guest_path, facts_out, err);
+	if (s == RELAY_OK)
+		s = refuse_lost(st, c, err);
 	if (s != RELAY_OK)
 		return s;
-	s = fn(c->engine, c, from, to, call, flags, facts_out, err);
+	s = push ? xfer_push(c->engine, c, host_path, guest_path, call, flags, err)
+	         : xfer_pull(c->engine, c, guest_path, host_path, call, flags, err);
 	return lost_or(st, c, s, call, err);
 }
 
@@ -353,14 +356,14 @@ static relay_status t_push(relay_plugin_state *state, relay_transport_conn *conn
                            const char *remote_path, relay_call *call, unsigned flags, char **facts_out,
                            relay_error *err)
 {
-	return transfer(state, conn, xfer_push, local_path, remote_path, call, flags, facts_out, err);
+	return transfer(state, conn, true, local_path, remote_path, call, flags, facts_out, err);
 }
 
 static relay_status t_pull(relay_plugin_state *state, relay_transport_conn *conn, const char *remote_path,
                            const char *local_path, relay_call *call, unsigned flags, char **facts_out,
                            relay_error *err)
 {
-	return transfer(state, conn, xfer_pull, remote_path, local_path, call, flags, facts_out, err);
+	return transfer(state, conn, false, local_path, remote_path, call, flags, facts_out, err);
 }
 
 static relay_status t_stream_open(relay_plugin_state *state, relay_transport_conn *conn,

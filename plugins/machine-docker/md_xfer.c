@@ -33,12 +33,9 @@
 
 #include "md.h"
 #include "relay_kit/dir.h"
-#include "relay_kit/xfer.h"
 #include "relay_support/tree.h"
 #include "relay_support/utf8_locale.h"
 
-#define PUSH_FLAGS      (RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES)
-#define PULL_FLAGS      RELAY_XFER_TREE
 #define XFER_TIMEOUT_MS 3600000u
 
 static bool clean_abs_path(const char *p)
@@ -376,12 +373,8 @@ static relay_status view_lost_error(md_state *st, const char *container, relay_e
 }
 
 relay_status xfer_push(md_state *st, md_conn *conn, const char *local_path, const char *remote_path,
-                       relay_call *call, unsigned flags, char **facts_out, relay_error *err)
+                       relay_call *call, unsigned flags, relay_error *err)
 {
-	relay_status begun =
-	    rk_xfer_begin(st->host, "push", flags, PUSH_FLAGS, local_path, remote_path, facts_out, err);
-	if (begun != RELAY_OK)
-		return begun;
 	if (!clean_abs_path(remote_path) || strcmp(remote_path, "/") == 0)
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 		              "push needs an absolute guest path without \"..\", not %.200s", remote_path);
@@ -566,12 +559,8 @@ static relay_status write_tree_entry(md_state *st, struct archive *a, const char
 }
 
 relay_status xfer_pull(md_state *st, md_conn *conn, const char *remote_path, const char *local_path,
-                       relay_call *call, unsigned flags, char **facts_out, relay_error *err)
+                       relay_call *call, unsigned flags, relay_error *err)
 {
-	relay_status begun =
-	    rk_xfer_begin(st->host, "pull", flags, PULL_FLAGS, local_path, remote_path, facts_out, err);
-	if (begun != RELAY_OK)
-		return begun;
 	if (!clean_abs_path(remote_path) || strcmp(remote_path, "/") == 0)
 		return md_err(st, err, RELAY_E_INVALID_ARGUMENT, 0,
 		              "pull needs an absolute guest path without \"..\", not %.200s", remote_path);

@@ -401,6 +401,7 @@ relay_status stream_write(local_state *st, relay_transport_stream *stream, const
 relay_status stream_read(local_state *st, relay_transport_stream *stream, void *buf, size_t cap,
                          uint64_t timeout_ms, unsigned flags, size_t *got_out, relay_error *err);
 void stream_close(local_state *st, relay_transport_stream *stream, unsigned flags);
+/* A push or pull (xfer.c) after the kit's first checks (relay_kit/xfer.h, plugin.c). */
 relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err);
 relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_path, const char *local_path,

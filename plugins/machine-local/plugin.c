@@ -22,6 +22,7 @@
 
 #include "local.h"
 #include "relay_kit/machine_config.h"
+#include "relay_kit/xfer.h"
 
 /* The guest init program, embedded at build time (init_blob.c). */
 extern const unsigned char machine_local_init_start[];
@@ -340,8 +341,17 @@ static relay_status xfer_job_run(void *arg, char **text_out, relay_error *err)
 	return xfer_pull(j->st, j->conn, j->remote_path, j->local_path, j->call, j->flags, text_out, err);
 }
 
+/* RELAY_XFER_CALLER_VERIFIES is accepted and changes nothing: both sides
+ * are hashed anyway (the direct copy's check is cheap next to the file
+ * creation it guards). */
 static relay_status xfer_dispatch(xfer_job *j, char **facts_out, relay_error *err)
 {
+	relay_status begun =
+	    rk_xfer_begin(j->st->host, j->push ? "push" : "pull", j->flags,
+	                  j->push ? RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES : RELAY_XFER_TREE,
+	                  j->local_path, j->remote_path, facts_out, err);
+	if (begun != RELAY_OK)
+		return begun;
 	if (!subids_guest_mapped(j->st, j->conn->record))
 		return xfer_job_run(j, facts_out, err);
 	return subids_run_in_guest_userns(j->st, j->conn->init_pid, j->call, xfer_job_run, j, facts_out, err);

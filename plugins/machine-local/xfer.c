@@ -39,7 +39,6 @@
 #include <unistd.h>
 
 #include "local.h"
-#include "relay_kit/xfer.h"
 #include "xfer_int.h"
 
 /* ---- push -------------------------------------------------------------------- */
@@ -128,14 +127,6 @@ static relay_status open_push_source(local_state *st, const char *local_path, bo
 relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
 {
-	/* RELAY_XFER_CALLER_VERIFIES is accepted and changes nothing: both
-	 * sides are hashed anyway (the direct copy's check is cheap next to
-	 * the file creation it guards). */
-	relay_status begun =
-	    rk_xfer_begin(st->host, "push", flags, RELAY_XFER_TREE | RELAY_XFER_CALLER_VERIFIES, local_path,
-	                  remote_path, facts_out, err);
-	if (begun != RELAY_OK)
-		return begun;
 	/* A call cancelled before the first byte moves (the walks below only
 	 * ask between tree entries; plugin-test check 61). */
 	if (st->host->call_cancelled(call))
@@ -306,10 +297,6 @@ static relay_status open_pull_source(guest_ctx *g, char **comps, int ncomp, cons
 relay_status xfer_pull(local_state *st, local_conn *conn, const char *remote_path, const char *local_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
 {
-	relay_status begun =
-	    rk_xfer_begin(st->host, "pull", flags, RELAY_XFER_TREE, local_path, remote_path, facts_out, err);
-	if (begun != RELAY_OK)
-		return begun;
 	if (st->host->call_cancelled(call)) /* as push (plugin-test check 62) */
 		return lu_err(st, err, RELAY_E_CANCELLED, 0, "pull cancelled before it began");
 	const bool tree = (flags & RELAY_XFER_TREE) != 0;

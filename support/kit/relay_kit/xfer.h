@@ -19,8 +19,7 @@
  * path"). RELAY_OK otherwise; what a path must be beyond that is the
  * backend's to check. */
 relay_status rk_xfer_begin(const relay_host *host, const char *op, unsigned flags, unsigned accepted,
-                           const char *host_path, const char *guest_path, char **facts_out,
-                           relay_error *err);
+                           const char *host_path, const char *guest_path, char **facts_out, relay_error *err);
 
 /* Appends one fact, {"path": path, "bytes": bytes, "sha256": sha256}, to
  * the facts array. 0, or -1 when out of memory (the array is unchanged). */

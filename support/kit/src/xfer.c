@@ -4,16 +4,15 @@
 #include <stddef.h>
 
 relay_status rk_xfer_begin(const relay_host *host, const char *op, unsigned flags, unsigned accepted,
-                           const char *host_path, const char *guest_path, char **facts_out,
-                           relay_error *err)
+                           const char *host_path, const char *guest_path, char **facts_out, relay_error *err)
 {
 	if (facts_out)
 		*facts_out = NULL;
 	if (flags & ~accepted)
 		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "unknown %s flags 0x%x", op, flags);
 	if (host_path == NULL || host_path[0] == '\0' || guest_path == NULL || guest_path[0] == '\0')
-		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0, "%s needs a host path and a guest path",
-		                       op);
+		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                       "%s needs a host path and a guest path", op);
 	return RELAY_OK;
 }
 
