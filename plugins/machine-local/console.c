@@ -146,7 +146,6 @@ static relay_status start_x11vnc(local_state *st, json_object *record, const cha
                                  pid_t *vnc_pid, relay_error *err)
 {
 	const char *lease_dir = lu_get_string(lu_get_object(record, "paths"), "leaseDir");
-	json_object *user = lu_get_object(record, "guestUser");
 	const char *display = lu_get_string(record, "display");
 	const char *input = rk_console_control() ? "-nolookup" : "-viewonly"; /* take-over: the live view */
 	const char *argv[] = {"x11vnc",      "-display",  display ? display : ":0",
@@ -165,15 +164,7 @@ static relay_status start_x11vnc(local_state *st, json_object *record, const cha
 		                lu_get_string(record, "vm"));
 		goto done;
 	}
-	ctl_spawn req = {argv,
-	                 (const char *const *)env,
-	                 lu_get_string(user, "home"),
-	                 (uid_t)lu_get_int(user, "uid", 0),
-	                 (gid_t)lu_get_int(user, "gid", 0),
-	                 LP_SPAWN_DETACHED | LP_SPAWN_NO_NEW_PRIVS,
-	                 log_fd,
-	                 log_fd,
-	                 -1};
+	ctl_spawn req = ctl_guest_daemon(record, argv, env, log_fd, log_fd);
 	if (ctl_spawn_cmd(conn, &req, vnc_pid, &e, why, sizeof why) != 0)
 		status = lu_err(st, err, RELAY_E_REFUSED, e, "x11vnc did not start in the guest: %s: %s", why,
 		                strerror(e));

@@ -15,6 +15,20 @@
 #include "relay_kit/guest_facts.h"
 #include "relay_support/fds.h"
 
+ctl_spawn ctl_guest_daemon(json_object *record, const char *const *argv, char **env, int out_fd, int err_fd)
+{
+	json_object *user = lu_get_object(record, "guestUser");
+	return (ctl_spawn){.argv = argv,
+	                   .envp = (const char *const *)env,
+	                   .cwd = lu_get_string(user, "home"),
+	                   .uid = (uid_t)lu_get_int(user, "uid", 0),
+	                   .gid = (gid_t)lu_get_int(user, "gid", 0),
+	                   .flags = LP_SPAWN_DETACHED | LP_SPAWN_NO_NEW_PRIVS,
+	                   .out_fd = out_fd,
+	                   .err_fd = err_fd,
+	                   .in_fd = -1};
+}
+
 int ctl_connect(const char *lease_dir)
 {
 	char path[PATH_MAX];

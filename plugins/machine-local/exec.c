@@ -27,6 +27,7 @@
 
 #include "local.h"
 #include "local_proto.h"
+#include "relay_support/fdstream.h"
 
 typedef struct stream_buf {
 	char *data;
@@ -145,30 +146,10 @@ static void leave_to_drainer(int *out_fd, int *err_fd)
 
 /* Writes what is left of the standard input without blocking; closes the
  * pipe when all is written or the command stopped reading. */
-/* write() that cannot raise SIGPIPE in the relay: the signal is blocked in
- * this thread for the call and a pending one is consumed. */
-static ssize_t write_nosigpipe(int fd, const void *data, size_t len)
-{
-	sigset_t pipe_set, old;
-	sigemptyset(&pipe_set);
-	sigaddset(&pipe_set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	ssize_t n = write(fd, data, len);
-	int e = errno;
-	if (n < 0 && e == EPIPE) {
-		struct timespec zero = {0, 0};
-		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
-			;
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	errno = e;
-	return n;
-}
-
 static void feed_stdin(int *in_fd, const char *data, size_t len, size_t *sent)
 {
 	while (*in_fd >= 0 && *sent < len) {
-		ssize_t n = write_nosigpipe(*in_fd, data + *sent, len - *sent);
+		ssize_t n = rs_fd_write_some(*in_fd, data + *sent, len - *sent); /* no SIGPIPE */
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN)

@@ -290,16 +290,7 @@ relay_status launch_display(local_state *st, json_object *record, const char *le
 	 * (bench/x11shot/README.md). */
 	const char *argv[] = {"Xvfb",      ":0",  "-screen",    "0", st->screen, "-noreset",
 	                      "-nolisten", "tcp", "-displayfd", "1", NULL};
-	json_object *user = lu_get_object(record, "guestUser");
-	ctl_spawn req = {argv,
-	                 (const char *const *)env,
-	                 lu_get_string(user, "home"),
-	                 (uid_t)lu_get_int(user, "uid", 0),
-	                 (gid_t)lu_get_int(user, "gid", 0),
-	                 LP_SPAWN_DETACHED | LP_SPAWN_NO_NEW_PRIVS,
-	                 pipefd[1],
-	                 log_fd,
-	                 -1};
+	ctl_spawn req = ctl_guest_daemon(record, argv, env, pipefd[1], log_fd);
 	pid_t pid = 0;
 	int e = 0;
 	char why[256];

@@ -326,6 +326,10 @@ typedef struct ctl_spawn {
 	int in_fd;      /* -1 = /dev/null; otherwise sent with LP_SPAWN_STDIN */
 } ctl_spawn;
 
+/* The request of a program the guest's own services run detached as the
+ * record's guest user ("guestUser"), in its home, without new privileges
+ * (Xvfb, x11vnc); standard input /dev/null. */
+ctl_spawn ctl_guest_daemon(json_object *record, const char *const *argv, char **env, int out_fd, int err_fd);
 /* Connects to the control socket in `lease_dir`. fd or -1 with errno. */
 int ctl_connect(const char *lease_dir);
 /* Sends SPAWN and reads STARTED. 0 and *pid_out; or -1 with *err_no and a

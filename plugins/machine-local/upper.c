@@ -33,6 +33,19 @@ typedef struct upper_ctx {
 	relay_error *err;
 } upper_ctx;
 
+/* Creates the folder `up` (an existing one is kept) with mode, owner (not
+ * without root) and group: 0 or an errno. */
+static int upper_dir_make(const upper_ctx *u, const char *up, mode_t mode, uid_t uid, gid_t gid)
+{
+	if (mkdir(up, 0700) != 0 && errno != EEXIST)
+		return errno;
+	if (!u->st->rootless && chown(up, uid, gid) != 0)
+		return errno;
+	if (chmod(up, mode) != 0)
+		return errno;
+	return 0;
+}
+
 /* Creates upper/<rel> as a folder with the attributes of the lower one (or
  * `mode` and root when the lower has none). */
 static int upper_dir_like_lower(upper_ctx *u, const char *rel, mode_t fallback_mode)
@@ -52,13 +65,7 @@ static int upper_dir_like_lower(upper_ctx *u, const char *rel, mode_t fallback_m
 		uid = sb.st_uid;
 		gid = sb.st_gid;
 	}
-	if (mkdir(up, 0700) != 0 && errno != EEXIST)
-		return errno;
-	if (!u->st->rootless && chown(up, uid, gid) != 0)
-		return errno;
-	if (chmod(up, mode) != 0)
-		return errno;
-	return 0;
+	return upper_dir_make(u, up, mode, uid, gid);
 }
 
 /* Creates upper/<rel> as an empty opaque folder: the guest sees none of
@@ -68,12 +75,9 @@ static int upper_private_dir(upper_ctx *u, const char *rel, mode_t mode, uid_t u
 {
 	char up[PATH_MAX];
 	lu_textf(up, sizeof up, "%s/%s", u->upper, rel);
-	if (mkdir(up, 0700) != 0 && errno != EEXIST)
-		return errno;
-	if (!u->st->rootless && chown(up, uid, gid) != 0)
-		return errno;
-	if (chmod(up, mode) != 0)
-		return errno;
+	int rc = upper_dir_make(u, up, mode, uid, gid);
+	if (rc != 0)
+		return rc;
 	const char *name = u->st->rootless ? "user.overlay.opaque" : "trusted.overlay.opaque";
 	if (setxattr(up, name, "y", 1, 0) != 0)
 		return errno;

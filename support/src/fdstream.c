@@ -18,8 +18,7 @@ static int64_t monotonic_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* One write that cannot raise SIGPIPE. */
-static ssize_t write_nosigpipe(int fd, const char *data, size_t len)
+ssize_t rs_fd_write_some(int fd, const void *data, size_t len)
 {
 	ssize_t n = send(fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 	sigset_t pipe_set, old;
@@ -72,7 +71,7 @@ int rs_fd_write_all(int fd, const void *data, size_t len, int64_t timeout_ms)
 	size_t sent = 0;
 	int64_t deadline = monotonic_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 	while (sent < len) {
-		ssize_t n = write_nosigpipe(fd, p + sent, len - sent);
+		ssize_t n = rs_fd_write_some(fd, p + sent, len - sent);
 		if (n > 0) {
 			sent += (size_t)n;
 			continue;

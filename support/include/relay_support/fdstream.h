@@ -20,6 +20,11 @@
  * poll or write set; some bytes may have been written after a failure. */
 int rs_fd_write_all(int fd, const void *data, size_t len, int64_t timeout_ms);
 
+/* One write(2) of at most `len` bytes that cannot raise SIGPIPE, as
+ * rs_fd_write_all does it (a socket without waiting). The count, or -1 with
+ * errno (EPIPE: the reader is gone; EAGAIN: a non-blocking `fd` is full). */
+ssize_t rs_fd_write_some(int fd, const void *data, size_t len);
+
 /* Waits up to timeout_ms milliseconds (0: not at all) for `fd` to be
  * readable and reads at most `cap` bytes into `buf`. The count (> 0),
  * 0 at end of file, or -1 with errno ETIMEDOUT (nothing arrived) or what
