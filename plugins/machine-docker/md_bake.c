@@ -80,12 +80,10 @@ static int derived_lookup(md_state *st, const char *ref, const char *key, relay_
 
 static void remove_container(md_state *st, const char *name)
 {
-	char *path = md_container_path(name, "?force=1&v=1");
 	md_reply r;
 	relay_error e;
-	if (path && md_api(st, "DELETE", path, NULL, -1, -1, 60000, NULL, &r, &e) == RELAY_OK)
+	if (md_container_api(st, "DELETE", name, "?force=1&v=1", NULL, 60000, NULL, &r, &e) == RELAY_OK)
 		md_reply_free(&r);
-	free(path);
 }
 
 /* Commits container `name` as `ref` with the derived labels. */

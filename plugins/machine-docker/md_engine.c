@@ -32,16 +32,27 @@ char *md_container_path(const char *vm, const char *suffix)
 	return p;
 }
 
+relay_status md_container_api(md_state *st, const char *method, const char *vm, const char *suffix,
+                              json_object *body, uint32_t timeout_ms, relay_call *call, md_reply *reply,
+                              relay_error *err)
+{
+	char *path = md_container_path(vm, suffix);
+	if (path == NULL) {
+		memset(reply, 0, sizeof *reply);
+		return md_err(st, err, RELAY_E_NO_MEMORY, ENOMEM, "out of memory");
+	}
+	relay_status s = md_api(st, method, path, body, -1, -1, timeout_ms, call, reply, err);
+	free(path);
+	return s;
+}
+
 /* GET /containers/{vm}/json: 1 found (*out owned), 0 gone, -1 cannot tell. */
 int md_container_get(md_state *st, const char *vm, relay_call *call, json_object **out)
 {
 	*out = NULL;
-	char *path = md_container_path(vm, "/json");
 	md_reply r;
 	relay_error e;
-	relay_status s =
-	    path ? md_api(st, "GET", path, NULL, -1, -1, 20000, call, &r, &e) : RELAY_E_NO_MEMORY;
-	free(path);
+	relay_status s = md_container_api(st, "GET", vm, "/json", NULL, 20000, call, &r, &e);
 	if (s != RELAY_OK)
 		return -1;
 	int found = r.status == 200 && r.json ? 1 : (r.status == 404 ? 0 : -1);
@@ -172,11 +183,8 @@ int md_expires_text(md_state *st, json_object *rec, char *out, size_t size)
 /* DELETE with force and its anonymous volumes: 1 removed or gone, 0 refused, -1 unknown. */
 int md_container_remove(md_state *st, const char *vm, relay_call *call, relay_error *err)
 {
-	char *path = md_container_path(vm, "?force=1&v=1");
 	md_reply r;
-	relay_status s =
-	    path ? md_api(st, "DELETE", path, NULL, -1, -1, 60000, call, &r, err) : RELAY_E_NO_MEMORY;
-	free(path);
+	relay_status s = md_container_api(st, "DELETE", vm, "?force=1&v=1", NULL, 60000, call, &r, err);
 	if (s != RELAY_OK)
 		return -1;
 	int out = (r.status == 204 || r.status == 200 || r.status == 404) ? 1 : 0;

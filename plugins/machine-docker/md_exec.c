@@ -435,12 +435,9 @@ bool md_exec_detached(md_state *st, const char *vm, const char *user, const char
 	json_object_object_add(body, "User", json_object_new_string(user));
 	json_object_object_add(body, "AttachStdout", json_object_new_boolean(false));
 	json_object_object_add(body, "AttachStderr", json_object_new_boolean(false));
-	char *path = md_container_path(vm, "/exec");
 	md_reply r;
 	relay_error e;
-	relay_status s =
-	    path ? md_api(st, "POST", path, body, -1, -1, 20000, call, &r, &e) : RELAY_E_NO_MEMORY;
-	free(path);
+	relay_status s = md_container_api(st, "POST", vm, "/exec", body, 20000, call, &r, &e);
 	json_object_put(body);
 	if (s != RELAY_OK)
 		return false;

@@ -268,11 +268,9 @@ static relay_status create_container(md_state *st, json_object *rec, const md_im
 
 static relay_status start_container(md_state *st, const char *vm, relay_call *call, relay_error *err)
 {
-	char *start = md_container_path(vm, "/start");
 	md_reply r;
-	relay_status s = start ? md_api(st, "POST", start, NULL, -1, -1, MD_CREATE_TIMEOUT_MS, call, &r, err)
-	                       : RELAY_E_NO_MEMORY;
-	free(start);
+	relay_status s =
+	    md_container_api(st, "POST", vm, "/start", NULL, MD_CREATE_TIMEOUT_MS, call, &r, err);
 	if (s == RELAY_OK && r.status != 204 && r.status != 304)
 		s = md_err(st, err, RELAY_E_REFUSED, 0,
 		           "the engine could not start the guest container (HTTP %ld): %.600s%s%s", r.status,

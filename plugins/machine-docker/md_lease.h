@@ -35,6 +35,11 @@ json_object *md_document(md_state *st, json_object *rec, const char *state);
 
 /* MD_API_PREFIX/containers/<vm><suffix> (malloc'd, 1024 bytes) or NULL. */
 char *md_container_path(const char *vm, const char *suffix);
+/* md_api on md_container_path(vm, suffix), with no upload or download:
+ * md_api's status, or RELAY_E_NO_MEMORY when the path cannot be made. */
+relay_status md_container_api(md_state *st, const char *method, const char *vm, const char *suffix,
+                              json_object *body, uint32_t timeout_ms, relay_call *call, md_reply *reply,
+                              relay_error *err);
 /* GET /containers/{vm}/json: 1 found (*out owned), 0 gone, -1 cannot tell. */
 int md_container_get(md_state *st, const char *vm, relay_call *call, json_object **out);
 bool md_container_running(json_object *info);

@@ -102,6 +102,20 @@ static void unescape_name(char *name)
 	*w = '\0';
 }
 
+/* The line of buf that starts at *at (before `end`), cut at its '\n' and
+ * NUL-terminated; *at moves past it, *len_out (may be NULL) its length. */
+static char *take_line(char *buf, size_t *at, size_t end, size_t *len_out)
+{
+	char *line = buf + *at;
+	char *nl = memchr(line, '\n', end - *at);
+	size_t len = nl ? (size_t)(nl - line) : end - *at;
+	line[len] = '\0';
+	*at += len + 1;
+	if (len_out)
+		*len_out = len;
+	return line;
+}
+
 typedef struct sized {
 	char *path;
 	uint64_t bytes;
@@ -149,11 +163,8 @@ relay_status ssh_facts_parse(const relay_host *host, const char *text, size_t le
 
 	/* Hash lines between the hashes and sizes markers. */
 	for (size_t i = h; i < sizes_marker;) {
-		char *line = copy + i;
-		char *nl = memchr(line, '\n', sizes_marker - i);
-		size_t line_len = nl ? (size_t)(nl - line) : sizes_marker - i;
-		line[line_len] = '\0';
-		i += line_len + 1;
+		size_t line_len = 0;
+		char *line = take_line(copy, &i, sizes_marker, &line_len);
 		if (line_len == 0)
 			continue;
 		bool escaped = line[0] == '\\';
@@ -179,12 +190,7 @@ relay_status ssh_facts_parse(const relay_host *host, const char *text, size_t le
 	}
 	/* Size lines between the sizes and done markers. */
 	for (size_t i = s; i < done_marker;) {
-		char *line = copy + i;
-		char *nl = memchr(line, '\n', done_marker - i);
-		size_t line_len = nl ? (size_t)(nl - line) : done_marker - i;
-		line[line_len] = '\0';
-		i += line_len + 1;
-		char *p = line;
+		char *p = take_line(copy, &i, done_marker, NULL);
 		while (*p == ' ' || *p == '\t')
 			p++;
 		if (*p < '0' || *p > '9')
