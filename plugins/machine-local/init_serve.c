@@ -96,15 +96,10 @@ static int group_gone(pid_t pgid)
 static int send_packet_fds(int fd, uint32_t op, uint32_t a, int32_t c, const char *text, const int *fds,
                            int nfds)
 {
-	lp_header h;
-	memset(&h, 0, sizeof h);
-	h.magic = LP_MAGIC;
-	h.op = op;
-	h.a = a;
-	h.c = c;
 	size_t tlen = text ? strlen(text) + 1 : 0;
-	h.nstr = text ? 1 : 0;
-	h.len = (uint32_t)tlen;
+	/* All 32-bit members: no padding for the designated initialiser to leave unset. */
+	const lp_header h = {
+	    .magic = LP_MAGIC, .op = op, .a = a, .c = c, .nstr = text ? 1 : 0, .len = (uint32_t)tlen};
 	char buf[sizeof h + 512];
 	if (tlen > 512)
 		tlen = 512;
