@@ -3,7 +3,8 @@
  * with a host table of its own and an in-memory console backend: the
  * options' one wording, the console ledger's refusal sentences and limits,
  * the reaper loop, durable writes, a folder's sorted names, random hex, the
- * machine ops' front over a backend of its own, and the plugin error.
+ * machine ops' front over a backend of its own and the configuration it
+ * reads, a transfer's first checks and facts, and the plugin error.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -26,10 +27,12 @@
 #include "relay_kit/error.h"
 #include "relay_kit/guest_facts.h"
 #include "relay_kit/machine.h"
+#include "relay_kit/machine_config.h"
 #include "relay_kit/options.h"
 #include "relay_kit/random.h"
 #include "relay_kit/reaper.h"
 #include "relay_kit/text.h"
+#include "relay_kit/xfer.h"
 
 /* ---- a host table ------------------------------------------------------------------- */
 
@@ -539,13 +542,120 @@ static void test_dpkg_installed_each(void **unused)
 	assert_string_equal(rk_egress_proxy_env[0], "HTTP_PROXY=http://127.0.0.1:3128");
 }
 
+/* ---- the machine configuration, a transfer's checks and facts ------------------------ */
+
+static relay_status read_config(rk_machine *kit, const char *text, const rk_machine_config_rules *rules,
+                                relay_error *err)
+{
+	json_object *cfg = text ? json_tokener_parse(text) : NULL;
+	relay_status s = rk_machine_config_read(kit, cfg, rules, err);
+	json_object_put(cfg);
+	return s;
+}
+
+static void test_machine_config(void **unused)
+{
+	(void)unused;
+	char dir[] = "/tmp/test-plugin-kit-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	const rk_machine_config_rules rules = {.state_dir_max_bytes = 64, .state_dir_refused = ",:\n"};
+	rk_machine kit = {.host = &host, .backend = &demo_backend};
+	relay_error err = {0};
+	assert_int_equal(read_config(&kit, NULL, &rules, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(err.message, "the demo configuration is not a JSON object");
+	assert_int_equal(read_config(&kit, "[]", &rules, &err), RELAY_E_INVALID_ARGUMENT);
+	assert_int_equal(read_config(&kit, "{\"stateDir\": \"relative\"}", &rules, &err),
+	                 RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(err.message,
+	                    "demo needs an absolute \"stateDir\" of at most 64 bytes without ',' or ':'");
+	assert_int_equal(read_config(&kit, "{\"stateDir\": \"/a:b\"}", &rules, &err),
+	                 RELAY_E_INVALID_ARGUMENT);
+	const rk_machine_config_rules long_ok = {.state_dir_max_bytes = 1000};
+	assert_int_equal(read_config(&kit, "{\"stateDir\": \"relative\"}", &long_ok, &err),
+	                 RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(err.message, "demo needs an absolute \"stateDir\" of at most 1000 bytes");
+	assert_null(kit.state_dir);
+
+	char text[256];
+	snprintf(text, sizeof text, "{\"stateDir\": \"%s/state\", \"guestNetwork\": \"internet\"}", dir);
+	assert_int_equal(read_config(&kit, text, &rules, &err), RELAY_OK);
+	char want[128];
+	snprintf(want, sizeof want, "%s/state/leases", dir);
+	assert_string_equal(kit.leases_dir, want); /* made, with the state folder above it */
+	struct stat sb;
+	assert_int_equal(stat(want, &sb), 0);
+	assert_true(S_ISDIR(sb.st_mode));
+	assert_int_equal(sb.st_mode & 0777, 0700);
+	assert_ptr_equal(kit.store, kit.state_dir);
+	assert_null(kit.libexec_dir);
+	assert_string_equal(kit.default_network, "internet");
+	rk_machine_config_free(&kit);
+	assert_null(kit.state_dir);
+	assert_null(kit.store);
+
+	snprintf(text, sizeof text,
+	         "{\"stateDir\": \"%s/state\", \"libexecDir\": \"/lx\", \"guestNetwork\": \"open\"}", dir);
+	assert_int_equal(read_config(&kit, text, &rules, &err), RELAY_OK);
+	assert_string_equal(kit.libexec_dir, "/lx");
+	assert_string_equal(kit.default_network, "nat"); /* anything else is nat */
+	rk_machine_config_free(&kit);
+
+	snprintf(text, sizeof text, "%s/file", dir);
+	assert_int_equal(rk_write_durable(text, "", 0, 0600, 0), 0);
+	snprintf(text, sizeof text, "{\"stateDir\": \"%s/file\"}", dir);
+	assert_int_equal(read_config(&kit, text, &rules, &err), RELAY_E_IO);
+	assert_non_null(strstr(err.message, "cannot create the lease store"));
+	rk_machine_config_free(&kit);
+
+	snprintf(text, sizeof text, "%s/file", dir);
+	unlink(text);
+	snprintf(text, sizeof text, "%s/state/leases", dir);
+	rmdir(text);
+	snprintf(text, sizeof text, "%s/state", dir);
+	rmdir(text);
+	rmdir(dir);
+}
+
+static void test_xfer_begin_and_facts(void **unused)
+{
+	(void)unused;
+	relay_error err = {0};
+	char *facts = (char *)"stale";
+	assert_int_equal(rk_xfer_begin(&host, "pull", 0x4u, 0x1u, "/h", "/g", &facts, &err),
+	                 RELAY_E_UNSUPPORTED_FLAGS);
+	assert_null(facts);
+	assert_string_equal(err.message, "unknown pull flags 0x4");
+	assert_int_equal(rk_xfer_begin(&host, "push", 0x1u, 0x1u, "", "/g", NULL, &err),
+	                 RELAY_E_INVALID_ARGUMENT);
+	assert_string_equal(err.message, "push needs a host path and a guest path");
+	assert_int_equal(rk_xfer_begin(&host, "push", 0, 0x1u, "/h", NULL, NULL, &err),
+	                 RELAY_E_INVALID_ARGUMENT);
+	assert_int_equal(rk_xfer_begin(&host, "push", 0x1u, 0x1u, "/h", "/g", &facts, &err), RELAY_OK);
+
+	json_object *arr = json_object_new_array();
+	const char *sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+	assert_int_equal(rk_xfer_fact_add(arr, "", 5, sha), 0);
+	assert_int_equal(rk_xfer_fact_add(arr, "a/b", 1ull << 33, sha), 0);
+	assert_string_equal(
+	    json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PLAIN),
+	    "[{\"path\":\"\",\"bytes\":5,\"sha256\":\"0123456789abcdef0123456789abcdef"
+	    "0123456789abcdef0123456789abcdef\"},{\"path\":\"a\\/b\",\"bytes\":8589934592,"
+	    "\"sha256\":\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"}]");
+	json_object_put(arr);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_options_one_wording), cmocka_unit_test(test_console_ledger),
-	    cmocka_unit_test(test_reaper_loop),         cmocka_unit_test(test_durable_write_and_sorted_names),
-	    cmocka_unit_test(test_random_hex),          cmocka_unit_test(test_machine_front),
+	    cmocka_unit_test(test_options_one_wording),
+	    cmocka_unit_test(test_console_ledger),
+	    cmocka_unit_test(test_reaper_loop),
+	    cmocka_unit_test(test_durable_write_and_sorted_names),
+	    cmocka_unit_test(test_random_hex),
+	    cmocka_unit_test(test_machine_front),
 	    cmocka_unit_test(test_dpkg_installed_each),
+	    cmocka_unit_test(test_machine_config),
+	    cmocka_unit_test(test_xfer_begin_and_facts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
