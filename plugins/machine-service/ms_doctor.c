@@ -114,24 +114,11 @@ static void check_machctl(ms_state *s, relay_call *call, json_object *list)
 {
 	if (s->machctl_path == NULL)
 		return;
-	char **envp = ms_env_build((const char *const *)s->bundle);
 	const char *argv[] = {s->machctl_path, "environment", "--json", NULL};
-	relay_process_request req;
-	memset(&req, 0, sizeof req);
-	req.struct_size = sizeof req;
-	req.argv = argv;
-	req.envp = (const char *const *)envp;
-	req.stdin_fd = -1;
-	req.stdout_fd = -1;
-	req.timeout_ms = MS_TART_TIMEOUT_MS;
-	req.max_output_bytes = 1 << 20;
 	relay_process_result res;
-	memset(&res, 0, sizeof res);
-	res.struct_size = sizeof res;
 	relay_error err;
-	memset(&err, 0, sizeof err);
-	relay_status status = s->host->process_run(&req, call, 0, &res, &err);
-	ms_env_free(envp);
+	relay_status status = ms_run(s->host, argv, (const char *const *)s->bundle, MS_TART_TIMEOUT_MS,
+	                             1 << 20, call, &res, &err);
 	char detail[RELAY_ERROR_MESSAGE_BYTES + 512];
 	json_object *answer = NULL;
 	if (status != RELAY_OK || res.exit_code != 0) {

@@ -230,6 +230,28 @@ void ms_env_free(char **env)
 	free(env);
 }
 
+relay_status ms_run(const relay_host *host, const char *const *argv, const char *const *overrides,
+                    uint64_t timeout_ms, size_t max_output_bytes, relay_call *call, relay_process_result *res,
+                    relay_error *err)
+{
+	char **envp = ms_env_build(overrides);
+	relay_process_request req;
+	memset(&req, 0, sizeof req);
+	req.struct_size = sizeof req;
+	req.argv = argv;
+	req.envp = (const char *const *)envp;
+	req.stdin_fd = -1;
+	req.stdout_fd = -1;
+	req.timeout_ms = timeout_ms;
+	req.max_output_bytes = max_output_bytes;
+	memset(res, 0, sizeof *res);
+	res->struct_size = sizeof *res;
+	memset(err, 0, sizeof *err);
+	relay_status status = host->process_run(&req, call, 0, res, err);
+	ms_env_free(envp);
+	return status;
+}
+
 /* ---- local folders ------------------------------------------------------------- */
 
 char *ms_fresh_dir(const relay_host *host, const char *parent, const char *prefix)
