@@ -165,8 +165,7 @@ relay_status ms_doctor(relay_plugin_state *state, relay_call *call, unsigned fla
 	ms_state *s = state;
 	*checks_json_out = NULL;
 	if (flags != 0)
-		return s->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown doctor flags 0x%x",
-		                          MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(s->host, "doctor", flags, err);
 	json_object *list = json_object_new_array();
 	char detail[600];
 	snprintf(detail, sizeof detail,

@@ -107,10 +107,7 @@ static relay_status boot_refusal_gate(ms_state *s, const char *purpose, const ch
 			if (strcmp((*p)->purpose, purpose) == 0) {
 				ms_boot_refusal *gone = *p;
 				*p = gone->next;
-				free(gone->purpose);
-				free(gone->image);
-				free(gone->reason);
-				free(gone);
+				ms_boot_refusal_free(gone);
 				break;
 			}
 		}
@@ -135,10 +132,7 @@ static void remember_boot_refusal(ms_state *s, const char *purpose, const char *
 	b->image = strdup(image);
 	b->reason = ms_cut_utf8(reason, 200);
 	if (b->purpose == NULL || b->image == NULL || b->reason == NULL) {
-		free(b->purpose);
-		free(b->image);
-		free(b->reason);
-		free(b);
+		ms_boot_refusal_free(b);
 		return;
 	}
 	pthread_mutex_lock(&s->lock);
@@ -180,8 +174,7 @@ relay_status ms_acquire(relay_plugin_state *state, const char *spec_json, relay_
 	memset(&reply, 0, sizeof reply);
 	*lease_json_out = NULL;
 	if (flags & ~ACQUIRE_KNOWN_FLAGS)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown acquire flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "acquire", flags, err);
 	json_object *spec = ms_json_parse(spec_json, strlen(spec_json), NULL, 0);
 	const char *purpose = rsj_get_str(spec, "purpose");
 	const char *image = rsj_get_str(spec, "image");
@@ -313,8 +306,7 @@ relay_status ms_renew(relay_plugin_state *state, const char *lease_json, uint64_
 	if (lease_json_out)
 		*lease_json_out = NULL;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown renew flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "renew", flags, err);
 	/* The service refuses below 0.1 h (§3.6). */
 	if (ttl_ms < 360000)
 		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
@@ -386,8 +378,7 @@ relay_status ms_inspect(relay_plugin_state *state, const char *lease_json, relay
 	if (lease_json_out)
 		*lease_json_out = NULL;
 	if (flags != 0)
-		return s->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown inspect flags 0x%x",
-		                          MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(s->host, "inspect", flags, err);
 	ms_lease_ref ref;
 	relay_status status = ms_lease_ref_parse(s, lease_json, &ref, err);
 	if (status != RELAY_OK)
@@ -421,8 +412,7 @@ relay_status ms_find_by_purpose(relay_plugin_state *state, const char *purpose, 
 	const relay_host *host = s->host;
 	*leases_json_out = NULL;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown find flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "find", flags, err);
 	relay_status status = ms_check_health(s, MS_LOOKUP_TIMEOUT_MS, call, NULL, err);
 	if (status != RELAY_OK)
 		return status;
@@ -482,8 +472,7 @@ relay_status ms_release(relay_plugin_state *state, const char *lease_json, const
 	ms_state *s = state;
 	const relay_host *host = s->host;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown release flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "release", flags, err);
 	ms_lease_ref ref;
 	relay_status status = lease_begin(s, lease_json, call, &ref, err);
 	if (status != RELAY_OK)
@@ -603,8 +592,7 @@ relay_status ms_verify_destroyed(relay_plugin_state *state, const char *lease_js
 	if (check_name_out)
 		*check_name_out = NULL;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown verify flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "verify", flags, err);
 	ms_lease_ref ref;
 	relay_status status = ms_lease_ref_parse(s, lease_json, &ref, err);
 	if (status != RELAY_OK)
