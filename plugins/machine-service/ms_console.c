@@ -53,12 +53,9 @@ static relay_status capabilities(ms_state *s, relay_call *call, char **out, rela
 {
 	const relay_host *host = s->host;
 	ms_reply reply;
-	relay_error cause;
-	memset(&cause, 0, sizeof cause);
-	relay_status status =
-	    ms_http(s, "GET", "/acquisition-capabilities", NULL, MS_LOOKUP_TIMEOUT_MS, call, &reply, &cause);
+	relay_status status = ms_get(s, "/acquisition-capabilities", MS_LOOKUP_TIMEOUT_MS, call, &reply, err);
 	if (status != RELAY_OK)
-		return ms_unavailable(s, status, &cause, "GET /acquisition-capabilities", err);
+		return status;
 	if (reply.status == 404) {
 		status = host->error_set(
 		    err, RELAY_E_UNSUPPORTED, 0,

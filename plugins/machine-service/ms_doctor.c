@@ -114,24 +114,11 @@ static void check_machctl(ms_state *s, relay_call *call, json_object *list)
 {
 	if (s->machctl_path == NULL)
 		return;
-	char **envp = ms_env_build((const char *const *)s->bundle);
 	const char *argv[] = {s->machctl_path, "environment", "--json", NULL};
-	relay_process_request req;
-	memset(&req, 0, sizeof req);
-	req.struct_size = sizeof req;
-	req.argv = argv;
-	req.envp = (const char *const *)envp;
-	req.stdin_fd = -1;
-	req.stdout_fd = -1;
-	req.timeout_ms = MS_TART_TIMEOUT_MS;
-	req.max_output_bytes = 1 << 20;
 	relay_process_result res;
-	memset(&res, 0, sizeof res);
-	res.struct_size = sizeof res;
 	relay_error err;
-	memset(&err, 0, sizeof err);
-	relay_status status = s->host->process_run(&req, call, 0, &res, &err);
-	ms_env_free(envp);
+	relay_status status = ms_run(s->host, argv, (const char *const *)s->bundle, MS_TART_TIMEOUT_MS,
+	                             1 << 20, call, &res, &err);
 	char detail[RELAY_ERROR_MESSAGE_BYTES + 512];
 	json_object *answer = NULL;
 	if (status != RELAY_OK || res.exit_code != 0) {
@@ -178,8 +165,7 @@ relay_status ms_doctor(relay_plugin_state *state, relay_call *call, unsigned fla
 	ms_state *s = state;
 	*checks_json_out = NULL;
 	if (flags != 0)
-		return s->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown doctor flags 0x%x",
-		                          MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(s->host, "doctor", flags, err);
 	json_object *list = json_object_new_array();
 	char detail[600];
 	snprintf(detail, sizeof detail,

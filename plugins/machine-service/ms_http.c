@@ -205,6 +205,19 @@ static relay_status another_environment(ms_state *s, const json_object *theirs, 
 	    s->origin, who);
 }
 
+relay_status ms_get(ms_state *s, const char *path, uint32_t timeout_ms, relay_call *call, ms_reply *reply,
+                    relay_error *err)
+{
+	relay_error cause;
+	memset(&cause, 0, sizeof cause);
+	relay_status status = ms_http(s, "GET", path, NULL, timeout_ms, call, reply, &cause);
+	if (status == RELAY_OK)
+		return RELAY_OK;
+	char what[320];
+	snprintf(what, sizeof what, "GET %s", path);
+	return ms_unavailable(s, status, &cause, what, err);
+}
+
 relay_status ms_check_health(ms_state *s, uint32_t timeout_ms, relay_call *call, json_object **health_out,
                              relay_error *err)
 {
@@ -212,11 +225,9 @@ relay_status ms_check_health(ms_state *s, uint32_t timeout_ms, relay_call *call,
 	if (health_out)
 		*health_out = NULL;
 	ms_reply reply;
-	relay_error cause;
-	memset(&cause, 0, sizeof cause);
-	relay_status status = ms_http(s, "GET", "/health", NULL, timeout_ms, call, &reply, &cause);
+	relay_status status = ms_get(s, "/health", timeout_ms, call, &reply, err);
 	if (status != RELAY_OK)
-		return ms_unavailable(s, status, &cause, "GET /health", err);
+		return status;
 	if (ms_reply_env_refusal(&reply)) {
 		ms_reply_free(&reply);
 		return ms_env_refused(s, timeout_ms, call, err);

@@ -34,6 +34,10 @@ typedef struct ms_reply {
 relay_status ms_http(ms_state *s, const char *method, const char *path, const json_object *body,
                      uint32_t timeout_ms, relay_call *call, ms_reply *reply, relay_error *err);
 void ms_reply_free(ms_reply *reply);
+/* A GET of `path` by ms_http whose transport failure is already told as
+ * ms_unavailable of "GET <path>": RELAY_OK means `reply` holds an answer. */
+relay_status ms_get(ms_state *s, const char *path, uint32_t timeout_ms, relay_call *call, ms_reply *reply,
+                    relay_error *err);
 
 /* "<routePrefix>/<vm>[/<action>]" with the name percent-encoded; malloc'd,
  * or NULL when the name breaks ^[a-zA-Z0-9][a-zA-Z0-9._-]*$. */

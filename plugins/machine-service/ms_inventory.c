@@ -19,14 +19,11 @@ relay_status ms_images(relay_plugin_state *state, relay_call *call, unsigned fla
 	const relay_host *host = s->host;
 	*images_json_out = NULL;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown images flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "images", flags, err);
 	ms_reply reply;
-	relay_error cause;
-	memset(&cause, 0, sizeof cause);
-	relay_status status = ms_http(s, "GET", "/images", NULL, MS_LOOKUP_TIMEOUT_MS, call, &reply, &cause);
+	relay_status status = ms_get(s, "/images", MS_LOOKUP_TIMEOUT_MS, call, &reply, err);
 	if (status != RELAY_OK)
-		return ms_unavailable(s, status, &cause, "GET /images", err);
+		return status;
 	json_object *out = NULL;
 	if (ms_reply_env_refusal(&reply)) {
 		status = ms_env_refused(s, MS_LOOKUP_TIMEOUT_MS, call, err);
@@ -65,15 +62,11 @@ relay_status ms_catalog(relay_plugin_state *state, relay_call *call, unsigned fl
 	const relay_host *host = s->host;
 	*catalog_json_out = NULL;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown catalog flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "catalog", flags, err);
 	ms_reply reply;
-	relay_error cause;
-	memset(&cause, 0, sizeof cause);
-	relay_status status =
-	    ms_http(s, "GET", "/applications", NULL, MS_DEFAULT_TIMEOUT_MS, call, &reply, &cause);
+	relay_status status = ms_get(s, "/applications", MS_DEFAULT_TIMEOUT_MS, call, &reply, err);
 	if (status != RELAY_OK)
-		return ms_unavailable(s, status, &cause, "GET /applications", err);
+		return status;
 	if (ms_reply_env_refusal(&reply)) {
 		status = ms_env_refused(s, MS_LOOKUP_TIMEOUT_MS, call, err);
 	} else if (reply.status != 200) {

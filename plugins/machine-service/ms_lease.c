@@ -107,10 +107,7 @@ static relay_status boot_refusal_gate(ms_state *s, const char *purpose, const ch
 			if (strcmp((*p)->purpose, purpose) == 0) {
 				ms_boot_refusal *gone = *p;
 				*p = gone->next;
-				free(gone->purpose);
-				free(gone->image);
-				free(gone->reason);
-				free(gone);
+				ms_boot_refusal_free(gone);
 				break;
 			}
 		}
@@ -135,10 +132,7 @@ static void remember_boot_refusal(ms_state *s, const char *purpose, const char *
 	b->image = strdup(image);
 	b->reason = ms_cut_utf8(reason, 200);
 	if (b->purpose == NULL || b->image == NULL || b->reason == NULL) {
-		free(b->purpose);
-		free(b->image);
-		free(b->reason);
-		free(b);
+		ms_boot_refusal_free(b);
 		return;
 	}
 	pthread_mutex_lock(&s->lock);
@@ -180,8 +174,7 @@ relay_status ms_acquire(relay_plugin_state *state, const char *spec_json, relay_
 	memset(&reply, 0, sizeof reply);
 	*lease_json_out = NULL;
 	if (flags & ~ACQUIRE_KNOWN_FLAGS)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown acquire flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "acquire", flags, err);
 	json_object *spec = ms_json_parse(spec_json, strlen(spec_json), NULL, 0);
 	const char *purpose = rsj_get_str(spec, "purpose");
 	const char *image = rsj_get_str(spec, "image");
@@ -279,6 +272,32 @@ cleanup:
 
 /* ---- heartbeat, inspect --------------------------------------------------------- */
 
+/* The start of renew and release: the lease document's reference, then the
+ * service's identity (§3.1); on a failure `ref` holds nothing to free. */
+static relay_status lease_begin(ms_state *s, const char *lease_json, relay_call *call, ms_lease_ref *ref,
+                                relay_error *err)
+{
+	relay_status status = ms_lease_ref_parse(s, lease_json, ref, err);
+	if (status != RELAY_OK)
+		return status;
+	status = ms_check_health(s, MS_LOOKUP_TIMEOUT_MS, call, NULL, err);
+	if (status != RELAY_OK)
+		ms_lease_ref_free(ref);
+	return status;
+}
+
+/* POST <routePrefix>/<vm>/<action> with `body`: ms_http's answer, the
+ * transport failure told in `cause`. `vm` is valid (ms_lease_ref_parse). */
+static relay_status post_action(ms_state *s, const char *vm, const char *action, const json_object *body,
+                                uint32_t timeout_ms, relay_call *call, ms_reply *reply, relay_error *cause)
+{
+	memset(cause, 0, sizeof *cause);
+	char *path = ms_machine_path(s, vm, action);
+	relay_status status = ms_http(s, "POST", path, body, timeout_ms, call, reply, cause);
+	free(path);
+	return status;
+}
+
 relay_status ms_renew(relay_plugin_state *state, const char *lease_json, uint64_t ttl_ms, relay_call *call,
                       unsigned flags, char **lease_json_out, relay_error *err)
 {
@@ -287,33 +306,25 @@ relay_status ms_renew(relay_plugin_state *state, const char *lease_json, uint64_
 	if (lease_json_out)
 		*lease_json_out = NULL;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown renew flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "renew", flags, err);
 	/* The service refuses below 0.1 h (§3.6). */
 	if (ttl_ms < 360000)
 		return host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                       "%s: a renewal of %llu ms is below the service's minimum of 0.1 h",
 		                       MS_PLUGIN_NAME, (unsigned long long)ttl_ms);
 	ms_lease_ref ref;
-	relay_status status = ms_lease_ref_parse(s, lease_json, &ref, err);
+	relay_status status = lease_begin(s, lease_json, call, &ref, err);
 	if (status != RELAY_OK)
 		return status;
 	ms_reply reply;
 	memset(&reply, 0, sizeof reply);
-	json_object *body = NULL;
-	char *path = NULL;
-	status = ms_check_health(s, MS_LOOKUP_TIMEOUT_MS, call, NULL, err);
-	if (status != RELAY_OK)
-		goto cleanup;
 	double hours = floor((double)ttl_ms / 3.6) / 1000000.0; /* ms to hours, rounded down to 1e-6 h */
 	if (hours > 720)
 		hours = 720;
-	body = json_object_new_object();
+	json_object *body = json_object_new_object();
 	json_object_object_add(body, "ttl_hours", ms_json_number(hours));
-	path = ms_machine_path(s, ref.vm, "heartbeat");
 	relay_error cause;
-	memset(&cause, 0, sizeof cause);
-	status = ms_http(s, "POST", path, body, MS_LOOKUP_TIMEOUT_MS, call, &reply, &cause);
+	status = post_action(s, ref.vm, "heartbeat", body, MS_LOOKUP_TIMEOUT_MS, call, &reply, &cause);
 	if (status != RELAY_OK) {
 		status = host->error_set(err, status == RELAY_E_CANCELLED ? status : RELAY_E_INDETERMINATE, 0,
 		                         "the heartbeat of %s got no answer: %s", ref.vm, cause.message);
@@ -325,7 +336,6 @@ relay_status ms_renew(relay_plugin_state *state, const char *lease_json, uint64_
 	}
 	status = document_out(s, reply.json, "the heartbeat", lease_json_out, err);
 cleanup:
-	free(path);
 	json_object_put(body);
 	ms_reply_free(&reply);
 	ms_lease_ref_free(&ref);
@@ -343,14 +353,12 @@ static relay_status get_record(ms_state *s, const char *vm, uint32_t timeout_ms,
 		return s->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                          "%s: %s is not a valid machine name", MS_PLUGIN_NAME, vm);
 	ms_reply reply;
-	relay_error cause;
-	memset(&cause, 0, sizeof cause);
-	relay_status status = ms_http(s, "GET", path, NULL, timeout_ms, call, &reply, &cause);
+	relay_status status = ms_get(s, path, timeout_ms, call, &reply, err);
 	char what[320];
 	snprintf(what, sizeof what, "GET %s", path);
 	free(path);
 	if (status != RELAY_OK)
-		return ms_unavailable(s, status, &cause, what, err);
+		return status;
 	if (reply.status == 200 && json_object_is_type(reply.json, json_type_object)) {
 		*record_out = json_object_get(reply.json);
 	} else if (reply.status == 200) {
@@ -370,8 +378,7 @@ relay_status ms_inspect(relay_plugin_state *state, const char *lease_json, relay
 	if (lease_json_out)
 		*lease_json_out = NULL;
 	if (flags != 0)
-		return s->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown inspect flags 0x%x",
-		                          MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(s->host, "inspect", flags, err);
 	ms_lease_ref ref;
 	relay_status status = ms_lease_ref_parse(s, lease_json, &ref, err);
 	if (status != RELAY_OK)
@@ -405,19 +412,16 @@ relay_status ms_find_by_purpose(relay_plugin_state *state, const char *purpose, 
 	const relay_host *host = s->host;
 	*leases_json_out = NULL;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown find flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "find", flags, err);
 	relay_status status = ms_check_health(s, MS_LOOKUP_TIMEOUT_MS, call, NULL, err);
 	if (status != RELAY_OK)
 		return status;
 	ms_reply reply;
-	relay_error cause;
-	memset(&cause, 0, sizeof cause);
+	status = ms_get(s, s->opt.route_prefix, MS_LOOKUP_TIMEOUT_MS, call, &reply, err);
+	if (status != RELAY_OK)
+		return status;
 	char what[192];
 	snprintf(what, sizeof what, "GET %s", s->opt.route_prefix);
-	status = ms_http(s, "GET", s->opt.route_prefix, NULL, MS_LOOKUP_TIMEOUT_MS, call, &reply, &cause);
-	if (status != RELAY_OK)
-		return ms_unavailable(s, status, &cause, what, err);
 	json_object *found = NULL;
 	if (reply.status != 200) {
 		status = ms_reply_env_refusal(&reply)
@@ -468,26 +472,18 @@ relay_status ms_release(relay_plugin_state *state, const char *lease_json, const
 	ms_state *s = state;
 	const relay_host *host = s->host;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown release flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "release", flags, err);
 	ms_lease_ref ref;
-	relay_status status = ms_lease_ref_parse(s, lease_json, &ref, err);
+	relay_status status = lease_begin(s, lease_json, call, &ref, err);
 	if (status != RELAY_OK)
 		return status;
 	ms_reply reply;
 	memset(&reply, 0, sizeof reply);
-	json_object *body = NULL;
-	char *path = NULL;
-	status = ms_check_health(s, MS_LOOKUP_TIMEOUT_MS, call, NULL, err);
-	if (status != RELAY_OK)
-		goto cleanup;
-	body = json_object_new_object();
+	json_object *body = json_object_new_object();
 	json_object_object_add(body, "reason",
 	                       json_object_new_string(reason && reason[0] ? reason : "released"));
-	path = ms_machine_path(s, ref.vm, "release");
 	relay_error cause;
-	memset(&cause, 0, sizeof cause);
-	status = ms_http(s, "POST", path, body, MS_RELEASE_TIMEOUT_MS, call, &reply, &cause);
+	status = post_action(s, ref.vm, "release", body, MS_RELEASE_TIMEOUT_MS, call, &reply, &cause);
 	if (status != RELAY_OK) {
 		if (ms_never_sent(status, &cause) || status == RELAY_E_PROTOCOL)
 			status = ms_unavailable(s, status, &cause, "the release", err);
@@ -508,7 +504,6 @@ relay_status ms_release(relay_plugin_state *state, const char *lease_json, const
 		status = host->error_set(err, RELAY_E_UNVERIFIED, 0,
 		                         "machine-service did not confirm destruction of %s", ref.vm);
 cleanup:
-	free(path);
 	json_object_put(body);
 	ms_reply_free(&reply);
 	ms_lease_ref_free(&ref);
@@ -535,25 +530,12 @@ static relay_status tart_check(ms_state *s, const char *vm, relay_call *call, re
 	for (size_t i = 0; i < nb; i++)
 		overrides[i] = s->bundle[i];
 	overrides[nb] = home_line;
-	char **envp = ms_env_build(overrides);
-	free(overrides);
 	const char *argv[] = {s->tart_path, "list", "--format", "json", NULL};
-	relay_process_request req;
-	memset(&req, 0, sizeof req);
-	req.struct_size = sizeof req;
-	req.argv = argv;
-	req.envp = (const char *const *)envp;
-	req.stdin_fd = -1;
-	req.stdout_fd = -1;
-	req.timeout_ms = MS_TART_TIMEOUT_MS;
-	req.max_output_bytes = MS_MAX_BODY_BYTES;
 	relay_process_result res;
-	memset(&res, 0, sizeof res);
-	res.struct_size = sizeof res;
 	relay_error cause;
-	memset(&cause, 0, sizeof cause);
-	relay_status status = host->process_run(&req, call, 0, &res, &cause);
-	ms_env_free(envp);
+	relay_status status =
+	    ms_run(host, argv, overrides, MS_TART_TIMEOUT_MS, MS_MAX_BODY_BYTES, call, &res, &cause);
+	free(overrides);
 	json_object *list = NULL;
 	if (status != RELAY_OK) {
 		status = host->error_set(err, status == RELAY_E_CANCELLED ? status : RELAY_E_UNVERIFIED, 0,
@@ -610,8 +592,7 @@ relay_status ms_verify_destroyed(relay_plugin_state *state, const char *lease_js
 	if (check_name_out)
 		*check_name_out = NULL;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown verify flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "verify", flags, err);
 	ms_lease_ref ref;
 	relay_status status = ms_lease_ref_parse(s, lease_json, &ref, err);
 	if (status != RELAY_OK)

@@ -196,13 +196,24 @@ static void state_free(ms_state *s)
 	while (s->boot_refusals) {
 		ms_boot_refusal *b = s->boot_refusals;
 		s->boot_refusals = b->next;
-		free(b->purpose);
-		free(b->image);
-		free(b->reason);
-		free(b);
+		ms_boot_refusal_free(b);
 	}
 	pthread_mutex_destroy(&s->lock);
 	free(s);
+}
+
+void ms_boot_refusal_free(ms_boot_refusal *b)
+{
+	free(b->purpose);
+	free(b->image);
+	free(b->reason);
+	free(b);
+}
+
+relay_status ms_unknown_flags(const relay_host *host, const char *op, unsigned unknown, relay_error *err)
+{
+	return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown %s flags 0x%x", MS_PLUGIN_NAME,
+	                       op, unknown);
 }
 
 static relay_status ms_init(const relay_host *host, const char *config_json, unsigned flags,
@@ -210,8 +221,7 @@ static relay_status ms_init(const relay_host *host, const char *config_json, uns
 {
 	*state_out = NULL;
 	if (flags != 0)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown init flags 0x%x",
-		                       MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(host, "init", flags, err);
 	relay_status status = RELAY_OK;
 	char why[128];
 	json_object *config = ms_json_parse(config_json, strlen(config_json), why, sizeof why);
@@ -323,8 +333,7 @@ relay_status ms_binding(relay_plugin_state *state, unsigned flags, char **bindin
 	ms_state *s = state;
 	*binding_json_out = NULL;
 	if (flags != 0)
-		return s->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown binding flags 0x%x",
-		                          MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(s->host, "binding", flags, err);
 	json_object *b = json_object_new_object();
 	json_object_object_add(b, "machine", json_object_new_string(MS_PLUGIN_NAME));
 	json_object_object_add(b, "endpoint", json_object_new_string(s->origin));
@@ -343,8 +352,7 @@ relay_status ms_health_op(relay_plugin_state *state, relay_call *call, unsigned 
 	if (health_json_out)
 		*health_json_out = NULL;
 	if (flags != 0)
-		return s->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown health flags 0x%x",
-		                          MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(s->host, "health", flags, err);
 	json_object *health = NULL;
 	relay_status status = ms_check_health(s, MS_LOOKUP_TIMEOUT_MS, call, &health, err);
 	if (status == RELAY_OK && health_json_out) {

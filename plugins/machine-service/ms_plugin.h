@@ -70,6 +70,8 @@ typedef struct ms_boot_refusal {
 	char *reason;
 	struct ms_boot_refusal *next;
 } ms_boot_refusal;
+/* Frees one refusal and its strings (NULL strings allowed), not its next. */
+void ms_boot_refusal_free(ms_boot_refusal *b);
 
 typedef struct ms_state {
 	const relay_host *host; /* borrowed until fini */
@@ -92,6 +94,10 @@ typedef struct ms_state {
 	pthread_mutex_t lock; /* guards boot_refusals */
 	ms_boot_refusal *boot_refusals;
 } ms_state;
+
+/* The refusal of flags an operation does not know: RELAY_E_UNSUPPORTED_FLAGS,
+ * "machine-service: unknown <op> flags 0x<unknown>" (ms_plugin.c). */
+relay_status ms_unknown_flags(const relay_host *host, const char *op, unsigned unknown, relay_error *err);
 
 /* The ops of each kind (defined in their modules). */
 relay_status ms_acquire(relay_plugin_state *state, const char *spec_json, relay_call *call, unsigned flags,

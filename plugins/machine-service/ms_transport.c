@@ -68,8 +68,7 @@ relay_status ms_transport_open(relay_plugin_state *state, const char *lease_json
 	(void)call;
 	*conn_out = NULL;
 	if (flags != 0)
-		return s->host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown open flags 0x%x",
-		                          MS_PLUGIN_NAME, flags);
+		return ms_unknown_flags(s->host, "open", flags, err);
 	ms_lease_ref ref;
 	relay_status status = ms_lease_ref_parse(s, lease_json, &ref, err);
 	if (status != RELAY_OK)
@@ -173,8 +172,7 @@ relay_status ms_transport_exec(relay_plugin_state *state, relay_transport_conn *
 	res->struct_size = res_size;
 	res->exit_code = -1;
 	if (flags & ~EXEC_KNOWN_FLAGS)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown exec flags 0x%x",
-		                       MS_PLUGIN_NAME, flags & ~EXEC_KNOWN_FLAGS);
+		return ms_unknown_flags(host, "exec", flags & ~EXEC_KNOWN_FLAGS, err);
 	relay_exec_request req;
 	memset(&req, 0, sizeof req);
 	memcpy(&req, req_in, req_in->struct_size < sizeof req ? req_in->struct_size : sizeof req);
@@ -437,8 +435,7 @@ relay_status ms_transport_push(relay_plugin_state *state, relay_transport_conn *
 	if (facts_json_out)
 		*facts_json_out = NULL;
 	if (flags & ~XFER_PUSH_FLAGS)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown push flags 0x%x",
-		                       MS_PLUGIN_NAME, flags & ~XFER_PUSH_FLAGS);
+		return ms_unknown_flags(host, "push", flags & ~XFER_PUSH_FLAGS, err);
 	bool tree = flags & RELAY_XFER_TREE;
 	struct stat st;
 	if (local_path == NULL || lstat(local_path, &st) != 0)
@@ -524,8 +521,7 @@ relay_status ms_transport_pull(relay_plugin_state *state, relay_transport_conn *
 	if (facts_json_out)
 		*facts_json_out = NULL;
 	if (flags & ~XFER_KNOWN_FLAGS)
-		return host->error_set(err, RELAY_E_UNSUPPORTED_FLAGS, 0, "%s: unknown pull flags 0x%x",
-		                       MS_PLUGIN_NAME, flags & ~XFER_KNOWN_FLAGS);
+		return ms_unknown_flags(host, "pull", flags & ~XFER_KNOWN_FLAGS, err);
 	bool tree = flags & RELAY_XFER_TREE;
 	struct stat st;
 	if (local_path == NULL || local_path[0] != '/')

@@ -230,6 +230,28 @@ void ms_env_free(char **env)
 	free(env);
 }
 
+relay_status ms_run(const relay_host *host, const char *const *argv, const char *const *overrides,
+                    uint64_t timeout_ms, size_t max_output_bytes, relay_call *call, relay_process_result *res,
+                    relay_error *err)
+{
+	char **envp = ms_env_build(overrides);
+	relay_process_request req;
+	memset(&req, 0, sizeof req);
+	req.struct_size = sizeof req;
+	req.argv = argv;
+	req.envp = (const char *const *)envp;
+	req.stdin_fd = -1;
+	req.stdout_fd = -1;
+	req.timeout_ms = timeout_ms;
+	req.max_output_bytes = max_output_bytes;
+	memset(res, 0, sizeof *res);
+	res->struct_size = sizeof *res;
+	memset(err, 0, sizeof *err);
+	relay_status status = host->process_run(&req, call, 0, res, err);
+	ms_env_free(envp);
+	return status;
+}
+
 /* ---- local folders ------------------------------------------------------------- */
 
 char *ms_fresh_dir(const relay_host *host, const char *parent, const char *prefix)
@@ -256,6 +278,58 @@ char *ms_fresh_dir(const relay_host *host, const char *parent, const char *prefi
 	return NULL;
 }
 
+/*
+ * Calls visit(child path, entry name, ctx) for each entry of the folder
+ * `dir` but "." and "..", until one answers nonzero: 0 or that answer; -1
+ * with `why` when `dir` cannot be listed or a child's path is too long.
+ * With `why` NULL such a child is passed over (a walk that cannot fail).
+ */
+typedef int (*child_visit)(const char *child, const char *name, void *ctx);
+static int each_child(const char *dir, char *why, size_t why_len, child_visit visit, void *ctx)
+{
+	DIR *d = opendir(dir);
+	if (d == NULL) {
+		if (why)
+			snprintf(why, why_len, "%s cannot be listed: %s", dir, strerror(errno));
+		return -1;
+	}
+	int rc = 0;
+	struct dirent *de;
+	while (rc == 0 && (de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		char child[PATH_MAX];
+		if (snprintf(child, sizeof child, "%s/%s", dir, de->d_name) >= (int)sizeof child) {
+			if (why == NULL)
+				continue;
+			snprintf(why, why_len, "a path below %s is too long", dir);
+			rc = -1;
+			break;
+		}
+		rc = visit(child, de->d_name, ctx);
+	}
+	closedir(d);
+	return rc;
+}
+
+typedef struct walk_ctx {
+	const char *src; /* copy_tree: the folder the children come from */
+	const char *dst; /* and the one they go to */
+	int depth;       /* of the children */
+	int max_depth;
+	char *why;
+	size_t why_len;
+} walk_ctx;
+
+static int check_at(const char *path, int depth, int max_depth, char *why, size_t why_len);
+
+static int check_child(const char *child, const char *name, void *ctx)
+{
+	(void)name;
+	walk_ctx *w = ctx;
+	return check_at(child, w->depth, w->max_depth, w->why, w->why_len);
+}
+
 static int check_at(const char *path, int depth, int max_depth, char *why, size_t why_len)
 {
 	struct stat st;
@@ -274,26 +348,8 @@ static int check_at(const char *path, int depth, int max_depth, char *why, size_
 		snprintf(why, why_len, "%s is nested deeper than %d folders", path, max_depth);
 		return -1;
 	}
-	DIR *d = opendir(path);
-	if (d == NULL) {
-		snprintf(why, why_len, "%s cannot be listed: %s", path, strerror(errno));
-		return -1;
-	}
-	int rc = 0;
-	struct dirent *de;
-	while (rc == 0 && (de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		char child[PATH_MAX];
-		if (snprintf(child, sizeof child, "%s/%s", path, de->d_name) >= (int)sizeof child) {
-			snprintf(why, why_len, "a path below %s is too long", path);
-			rc = -1;
-			break;
-		}
-		rc = check_at(child, depth + 1, max_depth, why, why_len);
-	}
-	closedir(d);
-	return rc;
+	walk_ctx w = {.depth = depth + 1, .max_depth = max_depth, .why = why, .why_len = why_len};
+	return each_child(path, why, why_len, check_child, &w);
 }
 
 int ms_check_tree(const char *path, int max_depth, char *why, size_t why_len)
@@ -355,6 +411,19 @@ static int copy_file_excl(const char *src, const char *dst, char *why, size_t wh
 	return rc;
 }
 
+static int copy_tree(const char *src, const char *dst, int depth, char *why, size_t why_len);
+
+static int copy_child(const char *child, const char *name, void *ctx)
+{
+	walk_ctx *w = ctx;
+	char t[PATH_MAX];
+	if (snprintf(t, sizeof t, "%s/%s", w->dst, name) >= (int)sizeof t) {
+		snprintf(w->why, w->why_len, "a path below %s is too long", w->src);
+		return -1;
+	}
+	return copy_tree(child, t, w->depth, w->why, w->why_len);
+}
+
 static int copy_tree(const char *src, const char *dst, int depth, char *why, size_t why_len)
 {
 	struct stat st;
@@ -372,27 +441,17 @@ static int copy_tree(const char *src, const char *dst, int depth, char *why, siz
 		snprintf(why, why_len, "cannot create %s: %s", dst, strerror(errno));
 		return -1;
 	}
-	DIR *d = opendir(src);
-	if (d == NULL) {
-		snprintf(why, why_len, "%s cannot be listed: %s", src, strerror(errno));
-		return -1;
-	}
-	int rc = 0;
-	struct dirent *de;
-	while (rc == 0 && (de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		char s[PATH_MAX], t[PATH_MAX];
-		if (snprintf(s, sizeof s, "%s/%s", src, de->d_name) >= (int)sizeof s ||
-		    snprintf(t, sizeof t, "%s/%s", dst, de->d_name) >= (int)sizeof t) {
-			snprintf(why, why_len, "a path below %s is too long", src);
-			rc = -1;
-			break;
-		}
-		rc = copy_tree(s, t, depth + 1, why, why_len);
-	}
-	closedir(d);
-	return rc;
+	walk_ctx w = {.src = src, .dst = dst, .depth = depth + 1, .why = why, .why_len = why_len};
+	return each_child(src, why, why_len, copy_child, &w);
+}
+
+static void fix_modes(const char *path, int depth);
+
+static int fix_child(const char *child, const char *name, void *ctx)
+{
+	(void)name;
+	fix_modes(child, ((walk_ctx *)ctx)->depth);
+	return 0;
 }
 
 /* Sets 0600 on files and 0700 on folders of a tree we own. */
@@ -408,18 +467,8 @@ static void fix_modes(const char *path, int depth)
 	if (!S_ISDIR(st.st_mode) || depth > 256)
 		return;
 	chmod(path, 0700);
-	DIR *d = opendir(path);
-	if (d == NULL)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		char child[PATH_MAX];
-		if (snprintf(child, sizeof child, "%s/%s", path, de->d_name) < (int)sizeof child)
-			fix_modes(child, depth + 1);
-	}
-	closedir(d);
+	walk_ctx w = {.depth = depth + 1};
+	(void)each_child(path, NULL, 0, fix_child, &w);
 }
 
 int ms_move_tree(const char *src, const char *dst, char *why, size_t why_len)

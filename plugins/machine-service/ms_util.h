@@ -67,6 +67,14 @@ char *ms_cut_utf8(const char *text, size_t max);
 char **ms_env_build(const char *const *overrides);
 void ms_env_free(char **env);
 
+/* Runs `argv` (no stdin) in the environment ms_env_build(overrides), killed
+ * after `timeout_ms`, each stream captured up to `max_output_bytes`: what
+ * host->process_run answers, with `res` always set up (free res->out and
+ * res->err with host->free) and `err` cleared first. */
+relay_status ms_run(const relay_host *host, const char *const *argv, const char *const *overrides,
+                    uint64_t timeout_ms, size_t max_output_bytes, relay_call *call, relay_process_result *res,
+                    relay_error *err);
+
 /* Creates a fresh folder "<parent>/<prefix>-<16 hex>" with mode 0700 (the
  * parent is created 0700 when missing). malloc'd path, or NULL with errno. */
 char *ms_fresh_dir(const relay_host *host, const char *parent, const char *prefix);
