@@ -454,29 +454,20 @@ static void pump_both(int out_p[2], int err_p[2], size_t *total, size_t budget, 
 }
 
 #if defined(__linux__)
-/* SIGKILLs every process whose parent is this process, except the spared
- * ones (what an earlier script left running). Returns the number found. */
+/* SIGKILLs every process whose parent is this process (proc_children), except
+ * the spared ones (what an earlier script left running). Returns the number
+ * found. */
 static int kill_adopted_children(const spawn_request *req)
 {
-	DIR *dir = opendir("/proc");
-	struct dirent *de;
-	pid_t self = getpid();
+	size_t n = 0, i;
+	pid_t *kids = proc_children(&n);
 	int found = 0;
-	if (!dir)
-		return 0;
-	while ((de = readdir(dir)) != NULL) {
-		char *end;
-		long v = strtol(de->d_name, &end, 10);
-		pid_t ppid = 0;
-		if (*end || v <= 0 || (pid_t)v == self)
-			continue;
-		if (proc_stat_fields((pid_t)v, NULL, &ppid, NULL) == 0 && ppid == self &&
-		    !pid_spared(req, (pid_t)v)) {
-			kill((pid_t)v, SIGKILL);
+	for (i = 0; i < n; i++)
+		if (!pid_spared(req, kids[i])) {
+			kill(kids[i], SIGKILL);
 			found++;
 		}
-	}
-	closedir(dir);
+	free(kids);
 	return found;
 }
 #endif

@@ -143,6 +143,48 @@ static void cancel_exec(pt_run *run)
 		        "command's marker failed): keep the connection usable after a cancellation");
 }
 
+/* Check 61 (a push from `from` to `to`) or 62 (a pull): under the cancelled
+ * `call` it answers RELAY_E_CANCELLED and leaves no facts (a pull no host
+ * file at `to` either), then the same transfer without the call works;
+ * true when it did. */
+static bool xfer_cancelled_then_done(pt_run *run, int check, bool pull, const char *from, const char *to,
+                                     relay_call *call)
+{
+	const relay_transport_ops *t = &run->plugin->transport;
+	relay_status (*xfer)(relay_plugin_state *, relay_transport_conn *, const char *, const char *,
+	                     relay_call *, unsigned, char **, relay_error *) = pull ? t->pull : t->push;
+	const char *verb = pull ? "pull" : "push";
+	relay_error err;
+	memset(&err, 0, sizeof err);
+	char *facts = NULL;
+	relay_status st = xfer(run->plugin->state, run->conn, from, to, call, 0, &facts, &err);
+	bool left = facts != NULL;
+	pt_host()->free(facts);
+	facts = NULL;
+	if (st != RELAY_E_CANCELLED)
+		pt_fail(run, check,
+		        "%s of 1 MiB with a call cancelled as it began answered %s: check "
+		        "host->call_cancelled before and while moving bytes and answer RELAY_E_CANCELLED "
+		        "(relay/host.h)",
+		        verb, pt_status(st));
+	else if (!pull && left)
+		pt_fail(run, check, "a cancelled push left facts in *facts_json_out (relay/plugin.h R3)");
+	else if (pull && (left || fs_exists_nofollow(to)))
+		pt_fail(run, check,
+		        "a cancelled pull left %s: on failure nothing is left at local_path and no "
+		        "facts (relay/transport.h)",
+		        left ? "facts" : to);
+	if (pull)
+		fs_remove_tree(to, &err);
+	st = xfer(run->plugin->state, run->conn, from, to, NULL, 0, &facts, &err);
+	pt_host()->free(facts);
+	if (st != RELAY_OK)
+		pt_fail(run, check, "%s after a cancelled %s answered %s: %s", verb, verb, pt_status(st),
+		        err.message);
+	pt_ran(run, check);
+	return st == RELAY_OK;
+}
+
 /* Checks 61 and 62: push and pull under a call cancelled as they begin
  * answer RELAY_E_CANCELLED, leave no facts and no host file, and the same
  * transfer then works. */
@@ -168,55 +210,12 @@ static void cancel_xfer(pt_run *run)
 		pt_fail(run, 61, "the runner could not write %s: %s", local, err.message);
 		return;
 	}
-	const relay_transport_ops *t = &run->plugin->transport;
 	relay_call *call = relay_call_new_internal();
 	relay_call_cancel(call);
-	char *facts = NULL;
-	memset(&err, 0, sizeof err);
-	st = t->push(run->plugin->state, run->conn, local, remote, call, 0, &facts, &err);
-	bool left = facts != NULL;
-	pt_host()->free(facts);
-	facts = NULL;
-	if (st != RELAY_E_CANCELLED)
-		pt_fail(run, 61,
-		        "push of 1 MiB with a call cancelled as it began answered %s: check "
-		        "host->call_cancelled before and while moving bytes and answer RELAY_E_CANCELLED "
-		        "(relay/host.h)",
-		        pt_status(st));
-	else if (left)
-		pt_fail(run, 61, "a cancelled push left facts in *facts_json_out (relay/plugin.h R3)");
-	st = t->push(run->plugin->state, run->conn, local, remote, NULL, 0, &facts, &err);
-	pt_host()->free(facts);
-	facts = NULL;
-	if (st != RELAY_OK)
-		pt_fail(run, 61, "push after a cancelled push answered %s: %s", pt_status(st), err.message);
-	pt_ran(run, 61);
-	if (st != RELAY_OK) {
+	if (xfer_cancelled_then_done(run, 61, false, local, remote, call))
+		xfer_cancelled_then_done(run, 62, true, remote, back, call);
+	else
 		pt_skip(run, 62, "no file in the guest to pull (check 61)");
-		relay_call_complete(call, NULL);
-		return;
-	}
-	st = t->pull(run->plugin->state, run->conn, remote, back, call, 0, &facts, &err);
-	left = facts != NULL;
-	pt_host()->free(facts);
-	facts = NULL;
-	if (st != RELAY_E_CANCELLED)
-		pt_fail(run, 62,
-		        "pull of 1 MiB with a call cancelled as it began answered %s: check "
-		        "host->call_cancelled before and while moving bytes and answer RELAY_E_CANCELLED "
-		        "(relay/host.h)",
-		        pt_status(st));
-	else if (left || fs_exists_nofollow(back))
-		pt_fail(run, 62,
-		        "a cancelled pull left %s: on failure nothing is left at local_path and no "
-		        "facts (relay/transport.h)",
-		        left ? "facts" : back);
-	fs_remove_tree(back, &err);
-	st = t->pull(run->plugin->state, run->conn, remote, back, NULL, 0, &facts, &err);
-	pt_host()->free(facts);
-	if (st != RELAY_OK)
-		pt_fail(run, 62, "pull after a cancelled pull answered %s: %s", pt_status(st), err.message);
-	pt_ran(run, 62);
 	relay_call_complete(call, NULL);
 }
 

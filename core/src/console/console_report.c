@@ -16,10 +16,6 @@
 #define TOKEN_MAX    120
 #define IDENTITY_MAX 256
 
-static const char *const backend_fields[] = {"status",         "backend",         "viewer_location",
-                                             "authentication", "guest_readiness", "session_binding"};
-static const char *const backend_tail_fields[] = {"pixels", "human_confirmation"};
-
 static bool valid_token(const char *text)
 {
 	size_t n = text ? strlen(text) : 0;
@@ -81,7 +77,60 @@ static void add_time(json_object *out, const json_object *in, const char *key)
 	}
 }
 
+/* How one allow-listed field of a report is kept (the add_* above; a count
+ * is an integer >= 0, else null). */
+typedef enum field_kind {
+	FIELD_IDENTITY,
+	FIELD_TOKEN,
+	FIELD_REASON,
+	FIELD_BOOL_OR_UNKNOWN,
+	FIELD_TIME,
+	FIELD_COUNT
+} field_kind;
+
+typedef struct report_field {
+	const char *key;
+	field_kind kind;
+} report_field;
+
+#define FIELDS(table) table, sizeof table / sizeof table[0]
+
+/* Copies the fields of `in` that the table names into `out`, in its order,
+ * each normalised by its kind: a report's object is its allow-list, written
+ * once as data. */
+static void add_fields(json_object *out, const json_object *in, const report_field *fields, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		const char *key = fields[i].key;
+		int64_t v = -1;
+		switch (fields[i].kind) {
+		case FIELD_IDENTITY: add_identity(out, in, key); break;
+		case FIELD_TOKEN: add_token(out, in, key); break;
+		case FIELD_REASON: add_reason(out, in, key); break;
+		case FIELD_BOOL_OR_UNKNOWN: add_bool_or_unknown(out, in, key); break;
+		case FIELD_TIME: add_time(out, in, key); break;
+		case FIELD_COUNT:
+			if (jsonx_get_int(in, key, &v) && v >= 0)
+				jsonx_add_int(out, key, v);
+			else
+				jsonx_add_null(out, key);
+			break;
+		}
+	}
+}
+
 /* ---- capabilities -------------------------------------------------------------- */
+
+/* options.vnc.backends.<os> after "available" (relay/console.h). */
+static const report_field backend_fields[] = {{"status", FIELD_TOKEN},
+                                              {"backend", FIELD_TOKEN},
+                                              {"viewer_location", FIELD_TOKEN},
+                                              {"authentication", FIELD_TOKEN},
+                                              {"guest_readiness", FIELD_TOKEN},
+                                              {"session_binding", FIELD_TOKEN},
+                                              {"server_enforced_view_only", FIELD_BOOL_OR_UNKNOWN},
+                                              {"pixels", FIELD_TOKEN},
+                                              {"human_confirmation", FIELD_TOKEN}};
 
 static json_object *backend_entry(const json_object *in)
 {
@@ -89,11 +138,7 @@ static json_object *backend_entry(const json_object *in)
 	bool available = false;
 	jsonx_get_bool(in, "available", &available);
 	jsonx_add_bool(out, "available", available);
-	for (size_t i = 0; i < sizeof backend_fields / sizeof backend_fields[0]; i++)
-		add_token(out, in, backend_fields[i]);
-	add_bool_or_unknown(out, in, "server_enforced_view_only");
-	for (size_t i = 0; i < sizeof backend_tail_fields / sizeof backend_tail_fields[0]; i++)
-		add_token(out, in, backend_tail_fields[i]);
+	add_fields(out, in, FIELDS(backend_fields));
 	return out;
 }
 
@@ -107,24 +152,19 @@ static json_object *placement_entry(const json_object *in)
 	json_object *nodes = jsonx_get_array(in, "nodes");
 	if (nodes == NULL)
 		return NULL;
-	static const char *const tokens[] = {"name",         "id",     "role",         "state",
-	                                     "availability", "engine", "engine_source"};
-	static const char *const counts[] = {"guests", "memory_bytes", "nano_cpus"};
+	static const report_field node_fields[] = {
+	    {"name", FIELD_TOKEN},          {"id", FIELD_TOKEN},
+	    {"role", FIELD_TOKEN},          {"state", FIELD_TOKEN},
+	    {"availability", FIELD_TOKEN},  {"engine", FIELD_TOKEN},
+	    {"engine_source", FIELD_TOKEN}, {"reachable", FIELD_BOOL_OR_UNKNOWN},
+	    {"guests", FIELD_COUNT},        {"memory_bytes", FIELD_COUNT},
+	    {"nano_cpus", FIELD_COUNT}};
 	json_object *list = json_object_new_array();
 	size_t n = json_object_array_length(nodes);
 	for (size_t i = 0; i < n && i < PLACEMENT_NODES_MAX; i++) {
 		const json_object *node = json_object_array_get_idx(nodes, i);
 		json_object *o = json_object_new_object();
-		for (size_t f = 0; f < sizeof tokens / sizeof tokens[0]; f++)
-			add_token(o, node, tokens[f]);
-		add_bool_or_unknown(o, node, "reachable");
-		for (size_t f = 0; f < sizeof counts / sizeof counts[0]; f++) {
-			int64_t v = -1;
-			if (jsonx_get_int(node, counts[f], &v) && v >= 0)
-				jsonx_add_int(o, counts[f], v);
-			else
-				jsonx_add_null(o, counts[f]);
-		}
+		add_fields(o, node, FIELDS(node_fields));
 		json_object_array_add(list, o);
 	}
 	json_object *out = json_object_new_object();
@@ -178,12 +218,10 @@ json_object *console_capabilities_unconfigured(void)
 	for (int i = 0; i < 2; i++) {
 		json_object *e = json_object_new_object();
 		jsonx_add_bool(e, "available", false);
-		jsonx_add_str(e, "status", "unconfigured");
-		for (size_t f = 1; f < sizeof backend_fields / sizeof backend_fields[0]; f++)
-			jsonx_add_str(e, backend_fields[f], "unknown");
-		jsonx_add_str(e, "server_enforced_view_only", "unknown");
-		for (size_t f = 0; f < sizeof backend_tail_fields / sizeof backend_tail_fields[0]; f++)
-			jsonx_add_str(e, backend_tail_fields[f], "unknown");
+		for (size_t f = 0; f < sizeof backend_fields / sizeof backend_fields[0]; f++)
+			jsonx_add_str(e, backend_fields[f].key,
+			              strcmp(backend_fields[f].key, "status") == 0 ? "unconfigured"
+			                                                           : "unknown");
 		entries[i] = e;
 	}
 	return wrap_backends(entries[0], entries[1]);
@@ -191,19 +229,39 @@ json_object *console_capabilities_unconfigured(void)
 
 /* ---- console reports ----------------------------------------------------------------- */
 
+/* A console report's fields and its attempt's (relay/console.h), in the
+ * order the observation shows them. */
+static const report_field report_fields[] = {{"vm", FIELD_IDENTITY},
+                                             {"lease_id", FIELD_IDENTITY},
+                                             {"console_id", FIELD_IDENTITY},
+                                             {"environment_fingerprint", FIELD_IDENTITY},
+                                             {"status", FIELD_TOKEN},
+                                             {"reason", FIELD_REASON},
+                                             {"backend", FIELD_TOKEN},
+                                             {"viewer_location", FIELD_TOKEN},
+                                             {"authentication", FIELD_TOKEN},
+                                             {"authentication_mechanism", FIELD_TOKEN},
+                                             {"viewer_connected", FIELD_TOKEN},
+                                             {"human_confirmation", FIELD_TOKEN},
+                                             {"pixels", FIELD_TOKEN},
+                                             {"server_enforced_view_only", FIELD_BOOL_OR_UNKNOWN},
+                                             {"session_binding", FIELD_TOKEN},
+                                             {"readiness_scope", FIELD_TOKEN},
+                                             {"observed_at", FIELD_TIME},
+                                             {"source", FIELD_TOKEN},
+                                             {"access_expires_at", FIELD_TIME}};
+static const report_field attempt_fields[] = {
+    {"attempt_id", FIELD_IDENTITY},    {"status", FIELD_TOKEN},
+    {"reason", FIELD_REASON},          {"transport_connected", FIELD_BOOL_OR_UNKNOWN},
+    {"viewer_cleanup", FIELD_TOKEN},   {"authentication", FIELD_TOKEN},
+    {"viewer_connected", FIELD_TOKEN}, {"human_confirmation", FIELD_TOKEN}};
+
 static json_object *attempt_observation(const json_object *in)
 {
 	if (!json_object_is_type(in, json_type_object))
 		return NULL;
 	json_object *a = json_object_new_object();
-	add_identity(a, in, "attempt_id");
-	add_token(a, in, "status");
-	add_reason(a, in, "reason");
-	add_bool_or_unknown(a, in, "transport_connected");
-	add_token(a, in, "viewer_cleanup");
-	add_token(a, in, "authentication");
-	add_token(a, in, "viewer_connected");
-	add_token(a, in, "human_confirmation");
+	add_fields(a, in, FIELDS(attempt_fields));
 	return a;
 }
 
@@ -246,25 +304,7 @@ json_object *console_observation(const json_object *report)
 		return NULL;
 	json_object *o = json_object_new_object();
 	jsonx_add_int(o, "schemaVersion", 1);
-	add_identity(o, report, "vm");
-	add_identity(o, report, "lease_id");
-	add_identity(o, report, "console_id");
-	add_identity(o, report, "environment_fingerprint");
-	add_token(o, report, "status");
-	add_reason(o, report, "reason");
-	add_token(o, report, "backend");
-	add_token(o, report, "viewer_location");
-	add_token(o, report, "authentication");
-	add_token(o, report, "authentication_mechanism");
-	add_token(o, report, "viewer_connected");
-	add_token(o, report, "human_confirmation");
-	add_token(o, report, "pixels");
-	add_bool_or_unknown(o, report, "server_enforced_view_only");
-	add_token(o, report, "session_binding");
-	add_token(o, report, "readiness_scope");
-	add_time(o, report, "observed_at");
-	add_token(o, report, "source");
-	add_time(o, report, "access_expires_at");
+	add_fields(o, report, FIELDS(report_fields));
 	json_object *attempt = NULL;
 	json_object_object_get_ex(report, "attempt", &attempt);
 	jsonx_add(o, "attempt", attempt_observation(attempt));
@@ -634,15 +674,12 @@ json_object *console_attempt_request(session_manager *m, guest *g, relay_call *c
 
 json_object *console_uncertain_attempt(const char *attempt_id)
 {
+	/* Every field as an attempt that reports nothing has it ("unknown", a
+	 * null reason), then its identity and status in their places. */
 	json_object *a = json_object_new_object();
+	add_fields(a, NULL, FIELDS(attempt_fields));
 	jsonx_add_str(a, "attempt_id", attempt_id);
 	jsonx_add_str(a, "status", "uncertain");
-	jsonx_add_null(a, "reason");
-	jsonx_add_str(a, "transport_connected", "unknown");
-	jsonx_add_str(a, "viewer_cleanup", "unknown");
-	jsonx_add_str(a, "authentication", "unknown");
-	jsonx_add_str(a, "viewer_connected", "unknown");
-	jsonx_add_str(a, "human_confirmation", "unknown");
 	return a;
 }
 
@@ -650,30 +687,14 @@ json_object *console_status_result(const char *guest_name, const json_object *ob
 {
 	json_object *r = json_object_new_object();
 	jsonx_add_str(r, "guest", guest_name);
-	static const char *const order[] = {"schemaVersion",
-	                                    "vm",
-	                                    "lease_id",
-	                                    "console_id",
-	                                    "environment_fingerprint",
-	                                    "status",
-	                                    "reason",
-	                                    "backend",
-	                                    "viewer_location",
-	                                    "authentication",
-	                                    "authentication_mechanism",
-	                                    "viewer_connected",
-	                                    "human_confirmation",
-	                                    "pixels",
-	                                    "server_enforced_view_only",
-	                                    "session_binding",
-	                                    "readiness_scope",
-	                                    "observed_at",
-	                                    "source",
-	                                    "access_expires_at"};
-	for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+	/* The observation's fields as console_observation() ordered them. */
+	json_object *version = NULL;
+	json_object_object_get_ex(obs, "schemaVersion", &version);
+	jsonx_add(r, "schemaVersion", json_object_get(version));
+	for (size_t i = 0; i < sizeof report_fields / sizeof report_fields[0]; i++) {
 		json_object *v = NULL;
-		json_object_object_get_ex(obs, order[i], &v);
-		jsonx_add(r, order[i], json_object_get(v));
+		json_object_object_get_ex(obs, report_fields[i].key, &v);
+		jsonx_add(r, report_fields[i].key, json_object_get(v));
 	}
 	if (attempt) {
 		jsonx_add(r, "attempt", attempt);

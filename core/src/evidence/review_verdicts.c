@@ -88,6 +88,16 @@ void rv_derive_execution(rv *r, rv_action *a)
 	a->execution = ex;
 }
 
+/* The one snapshot finding of an incomplete coalescing group, whichever way
+ * it is incomplete (rv_add_finding keeps one copy). */
+static void group_incomplete_finding(rv *r, const char *group_id)
+{
+	char text[300];
+	snprintf(text, sizeof text,
+	         "coalescing group %s lacks a complete consecutive first/member/last causal pair", group_id);
+	rv_add_finding(r, &r->snap_findings, text);
+}
+
 /* Group analysis: a group is complete when its first has a before, its last
  * an after, it was closed, and no unrelated action started inside it. */
 void rv_derive_groups(rv *r)
@@ -116,16 +126,10 @@ void rv_derive_groups(rv *r)
 			}
 		}
 		if (!complete) {
-			char text[300];
-			snprintf(
-			    text, sizeof text,
-			    "coalescing group %s lacks a complete consecutive first/member/last causal pair",
-			    g);
 			for (size_t k = 0; k < r->n_actions; k++)
 				if (rv_str_eq(r->actions[k].group_id, g))
 					r->actions[k].group_incomplete = true;
-			if (!rv_list_has(&r->snap_findings, text))
-				rv_add_finding(r, &r->snap_findings, text);
+			group_incomplete_finding(r, g);
 		}
 	}
 	/* Members or lasts whose first never appeared. */
@@ -139,13 +143,8 @@ void rv_derive_groups(rv *r)
 			    rv_str_eq(r->actions[k].group_phase, "first"))
 				has_first = true;
 		if (!has_first) {
-			char text[300];
-			snprintf(
-			    text, sizeof text,
-			    "coalescing group %s lacks a complete consecutive first/member/last causal pair",
-			    a->group_id);
 			a->group_incomplete = true;
-			rv_add_finding(r, &r->snap_findings, text);
+			group_incomplete_finding(r, a->group_id);
 		}
 	}
 }

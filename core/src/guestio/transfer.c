@@ -240,6 +240,21 @@ static const char *fact_difference(json_object *got, json_object *sent)
 	return NULL;
 }
 
+/* A path on one side only: reported but not sent (`reported`), or sent but
+ * not reported; `next` is the other side's path at that place, if any. */
+static relay_status one_side_only(bool reported, const char *path, const char *next, const char *what,
+                                  size_t sent_count, size_t reported_count, relay_error *err)
+{
+	return relay_error_set(err, RELAY_E_PROTOCOL, 0,
+	                       "the transport reports %s\"%s\" for %s, %s (%zu sent, %zu reported%s%s%s); "
+	                       "the copy is not trusted",
+	                       reported ? "" : "no ", path ? path : "?", what,
+	                       reported ? "a file the core did not send" : "which the core sent", sent_count,
+	                       reported_count,
+	                       next ? (reported ? "; next sent: \"" : "; next reported: \"") : "",
+	                       next ? next : "", next ? "\"" : "");
+}
+
 relay_status gio_facts_compare(json_object *got, json_object *sent, const char *what, relay_error *err)
 {
 	if (!json_object_is_type(got, json_type_array) || !json_object_is_type(sent, json_type_array))
@@ -257,20 +272,8 @@ relay_status gio_facts_compare(json_object *got, json_object *sent, const char *
 		const char *gp = i < ng ? jsonx_get_str(g[i], "path") : NULL;
 		const char *sp = i < ns ? jsonx_get_str(s[i], "path") : NULL;
 		const char *diff = c == 0 ? fact_difference(g[i], s[i]) : NULL;
-		if (c < 0)
-			st = relay_error_set(
-			    err, RELAY_E_PROTOCOL, 0,
-			    "the transport reports \"%s\" for %s, a file the core did not send "
-			    "(%zu sent, %zu reported%s%s%s); the copy is not trusted",
-			    gp ? gp : "?", what, ns, ng, sp ? "; next sent: \"" : "", sp ? sp : "",
-			    sp ? "\"" : "");
-		else if (c > 0)
-			st = relay_error_set(
-			    err, RELAY_E_PROTOCOL, 0,
-			    "the transport reports no \"%s\" for %s, which the core sent (%zu "
-			    "sent, %zu reported%s%s%s); the copy is not trusted",
-			    sp ? sp : "?", what, ns, ng, gp ? "; next reported: \"" : "", gp ? gp : "",
-			    gp ? "\"" : "");
+		if (c != 0)
+			st = one_side_only(c < 0, c < 0 ? gp : sp, c < 0 ? sp : gp, what, ns, ng, err);
 		else if (diff)
 			st = relay_error_set(err, RELAY_E_PROTOCOL, 0,
 			                     "the transport's facts for %s contradict what the core sent: "

@@ -77,6 +77,16 @@ char *idl_recording_owner_elsewhere(dctx *c, const char *session_id)
 	return owner;
 }
 
+bool idl_refuse_owned_elsewhere(dctx *c, const char *prefix, const char *id, char *owner)
+{
+	if (owner == NULL)
+		return false;
+	dctx_status(c, IMAGE_STATUS_UNAUTHORIZED_REFERENCE,
+	            "%s%s belongs to guest %s of this session, not to %s", prefix, id, owner, c->name);
+	free(owner);
+	return true;
+}
+
 /* The guest of this session whose purpose is `purpose` (malloc'd name). */
 char *idl_guest_of_purpose(dctx *c, const char *purpose)
 {

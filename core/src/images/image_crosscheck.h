@@ -24,6 +24,12 @@ bool idl_own_recording(dctx *c, const char *path, bool *current);
  * (malloc'd name), or NULL. */
 char *idl_recording_owner_elsewhere(dctx *c, const char *session_id);
 
+/* The refusal of what another guest of this session owns (spec/images.md
+ * §2.3): with `owner` (taken, freed) not NULL, sets unauthorized-reference
+ * "<prefix><id> belongs to guest <owner> of this session, not to <this>"
+ * and returns true; false, the status untouched, when `owner` is NULL. */
+bool idl_refuse_owned_elsewhere(dctx *c, const char *prefix, const char *id, char *owner);
+
 /* The guest of this session whose purpose is `purpose` (malloc'd name). */
 char *idl_guest_of_purpose(dctx *c, const char *purpose);
 

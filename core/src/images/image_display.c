@@ -59,18 +59,12 @@ static char *display_recording(dctx *c, const char *sid, bool *current)
 	char *recording = idl_recording_of(c, sid, current);
 	if (recording)
 		return recording;
-	char *other = idl_recording_owner_elsewhere(c, sid);
-	if (other)
-		dctx_status(c, IMAGE_STATUS_UNAUTHORIZED_REFERENCE,
-		            "recording session %s belongs to guest %s of this session, not to %s", sid, other,
-		            c->name);
-	else
+	if (!idl_refuse_owned_elsewhere(c, "recording session ", sid, idl_recording_owner_elsewhere(c, sid)))
 		dctx_status(c, IMAGE_STATUS_UNAUTHORIZED_REFERENCE,
 		            "recording session %s is not one of guest %s's recordings (its current "
 		            "one is %s)",
 		            sid, c->name,
 		            c->recording_session_id ? c->recording_session_id : "none: it is not staged");
-	free(other);
 	return NULL;
 }
 

@@ -78,18 +78,12 @@ json_object *idl_reference_entry(dctx *c, const char *image_id)
 	memset(&err, 0, sizeof err);
 	relay_status st = image_catalog_get(c->catalog_dir, image_id, &entry, &err);
 	if (st == RELAY_E_NOT_FOUND) {
-		char *other = reference_elsewhere(c, image_id);
-		if (other)
-			dctx_status(c, IMAGE_STATUS_UNAUTHORIZED_REFERENCE,
-			            "%s belongs to guest %s of this session, not to %s", image_id, other,
-			            c->name);
-		else
+		if (!idl_refuse_owned_elsewhere(c, "", image_id, reference_elsewhere(c, image_id)))
 			dctx_status(c, IMAGE_STATUS_IMAGE_MISSING,
 			            "%s is not in this session's image catalog for guest %s; use an imageId "
 			            "from a run result "
 			            "or an earlier delivery on this guest",
 			            image_id, c->name);
-		free(other);
 		return NULL;
 	}
 	if (st != RELAY_OK) {

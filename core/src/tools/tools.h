@@ -30,27 +30,19 @@ tool_result *tools_failure(session_manager *m, guest *g, relay_outcome *o);
 
 /* Tool handlers: run on the guest's queue (per-guest tools and acquire) or a
  * detached thread; `g` is NULL for tools without a guest. They return the
- * result; the caller completes the call. */
-typedef tool_result *(*tool_handler)(session_manager *m, guest *g, json_object *args, relay_call *call);
+ * result; the caller completes the call. Each is declared with this one
+ * function type, so the signature is written once. */
+typedef tool_result *tool_handler_fn(session_manager *m, guest *g, json_object *args, relay_call *call);
+typedef tool_handler_fn *tool_handler;
 
-tool_result *tool_status(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_acquire(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_release(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_handler_fn tool_status, tool_acquire, tool_release;
 /* relay_finish step 8 (spec/tools.md §3.9): lease_release_finished() as a
  * release-shaped result (success, or the error that kept the guest). */
 tool_result *tools_release_finished(session_manager *m, guest *g, relay_call *call);
-tool_result *tool_search(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_probe(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_handler_fn tool_search, tool_probe;
 /* relay_probe with scope "guest" (spec/tools.md §3.2); tool_probe() hands over. */
-tool_result *tool_probe_guest(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_acquisition_capabilities(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_stage(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_script(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_image(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_extract(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_finish(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_console_resolve(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_console_open(session_manager *m, guest *g, json_object *args, relay_call *call);
-tool_result *tool_console_cancel(session_manager *m, guest *g, json_object *args, relay_call *call);
+tool_handler_fn tool_probe_guest;
+tool_handler_fn tool_acquisition_capabilities, tool_stage, tool_script, tool_image, tool_extract, tool_finish;
+tool_handler_fn tool_console_resolve, tool_console_open, tool_console_cancel;
 
 #endif

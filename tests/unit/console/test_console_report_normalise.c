@@ -194,12 +194,68 @@ static void test_observation(void **state)
 	assert_false(console_attempt_terminal(NULL));
 }
 
+/* The uncertain attempt the relay keeps after a failed open or cancel, and
+ * the status result's fields: each in the observation's order, whatever
+ * order the plugin wrote them in. */
+static void test_uncertain_attempt_and_result_order(void **state)
+{
+	(void)state;
+	json_object *a = console_uncertain_attempt("open-2");
+	assert_string_equal(json_object_to_json_string_ext(a, JSON_C_TO_STRING_PLAIN),
+	                    "{\"attempt_id\":\"open-2\",\"status\":\"uncertain\",\"reason\":null,"
+	                    "\"transport_connected\":\"unknown\",\"viewer_cleanup\":\"unknown\","
+	                    "\"authentication\":\"unknown\",\"viewer_connected\":\"unknown\","
+	                    "\"human_confirmation\":\"unknown\"}");
+	json_object *report = parse(REPORT);
+	json_object *obs = console_observation(report);
+	json_object *r = console_status_result("g1", obs, a);
+	static const char *const keys[] = {"guest",
+	                                   "schemaVersion",
+	                                   "vm",
+	                                   "lease_id",
+	                                   "console_id",
+	                                   "environment_fingerprint",
+	                                   "status",
+	                                   "reason",
+	                                   "backend",
+	                                   "viewer_location",
+	                                   "authentication",
+	                                   "authentication_mechanism",
+	                                   "viewer_connected",
+	                                   "human_confirmation",
+	                                   "pixels",
+	                                   "server_enforced_view_only",
+	                                   "session_binding",
+	                                   "readiness_scope",
+	                                   "observed_at",
+	                                   "source",
+	                                   "access_expires_at",
+	                                   "attempt",
+	                                   "screenshotEvidence",
+	                                   "leaseReleased"};
+	size_t i = 0;
+	json_object_object_foreach(r, key, value)
+	{
+		(void)value;
+		assert_true(i < sizeof keys / sizeof keys[0]);
+		assert_string_equal(key, keys[i]);
+		i++;
+	}
+	assert_int_equal(i, sizeof keys / sizeof keys[0]);
+	assert_string_equal(jsonx_get_str(jsonx_get_obj(r, "attempt"), "status"), "uncertain");
+	assert_string_equal(jsonx_get_str(r, "viewer_location"), "service-host");
+	json_object_put(r);
+	json_object_put(obs);
+	json_object_put(report);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_capabilities),
 	    cmocka_unit_test(test_capabilities_placement),
 	    cmocka_unit_test(test_observation),
+	    cmocka_unit_test(test_uncertain_attempt_and_result_order),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -169,7 +169,9 @@ static void facts_compare_names_the_difference(void **state)
 	assert_int_equal(gio_facts_compare(same, sent, "the workspace", &err), RELAY_OK);
 	json_object *moved = facts2("a.txt", 3, SHA_A, "workspace/d/b.txt", 4, SHA_B); /* a path bug */
 	assert_int_equal(gio_facts_compare(moved, sent, "the workspace", &err), RELAY_E_PROTOCOL);
-	assert_non_null(strstr(err.message, "workspace/d/b.txt"));
+	assert_string_equal(
+	    err.message, "the transport reports no \"d/b.txt\" for the workspace, which the core sent (2 "
+	                 "sent, 2 reported; next reported: \"workspace/d/b.txt\"); the copy is not trusted");
 	assert_string_equal(gio_tool_code(RELAY_E_PROTOCOL), "transfer-failed");
 	json_object *size = facts2("a.txt", 4, SHA_A, "d/b.txt", 4, SHA_B);
 	assert_int_equal(gio_facts_compare(size, sent, "the workspace", &err), RELAY_E_PROTOCOL);
@@ -179,7 +181,25 @@ static void facts_compare_names_the_difference(void **state)
 	assert_non_null(strstr(err.message, "SHA-256"));
 	json_object *fewer = facts2("a.txt", 3, SHA_A, NULL, 0, NULL);
 	assert_int_equal(gio_facts_compare(fewer, sent, "the workspace", &err), RELAY_E_PROTOCOL);
-	assert_non_null(strstr(err.message, "d/b.txt"));
+	assert_string_equal(err.message,
+	                    "the transport reports no \"d/b.txt\" for the workspace, which the core sent (2 "
+	                    "sent, 1 reported); the copy is not trusted");
+	/* A file reported that was not sent, before and after the last sent one. */
+	json_object *extra = facts2("a.txt", 3, SHA_A, "c.txt", 1, SHA_B);
+	assert_int_equal(gio_facts_compare(extra, sent, "the workspace", &err), RELAY_E_PROTOCOL);
+	assert_string_equal(
+	    err.message, "the transport reports \"c.txt\" for the workspace, a file the core did not send (2 "
+	                 "sent, 2 reported; next sent: \"d/b.txt\"); the copy is not trusted");
+	json_object *more = facts2("a.txt", 3, SHA_A, NULL, 0, NULL);
+	json_object_array_add(more, gio_fact_new("b.txt", 1, SHA_B));
+	json_object *one = facts2("a.txt", 3, SHA_A, NULL, 0, NULL);
+	assert_int_equal(gio_facts_compare(more, one, "the workspace", &err), RELAY_E_PROTOCOL);
+	assert_string_equal(
+	    err.message, "the transport reports \"b.txt\" for the workspace, a file the core did not send (1 "
+	                 "sent, 2 reported); the copy is not trusted");
+	json_object_put(extra);
+	json_object_put(more);
+	json_object_put(one);
 	json_object *obj = json_object_new_object();
 	assert_int_equal(gio_facts_compare(obj, sent, "the workspace", &err), RELAY_E_PROTOCOL);
 	json_object *none = json_object_new_array();
