@@ -61,6 +61,17 @@ def staged_guest(v, r):
     return g["guest"], g["guestRoot"]
 
 
+def resident_then(v, r, fault):
+    """A staged guest with one resident run behind it, then a script whose counters start there
+    (it changed): the next stream_write meets `fault`."""
+    guest, root = staged_guest(v, r)
+    s = structured(run(r, guest, "echo 0 >> count\n"))
+    assert s["channel"] == "resident", s
+    v.write_control({"faults": [{"op": "stream_write", "nth": 1, "fault": fault}]})
+    time.sleep(0.05)
+    return guest, root
+
+
 def test_runs_take_the_resident_path_through_the_shim(binary):
     v = shim_over_local(binary)
     try:
@@ -96,12 +107,7 @@ def test_a_refused_write_goes_into_a_new_channel(binary):
     v = shim_over_local(binary)
     try:
         with v.relay() as r:
-            guest, root = staged_guest(v, r)
-            s = structured(run(r, guest, "echo 0 >> count\n"))
-            assert s["channel"] == "resident", s
-            # The script changes now, so its counters start here: the next write is refused unsent.
-            v.write_control({"faults": [{"op": "stream_write", "nth": 1, "fault": "fail"}]})
-            time.sleep(0.05)
+            guest, root = resident_then(v, r, "fail")  # the next write is refused unsent
             s = structured(run(r, guest, "echo again\necho 1 >> count\n"))
             assert s["channel"] == "resident" and s["stdout"] == "again\n", s
             assert len(ended(v, "stream_open")) == 2, [o["op"] for o in v.ops()]
@@ -115,11 +121,7 @@ def test_a_stream_broken_after_the_request_is_never_resent(binary):
     v = shim_over_local(binary)
     try:
         with v.relay() as r:
-            guest, root = staged_guest(v, r)
-            s = structured(run(r, guest, "echo 0 >> count\n"))
-            assert s["channel"] == "resident", s
-            v.write_control({"faults": [{"op": "stream_write", "nth": 1, "fault": "drop"}]})
-            time.sleep(0.05)
+            guest, root = resident_then(v, r, "drop")  # the next request goes in, its answer is lost
             s = structured(run(r, guest, "echo 1 >> count\nsleep 1\n"))
             print("    run on the broken stream: %s" % json.dumps(s["outcome"])[:200], flush=True)
             assert s["channel"] == "resident", s

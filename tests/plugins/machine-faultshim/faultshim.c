@@ -24,7 +24,7 @@
  * Options (init configuration "options", or the environment for the
  * relay's MCP_RELAY_BACKEND use):
  *   {"plugin": "<path of the real plugin .so>"      MCP_RELAY_FAULTSHIM_PLUGIN
- *    "options": {...the real plugin's options},
+ *    "options": {...the real plugin's options},     MCP_RELAY_FAULTSHIM_OPTIONS
  *    "faults": [{"op": "acquire"|"release"|..., "match": "<substring of the
  *                call's first text argument: spec, lease or purpose>",
  *                "nth": <1-based among matching calls: the first it applies
@@ -59,9 +59,25 @@
  * "<op>:end" and "result" ("ok" or the status name). Tests read it to count
  * what the backend was asked.
  *
- * The transport's traits are the wrapped plugin's (but the stream's) when
+ * The transport's traits are the wrapped plugin's when
  * MCP_RELAY_FAULTSHIM_PLUGIN names it as the loader calls the entry, and
- * none when only options.plugin does.
+ * none when only options.plugin does. The long-lived stream
+ * (RELAY_TRANSPORT_STREAM, spec/guest.md §17) is forwarded too, with its
+ * own ops: "stream_open" (matched against its argv joined by spaces;
+ * "fail" answers `code`, by default RELAY_E_TRANSIENT, nothing started;
+ * "drop" starts it, closes it and answers RELAY_E_INDETERMINATE),
+ * "stream_write" (matched against the request, its bytes outside printable
+ * ASCII as '.'; "fail" hands nothing over and breaks the stream, "drop"
+ * hands the request over and then breaks the stream, so the answer is
+ * lost) and "stream_read" ("fail" breaks the stream unread, "drop" loses
+ * what was read and breaks it; logged only when a rule applies, as the
+ * core reads in slices); the default code of both is
+ * RELAY_E_INDETERMINATE. A broken stream answers RELAY_E_INDETERMINATE to
+ * every write and read, unforwarded, until it is closed. "delay" and
+ * "hang" wait before and after forwarding (a stream operation has no call
+ * to cancel them).
+ * The real plugin's options are options.options, else the JSON of
+ * MCP_RELAY_FAULTSHIM_OPTIONS (the relay's use), else {}.
  * The real plugin gets the same configuration with its own "options". An
  * optional operation it lacks answers RELAY_E_UNSUPPORTED (the shim's table
  * is fixed before init), except health, which then answers RELAY_OK with

@@ -180,12 +180,27 @@ static void test_every_fault_name(void **unused)
 static void test_every_operation_is_known(void **unused)
 {
 	(void)unused;
-	static const char *const ops[] = {
-	    "acquire",         "renew",           "inspect",      "release",        "verify_destroyed",
-	    "images",          "health",          "catalog",      "find_by_purpose", "doctor",
-	    "console_capabilities", "console_resolve", "console_open", "console_cancel", "open",
-	    "exec",            "push",            "pull",         "stream_open",    "stream_write",
-	    "stream_read"};
+	static const char *const ops[] = {"acquire",
+	                                  "renew",
+	                                  "inspect",
+	                                  "release",
+	                                  "verify_destroyed",
+	                                  "images",
+	                                  "health",
+	                                  "catalog",
+	                                  "find_by_purpose",
+	                                  "doctor",
+	                                  "console_capabilities",
+	                                  "console_resolve",
+	                                  "console_open",
+	                                  "console_cancel",
+	                                  "open",
+	                                  "exec",
+	                                  "push",
+	                                  "pull",
+	                                  "stream_open",
+	                                  "stream_write",
+	                                  "stream_read"};
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
 		assert_true(fs_op_known(ops[i]));
 	assert_false(fs_op_known("binding")); /* answered from the script's "binding", never failed */
@@ -196,7 +211,8 @@ static void test_every_operation_is_known(void **unused)
 static void test_refusals(void **unused)
 {
 	(void)unused;
-	refused("{\"op\":\"acquire\"}", RELAY_E_INVALID_ARGUMENT, "machine-faultshim: \"faults\" must be an array");
+	refused("{\"op\":\"acquire\"}", RELAY_E_INVALID_ARGUMENT,
+	        "machine-faultshim: \"faults\" must be an array");
 	refused("[{\"fault\":\"fail\"}]", RELAY_E_INVALID_ARGUMENT,
 	        "machine-faultshim: a fault needs an \"op\" and a \"fault\"");
 	refused("[{\"op\":\"acquire\"}]", RELAY_E_INVALID_ARGUMENT,
@@ -255,7 +271,8 @@ static void test_limits(void **unused)
 	/* FS_MAX_RULES rules, and no more */
 	char text[8192] = "[";
 	for (int i = 0; i <= FS_MAX_RULES; i++)
-		strcat(text, i ? ",{\"op\":\"exec\",\"fault\":\"fail\"}" : "{\"op\":\"exec\",\"fault\":\"fail\"}");
+		strcat(text,
+		       i ? ",{\"op\":\"exec\",\"fault\":\"fail\"}" : "{\"op\":\"exec\",\"fault\":\"fail\"}");
 	strcat(text, "]");
 	refused(text, RELAY_E_TOO_LARGE, "machine-faultshim: at most 32 faults");
 	text[strlen(text) - 1 - strlen(",{\"op\":\"exec\",\"fault\":\"fail\"}")] = '\0';
@@ -304,12 +321,13 @@ static void test_matching_order(void **unused)
 	(void)unused;
 	fs_state st;
 	relay_error err;
-	assert_int_equal(parse(&st,
-	                       "[{\"op\":\"acquire\",\"fault\":\"fail\",\"code\":\"at capacity\",\"times\":2},"
-	                       "{\"op\":\"acquire\",\"match\":\"-retry-\",\"fault\":\"drop\",\"nth\":4},"
-	                       "{\"op\":\"stream_write\",\"fault\":\"fail\",\"nth\":2}]",
-	                       &err),
-	                 RELAY_OK);
+	assert_int_equal(
+	    parse(&st,
+	          "[{\"op\":\"acquire\",\"fault\":\"fail\",\"code\":\"at capacity\",\"times\":2},"
+	          "{\"op\":\"acquire\",\"match\":\"-retry-\",\"fault\":\"drop\",\"nth\":4},"
+	          "{\"op\":\"stream_write\",\"fault\":\"fail\",\"nth\":2}]",
+	          &err),
+	    RELAY_OK);
 	fs_rule copy;
 	const fs_rule *r = fs_match(&st, "acquire", "a-retry-1", &copy);
 	assert_non_null(r);
@@ -322,7 +340,7 @@ static void test_matching_order(void **unused)
 	assert_non_null(r);
 	assert_int_equal(r->fault, FS_DROP);
 	assert_null(fs_match(&st, "acquire", "a-retry-5", &copy)); /* nth alone: once */
-	assert_null(fs_match(&st, "acquire", NULL, &copy));       /* a match needs an argument */
+	assert_null(fs_match(&st, "acquire", NULL, &copy));        /* a match needs an argument */
 	assert_null(fs_match(&st, "release", "a-retry-5", &copy));
 	/* a stream broken after one request */
 	assert_null(fs_match(&st, "stream_write", "request 1", &copy));
@@ -357,13 +375,14 @@ static void test_before_and_after(void **unused)
 	char *out = strdup("{\"vm\":\"x\"}");
 	assert_int_equal(fs_after(&st, r, "inspect", RELAY_OK, &out, NULL, &err), RELAY_E_INDETERMINATE);
 	assert_null(out);
-	assert_string_equal(err.message,
-	                    "machine-faultshim: the answer of inspect was lost after it succeeded (fault script)");
+	assert_string_equal(
+	    err.message,
+	    "machine-faultshim: the answer of inspect was lost after it succeeded (fault script)");
 	/* a delay watches its call: one cancelled (t_cancelled) ends it at once */
 	int cancelled_call;
-	assert_int_equal(fs_before(&st, fs_match(&st, "push", "/p", &copy), "push", (relay_call *)&cancelled_call,
-	                           &err),
-	                 RELAY_E_CANCELLED);
+	assert_int_equal(
+	    fs_before(&st, fs_match(&st, "push", "/p", &copy), "push", (relay_call *)&cancelled_call, &err),
+	    RELAY_E_CANCELLED);
 	assert_string_equal(err.message, "machine-faultshim: push was cancelled during its scripted delay");
 	assert_int_equal(fs_before(&st, NULL, "push", NULL, &err), RELAY_OK);
 	state_fini(&st);
