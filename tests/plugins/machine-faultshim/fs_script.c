@@ -39,7 +39,7 @@ static const char *const op_names[] = {
 };
 
 /* Ceilings of a rule's numbers: a script past them is a mistake. */
-#define FS_MAX_DELAY_MS 600000
+#define FS_MAX_DELAY_MS 86400000 /* a day: a "hang" may stand for a backend that never answers */
 #define FS_MAX_COUNT    1000000
 
 /* ---- the script ----------------------------------------------------------- */

@@ -244,10 +244,10 @@ static void test_refusals(void **unused)
 	        "machine-faultshim: \"times\" must be an integer from -1 to 1000000");
 	refused("[{\"op\":\"acquire\",\"fault\":\"fail\",\"times\":1.5}]", RELAY_E_INVALID_ARGUMENT,
 	        "machine-faultshim: \"times\" must be an integer from -1 to 1000000");
-	refused("[{\"op\":\"acquire\",\"fault\":\"delay\",\"delayMs\":600001}]", RELAY_E_INVALID_ARGUMENT,
-	        "machine-faultshim: \"delayMs\" must be an integer from 0 to 600000");
+	refused("[{\"op\":\"acquire\",\"fault\":\"delay\",\"delayMs\":86400001}]", RELAY_E_INVALID_ARGUMENT,
+	        "machine-faultshim: \"delayMs\" must be an integer from 0 to 86400000");
 	refused("[{\"op\":\"acquire\",\"fault\":\"delay\",\"delayMs\":-5}]", RELAY_E_INVALID_ARGUMENT,
-	        "machine-faultshim: \"delayMs\" must be an integer from 0 to 600000");
+	        "machine-faultshim: \"delayMs\" must be an integer from 0 to 86400000");
 }
 
 static void test_limits(void **unused)
@@ -258,12 +258,12 @@ static void test_limits(void **unused)
 	relay_error err;
 	assert_int_equal(parse(&st,
 	                       "[{\"op\":\"acquire\",\"fault\":\"delay\",\"nth\":1000000,\"times\":1000000,"
-	                       "\"delayMs\":600000}]",
+	                       "\"delayMs\":86400000}]",
 	                       &err),
 	                 RELAY_OK);
 	assert_int_equal(st.rules[0].nth, 1000000);
 	assert_int_equal(st.rules[0].times, 1000000);
-	assert_int_equal(st.rules[0].delay_ms, 600000);
+	assert_int_equal(st.rules[0].delay_ms, 86400000);
 	state_fini(&st);
 	refused("[{\"op\":\"acquire\",\"fault\":\"fail\",\"nth\":1000001}]", RELAY_E_INVALID_ARGUMENT,
 	        "machine-faultshim: \"nth\" must be an integer from 0 to 1000000");
