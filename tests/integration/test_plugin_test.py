@@ -147,6 +147,9 @@ def test_machine_docker_against_podman(binary):
         # The same fault script as over reference-machine and machine-local (issue 26.4).
         if os.path.exists(faultshim_so(binary)):
             one_fault_script(binary, path, opts, "--image", "minimal")
+            # Its attached exec stream through the shim (the traits read from the plugin named).
+            passes(binary, "transport", faultshim_so(binary), "--options", shim_options(path, [], opts),
+                   "--image", "minimal", need=[20, 21, 30] + STREAM, env={"MCP_RELAY_FAULTSHIM_PLUGIN": path})
 
 
 # Each broken backend: the checks that must fail, and the first words of the message.
