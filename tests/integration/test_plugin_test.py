@@ -17,9 +17,10 @@ from relay_client import run_tests, skip  # noqa: E402
 from support_common import build_dir, namespaces_missing, plugin_so  # noqa: E402
 
 
-def plugin_test(binary, kind, path, *extra, timeout=600):
+def plugin_test(binary, kind, path, *extra, timeout=600, env=None):
     p = subprocess.run([binary, "plugin-test", "--kind", kind] + list(extra) + [path], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=timeout, cwd=tempfile.gettempdir())
+                       stderr=subprocess.PIPE, text=True, timeout=timeout, cwd=tempfile.gettempdir(),
+                       env=dict(os.environ, **env) if env else None)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -36,9 +37,9 @@ def results(out):
     return found
 
 
-def passes(binary, kind, path, *extra, need=()):
+def passes(binary, kind, path, *extra, need=(), env=None):
     """The plugin passes: exit 0, no FAIL, and the checks `need` ran."""
-    code, out, err = plugin_test(binary, kind, path, *extra)
+    code, out, err = plugin_test(binary, kind, path, *extra, env=env)
     assert code == 0 and "FAIL" not in out, (path, kind, out, err)
     r = results(out)
     for n in need:
@@ -146,6 +147,9 @@ def test_machine_docker_against_podman(binary):
         # The same fault script as over reference-machine and machine-local (issue 26.4).
         if os.path.exists(faultshim_so(binary)):
             one_fault_script(binary, path, opts, "--image", "minimal")
+            # Its attached exec stream through the shim (the traits read from the plugin named).
+            passes(binary, "transport", faultshim_so(binary), "--options", shim_options(path, [], opts),
+                   "--image", "minimal", need=[20, 21, 30] + STREAM, env={"MCP_RELAY_FAULTSHIM_PLUGIN": path})
 
 
 # Each broken backend: the checks that must fail, and the first words of the message.
@@ -215,7 +219,12 @@ def test_faultshim_over_machine_local(binary):
         skip(why)
     if not os.path.exists(faultshim_so(binary)):
         skip("machine-faultshim.so is not built")
-    one_fault_script(binary, plugin_so(binary, "machine-local"))
+    local = plugin_so(binary, "machine-local")
+    one_fault_script(binary, local)
+    # Its transport through the shim, the traits read from the plugin MCP_RELAY_FAULTSHIM_PLUGIN
+    # names: the stream checks run over the shim's forwarded stream, and so does all the rest.
+    passes(binary, "transport", faultshim_so(binary), "--options", shim_options(local, []),
+           need=TRANSPORT + STREAM + HARD, env={"MCP_RELAY_FAULTSHIM_PLUGIN": local})
 
 
 def test_core_adopts_an_indeterminate_acquire_through_the_shim(binary):

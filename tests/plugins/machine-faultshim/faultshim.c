@@ -24,7 +24,7 @@
  * Options (init configuration "options", or the environment for the
  * relay's MCP_RELAY_BACKEND use):
  *   {"plugin": "<path of the real plugin .so>"      MCP_RELAY_FAULTSHIM_PLUGIN
- *    "options": {...the real plugin's options},
+ *    "options": {...the real plugin's options},     MCP_RELAY_FAULTSHIM_OPTIONS
  *    "faults": [{"op": "acquire"|"release"|..., "match": "<substring of the
  *                call's first text argument: spec, lease or purpose>",
  *                "nth": <1-based among matching calls: the first it applies
@@ -59,9 +59,25 @@
  * "<op>:end" and "result" ("ok" or the status name). Tests read it to count
  * what the backend was asked.
  *
- * The transport's traits are the wrapped plugin's (but the stream's) when
+ * The transport's traits are the wrapped plugin's when
  * MCP_RELAY_FAULTSHIM_PLUGIN names it as the loader calls the entry, and
- * none when only options.plugin does.
+ * none when only options.plugin does. The long-lived stream
+ * (RELAY_TRANSPORT_STREAM, spec/guest.md §17) is forwarded too, with its
+ * own ops: "stream_open" (matched against its argv joined by spaces;
+ * "fail" answers `code`, by default RELAY_E_TRANSIENT, nothing started;
+ * "drop" starts it, closes it and answers RELAY_E_INDETERMINATE),
+ * "stream_write" (matched against the request, its bytes outside printable
+ * ASCII as '.'; "fail" hands nothing over and breaks the stream, "drop"
+ * hands the request over and then breaks the stream, so the answer is
+ * lost) and "stream_read" ("fail" breaks the stream unread, "drop" loses
+ * what was read and breaks it; logged only when a rule applies, as the
+ * core reads in slices); the default code of both is
+ * RELAY_E_INDETERMINATE. A broken stream answers RELAY_E_INDETERMINATE to
+ * every write and read, unforwarded, until it is closed. "delay" and
+ * "hang" wait before and after forwarding (a stream operation has no call
+ * to cancel them).
+ * The real plugin's options are options.options, else the JSON of
+ * MCP_RELAY_FAULTSHIM_OPTIONS (the relay's use), else {}.
  * The real plugin gets the same configuration with its own "options". An
  * optional operation it lacks answers RELAY_E_UNSUPPORTED (the shim's table
  * is fixed before init), except health, which then answers RELAY_OK with
@@ -393,10 +409,153 @@ static relay_status fs_pull(relay_plugin_state *s, relay_transport_conn *conn, c
 	return status;
 }
 
-/* The traits the shim forwards as they are (the stream's slots it has not). */
+/* ---- the stream (ABI 1.4) ------------------------------------------------- */
+
+/* A stream of the wrapped plugin, and whether the script broke it: a
+ * broken stream answers RELAY_E_INDETERMINATE to every write and read,
+ * unforwarded, until it is closed (relay/transport.h: it may only be
+ * closed). */
+typedef struct fs_stream {
+	relay_transport_stream *inner;
+	bool broken;
+} fs_stream;
+
+/* `len` bytes as the text a rule matches and the log shows: at most
+ * sizeof out - 1 of them, every byte outside printable ASCII a '.'. */
+static const char *stream_text(const void *data, size_t len, char *out, size_t out_len)
+{
+	const unsigned char *b = data;
+	size_t n = len < out_len - 1 ? len : out_len - 1;
+	for (size_t i = 0; i < n; i++)
+		out[i] = b[i] >= 0x20 && b[i] < 0x7f ? (char)b[i] : '.';
+	out[n] = '\0';
+	return out;
+}
+
+static relay_status fs_broken(fs_state *st, const char *op, relay_error *err)
+{
+	return st->host->error_set(err, RELAY_E_INDETERMINATE, 0,
+	                           "%s: %s on a stream the fault script broke; only close it", FS_NAME, op);
+}
+
+static relay_status fs_stream_open(relay_plugin_state *s, relay_transport_conn *conn,
+                                   const relay_exec_request *req, relay_call *call, unsigned flags,
+                                   relay_transport_stream **stream_out, relay_error *err)
+{
+	fs_state *st = s;
+	*stream_out = NULL;
+	if (st->transport.stream_open == NULL)
+		return fs_missing(st, "stream_open", flags, err);
+	char arg[1024] = "";
+	for (size_t i = 0, used = 0; req && req->argv && req->argv[i] && used < sizeof arg - 1; i++)
+		used += (size_t)snprintf(arg + used, sizeof arg - used, "%s%s", i ? " " : "", req->argv[i]);
+	fs_stream *fs = st->host->alloc(sizeof *fs);
+	if (fs == NULL)
+		return st->host->error_set(err, RELAY_E_NO_MEMORY, ENOMEM, "%s: out of memory", FS_NAME);
+	fs->inner = NULL;
+	fs->broken = false;
+	fs_rule copy;
+	const fs_rule *rule = fs_match(st, "stream_open", arg, &copy);
+	fs_log(st, "stream_open", arg, -1, rule, false, RELAY_OK);
+	relay_status status = fs_before(st, rule, "stream_open", call, err);
+	if (status == RELAY_OK)
+		status = st->transport.stream_open(st->inner_state, conn, req, call, flags, &fs->inner, err);
+	/* A drop: the command started, the caller never hears of it. */
+	if (status == RELAY_OK && rule &&
+	    (status = fs_after(st, rule, "stream_open", status, NULL, call, err)) != RELAY_OK) {
+		st->transport.stream_close(st->inner_state, fs->inner, 0);
+		fs->inner = NULL;
+	}
+	fs_log(st, "stream_open", arg, -1, rule, true, status);
+	if (status != RELAY_OK) {
+		st->host->free(fs);
+		return status;
+	}
+	*stream_out = fs;
+	return RELAY_OK;
+}
+
+/* "fail": not forwarded, the stream broken; "drop": forwarded, then the
+ * stream broken (what the command answers is lost); "delay" and "hang":
+ * the wait before or after forwarding. */
+static relay_status fs_stream_write(relay_plugin_state *s, relay_transport_stream *stream, const void *data,
+                                    size_t len, uint64_t timeout_ms, unsigned flags, relay_error *err)
+{
+	fs_state *st = s;
+	fs_stream *fs = stream;
+	char arg[1024];
+	stream_text(data, len, arg, sizeof arg);
+	if (fs->broken)
+		return fs_broken(st, "stream_write", err);
+	fs_rule copy;
+	const fs_rule *rule = fs_match(st, "stream_write", arg, &copy);
+	fs_log(st, "stream_write", arg, -1, rule, false, RELAY_OK);
+	relay_status status = fs_before(st, rule, "stream_write", NULL, err);
+	if (status == RELAY_OK)
+		status =
+		    st->transport.stream_write(st->inner_state, fs->inner, data, len, timeout_ms, flags, err);
+	if (status == RELAY_OK && rule && rule->fault == FS_HANG)
+		(void)fs_after(st, rule, "stream_write", status, NULL, NULL, err);
+	if (rule && (rule->fault == FS_FAIL || rule->fault == FS_DROP)) {
+		fs->broken = true;
+		st->host->log(RELAY_LOG_WARNING, FS_NAME, "fault script: the stream is broken after %s",
+		              rule->fault == FS_FAIL ? "a write it refused" : "a request it forwarded");
+	}
+	fs_log(st, "stream_write", arg, -1, rule, true, status);
+	return status;
+}
+
+/* Logged only when a rule applies: the core reads in slices of 100 ms
+ * while it waits for an answer. "fail": not forwarded, the stream broken;
+ * "drop": forwarded, what it read lost, the stream broken. */
+static relay_status fs_stream_read(relay_plugin_state *s, relay_transport_stream *stream, void *buf,
+                                   size_t cap, uint64_t timeout_ms, unsigned flags, size_t *got_out,
+                                   relay_error *err)
+{
+	fs_state *st = s;
+	fs_stream *fs = stream;
+	*got_out = 0;
+	if (fs->broken)
+		return fs_broken(st, "stream_read", err);
+	fs_rule copy;
+	const fs_rule *rule = fs_match(st, "stream_read", NULL, &copy);
+	if (rule)
+		fs_log(st, "stream_read", NULL, -1, rule, false, RELAY_OK);
+	relay_status status = fs_before(st, rule, "stream_read", NULL, err);
+	if (status == RELAY_OK)
+		status = st->transport.stream_read(st->inner_state, fs->inner, buf, cap, timeout_ms, flags,
+		                                   got_out, err);
+	if (rule && rule->fault == FS_DROP && status == RELAY_OK) {
+		*got_out = 0;
+		status = st->host->error_set(err, RELAY_E_INDETERMINATE, 0,
+		                             "%s: what the stream read was lost (fault script)", FS_NAME);
+	} else if (rule && rule->fault == FS_HANG && status == RELAY_OK) {
+		(void)fs_after(st, rule, "stream_read", status, NULL, NULL, err);
+	}
+	if (rule && (rule->fault == FS_FAIL || rule->fault == FS_DROP))
+		fs->broken = true;
+	if (rule)
+		fs_log(st, "stream_read", NULL, -1, rule, true, status);
+	return status;
+}
+
+static void fs_stream_close(relay_plugin_state *s, relay_transport_stream *stream, unsigned flags)
+{
+	fs_state *st = s;
+	fs_stream *fs = stream;
+	if (fs == NULL)
+		return;
+	fs_log(st, "stream_close", NULL, -1, NULL, false, RELAY_OK);
+	if (fs->inner)
+		st->transport.stream_close(st->inner_state, fs->inner, flags);
+	fs_log(st, "stream_close", NULL, -1, NULL, true, RELAY_OK);
+	st->host->free(fs);
+}
+
+/* The traits the shim forwards as they are. */
 #define FS_FORWARDED_TRAITS                                                                                  \
 	(RELAY_TRANSPORT_CONCURRENT | RELAY_TRANSPORT_GUEST_FACTS | RELAY_TRANSPORT_STDIO_BYTES |            \
-	 RELAY_TRANSPORT_MERGED_OUTPUT | RELAY_TRANSPORT_EXEC_UNCANCELLABLE)
+	 RELAY_TRANSPORT_MERGED_OUTPUT | RELAY_TRANSPORT_STREAM | RELAY_TRANSPORT_EXEC_UNCANCELLABLE)
 
 static const relay_transport_ops fs_transport_ops = {
     .struct_size = sizeof(relay_transport_ops),
@@ -410,6 +569,12 @@ static const relay_transport_ops fs_transport_ops = {
     .exec = fs_exec,
     .push = fs_push,
     .pull = fs_pull,
+    /* Called only with RELAY_TRANSPORT_STREAM among the traits, which the
+     * shim has when the wrapped plugin has it (fs_entry_setup). */
+    .stream_open = fs_stream_open,
+    .stream_write = fs_stream_write,
+    .stream_read = fs_stream_read,
+    .stream_close = fs_stream_close,
 };
 
 /* What the loader was given (fs_entry_setup, at the end). */
@@ -447,14 +612,18 @@ static relay_status load_inner(fs_state *st, const char *path, relay_error *err)
 	return RELAY_OK;
 }
 
-/* The configuration for the real plugin: ours with its own "options". */
+/* The configuration for the real plugin: ours with its own "options"
+ * (options.options, else MCP_RELAY_FAULTSHIM_OPTIONS, else {}). */
 static char *inner_config(fs_state *st, json_object *config, json_object *options)
 {
 	json_object *copy = NULL;
 	json_object_deep_copy(config, &copy, NULL);
 	json_object *inner_options = NULL;
+	const char *env = getenv("MCP_RELAY_FAULTSHIM_OPTIONS");
 	if (json_object_object_get_ex(options, "options", &inner_options))
 		json_object_object_add(copy, "options", json_object_get(inner_options));
+	else if (env && (inner_options = json_tokener_parse(env)) != NULL)
+		json_object_object_add(copy, "options", inner_options);
 	else
 		json_object_object_add(copy, "options", json_object_new_object());
 	char *text = st->host->strdup(json_object_to_json_string_ext(copy, JSON_C_TO_STRING_PLAIN));

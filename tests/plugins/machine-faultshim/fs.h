@@ -52,6 +52,8 @@ typedef struct fs_state {
 	char log[1024];   /* the operation log, or "" */
 } fs_state;
 
+/* True for an operation a rule may name (one the shim matches calls of). */
+bool fs_op_known(const char *op);
 /* A string member of `obj`, or NULL. */
 const char *fs_json_str(json_object *obj, const char *key);
 /* Appends the rules of the array `faults` (NULL: none) to st's. */

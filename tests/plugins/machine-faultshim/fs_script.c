@@ -13,6 +13,35 @@
 /* The faults by name, in fs_fault order. */
 static const char *const fault_names[] = {"fail", "drop", "delay", "hang", "corrupt"};
 
+/* Every operation a rule may name: those faultshim.c matches a call of. */
+static const char *const op_names[] = {
+    "acquire",
+    "renew",
+    "inspect",
+    "release",
+    "verify_destroyed",
+    "images",
+    "health",
+    "catalog",
+    "find_by_purpose",
+    "doctor",
+    "console_capabilities",
+    "console_resolve",
+    "console_open",
+    "console_cancel",
+    "open",
+    "exec",
+    "push",
+    "pull",
+    "stream_open",
+    "stream_write",
+    "stream_read",
+};
+
+/* Ceilings of a rule's numbers: a script past them is a mistake. */
+#define FS_MAX_DELAY_MS 86400000 /* a day: a "hang" may stand for a backend that never answers */
+#define FS_MAX_COUNT    1000000
+
 /* ---- the script ----------------------------------------------------------- */
 
 const char *fs_json_str(json_object *obj, const char *key)
@@ -33,6 +62,42 @@ static relay_status status_named(const char *name, relay_status *out)
 	return RELAY_E_INVALID_ARGUMENT;
 }
 
+bool fs_op_known(const char *op)
+{
+	for (size_t i = 0; op && i < sizeof op_names / sizeof op_names[0]; i++)
+		if (strcmp(op, op_names[i]) == 0)
+			return true;
+	return false;
+}
+
+/* The integer member `key` of rule `r` into *out when present: RELAY_OK,
+ * or the refusal of a value that is no integer in [lo, hi]. */
+static relay_status rule_int(fs_state *st, json_object *r, const char *key, int64_t lo, int64_t hi,
+                             int64_t *out, relay_error *err)
+{
+	json_object *v = NULL;
+	if (!json_object_object_get_ex(r, key, &v))
+		return RELAY_OK;
+	int64_t n = json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : lo - 1;
+	if (n < lo || n > hi)
+		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                           "%s: \"%s\" must be an integer from %lld to %lld", FS_NAME, key,
+		                           (long long)lo, (long long)hi);
+	*out = n;
+	return RELAY_OK;
+}
+
+/* The status a rule answers when it names none: the stream operations'
+ * own failures (relay/transport.h), else RELAY_E_UNAVAILABLE. */
+static relay_status default_code(const char *op)
+{
+	if (strcmp(op, "stream_open") == 0)
+		return RELAY_E_TRANSIENT;
+	if (strcmp(op, "stream_write") == 0 || strcmp(op, "stream_read") == 0)
+		return RELAY_E_INDETERMINATE;
+	return RELAY_E_UNAVAILABLE;
+}
+
 static relay_status parse_rule(fs_state *st, json_object *r, relay_error *err)
 {
 	if (st->rule_count == FS_MAX_RULES)
@@ -41,23 +106,38 @@ static relay_status parse_rule(fs_state *st, json_object *r, relay_error *err)
 	fs_rule *rule = &st->rules[st->rule_count];
 	memset(rule, 0, sizeof *rule);
 	const char *op = fs_json_str(r, "op"), *fault = fs_json_str(r, "fault"),
-	           *match = fs_json_str(r, "match");
-	json_object *v = NULL;
-	if (op == NULL || fault == NULL || strlen(op) >= sizeof rule->op)
+	           *match = fs_json_str(r, "match"), *reason = fs_json_str(r, "reason");
+	if (op == NULL || fault == NULL)
 		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
 		                           "%s: a fault needs an \"op\" and a \"fault\"", FS_NAME);
+	if (!fs_op_known(op))
+		return st->host->error_set(err, RELAY_E_INVALID_ARGUMENT, 0,
+		                           "%s: unknown op %s; name an operation the shim forwards, such "
+		                           "as \"acquire\", \"exec\" or \"stream_write\"",
+		                           FS_NAME, op);
+	if ((match && strlen(match) >= sizeof rule->match) ||
+	    (reason && strlen(reason) >= sizeof rule->reason))
+		return st->host->error_set(
+		    err, RELAY_E_TOO_LARGE, 0, "%s: a fault's \"%s\" is longer than %zu bytes", FS_NAME,
+		    match && strlen(match) >= sizeof rule->match ? "match" : "reason",
+		    (match && strlen(match) >= sizeof rule->match ? sizeof rule->match
+		                                                  : sizeof rule->reason) -
+		        1);
 	snprintf(rule->op, sizeof rule->op, "%s", op);
 	snprintf(rule->match, sizeof rule->match, "%s", match ? match : "");
-	if (json_object_object_get_ex(r, "nth", &v))
-		rule->nth = (unsigned)json_object_get_int(v);
-	rule->times = rule->nth ? 1 : -1;
-	if (json_object_object_get_ex(r, "times", &v))
-		rule->times = json_object_get_int(v) < 0 ? -1 : json_object_get_int(v);
-	const char *reason = fs_json_str(r, "reason");
 	snprintf(rule->reason, sizeof rule->reason, "%s", reason ? reason : "");
-	if (json_object_object_get_ex(r, "delayMs", &v))
-		rule->delay_ms = (unsigned)json_object_get_int(v);
-	rule->code = RELAY_E_UNAVAILABLE;
+	int64_t nth = 0, times = -2, delay_ms = 0;
+	relay_status s = rule_int(st, r, "nth", 0, FS_MAX_COUNT, &nth, err);
+	if (s == RELAY_OK)
+		s = rule_int(st, r, "times", -1, FS_MAX_COUNT, &times, err);
+	if (s == RELAY_OK)
+		s = rule_int(st, r, "delayMs", 0, FS_MAX_DELAY_MS, &delay_ms, err);
+	if (s != RELAY_OK)
+		return s;
+	rule->nth = (unsigned)nth;
+	rule->times = times == -2 ? (rule->nth ? 1 : -1) : (int)times;
+	rule->delay_ms = (unsigned)delay_ms;
+	rule->code = default_code(op);
 	size_t f = 0;
 	while (f < sizeof fault_names / sizeof fault_names[0] && strcmp(fault, fault_names[f]) != 0)
 		f++;
@@ -189,12 +269,12 @@ static void sleep_ms(unsigned ms)
 	}
 }
 
-/* Waits `ms` milliseconds in slices, watching the call: true when it was
- * cancelled first. */
+/* Waits `ms` milliseconds in slices, watching the call (NULL: a stream
+ * operation, which has none): true when it was cancelled first. */
 static bool fs_wait(fs_state *st, unsigned ms, relay_call *call)
 {
 	for (unsigned left = ms; left > 0;) {
-		if (st->host->call_cancelled(call))
+		if (call && st->host->call_cancelled(call))
 			return true;
 		unsigned slice = left < 50 ? left : 50;
 		sleep_ms(slice);
