@@ -40,7 +40,7 @@ def main():
     exe = os.path.join(BUILD, "md_bench")
     subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-I" + os.path.join(REPO, "core/src"),
                     "-I" + os.path.join(REPO, "core/include"), os.path.join(HERE, "md_bench.c"),
-                    os.path.join(BUILD, "core/librelay_core.a")] + libs + ["-lpthread", "-ldl", "-lm", "-o", exe],
+                    os.path.join(BUILD, "core/librelay_core.a"), os.path.join(BUILD, "support/librelay_support.a")] + libs + ["-lpthread", "-ldl", "-lm", "-o", exe],
                    check=True)
     shutil.rmtree(STATE, ignore_errors=True)
     eng = docker_support.Engine(ENGINE)
