@@ -127,8 +127,9 @@ static relay_status open_push_source(local_state *st, const char *local_path, bo
 relay_status xfer_push(local_state *st, local_conn *conn, const char *local_path, const char *remote_path,
                        relay_call *call, unsigned flags, char **facts_out, relay_error *err)
 {
-	/* A call cancelled before the first byte moves (the walks below only
-	 * ask between tree entries; plugin-test check 61). */
+	/* A call cancelled before the first byte moves (plugin-test check 61);
+	 * the sender and the receiver ask again between tree entries and per
+	 * chunk of a file (checks 68 and 69). */
 	if (st->host->call_cancelled(call))
 		return lu_err(st, err, RELAY_E_CANCELLED, 0, "push cancelled before it began");
 	const bool tree = (flags & RELAY_XFER_TREE) != 0;

@@ -268,6 +268,13 @@ static relay_status receive_file(receiver *r, struct archive *a, int dir_fd, con
 			    lu_err(r->st, err, RELAY_E_PROTOCOL, 0, "the stream held a sparse entry %s", rel);
 			break;
 		}
+		/* Per block of a large file too, not only between files
+		 * (plugin-test checks 68 and 69): the partial file is removed below. */
+		if (r->st->host->call_cancelled(r->call)) {
+			status = lu_err(r->st, err, RELAY_E_CANCELLED, 0, "transfer cancelled inside %s",
+			                rel[0] ? rel : name);
+			break;
+		}
 		const char *p = block;
 		size_t left = size;
 		while (left > 0) {

@@ -79,9 +79,11 @@ relay_status rm_hash(const rm_state *st, const char *root, rm_list *list, relay_
 
 /* Copies the files and folders of `list` from `src` to `dst`. `exclusive`:
  * files created O_EXCL (pull: nothing may be there) instead of replaced
- * through a temporary file and rename (push). */
+ * through a temporary file and rename (push). RELAY_E_CANCELLED once
+ * `call` (may be NULL) is cancelled, asked per file and per MiB; the file
+ * being copied is then removed (a push's temporary, a pull's target). */
 relay_status rm_copy(const rm_state *st, const char *src, const char *dst, const rm_list *list, int exclusive,
-                     relay_error *err);
+                     relay_call *call, relay_error *err);
 
 /* The facts array of `list` (host->alloc'd JSON text), or NULL. */
 char *rm_facts_json(const rm_state *st, const rm_list *list);

@@ -141,8 +141,9 @@ static relay_status rm_exec(relay_plugin_state *state, relay_transport_conn *con
 }
 
 /* RELAY_E_CANCELLED once the call was cancelled (notifications/cancelled):
- * push and pull ask before they move bytes and after the walk
- * (`mcp-relay plugin-test` checks 61 and 62). exec leaves it to
+ * push and pull ask before they move bytes, after the walk and after the
+ * copy (`mcp-relay plugin-test` checks 61 and 62); rm_copy asks per file
+ * and per MiB while it moves them (checks 68 and 69). exec leaves it to
  * host->process_run, which kills the command's group. */
 static relay_status check_cancelled(const rm_state *st, relay_call *call, const char *op, relay_error *err)
 {
@@ -154,10 +155,12 @@ static relay_status check_cancelled(const rm_state *st, relay_call *call, const 
 /* Copies `list` from `from` to `to` and, unless the caller verifies, the
  * facts of what `facts_root` holds afterwards. */
 static relay_status copy_with_facts(const rm_state *st, const char *from, const char *to, rm_list *list,
-                                    int exclusive, const char *facts_root, char **facts_json_out,
-                                    relay_error *err)
+                                    int exclusive, const char *facts_root, relay_call *call,
+                                    char **facts_json_out, relay_error *err)
 {
-	relay_status status = rm_copy(st, from, to, list, exclusive, err);
+	relay_status status = rm_copy(st, from, to, list, exclusive, call, err);
+	if (status == RELAY_OK) /* before the hash of what was copied */
+		status = check_cancelled(st, call, "push", err);
 	if (status == RELAY_OK && facts_json_out) {
 		if ((status = rm_hash(st, facts_root, list, err)) == RELAY_OK &&
 		    (*facts_json_out = rm_facts_json(st, list)) == NULL)
@@ -191,7 +194,7 @@ static relay_status rm_push(relay_plugin_state *state, relay_transport_conn *con
 	if (status == RELAY_OK)
 		status = rm_mkdir_p(st, tree ? remote_path : dirname(parent), err);
 	if (status == RELAY_OK)
-		status = copy_with_facts(st, local_path, remote_path, &list, 0, remote_path,
+		status = copy_with_facts(st, local_path, remote_path, &list, 0, remote_path, call,
 		                         (flags & RELAY_XFER_CALLER_VERIFIES) ? NULL : facts_json_out, err);
 	rm_list_free(st, &list);
 	return status;
@@ -248,7 +251,9 @@ static relay_status rm_pull(relay_plugin_state *state, relay_transport_conn *con
 		    rm_err(st, err, RELAY_E_IO, errno, "cannot create %s: %s", local_path, strerror(errno));
 	int created = status == RELAY_OK;
 	if (status == RELAY_OK)
-		status = rm_copy(st, remote_path, local_path, &list, 1, err);
+		status = rm_copy(st, remote_path, local_path, &list, 1, call, err);
+	if (status == RELAY_OK) /* before the check of the copy */
+		status = check_cancelled(st, call, "pull", err);
 	if (status == RELAY_OK)
 		status = check_copy(st, local_path, tree, &list, err);
 	if (status == RELAY_OK && facts_json_out && (*facts_json_out = rm_facts_json(st, &list)) == NULL)

@@ -172,9 +172,12 @@ relay_status rm_hash(const rm_state *st, const char *root, rm_list *list, relay_
 	return RELAY_OK;
 }
 
-/* Copies one regular file; `exclusive` as for rm_copy. */
+/* How many 64 KiB reads of a file copy go between two host->call_cancelled. */
+#define RM_CANCEL_CHUNKS 16u
+
+/* Copies one regular file; `exclusive` and `call` as for rm_copy. */
 static relay_status copy_file(const rm_state *st, const char *from, const char *to, int exclusive,
-                              relay_error *err)
+                              relay_call *call, relay_error *err)
 {
 	char tmp[RM_PATH_MAX * 2 + 32];
 	snprintf(tmp, sizeof tmp, "%s.rm-%ld", to, (long)getpid());
@@ -188,7 +191,13 @@ static relay_status copy_file(const rm_state *st, const char *from, const char *
 		goto cleanup;
 	}
 	char buf[65536];
-	for (;;) {
+	for (unsigned chunk = 0;; chunk++) {
+		/* Asked every RM_CANCEL_CHUNKS reads (1 MiB), so a large file stops
+		 * promptly too (plugin-test checks 68 and 69). */
+		if (chunk % RM_CANCEL_CHUNKS == 0 && call != NULL && st->host->call_cancelled(call)) {
+			status = rm_err(st, err, RELAY_E_CANCELLED, 0, "the copy of %s was cancelled", from);
+			goto cleanup;
+		}
 		ssize_t n = read(in, buf, sizeof buf);
 		if (n == 0)
 			break;
@@ -219,7 +228,7 @@ cleanup:
 }
 
 relay_status rm_copy(const rm_state *st, const char *src, const char *dst, const rm_list *list, int exclusive,
-                     relay_error *err)
+                     relay_call *call, relay_error *err)
 {
 	char from[RM_PATH_MAX * 2], to[RM_PATH_MAX * 2];
 	for (size_t i = 0; i < list->dir_count; i++) {
@@ -232,7 +241,7 @@ relay_status rm_copy(const rm_state *st, const char *src, const char *dst, const
 		const char *rel = list->files[i].rel;
 		snprintf(from, sizeof from, "%s%s%s", src, rel[0] ? "/" : "", rel);
 		snprintf(to, sizeof to, "%s%s%s", dst, rel[0] ? "/" : "", rel);
-		relay_status status = copy_file(st, from, to, exclusive, err);
+		relay_status status = copy_file(st, from, to, exclusive, call, err);
 		if (status != RELAY_OK)
 			return status;
 	}

@@ -132,6 +132,8 @@ static const struct {
     {65, "a restarted plugin adopts its lease"},
     {66, "a failed release is retried until it confirms"},
     {67, "an indeterminate acquire is reconciled by purpose"},
+    {68, "push: a call cancelled mid-transfer stops it"},
+    {69, "pull: a call cancelled mid-transfer stops it"},
 };
 
 void pt_fail(pt_run *run, int n, const char *fmt, ...)
@@ -318,6 +320,7 @@ static void run_checks(pt_run *run)
 			pt_transport_xfer(run);
 			pt_transport_stream(run);
 			pt_transport_hard(run);
+			pt_transport_cancel_mid(run);
 		}
 		pt_transport_close(run);
 	}

@@ -22,6 +22,8 @@
  *                            pull; operations at the same time
  *   plugin_test_recover.c    checks 65-67: restart adoption, release
  *                            retries, the indeterminate acquire
+ *   plugin_test_cancel.c     checks 68-69: push and pull cancelled while
+ *                            they move bytes
  */
 #ifndef RELAY_CLI_PLUGIN_TEST_H
 #define RELAY_CLI_PLUGIN_TEST_H
@@ -110,5 +112,8 @@ void pt_transport_stream(pt_run *run); /* checks 50-54 (skipped without RELAY_TR
 /* ---- plugin_test_hard.c, plugin_test_recover.c ---- */
 void pt_transport_hard(pt_run *run);  /* checks 60-64, on an open connection */
 void pt_machine_recover(pt_run *run); /* checks 65-67, with the lease of check 11 */
+
+/* ---- plugin_test_cancel.c ---- */
+void pt_transport_cancel_mid(pt_run *run); /* checks 68, 69, on an open connection */
 
 #endif
