@@ -218,7 +218,8 @@ static int send_file(sender *s, struct archive *a, int dir_fd, const char *name,
 		if ((uint64_t)want > (uint64_t)sb.st_size - total)
 			want = (size_t)((uint64_t)sb.st_size - total);
 		if (s->st->host->call_cancelled(s->call)) { /* per chunk (plugin-test 68, 69) */
-			sender_fail(s, RELAY_E_CANCELLED, "transfer cancelled inside %s", rel[0] ? rel : name);
+			sender_fail(s, RELAY_E_CANCELLED, "transfer cancelled inside %s",
+			            rel[0] ? rel : name);
 			result = -1;
 			break;
 		}

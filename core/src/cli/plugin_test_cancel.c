@@ -158,8 +158,8 @@ static void cancel_mid_transfer(pt_run *run)
 	cancel_mid(run, 68, false, local, remote);
 	char *facts = NULL;
 	memset(&err, 0, sizeof err);
-	relay_status st = run->plugin->transport.push(run->plugin->state, run->conn, local, remote, NULL, 0,
-	                                              &facts, &err);
+	relay_status st =
+	    run->plugin->transport.push(run->plugin->state, run->conn, local, remote, NULL, 0, &facts, &err);
 	pt_host()->free(facts);
 	unlink(local);
 	if (st != RELAY_OK) {
