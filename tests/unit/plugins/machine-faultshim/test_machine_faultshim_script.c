@@ -408,8 +408,9 @@ static void test_lease_extra_merged(void **unused)
 
 static void write_file(const char *path, const char *text)
 {
-	char tmp[600];
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	char tmp[1024 + sizeof ".tmp"]; /* the callers' paths are at most 1023 bytes */
+	int n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	assert_true(n > 0 && (size_t)n < sizeof tmp);
 	FILE *f = fopen(tmp, "w");
 	assert_non_null(f);
 	fputs(text, f);
