@@ -31,15 +31,17 @@ static const struct {
 };
 
 typedef struct command_end {
-	int status;  /* waitpid's */
-	buf out;     /* the first RECEIVER_SERVE_COMMAND_OUTPUT_MAX bytes of standard output */
-	buf err;     /* the last RECEIVER_SERVE_COMMAND_OUTPUT_MAX bytes of standard error */
+	int status; /* waitpid's */
+	buf out;    /* the first RECEIVER_SERVE_COMMAND_OUTPUT_MAX bytes of standard output */
+	buf err;    /* the last RECEIVER_SERVE_COMMAND_OUTPUT_MAX bytes of standard error */
 } command_end;
 
 static void keep(buf *b, const char *data, size_t n, int tail)
 {
 	if (!tail) {
-		size_t room = b->len < RECEIVER_SERVE_COMMAND_OUTPUT_MAX ? RECEIVER_SERVE_COMMAND_OUTPUT_MAX - b->len : 0;
+		size_t room = b->len < RECEIVER_SERVE_COMMAND_OUTPUT_MAX
+		                  ? RECEIVER_SERVE_COMMAND_OUTPUT_MAX - b->len
+		                  : 0;
 		buf_append(b, data, n < room ? n : room);
 		return;
 	}
@@ -138,15 +140,18 @@ static char **command_argv(const jv *header, int (**fn_out)(int, char **), rerr 
 	char **out;
 	size_t i;
 	*fn_out = NULL;
-	if (!jv_get_int(header, RECEIVER_FRAME_PROTOCOL, &protocol) || protocol != RECEIVER_PROTOCOL_VERSION ||
-	    !jv_is(argv, JV_ARRAY) || argv->count == 0) {
+	if (!jv_get_int(header, RECEIVER_FRAME_PROTOCOL, &protocol) ||
+	    protocol != RECEIVER_PROTOCOL_VERSION || !jv_is(argv, JV_ARRAY) || argv->count == 0) {
 		err_set(err, "command header: needs protocol %d and a non-empty argv; nothing ran",
 		        RECEIVER_PROTOCOL_VERSION);
 		return NULL;
 	}
 	for (i = 0; i < argv->count; i++)
-		if (!jv_is(argv->items[i], JV_STRING) || strlen(argv->items[i]->str) != argv->items[i]->str_len) {
-			err_set(err, "command header: argv[%zu] is not a string without NUL bytes; nothing ran", i);
+		if (!jv_is(argv->items[i], JV_STRING) ||
+		    strlen(argv->items[i]->str) != argv->items[i]->str_len) {
+			err_set(err,
+			        "command header: argv[%zu] is not a string without NUL bytes; nothing ran",
+			        i);
 			return NULL;
 		}
 	for (i = 0; i < sizeof(serve_commands) / sizeof(serve_commands[0]); i++)
@@ -248,7 +253,8 @@ int serve_file(stdin_reader *reader, const char *root, rerr *err)
 		return -1;
 	path = jv_get_str(jv_get(header, RECEIVER_REQ_FILE), RECEIVER_FILE_PATH);
 	if (below_root(root, path) == NULL) {
-		err_set(err, "file request: the path must be a file below %s (no .., no //); nothing was read",
+		err_set(err,
+		        "file request: the path must be a file below %s (no .., no //); nothing was read",
 		        root);
 		jv_free(header);
 		return -1;

@@ -276,9 +276,10 @@ static gio_resident_end resident_read_answer(guest_io *io, gio_resident *r, gio_
 
 /* One request on r and its whole answer; *keep_out is false when the
  * channel can take no further request (not sent whole, broken, out of
- * step). */
+ * step). A run's request passes the run's failpoints (docs/reliability.md);
+ * a step download's does not. */
 static gio_resident_end resident_exchange(guest_io *io, gio_resident *r, gio_supervision *sv,
-                                          const void *request, size_t len, uint64_t limit_ms,
+                                          const void *request, size_t len, uint64_t limit_ms, bool is_run,
                                           char **answer_out, size_t *answer_len, bool *keep_out,
                                           relay_error *err)
 {
@@ -287,12 +288,14 @@ static gio_resident_end resident_exchange(guest_io *io, gio_resident *r, gio_sup
 	*keep_out = false;
 	sv->cancelled = false;
 	sv->receiver_cancel_signalled = false;
-	RELAY_FAILPOINT("run.resident.before-send");
+	if (is_run)
+		RELAY_FAILPOINT("run.resident.before-send");
 	relay_status st = r->plugin->transport.stream_write(r->plugin->state, r->stream, request, len,
 	                                                    GIO_RESIDENT_WRITE_MS, 0, err);
 	if (st != RELAY_OK)
 		return GIO_RESIDENT_NOT_SENT;
-	RELAY_FAILPOINT("run.resident.after-send");
+	if (is_run)
+		RELAY_FAILPOINT("run.resident.after-send");
 	strbuf b = STRBUF_INIT;
 	bool extra = false;
 	gio_resident_end end = resident_read_answer(io, r, sv, limit_ms, &b, &extra, err);
@@ -301,7 +304,8 @@ static gio_resident_end resident_exchange(guest_io *io, gio_resident *r, gio_sup
 		*answer_len = b.len;
 		*answer_out = strbuf_detach(&b, NULL);
 		r->last_used_ms = clock_monotonic_ms();
-		RELAY_FAILPOINT("run.resident.after-answer");
+		if (is_run)
+			RELAY_FAILPOINT("run.resident.after-answer");
 	}
 	strbuf_free(&b);
 	return end;
@@ -320,7 +324,7 @@ gio_resident_end gio_resident_request(guest_io *io, gio_supervision *sv, const v
 	}
 	bool keep = false;
 	gio_resident_end end =
-	    resident_exchange(io, r, sv, request, len, limit_ms, answer_out, answer_len, &keep, err);
+	    resident_exchange(io, r, sv, request, len, limit_ms, true, answer_out, answer_len, &keep, err);
 	if (!keep) {
 		resident_free(r);
 		return end;
@@ -336,7 +340,11 @@ gio_resident_end gio_resident_lend(guest_io *io, const void *request, size_t len
 {
 	*answer_out = NULL;
 	*answer_len = 0;
-	gio_link *link = io->g->link;
+	gio_link *link = io->g ? io->g->link : NULL;
+	if (link == NULL) { /* no guest record (a guest_io made for one command) */
+		relay_error_set(err, RELAY_E_UNAVAILABLE, 0, "no guest channel");
+		return GIO_RESIDENT_NOT_SENT;
+	}
 	slice_lock(link);
 	gio_resident *r = link->resident;
 	bool idle = r && !link->resident_lent && !link->resident_no_commands &&
@@ -352,7 +360,7 @@ gio_resident_end gio_resident_lend(guest_io *io, const void *request, size_t len
 	memset(&sv, 0, sizeof sv);
 	bool keep = false;
 	gio_resident_end end =
-	    resident_exchange(io, r, &sv, request, len, limit_ms, answer_out, answer_len, &keep, err);
+	    resident_exchange(io, r, &sv, request, len, limit_ms, false, answer_out, answer_len, &keep, err);
 	bool refused = end == GIO_RESIDENT_ANSWERED && gio_run_answer_refused(*answer_out, *answer_len);
 	slice_lock(link);
 	link->resident_lent = false;

@@ -78,8 +78,10 @@ relay_status gio_resident_command(guest_io *io, const char *const *args, uint64_
 	memset(res, 0, sizeof *res);
 	res->struct_size = sizeof *res;
 	/* only what serve runs (RECEIVER_SERVE_COMMANDS): any other would be refused */
-	if (args[0] == NULL || (strcmp(args[0], RECEIVER_CMD_ARCHIVE) != 0 && strcmp(args[0], RECEIVER_CMD_REMOVE) != 0))
-		return relay_error_set(err, RELAY_E_UNAVAILABLE, 0, "serve does not run %s", args[0] ? args[0] : "(none)");
+	if (args[0] == NULL ||
+	    (strcmp(args[0], RECEIVER_CMD_ARCHIVE) != 0 && strcmp(args[0], RECEIVER_CMD_REMOVE) != 0))
+		return relay_error_set(err, RELAY_E_UNAVAILABLE, 0, "serve does not run %s",
+		                       args[0] ? args[0] : "(none)");
 	json_object *argv = json_object_new_array();
 	for (size_t i = 0; args[i]; i++)
 		json_object_array_add(argv, json_object_new_string(args[i]));
@@ -100,7 +102,8 @@ relay_status gio_resident_command(guest_io *io, const char *const *args, uint64_
 	bool has_code = jsonx_get_int(ex, RECEIVER_FRAME_CODE, &code);
 	jsonx_get_int(ex, RECEIVER_FRAME_SIGNAL, &sig);
 	if (ex == NULL || data[0] == NULL || data[1] == NULL) {
-		st = relay_error_set(err, RELAY_E_UNAVAILABLE, 0, "serve's answer to %s is not whole", args[0]);
+		st = relay_error_set(err, RELAY_E_UNAVAILABLE, 0, "serve's answer to %s is not whole",
+		                     args[0]);
 		log_info("guest %s: %s; the transport takes it", io->g->name, err->message);
 		goto cleanup;
 	}
@@ -132,8 +135,8 @@ relay_status gio_resident_pull(guest_io *io, const char *remote, const char *loc
 	char *answer = NULL;
 	char *line = request_line(RECEIVER_REQ_FILE, body, &len);
 	/* a whole 8 MiB file at a slow 1 MiB/s, and the 30 s of any answer */
-	relay_status st = lend(io, line, len, 30000 + RECEIVER_SERVE_FILE_MAX_BYTES / 1000, &answer,
-	                       &answer_len, err);
+	relay_status st =
+	    lend(io, line, len, 30000 + RECEIVER_SERVE_FILE_MAX_BYTES / 1000, &answer, &answer_len, err);
 	if (st != RELAY_OK)
 		return st;
 	static const char *const names[] = {RECEIVER_PART_FILE, NULL};
