@@ -245,4 +245,43 @@
 #define RECEIVER_FRAME_OUTPUT_TRUNCATED "outputTruncated"
 #define RECEIVER_PART_OUTPUT            "output"
 
+/*
+ * serve's own requests for the host's step downloads (spec/guest.md §17 item 3
+ * extended: what the host would run as a separate `receiver` command or
+ * pull through its transport goes over the open channel instead, so a run's
+ * evidence comes home without a new process on either side).
+ *
+ * A receiver command:
+ *     {"protocol":1,"command":{"argv":["archive","--root",R,…]}}
+ * no parts. serve runs argv[0] (one of RECEIVER_SERVE_COMMANDS) in a worker
+ * (a fork, standard input /dev/null), exactly as `receiver <argv…>` would
+ * run, and answers once it has ended:
+ *     {"commandExit":{"code":int|null,"signal":int|null},
+ *      "parts":[{"name":"stdout",…},{"name":"stderr",…}]}
+ * then both streams' bytes (at most RECEIVER_SERVE_COMMAND_OUTPUT_MAX each:
+ * the first bytes of standard output, the last of standard error). Another
+ * command is refused with the refused frame (nothing ran).
+ *
+ * A file below R:
+ *     {"protocol":1,"file":{"path":"R/rel"}}
+ * serve reads it itself (a regular file, opened O_NOFOLLOW, at most
+ * RECEIVER_SERVE_FILE_MAX_BYTES) and answers
+ *     {"file":{"path":…},"parts":[{"name":"file","bytes":B,"sha256":H}]}
+ * then its B bytes, or {"file":{"path":…},"error":"…","tooLarge":bool,
+ * "parts":[]} (the host then pulls it through its transport).
+ */
+#define RECEIVER_REQ_COMMAND              "command"
+#define RECEIVER_COMMAND_ARGV             "argv"
+#define RECEIVER_SERVE_COMMANDS           "archive, remove"
+#define RECEIVER_SERVE_COMMAND_OUTPUT_MAX (1u << 20)
+#define RECEIVER_FRAME_COMMAND_EXIT       "commandExit"
+#define RECEIVER_PART_STDOUT              "stdout"
+#define RECEIVER_PART_STDERR              "stderr"
+#define RECEIVER_REQ_FILE                 "file"
+#define RECEIVER_FILE_PATH                "path"
+#define RECEIVER_FRAME_FILE               "file"
+#define RECEIVER_FRAME_TOO_LARGE          "tooLarge"
+#define RECEIVER_PART_FILE                "file"
+#define RECEIVER_SERVE_FILE_MAX_BYTES     (8u * 1024u * 1024u)
+
 #endif

@@ -23,6 +23,7 @@
 #include "proc.h"
 #include "relay_support/fds.h"
 #include "run.h"
+#include "serve_cmd.h"
 #include "serve_diag.h"
 #include "stdio_parts.h"
 #include "util.h"
@@ -255,6 +256,12 @@ int cmd_serve(int argc, char **argv)
 				status = EXIT_USAGE;
 				break;
 			}
+			continue;
+		}
+		if (r == STDIN_NEXT_COMMAND || r == STDIN_NEXT_FILE) {
+			if ((r == STDIN_NEXT_COMMAND ? serve_command(&reader, &err)
+			                             : serve_file(&reader, root, &err)) != 0)
+				answer_refused(err.msg);
 			continue;
 		}
 		if (r == -1) {

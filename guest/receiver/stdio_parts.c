@@ -213,14 +213,36 @@ static void reader_consume(stdin_reader *r, size_t n)
 	r->pending.len -= n;
 }
 
-/* True for a header line of a diagnostic script (stdio_parts.h). */
-static int header_is_diagnostic(const char *line, size_t len)
+/* What a header line asks for: STDIN_NEXT_DIAGNOSTIC, STDIN_NEXT_COMMAND,
+ * STDIN_NEXT_FILE, or 0 for a run (stdio_parts.h). */
+static int header_kind(const char *line, size_t len)
 {
 	rerr ignored;
 	jv *header = jv_parse(line, len, &ignored);
-	int yes = jv_is(jv_get(header, RECEIVER_REQ_DIAGNOSTIC), JV_OBJECT);
+	int kind = 0;
+	if (jv_is(jv_get(header, RECEIVER_REQ_DIAGNOSTIC), JV_OBJECT))
+		kind = STDIN_NEXT_DIAGNOSTIC;
+	else if (jv_is(jv_get(header, RECEIVER_REQ_COMMAND), JV_OBJECT))
+		kind = STDIN_NEXT_COMMAND;
+	else if (jv_is(jv_get(header, RECEIVER_REQ_FILE), JV_OBJECT))
+		kind = STDIN_NEXT_FILE;
 	jv_free(header);
-	return yes;
+	return kind;
+}
+
+int stdin_header_next(stdin_reader *r, jv **header_out, rerr *err)
+{
+	const char *nl = r->pending.len ? memchr(r->pending.data, '\n', r->pending.len) : NULL;
+	size_t header_len;
+	*header_out = NULL;
+	if (nl == NULL) {
+		err_set(err, "a request has no header line");
+		return -1;
+	}
+	header_len = (size_t)(nl - r->pending.data) + 1;
+	*header_out = jv_parse(r->pending.data, header_len - 1, err);
+	reader_consume(r, header_len);
+	return *header_out ? 0 : -1;
 }
 
 /* The diagnostic part of a header: its id, argv and limit, and the
@@ -335,8 +357,9 @@ int stdin_parts_next(stdin_reader *r, stdin_parts *out, rerr *err)
 		return -1;
 	}
 	header_len = (size_t)(nl - r->pending.data) + 1;
-	if (header_is_diagnostic(r->pending.data, header_len - 1))
-		return STDIN_NEXT_DIAGNOSTIC;
+	f = header_kind(r->pending.data, header_len - 1);
+	if (f != 0)
+		return f;
 	if (parse_header(r->pending.data, header_len - 1, out, &n_request, &n_script, sha_request, sha_script,
 	                 err) != 0)
 		return -1;

@@ -39,6 +39,16 @@ int stdin_parts_next(stdin_reader *r, stdin_parts *out, rerr *err);
  * header is a diagnostic script's (receiver_protocol.h
  * RECEIVER_REQ_DIAGNOSTIC); stdin_diag_next then takes it. */
 #define STDIN_NEXT_DIAGNOSTIC 2
+/* The same for serve's own requests (receiver_protocol.h RECEIVER_REQ_COMMAND,
+ * RECEIVER_REQ_FILE): a header line and no parts, taken with stdin_header_next. */
+#define STDIN_NEXT_COMMAND 3
+#define STDIN_NEXT_FILE    4
+
+/* Takes the header line at the head of r (stdin_parts_next has seen it
+ * whole) and parses it: 0 with *header_out (free with jv_free); -1 with
+ * the diagnostic in err when it is no JSON (consumed: serve answers the
+ * refusal and goes on, the stream is still in step). */
+int stdin_header_next(stdin_reader *r, jv **header_out, rerr *err);
 
 typedef struct diag_request {
 	char *execution_id;

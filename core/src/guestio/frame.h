@@ -46,6 +46,14 @@ typedef struct gio_run_answer {
  * when the first line is no JSON object. The caller puts a->frame. */
 void gio_run_answer_parse(const char *out, size_t len, gio_run_answer *a);
 
+/* Any answer of `receiver serve` (guest/receiver_protocol.h): its frame (a
+ * new reference, or NULL when the first line is no JSON object) and, for
+ * each name of the NULL-terminated `names`, the bytes of the part of that
+ * name (borrowed from out; NULL with length 0 when there is none, or it is
+ * not whole, or it fails its sha256). */
+json_object *gio_answer_parts(const char *out, size_t len, const char *const *names, const char **data_out,
+                              size_t *len_out);
+
 /* True when the frame of `receiver run` refused what it read on standard
  * input without a receipt (exit 2, outcome kind "refused", no receipt):
  * nothing ran. */

@@ -28,6 +28,8 @@ typedef struct gio_link {
 	relay_transport_conn *transport_conn;   /* open connection, or NULL */
 	bool transport_opening;                 /* a thread is in transport.open for this guest */
 	struct gio_resident *resident;          /* the resident receiver's channel, or NULL */
+	bool resident_lent;                     /* a step download has it for one request; the others wait */
+	bool resident_no_commands;              /* its serve refused a command request (an older receiver) */
 } gio_link;
 
 /* The slice operations the session calls (tools/dispatch.c puts them in

@@ -12,6 +12,7 @@
 #include "call/call.h"
 #include "guestio/gio_internal.h"
 #include "guestio/receiver_api.h"
+#include "guestio/resident_calls.h"
 #include "receiver_protocol.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -51,6 +52,21 @@ void gio_sleep_ms_checked(relay_call *call, int64_t ms)
 	}
 }
 
+/* The receiver command through the transport, a transient failure retried. */
+static relay_status exec_with_retries(guest_io *io, const char **argv, uint64_t timeout_ms,
+                                      relay_exec_result *res, relay_error *err)
+{
+	for (int attempt = 1;; attempt++) {
+		relay_error_clear(err);
+		relay_status st = gio_exec(io, argv, NULL, timeout_ms, 1 << 20, 0, res, err);
+		if (st != RELAY_E_TRANSIENT || attempt >= GIO_TRANSFER_ATTEMPTS ||
+		    relay_call_is_cancelled(io->call))
+			return st;
+		gio_exec_result_free(res);
+		gio_sleep_ms_checked(io->call, attempt * GIO_RETRY_WAIT_MS);
+	}
+}
+
 relay_status gio_receiver(guest_io *io, const char *const *args, uint64_t timeout_ms, json_object **frame_out,
                           relay_error *err)
 {
@@ -68,16 +84,11 @@ relay_status gio_receiver(guest_io *io, const char *const *args, uint64_t timeou
 	relay_status st = RELAY_OK;
 	relay_exec_result res;
 	memset(&res, 0, sizeof res);
-	for (int attempt = 1;; attempt++) {
-		st = gio_exec(io, argv, NULL, timeout_ms, 1 << 20, 0, &res, err);
-		if (st == RELAY_E_TRANSIENT && attempt < GIO_TRANSFER_ATTEMPTS &&
-		    !relay_call_is_cancelled(io->call)) {
-			gio_exec_result_free(&res);
-			gio_sleep_ms_checked(io->call, attempt * GIO_RETRY_WAIT_MS);
-			continue;
-		}
-		break;
-	}
+	/* On the resident channel when it is idle (resident_calls.h), else a
+	 * transport exec. */
+	st = gio_resident_command(io, args, timeout_ms, &res, err);
+	if (st == RELAY_E_UNAVAILABLE)
+		st = exec_with_retries(io, argv, timeout_ms, &res, err);
 	if (st != RELAY_OK) {
 		char saved[sizeof err->message];
 		snprintf(saved, sizeof saved, "%s", err->message);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "call/call.h"
+#include "guestio/frame.h"
 #include "guestio/link.h"
 #include "loader/loader.h"
 #include "receiver_protocol.h"
@@ -49,11 +50,14 @@ static void resident_free(gio_resident *r)
 	free(r);
 }
 
-/* Takes the guest's channel out of its record (NULL when it has none). */
+/* Takes the guest's channel out of its record (NULL when it has none),
+ * once a step download that has it for one request gives it back. */
 static gio_resident *resident_take(session_manager *m, guest *g)
 {
 	(void)m;
 	slice_lock(g->link);
+	while (g->link->resident_lent)
+		slice_wait(g->link);
 	gio_resident *r = g->link->resident;
 	g->link->resident = NULL;
 	slice_unlock(g->link);
@@ -270,45 +274,114 @@ static gio_resident_end resident_read_answer(guest_io *io, gio_resident *r, gio_
 	}
 }
 
+/* One request on r and its whole answer; *keep_out is false when the
+ * channel can take no further request (not sent whole, broken, out of
+ * step). A run's request passes the run's failpoints (docs/reliability.md);
+ * a step download's does not. */
+static gio_resident_end resident_exchange(guest_io *io, gio_resident *r, gio_supervision *sv,
+                                          const void *request, size_t len, uint64_t limit_ms, bool is_run,
+                                          char **answer_out, size_t *answer_len, bool *keep_out,
+                                          relay_error *err)
+{
+	*answer_out = NULL;
+	*answer_len = 0;
+	*keep_out = false;
+	sv->cancelled = false;
+	sv->receiver_cancel_signalled = false;
+	if (is_run)
+		RELAY_FAILPOINT("run.resident.before-send");
+	relay_status st = r->plugin->transport.stream_write(r->plugin->state, r->stream, request, len,
+	                                                    GIO_RESIDENT_WRITE_MS, 0, err);
+	if (st != RELAY_OK)
+		return GIO_RESIDENT_NOT_SENT;
+	if (is_run)
+		RELAY_FAILPOINT("run.resident.after-send");
+	strbuf b = STRBUF_INIT;
+	bool extra = false;
+	gio_resident_end end = resident_read_answer(io, r, sv, limit_ms, &b, &extra, err);
+	if (end == GIO_RESIDENT_ANSWERED) {
+		*keep_out = !extra;
+		*answer_len = b.len;
+		*answer_out = strbuf_detach(&b, NULL);
+		r->last_used_ms = clock_monotonic_ms();
+		if (is_run)
+			RELAY_FAILPOINT("run.resident.after-answer");
+	}
+	strbuf_free(&b);
+	return end;
+}
+
 gio_resident_end gio_resident_request(guest_io *io, gio_supervision *sv, const void *request, size_t len,
                                       uint64_t limit_ms, char **answer_out, size_t *answer_len,
                                       relay_error *err)
 {
 	*answer_out = NULL;
 	*answer_len = 0;
-	sv->cancelled = false;
-	sv->receiver_cancel_signalled = false;
 	gio_resident *r = resident_take(io->m, io->g);
 	if (r == NULL) {
 		relay_error_set(err, RELAY_E_UNAVAILABLE, 0, "guest %s has no open channel", io->g->name);
 		return GIO_RESIDENT_NOT_SENT;
 	}
-	RELAY_FAILPOINT("run.resident.before-send");
-	relay_status st = r->plugin->transport.stream_write(r->plugin->state, r->stream, request, len,
-	                                                    GIO_RESIDENT_WRITE_MS, 0, err);
-	if (st != RELAY_OK) {
+	bool keep = false;
+	gio_resident_end end =
+	    resident_exchange(io, r, sv, request, len, limit_ms, true, answer_out, answer_len, &keep, err);
+	if (!keep) {
 		resident_free(r);
+		return end;
+	}
+	slice_lock(io->g->link);
+	io->g->link->resident = r; /* the guest's queue lets no other call open one meanwhile */
+	slice_unlock(io->g->link);
+	return end;
+}
+
+gio_resident_end gio_resident_lend(guest_io *io, const void *request, size_t len, uint64_t limit_ms,
+                                   char **answer_out, size_t *answer_len, relay_error *err)
+{
+	*answer_out = NULL;
+	*answer_len = 0;
+	gio_link *link = io->g ? io->g->link : NULL;
+	if (link == NULL) { /* no guest record (a guest_io made for one command) */
+		relay_error_set(err, RELAY_E_UNAVAILABLE, 0, "no guest channel");
 		return GIO_RESIDENT_NOT_SENT;
 	}
-	RELAY_FAILPOINT("run.resident.after-send");
-	strbuf b = STRBUF_INIT;
-	bool extra = false;
-	gio_resident_end end = resident_read_answer(io, r, sv, limit_ms, &b, &extra, err);
-	if (end != GIO_RESIDENT_ANSWERED || extra) {
+	slice_lock(link);
+	gio_resident *r = link->resident;
+	bool idle = r && !link->resident_lent && !link->resident_no_commands &&
+	            clock_monotonic_ms() - r->last_used_ms <= GIO_RESIDENT_REOPEN_IDLE_MS;
+	if (idle)
+		link->resident_lent = true;
+	slice_unlock(link);
+	if (!idle) {
+		relay_error_set(err, RELAY_E_UNAVAILABLE, 0, "guest %s has no idle channel", io->g->name);
+		return GIO_RESIDENT_NOT_SENT;
+	}
+	gio_supervision sv;
+	memset(&sv, 0, sizeof sv);
+	bool keep = false;
+	gio_resident_end end =
+	    resident_exchange(io, r, &sv, request, len, limit_ms, false, answer_out, answer_len, &keep, err);
+	bool refused = end == GIO_RESIDENT_ANSWERED && gio_run_answer_refused(*answer_out, *answer_len);
+	slice_lock(link);
+	link->resident_lent = false;
+	if (refused)
+		link->resident_no_commands = true;
+	if (!keep)
+		link->resident = NULL;
+	slice_broadcast(link);
+	slice_unlock(link);
+	if (!keep)
 		resident_free(r);
-		r = NULL;
-	}
-	if (end == GIO_RESIDENT_ANSWERED) {
-		*answer_len = b.len;
-		*answer_out = strbuf_detach(&b, NULL);
-		RELAY_FAILPOINT("run.resident.after-answer");
-	}
-	strbuf_free(&b);
-	if (r) {
-		r->last_used_ms = clock_monotonic_ms();
-		slice_lock(io->g->link);
-		io->g->link->resident = r; /* the guest's queue lets no other call open one meanwhile */
-		slice_unlock(io->g->link);
+	if (refused) {
+		log_info(
+		    "guest %s: receiver serve refused a step download's request (%.*s); its downloads use "
+		    "the transport",
+		    io->g->name, (int)(*answer_len > 200 ? 200 : *answer_len), *answer_out);
+		free(*answer_out);
+		*answer_out = NULL;
+		*answer_len = 0;
+		relay_error_set(err, RELAY_E_UNAVAILABLE, 0, "receiver serve refused the request");
+		return GIO_RESIDENT_NOT_SENT;
 	}
 	return end;
 }

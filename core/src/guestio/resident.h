@@ -12,8 +12,9 @@
  * exec's standard output, and the same code checks it (guestio/frame.h).
  *
  * Threads: the guest's queue orders runs and diagnostics, so one call at a
- * time uses the channel; the pointer itself is read and written under the
- * manager lock.
+ * time uses the channel; a step download may borrow it between calls for
+ * one request (gio_resident_lend, link->resident_lent). The pointer and
+ * the flags are read and written under the link slice's lock.
  */
 #ifndef RELAY_GUESTIO_RESIDENT_H
 #define RELAY_GUESTIO_RESIDENT_H
@@ -69,6 +70,18 @@ typedef enum gio_resident_end {
 gio_resident_end gio_resident_request(guest_io *io, gio_supervision *sv, const void *request, size_t len,
                                       uint64_t limit_ms, char **answer_out, size_t *answer_len,
                                       relay_error *err);
+
+/* A step download's request on the guest's channel, sent only when the
+ * channel is open and idle (no run has it, no other download, not idle
+ * long enough to be reopened, its serve has not refused such a request):
+ * a run that begins meanwhile waits for it (at most limit_ms plus the
+ * write). No supervision: a cancelled call ends the wait at once and closes
+ * the channel. Ends as gio_resident_request; GIO_RESIDENT_NOT_SENT (with
+ * RELAY_E_UNAVAILABLE in err when the channel was not idle, or serve
+ * refused the request kind: then no later request of this kind is sent to
+ * it) tells the caller to use the transport instead. */
+gio_resident_end gio_resident_lend(guest_io *io, const void *request, size_t len, uint64_t limit_ms,
+                                   char **answer_out, size_t *answer_len, relay_error *err);
 
 /* Closes the guest's channel, if it has one (at release, or when a
  * request leaves it broken). `serve` sees end of input and exits. */

@@ -10,6 +10,7 @@
 
 #include "call/call.h"
 #include "guestio/gio_internal.h"
+#include "guestio/resident_calls.h"
 #include "session/events.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -111,9 +112,20 @@ static relay_status transfer(guest_io *io, bool push, const char *local, const c
 				                                io->call, flags,
 				                                facts_out ? &facts_text : NULL, err);
 			}
-		} else
-			st = io->plugin->transport.pull(io->plugin->state, io->conn, remote, local, io->call,
-			                                flags, NULL, err);
+		} else {
+			/* A file below R comes on the resident channel when it is idle (resident_calls.h). */
+			st = (flags & RELAY_XFER_TREE) ? RELAY_E_UNAVAILABLE
+			                               : gio_resident_pull(io, remote, local, err);
+			if (st == RELAY_OK) {
+				gio_note_transfer(io, op, what, local, remote, 0, NULL, attempt, "channel");
+				return RELAY_OK;
+			}
+			if (st == RELAY_E_UNAVAILABLE) {
+				relay_error_clear(err);
+				st = io->plugin->transport.pull(io->plugin->state, io->conn, remote, local,
+				                                io->call, flags, NULL, err);
+			}
+		}
 		if (st == RELAY_OK) {
 			if (facts_out && facts_text) {
 				json_object *facts = jsonx_parse_str(facts_text, NULL, 0);
