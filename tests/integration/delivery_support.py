@@ -245,6 +245,37 @@ class DeliveryEnv:
             time.sleep(0.05)
 
 
+# A receiver answering serve the way one without it does (an older relay's usage error).
+NO_SERVE = """if [ "$1" = serve ]; then echo '{"error":"usage: receiver version | run"}'; exit 2; fi
+"""
+
+
+def replace_receiver(env, r, guest, root, wrapper, then=""):
+    """Puts the shell script `wrapper` in the guest's R/receiver, the way a compromised guest
+    would, after copying the real one to R/receiver.real (which the wrapper hands commands to),
+    and runs the shell lines `then` afterwards.
+
+    A resident `receiver serve` (spec/guest.md §17) started before runs the commands it is sent
+    in its own process, never the file on disk; so the wrapper answers serve as a receiver
+    without it does, and the serve that runs now is ended: every later command reaches the
+    wrapper by the one-shot path (§16.2). A guest without a resident receiver (the shim over
+    reference-machine) has no serve to end."""
+    body = wrapper.split("\n", 1)[1] if wrapper.startswith("#!") else wrapper
+    serves = env.diag(r, guest, "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
+                                "case \"$c\" in '%s/receiver serve --root %s ') echo ${p#/proc/};; esac; done; true"
+                      % (root, root))
+    pids = [x for x in str(serves).split() if x.isdigit()]
+    env.diag(r, guest, "set -e\ncp %(R)s/receiver %(R)s/receiver.real\n"
+             "cat > %(R)s/receiver.tmp <<'RELAY_EOF'\n#!/bin/sh\n%(no_serve)s%(sh)sRELAY_EOF\n"
+             "chmod 700 %(R)s/receiver.tmp\nmv %(R)s/receiver.tmp %(R)s/receiver\n%(then)s\n"
+             % {"R": root, "no_serve": NO_SERVE, "sh": body, "then": then})
+    if pids:
+        # Ended from a diagnostic of its own: the answer of the script that ends serve may be lost
+        # with it (the host then reports it from the guest's record or as uncertain).
+        r.call_tool("relay_script", {"guest": guest, "language": "shell", "inline": True, "diagnostic": True,
+                                     "code": "kill -9 %s" % " ".join(pids), "timeoutMs": 60000}, timeout=TIMEOUT)
+
+
 def variants(binary, kinds=("shim", "local"), **kw):
     """Yields a DeliveryEnv per backend that can run here (the shim over reference-machine,
     machine-local), each

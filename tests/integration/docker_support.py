@@ -330,10 +330,12 @@ class Engine:
         base = os.path.join(CACHE, "%s-%s" % (kind, _image_hash(kind)))
         tar = base + ".tar"
         if not os.path.exists(tar):
-            root = base + ".root"
+            # Tests in parallel may build the same image: each builds a tree of its own and the
+            # last rename wins (one shared tree was built over by two at once).
+            root = "%s.root-%d" % (base, os.getpid())
             shutil.rmtree(root, ignore_errors=True)
             _build_tree(kind, root)
-            tmp = tar + ".tmp"
+            tmp = "%s.tmp-%d" % (tar, os.getpid())
             subprocess.run(["tar", "-C", root, "--numeric-owner", "-cf", tmp, "."], check=True)
             os.replace(tmp, tar)
             shutil.rmtree(root, ignore_errors=True)

@@ -11,7 +11,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from relay_client import run_tests  # noqa: E402
-from delivery_support import DeliveryEnv, structured, text_of, variants  # noqa: E402
+from delivery_support import DeliveryEnv, replace_receiver, structured, text_of, variants  # noqa: E402
 
 # A receiver that changes the extracted folder right after archiving it (a racing guest).
 RACING = '''#!/bin/sh
@@ -65,10 +65,7 @@ def extract_refusals(env):
         res = r.call_tool("relay_extract", {"guest": g, "names": ["absent"]})
         assert code_of(res) == "output-missing", text_of(res)
 
-        env.diag(r, g, "set -e\ncp %(R)s/receiver %(R)s/receiver.real\n"
-                 "cat > %(R)s/receiver.tmp <<'RELAY_EOF'\n%(sh)sRELAY_EOF\n"
-                 "chmod 700 %(R)s/receiver.tmp\nmv %(R)s/receiver.tmp %(R)s/receiver\ntouch %(R)s/.race\n"
-                 % {"R": root, "sh": RACING})
+        replace_receiver(env, r, g, root, RACING, then="touch %s/.race" % root)
         res = r.call_tool("relay_extract", {"guest": g, "names": ["moving"]})
         assert code_of(res) == "integrity-failed", text_of(res)
         assert "source changed during extraction" in structured(res)["error"]["message"], text_of(res)

@@ -22,8 +22,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from relay_client import run_tests  # noqa: E402
-from delivery_support import (download_records, events, files_under, review, structured,  # noqa: E402
-                              text_of, variants)
+from delivery_support import (download_records, events, files_under, replace_receiver, review,  # noqa: E402
+                              structured, text_of, variants)
 
 # Rewrites the honest archive the real receiver wrote into a hostile one (Python standard
 # library only; runs in the guest).
@@ -122,11 +122,8 @@ def guest_with_one_honest_step(env, r):
 
 
 def install_hostile_receiver(env, r, g, root):
-    env.diag(r, g, "set -e\ncp %(R)s/receiver %(R)s/receiver.real\n"
-             "cat > %(R)s/.hostile.py <<'RELAY_EOF'\n%(py)s\nRELAY_EOF\n"
-             "cat > %(R)s/receiver.tmp <<'RELAY_EOF'\n%(sh)sRELAY_EOF\n"
-             "chmod 700 %(R)s/receiver.tmp\nmv %(R)s/receiver.tmp %(R)s/receiver\n"
-             % {"R": root, "py": HOSTILE_PY, "sh": WRAPPER})
+    replace_receiver(env, r, g, root, WRAPPER,
+                     then="cat > %s/.hostile.py <<'RELAY_EOF'\n%s\nRELAY_EOF" % (root, HOSTILE_PY))
 
 
 def set_mode(env, r, g, root, mode, canary):

@@ -14,7 +14,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from relay_client import run_tests  # noqa: E402
-from delivery_support import (DeliveryEnv, download_records, files_under, review, structured,  # noqa: E402
+from delivery_support import (DeliveryEnv, download_records, files_under, replace_receiver, review, structured,  # noqa: E402
                               text_of, variants)
 
 # A receiver whose `archive` is slow, so that step downloads queue up behind it.
@@ -28,10 +28,7 @@ exec "$R/receiver.real" "$@"
 
 
 def slow_receiver(env, r, g, root):
-    env.diag(r, g, "set -e\ncp %(R)s/receiver %(R)s/receiver.real\n"
-             "cat > %(R)s/receiver.tmp <<'RELAY_EOF'\n%(sh)sRELAY_EOF\n"
-             "chmod 700 %(R)s/receiver.tmp\nmv %(R)s/receiver.tmp %(R)s/receiver\ntouch %(R)s/.slow\n"
-             % {"R": root, "sh": SLOW})
+    replace_receiver(env, r, g, root, SLOW, then="touch %s/.slow" % root)
 
 
 def test_release_packages_and_coalesces(binary):

@@ -87,19 +87,29 @@ def test_missing_image_is_pulled_and_the_engine_says_why_not(binary):
 
 
 def test_glob_names_are_refused_with_the_reason(binary):
-    """Rough edge: Podman expands [ ] * ? in an archive path; such a name is refused, named."""
+    """Rough edge: Podman expands [ ] * ? in an archive path; a pull that takes the archive API
+    (MCP_RELAY_RESIDENT=off) refuses such a name, named. Over the resident channel the receiver
+    reads the file itself, by its literal name: a[1].txt comes home, not a1.txt."""
     setup(binary)
     with Engine() as eng:
-        with eng.relay(binary, {"minimal": eng.image("minimal")}) as r:
-            r.initialize()
-            g = acquire(r, "minimal", extractions=[{"name": "glob", "path": "out/a[1].txt"}])
-            assert r.call_tool("relay_stage", {"guest": g["guest"]}, timeout=300)["isError"] is False
-            s = diag(r, g["guest"], "mkdir -p %s/out && echo x > '%s/out/a[1].txt' && echo y > %s/out/a1.txt"
-                     % ((g["workspace"],) * 3))
-            assert s["outcome"]["exitStatus"]["code"] == 0, s
-            res = r.call_tool("relay_extract", {"guest": g["guest"], "names": ["glob"]}, timeout=300)
-            text = text_of(res)
-            assert res["isError"] is True and "expands as a pattern" in text and "a[1].txt" in text, text
+        for resident in ("off", "on"):
+            with eng.relay(binary, {"minimal": eng.image("minimal")}, MCP_RELAY_RESIDENT=resident) as r:
+                r.initialize()
+                g = acquire(r, "minimal", extractions=[{"name": "glob", "path": "out/a[1].txt"}])
+                assert r.call_tool("relay_stage", {"guest": g["guest"]}, timeout=300)["isError"] is False
+                s = diag(r, g["guest"], "mkdir -p %s/out && echo x > '%s/out/a[1].txt' && echo y > %s/out/a1.txt"
+                         % ((g["workspace"],) * 3))
+                assert s["outcome"]["exitStatus"]["code"] == 0, s
+                res = r.call_tool("relay_extract", {"guest": g["guest"], "names": ["glob"]}, timeout=300)
+                text = text_of(res)
+                if resident == "off":
+                    assert res["isError"] is True and "expands as a pattern" in text and "a[1].txt" in text, text
+                else:
+                    assert res["isError"] is False, text
+                    dest = structured(res)["extractions"][0]["destination"]
+                    with open(os.path.join(dest, "a[1].txt")) as f:
+                        assert f.read() == "x\n", os.listdir(dest)
+                r.call_tool("relay_release", {"guest": g["guest"]}, timeout=300)
 
 
 def test_doctor_network_matches_acquire(binary):
