@@ -249,26 +249,72 @@ class DeliveryEnv:
 NO_SERVE = """if [ "$1" = serve ]; then echo '{"error":"usage: receiver version | run"}'; exit 2; fi
 """
 
+# A compromised resident receiver (runs in the guest as `R/receiver serve`, Python standard
+# library only): it sits between the host's channel and the real `receiver.real serve`, hands it
+# every request and answer unchanged, except the commands serve runs itself (archive, remove),
+# which it runs by the wrapper on disk and answers itself, framed as serve does (spec/guest.md
+# §16.2 items 2 and 3: a JSON line naming each part's bytes, then the parts).
+SERVE_PROXY = r'''
+import hashlib, json, os, subprocess, sys
+real, args = sys.argv[1], sys.argv[2:]
+wrapper = os.path.join(os.path.dirname(real), "receiver")
+host_in, host_out = sys.stdin.buffer, sys.stdout.buffer
+serve = subprocess.Popen([real] + args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def exactly(f, n):
+    data = f.read(n)
+    if len(data) != n:
+        sys.exit(0)
+    return data
+def following(line):
+    return sum(int(p["bytes"]) for p in json.loads(line).get("parts") or [])
+def part(name, data):
+    return {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+while True:
+    line = host_in.readline()
+    if not line:
+        break
+    body = exactly(host_in, following(line))
+    argv = (json.loads(line).get("command") or {}).get("argv")
+    if argv and argv[0] in ("archive", "remove"):
+        p = subprocess.run([wrapper] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        frame = {"commandExit": {"code": p.returncode, "signal": None},
+                 "parts": [part("stdout", p.stdout), part("stderr", p.stderr)]}
+        host_out.write(json.dumps(frame).encode() + b"\n" + p.stdout + p.stderr)
+        host_out.flush()
+        continue
+    serve.stdin.write(line + body)
+    serve.stdin.flush()
+    answer = serve.stdout.readline()
+    if not answer:
+        break
+    host_out.write(answer + exactly(serve.stdout, following(answer)))
+    host_out.flush()
+'''
 
-def replace_receiver(env, r, guest, root, wrapper, then=""):
+
+def replace_receiver(env, r, guest, root, wrapper, then="", resident=False):
     """Puts the shell script `wrapper` in the guest's R/receiver, the way a compromised guest
     would, after copying the real one to R/receiver.real (which the wrapper hands commands to),
     and runs the shell lines `then` afterwards.
 
-    A resident `receiver serve` (spec/guest.md §17) started before runs the commands it is sent
-    in its own process, never the file on disk; so the wrapper answers serve as a receiver
-    without it does, and the serve that runs now is ended: every later command reaches the
-    wrapper by the one-shot path (§16.2). A guest without a resident receiver (the shim over
-    reference-machine) has no serve to end."""
+    A resident `receiver serve` (spec/guest.md §17) runs the step downloads' commands in its own
+    process, never the file on disk; so the serve that runs now is ended, and the wrapper answers
+    the next serve either as a receiver without it does (every later command reaches the wrapper
+    by the one-shot path, §16.2), or, with `resident`, with SERVE_PROXY over the real serve (the
+    commands reach the wrapper, their answers the host over the resident channel). A guest
+    without a resident receiver (the shim over reference-machine) has no serve to end."""
     body = wrapper.split("\n", 1)[1] if wrapper.startswith("#!") else wrapper
     serves = env.diag(r, guest, "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
                                 "case \"$c\" in '%s/receiver serve --root %s ') echo ${p#/proc/};; esac; done; true"
                       % (root, root))
     pids = [x for x in str(serves).split() if x.isdigit()]
+    on_serve = ('if [ "$1" = serve ]; then exec python3 "$(dirname "$0")/.serve-proxy.py" '
+                '"$(dirname "$0")/receiver.real" "$@"; fi\n' if resident else NO_SERVE)
     env.diag(r, guest, "set -e\ncp %(R)s/receiver %(R)s/receiver.real\n"
-             "cat > %(R)s/receiver.tmp <<'RELAY_EOF'\n#!/bin/sh\n%(no_serve)s%(sh)sRELAY_EOF\n"
+             "cat > %(R)s/.serve-proxy.py <<'RELAY_EOF'\n%(proxy)s\nRELAY_EOF\n"
+             "cat > %(R)s/receiver.tmp <<'RELAY_EOF'\n#!/bin/sh\n%(on_serve)s%(sh)sRELAY_EOF\n"
              "chmod 700 %(R)s/receiver.tmp\nmv %(R)s/receiver.tmp %(R)s/receiver\n%(then)s\n"
-             % {"R": root, "no_serve": NO_SERVE, "sh": body, "then": then})
+             % {"R": root, "proxy": SERVE_PROXY, "on_serve": on_serve, "sh": body, "then": then})
     if pids:
         # Ended from a diagnostic of its own: the answer of the script that ends serve may be lost
         # with it (the host then reports it from the guest's record or as uncertain).

@@ -10,6 +10,10 @@ rewrites to match, so the archive arrives intact and the host's reader is what m
 Afterwards relay_finish, still facing the hostile archive, falls back to pulling the recording
 one file at a time (`archive-fallback`), each file checked against the guest's scan, and the
 package verifies.
+
+A resident `receiver serve` (spec/guest.md §17) never runs the file on disk, so the serve running
+is ended first (delivery_support.replace_receiver): on machine-local the archives then come by the
+one-shot path, and, in the second test, from a hostile resident receiver over the open channel.
 """
 
 import json
@@ -108,22 +112,19 @@ MODES = ["absolute", "dotdot", "symlink", "hardlink", "device", "fifo", "oversiz
          "truncated"]
 
 
-def guest_with_one_honest_step(env, r):
+def guest_with_one_honest_step(env, r, resident=False):
     """Acquires and stages a guest, runs one honest step and waits for its download, then
-    replaces the guest's receiver with the hostile one (set_mode picks its behaviour).
+    replaces the guest's receiver with the hostile one (set_mode picks its behaviour; with
+    `resident` a hostile resident receiver answers over the channel, delivery_support.SERVE_PROXY).
     Returns (acquire result, the honest run's executionId)."""
     acq = env.acquire(r)
     g, root = acq["guest"], acq["guestRoot"]
     env.stage(r, g)
     honest = structured(env.run(r, g, "echo honest"))["executionId"]
     env.wait_downloads(r, g, lambda d: d["downloaded"] == 1 and d["inFlight"] == 0)
-    install_hostile_receiver(env, r, g, root)
-    return acq, honest
-
-
-def install_hostile_receiver(env, r, g, root):
-    replace_receiver(env, r, g, root, WRAPPER,
+    replace_receiver(env, r, g, root, WRAPPER, resident=resident,
                      then="cat > %s/.hostile.py <<'RELAY_EOF'\n%s\nRELAY_EOF" % (root, HOSTILE_PY))
+    return acq, honest
 
 
 def set_mode(env, r, g, root, mode, canary):
@@ -139,6 +140,15 @@ def wait_record(evidence, eid, timeout=60):
         if time.monotonic() > deadline:
             raise AssertionError("the step download of %s never ended: %r" % (eid, rec))
         time.sleep(0.05)
+
+
+def channel_pulls(evidence):
+    """How many pulls host/transfers/ records as taken over the resident channel."""
+    n = 0
+    for name in os.listdir(os.path.join(evidence, "host", "transfers")):
+        with open(os.path.join(evidence, "host", "transfers", name)) as f:
+            n += sum(1 for t in json.load(f)["transfers"] if t["op"] == "pull" and t["method"] == "channel")
+    return n
 
 
 def outside_package(project, evidence):
@@ -168,18 +178,27 @@ def test_hostile_archives(binary):
         hostile_archives(binary, env)
 
 
-def hostile_archives(binary, env):
+def test_hostile_archives_over_the_resident_channel(binary):
+    """The same archives from a hostile resident receiver: each one comes home over the open
+    channel (the command's answer and the archive's bytes), and the host refuses it the same way."""
+    for env in variants(binary, kinds=("local",)):
+        hostile_archives(binary, env, resident=True)
+
+
+def hostile_archives(binary, env, resident=False):
     canary = tempfile.mkdtemp(prefix="relay-hostile-canary-")
     try:
         with env.relay() as r:
             r.initialize()
-            acq, _ = guest_with_one_honest_step(env, r)
+            acq, _ = guest_with_one_honest_step(env, r, resident)
             g, evidence, root = acq["guest"], acq["evidencePath"], acq["guestRoot"]
             failed = 0
             for mode in MODES:
                 set_mode(env, r, g, root, mode, canary)
                 res = env.run(r, g, "echo %s" % mode, reason="hostile archive: %s" % mode)
                 eid = structured(res)["executionId"]
+                if resident:
+                    assert structured(res)["channel"] == "resident", (mode, structured(res).get("channel"))
                 rec = wait_record(evidence, eid)
                 failed += 1
                 errors = " | ".join(a["error"] or "" for a in rec["attempts"])
@@ -195,6 +214,11 @@ def hostile_archives(binary, env):
                 d = env.wait_downloads(r, g, lambda d: d["failed"] == failed and d["inFlight"] == 0)
                 assert d["paused"] is False, (mode, "a lasting failure does not pause the queue", d)
             print("    every refusal left nothing outside the package", flush=True)
+            if resident:
+                # Every hostile archive came home over the channel, none by the transport.
+                pulled = channel_pulls(evidence)
+                print("    archives pulled over the channel: %d" % pulled, flush=True)
+                assert pulled >= len(MODES), pulled
 
             # finish against the same hostile guest: the state archive is refused too, so the
             # recording comes one file at a time, each checked against the guest's scan.
