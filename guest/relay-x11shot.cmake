@@ -5,8 +5,10 @@
 # built with the sanitizers: static linking and ASan do not mix.
 set(RELAY_X11SHOT_TARGET relay-x11shot-${RELAY_HOST_PLATFORM})
 file(GLOB RELAY_X11SHOT_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/relay-x11shot/*.c)
-add_executable(${RELAY_X11SHOT_TARGET} ${CMAKE_CURRENT_LIST_DIR}/relay-x11shot.c ${RELAY_X11SHOT_SOURCES})
-target_include_directories(${RELAY_X11SHOT_TARGET} PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+# The support library's Adler-32 only (libc only, like the program).
+add_executable(${RELAY_X11SHOT_TARGET} ${CMAKE_CURRENT_LIST_DIR}/relay-x11shot.c ${RELAY_X11SHOT_SOURCES}
+  ${RELAY_SUPPORT_INCLUDE_DIR}/../src/adler32.c)
+target_include_directories(${RELAY_X11SHOT_TARGET} PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${RELAY_SUPPORT_INCLUDE_DIR})
 # Replace the inherited directory options (sanitizers, _GNU_SOURCE) with
 # exactly what a portable static guest program needs.
 set_property(TARGET ${RELAY_X11SHOT_TARGET} PROPERTY COMPILE_OPTIONS ${RELAY_WARNINGS} -O2)

@@ -24,11 +24,11 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 
-# Shared libraries: json-c and libcrypto are linked; libcurl, libarchive and
-# libpng are loaded on first use (core/src/cli/lazy_libs.cmake), so
+# Shared libraries: json-c and libcrypto are linked; libcurl, libarchive,
+# libpng and zlib are loaded on first use (core/src/cli/lazy_libs.cmake), so
 # dpkg-shlibdeps would miss them: the list is spelled out (Debian 12 names).
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libc6 (>= 2.34), libjson-c5 (>= 0.15), libcurl4 (>= 7.16.2), libarchive13 (>= 3.3), libpng16-16 (>= 1.6.2), libssl3 (>= 3.0)")
+    "libc6 (>= 2.34), libjson-c5 (>= 0.15), libcurl4 (>= 7.16.2), libarchive13 (>= 3.3), libpng16-16 (>= 1.6.2), zlib1g (>= 1:1.2.3.4), libssl3 (>= 3.0)")
 # What local guests use when present (docs/machine-local.md): Xvfb and xauth
 # for guest displays and snapshots, x11vnc for the console, slirp4netns or
 # pasta (passt) for guest networking; openssh-client for transfer-ssh; novnc for

@@ -9,7 +9,7 @@ set -euo pipefail
 # gcc comes without the C library headers when recommends are off: libc6-dev
 # (also libc.a, for the static guest programs). A fresh Debian 12 has none of
 # these; tests/fresh-machine/run checks that this list is enough.
-need=(cmake make gcc libc6-dev pkg-config libjson-c-dev libcurl4-openssl-dev libarchive-dev libpng-dev libssl-dev
+need=(cmake make gcc libc6-dev pkg-config libjson-c-dev libcurl4-openssl-dev libarchive-dev libpng-dev zlib1g-dev libssl-dev
       xvfb x11vnc xauth slirp4netns passt iproute2
       novnc ffmpeg)  # the browser live view (noVNC's client) and step recordings (ffmpeg in local guests)
 level=${1:-build}

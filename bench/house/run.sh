@@ -89,7 +89,7 @@ for side in before after; do
 	# shellcheck disable=SC2046
 	cc -O2 -g -std=c11 -D_GNU_SOURCE -I"$t/core/src" -I"$t/core/include" "$t/bench/manifest/hash_bench.c" \
 		"$b/core/librelay_core.a" "$b/support/librelay_support.a" \
-		$(pkg-config --libs json-c libcrypto libarchive libcurl libpng) -lpthread -ldl -lm -o "$WORK/hash_bench.$side"
+		$(pkg-config --libs json-c libcrypto libarchive libcurl libpng zlib) -lpthread -ldl -lm -o "$WORK/hash_bench.$side"
 	# The preview module is core/src/image before issue 26, core/src/pixels after; each tree's
 	# own preview_bench.c names its own.
 	pix=$t/core/src/pixels
@@ -99,7 +99,7 @@ for side in before after; do
 		$(pkg-config --cflags json-c libpng) -o "$WORK/preview_bench.$side" "$t/bench/image/preview_bench.c" \
 		"$pix"/*.c "$t/core/src/util/error.c" "$t/core/src/util/sha256.c" \
 		"$t/core/src/util/jsonx.c" "$t/core/src/util/strbuf.c" "$b/support/librelay_support.a" \
-		$(pkg-config --libs json-c libpng libcrypto) -lpthread -lm
+		$(pkg-config --libs json-c libpng zlib libcrypto) -lpthread -lm
 done
 
 N=$((200 + $$ % 300))

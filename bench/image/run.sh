@@ -36,10 +36,10 @@ trap 'rm -rf "$WORK"' EXIT INT TERM
 
 # shellcheck disable=SC2046
 "$CC" -std=c11 -D_GNU_SOURCE -O2 -DNDEBUG -I"$ROOT/core/include" -I"$ROOT/core/src" \
-	-I"$ROOT/support/include" -I"$ROOT/support/json" $(pkg-config --cflags json-c libpng) -o "$WORK/preview_bench" "$HERE/preview_bench.c" \
+	-I"$ROOT/support/include" -I"$ROOT/support/json" $(pkg-config --cflags json-c libpng zlib) -o "$WORK/preview_bench" "$HERE/preview_bench.c" \
 	"$ROOT"/core/src/pixels/*.c "$ROOT/core/src/util/error.c" "$ROOT/core/src/util/sha256.c" \
 	"$ROOT/core/src/util/jsonx.c" "$ROOT/core/src/util/strbuf.c" "$ROOT/support/src/utf8.c" \
-	$(pkg-config --libs json-c libpng libcrypto) -lpthread -lm
+	"$ROOT/support/src/adler32.c" $(pkg-config --libs json-c libpng zlib libcrypto) -lpthread -lm
 
 # A 5120x2880 screenshot-like picture: gradient wallpaper, two windows of
 # antialiased text, a photo-like patch, a task bar.

@@ -24,7 +24,7 @@ fi
 cmake -S "$REPO" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRELAY_BUILD_TESTS=OFF >/dev/null
 make -C "$BUILD" relay_core machine-local -j2 >/dev/null
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$REPO/core/src" -I"$REPO/core/include" "$HERE/ml_bench.c" \
-	"$BUILD/core/librelay_core.a" "$BUILD/support/librelay_support.a" $(pkg-config --libs json-c libcrypto libarchive libcurl libpng) \
+	"$BUILD/core/librelay_core.a" "$BUILD/support/librelay_support.a" $(pkg-config --libs json-c libcrypto libarchive libcurl libpng zlib) \
 	-lpthread -ldl -lm -o "$BUILD/ml_bench"
 chmod -R o+rX "$BUILD"
 mkdir -p "$USER_STATE" && chown "$USER_NAME" "$USER_STATE" && chmod 0700 "$USER_STATE"

@@ -20,7 +20,7 @@ fi
 cmake -S "$REPO" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRELAY_BUILD_TESTS=OFF >/dev/null
 make -C "$BUILD" relay_core machine-local -j2 >/dev/null
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$REPO/core/src" -I"$REPO/core/include" "$HERE/ml_bench.c" \
-	"$BUILD/core/librelay_core.a" "$BUILD/support/librelay_support.a" $(pkg-config --libs json-c libcrypto libarchive libcurl libpng) \
+	"$BUILD/core/librelay_core.a" "$BUILD/support/librelay_support.a" $(pkg-config --libs json-c libcrypto libarchive libcurl libpng zlib) \
 	-lpthread -ldl -lm -o "$BUILD/ml_bench"
 echo "machine: $(nproc) cores, $(uname -sr), $(. /etc/os-release && echo "$PRETTY_NAME")"
 echo "helpers: slirp4netns $(slirp4netns --version 2>/dev/null | head -1 | awk '{print $3}'), Xvfb $(dpkg-query -W -f '${Version}' xvfb 2>/dev/null), tar $(tar --version | head -1 | awk '{print $4}')"

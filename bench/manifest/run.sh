@@ -19,7 +19,7 @@ TOTAL=$((1 << 30))
 cmake -S "$REPO" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRELAY_BUILD_TESTS=OFF >/dev/null
 make -C "$BUILD" relay_core -j2 >/dev/null
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$REPO/core/src" -I"$REPO/core/include" "$HERE/hash_bench.c" \
-	"$BUILD/core/librelay_core.a" "$BUILD/support/librelay_support.a" $(pkg-config --libs json-c libcrypto libarchive libcurl libpng) \
+	"$BUILD/core/librelay_core.a" "$BUILD/support/librelay_support.a" $(pkg-config --libs json-c libcrypto libarchive libcurl libpng zlib) \
 	-lpthread -ldl -lm -o "$BUILD/hash_bench"
 
 if [ "$(find "$DATA" -type f 2>/dev/null | wc -l)" != "$FILES" ]; then

@@ -40,7 +40,7 @@ trap cleanup EXIT INT TERM
 
 echo "building the driver" >&2
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$SRC/core/include" -I"$SRC/core/src" "$SRC/bench/transfer-ssh/bench_transfer_ssh.c" \
-	"$BUILD/core/librelay_core.a" "$BUILD/support/librelay_support.a" $(pkg-config --libs json-c libcurl libarchive libpng libcrypto) -lpthread -ldl -lm \
+	"$BUILD/core/librelay_core.a" "$BUILD/support/librelay_support.a" $(pkg-config --libs json-c libcurl libarchive libpng zlib libcrypto) -lpthread -ldl -lm \
 	-o "$W/driver"
 DRIVER=$W/driver
 export MCP_RELAY_PLUGIN_PATH=$BUILD/lib/mcp-relay/plugins

@@ -9,6 +9,8 @@
 
 #include "x11shot.h"
 
+#include "relay_support/adler32.h"
+
 /* 0, or -1 when memory ran out (or the image is too large for the
  * encoder's 32-bit positions); *e is then safe to encoder_free. */
 int encoder_init(encoder_t *e, const pixfmt_t *pf, unsigned width, unsigned height, buf_t *zout)
@@ -36,8 +38,7 @@ int encoder_init(encoder_t *e, const pixfmt_t *pf, unsigned width, unsigned heig
 	e->z.head = e->head;
 	e->z.row_bytes = e->row_bytes;
 	e->z.out = zout;
-	e->adler.a = 1;
-	e->adler.b = 0;
+	e->adler = 1;
 	/* zlib header: deflate, 32 KiB window, no dictionary, fastest. */
 	unsigned char zhead[2] = {0x78, 0x01};
 	buf_put(zout, zhead, 2);
@@ -68,7 +69,7 @@ void encoder_rows(encoder_t *e, const unsigned char *src, size_t stride, unsigne
 		unsigned char *dst = e->win + e->win_len;
 		convert_row(e->pf, src + (size_t)r * stride, e->width, e->rgb_rows[1]);
 		filter_row(e->rgb_rows[1], e->rgb_rows[0], e->row_bytes - 1, dst, e->sub_row);
-		adler_update(&e->adler, dst, e->row_bytes);
+		e->adler = rs_adler32(e->adler, dst, e->row_bytes);
 		e->win_len += e->row_bytes;
 		unsigned char *t = e->rgb_rows[0];
 		e->rgb_rows[0] = e->rgb_rows[1];
@@ -83,7 +84,7 @@ void encoder_finish(encoder_t *e)
 	bits_put(&e->z, e->codes->end_of_block);
 	bits_flush(&e->z);
 	unsigned char ztail[4];
-	put_be32(ztail, (e->adler.b << 16) | e->adler.a);
+	put_be32(ztail, e->adler);
 	buf_put(e->out, ztail, 4);
 }
 

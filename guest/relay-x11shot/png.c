@@ -1,14 +1,9 @@
 /*
- * relay-x11shot/png.c — byte buffers, CRC-32 and Adler-32, the deflate encoder and PNG chunks (x11shot.h).
+ * relay-x11shot/png.c — byte buffers, CRC-32, the deflate encoder and PNG chunks (x11shot.h).
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "x11shot.h"
-
-#if defined(__SSE2__) && !defined(X11SHOT_SCALAR)
-#include <emmintrin.h>
-#define X11SHOT_SSE2 1
-#endif
 
 /* ------------------------------------------------------------------------ */
 /* Growable byte buffer                                                      */
@@ -54,7 +49,7 @@ void put_be32(unsigned char *p, uint32_t v)
 }
 
 /* ------------------------------------------------------------------------ */
-/* CRC-32 (PNG chunks) and Adler-32 (zlib)                                    */
+/* CRC-32 (PNG chunks)                                                       */
 
 /* Filled once by crc_init() before any use; read-only afterwards. The
  * program is single-threaded. */
@@ -76,80 +71,6 @@ static uint32_t crc_update(uint32_t crc, const unsigned char *p, size_t len)
 	for (size_t i = 0; i < len; i++)
 		crc = crc_table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
 	return ~crc;
-}
-
-/* The scalar Adler-32 of p[0 .. len), len <= ADLER_NMAX, without the
- * modulo (the caller reduces). */
-static void adler_block_scalar(uint32_t *pa, uint32_t *pb, const unsigned char *p, size_t len)
-{
-	uint32_t a = *pa, b = *pb;
-	while (len >= 8) {
-		for (int k = 0; k < 8; k++) {
-			a += p[k];
-			b += a;
-		}
-		p += 8;
-		len -= 8;
-	}
-	while (len-- > 0) {
-		a += *p++;
-		b += a;
-	}
-	*pa = a;
-	*pb = b;
-}
-
-#ifdef X11SHOT_SSE2
-/* The same for len a multiple of 16: per 16 bytes, a grows by their sum
- * and b by 16 times the a before them plus the bytes weighted 16 down to 1. */
-static void adler_block_sse2(uint32_t *pa, uint32_t *pb, const unsigned char *p, size_t len)
-{
-	const __m128i zero = _mm_setzero_si128();
-	const __m128i w_lo = _mm_setr_epi16(16, 15, 14, 13, 12, 11, 10, 9);
-	const __m128i w_hi = _mm_setr_epi16(8, 7, 6, 5, 4, 3, 2, 1);
-	__m128i v_a = zero, v_prev_a = zero, v_w = zero;
-	size_t chunks = len / 16;
-	for (size_t k = 0; k < chunks; k++) {
-		__m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k));
-		v_prev_a = _mm_add_epi32(v_prev_a, v_a);
-		v_a = _mm_add_epi32(v_a, _mm_sad_epu8(x, zero));
-		v_w = _mm_add_epi32(v_w, _mm_madd_epi16(_mm_unpacklo_epi8(x, zero), w_lo));
-		v_w = _mm_add_epi32(v_w, _mm_madd_epi16(_mm_unpackhi_epi8(x, zero), w_hi));
-	}
-	uint32_t lanes_a[4], lanes_prev[4], lanes_w[4];
-	_mm_storeu_si128((__m128i *)(void *)lanes_a, v_a);
-	_mm_storeu_si128((__m128i *)(void *)lanes_prev, v_prev_a);
-	_mm_storeu_si128((__m128i *)(void *)lanes_w, v_w);
-	uint32_t sum = lanes_a[0] + lanes_a[2]; /* _mm_sad_epu8: two 64-bit sums */
-	uint32_t prev = lanes_prev[0] + lanes_prev[2];
-	uint32_t weighted = lanes_w[0] + lanes_w[1] + lanes_w[2] + lanes_w[3];
-	*pb += (uint32_t)len * *pa + 16u * prev + weighted;
-	*pa += sum;
-}
-#endif
-
-/* Largest n keeping b < 2^32 before the modulo, rounded down to 16. */
-#define ADLER_NMAX 5536u
-
-void adler_update(adler_t *ad, const unsigned char *p, size_t len)
-{
-	uint32_t a = ad->a, b = ad->b;
-	while (len > 0) {
-		size_t n = len < ADLER_NMAX ? len : ADLER_NMAX;
-		size_t head = 0;
-#ifdef X11SHOT_SSE2
-		head = n / 16 * 16;
-		if (head)
-			adler_block_sse2(&a, &b, p, head);
-#endif
-		adler_block_scalar(&a, &b, p + head, n - head);
-		a %= 65521u;
-		b %= 65521u;
-		p += n;
-		len -= n;
-	}
-	ad->a = a;
-	ad->b = b;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -6,7 +6,7 @@
  *   relay-x11shot/x11.c     display names, connecting, Xauthority, the X11
  *                           handshake and GetImage
  *   relay-x11shot/pixels.c  pixel formats to RGB rows, the row filter
- *   relay-x11shot/png.c     byte buffers, CRC-32 and Adler-32, deflate, PNG chunks
+ *   relay-x11shot/png.c     byte buffers, CRC-32, deflate, PNG chunks
  *   relay-x11shot/shm.c     the MIT-SHM extension: GetImage into shared memory
  *   relay-x11shot/encode.c  rows to a zlib stream: convert, filter, checksum, deflate
  */
@@ -85,10 +85,6 @@ typedef struct {
 	size_t cap;
 	int failed;
 } buf_t;
-
-typedef struct {
-	uint32_t a, b;
-} adler_t;
 
 typedef struct {
 	/* Codes already bit-reversed for the LSB-first stream, extra bits
@@ -172,7 +168,7 @@ typedef struct {
 	fixed_codes_t *codes;
 	uint32_t *head;
 	deflater_t z;
-	adler_t adler;
+	uint32_t adler; /* of the filtered rows so far (relay_support/adler32.h) */
 	buf_t *out;
 } encoder_t;
 
@@ -184,7 +180,6 @@ int buf_reserve(buf_t *b, size_t extra);
 void buf_put(buf_t *b, const void *data, size_t len);
 void put_be32(unsigned char *p, uint32_t v);
 void crc_init(void);
-void adler_update(adler_t *ad, const unsigned char *p, size_t len);
 uint32_t pack_code(uint32_t pattern, unsigned len);
 void fixed_codes_init(fixed_codes_t *fc);
 void bits_put(deflater_t *z, uint32_t packed);

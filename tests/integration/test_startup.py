@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Startup cost guards (core/src/cli/lazy_libs.h): libcurl, libarchive and libpng are loaded on
+"""Startup cost guards (core/src/cli/lazy_libs.h): libcurl, libarchive, libpng and zlib are loaded on
 first use, not at startup, in builds made with RELAY_LAZY_LIBS (the default on x86-64 Linux);
 and they do load, transparently, when a call needs them."""
 import http.server
@@ -12,7 +12,7 @@ import threading
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import Relay, run_tests, sanitized_build, skip  # noqa: E402
 
-LAZY = {"libcurl": "curl_easy_", "libarchive": "archive_", "libpng": "png_"}
+LAZY = {"libcurl": "curl_easy_", "libarchive": "archive_", "libpng": "png_", "libz": "inflate"}
 
 
 def lazy_build(binary):
@@ -66,7 +66,7 @@ def test_not_loaded_by_a_session_without_them(binary):
             if "/mcp-relay/plugins/" in path:
                 by_plugins.update(needed_by(path))
         loaded = [os.path.basename(p) for p in paths
-                  if os.path.basename(p).startswith(("libcurl.", "libarchive.", "libpng"))]
+                  if os.path.basename(p).startswith(("libcurl.", "libarchive.", "libpng", "libz."))]
         unexplained = [n for n in loaded if not any(n.startswith(b) for b in by_plugins)]
         assert not unexplained, (unexplained, sorted(by_plugins))
 

@@ -1,5 +1,5 @@
 /*
- * Lazy loading of libcurl, libarchive and libpng (see lazy_libs.h): a plain
+ * Lazy loading of libcurl, libarchive, libpng and zlib (see lazy_libs.h): a plain
  * C table of the functions the core calls, each resolved with dlopen/dlsym
  * on first use. Built only with RELAY_LAZY_LIBS (Linux,
  * core/src/cli/lazy_libs.cmake); otherwise this file only says so.
@@ -17,11 +17,12 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <zlib.h>
 
 #include "util/log.h"
 
 /*
- * Every function of the three libraries the core calls, one line each:
+ * Every function of the four libraries the core calls, one line each:
  *   LAZY_FN(library, return type, name, (parameters), (arguments))
  *   LAZY_VOID(library, name, (parameters), (arguments))   returns nothing
  * The parameters are written out as the library's header declares them; the
@@ -155,6 +156,10 @@
 	LAZY_VOID(LAZY_LIB_PNG, png_write_end, (png_structrp a0, png_inforp a1), (a0, a1))                   \
 	LAZY_VOID(LAZY_LIB_PNG, png_write_info, (png_structrp a0, png_const_inforp a1), (a0, a1))            \
 	LAZY_VOID(LAZY_LIB_PNG, png_write_row, (png_structrp a0, png_const_bytep a1), (a0, a1))              \
+	LAZY_FN(LAZY_LIB_Z, int, inflate, (z_streamp a0, int a1), (a0, a1))                                  \
+	LAZY_FN(LAZY_LIB_Z, int, inflateEnd, (z_streamp a0), (a0))                                           \
+	LAZY_FN(LAZY_LIB_Z, int, inflateInit2_, (z_streamp a0, int a1, const char *a2, int a3),              \
+	        (a0, a1, a2, a3))                                                                            \
 	/* end */
 
 #define LAZY_SPECIAL(LAZY_SLOT)                                                                              \
@@ -188,12 +193,13 @@ static lazy_slot lazy_table[LAZY_SLOT_COUNT] = {LAZY_FUNCTIONS(SLOT_ENTRY_FN, SL
 
 /* The sonames the build linked against (core/src/cli/lazy_libs.cmake). */
 static const char *const sonames[LAZY_LIB_COUNT] = {RELAY_LAZY_SONAME_CURL, RELAY_LAZY_SONAME_ARCHIVE,
-                                                    RELAY_LAZY_SONAME_PNG};
+                                                    RELAY_LAZY_SONAME_PNG, RELAY_LAZY_SONAME_Z};
 
 /* One handle per library, opened once (pthread_once) and never closed:
  * process-wide because the table is. */
 static void *handles[LAZY_LIB_COUNT];
-static pthread_once_t once[LAZY_LIB_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+static pthread_once_t once[LAZY_LIB_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
+                                              PTHREAD_ONCE_INIT};
 
 static _Noreturn void fatal(const char *what, const char *name, const char *why)
 {
@@ -235,9 +241,14 @@ static void open_png(void)
 	open_library(LAZY_LIB_PNG);
 }
 
+static void open_z(void)
+{
+	open_library(LAZY_LIB_Z);
+}
+
 void *lazy_libs_resolve(unsigned slot_index)
 {
-	static void (*const openers[LAZY_LIB_COUNT])(void) = {open_curl, open_archive, open_png};
+	static void (*const openers[LAZY_LIB_COUNT])(void) = {open_curl, open_archive, open_png, open_z};
 	lazy_slot *slot = &lazy_table[slot_index];
 	void *fn = atomic_load_explicit(&slot->address, memory_order_acquire);
 	if (fn != NULL)

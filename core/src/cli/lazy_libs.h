@@ -1,8 +1,8 @@
 /*
- * cli/lazy_libs.h — loading libcurl, libarchive and libpng on first use
+ * cli/lazy_libs.h — loading libcurl, libarchive, libpng and zlib on first use
  * (Linux builds with RELAY_LAZY_LIBS, the default there).
  *
- * Why: those three libraries pull in some forty more (GnuTLS, Kerberos,
+ * Why: the first three libraries pull in some forty more (GnuTLS, Kerberos,
  * LDAP, libxml2, ICU, libstdc++ ...). Linking them normally costs every
  * start of the server several milliseconds of relocation and megabytes of
  * resident memory, although a session that never talks HTTP, writes no
@@ -17,7 +17,7 @@
  * looks the name up with dlsym and stores the address; later calls cost one
  * atomic load and one indirect call. Callers use the libraries' own headers
  * unchanged, and only the façades call them: util/http.c (libcurl),
- * evidence/archive*.c (libarchive), pixels/pngcodec.c (libpng).
+ * evidence/archive*.c (libarchive), pixels/pngcodec.c (libpng), pixels/pngcheck.c (zlib).
  *
  * Adding a call to a function that is not in the table still works: the
  * linker then links that library the ordinary way (it is linked
@@ -27,7 +27,7 @@
 #ifndef RELAY_CLI_LAZY_LIBS_H
 #define RELAY_CLI_LAZY_LIBS_H
 
-enum { LAZY_LIB_CURL = 0, LAZY_LIB_ARCHIVE = 1, LAZY_LIB_PNG = 2, LAZY_LIB_COUNT = 3 };
+enum { LAZY_LIB_CURL = 0, LAZY_LIB_ARCHIVE = 1, LAZY_LIB_PNG = 2, LAZY_LIB_Z = 3, LAZY_LIB_COUNT = 4 };
 
 /* Called from the table's functions only: the address of the function in
  * slot `slot_index`, loading its library and looking it up on first use. A

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pixels/pngcheck.h"
 #include "util/error.h"
 #include "util/strbuf.h"
 
@@ -145,6 +146,17 @@ relay_status pngcodec_decode(const unsigned char *data, size_t len, bool keep_pi
 	relay_status st = RELAY_OK;
 	memset(&s, 0, sizeof s);
 	memset(out, 0, sizeof *out);
+	if (!keep_pixels) {
+		/* A plain capture is checked without libpng; anything else, damage included, is
+		 * decoded by libpng, whose message is the one reported (pngcheck.h). */
+		pngcheck_image plain;
+		if (pngcheck_plain_sound(data, len, &plain)) {
+			out->width = plain.width;
+			out->height = plain.height;
+			out->channels = plain.channels;
+			return RELAY_OK;
+		}
+	}
 	s.data = data;
 	s.len = len;
 	s.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &s, on_error, on_warning);
