@@ -70,8 +70,7 @@ static unsigned char *plain_stream(const unsigned char *data, size_t len, pngche
 			idat_state = 1;
 			total += n;
 		} else if ((type[0] & 0x20) == 0 || memcmp(type, "tRNS", 4) == 0 || idat_state == 1) {
-			return NULL; /* critical (PLTE or unknown), tRNS, or an ancillary chunk after the data
-			              */
+			return NULL; /* critical (PLTE, unknown), tRNS, or ancillary after the data */
 		}
 		pos += 12 + (size_t)n;
 	}
