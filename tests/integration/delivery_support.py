@@ -34,6 +34,7 @@ import time
 
 from relay_client import Relay, Skip, skip
 from support_common import build_dir, events, namespaces_missing, plugin_so, shim_so, structured, text_of  # noqa: F401 (re-exported)
+from support_common import NO_SERVE, serve_pids_script
 
 TIMEOUT = 120
 
@@ -245,10 +246,6 @@ class DeliveryEnv:
             time.sleep(0.05)
 
 
-# A receiver answering serve the way one without it does (an older relay's usage error).
-NO_SERVE = """if [ "$1" = serve ]; then echo '{"error":"usage: receiver version | run"}'; exit 2; fi
-"""
-
 # A compromised resident receiver (runs in the guest as `R/receiver serve`, Python standard
 # library only): it sits between the host's channel and the real `receiver.real serve`, hands it
 # every request and answer unchanged, except the commands serve runs itself (archive, remove),
@@ -304,10 +301,7 @@ def replace_receiver(env, r, guest, root, wrapper, then="", resident=False):
     commands reach the wrapper, their answers the host over the resident channel). A guest
     without a resident receiver (the shim over reference-machine) has no serve to end."""
     body = wrapper.split("\n", 1)[1] if wrapper.startswith("#!") else wrapper
-    serves = env.diag(r, guest, "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
-                                "case \"$c\" in '%s/receiver serve --root %s ') echo ${p#/proc/};; esac; done; true"
-                      % (root, root))
-    pids = [x for x in str(serves).split() if x.isdigit()]
+    pids = [x for x in str(env.diag(r, guest, serve_pids_script(root))).split() if x.isdigit()]
     on_serve = ('if [ "$1" = serve ]; then exec python3 "$(dirname "$0")/.serve-proxy.py" '
                 '"$(dirname "$0")/receiver.real" "$@"; fi\n' if resident else NO_SERVE)
     env.diag(r, guest, "set -e\ncp %(R)s/receiver %(R)s/receiver.real\n"

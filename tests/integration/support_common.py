@@ -79,3 +79,17 @@ def events(evidence, kind=None):
             if kind is None or e["kind"] == kind:
                 out.append(e)
     return out
+
+
+# The guest side of a resident receiver (spec/guest.md §17), for the tests that end or replace it.
+def serve_pids_script(root):
+    """A shell script printing the pids of the guest's `R/receiver serve` processes (by their root:
+    an ssh guest of the fixture is this host, where other guests' receivers run too). Plain sh
+    and tr only (the minimal container image has no grep)."""
+    return ("for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
+            "case \"$c\" in '%s/receiver serve --root %s ') echo ${p#/proc/};; esac; done; true" % (root, root))
+
+
+# A receiver's first line that answers serve the way one without it does (an older relay's usage error).
+NO_SERVE = """if [ "$1" = serve ]; then echo '{"error":"usage: receiver version | run"}'; exit 2; fi
+"""

@@ -14,6 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from relay_client import run_tests, skip  # noqa: E402
 from runs_support import diag, make_variant, run, stage, structured, text_of, variants  # noqa: E402
+from support_common import NO_SERVE, serve_pids_script  # noqa: E402
 from test_crash_matrix import failpoints_built  # noqa: E402
 
 OPTIONS = {"display": "off", "maxGuests": 2}
@@ -34,12 +35,8 @@ def out_of(s):
 
 
 def serves(r, guest, root):
-    """The pids of this guest's `receiver serve` processes (by its root: an ssh guest of the
-    fixture is this host, where other guests' receivers run too). Plain sh and tr only (the
-    minimal container image has no grep)."""
-    s = diag(r, guest, "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
-                       "case \"$c\" in '%s/receiver serve --root %s ') echo ${p#/proc/};; esac; done; true"
-             % (root, root))
+    """The pids of this guest's `receiver serve` processes (support_common.serve_pids_script)."""
+    s = diag(r, guest, serve_pids_script(root))
     assert s["outcome"]["kind"] == "completed", s
     return [int(x) for x in out_of(s).split() if x.isdigit()]
 
@@ -155,8 +152,7 @@ def test_a_receiver_without_serve_falls_back_to_one_shot(binary):
             assert res["isError"] is False, text_of(res)
             pids = serves(r, guest, root)
             assert len(pids) == 1, pids
-            wrapper = ("#!/bin/sh\nif [ \"$1\" = serve ]; then echo '{\"error\":\"usage: receiver version | run\"}'; "
-                       "exit 2; fi\nexec %s/receiver.real \"$@\"\n" % root)
+            wrapper = "#!/bin/sh\n%sexec %s/receiver.real \"$@\"\n" % (NO_SERVE, root)
             diag(r, guest, "mv %s/receiver %s/receiver.real && printf '%%s' '%s' > %s/receiver && chmod 700 %s/receiver "
                            "&& kill -9 %d" % (root, root, wrapper.replace("'", "'\\''"), root, root, pids[0]))
             for i in range(2):
